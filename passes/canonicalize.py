@@ -1,0 +1,129 @@
+"""canonicalize: fold compile-time scalar arithmetic and remove dead operations.
+
+Rewrites
+* `arith.<op>` whose operands are all `arith.const` -> one `arith.const` (integer `div` floors,
+  `cdiv` rounds up; a division by zero is left alone for the verifier/runtime to report);
+* `arith.cast` of a constant -> a constant of the new type;
+* duplicate `arith.const` of the same value and type in one block -> the first one;
+* pure ops whose results are unused -> removed (repeated until nothing changes), including loop
+  results that are never read when the loop body has no side effects.
+Assumes a verified module; keeps value names of the ops it keeps.
+"""
+
+from __future__ import annotations
+
+import math
+
+from tkir.ir import Block, Module, Operation, Value, replace_all_uses
+from tkir.ops import OPS
+from tkir.passmanager import Options, Pass
+from tkir.types import ScalarType
+
+_INT_FOLD = {
+    "arith.add": lambda a, b: a + b,
+    "arith.sub": lambda a, b: a - b,
+    "arith.mul": lambda a, b: a * b,
+    "arith.div": lambda a, b: a // b if b else None,
+    "arith.rem": lambda a, b: a % b if b else None,
+    "arith.cdiv": lambda a, b: -(-a // b) if b else None,
+    "arith.min": min,
+    "arith.max": max,
+}
+_FLOAT_FOLD = {
+    "arith.add": lambda a, b: a + b,
+    "arith.sub": lambda a, b: a - b,
+    "arith.mul": lambda a, b: a * b,
+    "arith.div": lambda a, b: a / b if b else None,
+    "arith.min": min,
+    "arith.max": max,
+}
+_FLOAT_UNARY = {"tk.sqrt": math.sqrt, "tk.rsqrt": lambda x: 1 / math.sqrt(x), "tk.exp": math.exp,
+                "tk.exp2": lambda x: 2.0 ** x, "tk.log": math.log, "tk.log2": math.log2,
+                "tk.abs": abs, "tk.neg": lambda x: -x}
+
+
+class Canonicalize(Pass):
+    name = "canonicalize"
+
+    def run(self, module: Module, options: Options) -> None:
+        for top in module.ops:
+            for region in top.regions:
+                self._fold_block(region.block, module)
+        changed = True
+        while changed:
+            changed = False
+            for top in module.ops:
+                for region in top.regions:
+                    changed |= self._dce_block(region.block, module)
+
+    # --- folding ---------------------------------------------------------------------------
+
+    def _fold_block(self, blk: Block, module: Module) -> None:
+        consts: dict[tuple[str, object], Value] = {}
+        for op in list(blk.ops):
+            for region in op.regions:
+                self._fold_block(region.block, module)
+            value = self._fold(op)
+            if value is not None and op.name != "arith.const":
+                op.name, op.operands, op.attrs = "arith.const", [], {"value": value}
+            if op.name == "arith.const":
+                key = (str(op.result.type), op.attrs["value"])
+                if isinstance(key[1], float) and math.isnan(key[1]):
+                    continue
+                if key in consts:
+                    replace_all_uses(module, op.result, consts[key])
+                    blk.remove(op)
+                else:
+                    consts[key] = op.result
+
+    def _fold(self, op: Operation) -> object | None:
+        vals = []
+        for v in op.operands:
+            d = v.owner
+            if not (isinstance(d, Operation) and d.name == "arith.const"):
+                return None
+            vals.append(d.attrs["value"])
+        dtype = op.results[0].type.dtype if op.results else None
+        if op.name == "arith.cast" and len(vals) == 1:
+            return float(vals[0]) if dtype == "f32" else int(vals[0])
+        if op.name in _FLOAT_UNARY and len(vals) == 1 and isinstance(op.results[0].type, ScalarType):
+            try:
+                return float(_FLOAT_UNARY[op.name](vals[0]))
+            except (ValueError, OverflowError):
+                return None
+        if len(vals) != 2:
+            return None
+        if dtype in ("i32", "u32") and op.name in _INT_FOLD:
+            return _INT_FOLD[op.name](int(vals[0]), int(vals[1]))
+        if dtype == "f32" and op.name in _FLOAT_FOLD:
+            r = _FLOAT_FOLD[op.name](float(vals[0]), float(vals[1]))
+            return None if r is None else float(r)
+        return None
+
+    # --- dead code -------------------------------------------------------------------------
+
+    def _dce_block(self, blk: Block, module: Module) -> bool:
+        changed = False
+        for op in list(blk.ops):
+            for region in op.regions:
+                changed |= self._dce_block(region.block, module)
+        used = _used_ids(module)
+        for op in reversed(list(blk.ops)):
+            if op.results and all(id(r) not in used for r in op.results) and _removable(op):
+                blk.remove(op)
+                used = _used_ids(module)
+                changed = True
+        return changed
+
+
+def _used_ids(module: Module) -> set[int]:
+    return {id(v) for op in module.walk() for v in op.operands}
+
+
+def _removable(op: Operation) -> bool:
+    d = OPS.get(op.name)
+    if d is not None and d.pure and not op.regions:
+        return True
+    if op.name == "scf.for":  # a loop whose body only computes values nobody reads
+        return all(_removable(inner) or OPS[inner.name].terminator for inner in op.body.ops)
+    return False

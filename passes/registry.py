@@ -1,0 +1,42 @@
+"""The one table of passes: kebab-case name -> the class that implements it, and the default pipeline.
+
+Entries are imported lazily so that a research pass file can be dropped in without importing
+every pass. `tkc compile --passes=a,b,c` replaces DEFAULT_PIPELINE; `--load-pass=FILE.py` adds
+entries at run time (tkir.passmanager.load_pass_file).
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from tkir.passmanager import Pass
+
+# name -> "module:Class" (modules under tkir.passes)
+PASS_TABLE: dict[str, str] = {
+    "verify": "verify:Verify",                      # re-check the IR (also runs after every pass)
+    "canonicalize": "canonicalize:Canonicalize",    # fold compile-time arithmetic, drop dead ops
+    "infer-layouts": "infer_layouts:InferLayouts",  # register fragment layouts + conversions
+    "select-swizzle": "select_swizzle:SelectSwizzle",  # shared tile swizzle + alignment
+    "bank-conflicts": "bank_conflicts:BankConflicts",  # conflict degree of shared accesses, fixes
+    "create-tma": "create_tma:CreateTma",            # global<->shared copies -> TMA descriptors
+    "pipeline": "pipeline:Pipeline",                 # ring buffers, mbarriers, producer/consumer roles
+    "plan-occupancy": "plan_occupancy:PlanOccupancy",  # registers, shared memory, stages, setmaxnreg
+}
+
+# The tk-level pipeline `tkc compile` runs before the backend (in order).
+DEFAULT_PIPELINE: list[str] = ["canonicalize", "verify"]
+
+
+def load_registry() -> dict[str, type[Pass]]:
+    """Import every pass whose module exists; missing ones are reported when named."""
+    out: dict[str, type[Pass]] = {}
+    for name, target in PASS_TABLE.items():
+        mod_name, cls_name = target.split(":")
+        try:
+            mod = importlib.import_module(f"tkir.passes.{mod_name}")
+        except ModuleNotFoundError as e:
+            if e.name == f"tkir.passes.{mod_name}":
+                continue
+            raise
+        out[name] = getattr(mod, cls_name)
+    return out

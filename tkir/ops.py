@@ -1,0 +1,355 @@
+"""The catalogue of operations: for each op name, its traits and a type checker.
+
+This is the contract between the front end (which builds these ops), the interpreter (which
+defines what they mean), the passes and the backend. docs/ir.md documents every op.
+
+Conventions
+-----------
+* Coordinates of a global access: one i32 per dim of the `gl`; the last two (a tile) or the last
+  one (a vector) are in tile units, the leading ones plain indices.
+* `bcast = row` on a binary op: the vector operand has one value per tile row (the result of a
+  `row_*` reduction) and is broadcast along each row; `bcast = col`: one value per column.
+* `tk.mma`: D = op(A) @ op(B) + C, op = transpose where `trans_a`/`trans_b` is true, with f32
+  accumulation; A and B are shared or register tiles, C a register tile.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from tkir.ir import Operation
+from tkir.types import (
+    FLOAT_DTYPES,
+    GlobalType,
+    ScalarType,
+    TileType,
+    Type,
+    VectorType,
+    is_register,
+    is_shared,
+)
+
+
+class OpError(Exception):
+    """A type or structure error in one op; the verifier adds the location."""
+
+
+Checker = Callable[[Operation], None]
+
+
+@dataclass(frozen=True)
+class OpDef:
+    name: str
+    check: Checker
+    pure: bool = True  # no side effects: removable when its results are unused
+    terminator: bool = False
+    summary: str = ""
+
+
+OPS: dict[str, OpDef] = {}
+
+
+def register_op(name: str, check: Checker, *, pure: bool = True, terminator: bool = False,
+                summary: str = "") -> OpDef:
+    """Add an op to the catalogue (passes and --load-pass files may add their own)."""
+    d = OpDef(name, check, pure, terminator, summary)
+    OPS[name] = d
+    return d
+
+
+# ---------------------------------------------------------------------------------------------
+# Small checking helpers.
+
+
+def expect(cond: bool, msg: str) -> None:
+    if not cond:
+        raise OpError(msg)
+
+
+def n_operands(op: Operation, lo: int, hi: int | None = None) -> None:
+    hi = lo if hi is None else hi
+    n = len(op.operands)
+    expect(lo <= n <= hi, f"'{op.name}' expects {lo if lo == hi else f'{lo}..{hi}'} operands, got {n}")
+
+
+def n_results(op: Operation, n: int) -> None:
+    expect(len(op.results) == n, f"'{op.name}' expects {n} results, got {len(op.results)}")
+
+
+def is_int_scalar(t: Type) -> bool:
+    return isinstance(t, ScalarType) and t.dtype in ("i32", "u32")
+
+
+def is_scalar(t: Type) -> bool:
+    return isinstance(t, ScalarType)
+
+
+def same_shape(a: Type, b: Type) -> bool:
+    if isinstance(a, TileType) and isinstance(b, TileType):
+        return a.shape == b.shape
+    if isinstance(a, VectorType) and isinstance(b, VectorType):
+        return a.n == b.n
+    return False
+
+
+def _coords(op: Operation, g: GlobalType, start: int, tile: Type) -> None:
+    coords = op.operands[start:]
+    expect(len(coords) == g.rank, f"'{op.name}' needs {g.rank} coordinates for {g}, got {len(coords)}")
+    for c in coords:
+        expect(is_int_scalar(c.type), f"'{op.name}' coordinates must be i32, got {c.type}")
+    tile_rank = 2 if isinstance(tile, TileType) else 1
+    expect(g.rank >= tile_rank, f"'{op.name}': a {tile} needs a global tensor of rank >= {tile_rank}")
+    expect(g.dtype == tile.dtype, f"'{op.name}': dtype mismatch, {g} and {tile}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Op checkers.
+
+
+def _const(op: Operation) -> None:
+    n_operands(op, 0)
+    n_results(op, 1)
+    expect("value" in op.attrs, "'arith.const' needs a 'value' attribute")
+    expect(is_scalar(op.result.type), "'arith.const' yields a scalar")
+
+
+def _scalar_binary(op: Operation) -> None:
+    n_operands(op, 2)
+    n_results(op, 1)
+    a, b = (v.type for v in op.operands)
+    expect(is_scalar(a) and is_scalar(b), f"'{op.name}' takes scalars, got {a} and {b}")
+    expect(a == b == op.result.type, f"'{op.name}' operand types differ: {a}, {b} -> {op.result.type}")
+
+
+def _scalar_cast(op: Operation) -> None:
+    n_operands(op, 1)
+    n_results(op, 1)
+    expect(is_scalar(op.operands[0].type) and is_scalar(op.result.type), "'arith.cast' casts scalars")
+
+
+def _size(op: Operation) -> None:
+    n_operands(op, 0)
+    n_results(op, 1)
+    expect(isinstance(op.attrs.get("name"), str), "'tk.size' needs name = \"...\"")
+    expect(is_int_scalar(op.result.type), "'tk.size' yields i32")
+
+
+def _block_id(op: Operation) -> None:
+    n_operands(op, 0)
+    n_results(op, 1)
+    expect(op.attrs.get("dim") in (0, 1, 2), "'tk.block_id' needs dim = 0, 1 or 2")
+
+
+def _alloc(op: Operation) -> None:
+    n_operands(op, 0)
+    n_results(op, 1)
+    expect(is_shared(op.result.type), f"'tk.alloc' allocates st/sv, not {op.result.type}")
+
+
+def _load(op: Operation) -> None:
+    expect(len(op.operands) >= 1, "'tk.load' needs a source")
+    if not op.results:  # global -> shared: tk.load %dst, %src, coords...
+        n_operands(op, 2, 7)
+        dst, src = op.operands[0].type, op.operands[1].type
+        expect(is_shared(dst), f"'tk.load' without a result writes a shared tile, not {dst}")
+        expect(isinstance(src, GlobalType), f"'tk.load' into shared memory reads a gl, not {src}")
+        _coords(op, src, 2, dst)
+        return
+    n_results(op, 1)
+    res, src = op.result.type, op.operands[0].type
+    expect(is_register(res), f"'tk.load' with a result yields a register tile/vector, not {res}")
+    if isinstance(src, GlobalType):
+        _coords(op, src, 1, res)
+    else:
+        n_operands(op, 1)
+        expect(is_shared(src), f"'tk.load' reads gl or st/sv, not {src}")
+        expect(same_shape(src, res), f"'tk.load' shape mismatch: {src} -> {res}")
+        expect(src.dtype == res.dtype, f"'tk.load' dtype mismatch: {src} -> {res}")
+
+
+def _store(op: Operation) -> None:
+    n_results(op, 0)
+    expect(len(op.operands) >= 2, "'tk.store' needs a destination and a value")
+    dst, val = op.operands[0].type, op.operands[1].type
+    expect(isinstance(val, (TileType, VectorType)), f"'tk.store' stores a tile or vector, not {val}")
+    if isinstance(dst, GlobalType):
+        _coords(op, dst, 2, val)
+    else:
+        n_operands(op, 2)
+        expect(is_shared(dst), f"'tk.store' writes gl or st/sv, not {dst}")
+        expect(is_register(val), f"'tk.store' into shared memory stores a register value, not {val}")
+        expect(same_shape(dst, val), f"'tk.store' shape mismatch: {val} -> {dst}")
+        expect(dst.dtype == val.dtype, f"'tk.store' dtype mismatch: {val} -> {dst}")
+
+
+def _fill(op: Operation) -> None:
+    n_operands(op, 0)
+    n_results(op, 1)
+    expect(isinstance(op.attrs.get("value"), (int, float)), "'tk.fill' needs a numeric value")
+    expect(is_register(op.result.type), "'tk.fill' yields a register tile or vector")
+
+
+def _mma(op: Operation) -> None:
+    n_operands(op, 3)
+    n_results(op, 1)
+    a, b, c = (v.type for v in op.operands)
+    d = op.result.type
+    for name, t in (("A", a), ("B", b)):
+        expect(isinstance(t, TileType), f"'tk.mma' operand {name} must be a tile, got {t}")
+    expect(isinstance(c, TileType) and c.space == "rt", f"'tk.mma' accumulator must be an rt, got {c}")
+    expect(a.dtype == b.dtype, f"'tk.mma' operand dtypes differ: {a.dtype} @ {b.dtype}")
+    m, ka = (a.cols, a.rows) if op.attrs.get("trans_a") else (a.rows, a.cols)
+    kb, n = (b.cols, b.rows) if op.attrs.get("trans_b") else (b.rows, b.cols)
+    expect(ka == kb, f"'tk.mma' inner dimensions differ: {m}x{ka} @ {kb}x{n}")
+    expect(c.shape == (m, n), f"'tk.mma' accumulator is {c.rows}x{c.cols}, product is {m}x{n}")
+    expect(d.bare() == c.bare() or (d.shape == c.shape and d.dtype == c.dtype),
+           f"'tk.mma' result {d} must match the accumulator {c}")
+
+
+def _elementwise_type(t: Type) -> bool:
+    return isinstance(t, (TileType, VectorType, ScalarType))
+
+
+def _binary(op: Operation) -> None:
+    n_operands(op, 2)
+    n_results(op, 1)
+    a, b = (v.type for v in op.operands)
+    r = op.result.type
+    expect(_elementwise_type(a) and _elementwise_type(b), f"'{op.name}' on {a} and {b}")
+    expect(not is_shared(a) and not is_shared(b) and not is_shared(r),
+           f"'{op.name}' computes on registers; load shared tiles first")
+    bcast = op.attrs.get("bcast")
+    tiles = [t for t in (a, b) if isinstance(t, TileType)]
+    vecs = [t for t in (a, b) if isinstance(t, VectorType)]
+    if bcast is not None:
+        expect(str(bcast) in ("row", "col"), f"'{op.name}' bcast must be row or col")
+        expect(len(tiles) == 1 and len(vecs) == 1, f"'{op.name}' bcast needs one tile and one vector")
+        t, v = tiles[0], vecs[0]
+        want = t.rows if str(bcast) == "row" else t.cols
+        expect(v.n == want, f"'{op.name}': {bcast} broadcast needs a vector of {want}, got {v}")
+        expect(r.bare() == t.bare() or (isinstance(r, TileType) and r.shape == t.shape),
+               f"'{op.name}' result {r} must match {t}")
+        return
+    expect(not (tiles and vecs), f"'{op.name}' mixes {a} and {b} without bcast = row|col")
+    shaped = [t for t in (a, b) if not isinstance(t, ScalarType)]
+    if len(shaped) == 2:
+        expect(same_shape(a, b), f"'{op.name}' shape mismatch: {a} and {b}")
+    if shaped:
+        expect(same_shape(r, shaped[0]), f"'{op.name}' result {r} does not match {shaped[0]}")
+        dts = {t.dtype for t in shaped}
+        expect(len(dts) == 1, f"'{op.name}' dtype mismatch: {a} and {b}")
+    else:
+        expect(a == b == r, f"'{op.name}' scalar types differ: {a}, {b} -> {r}")
+
+
+def _unary(op: Operation) -> None:
+    n_operands(op, 1)
+    n_results(op, 1)
+    a, r = op.operands[0].type, op.result.type
+    expect(_elementwise_type(a) and not is_shared(a), f"'{op.name}' computes on registers, got {a}")
+    if isinstance(a, ScalarType):
+        expect(r == a, f"'{op.name}' result {r} must match {a}")
+    else:
+        expect(same_shape(a, r) and r.dtype == a.dtype, f"'{op.name}' result {r} must match {a}")
+    expect(a.dtype in FLOAT_DTYPES, f"'{op.name}' needs a float operand, got {a}")
+
+
+def _cast(op: Operation) -> None:
+    n_operands(op, 1)
+    n_results(op, 1)
+    a, r = op.operands[0].type, op.result.type
+    expect(is_register(a) and is_register(r) and same_shape(a, r), f"'tk.cast' from {a} to {r}")
+
+
+def _reduce(op: Operation) -> None:
+    n_operands(op, 1)
+    n_results(op, 1)
+    a, r = op.operands[0].type, op.result.type
+    expect(isinstance(a, TileType) and a.space == "rt", f"'tk.reduce' reduces an rt, got {a}")
+    expect(str(op.attrs.get("kind")) in ("max", "sum", "min"), "'tk.reduce' kind must be max, min or sum")
+    axis = str(op.attrs.get("axis"))
+    expect(axis in ("row", "col"), "'tk.reduce' axis must be row or col")
+    want = a.rows if axis == "row" else a.cols
+    expect(isinstance(r, VectorType) and r.space == "rv" and r.n == want,
+           f"'tk.reduce' over {axis}s of {a} yields rv of {want}, got {r}")
+
+
+def _mask_causal(op: Operation) -> None:
+    n_operands(op, 3)
+    n_results(op, 1)
+    t = op.operands[0].type
+    expect(isinstance(t, TileType) and t.space == "rt", f"'tk.mask_causal' masks an rt, got {t}")
+    expect(all(is_int_scalar(v.type) for v in op.operands[1:]), "'tk.mask_causal' offsets are i32")
+    expect(isinstance(op.attrs.get("fill"), float), "'tk.mask_causal' needs fill = <float>")
+
+
+def _transpose(op: Operation) -> None:
+    n_operands(op, 1)
+    n_results(op, 1)
+    a, r = op.operands[0].type, op.result.type
+    expect(isinstance(a, TileType) and a.space == "rt", f"'tk.transpose' takes an rt, got {a}")
+    expect(isinstance(r, TileType) and (r.rows, r.cols) == (a.cols, a.rows) and r.dtype == a.dtype,
+           f"'tk.transpose' of {a} yields {r}")
+
+
+def _for(op: Operation) -> None:
+    expect(len(op.operands) >= 3, "'scf.for' needs lower, upper, step")
+    for v in op.operands[:3]:
+        expect(is_int_scalar(v.type), f"'scf.for' bounds must be i32, got {v.type}")
+    inits = op.operands[3:]
+    expect(len(op.regions) == 1, "'scf.for' has one region")
+    blk = op.body
+    expect(len(blk.args) == 1 + len(inits), "'scf.for' body takes the index and one arg per init")
+    expect(is_int_scalar(blk.args[0].type), "'scf.for' index is i32")
+    expect(len(op.results) == len(inits), "'scf.for' yields one result per init")
+    for init, arg, res in zip(inits, blk.args[1:], op.results, strict=True):
+        expect(init.type == arg.type == res.type,
+               f"'scf.for' carried value types differ: {init.type}, {arg.type}, {res.type}")
+    term = blk.terminator
+    expect(term is not None and term.name == "scf.yield", "'scf.for' body ends with scf.yield")
+    expect([v.type for v in term.operands] == [r.type for r in op.results],
+           "'scf.yield' types must match the loop's results")
+
+
+def _yield(op: Operation) -> None:
+    n_results(op, 0)
+
+
+def _kernel(op: Operation) -> None:
+    expect(op.symbol is not None, "'tk.kernel' needs a name: tk.kernel @name")
+    expect(len(op.regions) == 1, "'tk.kernel' has one region")
+    for a in op.body.args:
+        expect(isinstance(a.type, (GlobalType, ScalarType)), f"kernel parameter {a.name}: {a.type}")
+    grid = op.attrs.get("grid")
+    expect(isinstance(grid, list) and 1 <= len(grid) <= 3 and all(isinstance(g, str) for g in grid),
+           "'tk.kernel' needs grid = [\"expr\", ...] (1 to 3 size expressions)")
+
+
+SCALAR_BINARY = ("add", "sub", "mul", "div", "rem", "min", "max", "cdiv")
+TILE_BINARY = ("add", "sub", "mul", "div", "max", "min")
+TILE_UNARY = ("exp", "exp2", "log", "log2", "sqrt", "rsqrt", "abs", "neg")
+
+register_op("arith.const", _const, summary="a scalar constant")
+for _n in SCALAR_BINARY:
+    register_op(f"arith.{_n}", _scalar_binary, summary=f"scalar {_n} (integer div floors)")
+register_op("arith.cast", _scalar_cast, summary="scalar conversion")
+register_op("tk.size", _size, summary="run-time value of a symbolic size")
+register_op("tk.block_id", _block_id, summary="block index along grid dim 0/1/2")
+register_op("tk.alloc", _alloc, pure=False, summary="a shared tile or vector")
+register_op("tk.load", _load, pure=False, summary="global->shared, global->register, shared->register")
+register_op("tk.store", _store, pure=False, summary="register/shared -> global, register -> shared")
+register_op("tk.fill", _fill, summary="a register tile or vector filled with a constant")
+register_op("tk.mma", _mma, summary="D = op(A) @ op(B) + C, f32 accumulation")
+for _n in TILE_BINARY:
+    register_op(f"tk.{_n}", _binary, summary=f"elementwise {_n}, with bcast = row|col for vectors")
+for _n in TILE_UNARY:
+    register_op(f"tk.{_n}", _unary, summary=f"elementwise {_n}")
+register_op("tk.cast", _cast, summary="elementwise dtype conversion (round to nearest even)")
+register_op("tk.reduce", _reduce, summary="row or column reduction (max, min, sum) to an rv")
+register_op("tk.mask_causal", _mask_causal,
+            summary="fill elements with col0 + c > row0 + r (causal attention)")
+register_op("tk.transpose", _transpose, summary="register tile transpose")
+register_op("scf.for", _for, pure=False, summary="counted loop with loop-carried values")
+register_op("scf.yield", _yield, pure=False, terminator=True, summary="loop body terminator")
+register_op("tk.kernel", _kernel, pure=False, summary="a kernel: parameters, grid, body")

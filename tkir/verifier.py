@@ -1,0 +1,61 @@
+"""The verifier: structure (SSA dominance, terminators, known ops) and each op's type rules.
+
+It runs after every pass; a failure names the op's location and the pass that broke it.
+"""
+
+from __future__ import annotations
+
+from tkir.diagnostics import CompileError
+from tkir.ir import Module, Operation, Region, Value
+from tkir.ops import OPS, OpError
+
+
+class VerifyError(CompileError):
+    pass
+
+
+def verify(module: Module) -> None:
+    seen_syms: set[str] = set()
+    for op in module.ops:
+        if op.symbol is not None:
+            if op.symbol in seen_syms:
+                raise VerifyError(op.loc, f"duplicate symbol '@{op.symbol}'")
+            seen_syms.add(op.symbol)
+        _verify_op(op, set())
+
+
+def _verify_op(op: Operation, visible: set[int]) -> None:
+    d = OPS.get(op.name)
+    if d is None:
+        raise VerifyError(op.loc, f"unknown op '{op.name}'")
+    for v in op.operands:
+        if id(v) not in visible:
+            raise VerifyError(op.loc, f"'{op.name}' uses %{v.name}, which is not defined before it")
+    try:
+        d.check(op)
+    except OpError as e:
+        raise VerifyError(op.loc, str(e)) from None
+    for region in op.regions:
+        _verify_region(region, set(visible))
+    for r in op.results:
+        visible.add(id(r))
+
+
+def _verify_region(region: Region, visible: set[int]) -> None:
+    blk = region.block
+    for a in blk.args:
+        visible.add(id(a))
+    for i, op in enumerate(blk.ops):
+        d = OPS.get(op.name)
+        if d is not None and d.terminator and i != len(blk.ops) - 1:
+            raise VerifyError(op.loc, f"'{op.name}' must be the last op of its block")
+        _verify_op(op, visible)
+
+
+def defined_values(module: Module) -> list[Value]:
+    out = []
+    for op in module.walk():
+        out.extend(op.results)
+        for r in op.regions:
+            out.extend(r.block.args)
+    return out
