@@ -1,0 +1,116 @@
+"""The Python API: `tkir.compile(path, **consts)` and `tkir.interpret(kernel, *arrays)`.
+
+A compiled kernel keeps every stage's text, Triton-style: `k.asm["tkir"]` (after the last
+pass), and once the backend has run, `k.asm["llvm"]`, `k.asm["ptx"]`, `k.asm["sass"]`;
+`k.ir_after("select-swizzle")` gives the IR after any pass of the pipeline.
+This module (with the CLI) is the only place that knows the front end, passes and backend.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tkir.ir import Module
+from tkir.passmanager import Options, PassManager, PipelineConfig, load_pass_file
+from tkir.printer import print_module
+
+
+@dataclass
+class CompiledKernel:
+    path: str
+    consts: dict[str, int | float]
+    options: Options
+    module: Module
+    pipeline: list[str]
+    snapshots: dict[str, str]
+    timings: list[tuple[str, float]]
+    asm: dict[str, object] = field(default_factory=dict)
+    _runtime: object = None
+
+    @property
+    def ir(self) -> str:
+        return self.asm["tkir"]  # type: ignore[return-value]
+
+    def ir_after(self, name: str) -> str:
+        if name not in self.snapshots:
+            raise KeyError(f"pass '{name}' did not run; pipeline: {', '.join(self.pipeline)}")
+        return self.snapshots[name]
+
+    # Backend stages are produced on first use, so interpreter-only users never need LLVM.
+    def lower(self) -> None:
+        if "ptx" in self.asm:
+            return
+        from tkir.backend import lower as backend_lower
+
+        art = backend_lower.compile_module(self.module, self.options)
+        self.asm.update(art)
+
+    @property
+    def launch(self) -> dict:
+        self.lower()
+        return self.asm["launch"]  # type: ignore[return-value]
+
+    def __call__(self, *args: object, stream: int | None = None) -> None:
+        self.lower()
+        if self._runtime is None:
+            from tkir.backend.runtime import Kernel
+
+            image = self.asm.get("cubin") or self.asm["ptx"]
+            self._runtime = Kernel(image, self.asm["launch"])
+        self._runtime(*args, stream=stream)
+
+
+def default_pipeline() -> list[str]:
+    from tkir.passes.registry import DEFAULT_PIPELINE
+
+    return list(DEFAULT_PIPELINE)
+
+
+def build_module(path: str, consts: dict[str, int | float] | None = None) -> Module:
+    """Parse a .tk file (or read a .tkir file) into a module."""
+    if str(path).endswith(".tkir"):
+        from tkir.parser import parse_module
+
+        text = Path(path).read_text(encoding="utf-8")
+        return parse_module(text, str(path))
+    from tkir.frontend import compile_file
+
+    return compile_file(str(path), consts or {})
+
+
+def compile(
+    path: str,
+    *,
+    target: str = "sm_90a",
+    passes: list[str] | None = None,
+    swizzle: str | None = None,
+    no_tma: bool = False,
+    load_passes: list[str] | None = None,
+    config: PipelineConfig | None = None,
+    out: io.TextIOBase | None = None,
+    **consts: int | float,
+) -> CompiledKernel:
+    """Compile a .tk kernel through the pass pipeline (the backend runs lazily on first use)."""
+    from tkir.passes.registry import load_registry
+
+    registry = load_registry()
+    for f in load_passes or []:
+        load_pass_file(f, registry)
+    options = Options(target=target, swizzle=swizzle, no_tma=no_tma)
+    module = build_module(path, consts)
+    pipeline = passes if passes is not None else default_pipeline()
+    pm = PassManager(registry, pipeline)
+    pm.run(module, options, config, out)
+    k = CompiledKernel(str(path), dict(consts), options, module, pipeline, pm.snapshots, pm.timings)
+    k.asm["tkir"] = print_module(module)
+    return k
+
+
+def interpret(kernel: CompiledKernel | Module, *arrays: object, **sizes: int) -> None:
+    """Run a kernel in the numpy interpreter; outputs are written into `arrays` in place."""
+    from tkir.interp import interpret as run
+
+    module = kernel.module if isinstance(kernel, CompiledKernel) else kernel
+    run(module, *arrays, sizes=sizes or None)

@@ -1,0 +1,270 @@
+"""`tkc`: the command line.
+
+    tkc compile FILE [-D NAME=VALUE ...] [--emit tkir|llvm|ptx|cubin|sass|launch] [-o OUT] [pass flags]
+    tkc opt FILE.tkir [--passes=a,b] [-o OUT]        IR text in, IR text out (how passes are tested)
+    tkc run FILE --interpret [--size NAME=VALUE ...] [--check]
+    tkc report FILE [--json] [--swizzle=none]
+
+Pass flags: --print-after-all, --print-after=NAME[,NAME], --stop-after=NAME, --passes=a,b,c,
+--time-passes, --load-pass=FILE.py, --swizzle=none, --no-tma, --target=sm_90a|sm_80.
+Every user error prints `file:line:col: error: ...` and exits with status 1, without a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from tkir.diagnostics import CompileError
+
+EMIT_KINDS = ("tkir", "llvm", "ptx", "cubin", "sass", "launch")
+TARGETS = ("sm_90a", "sm_80")
+
+
+class UsageError(Exception):
+    pass
+
+
+def _kv(items: list[str], flag: str) -> dict[str, int | float]:
+    out: dict[str, int | float] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name.isidentifier():
+            raise UsageError(f"{flag} expects NAME=VALUE, got '{item}'")
+        try:
+            out[name] = int(value, 0)
+        except ValueError:
+            try:
+                out[name] = float(value)
+            except ValueError:
+                raise UsageError(f"{flag} {name}: '{value}' is not a number") from None
+    return out
+
+
+def _names(s: str | None) -> list[str]:
+    return [p.strip() for p in s.split(",") if p.strip()] if s else []
+
+
+def _add_pass_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("pass pipeline")
+    g.add_argument("--passes", help="comma-separated pass list (replaces the default pipeline)")
+    g.add_argument("--print-after-all", action="store_true", help="print the IR after every pass")
+    g.add_argument("--print-after", metavar="NAME[,NAME]", help="print the IR after these passes")
+    g.add_argument("--stop-after", metavar="NAME", help="stop the pipeline after this pass")
+    g.add_argument("--time-passes", action="store_true", help="print each pass's wall time (stderr)")
+    g.add_argument("--load-pass", action="append", default=[], metavar="FILE.py",
+                   help="register the Pass subclasses defined in FILE.py")
+    g.add_argument("--swizzle", choices=("none",), help="force unswizzled shared layouts (research switch)")
+    g.add_argument("--no-tma", action="store_true", help="no TMA copies anywhere in the kernel")
+    g.add_argument("--target", choices=TARGETS, default="sm_90a", help="GPU target (default sm_90a)")
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="tkc", description="tkir: a tile-kernel compiler for NVIDIA Hopper")
+    sub = ap.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+
+    c = sub.add_parser("compile", help="compile a .tk kernel", description="Compile a .tk kernel.")
+    c.add_argument("file")
+    c.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME=VALUE",
+                   help="override a compile-time parameter")
+    c.add_argument("--emit", choices=EMIT_KINDS, default="tkir", help="what to write (default tkir)")
+    c.add_argument("-o", dest="output", help="output file (default stdout)")
+    _add_pass_flags(c)
+
+    o = sub.add_parser("opt", help="run passes on IR text", description="Run passes on tile IR text.")
+    o.add_argument("file", help="a .tkir file ('-' for stdin)")
+    o.add_argument("-o", dest="output", help="output file (default stdout)")
+    _add_pass_flags(o)
+
+    r = sub.add_parser("run", help="run a kernel", description="Run a kernel on fresh random inputs.")
+    r.add_argument("file")
+    r.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME=VALUE")
+    r.add_argument("--interpret", action="store_true", help="run in the numpy interpreter")
+    r.add_argument("--size", action="append", default=[], metavar="NAME=VALUE", help="a problem size")
+    r.add_argument("--check", action="store_true",
+                   help="compare with the example's reference; exit 1 past the dtype's bound")
+    r.add_argument("--seed", type=int, default=None, help="random seed (default: fresh)")
+    _add_pass_flags(r)
+
+    rep = sub.add_parser("report", help="print the compiler's decisions",
+                         description="Shared tiles, swizzles, bank conflicts, registers, TMA, occupancy.")
+    rep.add_argument("file")
+    rep.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME=VALUE")
+    rep.add_argument("--json", action="store_true", help="one JSON object")
+    _add_pass_flags(rep)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return _dispatch(args)
+    except CompileError as e:
+        print(e.format(), file=sys.stderr)
+        return 1
+    except UsageError as e:
+        print(f"tkc {args.cmd}: error: {e}", file=sys.stderr)
+        return 1
+    except FileNotFoundError as e:
+        print(f"tkc {args.cmd}: error: {e.filename}: no such file", file=sys.stderr)
+        return 1
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    return {"compile": cmd_compile, "opt": cmd_opt, "run": cmd_run, "report": cmd_report}[args.cmd](args)
+
+
+def _config(args: argparse.Namespace):
+    from tkir.passmanager import PipelineConfig
+
+    return PipelineConfig(
+        print_after_all=args.print_after_all,
+        print_after=tuple(_names(args.print_after)),
+        stop_after=args.stop_after,
+        time_passes=args.time_passes,
+    )
+
+
+def _compile(args: argparse.Namespace, passes: list[str] | None = None):
+    import tkir
+
+    if not Path(args.file).is_file():
+        raise UsageError(f"{args.file}: no such file")
+    consts = _kv(getattr(args, "defines", []), "-D")
+    k = tkir.compile(
+        args.file,
+        target=args.target,
+        passes=passes if passes is not None else (_names(args.passes) if args.passes else None),
+        swizzle=args.swizzle,
+        no_tma=args.no_tma,
+        load_passes=args.load_pass,
+        config=_config(args),
+        out=sys.stdout,
+        **consts,
+    )
+    return k
+
+
+def _timing(args: argparse.Namespace, k) -> None:
+    if args.time_passes:
+        from tkir.passmanager import PassManager
+
+        pm = PassManager({}, [])
+        pm.timings = k.timings
+        print(pm.timing_report(), file=sys.stderr)
+
+
+def _write(output: str | None, data: str | bytes) -> None:
+    if output is None:
+        if isinstance(data, bytes):
+            sys.stdout.buffer.write(data)
+        else:
+            sys.stdout.write(data)
+        return
+    # write to a temporary file and rename: an error never leaves a half-written output
+    out = Path(output)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_bytes(data) if isinstance(data, bytes) else tmp.write_text(data, encoding="utf-8")
+    tmp.replace(out)
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    import time
+
+    t0 = time.perf_counter()
+    k = _compile(args)
+    if args.emit != "tkir":
+        t1 = time.perf_counter()
+        k.lower()
+        k.timings.append(("backend (llvm, ptx)", time.perf_counter() - t1))
+    _timing(args, k)
+    if args.time_passes:
+        print(f"tkc compile: total {time.perf_counter() - t0:.3f} s", file=sys.stderr)
+    if args.print_after_all or args.print_after or args.stop_after:
+        if args.output is None and args.emit == "tkir":
+            return 0
+    data = k.asm[args.emit] if args.emit != "launch" else json.dumps(k.asm["launch"], indent=2) + "\n"
+    _write(args.output, data)  # type: ignore[arg-type]
+    return 0
+
+
+def cmd_opt(args: argparse.Namespace) -> int:
+    from tkir.parser import parse_module
+    from tkir.passes.registry import load_registry
+    from tkir.passmanager import Options, PassManager, load_pass_file
+    from tkir.printer import print_module
+    from tkir.verifier import verify
+
+    if args.file == "-":
+        text, name = sys.stdin.read(), "<stdin>"
+    else:
+        if not Path(args.file).is_file():
+            raise UsageError(f"{args.file}: no such file")
+        text, name = Path(args.file).read_text(encoding="utf-8"), args.file
+    module = parse_module(text, name)
+    verify(module)
+    registry = load_registry()
+    for f in args.load_pass:
+        load_pass_file(f, registry)
+    pm = PassManager(registry, _names(args.passes))
+    pm.run(module, Options(target=args.target, swizzle=args.swizzle, no_tma=args.no_tma), _config(args))
+    if args.time_passes:
+        print(pm.timing_report(), file=sys.stderr)
+    _write(args.output, print_module(module))
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from tkir.examples import check_interpreted, load_companion
+
+    if not args.interpret:
+        return _run_gpu(args)
+    k = _compile(args)
+    companion = load_companion(args.file)
+    sizes = _kv(args.size, "--size") or dict(companion.CHECK_SIZES[0])
+    consts = _kv(args.defines, "-D")
+    results = check_interpreted(k.module, companion, sizes, consts, seed=args.seed)
+    size_txt = " ".join(f"{n}={v}" for n, v in sizes.items())
+    ok = True
+    for r in results:
+        if args.check:
+            verdict = "ok" if r.ok else "FAIL"
+            print(f"{Path(args.file).name} [{size_txt}] {r.output}: rel_err {r.rel_err:.3e} "
+                  f"(bound {r.bound:.0e}) {verdict}")
+            ok &= r.ok
+        else:
+            print(f"{Path(args.file).name} [{size_txt}] {r.output}: ran (use --check to compare)")
+    return 0 if ok else 1
+
+
+def _run_gpu(args: argparse.Namespace) -> int:
+    from tkir.backend.bench import run_check
+
+    return run_check(args)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from tkir.report import build_report, format_report
+
+    k = _compile(args)
+    rep = build_report(k.module)
+    try:
+        from tkir.backend.toolchain import assemble
+
+        k.lower()
+        res = assemble(k.asm["ptx"], k.options.target)
+        rep["ptxas"] = {"registers": res.registers, "spill_stores": res.spill_stores,
+                        "spill_loads": res.spill_loads, "shared_bytes": res.shared_bytes}
+    except (ImportError, NotImplementedError):
+        pass
+    if args.json:
+        print(json.dumps(rep, indent=2))
+    else:
+        print(format_report(rep))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
