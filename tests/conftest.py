@@ -1,0 +1,95 @@
+"""Shared pytest setup: GPU tests skip only where no CUDA device exists; PTX kernels built with llvmlite.
+
+A test marked `@pytest.mark.gpu` runs when the CUDA driver initialises and reports at least one
+device. It is skipped only then -- never because a tool or package is missing (those fail loudly).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+
+import pytest
+
+
+@functools.cache
+def cuda_device_count() -> tuple[int, str]:
+    """(number of CUDA devices, why none) -- through cuInit/cuDeviceGetCount, 0 when they fail."""
+    try:
+        from cuda.bindings import driver as cu
+
+        (err,) = cu.cuInit(0)
+        if err != cu.CUresult.CUDA_SUCCESS:
+            return 0, f"cuInit failed: {err.name}"
+        err, count = cu.cuDeviceGetCount()
+        if err != cu.CUresult.CUDA_SUCCESS:
+            return 0, f"cuDeviceGetCount failed: {err.name}"
+        return int(count), "no CUDA device"
+    except Exception as e:  # no driver library at all raises rather than returning an error code
+        return 0, f"no CUDA driver ({type(e).__name__})"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    gpu_items = [item for item in items if item.get_closest_marker("gpu")]
+    if not gpu_items:
+        return
+    count, why = cuda_device_count()
+    if count > 0:
+        return
+    skip = pytest.mark.skip(reason=f"needs a CUDA GPU: {why}")
+    for item in gpu_items:
+        item.add_marker(skip)
+
+
+# A vector add c[i] = a[i] + b[i] for i < n, in LLVM IR for the NVPTX backend.
+VADD_IR = """target triple = "nvptx64-nvidia-cuda"
+target datalayout = "e-p3:32:32-i64:64-i128:128-v16:16-v32:32-n16:32:64"
+declare i32 @llvm.nvvm.read.ptx.sreg.tid.x()
+declare i32 @llvm.nvvm.read.ptx.sreg.ctaid.x()
+declare i32 @llvm.nvvm.read.ptx.sreg.ntid.x()
+define ptx_kernel void @vadd(ptr addrspace(1) %a, ptr addrspace(1) %b, ptr addrspace(1) %c, i32 %n) {
+entry:
+  %t = call i32 @llvm.nvvm.read.ptx.sreg.tid.x()
+  %bid = call i32 @llvm.nvvm.read.ptx.sreg.ctaid.x()
+  %nt = call i32 @llvm.nvvm.read.ptx.sreg.ntid.x()
+  %base = mul i32 %bid, %nt
+  %i = add i32 %base, %t
+  %in = icmp slt i32 %i, %n
+  br i1 %in, label %body, label %exit
+body:
+  %pa = getelementptr float, ptr addrspace(1) %a, i32 %i
+  %pb = getelementptr float, ptr addrspace(1) %b, i32 %i
+  %pc = getelementptr float, ptr addrspace(1) %c, i32 %i
+  %x = load float, ptr addrspace(1) %pa
+  %y = load float, ptr addrspace(1) %pb
+  %s = fadd float %x, %y
+  store float %s, ptr addrspace(1) %pc
+  br label %exit
+exit:
+  ret void
+}
+"""
+
+
+@pytest.fixture(scope="session")
+def ptx_of() -> Callable[[str, str], str]:
+    """LLVM IR text -> PTX text for a given sm_XX, through llvmlite's NVPTX backend."""
+    import llvmlite.binding as llvm
+
+    llvm.initialize_all_targets()
+    llvm.initialize_all_asmprinters()
+
+    def lower(ir: str, cpu: str = "sm_90a") -> str:
+        module = llvm.parse_assembly(ir)
+        module.verify()
+        target = llvm.Target.from_triple("nvptx64-nvidia-cuda")
+        machine = target.create_target_machine(cpu=cpu, features="+ptx80", opt=3)
+        return machine.emit_assembly(module)
+
+    return lower
+
+
+@pytest.fixture(scope="session")
+def vadd_ptx(ptx_of: Callable[[str, str], str]) -> Callable[[str], str]:
+    """PTX of the vector add `vadd(a, b, c, n)` for a given sm_XX."""
+    return lambda cpu="sm_90a": ptx_of(VADD_IR, cpu)
