@@ -1,0 +1,44 @@
+"""Companion of gemm.tk: C = A @ B, bf16 in, f32 accumulation, bf16 out."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+KERNEL = "gemm.tk"
+PARAMS = ["A", "B", "C"]
+OUTPUTS = ["C"]
+DEFAULT_CONSTS = dict(BM=128, BN=256, BK=64)
+
+# Multiples of the default tile (BM=128, BN=256, BK=64); small enough for the interpreter.
+CHECK_SIZES = [dict(M=256, N=512, K=192), dict(M=384, N=256, K=128)]
+CHECK_CONSTS = [{}, {}]
+BENCH_SIZES = [dict(M=4096, N=4096, K=4096), dict(M=8192, N=8192, K=8192)]
+BENCH_CONSTS = [{}, {}]
+PEER = "torch.matmul"
+
+# bf16 output: a relative rounding error of 2^-9 per element, accumulated in f32 (K <= 8192).
+TOLERANCE = 2e-2
+
+
+def make_inputs(rng: np.random.Generator, sizes: dict, consts: dict) -> list[np.ndarray]:
+    M, N, K = sizes["M"], sizes["N"], sizes["K"]
+    bf16 = ml_dtypes.bfloat16
+    a = rng.standard_normal((M, K), np.float32).astype(bf16)
+    b = rng.standard_normal((K, N), np.float32).astype(bf16)
+    c = np.full((M, N), np.nan, bf16)
+    return [a, b, c]
+
+
+def reference(inputs: list[np.ndarray], sizes: dict, consts: dict) -> dict[str, np.ndarray]:
+    a, b, _ = (x.astype(np.float64) for x in inputs)
+    return {"C": a @ b}
+
+
+def flops(sizes: dict, consts: dict) -> int:
+    return 2 * sizes["M"] * sizes["N"] * sizes["K"]
+
+
+def bytes_moved(sizes: dict, consts: dict) -> int:
+    M, N, K = sizes["M"], sizes["N"], sizes["K"]
+    return 2 * (M * K + K * N + M * N)  # bf16: 2 bytes

@@ -1,0 +1,53 @@
+"""Companion of layernorm.tk: per row y = (x - mean) / sqrt(var + eps) * W + Bias, math in f32."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+KERNEL = "layernorm.tk"
+PARAMS = ["X", "W", "Bias", "Y"]
+OUTPUTS = ["Y"]
+DEFAULT_CONSTS = dict(ROWS=16, D=1024)
+
+# N a multiple of ROWS=16; the second size also changes the row length D.
+CHECK_SIZES = [dict(N=256), dict(N=128)]
+CHECK_CONSTS = [{}, {"D": 512}]
+BENCH_SIZES = [dict(N=16384), dict(N=65536)]
+BENCH_CONSTS = [{}, {}]
+PEER = "torch.nn.functional.layer_norm"
+
+EPS = 1e-5  # the kernel's epsilon (torch.nn.LayerNorm's default)
+TOLERANCE = 2e-2  # bf16 output
+# Per element: mean (add), variance (subtract, square, add), normalise (subtract, scale, *W, +Bias).
+FLOPS_PER_ELEMENT = 8
+
+
+def _consts(consts: dict) -> dict:
+    return {**DEFAULT_CONSTS, **consts}
+
+
+def make_inputs(rng: np.random.Generator, sizes: dict, consts: dict) -> list[np.ndarray]:
+    N, D = sizes["N"], _consts(consts)["D"]
+    bf16 = ml_dtypes.bfloat16
+    # An offset mean per row, so a kernel that forgets to subtract the mean fails.
+    x = (rng.standard_normal((N, D), np.float32) + rng.standard_normal((N, 1), np.float32)).astype(bf16)
+    w = rng.standard_normal(D, np.float32).astype(bf16)
+    bias = rng.standard_normal(D, np.float32).astype(bf16)
+    return [x, w, bias, np.full((N, D), np.nan, bf16)]
+
+
+def reference(inputs: list[np.ndarray], sizes: dict, consts: dict) -> dict[str, np.ndarray]:
+    x, w, bias, _ = (a.astype(np.float64) for a in inputs)
+    mean = x.mean(axis=1, keepdims=True)
+    var = ((x - mean) ** 2).mean(axis=1, keepdims=True)  # biased, as torch
+    return {"Y": (x - mean) / np.sqrt(var + EPS) * w + bias}
+
+
+def flops(sizes: dict, consts: dict) -> int:
+    return FLOPS_PER_ELEMENT * sizes["N"] * _consts(consts)["D"]
+
+
+def bytes_moved(sizes: dict, consts: dict) -> int:
+    N, D = sizes["N"], _consts(consts)["D"]
+    return 2 * (2 * N * D + 2 * D)  # X, W, Bias read, Y written; bf16

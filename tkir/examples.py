@@ -1,0 +1,95 @@
+"""Example companions and the interpreter check: does a compiled kernel compute its reference?
+
+Every kernel `examples/<name>.tk` has a companion `examples/<name>.py` beside it, a plain module
+(loaded by path, not installed) that defines:
+
+    KERNEL = "gemm.tk"             the source beside it
+    PARAMS = ["A", "B", "C"]       kernel parameter order
+    OUTPUTS = ["C"]                parameters the kernel writes
+    CHECK_SIZES, CHECK_CONSTS      small sizes (and per-size -D overrides) for the interpreter
+    BENCH_SIZES, BENCH_CONSTS      large sizes for the GPU
+    PEER = "torch.matmul"          what the GPU benchmark compares against
+    make_inputs(rng, sizes, consts) -> list[np.ndarray]     every parameter; outputs poisoned with NaN
+    reference(inputs, sizes, consts) -> {output: float64 array}
+    flops(sizes, consts), bytes_moved(sizes, consts)       each input read once, each output written once
+    TOLERANCE                      bound on ||out - ref|| / ||ref||
+
+`check_interpreted` runs a compiled module on fresh random inputs in the reference interpreter
+and compares every output with the companion's reference.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import types
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from tkir.diagnostics import CompileError
+from tkir.interp import interpret
+from tkir.ir import Module
+
+# What a companion must define (checked on load, so a broken companion fails with its name).
+COMPANION_NAMES = ("KERNEL", "PARAMS", "OUTPUTS", "CHECK_SIZES", "CHECK_CONSTS", "BENCH_SIZES", "PEER",
+                   "make_inputs", "reference", "flops", "bytes_moved", "TOLERANCE")
+
+
+@dataclass
+class CheckResult:
+    output: str
+    rel_err: float
+    bound: float
+    ok: bool
+
+    def __str__(self) -> str:
+        verdict = "ok" if self.ok else "FAIL"
+        return f"{self.output}: rel_err {self.rel_err:.3e} (bound {self.bound:.1e}) {verdict}"
+
+
+def load_companion(tk_path: str) -> types.ModuleType:
+    """The companion module of a kernel source: examples/gemm.tk -> examples/gemm.py."""
+    py = Path(tk_path).with_suffix(".py")
+    if not py.is_file():
+        raise CompileError(None, f"no companion '{py}' for '{tk_path}'",
+                           hint="a companion defines make_inputs, reference, CHECK_SIZES, ... "
+                                "(see tkir/examples.py)")
+    spec = importlib.util.spec_from_file_location(f"tkir_example_{py.stem}", py)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    missing = [n for n in COMPANION_NAMES if not hasattr(mod, n)]
+    if missing:
+        raise CompileError(None, f"companion '{py}' lacks {', '.join(missing)}")
+    return mod
+
+
+def check_interpreted(module: Module, companion: types.ModuleType, sizes: dict, consts: dict,
+                      seed: int | None = None) -> list[CheckResult]:
+    """Interpret `module` on fresh random inputs; compare each output with the reference.
+
+    `seed` None draws fresh inputs every call. An output holding NaN (e.g. never written: outputs
+    start poisoned) fails.
+    """
+    rng = np.random.default_rng(seed)
+    inputs = companion.make_inputs(rng, sizes, consts)
+    expected = companion.reference(inputs, sizes, consts)
+    interpret(module, *inputs, sizes=dict(sizes))
+    results = []
+    for name in companion.OUTPUTS:
+        out = inputs[companion.PARAMS.index(name)].astype(np.float64)
+        err = relative_error(out, expected[name])
+        bound = float(companion.TOLERANCE)
+        results.append(CheckResult(name, err, bound, bool(np.isfinite(err) and err <= bound)))
+    return results
+
+
+def relative_error(out: np.ndarray, ref: np.ndarray) -> float:
+    """||out - ref|| / ||ref|| in float64 (NaN if `out` holds NaN)."""
+    out, ref = np.asarray(out, np.float64), np.asarray(ref, np.float64)
+    if out.shape != ref.shape:
+        raise ValueError(f"output shape {out.shape} differs from the reference's {ref.shape}")
+    den = np.linalg.norm(ref)
+    num = np.linalg.norm(out - ref)
+    return float(num / den) if den > 0 else float(num)
+
