@@ -353,3 +353,5 @@ register_op("tk.transpose", _transpose, summary="register tile transpose")
 register_op("scf.for", _for, pure=False, summary="counted loop with loop-carried values")
 register_op("scf.yield", _yield, pure=False, terminator=True, summary="loop body terminator")
 register_op("tk.kernel", _kernel, pure=False, summary="a kernel: parameters, grid, body")
+
+import tkir.ops_tma  # noqa: E402,F401  (registers tma.desc, tma.load, tma.store)
