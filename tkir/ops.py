@@ -354,4 +354,5 @@ register_op("scf.for", _for, pure=False, summary="counted loop with loop-carried
 register_op("scf.yield", _yield, pure=False, terminator=True, summary="loop body terminator")
 register_op("tk.kernel", _kernel, pure=False, summary="a kernel: parameters, grid, body")
 
+import tkir.ops_pipeline  # noqa: E402,F401  (registers the pipelined level's ops)
 import tkir.ops_tma  # noqa: E402,F401  (registers tma.desc, tma.load, tma.store)

@@ -26,6 +26,7 @@ DTYPE_BYTES: dict[str, int] = {
     "e4m3": 1,
     "e5m2": 1,
     "i32": 4,
+    "i64": 8,  # mbarrier objects (8-byte shared words)
     "u32": 4,
     "i1": 1,
 }

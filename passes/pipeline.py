@@ -1,0 +1,191 @@
+"""pipeline: ring-buffer the shared tiles a loop loads by TMA, and split warpgroups into roles.
+
+Rewrites a kernel whose `scf.for` loads shared tiles with `tma.load` and consumes them (tk.mma)
+into the warp-specialized form (HOPPER.md §5.4, §7.2; CUTLASS `PipelineTmaAsync`):
+
+* each loaded tile's `tk.alloc` becomes an S-stage ring buffer (`stages=S` in its type);
+* two barrier arrays: `%full` (count 1: the producer's arrive.expect_tx; TMA completes the bytes)
+  and `%empty` (count = 4 x consumer warpgroups: one arrival per consumer warp);
+* `tk.role {kind = producer}`: a copy of the loop that, per iteration k with stage s = k % S and
+  phase p = (k / S) % 2, waits `empty[s]` at parity 1 - p (the buffers start empty), arrives on
+  `full[s]` expecting the stage's bytes, and issues one `pipe.copy` per load;
+* `tk.role {kind = consumer}`: the original loop, which waits `full[s]` at parity p, reads the
+  stage views (`pipe.stage`), and arrives on `empty[s]` after its last use of the stage; the
+  ops after the loop (the epilogue) run in the consumer role too.
+
+S is the loop's `stages` attribute (`@stages(n)`) or the kernel's `occupancy.stages` chosen by
+plan-occupancy (which must run first); roles and their registers come from `occupancy.roles`.
+Kernels without such a loop are left unchanged. Assumes `create-tma` turned the loads into
+`tma.load` and the loop runs from 0 with step 1 (other bounds are normalised in the IR).
+"""
+
+from __future__ import annotations
+
+from tkir.diagnostics import CompileError
+from tkir.ir import Block, Module, Operation, Region, Value
+from tkir.passmanager import Options, Pass
+from tkir.types import I32, TileType, VectorType
+
+WARPS_PER_WARPGROUP = 4  # HOPPER.md §1.1
+
+
+class Pipeline(Pass):
+    name = "pipeline"
+
+    def run(self, module: Module, options: Options) -> None:
+        for kernel in module.kernels():
+            loop = _pipelinable_loop(kernel)
+            if loop is not None:
+                _pipeline(kernel, loop)
+
+
+def _pipelinable_loop(kernel: Operation) -> Operation | None:
+    for op in kernel.body.ops:
+        if op.name == "scf.for" and any(i.name == "tma.load" for i in op.body.ops):
+            return op
+    return None
+
+
+def _const(blk: Block, anchor: Operation, value: int, name: str) -> Value:
+    op = Operation("arith.const", [], [I32], {"value": value}, result_names=[name])
+    blk.insert_before(anchor, op)
+    return op.result
+
+
+def _op(blk: Block, anchor: Operation | None, name: str, operands: list[Value], types=(), attrs=None,
+        names=None) -> Operation:
+    op = Operation(name, operands, list(types), attrs or {}, result_names=names)
+    if anchor is None:
+        blk.append(op)
+    else:
+        blk.insert_before(anchor, op)
+    return op
+
+
+def _pipeline(kernel: Operation, loop: Operation) -> None:
+    occ = kernel.attrs.get("occupancy") or {}
+    stages = loop.attrs.get("stages") or occ.get("stages")
+    if not isinstance(stages, int) or stages < 1:
+        raise CompileError(loop.loc, "pipeline: no stage count; add @stages(n) or run plan-occupancy first")
+    roles = occ.get("roles") or {}
+    consumer = roles.get("consumer") or {"warpgroups": 1, "regs": 0}
+    producer = roles.get("producer") or {"warpgroups": 1, "regs": 0}
+    n_consumers = int(consumer.get("warpgroups", 1))
+
+    body = kernel.body
+    loads = [op for op in loop.body.ops if op.name == "tma.load"]
+    lo, hi, step = loop.operands[:3]
+    for v, want in ((lo, 0), (step, 1)):
+        d = v.owner
+        if not (isinstance(d, Operation) and d.name == "arith.const" and d.attrs["value"] == want):
+            raise CompileError(loop.loc, "pipeline: loops must run from 0 with step 1")
+
+    # 1. ring buffers
+    buffers: list[Value] = []
+    for ld in loads:
+        buf = ld.operands[0]
+        if buf not in buffers:
+            assert isinstance(buf.type, TileType)
+            buf.type = buf.type.with_attr("stages", stages)
+            buffers.append(buf)
+
+    # 2. barriers, placed right before the loop; constants for stage/phase arithmetic
+    bars_t = VectorType("sv", "i64", stages)
+    full = _op(body, loop, "pipe.barriers", [], [bars_t], {"count": 1}, ["full"]).result
+    empty = _op(body, loop, "pipe.barriers", [], [bars_t],
+                {"count": WARPS_PER_WARPGROUP * n_consumers}, ["empty"]).result
+    c_stages = _const(body, loop, stages, "nstages")
+    c1 = _const(body, loop, 1, "one")
+    c2 = _const(body, loop, 2, "two")
+
+    # 3. split: everything from the first register computation on goes to the consumer role
+    idx = body.ops.index(loop)
+    consumer_ops = [op for i, op in enumerate(body.ops) if i >= idx or _is_register_work(op)]
+    for op in consumer_ops:
+        body.remove(op)
+
+    prod_role = Operation("tk.role", attrs={"kind": _ident("producer"), "warpgroups": int(producer["warpgroups"]),
+                                            "regs": int(producer.get("regs", 0))}, regions=[Region()])
+    cons_role = Operation("tk.role", attrs={"kind": _ident("consumer"), "warpgroups": n_consumers,
+                                            "regs": int(consumer.get("regs", 0))}, regions=[Region()])
+    body.append(prod_role)
+    body.append(cons_role)
+    for op in consumer_ops:
+        cons_role.body.append(op)
+
+    # 4. producer loop
+    pblk = Block()
+    k = pblk.add_arg(Value(I32, "k"))
+    pblk_ops = Block()  # scratch to build into
+    s = _op(pblk_ops, None, "arith.rem", [k, c_stages], [I32], names=["s"]).result
+    q = _op(pblk_ops, None, "arith.div", [k, c_stages], [I32], names=["round"]).result
+    ph = _op(pblk_ops, None, "arith.rem", [q, c2], [I32], names=["phase"]).result
+    free = _op(pblk_ops, None, "arith.sub", [c1, ph], [I32], names=["free_phase"]).result
+    _op(pblk_ops, None, "pipe.wait", [empty, s, free])
+    total = sum(int(ld.attrs.get("bytes", ld.operands[0].type.nbytes)) for ld in loads)
+    _op(pblk_ops, None, "pipe.expect", [full, s], attrs={"bytes": total})
+    mapping: dict[Value, Value] = {loop.body.args[0]: k}
+    for ld in loads:
+        coords = []
+        for c in ld.operands[2:]:
+            coords.append(_clone_scalar_chain(c, loop, pblk_ops, mapping))
+        view = _op(pblk_ops, None, "pipe.stage", [ld.operands[0], s],
+                   [ld.operands[0].type.with_attr("stages", None)], names=[f"{ld.operands[0].name}_s"]).result
+        _op(pblk_ops, None, "pipe.copy", [view, full, s, ld.operands[1], *coords], attrs=dict(ld.attrs))
+    _op(pblk_ops, None, "scf.yield", [])
+    for op in list(pblk_ops.ops):
+        pblk_ops.remove(op)
+        pblk.append(op)
+    ploop = Operation("scf.for", [lo, hi, step], [], {k2: v for k2, v in loop.attrs.items()},
+                      regions=[Region(pblk)], loc=loop.loc)
+    prod_role.body.append(ploop)
+
+    # 5. consumer loop: wait full, stage views, arrive empty after the last use
+    lb = loop.body
+    kk = lb.args[0]
+    anchor = lb.ops[0]
+    cs = _op(lb, anchor, "arith.rem", [kk, c_stages], [I32], names=["s"]).result
+    cq = _op(lb, anchor, "arith.div", [kk, c_stages], [I32], names=["round"]).result
+    cph = _op(lb, anchor, "arith.rem", [cq, c2], [I32], names=["phase"]).result
+    _op(lb, anchor, "pipe.wait", [full, cs, cph])
+    for buf in buffers:
+        view = _op(lb, anchor, "pipe.stage", [buf, cs], [buf.type.with_attr("stages", None)],
+                   names=[f"{buf.name}_s"]).result
+        for op in lb.ops:
+            if op.name != "pipe.stage":
+                op.operands = [view if v is buf else v for v in op.operands]
+    for ld in loads:
+        lb.remove(ld)
+    last_use = max(i for i, op in enumerate(lb.ops) if any(
+        isinstance(v.owner, Operation) and v.owner.name == "pipe.stage" for v in op.operands)
+        and op.name != "pipe.copy")
+    arrive = Operation("pipe.arrive", [empty, cs])
+    lb.ops.insert(last_use + 1, arrive)
+    arrive.parent = lb
+
+
+def _ident(name: str):
+    from tkir.types import Ident
+
+    return Ident(name)
+
+
+def _is_register_work(op: Operation) -> bool:
+    """Ops that belong to the consumer role: register tiles and vectors (not scalars/allocs)."""
+    return any(isinstance(r.type, (TileType, VectorType)) and r.type.space in ("rt", "rv") for r in op.results)
+
+
+def _clone_scalar_chain(v: Value, loop: Operation, blk: Block, mapping: dict[Value, Value]) -> Value:
+    """Re-create in the producer loop the scalar computation of a coordinate defined in the loop."""
+    if v in mapping:
+        return mapping[v]
+    d = v.owner
+    if not isinstance(d, Operation) or d.parent is not loop.body:
+        return v  # defined outside the loop: visible to both roles
+    if not d.name.startswith("arith."):
+        raise CompileError(d.loc, f"pipeline: a TMA coordinate depends on '{d.name}', which the producer "
+                                  "cannot recompute")
+    ops = [_clone_scalar_chain(x, loop, blk, mapping) for x in d.operands]
+    new = _op(blk, None, d.name, ops, [d.result.type], dict(d.attrs), [d.result.name])
+    mapping[v] = new.result
+    return new.result

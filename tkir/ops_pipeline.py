@@ -1,0 +1,82 @@
+"""Ops of the pipelined level (written by the `pipeline` pass, read by the backend).
+
+    %full = pipe.barriers {count = 1} : sv<i64, 4>        S mbarriers, each expecting `count` arrivals
+    %as = pipe.stage %a, %s : st<bf16, 128, 64, ...>      stage s of a ring buffer st<..., stages=S>
+    pipe.wait %full, %s, %parity                          block until phase `parity` of bars[s] completed
+    pipe.expect %full, %s {bytes = 49152}                 arrive on bars[s], expecting that many TMA bytes
+    pipe.copy %as, %full, %s, %A, %bx, %k {desc = @A_tma, boxes = 1, bytes = 16384}
+                                                          TMA global->shared into a stage, completing on bars[s]
+    pipe.arrive %empty, %s                                one arrival on bars[s] (per consumer warp)
+    tk.role {kind = producer, warpgroups = 1, regs = 40} { ... }   code run by those warpgroups only
+
+Semantics for the interpreter: roles run as coroutines that switch at `pipe.wait`; a barrier's
+phase completes when it has received `count` arrivals and all expected bytes.
+"""
+
+from __future__ import annotations
+
+from tkir.ir import Operation
+from tkir.ops import expect, is_int_scalar, n_operands, n_results, register_op
+from tkir.types import GlobalType, TileType, VectorType
+
+
+def _is_bars(t: object) -> bool:
+    return isinstance(t, VectorType) and t.space == "sv" and t.dtype == "i64"
+
+
+def _barriers(op: Operation) -> None:
+    n_operands(op, 0)
+    n_results(op, 1)
+    expect(_is_bars(op.result.type), "'pipe.barriers' yields sv<i64, S>")
+    expect(isinstance(op.attrs.get("count"), int) and op.attrs["count"] >= 1, "'pipe.barriers' needs count >= 1")
+
+
+def _stage(op: Operation) -> None:
+    n_operands(op, 2)
+    n_results(op, 1)
+    buf, s = (v.type for v in op.operands)
+    r = op.result.type
+    expect(isinstance(buf, TileType) and buf.space == "st" and isinstance(buf.get("stages"), int),
+           f"'pipe.stage' takes a ring buffer st<..., stages=S>, got {buf}")
+    expect(is_int_scalar(s), "'pipe.stage' index is i32")
+    expect(isinstance(r, TileType) and r.shape == buf.shape and r.dtype == buf.dtype and r.get("stages") is None,
+           f"'pipe.stage' of {buf} yields one stage, got {r}")
+
+
+def _bar_op(n: int):
+    def check(op: Operation) -> None:
+        n_operands(op, n)
+        n_results(op, 0)
+        expect(_is_bars(op.operands[0].type), f"'{op.name}' takes barriers sv<i64, S>")
+        expect(all(is_int_scalar(v.type) for v in op.operands[1:]), f"'{op.name}' indices are i32")
+        if op.name == "pipe.expect":
+            expect(isinstance(op.attrs.get("bytes"), int), "'pipe.expect' needs bytes = N")
+    return check
+
+
+def _copy(op: Operation) -> None:
+    n_results(op, 0)
+    expect(len(op.operands) >= 5, "'pipe.copy' needs dst, barriers, stage, src, coordinates")
+    dst, bars, s, src = (v.type for v in op.operands[:4])
+    expect(isinstance(dst, TileType) and dst.space == "st", f"'pipe.copy' writes a shared tile, not {dst}")
+    expect(_is_bars(bars) and is_int_scalar(s), "'pipe.copy' completes on barriers[stage]")
+    expect(isinstance(src, GlobalType) and len(op.operands) - 4 == src.rank,
+           f"'pipe.copy' needs {getattr(src, 'rank', '?')} coordinates")
+    expect("desc" in op.attrs, "'pipe.copy' needs desc = @tma_desc")
+
+
+def _role(op: Operation) -> None:
+    n_operands(op, 0)
+    n_results(op, 0)
+    expect(len(op.regions) == 1, "'tk.role' has one region")
+    expect(str(op.attrs.get("kind")) in ("producer", "consumer", "compute"), "'tk.role' kind")
+    expect(isinstance(op.attrs.get("warpgroups"), int), "'tk.role' needs warpgroups = N")
+
+
+register_op("pipe.barriers", _barriers, pure=False, summary="S mbarriers with an arrival count")
+register_op("pipe.stage", _stage, summary="one stage of a shared ring buffer")
+register_op("pipe.wait", _bar_op(3), pure=False, summary="wait for a barrier phase (parity)")
+register_op("pipe.expect", _bar_op(2), pure=False, summary="arrive with expected TMA bytes")
+register_op("pipe.arrive", _bar_op(2), pure=False, summary="arrive on a barrier")
+register_op("pipe.copy", _copy, pure=False, summary="TMA copy into a stage, completing on a barrier")
+register_op("tk.role", _role, pure=False, summary="code run by one warpgroup role")
