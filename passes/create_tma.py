@@ -1,0 +1,210 @@
+"""create-tma: turn global<->shared tile copies into TMA copies with module-level descriptor specs.
+
+Rewrites, in every kernel:
+* `tk.load %s, %G, coords...` (global -> shared) into `tma.load` and `tk.store %G, %s, coords...`
+  (shared -> global) into `tma.store`, same operands, with attrs `desc = @G_tma`, `boxes`, `bytes`;
+* adds one `tma.desc` per (tensor, box, swizzle) before the kernel (identical ones are shared):
+  dims innermost first, byte strides as size expressions (fixed sizes folded to ints), box, element
+  strides 1, the tile's swizzle (the one select-swizzle wrote in its type), L2 promotion 128 B
+  (CUTLASS's default, HOPPER.md §4.1) and out-of-bounds fill "zero", so partial edge tiles work.
+
+Box shape (HOPPER.md §3.4, §4.1). A shared tile `st<T, R, C, swizzle=S>` whose row is wider than the
+swizzle span S is stored as column panels of S bytes (the select-swizzle convention), so it is
+`C * sizeof(T) / S` boxes of `[S / sizeof(T), R]`; otherwise one box `[C, R]`. A vector `sv<T, N>` is
+one box `[N]`. Leading dims of a rank > 2 tensor get box 1.
+
+Copies that stay as they are, with `no_tma_reason = "..."` saying why (the report shows it):
+* `@no_tma` on the copy, `--no-tma` (Options.no_tma), a target without TMA (below sm_90);
+* the hardware's limits: box dim > 256, inner box bytes not a multiple of 16 B, a row that is not a
+  whole number of swizzle panels, row padding (`pad=`, TMA writes dense rows), rank > 5, and byte
+  strides that are fixed and not a multiple of 16 B (strides that depend on run-time sizes are
+  checked by the runtime when it encodes the descriptor);
+* register <-> global copies (`tk.load` into an rt/rv, `tk.store` of an rt/rv). Rule: they are NOT
+  staged through shared memory. A staging tile costs shared memory that pipeline stages need more
+  (gemm 128x256 bf16 output = 64 KB, one whole stage of A and B and then some), and the direct
+  vectorised ld/st.global of a register fragment already moves full 16-byte sectors.
+Assumes select-swizzle has run if swizzles are wanted (an st without `swizzle=` is unswizzled).
+"""
+
+from __future__ import annotations
+
+import re
+
+from tkir.ir import Module, Operation
+from tkir.ops_tma import TMA_INNER_BYTES_ALIGN, TMA_MAX_BOX, TMA_MAX_RANK, TMA_STRIDE_ALIGN
+from tkir.passmanager import Options, Pass
+from tkir.types import DTYPE_BYTES, GlobalType, Symbol, TileType, VectorType, is_register, is_shared
+
+TMA_MIN_SM = 90                # cp.async.bulk.tensor: sm_90 and later (HOPPER.md §4.4)
+L2_PROMOTION_BYTES = 128       # CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CUTLASS's default (HOPPER.md §4.1)
+OOB_FILL = "zero"              # CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE: out-of-bounds elements read as 0
+
+REGISTER_LOAD_REASON = "register tile: loaded with ld.global (create-tma stages no register copies)"
+REGISTER_STORE_REASON = "register tile: stored with st.global (create-tma stages no register copies)"
+
+
+class CreateTma(Pass):
+    name = "create-tma"
+
+    def run(self, module: Module, options: Options) -> None:
+        for kernel in module.kernels():
+            _Rewriter(module, kernel, options).run()
+
+
+class _Rewriter:
+    def __init__(self, module: Module, kernel: Operation, options: Options):
+        self.module = module
+        self.kernel = kernel
+        self.options = options
+        self.params = [a for a in kernel.body.args]
+        self.descs: dict[tuple, str] = {}
+        for op in module.ops:  # descriptors of an earlier run are reused, never duplicated
+            if op.name == "tma.desc":
+                a = op.attrs
+                self.descs[(a["param"], tuple(a["box"]), a["swizzle"])] = op.symbol
+
+    def run(self) -> None:
+        for op in list(self.kernel.walk()):
+            copy = _classify(op)
+            if copy is None:
+                continue
+            kind, g_val, s_val = copy
+            if kind == "register":
+                load = op.name == "tk.load"
+                op.attrs["no_tma_reason"] = REGISTER_LOAD_REASON if load else REGISTER_STORE_REASON
+                continue
+            reason = self.why_not(op, g_val.type, s_val.type)
+            if reason is None:
+                box, boxes = _box(s_val.type, g_val.type.rank)
+                reason = _stride_problem(g_val.type, g_val.name)
+            if reason is not None:
+                op.attrs["no_tma_reason"] = reason
+                continue
+            desc = self.descriptor(op, g_val, s_val.type, box)
+            op.name = "tma.load" if op.name == "tk.load" else "tma.store"
+            op.attrs.pop("no_tma_reason", None)
+            op.attrs.update({"desc": Symbol(desc), "boxes": boxes, "bytes": s_val.type.nbytes})
+
+    def why_not(self, op: Operation, g: GlobalType, s: TileType | VectorType) -> str | None:
+        if op.attrs.get("no_tma"):
+            return "@no_tma on this copy"
+        if self.options.no_tma:
+            return "--no-tma"
+        if _sm(self.options.target) < TMA_MIN_SM:
+            return f"target {self.options.target} has no TMA (needs sm_90 or later)"
+        if g.rank > TMA_MAX_RANK:
+            return f"{g} has rank {g.rank}; TMA tensors have rank <= {TMA_MAX_RANK}"
+        return _box_problem(s)
+
+    def descriptor(self, op: Operation, g_val, s: TileType | VectorType, box: list[int]) -> str:
+        g: GlobalType = g_val.type
+        index = self.params.index(g_val)
+        swizzle = int(s.get("swizzle", 0) or 0)
+        key = (index, tuple(box), swizzle)
+        if key in self.descs:
+            return self.descs[key]
+        taken = {o.symbol for o in self.module.ops if o.symbol}
+        name, n = f"{g_val.name}_tma", 1
+        while name in taken:
+            name, n = f"{g_val.name}_tma{n}", n + 1
+        eb = DTYPE_BYTES[g.dtype]
+        dims = list(reversed(g.dims))
+        attrs = {
+            "tensor": g_val.name,
+            "param": index,
+            "dtype": g.dtype,
+            "rank": g.rank,
+            "dims": dims,
+            "strides": [_product(dims[:i], eb) for i in range(1, g.rank)],
+            "box": box,
+            "elem_strides": [1] * g.rank,
+            "swizzle": swizzle,
+            "l2_promotion": L2_PROMOTION_BYTES,
+            "oob_fill": OOB_FILL,
+        }
+        desc = Operation("tma.desc", attrs=attrs, symbol=name, loc=op.loc)
+        self.module.ops.insert(self.module.ops.index(self.kernel), desc)
+        self.descs[key] = name
+        return name
+
+
+def _classify(op: Operation):
+    """('shared' | 'register', global value, shared-or-register value) for a global copy, else None."""
+    if op.name == "tk.load":
+        if not op.results and isinstance(op.operands[1].type, GlobalType):
+            return "shared", op.operands[1], op.operands[0]
+        if op.results and isinstance(op.operands[0].type, GlobalType):
+            return "register", op.operands[0], op.result
+    if op.name == "tk.store" and isinstance(op.operands[0].type, GlobalType):
+        v = op.operands[1]
+        if is_shared(v.type):
+            return "shared", op.operands[0], v
+        if is_register(v.type):
+            return "register", op.operands[0], v
+    return None
+
+
+def _sm(target: str) -> int:
+    m = re.match(r"sm_(\d+)", target)
+    return int(m.group(1)) if m else 0
+
+
+def _inner(s: TileType | VectorType) -> tuple[int, int, int]:
+    """(inner box elements, boxes, outer rows) of a shared tile or vector under its swizzle."""
+    eb = DTYPE_BYTES[s.dtype]
+    cols, rows = (s.cols, s.rows) if isinstance(s, TileType) else (s.n, 1)
+    span = int(s.get("swizzle", 0) or 0)
+    row_bytes = cols * eb
+    if span and row_bytes > span:
+        return span // eb, row_bytes // span, rows
+    return cols, 1, rows
+
+
+def _box_problem(s: TileType | VectorType) -> str | None:
+    if s.get("pad"):
+        return f"{s} has padded rows (pad={s.get('pad')}); TMA writes dense rows"
+    eb = DTYPE_BYTES[s.dtype]
+    span = int(s.get("swizzle", 0) or 0)
+    cols = s.cols if isinstance(s, TileType) else s.n
+    if span and cols * eb > span and (cols * eb) % span:
+        return f"{s}: a {cols * eb} B row is not a whole number of {span} B swizzle panels"
+    inner, _, rows = _inner(s)
+    if inner > TMA_MAX_BOX:
+        return f"{s}: box inner dim {inner} > {TMA_MAX_BOX} elements"
+    if rows > TMA_MAX_BOX:
+        return f"{s}: box dim {rows} rows > {TMA_MAX_BOX}"
+    if (inner * eb) % TMA_INNER_BYTES_ALIGN:
+        return f"{s}: inner box of {inner * eb} B is not a multiple of {TMA_INNER_BYTES_ALIGN} B"
+    return None
+
+
+def _box(s: TileType | VectorType, rank: int) -> tuple[list[int], int]:
+    inner, boxes, rows = _inner(s)
+    if isinstance(s, TileType):
+        return [inner, rows] + [1] * (rank - 2), boxes
+    return [inner] + [1] * (rank - 1), boxes
+
+
+def _product(dims: list[int | str], eb: int) -> int | str:
+    """The byte stride over `dims` (innermost first) as an int, or an expression like 'N * 256'."""
+    const = eb
+    names: list[str] = []
+    for d in dims:
+        if isinstance(d, int):
+            const *= d
+        else:
+            names.append(d)
+    if not names:
+        return const
+    return " * ".join([*reversed(names), str(const)])
+
+
+def _stride_problem(g: GlobalType, name: str | None) -> str | None:
+    eb = DTYPE_BYTES[g.dtype]
+    dims = list(reversed(g.dims))
+    for i in range(1, g.rank):
+        s = _product(dims[:i], eb)
+        if isinstance(s, int) and s % TMA_STRIDE_ALIGN:
+            return (f"%{name}: {g} has a {s} B stride in dim {g.rank - 1 - i}; "
+                    f"TMA needs multiples of {TMA_STRIDE_ALIGN} B")
+    return None
