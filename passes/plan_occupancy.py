@@ -1,0 +1,415 @@
+"""plan-occupancy: count registers and shared memory, choose stages, roles, setmaxnreg and blocks per SM.
+
+Writes the kernel attr `occupancy` (and `stages = S` on each pipelined loop that had none):
+
+    occupancy = {stages = 4, blocks_per_sm = 1, smem_bytes = 197696, threads = 384,
+                 roles = {producer = {warpgroups = 1, regs = 40}, consumer = {warpgroups = 2, regs = 232}},
+                 budget = {acc_regs = 128, live_tile_regs = 0, addr_regs = 14, overhead = 16},
+                 smem = {stage_bytes = 49152, fixed_bytes = 0, barrier_bytes = 64, align_pad = 1024}}
+
+Roles. A loop that loads shared tiles with `tma.load` and feeds `tk.mma` is warp-specialized
+(HOPPER.md §7.2): one producer warpgroup plus the consumer warpgroups of the kernel attr
+`warpgroups = {consumers = N}` (default: accumulator rows / 64, at most 2). Any other kernel has one
+role, `compute`, with the warpgroups of its `warpgroups` attr (default 1) and no setmaxnreg.
+
+Registers per thread of the role that computes (consumer or compute), at the program point where
+the most register values are live (a value is live from its definition to its last use; a value
+used inside a loop but defined before it stays live to the loop's end; an operand whose last use is
+an op does not overlap that op's result, i.e. elementwise ops and mma update in place):
+* acc_regs: accumulators (tk.mma results and values carried by scf.for);
+* live_tile_regs: every other register tile and vector;
+  a tile's share is rows*cols*bytes/4 32-bit registers over the role's threads (or the layout's
+  `regs_per_thread` where infer-layouts recorded one); a vector's is n*4/threads (one value per
+  row, replicated over the 4 lanes of a quad, HOPPER.md §1.5);
+* addr_regs: 2 per global pointer, 1 per live i32/f32 scalar (constants are immediates), and 4 for
+  the two 64-bit wgmma descriptors of an mma reading shared memory;
+* overhead: OVERHEAD_REGS (thread/warp ids, stage and phase counters, predicates, ptxas temporaries).
+The sum is rounded up to the allocation unit of 8 and must be <= 255. Warp-specialized kernels are
+planned for 1 block per SM (CUTLASS `__launch_bounds__(384, 1)`): the launch gives every thread
+floor(65536 / threads / 8) * 8 registers, the producer gives back down to 40 (24 if the consumers
+need it) and the consumers take the rest, a multiple of 8 up to 248, so that
+128 * (producer + consumers * regs) <= threads * launch cap (HOPPER.md §7.1: 40 / 232 for 384 threads).
+
+Shared memory per block: every `tk.alloc` (rows * (row bytes + pad)), rounded up to its `align`
+(TMA destinations at least 128 B, HOPPER.md §3.2); tiles a loop loads from global memory are ring
+buffers of `stages` copies; 2 mbarriers (full, empty) of 8 B per stage of a TMA loop; plus one
+`align_pad` of the largest alignment (the dynamic shared base is only 16-B aligned, so the kernel
+rounds it up at run time). A tile stored by `tma.store` (epilogue staging) is an alloc like any other.
+
+Stages: `stages = n` on the loop (`@stages(n)`) wins, and is an error if it does not fit; otherwise
+the most that fit in 232,448 B, capped at MAX_AUTO_STAGES = 4 (more stages hide no more latency once
+loads run 3 iterations ahead of a 128x256x64 wgmma step, and cost blocks per SM). A kernel without
+a pipelined loop gets stages = 1. blocks_per_sm = min(228 KB / (smem + 1 KB reserved, in 128-B
+units), 65536 / (threads * regs), 64 warps / warps per block, 32).
+Nothing fits -> a located CompileError naming the largest consumer of the budget.
+"""
+
+from __future__ import annotations
+
+import math
+
+from tkir.diagnostics import CompileError
+from tkir.ir import Block, Loc, Module, Operation, Value, parent_op
+from tkir.passmanager import Options, Pass
+from tkir.types import DTYPE_BYTES, GlobalType, ScalarType, TileType, VectorType, is_shared
+
+# Limits of compute capability 9.0 (HOPPER.md §7.1, §7.3).
+REGS_PER_SM = 65_536
+MAX_REGS_PER_THREAD = 255
+REG_ALLOC_UNIT = 8                 # registers per thread (256 per warp)
+SETMAXNREG_MIN = 24                # setmaxnreg immediates: 24..256, multiples of 8
+MAX_ROLE_REGS = 248                # largest multiple of 8 within 255 registers per thread
+SMEM_PER_BLOCK = 232_448           # 227 KB, opt-in maximum per block (CUTLASS sm90_smem_capacity_bytes)
+SMEM_PER_SM = 233_472              # 228 KB
+SMEM_RESERVED_PER_BLOCK = 1024     # 1 KB per block reserved for the system
+SMEM_ALLOC_UNIT = 128              # occupancy calculator granularity
+MAX_BLOCKS_PER_SM = 32
+MAX_WARPS_PER_SM = 64
+THREADS_PER_WARPGROUP = 128        # 4 warps (HOPPER.md §1.1)
+WARP_SIZE = 32
+
+MBARRIER_BYTES = 8                 # HOPPER.md §5.1
+BARRIERS_PER_STAGE = 2             # full + empty (HOPPER.md §5.4)
+PLAIN_SMEM_ALIGN = 16              # 16-byte vector ld/st.shared
+TMA_SMEM_ALIGN = 128               # TMA shared address alignment (HOPPER.md §3.2)
+PRODUCER_REGS = (40, 24)           # CUTLASS producer setmaxnreg.dec values, preferred first
+MAX_AUTO_STAGES = 4
+DEFAULT_MAX_CONSUMERS = 2          # infer-layouts' default: accumulator rows / 64, at most 2
+WGMMA_M = 64
+
+OVERHEAD_REGS = 16
+POINTER_REGS = 2                   # a 64-bit global address
+WGMMA_DESC_REGS = 4                # two 64-bit shared-memory matrix descriptors (HOPPER.md §2)
+QUAD = 4                           # lanes sharing one accumulator row (HOPPER.md §1.5)
+
+COPIES_TO_SHARED = ("tma.load", "tk.load")
+
+
+class PlanOccupancy(Pass):
+    name = "plan-occupancy"
+
+    def run(self, module: Module, options: Options) -> None:
+        for kernel in module.kernels():
+            kernel.attrs["occupancy"] = plan_kernel(kernel, module.source)
+
+
+def plan_kernel(kernel: Operation, source: str | None = None) -> dict:
+    """The occupancy plan of one kernel (also sets `stages` on its pipelined loops)."""
+    rings = _ring_buffers(kernel)
+    loops = list(dict.fromkeys(rings.values()))
+    ws_loop = next((lp for lp in loops if _is_warp_specialized(lp, rings)), None)
+
+    if ws_loop is not None:
+        consumers = _consumer_warpgroups(kernel, ws_loop)
+        threads = THREADS_PER_WARPGROUP * (1 + consumers)
+        reg_threads = THREADS_PER_WARPGROUP * consumers
+    else:
+        consumers = _compute_warpgroups(kernel)
+        threads = THREADS_PER_WARPGROUP * consumers
+        reg_threads = threads
+
+    budget, largest = _register_budget(kernel, reg_threads)
+    needed = _round_up(sum(budget.values()), REG_ALLOC_UNIT)
+
+    smem = _SharedMemory(kernel, rings)
+    stages = smem.choose_stages(loops, source)
+    for lp in loops:
+        lp.attrs.setdefault("stages", stages)
+    smem_bytes = smem.total(loops, stages)
+
+    if ws_loop is not None:
+        roles, regs_for_blocks = _split_registers(kernel, consumers, needed, budget, largest, source)
+    else:
+        if needed > MAX_REGS_PER_THREAD:
+            raise _register_error(kernel, "", needed, MAX_REGS_PER_THREAD, budget, largest, source)
+        roles = {"compute": {"warpgroups": consumers, "regs": needed}}
+        regs_for_blocks = needed
+
+    blocks = min(
+        SMEM_PER_SM // _round_up(smem_bytes + SMEM_RESERVED_PER_BLOCK, SMEM_ALLOC_UNIT),
+        REGS_PER_SM // (threads * regs_for_blocks),
+        MAX_WARPS_PER_SM // (threads // WARP_SIZE),
+        MAX_BLOCKS_PER_SM,
+    )
+    return {
+        "stages": stages,
+        "blocks_per_sm": blocks,
+        "smem_bytes": smem_bytes,
+        "threads": threads,
+        "roles": roles,
+        "budget": budget,
+        "smem": smem.breakdown(loops, stages),
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Roles.
+
+
+def _ring_buffers(kernel: Operation) -> dict[Value, Operation]:
+    """Shared tile -> the innermost loop that loads it from global memory (it becomes a ring buffer)."""
+    out: dict[Value, Operation] = {}
+    for op in kernel.walk():
+        if op.name not in COPIES_TO_SHARED or op.results or len(op.operands) < 2:
+            continue
+        if not (is_shared(op.operands[0].type) and isinstance(op.operands[1].type, GlobalType)):
+            continue
+        loop = _enclosing_loop(op)
+        if loop is not None:
+            out[op.operands[0]] = loop
+    return out
+
+
+def _enclosing_loop(op: Operation) -> Operation | None:
+    p = parent_op(op)
+    while p is not None and p.name != "scf.for":
+        p = parent_op(p)
+    return p
+
+
+def _is_warp_specialized(loop: Operation, rings: dict[Value, Operation]) -> bool:
+    ops = list(loop.walk())
+    tma = any(o.name == "tma.load" and rings.get(o.operands[0]) is loop for o in ops)
+    return tma and any(o.name == "tk.mma" for o in ops)
+
+
+def _consumer_warpgroups(kernel: Operation, loop: Operation) -> int:
+    wg = kernel.attrs.get("warpgroups")
+    if isinstance(wg, dict) and isinstance(wg.get("consumers"), int):
+        return wg["consumers"]
+    rows = max(o.result.type.rows for o in loop.walk() if o.name == "tk.mma")
+    return min(max(rows // WGMMA_M, 1), DEFAULT_MAX_CONSUMERS)
+
+
+def _compute_warpgroups(kernel: Operation) -> int:
+    wg = kernel.attrs.get("warpgroups")
+    if isinstance(wg, dict):
+        n = sum(v for v in wg.values() if isinstance(v, int))
+        if n > 0:
+            return n
+    return 1
+
+
+def _split_registers(kernel: Operation, consumers: int, needed: int, budget: dict, largest,
+                     source: str | None) -> tuple[dict, int]:
+    threads = THREADS_PER_WARPGROUP * (1 + consumers)
+    launch_cap = min(REGS_PER_SM // threads // REG_ALLOC_UNIT * REG_ALLOC_UNIT, MAX_ROLE_REGS)
+    pool = threads * launch_cap // THREADS_PER_WARPGROUP  # registers per thread, summed over warpgroups
+    best = 0
+    for producer in PRODUCER_REGS:
+        if producer > launch_cap:
+            continue
+        consumer = min((pool - producer) // consumers // REG_ALLOC_UNIT * REG_ALLOC_UNIT, MAX_ROLE_REGS)
+        best = max(best, consumer)
+        if consumer >= needed and consumer >= SETMAXNREG_MIN:
+            roles = {"producer": {"warpgroups": 1, "regs": producer},
+                     "consumer": {"warpgroups": consumers, "regs": consumer}}
+            return roles, launch_cap
+    raise _register_error(kernel, f"{consumers} consumer warpgroup{'s' if consumers > 1 else ''}: ",
+                          needed, best, budget, largest, source)
+
+
+def _register_error(kernel: Operation, who: str, needed: int, limit: int, budget: dict, largest,
+                    source: str | None) -> CompileError:
+    parts = ", ".join(f"{k} {v}" for k, v in budget.items())
+    msg = f"registers: {who}{needed} per thread needed > {limit} available ({parts})"
+    loc = kernel.loc
+    if largest is not None:
+        value, regs = largest
+        msg += f"; largest: %{value.name} {value.type} = {regs} per thread"
+        loc = _def_loc(value) or loc
+    hint = "use smaller tiles or more warpgroups (@warpgroups(consumers=N))"
+    return CompileError(loc, msg, source, hint=hint)
+
+
+# ---------------------------------------------------------------------------------------------
+# Registers.
+
+
+def _value_regs(t: object, threads: int) -> int:
+    if isinstance(t, (TileType, VectorType)) and t.space in ("rt", "rv"):
+        layout = t.get("layout")
+        if isinstance(layout, dict) and isinstance(layout.get("regs_per_thread"), int):
+            return layout["regs_per_thread"]
+        words = max(DTYPE_BYTES[t.dtype] / 4, 1 if isinstance(t, VectorType) else 0)
+        if isinstance(t, TileType):
+            return math.ceil(t.rows * t.cols * words / threads)
+        return math.ceil(t.n * QUAD * words / threads)
+    if isinstance(t, ScalarType):
+        return max(DTYPE_BYTES[t.dtype] // 4, 1)
+    return 0
+
+
+def _register_budget(kernel: Operation, threads: int) -> tuple[dict, tuple[Value, int] | None]:
+    order = list(kernel.walk())
+    index = {id(op): i for i, op in enumerate(order)}
+    end: dict[int, int] = {}
+    for op in reversed(order):
+        last = index[id(op)]
+        for r in op.regions:
+            for inner in r.block.ops:
+                last = max(last, end[id(inner)])
+        end[id(op)] = last
+
+    defs: dict[Value, int] = {}
+    accs: set[Value] = set()
+    for op in order:
+        if op is not kernel:
+            for r in op.results:
+                if op.name != "arith.const":
+                    defs[r] = end[id(op)] if op.regions else index[id(op)]
+        for region in op.regions:
+            for a in region.block.args:
+                defs[a] = index[id(op)]
+        if op.name == "scf.for":
+            accs.update(op.operands[3:], op.body.args[1:], op.results)
+        if op.name == "tk.mma":
+            accs.update([op.operands[2], *op.results])
+
+    last_use = dict(defs)
+    for op in order:
+        for i, v in enumerate(op.operands):
+            if v not in defs:
+                continue
+            # loop bounds are read by every iteration's compare
+            pos = end[id(op)] if op.name == "scf.for" and i < 3 else index[id(op)]
+            p = parent_op(op)
+            while p is not None and p is not kernel:
+                if p.name == "scf.for" and defs[v] < index[id(p)]:
+                    pos = max(pos, end[id(p)])
+                p = parent_op(p)
+            last_use[v] = max(last_use[v], pos)
+
+    regs = {v: _value_regs(v.type, threads) for v in defs if not isinstance(v.type, GlobalType)}
+    live_at: list[list[Value]] = [[] for _ in order]
+    for v, r in regs.items():
+        if r == 0:
+            continue
+        lo, hi = defs[v], last_use[v]
+        for i in range(lo, max(hi, lo + 1)):
+            live_at[i].append(v)
+    peak = max(range(len(order)), key=lambda i: sum(regs[v] for v in live_at[i]))
+    live = live_at[peak]
+
+    n_pointers = sum(1 for a in kernel.body.args if isinstance(a.type, GlobalType))
+    mma_desc = any(o.name == "tk.mma" and any(is_shared(v.type) for v in o.operands[:2]) for o in order)
+    budget = {
+        "acc_regs": sum(regs[v] for v in live if v in accs),
+        "live_tile_regs": sum(regs[v] for v in live if v not in accs and not isinstance(v.type, ScalarType)),
+        "addr_regs": POINTER_REGS * n_pointers + sum(regs[v] for v in live if isinstance(v.type, ScalarType))
+        + (WGMMA_DESC_REGS if mma_desc else 0),
+        "overhead": OVERHEAD_REGS,
+    }
+    tiles = [v for v in live if not isinstance(v.type, ScalarType)]
+    biggest = max(tiles, key=lambda v: regs[v], default=None)
+    return budget, (None if biggest is None else (biggest, regs[biggest]))
+
+
+def _def_loc(v: Value) -> Loc | None:
+    owner = v.owner
+    if isinstance(owner, Operation):
+        return owner.loc
+    if isinstance(owner, Block) and owner.parent is not None and owner.parent.parent is not None:
+        return owner.parent.parent.loc
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Shared memory.
+
+
+class _SharedMemory:
+    def __init__(self, kernel: Operation, rings: dict[Value, Operation]):
+        self.kernel = kernel
+        self.rings = rings
+        tma_dsts = {o.operands[0] for o in kernel.walk() if o.name == "tma.load"}
+        tma_dsts |= {o.operands[1] for o in kernel.walk() if o.name == "tma.store"}
+        self.tma_loops = {rings[v] for v in tma_dsts if v in rings}
+        self.tiles: list[tuple[Operation, int, int]] = []  # (alloc, slot bytes, align)
+        for op in kernel.walk():
+            if op.name != "tk.alloc":
+                continue
+            t = op.result.type
+            align = int(t.get("align", 0) or 0) or PLAIN_SMEM_ALIGN
+            if op.result in tma_dsts:
+                align = max(align, TMA_SMEM_ALIGN)
+            self.tiles.append((op, _round_up(_shared_bytes(t), align), align))
+
+    def _per_loop(self, loop: Operation) -> int:
+        return sum(slot for op, slot, _ in self.tiles if self.rings.get(op.result) is loop)
+
+    def breakdown(self, loops: list[Operation], stages: int) -> dict:
+        fixed = sum(slot * _type_stages(op) for op, slot, _ in self.tiles if op.result not in self.rings)
+        max_align = max((a for _, _, a in self.tiles), default=PLAIN_SMEM_ALIGN)
+        return {
+            "stage_bytes": sum(self._per_loop(lp) for lp in loops),
+            "fixed_bytes": fixed,
+            "barrier_bytes": sum(BARRIERS_PER_STAGE * MBARRIER_BYTES * _loop_stages(lp, stages)
+                                 for lp in loops if lp in self.tma_loops),
+            "align_pad": max_align if max_align > PLAIN_SMEM_ALIGN else 0,
+        }
+
+    def total(self, loops: list[Operation], stages: int) -> int:
+        b = self.breakdown(loops, stages)
+        ring = sum(self._per_loop(lp) * _loop_stages(lp, stages) for lp in loops)
+        return b["align_pad"] + b["fixed_bytes"] + ring + b["barrier_bytes"]
+
+    def choose_stages(self, loops: list[Operation], source: str | None) -> int:
+        if not loops:
+            return 1
+        explicit = [lp for lp in loops if isinstance(lp.attrs.get("stages"), int)]
+        if explicit:
+            n = max(lp.attrs["stages"] for lp in explicit)
+            if self.total(loops, n) > SMEM_PER_BLOCK:
+                lp = next(lp for lp in explicit if lp.attrs["stages"] == n)
+                raise CompileError(lp.loc, f"shared memory: @stages({n}) needs {self.total(loops, n)} B > "
+                                   f"{SMEM_PER_BLOCK} B per block; {self.largest(loops, n)}", source,
+                                   hint="use fewer stages or smaller tiles")
+            return n
+        for n in range(MAX_AUTO_STAGES, 0, -1):
+            if self.total(loops, n) <= SMEM_PER_BLOCK:
+                return n
+        op = self._largest_op(loops, 1)
+        raise CompileError(op.loc, f"shared memory: {self.largest(loops, 1)}; the block needs "
+                           f"{self.total(loops, 1)} B > {SMEM_PER_BLOCK} B", source,
+                           hint="use smaller tiles (shared memory is 227 KB per block)")
+
+    def _consumers(self, loops: list[Operation], stages: int) -> list[tuple[int, Operation, int]]:
+        out = []
+        for op, slot, _ in self.tiles:
+            loop = self.rings.get(op.result)
+            n = _loop_stages(loop, stages) if loop is not None else _type_stages(op)
+            out.append((slot * n, op, n if loop is not None else 0))
+        return out
+
+    def _largest_op(self, loops: list[Operation], stages: int) -> Operation:
+        return max(self._consumers(loops, stages), key=lambda c: c[0])[1]
+
+    def largest(self, loops: list[Operation], stages: int) -> str:
+        total, op, n = max(self._consumers(loops, stages), key=lambda c: c[0])
+        t = op.result.type
+        if n:
+            return f"{n} stage{'s' if n > 1 else ''} x {t} needs {total} B"
+        return f"{t} needs {total} B"
+
+
+def _loop_stages(loop: Operation, default: int) -> int:
+    s = loop.attrs.get("stages")
+    return s if isinstance(s, int) else default
+
+
+def _type_stages(op: Operation) -> int:
+    s = op.result.type.get("stages")  # a ring buffer the pipeline pass already made
+    return s if isinstance(s, int) else 1
+
+
+def _shared_bytes(t: TileType | VectorType) -> int:
+    eb = DTYPE_BYTES[t.dtype]
+    pad = int(t.get("pad", 0) or 0)
+    if isinstance(t, TileType):
+        return t.rows * (t.cols * eb + pad)
+    return t.n * eb + pad
+
+
+def _round_up(x: int, unit: int) -> int:
+    return -(-x // unit) * unit
