@@ -1,0 +1,625 @@
+"""Load a compiled kernel and launch it through the CUDA driver (cuda-python), checking every argument first.
+
+    kernel = Kernel(ptx_or_cubin, launch)      # launch: the `--emit launch` JSON (dict or text)
+    kernel(A, B, C)                            # torch tensors, __cuda_array_interface__ or DLPack objects
+    kernel.validate(A, B, C)                   # the checks alone -> Bound; touches no GPU
+
+The launch description says which user arguments the kernel takes (tensors with symbolic dims, then
+scalars), how they map to PTX parameters (tensor maps, pointers, scalars, sizes), the grid as size
+expressions (tkir.symexpr), the block, the dynamic shared memory, the shape requirements, and one
+TMA descriptor spec per tensor map. `validate` binds the size names from the argument shapes and
+rejects, with a LaunchError naming the argument, anything that would crash or compute garbage:
+wrong count, dtype, rank, shape, unmet requirements, host memory, non-contiguous strides, TMA
+alignment, wrong scalar types. `__call__` then encodes the tensor maps from the real pointers
+(cuTensorMapEncodeTiled into a 128-byte-aligned buffer, HOPPER.md §4.5) and calls cuLaunchKernel.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import json
+import math
+import numbers
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from cuda.bindings import driver as cu
+
+from tkir import cuda as tkcuda
+from tkir import symexpr
+from tkir.cuda import CudaError, check
+from tkir.types import DTYPE_BYTES
+
+# --- limits (CUDA driver API / HOPPER.md §0, §4.1, §7.3) ------------------------------------------
+STATIC_SMEM_LIMIT = 48 * 1024  # bytes of dynamic smem a kernel may use without the opt-in attribute
+MAX_THREADS_PER_BLOCK = 1024
+MAX_GRID = (2**31 - 1, 65535, 65535)
+TMA_ALIGN = 16  # global address and strides of a TMA tensor: multiples of 16 bytes (§4.1)
+TMA_MAX_STRIDE = 2**40
+TMA_MAX_DIM = 2**32
+TMA_MAX_BOX = 256
+TMA_MAX_ELEM_STRIDE = 8
+TENSOR_MAP_BYTES = 128  # CU_TENSOR_MAP_NUM_QWORDS * 8
+TENSOR_MAP_ALIGN = 128  # the driver asks 64; CUDA 13 headers declare alignas(128), so satisfy both
+I32_RANGE = (-(2**31), 2**31 - 1)
+U32_RANGE = (0, 2**32 - 1)
+
+# --- enum values of the cuTensorMapEncodeTiled arguments (cuda.h / HOPPER.md §4.1) -----------------
+TMA_DTYPES = {  # CUtensorMapDataType; fp8 has no enum, CUTLASS encodes it as UINT8
+    "bf16": cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+    "f16": cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+    "f32": cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
+    "i32": cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_INT32,
+    "u32": cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT32,
+    "e4m3": cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT8,
+    "e5m2": cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT8,
+}
+TMA_SWIZZLES = {
+    0: cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_NONE,
+    32: cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_32B,
+    64: cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_64B,
+    128: cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
+}
+TMA_L2_PROMOTIONS = {
+    0: cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_NONE,
+    64: cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_64B,
+    128: cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+    256: cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+}
+TMA_OOB_FILLS = {
+    "zero": cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+    "nan": cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA,
+}
+TMA_INTERLEAVE_NONE = cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE
+
+# Kernel-parameter ctypes of scalar dtypes.
+SCALAR_CTYPES: dict[str, Any] = {"i32": ctypes.c_int32, "u32": ctypes.c_uint32, "i64": ctypes.c_int64,
+                                 "f32": ctypes.c_float}
+
+# Names of dtypes in numpy / ml_dtypes / torch -> tkir dtype names.
+FOREIGN_DTYPES = {"bfloat16": "bf16", "float16": "f16", "float32": "f32", "int32": "i32", "uint32": "u32",
+                  "float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2"}
+# CUDA Array Interface typestr (byte order stripped) -> tkir dtype. bf16 and fp8 have no standard
+# typestr; these are what numpy reports for ml_dtypes' bfloat16 ('V2'), float8_e4m3fn ('V1') and
+# float8_e5m2 ('f1'), which tkir.cuda.DeviceArray exports.
+CAI_TYPESTRS = {"f4": "f32", "f2": "f16", "i4": "i32", "u4": "u32", "V2": "bf16", "V1": "e4m3", "f1": "e5m2"}
+DLPACK_CUDA, DLPACK_CUDA_MANAGED = 2, 13  # DLDeviceType values that are GPU memory
+DEVICE_MEMORY_TYPES = (int(cu.CUmemorytype.CU_MEMORYTYPE_DEVICE), int(cu.CUmemorytype.CU_MEMORYTYPE_UNIFIED))
+
+
+class LaunchError(ValueError):
+    """An argument (or the launch description) does not fit the kernel; the message names which."""
+
+
+@dataclass
+class ArrayArg:
+    """What the runtime needs to know about one tensor argument, whatever object it came as."""
+
+    ptr: int
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]  # bytes
+    dtype: str  # a tkir dtype name, or the foreign name when it has none
+    on_device: bool | None  # None: a CUDA Array Interface pointer, checked with the driver at launch
+    device_index: int | None
+    kind: str  # "torch", "cuda_array_interface", "dlpack"
+    obj: Any = field(repr=False, default=None)  # keeps the memory alive until the launch
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * DTYPE_BYTES.get(self.dtype, 1)
+
+
+@dataclass
+class TmaArgs:
+    """The arguments of one cuTensorMapEncodeTiled call, evaluated for the bound sizes."""
+
+    param: str
+    tensor: str
+    dtype: str
+    address: int
+    dims: list[int]  # innermost first
+    strides: list[int]  # bytes, rank-1 entries, innermost first
+    box: list[int]
+    elem_strides: list[int]
+    swizzle: int
+    l2_promotion: int
+    oob_fill: str
+
+    @property
+    def rank(self) -> int:
+        return len(self.dims)
+
+
+@dataclass
+class Bound:
+    """A validated call: sizes bound from shapes, launch geometry, and one value per PTX parameter."""
+
+    sizes: dict[str, int]
+    tensors: dict[str, ArrayArg]
+    scalars: dict[str, int | float]
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    dynamic_smem: int
+    tma: list[TmaArgs]
+    params: list[tuple[str, Any]]  # (kind, value): ("tensor_map", TmaArgs), ("pointer", int), (dtype, number)
+
+
+class Kernel:
+    """A compiled kernel: PTX text or cubin bytes plus its launch description."""
+
+    def __init__(self, image: str | bytes, launch: dict | str):
+        self.launch = check_launch(json.loads(launch) if isinstance(launch, str) else launch)
+        self.name: str = self.launch["kernel"]
+        self.image = image
+        self._function: Any = None
+        self._module: Any = None
+
+    def __repr__(self) -> str:
+        return f"Kernel({self.name!r})"
+
+    def validate(self, *args: Any) -> Bound:
+        """Check the arguments against the launch description and bind the sizes; needs no GPU."""
+        return bind(self.launch, args)
+
+    def __call__(self, *args: Any, stream: int | Any | None = None) -> None:
+        bound = self.validate(*args)
+        function = self._load()
+        for name, arr in bound.tensors.items():
+            _check_device_pointer(self.name, name, arr)
+        values, types = [], []
+        for kind, value in bound.params:
+            if kind == "tensor_map":
+                values.append(encode_tensor_map(value))
+                types.append(None)  # by pointer to its 128 bytes, as a by-value struct parameter wants
+            elif kind == "pointer":
+                values.append(value)
+                types.append(ctypes.c_void_p)
+            else:
+                values.append(value)
+                types.append(SCALAR_CTYPES[kind])
+        check(cu.cuLaunchKernel(function, *bound.grid, *bound.block, bound.dynamic_smem,
+                                _stream_handle(stream), (tuple(values), tuple(types)), 0),
+              f"cuLaunchKernel({self.name})")
+
+    def _load(self) -> Any:
+        if self._function is not None:
+            return self._function
+        tkcuda.context()
+        image = self.image
+        if isinstance(image, str):
+            image = image.encode()
+        if not image.startswith(b"\x7fELF") and not image.endswith(b"\0"):
+            image = image + b"\0"  # PTX text must be NUL-terminated for cuModuleLoadData
+        try:
+            module = check(cu.cuModuleLoadData(image), f"cuModuleLoadData({self.name})")
+        except CudaError as e:
+            raise CudaError(f"{e} (assemble the PTX with tkir.backend.toolchain.assemble to see why)"
+                            ) from None
+        function = check(cu.cuModuleGetFunction(module, self.name.encode()),
+                         f"cuModuleGetFunction({self.name})")
+        smem = self.launch["dynamic_smem"]
+        if smem > STATIC_SMEM_LIMIT:
+            limit = tkcuda.device_attribute("MAX_SHARED_MEMORY_PER_BLOCK_OPTIN")
+            if smem > limit:
+                raise LaunchError(f"{self.name}: needs {smem} bytes of dynamic shared memory; "
+                                  f"this device allows at most {limit} per block")
+            attr = cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+            check(cu.cuFuncSetAttribute(function, attr, smem),
+                  f"cuFuncSetAttribute({self.name}, {smem} B smem)")
+        attr = cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK
+        max_threads = check(cu.cuFuncGetAttribute(attr, function), "cuFuncGetAttribute")
+        threads = math.prod(self.launch["block"])
+        if threads > max_threads:
+            raise LaunchError(f"{self.name}: block of {threads} threads, but the compiled kernel allows "
+                              f"{max_threads} (register use)")
+        self._module, self._function = module, function
+        return function
+
+
+# --- the launch description -----------------------------------------------------------------------
+
+def check_launch(launch: dict) -> dict:
+    """Validate a launch description and fill defaults; LaunchError on anything malformed."""
+    def bad(msg: str) -> LaunchError:
+        return LaunchError(f"launch description of '{launch.get('kernel', '?')}': {msg}")
+
+    for key in ("kernel", "params", "grid", "block"):
+        if key not in launch:
+            raise bad(f"missing '{key}'")
+    out = {"tensors": [], "scalars": [], "requires": [], "tma": [], "dynamic_smem": 0, "target": "sm_90a",
+           **launch}
+    out["grid"] = [g if isinstance(g, int) else str(g) for g in out["grid"]] + [1] * (3 - len(out["grid"]))
+    out["block"] = [int(b) for b in out["block"]] + [1] * (3 - len(out["block"]))
+    if len(out["grid"]) != 3 or len(out["block"]) != 3:
+        raise bad("grid and block have at most 3 entries")
+    if math.prod(out["block"]) > MAX_THREADS_PER_BLOCK or min(out["block"]) < 1:
+        raise bad(f"block {out['block']} is not 1..{MAX_THREADS_PER_BLOCK} threads")
+    tensors = {t["name"]: t for t in out["tensors"]}
+    scalars = {s["name"]: s for s in out["scalars"]}
+    for t in out["tensors"]:
+        if t.get("dtype") not in tkcuda.NUMPY_DTYPES:
+            raise bad(f"tensor '{t['name']}' has unknown dtype {t.get('dtype')!r}")
+    for s in out["scalars"]:
+        if s.get("dtype") not in SCALAR_CTYPES:
+            raise bad(f"scalar '{s['name']}' has unsupported dtype {s.get('dtype')!r}")
+    for p in out["params"]:
+        kind = p.get("kind")
+        if kind == "tensor_map":
+            if not 0 <= p.get("tma", -1) < len(out["tma"]):
+                raise bad(f"param '{p['name']}' names tma entry {p.get('tma')}, which does not exist")
+        elif kind == "pointer":
+            if p.get("tensor") not in tensors:
+                raise bad(f"param '{p['name']}' points at unknown tensor {p.get('tensor')!r}")
+        elif kind == "scalar":
+            if p.get("dtype") not in SCALAR_CTYPES:
+                raise bad(f"param '{p['name']}' has unsupported dtype {p.get('dtype')!r}")
+            if "size" not in p and p.get("scalar") not in scalars:
+                raise bad(f"scalar param '{p['name']}' names neither a size nor a user scalar")
+        else:
+            raise bad(f"param '{p.get('name')}' has unknown kind {kind!r}")
+    for i, t in enumerate(out["tma"]):
+        _check_tma_spec(t, tensors, lambda msg, i=i: bad(f"tma[{i}]: {msg}"))
+    return out
+
+
+def _check_tma_spec(t: dict, tensors: dict[str, dict], bad: Any) -> None:
+    if t.get("tensor") not in tensors:
+        raise bad(f"unknown tensor {t.get('tensor')!r}")
+    dtype = t.get("dtype", tensors[t["tensor"]]["dtype"])
+    if dtype != tensors[t["tensor"]]["dtype"]:
+        raise bad(f"dtype {dtype} differs from tensor '{t['tensor']}' ({tensors[t['tensor']]['dtype']})")
+    if dtype not in TMA_DTYPES:
+        raise bad(f"dtype {dtype!r} has no tensor-map encoding")
+    rank = t.get("rank", len(t["dims"]))
+    if not 1 <= rank <= 5 or len(t["dims"]) != rank or len(t["box"]) != rank:
+        raise bad(f"rank {rank} does not match dims {t['dims']} and box {t['box']}")
+    if len(t["strides"]) != rank - 1:
+        raise bad(f"a rank-{rank} map has {rank - 1} strides, not {len(t['strides'])}")
+    if len(t.get("elem_strides", [1] * rank)) != rank:
+        raise bad("elem_strides must have one entry per dim")
+    if t.get("swizzle", 0) not in TMA_SWIZZLES:
+        raise bad(f"swizzle {t.get('swizzle')} is not one of {sorted(TMA_SWIZZLES)}")
+    if t.get("l2_promotion", 128) not in TMA_L2_PROMOTIONS:
+        raise bad(f"l2_promotion {t.get('l2_promotion')} is not one of {sorted(TMA_L2_PROMOTIONS)}")
+    if t.get("oob_fill", "zero") not in TMA_OOB_FILLS:
+        raise bad(f"oob_fill {t.get('oob_fill')!r} is not one of {sorted(TMA_OOB_FILLS)}")
+    if any(not 1 <= b <= TMA_MAX_BOX for b in t["box"]):
+        raise bad(f"box {t['box']} entries must be 1..{TMA_MAX_BOX}")
+    if any(not 1 <= e <= TMA_MAX_ELEM_STRIDE for e in t.get("elem_strides", [])):
+        raise bad(f"elem_strides {t['elem_strides']} entries must be 1..{TMA_MAX_ELEM_STRIDE}")
+    inner_bytes = t["box"][0] * DTYPE_BYTES[dtype]
+    if inner_bytes % TMA_ALIGN:
+        raise bad(f"inner box dim {t['box'][0]} x {DTYPE_BYTES[dtype]} B is not a multiple of 16 bytes")
+    swizzle = t.get("swizzle", 0)
+    if swizzle and inner_bytes > swizzle:
+        raise bad(f"inner box dim is {inner_bytes} bytes, wider than the {swizzle}B swizzle span")
+
+
+# --- binding arguments ----------------------------------------------------------------------------
+
+def bind(launch: dict, args: tuple[Any, ...]) -> Bound:
+    """Validate `args` against a checked launch description; the checks of Kernel.validate."""
+    kernel = launch["kernel"]
+    tensors, scalars = launch["tensors"], launch["scalars"]
+    names = [t["name"] for t in tensors] + [s["name"] for s in scalars]
+    if len(args) != len(names):
+        raise LaunchError(f"{kernel} takes {len(names)} arguments ({', '.join(names)}), got {len(args)}")
+
+    arrays: dict[str, ArrayArg] = {}
+    for spec, arg in zip(tensors, args, strict=False):
+        arr = describe_array(arg, f"{kernel}: argument '{spec['name']}'")
+        _check_dtype_and_rank(kernel, spec, arr)
+        arrays[spec["name"]] = arr
+    sizes = _bind_sizes(kernel, tensors, arrays)
+    for req in launch["requires"]:
+        got = _eval(kernel, req["expr"], sizes)
+        if got != req["equals"]:
+            shown = ", ".join(f"{n} = {sizes[n]}" for n in sorted(symexpr.names(req["expr"])) if n in sizes)
+            raise LaunchError(f"{kernel}: {req.get('why', 'requirement failed')} "
+                              f"({req['expr']} is {got}, must be {req['equals']}; {shown})")
+    tma_tensors = {t["tensor"] for t in launch["tma"]}
+    for spec in tensors:
+        _check_memory(kernel, spec, arrays[spec["name"]], spec["name"] in tma_tensors)
+    user_scalars = {s["name"]: _check_scalar(kernel, s, arg)
+                    for s, arg in zip(scalars, args[len(tensors):], strict=True)}
+
+    grid = tuple(_eval(kernel, g, sizes) for g in launch["grid"])
+    for axis, (g, limit) in enumerate(zip(grid, MAX_GRID, strict=True)):
+        if not 1 <= g <= limit:
+            raise LaunchError(f"{kernel}: grid dim {axis} = {launch['grid'][axis]} = {g} is outside "
+                              f"1..{limit} (sizes {sizes})")
+    tma = [_tma_args(kernel, t, arrays, sizes) for t in launch["tma"]]
+    params: list[tuple[str, Any]] = []
+    for p in launch["params"]:
+        if p["kind"] == "tensor_map":
+            params.append(("tensor_map", tma[p["tma"]]))
+        elif p["kind"] == "pointer":
+            params.append(("pointer", arrays[p["tensor"]].ptr))
+        elif "size" in p:
+            params.append((p["dtype"], _size_param(kernel, p, sizes)))
+        else:
+            params.append((p["dtype"], user_scalars[p["scalar"]]))
+    block = launch["block"]
+    return Bound(sizes=sizes, tensors=arrays, scalars=user_scalars, grid=(grid[0], grid[1], grid[2]),
+                 block=(block[0], block[1], block[2]), dynamic_smem=int(launch["dynamic_smem"]), tma=tma,
+                 params=params)
+
+
+def describe_array(arg: Any, what: str) -> ArrayArg:
+    """Read pointer, shape, byte strides, dtype and device of a torch tensor, a CUDA Array Interface
+    object or a DLPack object, without touching the GPU."""
+    if _is_torch_tensor(arg):
+        return _from_torch(arg)
+    if hasattr(arg, "__cuda_array_interface__"):
+        return _from_cai(arg, what)
+    if hasattr(arg, "__array_interface__"):
+        raise LaunchError(f"{what} is a host array ({type(arg).__name__}); copy it to the GPU first, "
+                          "e.g. with tkir.cuda.to_device")
+    if hasattr(arg, "__dlpack__"):
+        return _from_dlpack(arg, what)
+    raise LaunchError(f"{what} must be a GPU tensor (torch, __cuda_array_interface__ or DLPack), "
+                      f"not {type(arg).__name__}")
+
+
+def _is_torch_tensor(arg: Any) -> bool:
+    return type(arg).__module__.startswith("torch") and hasattr(arg, "data_ptr") and hasattr(arg, "is_cuda")
+
+
+def _from_torch(t: Any) -> ArrayArg:
+    dtype = str(t.dtype).removeprefix("torch.")
+    dtype = FOREIGN_DTYPES.get(dtype, dtype)
+    size = t.element_size()
+    return ArrayArg(ptr=int(t.data_ptr()), shape=tuple(int(d) for d in t.shape),
+                    strides=tuple(int(s) * size for s in t.stride()), dtype=dtype, on_device=bool(t.is_cuda),
+                    device_index=t.device.index if t.is_cuda else None, kind="torch", obj=t)
+
+
+def _from_cai(arg: Any, what: str) -> ArrayArg:
+    cai = arg.__cuda_array_interface__
+    if cai.get("mask") is not None:
+        raise LaunchError(f"{what} has a mask; masked arrays are not supported")
+    shape = tuple(int(d) for d in cai["shape"])
+    typestr = cai["typestr"]
+    order, code = typestr[0], typestr[1:]
+    if order == ">" and code[1:] != "1":
+        raise LaunchError(f"{what} is big-endian ({typestr})")
+    dtype = CAI_TYPESTRS.get(code, typestr)
+    named = getattr(getattr(arg, "dtype", None), "name", None) or str(getattr(arg, "dtype", ""))
+    named = FOREIGN_DTYPES.get(named.removeprefix("torch."))
+    if named is not None:  # an object that says its dtype by name resolves 'V1'/'V2' ambiguity
+        if DTYPE_BYTES[named] != int(re.sub(r"\D", "", code) or 0):
+            raise LaunchError(f"{what}: dtype {named} does not match typestr {typestr}")
+        dtype = named
+    itemsize = int(re.sub(r"\D", "", code) or 0)
+    strides = cai.get("strides")
+    if strides is None:
+        strides = _contiguous_strides(shape, itemsize)
+    ptr = int(cai["data"][0])
+    return ArrayArg(ptr=ptr, shape=shape, strides=tuple(int(s) for s in strides), dtype=dtype, on_device=None,
+                    device_index=None, kind="cuda_array_interface", obj=arg)
+
+
+def _from_dlpack(arg: Any, what: str) -> ArrayArg:
+    if hasattr(arg, "__dlpack_device__"):
+        device_type, index = arg.__dlpack_device__()
+        if int(device_type) not in (DLPACK_CUDA, DLPACK_CUDA_MANAGED):
+            raise LaunchError(f"{what} is not in GPU memory (DLPack device type {int(device_type)}); "
+                              "copy it to the GPU first")
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    if torch is not None:
+        return _from_torch(torch.from_dlpack(arg))
+    try:
+        from cuda.core.utils import StridedMemoryView
+    except ImportError:
+        raise LaunchError(f"{what} is a DLPack object; reading it needs torch or cuda-core installed"
+                          ) from None
+    view = StridedMemoryView(arg, stream_ptr=-1)
+    itemsize = view.dtype.itemsize
+    dtype = FOREIGN_DTYPES.get(view.dtype.name, view.dtype.name)
+    strides = view.strides or tuple(s // itemsize for s in _contiguous_strides(view.shape, itemsize))
+    return ArrayArg(ptr=int(view.ptr), shape=tuple(view.shape), strides=tuple(s * itemsize for s in strides),
+                    dtype=dtype, on_device=bool(view.is_device_accessible) and view.device_id >= 0,
+                    device_index=view.device_id, kind="dlpack", obj=(arg, view))
+
+
+def _contiguous_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
+    strides, step = [], itemsize
+    for d in reversed(shape):
+        strides.append(step)
+        step *= max(d, 1)
+    return tuple(reversed(strides))
+
+
+def _check_dtype_and_rank(kernel: str, spec: dict, arr: ArrayArg) -> None:
+    what = f"{kernel}: argument '{spec['name']}'"
+    declared = f"gl<{spec['dtype']}>[{', '.join(str(d) for d in spec['dims'])}]"
+    if arr.dtype != spec["dtype"]:
+        raise LaunchError(f"{what} has dtype {arr.dtype}, expected {spec['dtype']} ({declared})")
+    if len(arr.shape) != len(spec["dims"]):
+        raise LaunchError(f"{what} has {len(arr.shape)} dims {list(arr.shape)}, expected {len(spec['dims'])} "
+                          f"({declared})")
+
+
+def _bind_sizes(kernel: str, tensors: list[dict], arrays: dict[str, ArrayArg]) -> dict[str, int]:
+    sizes: dict[str, int] = {}
+    where: dict[str, str] = {}
+    later: list[tuple[str, int, str | int, int]] = []
+    for spec in tensors:
+        for axis, (dim, got) in enumerate(zip(spec["dims"], arrays[spec["name"]].shape, strict=True)):
+            if isinstance(dim, str) and dim.isidentifier():
+                if dim in sizes and sizes[dim] != got:
+                    raise LaunchError(f"{kernel}: argument '{spec['name']}' dim {axis} ({dim}) is {got}, but "
+                                      f"{where[dim]} gave {dim} = {sizes[dim]}")
+                sizes.setdefault(dim, got)
+                where.setdefault(dim, f"argument '{spec['name']}' dim {axis}")
+            else:
+                later.append((spec["name"], axis, dim, got))
+    for name, axis, dim, got in later:  # fixed dims and expressions like "D / 2", once all names are bound
+        want = _eval(kernel, dim, sizes)
+        if want != got:
+            raise LaunchError(f"{kernel}: argument '{name}' dim {axis} is {got}, expected {dim} = {want}")
+    return sizes
+
+
+def _check_memory(kernel: str, spec: dict, arr: ArrayArg, tma: bool) -> None:
+    what = f"{kernel}: argument '{spec['name']}'"
+    if arr.on_device is False:
+        raise LaunchError(f"{what} is in host memory; move it to the GPU first")
+    if arr.device_index not in (None, tkcuda.DEVICE):
+        raise LaunchError(f"{what} is on GPU {arr.device_index}; tkir launches on GPU {tkcuda.DEVICE}")
+    itemsize = DTYPE_BYTES[arr.dtype]
+    want = _contiguous_strides(arr.shape, itemsize)
+    if any(d != 1 and s != w for d, s, w in zip(arr.shape, arr.strides, want, strict=True)):
+        raise LaunchError(f"{what} is not C-contiguous (byte strides {list(arr.strides)}, expected "
+                          f"{list(want)}); pass a contiguous copy")
+    if arr.ptr % itemsize:
+        raise LaunchError(f"{what} address {arr.ptr:#x} is not aligned to its {itemsize}-byte elements")
+    if tma:
+        if arr.ptr % TMA_ALIGN:
+            raise LaunchError(f"{what} is read by TMA, which needs a 16-byte aligned address; "
+                              f"{arr.ptr:#x} is not (a sliced view? pass a fresh tensor)")
+        bad = [s for d, s in zip(arr.shape[:-1], arr.strides[:-1], strict=True) if d != 1 and s % TMA_ALIGN]
+        if bad:
+            raise LaunchError(f"{what} is read by TMA, which needs row strides that are multiples of 16 "
+                              f"bytes; byte strides are {list(arr.strides)} (pad the innermost dim)")
+
+
+def _check_scalar(kernel: str, spec: dict, value: Any) -> int | float:
+    what = f"{kernel}: scalar '{spec['name']}'"
+    dtype = spec["dtype"]
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise LaunchError(f"{what} must be a Python {'float' if dtype == 'f32' else 'int'}, "
+                          f"not {type(value).__name__}")
+    if dtype == "f32":
+        return float(value)
+    if not isinstance(value, numbers.Integral):
+        raise LaunchError(f"{what} must be an int ({dtype}), not {type(value).__name__}")
+    lo, hi = {"i32": I32_RANGE, "u32": U32_RANGE, "i64": (-(2**63), 2**63 - 1)}[dtype]
+    if not lo <= int(value) <= hi:
+        raise LaunchError(f"{what} = {value} does not fit {dtype}")
+    return int(value)
+
+
+def _size_param(kernel: str, p: dict, sizes: dict[str, int]) -> int:
+    value = _eval(kernel, p["size"], sizes)
+    lo, hi = {"i32": I32_RANGE, "u32": U32_RANGE, "i64": (-(2**63), 2**63 - 1)}.get(p["dtype"], (None, None))
+    if lo is None or not lo <= value <= hi:
+        raise LaunchError(f"{kernel}: size {p['size']} = {value} does not fit the {p['dtype']} parameter "
+                          f"'{p['name']}'")
+    return value
+
+
+def _eval(kernel: str, expr: str | int, sizes: dict[str, int]) -> int:
+    try:
+        return symexpr.evaluate(expr, sizes)
+    except symexpr.SymExprError as e:
+        raise LaunchError(f"{kernel}: {e}") from None
+
+
+def _tma_args(kernel: str, t: dict, arrays: dict[str, ArrayArg], sizes: dict[str, int]) -> TmaArgs:
+    arr = arrays[t["tensor"]]
+    dtype = t.get("dtype", arr.dtype)
+    dims = [_eval(kernel, d, sizes) for d in t["dims"]]
+    strides = [_eval(kernel, s, sizes) for s in t["strides"]]
+    what = f"{kernel}: tensor map '{t['param']}' of argument '{t['tensor']}'"
+    if any(not 1 <= d <= TMA_MAX_DIM for d in dims):
+        raise LaunchError(f"{what}: dims {dims} must be 1..2^32 (sizes {sizes})")
+    if any(s % TMA_ALIGN or not 0 < s < TMA_MAX_STRIDE for s in strides):
+        raise LaunchError(f"{what}: byte strides {strides} must be positive multiples of 16 below 2^40 "
+                          f"(sizes {sizes})")
+    itemsize = DTYPE_BYTES[dtype]
+    reach = itemsize * dims[0] + sum((d - 1) * s for d, s in zip(dims[1:], strides, strict=True))
+    if reach > arr.nbytes:  # a descriptor wider than the tensor would read and write past its end
+        raise LaunchError(f"{what}: the map spans {reach} bytes but the tensor holds {arr.nbytes}")
+    return TmaArgs(param=t["param"], tensor=t["tensor"], dtype=dtype, address=arr.ptr, dims=dims,
+                   strides=strides, box=list(t["box"]),
+                   elem_strides=list(t.get("elem_strides", [1] * len(dims))),
+                   swizzle=t.get("swizzle", 0), l2_promotion=t.get("l2_promotion", 128),
+                   oob_fill=t.get("oob_fill", "zero"))
+
+
+# --- launching ------------------------------------------------------------------------------------
+
+class TensorMap(ctypes.Structure):
+    """The 128-byte CUtensorMap; cuLaunchKernel reads a ctypes Structure parameter from its address."""
+
+    _fields_ = [("opaque", ctypes.c_uint64 * (TENSOR_MAP_BYTES // 8))]
+
+
+def aligned_tensor_map() -> TensorMap:
+    """A zeroed TensorMap at a TENSOR_MAP_ALIGN-aligned address (ctypes only guarantees 8 or 16)."""
+    raw = (ctypes.c_ubyte * (TENSOR_MAP_BYTES + TENSOR_MAP_ALIGN))()
+    offset = -ctypes.addressof(raw) % TENSOR_MAP_ALIGN
+    return TensorMap.from_buffer(raw, offset)  # from_buffer keeps `raw` alive
+
+
+def encode_args(t: TmaArgs) -> tuple[Any, ...]:
+    """The cuTensorMapEncodeTiled arguments after the output pointer, as plain ints and int lists."""
+    return (int(TMA_DTYPES[t.dtype]), t.rank, t.address, list(t.dims), list(t.strides), list(t.box),
+            list(t.elem_strides), int(TMA_INTERLEAVE_NONE), int(TMA_SWIZZLES[t.swizzle]),
+            int(TMA_L2_PROMOTIONS[t.l2_promotion]), int(TMA_OOB_FILLS[t.oob_fill]))
+
+
+def encode_tensor_map(t: TmaArgs) -> TensorMap:
+    """Encode a tiled tensor map into an aligned buffer (HOPPER.md §4.5: the cuda-bindings CUtensorMap
+    object is only 16-byte aligned, while the driver requires 64)."""
+    out = aligned_tensor_map()
+    dtype, rank, address, dims, strides, box, elem_strides, interleave, swizzle, l2, oob = encode_args(t)
+    encode = _driver_encode_tiled()
+    u64, u32 = ctypes.c_uint64, ctypes.c_uint32
+    result = encode(ctypes.addressof(out), dtype, rank, address, (u64 * rank)(*dims),
+                    (u64 * max(rank - 1, 1))(*strides), (u32 * rank)(*box), (u32 * rank)(*elem_strides),
+                    interleave, swizzle, l2, oob)
+    if result != 0:
+        name = cu.CUresult(result).name
+        raise LaunchError(f"cuTensorMapEncodeTiled failed for '{t.param}' ({name}): dtype {t.dtype}, "
+                          f"address {t.address:#x}, dims {dims}, byte strides {strides}, box {box}, "
+                          f"swizzle {t.swizzle}")
+    return out
+
+
+@functools.cache
+def _driver_encode_tiled() -> Any:
+    """cuTensorMapEncodeTiled from the driver library through ctypes, so it writes our aligned buffer."""
+    tkcuda.context()
+    lib = ctypes.CDLL("libcuda.so.1")
+    fn = lib.cuTensorMapEncodeTiled
+    p64, p32 = ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint32)
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_void_p, p64, p64, p32, p32,
+                   ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+def _check_device_pointer(kernel: str, name: str, arr: ArrayArg) -> None:
+    """For pointers whose memory kind the object did not say (CUDA Array Interface), ask the driver."""
+    if arr.on_device is not None or arr.ptr == 0:
+        return
+    what = f"{kernel}: argument '{name}'"
+    attr = cu.CUpointer_attribute.CU_POINTER_ATTRIBUTE_MEMORY_TYPE
+    err, kind = cu.cuPointerGetAttribute(attr, arr.ptr)
+    if err != cu.CUresult.CUDA_SUCCESS:
+        raise LaunchError(f"{what}: address {arr.ptr:#x} is not memory CUDA knows ({err.name})")
+    if int(kind) not in DEVICE_MEMORY_TYPES:
+        raise LaunchError(f"{what}: address {arr.ptr:#x} is host memory, not device memory")
+    attr = cu.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+    ordinal = int(check(cu.cuPointerGetAttribute(attr, arr.ptr), "cuPointerGetAttribute"))
+    if ordinal != tkcuda.DEVICE:
+        raise LaunchError(f"{what} is on GPU {ordinal}; tkir launches on GPU {tkcuda.DEVICE}")
+
+
+def _stream_handle(stream: Any) -> int:
+    if stream is None:
+        return 0
+    if isinstance(stream, int):
+        return stream
+    if hasattr(stream, "cuda_stream"):  # torch.cuda.Stream
+        return int(stream.cuda_stream)
+    if hasattr(stream, "__cuda_stream__"):  # the CUDA stream protocol (cuda.core and others)
+        return int(stream.__cuda_stream__()[1])
+    raise LaunchError(f"stream must be an int handle or a stream object, not {type(stream).__name__}")

@@ -1,0 +1,336 @@
+"""backend/runtime.py on the CPU: argument validation with fake CUDA Array Interface objects, the
+tensor-map arguments computed from a launch description, and the launch-description checks.
+Nothing here touches a GPU (validate() must not)."""
+
+from __future__ import annotations
+
+import copy
+import ctypes
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import pytest
+from tkir.backend import runtime
+from tkir.backend.runtime import Kernel, LaunchError, TmaArgs
+
+from tkir import cuda as tkcuda
+
+GEMM_LAUNCH: dict[str, Any] = {
+    "kernel": "gemm",
+    "target": "sm_90a",
+    "tensors": [{"name": "A", "dtype": "bf16", "dims": ["M", "K"]},
+                {"name": "B", "dtype": "bf16", "dims": ["K", "N"]},
+                {"name": "C", "dtype": "bf16", "dims": ["M", "N"]}],
+    "scalars": [{"name": "alpha", "dtype": "f32"}],
+    "params": [{"name": "A_tma", "kind": "tensor_map", "tma": 0},
+               {"name": "B_tma", "kind": "tensor_map", "tma": 1},
+               {"name": "C", "kind": "pointer", "dtype": "bf16", "tensor": "C"},
+               {"name": "M", "kind": "scalar", "dtype": "i32", "size": "M"},
+               {"name": "alpha", "kind": "scalar", "dtype": "f32", "scalar": "alpha"}],
+    "grid": ["M / 128", "N / 256", "1"],
+    "block": [384, 1, 1],
+    "dynamic_smem": 197632,
+    "requires": [{"expr": "M % 128", "equals": 0, "why": "M must be a multiple of BM=128"},
+                 {"expr": "N % 256", "equals": 0, "why": "N must be a multiple of BN=256"},
+                 {"expr": "K % 64", "equals": 0, "why": "K must be a multiple of BK=64"}],
+    "tma": [{"param": "A_tma", "tensor": "A", "dtype": "bf16", "rank": 2, "dims": ["K", "M"],
+             "strides": ["K * 2"], "box": [64, 128], "elem_strides": [1, 1], "swizzle": 128,
+             "l2_promotion": 128, "oob_fill": "zero"},
+            {"param": "B_tma", "tensor": "B", "dtype": "bf16", "rank": 2, "dims": ["N", "K"],
+             "strides": ["N * 2"], "box": [64, 64], "elem_strides": [1, 1], "swizzle": 128,
+             "l2_promotion": 256, "oob_fill": "nan"}],
+}
+
+FAKE_BASE = 0x7F00_0000_0000  # a made-up device address, 4 KB aligned
+
+
+class FakeCAI:
+    """An object exporting __cuda_array_interface__ v3 over an address that is never dereferenced."""
+
+    def __init__(self, shape: tuple[int, ...], typestr: str = "<V2", ptr: int = FAKE_BASE,
+                 strides: tuple[int, ...] | None = None, dtype: Any = None):
+        self.__cuda_array_interface__ = {"shape": shape, "typestr": typestr, "data": (ptr, False),
+                                         "strides": strides, "version": 3}
+        if dtype is not None:
+            self.dtype = np.dtype(dtype)
+
+
+def bf16(*shape: int, **kw: Any) -> FakeCAI:
+    return FakeCAI(tuple(shape), "<V2", **kw)
+
+
+def gemm_args(M: int = 256, N: int = 512, K: int = 128) -> list[Any]:
+    return [bf16(M, K), bf16(K, N, ptr=FAKE_BASE + 2**24), bf16(M, N, ptr=FAKE_BASE + 2**26), 1.0]
+
+
+@pytest.fixture
+def gemm() -> Kernel:
+    return Kernel("// no PTX needed to validate", copy.deepcopy(GEMM_LAUNCH))
+
+
+def test_validate_binds_sizes_grid_params(gemm: Kernel) -> None:
+    b = gemm.validate(*gemm_args())
+    assert b.sizes == {"M": 256, "K": 128, "N": 512}
+    assert b.grid == (2, 2, 1) and b.block == (384, 1, 1) and b.dynamic_smem == 197632
+    kinds = [k for k, _ in b.params]
+    assert kinds == ["tensor_map", "tensor_map", "pointer", "i32", "f32"]
+    assert b.params[2][1] == FAKE_BASE + 2**26 and b.params[3][1] == 256 and b.params[4][1] == 1.0
+    assert b.tensors["A"].kind == "cuda_array_interface" and b.tensors["A"].dtype == "bf16"
+
+
+def test_tensor_map_arguments_from_shapes(gemm: Kernel) -> None:
+    b = gemm.validate(*gemm_args(M=384, N=256, K=192))
+    a, bt = b.tma
+    assert (a.param, a.tensor, a.address) == ("A_tma", "A", FAKE_BASE)
+    assert a.dims == [192, 384] and a.strides == [384] and a.box == [64, 128] and a.rank == 2
+    assert bt.dims == [256, 192] and bt.strides == [512] and bt.box == [64, 64]
+    assert b.params[0][1] is a and b.params[1][1] is bt
+    dtype, rank, address, dims, strides, box, elem, interleave, swizzle, l2, oob = runtime.encode_args(a)
+    assert (dtype, rank, address, dims, strides, box, elem) == (9, 2, FAKE_BASE, [192, 384], [384], [64, 128],
+                                                                [1, 1])
+    assert (interleave, swizzle, l2, oob) == (0, 3, 2, 0)  # NONE, SWIZZLE_128B, L2_128B, FILL_NONE
+    assert runtime.encode_args(bt)[8:] == (3, 3, 1)  # L2_256B, NAN_REQUEST_ZERO_FMA
+
+
+@pytest.mark.parametrize(("dtype", "enum"), [("bf16", 9), ("f16", 6), ("f32", 7), ("i32", 3), ("e4m3", 0)])
+def test_tensor_map_dtype_enum(dtype: str, enum: int) -> None:
+    t = TmaArgs(param="p", tensor="X", dtype=dtype, address=0, dims=[64], strides=[], box=[16],
+                elem_strides=[1], swizzle=0, l2_promotion=0, oob_fill="zero")
+    assert runtime.encode_args(t)[0] == enum
+
+
+def test_wrong_argument_count(gemm: Kernel) -> None:
+    with pytest.raises(LaunchError, match=r"gemm takes 4 arguments \(A, B, C, alpha\), got 3"):
+        gemm.validate(*gemm_args()[:3])
+
+
+def test_wrong_dtype_names_argument(gemm: Kernel) -> None:
+    args = gemm_args()
+    args[1] = FakeCAI((128, 512), "<f4", ptr=FAKE_BASE)
+    with pytest.raises(LaunchError, match=r"argument 'B' has dtype f32, expected bf16 \(gl<bf16>\[K, N\]\)"):
+        gemm.validate(*args)
+
+
+def test_f16_is_not_bf16(gemm: Kernel) -> None:
+    args = gemm_args()
+    args[0] = FakeCAI((256, 128), "<f2")
+    with pytest.raises(LaunchError, match="argument 'A' has dtype f16, expected bf16"):
+        gemm.validate(*args)
+
+
+def test_dtype_attribute_disambiguates_void_typestr(gemm: Kernel) -> None:
+    args = gemm_args()
+    args[0] = FakeCAI((256, 128), "<V2", dtype=ml_dtypes.bfloat16)
+    gemm.validate(*args)
+    args[0] = FakeCAI((256, 128), "<V1", dtype=ml_dtypes.float8_e4m3fn)
+    with pytest.raises(LaunchError, match="argument 'A' has dtype e4m3, expected bf16"):
+        gemm.validate(*args)
+
+
+def test_wrong_rank(gemm: Kernel) -> None:
+    args = gemm_args()
+    args[2] = bf16(256, 512, 1)
+    with pytest.raises(LaunchError, match=r"argument 'C' has 3 dims \[256, 512, 1\], expected 2"):
+        gemm.validate(*args)
+
+
+def test_inconsistent_size_names_both_places(gemm: Kernel) -> None:
+    args = gemm_args(M=256, N=512, K=128)
+    args[1] = bf16(192, 512, ptr=FAKE_BASE + 2**24)
+    message = r"argument 'B' dim 0 \(K\) is 192, but argument 'A' dim 1 gave K = 128"
+    with pytest.raises(LaunchError, match=message):
+        gemm.validate(*args)
+
+
+def test_requirement_message_has_why_and_values(gemm: Kernel) -> None:
+    message = r"M must be a multiple of BM=128 \(M % 128 is 72, must be 0; M = 200\)"
+    with pytest.raises(LaunchError, match=message):
+        gemm.validate(*gemm_args(M=200))
+
+
+def test_fixed_and_expression_dims() -> None:
+    launch = {"kernel": "rotary", "tensors": [{"name": "X", "dtype": "bf16", "dims": ["T", 128]},
+                                              {"name": "Cos", "dtype": "bf16", "dims": ["T", "128 / 2"]}],
+              "params": [{"name": "X", "kind": "pointer", "tensor": "X"},
+                         {"name": "Cos", "kind": "pointer", "tensor": "Cos"}],
+              "grid": ["cdiv(T, 16)"], "block": [128]}
+    k = Kernel(b"", launch)
+    b = k.validate(bf16(40, 128), bf16(40, 64, ptr=FAKE_BASE + 2**20))
+    assert b.sizes == {"T": 40} and b.grid == (3, 1, 1) and b.block == (128, 1, 1)
+    with pytest.raises(LaunchError, match=r"argument 'X' dim 1 is 64, expected 128 = 128"):
+        k.validate(bf16(40, 64), bf16(40, 64))
+    with pytest.raises(LaunchError, match=r"argument 'Cos' dim 1 is 128, expected 128 / 2 = 64"):
+        k.validate(bf16(40, 128), bf16(40, 128))
+
+
+def test_non_contiguous_rejected(gemm: Kernel) -> None:
+    args = gemm_args()
+    args[2] = bf16(256, 512, strides=(2, 512), ptr=FAKE_BASE + 2**26)  # a transposed view
+    with pytest.raises(LaunchError, match=r"argument 'C' is not C-contiguous \(byte strides \[2, 512\]"):
+        gemm.validate(*args)
+
+
+def test_size_one_dims_may_have_any_stride(gemm: Kernel) -> None:
+    launch = copy.deepcopy(GEMM_LAUNCH)
+    launch["requires"] = []
+    k = Kernel("", launch)
+    args = gemm_args(M=1)
+    args[0] = bf16(1, 128, strides=(12345, 2))
+    args[2] = bf16(1, 512, strides=(0, 2), ptr=FAKE_BASE + 2**26)
+    with pytest.raises(LaunchError, match="grid dim 0 = M / 128 = 0 is outside"):
+        k.validate(*args)
+
+
+def test_tma_tensor_alignment(gemm: Kernel) -> None:
+    args = gemm_args()
+    args[0] = bf16(256, 128, ptr=FAKE_BASE + 8)
+    with pytest.raises(LaunchError, match="'A' is read by TMA, which needs a 16-byte aligned address"):
+        gemm.validate(*args)
+    args = gemm_args()
+    args[2] = bf16(256, 512, ptr=FAKE_BASE + 2**26 + 2)  # C is a plain pointer: element alignment suffices
+    gemm.validate(*args)
+    args[2] = bf16(256, 512, ptr=FAKE_BASE + 2**26 + 1)
+    with pytest.raises(LaunchError, match="argument 'C' address .* is not aligned to its 2-byte elements"):
+        gemm.validate(*args)
+
+
+def test_tma_row_stride_multiple_of_16() -> None:
+    launch = copy.deepcopy(GEMM_LAUNCH)
+    launch["requires"] = []
+    k = Kernel("", launch)
+    with pytest.raises(LaunchError, match="argument 'A' is read by TMA, which needs row strides"):
+        k.validate(*gemm_args(M=256, N=512, K=100))
+
+
+def test_tma_map_wider_than_tensor_is_rejected() -> None:
+    launch = copy.deepcopy(GEMM_LAUNCH)
+    launch["tma"][0]["dims"] = ["K", "M * 2"]  # a compiler bug: the map would read past A's end
+    k = Kernel("", launch)
+    with pytest.raises(LaunchError, match=r"tensor map 'A_tma' of argument 'A': the map spans \d+ bytes"):
+        k.validate(*gemm_args())
+
+
+def test_host_memory_rejected(gemm: Kernel) -> None:
+    args = gemm_args()
+    args[0] = np.zeros((256, 128), ml_dtypes.bfloat16)
+    with pytest.raises(LaunchError, match="argument 'A' is a host array .*tkir.cuda.to_device"):
+        gemm.validate(*args)
+
+
+class FakeDLPack:
+    def __init__(self, device_type: int):
+        self.device_type = device_type
+
+    def __dlpack__(self, stream: Any = None) -> Any:
+        raise AssertionError("validate must not export a host DLPack tensor")
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (self.device_type, 0)
+
+
+def test_host_dlpack_rejected(gemm: Kernel) -> None:
+    args = gemm_args()
+    args[1] = FakeDLPack(1)  # kDLCPU
+    with pytest.raises(LaunchError, match=r"argument 'B' is not in GPU memory \(DLPack device type 1\)"):
+        gemm.validate(*args)
+
+
+def test_not_a_tensor(gemm: Kernel) -> None:
+    args = gemm_args()
+    args[0] = [[1.0]]
+    with pytest.raises(LaunchError, match="argument 'A' must be a GPU tensor .* not list"):
+        gemm.validate(*args)
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("1.0", "scalar 'alpha' must be a Python float, not str"),
+    (True, "scalar 'alpha' must be a Python float, not bool"),
+    (None, "scalar 'alpha' must be a Python float, not NoneType"),
+])
+def test_scalar_types(gemm: Kernel, value: Any, message: str) -> None:
+    args = gemm_args()
+    args[3] = value
+    with pytest.raises(LaunchError, match=message):
+        gemm.validate(*args)
+
+
+def test_int_scalars_checked_for_type_and_range() -> None:
+    launch = {"kernel": "k", "scalars": [{"name": "n", "dtype": "i32"}],
+              "params": [{"name": "n", "kind": "scalar", "dtype": "i32", "scalar": "n"}],
+              "grid": [1], "block": [32]}
+    k = Kernel("", launch)
+    assert k.validate(np.int32(7)).params == [("i32", 7)]
+    with pytest.raises(LaunchError, match=r"scalar 'n' must be an int \(i32\), not float"):
+        k.validate(7.0)
+    with pytest.raises(LaunchError, match="scalar 'n' = 2147483648 does not fit i32"):
+        k.validate(2**31)
+
+
+def test_f32_scalar_accepts_int(gemm: Kernel) -> None:
+    args = gemm_args()
+    args[3] = 2
+    assert gemm.validate(*args).params[4] == ("f32", 2.0)
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    (lambda d: d.pop("grid"), "missing 'grid'"),
+    (lambda d: d["params"].append({"name": "X", "kind": "pointer", "tensor": "X"}), "unknown tensor 'X'"),
+    (lambda d: d["params"].append({"name": "t", "kind": "tensor_map", "tma": 5}), "tma entry 5"),
+    (lambda d: d["params"].append({"name": "q", "kind": "blob"}), "unknown kind 'blob'"),
+    (lambda d: d["tma"][0].update(swizzle=96), "swizzle 96"),
+    (lambda d: d["tma"][0].update(box=[128, 128]), "wider than the 128B swizzle span"),
+    (lambda d: d["tma"][0].update(box=[4, 128], swizzle=0), "not a multiple of 16 bytes"),
+    (lambda d: d["tma"][0].update(box=[64, 512]), "entries must be 1..256"),
+    (lambda d: d["tma"][0].update(strides=[]), "has 1 strides, not 0"),
+    (lambda d: d["tma"][0].update(dtype="f32"), "differs from tensor 'A'"),
+    (lambda d: d.update(block=[2048]), "is not 1..1024 threads"),
+])
+def test_bad_launch_descriptions(edit: Any, message: str) -> None:
+    launch = copy.deepcopy(GEMM_LAUNCH)
+    edit(launch)
+    with pytest.raises(LaunchError, match=message):
+        Kernel("", launch)
+
+
+def test_launch_json_text_accepted() -> None:
+    import json
+
+    k = Kernel("", json.dumps(GEMM_LAUNCH))
+    assert k.name == "gemm" and k.validate(*gemm_args()).grid == (2, 2, 1)
+
+
+def test_aligned_tensor_map_buffer() -> None:
+    maps = [runtime.aligned_tensor_map() for _ in range(8)]
+    for m in maps:
+        assert ctypes.addressof(m) % runtime.TENSOR_MAP_ALIGN == 0
+        assert ctypes.sizeof(m) == 128 and isinstance(m, ctypes.Structure)
+        assert list(m.opaque) == [0] * 16
+
+
+def test_stream_handles() -> None:
+    class TorchStream:
+        cuda_stream = 0x1234
+
+    class ProtocolStream:
+        def __cuda_stream__(self) -> tuple[int, int]:
+            return (0, 0x5678)
+
+    assert runtime._stream_handle(None) == 0 and runtime._stream_handle(7) == 7
+    assert runtime._stream_handle(TorchStream()) == 0x1234
+    assert runtime._stream_handle(ProtocolStream()) == 0x5678
+    with pytest.raises(LaunchError, match="stream must be"):
+        runtime._stream_handle("default")
+
+
+def test_device_array_dtypes_without_gpu() -> None:
+    assert tkcuda.numpy_dtype("bf16") == np.dtype(ml_dtypes.bfloat16)
+    assert tkcuda.numpy_dtype("e5m2").str == "|f1" or tkcuda.numpy_dtype("e5m2").str == "<f1"
+    assert tkcuda.numpy_dtype(np.float32) == np.dtype(np.float32)
+    with pytest.raises(TypeError, match="unknown dtype 'bf17'"):
+        tkcuda.numpy_dtype("bf17")
+    empty = tkcuda.DeviceArray((0, 16), "bf16")  # zero bytes: no allocation, so no GPU needed
+    cai = empty.__cuda_array_interface__
+    assert cai["version"] == 3 and cai["typestr"] == "<V2" and cai["shape"] == (0, 16)
+    assert runtime.describe_array(empty, "x").dtype == "bf16"
+    assert empty.numpy().shape == (0, 16)
