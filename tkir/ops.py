@@ -326,6 +326,20 @@ def _kernel(op: Operation) -> None:
            "'tk.kernel' needs grid = [\"expr\", ...] (1 to 3 size expressions)")
 
 
+CONVERT_VIA = ("none", "shuffle", "smem")  # register relabel, warp shuffles, shared round trip
+
+
+def _convert_layout(op: Operation) -> None:
+    """tk.convert_layout %x {via = "smem", smem_bytes = N, shuffles = S} : <x's type, new layout>"""
+    n_operands(op, 1)
+    n_results(op, 1)
+    a, r = op.operands[0].type, op.result.type
+    expect(is_register(a) and is_register(r) and same_shape(a, r) and a.dtype == r.dtype,
+           f"'tk.convert_layout' changes only the layout: {a} -> {r}")
+    expect(op.attrs.get("via") in CONVERT_VIA,
+           "'tk.convert_layout' needs via = \"none\", \"shuffle\" or \"smem\"")
+
+
 SCALAR_BINARY = ("add", "sub", "mul", "div", "rem", "min", "max", "cdiv")
 TILE_BINARY = ("add", "sub", "mul", "div", "max", "min")
 TILE_UNARY = ("exp", "exp2", "log", "log2", "sqrt", "rsqrt", "abs", "neg")
@@ -350,6 +364,8 @@ register_op("tk.reduce", _reduce, summary="row or column reduction (max, min, su
 register_op("tk.mask_causal", _mask_causal,
             summary="fill elements with col0 + c > row0 + r (causal attention)")
 register_op("tk.transpose", _transpose, summary="register tile transpose")
+register_op("tk.convert_layout", _convert_layout,
+            summary="move a register tile/vector to another layout (via none, shuffle or smem)")
 register_op("scf.for", _for, pure=False, summary="counted loop with loop-carried values")
 register_op("scf.yield", _yield, pure=False, terminator=True, summary="loop body terminator")
 register_op("tk.kernel", _kernel, pure=False, summary="a kernel: parameters, grid, body")

@@ -1,0 +1,489 @@
+"""Layout math, free of IR: swizzles, shared-tile panels, register fragments and the bank model.
+
+Used by the passes infer-layouts, select-swizzle and bank-conflicts (and by tests/report):
+
+* `swizzle(o, span)`: the byte-offset XOR of HOPPER.md §3.1 (128B/64B/32B).
+* `SharedLayout`: where logical byte (row, byte column) of a shared tile lives. A swizzled tile is
+  stored as column panels of `span` bytes (panel-major, rows at `span` pitch inside a panel,
+  swizzled within the panel); an unswizzled one is row-major with `pad` extra bytes per row.
+* `fragment(layout, dtype, shape)`: for a register layout (the dict printed as
+  `layout={kind = ..., ...}`), which logical elements each thread holds, in register order.
+* `Access` + `wavefronts`: the 32-bank x 4-byte model of one warp-wide shared-memory instruction,
+  and the access patterns (ldmatrix/stmatrix, v2/v4 ld/st.shared, wgmma core-matrix fetches, TMA
+  writes) that the passes attribute to each op. `brute_force_wavefronts` is the slow reference.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tkir.types import DTYPE_BYTES, Ident
+
+# --- hardware constants (HOPPER.md §0, §3) -------------------------------------------------------
+SWIZZLE_SPANS = (0, 32, 64, 128)                       # bytes; 0 = none
+SWIZZLE_MASK = {0: 0x00, 32: 0x10, 64: 0x30, 128: 0x70}  # o ^ ((o >> 3) & mask), §3.1
+SWIZZLE_ALIGN = {0: 128, 32: 256, 64: 512, 128: 1024}  # pattern period §3.2; none: TMA's 128 B
+NUM_BANKS = 32            # shared memory banks
+BANK_BYTES = 4            # bytes per bank word
+WAVEFRONT_BYTES = NUM_BANKS * BANK_BYTES  # 128 bytes served per wavefront
+CHUNK_BYTES = 16          # one ldmatrix row / core-matrix row / v4 access
+WARP = 32                 # threads per warp
+WARPGROUP = 128           # threads per warpgroup (§1.1)
+WGMMA_M = 64              # rows per wgmma instruction (§0)
+MMA_M, MMA_N, MMA_K = 16, 8, 16  # mma.sync.m16n8k16 (§6.3)
+QUAD = 4                  # lanes sharing one accumulator row (g = lane / 4)
+
+
+def swizzle(offset: int | np.ndarray, span: int) -> int | np.ndarray:
+    """Physical byte offset of byte `offset` inside a swizzle pattern of `span` bytes (§3.1)."""
+    return offset ^ ((offset >> 3) & SWIZZLE_MASK[span])
+
+
+def dtype_bytes(dtype: str) -> int:
+    return DTYPE_BYTES[dtype]
+
+
+# --- shared tiles -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SharedLayout:
+    """Physical layout of a shared tile (st) or vector (sv, rows = 1)."""
+
+    dtype: str
+    rows: int
+    cols: int
+    swizzle: int = 0
+    pad: int = 0
+
+    @property
+    def row_bytes(self) -> int:
+        return self.cols * dtype_bytes(self.dtype)
+
+    @property
+    def pitch(self) -> int:
+        """Distance between consecutive rows (inside a panel for swizzled tiles)."""
+        return self.swizzle if self.swizzle else self.row_bytes + self.pad
+
+    @property
+    def panels(self) -> int:
+        return self.row_bytes // self.swizzle if self.swizzle else 1
+
+    @property
+    def size_bytes(self) -> int:
+        return self.rows * (self.row_bytes + (0 if self.swizzle else self.pad))
+
+    def problem(self) -> str | None:
+        """Why this layout cannot exist, or None."""
+        if self.swizzle not in SWIZZLE_SPANS:
+            return f"swizzle must be one of {', '.join(map(str, SWIZZLE_SPANS))} bytes"
+        if self.swizzle and self.row_bytes % self.swizzle:
+            return (f"rows of {self.row_bytes} bytes are not a whole number of {self.swizzle}-byte "
+                    f"swizzle panels")
+        if self.swizzle and self.pad:
+            return "row padding applies to unswizzled tiles only"
+        return None
+
+    def offset(self, row: np.ndarray, bytecol: np.ndarray) -> np.ndarray:
+        """Physical byte offset of logical byte `bytecol` of row `row` (arrays broadcast)."""
+        row, bytecol = np.asarray(row), np.asarray(bytecol)
+        if not self.swizzle:
+            return row * self.pitch + bytecol
+        s = self.swizzle
+        panel, within = bytecol // s, bytecol % s
+        return panel * (self.rows * s) + swizzle(row * s + within, s)
+
+
+# --- register layouts ---------------------------------------------------------------------------
+# A layout is the dict printed in the type: {kind = wgmma_acc, wg = 2}. Keys per kind:
+#   wgmma_acc, wgmma_a: wg            mma_a, mma_b, mma_c: warps        row: warps, vec
+#   acc_row_vec: wg | warps           row_vec: warps                    col_vec: of, wg | warps [, vec]
+
+TILE_KINDS = ("wgmma_acc", "wgmma_a", "mma_a", "mma_b", "mma_c", "row")
+VECTOR_KINDS = ("acc_row_vec", "row_vec", "col_vec")
+
+
+def make_layout(kind: str, **params: object) -> dict[str, object]:
+    """A layout dict as it appears in types (kind and `of` printed as identifiers)."""
+    out: dict[str, object] = {"kind": Ident(kind)}
+    for k, v in params.items():
+        out[k] = Ident(v) if isinstance(v, str) else v
+    return out
+
+
+def kind_of(layout: dict) -> str:
+    return str(layout["kind"])
+
+
+def num_threads(layout: dict) -> int:
+    if "wg" in layout:
+        return WARPGROUP * int(layout["wg"])
+    return WARP * int(layout["warps"])
+
+
+def row_layout_warps(rows: int, cols: int, vec: int, max_warps: int) -> int:
+    """Warps for a `row` tile: the most (<= max_warps) that split the rows evenly and keep every
+    lane of every warp busy (at least 32 chunks per warp); 1 when none does."""
+    chunks_per_row = cols // vec
+    for w in range(max_warps, 0, -1):
+        if rows % w == 0 and (rows // w) * chunks_per_row % WARP == 0:
+            return w
+    return 1
+
+
+def fragment(layout: dict, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
+    """(threads, elements per thread) array of the logical elements each thread holds, in
+    register order: flat index row * cols + col for tiles, index for vectors; -1 = unused slot.
+    Raises ValueError when the layout does not fit the shape."""
+    kind = kind_of(layout)
+    if kind in TILE_KINDS:
+        rows, cols = shape
+        coords = _tile_fragment(kind, layout, dtype, rows, cols)
+        flat = np.where(coords[..., 0] >= 0, coords[..., 0] * cols + coords[..., 1], -1)
+        return flat
+    (n,) = shape
+    return _vector_fragment(kind, layout, n)
+
+
+def regs_per_thread(layout: dict, dtype: str, shape: tuple[int, ...]) -> int:
+    """32-bit registers each thread needs (16-bit elements pack two per register)."""
+    frag = fragment(layout, dtype, shape)
+    elems = int((frag >= 0).sum(axis=1).max())
+    return -(-elems * dtype_bytes(dtype) // BANK_BYTES)
+
+
+def _lane_parts(threads: int) -> tuple[np.ndarray, ...]:
+    t = np.arange(threads)
+    lane = t % WARP
+    return t, t // WARP, lane, lane // QUAD, lane % QUAD
+
+
+def _tile_fragment(kind: str, layout: dict, dtype: str, rows: int, cols: int) -> np.ndarray:
+    threads = num_threads(layout)
+    t, warp, lane, g, q = _lane_parts(threads)
+    if kind in ("wgmma_acc", "wgmma_a"):
+        wg = int(layout["wg"])
+        if rows % (WGMMA_M * wg):
+            raise ValueError(f"{rows} rows do not split into {wg} warpgroups of m64 blocks")
+        slab = rows // wg
+        w = warp % 4
+        base = (t // WARPGROUP) * slab + 16 * w + g  # HOPPER §1.5: row = 16w + g + ...
+        eb = dtype_bytes(dtype)
+        if kind == "wgmma_acc" or eb == 2:  # §1.5 / §1.6 16-bit: col = 8(i>>2) + 2q + (i&1)
+            i = np.arange(cols // 2)
+            r_off, c_off, q_mul = 8 * ((i >> 1) & 1), 8 * (i >> 2) + (i & 1), 2
+        elif eb == 4:  # tf32 A, §1.6: row = 16w + g + 8(i&1), k = q + 4(i>>1)
+            i = np.arange(cols // 2)
+            r_off, c_off, q_mul = 8 * (i & 1), 4 * (i >> 1), 1
+        else:  # 8-bit A, §1.6: row = 16w + g + 8((i>>2)&1), k = 4q + (i&3) + 16(i>>3)
+            i = np.arange(cols // 2)
+            r_off, c_off, q_mul = 8 * ((i >> 2) & 1), (i & 3) + 16 * (i >> 3), 4
+        blocks = np.arange(slab // WGMMA_M) * WGMMA_M
+        r = base[:, None, None] + blocks[None, :, None] + r_off[None, None, :]
+        c = (q_mul * q)[:, None, None] + c_off[None, None, :] + 0 * blocks[None, :, None]
+        return np.stack([r.reshape(threads, -1), c.reshape(threads, -1)], axis=-1)
+    if kind in ("mma_a", "mma_c"):
+        warps = int(layout["warps"])
+        if rows % (MMA_M * warps):
+            raise ValueError(f"{rows} rows do not split into {warps} warps of m16 blocks")
+        slab = rows // warps
+        blocks = np.arange(slab // MMA_M) * MMA_M
+        if kind == "mma_c":  # §6.3 C: row = g + 8(i>>1), col = 2q + (i&1), per n8 block
+            i = np.arange(cols // 2)
+        else:  # §6.3 A: row = g + 8((i>>1)&1), col = 2q + (i&1) + 8(i>>2), per k16 block
+            i = np.arange(cols // 2)
+        r_off, c_off = 8 * ((i >> 1) & 1), 8 * (i >> 2) + (i & 1)  # the same formula for A and C
+        base = warp * slab + g
+        r = base[:, None, None] + blocks[None, :, None] + r_off[None, None, :]
+        c = (2 * q)[:, None, None] + c_off[None, None, :] + 0 * blocks[None, :, None]
+        return np.stack([r.reshape(threads, -1), c.reshape(threads, -1)], axis=-1)
+    if kind == "mma_b":  # §6.3 B (K x N): k = 2q + (i&1) + 8(i>>1), n = g; every warp holds all
+        kb = np.arange(rows // MMA_K) * MMA_K
+        nb = np.arange(cols // MMA_N) * MMA_N
+        i = np.arange(4)
+        k_off = (i & 1) + 8 * (i >> 1)
+        full = (threads, len(kb), len(nb), 4)
+        r = np.broadcast_to(kb[None, :, None, None] + (2 * q)[:, None, None, None] + k_off, full)
+        c = np.broadcast_to(nb[None, None, :, None] + g[:, None, None, None], full)
+        return np.stack([r.reshape(threads, -1), c.reshape(threads, -1)], axis=-1)
+    if kind == "row":
+        return _row_fragment(layout, rows, cols, threads)
+    raise ValueError(f"unknown tile layout kind '{kind}'")
+
+
+def _row_fragment(layout: dict, rows: int, cols: int, threads: int) -> np.ndarray:
+    """`row`: warp w owns rows [w*R/W, (w+1)*R/W); its lanes walk the slab's vec-element chunks
+    in row-major order, lane l taking chunk i*32 + l in its i-th step."""
+    warps, vec = int(layout["warps"]), int(layout["vec"])
+    if rows % warps or cols % vec:
+        raise ValueError(f"a {rows}x{cols} tile does not split into {warps} warps of {vec}-wide chunks")
+    slab, cpr = rows // warps, cols // vec
+    steps = -(-slab * cpr // WARP)
+    t, warp, lane, _, _ = _lane_parts(threads)
+    e = np.arange(steps)[None, :] * WARP + lane[:, None]            # (threads, steps)
+    valid = e < slab * cpr
+    r = warp[:, None] * slab + e // cpr
+    c0 = (e % cpr) * vec
+    v = np.arange(vec)
+    r = np.where(valid, r, -1)[:, :, None] + 0 * v
+    c = np.where(valid[:, :, None], c0[:, :, None] + v, -1)
+    return np.stack([r.reshape(threads, -1), c.reshape(threads, -1)], axis=-1)
+
+
+def _vector_fragment(kind: str, layout: dict, n: int) -> np.ndarray:
+    threads = num_threads(layout)
+    t, warp, lane, g, q = _lane_parts(threads)
+    if kind == "acc_row_vec":  # one value per accumulator row the thread holds (rows g, g+8)
+        if "wg" in layout:
+            wg = int(layout["wg"])
+            slab = n // wg
+            blocks = np.arange(slab // WGMMA_M) * WGMMA_M
+            base = (t // WARPGROUP) * slab + 16 * (warp % 4) + g
+        else:
+            warps = int(layout["warps"])
+            slab = n // warps
+            blocks = np.arange(slab // MMA_M) * MMA_M
+            base = warp * slab + g
+        h = np.array([0, 8])
+        return (base[:, None, None] + blocks[None, :, None] + h[None, None, :]).reshape(threads, -1)
+    if kind == "row_vec":  # every lane of warp w holds the values of w's rows
+        warps = int(layout["warps"])
+        slab = n // warps
+        return warp[:, None] * slab + np.arange(slab)[None, :]
+    if kind == "col_vec":
+        of = str(layout["of"])
+        if of in ("wgmma_acc", "mma_c"):  # cols 8j + 2q + {0, 1}: what the thread's fragment covers
+            j = np.arange(n // 8) * 8
+            cols = (2 * q)[:, None, None] + j[None, :, None] + np.arange(2)[None, None, :]
+            return cols.reshape(threads, -1)
+        if of == "row":
+            vec = int(layout["vec"])
+            cpr = n // vec
+            if WARP % cpr == 0:
+                chunks = (lane % cpr)[:, None]
+            elif cpr % WARP == 0:
+                chunks = lane[:, None] + WARP * np.arange(cpr // WARP)[None, :]
+            else:  # lanes meet every chunk: keep the whole vector
+                return np.broadcast_to(np.arange(n), (threads, n)).copy()
+            return (chunks[:, :, None] * vec + np.arange(vec)[None, None, :]).reshape(threads, -1)
+        raise ValueError(f"col_vec of '{of}' is not a layout")
+    raise ValueError(f"unknown vector layout kind '{kind}'")
+
+
+def conversion(src: dict, dst: dict, dtype: str, shape: tuple[int, ...]) -> tuple[str, int]:
+    """How a value moves from layout `src` to `dst`: ("none", 0) when every thread already holds
+    what it needs, ("shuffle", n) when every needed element is in the same warp (n = the most
+    32-bit shuffles one thread needs), else ("smem", 0) (a round trip through shared memory)."""
+    a, b = fragment(src, dtype, shape), fragment(dst, dtype, shape)
+    if a.shape[0] != b.shape[0] or kind_of(dst) == "mma_b":
+        return "smem", 0
+    size = int(np.prod(shape))
+    threads = a.shape[0]
+    held = np.zeros((threads, size + 1), dtype=bool)
+    held[np.arange(threads)[:, None], np.where(a >= 0, a, size)] = True
+    held[:, size] = True  # unused slots are "held"
+    need = np.where(b >= 0, b, size)
+    missing = ~held[np.arange(threads)[:, None], need]
+    if not missing.any():
+        return "none", 0
+    warp_held = np.zeros((threads // WARP, size + 1), dtype=bool)
+    for w in range(threads // WARP):
+        warp_held[w] = held[w * WARP:(w + 1) * WARP].any(axis=0)
+    if not (~warp_held[np.arange(threads)[:, None] // WARP, need]).any():
+        per_thread = int(missing.sum(axis=1).max())
+        return "shuffle", -(-per_thread * dtype_bytes(dtype) // BANK_BYTES)
+    return "smem", 0
+
+
+# --- the bank model ------------------------------------------------------------------------------
+
+
+@dataclass
+class Access:
+    """One kind of warp-wide shared-memory instruction on one tile, all its instances.
+
+    `rows`/`bytecols` are (instructions, 32) arrays of the logical row and byte column each lane
+    addresses (-1: lane idle); each lane moves `width` bytes (4, 8 or 16) starting there."""
+
+    op: str
+    width: int
+    rows: np.ndarray
+    bytecols: np.ndarray
+    hardware: bool = False
+
+
+def lanes_per_phase(width: int) -> int:
+    """A warp's request is served in phases of 128 bytes: 32 lanes of 4 B, 16 of 8 B, 8 of 16 B."""
+    return WAVEFRONT_BYTES // width
+
+
+def addresses(access: Access, layout: SharedLayout) -> np.ndarray:
+    """(instructions, 32) physical byte addresses (-1 for idle lanes)."""
+    phys = layout.offset(np.maximum(access.rows, 0), np.maximum(access.bytecols, 0))
+    return np.where(access.rows >= 0, phys, -1)
+
+
+def wavefronts(addrs: np.ndarray, width: int) -> np.ndarray:
+    """Wavefronts of each (instruction, phase): in each phase of `lanes_per_phase(width)` lanes,
+    the most distinct `width`-byte units that fall in the same bank group (unit index modulo
+    128/width). Lanes asking for the same unit are served together (broadcast). Idle-only phases
+    count 0. Assumes width-aligned addresses. Returns an (instructions, phases) int array."""
+    n_instr = addrs.shape[0]
+    lpp = lanes_per_phase(width)
+    ph = addrs.reshape(n_instr, WARP // lpp, lpp)
+    unit = ph // width
+    slots = WAVEFRONT_BYTES // width
+    out = np.zeros(ph.shape[:2], dtype=np.int64)
+    for i in range(n_instr):
+        for p in range(ph.shape[1]):
+            u = np.unique(unit[i, p][ph[i, p] >= 0])
+            if u.size:
+                out[i, p] = np.bincount(u % slots, minlength=slots).max()
+    return out
+
+
+def conflict_degree(access: Access, layout: SharedLayout) -> int:
+    """Wavefronts per phase of the worst instruction (1 = conflict-free; the hardware minimum)."""
+    w = wavefronts(addresses(access, layout), access.width)
+    return max(int(w.max()), 1) if w.size else 1
+
+
+def brute_force_wavefronts(lane_addrs: list[int], width: int) -> list[int]:
+    """Reference model, one instruction: per phase, enumerate every 4-byte word each active lane
+    touches, group distinct words by bank (word % 32), and take the largest group."""
+    lpp = WAVEFRONT_BYTES // width
+    out = []
+    for p in range(0, WARP, lpp):
+        banks: dict[int, set[int]] = {}
+        for a in lane_addrs[p:p + lpp]:
+            if a < 0:
+                continue
+            for byte in range(a, a + width):
+                word = byte // BANK_BYTES
+                banks.setdefault(word % NUM_BANKS, set()).add(word)
+        out.append(max((len(s) for s in banks.values()), default=0))
+    return out
+
+
+# --- access patterns the passes attribute to ops -------------------------------------------------
+
+
+def _pack(rows: list[np.ndarray], cols: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    if not rows:
+        return np.full((0, WARP), -1), np.full((0, WARP), -1)
+    return np.stack(rows), np.stack(cols)
+
+
+def ldmatrix_pattern(op: str, rows: int, row_bytes: int) -> Access:
+    """ldmatrix/stmatrix .x4 over every 16-row x 32-byte block: lane L addresses row L % 16,
+    bytes 16 * (L / 16) of the block (HOPPER §6.3); each 8-lane phase is one 8x8 matrix."""
+    lane = np.arange(WARP)
+    rs, cs = [], []
+    for r0 in range(0, rows - 15, 16):
+        for c0 in range(0, row_bytes - 31, 32):
+            rs.append(r0 + lane % 16)
+            cs.append(c0 + CHUNK_BYTES * (lane // 16))
+    r, c = _pack(rs, cs)
+    return Access(op, CHUNK_BYTES, r, c)
+
+
+def acc_pair_pattern(op: str, rows: int, row_bytes: int) -> Access:
+    """32-bit accumulator fragments (wgmma_acc / mma_c) moved as v2: lane (g, q) addresses row
+    r0 + g, bytes c0 + 8q, for each 8-row half and each 32-byte (8-column) block (HOPPER §1.5)."""
+    lane = np.arange(WARP)
+    rs, cs = [], []
+    for r0 in range(0, rows - 7, 8):
+        for c0 in range(0, row_bytes - 31, 32):
+            rs.append(r0 + lane // QUAD)
+            cs.append(c0 + 8 * (lane % QUAD))
+    r, c = _pack(rs, cs)
+    return Access(op, 8, r, c)
+
+
+def row_chunk_pattern(op: str, layout: dict, dtype: str, rows: int, cols: int) -> Access:
+    """`row` tiles: every lane moves its vec-element chunk as min(16, chunk bytes)-byte pieces."""
+    frag = _row_fragment(layout, rows, cols, num_threads(layout))  # (threads, steps*vec, 2)
+    vec, eb = int(layout["vec"]), dtype_bytes(dtype)
+    width = min(CHUNK_BYTES, vec * eb)
+    pieces = vec * eb // width
+    threads = frag.shape[0]
+    chunks = frag[:, ::vec, :]  # first element of each chunk: (threads, steps, 2)
+    rs, cs = [], []
+    for w in range(threads // WARP):
+        block = chunks[w * WARP:(w + 1) * WARP]
+        for s in range(block.shape[1]):
+            for p in range(pieces):
+                rr = block[:, s, 0]
+                rs.append(rr)
+                cs.append(np.where(rr >= 0, block[:, s, 1] * eb + p * width, -1))
+    r, c = _pack(rs, cs)
+    return Access(op, width, r, c)
+
+
+def core_matrix_pattern(rows: int, row_bytes: int) -> Access:
+    """wgmma descriptor reads: core matrices of 8 consecutive stored rows x 16 bytes at the same
+    byte column (HOPPER §2.2, §3.3), four per modelled instruction."""
+    lane = np.arange(WARP)
+    rs, cs = [], []
+    for c0 in range(0, row_bytes, CHUNK_BYTES):
+        for r0 in range(0, rows, WARP):
+            rr = r0 + lane
+            rs.append(np.where(rr < rows, rr, -1))
+            cs.append(np.full(WARP, c0))
+    r, c = _pack(rs, cs)
+    return Access("wgmma.desc", CHUNK_BYTES, r, c, hardware=True)
+
+
+def tma_pattern(rows: int, row_bytes: int) -> Access:
+    """TMA (or a cp.async fallback) fills the tile in row-major 16-byte chunks, lane = chunk."""
+    cpr = row_bytes // CHUNK_BYTES
+    total = rows * cpr
+    lane = np.arange(WARP)
+    rs, cs = [], []
+    for e0 in range(0, total, WARP):
+        e = e0 + lane
+        ok = e < total
+        rs.append(np.where(ok, e // cpr, -1))
+        cs.append(np.where(ok, (e % cpr) * CHUNK_BYTES, -1))
+    r, c = _pack(rs, cs)
+    return Access("tma", CHUNK_BYTES, r, c, hardware=True)
+
+
+def fragment_pattern(op: str, layout: dict, dtype: str, shape: tuple[int, ...]) -> Access:
+    """Generic: register slot j of every lane is one 4-byte-word access (vectors, odd kinds)."""
+    frag = fragment(layout, dtype, shape)
+    cols = shape[1] if len(shape) == 2 else shape[0]
+    eb = dtype_bytes(dtype)
+    rs, cs = [], []
+    for w in range(frag.shape[0] // WARP):
+        block = frag[w * WARP:(w + 1) * WARP]
+        for j in range(block.shape[1]):
+            idx = block[:, j]
+            if len(shape) == 2:
+                rr, cc = idx // cols, idx % cols
+            else:
+                rr, cc = np.zeros_like(idx), idx
+            rs.append(np.where(idx >= 0, rr, -1))
+            cs.append(np.where(idx >= 0, (cc * eb) // BANK_BYTES * BANK_BYTES, -1))
+    r, c = _pack(rs, cs)
+    return Access(op, BANK_BYTES, r, c)
+
+
+def register_access(is_load: bool, layout: dict, dtype: str, shape: tuple[int, ...]) -> Access:
+    """The instruction a register tile/vector of `layout` uses to read (load) or write shared."""
+    kind, eb = kind_of(layout), dtype_bytes(dtype)
+    if len(shape) == 2:
+        rows, cols = shape
+        if kind in ("wgmma_acc", "wgmma_a", "mma_a", "mma_c") and eb == 2:
+            return ldmatrix_pattern("ldmatrix.x4" if is_load else "stmatrix.x4", rows, cols * eb)
+        if kind == "mma_b" and eb == 2:
+            return ldmatrix_pattern("ldmatrix.x4.trans" if is_load else "stmatrix.x4.trans", rows, cols * eb)
+        if kind in ("wgmma_acc", "mma_c") and eb == 4:
+            return acc_pair_pattern("ld.shared.v2" if is_load else "st.shared.v2", rows, cols * eb)
+        if kind == "row":
+            width = min(CHUNK_BYTES, int(layout["vec"]) * eb)
+            name = f"{'ld' if is_load else 'st'}.shared.{ {4: 'b32', 8: 'v2', 16: 'v4'}[width] }"
+            return row_chunk_pattern(name.replace(" ", ""), layout, dtype, rows, cols)
+    return fragment_pattern("ld.shared.b32" if is_load else "st.shared.b32", layout, dtype, shape)
