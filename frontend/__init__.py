@@ -1,0 +1,31 @@
+"""The .tk front end: source text -> checked syntax tree -> tk-level tile IR (a verified Module).
+
+    from tkir.frontend import compile_file, compile_source
+    module = compile_file("examples/gemm.tk", consts={"BM": 64})
+
+Every user error is a `tkir.diagnostics.CompileError` located in the source (file:line:col, the
+line, a caret). The language is described in docs/language.md.
+"""
+
+from __future__ import annotations
+
+from tkir.frontend.lower import lower_kernel
+from tkir.frontend.parse import parse_source
+
+from tkir.ir import Module
+
+__all__ = ["compile_file", "compile_source"]
+
+
+def compile_source(text: str, filename: str = "<string>",
+                   consts: dict[str, int | float] | None = None) -> Module:
+    """Compile .tk source text; `consts` override the kernel's compile-time parameters."""
+    kernel = parse_source(text, filename)
+    return lower_kernel(kernel, text, consts)
+
+
+def compile_file(path: str, consts: dict[str, int | float] | None = None) -> Module:
+    """Compile a .tk file (see compile_source)."""
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    return compile_source(text, str(path), consts)

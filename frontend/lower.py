@@ -1,0 +1,963 @@
+"""Check a .tk syntax tree (names, shapes, dtypes, annotations) and lower it to tk-level tile IR.
+
+One pass over the tree does both: every expression is type-checked as it is lowered, so each
+error points at the construct that caused it. What it produces:
+
+* compile-time values (const params, literals, `let`s of them) fold in Python and become
+  `arith.const` only where run-time code reads them; sizes, block ids and constants are emitted
+  once, at the top of the kernel (so they dominate every use);
+* register variables (`reg`) are SSA-renamed (mem2reg style): an assignment makes a new value; a
+  `for` loop carries every register variable that its body assigns and that has a value before
+  the loop (iter_args / scf.yield / results);
+* shared tiles are memory: `a = A[i, j]` is `tk.load %a, %A, ...`, no renaming;
+* compile-time `if` is folded; run-time `if` is rejected.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from dataclasses import dataclass
+
+from tkir.frontend import ast
+
+from tkir.diagnostics import CompileError
+from tkir.ir import Block, Loc, Module, Operation, Region, Value
+from tkir.types import (
+    DTYPE_BYTES,
+    FLOAT_DTYPES,
+    I32,
+    TILE_QUANTUM,
+    GlobalType,
+    Ident,
+    ScalarType,
+    TileType,
+    Type,
+    VectorType,
+    is_register,
+    is_shared,
+)
+from tkir.verifier import verify
+
+SMEM_PER_BLOCK = 232_448  # max shared memory per CTA, 227 KB, H100/H200 (HOPPER.md §7.3)
+MAX_GRID_DIMS = 3  # CUDA grids have x, y, z
+SWIZZLE_CHOICES = {"128": 128, "64": 64, "32": 32, "none": 0}  # bytes; 0 = unswizzled
+SCALAR_DTYPES = ("i32", "u32", "f32")  # dtypes a scalar kernel parameter may have
+TENSOR_DTYPES = tuple(d for d in DTYPE_BYTES if d != "i1")
+TYPE_KINDS = ("gl", "st", "sv", "rt", "rv")
+BLOCK_DIMS = {"x": 0, "y": 1, "z": 2}
+BLOCK_ID_NAMES = ("bx", "by", "bz")
+RESERVED = ("block", "inf")
+
+UNARY_FUNCS = {
+    "exp": math.exp, "exp2": lambda x: 2.0 ** x, "log": math.log, "log2": math.log2,
+    "sqrt": math.sqrt, "rsqrt": lambda x: 1.0 / math.sqrt(x), "abs": abs,
+}
+CAST_FUNCS = ("bf16", "f16", "f32", "i32")
+REDUCTIONS = {
+    "row_max": ("max", "row"), "row_sum": ("sum", "row"), "row_min": ("min", "row"),
+    "col_max": ("max", "col"), "col_sum": ("sum", "col"), "col_min": ("min", "col"),
+}
+OTHER_FUNCS = ("max", "min", "cdiv", "mask_causal", "row", "col")
+ALL_FUNCS = (*UNARY_FUNCS, *CAST_FUNCS, *REDUCTIONS, *OTHER_FUNCS)
+ANNOTATIONS = {"stages": "a for loop", "swizzle": "a shared declaration",
+               "no_tma": "a load statement", "warpgroups": "the kernel"}
+BINARY_NAMES = {"+": "add", "-": "sub", "*": "mul", "/": "div", "%": "rem", "max": "max", "min": "min"}
+
+
+def lower_kernel(kernel: ast.Kernel, source: str, consts: dict[str, int | float] | None = None) -> Module:
+    """Lower one parsed kernel; `consts` override its compile-time parameters (-D NAME=VALUE)."""
+    module = _Lowerer(source).kernel(kernel, dict(consts or {}))
+    verify(module)
+    return module
+
+
+# --- what names and expressions denote ---------------------------------------------------------
+
+
+@dataclass
+class _Sym:
+    """A name in scope: const, size, global, scalar (param, let, loop index), shared or reg."""
+
+    kind: str
+    name: str
+    loc: Loc
+    const: int | float | None = None  # kind == "const"
+    value: Value | None = None  # global / scalar / shared / a `let` of a register value
+    type: Type | None = None  # reg: the declared type
+    current: Value | None = None  # reg: its value now (None: not initialized)
+    axis: str | None = None  # reg vectors: row/col, once known
+
+
+@dataclass
+class _E:
+    """The result of an expression: a compile-time number, an IR value, or a global tile access."""
+
+    loc: Loc
+    const: int | float | None = None
+    value: Value | None = None
+    axis: str | None = None  # vectors: "row" (from row_*) or "col"
+    trans: bool = False  # a pending `.T`
+    gref: tuple[Value, list[Value]] | None = None  # A[i, j]: the gl and its coordinates
+    name: str | None = None  # source name, for naming constants
+
+    @property
+    def is_const(self) -> bool:
+        return self.const is not None
+
+
+def _fold(op: str, a: int | float, b: int | float) -> int | float | None:
+    """Compile-time scalar arithmetic; integer `/` floors. None on division by zero."""
+    if op in ("/", "%", "cdiv") and b == 0:
+        return None
+    both_int = isinstance(a, int) and isinstance(b, int)
+    if op == "+":
+        return a + b
+    if op == "-":
+        return a - b
+    if op == "*":
+        return a * b
+    if op == "/":
+        return a // b if both_int else a / b
+    if op == "%":
+        return a % b
+    if op == "cdiv":
+        return -(-a // b)
+    if op == "max":
+        return max(a, b)
+    if op == "min":
+        return min(a, b)
+    raise AssertionError(op)
+
+
+_COMPARE = {"==": lambda a, b: a == b, "!=": lambda a, b: a != b, "<": lambda a, b: a < b,
+            "<=": lambda a, b: a <= b, ">": lambda a, b: a > b, ">=": lambda a, b: a >= b}
+_PRECEDENCE = {"+": 1, "-": 1, "*": 2, "/": 2, "%": 2}
+
+
+class _Lowerer:
+    def __init__(self, source: str):
+        self.source = source
+        self.scopes: list[dict[str, _Sym]] = [{}]
+        self.kblock = Block()
+        self.block = self.kblock
+        self.n_prologue = 0
+        self.cache: dict[tuple, Value] = {}
+        self.smem_bytes = 0
+        self.loop_depth = 0
+        self.axis_of: dict[int, str] = {}
+
+    # --- helpers -------------------------------------------------------------------------------
+
+    def error(self, loc: Loc, msg: str, hint: str | None = None) -> CompileError:
+        return CompileError(loc, msg, self.source, hint=hint)
+
+    def lookup(self, name: str) -> _Sym | None:
+        for scope in reversed(self.scopes):
+            if name in scope:
+                return scope[name]
+        return None
+
+    def declare(self, sym: _Sym) -> _Sym:
+        if sym.name in RESERVED:
+            raise self.error(sym.loc, f"'{sym.name}' is a reserved name")
+        prev = self.lookup(sym.name)
+        if prev is not None:
+            raise self.error(sym.loc, f"duplicate name '{sym.name}': already defined as a {prev.kind} "
+                             f"at line {prev.loc.line}")
+        self.scopes[-1][sym.name] = sym
+        return sym
+
+    def emit(self, name: str, operands: list[Value], result_types: list[Type], loc: Loc,
+             attrs: dict[str, object] | None = None, result_name: str | None = None) -> Operation:
+        op = Operation(name, operands, result_types, attrs, result_names=[result_name] * len(result_types),
+                       loc=loc)
+        self.block.append(op)
+        return op
+
+    def emit_prologue(self, key: tuple, name: str, rtype: Type, loc: Loc, attrs: dict[str, object],
+                      result_name: str) -> Value:
+        """An op at the top of the kernel, emitted once (sizes, block ids, constants)."""
+        if key not in self.cache:
+            op = Operation(name, [], [rtype], attrs, result_names=[result_name], loc=loc)
+            op.parent = self.kblock
+            self.kblock.ops.insert(self.n_prologue, op)
+            self.n_prologue += 1
+            self.cache[key] = op.result
+        return self.cache[key]
+
+    def const_value(self, c: int | float, dtype: str, loc: Loc, name: str | None = None) -> Value:
+        if dtype in ("i32", "u32"):
+            if isinstance(c, float) and not c.is_integer():
+                raise self.error(loc, f"{c} is not an integer", hint="use an integer here")
+            value: int | float = int(c)
+            default = f"c{value}" if value >= 0 else f"cm{-value}"
+        else:
+            value = float(c)
+            default = "cst"
+        rname = name or default
+        return self.emit_prologue(("const", dtype, value, rname), "arith.const", ScalarType(dtype), loc,
+                                  {"value": value}, rname)
+
+    def size_value(self, name: str, loc: Loc) -> Value:
+        return self.emit_prologue(("size", name), "tk.size", I32, loc, {"name": name}, name)
+
+    def type_text(self, e: _E) -> str:
+        if e.is_const:
+            return f"the number {e.const}"
+        if e.gref is not None:
+            return f"a tile of {e.gref[0].type}"
+        return str(e.value.type)
+
+    # --- the kernel ----------------------------------------------------------------------------
+
+    def kernel(self, k: ast.Kernel, overrides: dict[str, int | float]) -> Module:
+        names = [c.name for c in k.consts]
+        for name in overrides:
+            if name not in names:
+                raise self.error(k.loc, f"unknown const '{name}' in -D {name}=...",
+                                 hint=f"kernel '{k.name}' has consts: {', '.join(names) or 'none'}")
+        consts: dict[str, int | float] = {}
+        for c in k.consts:
+            value = overrides.get(c.name, c.value)
+            self.declare(_Sym("const", c.name, c.loc, const=value))
+            consts[c.name] = value
+        params = self.params(k.params)
+        grid = self.grid(k)
+        attrs: dict[str, object] = {}
+        if consts:
+            attrs["consts"] = consts
+        attrs["grid"] = grid
+        for ann in self.annotations(k.annotations, "kernel").values():
+            attrs.update(ann)
+        for p in params:
+            self.kblock.add_arg(p)
+        op = Operation("tk.kernel", [], [], attrs, [Region(self.kblock)], symbol=k.name, loc=k.loc)
+        self.stmts(k.body)
+        return Module(ops=[op], source=k.loc.file)
+
+    def params(self, params: list[ast.Param]) -> list[Value]:
+        values = []
+        sizes: dict[str, Loc] = {}
+        for p in params:
+            t = self.resolve_type(p.type, sizes)
+            if not isinstance(t, (GlobalType, ScalarType)):
+                raise self.error(p.type.loc, f"kernel parameter '{p.name}' has type {t}",
+                                 hint="parameters are global tensors (gl<...>[...]) or scalars (f32, i32)")
+            v = Value(t, p.name)
+            kind = "global" if isinstance(t, GlobalType) else "scalar"
+            self.declare(_Sym(kind, p.name, p.loc, value=v))
+            values.append(v)
+        for name, loc in sizes.items():
+            self.declare(_Sym("size", name, loc))
+        return values
+
+    def grid(self, k: ast.Kernel) -> list[str]:
+        if not k.grid:
+            raise self.error(k.loc, "the grid needs at least one dimension")
+        if len(k.grid) > MAX_GRID_DIMS:
+            raise self.error(k.grid[MAX_GRID_DIMS].loc,
+                             f"the grid has {len(k.grid)} dimensions; at most {MAX_GRID_DIMS} (x, y, z)")
+        return [self.size_expr(e) for e in k.grid]
+
+    def size_expr(self, e: ast.Expr) -> str:
+        """A grid expression in tkir.symexpr syntax, consts substituted and folded."""
+        c = self.const_eval(e)
+        if c is not None:
+            if not isinstance(c, int):
+                raise self.error(e.loc, f"grid sizes are integers, got {c}")
+            return str(c)
+        if isinstance(e, ast.Name):
+            sym = self.lookup(e.id)
+            if sym is None or sym.kind != "size":
+                raise self.error(e.loc, f"the grid uses sizes and consts; '{e.id}' is "
+                                 + ("unknown" if sym is None else f"a {sym.kind}"))
+            return e.id
+        if isinstance(e, ast.BinOp) and e.op in _PRECEDENCE:
+            return f"{self.size_operand(e.lhs, e.op, False)} {e.op} {self.size_operand(e.rhs, e.op, True)}"
+        if isinstance(e, ast.Call) and e.func in ("cdiv", "min", "max") and len(e.args) == 2:
+            return f"{e.func}({self.size_expr(e.args[0])}, {self.size_expr(e.args[1])})"
+        raise self.error(e.loc, "unsupported grid expression",
+                         hint="use sizes, consts, + - * / % and cdiv/min/max")
+
+    def size_operand(self, e: ast.Expr, parent: str, right: bool) -> str:
+        text = self.size_expr(e)
+        if isinstance(e, ast.BinOp) and self.const_eval(e) is None:
+            p, q = _PRECEDENCE[parent], _PRECEDENCE.get(e.op, 3)
+            if q < p or (right and q == p):
+                return f"({text})"
+        return text
+
+    # --- types ---------------------------------------------------------------------------------
+
+    def dtype(self, e: ast.Expr, allowed: tuple[str, ...]) -> str:
+        if not isinstance(e, ast.Name):
+            raise self.error(e.loc, "expected a dtype", hint=f"one of {', '.join(allowed)}")
+        if e.id not in allowed:
+            raise self.error(e.loc, f"unknown dtype '{e.id}'", hint=f"one of {', '.join(allowed)}")
+        return e.id
+
+    def const_dim(self, e: ast.Expr, what: str) -> int:
+        c = self.const_eval(e)
+        if not isinstance(c, int) or c <= 0:
+            raise self.error(e.loc, f"{what} must be a positive compile-time integer",
+                             hint="use integers and const parameters")
+        return c
+
+    def resolve_type(self, te: ast.TypeExpr, sizes: dict[str, Loc] | None = None) -> Type:
+        kind = te.kind
+        if kind in SCALAR_DTYPES and not te.args and te.dims is None:
+            return ScalarType(kind)
+        if kind not in TYPE_KINDS:
+            hint = f"types are {', '.join(TYPE_KINDS)} or a scalar dtype ({', '.join(SCALAR_DTYPES)})"
+            raise self.error(te.loc, f"unknown type '{kind}'", hint=hint)
+        nargs = {"gl": 1, "st": 3, "rt": 3, "sv": 2, "rv": 2}[kind]
+        if len(te.args) != nargs or (kind == "gl") != (te.dims is not None):
+            form = {"gl": "gl<dtype>[d0, d1, ...]", "st": "st<dtype, rows, cols>",
+                    "rt": "rt<dtype, rows, cols>", "sv": "sv<dtype, n>", "rv": "rv<dtype, n>"}[kind]
+            raise self.error(te.loc, f"malformed {kind} type", hint=f"write {form}")
+        if kind == "gl":
+            dtype = self.dtype(te.args[0], TENSOR_DTYPES)
+            return GlobalType(dtype, tuple(self.global_dim(d, sizes) for d in te.dims or []))
+        dtype = self.dtype(te.args[0], tuple(sorted(FLOAT_DTYPES)))
+        if kind in ("sv", "rv"):
+            return VectorType(kind, dtype, self.const_dim(te.args[1], "a vector length"))
+        rows = self.const_dim(te.args[1], "tile rows")
+        cols = self.const_dim(te.args[2], "tile cols")
+        if rows % TILE_QUANTUM or cols % TILE_QUANTUM:
+            raise self.error(te.loc, f"tile dims must be multiples of {TILE_QUANTUM}, got {kind}<{dtype}, "
+                             f"{rows}, {cols}>", hint="tiles are made of 16x16 base tiles")
+        return TileType(kind, dtype, rows, cols)
+
+    def global_dim(self, e: ast.Expr, sizes: dict[str, Loc] | None) -> int | str:
+        if isinstance(e, ast.Name) and sizes is not None and self.lookup(e.id) is None:
+            sizes.setdefault(e.id, e.loc)
+            return e.id
+        return self.const_dim(e, "a global dim (a size name or compile-time expression)")
+
+    # --- annotations ---------------------------------------------------------------------------
+
+    def annotations(self, anns: list[ast.Annotation], where: str) -> dict[str, dict[str, object]]:
+        """Check annotations against the construct they precede; name -> the attrs they add."""
+        out: dict[str, dict[str, object]] = {}
+        allowed = {"kernel": ("warpgroups",), "for": ("stages",), "shared": ("swizzle",),
+                   "load": ("no_tma",), "none": ()}[where]
+        for a in anns:
+            if a.name not in ANNOTATIONS:
+                raise self.error(a.loc, f"unknown annotation '@{a.name}'",
+                                 hint="known: " + ", ".join("@" + n for n in ANNOTATIONS))
+            if a.name not in allowed:
+                raise self.error(a.loc, f"'@{a.name}' applies to {ANNOTATIONS[a.name]}, not here")
+            if a.name in out:
+                raise self.error(a.loc, f"duplicate annotation '@{a.name}'")
+            out[a.name] = getattr(self, f"ann_{a.name}")(a)
+        return out
+
+    def ann_positive(self, a: ast.Annotation, e: ast.Expr, form: str) -> int:
+        c = self.const_eval(e)
+        if not isinstance(c, int) or c < 1:
+            raise self.error(e.loc, f"bad argument to '@{a.name}': expected a positive integer",
+                             hint=f"write {form}")
+        return c
+
+    def ann_stages(self, a: ast.Annotation) -> dict[str, object]:
+        if len(a.args) != 1 or a.kwargs:
+            raise self.error(a.loc, "'@stages' takes one argument", hint="write @stages(4)")
+        return {"stages": self.ann_positive(a, a.args[0], "@stages(4)")}
+
+    def ann_swizzle(self, a: ast.Annotation) -> dict[str, object]:
+        if len(a.args) != 1 or a.kwargs:
+            raise self.error(a.loc, "'@swizzle' takes one argument", hint="write @swizzle(128)")
+        e = a.args[0]
+        key = str(e.value) if isinstance(e, ast.Num) else e.id if isinstance(e, ast.Name) else None
+        if key not in SWIZZLE_CHOICES:
+            raise self.error(e.loc, "bad argument to '@swizzle': expected 128, 64, 32 or none",
+                             hint="the swizzle is the span in bytes that 16-byte chunks are permuted over")
+        return {"swizzle": SWIZZLE_CHOICES[key]}
+
+    def ann_no_tma(self, a: ast.Annotation) -> dict[str, object]:
+        if a.args or a.kwargs:
+            raise self.error(a.loc, "'@no_tma' takes no arguments")
+        return {"no_tma": True}
+
+    def ann_warpgroups(self, a: ast.Annotation) -> dict[str, object]:
+        if a.args or not a.kwargs:
+            raise self.error(a.loc, "'@warpgroups' takes named arguments",
+                             hint="write @warpgroups(consumers=2) or @warpgroups(consumers=2, producers=1)")
+        roles: dict[str, object] = {}
+        for key, e in a.kwargs:
+            if key not in ("consumers", "producers"):
+                raise self.error(e.loc, f"bad argument to '@warpgroups': unknown role '{key}'",
+                                 hint="roles are consumers and producers")
+            roles[key] = self.ann_positive(a, e, "@warpgroups(consumers=2)")
+        return {"warpgroups": roles}
+
+    # --- statements ----------------------------------------------------------------------------
+
+    def stmts(self, stmts: list[ast.Stmt]) -> None:
+        for s in stmts:
+            getattr(self, f"stmt_{type(s).__name__.lower()}")(s)
+
+    def stmt_shareddecl(self, s: ast.SharedDecl) -> None:
+        attrs = self.annotations(s.annotations, "shared").get("swizzle", {})
+        if self.loop_depth:
+            raise self.error(s.loc, f"shared tile '{s.name}' is declared inside a loop",
+                             hint="declare shared tiles at the kernel's top level")
+        t = self.resolve_type(s.type)
+        if not is_shared(t):
+            raise self.error(s.type.loc, f"'shared' declares st or sv, not {t}",
+                             hint="register tiles are declared with 'reg'")
+        self.smem_bytes += t.nbytes
+        if self.smem_bytes > SMEM_PER_BLOCK:
+            raise self.error(s.loc, f"shared memory overflow: '{s.name}' ({t}, {t.nbytes} bytes) brings the "
+                             f"block's total to {self.smem_bytes} bytes, above the limit of {SMEM_PER_BLOCK} "
+                             "bytes (227 KB)", hint="use smaller tiles")
+        sym = self.declare(_Sym("shared", s.name, s.loc))
+        sym.value = self.emit("tk.alloc", [], [t], s.loc, attrs, s.name).result
+
+    def stmt_regdecl(self, s: ast.RegDecl) -> None:
+        self.annotations(s.annotations, "none")
+        t = self.resolve_type(s.type)
+        if not is_register(t):
+            raise self.error(s.type.loc, f"'reg' declares rt or rv, not {t}",
+                             hint="shared tiles are declared with 'shared'; scalars with 'let'")
+        sym = self.declare(_Sym("reg", s.name, s.loc, type=t))
+        if s.init is not None:
+            self.assign_reg(sym, "=", s.init, s.init.loc, {})
+
+    def stmt_let(self, s: ast.Let) -> None:
+        self.annotations(s.annotations, "none")
+        e = self.use(self.expr(s.value))
+        if e.is_const:
+            self.declare(_Sym("const", s.name, s.loc, const=e.const))
+            return
+        if is_shared(e.value.type) or isinstance(e.value.type, GlobalType):
+            raise self.error(s.value.loc, f"'let' binds scalars and register values, not {e.value.type}")
+        if e.value.name is None:
+            e.value.name = s.name
+        if e.axis:
+            self.axis_of[id(e.value)] = e.axis
+        self.declare(_Sym("scalar", s.name, s.loc, value=e.value))
+
+    def stmt_assign(self, s: ast.Assign) -> None:
+        anns = self.annotations(s.annotations, "load")
+        attrs = anns.get("no_tma", {})
+        if attrs and not isinstance(s.value, ast.Index):
+            raise self.error(s.annotations[0].loc, "'@no_tma' applies to a load statement (x = A[...])")
+        target = s.target
+        if isinstance(target, ast.Index):
+            self.store_global(s, attrs)
+            return
+        if not isinstance(target, ast.Name):
+            raise self.error(target.loc, "cannot assign to this expression",
+                             hint="assign to a variable or to a global tile A[i, j]")
+        sym = self.lookup(target.id)
+        if sym is None:
+            what = "assignment to" if s.op == "=" else f"'{s.op}' on"
+            raise self.error(target.loc, f"{what} undeclared variable '{target.id}'",
+                             hint=f"declare it first, e.g. `reg {target.id}: rt<f32, 64, 64> = 0`")
+        if sym.kind == "reg":
+            self.assign_reg(sym, s.op, s.value, s.loc, attrs)
+        elif sym.kind == "shared":
+            self.assign_shared(sym, s, attrs)
+        elif sym.kind in ("const", "size"):
+            raise self.error(target.loc, f"cannot assign to {sym.kind} '{sym.name}'",
+                             hint="consts are set with -D NAME=VALUE; sizes come from the arguments")
+        elif sym.kind == "global":
+            raise self.error(target.loc, f"cannot assign to global '{sym.name}' as a whole",
+                             hint=f"store a tile: {sym.name}[i, j] = ...")
+        else:
+            raise self.error(target.loc, f"cannot assign to '{sym.name}': let bindings, parameters and "
+                             "loop indices are immutable", hint="declare a `reg` variable to update it")
+
+    def stmt_for(self, s: ast.For) -> None:
+        attrs = self.annotations(s.annotations, "for").get("stages", {})
+        lo = self.index_value(self.expr(s.lo), "a loop bound")
+        hi = self.index_value(self.expr(s.hi), "a loop bound")
+        step = self.const_value(1, "i32", s.loc)
+        assigned = _assigned_names(s.body)
+        regs = [sym for n in assigned if (sym := self.lookup(n)) is not None and sym.kind == "reg"]
+        carried = [sym for sym in regs if sym.current is not None]
+        local = [sym for sym in regs if sym.current is None]
+        blk = Block()
+        index = blk.add_arg(Value(I32, s.var))
+        inits = [sym.current for sym in carried]
+        for sym in carried:
+            sym.current = blk.add_arg(Value(sym.type, sym.name))
+            if sym.axis:
+                self.axis_of[id(sym.current)] = sym.axis
+        op = self.emit("scf.for", [lo, hi, step, *inits], [sym.type for sym in carried], s.loc, attrs)
+        for res, sym in zip(op.results, carried, strict=True):
+            res.name = sym.name
+        op.regions.append(Region(blk))
+        op.regions[-1].parent = op
+        outer = self.block
+        self.block = blk
+        self.scopes.append({})
+        self.loop_depth += 1
+        self.declare(_Sym("scalar", s.var, s.loc, value=index))
+        self.stmts(s.body)
+        self.emit("scf.yield", [sym.current for sym in carried], [], s.loc)
+        self.loop_depth -= 1
+        self.scopes.pop()
+        self.block = outer
+        for res, sym in zip(op.results, carried, strict=True):
+            sym.current = res
+            if sym.axis:
+                self.axis_of[id(res)] = sym.axis
+        for sym in local:  # assigned only inside the loop: no value after it
+            sym.current = None
+
+    def stmt_if(self, s: ast.If) -> None:
+        self.annotations(s.annotations, "none")
+        cond = self.const_eval(s.cond)
+        if cond is None:
+            raise self.error(s.cond.loc, "run-time 'if' is not supported yet",
+                             hint="conditions may only use consts and literals (they are folded)")
+        # Like `#if`: only the taken branch exists, and what it declares stays visible after it.
+        self.stmts(s.then if cond else s.orelse or [])
+
+    # --- assignments ---------------------------------------------------------------------------
+
+    def assign_reg(self, sym: _Sym, op: str, value: ast.Expr, loc: Loc, attrs: dict[str, object]) -> None:
+        t = sym.type
+        if op == "+=" and isinstance(value, ast.BinOp) and value.op == "@":
+            acc = self.read_reg(sym, loc)
+            e = self.mma(self.expr(value.lhs), self.expr(value.rhs), value.loc, acc)
+        elif op != "=":
+            cur = _E(loc, value=self.read_reg(sym, loc), axis=sym.axis)
+            e = self.arith(op[0], cur, self.expr(value), loc)
+        else:
+            e = self.expr(value)
+        if e.gref is not None:
+            gl, coords = e.gref
+            self.check_global_access(gl.type, t, e.loc, f"loading into '{sym.name}'")
+            new = self.emit("tk.load", [gl, *coords], [t], e.loc, attrs, sym.name).result
+        elif e.is_const:
+            new = self.emit("tk.fill", [], [t], e.loc, {"value": float(e.const)}, sym.name).result
+        else:
+            e = self.use(e)
+            vt = e.value.type
+            if isinstance(vt, ScalarType):
+                raise self.error(e.loc, f"cannot assign run-time scalar ({vt}) to '{sym.name}' ({t})",
+                                 hint="fill values must be compile-time constants")
+            if isinstance(vt, GlobalType):
+                raise self.error(e.loc, f"cannot assign the whole global '{e.value.name}' to '{sym.name}'",
+                                 hint=f"index one tile: {e.value.name}[i, j]")
+            self.check_same(vt, t, e.loc, f"assigning {vt} to '{sym.name}' ({t})")
+            if is_shared(vt):
+                new = self.emit("tk.load", [e.value], [t], e.loc, {}, sym.name).result
+            else:
+                new = e.value
+        if new.name is None:
+            new.name = sym.name
+        sym.current = new
+        if e.axis:
+            sym.axis = e.axis
+        if sym.axis:
+            self.axis_of[id(new)] = sym.axis
+
+    def read_reg(self, sym: _Sym, loc: Loc) -> Value:
+        if sym.current is None:
+            raise self.error(loc, f"register variable '{sym.name}' is used before it is initialized",
+                             hint=f"give it a value first, e.g. `reg {sym.name}: {sym.type} = 0`")
+        return sym.current
+
+    def assign_shared(self, sym: _Sym, s: ast.Assign, attrs: dict[str, object]) -> None:
+        t = sym.value.type
+        if s.op != "=":
+            raise self.error(s.loc, f"'{s.op}' on shared tile '{sym.name}'",
+                             hint="compute in registers (`reg`), then store with `=`")
+        e = self.expr(s.value)
+        if e.gref is not None:
+            gl, coords = e.gref
+            self.check_global_access(gl.type, t, e.loc, f"loading into '{sym.name}'")
+            self.emit("tk.load", [sym.value, gl, *coords], [], e.loc, attrs)
+            return
+        if e.is_const or isinstance(e.value.type, (ScalarType, GlobalType)) or is_shared(e.value.type):
+            raise self.error(e.loc, f"cannot assign {self.type_text(e)} to shared '{sym.name}' ({t})",
+                             hint=f"assign a global tile ({sym.name} = A[i, j]) or a register value")
+        e = self.use(e)
+        self.check_same(e.value.type, t, e.loc, f"storing {e.value.type} into '{sym.name}' ({t})")
+        self.emit("tk.store", [sym.value, e.value], [], e.loc)
+
+    def store_global(self, s: ast.Assign, attrs: dict[str, object]) -> None:
+        target = s.target
+        dst = self.expr(target)
+        if dst.gref is None:
+            raise self.error(target.loc, "cannot assign to this expression")
+        if s.op != "=":
+            raise self.error(s.loc, f"'{s.op}' on a global tile",
+                             hint="load it, update it in registers, and store it with `=`")
+        gl, coords = dst.gref
+        e = self.expr(s.value)
+        if e.is_const or e.gref is not None or isinstance(e.value.type, (ScalarType, GlobalType)):
+            raise self.error(e.loc, f"cannot store {self.type_text(e)} into a tile of '{gl.name}'",
+                             hint="store a register or shared tile")
+        e = self.use(e)
+        self.check_global_access(gl.type, e.value.type, s.loc, f"storing {e.value.type} into '{gl.name}'")
+        self.emit("tk.store", [gl, e.value, *coords], [], s.loc, attrs)
+
+    def check_global_access(self, g: GlobalType, t: Type, loc: Loc, what: str) -> None:
+        rank = 2 if isinstance(t, TileType) else 1
+        if g.rank < rank:
+            raise self.error(loc, f"{what}: a {t} needs a global of rank >= {rank}, got {g}")
+        if g.dtype != t.dtype:
+            raise self.error(loc, f"{what}: dtype mismatch, {t} and {g}",
+                             hint=f"cast it first, e.g. {g.dtype}(x)")
+        extents = (t.rows, t.cols) if isinstance(t, TileType) else (t.n,)
+        for dim, n in zip(g.dims[-rank:], extents, strict=True):
+            if isinstance(dim, int) and dim % n:
+                raise self.error(loc, f"{what}: global dim {dim} is not a multiple of the tile's {n}")
+
+    def check_same(self, got: Type, want: Type, loc: Loc, what: str) -> None:
+        if isinstance(got, TileType) != isinstance(want, TileType) or _shape(got) != _shape(want):
+            raise self.error(loc, f"shape mismatch: {what}")
+        if got.dtype != want.dtype:
+            raise self.error(loc, f"dtype mismatch: {what}", hint=f"cast it: {want.dtype}(...)")
+
+    # --- expressions ---------------------------------------------------------------------------
+
+    def const_eval(self, e: ast.Expr) -> int | float | None:
+        """The value of a compile-time expression, or None if any part is known only at run time."""
+        if isinstance(e, ast.Num):
+            return e.value
+        if isinstance(e, ast.Name):
+            if e.id == "inf" and self.lookup("inf") is None:
+                return math.inf
+            sym = self.lookup(e.id)
+            return sym.const if sym is not None and sym.kind == "const" else None
+        if isinstance(e, ast.Neg):
+            c = self.const_eval(e.operand)
+            return None if c is None else -c
+        if isinstance(e, (ast.BinOp, ast.Compare)):
+            a, b = self.const_eval(e.lhs), self.const_eval(e.rhs)
+            if a is None or b is None or getattr(e, "op", "") == "@":
+                return None
+            if isinstance(e, ast.Compare):
+                return int(_COMPARE[e.op](a, b))
+            r = _fold(e.op, a, b)
+            if r is None:
+                raise self.error(e.loc, "division by zero in a compile-time expression")
+            return r
+        if isinstance(e, ast.Call) and e.func in ("max", "min", "cdiv") and len(e.args) == 2:
+            a, b = self.const_eval(e.args[0]), self.const_eval(e.args[1])
+            if a is None or b is None:
+                return None
+            r = _fold(e.func, a, b)
+            if r is None:
+                raise self.error(e.loc, "division by zero in a compile-time expression")
+            return r
+        return None
+
+    def expr(self, e: ast.Expr) -> _E:
+        c = self.const_eval(e)
+        if c is not None:
+            return _E(e.loc, const=c, name=e.id if isinstance(e, ast.Name) else None)
+        return getattr(self, f"expr_{type(e).__name__.lower()}")(e)
+
+    def expr_num(self, e: ast.Num) -> _E:  # pragma: no cover - Num is always folded by const_eval
+        return _E(e.loc, const=e.value)
+
+    def expr_name(self, e: ast.Name) -> _E:
+        sym = self.lookup(e.id)
+        if sym is None:
+            if e.id == "block":
+                raise self.error(e.loc, "'block' needs .x, .y or .z")
+            close = difflib.get_close_matches(e.id, [n for s in self.scopes for n in s], n=1)
+            raise self.error(e.loc, f"unknown name '{e.id}'",
+                             hint=f"did you mean '{close[0]}'?" if close else None)
+        if sym.kind == "size":
+            return _E(e.loc, value=self.size_value(sym.name, e.loc))
+        if sym.kind == "reg":
+            v = self.read_reg(sym, e.loc)
+            return _E(e.loc, value=v, axis=sym.axis or self.axis_of.get(id(v)))
+        return _E(e.loc, value=sym.value, axis=self.axis_of.get(id(sym.value)))
+
+    def expr_attr(self, e: ast.Attr) -> _E:
+        if isinstance(e.base, ast.Name) and e.base.id == "block" and self.lookup("block") is None:
+            if e.name not in BLOCK_DIMS:
+                raise self.error(e.loc, f"unknown block index 'block.{e.name}'", hint="use block.x, .y or .z")
+            dim = BLOCK_DIMS[e.name]
+            v = self.emit_prologue(("block", dim), "tk.block_id", I32, e.loc, {"dim": dim},
+                                   BLOCK_ID_NAMES[dim])
+            return _E(e.loc, value=v)
+        base = self.expr(e.base)
+        if e.name != "T":
+            raise self.error(e.loc, f"unknown attribute '.{e.name}'", hint="tiles have .T (transpose)")
+        if base.is_const or base.gref is not None or not isinstance(base.value.type, TileType):
+            raise self.error(e.loc, f"'.T' transposes tiles, not {self.type_text(base)}")
+        return _E(e.loc, value=base.value, trans=not base.trans)
+
+    def expr_index(self, e: ast.Index) -> _E:
+        base = self.expr(e.base)
+        if base.is_const or not isinstance(base.value.type, GlobalType):
+            raise self.error(e.loc, f"only global tensors can be indexed, not {self.type_text(base)}")
+        g = base.value.type
+        if len(e.indices) != g.rank:
+            raise self.error(e.loc, f"wrong number of coordinates: '{base.value.name}' is {g} "
+                             f"({g.rank} dims), got {len(e.indices)}",
+                             hint="give one coordinate per dim; the last two (a tile) or last one (a "
+                                  "vector) count in tiles")
+        coords = [self.index_value(self.expr(i), "a coordinate") for i in e.indices]
+        return _E(e.loc, gref=(base.value, coords))
+
+    def index_value(self, e: _E, what: str) -> Value:
+        if e.is_const:
+            if not isinstance(e.const, int):
+                raise self.error(e.loc, f"{what} must be an integer, got {e.const}")
+            return self.const_value(e.const, "i32", e.loc, e.name)
+        e = self.use(e)
+        if not (isinstance(e.value.type, ScalarType) and e.value.type.dtype in ("i32", "u32")):
+            raise self.error(e.loc, f"{what} must be an integer scalar, got {e.value.type}")
+        return e.value
+
+    def expr_compare(self, e: ast.Compare) -> _E:
+        raise self.error(e.loc, "run-time comparisons are not supported yet",
+                         hint="compare compile-time constants only (in `if` conditions)")
+
+    def expr_neg(self, e: ast.Neg) -> _E:
+        x = self.use(self.expr(e.operand))
+        t = x.value.type
+        if isinstance(t, GlobalType) or is_shared(t):
+            raise self.error(e.loc, f"cannot negate {t}", hint="load it into a `reg` first")
+        if isinstance(t, ScalarType) and t.dtype in ("i32", "u32"):
+            zero = self.const_value(0, t.dtype, e.loc)
+            return _E(e.loc, value=self.emit("arith.sub", [zero, x.value], [t], e.loc).result)
+        return _E(e.loc, value=self.emit("tk.neg", [x.value], [t], e.loc).result, axis=x.axis)
+
+    def expr_binop(self, e: ast.BinOp) -> _E:
+        if e.op == "@":
+            return self.mma(self.expr(e.lhs), self.expr(e.rhs), e.loc, None)
+        return self.arith(e.op, self.expr(e.lhs), self.expr(e.rhs), e.loc)
+
+    def use(self, e: _E) -> _E:
+        """Materialize a pending `.T` (outside an `@`) and reject unloaded global tiles."""
+        if e.gref is not None:
+            raise self.error(e.loc, f"a tile of '{e.gref[0].name}' must be loaded before it is used",
+                             hint="assign it to a `shared` or `reg` variable first")
+        if e.trans:
+            t = e.value.type
+            if is_shared(t):
+                raise self.error(e.loc, "'.T' of a shared tile is only supported as an operand of '@'",
+                                 hint="load it into a `reg` and transpose that")
+            rt = TileType("rt", t.dtype, t.cols, t.rows)
+            return _E(e.loc, value=self.emit("tk.transpose", [e.value], [rt], e.loc).result)
+        return e
+
+    def shaped_kind(self, e: _E, op: str) -> str:
+        """'scalar', 'tile' or 'vector' for an elementwise operand; errors for memory operands."""
+        if e.is_const or isinstance(e.value.type, ScalarType):
+            return "scalar"
+        t = e.value.type
+        if isinstance(t, GlobalType):
+            raise self.error(e.loc, f"'{op}' on global '{e.value.name}'", hint="load a tile of it first")
+        if is_shared(t):
+            raise self.error(e.loc, f"'{op}' computes on registers, but '{e.value.name}' is shared ({t})",
+                             hint="load it into a `reg` first")
+        return "tile" if isinstance(t, TileType) else "vector"
+
+    def scalar_operand(self, e: _E, dtype: str) -> Value:
+        """A scalar operand of a tile op or a run-time scalar op, in `dtype`."""
+        if e.is_const:
+            return self.const_value(e.const, dtype, e.loc, e.name)
+        if e.value.type.dtype == dtype:
+            return e.value
+        if dtype in FLOAT_DTYPES and e.value.type.dtype in ("i32", "u32"):
+            return self.emit("arith.cast", [e.value], [ScalarType(dtype)], e.loc).result
+        raise self.error(e.loc, f"scalar type mismatch: {e.value.type} where {dtype} is needed",
+                         hint=f"cast it: {dtype}(...)")
+
+    def arith(self, op: str, a: _E, b: _E, loc: Loc) -> _E:
+        """`a op b` for + - * / % max min: folded, scalar (arith.*), or elementwise (tk.*)."""
+        if a.is_const and b.is_const:
+            r = _fold(op, a.const, b.const)
+            if r is None:
+                raise self.error(loc, "division by zero in a compile-time expression")
+            return _E(loc, const=r)
+        a, b = self.use(a), self.use(b)
+        ka, kb = self.shaped_kind(a, op), self.shaped_kind(b, op)
+        name = BINARY_NAMES[op]
+        if ka == kb == "scalar":
+            return self.scalar_arith(name, a, b, loc)
+        if op == "%":
+            raise self.error(loc, "'%' is defined on integer scalars only")
+        if "scalar" in (ka, kb):
+            shaped, other = (a, b) if kb == "scalar" else (b, a)
+            sv = self.scalar_operand(other, "f32")
+            operands = [shaped.value, sv] if kb == "scalar" else [sv, shaped.value]
+            t = shaped.value.type
+            return _E(loc, value=self.emit(f"tk.{name}", operands, [t.bare()], loc).result, axis=shaped.axis)
+        ta, tb = a.value.type, b.value.type
+        if ta.dtype != tb.dtype:
+            raise self.error(loc, f"dtype mismatch in '{op}': {ta} and {tb}",
+                             hint="cast one side, e.g. f32(x)")
+        attrs: dict[str, object] = {}
+        axis = a.axis or b.axis
+        if ka == kb:
+            if ta.bare() != tb.bare():
+                raise self.error(loc, f"shape mismatch in '{op}': {ta} and {tb}")
+            rtype = ta.bare()
+        else:
+            tile, vec = (a, b) if ka == "tile" else (b, a)
+            tt, vt = tile.value.type, vec.value.type
+            attrs["bcast"] = Ident(self.bcast_axis(tt, vt, vec.axis, op, loc))
+            rtype = tt.bare()
+            axis = None
+        v = self.emit(f"tk.{name}", [a.value, b.value], [rtype], loc, attrs).result
+        return _E(loc, value=v, axis=axis)
+
+    def bcast_axis(self, t: TileType, v: VectorType, axis: str | None, op: str, loc: Loc) -> str:
+        if axis is not None:
+            want = t.rows if axis == "row" else t.cols
+            if v.n != want:
+                raise self.error(loc, f"shape mismatch in '{op}': a {axis} vector of {t} has {want} "
+                                 f"elements, got {v}")
+            return axis
+        if v.n == t.rows and v.n != t.cols:
+            return "row"
+        if v.n == t.cols and v.n != t.rows:
+            return "col"
+        if v.n == t.rows:
+            raise self.error(loc, f"ambiguous broadcast in '{op}': {v} fits both the rows and cols of {t}",
+                             hint="say which with row(v) (one value per row) or col(v) (one per column)")
+        raise self.error(loc, f"shape mismatch in '{op}': {v} fits neither the rows ({t.rows}) nor the "
+                         f"cols ({t.cols}) of {t}")
+
+    def scalar_arith(self, name: str, a: _E, b: _E, loc: Loc) -> _E:
+        dtypes = {x.value.type.dtype for x in (a, b) if not x.is_const}
+        if len(dtypes) > 1:
+            raise self.error(loc, f"scalar type mismatch: {a.value.type} and {b.value.type}",
+                             hint="cast one side, e.g. f32(x) or i32(x)")
+        dtype = dtypes.pop()
+        va, vb = self.scalar_operand(a, dtype), self.scalar_operand(b, dtype)
+        return _E(loc, value=self.emit(f"arith.{name}", [va, vb], [ScalarType(dtype)], loc).result)
+
+    def mma(self, a: _E, b: _E, loc: Loc, acc: Value | None) -> _E:
+        """`a @ b` (zero accumulator) or `acc += a @ b` -> tk.mma, transposes as attributes."""
+        for x in (a, b):
+            if x.gref is not None:
+                raise self.error(x.loc, f"'@' needs a loaded tile; '{x.gref[0].name}[...]' is not loaded",
+                                 hint="assign it to a `shared` variable first")
+            if x.is_const or not isinstance(x.value.type, TileType):
+                raise self.error(loc, f"'@' multiplies tiles, got {self.type_text(x)}",
+                                 hint="use '*' for elementwise or scalar products")
+        ta, tb = a.value.type, b.value.type
+        if ta.dtype != tb.dtype:
+            raise self.error(loc, f"dtype mismatch in '@': {ta} @ {tb}",
+                             hint="cast both operands to one dtype")
+        m, ka = (ta.cols, ta.rows) if a.trans else (ta.rows, ta.cols)
+        kb, n = (tb.cols, tb.rows) if b.trans else (tb.rows, tb.cols)
+        if ka != kb:
+            raise self.error(loc, f"shape mismatch in '@': {m}x{ka} @ {kb}x{n} "
+                             f"(inner dims {ka} and {kb} differ)")
+        ctype = TileType("rt", "f32", m, n)
+        if acc is None:
+            acc = self.emit("tk.fill", [], [ctype], loc, {"value": 0.0}).result
+        elif acc.type.bare() != ctype:
+            raise self.error(loc, f"accumulator mismatch: {acc.type} += {m}x{n} product",
+                             hint=f"the accumulator of this '@' must be {ctype}")
+        attrs: dict[str, object] = {}
+        if a.trans:
+            attrs["trans_a"] = True
+        if b.trans:
+            attrs["trans_b"] = True
+        return _E(loc, value=self.emit("tk.mma", [a.value, b.value, acc], [acc.type], loc, attrs).result)
+
+    # --- calls ---------------------------------------------------------------------------------
+
+    def expr_call(self, e: ast.Call) -> _E:
+        f = e.func
+        if f not in ALL_FUNCS:
+            close = difflib.get_close_matches(f, ALL_FUNCS, n=1)
+            raise self.error(e.loc, f"unknown function '{f}'",
+                             hint=f"did you mean '{close[0]}'?" if close else None)
+        nargs = 3 if f == "mask_causal" else 2 if f in ("max", "min", "cdiv") else 1
+        if len(e.args) != nargs:
+            raise self.error(e.loc, f"'{f}' takes {nargs} argument{'s' * (nargs > 1)}, got {len(e.args)}")
+        args = [self.expr(x) for x in e.args]
+        if f in ("max", "min"):
+            return self.arith(f, args[0], args[1], e.loc)
+        if f == "cdiv":
+            x, y = (self.index_value(a, "an argument of 'cdiv'") for a in args)
+            return _E(e.loc, value=self.emit("arith.cdiv", [x, y], [I32], e.loc).result)
+        x = self.use(args[0])
+        if f in UNARY_FUNCS:
+            return self.unary(f, x, e.loc)
+        if f in CAST_FUNCS:
+            return self.cast(f, x, e.loc)
+        if f in REDUCTIONS:
+            return self.reduce(f, x, e.loc)
+        if f in ("row", "col"):
+            if x.is_const or not (isinstance(x.value.type, VectorType) and is_register(x.value.type)):
+                raise self.error(e.loc, f"'{f}' marks a register vector, not {self.type_text(x)}")
+            return _E(e.loc, value=x.value, axis=f)
+        return self.mask_causal(x, args[1], args[2], e.loc)
+
+    def unary(self, f: str, x: _E, loc: Loc) -> _E:
+        if x.is_const:
+            try:
+                return _E(loc, const=float(UNARY_FUNCS[f](x.const)))
+            except (ValueError, OverflowError, ZeroDivisionError):
+                raise self.error(loc, f"'{f}({x.const})' is undefined") from None
+        t = x.value.type
+        self.shaped_kind(x, f)
+        if t.dtype not in FLOAT_DTYPES:
+            raise self.error(loc, f"'{f}' needs a float operand, got {t}", hint="cast it: f32(...)")
+        return _E(loc, value=self.emit(f"tk.{f}", [x.value], [t.bare()], loc).result, axis=x.axis)
+
+    def cast(self, f: str, x: _E, loc: Loc) -> _E:
+        if x.is_const:
+            return _E(loc, const=int(x.const) if f == "i32" else float(x.const))
+        t = x.value.type
+        if isinstance(t, ScalarType):
+            if t.dtype == f:
+                return x
+            return _E(loc, value=self.emit("arith.cast", [x.value], [ScalarType(f)], loc).result)
+        self.shaped_kind(x, f)
+        if f not in FLOAT_DTYPES:
+            raise self.error(loc, f"tiles and vectors cast to float dtypes, not '{f}'")
+        v = self.emit("tk.cast", [x.value], [t.bare().with_dtype(f)], loc).result
+        return _E(loc, value=v, axis=x.axis)
+
+    def reduce(self, f: str, x: _E, loc: Loc) -> _E:
+        kind, axis = REDUCTIONS[f]
+        t = None if x.is_const else x.value.type
+        if isinstance(t, TileType) and is_shared(t):
+            raise self.error(loc, f"reduction of shared tile '{x.value.name}' ({t})",
+                             hint="load it into a `reg` tile first")
+        if not (isinstance(t, TileType) and is_register(t)):
+            raise self.error(loc, f"'{f}' reduces a register tile, not {self.type_text(x)}")
+        n = t.rows if axis == "row" else t.cols
+        attrs = {"kind": Ident(kind), "axis": Ident(axis)}
+        v = self.emit("tk.reduce", [x.value], [VectorType("rv", t.dtype, n)], loc, attrs).result
+        self.axis_of[id(v)] = axis
+        return _E(loc, value=v, axis=axis)
+
+    def mask_causal(self, s: _E, row0: _E, col0: _E, loc: Loc) -> _E:
+        t = None if s.is_const else s.value.type
+        if not (isinstance(t, TileType) and is_register(t)):
+            raise self.error(loc, f"'mask_causal' masks a register tile, not {self.type_text(s)}")
+        offsets = [self.index_value(x, "a mask offset") for x in (row0, col0)]
+        v = self.emit("tk.mask_causal", [s.value, *offsets], [t.bare()], loc, {"fill": -math.inf}).result
+        return _E(loc, value=v)
+
+
+def _assigned_names(stmts: list[ast.Stmt]) -> list[str]:
+    """Names assigned (`x = ...`, `x op= ...`) anywhere in `stmts`, in first-assignment order."""
+    out: list[str] = []
+    for s in stmts:
+        if isinstance(s, ast.Assign) and isinstance(s.target, ast.Name) and s.target.id not in out:
+            out.append(s.target.id)
+        nested: list[list[ast.Stmt]] = []
+        if isinstance(s, ast.For):
+            nested = [s.body]
+        elif isinstance(s, ast.If):
+            nested = [s.then, s.orelse or []]
+        for body in nested:
+            out.extend(n for n in _assigned_names(body) if n not in out)
+    return out
+
+
+def _shape(t: Type) -> tuple[int, ...]:
+    return t.shape if isinstance(t, TileType) else (t.n,)
