@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import ctypes
+import json
 from typing import Any
 
 import ml_dtypes
@@ -294,8 +295,6 @@ def test_bad_launch_descriptions(edit: Any, message: str) -> None:
 
 
 def test_launch_json_text_accepted() -> None:
-    import json
-
     k = Kernel("", json.dumps(GEMM_LAUNCH))
     assert k.name == "gemm" and k.validate(*gemm_args()).grid == (2, 2, 1)
 
@@ -334,3 +333,116 @@ def test_device_array_dtypes_without_gpu() -> None:
     assert cai["version"] == 3 and cai["typestr"] == "<V2" and cai["shape"] == (0, 16)
     assert runtime.describe_array(empty, "x").dtype == "bf16"
     assert empty.numpy().shape == (0, 16)
+
+
+# --- backend/cache.py -----------------------------------------------------------------------------
+
+VERSIONS = {"tkir": "0.1.0", "llvmlite": "0.50.0", "ptxas": "release 13.0"}
+
+
+@pytest.fixture
+def cache_env(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    monkeypatch.setenv("TKIR_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("TKIR_CACHE", raising=False)
+    return tmp_path / "cache"
+
+
+def _key(**over: Any) -> str:
+    from tkir.backend import cache
+
+    from tkir.passmanager import Options
+
+    args: dict[str, Any] = {"source": "kernel k() grid(1) {}", "consts": {"BM": 128, "BN": 256},
+                            "options": Options(), "target": "sm_90a", "versions": VERSIONS}
+    args.update(over)
+    return cache.make_key(**args)
+
+
+def test_cache_key_depends_on_every_input() -> None:
+    from tkir.passmanager import Options
+
+    base = _key()
+    assert len(base) == 64 and base == _key(consts={"BN": 256, "BM": 128})  # order of consts is irrelevant
+    variants = [_key(source="kernel k() grid(2) {}"), _key(consts={"BM": 64, "BN": 256}),
+                _key(options=Options(no_tma=True)), _key(target="sm_80"),
+                _key(versions={**VERSIONS, "ptxas": "release 13.5"}),
+                _key(versions={**VERSIONS, "llvmlite": "0.51.0"}),
+                _key(versions={**VERSIONS, "tkir": "0.2.0"})]
+    assert len({base, *variants}) == len(variants) + 1
+
+
+def test_cache_key_includes_real_tool_versions() -> None:
+    from tkir.backend import cache
+
+    versions = cache.tool_versions()
+    assert set(versions) == {"tkir", "llvmlite", "ptxas"} and "release" in versions["ptxas"]
+
+
+def test_cache_round_trip_with_bytes(cache_env: Any) -> None:
+    from tkir.backend import cache
+
+    key = _key()
+    assert cache.get(key) is None
+    art = {"ptx": ".version 8.0\n", "launch": {"kernel": "k", "grid": [1]}, "sass": "EXIT ;",
+           "cubin": b"\x7fELF\x00\x01\xff"}
+    cache.put(key, art)
+    assert cache.get(key) == art
+    assert [p.name for p in cache_env.iterdir()] == [f"{key}.json"]  # no temporary files left behind
+
+
+def test_cache_corrupt_entry_is_ignored_and_rewritten(cache_env: Any) -> None:
+    from tkir.backend import cache
+
+    key = _key()
+    cache.put(key, {"ptx": "good"})
+    path = cache_env / f"{key}.json"
+    bad_base64 = json.dumps({"format": 1, "key": key, "artifacts": {"cubin": {"__base64__": "!!"}}})
+    wrong_key = '{"format": 1, "key": "other", "artifacts": {}}'
+    for junk in ['{"format": 1, "key": "', "[]", wrong_key, bad_base64, ""]:
+        path.write_text(junk)
+        assert cache.get(key) is None
+    path.write_bytes(b"\xff\xfe binary garbage")
+    assert cache.get(key) is None
+    cache.put(key, {"ptx": "rewritten"})
+    assert cache.get(key) == {"ptx": "rewritten"}
+
+
+def test_cache_disabled(cache_env: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tkir.backend import cache
+
+    monkeypatch.setenv("TKIR_CACHE", "0")
+    cache.put(_key(), {"ptx": "x"})
+    assert not cache_env.exists() and cache.get(_key()) is None
+
+
+def test_cache_write_is_atomic(cache_env: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A write that fails midway leaves the previous entry intact and no temporary file behind."""
+    from tkir.backend import cache
+
+    key = _key()
+    cache.put(key, {"ptx": "old"})
+
+    def failing_replace(src: str, dst: str) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(cache.os, "replace", failing_replace)
+    with pytest.warns(UserWarning, match="disk full"):
+        cache.put(key, {"ptx": "new"})
+    assert cache.get(key) == {"ptx": "old"}
+    assert [p.name for p in cache_env.iterdir()] == [f"{key}.json"]
+
+
+def test_cache_default_location(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pathlib import Path
+
+    from tkir.backend import cache
+
+    monkeypatch.delenv("TKIR_CACHE_DIR", raising=False)
+    assert cache.cache_dir() == Path.home() / ".cache" / "tkir"
+
+
+def test_cache_rejects_non_hex_keys(cache_env: Any) -> None:
+    from tkir.backend import cache
+
+    with pytest.raises(ValueError, match="hex digest"):
+        cache.get("../../etc/passwd")
