@@ -161,6 +161,14 @@ def test_unary_and_transpose(op: str) -> None:
     np.testing.assert_array_equal(T, X.T)
 
 
+def test_layout_attributes_and_conversions_do_not_change_values() -> None:
+    text = UNARY.replace("%y = tk.$OP %x : rt<f32, 16, 16>",
+                         '%y = tk.convert_layout %x {via = "smem"} : rt<f32, 16, 16, layout=wgmma_acc>')
+    X, Y, T = rand((16, 16)), np.zeros((16, 16), np.float32), np.zeros((16, 16), np.float32)
+    run(text, X, Y, T, verified=False)  # verified=False: the op is newer than this test's IR core
+    np.testing.assert_array_equal(Y, X)
+
+
 # ---------------------------------------------------------------------------------------------
 # Global memory: tile coordinates, out-of-bounds edges.
 

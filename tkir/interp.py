@@ -21,6 +21,7 @@ Type attributes the passes add (swizzle, layout, stages, ...) do not change mean
 from __future__ import annotations
 
 import itertools
+import sys
 from collections.abc import Callable, Sequence
 
 import ml_dtypes
@@ -380,6 +381,7 @@ for _name, _ufn in _TILE_UNARY.items():
     register_handler(f"tk.{_name}", lambda op, args, frame, _f=_ufn: _f(np.asarray(args[0], np.float32)))
 
 register_handler("tk.cast", lambda op, args, frame: args[0])  # round_to_type converts
+register_handler("tk.convert_layout", lambda op, args, frame: args[0])  # layouts do not change values
 register_handler("tk.transpose", lambda op, args, frame: args[0].T.copy())
 register_handler("tk.convert_layout", lambda op, args, frame: args[0])  # layouts do not change values
 
@@ -414,3 +416,18 @@ def _for(op: Operation, args: list, frame: Frame) -> object:
 
 
 register_handler("scf.for", _for)
+
+
+def _register_late_handlers() -> None:
+    """Op modules imported while this one was loading (tkir.ops imports them) register their handlers now.
+
+    Each defines `register_interp_handlers()`, which does nothing useful before `HANDLERS` exists.
+    """
+    for name in LATE_HANDLER_MODULES:
+        hook = getattr(sys.modules.get(name), "register_interp_handlers", None)
+        if hook is not None:
+            hook()
+
+
+LATE_HANDLER_MODULES = ("tkir.ops_tma", "tkir.ops_pipeline")
+_register_late_handlers()
