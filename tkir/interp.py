@@ -383,7 +383,6 @@ for _name, _ufn in _TILE_UNARY.items():
 register_handler("tk.cast", lambda op, args, frame: args[0])  # round_to_type converts
 register_handler("tk.convert_layout", lambda op, args, frame: args[0])  # layouts do not change values
 register_handler("tk.transpose", lambda op, args, frame: args[0].T.copy())
-register_handler("tk.convert_layout", lambda op, args, frame: args[0])  # layouts do not change values
 
 _REDUCE = {"max": np.max, "min": np.min, "sum": np.sum}
 
