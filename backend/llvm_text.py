@@ -1,0 +1,87 @@
+"""A small writer of LLVM IR text: fresh names, basic blocks, phis patched after the fact, inline asm.
+
+llvmlite parses the text (`llvm.parse_assembly`) and its NVPTX target emits PTX. Inline asm spanning
+several PTX lines joins them with `\\0A` inside the LLVM string literal (HOPPER.md, verified).
+"""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+
+
+def f32_literal(x: float) -> str:
+    """An LLVM `float` constant: LLVM wants the double-precision hex of a float-representable value."""
+    v = float(np.float32(x))
+    return "0x%016X" % struct.unpack(">Q", struct.pack(">d", v))[0]
+
+
+def asm_string(lines: list[str]) -> str:
+    text = "\\0A".join(lines)
+    return text.replace('"', '\\22')
+
+
+class LLVMWriter:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.counter = 0
+        self.block = "entry"
+        self.declares: set[str] = set()
+        self.labels: set[str] = set()
+
+    def fresh(self, hint: str = "t") -> str:
+        self.counter += 1
+        clean = "".join(c if c.isalnum() or c == "_" else "_" for c in hint) or "t"
+        return f"%{clean}.{self.counter}"
+
+    def label(self, hint: str) -> str:
+        self.counter += 1
+        name = f"{hint}.{self.counter}"
+        self.labels.add(name)
+        return name
+
+    def emit(self, line: str) -> int:
+        self.lines.append("  " + line)
+        return len(self.lines) - 1
+
+    def op(self, text: str, hint: str = "t") -> str:
+        name = self.fresh(hint)
+        self.emit(f"{name} = {text}")
+        return name
+
+    def start_block(self, name: str) -> None:
+        self.lines.append(f"{name}:")
+        self.block = name
+
+    def br(self, target: str) -> None:
+        self.emit(f"br label %{target}")
+
+    def cond_br(self, cond: str, then: str, other: str) -> None:
+        self.emit(f"br i1 {cond}, label %{then}, label %{other}")
+
+    def declare(self, decl: str) -> None:
+        self.declares.add(decl)
+
+    def call(self, ret: str, fn: str, args: list[tuple[str, str]], decl_args: list[str] | None = None,
+             hint: str = "c") -> str | None:
+        arg_types = decl_args if decl_args is not None else [t for t, _ in args]
+        self.declare(f"declare {ret} @{fn}({', '.join(arg_types)})")
+        call = f"call {ret} @{fn}({', '.join(f'{t} {v}' for t, v in args)})"
+        if ret == "void":
+            self.emit(call)
+            return None
+        return self.op(call, hint)
+
+    def asm(self, ret: str, lines: list[str], constraints: list[str], args: list[tuple[str, str]],
+            hint: str = "asm") -> str | None:
+        cons = ",".join(constraints + ["~{memory}"])
+        a = ", ".join(f"{t} {v}" for t, v in args)
+        text = f'call {ret} asm sideeffect "{asm_string(lines)}", "{cons}"({a})'
+        if ret == "void":
+            self.emit(text)
+            return None
+        return self.op(text, hint)
+
+    def sreg(self, name: str) -> str:
+        return self.call("i32", f"llvm.nvvm.read.ptx.sreg.{name}", [], hint=name.replace(".", "_"))

@@ -1,0 +1,627 @@
+"""lower-to-llvm: pipelined tile IR -> LLVM IR text for the NVPTX back end (target sm_90a).
+
+Each tile-IR op has one lowering rule (the `_op_<dialect>_<name>` methods); an op or layout without a
+rule is a located error naming it, never silently dropped. What the rules emit:
+
+* scalars (`arith.*`, `tk.size`, `tk.block_id`) -> i32/float LLVM instructions and kernel params;
+* shared tiles (`tk.alloc`, `pipe.stage`) -> 32-bit shared-window addresses inside one dynamic
+  shared-memory block laid out at compile time (`SharedPlan`), base rounded up to 1024 B;
+* `pipe.barriers/wait/expect/arrive` -> mbarrier inline PTX (HOPPER.md §5), the try_wait loop in IR;
+* `pipe.copy` -> one `cp.async.bulk.tensor` per TMA box (HOPPER.md §4.4), one thread issuing;
+* `tk.role` -> a branch on the warpgroup index with `setmaxnreg` (HOPPER.md §7.1);
+* register tiles in the `wgmma_acc` layout -> per-thread lists of LLVM values (HOPPER.md §1.5);
+  `tk.mma` on shared operands -> `wgmma.mma_async` with descriptors (§2), accumulators tied through
+  `wgmma.wait_group` so that no read is scheduled before the wait;
+* `tk.cast`, `tk.store` of an accumulator tile -> cvt to bf16 and predicated 32-bit global stores.
+
+The PTX parameter order is tkir.launch's convention: tensor maps, pointers, sizes, scalars.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from backend.llvm_text import LLVMWriter, f32_literal
+from tkir.diagnostics import CompileError
+from tkir.ir import Module, Operation, Value
+from tkir.types import GlobalType, ScalarType, TileType, VectorType, dtype_bytes
+
+SMEM_ALIGN = 1024           # 128B-swizzle atoms need 1024-B aligned bases (HOPPER.md §3.2)
+THREADS_PER_WARPGROUP = 128  # HOPPER.md §1.1
+REGS_PER_SM = 65_536        # HOPPER.md §7.3
+WGMMA_M = 64                # every wgmma has M = 64 (HOPPER.md §1.2)
+WGMMA_K_BYTES = 32          # one wgmma k-step reads 32 bytes of K per row (HOPPER.md §0)
+WGMMA_MAX_N = 256
+SWIZZLE_CODE = {128: 1, 64: 2, 32: 3}  # descriptor bits 63-62 (HOPPER.md §2.1)
+
+LLVM_TYPE = {"f32": "float", "bf16": "bfloat", "f16": "half", "i32": "i32", "u32": "i32", "i64": "i64"}
+HEADER = """target triple = "nvptx64-nvidia-cuda"
+target datalayout = "e-p3:32:32-i64:64-i128:128-v16:16-v32:32-n16:32:64"
+@smem = external addrspace(3) global [0 x i8], align 1024
+"""
+
+
+class LoweringError(CompileError):
+    pass
+
+
+# ---------------------------------------------------------------------------------------------
+# Lowered values
+
+
+@dataclass
+class Smem:
+    """A shared tile, stage view or barrier array: its shared-window address (i32 LLVM value)."""
+
+    addr: str
+    type: TileType | VectorType
+
+
+@dataclass
+class Frag:
+    """A register tile or vector distributed over a role's threads: this thread's values."""
+
+    type: TileType | VectorType
+    values: list[str]
+    layout: str
+
+
+@dataclass
+class SharedPlan:
+    offsets: dict[int, int] = field(default_factory=dict)  # id(Value) -> byte offset
+    total: int = 0
+
+
+def tile_stage_bytes(t: TileType | VectorType) -> int:
+    size = t.nbytes
+    align = int(t.get("align") or 16)
+    return -(-size // align) * align
+
+
+def plan_shared(kernel: Operation) -> SharedPlan:
+    plan = SharedPlan()
+    off = 0
+    for op in kernel.walk():
+        if op.name in ("tk.alloc", "pipe.barriers"):
+            t = op.result.type
+            align = int(t.get("align") or (8 if op.name == "pipe.barriers" else 16))
+            off = -(-off // align) * align
+            plan.offsets[id(op.result)] = off
+            off += tile_stage_bytes(t) * int(t.get("stages") or 1) if op.name == "tk.alloc" else t.nbytes
+    plan.total = off
+    return plan
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class RoleCtx:
+    kind: str
+    first_wg: int
+    warpgroups: int
+    single_thread: bool
+    tid: str = ""      # thread index within the role
+    wg: str = ""       # warpgroup index within the role
+    lane: str = ""
+    warp: str = ""     # warp index within its warpgroup
+
+
+class KernelLowering:
+    def __init__(self, module: Module, kernel: Operation, launch: dict, target: str):
+        self.module = module
+        self.kernel = kernel
+        self.launch = launch
+        self.target = target
+        self.w = LLVMWriter()
+        self.vals: dict[int, object] = {}
+        self.plan = plan_shared(kernel)
+        self.role: RoleCtx | None = None
+        self.params: dict[str, str] = {}
+        self.sizes: dict[str, str] = {}
+        self.tmaps: dict[str, str] = {}
+        self.pending_sync = False
+        occ = kernel.attrs.get("occupancy") or {}
+        self.threads = int(launch["block"][0])
+        self.init_cap = min(255, (REGS_PER_SM // self.threads) // 8 * 8)
+        self.occupancy = occ
+
+    # --- entry -------------------------------------------------------------------------------
+
+    def run(self) -> str:
+        w = self.w
+        sig = []
+        for p in self.launch["params"]:
+            name = "%" + p["name"]
+            if p["kind"] == "tensor_map":
+                sig.append(f'ptr byval([128 x i8]) align 64 "nvvm.grid_constant" {name}')
+                self.tmaps[p["name"]] = name
+            elif p["kind"] == "pointer":
+                sig.append(f"ptr addrspace(1) {name}")
+                self.params[p["tensor"]] = name
+            else:
+                sig.append(f"{LLVM_TYPE[p['dtype']]} {name}")
+                if "size" in p:
+                    self.sizes[p["size"]] = name
+                else:
+                    self.params[p.get("scalar", p["name"])] = name
+        for a in self.kernel.body.args:
+            if isinstance(a.type, GlobalType):
+                self.vals[id(a)] = ("gl", self.params[a.name], a.type)
+            else:
+                self.vals[id(a)] = self.params[a.name]
+        w.start_block("entry")
+        self.tid = w.sreg("tid.x")
+        raw = w.op("ptrtoint ptr addrspace(3) @smem to i32", "smem_raw")
+        bumped = w.op(f"add i32 {raw}, {SMEM_ALIGN - 1}", "smem_b")
+        self.smem = w.op(f"and i32 {bumped}, {-SMEM_ALIGN}", "smem")
+        for op in self.kernel.body.ops:
+            self.lower_op(op)
+        w.emit("ret void")
+        name = self.launch["kernel"]
+        body = "\n".join(w.lines)
+        decls = "\n".join(sorted(w.declares))
+        attrs = f'attributes #0 = {{ "nvvm.maxntid"="{self.threads}" "nvvm.minctasm"="1" }}'
+        return (f"{HEADER}{decls}\n\ndefine ptx_kernel void @{name}({', '.join(sig)}) #0 {{\n{body}\n}}\n\n"
+                f"{attrs}\n")
+
+    def lower_op(self, op: Operation) -> None:
+        handler = getattr(self, "_op_" + op.name.replace(".", "_"), None)
+        if handler is None:
+            raise LoweringError(op.loc, f"backend ({self.target}): no lowering rule for '{op.name}' yet")
+        handler(op)
+
+    def get(self, v: Value) -> object:
+        if id(v) not in self.vals:
+            raise LoweringError(None, f"backend: value %{v.name} has no lowering")
+        return self.vals[id(v)]
+
+    def scalar(self, v: Value) -> str:
+        x = self.get(v)
+        assert isinstance(x, str), f"%{v.name} is not a scalar"
+        return x
+
+    def set(self, v: Value, x: object) -> None:
+        self.vals[id(v)] = x
+
+    # --- scalars -----------------------------------------------------------------------------
+
+    def _op_arith_const(self, op: Operation) -> None:
+        val = op.attrs["value"]
+        self.set(op.result, f32_literal(val) if op.result.type.dtype == "f32" else str(int(val)))
+
+    def _arith(self, op: Operation) -> None:
+        a, b = (self.scalar(v) for v in op.operands)
+        w = self.w
+        if op.result.type.dtype == "f32":
+            fop = {"arith.add": "fadd", "arith.sub": "fsub", "arith.mul": "fmul", "arith.div": "fdiv"}.get(op.name)
+            if fop is None:
+                raise LoweringError(op.loc, f"backend: '{op.name}' on f32 not supported")
+            self.set(op.result, w.op(f"{fop} float {a}, {b}", op.result.name or "f"))
+            return
+        n = op.result.name or "i"
+        if op.name == "arith.cdiv":
+            t = w.op(f"add i32 {a}, {b}", n)
+            t = w.op(f"sub i32 {t}, 1", n)
+            self.set(op.result, w.op(f"sdiv i32 {t}, {b}", n))
+            return
+        if op.name in ("arith.min", "arith.max"):
+            c = w.op(f"icmp {'slt' if op.name == 'arith.min' else 'sgt'} i32 {a}, {b}", n)
+            self.set(op.result, w.op(f"select i1 {c}, i32 {a}, i32 {b}", n))
+            return
+        iop = {"arith.add": "add", "arith.sub": "sub", "arith.mul": "mul", "arith.div": "sdiv",
+               "arith.rem": "srem"}[op.name]
+        self.set(op.result, w.op(f"{iop} i32 {a}, {b}", n))
+
+    _op_arith_add = _op_arith_sub = _op_arith_mul = _op_arith_div = _arith
+    _op_arith_rem = _op_arith_cdiv = _op_arith_min = _op_arith_max = _arith
+
+    def _op_tk_size(self, op: Operation) -> None:
+        self.set(op.result, self.sizes[op.attrs["name"]])
+
+    def _op_tk_block_id(self, op: Operation) -> None:
+        self.set(op.result, self.w.sreg("ctaid." + "xyz"[op.attrs["dim"]]))
+
+    # --- shared memory and barriers ----------------------------------------------------------
+
+    def _op_tk_alloc(self, op: Operation) -> None:
+        addr = self.w.op(f"add i32 {self.smem}, {self.plan.offsets[id(op.result)]}", op.result.name or "s")
+        self.set(op.result, Smem(addr, op.result.type))
+
+    def _op_pipe_barriers(self, op: Operation) -> None:
+        w = self.w
+        addr = w.op(f"add i32 {self.smem}, {self.plan.offsets[id(op.result)]}", op.result.name or "bar")
+        self.set(op.result, Smem(addr, op.result.type))
+        lead = w.op(f"icmp eq i32 {self.tid}, 0", "lead")
+        init, done = w.label("bar_init"), w.label("bar_done")
+        w.cond_br(lead, init, done)
+        w.start_block(init)
+        for s in range(op.result.type.n):
+            a = w.op(f"add i32 {addr}, {8 * s}", "b")
+            w.asm("void", ["mbarrier.init.shared::cta.b64 [$0], $1;"], ["r", "r"],
+                  [("i32", a), ("i32", str(op.attrs["count"]))])
+        w.asm("void", ["fence.mbarrier_init.release.cluster;"], [], [])
+        w.asm("void", ["fence.proxy.async.shared::cta;"], [], [])
+        w.br(done)
+        w.start_block(done)
+        self.pending_sync = True
+
+    def _bar_addr(self, bars: Value, s: Value) -> str:
+        base = self.get(bars)
+        assert isinstance(base, Smem)
+        off = self.w.op(f"shl i32 {self.scalar(s)}, 3", "boff")
+        return self.w.op(f"add i32 {base.addr}, {off}", "bar")
+
+    def _op_pipe_stage(self, op: Operation) -> None:
+        buf = self.get(op.operands[0])
+        assert isinstance(buf, Smem)
+        stride = tile_stage_bytes(buf.type)
+        off = self.w.op(f"mul i32 {self.scalar(op.operands[1])}, {stride}", "soff")
+        self.set(op.result, Smem(self.w.op(f"add i32 {buf.addr}, {off}", op.result.name or "st"), op.result.type))
+
+    def _op_pipe_wait(self, op: Operation) -> None:
+        w = self.w
+        bar = self._bar_addr(op.operands[0], op.operands[1])
+        parity = self.scalar(op.operands[2])
+        loop, ready = w.label("wait"), w.label("ready")
+        w.br(loop)
+        w.start_block(loop)
+        done = w.asm("i32", ["{", ".reg .pred p;", "mbarrier.try_wait.parity.shared::cta.b64 p, [$1], $2;",
+                             "selp.u32 $0, 1, 0, p;", "}"], ["=r", "r", "r"],
+                     [("i32", bar), ("i32", parity)], "done")
+        again = w.op(f"icmp eq i32 {done}, 0", "again")
+        w.cond_br(again, loop, ready)
+        w.start_block(ready)
+
+    def _op_pipe_expect(self, op: Operation) -> None:
+        bar = self._bar_addr(op.operands[0], op.operands[1])
+        self.w.asm("void", ["mbarrier.arrive.expect_tx.shared::cta.b64 _, [$0], $1;"], ["r", "r"],
+                   [("i32", bar), ("i32", str(op.attrs["bytes"]))])
+
+    def _op_pipe_arrive(self, op: Operation) -> None:
+        w = self.w
+        bar = self._bar_addr(op.operands[0], op.operands[1])
+        if self.role is not None and self.role.single_thread:
+            w.asm("void", ["mbarrier.arrive.shared::cta.b64 _, [$0];"], ["r"], [("i32", bar)])
+            return
+        # one arrival per warp (the barrier counts 4 per consumer warpgroup)
+        first = w.op(f"icmp eq i32 {self.role.lane}, 0", "lane0")  # type: ignore[union-attr]
+        go, done = w.label("arrive"), w.label("arrived")
+        w.cond_br(first, go, done)
+        w.start_block(go)
+        w.asm("void", ["mbarrier.arrive.shared::cta.b64 _, [$0];"], ["r"], [("i32", bar)])
+        w.br(done)
+        w.start_block(done)
+
+    def _op_pipe_copy(self, op: Operation) -> None:
+        w = self.w
+        dst = self.get(op.operands[0])
+        assert isinstance(dst, Smem)
+        bar = self._bar_addr(op.operands[1], op.operands[2])
+        desc_sym = op.attrs["desc"].name
+        desc = self.module.lookup(desc_sym)
+        if desc is None:
+            raise LoweringError(op.loc, f"backend: no tma.desc @{desc_sym}")
+        tmap = self.tmaps[desc_sym]
+        src = op.operands[3].type
+        assert isinstance(src, GlobalType)
+        t = dst.type
+        assert isinstance(t, TileType)
+        coords = [self.scalar(c) for c in op.operands[4:]]
+        box = list(desc.attrs["box"])
+        rank = len(box)
+        # coordinates innermost first: tile units -> elements for the tile dims, plain for the rest
+        tile_dims = [t.cols, t.rows]
+        elem = []
+        for i in range(rank):
+            c = coords[len(coords) - 1 - i]
+            if i < 2:
+                elem.append(w.op(f"mul i32 {c}, {tile_dims[i]}", "x"))
+            else:
+                elem.append(c)
+        panel_cols = box[0]
+        panels = max(1, t.cols // panel_cols)
+        panel_bytes = t.rows * panel_cols * dtype_bytes(t.dtype)
+        for p in range(panels):
+            x0 = w.op(f"add i32 {elem[0]}, {p * panel_cols}", "x") if p else elem[0]
+            d = w.op(f"add i32 {dst.addr}, {p * panel_bytes}", "dst") if p else dst.addr
+            regs = ", ".join(f"${3 + i}" for i in range(rank))
+            w.asm("void", [f"cp.async.bulk.tensor.{rank}d.shared::cluster.global.mbarrier::complete_tx::bytes "
+                           f"[$0], [$1, {{{regs}}}], [$2];"],
+                  ["r", "l", "r"] + ["r"] * rank,
+                  [("i32", d), ("ptr", tmap), ("i32", bar)] + [("i32", e) for e in [x0, *elem[1:]]])
+
+    # --- roles ---------------------------------------------------------------------------------
+
+    def _op_tk_role(self, op: Operation) -> None:
+        w = self.w
+        if self.pending_sync:
+            w.call("void", "llvm.nvvm.barrier0", [])
+            self.pending_sync = False
+        kind = str(op.attrs["kind"])
+        first_wg = self._next_wg
+        n = int(op.attrs["warpgroups"])
+        self._next_wg += n
+        wg_all = w.op(f"lshr i32 {self.tid}, 7", "wg")
+        ge = w.op(f"icmp uge i32 {wg_all}, {first_wg}", "ge")
+        lt = w.op(f"icmp ult i32 {wg_all}, {first_wg + n}", "lt")
+        inside = w.op(f"and i1 {ge}, {lt}", "in_role")
+        body, after = w.label(f"role_{kind}"), w.label(f"after_{kind}")
+        w.cond_br(inside, body, after)
+        w.start_block(body)
+        regs = int(op.attrs.get("regs") or 0)
+        if regs:
+            which = "dec" if regs < self.init_cap else "inc"
+            w.call("void", f"llvm.nvvm.setmaxnreg.{which}.sync.aligned.u32", [("i32", str(regs))])
+        ctx = RoleCtx(kind, first_wg, n, single_thread=(kind == "producer"))
+        ctx.tid = w.op(f"sub i32 {self.tid}, {first_wg * THREADS_PER_WARPGROUP}", "rtid")
+        ctx.wg = w.op(f"lshr i32 {ctx.tid}, 7", "rwg")
+        ctx.lane = w.op(f"and i32 {self.tid}, 31", "lane")
+        t128 = w.op(f"and i32 {self.tid}, 127", "t128")
+        ctx.warp = w.op(f"lshr i32 {t128}, 5", "warp")
+        self.role = ctx
+        end = w.label(f"end_{kind}")
+        if ctx.single_thread:
+            lead = w.op(f"icmp eq i32 {ctx.tid}, 0", "leader")
+            issue = w.label("issue")
+            w.cond_br(lead, issue, end)
+            w.start_block(issue)
+        for inner in op.body.ops:
+            self.lower_op(inner)
+        w.br(end)
+        w.start_block(end)
+        w.emit("ret void")
+        self.role = None
+        w.start_block(after)
+
+    _next_wg = 0
+
+    # --- loops -------------------------------------------------------------------------------
+
+    def _op_scf_for(self, op: Operation) -> None:
+        w = self.w
+        lo, hi, step = (self.scalar(v) for v in op.operands[:3])
+        inits = [self.get(v) for v in op.operands[3:]]
+        pre = w.block
+        hdr, body, exit_ = w.label("for_hdr"), w.label("for_body"), w.label("for_exit")
+        w.br(hdr)
+        w.start_block(hdr)
+        iv = w.fresh(op.body.args[0].name or "i")
+        iv_line = w.emit("")
+        carried: list[tuple[list[int], list[str]]] = []
+        for arg, init in zip(op.body.args[1:], inits, strict=True):
+            idxs, names = [], []
+            flat = _flatten(init)
+            for k, _ in enumerate(flat):
+                names.append(w.fresh((arg.name or "c") + f"_{k}"))
+                idxs.append(w.emit(""))
+            carried.append((idxs, names))
+            self.set(arg, _rebuild(init, names))
+        self.set(op.body.args[0], iv)
+        cond = w.op(f"icmp slt i32 {iv}, {hi}", "cond")
+        w.cond_br(cond, body, exit_)
+        w.start_block(body)
+        term = op.body.terminator
+        for inner in op.body.ops:
+            if inner is term:
+                break
+            self.lower_op(inner)
+        yields = [self.get(v) for v in term.operands] if term is not None else []
+        nxt = w.op(f"add i32 {iv}, {step}", "next")
+        latch = w.block
+        w.br(hdr)
+        w.lines[iv_line] = f"  {iv} = phi i32 [ {lo}, %{pre} ], [ {nxt}, %{latch} ]"
+        for (idxs, names), init, y, arg in zip(carried, inits, yields, op.body.args[1:], strict=True):
+            ty = _llvm_elem(arg.type)
+            for i, n_, a, b in zip(idxs, names, _flatten(init), _flatten(y), strict=True):
+                w.lines[i] = f"  {n_} = phi {ty} [ {a}, %{pre} ], [ {b}, %{latch} ]"
+        w.start_block(exit_)
+        for res, arg in zip(op.results, op.body.args[1:], strict=True):
+            self.set(res, self.get(arg))
+
+    def _op_scf_yield(self, op: Operation) -> None:  # handled by scf.for
+        pass
+
+    # --- register tiles ------------------------------------------------------------------------
+
+    def _acc_layout(self, t: TileType, op: Operation) -> tuple[int, int]:
+        """(m64 blocks per warpgroup, values per thread) of a wgmma_acc tile in the current role."""
+        lay = t.get("layout")
+        if not (isinstance(lay, dict) and str(lay.get("kind")) == "wgmma_acc"):
+            raise LoweringError(op.loc, f"backend: register tile {t} needs a wgmma_acc layout here "
+                                        "(run infer-layouts)")
+        wg = int(lay.get("wg", 1))
+        rows_per_wg = t.rows // wg
+        if rows_per_wg % WGMMA_M:
+            raise LoweringError(op.loc, f"backend: {t} over {wg} warpgroups is not a multiple of 64 rows each")
+        mblocks = rows_per_wg // WGMMA_M
+        return mblocks, mblocks * t.cols // 2
+
+    def _op_tk_fill(self, op: Operation) -> None:
+        t = op.result.type
+        assert isinstance(t, TileType)
+        _, nvals = self._acc_layout(t, op)
+        lit = f32_literal(op.attrs["value"])
+        self.set(op.result, Frag(t, [lit] * nvals, "wgmma_acc"))
+
+    def _op_tk_mma(self, op: Operation) -> None:
+        if self.target != "sm_90a":
+            raise LoweringError(op.loc, f"backend: tk.mma for {self.target} is not implemented yet")
+        w = self.w
+        a, b, c = (self.get(v) for v in op.operands)
+        if not (isinstance(a, Smem) and isinstance(b, Smem)):
+            raise LoweringError(op.loc, "backend: wgmma with register A is not implemented yet")
+        assert isinstance(c, Frag)
+        ta, tb, tc = a.type, b.type, c.type
+        mblocks, _ = self._acc_layout(tc, op)
+        trans_a, trans_b = bool(op.attrs.get("trans_a")), bool(op.attrs.get("trans_b"))
+        if trans_a:
+            raise LoweringError(op.loc, "backend: transposed (M-major) A is not implemented yet")
+        if ta.dtype != "bf16":
+            raise LoweringError(op.loc, f"backend: wgmma on {ta.dtype} is not implemented yet")
+        K = ta.cols
+        N = tc.cols
+        ebytes = dtype_bytes(ta.dtype)
+        ksteps = K * ebytes // WGMMA_K_BYTES
+        nchunk = min(N, WGMMA_MAX_N)
+        if N % nchunk:
+            raise LoweringError(op.loc, f"backend: N={N} is not a multiple of {nchunk}")
+        sw_a, sw_b = int(ta.get("swizzle") or 0), int(tb.get("swizzle") or 0)
+        if not sw_a or not sw_b:
+            raise LoweringError(op.loc, "backend: wgmma operands need a swizzled shared layout "
+                                        "(the interleaved no-swizzle layout is not implemented)")
+        lay = tc.get("layout")
+        rows_per_wg = tc.rows // int(lay.get("wg", 1))  # type: ignore[union-attr]
+        wg = self.role.wg if self.role else "0"
+        # A (K-major): row r of panel p at base + p*rows*span + r*span; k-step advances 32 B
+        a_row0 = w.op(f"mul i32 {wg}, {rows_per_wg * sw_a}", "arow")
+        a_base = w.op(f"add i32 {a.addr}, {a_row0}", "abase")
+        w.call("void", "llvm.nvvm.wgmma.fence.sync.aligned", [])
+        vals = list(c.values)
+        per_block = tc.cols // 2
+        for kk in range(ksteps):
+            kbyte = kk * WGMMA_K_BYTES
+            a_panel = kbyte // sw_a
+            for mb in range(mblocks):
+                a_addr = w.op(f"add i32 {a_base}, {a_panel * ta.rows * sw_a + mb * WGMMA_M * sw_a + kbyte % sw_a}",
+                              "aaddr")
+                desc_a = self._desc(a_addr, 16, 8 * sw_a, sw_a)
+                for nc in range(N // nchunk):
+                    if trans_b:  # B stored N x K (K-major): like A
+                        b_panel = kbyte // sw_b
+                        b_off = b_panel * tb.rows * sw_b + nc * nchunk * sw_b + kbyte % sw_b
+                        desc_b = self._desc(w.op(f"add i32 {b.addr}, {b_off}", "baddr"), 16, 8 * sw_b, sw_b)
+                    else:        # B stored K x N (N-major): panels of span bytes along N
+                        panel_cols = sw_b // ebytes
+                        panel_bytes = tb.rows * sw_b
+                        b_off = (kk * (WGMMA_K_BYTES // ebytes)) * sw_b + (nc * nchunk // panel_cols) * panel_bytes
+                        desc_b = self._desc(w.op(f"add i32 {b.addr}, {b_off}", "baddr"), panel_bytes,
+                                            8 * sw_b, sw_b)
+                    lo = mb * per_block + nc * (nchunk // 2)
+                    chunk = vals[lo:lo + nchunk // 2]
+                    vals[lo:lo + nchunk // 2] = self._wgmma(nchunk, desc_a, desc_b, chunk, int(trans_b is False))
+        w.call("void", "llvm.nvvm.wgmma.commit_group.sync.aligned", [])
+        vals = self._wait_group(vals, 0)
+        self.set(op.result, Frag(tc, vals, "wgmma_acc"))
+
+    def _desc(self, addr: str, lbo: int, sbo: int, swizzle: int) -> str:
+        w = self.w
+        a64 = w.op(f"zext i32 {addr} to i64", "a64")
+        a_enc = w.op(f"lshr i64 {a64}, 4", "aenc")
+        a_enc = w.op(f"and i64 {a_enc}, 16383", "aenc")
+        hi = ((lbo >> 4) & 0x3FFF) << 16 | ((sbo >> 4) & 0x3FFF) << 32 | SWIZZLE_CODE[swizzle] << 62
+        if hi >= 1 << 63:
+            hi -= 1 << 64  # LLVM i64 literals are signed
+        return w.op(f"or i64 {a_enc}, {hi}", "desc")
+
+    def _wgmma(self, n: int, desc_a: str, desc_b: str, acc: list[str], trans_b: int) -> list[str]:
+        w = self.w
+        k = len(acc)
+        outs = ", ".join(f"${i}" for i in range(k))
+        line = (f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.bf16.bf16 {{{outs}}}, ${k}, ${k + 1}, "
+                f"1, 1, 1, 0, {trans_b};")
+        ret = "{" + ", ".join(["float"] * k) + "}"
+        cons = ["=f"] * k + ["l", "l"] + [str(i) for i in range(k)]
+        args = [("i64", desc_a), ("i64", desc_b)] + [("float", v) for v in acc]
+        r = w.asm(ret, [line], cons, args, "mma")
+        return [w.op(f"extractvalue {ret} {r}, {i}", "acc") for i in range(k)]
+
+    def _wait_group(self, acc: list[str], n: int) -> list[str]:
+        w = self.w
+        k = len(acc)
+        ret = "{" + ", ".join(["float"] * k) + "}"
+        r = w.asm(ret, [f"wgmma.wait_group.sync.aligned {n};"], ["=f"] * k + [str(i) for i in range(k)],
+                  [("float", v) for v in acc], "waited")
+        return [w.op(f"extractvalue {ret} {r}, {i}", "acc") for i in range(k)]
+
+    def _op_tk_cast(self, op: Operation) -> None:
+        x = self.get(op.operands[0])
+        assert isinstance(x, Frag)
+        src, dst = x.type.dtype, op.result.type.dtype
+        if (src, dst) != ("f32", "bf16"):
+            raise LoweringError(op.loc, f"backend: cast {src} -> {dst} not implemented yet")
+        vals = [self.w.op(f"fptrunc float {v} to bfloat", "bf") for v in x.values]
+        self.set(op.result, Frag(op.result.type, vals, x.layout))
+
+    def _op_tk_store(self, op: Operation) -> None:
+        w = self.w
+        dst = self.get(op.operands[0])
+        val = self.get(op.operands[1])
+        if not (isinstance(dst, tuple) and dst[0] == "gl" and isinstance(val, Frag) and val.layout == "wgmma_acc"):
+            raise LoweringError(op.loc, "backend: only register-accumulator -> global stores are implemented")
+        _, ptr, gty = dst
+        t = val.type
+        if gty.rank != 2 or t.dtype != "bf16":
+            raise LoweringError(op.loc, "backend: accumulator stores need a rank-2 bf16 tensor")
+        rows_name, cols_name = gty.dims
+        nrows = self._dim(rows_name)
+        ncols = self._dim(cols_name)
+        r_tile, c_tile = (self.scalar(v) for v in op.operands[2:4])
+        ctx = self.role
+        assert ctx is not None
+        mblocks, _ = self._acc_layout(t, op)
+        rows_per_wg = t.rows // int(t.get("layout").get("wg", 1))  # type: ignore[union-attr]
+        row0 = w.op(f"mul i32 {r_tile}, {t.rows}", "r0")
+        wgr = w.op(f"mul i32 {ctx.wg}, {rows_per_wg}", "wgr")
+        row0 = w.op(f"add i32 {row0}, {wgr}", "r0")
+        w16 = w.op(f"mul i32 {ctx.warp}, 16", "w16")
+        g = w.op(f"lshr i32 {ctx.lane}, 2", "g")
+        q = w.op(f"and i32 {ctx.lane}, 3", "q")
+        row0 = w.op(f"add i32 {row0}, {w16}", "r0")
+        row0 = w.op(f"add i32 {row0}, {g}", "r0")
+        col0 = w.op(f"mul i32 {c_tile}, {t.cols}", "c0")
+        q2 = w.op(f"shl i32 {q}, 1", "q2")
+        col0 = w.op(f"add i32 {col0}, {q2}", "c0")
+        per_block = t.cols // 2
+        ncols64 = w.op(f"sext i32 {ncols} to i64", "ld")
+        for mb in range(mblocks):
+            for h in range(2):
+                row = w.op(f"add i32 {row0}, {mb * WGMMA_M + 8 * h}", "row")
+                rok = w.op(f"icmp slt i32 {row}, {nrows}", "rok")
+                row64 = w.op(f"sext i32 {row} to i64", "row64")
+                rbase = w.op(f"mul i64 {row64}, {ncols64}", "rbase")
+                for j in range(t.cols // 8):
+                    col = w.op(f"add i32 {col0}, {8 * j}", "col")
+                    cok = w.op(f"icmp slt i32 {col}, {ncols}", "cok")
+                    ok = w.op(f"and i1 {rok}, {cok}", "ok")
+                    col64 = w.op(f"sext i32 {col} to i64", "col64")
+                    idx = w.op(f"add i64 {rbase}, {col64}", "idx")
+                    p = w.op(f"getelementptr bfloat, ptr addrspace(1) {ptr}, i64 {idx}", "p")
+                    i0 = mb * per_block + 4 * j + 2 * h
+                    v2 = w.op(f"insertelement <2 x bfloat> poison, bfloat {val.values[i0]}, i32 0", "v")
+                    v2 = w.op(f"insertelement <2 x bfloat> {v2}, bfloat {val.values[i0 + 1]}, i32 1", "v")
+                    bits = w.op(f"bitcast <2 x bfloat> {v2} to i32", "bits")
+                    okz = w.op(f"zext i1 {ok} to i32", "okz")
+                    w.asm("void", ["{", ".reg .pred p;", "setp.ne.b32 p, $2, 0;", "@p st.global.b32 [$0], $1;", "}"],
+                          ["l", "r", "r"], [("ptr addrspace(1)", p), ("i32", bits), ("i32", okz)])
+
+    def _dim(self, d: int | str) -> str:
+        return str(d) if isinstance(d, int) else self.sizes[d]
+
+
+def _flatten(x: object) -> list[str]:
+    if isinstance(x, Frag):
+        return list(x.values)
+    if isinstance(x, str):
+        return [x]
+    raise LoweringError(None, f"backend: cannot carry {type(x).__name__} through a loop")
+
+
+def _rebuild(like: object, names: list[str]) -> object:
+    if isinstance(like, Frag):
+        return Frag(like.type, names, like.layout)
+    return names[0]
+
+
+def _llvm_elem(t: object) -> str:
+    if isinstance(t, (TileType, VectorType, ScalarType)):
+        return LLVM_TYPE[t.dtype]
+    raise LoweringError(None, f"backend: no LLVM type for {t}")
+
+
+def lower_kernel(module: Module, launch: dict, target: str) -> tuple[str, int]:
+    """LLVM IR text of the module's kernel, and the dynamic shared memory it needs (bytes)."""
+    k = module.kernel
+    low = KernelLowering(module, k, launch, target)
+    text = low.run()
+    return text, low.plan.total + SMEM_ALIGN  # slack to round the base up to 1024 B
