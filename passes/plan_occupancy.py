@@ -18,9 +18,11 @@ used inside a loop but defined before it stays live to the loop's end; an operan
 an op does not overlap that op's result, i.e. elementwise ops and mma update in place):
 * acc_regs: accumulators (tk.mma results and values carried by scf.for);
 * live_tile_regs: every other register tile and vector;
-  a tile's share is rows*cols*bytes/4 32-bit registers over the role's threads (or the layout's
-  `regs_per_thread` where infer-layouts recorded one); a vector's is n*4/threads (one value per
-  row, replicated over the 4 lanes of a quad, HOPPER.md §1.5);
+  a value with a fragment layout counts what `tkir.layout.regs_per_thread` says; without one, a
+  tile's share is rows*cols*bytes/4 32-bit registers over the role's threads and a vector's is
+  n*4/threads (one value per row, replicated over the 4 lanes of a quad, HOPPER.md §1.5);
+  an elementwise result read once by the very next op (elementwise or a reduction) counts 0: it is
+  computed element by element inside that op (`x*x` feeding `row_sum`);
 * addr_regs: 2 per global pointer, 1 per live i32/f32 scalar (constants are immediates), and 4 for
   the two 64-bit wgmma descriptors of an mma reading shared memory;
 * overhead: OVERHEAD_REGS (thread/warp ids, stage and phase counters, predicates, ptxas temporaries).
@@ -50,6 +52,7 @@ import math
 
 from tkir.diagnostics import CompileError
 from tkir.ir import Block, Loc, Module, Operation, Value, parent_op
+from tkir.layout import regs_per_thread as layout_regs
 from tkir.passmanager import Options, Pass
 from tkir.types import DTYPE_BYTES, GlobalType, ScalarType, TileType, VectorType, is_shared
 
@@ -83,6 +86,8 @@ WGMMA_DESC_REGS = 4                # two 64-bit shared-memory matrix descriptors
 QUAD = 4                           # lanes sharing one accumulator row (HOPPER.md §1.5)
 
 COPIES_TO_SHARED = ("tma.load", "tk.load")
+ELEMENTWISE = ("tk.add", "tk.sub", "tk.mul", "tk.div", "tk.max", "tk.min", "tk.exp", "tk.exp2", "tk.log",
+               "tk.log2", "tk.sqrt", "tk.rsqrt", "tk.abs", "tk.neg", "tk.cast")
 
 
 class PlanOccupancy(Pass):
@@ -229,8 +234,12 @@ def _register_error(kernel: Operation, who: str, needed: int, limit: int, budget
 def _value_regs(t: object, threads: int) -> int:
     if isinstance(t, (TileType, VectorType)) and t.space in ("rt", "rv"):
         layout = t.get("layout")
-        if isinstance(layout, dict) and isinstance(layout.get("regs_per_thread"), int):
-            return layout["regs_per_thread"]
+        shape = t.shape if isinstance(t, TileType) else (t.n,)
+        if isinstance(layout, dict):
+            try:
+                return layout_regs(layout, t.dtype, shape)
+            except (ValueError, KeyError):
+                pass  # a layout this module does not know: count by shape
         words = max(DTYPE_BYTES[t.dtype] / 4, 1 if isinstance(t, VectorType) else 0)
         if isinstance(t, TileType):
             return math.ceil(t.rows * t.cols * words / threads)
@@ -238,6 +247,19 @@ def _value_regs(t: object, threads: int) -> int:
     if isinstance(t, ScalarType):
         return max(DTYPE_BYTES[t.dtype] // 4, 1)
     return 0
+
+
+def _streamed(v: Value, uses: dict[Value, list[Operation]]) -> bool:
+    """An elementwise result read once, by the very next op, elementwise or a reduction: the backend
+    computes it element by element inside that op, so it never occupies a whole tile of registers."""
+    op, users = v.owner, uses.get(v, [])
+    if not (isinstance(op, Operation) and op.name in ELEMENTWISE and len(users) == 1):
+        return False
+    user, blk = users[0], op.parent
+    if user.name not in ELEMENTWISE + ("tk.reduce",) or blk is None or user.parent is not blk:
+        return False
+    i = blk.ops.index(op)
+    return i + 1 < len(blk.ops) and blk.ops[i + 1] is user
 
 
 def _register_budget(kernel: Operation, threads: int) -> tuple[dict, tuple[Value, int] | None]:
@@ -280,7 +302,12 @@ def _register_budget(kernel: Operation, threads: int) -> tuple[dict, tuple[Value
                 p = parent_op(p)
             last_use[v] = max(last_use[v], pos)
 
-    regs = {v: _value_regs(v.type, threads) for v in defs if not isinstance(v.type, GlobalType)}
+    uses: dict[Value, list[Operation]] = {}
+    for op in order:
+        for v in op.operands:
+            uses.setdefault(v, []).append(op)
+    regs = {v: 0 if _streamed(v, uses) else _value_regs(v.type, threads)
+            for v in defs if not isinstance(v.type, GlobalType)}
     live_at: list[list[Value]] = [[] for _ in order]
     for v, r in regs.items():
         if r == 0:
