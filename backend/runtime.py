@@ -165,6 +165,7 @@ class Kernel:
 
     def __call__(self, *args: Any, stream: int | Any | None = None) -> None:
         bound = self.validate(*args)
+        tkcuda.context()
         function = self._load()
         for name, arr in bound.tensors.items():
             _check_device_pointer(self.name, name, arr)
@@ -186,11 +187,10 @@ class Kernel:
     def _load(self) -> Any:
         if self._function is not None:
             return self._function
-        tkcuda.context()
         image = self.image
         if isinstance(image, str):
             image = image.encode()
-        if not image.startswith(b"\x7fELF") and not image.endswith(b"\0"):
+        if _looks_like_ptx(image) and not image.endswith(b"\0"):
             image = image + b"\0"  # PTX text must be NUL-terminated for cuModuleLoadData
         try:
             module = check(cu.cuModuleLoadData(image), f"cuModuleLoadData({self.name})")
@@ -216,6 +216,11 @@ class Kernel:
                               f"{max_threads} (register use)")
         self._module, self._function = module, function
         return function
+
+
+def _looks_like_ptx(image: bytes) -> bool:
+    """PTX text (as opposed to a cubin or fatbin): it declares a .version near the top."""
+    return b".version" in image[:4096] and not image.startswith(b"\x7fELF")
 
 
 # --- the launch description -----------------------------------------------------------------------

@@ -48,9 +48,16 @@ def check(result: Any, what: str) -> Any:
     return rest[0] if len(rest) == 1 else tuple(rest)
 
 
-@functools.cache
 def context() -> Any:
-    """Initialise the driver and make device 0's primary context current (once); returns the CUcontext."""
+    """Make device 0's primary context current on this thread (contexts are per thread), initialising
+    the driver on first use; returns the CUcontext."""
+    ctx = _primary_context()
+    check(cu.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+    return ctx
+
+
+@functools.cache
+def _primary_context() -> Any:
     try:
         result = cu.cuInit(0)
     except Exception as e:  # the bindings raise (not return) when there is no driver library at all
@@ -60,9 +67,7 @@ def context() -> Any:
     if count < 1:
         raise CudaError("no CUDA device found")
     device = check(cu.cuDeviceGet(DEVICE), "cuDeviceGet")
-    ctx = check(cu.cuDevicePrimaryCtxRetain(device), "cuDevicePrimaryCtxRetain")
-    check(cu.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
-    return ctx
+    return check(cu.cuDevicePrimaryCtxRetain(device), "cuDevicePrimaryCtxRetain")
 
 
 def device_attribute(name: str) -> int:

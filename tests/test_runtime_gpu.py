@@ -1,0 +1,215 @@
+"""backend/runtime.py on a GPU: llvmlite PTX (and its ptxas cubin) loaded and launched through Kernel,
+with tkir.cuda DeviceArrays and torch tensors; a TMA round trip through a launch-description tma entry."""
+
+from __future__ import annotations
+
+import copy
+import ctypes
+from collections.abc import Callable
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import pytest
+from tkir.backend import toolchain
+from tkir.backend.runtime import Kernel, LaunchError
+
+from tkir import cuda as tkcuda
+
+pytestmark = pytest.mark.gpu
+
+VADD_LAUNCH: dict[str, Any] = {
+    "kernel": "vadd", "target": "sm_90a",
+    "tensors": [{"name": "a", "dtype": "f32", "dims": ["N"]}, {"name": "b", "dtype": "f32", "dims": ["N"]},
+                {"name": "c", "dtype": "f32", "dims": ["N"]}],
+    "params": [{"name": "a", "kind": "pointer", "dtype": "f32", "tensor": "a"},
+               {"name": "b", "kind": "pointer", "dtype": "f32", "tensor": "b"},
+               {"name": "c", "kind": "pointer", "dtype": "f32", "tensor": "c"},
+               {"name": "n", "kind": "scalar", "dtype": "i32", "size": "N"}],
+    "grid": ["cdiv(N, 128)"], "block": [128], "dynamic_smem": 0,
+}
+
+# The probe's TMA copy (HOPPER.md, probes/hopper_probe.py): one TMA box into shared memory on an
+# mbarrier, then 128 threads copy the 8 KB of shared memory verbatim to `out`.
+TMA_COPY_IR = r"""target triple = "nvptx64-nvidia-cuda"
+target datalayout = "e-p3:32:32-i64:64-i128:128-v16:16-v32:32-n16:32:64"
+@smem = external addrspace(3) global [0 x i8], align 1024
+declare i32 @llvm.nvvm.read.ptx.sreg.tid.x()
+declare void @llvm.nvvm.barrier0()
+define ptx_kernel void @tma_copy(ptr byval([128 x i8]) align 64 "nvvm.grid_constant" %tmap, ptr addrspace(1) %out, i32 %bytes, i32 %boxw, i32 %boxh) {
+entry:
+  %t = call i32 @llvm.nvvm.read.ptx.sreg.tid.x()
+  %s = ptrtoint ptr addrspace(3) @smem to i32
+  %bar = add i32 %s, 16384
+  %leader = icmp eq i32 %t, 0
+  br i1 %leader, label %init, label %synced0
+init:
+  call void asm sideeffect "mbarrier.init.shared::cta.b64 [$0], 1;", "r,~{memory}"(i32 %bar)
+  call void asm sideeffect "fence.mbarrier_init.release.cluster;", "~{memory}"()
+  call void asm sideeffect "fence.proxy.async.shared::cta;", "~{memory}"()
+  br label %synced0
+synced0:
+  call void @llvm.nvvm.barrier0()
+  br i1 %leader, label %issue, label %waitpre
+issue:
+  call void asm sideeffect "mbarrier.arrive.expect_tx.shared::cta.b64 _, [$0], $1;", "r,r,~{memory}"(i32 %bar, i32 %bytes)
+  call void asm sideeffect "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [$0], [$1, {$2, $3}], [$4];", "r,l,r,r,r,~{memory}"(i32 %s, ptr %tmap, i32 0, i32 0, i32 %bar)
+  br label %waitpre
+waitpre:
+  br label %wait
+wait:
+  %done = call i32 asm sideeffect "{\0A.reg .pred p;\0Ambarrier.try_wait.parity.shared::cta.b64 p, [$1], $2;\0Aselp.u32 $0, 1, 0, p;\0A}", "=r,r,r,~{memory}"(i32 %bar, i32 0)
+  %notyet = icmp eq i32 %done, 0
+  br i1 %notyet, label %wait, label %ready
+ready:
+  br label %loop
+loop:
+  %i = phi i32 [0, %ready], [%inext, %loop]
+  %w = mul i32 %t, 16
+  %wi = add i32 %w, %i
+  %off = mul i32 %wi, 4
+  %sp = getelementptr i8, ptr addrspace(3) @smem, i32 %off
+  %v = load i32, ptr addrspace(3) %sp, align 4
+  %gp = getelementptr i32, ptr addrspace(1) %out, i32 %wi
+  store i32 %v, ptr addrspace(1) %gp, align 4
+  %inext = add i32 %i, 1
+  %more = icmp ult i32 %inext, 16
+  br i1 %more, label %loop, label %exit
+exit:
+  ret void
+}
+"""  # noqa: E501
+BOX_BYTES = 8192
+SWIZZLE_MASKS = {128: 0x70, 64: 0x30, 32: 0x10, 0: 0}  # byte a lands at a ^ ((a >> 3) & mask) (HOPPER.md §3)
+
+
+def tma_launch(box_w: int, box_h: int, swizzle: int, dynamic_smem: int) -> dict[str, Any]:
+    return {
+        "kernel": "tma_copy", "target": "sm_90a",
+        "tensors": [{"name": "src", "dtype": "bf16", "dims": ["H", "W"]},
+                    {"name": "out", "dtype": "bf16", "dims": [BOX_BYTES // 2]}],
+        "scalars": [{"name": "nbytes", "dtype": "i32"}, {"name": "box_w", "dtype": "i32"},
+                    {"name": "box_h", "dtype": "i32"}],
+        "params": [{"name": "tmap", "kind": "tensor_map", "tma": 0},
+                   {"name": "out", "kind": "pointer", "dtype": "bf16", "tensor": "out"},
+                   {"name": "nbytes", "kind": "scalar", "dtype": "i32", "scalar": "nbytes"},
+                   {"name": "box_w", "kind": "scalar", "dtype": "i32", "scalar": "box_w"},
+                   {"name": "box_h", "kind": "scalar", "dtype": "i32", "scalar": "box_h"}],
+        "grid": [1], "block": [128], "dynamic_smem": dynamic_smem,
+        "tma": [{"param": "tmap", "tensor": "src", "dtype": "bf16", "rank": 2, "dims": ["W", "H"],
+                 "strides": ["W * 2"], "box": [box_w, box_h], "elem_strides": [1, 1], "swizzle": swizzle,
+                 "l2_promotion": 128, "oob_fill": "zero"}],
+    }
+
+
+def random_bf16(shape: tuple[int, ...], seed: int) -> np.ndarray:
+    bits = np.random.default_rng(seed).integers(-30000, 30000, size=shape, dtype=np.int16)
+    return bits.view(ml_dtypes.bfloat16)
+
+
+def test_device_array_round_trip() -> None:
+    host = random_bf16((33, 17), seed=0)
+    dev = tkcuda.to_device(host)
+    assert dev.ptr % 256 == 0 and dev.shape == (33, 17)
+    assert np.array_equal(dev.numpy().view(np.int16), host.view(np.int16))
+
+
+@pytest.mark.parametrize("image_kind", ["ptx", "cubin"])
+def test_vadd_with_device_arrays(image_kind: str, vadd_ptx: Callable[[str], str]) -> None:
+    ptx = vadd_ptx("sm_90a")
+    image: str | bytes = ptx if image_kind == "ptx" else toolchain.assemble(ptx, "sm_90a").cubin
+    kernel = Kernel(image, copy.deepcopy(VADD_LAUNCH))
+    n = 1000  # not a multiple of the block: the kernel's bound check matters
+    rng = np.random.default_rng(1)
+    a, b = rng.standard_normal(n, dtype=np.float32), rng.standard_normal(n, dtype=np.float32)
+    da, db, dc = tkcuda.to_device(a), tkcuda.to_device(b), tkcuda.empty((n,), "f32")
+    kernel(da, db, dc)
+    np.testing.assert_array_equal(dc.numpy(), a + b)
+    assert kernel.validate(da, db, dc).grid == (8, 1, 1)
+
+
+def test_vadd_on_a_stream(vadd_ptx: Callable[[str], str]) -> None:
+    from cuda.bindings import driver as cu
+
+    kernel = Kernel(vadd_ptx("sm_90a"), copy.deepcopy(VADD_LAUNCH))
+    tkcuda.context()
+    stream = tkcuda.check(cu.cuStreamCreate(0), "cuStreamCreate")
+    try:
+        a = np.arange(4096, dtype=np.float32)
+        da, dc = tkcuda.to_device(a), tkcuda.empty((4096,), np.float32)
+        kernel(da, da, dc, stream=int(stream))
+        tkcuda.check(cu.cuStreamSynchronize(stream), "cuStreamSynchronize")
+        np.testing.assert_array_equal(dc.numpy(), 2 * a)
+    finally:
+        tkcuda.check(cu.cuStreamDestroy(stream), "cuStreamDestroy")
+
+
+def test_vadd_with_torch(vadd_ptx: Callable[[str], str]) -> None:
+    torch = pytest.importorskip("torch")  # torch is optional (the bench extra); DeviceArray covers the rest
+    kernel = Kernel(vadd_ptx("sm_90a"), copy.deepcopy(VADD_LAUNCH))
+    a = torch.randn(5000, device="cuda")
+    b = torch.randn(5000, device="cuda")
+    c = torch.empty_like(a)
+    kernel(a, b, c)
+    torch.cuda.synchronize()
+    assert torch.equal(c, a + b)
+    with pytest.raises(LaunchError, match="argument 'a' has dtype bf16, expected f32"):
+        kernel(a.bfloat16(), b, c)
+    with pytest.raises(LaunchError, match="argument 'a' is in host memory"):
+        kernel(a.cpu(), b, c)
+    with pytest.raises(LaunchError, match="argument 'a' is not C-contiguous"):
+        kernel(torch.randn(10000, device="cuda")[::2], b, c)
+
+
+class HostCAI:
+    """A CUDA Array Interface that (wrongly) points at host memory."""
+
+    def __init__(self, host: np.ndarray):
+        self.host = host
+        self.__cuda_array_interface__ = {"shape": host.shape, "typestr": host.dtype.str,
+                                         "data": (host.ctypes.data, False), "strides": None, "version": 3}
+
+
+def test_host_pointer_behind_cai_is_caught_at_launch(vadd_ptx: Callable[[str], str]) -> None:
+    kernel = Kernel(vadd_ptx("sm_90a"), copy.deepcopy(VADD_LAUNCH))
+    good = tkcuda.to_device(np.zeros(256, np.float32))
+    kernel.validate(HostCAI(np.zeros(256, np.float32)), good, good)  # validate cannot know; launch must
+    message = "argument 'a': address 0x[0-9a-f]+ is (not memory CUDA knows|host memory)"
+    with pytest.raises(LaunchError, match=message):
+        kernel(HostCAI(np.zeros(256, np.float32)), good, good)
+
+
+@pytest.mark.parametrize(("swizzle", "dynamic_smem"),
+                         [(128, 16384 + 64), (64, 64 * 1024), (32, 16384 + 64), (0, 16384 + 64)])
+def test_tma_round_trip(swizzle: int, dynamic_smem: int, ptx_of: Callable[[str, str], str]) -> None:
+    box_w = {128: 64, 64: 32, 32: 16, 0: 64}[swizzle]  # the widest box the swizzle span allows
+    box_h = BOX_BYTES // (box_w * 2)
+    kernel = Kernel(ptx_of(TMA_COPY_IR, "sm_90a"), tma_launch(box_w, box_h, swizzle, dynamic_smem))
+    src = random_bf16((box_h, box_w), seed=swizzle)
+    dsrc, dout = tkcuda.to_device(src), tkcuda.to_device(np.zeros(BOX_BYTES // 2, ml_dtypes.bfloat16))
+    bound = kernel.validate(dsrc, dout, BOX_BYTES, box_w, box_h)
+    assert bound.tma[0].dims == [box_w, box_h] and bound.tma[0].strides == [box_w * 2]
+    kernel(dsrc, dout, BOX_BYTES, box_w, box_h)
+    got = dout.numpy().view(np.uint8)
+    want = src.view(np.uint8).reshape(-1)
+    a = np.arange(BOX_BYTES)
+    np.testing.assert_array_equal(got[a ^ ((a >> 3) & SWIZZLE_MASKS[swizzle])], want)
+
+
+def test_too_much_shared_memory_is_a_clear_error(ptx_of: Callable[[str, str], str]) -> None:
+    kernel = Kernel(ptx_of(TMA_COPY_IR, "sm_90a"), tma_launch(64, 64, 128, 400 * 1024))
+    src = tkcuda.to_device(random_bf16((64, 64), seed=3))
+    out = tkcuda.empty((BOX_BYTES // 2,), "bf16")
+    with pytest.raises(LaunchError, match=r"needs 409600 bytes of dynamic shared memory; this device allows"):
+        kernel(src, out, BOX_BYTES, 64, 64)
+
+
+def test_tensor_map_buffer_is_aligned_and_filled() -> None:
+    from tkir.backend import runtime
+
+    src = tkcuda.to_device(random_bf16((64, 64), seed=4))
+    out = tkcuda.empty((BOX_BYTES // 2,), "bf16")
+    bound = Kernel("", tma_launch(64, 64, 128, 0)).validate(src, out, BOX_BYTES, 64, 64)
+    tmap = runtime.encode_tensor_map(bound.tma[0])
+    assert ctypes.addressof(tmap) % 64 == 0
+    assert any(tmap.opaque)  # the driver wrote the descriptor
