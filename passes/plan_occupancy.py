@@ -16,7 +16,7 @@ Registers per thread of the role that computes (consumer or compute), at the pro
 the most register values are live (a value is live from its definition to its last use; a value
 used inside a loop but defined before it stays live to the loop's end; an operand whose last use is
 an op does not overlap that op's result, i.e. elementwise ops and mma update in place):
-* acc_regs: accumulators (tk.mma results and values carried by scf.for);
+* acc_regs: accumulators (tk.mma accumulators and results, values carried by scf.for);
 * live_tile_regs: every other register tile and vector;
   a value with a fragment layout counts what `tkir.layout.regs_per_thread` says; without one, a
   tile's share is rows*cols*bytes/4 32-bit registers over the role's threads and a vector's is
@@ -284,7 +284,7 @@ def _register_budget(kernel: Operation, threads: int) -> tuple[dict, tuple[Value
             for a in region.block.args:
                 defs[a] = index[id(op)]
         if op.name == "scf.for":
-            accs.update(op.operands[3:], op.body.args[1:], op.results)
+            accs.update(op.operands[3:], op.body.args[1:], op.results, op.body.terminator.operands)
         if op.name == "tk.mma":
             accs.update([op.operands[2], *op.results])
 
