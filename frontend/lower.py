@@ -130,6 +130,8 @@ def _fold(op: str, a: int | float, b: int | float) -> int | float | None:
     raise AssertionError(op)
 
 
+_KIND_WORDS = {"const": "const", "size": "size", "global": "global tensor parameter", "scalar": "scalar",
+               "shared": "shared variable", "reg": "register variable"}
 _COMPARE = {"==": lambda a, b: a == b, "!=": lambda a, b: a != b, "<": lambda a, b: a < b,
             "<=": lambda a, b: a <= b, ">": lambda a, b: a > b, ">=": lambda a, b: a >= b}
 _PRECEDENCE = {"+": 1, "-": 1, "*": 2, "/": 2, "%": 2}
@@ -163,8 +165,8 @@ class _Lowerer:
             raise self.error(sym.loc, f"'{sym.name}' is a reserved name")
         prev = self.lookup(sym.name)
         if prev is not None:
-            raise self.error(sym.loc, f"duplicate name '{sym.name}': already defined as a {prev.kind} "
-                             f"at line {prev.loc.line}")
+            raise self.error(sym.loc, f"duplicate name '{sym.name}': already defined as a "
+                             f"{_KIND_WORDS[prev.kind]} at line {prev.loc.line}")
         self.scopes[-1][sym.name] = sym
         return sym
 
@@ -271,7 +273,7 @@ class _Lowerer:
             sym = self.lookup(e.id)
             if sym is None or sym.kind != "size":
                 raise self.error(e.loc, f"the grid uses sizes and consts; '{e.id}' is "
-                                 + ("unknown" if sym is None else f"a {sym.kind}"))
+                                 + ("unknown" if sym is None else f"a {_KIND_WORDS[sym.kind]}"))
             return e.id
         if isinstance(e, ast.BinOp) and e.op in _PRECEDENCE:
             return f"{self.size_operand(e.lhs, e.op, False)} {e.op} {self.size_operand(e.rhs, e.op, True)}"

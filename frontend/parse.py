@@ -78,6 +78,8 @@ def _syntax_error(e: lark.exceptions.UnexpectedInput, text: str, filename: str) 
         expected = set(e.expected)
         if len(expected) <= _MAX_EXPECTED_SHOWN:
             msg = f"expected {_expected_text(expected)}, found {found}"
+        elif "RBRACE" in expected:
+            msg = f"expected a statement or '}}', found {found}"
         else:
             msg = f"unexpected {found}"
         hint = None

@@ -1,0 +1,77 @@
+"""Diagnostics of the .tk front end: every bad input in tests/bad/ fails with its expected message.
+
+Each tests/bad/NAME.tk starts with `// ERROR: LINE:COL: words`; the formatted error must start
+with `path:LINE:COL: error:`, contain the words, and show the source line and a caret.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from tkir.frontend import compile_file, compile_source
+
+from tkir.diagnostics import CompileError
+
+BAD = Path(__file__).parent / "bad"
+EXAMPLES = Path(__file__).parent.parent / "examples"
+EXPECT = re.compile(r"^// ERROR: (\d+):(\d+): (.+)$")
+BAD_FILES = sorted(BAD.glob("*.tk"))
+
+
+def test_enough_bad_inputs() -> None:
+    assert len(BAD_FILES) >= 20
+
+
+@pytest.mark.parametrize("path", BAD_FILES, ids=lambda p: p.stem)
+def test_bad_input(path: Path) -> None:
+    text = path.read_text()
+    m = EXPECT.match(text.splitlines()[0])
+    assert m, f"{path.name}: first line must be '// ERROR: LINE:COL: words'"
+    line, col, words = int(m[1]), int(m[2]), m[3]
+    with pytest.raises(CompileError) as info:
+        compile_file(str(path))
+    out = info.value.format()
+    first, src, caret, *_ = out.splitlines()
+    assert first.startswith(f"{path}:{line}:{col}: error: "), out
+    assert words in first, out
+    assert src == text.splitlines()[line - 1].expandtabs(1)
+    assert caret == " " * (col - 1) + "^"
+
+
+def test_unknown_const_override_is_located_at_the_kernel_name() -> None:
+    with pytest.raises(CompileError) as info:
+        compile_file(str(EXAMPLES / "gemm.tk"), consts={"BX": 64})
+    out = info.value.format()
+    assert out.startswith(f"{EXAMPLES / 'gemm.tk'}:3:8: error: unknown const 'BX'"), out
+    assert "BM, BN, BK" in out
+
+
+def test_override_that_breaks_a_rule_is_reported() -> None:
+    with pytest.raises(CompileError) as info:
+        compile_file(str(EXAMPLES / "gemm.tk"), consts={"BK": 24})
+    assert "multiples of 16" in info.value.message
+
+
+def test_syntax_errors_name_tokens_not_terminals() -> None:
+    with pytest.raises(CompileError) as info:
+        compile_source("kernel k(A: gl<bf16>[M]) grid(M) {\n  reg x rt<f32, 16, 16>\n}\n", "s.tk")
+    msg = info.value.message
+    assert msg == "expected ':', found 'rt'"
+    assert info.value.loc.line == 2 and info.value.loc.col == 9
+
+
+def test_hint_is_printed_as_a_note() -> None:
+    with pytest.raises(CompileError) as info:
+        compile_file(str(BAD / "ambiguous_bcast.tk"))
+    assert "\nnote: say which with row(v)" in info.value.format()
+
+
+def test_no_tma_only_on_loads() -> None:
+    src = ("kernel k(A: gl<bf16>[M, K]) grid(M / 64) {\n  reg x: rt<f32, 64, 64> = 0\n"
+           "  @no_tma\n  x = x + 1.0\n}\n")
+    with pytest.raises(CompileError) as info:
+        compile_source(src, "n.tk")
+    assert info.value.message.startswith("'@no_tma' applies to a load statement")
+    assert (info.value.loc.line, info.value.loc.col) == (3, 3)

@@ -1,0 +1,227 @@
+"""The .tk front end: the examples compile, verify and round-trip; the IR has the intended shape."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from tkir.frontend import compile_file, compile_source
+
+from tkir.diagnostics import CompileError
+from tkir.ir import Module
+from tkir.parser import parse_module
+from tkir.printer import print_module
+from tkir.verifier import verify
+
+EXAMPLES = Path(__file__).parent.parent / "examples"
+# (example, a -D override that must also compile)
+CASES = [
+    ("gemm", {"BM": 64, "BN": 128}),
+    ("attention_fwd", {"D": 64}),
+    ("attention_fwd", {"CAUSAL": 1}),
+    ("attention_fwd", {"D": 64, "CAUSAL": 1}),
+    ("layernorm", {"D": 512}),
+    ("softmax", {"ROWS": 32}),
+    ("rotary", {"D": 64}),
+]
+
+
+def compile_example(name: str, consts: dict[str, int | float] | None = None) -> tuple[Module, str]:
+    module = compile_file(str(EXAMPLES / f"{name}.tk"), consts)
+    return module, print_module(module)
+
+
+def check_round_trip(module: Module) -> None:
+    verify(module)
+    text = print_module(module)
+    again = parse_module(text)
+    verify(again)
+    assert print_module(again) == text
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in EXAMPLES.glob("*.tk")))
+def test_example_default_consts(name: str) -> None:
+    module, _ = compile_example(name)
+    check_round_trip(module)
+
+
+@pytest.mark.parametrize(("name", "consts"), CASES, ids=lambda c: str(c))
+def test_example_with_override(name: str, consts: dict[str, int]) -> None:
+    module, _ = compile_example(name, consts)
+    check_round_trip(module)
+    assert {k: module.kernel.attrs["consts"][k] for k in consts} == consts
+
+
+def test_every_op_has_a_location() -> None:
+    module, _ = compile_example("attention_fwd", {"CAUSAL": 1})
+    for op in module.walk():
+        assert op.loc is not None and op.loc.file.endswith("attention_fwd.tk"), op
+
+
+def test_gemm_shape() -> None:
+    module, text = compile_example("gemm")
+    k = module.kernel
+    assert k.attrs["grid"] == ["M / 128", "N / 256"]
+    assert k.attrs["consts"] == {"BM": 128, "BN": 256, "BK": 64}
+    assert [str(a.type) for a in k.body.args] == ["gl<bf16>[M, K]", "gl<bf16>[K, N]", "gl<bf16>[M, N]"]
+    assert "%a = tk.alloc : st<bf16, 128, 64>" in text
+    assert "%acc = tk.fill {value = 0.0} : rt<f32, 128, 256>" in text
+    assert '%K = tk.size {name = "K"} : i32' in text
+    # the loop carries acc, has the stages annotation, and mma reads the carried value
+    assert "%acc.1 = scf.for %c0, %0, %c1, %acc {stages = 4} : rt<f32, 128, 256> {" in text
+    assert "^(%k: i32, %acc.2: rt<f32, 128, 256>)" in text
+    assert "tk.load %a, %A, %bx, %k" in text
+    assert "%acc.3 = tk.mma %a, %b, %acc.2 : rt<f32, 128, 256>" in text
+    assert "scf.yield %acc.3" in text
+    assert text.index("tk.cast %acc.1 : rt<bf16, 128, 256>") < text.index("tk.store %C")
+
+
+def test_grid_substitutes_consts() -> None:
+    module, _ = compile_example("attention_fwd", {"BQ": 128})
+    assert module.kernel.attrs["grid"] == ["N / 128", "H", "B"]
+
+
+def test_attention_online_softmax_shape() -> None:
+    _, text = compile_example("attention_fwd")
+    assert "scf.for %c0, %kv_blocks, %c1, %l, %o, %m {stages = 2}" in text
+    assert "tk.mma %q, %k, %0 {trans_b = true} : rt<f32, 64, 64>" in text
+    assert "tk.reduce %s.1 {kind = max, axis = row} : rv<f32, 64>" in text
+    assert "{bcast = row}" in text
+    assert "mask_causal" not in text
+    assert "%kv_blocks = arith.div %N, %BKV : i32" in text
+
+
+def test_attention_causal_masks_and_bounds_the_loop() -> None:
+    _, text = compile_example("attention_fwd", {"CAUSAL": 1})
+    assert "tk.mask_causal" in text and "{fill = -inf}" in text
+    assert "%kv_blocks = arith.cdiv" in text
+
+
+def test_attention_head_dim_64_keeps_row_broadcast_on_square_tiles() -> None:
+    # o is 64x64 and alpha has 64 entries: the broadcast must come from alpha's row_* origin.
+    _, text = compile_example("attention_fwd", {"D": 64})
+    assert "%o.3 = tk.mul %o.2, %alpha {bcast = row} : rt<f32, 64, 64>" in text
+    assert "{bcast = col}" not in text
+
+
+def test_layernorm_broadcasts() -> None:
+    _, text = compile_example("layernorm")
+    assert "%w = tk.load %W, %c0 : rv<bf16, 1024>" in text
+    assert "%xc = tk.sub %xf, %mean {bcast = row} : rt<f32, 16, 1024>" in text
+    assert text.count("{bcast = col}") == 2
+
+
+def test_rotary_halves_are_tile_columns() -> None:
+    _, text = compile_example("rotary")
+    assert "%x1 = tk.load %X, %bx, %c0 : rt<bf16, 16, 64>" in text
+    assert "%x2 = tk.load %X, %bx, %c1 : rt<bf16, 16, 64>" in text
+    assert "gl<bf16>[T, 64]" in text  # D / 2 folded
+
+
+KERNEL = ("kernel k<BM=64, CAUSAL=0>(A: gl<bf16>[M, K], C: gl<bf16>[M, K], eps: f32) grid(cdiv(M, BM))"
+          " {{\n{}\n}}\n")
+
+
+def lower(body: str, consts: dict[str, int | float] | None = None) -> str:
+    module = compile_source(KERNEL.format(body), "t.tk", consts)
+    check_round_trip(module)
+    return print_module(module)
+
+
+def test_scalar_params_sizes_and_cdiv_grid() -> None:
+    text = lower("let n = K / BM + 1")
+    assert 'grid = ["cdiv(M, 64)"]' in text
+    assert "%eps: f32" in text
+    assert "%n = arith.add" in text
+
+
+def test_compile_time_lets_fold() -> None:
+    text = lower("reg x: rt<f32, BM, BM> = 0\nlet s = 1.0 / sqrt(BM * 4.0)\nx *= s")
+    assert "arith.const {value = 0.0625} : f32" in text
+    assert "sqrt" not in text
+
+
+def test_compile_time_if_folds_and_else_if_chains() -> None:
+    body = ("reg x: rt<f32, BM, BM> = 0\n"
+            "if CAUSAL == 1 { x = exp(x) } else if BM > 32 { x = log(x) } else { x = abs(x) }")
+    assert "tk.log" in lower(body) and "tk.exp" not in lower(body)
+    assert "tk.exp" in lower(body, {"CAUSAL": 1})
+    assert "tk.abs" in lower(body, {"BM": 32})
+
+
+def test_swizzle_and_no_tma_and_warpgroups_attrs() -> None:
+    src = ("@warpgroups(consumers=2, producers=1)\n"
+           "kernel k(A: gl<bf16>[M, K]) grid(M / 64) {\n"
+           "  @swizzle(64) shared a: st<bf16, 64, 64>\n"
+           "  @swizzle(none) shared b: st<bf16, 64, 64>\n"
+           "  @no_tma a = A[block.x, 0]\n}\n")
+    module = compile_source(src, "a.tk")
+    check_round_trip(module)
+    text = print_module(module)
+    assert "warpgroups = {consumers = 2, producers = 1}" in text
+    assert "%a = tk.alloc {swizzle = 64} : st<bf16, 64, 64>" in text
+    assert "%b = tk.alloc {swizzle = 0} : st<bf16, 64, 64>" in text
+    assert "tk.load %a, %A, %bx, %c0 {no_tma = true}" in text
+
+
+def test_transpose_outside_mma_and_mma_trans_a() -> None:
+    body = ("shared a: st<bf16, BM, 32>\nreg r: rt<bf16, BM, 32> = a\n"
+            "reg t: rt<bf16, 32, BM> = r.T\nreg p: rt<f32, 32, 32> = a.T @ a")
+    text = lower(body)
+    assert "%t = tk.transpose %r : rt<bf16, 32, 64>" in text
+    assert "{trans_a = true} : rt<f32, 32, 32>" in text
+    assert "%r = tk.load %a : rt<bf16, 64, 32>" in text
+
+
+def test_explicit_row_col_markers() -> None:
+    body = "reg x: rt<f32, BM, BM> = 0\nreg v: rv<f32, BM> = 1.0\nx = x * col(v)\nx = x + row(v)"
+    text = lower(body)
+    assert "{bcast = col}" in text and "{bcast = row}" in text
+
+
+def test_register_store_to_shared_and_shared_load() -> None:
+    body = "shared a: st<f32, BM, BM>\nreg x: rt<f32, BM, BM> = -inf\na = x\nx = a"
+    text = lower(body)
+    assert "tk.store %a, %x" in text
+    assert "%x.1 = tk.load %a : rt<f32, 64, 64>" in text
+    assert "{value = -inf}" in text
+
+
+def test_loop_local_variable_is_not_carried_and_nested_loops_carry() -> None:
+    body = ("reg acc: rt<f32, BM, BM> = 0\nreg t: rt<f32, BM, BM>\n"
+            "for i in 0 .. K / BM {\n  for j in 0 .. 2 {\n    t = exp(acc)\n    acc += t\n  }\n}")
+    text = lower(body)
+    # both loops carry acc only; t is local to the inner body
+    assert text.count("scf.for") == 2
+    assert text.count(": rt<f32, 64, 64> {") == 2
+    assert "%acc.1 = scf.for" in text
+
+
+def test_run_time_scalars_mix_with_tiles() -> None:
+    text = lower("reg x: rt<f32, BM, BM> = 0\nx = x * eps + f32(block.x)")
+    assert "arith.cast %bx : f32" in text
+    assert "tk.mul %x, %eps" in text
+
+
+@pytest.mark.parametrize(("body", "words"), [
+    ("let x = 1 / 0", "division by zero"),
+    ("let x = log(0.0 - 1.0)", "undefined"),
+    ("let x = sqrt(K)", "needs a float operand"),
+    ("reg x: rt<f32, BM, BM> = K", "run-time scalar"),
+    ("let x = K + eps", "scalar type mismatch"),
+    ("reg x: rt<f32, BM, BM> = 0\nx = mask_causal(x, 1.5, 0)", "must be an integer"),
+    ("C = A", "as a whole"),
+    ("A[block.x, 0] += A[block.x, 0]", "'+=' on a global tile"),
+    ("let b = block", "'block' needs"),
+    ("let b = block.w", "unknown block index"),
+    ("shared a: st<bf16, BM, BM>\na += A[0, 0]", "'+=' on shared"),
+])
+def test_more_errors(body: str, words: str) -> None:
+    with pytest.raises(CompileError) as info:
+        lower(body)
+    assert words in info.value.message, info.value.format()
+
+
+def test_inf_literal_and_negation() -> None:
+    text = lower("reg m: rv<f32, BM> = -inf\nm = -m")
+    assert "{value = -inf}" in text and "tk.neg %m" in text
