@@ -1,0 +1,263 @@
+"""infer-layouts: give every register tile and vector a fragment layout, and make conversions explicit.
+
+Rewrites
+* the kernel's thread shape: `warpgroups = {consumers = N}` on sm_90a (kept when the front end set it
+  from `@warpgroups(...)`, else N = min(max(accumulator rows / 64, 1), 2) for kernels with tk.mma and
+  1 otherwise); on sm_80 `warps = W` (kept when set, else 4 * consumers when `warpgroups` is given,
+  else min(max(accumulator rows / 16, 1), 8) with tk.mma and 4 otherwise);
+* every `rt`/`rv` type gains `layout={kind = ..., ...}` (kinds in tkir/layout.py, docs/passes.md):
+  tk.mma accumulators `wgmma_acc` (sm_90a) / `mma_c` (sm_80), register A operands `wgmma_a` /
+  `mma_a`, register B operands `mma_b` (sm_80 only), everything else `row`; row/column vectors
+  take the layout that matches the tile they reduce or broadcast over;
+* where a value's layout differs from the one a consumer needs, a `tk.convert_layout` before the
+  consumer with `via` = "none" (same registers, relabel), "shuffle" (within warps; `shuffles` = the
+  most 32-bit shuffles one thread issues) or "smem" (`smem_bytes` = the round trip's buffer).
+
+Values that must share a layout (the operands and result of an elementwise op, a loop's init,
+argument, result and yield, an mma's accumulator and result) form one class; a class takes the
+layout of its mma result if it has one, else that of its first consumer that needs one, else `row`.
+Assumes a verified tk-level module; errors are located at the op that cannot be laid out.
+"""
+
+from __future__ import annotations
+
+from tkir.ir import Module, Operation, Value
+from tkir.layout import (
+    MMA_M,
+    WGMMA_M,
+    conversion,
+    dtype_bytes,
+    kind_of,
+    make_layout,
+    row_layout_warps,
+)
+from tkir.ops import TILE_BINARY, TILE_UNARY
+from tkir.passmanager import Options, Pass, PassError
+from tkir.types import TileType, VectorType, is_register
+
+ELEMENTWISE = {f"tk.{n}" for n in (*TILE_BINARY, *TILE_UNARY)} | {"tk.cast", "tk.mask_causal"}
+MAX_AUTO_CONSUMERS = 2  # two m64 consumer warpgroups: CUTLASS's cooperative sm90 GEMM shape
+MAX_AUTO_WARPS_SM80 = 8  # 8 warps of m16 rows: a 128-row block tile on the mma.sync path
+DEFAULT_WARPS = 4       # one warpgroup's worth of warps for kernels without tk.mma
+VEC_BYTES = 16          # `row` layouts: each lane owns 16-byte column chunks (one v4 access)
+
+
+class InferLayouts(Pass):
+    name = "infer-layouts"
+
+    def run(self, module: Module, options: Options) -> None:
+        for kernel in module.kernels():
+            _KernelLayouts(kernel, options.target == "sm_80").run()
+
+
+class _UnionFind:
+    def __init__(self) -> None:
+        self.parent: dict[int, int] = {}
+
+    def find(self, v: Value) -> int:
+        k = id(v)
+        self.parent.setdefault(k, k)
+        while self.parent[k] != k:
+            self.parent[k] = self.parent[self.parent[k]]
+            k = self.parent[k]
+        return k
+
+    def union(self, a: Value, b: Value) -> None:
+        ra, rb = self.find(a), self.find(b)
+        if ra != rb:
+            self.parent[rb] = ra
+
+
+class _KernelLayouts:
+    def __init__(self, kernel: Operation, sm80: bool):
+        self.kernel = kernel
+        self.sm80 = sm80
+        self.uf = _UnionFind()
+        self.anchors: dict[int, dict] = {}          # class -> layout fixed by an mma result
+        self.tile_uses: list[tuple[Operation, int, dict]] = []  # (consumer, operand, layout)
+        self.layouts: dict[int, dict] = {}          # class -> chosen layout
+
+    def run(self) -> None:
+        mmas = [op for op in self.kernel.walk() if op.name == "tk.mma"]
+        acc_rows = max((op.result.type.rows for op in mmas), default=0)
+        self.compute_warps, self.wg = self._thread_shape(acc_rows, bool(mmas))
+        values = self._register_values()
+        self._connect()
+        for op in mmas:
+            self._mma_demands(op)
+        self._assign_tiles(values)
+        vec_uses = self._assign_vectors(values)
+        for v in values:
+            v.type = v.type.with_attr("layout", self.layouts[self.uf.find(v)])
+        for op, idx, want in [*self.tile_uses, *vec_uses]:
+            self._convert(op, idx, want)
+
+    # --- thread shape ------------------------------------------------------------------------
+
+    def _thread_shape(self, acc_rows: int, has_mma: bool) -> tuple[int, int]:
+        """(compute warps, consumer warpgroups) after recording the choice on the kernel."""
+        attrs = self.kernel.attrs
+        given = attrs.get("warpgroups")
+        consumers = None
+        if isinstance(given, dict) and "consumers" in given:
+            consumers = given["consumers"]
+            if not isinstance(consumers, int) or consumers < 1:
+                raise PassError(self.kernel.loc, f"warpgroups consumers must be a positive count, "
+                                f"got {consumers}")
+        if self.sm80:
+            warps = attrs.get("warps")
+            if not isinstance(warps, int) or warps < 1:
+                if consumers is not None:
+                    warps = 4 * consumers
+                elif has_mma:
+                    warps = min(max(acc_rows // MMA_M, 1), MAX_AUTO_WARPS_SM80)
+                else:
+                    warps = DEFAULT_WARPS
+            attrs["warps"] = warps
+            return warps, 0
+        if consumers is None:
+            consumers = min(max(acc_rows // WGMMA_M, 1), MAX_AUTO_CONSUMERS) if has_mma else 1
+            attrs["warpgroups"] = {**(given if isinstance(given, dict) else {}), "consumers": consumers}
+        return 4 * consumers, consumers
+
+    # --- classes -----------------------------------------------------------------------------
+
+    def _register_values(self) -> list[Value]:
+        out = []
+        for op in self.kernel.walk():
+            for r in op.regions:
+                out.extend(a for a in r.block.args if is_register(a.type))
+            out.extend(v for v in op.results if is_register(v.type))
+        return out
+
+    def _connect(self) -> None:
+        for op in self.kernel.walk():
+            if op.name in ELEMENTWISE and op.results:
+                res = op.result
+                for v in op.operands:
+                    if is_register(v.type) and type(v.type) is type(res.type):
+                        self.uf.union(res, v)
+            elif op.name == "tk.mma":
+                self.uf.union(op.result, op.operands[2])
+            elif op.name == "scf.for":
+                term = op.body.terminator
+                for init, arg, res, y in zip(op.operands[3:], op.body.args[1:], op.results,
+                                             term.operands, strict=True):
+                    if is_register(init.type):
+                        for v in (arg, res, y):
+                            self.uf.union(init, v)
+
+    def _mma_demands(self, op: Operation) -> None:
+        acc = op.result.type
+        if self.sm80:
+            warps = self.compute_warps
+            if acc.rows % (MMA_M * warps):
+                raise PassError(op.loc, f"accumulator {acc.bare()} cannot be split over {warps} warps "
+                                f"of {MMA_M}-row blocks", hint="set warps on the kernel or change the tile")
+            acc_layout = make_layout("mma_c", warps=warps)
+            a_layout = make_layout("mma_a", warps=warps)
+        else:
+            wg = self.wg
+            if acc.rows % (WGMMA_M * wg):
+                raise PassError(op.loc, f"accumulator {acc.bare()} cannot be split over {wg} consumer "
+                                f"warpgroups of {WGMMA_M}-row wgmma blocks",
+                                hint="change @warpgroups(consumers=...) or the tile's rows")
+            acc_layout = make_layout("wgmma_acc", wg=wg)
+            a_layout = make_layout("wgmma_a", wg=wg)
+        root = self.uf.find(op.result)
+        old = self.anchors.setdefault(root, acc_layout)
+        if old != acc_layout:
+            raise PassError(op.loc, f"accumulator needs layout {acc_layout} but its value also carries {old}")
+        a, b = op.operands[0], op.operands[1]
+        if is_register(a.type):
+            if op.attrs.get("trans_a"):
+                raise PassError(op.loc, "a register A operand cannot be transposed; transpose it first "
+                                "(tk.transpose) or keep A in shared memory")
+            self.tile_uses.append((op, 0, a_layout))
+        if is_register(b.type):
+            if not self.sm80:
+                raise PassError(op.loc, "wgmma reads B from shared memory only (HOPPER.md §1.6); "
+                                "store the B tile to a shared tile first")
+            if op.attrs.get("trans_b"):
+                raise PassError(op.loc, "a register B operand cannot be transposed on the mma.sync path")
+            self.tile_uses.append((op, 1, make_layout("mma_b", warps=self.compute_warps)))
+
+    def _assign_tiles(self, values: list[Value]) -> None:
+        first_use: dict[int, dict] = {}
+        for op, idx, want in self.tile_uses:
+            first_use.setdefault(self.uf.find(op.operands[idx]), want)
+        for v in values:
+            root = self.uf.find(v)
+            if not isinstance(v.type, TileType) or root in self.layouts:
+                continue
+            if root in self.anchors:
+                self.layouts[root] = self.anchors[root]
+            elif root in first_use:
+                self.layouts[root] = first_use[root]
+            else:
+                self.layouts[root] = self._row_layout(v.type)
+
+    def _row_layout(self, t: TileType) -> dict:
+        vec = max(VEC_BYTES // dtype_bytes(t.dtype), 1)
+        return make_layout("row", warps=row_layout_warps(t.rows, t.cols, vec, self.compute_warps), vec=vec)
+
+    def _assign_vectors(self, values: list[Value]) -> list[tuple[Operation, int, dict]]:
+        anchors: dict[int, dict] = {}
+        uses: list[tuple[Operation, int, dict]] = []
+        for op in self.kernel.walk():
+            if op.name == "tk.reduce":
+                tile = self.layouts[self.uf.find(op.operands[0])]
+                anchors.setdefault(self.uf.find(op.result), vector_layout(tile, str(op.attrs["axis"])))
+            elif op.name in ELEMENTWISE and op.attrs.get("bcast") is not None:
+                t_idx = 0 if isinstance(op.operands[0].type, TileType) else 1
+                tile = self.layouts[self.uf.find(op.operands[t_idx])]
+                uses.append((op, 1 - t_idx, vector_layout(tile, str(op.attrs["bcast"]))))
+        first_use: dict[int, dict] = {}
+        for op, idx, want in uses:
+            first_use.setdefault(self.uf.find(op.operands[idx]), want)
+        for v in values:
+            root = self.uf.find(v)
+            if not isinstance(v.type, VectorType) or root in self.layouts:
+                continue
+            layout = anchors.get(root) or first_use.get(root)
+            if layout is None:
+                warps = max(w for w in range(1, self.compute_warps + 1) if v.type.n % w == 0)
+                layout = make_layout("row_vec", warps=warps)
+            self.layouts[root] = layout
+        return uses
+
+    # --- conversions -------------------------------------------------------------------------
+
+    def _convert(self, op: Operation, idx: int, want: dict) -> None:
+        v = op.operands[idx]
+        have = v.type.get("layout")
+        if have == want:
+            return
+        shape = v.type.shape if isinstance(v.type, TileType) else (v.type.n,)
+        try:
+            via, shuffles = conversion(have, want, v.type.dtype, shape)
+        except ValueError as e:
+            raise PassError(op.loc, f"cannot lay out {v.type.bare()} as {want}: {e}") from None
+        cvt = Operation(
+            "tk.convert_layout", [v], [v.type.with_attr("layout", want)],
+            {"via": via, "smem_bytes": v.type.nbytes if via == "smem" else 0, "shuffles": shuffles},
+            result_names=[f"{v.name}.{kind_of(want)}" if v.name else kind_of(want)], loc=op.loc,
+        )
+        op.parent.insert_before(op, cvt)
+        op.operands[idx] = cvt.result
+
+
+def vector_layout(tile: dict, axis: str) -> dict:
+    """The layout of a vector with one value per row (axis "row") or column ("col") of a tile."""
+    kind = kind_of(tile)
+    base = {"wgmma_a": "wgmma_acc", "mma_a": "mma_c"}.get(kind, kind)  # same rows/cols per thread
+    split = {k: tile[k] for k in ("wg", "warps") if k in tile}
+    if axis == "row":
+        if base in ("wgmma_acc", "mma_c"):
+            return make_layout("acc_row_vec", **split)
+        return make_layout("row_vec", **split)
+    if base == "row":
+        return make_layout("col_vec", of="row", warps=tile["warps"], vec=tile["vec"])
+    if base == "mma_b":
+        return make_layout("row_vec", warps=1)
+    return make_layout("col_vec", of=base, **split)
