@@ -227,6 +227,16 @@ def _looks_like_ptx(image: bytes) -> bool:
 
 def check_launch(launch: dict) -> dict:
     """Validate a launch description and fill defaults; LaunchError on anything malformed."""
+    if not isinstance(launch, dict):
+        raise LaunchError(f"a launch description is a JSON object, not {type(launch).__name__}")
+    try:
+        return _check_launch(launch)
+    except (KeyError, TypeError, IndexError) as e:
+        raise LaunchError(f"launch description of '{launch.get('kernel', '?')}' is malformed: "
+                          f"{type(e).__name__} {e}") from None
+
+
+def _check_launch(launch: dict) -> dict:
     def bad(msg: str) -> LaunchError:
         return LaunchError(f"launch description of '{launch.get('kernel', '?')}': {msg}")
 
@@ -264,6 +274,9 @@ def check_launch(launch: dict) -> dict:
                 raise bad(f"scalar param '{p['name']}' names neither a size nor a user scalar")
         else:
             raise bad(f"param '{p.get('name')}' has unknown kind {kind!r}")
+    for req in out["requires"]:
+        if "expr" not in req or not isinstance(req.get("equals"), int):
+            raise bad(f"requirement {req} needs an 'expr' and an integer 'equals'")
     for i, t in enumerate(out["tma"]):
         _check_tma_spec(t, tensors, lambda msg, i=i: bad(f"tma[{i}]: {msg}"))
     return out

@@ -286,6 +286,8 @@ def test_f32_scalar_accepts_int(gemm: Kernel) -> None:
     (lambda d: d["tma"][0].update(strides=[]), "has 1 strides, not 0"),
     (lambda d: d["tma"][0].update(dtype="f32"), "differs from tensor 'A'"),
     (lambda d: d.update(block=[2048]), "is not 1..1024 threads"),
+    (lambda d: d["tensors"][0].pop("name"), "malformed: KeyError 'name'"),
+    (lambda d: d["tma"][0].update(box=None), "malformed: TypeError"),
 ])
 def test_bad_launch_descriptions(edit: Any, message: str) -> None:
     launch = copy.deepcopy(GEMM_LAUNCH)
