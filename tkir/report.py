@@ -1,0 +1,174 @@
+"""`tkc report`: the compiler's decisions read back from the IR, as a dict (JSON) or aligned text.
+
+Keys of `build_report(module)` (absent when the IR has nothing for them):
+* `shared_tiles`: per `tk.alloc`: name, dtype, shape, swizzle (bytes, 0 = none), align, bytes
+  (select-swizzle's type attributes; bytes include bank-conflicts' row padding);
+* `accesses`: per shared access (bank-conflicts' `access` attributes): op, tile, degree,
+  degree_before, hardware;
+* `register_tiles`: per rt/rv value: name, dtype, shape, layout (its IR text), regs_per_thread
+  (32-bit registers per thread, from tkir.layout);
+* `tma`: per module-level `tma.desc`: name, tensor, dtype, dims, strides, box, swizzle, oob_fill;
+* `occupancy`: the kernel's `occupancy` attribute: stages, blocks_per_sm, smem_bytes and roles
+  (role, warpgroups, regs_per_thread).
+"""
+
+from __future__ import annotations
+
+from tkir.ir import Module, Operation, Value
+from tkir.layout import SWIZZLE_ALIGN, regs_per_thread
+from tkir.types import TileType, VectorType, format_attr_value, is_register, is_shared
+
+TMA_KEYS = ("tensor", "dtype", "dims", "strides", "box", "swizzle", "oob_fill")
+
+
+def build_report(module: Module) -> dict:
+    """The report of an already-compiled module (run the passes first)."""
+    rep: dict[str, object] = {"shared_tiles": [], "accesses": [], "register_tiles": []}
+    for kernel in module.kernels():
+        names = _printed_names(kernel)
+        for op in kernel.walk():
+            if op.name == "tk.alloc" and is_shared(op.result.type):
+                rep["shared_tiles"].append(_shared_tile(op.result, names))
+            for entry in op.attrs.get("access", []) if isinstance(op.attrs.get("access"), list) else []:
+                rep["accesses"].append({"op": str(entry.get("op")), "tile": str(entry.get("tile")),
+                                        "degree": entry.get("degree"),
+                                        "degree_before": entry.get("degree_before"),
+                                        "hardware": bool(entry.get("hardware", False))})
+            for v in op.results:
+                if is_register(v.type) and v.type.get("layout") is not None:
+                    rep["register_tiles"].append(_register_tile(v, names))
+        occ = kernel.attrs.get("occupancy")
+        if isinstance(occ, dict):
+            rep["occupancy"] = _occupancy(occ)
+    tma = [_tma(op) for op in module.ops if op.name == "tma.desc"]
+    if tma:
+        rep["tma"] = tma
+    return rep
+
+
+def format_report(report: dict) -> str:
+    """Aligned text tables, one section per key."""
+    out: list[str] = []
+    out += _section("shared tiles", ["name", "dtype", "shape", "swizzle", "align", "bytes"],
+                    [[t["name"], t["dtype"], "x".join(map(str, t["shape"])),
+                      f"{t['swizzle']}B" if t["swizzle"] else "none", t["align"], t["bytes"]]
+                     for t in report.get("shared_tiles", [])])
+    out += _section("shared accesses", ["op", "tile", "degree", "before", "path"],
+                    [[a["op"], a["tile"], f"{a['degree']}-way", f"{a['degree_before']}-way",
+                      "hardware" if a.get("hardware") else "threads"]
+                     for a in report.get("accesses", [])])
+    out += _section("register tiles", ["name", "type", "layout", "regs/thread"],
+                    [[r["name"], f"{r['dtype']}[{'x'.join(map(str, r['shape']))}]", r["layout"],
+                      r["regs_per_thread"]] for r in report.get("register_tiles", [])])
+    if "tma" in report:
+        out += _section("tma descriptors", ["name", *TMA_KEYS],
+                        [[d["name"], *(_cell(d[k]) for k in TMA_KEYS)] for d in report["tma"]])
+    if "occupancy" in report:
+        occ = report["occupancy"]
+        out.append(f"occupancy: stages {occ.get('stages')}, blocks/SM {occ.get('blocks_per_sm')}, "
+                   f"shared memory {occ.get('smem_bytes')} bytes")
+        out += _section("roles", ["role", "warpgroups", "regs/thread"],
+                        [[r["role"], r["warpgroups"], r["regs_per_thread"]] for r in occ.get("roles", [])])
+    for key, val in report.items():  # keys later stages add (e.g. the CLI's ptxas summary)
+        if key not in ("shared_tiles", "accesses", "register_tiles", "tma", "occupancy"):
+            out.append(f"{key}: {_cell(val)}")
+    return "\n".join(out).rstrip() + "\n"
+
+
+# --- helpers -------------------------------------------------------------------------------------
+
+
+def _shared_tile(v: Value, names: dict[int, str]) -> dict:
+    t = v.type
+    if isinstance(t, VectorType):
+        return {"name": names[id(v)], "dtype": t.dtype, "shape": [t.n], "swizzle": 0,
+                "align": SWIZZLE_ALIGN[0], "bytes": t.nbytes}
+    span = int(t.get("swizzle", 0) or 0)
+    pad = int(t.get("pad", 0) or 0) if not span else 0
+    return {"name": names[id(v)], "dtype": t.dtype, "shape": [t.rows, t.cols], "swizzle": span,
+            "align": int(t.get("align", SWIZZLE_ALIGN.get(span, 0))), "bytes": t.nbytes + t.rows * pad}
+
+
+def _register_tile(v: Value, names: dict[int, str]) -> dict:
+    t = v.type
+    shape = [t.rows, t.cols] if isinstance(t, TileType) else [t.n]
+    layout = t.get("layout")
+    try:
+        regs: int | None = regs_per_thread(layout, t.dtype, tuple(shape))
+    except (ValueError, KeyError):  # a layout this build does not know: report it, count nothing
+        regs = None
+    return {"name": names[id(v)], "dtype": t.dtype, "shape": shape,
+            "layout": format_attr_value(layout), "regs_per_thread": regs}
+
+
+def _tma(op: Operation) -> dict:
+    out: dict[str, object] = {"name": op.symbol}
+    for k in TMA_KEYS:
+        out[k] = op.attrs.get(k)
+    return out
+
+
+def _occupancy(occ: dict) -> dict:
+    out: dict[str, object] = {k: occ.get(k) for k in ("stages", "blocks_per_sm", "smem_bytes")}
+    roles = occ.get("roles")
+    out["roles"] = [{"role": str(role), "warpgroups": spec.get("warpgroups"),
+                     "regs_per_thread": spec.get("regs")}
+                    for role, spec in (roles.items() if isinstance(roles, dict) else [])
+                    if isinstance(spec, dict)]
+    return out
+
+
+def _section(title: str, header: list[str], rows: list[list[object]]) -> list[str]:
+    if not rows:
+        return [f"{title}: none", ""]
+    cells = [header] + [[_cell(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    lines = [f"{title}:"]
+    for r in cells:
+        lines.append("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+    return lines + [""]
+
+
+def _cell(v: object) -> str:
+    if isinstance(v, str):
+        return v
+    if isinstance(v, list):
+        return "[" + ", ".join(_cell(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{k}: {_cell(x)}" for k, x in v.items()) + "}"
+    return str(v)
+
+
+def _printed_names(kernel: Operation) -> dict[int, str]:
+    """The names the printer gives each value (source name, made unique with .N, like tkir.printer)."""
+    names: dict[int, str] = {}
+    used: set[str] = set()
+    counter = [0]
+
+    def name(v: Value) -> None:
+        if id(v) in names:
+            return
+        base = v.name
+        if not base:
+            while str(counter[0]) in used:
+                counter[0] += 1
+            base = str(counter[0])
+        cand, n = base, 1
+        while cand in used:
+            cand, n = f"{base}.{n}", n + 1
+        used.add(cand)
+        names[id(v)] = cand
+
+    def visit(op: Operation) -> None:
+        for v in op.operands:
+            name(v)
+        for v in op.results:
+            name(v)
+        for region in op.regions:
+            for a in region.block.args:
+                name(a)
+            for inner in region.block.ops:
+                visit(inner)
+
+    visit(kernel)
+    return names
