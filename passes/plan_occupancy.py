@@ -95,10 +95,10 @@ class PlanOccupancy(Pass):
 
     def run(self, module: Module, options: Options) -> None:
         for kernel in module.kernels():
-            kernel.attrs["occupancy"] = plan_kernel(kernel, module.source)
+            kernel.attrs["occupancy"] = plan_kernel(kernel)
 
 
-def plan_kernel(kernel: Operation, source: str | None = None) -> dict:
+def plan_kernel(kernel: Operation) -> dict:
     """The occupancy plan of one kernel (also sets `stages` on its pipelined loops)."""
     rings = _ring_buffers(kernel)
     loops = list(dict.fromkeys(rings.values()))
@@ -117,16 +117,16 @@ def plan_kernel(kernel: Operation, source: str | None = None) -> dict:
     needed = _round_up(sum(budget.values()), REG_ALLOC_UNIT)
 
     smem = _SharedMemory(kernel, rings)
-    stages = smem.choose_stages(loops, source)
+    stages = smem.choose_stages(loops)
     for lp in loops:
         lp.attrs.setdefault("stages", stages)
     smem_bytes = smem.total(loops, stages)
 
     if ws_loop is not None:
-        roles, regs_for_blocks = _split_registers(kernel, consumers, needed, budget, largest, source)
+        roles, regs_for_blocks = _split_registers(kernel, consumers, needed, budget, largest)
     else:
         if needed > MAX_REGS_PER_THREAD:
-            raise _register_error(kernel, "", needed, MAX_REGS_PER_THREAD, budget, largest, source)
+            raise _register_error(kernel, "", needed, MAX_REGS_PER_THREAD, budget, largest)
         roles = {"compute": {"warpgroups": consumers, "regs": needed}}
         regs_for_blocks = needed
 
@@ -195,8 +195,8 @@ def _compute_warpgroups(kernel: Operation) -> int:
     return 1
 
 
-def _split_registers(kernel: Operation, consumers: int, needed: int, budget: dict, largest,
-                     source: str | None) -> tuple[dict, int]:
+def _split_registers(kernel: Operation, consumers: int, needed: int, budget: dict,
+                     largest: tuple[Value, int] | None) -> tuple[dict, int]:
     threads = THREADS_PER_WARPGROUP * (1 + consumers)
     launch_cap = min(REGS_PER_SM // threads // REG_ALLOC_UNIT * REG_ALLOC_UNIT, MAX_ROLE_REGS)
     pool = threads * launch_cap // THREADS_PER_WARPGROUP  # registers per thread, summed over warpgroups
@@ -211,11 +211,11 @@ def _split_registers(kernel: Operation, consumers: int, needed: int, budget: dic
                      "consumer": {"warpgroups": consumers, "regs": consumer}}
             return roles, launch_cap
     raise _register_error(kernel, f"{consumers} consumer warpgroup{'s' if consumers > 1 else ''}: ",
-                          needed, best, budget, largest, source)
+                          needed, best, budget, largest)
 
 
-def _register_error(kernel: Operation, who: str, needed: int, limit: int, budget: dict, largest,
-                    source: str | None) -> CompileError:
+def _register_error(kernel: Operation, who: str, needed: int, limit: int, budget: dict,
+                    largest: tuple[Value, int] | None) -> CompileError:
     parts = ", ".join(f"{k} {v}" for k, v in budget.items())
     msg = f"registers: {who}{needed} per thread needed > {limit} available ({parts})"
     loc = kernel.loc
@@ -224,7 +224,7 @@ def _register_error(kernel: Operation, who: str, needed: int, limit: int, budget
         msg += f"; largest: %{value.name} {value.type} = {regs} per thread"
         loc = _def_loc(value) or loc
     hint = "use smaller tiles or more warpgroups (@warpgroups(consumers=N))"
-    return CompileError(loc, msg, source, hint=hint)
+    return CompileError(loc, msg, hint=hint)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -381,7 +381,7 @@ class _SharedMemory:
         ring = sum(self._per_loop(lp) * _loop_stages(lp, stages) for lp in loops)
         return b["align_pad"] + b["fixed_bytes"] + ring + b["barrier_bytes"]
 
-    def choose_stages(self, loops: list[Operation], source: str | None) -> int:
+    def choose_stages(self, loops: list[Operation]) -> int:
         if not loops:
             return 1
         explicit = [lp for lp in loops if isinstance(lp.attrs.get("stages"), int)]
@@ -390,7 +390,7 @@ class _SharedMemory:
             if self.total(loops, n) > SMEM_PER_BLOCK:
                 lp = next(lp for lp in explicit if lp.attrs["stages"] == n)
                 raise CompileError(lp.loc, f"shared memory: @stages({n}) needs {self.total(loops, n)} B > "
-                                   f"{SMEM_PER_BLOCK} B per block; {self.largest(loops, n)}", source,
+                                   f"{SMEM_PER_BLOCK} B per block; {self.largest(loops, n)}",
                                    hint="use fewer stages or smaller tiles")
             return n
         for n in range(MAX_AUTO_STAGES, 0, -1):
@@ -398,7 +398,7 @@ class _SharedMemory:
                 return n
         op = self._largest_op(loops, 1)
         raise CompileError(op.loc, f"shared memory: {self.largest(loops, 1)}; the block needs "
-                           f"{self.total(loops, 1)} B > {SMEM_PER_BLOCK} B", source,
+                           f"{self.total(loops, 1)} B > {SMEM_PER_BLOCK} B",
                            hint="use smaller tiles (shared memory is 227 KB per block)")
 
     def _consumers(self, loops: list[Operation], stages: int) -> list[tuple[int, Operation, int]]:

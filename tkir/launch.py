@@ -96,14 +96,14 @@ def _check_copies(module: Module, kernel: Operation) -> None:
         sym = op.attrs["desc"].name
         desc = module.lookup(sym)
         if desc is None or desc.name != "tma.desc":
-            raise CompileError(op.loc, f"'{op.name}' names @{sym}, which is not a tma.desc", module.source)
+            raise CompileError(op.loc, f"'{op.name}' names @{sym}, which is not a tma.desc")
         if desc.attrs["param"] != params.index(g):
             raise CompileError(op.loc, f"'{op.name}' copies %{g.name} with @{sym}, a descriptor of "
-                               f"{desc.attrs['tensor']}", module.source)
+                               f"{desc.attrs['tensor']}")
         want = int(s.type.get("swizzle", 0) or 0)
         if desc.attrs["swizzle"] != want:
             raise CompileError(op.loc, f"'{op.name}': @{sym} has swizzle {desc.attrs['swizzle']} but the "
-                               f"shared tile is {s.type} (swizzle {want})", module.source)
+                               f"shared tile is {s.type} (swizzle {want})")
 
 
 def _requires(kernel: Operation, descs: list[Operation]) -> list[dict]:

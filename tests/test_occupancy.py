@@ -1,0 +1,232 @@
+"""plan-occupancy: each example's plan against a hand count, and the located errors when nothing fits.
+
+The examples run through the decided tk-level pipeline up to plan-occupancy. Hand counts use
+HOPPER.md §7 (65,536 registers and 228 KB per SM, 232,448 B per block, 1 KB reserved per block) and
+the counting rules in passes/plan_occupancy.py's docstring.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from tkir.frontend import compile_file
+from tkir.passes.registry import load_registry
+
+from tkir.diagnostics import CompileError
+from tkir.parser import parse_module
+from tkir.passmanager import Options, PassManager
+
+UP_TO_OCCUPANCY = ["canonicalize", "infer-layouts", "select-swizzle", "bank-conflicts", "create-tma",
+                   "plan-occupancy"]
+
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+@pytest.fixture
+def in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+
+
+def plan_of(example: str, **consts: int) -> dict:
+    module = compile_file(str(EXAMPLES / f"{example}.tk"), consts)
+    PassManager(load_registry(), UP_TO_OCCUPANCY).run(module, Options())
+    return module.kernel.attrs["occupancy"]
+
+
+def run_text(text: str, passes: list[str], **options: object):
+    """Parse IR text (from ./k.tkir, written so that diagnostics can show the source line) and run passes."""
+    path = Path("k.tkir")
+    path.write_text(text, encoding="utf-8")
+    module = parse_module(text, str(path))
+    PassManager(load_registry(), passes).run(module, Options(**options))
+    return module
+
+
+def test_gemm_hand_count() -> None:
+    occ = plan_of("gemm")
+    # a: 128 x 64 bf16 = 16384 B, b: 64 x 256 bf16 = 32768 B, both 128B-swizzled (1024-B aligned);
+    # @stages(4) -> 4 x 49152 = 196608 B; 4 stages x (full, empty) x 8 B = 64 B; 1024 B base padding.
+    assert occ["smem"] == {"stage_bytes": 49152, "fixed_bytes": 0, "barrier_bytes": 64, "align_pad": 1024}
+    assert occ["smem_bytes"] == 196608 + 64 + 1024 == 197696
+    assert occ["stages"] == 4
+    # consumers: acc 128 x 256 f32 over 2 x 128 threads = 128; 3 pointers x 2 + 2 wgmma descriptors x 2
+    # + live scalars K/64, k, bx, by = 14; overhead 16 -> 158 -> 160 <= 232.
+    assert occ["budget"] == {"acc_regs": 128, "live_tile_regs": 0, "addr_regs": 14, "overhead": 16}
+    # 384 threads launch with floor(65536 / 384 / 8) * 8 = 168 registers: pool 504 per thread of one
+    # warpgroup; producer 40, consumers (504 - 40) / 2 = 232 (CUTLASS's pair).
+    assert occ["roles"] == {"producer": {"warpgroups": 1, "regs": 40},
+                            "consumer": {"warpgroups": 2, "regs": 232}}
+    assert 128 * (40 + 2 * 232) <= 65536
+    assert occ["threads"] == 384
+    # blocks: 233472 // round128(197696 + 1024) = 1; 65536 // (384 * 168) = 1
+    assert occ["blocks_per_sm"] == 1
+
+
+def test_attention_hand_count() -> None:
+    occ = plan_of("attention_fwd")
+    # q 64 x 128 bf16 = 16384 B once; k, v 16384 B each per stage, @stages(2) -> 65536 B;
+    # barriers 2 x 2 x 8 = 32 B; 1024 B base padding -> 82976 B.
+    assert occ["smem_bytes"] == 16384 + 2 * 32768 + 32 + 1024 == 82976
+    assert occ["stages"] == 2
+    # One consumer warpgroup (64 query rows = one m64). Peak inside the loop at row_sum(p):
+    # accumulators o (64 x 128 f32 / 128 threads = 64) + m_new (2: rows g and g+8) = 66;
+    # other tiles p (64 x 64 f32 = 32) + alpha, l * alpha, row_sum(p) (2 each) = 38;
+    # addresses 4 pointers x 2 + 4 descriptor regs + kv_blocks, bx, by, bz = 16; overhead 16 -> 136.
+    assert occ["budget"] == {"acc_regs": 66, "live_tile_regs": 38, "addr_regs": 16, "overhead": 16}
+    # 256 threads launch with min(65536 / 256, 248) = 248; the consumer keeps 248 >= 136.
+    assert occ["roles"] == {"producer": {"warpgroups": 1, "regs": 40},
+                            "consumer": {"warpgroups": 1, "regs": 248}}
+    assert occ["threads"] == 256 and occ["blocks_per_sm"] == 1
+
+
+def test_layernorm_hand_count() -> None:
+    occ = plan_of("layernorm")
+    # row layout over 4 warps: a 16 x 1024 f32 tile is 4 rows x 1024 / 32 lanes = 128 regs; a row
+    # vector 16 / 4 warps = 4; the W and Bias column vectors (bf16, 4 chunks of 8 per lane) 16 each.
+    # Peak at row_sum(xf): xf 128 + sum 4 + w 16 + b 16 = 164 (xc * xc streams into its row_sum).
+    assert occ["budget"] == {"acc_regs": 0, "live_tile_regs": 164, "addr_regs": 9, "overhead": 16}
+    # addresses: 4 pointers x 2 + bx = 9; 164 + 9 + 16 = 189 -> 192; 65536 // (128 x 192) = 2
+    assert occ["roles"] == {"compute": {"warpgroups": 1, "regs": 192}}
+    assert (occ["stages"], occ["smem_bytes"], occ["threads"], occ["blocks_per_sm"]) == (1, 0, 128, 2)
+
+
+def test_softmax_hand_count() -> None:
+    occ = plan_of("softmax")
+    # xf 128 + row_max 4 = 132; addresses 2 x 2 + bx = 5; 132 + 5 + 16 = 153 -> 160; 65536 // 20480 = 3
+    assert occ["budget"] == {"acc_regs": 0, "live_tile_regs": 132, "addr_regs": 5, "overhead": 16}
+    assert occ["roles"] == {"compute": {"warpgroups": 1, "regs": 160}}
+    assert (occ["stages"], occ["smem_bytes"], occ["threads"], occ["blocks_per_sm"]) == (1, 0, 128, 3)
+
+
+def test_rotary_hand_count() -> None:
+    occ = plan_of("rotary")
+    # 16 x 64 tiles over 128 threads: bf16 4 regs, f32 8. Peak at a * cos: a, b, cf, sf (8 each) and
+    # the product (8) = 40 (b * sin streams into the subtraction). Addresses 4 x 2 + bx = 9;
+    # 40 + 9 + 16 = 65 -> 72; 65536 // (128 x 72) = 7 blocks.
+    assert occ["budget"] == {"acc_regs": 0, "live_tile_regs": 40, "addr_regs": 9, "overhead": 16}
+    assert occ["roles"] == {"compute": {"warpgroups": 1, "regs": 72}}
+    assert (occ["stages"], occ["smem_bytes"], occ["threads"], occ["blocks_per_sm"]) == (1, 0, 128, 7)
+
+
+def test_stages_chosen_when_not_annotated(in_tmp: None) -> None:
+    # gemm without @stages: 4 stages fit (197696 B), 5 would not (246864 B), the cap is 4 anyway;
+    # with 256-wide K tiles one stage is 128 x 256 + 256 x 256 bf16 = 196608 B: only 1 fits.
+    text = GEMM.format(bk=64, b_rows=64, stages="")
+    module = run_text(text, ["create-tma", "plan-occupancy"])
+    assert module.kernel.attrs["occupancy"]["stages"] == 4
+    loop = next(op for op in module.kernel.walk() if op.name == "scf.for")
+    assert loop.attrs["stages"] == 4
+    text = GEMM.format(bk=256, b_rows=256, stages="")
+    occ = run_text(text, ["create-tma", "plan-occupancy"]).kernel.attrs["occupancy"]
+    assert occ["stages"] == 1 and occ["smem_bytes"] == 196608 + 16 + 1024
+
+
+GEMM = """\
+tk.kernel @gemm {{grid = ["M / 128", "N / 256"], warpgroups = {{consumers = 2}}}} {{
+  ^(%A: gl<bf16>[M, K], %B: gl<bf16>[K, N], %C: gl<bf16>[M, N])
+  %a = tk.alloc : st<bf16, 128, {bk}, swizzle=128, align=1024>
+  %b = tk.alloc : st<bf16, {b_rows}, 256, swizzle=128, align=1024>
+  %acc = tk.fill {{value = 0.0}} : rt<f32, 128, 256>
+  %kt = tk.size {{name = "K"}} : i32
+  %c0 = arith.const {{value = 0}} : i32
+  %c1 = arith.const {{value = 1}} : i32
+  %bx = tk.block_id {{dim = 0}} : i32
+  %by = tk.block_id {{dim = 1}} : i32
+  %acc.1 = scf.for %c0, %kt, %c1, %acc {stages}: rt<f32, 128, 256> {{
+    ^(%k: i32, %acc.2: rt<f32, 128, 256>)
+    tk.load %a, %A, %bx, %k
+    tk.load %b, %B, %k, %by
+    %acc.3 = tk.mma %a, %b, %acc.2 : rt<f32, 128, 256>
+    scf.yield %acc.3
+  }}
+  %out = tk.cast %acc.1 : rt<bf16, 128, 256>
+  tk.store %C, %out, %bx, %by
+}}
+"""
+
+
+def test_explicit_stages_that_do_not_fit_is_a_located_error(in_tmp: None) -> None:
+    text = GEMM.format(bk=64, b_rows=64, stages="{stages = 5} ")
+    with pytest.raises(CompileError) as e:
+        run_text(text, ["create-tma", "plan-occupancy"])
+    msg = e.value.format()
+    assert msg.startswith("k.tkir:11:")  # the loop
+    # 5 x 49152 + 5 x 2 x 8 + 1024 = 246864
+    assert "error: shared memory: @stages(5) needs 246864 B > 232448 B per block" in msg
+    assert "5 stages x st<bf16, 64, 256, swizzle=128, align=1024> needs 163840 B" in msg
+    assert "^" in msg.splitlines()[2]
+
+
+def test_tile_that_cannot_fit_names_the_largest_consumer(in_tmp: None) -> None:
+    text = """\
+tk.kernel @k {grid = ["M / 128"]} {
+  ^(%A: gl<bf16>[M, K], %B: gl<bf16>[K, N])
+  %a = tk.alloc : st<bf16, 128, 64, swizzle=128, align=1024>
+  %b = tk.alloc : st<bf16, 256, 512, swizzle=128, align=1024>
+  %kt = tk.size {name = "K"} : i32
+  %c0 = arith.const {value = 0} : i32
+  %c1 = arith.const {value = 1} : i32
+  scf.for %c0, %kt, %c1 {
+    ^(%k: i32)
+    tk.load %a, %A, %c0, %k
+    tk.load %b, %B, %k, %c0
+    scf.yield
+  }
+}
+"""
+    with pytest.raises(CompileError) as e:
+        run_text(text, ["create-tma", "plan-occupancy"])
+    msg = e.value.format()
+    # b = 256 x 512 bf16 = 262144 B on its own: one stage cannot fit; the error points at its alloc
+    assert msg.startswith("k.tkir:4:")
+    assert "shared memory: 1 stage x st<bf16, 256, 512, swizzle=128, align=1024> needs 262144 B" in msg
+    assert "> 232448 B" in msg
+    assert msg.splitlines()[1] == "  %b = tk.alloc : st<bf16, 256, 512, swizzle=128, align=1024>"
+    assert msg.splitlines()[2] == "       ^"
+
+
+def test_consumer_registers_that_do_not_fit(in_tmp: None) -> None:
+    # 256 x 256 f32 accumulator over 2 consumer warpgroups = 256 registers per thread; with addresses
+    # 14 and overhead 16: 286 -> 288 > 240, the most consumers get (producer at 24: (504 - 24) / 2)
+    text = GEMM.format(bk=64, b_rows=64, stages="{stages = 2} ")
+    for small, big in (("rt<f32, 128, 256>", "rt<f32, 256, 256>"), ("st<bf16, 128, 64,", "st<bf16, 256, 64,"),
+                       ("rt<bf16, 128, 256>", "rt<bf16, 256, 256>")):
+        text = text.replace(small, big)
+    with pytest.raises(CompileError) as e:
+        run_text(text, ["create-tma", "plan-occupancy"])
+    msg = e.value.format()
+    assert "error: registers: 2 consumer warpgroups: 288 per thread needed > 240 available" in msg
+    assert "acc_regs 256" in msg
+    assert "largest: %acc.2 rt<f32, 256, 256> = 256 per thread" in msg
+    assert msg.startswith("k.tkir:11:")  # the loop that carries the accumulator
+
+
+def test_compute_registers_that_do_not_fit(in_tmp: None) -> None:
+    text = """\
+tk.kernel @big {grid = ["N / 64"]} {
+  ^(%X: gl<f32>[N, 1024], %Y: gl<f32>[N, 1024])
+  %bx = tk.block_id {dim = 0} : i32
+  %c0 = arith.const {value = 0} : i32
+  %x = tk.load %X, %bx, %c0 : rt<f32, 64, 1024>
+  %y = tk.exp %x : rt<f32, 64, 1024>
+  %z = tk.add %x, %y : rt<f32, 64, 1024>
+  tk.store %Y, %z, %bx, %c0
+}
+"""
+    with pytest.raises(CompileError) as e:
+        run_text(text, ["plan-occupancy"])
+    msg = e.value.format()
+    assert msg.startswith("k.tkir:5:")
+    # x: 64 x 1024 f32 over 128 threads = 512; exp(x) streams into the add, which replaces x:
+    # 512 + addresses (2 x 2 + bx) 5 + 16 = 533 -> 536
+    assert "registers: 536 per thread needed > 255 available" in msg
+    assert "largest: %x rt<f32, 64, 1024> = 512 per thread" in msg
+
+
+def test_ring_buffered_tiles_only_inside_the_loop() -> None:
+    # attention-like: q loaded once before the loop is counted once, k inside the loop per stage
+    occ = plan_of("attention_fwd", D=64)
+    assert occ["smem"]["fixed_bytes"] == 64 * 64 * 2
+    assert occ["smem"]["stage_bytes"] == 2 * 64 * 64 * 2
