@@ -1,0 +1,190 @@
+"""The launch description (tkir/launch.py) and the TMA descriptor checks behind it.
+
+JSON assertions on hand-written post-pass IR, and on the examples through the front end and the
+tk-level passes up to plan-occupancy.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from tkir.frontend import compile_file
+from tkir.passes.registry import load_registry
+
+from tkir.diagnostics import CompileError
+from tkir.launch import build_launch, launch_json
+from tkir.parser import parse_module
+from tkir.passmanager import Options, PassManager
+from tkir.verifier import verify
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+UP_TO_OCCUPANCY = ["canonicalize", "infer-layouts", "select-swizzle", "bank-conflicts", "create-tma",
+                   "plan-occupancy"]
+SMEM_PER_BLOCK = 232_448  # HOPPER.md §7.3
+
+GEMM_AFTER_PASSES = """\
+tma.desc @A_tma {tensor = "A", param = 0, dtype = "bf16", rank = 2, dims = ["K", "M"], strides = ["K * 2"], \
+box = [64, 128], elem_strides = [1, 1], swizzle = 128, l2_promotion = 128, oob_fill = "zero"}
+tma.desc @B_tma {tensor = "B", param = 1, dtype = "bf16", rank = 2, dims = ["N", "K"], strides = ["N * 2"], \
+box = [64, 64], elem_strides = [1, 1], swizzle = 128, l2_promotion = 128, oob_fill = "zero"}
+tk.kernel @gemm {grid = ["M / 128", "N / 256"], occupancy = {stages = 4, blocks_per_sm = 1, \
+smem_bytes = 197696, threads = 384, roles = {producer = {warpgroups = 1, regs = 40}, \
+consumer = {warpgroups = 2, regs = 232}}}} {
+  ^(%A: gl<bf16>[M, K], %B: gl<bf16>[K, N], %C: gl<bf16>[M, N], %alpha: f32)
+  %a = tk.alloc : st<bf16, 128, 64, swizzle=128, align=1024>
+  %b = tk.alloc : st<bf16, 64, 256, swizzle=128, align=1024>
+  %acc = tk.fill {value = 0.0} : rt<f32, 128, 256>
+  %K = tk.size {name = "K"} : i32
+  %c64 = arith.const {value = 64} : i32
+  %kt = arith.div %K, %c64 : i32
+  %c0 = arith.const {value = 0} : i32
+  %c1 = arith.const {value = 1} : i32
+  %bx = tk.block_id {dim = 0} : i32
+  %by = tk.block_id {dim = 1} : i32
+  %acc.1 = scf.for %c0, %kt, %c1, %acc {stages = 4} : rt<f32, 128, 256> {
+    ^(%k: i32, %acc.2: rt<f32, 128, 256>)
+    tma.load %a, %A, %bx, %k {desc = @A_tma, boxes = 1, bytes = 16384}
+    tma.load %b, %B, %k, %by {desc = @B_tma, boxes = 4, bytes = 32768}
+    %acc.3 = tk.mma %a, %b, %acc.2 : rt<f32, 128, 256>
+    scf.yield %acc.3
+  }
+  %out = tk.cast %acc.1 : rt<bf16, 128, 256>
+  tk.store %C, %out, %bx, %by
+}
+"""
+
+
+def launch_of_example(name: str, **consts: int) -> dict:
+    module = compile_file(str(EXAMPLES / f"{name}.tk"), consts)
+    PassManager(load_registry(), UP_TO_OCCUPANCY).run(module, Options())
+    return build_launch(module, "sm_90a")
+
+
+def test_gemm_launch_from_post_pass_ir() -> None:
+    launch = build_launch(parse_module(GEMM_AFTER_PASSES), "sm_90a")
+    assert launch["kernel"] == "gemm" and launch["target"] == "sm_90a"
+    assert launch["tensors"] == [{"name": "A", "dtype": "bf16", "dims": ["M", "K"]},
+                                 {"name": "B", "dtype": "bf16", "dims": ["K", "N"]},
+                                 {"name": "C", "dtype": "bf16", "dims": ["M", "N"]}]
+    assert launch["scalars"] == [{"name": "alpha", "dtype": "f32"}]
+    # the PTX parameter order: tensor maps, pointers, sizes (first appearance in the dims), scalars
+    assert launch["params"] == [
+        {"name": "A_tma", "kind": "tensor_map", "tma": 0},
+        {"name": "B_tma", "kind": "tensor_map", "tma": 1},
+        {"name": "A", "kind": "pointer", "dtype": "bf16", "tensor": "A"},
+        {"name": "B", "kind": "pointer", "dtype": "bf16", "tensor": "B"},
+        {"name": "C", "kind": "pointer", "dtype": "bf16", "tensor": "C"},
+        {"name": "M", "kind": "scalar", "dtype": "i32", "size": "M"},
+        {"name": "K", "kind": "scalar", "dtype": "i32", "size": "K"},
+        {"name": "N", "kind": "scalar", "dtype": "i32", "size": "N"},
+        {"name": "alpha", "kind": "scalar", "dtype": "f32", "scalar": "alpha"},
+    ]
+    assert launch["grid"] == ["M / 128", "N / 256", "1"]
+    assert launch["block"] == [384, 1, 1]
+    assert launch["dynamic_smem"] == 197696
+    assert launch["tma"] == [
+        {"param": "A_tma", "tensor": "A", "dtype": "bf16", "rank": 2, "dims": ["K", "M"],
+         "strides": ["K * 2"], "box": [64, 128], "elem_strides": [1, 1], "swizzle": 128,
+         "l2_promotion": 128, "oob_fill": "zero"},
+        {"param": "B_tma", "tensor": "B", "dtype": "bf16", "rank": 2, "dims": ["N", "K"],
+         "strides": ["N * 2"], "box": [64, 64], "elem_strides": [1, 1], "swizzle": 128,
+         "l2_promotion": 128, "oob_fill": "zero"},
+    ]
+    req = {r["expr"]: r["why"] for r in launch["requires"]}
+    assert all(r["equals"] == 0 for r in launch["requires"])
+    # M and N: the grid floors them, and C is stored from registers (no TMA clipping);
+    # K: only read through TMA (out-of-bounds fill) but the loop bound K / 64 floors it.
+    assert set(req) == {"M % 128", "N % 256", "K % 64", "(K * 2) % 16", "(N * 2) % 16"}
+    assert "grid dim 0" in req["M % 128"] and "%C is copied without TMA" in req["M % 128"]
+    assert "loop bound K / 64" in req["K % 64"] and "TMA" not in req["K % 64"]
+    assert json.loads(launch_json(parse_module(GEMM_AFTER_PASSES), "sm_90a")) == launch
+
+
+def test_gemm_example_launch() -> None:
+    launch = launch_of_example("gemm")
+    by_tensor = {t["tensor"]: t for t in launch["tma"]}
+    assert set(by_tensor) == {"A", "B"}
+    assert by_tensor["A"]["swizzle"] == 128 and by_tensor["B"]["swizzle"] == 128
+    assert by_tensor["A"]["box"] == [64, 128] and by_tensor["B"]["box"] == [64, 64]
+    assert [p["kind"] for p in launch["params"][:2]] == ["tensor_map", "tensor_map"]
+    assert launch["block"][0] >= 3 * 128  # one producer and at least two consumer warpgroups
+    assert launch["dynamic_smem"] <= SMEM_PER_BLOCK
+
+
+def test_attention_example_launch() -> None:
+    launch = launch_of_example("attention_fwd", D=64, CAUSAL=1)
+    assert [t["tensor"] for t in launch["tma"]] == ["Q", "K", "V"]
+    q = launch["tma"][0]
+    # rank 4 [B, H, N, 64]: innermost first, fixed head dim folded into ints, box 1 in B and H
+    assert q["dims"] == [64, "N", "H", "B"]
+    assert q["strides"] == [128, "N * 128", "H * N * 128"]
+    assert q["box"] == [64, 64, 1, 1] and q["swizzle"] == 128
+    assert [p["name"] for p in launch["params"] if p["kind"] == "scalar"] == ["B", "H", "N"]
+    assert launch["grid"] == ["N / 64", "H", "B"]
+    assert launch["block"] == [256, 1, 1]
+
+
+def test_examples_without_tma_launch_one_warpgroup() -> None:
+    launch = launch_of_example("softmax")
+    assert launch["tma"] == [] and launch["dynamic_smem"] == 0 and launch["block"] == [128, 1, 1]
+    assert [p["kind"] for p in launch["params"]] == ["pointer", "pointer", "scalar"]
+    assert {r["expr"] for r in launch["requires"]} == {"N % 16"}
+
+
+def test_launch_without_occupancy_plan() -> None:
+    text = GEMM_AFTER_PASSES.split("tk.kernel", 1)
+    kernel = "tk.kernel" + text[1]
+    kernel = kernel[:kernel.index(", occupancy")] + "} {" + kernel[kernel.index("\n"):]
+    launch = build_launch(parse_module(text[0] + kernel), "sm_90a")
+    # one warpgroup; the allocations at their alignment plus one alignment of base padding
+    assert launch["block"] == [128, 1, 1]
+    assert launch["dynamic_smem"] == 16384 + 32768 + 1024
+
+
+def test_descriptor_swizzle_must_match_the_tile(tmp_path: Path) -> None:
+    bad = GEMM_AFTER_PASSES.replace("st<bf16, 128, 64, swizzle=128, align=1024>",
+                                    "st<bf16, 128, 64, swizzle=64, align=512>")
+    path = tmp_path / "g.tkir"
+    path.write_text(bad)
+    with pytest.raises(CompileError) as e:
+        build_launch(parse_module(bad, str(path)), "sm_90a")
+    msg = e.value.format()
+    assert msg.startswith(f"{path}:17:5: error: 'tma.load': @A_tma has swizzle 128 but the shared tile is")
+    assert "tma.load %a, %A" in msg.splitlines()[1]
+
+
+@pytest.mark.parametrize("old, new, message", [
+    ("box = [64, 128]", "box = [64, 300]", "'tma.desc' box dim 1 is 300, TMA allows 1..256"),
+    ('strides = ["K * 2"]', "strides = [200]",
+     "'tma.desc' stride 1 is 200 B, TMA needs a positive multiple of 16 B below 2^40"),
+    ("swizzle = 128, l2", "swizzle = 64, l2",
+     "'tma.desc' inner box is 128 B, wider than the 64 B swizzle span"),
+    ("box = [64, 128]", "box = [12, 128]", "'tma.desc' inner box is 24 B, not a multiple of 16 B"),
+])
+def test_bad_descriptors_are_located_errors(tmp_path: Path, old: str, new: str, message: str) -> None:
+    text = GEMM_AFTER_PASSES.replace(old, new, 1)
+    path = tmp_path / "bad.tkir"
+    path.write_text(text)
+    with pytest.raises(CompileError) as e:
+        verify(parse_module(text, str(path)))
+    out = e.value.format().splitlines()
+    assert out[0] == f"{path}:1:1: error: {message}"
+    assert out[1].startswith("tma.desc @A_tma") and out[2] == "^"
+
+
+def test_tma_copy_bytes_are_checked() -> None:
+    text = GEMM_AFTER_PASSES.replace("boxes = 1, bytes = 16384", "boxes = 1, bytes = 8192")
+    with pytest.raises(CompileError, match="'tma.load' bytes must be the tile's 16384 B"):
+        verify(parse_module(text))
+
+
+def test_no_tma_everywhere_gives_no_descriptors() -> None:
+    module = compile_file(str(EXAMPLES / "gemm.tk"), {})
+    PassManager(load_registry(), UP_TO_OCCUPANCY).run(module, Options(no_tma=True))
+    launch = build_launch(module, "sm_90a")
+    assert launch["tma"] == []
+    assert "pointer" == launch["params"][0]["kind"]
+    # the shared A and B copies are plain now: their tiled sizes must be whole tiles
+    assert {"M % 128", "N % 256", "K % 64"} <= {r["expr"] for r in launch["requires"]}
