@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from backend.llvm_text import LLVMWriter, f32_literal
+from tkir.backend.llvm_text import LLVMWriter, f32_literal
 from tkir.diagnostics import CompileError
 from tkir.ir import Module, Operation, Value
 from tkir.types import GlobalType, ScalarType, TileType, VectorType, dtype_bytes
@@ -64,6 +64,7 @@ class Frag:
     type: TileType | VectorType
     values: list[str]
     layout: str
+    pending: bool = False  # produced by an async mma whose wgmma group may still be in flight
 
 
 @dataclass
@@ -222,6 +223,9 @@ class KernelLowering:
     def _op_tk_block_id(self, op: Operation) -> None:
         self.set(op.result, self.w.sreg("ctaid." + "xyz"[op.attrs["dim"]]))
 
+    def _op_tk_grid_dim(self, op: Operation) -> None:
+        self.set(op.result, self.w.sreg("nctaid." + "xyz"[op.attrs["dim"]]))
+
     # --- shared memory and barriers ----------------------------------------------------------
 
     def _op_tk_alloc(self, op: Operation) -> None:
@@ -280,6 +284,14 @@ class KernelLowering:
 
     def _op_pipe_arrive(self, op: Operation) -> None:
         w = self.w
+        if op.attrs.get("deferred"):
+            d = self._deferred
+            if d is None:
+                raise LoweringError(op.loc, "backend: a deferred pipe.arrive must sit in a loop")
+            d["next"] = self.scalar(op.operands[1])
+            d["bars"] = op.operands[0]
+            self._arrive_prev(d["prev"], op.operands[0])
+            return
         bar = self._bar_addr(op.operands[0], op.operands[1])
         if self.role is not None and self.role.single_thread:
             w.asm("void", ["mbarrier.arrive.shared::cta.b64 _, [$0];"], ["r"], [("i32", bar)])
@@ -289,6 +301,23 @@ class KernelLowering:
         go, done = w.label("arrive"), w.label("arrived")
         w.cond_br(first, go, done)
         w.start_block(go)
+        w.asm("void", ["mbarrier.arrive.shared::cta.b64 _, [$0];"], ["r"], [("i32", bar)])
+        w.br(done)
+        w.start_block(done)
+
+    def _arrive_prev(self, prev: str, bars: Value) -> None:
+        """Arrive (lane 0 of each warp) on bars[prev] unless prev < 0 (nothing to release yet)."""
+        w = self.w
+        has = w.op(f"icmp sge i32 {prev}, 0", "has_prev")
+        lane0 = w.op(f"icmp eq i32 {self.role.lane}, 0", "lane0")  # type: ignore[union-attr]
+        go_c = w.op(f"and i1 {has}, {lane0}", "release")
+        go, done = w.label("release"), w.label("released")
+        w.cond_br(go_c, go, done)
+        w.start_block(go)
+        base = self.get(bars)
+        assert isinstance(base, Smem)
+        off = w.op(f"shl i32 {prev}, 3", "boff")
+        bar = w.op(f"add i32 {base.addr}, {off}", "bar")
         w.asm("void", ["mbarrier.arrive.shared::cta.b64 _, [$0];"], ["r"], [("i32", bar)])
         w.br(done)
         w.start_block(done)
@@ -375,6 +404,7 @@ class KernelLowering:
         w.start_block(after)
 
     _next_wg = 0
+    _deferred: dict | None = None
 
     # --- loops -------------------------------------------------------------------------------
 
@@ -398,6 +428,12 @@ class KernelLowering:
             carried.append((idxs, names))
             self.set(arg, _rebuild(init, names))
         self.set(op.body.args[0], iv)
+        deferred = any(i.name == "pipe.arrive" and i.attrs.get("deferred") for i in op.body.ops)
+        saved = self._deferred
+        if deferred:
+            prev = w.fresh("prev_stage")
+            prev_line = w.emit("")
+            self._deferred = {"prev": prev, "next": None, "bars": None}
         cond = w.op(f"icmp slt i32 {iv}, {hi}", "cond")
         w.cond_br(cond, body, exit_)
         w.start_block(body)
@@ -415,9 +451,19 @@ class KernelLowering:
             ty = _llvm_elem(arg.type)
             for i, n_, a, b in zip(idxs, names, _flatten(init), _flatten(y), strict=True):
                 w.lines[i] = f"  {n_} = phi {ty} [ {a}, %{pre} ], [ {b}, %{latch} ]"
+        if deferred:
+            d = self._deferred
+            w.lines[prev_line] = f"  {prev} = phi i32 [ -1, %{pre} ], [ {d['next']}, %{latch} ]"
         w.start_block(exit_)
         for res, arg in zip(op.results, op.body.args[1:], strict=True):
-            self.set(res, self.get(arg))
+            x = self.get(arg)
+            if isinstance(x, Frag) and any(isinstance(self.get(y), Frag) and self.get(y).pending
+                                           for y in (term.operands if term else [])):
+                x = Frag(x.type, self._wait_group(x.values, 0), x.layout)  # drain in-flight wgmma
+            self.set(res, x)
+        if deferred:
+            self._arrive_prev(prev, d["bars"])
+            self._deferred = saved
 
     def _op_scf_yield(self, op: Operation) -> None:  # handled by scf.for
         pass
@@ -501,8 +547,9 @@ class KernelLowering:
                     chunk = vals[lo:lo + nchunk // 2]
                     vals[lo:lo + nchunk // 2] = self._wgmma(nchunk, desc_a, desc_b, chunk, int(trans_b is False))
         w.call("void", "llvm.nvvm.wgmma.commit_group.sync.aligned", [])
-        vals = self._wait_group(vals, 0)
-        self.set(op.result, Frag(tc, vals, "wgmma_acc"))
+        depth = int(op.attrs.get("async_groups") or 0)
+        vals = self._wait_group(vals, depth)
+        self.set(op.result, Frag(tc, vals, "wgmma_acc", pending=depth > 0))
 
     def _desc(self, addr: str, lbo: int, sbo: int, swizzle: int) -> str:
         w = self.w

@@ -6,12 +6,15 @@ into the warp-specialized form (HOPPER.md §5.4, §7.2; CUTLASS `PipelineTmaAsyn
 * each loaded tile's `tk.alloc` becomes an S-stage ring buffer (`stages=S` in its type);
 * two barrier arrays: `%full` (count 1: the producer's arrive.expect_tx; TMA completes the bytes)
   and `%empty` (count = 4 x consumer warpgroups: one arrival per consumer warp);
-* `tk.role {kind = producer}`: a copy of the loop that, per iteration k with stage s = k % S and
-  phase p = (k / S) % 2, waits `empty[s]` at parity 1 - p (the buffers start empty), arrives on
+* `tk.role {kind = producer}`: a copy of the loop that, per iteration it = k + base (the op marked
+  `iteration = true`; base is 0 here, `persistent` makes it count across tiles) with stage
+  s = it % S and phase p = (it / S) % 2, waits `empty[s]` at parity 1 - p (the buffers start empty), arrives on
   `full[s]` expecting the stage's bytes, and issues one `pipe.copy` per load;
 * `tk.role {kind = consumer}`: the original loop, which waits `full[s]` at parity p, reads the
-  stage views (`pipe.stage`), and arrives on `empty[s]` after its last use of the stage; the
-  ops after the loop (the epilogue) run in the consumer role too.
+  stage views (`pipe.stage`), and arrives on `empty` after its last use of the stage; the mma gets
+  `async_groups = 1` (one wgmma group stays in flight) and the arrive `deferred = true`: it
+  releases the previous iteration's stage, whose mma is then known complete; the backend releases
+  the last stage after the loop. The ops after the loop (the epilogue) run in the consumer role.
 
 S is the loop's `stages` attribute (`@stages(n)`) or the kernel's `occupancy.stages` chosen by
 plan-occupancy (which must run first); roles and their registers come from `occupancy.roles`.
@@ -117,8 +120,10 @@ def _pipeline(kernel: Operation, loop: Operation) -> None:
     pblk = Block()
     k = pblk.add_arg(Value(I32, "k"))
     pblk_ops = Block()  # scratch to build into
-    s = _op(pblk_ops, None, "arith.rem", [k, c_stages], [I32], names=["s"]).result
-    q = _op(pblk_ops, None, "arith.div", [k, c_stages], [I32], names=["round"]).result
+    zero = lo
+    it = _op(pblk_ops, None, "arith.add", [k, zero], [I32], {"iteration": True}, ["it"]).result
+    s = _op(pblk_ops, None, "arith.rem", [it, c_stages], [I32], names=["s"]).result
+    q = _op(pblk_ops, None, "arith.div", [it, c_stages], [I32], names=["round"]).result
     ph = _op(pblk_ops, None, "arith.rem", [q, c2], [I32], names=["phase"]).result
     free = _op(pblk_ops, None, "arith.sub", [c1, ph], [I32], names=["free_phase"]).result
     _op(pblk_ops, None, "pipe.wait", [empty, s, free])
@@ -144,8 +149,9 @@ def _pipeline(kernel: Operation, loop: Operation) -> None:
     lb = loop.body
     kk = lb.args[0]
     anchor = lb.ops[0]
-    cs = _op(lb, anchor, "arith.rem", [kk, c_stages], [I32], names=["s"]).result
-    cq = _op(lb, anchor, "arith.div", [kk, c_stages], [I32], names=["round"]).result
+    cit = _op(lb, anchor, "arith.add", [kk, lo], [I32], {"iteration": True}, ["it"]).result
+    cs = _op(lb, anchor, "arith.rem", [cit, c_stages], [I32], names=["s"]).result
+    cq = _op(lb, anchor, "arith.div", [cit, c_stages], [I32], names=["round"]).result
     cph = _op(lb, anchor, "arith.rem", [cq, c2], [I32], names=["phase"]).result
     _op(lb, anchor, "pipe.wait", [full, cs, cph])
     for buf in buffers:
@@ -159,7 +165,12 @@ def _pipeline(kernel: Operation, loop: Operation) -> None:
     last_use = max(i for i, op in enumerate(lb.ops) if any(
         isinstance(v.owner, Operation) and v.owner.name == "pipe.stage" for v in op.operands)
         and op.name != "pipe.copy")
-    arrive = Operation("pipe.arrive", [empty, cs])
+    # keep one wgmma group in flight: the stage read by iteration k is released after iteration k+1
+    # has issued its mma and waited for k's (CUTLASS's K_PIPE_MMAS = 1; HOPPER.md §1.4)
+    for op in lb.ops:
+        if op.name == "tk.mma":
+            op.attrs["async_groups"] = 1
+    arrive = Operation("pipe.arrive", [empty, cs], attrs={"deferred": True})
     lb.ops.insert(last_use + 1, arrive)
     arrive.parent = lb
 

@@ -21,6 +21,7 @@ PASS_TABLE: dict[str, str] = {
     "create-tma": "create_tma:CreateTma",            # global<->shared copies -> TMA descriptors
     "pipeline": "pipeline:Pipeline",                 # ring buffers, mbarriers, producer/consumer roles
     "plan-occupancy": "plan_occupancy:PlanOccupancy",  # registers, shared memory, stages, setmaxnreg
+    "persistent": "persistent:Persistent",           # one block per SM looping over tiles, grouped order
 }
 
 # The tk-level pipeline `tkc compile` runs before the backend (in order).

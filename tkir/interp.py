@@ -50,6 +50,11 @@ class InterpError(ValueError):
     """A kernel cannot run on the given arrays (binding, sizes) or holds an op with no meaning here."""
 
 
+# Grids may name the device's multiprocessor count (persistent kernels); the interpreter uses an
+# H100/H200's (HOPPER.md §7.3).
+NUM_SMS = 132
+
+
 class Frame:
     """The state of one block's execution: values by SSA value, sizes, the block index."""
 
@@ -60,6 +65,7 @@ class Frame:
         self.block_id = block_id
         self.poison = poison
         self.env: dict[Value, object] = {}
+        self.grid: tuple[int, ...] = (1, 1, 1)
 
     def run_block(self, block: Block, args: Sequence[object]) -> list[object]:
         """Bind the block's arguments, run its ops; return the operands of its terminator, if any."""
@@ -120,7 +126,7 @@ def interpret(module: Module, *arrays: np.ndarray, sizes: dict[str, int] | None 
     params = kernel.body.args
     bound_sizes = _bind_sizes(kernel, arrays, dict(sizes or {}))
     values = _bind_params(params, arrays, scalars or {})
-    env = {**_const_sizes(kernel), **bound_sizes}
+    env = {"NUM_SMS": NUM_SMS, **_const_sizes(kernel), **bound_sizes}
     try:
         grid = [symexpr.evaluate(g, env) for g in kernel.attrs["grid"]]
     except symexpr.SymExprError as e:
@@ -128,7 +134,9 @@ def interpret(module: Module, *arrays: np.ndarray, sizes: dict[str, int] | None 
     grid += [1] * (3 - len(grid))
     with np.errstate(all="ignore"):  # exp2(-inf), log(0), inf - inf: IEEE results, as on the GPU
         for block_id in itertools.product(*(range(n) for n in grid)):
-            Frame(module, bound_sizes, block_id, poison).run_block(kernel.body, values)
+            frame = Frame(module, bound_sizes, block_id, poison)
+            frame.grid = tuple(grid)
+            frame.run_block(kernel.body, values)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -287,6 +295,7 @@ for _name, _fn in _ARITH.items():
 register_handler("arith.const", lambda op, args, frame: op.attrs["value"])
 register_handler("arith.cast", lambda op, args, frame: args[0])  # round_to_type converts
 register_handler("tk.block_id", lambda op, args, frame: frame.block_id[op.attrs["dim"]])
+register_handler("tk.grid_dim", lambda op, args, frame: frame.grid[op.attrs["dim"]])
 
 
 def _size(op: Operation, args: list, frame: Frame) -> int:

@@ -138,7 +138,7 @@ def _size(op: Operation) -> None:
 def _block_id(op: Operation) -> None:
     n_operands(op, 0)
     n_results(op, 1)
-    expect(op.attrs.get("dim") in (0, 1, 2), "'tk.block_id' needs dim = 0, 1 or 2")
+    expect(op.attrs.get("dim") in (0, 1, 2), f"'{op.name}' needs dim = 0, 1 or 2")
 
 
 def _alloc(op: Operation) -> None:
@@ -350,6 +350,7 @@ for _n in SCALAR_BINARY:
 register_op("arith.cast", _scalar_cast, summary="scalar conversion")
 register_op("tk.size", _size, summary="run-time value of a symbolic size")
 register_op("tk.block_id", _block_id, summary="block index along grid dim 0/1/2")
+register_op("tk.grid_dim", _block_id, summary="number of blocks along grid dim 0/1/2")
 register_op("tk.alloc", _alloc, pure=False, summary="a shared tile or vector")
 register_op("tk.load", _load, pure=False, summary="global->shared, global->register, shared->register")
 register_op("tk.store", _store, pure=False, summary="register/shared -> global, register -> shared")

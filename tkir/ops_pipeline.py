@@ -7,6 +7,8 @@
     pipe.copy %as, %full, %s, %A, %bx, %k {desc = @A_tma, boxes = 1, bytes = 16384}
                                                           TMA global->shared into a stage, completing on bars[s]
     pipe.arrive %empty, %s                                one arrival on bars[s] (per consumer warp)
+    pipe.arrive %empty, %s {deferred = true}              ... for the previous iteration's stage instead,
+                                                          once this iteration's async mma is issued
     tk.role {kind = producer, warpgroups = 1, regs = 40} { ... }   code run by those warpgroups only
 
 Semantics for the interpreter: roles run as coroutines that switch at `pipe.wait`; a barrier's

@@ -1,0 +1,143 @@
+"""persistent: one block per SM loops over output tiles in a grouped (L2-friendly) order.
+
+Rewrites a pipelined kernel (after `pipeline`) whose grid is 2-D, `grid = [TM, TN]` (tiles along the
+rows and columns of the output):
+
+* the grid becomes `["min(TM * TN, NUM_SMS)"]` (NUM_SMS: the device's multiprocessor count, bound
+  by the runtime; 132 on an H200);
+* each role's body is wrapped in `scf.for %t = block.x to TM*TN step grid.x`, carrying the pipeline's
+  iteration count across tiles so that ring-buffer stages and barrier phases continue (each role
+  recomputes the same sequence, so producer and consumers stay in step);
+* `tk.block_id` dims 0 and 1 are replaced by the tile's coordinates in grouped order (Triton's
+  `GROUP_M` swizzle): tiles are visited in groups of `group` tile-rows, column by column within a
+  group, so that consecutive blocks share A rows and B columns in L2. `group = 1` is row-major order
+  (the ablation baseline). The group size is the kernel attr `tile_order = {group = G}` (default 8).
+
+Kernels without `tk.role`s (not pipelined) or with a 1-D/3-D grid are left unchanged.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from tkir.diagnostics import CompileError
+from tkir.ir import Block, Module, Operation, Region, Value, uses_of
+from tkir.passmanager import Options, Pass
+from tkir.types import I32
+
+DEFAULT_GROUP = 8  # Triton's matmul tutorial and CUTLASS's raster swizzle use 8
+
+
+class Persistent(Pass):
+    name = "persistent"
+
+    def run(self, module: Module, options: Options) -> None:
+        for kernel in module.kernels():
+            roles = [op for op in kernel.body.ops if op.name == "tk.role"]
+            grid = kernel.attrs.get("grid")
+            if not roles or not isinstance(grid, list) or len(grid) != 2:
+                continue
+            _make_persistent(kernel, roles, grid)
+
+
+class _Builder:
+    def __init__(self, blk: Block, anchor: Operation | None):
+        self.blk, self.anchor = blk, anchor
+
+    def op(self, name: str, operands: list[Value], attrs: dict | None = None, rname: str | None = None) -> Value:
+        op = Operation(name, operands, [I32], attrs or {}, result_names=[rname])
+        if self.anchor is None:
+            self.blk.append(op)
+        else:
+            self.blk.insert_before(self.anchor, op)
+        return op.result
+
+    def const(self, v: int, name: str | None = None) -> Value:
+        return self.op("arith.const", [], {"value": v}, name)
+
+    def expr(self, text: str, sizes: dict[str, Value]) -> Value:
+        """Arithmetic ops computing a size expression (tkir.symexpr syntax)."""
+        return self._node(ast.parse(text, mode="eval").body, sizes)
+
+    def _node(self, n: ast.AST, sizes: dict[str, Value]) -> Value:
+        if isinstance(n, ast.Constant) and isinstance(n.value, int):
+            return self.const(n.value)
+        if isinstance(n, ast.Name):
+            if n.id not in sizes:
+                sizes[n.id] = self.op("tk.size", [], {"name": n.id}, n.id)
+            return sizes[n.id]
+        if isinstance(n, ast.BinOp):
+            ops = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div", ast.FloorDiv: "div",
+                   ast.Mod: "rem"}
+            return self.op(f"arith.{ops[type(n.op)]}", [self._node(n.left, sizes), self._node(n.right, sizes)])
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in ("cdiv", "min", "max"):
+            a, b = (self._node(x, sizes) for x in n.args)
+            return self.op(f"arith.{n.func.id}", [a, b])
+        raise CompileError(None, f"persistent: cannot compute grid expression {ast.unparse(n)}")
+
+
+def _make_persistent(kernel: Operation, roles: list[Operation], grid: list[str]) -> None:
+    body = kernel.body
+    group = int((kernel.attrs.get("tile_order") or {}).get("group", DEFAULT_GROUP))
+    first_role = roles[0]
+    b = _Builder(body, first_role)
+    sizes = {op.attrs["name"]: op.result for op in body.ops if op.name == "tk.size"}
+    tiles_m = b.expr(grid[0], sizes)
+    tiles_n = b.expr(grid[1], sizes)
+    ntiles = b.op("arith.mul", [tiles_m, tiles_n], rname="ntiles")
+    pid = b.op("tk.block_id", [], {"dim": 0}, "pid")
+    nprog = b.op("tk.grid_dim", [], {"dim": 0}, "nprog")
+    c0 = b.const(0, "zero")
+    c_group = b.const(group, "group_m")
+
+    old_ids = {op.attrs["dim"]: op for op in body.ops if op.name == "tk.block_id" and op.result is not pid}
+    for role in roles:
+        _wrap_role(role, tiles_m, tiles_n, ntiles, pid, nprog, c0, c_group, old_ids)
+    for op in old_ids.values():
+        if not uses_of(kernel, op.result):
+            body.remove(op)
+    kernel.attrs["grid"] = [f"min(({grid[0]}) * ({grid[1]}), NUM_SMS)"]
+    kernel.attrs["tile_order"] = {"group": group}
+
+
+def _wrap_role(role: Operation, tiles_m: Value, tiles_n: Value, ntiles: Value, pid: Value, nprog: Value,
+               c0: Value, c_group: Value, old_ids: dict[int, Operation]) -> None:
+    inner_ops = list(role.body.ops)
+    for op in inner_ops:
+        role.body.remove(op)
+    blk = Block()
+    t = blk.add_arg(Value(I32, "tile"))
+    it = blk.add_arg(Value(I32, "iter0"))
+    b = _Builder(blk, None)
+    # grouped order (Triton's GROUP_M swizzle)
+    in_group = b.op("arith.mul", [c_group, tiles_n], rname="tiles_per_group")
+    gid = b.op("arith.div", [t, in_group], rname="group_id")
+    first_m = b.op("arith.mul", [gid, c_group], rname="first_m")
+    left = b.op("arith.sub", [tiles_m, first_m], rname="rows_left")
+    gsize = b.op("arith.min", [left, c_group], rname="group_rows")
+    pos = b.op("arith.rem", [t, in_group], rname="in_group")
+    off_m = b.op("arith.rem", [pos, gsize], rname="off_m")
+    tile_m = b.op("arith.add", [first_m, off_m], rname="tile_m")
+    tile_n = b.op("arith.div", [pos, gsize], rname="tile_n")
+    ids = {0: tile_m, 1: tile_n}
+    mapping = {old.result: ids[d] for d, old in old_ids.items() if d in ids}
+    for op in inner_ops:
+        op.operands = [mapping.get(v, v) for v in op.operands]
+        for inner in op.walk():
+            inner.operands = [mapping.get(v, v) for v in inner.operands]
+        blk.append(op)
+    # the pipeline's iteration counter continues across tiles: it = k + iter0 (stage, phase follow)
+    kloop = next(op for op in inner_ops if op.name == "scf.for")
+    marked = [i for i in kloop.walk() if i.attrs.get("iteration") is True]
+    if not marked:
+        raise CompileError(kloop.loc, "persistent: the K loop has no pipeline iteration counter "
+                                      "(run pipeline first)")
+    for i in marked:
+        i.operands = [i.operands[0], it]
+    # next tile's base iteration
+    hi = kloop.operands[1]
+    nxt = b.op("arith.add", [it, hi], rname="iter_next")
+    y = Operation("scf.yield", [nxt])
+    blk.append(y)
+    loop = Operation("scf.for", [pid, ntiles, nprog, c0], [I32], regions=[Region(blk)], result_names=["iters"])
+    role.body.append(loop)
