@@ -1,0 +1,179 @@
+"""Properties of tkir/layout.py: swizzles are bijections, fragments cover their tiles, and the bank
+model agrees with brute-force enumeration for every access pattern the passes emit."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tkir.layout import (
+    SWIZZLE_SPANS,
+    SharedLayout,
+    acc_pair_pattern,
+    addresses,
+    brute_force_wavefronts,
+    conflict_degree,
+    conversion,
+    core_matrix_pattern,
+    dtype_bytes,
+    fragment,
+    ldmatrix_pattern,
+    make_layout,
+    register_access,
+    regs_per_thread,
+    row_chunk_pattern,
+    row_layout_warps,
+    swizzle,
+    tma_pattern,
+    wavefronts,
+)
+
+DTYPES = ("bf16", "f32", "e4m3")
+QUICK = settings(max_examples=40, deadline=None)
+
+
+@st.composite
+def shared_layouts(draw: st.DrawFn) -> SharedLayout:
+    """Every (dtype, shape, swizzle, pad) the passes can choose: dims multiples of 16."""
+    dtype = draw(st.sampled_from(DTYPES))
+    rows = 16 * draw(st.integers(1, 8))
+    cols = 16 * draw(st.integers(1, 16))
+    span = draw(st.sampled_from([s for s in SWIZZLE_SPANS
+                                 if s == 0 or (cols * dtype_bytes(dtype)) % s == 0]))
+    pad = 0 if span else draw(st.sampled_from((0, 4, 8, 16, 32, 64)))
+    return SharedLayout(dtype, rows, cols, span, pad)
+
+
+@QUICK
+@given(shared_layouts())
+def test_swizzled_layout_is_a_bijection(lay: SharedLayout) -> None:
+    assert lay.problem() is None
+    r, b = np.meshgrid(np.arange(lay.rows), np.arange(lay.row_bytes), indexing="ij")
+    offs = lay.offset(r, b).ravel()
+    assert len(np.unique(offs)) == offs.size             # injective
+    assert offs.min() >= 0 and offs.max() < lay.size_bytes
+    if not lay.pad:
+        assert offs.size == lay.size_bytes                # onto: every byte of the tile is used
+    # chunks stay whole: the swizzle permutes 16-byte chunks, never splits them
+    if lay.pad % 16 == 0:
+        assert np.all(lay.offset(r, b)[:, ::16] % 16 == 0)
+
+
+@given(st.integers(0, 1 << 20), st.sampled_from(SWIZZLE_SPANS))
+def test_swizzle_is_an_involution_within_its_period(o: int, span: int) -> None:
+    assert swizzle(swizzle(o, span), span) == o
+
+
+def test_swizzle_matches_hopper_probe() -> None:
+    # HOPPER.md §3.1: chunk c of 128-byte line L goes to c ^ (L & 7) for 128B
+    for line in range(8):
+        for chunk in range(8):
+            assert swizzle(line * 128 + chunk * 16, 128) == line * 128 + (chunk ^ line) * 16
+    assert swizzle(0x1F0, 64) == 0x1F0 ^ 0x30
+
+
+TILE_LAYOUTS = [
+    (make_layout("wgmma_acc", wg=1), "f32", (64, 64)),
+    (make_layout("wgmma_acc", wg=2), "f32", (128, 256)),
+    (make_layout("wgmma_acc", wg=1), "bf16", (128, 32)),
+    (make_layout("wgmma_a", wg=1), "bf16", (64, 64)),
+    (make_layout("wgmma_a", wg=1), "f32", (64, 32)),
+    (make_layout("wgmma_a", wg=2), "e4m3", (128, 64)),
+    (make_layout("mma_c", warps=8), "f32", (128, 64)),
+    (make_layout("mma_a", warps=4), "bf16", (64, 32)),
+    (make_layout("row", warps=4, vec=8), "bf16", (16, 1024)),
+    (make_layout("row", warps=4, vec=8), "f32", (16, 64)),
+]
+
+
+def test_tile_fragments_cover_each_element_once() -> None:
+    for layout, dtype, shape in TILE_LAYOUTS:
+        f = fragment(layout, dtype, shape)
+        held = f[f >= 0]
+        assert sorted(held.tolist()) == list(range(shape[0] * shape[1])), (layout, shape)
+
+
+def test_fragment_formulas_of_hopper_examples() -> None:
+    # HOPPER.md §1.5: thread 37 of m64nN: d0=(17,2), d1=(17,3), d2=(25,2), d3=(25,3), d4=(17,10)
+    f = fragment(make_layout("wgmma_acc", wg=1), "f32", (64, 64))
+    assert [(int(x) // 64, int(x) % 64) for x in f[37][:5]] == [(17, 2), (17, 3), (25, 2), (25, 3), (17, 10)]
+    assert regs_per_thread(make_layout("wgmma_acc", wg=2), "f32", (128, 256)) == 128  # m64n256: N/2
+    # mma_b is replicated: every warp holds all of B
+    f = fragment(make_layout("mma_b", warps=2), "bf16", (16, 8))
+    assert sorted(f[:32].ravel().tolist()) == list(range(128)) == sorted(f[32:].ravel().tolist())
+
+
+def test_conversion_costs() -> None:
+    acc, a = make_layout("wgmma_acc", wg=1), make_layout("wgmma_a", wg=1)
+    assert conversion(acc, a, "bf16", (64, 64)) == ("none", 0)        # §1.6: same registers
+    via, n = conversion(acc, a, "f32", (64, 32))                        # tf32 A: other columns
+    assert via == "shuffle" and n > 0
+    c, b = make_layout("mma_c", warps=4), make_layout("mma_b", warps=4)
+    assert conversion(c, b, "bf16", (64, 64))[0] == "smem"  # every warp needs all of B
+
+
+# --- the bank model ------------------------------------------------------------------------------
+
+
+@st.composite
+def emitted_accesses(draw: st.DrawFn):
+    """An access pattern the passes emit, on a layout select-swizzle/bank-conflicts can choose."""
+    kind = draw(st.sampled_from(["ldmatrix", "acc_pair", "row", "core", "tma", "vector"]))
+    rows = 16 * draw(st.integers(1, 4))
+    span = draw(st.sampled_from(SWIZZLE_SPANS))
+    pad = 0 if span else draw(st.sampled_from((0, 16, 32)))
+    if kind == "ldmatrix":
+        cols = 16 * draw(st.integers(1, 8))
+        lay = SharedLayout("bf16", rows, cols, span, pad)
+        acc = ldmatrix_pattern("ldmatrix.x4", rows, cols * 2)
+    elif kind == "acc_pair":
+        cols = 8 * draw(st.integers(1, 16))
+        lay = SharedLayout("f32", rows, cols, span, pad)
+        acc = acc_pair_pattern("st.shared.v2", rows, cols * 4)
+    elif kind == "row":
+        dtype = draw(st.sampled_from(("bf16", "f32")))
+        cols = 16 * draw(st.integers(1, 16))
+        vec = draw(st.sampled_from((4, 8)))
+        layout = make_layout("row", warps=row_layout_warps(rows, cols, vec, 4), vec=vec)
+        lay = SharedLayout(dtype, rows, cols, span, pad)
+        acc = row_chunk_pattern("ld.shared.v4", layout, dtype, rows, cols)
+    elif kind == "core":
+        cols = 16 * draw(st.integers(1, 8))
+        lay, acc = SharedLayout("bf16", rows, cols, span, pad), core_matrix_pattern(rows, cols * 2)
+    elif kind == "tma":
+        cols = 16 * draw(st.integers(1, 8))
+        lay, acc = SharedLayout("bf16", rows, cols, span, pad), tma_pattern(rows, cols * 2)
+    else:
+        n = 64 * draw(st.integers(1, 2))
+        layout = draw(st.sampled_from([make_layout("acc_row_vec", wg=1), make_layout("row_vec", warps=4),
+                                       make_layout("col_vec", of="wgmma_acc", wg=1)]))
+        lay, acc = SharedLayout("f32", 1, n), register_access(True, layout, "f32", (n,))
+    if lay.problem() is not None:
+        lay = SharedLayout(lay.dtype, lay.rows, lay.cols, 0, pad)
+    return lay, acc
+
+
+@QUICK
+@given(emitted_accesses())
+def test_bank_model_equals_brute_force(case) -> None:
+    lay, acc = case
+    addrs = addresses(acc, lay)
+    model = wavefronts(addrs, acc.width)
+    assert np.all(addrs[addrs >= 0] % acc.width == 0)  # every lane's access is width-aligned
+    for i in range(0, addrs.shape[0], max(1, addrs.shape[0] // 8)):  # a spread of instructions
+        assert model[i].tolist() == brute_force_wavefronts(addrs[i].tolist(), acc.width)
+
+
+def test_the_classic_cases() -> None:
+    # 16-byte column chunks of 128-byte rows: 8-way unswizzled, conflict-free with 128B (§3.3)
+    ld = ldmatrix_pattern("ldmatrix.x4", 64, 128)
+    assert conflict_degree(ld, SharedLayout("bf16", 64, 64)) == 8
+    assert conflict_degree(ld, SharedLayout("bf16", 64, 64, 128)) == 1
+    assert conflict_degree(ld, SharedLayout("bf16", 64, 64, 0, 16)) == 1  # 16 B of padding
+    # contiguous v4 rows never conflict, swizzled or not
+    row = row_chunk_pattern("ld.shared.v4", make_layout("row", warps=4, vec=8), "bf16", 16, 1024)
+    assert conflict_degree(row, SharedLayout("bf16", 16, 1024)) == 1
+    # brute force: 32 lanes reading the same word is a broadcast, 32 lanes down one bank are 32-way
+    assert brute_force_wavefronts([0] * 32, 4) == [1]
+    assert brute_force_wavefronts([128 * i for i in range(32)], 4) == [32]
