@@ -56,7 +56,7 @@ class _Rewriter:
         self.module = module
         self.kernel = kernel
         self.options = options
-        self.params = [a for a in kernel.body.args]
+        self.params = list(kernel.body.args)
         self.descs: dict[tuple, str] = {}
         for op in module.ops:  # descriptors of an earlier run are reused, never duplicated
             if op.name == "tma.desc":

@@ -9,8 +9,9 @@
 `tma.desc` is a module-level descriptor spec, exactly what `cuTensorMapEncodeTiled` takes (HOPPER.md
 §4.1): `dims` innermost first, `strides` in bytes (rank-1 entries, innermost first), `box` innermost
 first, sizes as ints where fixed and as `tkir.symexpr` strings of the kernel's sizes otherwise; `param`
-is the index of the `gl` kernel parameter it describes. `swizzle` is in bytes (0/32/64/128),
-`l2_promotion` in bytes (0/64/128/256), `oob_fill` "zero" (or "nan": NAN_REQUEST_ZERO_FMA).
+is the position of the `gl` parameter it describes in the kernel's parameter list. `swizzle` is in
+bytes (0/32/64/128), `l2_promotion` in bytes (0/64/128/256), `oob_fill` "zero" (or "nan":
+NAN_REQUEST_ZERO_FMA).
 
 `tma.load`/`tma.store` take the same operands as the `tk.load`/`tk.store` they replace (coordinates
 in tile units). A tile wider than its swizzle span is `boxes` boxes, one per column panel of the
