@@ -164,8 +164,8 @@ class Kernel:
         return bind(self.launch, args)
 
     def __call__(self, *args: Any, stream: int | Any | None = None) -> None:
-        bound = self.validate(*args)
         tkcuda.context()
+        bound = bind(self.launch, args, tkcuda.device_attribute("MULTIPROCESSOR_COUNT"))
         function = self._load()
         for name, arr in bound.tensors.items():
             _check_device_pointer(self.name, name, arr)
@@ -317,7 +317,12 @@ def _check_tma_spec(t: dict, tensors: dict[str, dict], bad: Any) -> None:
 
 # --- binding arguments ----------------------------------------------------------------------------
 
-def bind(launch: dict, args: tuple[Any, ...]) -> Bound:
+# Persistent kernels size their grid by the device's multiprocessor count (`NUM_SMS` in grid
+# expressions); validate() assumes an H100/H200's (HOPPER.md §7.3), a launch reads the device's.
+DEFAULT_NUM_SMS = 132
+
+
+def bind(launch: dict, args: tuple[Any, ...], num_sms: int = DEFAULT_NUM_SMS) -> Bound:
     """Validate `args` against a checked launch description; the checks of Kernel.validate."""
     kernel = launch["kernel"]
     tensors, scalars = launch["tensors"], launch["scalars"]
@@ -343,7 +348,7 @@ def bind(launch: dict, args: tuple[Any, ...]) -> Bound:
     user_scalars = {s["name"]: _check_scalar(kernel, s, arg)
                     for s, arg in zip(scalars, args[len(tensors):], strict=True)}
 
-    grid = tuple(_eval(kernel, g, sizes) for g in launch["grid"])
+    grid = tuple(_eval(kernel, g, {"NUM_SMS": num_sms, **sizes}) for g in launch["grid"])
     for axis, (g, limit) in enumerate(zip(grid, MAX_GRID, strict=True)):
         if not 1 <= g <= limit:
             raise LaunchError(f"{kernel}: grid dim {axis} = {launch['grid'][axis]} = {g} is outside "

@@ -13,8 +13,11 @@ DEFAULT_CONSTS = dict(BM=128, BN=256, BK=64)
 # Multiples of the default tile (BM=128, BN=256, BK=64); small enough for the interpreter.
 CHECK_SIZES = [dict(M=256, N=512, K=192), dict(M=384, N=256, K=128)]
 CHECK_CONSTS = [{}, {}]
-BENCH_SIZES = [dict(M=4096, N=4096, K=4096), dict(M=8192, N=8192, K=8192)]
-BENCH_CONSTS = [{}, {}]
+# The shapes of issue 6 (M, N, K).
+BENCH_SIZES = [dict(M=m, N=n, K=k) for m, n, k in [
+    (2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192), (8192, 8192, 1024),
+    (4096, 16384, 4096), (16384, 4096, 8192), (6144, 6144, 6144)]]
+BENCH_CONSTS = [{} for _ in BENCH_SIZES]
 PEER = "torch.matmul"
 
 # bf16 output: a relative rounding error of 2^-9 per element, accumulated in f32 (K <= 8192).
@@ -42,3 +45,28 @@ def flops(sizes: dict, consts: dict) -> int:
 def bytes_moved(sizes: dict, consts: dict) -> int:
     M, N, K = sizes["M"], sizes["N"], sizes["K"]
     return 2 * (M * K + K * N + M * N)  # bf16: 2 bytes
+
+
+# --- GPU hooks (tkc bench / tkc run): torch tensors on the GPU -------------------------------------
+
+
+def torch_inputs(sizes: dict, consts: dict) -> list:
+    import torch
+
+    M, N, K = sizes["M"], sizes["N"], sizes["K"]
+    a = torch.randn(M, K, device="cuda").to(torch.bfloat16)
+    b = torch.randn(K, N, device="cuda").to(torch.bfloat16)
+    c = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+    return [a, b, c]
+
+
+def torch_reference(inputs: list, sizes: dict, consts: dict) -> dict:
+    a, b, _ = inputs
+    return {"C": a.float() @ b.float()}  # f32 products of the bf16 inputs (TF32 off by default)
+
+
+def peer(inputs: list, sizes: dict, consts: dict):
+    import torch
+
+    a, b, c = inputs
+    return lambda: torch.matmul(a, b)  # cuBLAS, allocating its output as users call it

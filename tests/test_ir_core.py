@@ -12,7 +12,7 @@ from tkir.symexpr import SymExprError, evaluate, names
 from tkir.verifier import verify
 
 GEMM = """\
-tma.desc @A_tma {tensor = "A", box = [64, 128], swizzle = 128, fill = -inf, ok = true, f = 1.5e-05}
+tma.desc @A_tma {tensor = "A", param = 0, dtype = "bf16", rank = 2, dims = ["K", "M"], strides = ["K * 2"], box = [64, 128], elem_strides = [1, 1], swizzle = 128, l2_promotion = 128, oob_fill = "zero", note = {fill = -inf, ok = true, f = 1.5e-05}}
 tk.kernel @gemm {consts = {BM = 128, BN = 256}, grid = ["M / 128", "cdiv(N, 256)"], warpgroups = {consumers = 2}} {
   ^(%A: gl<bf16>[M, K], %B: gl<bf16>[K, N], %C: gl<bf16>[M, N])
   %a = tk.alloc : st<bf16, 128, 64, swizzle=128, align=1024>
@@ -39,10 +39,6 @@ tk.kernel @gemm {consts = {BM = 128, BN = 256}, grid = ["M / 128", "cdiv(N, 256)
 
 
 def _verify_with_desc(text: str):
-    from tkir.ops import OPS, register_op
-
-    if "tma.desc" not in OPS:  # a module-level entity; create-tma registers the real one
-        register_op("tma.desc", lambda op: None, pure=False)
     m = parse_module(text)
     verify(m)
     return m

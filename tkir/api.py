@@ -17,6 +17,26 @@ from tkir.passmanager import Options, PassManager, PipelineConfig, load_pass_fil
 from tkir.printer import print_module
 
 
+class _Stages(dict):
+    """Stage texts, produced on first access: llvm/ptx/launch by the backend, cubin/sass by ptxas."""
+
+    def __init__(self, kernel: CompiledKernel):
+        super().__init__()
+        self._kernel = kernel
+
+    def __missing__(self, key: str) -> object:
+        k = self._kernel
+        if key in ("llvm", "ptx", "launch"):
+            k.lower()
+        elif key in ("cubin", "sass", "ptxas"):
+            from tkir.backend.lower import assemble_artifacts
+
+            self.update(assemble_artifacts(self["ptx"], k.options.target))
+        if key not in self:
+            raise KeyError(f"no stage '{key}' (stages: tkir, llvm, ptx, launch, cubin, sass)")
+        return dict.__getitem__(self, key)
+
+
 @dataclass
 class CompiledKernel:
     path: str
@@ -29,6 +49,11 @@ class CompiledKernel:
     asm: dict[str, object] = field(default_factory=dict)
     _runtime: object = None
 
+    def __post_init__(self) -> None:
+        stages = _Stages(self)
+        stages.update(self.asm)
+        self.asm = stages
+
     @property
     def ir(self) -> str:
         return self.asm["tkir"]  # type: ignore[return-value]
@@ -40,12 +65,11 @@ class CompiledKernel:
 
     # Backend stages are produced on first use, so interpreter-only users never need LLVM.
     def lower(self) -> None:
-        if "ptx" in self.asm:
+        if dict.__contains__(self.asm, "ptx"):
             return
-        from tkir.backend import lower as backend_lower
+        from tkir.backend.lower import compile_module
 
-        art = backend_lower.compile_module(self.module, self.options)
-        self.asm.update(art)
+        self.asm.update(compile_module(self.module, self.options))
 
     @property
     def launch(self) -> dict:
@@ -57,7 +81,7 @@ class CompiledKernel:
         if self._runtime is None:
             from tkir.backend.runtime import Kernel
 
-            image = self.asm.get("cubin") or self.asm["ptx"]
+            image = self.asm["ptx"]
             self._runtime = Kernel(image, self.asm["launch"])
         self._runtime(*args, stream=stream)
 

@@ -88,6 +88,18 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--seed", type=int, default=None, help="random seed (default: fresh)")
     _add_pass_flags(r)
 
+    b = sub.add_parser("bench", help="time a kernel against its peer on the GPU",
+                       description="Check, then time the kernel and its peer (torch) with CUDA events.")
+    b.add_argument("file")
+    b.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME=VALUE")
+    b.add_argument("--size", action="append", default=[], metavar="NAME=VALUE",
+                   help="one problem size (default: the example's BENCH_SIZES)")
+    b.add_argument("--reps", type=int, default=30, help="timed runs per size (median; default 30)")
+    b.add_argument("--json", metavar="OUT", help="write the rows as JSON")
+    b.add_argument("--plot", metavar="OUT.png", help="plot tkir vs peer (matplotlib)")
+    b.add_argument("--variant", default="tkir", help="a label for the rows (ablations)")
+    _add_pass_flags(b)
+
     rep = sub.add_parser("report", help="print the compiler's decisions",
                          description="Shared tiles, swizzles, bank conflicts, registers, TMA, occupancy.")
     rep.add_argument("file")
@@ -113,7 +125,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _dispatch(args: argparse.Namespace) -> int:
-    return {"compile": cmd_compile, "opt": cmd_opt, "run": cmd_run, "report": cmd_report}[args.cmd](args)
+    return {"compile": cmd_compile, "opt": cmd_opt, "run": cmd_run, "report": cmd_report,
+            "bench": cmd_bench}[args.cmd](args)
 
 
 def _config(args: argparse.Namespace):
@@ -243,6 +256,25 @@ def _run_gpu(args: argparse.Namespace) -> int:
     from tkir.backend.bench import run_check
 
     return run_check(args)
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from tkir.backend.bench import run_bench
+    from tkir.examples import load_companion
+
+    companion = load_companion(args.file)
+    extra = _kv(args.defines, "-D")
+    if args.size:
+        sizes_list, consts_list = [_kv(args.size, "--size")], [dict(companion.BENCH_CONSTS[0], **extra)]
+    else:
+        sizes_list = list(companion.BENCH_SIZES)
+        consts_list = [dict(c, **extra) for c in companion.BENCH_CONSTS]
+    kw = dict(target=args.target, swizzle=args.swizzle, no_tma=args.no_tma, load_passes=args.load_pass)
+    if args.passes:
+        kw["passes"] = _names(args.passes)
+    rows = run_bench(args.file, sizes_list, consts_list, reps=args.reps, json_out=args.json, plot=args.plot,
+                     compile_kw=kw, variant=args.variant)
+    return 0 if all(r.ok for r in rows) else 1
 
 
 def cmd_report(args: argparse.Namespace) -> int:

@@ -1,0 +1,194 @@
+"""`tkc bench` and `tkc run` on the GPU: correctness on fresh random inputs, then timing against a peer.
+
+For each size: compile, draw fresh random inputs (outputs poisoned with NaN), run once and compare
+with the companion's reference by ||out - ref|| / ||ref||; then time the tkir kernel and its peer
+(torch) in the same process with CUDA events: warm-up, the median of `reps` runs, inputs rotated
+over enough sets that their bytes exceed 3x the 60 MB L2, so every run starts from a cold cache
+(METHOD.md). Needs torch and a CUDA GPU.
+
+Companion hooks (examples/<name>.py): BENCH_SIZES, BENCH_CONSTS, flops(), bytes_moved(),
+torch_inputs(sizes, consts) -> list of tensors (outputs NaN), torch_reference(inputs, sizes, consts)
+-> {output: tensor}, peer(inputs, sizes, consts) -> a zero-argument callable, PEER (its name).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+L2_BYTES = 60 * 2**20        # H200 L2 (KINDS.md: PyTorch reported 60 MB)
+ROTATE_FACTOR = 3            # rotated input bytes >= 3 x L2
+MAX_ROTATE_SETS = 16
+ROTATE_BUDGET = 24 * 2**30   # never allocate more than this for rotation
+
+
+@dataclass
+class Row:
+    kernel: str
+    sizes: dict
+    consts: dict
+    variant: str
+    rel_err: float
+    bound: float
+    ok: bool
+    ms: float
+    peer_ms: float | None
+    peer: str
+    flops: int
+    bytes: int
+
+    @property
+    def tflops(self) -> float:
+        return self.flops / self.ms / 1e9 if self.ms else 0.0
+
+    @property
+    def gbps(self) -> float:
+        return self.bytes / self.ms / 1e6 if self.ms else 0.0
+
+    @property
+    def peer_tflops(self) -> float | None:
+        return self.flops / self.peer_ms / 1e9 if self.peer_ms else None
+
+    @property
+    def ratio(self) -> float | None:
+        return self.peer_ms / self.ms if self.peer_ms and self.ms else None
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d.update(tflops=self.tflops, gbps=self.gbps, peer_tflops=self.peer_tflops, ratio=self.ratio)
+        return d
+
+
+def _rel_err(torch, out, ref) -> float:
+    o, r = out.double(), ref.double()
+    if torch.isnan(o).any():
+        return math.inf
+    return float((o - r).norm() / r.norm())
+
+
+def time_ms(torch, fn_for_set, nsets: int, reps: int, warmup: int) -> float:
+    """Median milliseconds of fn_for_set(i % nsets)() over `reps` runs, each timed with CUDA events."""
+    for i in range(warmup):
+        fn_for_set(i % nsets)()
+    torch.cuda.synchronize()
+    times = []
+    for i in range(reps):
+        fn = fn_for_set(i % nsets)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def bench_one(path: str, companion, sizes: dict, consts: dict, *, reps: int = 20, warmup: int = 5,
+              variant: str = "tkir", compile_kw: dict | None = None, peer: bool = True) -> Row:
+    import torch
+
+    import tkir
+
+    k = tkir.compile(path, **(compile_kw or {}), **consts)
+    nbytes = companion.bytes_moved(sizes, consts)
+    nsets = max(2, min(MAX_ROTATE_SETS, math.ceil(ROTATE_FACTOR * L2_BYTES / max(nbytes, 1)),
+                       max(1, ROTATE_BUDGET // max(nbytes, 1))))
+    sets = [companion.torch_inputs(sizes, consts) for _ in range(nsets)]
+    # correctness first, on the first set (fresh random inputs, NaN-poisoned outputs)
+    k(*sets[0])
+    torch.cuda.synchronize()
+    ref = companion.torch_reference(sets[0], sizes, consts)
+    errs = []
+    for name, r in ref.items():
+        out = sets[0][companion.PARAMS.index(name)]
+        errs.append(_rel_err(torch, out, r))
+    err = max(errs)
+    ms = time_ms(torch, lambda i: (lambda: k(*sets[i])), nsets, reps, warmup)
+    peer_ms = None
+    if peer:
+        peer_ms = time_ms(torch, lambda i: companion.peer(sets[i], sizes, consts), nsets, reps, warmup)
+    return Row(Path(path).stem, dict(sizes), dict(consts), variant, err, companion.TOLERANCE,
+               err <= companion.TOLERANCE, ms, peer_ms, companion.PEER, companion.flops(sizes, consts), nbytes)
+
+
+def format_rows(rows: list[Row], memory_bound: bool = False) -> str:
+    head = ["kernel", "variant", "sizes", "tkir", "peer", "ratio", "rel_err", "ok"]
+    unit = "GB/s" if memory_bound else "TFLOP/s"
+    lines = []
+    for r in rows:
+        size = " ".join(f"{k}={v}" for k, v in {**r.sizes, **r.consts}.items())
+        mine = r.gbps if memory_bound else r.tflops
+        theirs = (r.bytes / r.peer_ms / 1e6 if memory_bound else r.peer_tflops) if r.peer_ms else None
+        lines.append([r.kernel, r.variant, size, f"{mine:.1f}", f"{theirs:.1f}" if theirs else "-",
+                      f"{r.ratio:.3f}" if r.ratio else "-", f"{r.rel_err:.2e}", "ok" if r.ok else "FAIL"])
+    widths = [max(len(h), *(len(ln[i]) for ln in lines)) for i, h in enumerate(head)] if lines else []
+    out = [f"({unit}; peer = {rows[0].peer if rows else ''})",
+           "  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True))]
+    out += ["  ".join(c.ljust(w) for c, w in zip(ln, widths, strict=True)) for ln in lines]
+    return "\n".join(out)
+
+
+def plot_rows(rows: list[Row], out: str, memory_bound: bool = False) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = ["\n".join(f"{k}={v}" for k, v in r.sizes.items()) for r in rows]
+    mine = [r.gbps if memory_bound else r.tflops for r in rows]
+    peer = [(r.bytes / r.peer_ms / 1e6 if memory_bound else r.peer_tflops) or 0 for r in rows]
+    x = range(len(rows))
+    fig, ax = plt.subplots(figsize=(max(6, 1.3 * len(rows)), 4))
+    ax.bar([i - 0.2 for i in x], mine, 0.4, label="tkir")
+    ax.bar([i + 0.2 for i in x], peer, 0.4, label=rows[0].peer if rows else "peer")
+    ax.set_xticks(list(x), labels, fontsize=7)
+    ax.set_ylabel("GB/s" if memory_bound else "TFLOP/s")
+    ax.set_title(f"{rows[0].kernel}: tkir vs {rows[0].peer}" if rows else "")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+
+
+def progress(items: list, what: str):
+    try:
+        from rich.progress import track
+
+        return track(items, description=what)
+    except ImportError:
+        return items
+
+
+def run_bench(path: str, sizes_list: list[dict], consts_list: list[dict], *, reps: int, json_out: str | None,
+              plot: str | None, compile_kw: dict, variant: str) -> list[Row]:
+    from tkir.examples import load_companion
+
+    companion = load_companion(path)
+    rows = []
+    for sizes, consts in progress(list(zip(sizes_list, consts_list, strict=True)), f"bench {Path(path).name}"):
+        rows.append(bench_one(path, companion, sizes, consts, reps=reps, compile_kw=compile_kw, variant=variant))
+    memory_bound = bool(getattr(companion, "MEMORY_BOUND", False))
+    print(format_rows(rows, memory_bound))
+    if json_out:
+        Path(json_out).write_text(json.dumps([r.as_dict() for r in rows], indent=2) + "\n")
+    if plot:
+        plot_rows(rows, plot, memory_bound)
+    return rows
+
+
+def run_check(args) -> int:
+    """`tkc run FILE [--check]` on the GPU: one size, fresh inputs, the reference comparison."""
+    from tkir.cli import _kv
+    from tkir.examples import load_companion
+
+    companion = load_companion(args.file)
+    sizes = _kv(args.size, "--size") or dict(companion.CHECK_SIZES[0])
+    consts = _kv(args.defines, "-D")
+    row = bench_one(args.file, companion, sizes, consts, reps=3, warmup=1, peer=False,
+                    compile_kw=dict(target=args.target, swizzle=args.swizzle, no_tma=args.no_tma))
+    size_txt = " ".join(f"{n}={v}" for n, v in sizes.items())
+    print(f"{Path(args.file).name} [{size_txt}] on GPU: rel_err {row.rel_err:.3e} (bound {row.bound:.0e}) "
+          f"{'ok' if row.ok else 'FAIL'}; {row.ms:.3f} ms")
+    return 0 if (row.ok or not args.check) else 1
