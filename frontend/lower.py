@@ -692,7 +692,7 @@ class _Lowerer:
         return _E(e.loc, value=base.value, trans=not base.trans)
 
     def expr_index(self, e: ast.Index) -> _E:
-        base = self.expr(e.base)
+        base = self.use(self.expr(e.base))
         if base.is_const or not isinstance(base.value.type, GlobalType):
             raise self.error(e.loc, f"only global tensors can be indexed, not {self.type_text(base)}")
         g = base.value.type
