@@ -25,7 +25,17 @@ PASS_TABLE: dict[str, str] = {
 }
 
 # The tk-level pipeline `tkc compile` runs before the backend (in order).
-DEFAULT_PIPELINE: list[str] = ["canonicalize", "verify"]
+DEFAULT_PIPELINE: list[str] = [
+    "canonicalize",    # fold shapes and sizes first: every later decision reads constants
+    "infer-layouts",   # register fragments decide how many warpgroups compute
+    "select-swizzle",  # shared layouts from the consumers the layouts imply
+    "bank-conflicts",  # check (and fix) every shared access under those layouts
+    "create-tma",      # copies whose layouts TMA can write become descriptors
+    "plan-occupancy",  # stages, roles and registers from the budget (before pipeline uses them)
+    "pipeline",        # ring buffers, mbarriers, producer/consumer roles
+    "persistent",      # one block per SM over output tiles, grouped order
+    "canonicalize",    # clean up what the rewrites left
+]
 
 
 def load_registry() -> dict[str, type[Pass]]:

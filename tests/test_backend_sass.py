@@ -1,0 +1,37 @@
+"""The backend without a GPU: PTX that ptxas assembles, and SASS with the instructions the design needs."""
+
+from __future__ import annotations
+
+import pytest
+
+import tkir
+from tkir.backend.toolchain import local_memory_ops
+
+
+@pytest.fixture(scope="module")
+def gemm() -> tkir.CompiledKernel:
+    return tkir.compile("examples/gemm.tk")
+
+
+def test_gemm_sass_has_hgmma_utmaldg_and_no_local_memory(gemm: tkir.CompiledKernel) -> None:
+    sass = gemm.asm["sass"]
+    assert sass.count("HGMMA") >= 4       # 4 k-steps of m64n256k16 per stage
+    assert "UTMALDG" in sass              # TMA loads
+    assert "USETMAXREG" in sass           # setmaxnreg for the roles
+    assert not local_memory_ops(sass)     # no spills
+
+
+def test_gemm_ptxas_clean(gemm: tkir.CompiledKernel) -> None:
+    res = gemm.asm["ptxas"]
+    assert res.spill_stores == 0 and res.spill_loads == 0 and res.stack_frame == 0
+    assert not [w for w in res.warnings if "C7515" in w or "C7511" in w]  # wgmma not serialized
+
+
+def test_gemm_launch_description(gemm: tkir.CompiledKernel) -> None:
+    launch = gemm.launch
+    assert [t["swizzle"] for t in launch["tma"]] == [128, 128]
+    assert launch["block"] == [384, 1, 1]
+    assert launch["dynamic_smem"] <= 232_448
+    assert "NUM_SMS" in launch["grid"][0]
+    occ = gemm.module.kernel.attrs["occupancy"]
+    assert occ["stages"] >= 3 and occ["roles"]["consumer"]["warpgroups"] >= 2
