@@ -3,8 +3,8 @@
 For each size: compile, draw fresh random inputs (outputs poisoned with NaN), run once and compare
 with the companion's reference by ||out - ref|| / ||ref||; then time the tkir kernel and its peer
 (torch) in the same process with CUDA events: warm-up, the median of `reps` runs, inputs rotated
-over enough sets that their bytes exceed 3x the 60 MB L2, so every run starts from a cold cache
-(METHOD.md). Needs torch and a CUDA GPU.
+over enough sets that their bytes exceed 3x the 60 MB L2 and a 256 MB buffer zeroed before each run,
+so every run starts from a cold cache (METHOD.md). Needs torch and a CUDA GPU.
 
 Companion hooks (examples/<name>.py): BENCH_SIZES, BENCH_CONSTS, flops(), bytes_moved(),
 torch_inputs(sizes, consts) -> list of tensors (outputs NaN), torch_reference(inputs, sizes, consts)
@@ -22,6 +22,7 @@ from pathlib import Path
 L2_BYTES = 60 * 2**20        # H200 L2 (KINDS.md: PyTorch reported 60 MB)
 ROTATE_FACTOR = 3            # rotated input bytes >= 3 x L2
 MAX_ROTATE_SETS = 16
+FLUSH_BYTES = 256 * 2**20    # zeroed before every timed run: > 4x the L2
 ROTATE_BUDGET = 24 * 2**30   # never allocate more than this for rotation
 
 
@@ -69,8 +70,22 @@ def _rel_err(torch, out, ref) -> float:
     return float((o - r).norm() / r.norm())
 
 
+_FLUSH: list = []
+
+
+def _flush_buffer(torch):
+    if not _FLUSH:
+        _FLUSH.append(torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda"))
+    return _FLUSH[0]
+
+
 def time_ms(torch, fn_for_set, nsets: int, reps: int, warmup: int) -> float:
-    """Median milliseconds of fn_for_set(i % nsets)() over `reps` runs, each timed with CUDA events."""
+    """Median milliseconds of fn_for_set(i % nsets)() over `reps` runs, each timed with CUDA events.
+
+    Before each run a 256 MB buffer is zeroed (as triton.testing.do_bench does): it evicts the L2 and
+    keeps the GPU busy while the host enqueues the timed call, so host launch overhead is not timed.
+    """
+    flush = _flush_buffer(torch)
     for i in range(warmup):
         fn_for_set(i % nsets)()
     torch.cuda.synchronize()
@@ -78,6 +93,7 @@ def time_ms(torch, fn_for_set, nsets: int, reps: int, warmup: int) -> float:
     for i in range(reps):
         fn = fn_for_set(i % nsets)
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        flush.zero_()
         start.record()
         fn()
         end.record()
@@ -111,7 +127,8 @@ def bench_one(path: str, companion, sizes: dict, consts: dict, *, reps: int = 20
     if peer:
         peer_ms = time_ms(torch, lambda i: companion.peer(sets[i], sizes, consts), nsets, reps, warmup)
     return Row(Path(path).stem, dict(sizes), dict(consts), variant, err, companion.TOLERANCE,
-               err <= companion.TOLERANCE, ms, peer_ms, companion.PEER, companion.flops(sizes, consts), nbytes)
+               err <= companion.TOLERANCE, ms, peer_ms, companion.PEER, companion.flops(sizes, consts),
+               nbytes)
 
 
 def format_rows(rows: list[Row], memory_bound: bool = False) -> str:
@@ -167,8 +184,10 @@ def run_bench(path: str, sizes_list: list[dict], consts_list: list[dict], *, rep
 
     companion = load_companion(path)
     rows = []
-    for sizes, consts in progress(list(zip(sizes_list, consts_list, strict=True)), f"bench {Path(path).name}"):
-        rows.append(bench_one(path, companion, sizes, consts, reps=reps, compile_kw=compile_kw, variant=variant))
+    cases = list(zip(sizes_list, consts_list, strict=True))
+    for sizes, consts in progress(cases, f"bench {Path(path).name}"):
+        rows.append(bench_one(path, companion, sizes, consts, reps=reps, compile_kw=compile_kw,
+                              variant=variant))
     memory_bound = bool(getattr(companion, "MEMORY_BOUND", False))
     print(format_rows(rows, memory_bound))
     if json_out:

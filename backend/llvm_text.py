@@ -14,7 +14,7 @@ import numpy as np
 def f32_literal(x: float) -> str:
     """An LLVM `float` constant: LLVM wants the double-precision hex of a float-representable value."""
     v = float(np.float32(x))
-    return "0x%016X" % struct.unpack(">Q", struct.pack(">d", v))[0]
+    return f"0x{struct.unpack('>Q', struct.pack('>d', v))[0]:016X}"
 
 
 def asm_string(lines: list[str]) -> str:

@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tkir.backend.llvm_text import LLVMWriter, f32_literal
+
 from tkir.diagnostics import CompileError
 from tkir.ir import Module, Operation, Value
 from tkir.types import GlobalType, ScalarType, TileType, VectorType, dtype_bytes
