@@ -61,7 +61,7 @@ def test_every_op_has_a_location() -> None:
 def test_gemm_shape() -> None:
     module, text = compile_example("gemm")
     k = module.kernel
-    assert k.attrs["grid"] == ["M / 128", "N / 256"]
+    assert k.attrs["grid"] == ["cdiv(M, 128)", "cdiv(N, 256)"]
     assert k.attrs["consts"] == {"BM": 128, "BN": 256, "BK": 64}
     assert [str(a.type) for a in k.body.args] == ["gl<bf16>[M, K]", "gl<bf16>[K, N]", "gl<bf16>[M, N]"]
     assert "%a = tk.alloc : st<bf16, 128, 64>" in text

@@ -94,10 +94,10 @@ def test_gemm_launch_from_post_pass_ir() -> None:
     ]
     req = {r["expr"]: r["why"] for r in launch["requires"]}
     assert all(r["equals"] == 0 for r in launch["requires"])
-    # M and N: the grid floors them, and C is stored from registers (no TMA clipping);
+    # M and N: the grid floors them (C's accumulator store itself is masked by the backend);
     # K: only read through TMA (out-of-bounds fill) but the loop bound K / 64 floors it.
     assert set(req) == {"M % 128", "N % 256", "K % 64", "(K * 2) % 16", "(N * 2) % 16"}
-    assert "grid dim 0" in req["M % 128"] and "%C is copied without TMA" in req["M % 128"]
+    assert "grid dim 0" in req["M % 128"] and "copied without TMA" not in req["M % 128"]
     assert "loop bound K / 64" in req["K % 64"] and "TMA" not in req["K % 64"]
     assert json.loads(launch_json(parse_module(GEMM_AFTER_PASSES), "sm_90a")) == launch
 
@@ -130,7 +130,7 @@ def test_examples_without_tma_launch_one_warpgroup() -> None:
     launch = launch_of_example("softmax")
     assert launch["tma"] == [] and launch["dynamic_smem"] == 0 and launch["block"] == [128, 1, 1]
     assert [p["kind"] for p in launch["params"]] == ["pointer", "pointer", "scalar"]
-    assert {r["expr"] for r in launch["requires"]} == {"N % 16"}
+    assert launch["requires"] == []  # cdiv grid; rows of register copies are masked by the backend
 
 
 def test_launch_without_occupancy_plan() -> None:

@@ -129,15 +129,27 @@ def _requires(kernel: Operation, descs: list[Operation]) -> list[dict]:
         if copy is not None:
             g, tile = copy
             extents = (tile.rows, tile.cols) if isinstance(tile, TileType) else (tile.n,)
-            for dim, ext in zip(g.type.dims[-len(extents):], extents, strict=True):
-                if isinstance(dim, str) and ext > 1:
-                    need(f"{dim} % {ext}", f"%{g.name} is copied without TMA (only TMA clips partial tiles)")
+            for i, (dim, ext) in enumerate(zip(g.type.dims[-len(extents):], extents, strict=True)):
+                if isinstance(dim, str) and ext > 1 and not _masked(tile, i):
+                    need(f"{dim} % {ext}", f"%{g.name} is copied without TMA, and the backend masks only "
+                                           "the rows of register tiles (and both dims of accumulators)")
     for desc in descs:
         for s in desc.attrs["strides"]:
             if isinstance(s, str):
                 need(f"({s}) % {TMA_STRIDE_ALIGN}",
                      f"TMA ({desc.symbol}): byte strides of {desc.attrs['tensor']} must be multiples of 16")
     return [{"expr": e, "equals": 0, "why": "; ".join(w)} for e, w in req.items()]
+
+
+def _masked(tile: TileType | VectorType, dim: int) -> bool:
+    """Whether the backend masks partial tiles along `dim` of a register copy: register tiles clamp
+    rows on load and predicate them on store; accumulator stores predicate rows and columns."""
+    if not isinstance(tile, TileType) or tile.space != "rt":
+        return False
+    lay = tile.get("layout")
+    if isinstance(lay, dict) and str(lay.get("kind")) == "wgmma_acc":
+        return True
+    return dim == 0
 
 
 def _floor_div(expr: str) -> tuple[str, int] | None:

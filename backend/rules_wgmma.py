@@ -1,0 +1,181 @@
+"""Lowering rules for wgmma (sm_90a): `tk.mma` on shared operands, accumulator stores.
+
+A mixin of backend.lower_llvm.KernelLowering. `tk.mma` with both operands in shared memory becomes
+`wgmma.mma_async` with 64-bit matrix descriptors (HOPPER.md §2: start address, LBO, SBO, swizzle);
+the accumulator fragment (HOPPER.md §1.5) is a list of per-thread float values threaded through
+`wgmma.wait_group` so LLVM cannot read them early. Accumulator tiles are stored to global memory
+with predicated 32-bit stores of bf16 pairs (rows and columns past the tensor's edge are skipped).
+"""
+
+from __future__ import annotations
+
+from tkir.backend.values import (
+    SWIZZLE_CODE,
+    WGMMA_K_BYTES,
+    WGMMA_M,
+    WGMMA_MAX_N,
+    Frag,
+    LoweringError,
+    Smem,
+)
+
+from tkir.ir import Operation
+from tkir.types import TileType, dtype_bytes
+
+
+class WgmmaRules:
+    def _acc_layout(self, t: TileType, op: Operation) -> tuple[int, int]:
+        """(m64 blocks per warpgroup, values per thread) of a wgmma_acc tile in the current role."""
+        lay = t.get("layout")
+        if not (isinstance(lay, dict) and str(lay.get("kind")) == "wgmma_acc"):
+            raise LoweringError(op.loc, f"backend: register tile {t} needs a wgmma_acc layout here "
+                                        "(run infer-layouts)")
+        wg = int(lay.get("wg", 1))
+        rows_per_wg = t.rows // wg
+        if rows_per_wg % WGMMA_M:
+            raise LoweringError(op.loc, f"backend: {t} over {wg} warpgroups is not a multiple of 64 rows each")
+        mblocks = rows_per_wg // WGMMA_M
+        return mblocks, mblocks * t.cols // 2
+
+    def _op_tk_mma(self, op: Operation) -> None:
+        if self.target != "sm_90a":
+            raise LoweringError(op.loc, f"backend: tk.mma for {self.target} is not implemented yet")
+        w = self.w
+        a, b, c = (self.get(v) for v in op.operands)
+        if not (isinstance(a, Smem) and isinstance(b, Smem)):
+            raise LoweringError(op.loc, "backend: wgmma with register A is not implemented yet")
+        assert isinstance(c, Frag)
+        ta, tb, tc = a.type, b.type, c.type
+        mblocks, _ = self._acc_layout(tc, op)
+        trans_a, trans_b = bool(op.attrs.get("trans_a")), bool(op.attrs.get("trans_b"))
+        if trans_a:
+            raise LoweringError(op.loc, "backend: transposed (M-major) A is not implemented yet")
+        if ta.dtype != "bf16":
+            raise LoweringError(op.loc, f"backend: wgmma on {ta.dtype} is not implemented yet")
+        K = ta.cols
+        N = tc.cols
+        ebytes = dtype_bytes(ta.dtype)
+        ksteps = K * ebytes // WGMMA_K_BYTES
+        nchunk = min(N, WGMMA_MAX_N)
+        if N % nchunk:
+            raise LoweringError(op.loc, f"backend: N={N} is not a multiple of {nchunk}")
+        sw_a, sw_b = int(ta.get("swizzle") or 0), int(tb.get("swizzle") or 0)
+        if not sw_a or not sw_b:
+            raise LoweringError(op.loc, "backend: wgmma operands need a swizzled shared layout "
+                                        "(the interleaved no-swizzle layout is not implemented)")
+        lay = tc.get("layout")
+        rows_per_wg = tc.rows // int(lay.get("wg", 1))  # type: ignore[union-attr]
+        wg = self.role.wg if self.role else "0"
+        # A (K-major): row r of panel p at base + p*rows*span + r*span; k-step advances 32 B
+        a_row0 = w.op(f"mul i32 {wg}, {rows_per_wg * sw_a}", "arow")
+        a_base = w.op(f"add i32 {a.addr}, {a_row0}", "abase")
+        w.call("void", "llvm.nvvm.wgmma.fence.sync.aligned", [])
+        vals = list(c.values)
+        per_block = tc.cols // 2
+        for kk in range(ksteps):
+            kbyte = kk * WGMMA_K_BYTES
+            a_panel = kbyte // sw_a
+            for mb in range(mblocks):
+                a_addr = w.op(f"add i32 {a_base}, {a_panel * ta.rows * sw_a + mb * WGMMA_M * sw_a + kbyte % sw_a}",
+                              "aaddr")
+                desc_a = self._desc(a_addr, 16, 8 * sw_a, sw_a)
+                for nc in range(N // nchunk):
+                    if trans_b:  # B stored N x K (K-major): like A
+                        b_panel = kbyte // sw_b
+                        b_off = b_panel * tb.rows * sw_b + nc * nchunk * sw_b + kbyte % sw_b
+                        desc_b = self._desc(w.op(f"add i32 {b.addr}, {b_off}", "baddr"), 16, 8 * sw_b, sw_b)
+                    else:        # B stored K x N (N-major): panels of span bytes along N
+                        panel_cols = sw_b // ebytes
+                        panel_bytes = tb.rows * sw_b
+                        b_off = (kk * (WGMMA_K_BYTES // ebytes)) * sw_b + (nc * nchunk // panel_cols) * panel_bytes
+                        desc_b = self._desc(w.op(f"add i32 {b.addr}, {b_off}", "baddr"), panel_bytes,
+                                            8 * sw_b, sw_b)
+                    lo = mb * per_block + nc * (nchunk // 2)
+                    chunk = vals[lo:lo + nchunk // 2]
+                    vals[lo:lo + nchunk // 2] = self._wgmma(nchunk, desc_a, desc_b, chunk, int(trans_b is False))
+        w.call("void", "llvm.nvvm.wgmma.commit_group.sync.aligned", [])
+        depth = int(op.attrs.get("async_groups") or 0)
+        vals = self._wait_group(vals, depth)
+        self.set(op.result, Frag(tc, vals, pending=depth > 0))
+
+    def _desc(self, addr: str, lbo: int, sbo: int, swizzle: int) -> str:
+        w = self.w
+        a64 = w.op(f"zext i32 {addr} to i64", "a64")
+        a_enc = w.op(f"lshr i64 {a64}, 4", "aenc")
+        a_enc = w.op(f"and i64 {a_enc}, 16383", "aenc")
+        hi = ((lbo >> 4) & 0x3FFF) << 16 | ((sbo >> 4) & 0x3FFF) << 32 | SWIZZLE_CODE[swizzle] << 62
+        if hi >= 1 << 63:
+            hi -= 1 << 64  # LLVM i64 literals are signed
+        return w.op(f"or i64 {a_enc}, {hi}", "desc")
+
+    def _wgmma(self, n: int, desc_a: str, desc_b: str, acc: list[str], trans_b: int) -> list[str]:
+        w = self.w
+        k = len(acc)
+        outs = ", ".join(f"${i}" for i in range(k))
+        line = (f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.bf16.bf16 {{{outs}}}, ${k}, ${k + 1}, "
+                f"1, 1, 1, 0, {trans_b};")
+        ret = "{" + ", ".join(["float"] * k) + "}"
+        cons = ["=f"] * k + ["l", "l"] + [str(i) for i in range(k)]
+        args = [("i64", desc_a), ("i64", desc_b)] + [("float", v) for v in acc]
+        r = w.asm(ret, [line], cons, args, "mma")
+        return [w.op(f"extractvalue {ret} {r}, {i}", "acc") for i in range(k)]
+
+    def _wait_group(self, acc: list[str], n: int) -> list[str]:
+        w = self.w
+        k = len(acc)
+        ret = "{" + ", ".join(["float"] * k) + "}"
+        r = w.asm(ret, [f"wgmma.wait_group.sync.aligned {n};"], ["=f"] * k + [str(i) for i in range(k)],
+                  [("float", v) for v in acc], "waited")
+        return [w.op(f"extractvalue {ret} {r}, {i}", "acc") for i in range(k)]
+
+    def _store_wgmma_acc(self, op: Operation) -> None:
+        w = self.w
+        dst = self.get(op.operands[0])
+        val = self.get(op.operands[1])
+        assert isinstance(dst, tuple) and dst[0] == "gl" and isinstance(val, Frag)
+        _, ptr, gty = dst
+        t = val.type
+        if gty.rank != 2 or t.dtype != "bf16":
+            raise LoweringError(op.loc, "backend: accumulator stores need a rank-2 bf16 tensor")
+        rows_name, cols_name = gty.dims
+        nrows = self._dim(rows_name)
+        ncols = self._dim(cols_name)
+        r_tile, c_tile = (self.scalar(v) for v in op.operands[2:4])
+        ctx = self.role
+        assert ctx is not None
+        mblocks, _ = self._acc_layout(t, op)
+        rows_per_wg = t.rows // int(t.get("layout").get("wg", 1))  # type: ignore[union-attr]
+        row0 = w.op(f"mul i32 {r_tile}, {t.rows}", "r0")
+        wgr = w.op(f"mul i32 {ctx.wg}, {rows_per_wg}", "wgr")
+        row0 = w.op(f"add i32 {row0}, {wgr}", "r0")
+        w16 = w.op(f"mul i32 {ctx.warp}, 16", "w16")
+        g = w.op(f"lshr i32 {ctx.lane}, 2", "g")
+        q = w.op(f"and i32 {ctx.lane}, 3", "q")
+        row0 = w.op(f"add i32 {row0}, {w16}", "r0")
+        row0 = w.op(f"add i32 {row0}, {g}", "r0")
+        col0 = w.op(f"mul i32 {c_tile}, {t.cols}", "c0")
+        q2 = w.op(f"shl i32 {q}, 1", "q2")
+        col0 = w.op(f"add i32 {col0}, {q2}", "c0")
+        per_block = t.cols // 2
+        ncols64 = w.op(f"sext i32 {ncols} to i64", "ld")
+        for mb in range(mblocks):
+            for h in range(2):
+                row = w.op(f"add i32 {row0}, {mb * WGMMA_M + 8 * h}", "row")
+                rok = w.op(f"icmp slt i32 {row}, {nrows}", "rok")
+                row64 = w.op(f"sext i32 {row} to i64", "row64")
+                rbase = w.op(f"mul i64 {row64}, {ncols64}", "rbase")
+                for j in range(t.cols // 8):
+                    col = w.op(f"add i32 {col0}, {8 * j}", "col")
+                    cok = w.op(f"icmp slt i32 {col}, {ncols}", "cok")
+                    ok = w.op(f"and i1 {rok}, {cok}", "ok")
+                    col64 = w.op(f"sext i32 {col} to i64", "col64")
+                    idx = w.op(f"add i64 {rbase}, {col64}", "idx")
+                    p = w.op(f"getelementptr bfloat, ptr addrspace(1) {ptr}, i64 {idx}", "p")
+                    i0 = mb * per_block + 4 * j + 2 * h
+                    v2 = w.op(f"insertelement <2 x bfloat> poison, bfloat {val.values[i0]}, i32 0", "v")
+                    v2 = w.op(f"insertelement <2 x bfloat> {v2}, bfloat {val.values[i0 + 1]}, i32 1", "v")
+                    bits = w.op(f"bitcast <2 x bfloat> {v2} to i32", "bits")
+                    okz = w.op(f"zext i1 {ok} to i32", "okz")
+                    w.asm("void", ["{", ".reg .pred p;", "setp.ne.b32 p, $2, 0;", "@p st.global.b32 [$0], $1;", "}"],
+                          ["l", "r", "r"], [("ptr addrspace(1)", p), ("i32", bits), ("i32", okz)])
+

@@ -1,0 +1,61 @@
+"""Constants and lowered-value classes shared by the backend's lowering rules."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tkir.diagnostics import CompileError
+from tkir.types import TileType, VectorType
+
+SMEM_ALIGN = 1024           # 128B-swizzle atoms need 1024-B aligned bases (HOPPER.md §3.2)
+THREADS_PER_WARPGROUP = 128  # HOPPER.md §1.1
+REGS_PER_SM = 65_536        # HOPPER.md §7.3
+WGMMA_M = 64                # every wgmma has M = 64 (HOPPER.md §1.2)
+WGMMA_K_BYTES = 32          # one wgmma k-step reads 32 bytes of K per row (HOPPER.md §0)
+WGMMA_MAX_N = 256
+SWIZZLE_CODE = {128: 1, 64: 2, 32: 3}  # descriptor bits 63-62 (HOPPER.md §2.1)
+
+LLVM_TYPE = {"f32": "float", "bf16": "bfloat", "f16": "half", "i32": "i32", "u32": "i32", "i64": "i64"}
+HEADER = """target triple = "nvptx64-nvidia-cuda"
+target datalayout = "e-p3:32:32-i64:64-i128:128-v16:16-v32:32-n16:32:64"
+@smem = external addrspace(3) global [0 x i8], align 1024
+"""
+
+
+class LoweringError(CompileError):
+    pass
+
+
+# ---------------------------------------------------------------------------------------------
+# Lowered values
+
+
+@dataclass
+class Smem:
+    """A shared tile, stage view or barrier array: its shared-window address (i32 LLVM value)."""
+
+    addr: str
+    type: TileType | VectorType
+
+
+@dataclass
+class Frag:
+    """A register tile or vector distributed over a role's threads: this thread's values, one per
+    slot of its layout (backend.fragments.slot_coords gives each slot's element)."""
+
+    type: TileType | VectorType
+    values: list[str]
+    pending: bool = False  # produced by an async mma whose wgmma group may still be in flight
+
+    @property
+    def layout(self) -> dict:
+        lay = self.type.get("layout")
+        if not isinstance(lay, dict):
+            raise LoweringError(None, f"backend: {self.type} has no layout (run infer-layouts)")
+        return lay
+
+    @property
+    def kind(self) -> str:
+        return str(self.layout["kind"])
+
+
