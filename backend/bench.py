@@ -40,6 +40,7 @@ class Row:
     peer: str
     flops: int
     bytes: int
+    copy_gbps: float | None = None  # memory-bound kernels: copy bandwidth measured in the same run
 
     @property
     def tflops(self) -> float:
@@ -79,6 +80,24 @@ def _flush_buffer(torch):
     return _FLUSH[0]
 
 
+def _to_torch(torch, a):
+    """A numpy array (ml_dtypes bf16 included) as a CUDA tensor of the same dtype."""
+    import ml_dtypes
+    import numpy as np
+
+    if a.dtype == ml_dtypes.bfloat16:
+        return torch.from_numpy(np.ascontiguousarray(a).view(np.int16)).view(torch.bfloat16).cuda()
+    return torch.from_numpy(np.ascontiguousarray(a)).cuda()
+
+
+def copy_bandwidth(torch, nbytes: int = 2**30, reps: int = 20) -> float:
+    """Device-to-device copy bandwidth in GB/s (bytes read + bytes written), median of `reps`."""
+    src = torch.empty(nbytes // 4, dtype=torch.float32, device="cuda").normal_()
+    dst = torch.empty_like(src)
+    ms = time_ms(torch, lambda i: (lambda: dst.copy_(src)), 1, reps, 3)
+    return 2 * nbytes / ms / 1e6
+
+
 def time_ms(torch, fn_for_set, nsets: int, reps: int, warmup: int) -> float:
     """Median milliseconds of fn_for_set(i % nsets)() over `reps` runs, each timed with CUDA events.
 
@@ -112,15 +131,28 @@ def bench_one(path: str, companion, sizes: dict, consts: dict, *, reps: int = 20
     nbytes = companion.bytes_moved(sizes, consts)
     nsets = max(2, min(MAX_ROTATE_SETS, math.ceil(ROTATE_FACTOR * L2_BYTES / max(nbytes, 1)),
                        max(1, ROTATE_BUDGET // max(nbytes, 1))))
-    sets = [companion.torch_inputs(sizes, consts) for _ in range(nsets)]
+    if hasattr(companion, "torch_inputs"):
+        sets = [companion.torch_inputs(sizes, consts) for _ in range(nsets)]
+        host = None
+    else:  # the companion's numpy inputs (fresh random, outputs NaN), copied to the GPU
+        import numpy as np
+
+        rng = np.random.default_rng()
+        host = companion.make_inputs(rng, sizes, consts)
+        sets = [[_to_torch(torch, a) for a in host]]
+        sets += [[_to_torch(torch, a) for a in companion.make_inputs(rng, sizes, consts)]
+                 for _ in range(nsets - 1)]
     # correctness first, on the first set (fresh random inputs, NaN-poisoned outputs)
     k(*sets[0])
     torch.cuda.synchronize()
-    ref = companion.torch_reference(sets[0], sizes, consts)
+    if host is None:
+        ref = companion.torch_reference(sets[0], sizes, consts)
+    else:
+        ref = {n: torch.from_numpy(r) for n, r in companion.reference(host, sizes, consts).items()}
     errs = []
     for name, r in ref.items():
         out = sets[0][companion.PARAMS.index(name)]
-        errs.append(_rel_err(torch, out, r))
+        errs.append(_rel_err(torch, out.cpu() if host is not None else out, r))
     err = max(errs)
     ms = time_ms(torch, lambda i: (lambda: k(*sets[i])), nsets, reps, warmup)
     peer_ms = None
@@ -190,6 +222,14 @@ def run_bench(path: str, sizes_list: list[dict], consts_list: list[dict], *, rep
                               variant=variant))
     memory_bound = bool(getattr(companion, "MEMORY_BOUND", False))
     print(format_rows(rows, memory_bound))
+    if memory_bound:
+        import torch
+
+        copy = copy_bandwidth(torch)
+        for r in rows:
+            r.copy_gbps = copy
+        print(f"device-to-device copy, same run: {copy:.0f} GB/s; tkir reaches "
+              + ", ".join(f"{100 * r.gbps / copy:.0f}%" for r in rows) + " of it")
     if json_out:
         Path(json_out).write_text(json.dumps([r.as_dict() for r in rows], indent=2) + "\n")
     if plot:

@@ -51,3 +51,15 @@ def flops(sizes: dict, consts: dict) -> int:
 def bytes_moved(sizes: dict, consts: dict) -> int:
     N, D = sizes["N"], _consts(consts)["D"]
     return 2 * (2 * N * D + 2 * D)  # X, W, Bias read, Y written; bf16
+
+
+# --- GPU hooks (tkc bench) -------------------------------------------------------------------------
+MEMORY_BOUND = True
+
+
+def peer(inputs: list, sizes: dict, consts: dict):
+    import torch
+
+    x, w, b, _ = inputs
+    d = x.shape[1]
+    return lambda: torch.nn.functional.layer_norm(x, (d,), w, b, eps=1e-5)

@@ -53,3 +53,16 @@ def flops(sizes: dict, consts: dict) -> int:
 def bytes_moved(sizes: dict, consts: dict) -> int:
     T, D = sizes["T"], _consts(consts)["D"]
     return 2 * (T * D + 2 * T * (D // 2) + T * D)  # X, Cos, Sin read, Y written; bf16
+
+
+# --- GPU hooks (tkc bench) -------------------------------------------------------------------------
+MEMORY_BOUND = True
+
+
+def peer(inputs: list, sizes: dict, consts: dict):
+    import torch
+
+    x, cos, sin, _ = inputs
+    half = x.shape[1] // 2
+    x1, x2 = x[:, :half], x[:, half:]
+    return lambda: torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=1)

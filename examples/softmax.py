@@ -45,3 +45,14 @@ def flops(sizes: dict, consts: dict) -> int:
 
 def bytes_moved(sizes: dict, consts: dict) -> int:
     return 2 * 2 * sizes["N"] * _consts(consts)["D"]  # X read, Y written; bf16
+
+
+# --- GPU hooks (tkc bench) -------------------------------------------------------------------------
+MEMORY_BOUND = True
+
+
+def peer(inputs: list, sizes: dict, consts: dict):
+    import torch
+
+    x, y = inputs
+    return lambda: torch.softmax(x, dim=1, dtype=torch.float32).to(torch.bfloat16)

@@ -1,33 +1,38 @@
 """Examples compiled by tkir and run on the GPU against their references (marked gpu).
 
 Fresh random inputs every run, outputs poisoned with NaN, ||out - ref|| / ||ref|| under the
-example's bound. Sizes include ones that are not multiples of the block tile where the kernel
-handles them (TMA out-of-bounds fill on loads, masked stores).
+example's bound, at three sizes each, including sizes that are not multiples of the block tile
+(TMA out-of-bounds fill on loads, masked stores).
 """
 
 from __future__ import annotations
 
 import pytest
 
-import tkir
+from tkir.backend.bench import bench_one
 from tkir.examples import load_companion
 
-GEMM_SIZES = [dict(M=256, N=512, K=128), dict(M=1024, N=768, K=512), dict(M=2048, N=2048, K=2048)]
-
-
-def _rel_err(torch, out, ref) -> float:
-    assert not torch.isnan(out.float()).any(), "an output element was never written"
-    return float((out.double() - ref.double()).norm() / ref.double().norm())
+CASES = [
+    ("gemm", dict(M=256, N=512, K=128), {}),
+    ("gemm", dict(M=1000, N=744, K=520), {}),      # ragged in M, N and K
+    ("gemm", dict(M=2048, N=2048, K=2048), {}),
+    ("softmax", dict(N=4096), {}),
+    ("softmax", dict(N=1000), {}),                 # a partial last block of rows
+    ("softmax", dict(N=777), {"D": 512}),
+    ("layernorm", dict(N=4096), {}),
+    ("layernorm", dict(N=1001), {}),
+    ("layernorm", dict(N=300), {"D": 512}),
+    ("rotary", dict(T=8192), {}),
+    ("rotary", dict(T=999), {}),
+    ("rotary", dict(T=4000), {"D": 64}),
+]
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("sizes", GEMM_SIZES, ids=lambda s: "x".join(str(v) for v in s.values()))
-def test_gemm_matches_reference(sizes: dict) -> None:
-    torch = pytest.importorskip("torch")  # the GPU machine has torch; hooks build the inputs with it
-    comp = load_companion("examples/gemm.tk")
-    k = tkir.compile("examples/gemm.tk")
-    ins = comp.torch_inputs(sizes, {})
-    k(*ins)
-    torch.cuda.synchronize()
-    ref = comp.torch_reference(ins, sizes, {})["C"]
-    assert _rel_err(torch, ins[2], ref) < comp.TOLERANCE
+@pytest.mark.parametrize("name, sizes, consts", CASES,
+                         ids=[f"{n}-" + "-".join(f"{k}{v}" for k, v in {**s, **c}.items()) for n, s, c in CASES])
+def test_example_matches_reference_on_gpu(name: str, sizes: dict, consts: dict) -> None:
+    pytest.importorskip("torch")  # the GPU machine has torch; the checks build inputs with it
+    path = f"examples/{name}.tk"
+    row = bench_one(path, load_companion(path), sizes, consts, reps=1, warmup=0, peer=False)
+    assert row.ok, f"{name} {sizes} {consts}: rel_err {row.rel_err:.3e} > {row.bound}"
