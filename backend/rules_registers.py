@@ -191,7 +191,18 @@ class RegisterRules:
         bcast = op.attrs.get("bcast")
         ta, tb = op.operands[0].type, op.operands[1].type
         va = self._operand_values(a, ta, rt, bcast, op)
-        vb = self._operand_values(b, tb, rt, bcast, op)
+        if name == "div" and not isinstance(tb, type(rt)):
+            # dividing by a broadcast vector or a scalar: one reciprocal per distinct value, then
+            # multiplies (div.rn.f32 is a long instruction sequence; x * (1/y) is within 1 ulp)
+            recips: dict[str, str] = {}
+            vb = []
+            for y in self._operand_values(b, tb, rt, bcast, op):
+                if y not in recips:
+                    recips[y] = self._fop("div", f32_literal(1.0), y)
+                vb.append(recips[y])
+            name = "mul"
+        else:
+            vb = self._operand_values(b, tb, rt, bcast, op)
         out = [self._from_f32(self._fop(name, x, y), rt.dtype) for x, y in zip(va, vb, strict=True)]
         self.set(op.result, Frag(rt, out))
 
