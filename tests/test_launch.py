@@ -126,9 +126,10 @@ def test_attention_example_launch() -> None:
     assert launch["block"] == [256, 1, 1]
 
 
-def test_examples_without_tma_launch_one_warpgroup() -> None:
-    launch = launch_of_example("softmax")
-    assert launch["tma"] == [] and launch["dynamic_smem"] == 0 and launch["block"] == [128, 1, 1]
+def test_examples_without_tma_launch_their_warpgroups() -> None:
+    launch = launch_of_example("softmax")  # @warpgroups(consumers=4): 512 threads
+    assert launch["tma"] == [] and launch["dynamic_smem"] == 0 and launch["block"] == [512, 1, 1]
+    assert launch_of_example("rotary")["block"] == [128, 1, 1]
     assert [p["kind"] for p in launch["params"]] == ["pointer", "pointer", "scalar"]
     assert launch["requires"] == []  # cdiv grid; rows of register copies are masked by the backend
 

@@ -83,21 +83,22 @@ def test_attention_hand_count() -> None:
 
 def test_layernorm_hand_count() -> None:
     occ = plan_of("layernorm")
-    # row layout over 4 warps: a 16 x 1024 f32 tile is 4 rows x 1024 / 32 lanes = 128 regs; a row
-    # vector 16 / 4 warps = 4; the W and Bias column vectors (bf16, 4 chunks of 8 per lane) 16 each.
-    # Peak at row_sum(xf): xf 128 + sum 4 + w 16 + b 16 = 164 (xc * xc streams into its row_sum).
-    assert occ["budget"] == {"acc_regs": 0, "live_tile_regs": 164, "addr_regs": 9, "overhead": 16}
-    # addresses: 4 pointers x 2 + bx = 9; 164 + 9 + 16 = 189 -> 192; 65536 // (128 x 192) = 2
-    assert occ["roles"] == {"compute": {"warpgroups": 1, "regs": 192}}
-    assert (occ["stages"], occ["smem_bytes"], occ["threads"], occ["blocks_per_sm"]) == (1, 0, 128, 2)
+    # @warpgroups(consumers=4): row layout over 16 warps, one row each: a 16 x 1024 f32 tile is
+    # 1024 / 32 lanes = 32 regs; a row vector 16 / 16 warps = 1; the W and Bias column vectors (bf16,
+    # 4 chunks of 8 per lane) 16 each. Peak at row_sum(xf): xf 32 + sum 1 + w 16 + b 16 = 65.
+    assert occ["budget"] == {"acc_regs": 0, "live_tile_regs": 65, "addr_regs": 9, "overhead": 16}
+    # addresses: 4 pointers x 2 + bx = 9; 65 + 9 + 16 = 90 -> 96; 65536 // (512 x 96) = 1
+    assert occ["roles"] == {"compute": {"warpgroups": 4, "regs": 96}}
+    assert (occ["stages"], occ["smem_bytes"], occ["threads"], occ["blocks_per_sm"]) == (1, 0, 512, 1)
 
 
 def test_softmax_hand_count() -> None:
     occ = plan_of("softmax")
-    # xf 128 + row_max 4 = 132; addresses 2 x 2 + bx = 5; 132 + 5 + 16 = 153 -> 160; 65536 // 20480 = 3
-    assert occ["budget"] == {"acc_regs": 0, "live_tile_regs": 132, "addr_regs": 5, "overhead": 16}
-    assert occ["roles"] == {"compute": {"warpgroups": 1, "regs": 160}}
-    assert (occ["stages"], occ["smem_bytes"], occ["threads"], occ["blocks_per_sm"]) == (1, 0, 128, 3)
+    # 16 warps, one row each: xf 32 + row_max 1 = 33; addresses 2 x 2 + bx = 5; 33 + 5 + 16 = 54 -> 56;
+    # 65536 // (512 x 56) = 2
+    assert occ["budget"] == {"acc_regs": 0, "live_tile_regs": 33, "addr_regs": 5, "overhead": 16}
+    assert occ["roles"] == {"compute": {"warpgroups": 4, "regs": 56}}
+    assert (occ["stages"], occ["smem_bytes"], occ["threads"], occ["blocks_per_sm"]) == (1, 0, 512, 2)
 
 
 def test_rotary_hand_count() -> None:
