@@ -50,7 +50,7 @@ def _parts(b: Builder, tid: object) -> dict[str, object]:
 def slot_coords(layout: dict, shape: tuple[int, ...], b: Builder, tid: object) -> list[tuple | None]:
     kind = str(layout["kind"])
     p = _parts(b, tid)
-    if kind == "wgmma_acc":
+    if kind in ("wgmma_acc", "wgmma_a"):  # wgmma_a: the 16-bit A fragment has the same order (§1.6)
         rows, cols = shape
         wg = int(layout.get("wg", 1))
         slab = rows // wg

@@ -142,6 +142,13 @@ class KernelLowering(RegisterRules, WgmmaRules):
         handler = getattr(self, "_op_" + op.name.replace(".", "_"), None)
         if handler is None:
             raise LoweringError(op.loc, f"backend ({self.target}): no lowering rule for '{op.name}' yet")
+        # an accumulator whose wgmma group may still be in flight is waited for (its registers tied
+        # through wgmma.wait_group 0) before anything but another mma or the loop's yield reads it
+        for i, v in enumerate(op.operands):
+            x = self.vals.get(id(v))
+            if isinstance(x, Frag) and x.pending and not (op.name == "tk.mma" and i == 2) \
+                    and op.name != "scf.yield":
+                self.vals[id(v)] = Frag(x.type, self._wait_group(x.values, 0))
         handler(op)
 
     def get(self, v: Value) -> object:
@@ -391,14 +398,20 @@ class KernelLowering(RegisterRules, WgmmaRules):
         iv = w.fresh(op.body.args[0].name or "i")
         iv_line = w.emit("")
         carried: list[tuple[list[int], list[str]]] = []
-        for arg, init in zip(op.body.args[1:], inits, strict=True):
+        term0 = op.body.terminator
+        for n_arg, (arg, init) in enumerate(zip(op.body.args[1:], inits, strict=True)):
             idxs, names = [], []
             flat = _flatten(init)
             for k, _ in enumerate(flat):
                 names.append(w.fresh((arg.name or "c") + f"_{k}"))
                 idxs.append(w.emit(""))
             carried.append((idxs, names))
-            self.set(arg, _rebuild(init, names))
+            x = _rebuild(init, names)
+            y = term0.operands[n_arg].owner if term0 is not None else None
+            if isinstance(x, Frag) and isinstance(y, Operation) and y.name == "tk.mma" \
+                    and y.attrs.get("async_groups"):
+                x.pending = True  # the previous iteration's mma may still be writing it
+            self.set(arg, x)
         self.set(op.body.args[0], iv)
         deferred = any(i.name == "pipe.arrive" and i.attrs.get("deferred") for i in op.body.ops)
         saved = self._deferred
@@ -427,8 +440,8 @@ class KernelLowering(RegisterRules, WgmmaRules):
             d = self._deferred
             w.lines[prev_line] = f"  {prev} = phi i32 [ -1, %{pre} ], [ {d['next']}, %{latch} ]"
         w.start_block(exit_)
-        for res, arg in zip(op.results, op.body.args[1:], strict=True):
-            x = self.get(arg)
+        for res, init, (_idxs, names) in zip(op.results, inits, carried, strict=True):
+            x = _rebuild(init, names)  # the header's phis: the values when the loop exits
             if isinstance(x, Frag) and any(isinstance(self.get(y), Frag) and self.get(y).pending
                                            for y in (term.operands if term else [])):
                 x = Frag(x.type, self._wait_group(x.values, 0))  # drain in-flight wgmma

@@ -247,6 +247,26 @@ class RegisterRules:
     _op_tk_exp = _op_tk_exp2 = _op_tk_log = _op_tk_log2 = _unary_op
     _op_tk_sqrt = _op_tk_rsqrt = _op_tk_abs = _op_tk_neg = _unary_op
 
+    # --- masks -------------------------------------------------------------------------------------
+
+    def _op_tk_mask_causal(self, op: Operation) -> None:
+        """Elements with col0 + c > row0 + r take `fill` (a key after the query is masked)."""
+        x = self.get(op.operands[0])
+        assert isinstance(x, Frag)
+        w = self.w
+        row0, col0 = (self.scalar(v) for v in op.operands[1:])
+        fill = f32_literal(op.attrs["fill"])
+        if x.type.dtype != "f32":
+            fill = self._from_f32(fill, x.type.dtype)
+        ety = LLVM_TYPE[x.type.dtype]
+        delta = w.op(f"sub i32 {col0}, {row0}", "dlt")  # masked where c - r > row0 - col0
+        out = []
+        for (r, c), v in zip(self.coords(x.type), x.values, strict=True):
+            cr = w.op(f"sub i32 {c}, {r}", "cr") if not (isinstance(c, int) and isinstance(r, int)) else c - r
+            masked = w.op(f"icmp sgt i32 {cr}, {w.op(f'sub i32 0, {delta}', 'nd')}", "msk")
+            out.append(w.op(f"select i1 {masked}, {ety} {fill}, {ety} {v}", "mk"))
+        self.set(op.result, Frag(op.result.type, out))
+
     # --- reductions ------------------------------------------------------------------------------
 
     def _op_tk_reduce(self, op: Operation) -> None:

@@ -42,9 +42,12 @@ class WgmmaRules:
             raise LoweringError(op.loc, f"backend: tk.mma for {self.target} is not implemented yet")
         w = self.w
         a, b, c = (self.get(v) for v in op.operands)
-        if not (isinstance(a, Smem) and isinstance(b, Smem)):
-            raise LoweringError(op.loc, "backend: wgmma with register A is not implemented yet")
+        if not isinstance(b, Smem):
+            raise LoweringError(op.loc, "backend: wgmma reads B from shared memory (HOPPER.md §1.3)")
         assert isinstance(c, Frag)
+        a_regs = isinstance(a, Frag)
+        if a_regs and a.kind != "wgmma_a":
+            raise LoweringError(op.loc, f"backend: register A of wgmma needs the wgmma_a layout, not {a.kind}")
         ta, tb, tc = a.type, b.type, c.type
         mblocks, _ = self._acc_layout(tc, op)
         trans_a, trans_b = bool(op.attrs.get("trans_a")), bool(op.attrs.get("trans_b"))
@@ -59,26 +62,31 @@ class WgmmaRules:
         nchunk = min(N, WGMMA_MAX_N)
         if N % nchunk:
             raise LoweringError(op.loc, f"backend: N={N} is not a multiple of {nchunk}")
-        sw_a, sw_b = int(ta.get("swizzle") or 0), int(tb.get("swizzle") or 0)
-        if not sw_a or not sw_b:
+        sw_a, sw_b = (0 if a_regs else int(ta.get("swizzle") or 0)), int(tb.get("swizzle") or 0)
+        if (not sw_a and not a_regs) or not sw_b:
             raise LoweringError(op.loc, "backend: wgmma operands need a swizzled shared layout "
                                         "(the interleaved no-swizzle layout is not implemented)")
         lay = tc.get("layout")
         rows_per_wg = tc.rows // int(lay.get("wg", 1))  # type: ignore[union-attr]
         wg = self.role.wg if self.role else "0"
         # A (K-major): row r of panel p at base + p*rows*span + r*span; k-step advances 32 B
-        a_row0 = w.op(f"mul i32 {wg}, {rows_per_wg * sw_a}", "arow")
-        a_base = w.op(f"add i32 {a.addr}, {a_row0}", "abase")
+        if not a_regs:
+            a_row0 = w.op(f"mul i32 {wg}, {rows_per_wg * sw_a}", "arow")
+            a_base = w.op(f"add i32 {a.addr}, {a_row0}", "abase")
+        else:
+            a_words = self._pack_a(a, mblocks, ksteps)
         w.call("void", "llvm.nvvm.wgmma.fence.sync.aligned", [])
         vals = list(c.values)
         per_block = tc.cols // 2
         for kk in range(ksteps):
             kbyte = kk * WGMMA_K_BYTES
-            a_panel = kbyte // sw_a
             for mb in range(mblocks):
-                a_addr = w.op(f"add i32 {a_base}, {a_panel * ta.rows * sw_a + mb * WGMMA_M * sw_a + kbyte % sw_a}",
-                              "aaddr")
-                desc_a = self._desc(a_addr, 16, 8 * sw_a, sw_a)
+                if a_regs:
+                    desc_a = a_words[mb][kk]
+                else:
+                    a_panel = kbyte // sw_a
+                    a_off = a_panel * ta.rows * sw_a + mb * WGMMA_M * sw_a + kbyte % sw_a
+                    desc_a = self._desc(w.op(f"add i32 {a_base}, {a_off}", "aaddr"), 16, 8 * sw_a, sw_a)
                 for nc in range(N // nchunk):
                     if trans_b:  # B stored N x K (K-major): like A
                         b_panel = kbyte // sw_b
@@ -108,13 +116,39 @@ class WgmmaRules:
             hi -= 1 << 64  # LLVM i64 literals are signed
         return w.op(f"or i64 {a_enc}, {hi}", "desc")
 
-    def _wgmma(self, n: int, desc_a: str, desc_b: str, acc: list[str], trans_b: int) -> list[str]:
+    def _pack_a(self, a: Frag, mblocks: int, ksteps: int) -> list[list[list[str]]]:
+        """The A fragment as 4 x b32 (bf16 pairs) per m64 block and k16 step (HOPPER.md §1.6): slot
+        order is block-major, then 8 slots per k-step, pairs (2j, 2j+1) low/high."""
+        w = self.w
+        per_block = len(a.values) // mblocks
+        out = []
+        for mb in range(mblocks):
+            steps = []
+            for kk in range(ksteps):
+                words = []
+                for j in range(4):
+                    lo, hi = a.values[mb * per_block + 8 * kk + 2 * j: mb * per_block + 8 * kk + 2 * j + 2]
+                    v = w.op(f"insertelement <2 x bfloat> poison, bfloat {lo}, i32 0", "pa")
+                    v = w.op(f"insertelement <2 x bfloat> {v}, bfloat {hi}, i32 1", "pa")
+                    words.append(w.op(f"bitcast <2 x bfloat> {v} to i32", "aw"))
+                steps.append(words)
+            out.append(steps)
+        return out
+
+    def _wgmma(self, n: int, desc_a: str | list[str], desc_b: str, acc: list[str], trans_b: int) -> list[str]:
         w = self.w
         k = len(acc)
         outs = ", ".join(f"${i}" for i in range(k))
+        ret = "{" + ", ".join(["float"] * k) + "}"
+        if isinstance(desc_a, list):  # A from registers (RS form): no trans-a immediate
+            line = (f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.bf16.bf16 {{{outs}}}, "
+                    f"{{${k}, ${k + 1}, ${k + 2}, ${k + 3}}}, ${k + 4}, 1, 1, 1, {trans_b};")
+            cons = ["=f"] * k + ["r"] * 4 + ["l"] + [str(i) for i in range(k)]
+            args = [("i32", x) for x in desc_a] + [("i64", desc_b)] + [("float", v) for v in acc]
+            r = w.asm(ret, [line], cons, args, "mma")
+            return [w.op(f"extractvalue {ret} {r}, {i}", "acc") for i in range(k)]
         line = (f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.bf16.bf16 {{{outs}}}, ${k}, ${k + 1}, "
                 f"1, 1, 1, 0, {trans_b};")
-        ret = "{" + ", ".join(["float"] * k) + "}"
         cons = ["=f"] * k + ["l", "l"] + [str(i) for i in range(k)]
         args = [("i64", desc_a), ("i64", desc_b)] + [("float", v) for v in acc]
         r = w.asm(ret, [line], cons, args, "mma")
@@ -135,12 +169,22 @@ class WgmmaRules:
         assert isinstance(dst, tuple) and dst[0] == "gl" and isinstance(val, Frag)
         _, ptr, gty = dst
         t = val.type
-        if gty.rank != 2 or t.dtype != "bf16":
-            raise LoweringError(op.loc, "backend: accumulator stores need a rank-2 bf16 tensor")
-        rows_name, cols_name = gty.dims
+        if gty.rank < 2 or t.dtype != "bf16":
+            raise LoweringError(op.loc, "backend: accumulator stores need a bf16 tensor of rank >= 2")
+        nlead = gty.rank - 2
+        rows_name, cols_name = gty.dims[-2:]
         nrows = self._dim(rows_name)
         ncols = self._dim(cols_name)
-        r_tile, c_tile = (self.scalar(v) for v in op.operands[2:4])
+        coords = [self.scalar(v) for v in op.operands[2:]]
+        r_tile, c_tile = coords[nlead:]
+        # leading coordinates are plain indices into a row-major tensor: fold them into the base
+        base = "0"
+        if nlead:
+            stride = w.op(f"mul i64 {self._i64(nrows)}, {self._i64(ncols)}", "plane")
+            for k in reversed(range(nlead)):
+                base = w.op(f"add i64 {base}, {w.op(f'mul i64 {self._i64(coords[k])}, {stride}', 'lo')}", "lb")
+                stride = w.op(f"mul i64 {stride}, {self._i64(self._dim(gty.dims[k]))}", "st")
+            ptr = w.op(f"getelementptr bfloat, ptr addrspace(1) {ptr}, i64 {base}", "pb")
         ctx = self.role
         assert ctx is not None
         mblocks, _ = self._acc_layout(t, op)

@@ -101,10 +101,13 @@ def _pipeline(kernel: Operation, loop: Operation) -> None:
     c1 = _const(body, loop, 1, "one")
     c2 = _const(body, loop, 2, "two")
 
-    # 3. split: everything from the first register computation on goes to the consumer role
+    # 3. split: everything from the first register computation on goes to the consumer role;
+    # TMA loads outside the loop (e.g. attention's Q tile) get a barrier of their own: the producer
+    # issues them before its loop, the consumers wait for them before theirs.
     idx = body.ops.index(loop)
+    single = [op for op in body.ops[:idx] if op.name == "tma.load"]
     consumer_ops = [op for i, op in enumerate(body.ops) if i >= idx or _is_register_work(op)]
-    for op in consumer_ops:
+    for op in consumer_ops + single:
         body.remove(op)
 
     prod_role = Operation("tk.role", attrs={"kind": _ident("producer"), "warpgroups": int(producer["warpgroups"]),
@@ -115,6 +118,20 @@ def _pipeline(kernel: Operation, loop: Operation) -> None:
     body.append(cons_role)
     for op in consumer_ops:
         cons_role.body.append(op)
+
+    once_bar = None
+    if single:
+        once_bar = Operation("pipe.barriers", [], [VectorType("sv", "i64", 1)], {"count": 1},
+                             result_names=["once"])
+        body.insert_before(prod_role, once_bar)
+        zero = lo
+        _op(prod_role.body, None, "pipe.expect", [once_bar.result, zero],
+            attrs={"bytes": sum(int(ld.attrs.get("bytes", ld.operands[0].type.nbytes)) for ld in single)})
+        for ld in single:
+            _op(prod_role.body, None, "pipe.copy", [ld.operands[0], once_bar.result, zero, *ld.operands[1:]],
+                attrs=dict(ld.attrs))
+        cons_role.body.ops.insert(0, Operation("pipe.wait", [once_bar.result, zero, zero]))
+        cons_role.body.ops[0].parent = cons_role.body
 
     # 4. producer loop
     pblk = Block()
@@ -168,7 +185,7 @@ def _pipeline(kernel: Operation, loop: Operation) -> None:
     # keep one wgmma group in flight: the stage read by iteration k is released after iteration k+1
     # has issued its mma and waited for k's (CUTLASS's K_PIPE_MMAS = 1; HOPPER.md §1.4)
     for op in lb.ops:
-        if op.name == "tk.mma":
+        if op.name == "tk.mma" and _feeds_only_yield(op, lb):
             op.attrs["async_groups"] = 1
     arrive = Operation("pipe.arrive", [empty, cs], attrs={"deferred": True})
     lb.ops.insert(last_use + 1, arrive)
@@ -179,6 +196,13 @@ def _ident(name: str):
     from tkir.types import Ident
 
     return Ident(name)
+
+
+def _feeds_only_yield(op: Operation, blk: Block) -> bool:
+    """An accumulator chain: the mma's result is read only by the loop's yield (or a later mma's
+    accumulator operand), so its wgmma group may stay in flight into the next iteration."""
+    users = [(u, i) for u in blk.ops for i, v in enumerate(u.operands) if v is op.result]
+    return bool(users) and all(u.name == "scf.yield" or (u.name == "tk.mma" and i == 2) for u, i in users)
 
 
 def _is_register_work(op: Operation) -> bool:

@@ -12,6 +12,8 @@ CASES = [
     (make_layout("wgmma_acc", wg=2), "f32", (128, 256)),
     (make_layout("wgmma_acc", wg=1), "f32", (128, 64)),
     (make_layout("wgmma_acc", wg=1), "f32", (64, 128)),
+    (make_layout("wgmma_a", wg=1), "bf16", (64, 64)),
+    (make_layout("wgmma_a", wg=2), "bf16", (128, 64)),
     (make_layout("row", warps=4, vec=8), "f32", (16, 1024)),
     (make_layout("row", warps=4, vec=8), "bf16", (16, 64)),
     (make_layout("row", warps=4, vec=8), "bf16", (16, 128)),

@@ -35,3 +35,19 @@ def test_gemm_launch_description(gemm: tkir.CompiledKernel) -> None:
     assert "NUM_SMS" in launch["grid"][0]
     occ = gemm.module.kernel.attrs["occupancy"]
     assert occ["stages"] >= 3 and occ["roles"]["consumer"]["warpgroups"] >= 2
+
+
+@pytest.mark.parametrize("consts", [{}, {"CAUSAL": 1}, {"D": 64}])
+def test_attention_sass_has_hgmma_utmaldg_and_no_local_memory(consts: dict) -> None:
+    k = tkir.compile("examples/attention_fwd.tk", **consts)
+    sass = k.asm["sass"]
+    assert "HGMMA" in sass and "UTMALDG" in sass
+    assert not local_memory_ops(sass)
+
+
+@pytest.mark.parametrize("name", ["softmax", "layernorm", "rotary"])
+@pytest.mark.parametrize("target", ["sm_90a"])
+def test_row_kernels_assemble_without_local_memory(name: str, target: str) -> None:
+    k = tkir.compile(f"examples/{name}.tk", target=target)
+    sass = k.asm["sass"]
+    assert "LDG.E.128" in sass and not local_memory_ops(sass)  # 16-byte global loads, no spills

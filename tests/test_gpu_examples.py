@@ -25,6 +25,9 @@ CASES = [
     ("rotary", dict(T=8192), {}),
     ("rotary", dict(T=999), {}),
     ("rotary", dict(T=4000), {"D": 64}),
+    ("attention_fwd", dict(B=2, H=4, N=512), {}),
+    ("attention_fwd", dict(B=1, H=2, N=1024), {"CAUSAL": 1}),
+    ("attention_fwd", dict(B=2, H=2, N=256), {"D": 64, "CAUSAL": 1}),
 ]
 
 
