@@ -58,9 +58,9 @@ def make_key(source: str, consts: Mapping[str, Any], options: Any, target: str,
 def tool_versions() -> dict[str, str]:
     """The versions a compiled artifact depends on; ptxas is 'absent' where it is not installed."""
     import llvmlite
-    from tkir.backend import toolchain
 
     import tkir
+    from tkir.backend import toolchain
 
     try:
         ptxas = toolchain.ptxas_version()

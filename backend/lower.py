@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from tkir.backend.lower_llvm import lower_kernel
 from tkir.backend.ptx import llvm_to_ptx
-
 from tkir.ir import Module
 from tkir.launch import build_launch
 from tkir.passmanager import Options

@@ -34,7 +34,6 @@ from tkir.backend.values import (
     LoweringError,
     Smem,
 )
-
 from tkir.ir import Module, Operation, Value
 from tkir.types import GlobalType, ScalarType, TileType, VectorType, dtype_bytes
 

@@ -17,10 +17,10 @@ against tkir.layout's tables in tests), so every rule is written once for all la
 from __future__ import annotations
 
 import numpy as np
+
 from tkir.backend.fragments import NumpyBuilder, row_groups, slot_coords
 from tkir.backend.llvm_text import f32_literal
 from tkir.backend.values import LLVM_TYPE, Frag, LoweringError
-
 from tkir.ir import Operation
 from tkir.types import GlobalType, ScalarType, TileType, VectorType, dtype_bytes
 

@@ -18,7 +18,6 @@ from tkir.backend.values import (
     LoweringError,
     Smem,
 )
-
 from tkir.ir import Operation
 from tkir.types import TileType, dtype_bytes
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from tkir.frontend.lower import lower_kernel
 from tkir.frontend.parse import parse_source
-
 from tkir.ir import Module
 
 __all__ = ["compile_file", "compile_source"]

@@ -19,9 +19,8 @@ import difflib
 import math
 from dataclasses import dataclass
 
-from tkir.frontend import ast
-
 from tkir.diagnostics import CompileError
+from tkir.frontend import ast
 from tkir.ir import Block, Loc, Module, Operation, Region, Value
 from tkir.types import (
     DTYPE_BYTES,

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import lark
 from lark.lexer import PatternStr
-from tkir.frontend import ast
 
 from tkir.diagnostics import CompileError
+from tkir.frontend import ast
 from tkir.ir import Loc
 
 GRAMMAR = Path(__file__).with_name("grammar.lark")

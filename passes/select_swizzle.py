@@ -19,10 +19,9 @@ Assumes infer-layouts has run (register layouts decide the ld/st.shared patterns
 
 from __future__ import annotations
 
-from tkir.passes.bank_conflicts import TileUse, swizzle_problem, tile_uses, with_layout
-
 from tkir.ir import Module, Operation
 from tkir.layout import SWIZZLE_SPANS, SharedLayout, conflict_degree
+from tkir.passes.bank_conflicts import TileUse, swizzle_problem, tile_uses, with_layout
 from tkir.passmanager import Options, Pass, PassError
 from tkir.types import TileType
 

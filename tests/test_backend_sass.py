@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from tkir.backend.toolchain import local_memory_ops
 
 import tkir
+from tkir.backend.toolchain import local_memory_ops
 
 
 @pytest.fixture(scope="module")

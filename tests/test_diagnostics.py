@@ -11,9 +11,9 @@ import re
 from pathlib import Path
 
 import pytest
-from tkir.frontend import compile_file, compile_source
 
 from tkir.diagnostics import CompileError
+from tkir.frontend import compile_file, compile_source
 
 BAD = Path(__file__).parent / "bad"
 EXAMPLES = Path(__file__).parent.parent / "examples"

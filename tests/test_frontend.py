@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tkir.frontend import compile_file, compile_source
 
 from tkir.diagnostics import CompileError
+from tkir.frontend import compile_file, compile_source
 from tkir.ir import Module
 from tkir.parser import parse_module
 from tkir.printer import print_module

@@ -10,12 +10,12 @@ import json
 from pathlib import Path
 
 import pytest
-from tkir.frontend import compile_file
-from tkir.passes.registry import load_registry
 
 from tkir.diagnostics import CompileError
+from tkir.frontend import compile_file
 from tkir.launch import build_launch, launch_json
 from tkir.parser import parse_module
+from tkir.passes.registry import load_registry
 from tkir.passmanager import Options, PassManager
 from tkir.verifier import verify
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tkir.passes.registry import load_registry
 
 from tkir.api import build_module
 from tkir.examples import check_interpreted, load_companion
 from tkir.parser import parse_module
+from tkir.passes.registry import load_registry
 from tkir.passmanager import Options, PassManager
 from tkir.printer import print_module
 

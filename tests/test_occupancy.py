@@ -10,11 +10,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tkir.frontend import compile_file
-from tkir.passes.registry import load_registry
 
 from tkir.diagnostics import CompileError
+from tkir.frontend import compile_file
 from tkir.parser import parse_module
+from tkir.passes.registry import load_registry
 from tkir.passmanager import Options, PassManager
 
 UP_TO_OCCUPANCY = ["canonicalize", "infer-layouts", "select-swizzle", "bank-conflicts", "create-tma",

@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
-from tkir.passes.registry import load_registry
 
 from tkir.api import build_module
 from tkir.parser import parse_module
+from tkir.passes.registry import load_registry
 from tkir.passmanager import Options, PassManager
 from tkir.report import build_report, format_report
 

@@ -12,10 +12,10 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 import pytest
-from tkir.backend import runtime
-from tkir.backend.runtime import Kernel, LaunchError, TmaArgs
 
 from tkir import cuda as tkcuda
+from tkir.backend import runtime
+from tkir.backend.runtime import Kernel, LaunchError, TmaArgs
 
 GEMM_LAUNCH: dict[str, Any] = {
     "kernel": "gemm",
@@ -351,7 +351,6 @@ def cache_env(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
 
 def _key(**over: Any) -> str:
     from tkir.backend import cache
-
     from tkir.passmanager import Options
 
     args: dict[str, Any] = {"source": "kernel k() grid(1) {}", "consts": {"BM": 128, "BN": 256},

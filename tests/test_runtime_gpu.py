@@ -11,10 +11,10 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 import pytest
-from tkir.backend import toolchain
-from tkir.backend.runtime import Kernel, LaunchError
 
 from tkir import cuda as tkcuda
+from tkir.backend import toolchain
+from tkir.backend.runtime import Kernel, LaunchError
 
 pytestmark = pytest.mark.gpu
 

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
 from tkir.backend import toolchain
 from tkir.backend.toolchain import ToolchainError, assemble, disassemble, local_memory_ops, sass_has
 
