@@ -79,6 +79,10 @@ class RoleCtx:
     warp: str = ""     # warp index within its warpgroup
 
 
+MIN_BLOCKS_STREAMING = 2   # resident blocks asked for kernels without warp specialization
+MIN_REGS_STREAMING = 32    # ... unless that would leave fewer registers than this per thread
+
+
 class KernelLowering(RegisterRules, WgmmaRules):
     def __init__(self, module: Module, kernel: Operation, launch: dict, target: str):
         self.module = module
@@ -133,9 +137,21 @@ class KernelLowering(RegisterRules, WgmmaRules):
         name = self.launch["kernel"]
         body = "\n".join(w.lines)
         decls = "\n".join(sorted(w.declares))
-        attrs = f'attributes #0 = {{ "nvvm.maxntid"="{self.threads}" "nvvm.minctasm"="1" }}'
+        attrs = (f'attributes #0 = {{ "nvvm.maxntid"="{self.threads}" '
+                 f'"nvvm.minctasm"="{self.min_blocks_per_sm()}" }}')
         return (f"{HEADER}{decls}\n\ndefine ptx_kernel void @{name}({', '.join(sig)}) #0 {{\n{body}\n}}\n\n"
                 f"{attrs}\n")
+
+    def min_blocks_per_sm(self) -> int:
+        """`.minnctapersm`: warp-specialized kernels run one block per SM (setmaxnreg redistributes
+        its registers); other kernels ask ptxas for at least two resident blocks
+        (MIN_BLOCKS_STREAMING) so one block's loads overlap another's math and stores, or for the
+        plan's count if higher. ptxas then caps registers accordingly; tests check it never spills."""
+        if any(op.name == "tk.role" for op in self.kernel.body.ops):
+            return 1
+        planned = int(self.occupancy.get("blocks_per_sm") or 1)
+        fits = REGS_PER_SM // (self.threads * MIN_REGS_STREAMING)
+        return max(planned, min(MIN_BLOCKS_STREAMING, fits))
 
     def lower_op(self, op: Operation) -> None:
         handler = getattr(self, "_op_" + op.name.replace(".", "_"), None)
