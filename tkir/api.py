@@ -4,11 +4,20 @@ A compiled kernel keeps every stage's text, Triton-style: `k.asm["tkir"]` (after
 pass), and once the backend has run, `k.asm["llvm"]`, `k.asm["ptx"]`, `k.asm["sass"]`;
 `k.ir_after("select-swizzle")` gives the IR after any pass of the pipeline.
 This module (with the CLI) is the only place that knows the front end, passes and backend.
+
+The backend's output (llvm, ptx, launch) is kept in the disk cache of `tkir.backend.cache`, keyed by
+the IR text the backend reads (the tile IR after the last pass), the options, the target, the tool
+versions and a digest of the compiler's own sources (tkir/ and backend/), so a second compile of the
+same source, constants and options runs the passes (milliseconds) but not LLVM. `k.cached` says
+whether the last `lower()` came from the cache; `TKIR_CACHE=0` turns it off, `TKIR_CACHE_DIR` moves it.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import io
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -47,6 +56,7 @@ class CompiledKernel:
     snapshots: dict[str, str]
     timings: list[tuple[str, float]]
     asm: dict[str, object] = field(default_factory=dict)
+    cached: bool | None = None  # whether lower() read the backend's output from the disk cache
     _runtime: object = None
 
     def __post_init__(self) -> None:
@@ -65,11 +75,27 @@ class CompiledKernel:
 
     # Backend stages are produced on first use, so interpreter-only users never need LLVM.
     def lower(self) -> None:
+        """Run the backend (or read its output from the disk cache); adds a 'backend' timing row."""
         if dict.__contains__(self.asm, "ptx"):
+            return
+        from tkir.backend import cache
+
+        t0 = time.perf_counter()
+        key = _cache_key(self) if cache.enabled() else None
+        hit = cache.get(key) if key else None
+        if hit is not None and all(s in hit for s in BACKEND_STAGES):
+            self.asm.update({s: hit[s] for s in BACKEND_STAGES})
+            self.cached = True
+            self.timings.append(("backend (cached)", time.perf_counter() - t0))
             return
         from tkir.backend.lower import compile_module
 
-        self.asm.update(compile_module(self.module, self.options))
+        artifacts = compile_module(self.module, self.options)
+        self.asm.update(artifacts)
+        self.cached = False
+        if key:
+            cache.put(key, {s: artifacts[s] for s in BACKEND_STAGES})
+        self.timings.append(("backend (llvm, ptx)", time.perf_counter() - t0))
 
     @property
     def launch(self) -> dict:
@@ -84,6 +110,31 @@ class CompiledKernel:
             image = self.asm["ptx"]
             self._runtime = Kernel(image, self.asm["launch"])
         self._runtime(*args, stream=stream)
+
+
+BACKEND_STAGES = ("llvm", "ptx", "launch")  # what compile_module produces and the disk cache keeps
+
+
+def _cache_key(k: CompiledKernel) -> str:
+    from tkir.backend import cache
+
+    versions = dict(cache.tool_versions(), compiler=_compiler_digest())
+    return cache.make_key(k.ir, k.consts, k.options, k.options.target, versions)
+
+
+@functools.cache
+def _compiler_digest() -> str:
+    """sha256 of the sources of tkir/ and backend/: a changed lowering rule never reads a stale entry
+    (tkir.__version__ does not move between commits)."""
+    import tkir
+    import tkir.backend
+
+    h = hashlib.sha256()
+    for pkg in (tkir, tkir.backend):
+        root = Path(pkg.__file__).parent
+        for f in sorted(root.glob("*.py")):
+            h.update(f.name.encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()
 
 
 def default_pipeline() -> list[str]:
@@ -111,6 +162,7 @@ def compile(
     passes: list[str] | None = None,
     swizzle: str | None = None,
     no_tma: bool = False,
+    group_m: int | None = None,
     load_passes: list[str] | None = None,
     config: PipelineConfig | None = None,
     out: io.TextIOBase | None = None,
@@ -122,7 +174,8 @@ def compile(
     registry = load_registry()
     for f in load_passes or []:
         load_pass_file(f, registry)
-    options = Options(target=target, swizzle=swizzle, no_tma=no_tma)
+    options = Options(target=target, swizzle=swizzle, no_tma=no_tma,
+                      extra={"group_m": group_m} if group_m else {})
     module = build_module(path, consts)
     pipeline = passes if passes is not None else default_pipeline()
     pm = PassManager(registry, pipeline)
