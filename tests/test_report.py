@@ -11,7 +11,7 @@ from tkir.api import build_module
 from tkir.parser import parse_module
 from tkir.passes.registry import load_registry
 from tkir.passmanager import Options, PassManager
-from tkir.report import build_report, format_report
+from tkir.report import build_report, format_report, highest_register, register_comparison
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 LAYOUT_PASSES = ["canonicalize", "infer-layouts", "select-swizzle", "bank-conflicts"]
@@ -95,3 +95,68 @@ def test_without_tma_and_occupancy_the_keys_are_absent() -> None:
                                     + "tk.kernel @k {grid = [\"1\"]} {\n}\n"))
     assert "tma" not in rep and "occupancy" not in rep
     assert rep["shared_tiles"] == [] and rep["accesses"] == []
+
+
+# --- registers: plan-occupancy's prediction beside ptxas -------------------------------------------
+
+BUDGET_IR = TMA_IR.replace("smem_bytes = 197632,", "smem_bytes = 197632, threads = 384,").replace(
+    "regs = 232}}}}", "regs = 232}}, budget = {acc_regs = 128, live_tile_regs = 0, addr_regs = 14, overhead = 16}}}")
+
+
+def test_register_comparison_of_a_warp_specialized_plan() -> None:
+    regs = register_comparison(parse_module(BUDGET_IR), ptxas=168, sass=200)
+    assert regs == {"role": "consumer", "predicted": 232, "predicted_total": 158,
+                    "budget": {"acc_regs": 128, "live_tile_regs": 0, "addr_regs": 14, "overhead": 16},
+                    "setmaxnreg": True, "ptxas": 168, "sass_regs": 200, "within_10pct": False}
+    line = format_report({"registers": regs})
+    assert "predicted 232 (setmaxnreg" in line and "ptxas 168 (-28%, off by more than 10%)" in line
+    assert "R0..R199" in line
+
+
+def test_register_comparison_tolerance_and_missing_ptxas() -> None:
+    module = parse_module(BUDGET_IR)
+    assert register_comparison(module, ptxas=int(232 * 0.9) + 1)["within_10pct"] is True
+    assert register_comparison(module, ptxas=int(232 * 0.9) - 1)["within_10pct"] is False
+    regs = register_comparison(module, ptxas=None)
+    assert regs["ptxas"] is None and regs["within_10pct"] is None
+    assert "ptxas: not run" in format_report({"registers": regs})
+    assert register_comparison(parse_module('tk.kernel @k {grid = ["1"]} {\n}\n'), ptxas=40) is None
+
+
+def test_highest_register_reads_sass_operands() -> None:
+    sass = ("        /*0070*/                   IMAD.MOV.U32 R1, RZ, RZ, c[0x0][0x28] ;\n"
+            "        /*0080*/                   LDS.128 R196, [R3+0x10] ;\n"
+            "        /*0090*/                   HGMMA.64x256x16.F32.BF16 R24, gdesc[UR4], R24 ;\n")
+    assert highest_register(sass) == 197
+    assert highest_register("        /*0000*/                   EXIT ;\n") is None
+
+
+def test_cli_report_json_has_registers(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+                                       tmp_path: Path) -> None:
+    from tkir.cli import main
+
+    monkeypatch.setenv("TKIR_CACHE_DIR", str(tmp_path))
+
+    assert main(["report", str(EXAMPLES / "softmax.tk"), "--json"]) == 0
+    regs = json.loads(capsys.readouterr().out)["registers"]
+    assert set(regs) >= {"predicted", "predicted_total", "ptxas", "within_10pct"}
+    assert regs["role"] == "compute" and regs["predicted"] % 8 == 0
+    assert regs["predicted_total"] <= regs["predicted"] < regs["predicted_total"] + 8
+    assert isinstance(regs["ptxas"], int) and regs["ptxas"] > 0
+    assert regs["within_10pct"] == (abs(regs["ptxas"] - regs["predicted"]) <= 0.1 * regs["predicted"])
+
+
+def test_cli_report_survives_a_backend_failure(capsys: pytest.CaptureFixture[str],
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    import tkir.backend.lower as backend
+    from tkir.cli import main
+
+    def broken(module: object, options: object) -> dict:
+        raise NotImplementedError("backend: no slot formulas for layout 'mma_c'")
+
+    monkeypatch.setenv("TKIR_CACHE", "0")
+    monkeypatch.setattr(backend, "compile_module", broken)
+    assert main(["report", str(EXAMPLES / "gemm.tk")]) == 0
+    out = capsys.readouterr().out
+    assert "backend: not compiled: NotImplementedError: backend: no slot formulas" in out
+    assert "predicted 232 (setmaxnreg" in out and "ptxas: not run" in out

@@ -10,15 +10,28 @@ Keys of `build_report(module)` (absent when the IR has nothing for them):
 * `tma`: per module-level `tma.desc`: name, tensor, dtype, dims, strides, box, swizzle, oob_fill;
 * `occupancy`: the kernel's `occupancy` attribute: stages, blocks_per_sm, smem_bytes and roles
   (role, warpgroups, regs_per_thread).
+
+`register_comparison(module, ptxas, sass)` (the CLI adds it as `registers` once ptxas has run) puts
+plan-occupancy's prediction for the computing role (consumer or compute) beside ptxas's count:
+`predicted` (the role's `regs`: the setmaxnreg value, or the budget rounded up to 8), `predicted_total`
+(the `occupancy.budget` sum before rounding), `budget`, `ptxas` ("Used N registers": for a kernel
+with setmaxnreg that is the launch allocation, 65536 / threads rounded down to 8 and at most 255, not
+what the consumer uses), `sass_regs` (1 + the highest R register the SASS names: a lower bound of
+what the busiest role touches) and `within_10pct` (|ptxas - predicted| <= 10% of predicted).
 """
 
 from __future__ import annotations
+
+import re
 
 from tkir.ir import Module, Operation, Value
 from tkir.layout import SWIZZLE_ALIGN, regs_per_thread
 from tkir.types import TileType, VectorType, format_attr_value, is_register, is_shared
 
 TMA_KEYS = ("tensor", "dtype", "dims", "strides", "box", "swizzle", "oob_fill")
+REGISTER_TOLERANCE = 0.10  # a prediction within 10% of ptxas counts as right (docs/passes.md, plan-occupancy)
+COMPUTING_ROLES = ("consumer", "compute")  # the roles whose registers plan-occupancy counts
+_SASS_REGISTER = re.compile(r"\bR(\d+)\b")  # R0..R254; RZ (the zero register) does not match
 
 
 def build_report(module: Module) -> dict:
@@ -69,13 +82,57 @@ def format_report(report: dict) -> str:
                    f"shared memory {occ.get('smem_bytes')} bytes")
         out += _section("roles", ["role", "warpgroups", "regs/thread"],
                         [[r["role"], r["warpgroups"], r["regs_per_thread"]] for r in occ.get("roles", [])])
+    if "registers" in report:
+        out.append(_registers_line(report["registers"]))
     for key, val in report.items():  # keys later stages add (e.g. the CLI's ptxas summary)
-        if key not in ("shared_tiles", "accesses", "register_tiles", "tma", "occupancy"):
+        if key not in ("shared_tiles", "accesses", "register_tiles", "tma", "occupancy", "registers"):
             out.append(f"{key}: {_cell(val)}")
     return "\n".join(out).rstrip() + "\n"
 
 
+def register_comparison(module: Module, ptxas: int | None, sass: int | None = None) -> dict | None:
+    """plan-occupancy's registers per thread for the computing role beside ptxas's; None without a plan."""
+    for kernel in module.kernels():
+        occ = kernel.attrs.get("occupancy")
+        if not isinstance(occ, dict) or not isinstance(occ.get("roles"), dict):
+            continue
+        roles = occ["roles"]
+        role = next((r for r in COMPUTING_ROLES if isinstance(roles.get(r), dict)), None)
+        if role is None:
+            continue
+        budget = occ.get("budget") if isinstance(occ.get("budget"), dict) else {}
+        predicted = int(roles[role]["regs"])
+        within = None if ptxas is None else abs(ptxas - predicted) <= REGISTER_TOLERANCE * predicted
+        return {"role": role, "predicted": predicted,
+                "predicted_total": sum(int(v) for v in budget.values()),
+                "budget": dict(budget), "setmaxnreg": role == "consumer",
+                "ptxas": ptxas, "sass_regs": sass, "within_10pct": within}
+    return None
+
+
+def highest_register(sass: str) -> int | None:
+    """1 + the highest general register (R<n>) a SASS listing names; None when it names none.
+    A lower bound of the registers a thread touches: a 64/128-bit operand names only its first register."""
+    regs = [int(m) for m in _SASS_REGISTER.findall(sass)]
+    return max(regs) + 1 if regs else None
+
+
 # --- helpers -------------------------------------------------------------------------------------
+
+
+def _registers_line(r: dict) -> str:
+    kind = "setmaxnreg" if r.get("setmaxnreg") else "budget rounded to 8"
+    parts = " + ".join(f"{k} {v}" for k, v in r.get("budget", {}).items())
+    line = (f"registers ({r['role']}, per thread): predicted {r['predicted']} ({kind}; "
+            f"budget {r['predicted_total']} = {parts})")
+    if r.get("ptxas") is None:
+        return line + "; ptxas: not run"
+    diff = (r["ptxas"] - r["predicted"]) / r["predicted"]
+    verdict = "within 10%" if r["within_10pct"] else "off by more than 10%"
+    line += f"; ptxas {r['ptxas']} ({diff:+.0%}, {verdict})"
+    if r.get("sass_regs") is not None:
+        line += f"; SASS names R0..R{r['sass_regs'] - 1}"
+    return line
 
 
 def _shared_tile(v: Value, names: dict[int, str]) -> dict:
