@@ -11,7 +11,8 @@ rows and columns of the output):
 * `tk.block_id` dims 0 and 1 are replaced by the tile's coordinates in grouped order (Triton's
   `GROUP_M` swizzle): tiles are visited in groups of `group` tile-rows, column by column within a
   group, so that consecutive blocks share A rows and B columns in L2. `group = 1` is row-major order
-  (the ablation baseline). The group size is the kernel attr `tile_order = {group = G}` (default 8).
+  (the ablation baseline). The group size is `--group-m G` (Options.extra["group_m"]), else the
+  kernel attr `tile_order = {group = G}`, else 8.
 
 Kernels without `tk.role`s (not pipelined) or with a 1-D/3-D grid are left unchanged.
 """
@@ -37,7 +38,7 @@ class Persistent(Pass):
             grid = kernel.attrs.get("grid")
             if not roles or not isinstance(grid, list) or len(grid) != 2:
                 continue
-            _make_persistent(kernel, roles, grid)
+            _make_persistent(kernel, roles, grid, options.extra.get("group_m"))
 
 
 class _Builder:
@@ -76,9 +77,9 @@ class _Builder:
         raise CompileError(None, f"persistent: cannot compute grid expression {ast.unparse(n)}")
 
 
-def _make_persistent(kernel: Operation, roles: list[Operation], grid: list[str]) -> None:
+def _make_persistent(kernel: Operation, roles: list[Operation], grid: list[str], group_m: object) -> None:
     body = kernel.body
-    group = int((kernel.attrs.get("tile_order") or {}).get("group", DEFAULT_GROUP))
+    group = int(group_m or (kernel.attrs.get("tile_order") or {}).get("group", DEFAULT_GROUP))
     first_role = roles[0]
     b = _Builder(body, first_role)
     sizes = {op.attrs["name"]: op.result for op in body.ops if op.name == "tk.size"}
