@@ -6,16 +6,24 @@ The backend passes an LLVM builder (instructions on the thread index); the tests
 `NumpyBuilder`, which evaluates the same formulas for all threads at once, and compare them with
 `tkir.layout.fragment`, the layouts' definition. So the code the backend emits addresses exactly
 the elements the layout passes assigned. Slots a thread does not hold (-1 in the table) are None.
+
+`shared_offset(layout, row, bytecol, b)` is the same idea for shared tiles: tkir.layout.SharedLayout's
+offset formula (swizzled panels or padded rows) written with builder operations, so the addresses the
+backend computes for cp.async and ldmatrix are checked against the layout passes' definition.
 """
 
 from __future__ import annotations
 
 from typing import Protocol
 
+from tkir.layout import SWIZZLE_MASK, SharedLayout
+
 WARP = 32
 WARPGROUP = 128
 QUAD = 4
 WGMMA_M = 64  # HOPPER.md §1.2
+MMA_M, MMA_N, MMA_K = 16, 8, 16  # mma.sync.m16n8k16 (HOPPER.md §6.3)
+SWIZZLE_SHIFT = 3  # byte-address swizzle: o ^ ((o >> 3) & mask) (HOPPER.md §3.1)
 
 
 class Builder(Protocol):
@@ -23,6 +31,14 @@ class Builder(Protocol):
     def mul(self, a: object, b: object) -> object: ...
     def div(self, a: object, b: object) -> object: ...
     def rem(self, a: object, b: object) -> object: ...
+
+
+class BitBuilder(Builder, Protocol):
+    """A builder that also has the bit operations of the swizzle formula."""
+
+    def xor(self, a: object, b: object) -> object: ...
+    def band(self, a: object, b: object) -> object: ...
+    def shr(self, a: object, b: int) -> object: ...
 
 
 class NumpyBuilder:
@@ -39,6 +55,15 @@ class NumpyBuilder:
 
     def rem(self, a, b):
         return a % b
+
+    def xor(self, a, b):
+        return a ^ b
+
+    def band(self, a, b):
+        return a & b
+
+    def shr(self, a, b):
+        return a >> b
 
 
 def _parts(b: Builder, tid: object) -> dict[str, object]:
@@ -63,6 +88,23 @@ def slot_coords(layout: dict, shape: tuple[int, ...], b: Builder, tid: object) -
                 c = b.add(col0, 8 * (i >> 2) + (i & 1))
                 out.append((r, c))
         return out
+    if kind in ("mma_a", "mma_c"):
+        # per warp, the m16n8k16 A (k16 blocks) or C (n8 blocks) fragment of HOPPER.md §6.3, repeated
+        # over the warp's m16 blocks; one formula serves both: row = g + 8((i>>1)&1), col = 2q + 8(i>>2) + (i&1)
+        rows, cols = shape
+        slab = rows // int(layout["warps"])
+        base = b.add(b.mul(p["warp"], slab), p["g"])
+        col0 = b.mul(p["q"], 2)
+        out = []
+        for mb in range(slab // MMA_M):
+            for i in range(cols // 2):
+                out.append((b.add(base, mb * MMA_M + 8 * ((i >> 1) & 1)), b.add(col0, 8 * (i >> 2) + (i & 1))))
+        return out
+    if kind == "mma_b":  # B (K x N), every warp holds all of it: k = 2q + (i&1) + 8(i>>1), n = g (§6.3)
+        rows, cols = shape
+        k0 = b.mul(p["q"], 2)
+        return [(b.add(k0, kb * MMA_K + (i & 1) + 8 * (i >> 1)), b.add(p["g"], nb * MMA_N))
+                for kb in range(rows // MMA_K) for nb in range(cols // MMA_N) for i in range(4)]
     if kind == "row":
         rows, cols = shape
         warps, vec = int(layout["warps"]), int(layout["vec"])
@@ -77,12 +119,15 @@ def slot_coords(layout: dict, shape: tuple[int, ...], b: Builder, tid: object) -
             c0 = b.mul(b.rem(e, cpr), vec)
             out.extend((r, b.add(c0, v)) for v in range(vec))
         return out
-    if kind == "acc_row_vec":
+    if kind == "acc_row_vec":  # the rows g and g + 8 of each m block an accumulator thread holds
         (n,) = shape
-        wg = int(layout.get("wg", 1))
-        slab = n // wg
-        base = b.add(b.add(b.mul(p["wg"], slab), b.mul(p["wwg"], 16)), p["g"])
-        return [(b.add(base, mb * WGMMA_M + h),) for mb in range(slab // WGMMA_M) for h in (0, 8)]
+        if "warps" in layout:  # mma_c: warp w owns rows [w n/W, (w+1) n/W) in m16 blocks
+            slab, block = n // int(layout["warps"]), MMA_M
+            base = b.add(b.mul(p["warp"], slab), p["g"])
+        else:
+            slab, block = n // int(layout.get("wg", 1)), WGMMA_M
+            base = b.add(b.add(b.mul(p["wg"], slab), b.mul(p["wwg"], 16)), p["g"])
+        return [(b.add(base, mb * block + h),) for mb in range(slab // block) for h in (0, 8)]
     if kind == "row_vec":
         (n,) = shape
         slab = n // int(layout["warps"])
@@ -98,7 +143,7 @@ def slot_coords(layout: dict, shape: tuple[int, ...], b: Builder, tid: object) -
         else:
             return [(i,) for i in range(n)]
         return [(b.add(b.mul(c, vec), v),) for c in chunks for v in range(vec)]
-    if kind == "col_vec" and str(layout.get("of")) == "wgmma_acc":
+    if kind == "col_vec" and str(layout.get("of")) in ("wgmma_acc", "mma_c"):
         (n,) = shape
         return [(b.add(b.mul(p["q"], 2), 8 * j + e),) for j in range(n // 8) for e in (0, 1)]
     raise NotImplementedError(f"backend: no slot formulas for layout '{kind}'")
@@ -107,13 +152,27 @@ def slot_coords(layout: dict, shape: tuple[int, ...], b: Builder, tid: object) -
 def row_groups(layout: dict, shape: tuple[int, int]) -> tuple[int, int]:
     """For a reduction along rows: (lanes sharing one row within a warp, xor distance limit).
 
-    `row`: a row's chunks sit in min(cpr, 32) consecutive lanes; `wgmma_acc`: the 4 lanes of a quad.
+    `row`: a row's chunks sit in min(cpr, 32) consecutive lanes; `wgmma_acc`, `mma_c`: the 4 lanes of
+    a quad.
     """
     kind = str(layout["kind"])
-    if kind == "wgmma_acc":
+    if kind in ("wgmma_acc", "mma_c"):
         return QUAD, QUAD
     if kind == "row":
         cpr = shape[1] // int(layout["vec"])
         n = min(cpr, WARP)
         return n, n
     raise NotImplementedError(f"backend: no row reduction for layout '{kind}'")
+
+
+def shared_offset(layout: SharedLayout, row: object, bytecol: object, b: BitBuilder) -> object:
+    """Physical byte offset of logical byte `bytecol` of row `row` in a shared tile: tkir.layout's
+    SharedLayout.offset, step for step (swizzled tiles are panels of `swizzle` bytes per row,
+    rows at that pitch, the byte address XOR-swizzled inside a panel; others are padded rows)."""
+    if not layout.swizzle:
+        return b.add(b.mul(row, layout.pitch), bytecol)
+    s = layout.swizzle
+    panel, within = b.div(bytecol, s), b.rem(bytecol, s)
+    o = b.add(b.mul(row, s), within)
+    swizzled = b.xor(o, b.band(b.shr(o, SWIZZLE_SHIFT), SWIZZLE_MASK[s]))
+    return b.add(b.mul(panel, layout.rows * s), swizzled)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tkir.backend.fragments import NumpyBuilder, slot_coords
-from tkir.layout import fragment, make_layout, num_threads
+from tkir.backend.fragments import NumpyBuilder, row_groups, shared_offset, slot_coords
+from tkir.layout import SharedLayout, fragment, make_layout, num_threads
 
 CASES = [
     (make_layout("wgmma_acc", wg=2), "f32", (128, 256)),
@@ -24,6 +24,17 @@ CASES = [
     (make_layout("col_vec", of="row", warps=4, vec=8), "f32", (1024,)),
     (make_layout("col_vec", of="row", warps=4, vec=8), "f32", (64,)),
     (make_layout("col_vec", of="wgmma_acc", wg=1), "f32", (128,)),
+    # the sm_80 path (mma.sync m16n8k16, HOPPER.md §6.3)
+    (make_layout("mma_c", warps=8), "f32", (128, 256)),
+    (make_layout("mma_c", warps=4), "f32", (64, 64)),
+    (make_layout("mma_c", warps=2), "bf16", (64, 128)),
+    (make_layout("mma_a", warps=4), "bf16", (64, 64)),
+    (make_layout("mma_a", warps=2), "bf16", (64, 32)),
+    (make_layout("mma_b", warps=4), "bf16", (64, 128)),
+    (make_layout("mma_b", warps=1), "bf16", (32, 24)),
+    (make_layout("acc_row_vec", warps=4), "f32", (64,)),
+    (make_layout("acc_row_vec", warps=2), "f32", (128,)),
+    (make_layout("col_vec", of="mma_c", warps=4), "f32", (64,)),
 ]
 
 
@@ -42,3 +53,26 @@ def test_slot_formulas_match_layout_tables(layout: dict, dtype: str, shape: tupl
     got = np.stack(got, axis=1)
     assert got.shape == table.shape
     assert (got == table).all()
+
+
+@pytest.mark.parametrize("kind", ["wgmma_acc", "mma_c"])
+def test_accumulator_rows_are_shared_by_a_quad(kind: str) -> None:
+    layout = make_layout(kind, **({"wg": 1} if kind == "wgmma_acc" else {"warps": 4}))
+    assert row_groups(layout, (64, 64)) == (4, 4)
+    table = fragment(layout, "f32", (64, 64)) // 64  # the row of every slot
+    quads = table.reshape(-1, 4, table.shape[1])
+    assert (quads == quads[:, :1]).all()  # the 4 lanes of a quad hold the same rows, slot by slot
+
+
+SHARED = [SharedLayout("bf16", 64, 256, 128), SharedLayout("bf16", 128, 64, 128), SharedLayout("bf16", 64, 32, 64),
+          SharedLayout("bf16", 32, 16, 32), SharedLayout("f32", 16, 64, 128), SharedLayout("bf16", 48, 64),
+          SharedLayout("bf16", 64, 64, 0, 16), SharedLayout("bf16", 16, 40, 0, 16)]
+
+
+@pytest.mark.parametrize("layout", SHARED, ids=str)
+def test_shared_offset_matches_shared_layout(layout: SharedLayout) -> None:
+    rows, cols = np.meshgrid(np.arange(layout.rows), np.arange(layout.row_bytes), indexing="ij")
+    got = shared_offset(layout, rows, cols, NumpyBuilder())
+    assert (got == layout.offset(rows, cols)).all()
+    # a bijection onto the tile's bytes (so no two logical bytes share storage)
+    assert len(np.unique(got)) == rows.size and got.max() < layout.size_bytes
