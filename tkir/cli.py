@@ -14,8 +14,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import tempfile
 from pathlib import Path
+from typing import NoReturn
 
 from tkir.diagnostics import CompileError
 
@@ -25,6 +28,13 @@ TARGETS = ("sm_90a", "sm_80")
 
 class UsageError(Exception):
     pass
+
+
+class _ArgumentParser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (`tkc compile: error: ...`), like every other tkc error."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
 
 
 def _kv(items: list[str], flag: str) -> dict[str, int | float]:
@@ -64,7 +74,7 @@ def _add_pass_flags(p: argparse.ArgumentParser) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="tkc", description="tkir: a tile-kernel compiler for NVIDIA Hopper")
+    ap = _ArgumentParser(prog="tkc", description="tkir: a tile-kernel compiler for NVIDIA Hopper")
     sub = ap.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
 
     c = sub.add_parser("compile", help="compile a .tk kernel", description="Compile a .tk kernel.")
@@ -187,11 +197,21 @@ def _write(output: str | None, data: str | bytes) -> None:
         else:
             sys.stdout.write(data)
         return
-    # write to a temporary file and rename: an error never leaves a half-written output
+    # write to a temporary file beside it and rename: an error never leaves a half-written output
     out = Path(output)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_bytes(data) if isinstance(data, bytes) else tmp.write_text(data, encoding="utf-8")
-    tmp.replace(out)
+    raw = data if isinstance(data, bytes) else data.encode("utf-8")
+    with tempfile.NamedTemporaryFile(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp", delete=False) as tmp:
+        try:
+            tmp.write(raw)
+            tmp.flush()
+        except BaseException:
+            tmp.close()
+            Path(tmp.name).unlink(missing_ok=True)
+            raise
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp.name, 0o666 & ~umask)  # the mode a plain open() would give, not the temp file's 0600
+    Path(tmp.name).replace(out)
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
@@ -273,6 +293,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from tkir.backend.bench import run_bench
     from tkir.examples import load_companion
 
+    if not Path(args.file).is_file():
+        raise UsageError(f"{args.file}: no such file")
     companion = load_companion(args.file)
     extra = _kv(args.defines, "-D")
     if args.size:

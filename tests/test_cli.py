@@ -1,0 +1,134 @@
+"""`tkc` as a user meets it: every command's --help, a checked interpreter run, the launch JSON, the
+wall time of `--emit ptx`, one-line errors without tracebacks, and atomic `-o` writes.
+
+Most tests call `tkir.cli.main` in-process (fast); the ones about what a shell sees (exit codes, stderr,
+wall time) run `python -m tkir.cli` in a subprocess.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tkir.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+GEMM = str(EXAMPLES / "gemm.tk")
+COMMANDS = ("compile", "opt", "run", "bench", "report")
+PTX_WALL_LIMIT_S = 3.0  # ~1 s measured on a laptop-class CPU; 3 s leaves room for a loaded 2-core CI runner
+
+
+def tkc(*args: str, env: dict[str, str] | None = None) -> tuple[subprocess.CompletedProcess[str], float]:
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "tkir.cli", *args], capture_output=True, text=True, cwd=ROOT,
+                          env={**os.environ, **(env or {})}, timeout=120)
+    return proc, time.perf_counter() - t0
+
+
+@pytest.mark.parametrize("cmd", [None, *COMMANDS])
+def test_help(cmd: str | None, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["--help"] if cmd is None else [cmd, "--help"]
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: tkc") and (cmd is None or f"tkc {cmd}" in out)
+
+
+def test_run_interpret_check(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", str(EXAMPLES / "softmax.tk"), "--interpret", "--check", "--size", "N=32", "--seed", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "softmax.tk [N=32] Y: rel_err" in out and out.rstrip().endswith("ok")
+
+
+def test_emit_launch_is_json(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+                             tmp_path: Path) -> None:
+    monkeypatch.setenv("TKIR_CACHE_DIR", str(tmp_path))
+    assert main(["compile", GEMM, "--emit", "launch"]) == 0
+    launch = json.loads(capsys.readouterr().out)
+    assert launch["block"][0] == 384 and launch["dynamic_smem"] > 0
+    assert [p["kind"] for p in launch["params"]][:2] == ["tensor_map", "tensor_map"]
+
+
+def test_emit_ptx_wall_time(tmp_path: Path) -> None:
+    out = tmp_path / "gemm.ptx"
+    # the cache off: this measures the passes, LLVM and the interpreter start-up, not a cache read
+    proc, wall = tkc("compile", GEMM, "--emit", "ptx", "-o", str(out), "--time-passes", env={"TKIR_CACHE": "0"})
+    print(f"tkc compile examples/gemm.tk --emit ptx: {wall:.2f} s wall (subprocess)\n{proc.stderr}")
+    assert proc.returncode == 0, proc.stderr
+    assert ".entry gemm" in out.read_text() and "backend (llvm, ptx)" in proc.stderr
+    assert wall < PTX_WALL_LIMIT_S
+
+
+@pytest.mark.parametrize("args, message", [
+    (["compile", GEMM, "--bogus"], "tkc: error: unrecognized arguments: --bogus"),
+    (["compile", GEMM, "--emit", "exe"], "tkc compile: error: argument --emit: invalid choice: 'exe'"),
+    (["compile", GEMM, "--passes=canonicalize,bogus"], "error: unknown pass 'bogus'"),
+    (["compile", GEMM, "--stop-after=bogus"], "error: unknown pass 'bogus'"),
+    (["opt", "tests/data/gemm_tk.tkir", "--passes=bogus"], "error: unknown pass 'bogus'"),
+    (["compile", "missing.tk"], "tkc compile: error: missing.tk: no such file"),
+    (["report", "missing.tk"], "tkc report: error: missing.tk: no such file"),
+    (["run", "missing.tk", "--interpret"], "tkc run: error: missing.tk: no such file"),
+    (["bench", "missing.tk"], "tkc bench: error: missing.tk: no such file"),
+    (["opt", "missing.tkir"], "tkc opt: error: missing.tkir: no such file"),
+    (["compile", GEMM, "-D", "BM"], "tkc compile: error: -D expects NAME=VALUE, got 'BM'"),
+])
+def test_errors_are_one_line(args: list[str], message: str) -> None:
+    proc, _ = tkc(*args)
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr and not proc.stdout
+    lines = proc.stderr.splitlines()
+    assert lines[0].startswith(message), proc.stderr
+    assert len(lines) == 1 or (len(lines) == 2 and lines[1].startswith("note: ")), proc.stderr
+
+
+def test_output_is_not_touched_when_compilation_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.tk"
+    bad.write_text((ROOT / "tests/bad/unknown_name.tk").read_text())
+    out = tmp_path / "out.ptx"
+    out.write_text("previous output\n")
+    assert main(["compile", str(bad), "--emit", "ptx", "-o", str(out)]) == 1
+    assert "error:" in capsys.readouterr().err
+    assert out.read_text() == "previous output\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.tk", "out.ptx"]
+
+
+def test_output_is_whole_or_absent_when_writing_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import tempfile
+
+    out = tmp_path / "gemm.tkir"
+    out.write_text("previous output\n")
+    real = tempfile.NamedTemporaryFile
+
+    class HalfWrite:  # writes the first bytes, then the disk is "full"
+        def __init__(self, f: object) -> None:
+            self.f = f
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(self.f, name)
+
+        def __enter__(self) -> HalfWrite:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            self.f.close()
+
+        def write(self, data: bytes) -> int:
+            self.f.write(data[:10])
+            raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(tempfile, "NamedTemporaryFile", lambda *a, **kw: HalfWrite(real(*a, **kw)))
+    with pytest.raises(OSError):
+        main(["compile", GEMM, "-o", str(out)])
+    assert out.read_text() == "previous output\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["gemm.tkir"]  # the temporary file is gone too
+    monkeypatch.setattr(tempfile, "NamedTemporaryFile", real)
+    assert main(["compile", GEMM, "-o", str(out)]) == 0
+    assert out.read_text().startswith("tma.desc @A_tma")
