@@ -10,7 +10,9 @@ Writes the kernel attr `occupancy` (and `stages = S` on each pipelined loop that
 Roles. A loop that loads shared tiles with `tma.load` and feeds `tk.mma` is warp-specialized
 (HOPPER.md §7.2): one producer warpgroup plus the consumer warpgroups of the kernel attr
 `warpgroups = {consumers = N}` (default: accumulator rows / 64, at most 2). Any other kernel has one
-role, `compute`, with the warpgroups of its `warpgroups` attr (default 1) and no setmaxnreg.
+role, `compute`, with the warpgroups of its `warpgroups` attr (default 1) and no setmaxnreg; on sm_80,
+where infer-layouts records `warps = W` on the kernel, the role is `compute = {warps = W, ...}` and the
+block has 32 * W threads (the mma/row layouts spread the tiles over exactly those warps).
 
 Registers per thread of the role that computes (consumer or compute), at the program point where
 the most register values are live (a value is live from its definition to its last use; a value
@@ -108,6 +110,10 @@ def plan_kernel(kernel: Operation) -> dict:
         consumers = _consumer_warpgroups(kernel, ws_loop)
         threads = THREADS_PER_WARPGROUP * (1 + consumers)
         reg_threads = THREADS_PER_WARPGROUP * consumers
+    elif isinstance(kernel.attrs.get("warps"), int):  # sm_80: infer-layouts spread the tiles over W warps
+        consumers = 0
+        threads = WARP_SIZE * kernel.attrs["warps"]
+        reg_threads = threads
     else:
         consumers = _compute_warpgroups(kernel)
         threads = THREADS_PER_WARPGROUP * consumers
@@ -127,7 +133,8 @@ def plan_kernel(kernel: Operation) -> dict:
     else:
         if needed > MAX_REGS_PER_THREAD:
             raise _register_error(kernel, "", needed, MAX_REGS_PER_THREAD, budget, largest)
-        roles = {"compute": {"warpgroups": consumers, "regs": needed}}
+        shape = {"warpgroups": consumers} if consumers else {"warps": threads // WARP_SIZE}
+        roles = {"compute": {**shape, "regs": needed}}
         regs_for_blocks = needed
 
     blocks = min(

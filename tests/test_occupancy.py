@@ -13,6 +13,7 @@ import pytest
 
 from tkir.diagnostics import CompileError
 from tkir.frontend import compile_file
+from tkir.launch import build_launch
 from tkir.parser import parse_module
 from tkir.passes.registry import load_registry
 from tkir.passmanager import Options, PassManager
@@ -79,6 +80,20 @@ def test_attention_hand_count() -> None:
     assert occ["roles"] == {"producer": {"warpgroups": 1, "regs": 40},
                             "consumer": {"warpgroups": 1, "regs": 248}}
     assert occ["threads"] == 256 and occ["blocks_per_sm"] == 1
+
+
+@pytest.mark.parametrize("example, warps", [("gemm", 8), ("attention_fwd", 4), ("rotary", 4), ("softmax", 16)])
+def test_sm80_block_is_32_threads_per_layout_warp(example: str, warps: int) -> None:
+    # on sm_80 infer-layouts spreads the tiles over `warps = W` (gemm: 128 accumulator rows / 16 = 8
+    # warps of m16 blocks); the block must have exactly those 32 * W threads
+    module = compile_file(str(EXAMPLES / f"{example}.tk"), {})
+    PassManager(load_registry(), UP_TO_OCCUPANCY).run(module, Options(target="sm_80"))
+    kernel = module.kernel
+    assert kernel.attrs["warps"] == warps
+    occ = kernel.attrs["occupancy"]
+    assert occ["threads"] == 32 * warps
+    assert occ["roles"]["compute"]["warps"] == warps
+    assert build_launch(module, "sm_80")["block"] == [32 * warps, 1, 1]
 
 
 def test_layernorm_hand_count() -> None:

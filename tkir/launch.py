@@ -31,6 +31,7 @@ from tkir.ir import Module, Operation, Value
 from tkir.types import DTYPE_BYTES, GlobalType, ScalarType, TileType, VectorType
 
 THREADS_PER_WARPGROUP = 128       # HOPPER.md §1.1
+CP_ASYNC_BYTES = 16               # cp.async.cg copies 16-byte chunks: 16-B aligned sources (PTX ISA cp.async)
 TMA_STRIDE_ALIGN = 16             # cuTensorMapEncodeTiled: strides multiple of 16 B (HOPPER.md §4.1)
 PLAIN_SMEM_ALIGN = 16
 DESC_FIELDS = ("dtype", "rank", "dims", "strides", "box", "elem_strides", "swizzle", "l2_promotion",
@@ -63,9 +64,10 @@ def build_launch(module: Module, target: str) -> dict:
     occ = kernel.attrs.get("occupancy")
     if isinstance(occ, dict):
         warpgroups = sum(int(r.get("warpgroups", 1)) for r in occ.get("roles", {}).values()) or 1
+        threads = int(occ.get("threads") or THREADS_PER_WARPGROUP * warpgroups)  # sm_80: 32 x warps
         smem = int(occ["smem_bytes"])
     else:
-        warpgroups, smem = 1, _alloc_bytes(kernel)
+        threads, smem = THREADS_PER_WARPGROUP, _alloc_bytes(kernel)
     return {
         "kernel": kernel.symbol,
         "target": target,
@@ -73,7 +75,7 @@ def build_launch(module: Module, target: str) -> dict:
         "scalars": [{"name": s.name, "dtype": s.type.dtype} for s in scalars],
         "params": ptx_params,
         "grid": grid + ["1"] * (3 - len(grid)),
-        "block": [THREADS_PER_WARPGROUP * warpgroups, 1, 1],
+        "block": [threads, 1, 1],
         "dynamic_smem": smem,
         "requires": _requires(kernel, descs),
         "tma": [{"param": d.symbol, "tensor": d.attrs["tensor"], **{k: d.attrs[k] for k in DESC_FIELDS}}
@@ -133,6 +135,11 @@ def _requires(kernel: Operation, descs: list[Operation]) -> list[dict]:
                 if isinstance(dim, str) and ext > 1 and not _masked(tile, i):
                     need(f"{dim} % {ext}", f"%{g.name} is copied without TMA, and the backend masks only "
                                            "the rows of register tiles (and both dims of accumulators)")
+            last = g.type.dims[-1]
+            if _shared_tile(tile) and isinstance(last, str):
+                need(f"({last} * {DTYPE_BYTES[g.type.dtype]}) % {CP_ASYNC_BYTES}",
+                     f"%{g.name} is copied to shared memory in {CP_ASYNC_BYTES}-byte cp.async chunks: its rows "
+                     f"must start {CP_ASYNC_BYTES}-byte aligned")
     for desc in descs:
         for s in desc.attrs["strides"]:
             if isinstance(s, str):
@@ -143,13 +150,21 @@ def _requires(kernel: Operation, descs: list[Operation]) -> list[dict]:
 
 def _masked(tile: TileType | VectorType, dim: int) -> bool:
     """Whether the backend masks partial tiles along `dim` of a register copy: register tiles clamp
-    rows on load and predicate them on store; accumulator stores predicate rows and columns."""
+    rows on load and predicate them on store; accumulator stores predicate rows and columns; shared
+    tiles are loaded with cp.async, which zero-fills rows and columns past the edge (backend/rules_sm80.py)."""
+    if _shared_tile(tile):
+        return True
     if not isinstance(tile, TileType) or tile.space != "rt":
         return False
     lay = tile.get("layout")
-    if isinstance(lay, dict) and str(lay.get("kind")) == "wgmma_acc":
+    if isinstance(lay, dict) and str(lay.get("kind")) in ("wgmma_acc", "mma_c"):
         return True
     return dim == 0
+
+
+def _shared_tile(tile: TileType | VectorType) -> bool:
+    """A shared tile that a plain tk.load fills (only loads reach shared tiles here)."""
+    return isinstance(tile, TileType) and tile.space == "st"
 
 
 def _floor_div(expr: str) -> tuple[str, int] | None:
