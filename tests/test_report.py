@@ -11,7 +11,7 @@ from tkir.api import build_module
 from tkir.parser import parse_module
 from tkir.passes.registry import load_registry
 from tkir.passmanager import Options, PassManager
-from tkir.report import build_report, format_report, highest_register, register_comparison
+from tkir.report import build_report, format_report, highest_register, peak_live_registers, register_comparison
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 LAYOUT_PASSES = ["canonicalize", "infer-layouts", "select-swizzle", "bank-conflicts"]
@@ -107,7 +107,8 @@ def test_register_comparison_of_a_warp_specialized_plan() -> None:
     regs = register_comparison(parse_module(BUDGET_IR), ptxas=168, sass=200)
     assert regs == {"role": "consumer", "predicted": 232, "predicted_total": 158,
                     "budget": {"acc_regs": 128, "live_tile_regs": 0, "addr_regs": 14, "overhead": 16},
-                    "setmaxnreg": True, "ptxas": 168, "sass_regs": 200, "within_10pct": False}
+                    "setmaxnreg": True, "ptxas": 168, "sass_regs": 200, "sass_live_peak": None,
+                    "within_10pct": False}
     line = format_report({"registers": regs})
     assert "predicted 232 (setmaxnreg" in line and "ptxas 168 (-28%, off by more than 10%)" in line
     assert "R0..R199" in line
@@ -160,3 +161,13 @@ def test_cli_report_survives_a_backend_failure(capsys: pytest.CaptureFixture[str
     out = capsys.readouterr().out
     assert "backend: not compiled: NotImplementedError: backend: no slot formulas" in out
     assert "predicted 232 (setmaxnreg" in out and "ptxas: not run" in out
+
+
+def test_peak_live_registers_skips_calls_and_subroutines() -> None:
+    plr = ("        /*0000*/                   LDC R1, c[0x0][0x28] ;                      // |   5   |        |\n"
+           "        /*0490*/                   SHF.L.U32 R36, R19, 0x10, RZ ;              // |  38   |   1    |\n"
+           "        /*04a0*/                   CALL.REL.NOINC `($__internal_0_rcp) ;       // |  90   |        |\n"
+           "$__internal_0_$__cuda_sm20_rcp_rn_f32_slowpath:                                // |       |        |\n"
+           "        /*04b0*/                   FFMA R2, R3, R4, R5 ;                       // |  99   |        |\n")
+    assert peak_live_registers(plr) == 38
+    assert peak_live_registers("") is None

@@ -312,21 +312,22 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from tkir.report import build_report, format_report, highest_register, register_comparison
+    from tkir.report import build_report, format_report, highest_register, peak_live_registers, register_comparison
 
     k = _compile(args)
     rep = build_report(k.module)
-    ptxas_regs = sass_regs = None
+    ptxas_regs = sass_regs = live_peak = None
     try:  # the backend's view: a failure there is a line of the report, never a traceback
         res = k.asm["ptxas"]
         rep["ptxas"] = {"registers": res.registers, "spill_stores": res.spill_stores,
                         "spill_loads": res.spill_loads, "shared_bytes": res.shared_bytes}
         ptxas_regs, sass_regs = res.registers, highest_register(k.asm["sass"])
+        live_peak = peak_live_registers(_life_ranges(k.asm["cubin"]))
     except CompileError as e:
         rep["backend"] = f"not compiled: {e.message}"
     except Exception as e:  # noqa: BLE001 -- NotImplementedError, ToolchainError, a backend bug
         rep["backend"] = f"not compiled: {type(e).__name__}: {str(e).strip().splitlines()[0] if str(e) else ''}"
-    regs = register_comparison(k.module, ptxas_regs, sass_regs)
+    regs = register_comparison(k.module, ptxas_regs, sass_regs, live_peak)
     if regs is not None:
         rep["registers"] = regs
     if args.json:
@@ -334,6 +335,20 @@ def cmd_report(args: argparse.Namespace) -> int:
     else:
         print(format_report(rep))
     return 0
+
+
+def _life_ranges(cubin: bytes) -> str:
+    """`nvdisasm --print-life-ranges --life-range-mode count`: SASS with the live register count per line."""
+    import subprocess
+
+    from tkir.backend.toolchain import find_tool
+
+    with tempfile.TemporaryDirectory(prefix="tkir-plr-") as tmp:
+        path = Path(tmp) / "kernel.cubin"
+        path.write_bytes(cubin)
+        proc = subprocess.run([find_tool("nvdisasm"), "-c", "-plr", "-lrm", "count", str(path)],
+                              capture_output=True, text=True, timeout=120)
+    return proc.stdout if proc.returncode == 0 else ""
 
 
 if __name__ == "__main__":

@@ -16,8 +16,10 @@ plan-occupancy's prediction for the computing role (consumer or compute) beside 
 `predicted` (the role's `regs`: the setmaxnreg value, or the budget rounded up to 8), `predicted_total`
 (the `occupancy.budget` sum before rounding), `budget`, `ptxas` ("Used N registers": for a kernel
 with setmaxnreg that is the launch allocation, 65536 / threads rounded down to 8 and at most 255, not
-what the consumer uses), `sass_regs` (1 + the highest R register the SASS names: a lower bound of
-what the busiest role touches) and `within_10pct` (|ptxas - predicted| <= 10% of predicted).
+what the consumer uses), `sass_regs` (1 + the highest R register the SASS names: what the busiest
+role's code is allocated), `sass_live_peak` (the most registers live at one instruction of the kernel
+body, from `nvdisasm --print-life-ranges --life-range-mode count`: the measured pressure the budget
+predicts) and `within_10pct` (|ptxas - predicted| <= 10% of predicted).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ TMA_KEYS = ("tensor", "dtype", "dims", "strides", "box", "swizzle", "oob_fill")
 REGISTER_TOLERANCE = 0.10  # a prediction within 10% of ptxas counts as right (docs/passes.md, plan-occupancy)
 COMPUTING_ROLES = ("consumer", "compute")  # the roles whose registers plan-occupancy counts
 _SASS_REGISTER = re.compile(r"\bR(\d+)\b")  # R0..R254; RZ (the zero register) does not match
+_LIFE_RANGE_COUNT = re.compile(r"^\s*/\*[0-9a-fA-F]+\*/.*//\s*\|\s*(\d+)\s*\|")  # `/*0490*/ ... // |  38  |`
 
 
 def build_report(module: Module) -> dict:
@@ -90,7 +93,8 @@ def format_report(report: dict) -> str:
     return "\n".join(out).rstrip() + "\n"
 
 
-def register_comparison(module: Module, ptxas: int | None, sass: int | None = None) -> dict | None:
+def register_comparison(module: Module, ptxas: int | None, sass: int | None = None,
+                        live_peak: int | None = None) -> dict | None:
     """plan-occupancy's registers per thread for the computing role beside ptxas's; None without a plan."""
     for kernel in module.kernels():
         occ = kernel.attrs.get("occupancy")
@@ -106,7 +110,7 @@ def register_comparison(module: Module, ptxas: int | None, sass: int | None = No
         return {"role": role, "predicted": predicted,
                 "predicted_total": sum(int(v) for v in budget.values()),
                 "budget": dict(budget), "setmaxnreg": role == "consumer",
-                "ptxas": ptxas, "sass_regs": sass, "within_10pct": within}
+                "ptxas": ptxas, "sass_regs": sass, "sass_live_peak": live_peak, "within_10pct": within}
     return None
 
 
@@ -115,6 +119,21 @@ def highest_register(sass: str) -> int | None:
     A lower bound of the registers a thread touches: a 64/128-bit operand names only its first register."""
     regs = [int(m) for m in _SASS_REGISTER.findall(sass)]
     return max(regs) + 1 if regs else None
+
+
+def peak_live_registers(life_ranges: str) -> int | None:
+    """The largest live-GPR count of `nvdisasm -plr -lrm count` over the kernel body's instructions.
+    CALL lines and the internal subroutines after the body (`$__internal_...`, e.g. the rcp slow path)
+    are left out: their counts exceed the highest register the kernel names, so they are not live values."""
+    peak = None
+    for line in life_ranges.splitlines():
+        code = line.split("//")[0].strip()
+        if code.startswith("$__internal"):
+            break
+        m = _LIFE_RANGE_COUNT.match(line)
+        if m and "CALL" not in code:
+            peak = max(peak or 0, int(m.group(1)))
+    return peak
 
 
 # --- helpers -------------------------------------------------------------------------------------
@@ -132,6 +151,8 @@ def _registers_line(r: dict) -> str:
     line += f"; ptxas {r['ptxas']} ({diff:+.0%}, {verdict})"
     if r.get("sass_regs") is not None:
         line += f"; SASS names R0..R{r['sass_regs'] - 1}"
+    if r.get("sass_live_peak") is not None:
+        line += f", at most {r['sass_live_peak']} live"
     return line
 
 
