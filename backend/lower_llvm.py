@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from tkir.backend.llvm_text import LLVMWriter, f32_literal
 from tkir.backend.rules_registers import RegisterRules
+from tkir.backend.rules_sm80 import Sm80Rules
 from tkir.backend.rules_wgmma import WgmmaRules
 from tkir.backend.values import (
     HEADER,
@@ -83,7 +84,7 @@ MIN_BLOCKS_STREAMING = 2   # resident blocks asked for kernels without warp spec
 MIN_REGS_STREAMING = 32    # ... unless that would leave fewer registers than this per thread
 
 
-class KernelLowering(RegisterRules, WgmmaRules):
+class KernelLowering(Sm80Rules, RegisterRules, WgmmaRules):
     def __init__(self, module: Module, kernel: Operation, launch: dict, target: str):
         self.module = module
         self.kernel = kernel
@@ -150,7 +151,9 @@ class KernelLowering(RegisterRules, WgmmaRules):
         if any(op.name == "tk.role" for op in self.kernel.body.ops):
             return 1
         planned = int(self.occupancy.get("blocks_per_sm") or 1)
-        fits = REGS_PER_SM // (self.threads * MIN_REGS_STREAMING)
+        budget = self.occupancy.get("budget") or {}  # accumulators (mma.sync tiles) cannot be squeezed
+        floor = max(MIN_REGS_STREAMING, int(budget.get("acc_regs") or 0) + int(budget.get("overhead") or 0))
+        fits = REGS_PER_SM // (self.threads * floor)
         return max(planned, min(MIN_BLOCKS_STREAMING, fits))
 
     def lower_op(self, op: Operation) -> None:

@@ -67,7 +67,7 @@ class WgmmaRules:
                                         "(the interleaved no-swizzle layout is not implemented)")
         lay = tc.get("layout")
         rows_per_wg = tc.rows // int(lay.get("wg", 1))  # type: ignore[union-attr]
-        wg = self.role.wg if self.role else "0"
+        wg = (self.role or self.thread_parts()).wg  # no roles (--no-tma): warpgroup = tid / 128
         # A (K-major): row r of panel p at base + p*rows*span + r*span; k-step advances 32 B
         if not a_regs:
             a_row0 = w.op(f"mul i32 {wg}, {rows_per_wg * sw_a}", "arow")
@@ -184,8 +184,7 @@ class WgmmaRules:
                 base = w.op(f"add i64 {base}, {w.op(f'mul i64 {self._i64(coords[k])}, {stride}', 'lo')}", "lb")
                 stride = w.op(f"mul i64 {stride}, {self._i64(self._dim(gty.dims[k]))}", "st")
             ptr = w.op(f"getelementptr bfloat, ptr addrspace(1) {ptr}, i64 {base}", "pb")
-        ctx = self.role
-        assert ctx is not None
+        ctx = self.role or self.thread_parts()  # no roles (--no-tma): from %tid.x
         mblocks, _ = self._acc_layout(t, op)
         rows_per_wg = t.rows // int(t.get("layout").get("wg", 1))  # type: ignore[union-attr]
         row0 = w.op(f"mul i32 {r_tile}, {t.rows}", "r0")

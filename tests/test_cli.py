@@ -132,3 +132,29 @@ def test_output_is_whole_or_absent_when_writing_fails(tmp_path: Path, monkeypatc
     monkeypatch.setattr(tempfile, "NamedTemporaryFile", real)
     assert main(["compile", GEMM, "-o", str(out)]) == 0
     assert out.read_text().startswith("tma.desc @A_tma")
+
+
+def test_output_through_a_symlink_keeps_the_link(tmp_path: Path) -> None:
+    target, link = tmp_path / "real.tkir", tmp_path / "link.tkir"
+    target.write_text("old\n")
+    target.chmod(0o640)
+    link.symlink_to(target)
+    assert main(["compile", str(EXAMPLES / "softmax.tk"), "-o", str(link)]) == 0
+    assert link.is_symlink() and target.read_text().startswith("tk.kernel @softmax")
+    assert target.stat().st_mode & 0o777 == 0o640
+
+
+def test_output_to_a_pipe_is_written_in_place(tmp_path: Path) -> None:
+    # `-o /dev/stdout` must write to the stream, never rename a file over the device node
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    reader = subprocess.Popen(["cat", str(fifo)], stdout=subprocess.PIPE, text=True)
+    assert main(["compile", str(EXAMPLES / "softmax.tk"), "--stop-after=canonicalize", "-o", str(fifo)]) == 0
+    out, _ = reader.communicate(timeout=30)
+    assert out.startswith("tk.kernel @softmax") and fifo.exists() and not fifo.is_file()
+
+
+def test_stop_after_prints_the_ir_it_stopped_at(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["compile", str(EXAMPLES / "softmax.tk"), "--stop-after=infer-layouts"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("tk.kernel @softmax") and "layout={kind = row" in out and "occupancy" not in out

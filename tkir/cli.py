@@ -197,9 +197,21 @@ def _write(output: str | None, data: str | bytes) -> None:
         else:
             sys.stdout.write(data)
         return
-    # write to a temporary file beside it and rename: an error never leaves a half-written output
     out = Path(output)
     raw = data if isinstance(data, bytes) else data.encode("utf-8")
+    if out.exists() and not out.is_file():  # /dev/stdout, a pipe, a device: no rename possible
+        with open(out, "wb") as f:
+            f.write(raw)
+        return
+    # a regular file: write a temporary file beside it and rename, so an error never leaves a
+    # half-written output (through a symlink: beside its target, and the link stays)
+    out = out.resolve() if out.is_symlink() else out
+    if out.exists():
+        mode = out.stat().st_mode & 0o777
+    else:
+        umask = os.umask(0)
+        os.umask(umask)
+        mode = 0o666 & ~umask  # what a plain open() would give, not the temporary file's 0600
     with tempfile.NamedTemporaryFile(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp", delete=False) as tmp:
         try:
             tmp.write(raw)
@@ -208,9 +220,7 @@ def _write(output: str | None, data: str | bytes) -> None:
             tmp.close()
             Path(tmp.name).unlink(missing_ok=True)
             raise
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp.name, 0o666 & ~umask)  # the mode a plain open() would give, not the temp file's 0600
+    os.chmod(tmp.name, mode)
     Path(tmp.name).replace(out)
 
 
@@ -224,9 +234,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
     _timing(args, k)
     if args.time_passes:
         print(f"tkc compile: total {time.perf_counter() - t0:.3f} s", file=sys.stderr)
-    if args.print_after_all or args.print_after or args.stop_after:
-        if args.output is None and args.emit == "tkir":
-            return 0
+    if (args.print_after_all or args.print_after) and args.output is None and args.emit == "tkir":
+        return 0  # the dumps already showed the IR; --stop-after alone prints the IR it stopped at
     data = k.asm[args.emit] if args.emit != "launch" else json.dumps(k.asm["launch"], indent=2) + "\n"
     _write(args.output, data)  # type: ignore[arg-type]
     return 0

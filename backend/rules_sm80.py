@@ -1,0 +1,407 @@
+"""Lowering rules for the sm_80 path (cp.async, ldmatrix, mma.sync) and for global->shared copies
+without TMA on sm_90a (`--no-tma`).
+
+A mixin of backend.lower_llvm.KernelLowering, first among its bases: `_op_tk_load`, `_op_tk_mma`
+and `_op_tk_store` handle the cases below and pass every other case on to the next rule (`super()`).
+
+* `tk.load` global -> shared (no result): the tile's 16-byte chunks, in row-major order, are spread
+  over all the block's threads (chunk tid + k * threads) and copied with `cp.async.cg.shared.global`
+  to the tile's physical offset (tkir.layout.SharedLayout, through backend.fragments.shared_offset);
+  chunks past the tensor's last row or column are zero-filled (src-size 0, HOPPER-style OOB fill),
+  so ragged edge tiles work. A run of consecutive loads is committed as one group, then
+  `cp.async.wait_group 0`, on sm_90a `fence.proxy.async.shared::cta` (wgmma reads shared memory
+  through the async proxy, HOPPER.md §8.1) and `bar.sync 0`. The IR has no barriers of its own, so
+  inside a loop a `bar.sync 0` also precedes the run: every thread has finished reading the tiles the
+  previous iteration loaded (load, wait, sync, compute, sync).
+* `tk.mma` on sm_80, per warp (HOPPER.md §6): for each k16 step, the A fragment of each of the
+  warp's m16 blocks (`ldmatrix.x4` of a K-major shared tile, or bf16 pairs of an `mma_a` register
+  tile), then per pair of n8 blocks one `ldmatrix.x4.trans` (B stored K x N) or `ldmatrix.x4`
+  (B stored N x K, `trans_b`) and `mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32` into the
+  `mma_c` accumulator slots (`.x2` for a last odd n8 block).
+* `tk.store` of an `mma_c` tile: bf16 pairs (slots 2j, 2j+1 are adjacent columns of one row) as
+  predicated 32-bit stores; rows and columns past the tensor's edge are skipped.
+
+Shared addresses: the lane-dependent offset of the first instance is computed once; every further
+instance whose offset differs from it by a constant for all threads (or by a constant XOR, as a
+swizzled column step does) reuses it, which is checked at compile time by evaluating
+shared_offset for every thread with numpy; anything else gets its own full computation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from tkir.backend.fragments import (
+    MMA_K,
+    MMA_M,
+    MMA_N,
+    WARP,
+    Builder,
+    NumpyBuilder,
+    shared_offset,
+    slot_coords,
+)
+from tkir.backend.rules_registers import LLVMBuilder
+from tkir.backend.values import LLVM_TYPE, Frag, LoweringError, Smem
+from tkir.ir import Operation, parent_op
+from tkir.layout import SharedLayout
+from tkir.types import GlobalType, TileType, dtype_bytes
+
+CP_ASYNC_BYTES = 16       # cp.async.cg copies 16 bytes per instruction (PTX ISA §9.7.9.25)
+LDMATRIX_ROWS = 16        # ldmatrix.x4 over a 16 x 16 b16 block: lane L addresses row L % 16 (§6.3)
+LDMATRIX_ROW_BYTES = 16   # one 8 x 8 b16 matrix row
+MMA_DTYPES = ("bf16",)    # mma.m16n8k16.row.col.bf16 (HOPPER.md §8.1)
+
+B_PAIR_REGS = ((0, 1), (2, 3))  # ldmatrix.x4 registers holding the two n8 blocks' B fragments
+
+# (row, byte column) a thread addresses in instance i: builder, thread index, instance
+Position = Callable[[object, object, object], tuple[object, object]]
+
+
+@dataclass
+class ThreadParts:
+    """Warpgroup, warp-in-warpgroup and lane of the thread, for kernels without roles."""
+
+    wg: str
+    warp: str
+    lane: str
+
+
+class BitLLVMBuilder(LLVMBuilder):
+    """LLVMBuilder plus the bit operations of the swizzle formula (backend.fragments.BitBuilder)."""
+
+    def xor(self, a, b):
+        if b == 0:
+            return a
+        return self._bin("xor", a, b, lambda x, y: x ^ y)
+
+    def band(self, a, b):
+        return self._bin("and", a, b, lambda x, y: x & y)
+
+    def shr(self, a, b):
+        if b == 0:
+            return a
+        return self._bin("lshr", a, b, lambda x, y: x >> y)
+
+
+def shared_layout(t: TileType) -> SharedLayout:
+    return SharedLayout(t.dtype, t.rows, t.cols, int(t.get("swizzle") or 0), int(t.get("pad") or 0))
+
+
+# --- which (row, byte column) of a shared tile each thread addresses ------------------------------
+# Builder expressions of the thread index `tid` (backend.fragments.Builder): the rules emit them as
+# LLVM instructions, the tests evaluate them with numpy and simulate the instructions.
+
+
+def cp_async_position(b: Builder, tid: object, threads: int, chunks_per_row: int, k: int) -> tuple[object, object]:
+    """Round k of a tile copy: chunk e = tid + k * threads of the row-major 16-byte chunk order."""
+    e = b.add(tid, k * threads)
+    return b.div(e, chunks_per_row), b.mul(b.rem(e, chunks_per_row), CP_ASYNC_BYTES)
+
+
+def ldmatrix_a_position(b: Builder, tid: object, slab: int, eb: int, mb: int, kk: int) -> tuple[object, object]:
+    """A (M x K, K contiguous), m16 block mb of the thread's warp (slab rows per warp), k16 step kk:
+    ldmatrix.x4 with lane L at row m0 + L % 16, column k0 + 8 (L / 16), so r0..r3 = a0..a7 (§6.3)."""
+    lane = b.rem(tid, WARP)
+    row = b.add(b.add(b.mul(b.div(tid, WARP), slab), b.rem(lane, LDMATRIX_ROWS)), mb * MMA_M)
+    col = b.add(b.mul(b.div(lane, LDMATRIX_ROWS), LDMATRIX_ROW_BYTES), kk * MMA_K * eb)
+    return row, col
+
+
+def ldmatrix_b_position(b: Builder, tid: object, trans_b: bool, eb: int, kk: int, n0: int) -> tuple[object, object]:
+    """B for k16 step kk and the n8 blocks at columns n0 and n0 + 8: one ldmatrix.x4 whose matrices
+    are (n block, k half) = (0, 0), (0, 1), (1, 0), (1, 1), so r0 r1 = b0b1 b2b3 of the first n8
+    block and r2 r3 those of the second (B_PAIR_REGS). Stored K x N (`.trans`): lane L at row
+    k0 + L % 16, column n0 + 8 (L / 16); stored N x K (trans_b, no .trans): lane L at row
+    n0 + L % 8 + 8 (L / 16), column k0 + 8 ((L / 8) % 2). `.x2` (a last odd n8 block) reads lanes
+    0-15 of the same formulas."""
+    lane = b.rem(tid, WARP)
+    if not trans_b:
+        row = b.add(b.rem(lane, LDMATRIX_ROWS), kk * MMA_K)
+        col = b.add(b.mul(b.div(lane, LDMATRIX_ROWS), LDMATRIX_ROW_BYTES), n0 * eb)
+    else:
+        row = b.add(b.add(b.rem(lane, 8), b.mul(b.div(lane, LDMATRIX_ROWS), 8)), n0)
+        col = b.add(b.mul(b.rem(b.div(lane, 8), 2), LDMATRIX_ROW_BYTES), kk * MMA_K * eb)
+    return row, col
+
+
+class Sm80Rules:
+    # --- thread parts ----------------------------------------------------------------------------
+
+    def thread_parts(self) -> ThreadParts:
+        """wg / warp / lane of the thread from %tid.x (computed where asked: no dominance worries)."""
+        w = self.w
+        t128 = w.op(f"and i32 {self.tid}, 127", "t128")
+        return ThreadParts(wg=w.op(f"lshr i32 {self.tid}, 7", "wg"), warp=w.op(f"lshr i32 {t128}, 5", "warp"),
+                           lane=w.op(f"and i32 {self.tid}, 31", "lane"))
+
+    # --- shared addresses ------------------------------------------------------------------------
+
+    def _shared_addresses(self, smem: Smem, pos: Position, instances: list[object]) -> list[str]:
+        """The shared address (i32) this thread uses in each instance: smem base + shared_offset."""
+        w = self.w
+        lay = shared_layout(smem.type)  # type: ignore[arg-type]
+        nb, tids = NumpyBuilder(), np.arange(self.threads)
+
+        def numeric(inst: object) -> np.ndarray:
+            r, c = pos(nb, tids, inst)
+            return np.broadcast_to(shared_offset(lay, r, c, nb), tids.shape)
+
+        def emitted(inst: object) -> str:
+            lb = BitLLVMBuilder(w)
+            r, c = pos(lb, self.tid, inst)
+            return str(shared_offset(lay, r, c, lb))
+
+        ref = numeric(instances[0])
+        off0 = emitted(instances[0])
+        base0 = w.op(f"add i32 {smem.addr}, {off0}", "sa")
+        out = []
+        for inst in instances:
+            o = numeric(inst)
+            diff, flip = o - ref, o ^ ref
+            if (diff == diff[0]).all():
+                out.append(base0 if diff[0] == 0 else w.op(f"add i32 {base0}, {int(diff[0])}", "sa"))
+            elif (flip == flip[0]).all():
+                x = w.op(f"xor i32 {off0}, {int(flip[0])}", "so")
+                out.append(w.op(f"add i32 {smem.addr}, {x}", "sa"))
+            else:
+                out.append(w.op(f"add i32 {smem.addr}, {emitted(inst)}", "sa"))
+        return out
+
+    # --- global -> shared ------------------------------------------------------------------------
+
+    def _op_tk_load(self, op: Operation) -> None:
+        if op.results:
+            super()._op_tk_load(op)  # type: ignore[misc]
+            return
+        dst, src = self.get(op.operands[0]), self.get(op.operands[1])
+        if not (isinstance(dst, Smem) and isinstance(src, tuple) and src[0] == "gl"):
+            raise LoweringError(op.loc, "backend: tk.load without a result copies a global tile to a shared one")
+        if self.role is not None:
+            raise LoweringError(op.loc, "backend: cp.async loads inside a warp-specialized role are not implemented")
+        t = dst.type
+        if not isinstance(t, TileType):
+            raise LoweringError(op.loc, f"backend: global -> shared copies of {t} are not implemented")
+        w = self.w
+        blk = op.parent
+        i = blk.ops.index(op) if blk is not None else 0
+        first = i == 0 or not _is_shared_load(blk.ops[i - 1])
+        last = blk is None or i + 1 == len(blk.ops) or not _is_shared_load(blk.ops[i + 1])
+        in_loop = parent_op(op) is not None and parent_op(op) is not self.kernel
+        if first and in_loop:
+            w.call("void", "llvm.nvvm.barrier0", [])  # readers of the previous iteration's tiles are done
+        self._cp_async_tile(op, dst, src, [self.scalar(v) for v in op.operands[2:]])
+        if last:
+            w.asm("void", ["cp.async.commit_group;"], [], [])
+            w.asm("void", ["cp.async.wait_group 0;"], [], [])
+            if self.target == "sm_90a":
+                w.asm("void", ["fence.proxy.async.shared::cta;"], [], [])  # wgmma reads via the async proxy
+            w.call("void", "llvm.nvvm.barrier0", [])
+
+    def _cp_async_tile(self, op: Operation, dst: Smem, src: tuple, coords: list[str]) -> None:
+        w = self.w
+        t = dst.type
+        assert isinstance(t, TileType)
+        _, ptr, gty = src
+        assert isinstance(gty, GlobalType)
+        eb = dtype_bytes(t.dtype)
+        if (t.cols * eb) % CP_ASYNC_BYTES:
+            raise LoweringError(op.loc, f"backend: rows of {t} are not whole {CP_ASYNC_BYTES}-byte chunks")
+        if gty.dtype != t.dtype:
+            raise LoweringError(op.loc, f"backend: copying {gty} into {t} converts dtypes")
+        per_chunk = CP_ASYNC_BYTES // eb
+        cpr = t.cols // per_chunk
+        total, threads = t.rows * cpr, self.threads
+        steps = -(-total // threads)
+        plane, nrows, ncols = self._plane(ptr, gty, coords)
+        r_tile, c_tile = coords[-2:]
+        row0 = w.op(f"mul i32 {r_tile}, {t.rows}", "r0")
+        col0 = w.op(f"mul i32 {c_tile}, {t.cols}", "c0")
+
+        def pos(b, tid, k):
+            return cp_async_position(b, tid, threads, cpr, k)
+
+        addrs = self._shared_addresses(dst, pos, list(range(steps)))
+        lb = LLVMBuilder(w)
+        ncols64 = w.op(f"sext i32 {ncols} to i64", "ld")
+        for k, saddr in enumerate(addrs):
+            r, c = pos(lb, self.tid, k)
+            row = w.op(f"add i32 {row0}, {r}", "row")
+            col = w.op(f"add i32 {col0}, {lb.div(c, eb)}", "col")
+            rok = w.op(f"icmp slt i32 {row}, {nrows}", "rok")
+            left = w.op(f"sub i32 {ncols}, {col}", "left")      # elements left in the row
+            left = w.op(f"mul i32 {left}, {eb}", "left")
+            n = w.call("i32", "llvm.smin.i32", [("i32", left), ("i32", str(CP_ASYNC_BYTES))], hint="n")
+            n = w.call("i32", "llvm.smax.i32", [("i32", n), ("i32", "0")], hint="n")
+            n = w.op(f"select i1 {rok}, i32 {n}, i32 0", "srcsz")
+            ok = w.op(f"icmp sgt i32 {n}, 0", "ok")
+            row64 = w.op(f"sext i32 {row} to i64", "row64")
+            idx = w.op(f"mul i64 {row64}, {ncols64}", "idx")
+            idx = w.op(f"add i64 {idx}, {w.op(f'sext i32 {col} to i64', 'col64')}", "idx")
+            idx = w.op(f"select i1 {ok}, i64 {idx}, i64 0", "idx")  # nothing is read at src-size 0
+            g = w.op(f"getelementptr i8, ptr addrspace(1) {plane}, i64 {w.op(f'mul i64 {idx}, {eb}', 'ib')}", "g")
+            asm = ["cp.async.cg.shared.global [$0], [$1], 16, $2;"]
+            if steps * threads > total and k == steps - 1:  # the last round: some threads have no chunk
+                e = lb.add(self.tid, k * threads)
+                have = w.op(f"zext i1 {w.op(f'icmp ult i32 {e}, {total}', 'have')} to i32", "have")
+                asm = ["{", ".reg .pred p;", "setp.ne.b32 p, $3, 0;",
+                       "@p cp.async.cg.shared.global [$0], [$1], 16, $2;", "}"]
+                w.asm("void", asm, ["r", "l", "r", "r"],
+                      [("i32", saddr), ("ptr addrspace(1)", g), ("i32", n), ("i32", have)])
+                continue
+            w.asm("void", asm, ["r", "l", "r"], [("i32", saddr), ("ptr addrspace(1)", g), ("i32", n)])
+
+    def _plane(self, ptr: str, gty: GlobalType, coords: list[str]) -> tuple[str, str, str]:
+        """(pointer to the 2-D plane the leading coordinates select, its rows, its cols)."""
+        w = self.w
+        dims = [self._dim(d) for d in gty.dims]
+        nrows, ncols = dims[-2:]
+        if gty.rank == 2:
+            return ptr, nrows, ncols
+        base, stride = "0", w.op(f"mul i64 {self._i64(nrows)}, {self._i64(ncols)}", "plane")
+        for k in reversed(range(gty.rank - 2)):
+            base = w.op(f"add i64 {base}, {w.op(f'mul i64 {self._i64(coords[k])}, {stride}', 'lo')}", "lb")
+            stride = w.op(f"mul i64 {stride}, {self._i64(dims[k])}", "st")
+        return w.op(f"getelementptr {LLVM_TYPE[gty.dtype]}, ptr addrspace(1) {ptr}, i64 {base}", "pb"), nrows, ncols
+
+    # --- mma.sync ----------------------------------------------------------------------------------
+
+    def _op_tk_mma(self, op: Operation) -> None:
+        if self.target != "sm_80":
+            super()._op_tk_mma(op)  # type: ignore[misc]
+            return
+        a, b, c = (self.get(v) for v in op.operands)
+        if not isinstance(b, Smem):
+            raise LoweringError(op.loc, "backend: mma.sync reads B from shared memory here (ldmatrix)")
+        assert isinstance(c, Frag)
+        if c.kind != "mma_c" or c.type.dtype != "f32":
+            raise LoweringError(op.loc, f"backend: the mma.sync accumulator needs an f32 mma_c layout, not {c.type}")
+        if isinstance(a, Frag) and a.kind != "mma_a":
+            raise LoweringError(op.loc, f"backend: register A of mma.sync needs the mma_a layout, not {a.kind}")
+        if op.attrs.get("trans_a"):
+            raise LoweringError(op.loc, "backend: transposed (M-major) A is not implemented for mma.sync")
+        ta, tb, tc = a.type, b.type, c.type
+        if ta.dtype not in MMA_DTYPES or tb.dtype not in MMA_DTYPES:
+            raise LoweringError(op.loc, f"backend: mma.sync on {ta.dtype} x {tb.dtype} is not implemented")
+        trans_b = bool(op.attrs.get("trans_b"))
+        M, K, N = tc.rows, ta.cols, tc.cols
+        if (tb.cols, tb.rows) != ((K, N) if trans_b else (N, K)) or ta.rows != M:
+            raise LoweringError(op.loc, f"backend: mma shapes {ta} x {tb} -> {tc} do not match")
+        warps = int(c.layout["warps"])
+        slab = M // warps
+        mblocks, ksteps, nblocks = slab // MMA_M, K // MMA_K, N // MMA_N
+        if slab % MMA_M or K % MMA_K or N % MMA_N:
+            raise LoweringError(op.loc, f"backend: {tc} over {warps} warps is not made of m16n8k16 blocks")
+        if isinstance(a, Smem):
+            a_words = self._ldmatrix_a(a, slab, mblocks, ksteps)
+        else:
+            a_words = self._pack_mma_a(a, mblocks, ksteps)
+        eb = dtype_bytes(tb.dtype)
+        pairs = [(kk, n0) for kk in range(ksteps) for n0 in range(0, N, 2 * MMA_N)]
+        b_addrs = self._shared_addresses(b, lambda bd, tid, i: ldmatrix_b_position(bd, tid, trans_b, eb, *i), pairs)
+        vals = list(c.values)
+        per_block = N // 2
+        for (kk, n0), addr in zip(pairs, b_addrs, strict=True):
+            # B fragments are loaded right before the mma.sync that use them: few live registers
+            blocks = [n0 // MMA_N + j for j in range(2) if n0 // MMA_N + j < nblocks]
+            regs = self._ldmatrix(addr, 2 * len(blocks), trans=not trans_b)
+            for nb, (r0, r1) in zip(blocks, B_PAIR_REGS, strict=False):
+                for mb in range(mblocks):
+                    lo = mb * per_block + 4 * nb
+                    vals[lo:lo + 4] = self._mma_sync(a_words[mb][kk], [regs[r0], regs[r1]], vals[lo:lo + 4])
+        self.set(op.result, Frag(tc, vals))
+
+    def _ldmatrix(self, addr: str, n: int, trans: bool) -> list[str]:
+        w = self.w
+        ret = "{" + ", ".join(["i32"] * n) + "}"
+        fn = f"llvm.nvvm.ldmatrix.sync.aligned.m8n8.x{n}{'.trans' if trans else ''}.b16.p3"
+        p = w.op(f"inttoptr i32 {addr} to ptr addrspace(3)", "lp")
+        r = w.call(ret, fn, [("ptr addrspace(3)", p)], hint="ldm")
+        return [w.op(f"extractvalue {ret} {r}, {i}", "m") for i in range(n)]
+
+    def _ldmatrix_a(self, a: Smem, slab: int, mblocks: int, ksteps: int) -> list[list[list[str]]]:
+        """The A fragments (4 x b32) of the warp's m16 blocks for every k16 step, by ldmatrix.x4."""
+        eb = dtype_bytes(a.type.dtype)
+        insts = [(mb, kk) for mb in range(mblocks) for kk in range(ksteps)]
+        addrs = self._shared_addresses(a, lambda b, tid, i: ldmatrix_a_position(b, tid, slab, eb, *i), insts)
+        regs = dict(zip(insts, addrs, strict=True))
+        return [[self._ldmatrix(regs[mb, kk], 4, trans=False) for kk in range(ksteps)] for mb in range(mblocks)]
+
+    def _pack_mma_a(self, a: Frag, mblocks: int, ksteps: int) -> list[list[list[str]]]:
+        """An mma_a register tile as 4 x b32 per m16 block and k16 step: slots 8 kk + 2j, 2j + 1 of
+        block mb are a(2j), a(2j+1) of register j (low, high; HOPPER.md §6.3)."""
+        w = self.w
+        if a.type.dtype != "bf16":
+            raise LoweringError(None, f"backend: register A of mma.sync must be bf16, not {a.type.dtype}")
+        per_block = len(a.values) // mblocks
+        out = []
+        for mb in range(mblocks):
+            steps = []
+            for kk in range(ksteps):
+                words = []
+                for j in range(4):
+                    s = mb * per_block + 8 * kk + 2 * j
+                    v = w.op(f"insertelement <2 x bfloat> poison, bfloat {a.values[s]}, i32 0", "pa")
+                    v = w.op(f"insertelement <2 x bfloat> {v}, bfloat {a.values[s + 1]}, i32 1", "pa")
+                    words.append(w.op(f"bitcast <2 x bfloat> {v} to i32", "aw"))
+                steps.append(words)
+            out.append(steps)
+        return out
+
+    def _mma_sync(self, a: list[str], b: list[str], c: list[str]) -> list[str]:
+        w = self.w
+        ret = "{float, float, float, float}"
+        args = [("i32", x) for x in a + b] + [("float", x) for x in c]
+        r = w.call(ret, "llvm.nvvm.mma.m16n8k16.row.col.bf16", args, hint="mma")
+        return [w.op(f"extractvalue {ret} {r}, {i}", "acc") for i in range(4)]
+
+    # --- accumulator stores --------------------------------------------------------------------------
+
+    def _op_tk_store(self, op: Operation) -> None:
+        val = self.get(op.operands[1])
+        if not (isinstance(val, Frag) and val.kind == "mma_c"):
+            super()._op_tk_store(op)  # type: ignore[misc]
+            return
+        w = self.w
+        dst = self.get(op.operands[0])
+        assert isinstance(dst, tuple) and dst[0] == "gl"
+        _, ptr, gty = dst
+        t = val.type
+        if gty.rank < 2 or t.dtype != "bf16":
+            raise LoweringError(op.loc, "backend: accumulator stores need a bf16 tile and tensor of rank >= 2")
+        coords = [self.scalar(v) for v in op.operands[2:]]
+        plane, nrows, ncols = self._plane(ptr, gty, coords)
+        r_tile, c_tile = coords[-2:]
+        lay = val.layout
+        slots = slot_coords(lay, t.shape, LLVMBuilder(w), self.tid)
+        tids = np.arange(self.threads)
+        num = [[np.broadcast_to(x, tids.shape) for x in sl] for sl in slot_coords(lay, t.shape, NumpyBuilder(), tids)]
+        row0 = w.op(f"mul i32 {r_tile}, {t.rows}", "r0")
+        col0 = w.op(f"mul i32 {c_tile}, {t.cols}", "c0")
+        ncols64 = w.op(f"sext i32 {ncols} to i64", "ld")
+        for s in range(0, len(slots), 2):
+            (r0n, c0n), (r1n, c1n) = num[s], num[s + 1]
+            if not (np.array_equal(r0n, r1n) and np.array_equal(c0n + 1, c1n)):
+                raise LoweringError(op.loc, f"backend: slots {s}, {s + 1} of {lay} are not a column pair")
+            r, c = slots[s]
+            row = w.op(f"add i32 {row0}, {r}", "row")
+            col = w.op(f"add i32 {col0}, {c}", "col")
+            ok = w.op(f"and i1 {w.op(f'icmp slt i32 {row}, {nrows}', 'rok')}, "
+                      f"{w.op(f'icmp slt i32 {col}, {ncols}', 'cok')}", "ok")
+            idx = w.op(f"mul i64 {w.op(f'sext i32 {row} to i64', 'row64')}, {ncols64}", "idx")
+            idx = w.op(f"add i64 {idx}, {w.op(f'sext i32 {col} to i64', 'col64')}", "idx")
+            p = w.op(f"getelementptr bfloat, ptr addrspace(1) {plane}, i64 {idx}", "p")
+            v2 = w.op(f"insertelement <2 x bfloat> poison, bfloat {val.values[s]}, i32 0", "v")
+            v2 = w.op(f"insertelement <2 x bfloat> {v2}, bfloat {val.values[s + 1]}, i32 1", "v")
+            bits = w.op(f"bitcast <2 x bfloat> {v2} to i32", "bits")
+            okz = w.op(f"zext i1 {ok} to i32", "okz")
+            w.asm("void", ["{", ".reg .pred p;", "setp.ne.b32 p, $2, 0;", "@p st.global.b32 [$0], $1;", "}"],
+                  ["l", "r", "r"], [("ptr addrspace(1)", p), ("i32", bits), ("i32", okz)])
+
+
+def _is_shared_load(op: Operation) -> bool:
+    return op.name == "tk.load" and not op.results
+

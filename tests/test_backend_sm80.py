@@ -1,0 +1,269 @@
+"""The sm_80 backend path (cp.async, ldmatrix, mma.sync) and the no-TMA path on sm_90a, without a GPU.
+
+* Simulations: the thread -> (row, byte column) formulas of backend/rules_sm80.py, evaluated for every
+  thread, drive a model of cp.async and ldmatrix (HOPPER.md §6.1) over a shared tile laid out by
+  tkir.layout.SharedLayout; what each lane receives must be exactly the mma.sync fragment that
+  tkir.layout's mma_a / mma_b tables assign to it (HOPPER.md §6.3), for swizzled and padded tiles.
+* The shared addresses the rules emit (LLVM integer instructions, with the reuse of one lane offset
+  across instances) are evaluated for all threads and compared with SharedLayout.offset.
+* Every example compiles for sm_80 (and gemm/attention with no_tma on sm_90a) to PTX that ptxas
+  assembles, with the instructions the path is made of and no local memory.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+import tkir
+from tkir.backend.fragments import NumpyBuilder, shared_offset
+from tkir.backend.llvm_text import LLVMWriter
+from tkir.backend.rules_sm80 import (
+    B_PAIR_REGS,
+    CP_ASYNC_BYTES,
+    Sm80Rules,
+    cp_async_position,
+    ldmatrix_a_position,
+    ldmatrix_b_position,
+)
+from tkir.backend.toolchain import local_memory_ops, sass_count
+from tkir.backend.values import Smem
+from tkir.layout import SharedLayout, fragment, make_layout
+from tkir.types import TileType
+
+EB = 2  # bf16
+NB = NumpyBuilder()
+# every layout a bf16 tile can have: the three swizzles, padded rows, plain rows
+SHARED_KINDS = [(128, 0), (64, 0), (32, 0), (0, 16), (0, 0)]
+
+
+def _cases(shapes: list[tuple], cols_of) -> list[tuple]:
+    """(shape..., SharedLayout) for every shape and every layout that exists for its stored rows."""
+    out = []
+    for shape in shapes:
+        rows, cols = cols_of(*shape)
+        for span, pad in SHARED_KINDS:
+            lay = SharedLayout("bf16", rows, cols, span, pad)
+            if lay.problem() is None:
+                out.append((*shape, lay))
+    return out
+
+
+def _stored(lay: SharedLayout, ids: np.ndarray) -> np.ndarray:
+    """Shared memory as 2-byte slots holding each element's id where the layout puts it (-1: none)."""
+    mem = np.full(lay.size_bytes // EB, -1, dtype=np.int64)
+    r, c = np.meshgrid(np.arange(lay.rows), np.arange(lay.cols), indexing="ij")
+    mem[lay.offset(r, c * EB) // EB] = ids
+    return mem
+
+
+def _ldmatrix(mem: np.ndarray, addrs: np.ndarray, n: int, trans: bool) -> np.ndarray:
+    """HOPPER.md §6.1: lanes 8j..8j+7 give matrix j's row addresses (16 contiguous bytes each);
+    non-trans: register j of lane t = matrix j's row t/4, columns 2(t%4), +1; .trans: (rows 2(t%4),
+    +1, column t/4). Returns (32 lanes, n registers, 2 halves) of element ids."""
+    out = np.zeros((32, n, 2), dtype=np.int64)
+    for j in range(n):
+        rows = addrs[8 * j:8 * j + 8]
+        assert (rows % 16 == 0).all(), "ldmatrix rows must be 16-byte aligned"
+        mat = np.stack([mem[a // EB:a // EB + 8] for a in rows])  # 8 x 8
+        for t in range(32):
+            g, q = t // 4, t % 4
+            out[t, j] = (mat[2 * q, g], mat[2 * q + 1, g]) if trans else (mat[g, 2 * q], mat[g, 2 * q + 1])
+    return out
+
+
+# --- ldmatrix -> mma.sync fragments ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("M, K, warps, lay", _cases([(128, 64, 8), (64, 128, 4), (64, 32, 2)],
+                                                     lambda m, k, w: (m, k)), ids=str)
+def test_ldmatrix_a_gives_the_mma_a_fragment(M: int, K: int, warps: int, lay: SharedLayout) -> None:
+    mem = _stored(lay, np.arange(M * K).reshape(M, K))
+    table = fragment(make_layout("mma_a", warps=warps), "bf16", (M, K))  # ids r * K + c
+    slab, tid = M // warps, np.arange(32 * warps)
+    for mb in range(slab // 16):
+        for kk in range(K // 16):
+            offs = shared_offset(lay, *ldmatrix_a_position(NB, tid, slab, EB, mb, kk), NB)
+            for w in range(warps):
+                got = _ldmatrix(mem, np.broadcast_to(offs, tid.shape)[32 * w:32 * w + 32], 4, trans=False)
+                s0 = mb * (K // 2) + 8 * kk
+                want = table[32 * w:32 * w + 32, s0:s0 + 8].reshape(32, 4, 2)  # register j = a(2j), a(2j+1)
+                assert (got == want).all(), (mb, kk, w)
+
+
+B_SHAPES = [(64, 256, False), (64, 128, False), (32, 24, False), (128, 64, True), (64, 64, True), (32, 24, True)]
+
+
+@pytest.mark.parametrize("K, N, trans_b, lay", _cases(B_SHAPES, lambda k, n, t: (n, k) if t else (k, n)), ids=str)
+def test_ldmatrix_b_gives_the_mma_b_fragment(K: int, N: int, trans_b: bool, lay: SharedLayout) -> None:
+    k, n = np.meshgrid(np.arange(K), np.arange(N), indexing="ij")
+    ids = k * N + n  # logical B (K x N), as tkir.layout numbers it
+    mem = _stored(lay, ids.T if trans_b else ids)
+    table = fragment(make_layout("mma_b", warps=1), "bf16", (K, N))  # slots (kb, nb, i)
+    lane = np.arange(32)
+    for kk in range(K // 16):
+        for n0 in range(0, N, 16):
+            blocks = [b for b in (n0 // 8, n0 // 8 + 1) if b < N // 8]
+            offs = shared_offset(lay, *ldmatrix_b_position(NB, lane, trans_b, EB, kk, n0), NB)
+            got = _ldmatrix(mem, np.broadcast_to(offs, lane.shape), 2 * len(blocks), trans=not trans_b)
+            for nb, regs in zip(blocks, B_PAIR_REGS, strict=False):
+                s0 = (kk * (N // 8) + nb) * 4
+                want = table[:, s0:s0 + 4].reshape(32, 2, 2)  # b0b1 in register 0, b2b3 in register 1
+                assert (got[:, list(regs)] == want).all(), (kk, nb)
+
+
+# --- cp.async -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("rows, cols, threads, lay",
+                         _cases([(128, 64, 256), (64, 256, 256), (64, 128, 128), (16, 40, 128), (64, 192, 128)],
+                                lambda r, c, t: (r, c)), ids=str)
+def test_cp_async_chunks_fill_the_shared_layout(rows: int, cols: int, threads: int, lay: SharedLayout) -> None:
+    ids = np.arange(rows * cols).reshape(rows, cols)
+    mem = np.full(lay.size_bytes // EB, -1, dtype=np.int64)
+    cpr = cols * EB // CP_ASYNC_BYTES
+    total, tid = rows * cpr, np.arange(threads)
+    writes = 0
+    for k in range(-(-total // threads)):
+        r, c = (np.broadcast_to(x, tid.shape) for x in cp_async_position(NB, tid, threads, cpr, k))
+        offs = np.broadcast_to(shared_offset(lay, r, c, NB), tid.shape)
+        for t in np.flatnonzero(tid + k * threads < total):  # the last round may leave threads idle
+            assert offs[t] % CP_ASYNC_BYTES == 0
+            chunk = mem[offs[t] // EB:offs[t] // EB + 8]
+            assert (chunk == -1).all(), "a chunk written twice"
+            chunk[:] = ids[r[t], c[t] // EB:c[t] // EB + 8]
+            writes += 1
+    assert writes == total
+    assert (mem == _stored(lay, ids)).all()
+
+
+# --- emitted shared addresses -----------------------------------------------------------------------------
+
+
+class _Harness(Sm80Rules):
+    """Just what Sm80Rules._shared_addresses needs: a writer, the block's threads, %tid."""
+
+    def __init__(self, threads: int) -> None:
+        self.w = LLVMWriter()
+        self.threads = threads
+        self.tid = "%tid"
+
+
+_BINOPS = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "shl": np.left_shift,
+           "lshr": np.right_shift, "and": np.bitwise_and, "xor": np.bitwise_xor,
+           "udiv": np.floor_divide, "urem": np.remainder}
+
+
+def _evaluate(lines: list[str], env: dict[str, object]) -> dict[str, object]:
+    """Evaluate `%x = <op> i32 a, b` lines (the integer arithmetic the address code consists of)."""
+    for line in lines:
+        m = re.fullmatch(r"\s*(%[\w.]+) = (\w+) i32 ([%\w.-]+), ([%\w.-]+)", line)
+        assert m, f"unexpected instruction in address code: {line}"
+        name, op, a, b = m.groups()
+        val = [env[x] if x.startswith("%") else int(x) for x in (a, b)]
+        env[name] = _BINOPS[op](*val)
+    return env
+
+
+EMITTED = [(what, SharedLayout("bf16", 64, 256 if what == "b" else 128, span, pad))
+           for what in ("a", "b", "b_trans", "cp_async") for span, pad in SHARED_KINDS]
+# 24 chunks per row, 128 threads: a round moves 5 1/3 rows, neither a constant add nor a constant xor
+EMITTED += [("cp_async", SharedLayout("bf16", 64, 192, 128)), ("cp_async", SharedLayout("bf16", 64, 192, 64))]
+
+
+@pytest.mark.parametrize("what, lay", EMITTED, ids=str)
+def test_emitted_shared_addresses_match_the_layout(what: str, lay: SharedLayout) -> None:
+    threads = 128
+    rows, cols = lay.rows, lay.cols
+    if what == "a":
+        def pos(b, t, i):
+            return ldmatrix_a_position(b, t, rows // 4, EB, *i)
+        insts = [(mb, kk) for mb in range(1) for kk in range(cols // 16)]
+    elif what in ("b", "b_trans"):
+        def pos(b, t, i):
+            return ldmatrix_b_position(b, t, what == "b_trans", EB, *i)
+        n, k = (rows, cols) if what == "b_trans" else (cols, rows)
+        insts = [(kk, n0) for kk in range(k // 16) for n0 in range(0, n, 16)]
+    else:
+        def pos(b, t, i):
+            return cp_async_position(b, t, threads, cols * EB // 16, i)
+        insts = list(range(-(-rows * cols * EB // 16 // threads)))
+    h = _Harness(threads)
+    tile = TileType("st", "bf16", rows, cols, (("swizzle", lay.swizzle), ("pad", lay.pad)))
+    names = h._shared_addresses(Smem("%base", tile), pos, insts)
+    tid = np.arange(threads)
+    env = _evaluate(h.w.lines, {"%tid": tid, "%base": 0})
+    for name, inst in zip(names, insts, strict=True):
+        want = np.broadcast_to(shared_offset(lay, *pos(NB, tid, inst), NB), tid.shape)
+        assert (np.broadcast_to(env[name], tid.shape) == want).all(), inst
+    if lay.cols != 192:
+        # one full offset computation, then a constant add or xor per further instance (swizzled
+        # column steps xor, row steps add): far fewer instructions than one formula per instance
+        assert len(h.w.lines) <= 24 + 2 * len(insts)
+
+
+# --- whole kernels: PTX that ptxas assembles, the instructions the path is made of ------------------------
+
+SM80_MMA = [("gemm", {}), ("attention_fwd", {}), ("attention_fwd", {"CAUSAL": 1}), ("attention_fwd", {"D": 64})]
+
+
+@pytest.mark.parametrize("name, consts", SM80_MMA, ids=str)
+def test_sm80_mma_kernels_use_ldgsts_ldsm_hmma(name: str, consts: dict) -> None:
+    k = tkir.compile(f"examples/{name}.tk", target="sm_80", **consts)
+    assert ".target sm_80" in k.asm["ptx"]
+    sass = k.asm["sass"]
+    assert sass_count(sass, "HMMA") >= 64     # mma.sync m16n8k16
+    assert sass_count(sass, "LDSM") >= 36     # ldmatrix
+    assert sass_count(sass, "LDGSTS") >= 12   # cp.async
+    assert "ZFILL" in sass                    # src-size operand: edge chunks are zero-filled
+    assert not local_memory_ops(sass)
+    assert k.launch["block"][0] == 32 * k.module.kernel.attrs["warps"]
+
+
+def test_sm80_gemm_counts() -> None:
+    k = tkir.compile("examples/gemm.tk", target="sm_80")
+    sass = k.asm["sass"]
+    # 8 warps x 16 rows; per k-tile (BK = 64) a warp runs 4 k16 steps x 32 n8 blocks of mma.sync,
+    # 4 ldmatrix.x4 for A and 4 x 16 ldmatrix.x4.trans for B; 256 threads copy 128 x 64 x 2 B of A
+    # and 64 x 256 x 2 B of B = 1024 + 2048 16-byte chunks: 12 cp.async each
+    assert sass_count(sass, "HMMA") == 128
+    assert sass_count(sass, "LDSM") == 68
+    assert sass_count(sass, "LDGSTS") == 12
+    assert k.launch["block"] == [256, 1, 1]
+    # cp.async zero-fills every edge: a ragged M, N or K needs only 16-byte aligned rows
+    assert {r["expr"] for r in k.launch["requires"]} == {"(K * 2) % 16", "(N * 2) % 16"}
+    assert k.asm["ptxas"].spill_stores == 0
+
+
+def test_sm80_loop_orders_barriers_around_the_copies() -> None:
+    ptx = tkir.compile("examples/gemm.tk", target="sm_80").asm["ptx"]
+    body = ptx[ptx.index("cp.async.cg") - 2000:]
+    order = [m.group(0) for m in re.finditer(r"bar\.sync|cp\.async\.cg|cp\.async\.wait_group|mma\.sync", body)]
+    first_copy, first_mma = order.index("cp.async.cg"), order.index("mma.sync")
+    # readers of the previous k-tile done, copies, wait, everybody's copies visible, then the math
+    assert "bar.sync" in order[:first_copy]
+    between = order[first_copy:first_mma]
+    assert between.index("cp.async.wait_group") < len(between) - 1 and between[-1] == "bar.sync"
+
+
+@pytest.mark.parametrize("name, consts", [("gemm", {}), ("attention_fwd", {}), ("attention_fwd", {"CAUSAL": 1})],
+                         ids=str)
+def test_no_tma_on_sm90a_uses_cp_async_and_wgmma(name: str, consts: dict) -> None:
+    k = tkir.compile(f"examples/{name}.tk", no_tma=True, **consts)
+    sass = k.asm["sass"]
+    assert sass_count(sass, "HGMMA") >= 4 and sass_count(sass, "LDGSTS") >= 12
+    assert "UTMALDG" not in sass and not local_memory_ops(sass)
+    ptx = k.asm["ptx"]
+    # the copies are made visible to wgmma's async proxy before the barrier that releases the math
+    fence = ptx.index("fence.proxy.async.shared::cta")
+    assert ptx.index("cp.async.wait_group") < fence < ptx.index("wgmma.mma_async")
+    assert k.launch["tma"] == []
+
+
+@pytest.mark.parametrize("name", ["softmax", "layernorm", "rotary"])
+def test_sm80_row_kernels_assemble(name: str) -> None:
+    k = tkir.compile(f"examples/{name}.tk", target="sm_80")
+    sass = k.asm["sass"]
+    assert "LDG.E.128" in sass and not local_memory_ops(sass)
