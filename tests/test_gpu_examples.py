@@ -39,3 +39,35 @@ def test_example_matches_reference_on_gpu(name: str, sizes: dict, consts: dict) 
     path = f"examples/{name}.tk"
     row = bench_one(path, load_companion(path), sizes, consts, reps=1, warmup=0, peer=False)
     assert row.ok, f"{name} {sizes} {consts}: rel_err {row.rel_err:.3e} > {row.bound}"
+
+
+# The sm_80 path (cp.async, ldmatrix, mma.sync; PTX for sm_80 runs on the H200 through the driver's
+# JIT) and the no-TMA path on sm_90a (cp.async + wgmma): ragged sizes exercise cp.async's zero fill.
+SM80 = {"target": "sm_80"}
+NO_TMA = {"no_tma": True}
+PATH_CASES = [
+    ("gemm", dict(M=256, N=512, K=128), {}, SM80),
+    ("gemm", dict(M=1000, N=744, K=520), {}, SM80),    # ragged in M, N and K
+    ("gemm", dict(M=2048, N=2048, K=2048), {}, SM80),
+    ("attention_fwd", dict(B=2, H=4, N=512), {}, SM80),
+    ("attention_fwd", dict(B=2, H=2, N=256), {"D": 64, "CAUSAL": 1}, SM80),
+    ("softmax", dict(N=1000), {}, SM80),
+    ("layernorm", dict(N=1001), {}, SM80),
+    ("rotary", dict(T=999), {}, SM80),
+    ("gemm", dict(M=256, N=512, K=128), {}, NO_TMA),
+    ("gemm", dict(M=1000, N=744, K=520), {}, NO_TMA),
+    ("gemm", dict(M=2048, N=2048, K=2048), {}, NO_TMA),
+    ("attention_fwd", dict(B=2, H=4, N=512), {}, NO_TMA),
+    ("attention_fwd", dict(B=1, H=2, N=1024), {"CAUSAL": 1}, NO_TMA),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name, sizes, consts, compile_kw", PATH_CASES,
+                         ids=[f"{n}-{'sm80' if kw == SM80 else 'notma'}-" + "-".join(f"{k}{v}" for k, v in {**s, **c}.items())
+                              for n, s, c, kw in PATH_CASES])
+def test_sm80_and_no_tma_paths_match_reference_on_gpu(name: str, sizes: dict, consts: dict, compile_kw: dict) -> None:
+    pytest.importorskip("torch")
+    path = f"examples/{name}.tk"
+    row = bench_one(path, load_companion(path), sizes, consts, reps=1, warmup=0, peer=False, compile_kw=compile_kw)
+    assert row.ok, f"{name} {sizes} {consts} {compile_kw}: rel_err {row.rel_err:.3e} > {row.bound}"
