@@ -79,6 +79,8 @@ def test_emit_ptx_wall_time(tmp_path: Path) -> None:
     (["bench", "missing.tk"], "tkc bench: error: missing.tk: no such file"),
     (["opt", "missing.tkir"], "tkc opt: error: missing.tkir: no such file"),
     (["compile", GEMM, "-D", "BM"], "tkc compile: error: -D expects NAME=VALUE, got 'BM'"),
+    (["run", GEMM, "--interpret", "--size", "M=128", "--size", "N=256", "--size", "K=64"],
+     "tkc run: error: the interpreter has no meaning for op 'pipe.barriers'"),
 ])
 def test_errors_are_one_line(args: list[str], message: str) -> None:
     proc, _ = tkc(*args)
@@ -158,3 +160,10 @@ def test_stop_after_prints_the_ir_it_stopped_at(capsys: pytest.CaptureFixture[st
     assert main(["compile", str(EXAMPLES / "softmax.tk"), "--stop-after=infer-layouts"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("tk.kernel @softmax") and "layout={kind = row" in out and "occupancy" not in out
+
+
+def test_bench_without_torch_is_one_line(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` raises ModuleNotFoundError
+    assert main(["bench", GEMM, "--size", "M=256", "--size", "N=256", "--size", "K=256"]) == 1
+    assert capsys.readouterr().err == ("tkc bench: error: needs the 'torch' package "
+                                       "(tkc bench and tkc run on the GPU compare with torch)\n")

@@ -23,6 +23,9 @@ from typing import NoReturn
 from tkir.diagnostics import CompileError
 
 EMIT_KINDS = ("tkir", "llvm", "ptx", "cubin", "sass", "launch")
+# packages only some commands need -> what for (a missing one is a one-line error, not a traceback)
+OPTIONAL_PACKAGES = {"torch": "tkc bench and tkc run on the GPU compare with torch",
+                     "matplotlib": "tkc bench --plot draws with matplotlib"}
 TARGETS = ("sm_90a", "sm_80")
 
 
@@ -136,6 +139,19 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except NotImplementedError as e:  # a backend rule that does not exist yet (e.g. sm_80 fragments)
         print(f"tkc {args.cmd}: error: {e}", file=sys.stderr)
+        return 1
+    except ModuleNotFoundError as e:  # the GPU commands' optional packages
+        if e.name not in OPTIONAL_PACKAGES:
+            raise
+        print(f"tkc {args.cmd}: error: needs the '{e.name}' package ({OPTIONAL_PACKAGES[e.name]})", file=sys.stderr)
+        return 1
+    except ValueError as e:  # the interpreter: an op it gives no meaning to, arrays that do not bind
+        if type(e).__name__ != "InterpError":
+            raise
+        print(f"tkc {args.cmd}: error: {e}", file=sys.stderr)
+        if "no meaning for op 'pipe." in str(e) or "no meaning for op 'tk.role" in str(e):
+            print("note: the interpreter runs the IR up to plan-occupancy: add --stop-after=plan-occupancy",
+                  file=sys.stderr)
         return 1
     except RuntimeError as e:  # ptxas/nvdisasm missing or failing (ToolchainError): their own message
         if type(e).__name__ != "ToolchainError":
