@@ -264,7 +264,8 @@ class Sm80Rules:
         base, stride = "0", w.op(f"mul i64 {self._i64(nrows)}, {self._i64(ncols)}", "plane")
         for k in reversed(range(gty.rank - 2)):
             base = w.op(f"add i64 {base}, {w.op(f'mul i64 {self._i64(coords[k])}, {stride}', 'lo')}", "lb")
-            stride = w.op(f"mul i64 {stride}, {self._i64(dims[k])}", "st")
+            if k:
+                stride = w.op(f"mul i64 {stride}, {self._i64(dims[k])}", "st")
         return w.op(f"getelementptr {LLVM_TYPE[gty.dtype]}, ptr addrspace(1) {ptr}, i64 {base}", "pb"), nrows, ncols
 
     # --- mma.sync ----------------------------------------------------------------------------------

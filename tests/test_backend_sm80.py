@@ -20,6 +20,7 @@ import pytest
 import tkir
 from tkir.backend.fragments import NumpyBuilder, shared_offset
 from tkir.backend.llvm_text import LLVMWriter
+from tkir.backend.rules_registers import RegisterRules
 from tkir.backend.rules_sm80 import (
     B_PAIR_REGS,
     CP_ASYNC_BYTES,
@@ -31,7 +32,7 @@ from tkir.backend.rules_sm80 import (
 from tkir.backend.toolchain import local_memory_ops, sass_count
 from tkir.backend.values import Smem
 from tkir.layout import SharedLayout, fragment, make_layout
-from tkir.types import TileType
+from tkir.types import GlobalType, TileType
 
 EB = 2  # bf16
 NB = NumpyBuilder()
@@ -142,29 +143,55 @@ def test_cp_async_chunks_fill_the_shared_layout(rows: int, cols: int, threads: i
 # --- emitted shared addresses -----------------------------------------------------------------------------
 
 
-class _Harness(Sm80Rules):
-    """Just what Sm80Rules._shared_addresses needs: a writer, the block's threads, %tid."""
+class _Harness(Sm80Rules, RegisterRules):
+    """Just what the cp.async and address code of Sm80Rules needs: a writer, the block's threads,
+    %tid, size parameters."""
 
     def __init__(self, threads: int) -> None:
         self.w = LLVMWriter()
         self.threads = threads
         self.tid = "%tid"
 
+    def _dim(self, d: int | str) -> str:
+        return str(d) if isinstance(d, int) else f"%{d}"
+
 
 _BINOPS = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "shl": np.left_shift,
            "lshr": np.right_shift, "and": np.bitwise_and, "xor": np.bitwise_xor,
-           "udiv": np.floor_divide, "urem": np.remainder}
+           "udiv": np.floor_divide, "urem": np.remainder, "slt": np.less, "sgt": np.greater, "ult": np.less,
+           "smin": np.minimum, "smax": np.maximum}
+_V = r"([%\w.-]+)"
+_FORMS = [  # (pattern, how to evaluate the operands): the integer code of addresses and copies
+    (rf"(\w+) i(?:32|64) {_V}, {_V}", lambda op, a, b: _BINOPS[op](a, b)),
+    (rf"icmp (\w+) i32 {_V}, {_V}", lambda op, a, b: _BINOPS[op](a, b)),
+    (rf"[sz]ext i(?:1|32) {_V} to i(?:32|64)", lambda a: np.asarray(a, dtype=np.int64)),
+    (rf"select i1 {_V}, i(?:32|64) {_V}, i(?:32|64) {_V}", np.where),
+    (rf"call i32 @llvm\.(\w+)\.i32\(i32 {_V}, i32 {_V}\)", lambda op, a, b: _BINOPS[op](a, b)),
+    (rf"getelementptr i8, ptr addrspace\(1\) {_V}, i64 {_V}", np.add),
+    (rf"getelementptr bfloat, ptr addrspace\(1\) {_V}, i64 {_V}", lambda p, i: p + EB * i),
+]
 
 
-def _evaluate(lines: list[str], env: dict[str, object]) -> dict[str, object]:
-    """Evaluate `%x = <op> i32 a, b` lines (the integer arithmetic the address code consists of)."""
+def _evaluate(lines: list[str], env: dict[str, object]) -> list[list[object]]:
+    """Evaluate the emitted integer instructions over numpy arrays (one element per thread); returns
+    the operands of each inline-asm call, in order."""
+    calls = []
     for line in lines:
-        m = re.fullmatch(r"\s*(%[\w.]+) = (\w+) i32 ([%\w.-]+), ([%\w.-]+)", line)
-        assert m, f"unexpected instruction in address code: {line}"
-        name, op, a, b = m.groups()
-        val = [env[x] if x.startswith("%") else int(x) for x in (a, b)]
-        env[name] = _BINOPS[op](*val)
-    return env
+        m = re.fullmatch(r"\s*call void asm sideeffect \"[^\"]*\", \"[^\"]*\"\((.*)\)", line)
+        if m:
+            calls.append([env[a.split()[-1]] for a in m.group(1).split(", ")])
+            continue
+        name, rhs = re.fullmatch(r"\s*(%[\w.]+) = (.*)", line).groups()
+        for pattern, fn in _FORMS:
+            f = re.fullmatch(pattern, rhs)
+            if f:
+                args = [x if not re.fullmatch(r"%[\w.]+|-?\d+", x) else env[x] if x[0] == "%" else int(x)
+                        for x in f.groups()]
+                env[name] = fn(*args)
+                break
+        else:
+            raise AssertionError(f"unexpected instruction: {line}")
+    return calls
 
 
 EMITTED = [(what, SharedLayout("bf16", 64, 256 if what == "b" else 128, span, pad))
@@ -194,7 +221,8 @@ def test_emitted_shared_addresses_match_the_layout(what: str, lay: SharedLayout)
     tile = TileType("st", "bf16", rows, cols, (("swizzle", lay.swizzle), ("pad", lay.pad)))
     names = h._shared_addresses(Smem("%base", tile), pos, insts)
     tid = np.arange(threads)
-    env = _evaluate(h.w.lines, {"%tid": tid, "%base": 0})
+    env: dict[str, object] = {"%tid": tid, "%base": 0}
+    _evaluate(h.w.lines, env)
     for name, inst in zip(names, insts, strict=True):
         want = np.broadcast_to(shared_offset(lay, *pos(NB, tid, inst), NB), tid.shape)
         assert (np.broadcast_to(env[name], tid.shape) == want).all(), inst
@@ -202,6 +230,39 @@ def test_emitted_shared_addresses_match_the_layout(what: str, lay: SharedLayout)
         # one full offset computation, then a constant add or xor per further instance (swizzled
         # column steps xor, row steps add): far fewer instructions than one formula per instance
         assert len(h.w.lines) <= 24 + 2 * len(insts)
+
+
+@pytest.mark.parametrize("lay", [SharedLayout("bf16", 64, 64, 128), SharedLayout("bf16", 32, 128, 64),
+                                 SharedLayout("bf16", 48, 32, 0, 16)], ids=str)
+def test_emitted_cp_async_copies_a_ragged_tile_with_zero_fill(lay: SharedLayout) -> None:
+    # a [2, M, N] tensor, M = 100 and N = 72 not multiples of the tile: the copy of tile (1, 1) of
+    # plane 1 finds rows and columns past the edge (N = 72: 16-byte aligned rows, as launch requires)
+    threads, M, N = 128, 100, 72
+    rows, cols = lay.rows, lay.cols
+    h = _Harness(threads)
+    tile = TileType("st", "bf16", rows, cols, (("swizzle", lay.swizzle), ("pad", lay.pad)))
+    g = np.arange(2 * M * N).reshape(2, M, N) + 1  # element ids, 0 = zero fill
+    h._cp_async_tile(None, Smem("%base", tile), ("gl", "%A", GlobalType("bf16", ("P", "M", "N"))),
+                     ["%p", "%tr", "%tc"])
+    tid = np.arange(threads)
+    env: dict[str, object] = {"%tid": tid, "%base": 0, "%A": 0, "%P": 2, "%M": M, "%N": N, "%p": 1,
+                              "%tr": M // rows, "%tc": 1 if cols < N else 0}
+    calls = _evaluate(h.w.lines, env)
+    mem = np.full(lay.size_bytes // EB, -1, dtype=np.int64)
+    flat = g.ravel()
+    for call in calls:
+        saddr, src, n = (np.broadcast_to(x, tid.shape) for x in call[:3])
+        active = np.broadcast_to(call[3], tid.shape) if len(call) > 3 else np.ones(threads, bool)
+        for t in np.flatnonzero(active):
+            chunk = np.zeros(8, dtype=np.int64)  # cp.async: bytes past src-size are zero-filled
+            chunk[:n[t] // EB] = flat[src[t] // EB:src[t] // EB + n[t] // EB]
+            mem[saddr[t] // EB:saddr[t] // EB + 8] = chunk
+    r0, c0 = env["%tr"] * rows, env["%tc"] * cols
+    want = np.zeros((rows, cols), dtype=np.int64)
+    part = g[1, r0:r0 + rows, c0:c0 + cols]
+    want[:part.shape[0], :part.shape[1]] = part
+    assert part.shape != want.shape  # the tile is ragged in at least one dim
+    assert (mem == _stored(lay, want)).all()
 
 
 # --- whole kernels: PTX that ptxas assembles, the instructions the path is made of ------------------------
