@@ -394,6 +394,10 @@ class KernelLowering(Sm80Rules, RegisterRules, WgmmaRules):
             w.start_block(issue)
         for inner in op.body.ops:
             self.lower_op(inner)
+        if self.staged_stores:  # TMA stores must finish reading shared memory before the block exits
+            lead = w.op(f"icmp eq i32 {w.op(f'and i32 {ctx.tid}, 127', 't')}, 0", "wglead")
+            self._if(lead, lambda: w.asm("void", ["cp.async.bulk.wait_group 0;"], [], []))
+            self.staged_stores = False
         w.br(end)
         w.start_block(end)
         w.emit("ret void")
@@ -401,6 +405,7 @@ class KernelLowering(Sm80Rules, RegisterRules, WgmmaRules):
         w.start_block(after)
 
     _next_wg = 0
+    staged_stores = False
     _deferred: dict | None = None
 
     # --- loops -------------------------------------------------------------------------------

@@ -221,3 +221,100 @@ class WgmmaRules:
                     w.asm("void", ["{", ".reg .pred p;", "setp.ne.b32 p, $2, 0;", "@p st.global.b32 [$0], $1;", "}"],
                           ["l", "r", "r"], [("ptr addrspace(1)", p), ("i32", bits), ("i32", okz)])
 
+
+    # --- staged epilogue: registers -> swizzled shared chunk -> TMA store --------------------------
+
+    def _op_tk_store_staged(self, op: Operation) -> None:
+        """Each consumer warpgroup writes its rows of one column chunk into its part of the staging
+        tile (bf16 pairs, 128B-swizzled panels: the fragment's 8 rows x 16 B land in 8 different bank
+        groups), fences the writes into the async proxy, syncs its 128 threads on a named barrier, and
+        one thread issues a TMA store per 64-column panel and commits the bulk group. Before the next
+        chunk (or the next tile's epilogue) overwrites the staging rows, that thread waits until the
+        previous stores have read them (`cp.async.bulk.wait_group.read 0`), then the warpgroup syncs."""
+        w = self.w
+        dst, val, stage = (self.get(v) for v in op.operands[:3])
+        assert isinstance(dst, tuple) and isinstance(val, Frag) and isinstance(stage, Smem)
+        _, _, gty = dst
+        st_t = stage.type
+        t = val.type
+        if val.kind != "wgmma_acc" or int(st_t.get("swizzle") or 0) != 128 or t.dtype != "bf16":
+            raise LoweringError(op.loc, "backend: tk.store_staged needs a bf16 wgmma_acc tile and a "
+                                        "128B-swizzled stage")
+        desc = self.module.lookup(op.attrs["desc"].name)
+        tmap = self.tmaps[desc.symbol]
+        ctx = self.role
+        assert ctx is not None
+        coords = [self.scalar(v) for v in op.operands[3:]]
+        nlead = gty.rank - 2
+        mblocks, _ = self._acc_layout(t, op)
+        slab = t.rows // int(t.get("layout").get("wg", 1))  # type: ignore[union-attr]
+        span, panel_cols = 128, 64
+        chunk = int(op.attrs["chunk_cols"])
+        panels = chunk // panel_cols
+        panel_bytes = st_t.rows * span
+        per_block = t.cols // 2
+        g = w.op(f"lshr i32 {ctx.lane}, 2", "g")
+        q = w.op(f"and i32 {ctx.lane}, 3", "q")
+        w16 = w.op(f"mul i32 {ctx.warp}, 16", "w16")
+        r_in = w.op(f"add i32 {w16}, {g}", "rin")  # the thread's row in its m64 block
+        wg_row = w.op(f"mul i32 {ctx.wg}, {slab}", "wgrow")
+        lead = w.op(f"icmp eq i32 {w.op(f'and i32 {ctx.tid}, 127', 't')}, 0", "wglead")
+        bar_id = w.op(f"add i32 {ctx.wg}, 1", "barid")  # named barrier 1 + warpgroup (0 = whole CTA)
+        row0 = w.op(f"mul i32 {coords[nlead]}, {t.rows}", "grow")
+        row0 = w.op(f"add i32 {row0}, {wg_row}", "grow")
+        col0 = w.op(f"mul i32 {coords[nlead + 1]}, {t.cols}", "gcol")
+        self.staged_stores = True
+        # pack every bf16 pair now and pin the words with one empty asm (CUTLASS's
+        # warpgroup_fence_operand): otherwise LLVM sinks the conversions into the later chunks and
+        # ptxas, seeing accumulator registers read late, serializes the next tile's wgmmas (C7514)
+        words = []
+        for i in range(0, len(val.values), 2):
+            v2 = w.op(f"insertelement <2 x bfloat> poison, bfloat {val.values[i]}, i32 0", "v")
+            v2 = w.op(f"insertelement <2 x bfloat> {v2}, bfloat {val.values[i + 1]}, i32 1", "v")
+            words.append(w.op(f"bitcast <2 x bfloat> {v2} to i32", "bits"))
+        n = len(words)
+        ret = "{" + ", ".join(["i32"] * n) + "}"
+        pinned = w.asm(ret, [""], ["=r"] * n + [str(i) for i in range(n)], [("i32", x) for x in words], "pin")
+        words = [w.op(f"extractvalue {ret} {pinned}, {i}", "wd") for i in range(n)]
+        for c in range(t.cols // chunk):
+            self._if(lead, lambda: self.w.asm("void", ["cp.async.bulk.wait_group.read 0;"], [], []))
+            w.asm("void", ["bar.sync $0, 128;"], ["r"], [("i32", bar_id)])
+            for mb in range(mblocks):
+                for h in range(2):
+                    row = w.op(f"add i32 {r_in}, {mb * WGMMA_M + 8 * h}", "row")
+                    srow = w.op(f"add i32 {wg_row}, {row}", "srow")
+                    for j in range(chunk // 8):
+                        col = 8 * j  # + 2q, within the chunk
+                        p = col // panel_cols
+                        byte = w.op(f"add i32 {w.op(f'shl i32 {q}, 2', 'q4')}, {(col % panel_cols) * 2}", "b")
+                        off = w.op(f"add i32 {w.op(f'mul i32 {srow}, {span}', 'ro')}, {byte}", "o")
+                        sw = w.op(f"and i32 {w.op(f'lshr i32 {off}, 3', 's3')}, 112", "sw")
+                        off = w.op(f"xor i32 {off}, {sw}", "swz")
+                        addr = w.op(f"add i32 {stage.addr}, {w.op(f'add i32 {off}, {p * panel_bytes}', 'po')}", "sa")
+                        i0 = mb * per_block + 4 * (c * chunk // 8 + j) + 2 * h
+                        w.asm("void", ["st.shared.b32 [$0], $1;"], ["r", "r"], [("i32", addr), ("i32", words[i0 // 2])])
+            w.asm("void", ["fence.proxy.async.shared::cta;"], [], [])
+            w.asm("void", ["bar.sync $0, 128;"], ["r"], [("i32", bar_id)])
+
+            def issue(c: int = c) -> None:
+                for p in range(panels):
+                    so = w.op(f"mul i32 {wg_row}, {span}", "so")
+                    sp = w.op(f"add i32 {so}, {p * panel_bytes}", "sp")
+                    src = w.op(f"add i32 {stage.addr}, {sp}", "src")
+                    x = w.op(f"add i32 {col0}, {c * chunk + p * panel_cols}", "x")
+                    xs = [x, row0] + [coords[nlead - 1 - i] for i in range(nlead)]
+                    regs = ", ".join(f"${2 + i}" for i in range(len(xs)))
+                    line = f"cp.async.bulk.tensor.{len(xs)}d.global.shared::cta.bulk_group [$0, {{{regs}}}], [$1];"
+                    w.asm("void", [line], ["l", "r"] + ["r"] * len(xs),
+                          [("ptr", tmap), ("i32", src)] + [("i32", e) for e in xs])
+                w.asm("void", ["cp.async.bulk.commit_group;"], [], [])
+            self._if(lead, issue)
+
+    def _if(self, cond: str, body) -> None:
+        w = self.w
+        then, done = w.label("then"), w.label("endif")
+        w.cond_br(cond, then, done)
+        w.start_block(then)
+        body()
+        w.br(done)
+        w.start_block(done)

@@ -19,10 +19,11 @@ Copies that stay as they are, with `no_tma_reason = "..."` saying why (the repor
   whole number of swizzle panels, row padding (`pad=`, TMA writes dense rows), rank > 5, and byte
   strides that are fixed and not a multiple of 16 B (strides that depend on run-time sizes are
   checked by the runtime when it encodes the descriptor);
-* register <-> global copies (`tk.load` into an rt/rv, `tk.store` of an rt/rv). Rule: they are NOT
-  staged through shared memory. A staging tile costs shared memory that pipeline stages need more
-  (gemm 128x256 bf16 output = 64 KB, one whole stage of A and B and then some), and the direct
-  vectorised ld/st.global of a register fragment already moves full 16-byte sectors.
+* register <-> global copies (`tk.load` into an rt/rv, `tk.store` of an rt/rv), with one exception:
+  a bf16 mma accumulator stored to global (the epilogue) becomes `tk.store_staged` through a
+  `rows x 128` staging tile (32 KB for gemm's 128-row tile, a quarter of what staging the whole
+  128x256 tile would cost, so the 4 pipeline stages still fit) and TMA stores. Other register
+  copies use the backend's vectorised ld/st.global, which already moves full 16-byte sectors.
 Assumes select-swizzle has run if swizzles are wanted (an st without `swizzle=` is unswizzled).
 """
 
@@ -38,6 +39,10 @@ from tkir.types import DTYPE_BYTES, GlobalType, Symbol, TileType, VectorType, is
 TMA_MIN_SM = 90                # cp.async.bulk.tensor: sm_90 and later (HOPPER.md §4.4)
 L2_PROMOTION_BYTES = 128       # CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CUTLASS's default (HOPPER.md §4.1)
 OOB_FILL = "zero"              # CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE: out-of-bounds elements read as 0
+
+EPILOGUE_COLS = 128           # staged epilogue chunk: 64 rows x 128 bf16 per warpgroup = 16 KB
+EPILOGUE_SWIZZLE = 128        # the fragment's 8-row x 16 B writes are conflict-free under 128B swizzle
+WGMMA_ROWS = 64               # one warpgroup's accumulator rows (HOPPER.md §1.2): one TMA box of rows
 
 REGISTER_LOAD_REASON = "register tile: loaded with ld.global (create-tma stages no register copies)"
 REGISTER_STORE_REASON = "register tile: stored with st.global (create-tma stages no register copies)"
@@ -71,6 +76,8 @@ class _Rewriter:
             kind, g_val, s_val = copy
             if kind == "register":
                 load = op.name == "tk.load"
+                if not load and self.stage_epilogue(op, g_val, s_val):
+                    continue
                 op.attrs["no_tma_reason"] = REGISTER_LOAD_REASON if load else REGISTER_STORE_REASON
                 continue
             reason = self.why_not(op, g_val.type, s_val.type)
@@ -84,6 +91,36 @@ class _Rewriter:
             op.name = "tma.load" if op.name == "tk.load" else "tma.store"
             op.attrs.pop("no_tma_reason", None)
             op.attrs.update({"desc": Symbol(desc), "boxes": boxes, "bytes": s_val.type.nbytes})
+
+    def stage_epilogue(self, op: Operation, g_val, v_val) -> bool:
+        """An mma accumulator stored to global (the GEMM/attention epilogue) goes through a shared
+        staging tile of EPILOGUE_COLS columns and TMA stores (`tk.store_staged`): each consumer
+        warpgroup writes its rows swizzled (conflict-free), one thread issues the TMA stores, and the
+        warpgroup goes on to its next tile while the copy engine writes C (HOPPER.md §4.4)."""
+        v = v_val.type
+        g: GlobalType = g_val.type
+        lay = v.get("layout") if isinstance(v, TileType) else None
+        if not (isinstance(lay, dict) and str(lay.get("kind")) == "wgmma_acc" and v.dtype == "bf16"):
+            return False
+        cols = min(v.cols, EPILOGUE_COLS)
+        if self.why_not(op, g, v) is not None or g.rank < 2 or v.cols % cols:
+            return False
+        stage_t = TileType("st", v.dtype, v.rows, cols, (("swizzle", EPILOGUE_SWIZZLE), ("align", 1024)))
+        box_t = TileType("st", v.dtype, WGMMA_ROWS, cols, (("swizzle", EPILOGUE_SWIZZLE),))
+        if _box_problem(box_t) is not None or _stride_problem(g, g_val.name) is not None:
+            return False
+        box, _ = _box(box_t, g.rank)
+        desc = self.descriptor(op, g_val, box_t, box)
+        alloc = Operation("tk.alloc", [], [stage_t], result_names=[f"{g_val.name}_stage"], loc=op.loc)
+        body = self.kernel.body
+        first = next(i for i, o in enumerate(body.ops) if o.name == "tk.alloc" or i == len(body.ops) - 1)
+        body.ops.insert(first, alloc)
+        alloc.parent = body
+        op.name = "tk.store_staged"
+        op.operands = [op.operands[0], op.operands[1], alloc.result, *op.operands[2:]]
+        op.attrs.pop("no_tma_reason", None)
+        op.attrs.update({"desc": Symbol(desc), "chunk_cols": cols})
+        return True
 
     def why_not(self, op: Operation, g: GlobalType, s: TileType | VectorType) -> str | None:
         if op.attrs.get("no_tma"):

@@ -105,17 +105,18 @@ def test_gemm_launch_from_post_pass_ir() -> None:
 def test_gemm_example_launch() -> None:
     launch = launch_of_example("gemm")
     by_tensor = {t["tensor"]: t for t in launch["tma"]}
-    assert set(by_tensor) == {"A", "B"}
+    assert set(by_tensor) == {"A", "B", "C"}  # C: the staged epilogue's TMA stores
+    assert by_tensor["C"]["box"] == [64, 64] and by_tensor["C"]["swizzle"] == 128
     assert by_tensor["A"]["swizzle"] == 128 and by_tensor["B"]["swizzle"] == 128
     assert by_tensor["A"]["box"] == [64, 128] and by_tensor["B"]["box"] == [64, 64]
-    assert [p["kind"] for p in launch["params"][:2]] == ["tensor_map", "tensor_map"]
+    assert [p["kind"] for p in launch["params"][:3]] == ["tensor_map"] * 3
     assert launch["block"][0] >= 3 * 128  # one producer and at least two consumer warpgroups
     assert launch["dynamic_smem"] <= SMEM_PER_BLOCK
 
 
 def test_attention_example_launch() -> None:
     launch = launch_of_example("attention_fwd", D=64, CAUSAL=1)
-    assert [t["tensor"] for t in launch["tma"]] == ["Q", "K", "V"]
+    assert [t["tensor"] for t in launch["tma"]] == ["Q", "K", "V", "O"]
     q = launch["tma"][0]
     # rank 4 [B, H, N, 64]: innermost first, fixed head dim folded into ints, box 1 in B and H
     assert q["dims"] == [64, "N", "H", "B"]

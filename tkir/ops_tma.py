@@ -105,9 +105,27 @@ def _copy(op: Operation) -> None:
     expect(op.attrs.get("bytes") == nbytes, f"'{op.name}' bytes must be the tile's {nbytes} B")
 
 
+def _store_staged(op: Operation) -> None:
+    n_results(op, 0)
+    expect(len(op.operands) >= 5, "'tk.store_staged' needs dst, value, staging tile and coordinates")
+    g, v, st = (x.type for x in op.operands[:3])
+    coords = op.operands[3:]
+    expect(isinstance(g, GlobalType), f"'tk.store_staged' writes a gl, not {g}")
+    expect(isinstance(v, TileType) and v.space == "rt", f"'tk.store_staged' stores an rt, not {v}")
+    expect(isinstance(st, TileType) and st.space == "st" and st.dtype == v.dtype == g.dtype,
+           f"'tk.store_staged' stages {v} through {st} into {g}: dtypes must agree")
+    expect(st.rows == v.rows and v.cols % st.cols == 0,
+           f"'tk.store_staged': {st} must have the rows of {v} and divide its columns")
+    expect(len(coords) == g.rank and all(is_int_scalar(c.type) for c in coords),
+           f"'tk.store_staged' needs {g.rank} i32 coordinates")
+    expect(isinstance(op.attrs.get("desc"), Symbol), "'tk.store_staged' needs desc = @name")
+
+
 register_op("tma.desc", _desc, pure=False, summary="a TMA descriptor spec (cuTensorMapEncodeTiled arguments)")
 register_op("tma.load", _copy, pure=False, summary="TMA copy global -> shared (one box per column panel)")
 register_op("tma.store", _copy, pure=False, summary="TMA copy shared -> global (one box per column panel)")
+register_op("tk.store_staged", _store_staged, pure=False,
+            summary="register tile -> global through a shared staging tile and TMA stores, in column chunks")
 
 
 def register_interp_handlers() -> bool:
@@ -129,6 +147,9 @@ def register_interp_handlers() -> bool:
         return False
     interp.register_handler("tma.load", lambda op, args, frame: handlers["tk.load"](op, args, frame))
     interp.register_handler("tma.store", lambda op, args, frame: handlers["tk.store"](op, args, frame))
+    # the staging tile is an implementation detail: the meaning is tk.store %G, %value, coords...
+    interp.register_handler("tk.store_staged", lambda op, args, frame: handlers["tk.store"](
+        op, [args[0], args[1], *args[3:]], frame))
     return True
 
 
