@@ -46,7 +46,8 @@ class SharedPlan:
 
 
 def tile_stage_bytes(t: TileType | VectorType) -> int:
-    size = t.nbytes
+    # padded rows (bank-conflicts' fix where no swizzle fits) take rows * (row bytes + pad)
+    size = t.nbytes + (t.rows if isinstance(t, TileType) else 1) * int(t.get("pad") or 0)
     align = int(t.get("align") or 16)
     return -(-size // align) * align
 

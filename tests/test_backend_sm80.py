@@ -20,6 +20,7 @@ import pytest
 import tkir
 from tkir.backend.fragments import NumpyBuilder, shared_offset
 from tkir.backend.llvm_text import LLVMWriter
+from tkir.backend.lower_llvm import plan_shared
 from tkir.backend.rules_registers import RegisterRules
 from tkir.backend.rules_sm80 import (
     B_PAIR_REGS,
@@ -32,6 +33,7 @@ from tkir.backend.rules_sm80 import (
 from tkir.backend.toolchain import local_memory_ops, sass_count
 from tkir.backend.values import Smem
 from tkir.layout import SharedLayout, fragment, make_layout
+from tkir.parser import parse_module
 from tkir.types import GlobalType, TileType
 
 EB = 2  # bf16
@@ -328,3 +330,17 @@ def test_sm80_row_kernels_assemble(name: str) -> None:
     k = tkir.compile(f"examples/{name}.tk", target="sm_80")
     sass = k.asm["sass"]
     assert "LDG.E.128" in sass and not local_memory_ops(sass)
+
+
+def test_shared_plan_counts_row_padding() -> None:
+    text = """tk.kernel @k {grid = ["1"]} {
+  ^(%A: gl<bf16>[M, K])
+  %a = tk.alloc : st<bf16, 64, 40, pad=16>
+  %b = tk.alloc : st<bf16, 64, 64, swizzle=128, align=1024>
+}
+"""
+    kernel = parse_module(text, "k.tkir").kernel
+    allocs = [op for op in kernel.walk() if op.name == "tk.alloc"]
+    plan = plan_shared(kernel)
+    a_bytes = SharedLayout("bf16", 64, 40, 0, 16).size_bytes  # 64 x (80 + 16)
+    assert plan.offsets[id(allocs[1].result)] >= a_bytes
