@@ -184,10 +184,12 @@ def _pipeline(kernel: Operation, loop: Operation) -> None:
         and op.name != "pipe.copy")
     # keep one wgmma group in flight: the stage read by iteration k is released after iteration k+1
     # has issued its mma and waited for k's (CUTLASS's K_PIPE_MMAS = 1; HOPPER.md §1.4)
+    # (needs two stages or more: with one, the next iteration's load waits for this release)
+    defer = stages >= 2
     for op in lb.ops:
-        if op.name == "tk.mma" and _feeds_only_yield(op, lb):
+        if defer and op.name == "tk.mma" and _feeds_only_yield(op, lb):
             op.attrs["async_groups"] = 1
-    arrive = Operation("pipe.arrive", [empty, cs], attrs={"deferred": True})
+    arrive = Operation("pipe.arrive", [empty, cs], attrs={"deferred": True} if defer else {})
     lb.ops.insert(last_use + 1, arrive)
     arrive.parent = lb
 

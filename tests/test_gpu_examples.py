@@ -28,6 +28,8 @@ CASES = [
     ("attention_fwd", dict(B=2, H=4, N=512), {}),
     ("attention_fwd", dict(B=1, H=2, N=1024), {"CAUSAL": 1}),
     ("attention_fwd", dict(B=2, H=2, N=256), {"D": 64, "CAUSAL": 1}),
+    ("attention_fwd", dict(B=2, H=4, N=512), {"BQ": 128, "STAGES": 3}),             # the bench config
+    ("attention_fwd", dict(B=1, H=2, N=1024), {"BQ": 128, "STAGES": 3, "CAUSAL": 1}),
 ]
 
 

@@ -7,7 +7,7 @@ OUT=${OUT:-/tmp/tkir-out}
 SIZE="--size M=4096 --size N=4096 --size K=4096"
 run() {  # name, then tkc bench flags
   local name=$1; shift
-  tkc bench examples/gemm.tk $SIZE --reps 30 --variant "$name" --json "$OUT/ablation_$name.json" "$@" \
+  timeout 90 tkc bench examples/gemm.tk $SIZE --reps 30 --variant "$name" --json "$OUT/ablation_$name.json" "$@" \
     2>&1 | grep -E "^gemm|error" || echo "$name: failed (see above)"
 }
 run full
@@ -15,6 +15,7 @@ run stages3 -D STAGES=3
 run stages2 -D STAGES=2
 run stages1 -D STAGES=1
 run rowmajor --group-m 1
+run group16 --group-m 16
 run no_tma --no-tma
 run sm_80 --target sm_80
 run swizzle_none --swizzle=none
