@@ -12,7 +12,7 @@ fi
 python3 -m pip install -q --no-deps --no-build-isolation -e . >"$OUT/install.log" 2>&1 || { cat "$OUT/install.log"; exit 1; }
 export PYTHONUNBUFFERED=1 TKIR_CACHE=0
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv >"$OUT/gpu.txt" 2>&1
-python3 -m pytest -q -m gpu tests/ 2>&1 | tee "$OUT/gpu_tests.log" | tail -15
+python3 -m pytest -q -m gpu --timeout 60 tests/ 2>&1 | tee "$OUT/gpu_tests.log" | tail -15
 for ex in "$@"; do
   name=$(basename "$ex" .tk)
   tkc bench "$ex" --json "$OUT/$name.json" --plot "$OUT/$name.png" 2>&1 | tee "$OUT/$name.txt"
