@@ -307,7 +307,15 @@ def _size(op: Operation, args: list, frame: Frame) -> int:
 
 
 register_handler("tk.size", _size)
-register_handler("tk.alloc", lambda op, args, frame: _zeros(op.result.type, frame.poison))
+def _alloc(op: Operation, args: list, frame: Frame) -> np.ndarray:
+    t = op.result.type
+    stages = t.get("stages") if isinstance(t, (TileType, VectorType)) else None
+    if isinstance(stages, int):  # a ring buffer (pipeline pass): one tile per stage
+        return np.stack([_zeros(t, frame.poison) for _ in range(stages)])
+    return _zeros(t, frame.poison)
+
+
+register_handler("tk.alloc", _alloc)
 register_handler("tk.fill", lambda op, args, frame: np.full(_shape(op.result.type), op.attrs["value"],
                                                              np.float32))
 
