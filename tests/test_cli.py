@@ -79,8 +79,10 @@ def test_emit_ptx_wall_time(tmp_path: Path) -> None:
     (["bench", "missing.tk"], "tkc bench: error: missing.tk: no such file"),
     (["opt", "missing.tkir"], "tkc opt: error: missing.tkir: no such file"),
     (["compile", GEMM, "-D", "BM"], "tkc compile: error: -D expects NAME=VALUE, got 'BM'"),
-    (["run", GEMM, "--interpret", "--size", "M=128", "--size", "N=256", "--size", "K=64"],
-     "tkc run: error: the interpreter has no meaning for op 'pipe.barriers'"),
+    (["run", GEMM, "--interpret", "--size", "M=128", "--size", "N=256"],
+     "tkc run: error: missing --size for K (the kernel's sizes: M, K, N)"),
+    (["run", GEMM, "--interpret", "--size", "M=128", "--size", "N=256", "--size", "K=64", "--size", "Q=1"],
+     "tkc run: error: --size Q: not a size of this kernel (its sizes: M, K, N)"),
 ])
 def test_errors_are_one_line(args: list[str], message: str) -> None:
     proc, _ = tkc(*args)

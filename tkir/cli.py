@@ -285,6 +285,22 @@ def cmd_opt(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_sizes(module, sizes: dict) -> None:
+    """Every symbolic dim of the kernel's tensors needs a --size; unknown names are errors too."""
+    from tkir.types import GlobalType
+
+    needed: list[str] = []
+    for a in module.kernel.body.args:
+        if isinstance(a.type, GlobalType):
+            needed += [d for d in a.type.dims if isinstance(d, str) and d not in needed]
+    missing = [n for n in needed if n not in sizes]
+    if missing:
+        raise UsageError(f"missing --size for {', '.join(missing)} (the kernel's sizes: {', '.join(needed)})")
+    unknown = [n for n in sizes if n not in needed]
+    if unknown:
+        raise UsageError(f"--size {unknown[0]}: not a size of this kernel (its sizes: {', '.join(needed)})")
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from tkir.examples import check_interpreted, load_companion
 
@@ -294,6 +310,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     companion = load_companion(args.file)
     sizes = _kv(args.size, "--size") or dict(companion.CHECK_SIZES[0])
     consts = _kv(args.defines, "-D")
+    _check_sizes(k.module, sizes)
     results = check_interpreted(k.module, companion, sizes, consts, seed=args.seed)
     size_txt = " ".join(f"{n}={v}" for n, v in sizes.items())
     ok = True
