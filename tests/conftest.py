@@ -93,3 +93,12 @@ def ptx_of() -> Callable[[str, str], str]:
 def vadd_ptx(ptx_of: Callable[[str, str], str]) -> Callable[[str], str]:
     """PTX of the vector add `vadd(a, b, c, n)` for a given sm_XX."""
     return lambda cpu="sm_90a": ptx_of(VADD_IR, cpu)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _private_compile_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Tests never read or write the user's ~/.cache/tkir: each session gets its own cache dir."""
+    import os
+
+    if "TKIR_CACHE_DIR" not in os.environ:
+        os.environ["TKIR_CACHE_DIR"] = str(tmp_path_factory.mktemp("tkir-cache"))
