@@ -83,5 +83,11 @@ class LLVMWriter:
             return None
         return self.op(text, hint)
 
+    def pack_bf16x2(self, lo: str, hi: str) -> str:
+        """Two bf16 values as one b32 register (low half = lo), the pair layout of every fragment."""
+        v = self.op(f"insertelement <2 x bfloat> poison, bfloat {lo}, i32 0", "pk")
+        v = self.op(f"insertelement <2 x bfloat> {v}, bfloat {hi}, i32 1", "pk")
+        return self.op(f"bitcast <2 x bfloat> {v} to i32", "bits")
+
     def sreg(self, name: str) -> str:
         return self.call("i32", f"llvm.nvvm.read.ptx.sreg.{name}", [], hint=name.replace(".", "_"))

@@ -345,9 +345,7 @@ class Sm80Rules:
                 words = []
                 for j in range(4):
                     s = mb * per_block + 8 * kk + 2 * j
-                    v = w.op(f"insertelement <2 x bfloat> poison, bfloat {a.values[s]}, i32 0", "pa")
-                    v = w.op(f"insertelement <2 x bfloat> {v}, bfloat {a.values[s + 1]}, i32 1", "pa")
-                    words.append(w.op(f"bitcast <2 x bfloat> {v} to i32", "aw"))
+                    words.append(w.pack_bf16x2(a.values[s], a.values[s + 1]))
                 steps.append(words)
             out.append(steps)
         return out
@@ -395,9 +393,7 @@ class Sm80Rules:
             idx = w.op(f"mul i64 {w.op(f'sext i32 {row} to i64', 'row64')}, {ncols64}", "idx")
             idx = w.op(f"add i64 {idx}, {w.op(f'sext i32 {col} to i64', 'col64')}", "idx")
             p = w.op(f"getelementptr bfloat, ptr addrspace(1) {plane}, i64 {idx}", "p")
-            v2 = w.op(f"insertelement <2 x bfloat> poison, bfloat {val.values[s]}, i32 0", "v")
-            v2 = w.op(f"insertelement <2 x bfloat> {v2}, bfloat {val.values[s + 1]}, i32 1", "v")
-            bits = w.op(f"bitcast <2 x bfloat> {v2} to i32", "bits")
+            bits = w.pack_bf16x2(val.values[s], val.values[s + 1])
             okz = w.op(f"zext i1 {ok} to i32", "okz")
             w.asm("void", ["{", ".reg .pred p;", "setp.ne.b32 p, $2, 0;", "@p st.global.b32 [$0], $1;", "}"],
                   ["l", "r", "r"], [("ptr addrspace(1)", p), ("i32", bits), ("i32", okz)])

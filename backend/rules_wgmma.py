@@ -127,9 +127,7 @@ class WgmmaRules:
                 words = []
                 for j in range(4):
                     lo, hi = a.values[mb * per_block + 8 * kk + 2 * j: mb * per_block + 8 * kk + 2 * j + 2]
-                    v = w.op(f"insertelement <2 x bfloat> poison, bfloat {lo}, i32 0", "pa")
-                    v = w.op(f"insertelement <2 x bfloat> {v}, bfloat {hi}, i32 1", "pa")
-                    words.append(w.op(f"bitcast <2 x bfloat> {v} to i32", "aw"))
+                    words.append(w.pack_bf16x2(lo, hi))
                 steps.append(words)
             out.append(steps)
         return out
@@ -214,9 +212,7 @@ class WgmmaRules:
                     idx = w.op(f"add i64 {rbase}, {col64}", "idx")
                     p = w.op(f"getelementptr bfloat, ptr addrspace(1) {ptr}, i64 {idx}", "p")
                     i0 = mb * per_block + 4 * j + 2 * h
-                    v2 = w.op(f"insertelement <2 x bfloat> poison, bfloat {val.values[i0]}, i32 0", "v")
-                    v2 = w.op(f"insertelement <2 x bfloat> {v2}, bfloat {val.values[i0 + 1]}, i32 1", "v")
-                    bits = w.op(f"bitcast <2 x bfloat> {v2} to i32", "bits")
+                    bits = w.pack_bf16x2(val.values[i0], val.values[i0 + 1])
                     okz = w.op(f"zext i1 {ok} to i32", "okz")
                     w.asm("void", ["{", ".reg .pred p;", "setp.ne.b32 p, $2, 0;", "@p st.global.b32 [$0], $1;", "}"],
                           ["l", "r", "r"], [("ptr addrspace(1)", p), ("i32", bits), ("i32", okz)])
@@ -269,9 +265,7 @@ class WgmmaRules:
         # ptxas, seeing accumulator registers read late, serializes the next tile's wgmmas (C7514)
         words = []
         for i in range(0, len(val.values), 2):
-            v2 = w.op(f"insertelement <2 x bfloat> poison, bfloat {val.values[i]}, i32 0", "v")
-            v2 = w.op(f"insertelement <2 x bfloat> {v2}, bfloat {val.values[i + 1]}, i32 1", "v")
-            words.append(w.op(f"bitcast <2 x bfloat> {v2} to i32", "bits"))
+            words.append(w.pack_bf16x2(val.values[i], val.values[i + 1]))
         n = len(words)
         ret = "{" + ", ".join(["i32"] * n) + "}"
         pinned = w.asm(ret, [""], ["=r"] * n + [str(i) for i in range(n)], [("i32", x) for x in words], "pin")

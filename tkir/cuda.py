@@ -15,20 +15,11 @@ import functools
 from collections.abc import Sequence
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 from cuda.bindings import driver as cu
 
-# tkir dtype names (tkir.types.DTYPE_BYTES) -> numpy dtypes; bf16 and fp8 come from ml_dtypes.
-NUMPY_DTYPES: dict[str, np.dtype] = {
-    "bf16": np.dtype(ml_dtypes.bfloat16),
-    "f16": np.dtype(np.float16),
-    "f32": np.dtype(np.float32),
-    "e4m3": np.dtype(ml_dtypes.float8_e4m3fn),
-    "e5m2": np.dtype(ml_dtypes.float8_e5m2),
-    "i32": np.dtype(np.int32),
-    "u32": np.dtype(np.uint32),
-}
+from tkir.types import NUMPY_DTYPES
+
 CAI_VERSION = 3  # CUDA Array Interface version this module exports
 DEVICE = 0  # tkir runs on the first device; multi-GPU is out of scope
 

@@ -24,26 +24,12 @@ import itertools
 import sys
 from collections.abc import Callable, Sequence
 
-import ml_dtypes
 import numpy as np
 
 from tkir import symexpr
 from tkir.ir import Block, Module, Operation, Value
 from tkir.ops import OPS
-from tkir.types import FLOAT_DTYPES, GlobalType, ScalarType, TileType, Type, VectorType, is_shared
-
-# IR dtype -> numpy dtype of the arrays bound to `gl` parameters. e4m3 is PTX's e4m3 (finite, NaN
-# only: "fn"), e5m2 is IEEE-like.
-NUMPY_DTYPES: dict[str, np.dtype] = {
-    "bf16": np.dtype(ml_dtypes.bfloat16),
-    "f16": np.dtype(np.float16),
-    "f32": np.dtype(np.float32),
-    "e4m3": np.dtype(ml_dtypes.float8_e4m3fn),
-    "e5m2": np.dtype(ml_dtypes.float8_e5m2),
-    "i32": np.dtype(np.int32),
-    "u32": np.dtype(np.uint32),
-    "i1": np.dtype(np.bool_),
-}
+from tkir.types import FLOAT_DTYPES, NUMPY_DTYPES, GlobalType, ScalarType, TileType, Type, VectorType, is_shared
 
 
 class InterpError(ValueError):

@@ -18,6 +18,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import ml_dtypes
+import numpy as np
+
 # dtype name -> size in bytes. fp8 names follow PTX (e4m3, e5m2).
 DTYPE_BYTES: dict[str, int] = {
     "bf16": 2,
@@ -29,6 +32,18 @@ DTYPE_BYTES: dict[str, int] = {
     "i64": 8,  # mbarrier objects (8-byte shared words)
     "u32": 4,
     "i1": 1,
+}
+# dtype name -> the numpy dtype of arrays holding it (bf16 and fp8 from ml_dtypes; e4m3 is PTX's
+# e4m3, finite with NaN only: "fn").
+NUMPY_DTYPES: dict[str, np.dtype] = {
+    "bf16": np.dtype(ml_dtypes.bfloat16),
+    "f16": np.dtype(np.float16),
+    "f32": np.dtype(np.float32),
+    "e4m3": np.dtype(ml_dtypes.float8_e4m3fn),
+    "e5m2": np.dtype(ml_dtypes.float8_e5m2),
+    "i32": np.dtype(np.int32),
+    "u32": np.dtype(np.uint32),
+    "i1": np.dtype(np.bool_),
 }
 FLOAT_DTYPES = frozenset({"bf16", "f16", "f32", "e4m3", "e5m2"})
 INT_DTYPES = frozenset({"i32", "u32", "i1"})
