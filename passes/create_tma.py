@@ -32,6 +32,7 @@ from __future__ import annotations
 import re
 
 from tkir.ir import Module, Operation
+from tkir.layout import SharedLayout, bf16_pair_pattern, conflict_degree
 from tkir.ops_tma import TMA_INNER_BYTES_ALIGN, TMA_MAX_BOX, TMA_MAX_RANK, TMA_STRIDE_ALIGN
 from tkir.passmanager import Options, Pass
 from tkir.types import DTYPE_BYTES, GlobalType, Symbol, TileType, VectorType, is_register, is_shared
@@ -103,8 +104,8 @@ class _Rewriter:
         if not (isinstance(lay, dict) and str(lay.get("kind")) == "wgmma_acc" and v.dtype == "bf16"):
             return False
         cols = min(v.cols, EPILOGUE_COLS)
-        if self.why_not(op, g, v) is not None or g.rank < 2 or v.cols % cols:
-            return False
+        if self.why_not(op, g, v) is not None or g.rank < 2 or v.cols % cols or self.options.swizzle == "none":
+            return False  # (--swizzle=none: the staging tile would need the swizzle it is denied)
         stage_t = TileType("st", v.dtype, v.rows, cols, (("swizzle", EPILOGUE_SWIZZLE), ("align", 1024)))
         box_t = TileType("st", v.dtype, WGMMA_ROWS, cols, (("swizzle", EPILOGUE_SWIZZLE),))
         if _box_problem(box_t) is not None or _stride_problem(g, g_val.name) is not None:
@@ -119,7 +120,7 @@ class _Rewriter:
         op.name = "tk.store_staged"
         op.operands = [op.operands[0], op.operands[1], alloc.result, *op.operands[2:]]
         op.attrs.pop("no_tma_reason", None)
-        op.attrs.update({"desc": Symbol(desc), "chunk_cols": cols})
+        op.attrs.update({"desc": Symbol(desc), "chunk_cols": cols, "access": _staging_accesses(stage_t, alloc)})
         return True
 
     def why_not(self, op: Operation, g: GlobalType, s: TileType | VectorType) -> str | None:
@@ -163,6 +164,18 @@ class _Rewriter:
         self.module.ops.insert(self.module.ops.index(self.kernel), desc)
         self.descs[key] = name
         return name
+
+
+def _staging_accesses(stage_t: TileType, alloc: Operation) -> list[dict]:
+    """The staged epilogue's shared accesses, as bank-conflicts reports them (it ran before this tile
+    existed): the warpgroups' bf16-pair writes, then the TMA store's read (a hardware path)."""
+    swizzled = SharedLayout(stage_t.dtype, stage_t.rows, stage_t.cols, swizzle=EPILOGUE_SWIZZLE)
+    plain = SharedLayout(stage_t.dtype, stage_t.rows, stage_t.cols)
+    write = bf16_pair_pattern("st.shared.b32", stage_t.rows, plain.row_bytes)
+    name = alloc.result.name or ""
+    return [{"op": "st.shared.b32", "tile": name, "degree": conflict_degree(write, swizzled),
+             "degree_before": conflict_degree(write, plain)},
+            {"op": "tma", "tile": name, "degree": 1, "degree_before": 1, "hardware": True}]
 
 
 def _classify(op: Operation):

@@ -11,6 +11,7 @@ from tkir.layout import (
     SWIZZLE_SPANS,
     SharedLayout,
     acc_pair_pattern,
+    bf16_pair_pattern,
     addresses,
     brute_force_wavefronts,
     conflict_degree,
@@ -119,7 +120,7 @@ def test_conversion_costs() -> None:
 @st.composite
 def emitted_accesses(draw: st.DrawFn):
     """An access pattern the passes emit, on a layout select-swizzle/bank-conflicts can choose."""
-    kind = draw(st.sampled_from(["ldmatrix", "acc_pair", "row", "core", "tma", "vector"]))
+    kind = draw(st.sampled_from(["ldmatrix", "acc_pair", "bf16_pair", "row", "core", "tma", "vector"]))
     rows = 16 * draw(st.integers(1, 4))
     span = draw(st.sampled_from(SWIZZLE_SPANS))
     pad = 0 if span else draw(st.sampled_from((0, 16, 32)))
@@ -131,6 +132,10 @@ def emitted_accesses(draw: st.DrawFn):
         cols = 8 * draw(st.integers(1, 16))
         lay = SharedLayout("f32", rows, cols, span, pad)
         acc = acc_pair_pattern("st.shared.v2", rows, cols * 4)
+    elif kind == "bf16_pair":  # the staged epilogue's writes (create-tma)
+        cols = 8 * draw(st.integers(1, 16))
+        lay = SharedLayout("bf16", rows, cols, span, pad)
+        acc = bf16_pair_pattern("st.shared.b32", rows, cols * 2)
     elif kind == "row":
         dtype = draw(st.sampled_from(("bf16", "f32")))
         cols = 16 * draw(st.integers(1, 16))

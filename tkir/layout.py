@@ -402,6 +402,19 @@ def acc_pair_pattern(op: str, rows: int, row_bytes: int) -> Access:
     return Access(op, 8, r, c)
 
 
+def bf16_pair_pattern(op: str, rows: int, row_bytes: int) -> Access:
+    """A 16-bit accumulator fragment written as bf16 pairs (st.shared.b32, the staged epilogue):
+    lane (g, q) addresses row r0 + g, bytes c0 + 4q, for each 8-row half and 16-byte (8-column) block."""
+    lane = np.arange(WARP)
+    rs, cs = [], []
+    for r0 in range(0, rows - 7, 8):
+        for c0 in range(0, row_bytes - 15, 16):
+            rs.append(r0 + lane // QUAD)
+            cs.append(c0 + 4 * (lane % QUAD))
+    r, c = _pack(rs, cs)
+    return Access(op, 4, r, c)
+
+
 def row_chunk_pattern(op: str, layout: dict, dtype: str, rows: int, cols: int) -> Access:
     """`row` tiles: every lane moves its vec-element chunk as min(16, chunk bytes)-byte pieces."""
     frag = _row_fragment(layout, rows, cols, num_threads(layout))  # (threads, steps*vec, 2)
