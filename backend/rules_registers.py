@@ -69,6 +69,14 @@ class LLVMBuilder:
         return self._bin("urem", a, b, lambda x, y: x % y)
 
 
+def pack_a_fragment(w, values: list[str], mblocks: int, ksteps: int) -> list[list[list[str]]]:
+    """A 16-bit A fragment (wgmma_a, HOPPER.md §1.6, or mma_a, §6.3 - the same order) as 4 x b32 per
+    m block and k16 step: slots 8 kk + 2j, 2j + 1 of a block are register j's low and high halves."""
+    per_block = len(values) // mblocks
+    return [[[w.pack_bf16x2(values[mb * per_block + 8 * kk + 2 * j], values[mb * per_block + 8 * kk + 2 * j + 1])
+              for j in range(4)] for kk in range(ksteps)] for mb in range(mblocks)]
+
+
 def _numeric_slots(layout: dict, shape: tuple[int, ...]) -> list[tuple[np.ndarray, ...]]:
     """Slot coordinates evaluated for every thread of the layout (compile-time analysis)."""
     from tkir.layout import num_threads

@@ -44,7 +44,7 @@ from tkir.backend.fragments import (
     shared_offset,
     slot_coords,
 )
-from tkir.backend.rules_registers import LLVMBuilder
+from tkir.backend.rules_registers import LLVMBuilder, pack_a_fragment
 from tkir.backend.values import LLVM_TYPE, Frag, LoweringError, Smem
 from tkir.ir import Operation, parent_op
 from tkir.layout import SharedLayout
@@ -332,23 +332,10 @@ class Sm80Rules:
         return [[self._ldmatrix(regs[mb, kk], 4, trans=False) for kk in range(ksteps)] for mb in range(mblocks)]
 
     def _pack_mma_a(self, a: Frag, mblocks: int, ksteps: int) -> list[list[list[str]]]:
-        """An mma_a register tile as 4 x b32 per m16 block and k16 step: slots 8 kk + 2j, 2j + 1 of
-        block mb are a(2j), a(2j+1) of register j (low, high; HOPPER.md §6.3)."""
-        w = self.w
+        """An mma_a register tile as 4 x b32 per m16 block and k16 step (HOPPER.md §6.3)."""
         if a.type.dtype != "bf16":
             raise LoweringError(None, f"backend: register A of mma.sync must be bf16, not {a.type.dtype}")
-        per_block = len(a.values) // mblocks
-        out = []
-        for mb in range(mblocks):
-            steps = []
-            for kk in range(ksteps):
-                words = []
-                for j in range(4):
-                    s = mb * per_block + 8 * kk + 2 * j
-                    words.append(w.pack_bf16x2(a.values[s], a.values[s + 1]))
-                steps.append(words)
-            out.append(steps)
-        return out
+        return pack_a_fragment(self.w, a.values, mblocks, ksteps)
 
     def _mma_sync(self, a: list[str], b: list[str], c: list[str]) -> list[str]:
         w = self.w

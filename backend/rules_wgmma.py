@@ -9,6 +9,7 @@ with predicated 32-bit stores of bf16 pairs (rows and columns past the tensor's 
 
 from __future__ import annotations
 
+from tkir.backend.rules_registers import pack_a_fragment
 from tkir.backend.values import (
     SWIZZLE_CODE,
     WGMMA_K_BYTES,
@@ -73,7 +74,7 @@ class WgmmaRules:
             a_row0 = w.op(f"mul i32 {wg}, {rows_per_wg * sw_a}", "arow")
             a_base = w.op(f"add i32 {a.addr}, {a_row0}", "abase")
         else:
-            a_words = self._pack_a(a, mblocks, ksteps)
+            a_words = pack_a_fragment(w, a.values, mblocks, ksteps)
         w.call("void", "llvm.nvvm.wgmma.fence.sync.aligned", [])
         vals = list(c.values)
         per_block = tc.cols // 2
@@ -114,23 +115,6 @@ class WgmmaRules:
         if hi >= 1 << 63:
             hi -= 1 << 64  # LLVM i64 literals are signed
         return w.op(f"or i64 {a_enc}, {hi}", "desc")
-
-    def _pack_a(self, a: Frag, mblocks: int, ksteps: int) -> list[list[list[str]]]:
-        """The A fragment as 4 x b32 (bf16 pairs) per m64 block and k16 step (HOPPER.md §1.6): slot
-        order is block-major, then 8 slots per k-step, pairs (2j, 2j+1) low/high."""
-        w = self.w
-        per_block = len(a.values) // mblocks
-        out = []
-        for mb in range(mblocks):
-            steps = []
-            for kk in range(ksteps):
-                words = []
-                for j in range(4):
-                    lo, hi = a.values[mb * per_block + 8 * kk + 2 * j: mb * per_block + 8 * kk + 2 * j + 2]
-                    words.append(w.pack_bf16x2(lo, hi))
-                steps.append(words)
-            out.append(steps)
-        return out
 
     def _wgmma(self, n: int, desc_a: str | list[str], desc_b: str, acc: list[str], trans_b: int) -> list[str]:
         w = self.w
