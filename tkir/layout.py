@@ -392,27 +392,26 @@ def ldmatrix_pattern(op: str, rows: int, row_bytes: int) -> Access:
 def acc_pair_pattern(op: str, rows: int, row_bytes: int) -> Access:
     """32-bit accumulator fragments (wgmma_acc / mma_c) moved as v2: lane (g, q) addresses row
     r0 + g, bytes c0 + 8q, for each 8-row half and each 32-byte (8-column) block (HOPPER §1.5)."""
-    lane = np.arange(WARP)
-    rs, cs = [], []
-    for r0 in range(0, rows - 7, 8):
-        for c0 in range(0, row_bytes - 31, 32):
-            rs.append(r0 + lane // QUAD)
-            cs.append(c0 + 8 * (lane % QUAD))
-    r, c = _pack(rs, cs)
-    return Access(op, 8, r, c)
+    return _quad_pair_pattern(op, rows, row_bytes, 8)
 
 
 def bf16_pair_pattern(op: str, rows: int, row_bytes: int) -> Access:
     """A 16-bit accumulator fragment written as bf16 pairs (st.shared.b32, the staged epilogue):
     lane (g, q) addresses row r0 + g, bytes c0 + 4q, for each 8-row half and 16-byte (8-column) block."""
+    return _quad_pair_pattern(op, rows, row_bytes, 4)
+
+
+def _quad_pair_pattern(op: str, rows: int, row_bytes: int, pair_bytes: int) -> Access:
+    """The accumulator fragment's pair access: the 4 lanes of a quad cover one row's 8 columns."""
     lane = np.arange(WARP)
+    block = QUAD * pair_bytes
     rs, cs = [], []
     for r0 in range(0, rows - 7, 8):
-        for c0 in range(0, row_bytes - 15, 16):
+        for c0 in range(0, row_bytes - block + 1, block):
             rs.append(r0 + lane // QUAD)
-            cs.append(c0 + 4 * (lane % QUAD))
+            cs.append(c0 + pair_bytes * (lane % QUAD))
     r, c = _pack(rs, cs)
-    return Access(op, 4, r, c)
+    return Access(op, pair_bytes, r, c)
 
 
 def row_chunk_pattern(op: str, layout: dict, dtype: str, rows: int, cols: int) -> Access:
