@@ -2,7 +2,8 @@
 
 For each size: compile, draw fresh random inputs (outputs poisoned with NaN), run once and compare
 with the companion's reference by ||out - ref|| / ||ref||; then time the tkir kernel and its peer
-(torch) in the same process with CUDA events: warm-up, the median of `reps` runs, inputs rotated
+(torch) in the same process with CUDA events, interleaved run by run (tkir, peer, tkir, peer, ...)
+so drift in clocks or temperature falls on both: warm-up, the median of `reps` runs, inputs rotated
 over enough sets that their bytes exceed 3x the 60 MB L2 and a 256 MB buffer zeroed before each run,
 so every run starts from a cold cache (METHOD.md). Needs torch and a CUDA GPU.
 
@@ -121,6 +122,29 @@ def time_ms(torch, fn_for_set, nsets: int, reps: int, warmup: int) -> float:
     return statistics.median(times)
 
 
+def time_pair_ms(torch, fns_for_set: list, nsets: int, reps: int, warmup: int) -> list[float]:
+    """Median milliseconds of each of several kernels, timed *interleaved*: rep i runs kernel 0, then
+    kernel 1, ... each after its own L2 flush and with its own CUDA events, so clock and temperature
+    drift during the run touch every kernel alike (METHOD.md: compare versions in one run)."""
+    flush = _flush_buffer(torch)
+    for i in range(warmup):
+        for f in fns_for_set:
+            f(i % nsets)()
+    torch.cuda.synchronize()
+    times: list[list[float]] = [[] for _ in fns_for_set]
+    for i in range(reps):
+        for k, f in enumerate(fns_for_set):
+            fn = f(i % nsets)
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            flush.zero_()
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            times[k].append(start.elapsed_time(end))
+    return [statistics.median(t) for t in times]
+
+
 def bench_one(path: str, companion, sizes: dict, consts: dict, *, reps: int = 20, warmup: int = 5,
               variant: str = "tkir", compile_kw: dict | None = None, peer: bool = True) -> Row:
     import torch
@@ -154,10 +178,13 @@ def bench_one(path: str, companion, sizes: dict, consts: dict, *, reps: int = 20
         out = sets[0][companion.PARAMS.index(name)]
         errs.append(_rel_err(torch, out.cpu() if host is not None else out, r))
     err = max(errs)
-    ms = time_ms(torch, lambda i: (lambda: k(*sets[i])), nsets, reps, warmup)
+    mine = lambda i: (lambda: k(*sets[i]))  # noqa: E731
     peer_ms = None
     if peer:
-        peer_ms = time_ms(torch, lambda i: companion.peer(sets[i], sizes, consts), nsets, reps, warmup)
+        ms, peer_ms = time_pair_ms(torch, [mine, lambda i: companion.peer(sets[i], sizes, consts)],
+                                   nsets, reps, warmup)
+    else:
+        ms = time_ms(torch, mine, nsets, reps, warmup)
     return Row(Path(path).stem, dict(sizes), dict(consts), variant, err, companion.TOLERANCE,
                err <= companion.TOLERANCE, ms, peer_ms, companion.PEER, companion.flops(sizes, consts),
                nbytes)

@@ -1,7 +1,8 @@
 """Lowering rules for wgmma (sm_90a): `tk.mma` on shared operands, accumulator stores.
 
 A mixin of backend.lower_llvm.KernelLowering. `tk.mma` with both operands in shared memory becomes
-`wgmma.mma_async` with 64-bit matrix descriptors (HOPPER.md §2: start address, LBO, SBO, swizzle);
+`wgmma.mma_async` with 64-bit matrix descriptors (HOPPER.md §2: start address, LBO, SBO, swizzle;
+the offsets and strides for each shared layout come from backend.wgmma_desc);
 the accumulator fragment (HOPPER.md §1.5) is a list of per-thread float values threaded through
 `wgmma.wait_group` so LLVM cannot read them early. Accumulator tiles are stored to global memory
 with predicated 32-bit stores of bf16 pairs (rows and columns past the tensor's edge are skipped).
@@ -9,9 +10,9 @@ with predicated 32-bit stores of bf16 pairs (rows and columns past the tensor's 
 
 from __future__ import annotations
 
+from tkir.backend import wgmma_desc
 from tkir.backend.rules_registers import pack_a_fragment
 from tkir.backend.values import (
-    SWIZZLE_CODE,
     WGMMA_K_BYTES,
     WGMMA_M,
     WGMMA_MAX_N,
@@ -64,12 +65,12 @@ class WgmmaRules:
             raise LoweringError(op.loc, f"backend: N={N} is not a multiple of {nchunk}")
         sw_a, sw_b = (0 if a_regs else int(ta.get("swizzle") or 0)), int(tb.get("swizzle") or 0)
         if (not sw_a and not a_regs) or not sw_b:
-            raise LoweringError(op.loc, "backend: wgmma operands need a swizzled shared layout "
-                                        "(the interleaved no-swizzle layout is not implemented)")
+            raise LoweringError(op.loc, "backend: wgmma operands need a swizzled or interleaved shared "
+                                        "layout (run select-swizzle)")
         lay = tc.get("layout")
         rows_per_wg = tc.rows // int(lay.get("wg", 1))  # type: ignore[union-attr]
         wg = (self.role or self.thread_parts()).wg  # no roles (--no-tma): warpgroup = tid / 128
-        # A (K-major): row r of panel p at base + p*rows*span + r*span; k-step advances 32 B
+        # A (K-major): this warpgroup's rows start rows_per_wg * wg rows down every panel
         if not a_regs:
             a_row0 = w.op(f"mul i32 {wg}, {rows_per_wg * sw_a}", "arow")
             a_base = w.op(f"add i32 {a.addr}, {a_row0}", "abase")
@@ -79,25 +80,18 @@ class WgmmaRules:
         vals = list(c.values)
         per_block = tc.cols // 2
         for kk in range(ksteps):
-            kbyte = kk * WGMMA_K_BYTES
             for mb in range(mblocks):
                 if a_regs:
                     desc_a = a_words[mb][kk]
                 else:
-                    a_panel = kbyte // sw_a
-                    a_off = a_panel * ta.rows * sw_a + mb * WGMMA_M * sw_a + kbyte % sw_a
-                    desc_a = self._desc(w.op(f"add i32 {a_base}, {a_off}", "aaddr"), 16, 8 * sw_a, sw_a)
+                    a_off, lbo, sbo = wgmma_desc.k_major(sw_a, ta.rows, mb * WGMMA_M, kk)
+                    desc_a = self._desc(w.op(f"add i32 {a_base}, {a_off}", "aaddr"), lbo, sbo, sw_a)
                 for nc in range(N // nchunk):
                     if trans_b:  # B stored N x K (K-major): like A
-                        b_panel = kbyte // sw_b
-                        b_off = b_panel * tb.rows * sw_b + nc * nchunk * sw_b + kbyte % sw_b
-                        desc_b = self._desc(w.op(f"add i32 {b.addr}, {b_off}", "baddr"), 16, 8 * sw_b, sw_b)
+                        b_off, lbo, sbo = wgmma_desc.k_major(sw_b, tb.rows, nc * nchunk, kk)
                     else:        # B stored K x N (N-major): panels of span bytes along N
-                        panel_cols = sw_b // ebytes
-                        panel_bytes = tb.rows * sw_b
-                        b_off = (kk * (WGMMA_K_BYTES // ebytes)) * sw_b + (nc * nchunk // panel_cols) * panel_bytes
-                        desc_b = self._desc(w.op(f"add i32 {b.addr}, {b_off}", "baddr"), panel_bytes,
-                                            8 * sw_b, sw_b)
+                        b_off, lbo, sbo = wgmma_desc.mn_major(sw_b, ebytes, tb.rows, nc * nchunk, kk)
+                    desc_b = self._desc(w.op(f"add i32 {b.addr}, {b_off}", "baddr"), lbo, sbo, sw_b)
                     lo = mb * per_block + nc * (nchunk // 2)
                     chunk = vals[lo:lo + nchunk // 2]
                     vals[lo:lo + nchunk // 2] = self._wgmma(nchunk, desc_a, desc_b, chunk, int(trans_b is False))
@@ -111,7 +105,7 @@ class WgmmaRules:
         a64 = w.op(f"zext i32 {addr} to i64", "a64")
         a_enc = w.op(f"lshr i64 {a64}, 4", "aenc")
         a_enc = w.op(f"and i64 {a_enc}, 16383", "aenc")
-        hi = ((lbo >> 4) & 0x3FFF) << 16 | ((sbo >> 4) & 0x3FFF) << 32 | SWIZZLE_CODE[swizzle] << 62
+        hi = ((lbo >> 4) & 0x3FFF) << 16 | ((sbo >> 4) & 0x3FFF) << 32 | wgmma_desc.LAYOUT_CODE[swizzle] << 62
         if hi >= 1 << 63:
             hi -= 1 << 64  # LLVM i64 literals are signed
         return w.op(f"or i64 {a_enc}, {hi}", "desc")
@@ -208,9 +202,11 @@ class WgmmaRules:
         """Each consumer warpgroup writes its rows of one column chunk into its part of the staging
         tile (bf16 pairs, 128B-swizzled panels: the fragment's 8 rows x 16 B land in 8 different bank
         groups), fences the writes into the async proxy, syncs its 128 threads on a named barrier, and
-        one thread issues a TMA store per 64-column panel and commits the bulk group. Before the next
-        chunk (or the next tile's epilogue) overwrites the staging rows, that thread waits until the
-        previous stores have read them (`cp.async.bulk.wait_group.read 0`), then the warpgroup syncs."""
+        one thread issues a TMA store per 64-column panel and commits the bulk group. Chunks take the
+        staging tile's `buffers` parts in turn; before a chunk overwrites its part, that thread waits
+        until at most `buffers - 1` stores are still reading shared memory (`cp.async.bulk.wait_group
+        .read`), i.e. until the store that last used this part has read it, then the warpgroup syncs.
+        With two buffers the warpgroup writes one half while the copy engine reads the other."""
         w = self.w
         dst, val, stage = (self.get(v) for v in op.operands[:3])
         assert isinstance(dst, tuple) and isinstance(val, Frag) and isinstance(stage, Smem)
@@ -230,6 +226,10 @@ class WgmmaRules:
         slab = t.rows // int(t.get("layout").get("wg", 1))  # type: ignore[union-attr]
         span, panel_cols = 128, 64
         chunk = int(op.attrs["chunk_cols"])
+        buffers = int(op.attrs.get("buffers") or 1)
+        if chunk % panel_cols or chunk * buffers != st_t.cols:
+            raise LoweringError(op.loc, f"backend: {buffers} staging buffers of {chunk} columns do not "
+                                        f"fill the {st_t.cols}-column staging tile")
         panels = chunk // panel_cols
         panel_bytes = st_t.rows * span
         per_block = t.cols // 2
@@ -254,8 +254,10 @@ class WgmmaRules:
         ret = "{" + ", ".join(["i32"] * n) + "}"
         pinned = w.asm(ret, [""], ["=r"] * n + [str(i) for i in range(n)], [("i32", x) for x in words], "pin")
         words = [w.op(f"extractvalue {ret} {pinned}, {i}", "wd") for i in range(n)]
+        wait = f"cp.async.bulk.wait_group.read {buffers - 1};"
         for c in range(t.cols // chunk):
-            self._if(lead, lambda: self.w.asm("void", ["cp.async.bulk.wait_group.read 0;"], [], []))
+            first_panel = (c % buffers) * panels  # this chunk's part of the staging tile
+            self._if(lead, lambda: self.w.asm("void", [wait], [], []))
             w.asm("void", ["bar.sync $0, 128;"], ["r"], [("i32", bar_id)])
             for mb in range(mblocks):
                 for h in range(2):
@@ -263,7 +265,7 @@ class WgmmaRules:
                     srow = w.op(f"add i32 {wg_row}, {row}", "srow")
                     for j in range(chunk // 8):
                         col = 8 * j  # + 2q, within the chunk
-                        p = col // panel_cols
+                        p = first_panel + col // panel_cols
                         byte = w.op(f"add i32 {w.op(f'shl i32 {q}, 2', 'q4')}, {(col % panel_cols) * 2}", "b")
                         off = w.op(f"add i32 {w.op(f'mul i32 {srow}, {span}', 'ro')}, {byte}", "o")
                         sw = w.op(f"and i32 {w.op(f'lshr i32 {off}, 3', 's3')}, 112", "sw")
@@ -274,10 +276,10 @@ class WgmmaRules:
             w.asm("void", ["fence.proxy.async.shared::cta;"], [], [])
             w.asm("void", ["bar.sync $0, 128;"], ["r"], [("i32", bar_id)])
 
-            def issue(c: int = c) -> None:
+            def issue(c: int = c, first_panel: int = first_panel) -> None:
                 for p in range(panels):
                     so = w.op(f"mul i32 {wg_row}, {span}", "so")
-                    sp = w.op(f"add i32 {so}, {p * panel_bytes}", "sp")
+                    sp = w.op(f"add i32 {so}, {(first_panel + p) * panel_bytes}", "sp")
                     src = w.op(f"add i32 {stage.addr}, {sp}", "src")
                     x = w.op(f"add i32 {col0}, {c * chunk + p * panel_cols}", "x")
                     xs = [x, row0] + [coords[nlead - 1 - i] for i in range(nlead)]

@@ -13,7 +13,6 @@ REGS_PER_SM = 65_536        # HOPPER.md §7.3
 WGMMA_M = 64                # every wgmma has M = 64 (HOPPER.md §1.2)
 WGMMA_K_BYTES = 32          # one wgmma k-step reads 32 bytes of K per row (HOPPER.md §0)
 WGMMA_MAX_N = 256
-SWIZZLE_CODE = {128: 1, 64: 2, 32: 3}  # descriptor bits 63-62 (HOPPER.md §2.1)
 
 LLVM_TYPE = {"f32": "float", "bf16": "bfloat", "f16": "half", "i32": "i32", "u32": "i32", "i64": "i64"}
 HEADER = """target triple = "nvptx64-nvidia-cuda"

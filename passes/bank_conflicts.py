@@ -120,7 +120,8 @@ def swizzle_problem(layout: SharedLayout, uses: list[TileUse]) -> str | None:
     for u in uses:
         if u.consumer == "wgmma" and layout.swizzle == 0 and layout.row_bytes != CHUNK_BYTES:
             return (f"wgmma reads an unswizzled operand only as 16-byte rows of core matrices, "
-                    f"not {layout.row_bytes}-byte rows (HOPPER.md §2.3)")
+                    f"not {layout.row_bytes}-byte rows (HOPPER.md §2.3); the interleaved layout "
+                    f"(16-byte panels) is the unswizzled form it reads")
     return None
 
 
@@ -147,7 +148,8 @@ def tile_uses(root: Operation, tile: Value, options: Options) -> list[TileUse]:
         fill = name in ("tk.load", "tma.load") and not op.results and idx == 0
         drain = name in ("tk.store", "tma.store") and idx == 1 and isinstance(op.operands[0].type, GlobalType)
         if fill or drain:
-            acc = tma_pattern(rows, row_bytes)
+            box = lay.swizzle if lay.swizzle and row_bytes > lay.swizzle else row_bytes  # create-tma's boxes
+            acc = tma_pattern(rows, row_bytes, box)
             if options.no_tma or op.attrs.get("no_tma"):
                 acc.op, acc.hardware = "cp.async", False
             out.append(TileUse(op, acc, "tma" if acc.hardware else "ldst"))

@@ -5,7 +5,8 @@ Rewrites, in every kernel:
   (shared -> global) into `tma.store`, same operands, with attrs `desc = @G_tma`, `boxes`, `bytes`;
 * adds one `tma.desc` per (tensor, box, swizzle) before the kernel (identical ones are shared):
   dims innermost first, byte strides as size expressions (fixed sizes folded to ints), box, element
-  strides 1, the tile's swizzle (the one select-swizzle wrote in its type), L2 promotion 128 B
+  strides 1, the tile's swizzle (the one select-swizzle wrote in its type; 0 for an interleaved
+  tile, whose 16-byte panels are unswizzled boxes), L2 promotion 128 B
   (CUTLASS's default, HOPPER.md §4.1) and out-of-bounds fill "zero", so partial edge tiles work.
 
 Box shape (HOPPER.md §3.4, §4.1). A shared tile `st<T, R, C, swizzle=S>` whose row is wider than the
@@ -22,7 +23,10 @@ Copies that stay as they are, with `no_tma_reason = "..."` saying why (the repor
 * register <-> global copies (`tk.load` into an rt/rv, `tk.store` of an rt/rv), with one exception:
   a bf16 mma accumulator stored to global (the epilogue) becomes `tk.store_staged` through a
   `rows x 128` staging tile (32 KB for gemm's 128-row tile, a quarter of what staging the whole
-  128x256 tile would cost, so the 4 pipeline stages still fit) and TMA stores. Other register
+  128x256 tile would cost, so the 4 pipeline stages still fit) and TMA stores. The tile is written
+  `chunk_cols` = 64 columns at a time into alternating halves (`buffers = 2`), so the warpgroup
+  writes one half while the copy engine reads the other; pass option `epilogue_chunk=128` (one
+  buffer) is the single-buffered ablation. Other register
   copies use the backend's vectorised ld/st.global, which already moves full 16-byte sectors.
 Assumes select-swizzle has run if swizzles are wanted (an st without `swizzle=` is unswizzled).
 """
@@ -32,17 +36,19 @@ from __future__ import annotations
 import re
 
 from tkir.ir import Module, Operation
-from tkir.layout import SharedLayout, bf16_pair_pattern, conflict_degree
+from tkir.layout import SharedLayout, bf16_pair_pattern, conflict_degree, tma_swizzle
 from tkir.ops_tma import TMA_INNER_BYTES_ALIGN, TMA_MAX_BOX, TMA_MAX_RANK, TMA_STRIDE_ALIGN
-from tkir.passmanager import Options, Pass
+from tkir.passmanager import Options, Pass, PassError
 from tkir.types import DTYPE_BYTES, GlobalType, Symbol, TileType, VectorType, is_register, is_shared
 
 TMA_MIN_SM = 90                # cp.async.bulk.tensor: sm_90 and later (HOPPER.md §4.4)
 L2_PROMOTION_BYTES = 128       # CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CUTLASS's default (HOPPER.md §4.1)
 OOB_FILL = "zero"              # CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE: out-of-bounds elements read as 0
 
-EPILOGUE_COLS = 128           # staged epilogue chunk: 64 rows x 128 bf16 per warpgroup = 16 KB
+EPILOGUE_COLS = 128           # staging tile: 64 rows x 128 bf16 per warpgroup = 16 KB
+EPILOGUE_CHUNK = 64           # columns written and stored at a time: two 8 KB buffers per warpgroup
 EPILOGUE_SWIZZLE = 128        # the fragment's 8-row x 16 B writes are conflict-free under 128B swizzle
+EPILOGUE_PANEL_COLS = 64      # one 128-byte swizzle panel of bf16: the TMA store box width
 WGMMA_ROWS = 64               # one warpgroup's accumulator rows (HOPPER.md §1.2): one TMA box of rows
 
 REGISTER_LOAD_REASON = "register tile: loaded with ld.global (create-tma stages no register copies)"
@@ -106,6 +112,10 @@ class _Rewriter:
         cols = min(v.cols, EPILOGUE_COLS)
         if self.why_not(op, g, v) is not None or g.rank < 2 or v.cols % cols or self.options.swizzle == "none":
             return False  # (--swizzle=none: the staging tile would need the swizzle it is denied)
+        chunk = min(cols, int(self.options.extra.get("epilogue_chunk", EPILOGUE_CHUNK)))  # type: ignore[arg-type]
+        if chunk % EPILOGUE_PANEL_COLS or cols % chunk:
+            raise PassError(op.loc, f"epilogue_chunk={chunk}: must be a multiple of {EPILOGUE_PANEL_COLS} "
+                                    f"columns that divides the {cols}-column staging tile")
         stage_t = TileType("st", v.dtype, v.rows, cols, (("swizzle", EPILOGUE_SWIZZLE), ("align", 1024)))
         box_t = TileType("st", v.dtype, WGMMA_ROWS, cols, (("swizzle", EPILOGUE_SWIZZLE),))
         if _box_problem(box_t) is not None or _stride_problem(g, g_val.name) is not None:
@@ -120,7 +130,8 @@ class _Rewriter:
         op.name = "tk.store_staged"
         op.operands = [op.operands[0], op.operands[1], alloc.result, *op.operands[2:]]
         op.attrs.pop("no_tma_reason", None)
-        op.attrs.update({"desc": Symbol(desc), "chunk_cols": cols, "access": _staging_accesses(stage_t, alloc)})
+        op.attrs.update({"desc": Symbol(desc), "chunk_cols": chunk, "buffers": cols // chunk,
+                         "access": _staging_accesses(stage_t, alloc)})
         return True
 
     def why_not(self, op: Operation, g: GlobalType, s: TileType | VectorType) -> str | None:
@@ -156,7 +167,7 @@ class _Rewriter:
             "strides": [_product(dims[:i], eb) for i in range(1, g.rank)],
             "box": box,
             "elem_strides": [1] * g.rank,
-            "swizzle": swizzle,
+            "swizzle": tma_swizzle(swizzle),
             "l2_promotion": L2_PROMOTION_BYTES,
             "oob_fill": OOB_FILL,
         }

@@ -52,3 +52,22 @@ def test_row_kernels_assemble_without_local_memory(name: str, target: str) -> No
     k = tkir.compile(f"examples/{name}.tk", target=target)
     sass = k.asm["sass"]
     assert "LDG.E.128" in sass and not local_memory_ops(sass)  # 16-byte global loads, no spills
+
+
+@pytest.mark.parametrize("path, consts", [("examples/gemm.tk", {}), ("examples/attention_fwd.tk", {}),
+                                          ("examples/attention_fwd.tk", {"D": 64, "CAUSAL": 1})])
+def test_swizzle_none_uses_interleaved_operands(path: str, consts: dict) -> None:
+    """--swizzle=none: wgmma operands in the interleaved layout (16-byte panels), filled by
+    unswizzled TMA boxes 16 bytes wide; descriptors carry layout code 0 (no swizzle)."""
+    k = tkir.compile(path, swizzle="none", **consts)
+    for t in k.launch["tma"]:
+        assert t["swizzle"] == 0
+        if t["tensor"] in ("A", "B", "Q", "K", "V"):
+            assert t["box"][0] * 2 == 16, t
+    sass = k.asm["sass"]
+    assert "HGMMA" in sass and "UTMALDG" in sass and not local_memory_ops(sass)
+    res = k.asm["ptxas"]
+    assert not [w for w in res.warnings if any(c in w for c in ("C7514", "C7515", "C7511"))]
+    shared = [op.result.type for op in k.module.kernel.walk() if op.name == "tk.alloc"]
+    assert {int(t.get("swizzle") or 0) for t in shared} <= {0, 16}
+    assert any(int(t.get("swizzle") or 0) == 16 for t in shared)

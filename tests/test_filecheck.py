@@ -42,7 +42,7 @@ def expand(cmd: str, path: Path) -> str:
         if words and words[0] in TOOLS:
             words[0] = TOOLS[words[0]]
         text = " ".join(words).replace("%s", shlex.quote(str(path)))
-        stages.append(f"! {text}" if negate else text)
+        stages.append(f"{{ ! {text}; }}" if negate else text)  # `! a | b` would negate the whole pipeline
     return " | ".join(stages)
 
 
@@ -55,3 +55,13 @@ def test_filecheck(path: Path) -> None:
         r = subprocess.run(["bash", "-o", "pipefail", "-c", sh], capture_output=True, text=True,
                            cwd=HERE.parent)
         assert r.returncode == 0, f"RUN: {cmd}\n$ {sh}\n--- stdout\n{r.stdout}\n--- stderr\n{r.stderr}"
+
+
+def test_not_negates_only_its_own_stage(tmp_path: Path) -> None:
+    """`not A | filecheck` passes only when A fails *and* the checks match (a bare `! A | B` in bash
+    negates the whole pipeline, which let mismatched checks pass)."""
+    f = tmp_path / "t.tkir"
+    f.write_text("// CHECK: this text is not in the output\ntk.kernel @k {grid = [1]} {\n  ^()\n}\n")
+    for cmd in ("not tkc opt %s | filecheck %s", "tkc opt %s | filecheck %s"):
+        r = subprocess.run(["bash", "-o", "pipefail", "-c", expand(cmd, f)], capture_output=True, text=True)
+        assert r.returncode != 0, cmd

@@ -47,6 +47,7 @@ def test_example_matches_reference_on_gpu(name: str, sizes: dict, consts: dict) 
 # JIT) and the no-TMA path on sm_90a (cp.async + wgmma): ragged sizes exercise cp.async's zero fill.
 SM80 = {"target": "sm_80"}
 NO_TMA = {"no_tma": True}
+SWIZZLE_NONE = {"swizzle": "none"}  # wgmma operands in the interleaved layout, TMA boxes 16 B wide
 PATH_CASES = [
     ("gemm", dict(M=256, N=512, K=128), {}, SM80),
     ("gemm", dict(M=1000, N=744, K=520), {}, SM80),    # ragged in M, N and K
@@ -68,14 +69,23 @@ PATH_CASES = [
     ("gemm", dict(M=2048, N=2048, K=2048), {}, NO_TMA),
     ("attention_fwd", dict(B=2, H=4, N=512), {}, NO_TMA),
     ("attention_fwd", dict(B=1, H=2, N=1024), {"CAUSAL": 1}, NO_TMA),
+    ("gemm", dict(M=256, N=512, K=128), {}, SWIZZLE_NONE),
+    ("gemm", dict(M=1000, N=744, K=520), {}, SWIZZLE_NONE),
+    ("gemm", dict(M=2048, N=2048, K=2048), {}, SWIZZLE_NONE),
+    ("gemm", dict(M=1000, N=744, K=520), {}, {**SWIZZLE_NONE, **NO_TMA}),
+    ("attention_fwd", dict(B=2, H=4, N=512), {}, SWIZZLE_NONE),
+    ("attention_fwd", dict(B=2, H=2, N=256), {"D": 64, "CAUSAL": 1}, SWIZZLE_NONE),
+    ("attention_fwd", dict(B=1, H=2, N=1024), {"BQ": 128, "STAGES": 3, "CAUSAL": 1}, SWIZZLE_NONE),
 ]
+PATH_NAMES = {str(SM80): "sm80", str(NO_TMA): "notma", str(SWIZZLE_NONE): "swizzle_none",
+              str({**SWIZZLE_NONE, **NO_TMA}): "swizzle_none-notma"}
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("name, sizes, consts, compile_kw", PATH_CASES,
-                         ids=[f"{n}-{'sm80' if kw == SM80 else 'notma'}-" + "-".join(f"{k}{v}" for k, v in {**s, **c}.items())
+                         ids=[f"{n}-{PATH_NAMES[str(kw)]}-" + "-".join(f"{k}{v}" for k, v in {**s, **c}.items())
                               for n, s, c, kw in PATH_CASES])
-def test_sm80_and_no_tma_paths_match_reference_on_gpu(name: str, sizes: dict, consts: dict, compile_kw: dict) -> None:
+def test_sm80_no_tma_and_unswizzled_paths_match_reference_on_gpu(name: str, sizes: dict, consts: dict, compile_kw: dict) -> None:
     pytest.importorskip("torch")
     path = f"examples/{name}.tk"
     row = bench_one(path, load_companion(path), sizes, consts, reps=1, warmup=0, peer=False, compile_kw=compile_kw)

@@ -163,19 +163,24 @@ def compile(
     swizzle: str | None = None,
     no_tma: bool = False,
     group_m: int | None = None,
+    pass_options: dict[str, object] | None = None,
     load_passes: list[str] | None = None,
     config: PipelineConfig | None = None,
     out: io.TextIOBase | None = None,
     **consts: int | float,
 ) -> CompiledKernel:
-    """Compile a .tk kernel through the pass pipeline (the backend runs lazily on first use)."""
+    """Compile a .tk kernel through the pass pipeline (the backend runs lazily on first use).
+
+    `pass_options` become Options.extra, read by the passes (e.g. {"epilogue_chunk": 128})."""
     from tkir.passes.registry import load_registry
 
     registry = load_registry()
     for f in load_passes or []:
         load_pass_file(f, registry)
-    options = Options(target=target, swizzle=swizzle, no_tma=no_tma,
-                      extra={"group_m": group_m} if group_m else {})
+    extra = dict(pass_options or {})
+    if group_m:
+        extra["group_m"] = group_m
+    options = Options(target=target, swizzle=swizzle, no_tma=no_tma, extra=extra)
     module = build_module(path, consts)
     pipeline = passes if passes is not None else default_pipeline()
     pm = PassManager(registry, pipeline)

@@ -73,6 +73,9 @@ def _add_pass_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--no-tma", action="store_true", help="no TMA copies anywhere in the kernel")
     g.add_argument("--group-m", type=int, metavar="G",
                    help="persistent tile order: groups of G tile-rows (1 = row-major; default 8)")
+    g.add_argument("--pass-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="an option the passes read (Options.extra), e.g. epilogue_chunk=128 "
+                        "(create-tma: single-buffered epilogue); repeatable")
     g.add_argument("--target", choices=TARGETS, default="sm_90a", help="GPU target (default sm_90a)")
 
 
@@ -189,6 +192,7 @@ def _compile(args: argparse.Namespace, passes: list[str] | None = None):
         swizzle=args.swizzle,
         no_tma=args.no_tma,
         group_m=args.group_m,
+        pass_options=_kv(args.pass_option, "--pass-option"),
         load_passes=args.load_pass,
         config=_config(args),
         out=sys.stdout,
@@ -276,7 +280,7 @@ def cmd_opt(args: argparse.Namespace) -> int:
     for f in args.load_pass:
         load_pass_file(f, registry)
     pm = PassManager(registry, _names(args.passes))
-    extra = {"group_m": args.group_m} if args.group_m else {}
+    extra = {**_kv(args.pass_option, "--pass-option"), **({"group_m": args.group_m} if args.group_m else {})}
     pm.run(module, Options(target=args.target, swizzle=args.swizzle, no_tma=args.no_tma, extra=extra),
            _config(args))
     if args.time_passes:
@@ -345,7 +349,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         sizes_list = list(companion.BENCH_SIZES)
         consts_list = [dict(c, **extra) for c in companion.BENCH_CONSTS]
     kw = dict(target=args.target, swizzle=args.swizzle, no_tma=args.no_tma, load_passes=args.load_pass,
-              group_m=args.group_m)
+              group_m=args.group_m, pass_options=_kv(args.pass_option, "--pass-option"))
     if args.passes:
         kw["passes"] = _names(args.passes)
     rows = run_bench(args.file, sizes_list, consts_list, reps=args.reps, json_out=args.json, plot=args.plot,

@@ -28,6 +28,7 @@ import json
 
 from tkir.diagnostics import CompileError
 from tkir.ir import Module, Operation, Value
+from tkir.layout import tma_swizzle
 from tkir.types import DTYPE_BYTES, GlobalType, ScalarType, TileType, VectorType
 
 THREADS_PER_WARPGROUP = 128       # HOPPER.md §1.1
@@ -102,7 +103,7 @@ def _check_copies(module: Module, kernel: Operation) -> None:
         if desc.attrs["param"] != params.index(g):
             raise CompileError(op.loc, f"'{op.name}' copies %{g.name} with @{sym}, a descriptor of "
                                f"{desc.attrs['tensor']}")
-        want = int(s.type.get("swizzle", 0) or 0)
+        want = tma_swizzle(int(s.type.get("swizzle", 0) or 0))
         if desc.attrs["swizzle"] != want:
             raise CompileError(op.loc, f"'{op.name}': @{sym} has swizzle {desc.attrs['swizzle']} but the "
                                f"shared tile is {s.type} (swizzle {want})")

@@ -2,10 +2,13 @@
 
 Used by the passes infer-layouts, select-swizzle and bank-conflicts (and by tests/report):
 
-* `swizzle(o, span)`: the byte-offset XOR of HOPPER.md §3.1 (128B/64B/32B).
-* `SharedLayout`: where logical byte (row, byte column) of a shared tile lives. A swizzled tile is
-  stored as column panels of `span` bytes (panel-major, rows at `span` pitch inside a panel,
-  swizzled within the panel); an unswizzled one is row-major with `pad` extra bytes per row.
+* `swizzle(o, span)`: the byte-offset XOR of HOPPER.md §3.1 (128B/64B/32B; none for 16B).
+* `SharedLayout`: where logical byte (row, byte column) of a shared tile lives. A tile with a span
+  is stored as column panels of `span` bytes (panel-major, rows at `span` pitch inside a panel,
+  swizzled within the panel); span 0 is row-major with `pad` extra bytes per row. Span 16 is the
+  unswizzled *interleaved* layout (CuTe's INTERLEAVE, PTX's "no swizzling" canonical layout): each
+  16-byte column chunk is a panel, so every 8 rows x 16 B core matrix is 128 contiguous bytes. It is
+  the only unswizzled layout wgmma reads when rows are wider than 16 B (HOPPER.md §2.3-2.4).
 * `fragment(layout, dtype, shape)`: for a register layout (the dict printed as
   `layout={kind = ..., ...}`), which logical elements each thread holds, in register order.
 * `Access` + `wavefronts`: the 32-bank x 4-byte model of one warp-wide shared-memory instruction,
@@ -22,9 +25,11 @@ import numpy as np
 from tkir.types import DTYPE_BYTES, Ident
 
 # --- hardware constants (HOPPER.md §0, §3) -------------------------------------------------------
-SWIZZLE_SPANS = (0, 32, 64, 128)                       # bytes; 0 = none
-SWIZZLE_MASK = {0: 0x00, 32: 0x10, 64: 0x30, 128: 0x70}  # o ^ ((o >> 3) & mask), §3.1
-SWIZZLE_ALIGN = {0: 128, 32: 256, 64: 512, 128: 1024}  # pattern period §3.2; none: TMA's 128 B
+SWIZZLE_SPANS = (0, 32, 64, 128)  # bytes; 0 = none. The spans the passes choose between
+INTERLEAVED = 16                   # 16-byte panels, no XOR: wgmma's unswizzled operand layout (§2.3)
+SHARED_SPANS = (0, INTERLEAVED, 32, 64, 128)  # every span a SharedLayout may have
+SWIZZLE_MASK = {0: 0x00, 16: 0x00, 32: 0x10, 64: 0x30, 128: 0x70}  # o ^ ((o >> 3) & mask), §3.1
+SWIZZLE_ALIGN = {0: 128, 16: 128, 32: 256, 64: 512, 128: 1024}  # pattern period §3.2; TMA's 128 B min
 NUM_BANKS = 32            # shared memory banks
 BANK_BYTES = 4            # bytes per bank word
 WAVEFRONT_BYTES = NUM_BANKS * BANK_BYTES  # 128 bytes served per wavefront
@@ -39,6 +44,12 @@ QUAD = 4                  # lanes sharing one accumulator row (g = lane / 4)
 def swizzle(offset: int | np.ndarray, span: int) -> int | np.ndarray:
     """Physical byte offset of byte `offset` inside a swizzle pattern of `span` bytes (§3.1)."""
     return offset ^ ((offset >> 3) & SWIZZLE_MASK[span])
+
+
+def tma_swizzle(span: int) -> int:
+    """The TMA swizzle mode (bytes, 0 = CU_TENSOR_MAP_SWIZZLE_NONE) that fills a tile of this span:
+    an interleaved tile is filled unswizzled, one 16-byte-wide box per panel."""
+    return 0 if span == INTERLEAVED else span
 
 
 def dtype_bytes(dtype: str) -> int:
@@ -77,11 +88,11 @@ class SharedLayout:
 
     def problem(self) -> str | None:
         """Why this layout cannot exist, or None."""
-        if self.swizzle not in SWIZZLE_SPANS:
-            return f"swizzle must be one of {', '.join(map(str, SWIZZLE_SPANS))} bytes"
+        if self.swizzle not in SHARED_SPANS:
+            return f"swizzle must be one of {', '.join(map(str, SHARED_SPANS))} bytes"
         if self.swizzle and self.row_bytes % self.swizzle:
             return (f"rows of {self.row_bytes} bytes are not a whole number of {self.swizzle}-byte "
-                    f"swizzle panels")
+                    f"panels")
         if self.swizzle and self.pad:
             return "row padding applies to unswizzled tiles only"
         return None
@@ -448,17 +459,21 @@ def core_matrix_pattern(rows: int, row_bytes: int) -> Access:
     return Access("wgmma.desc", CHUNK_BYTES, r, c, hardware=True)
 
 
-def tma_pattern(rows: int, row_bytes: int) -> Access:
-    """TMA (or a cp.async fallback) fills the tile in row-major 16-byte chunks, lane = chunk."""
-    cpr = row_bytes // CHUNK_BYTES
-    total = rows * cpr
+def tma_pattern(rows: int, row_bytes: int, box_bytes: int | None = None) -> Access:
+    """TMA (or a cp.async fallback) fills the tile box by box (a box is `box_bytes` wide, the whole
+    row by default), each box in row-major 16-byte chunks, lane = chunk."""
+    box = box_bytes or row_bytes
+    cpb = box // CHUNK_BYTES
+    per_box = rows * cpb
+    total = per_box * (row_bytes // box)
     lane = np.arange(WARP)
     rs, cs = [], []
     for e0 in range(0, total, WARP):
         e = e0 + lane
         ok = e < total
-        rs.append(np.where(ok, e // cpr, -1))
-        cs.append(np.where(ok, (e % cpr) * CHUNK_BYTES, -1))
+        p, i = e // per_box, e % per_box
+        rs.append(np.where(ok, i // cpb, -1))
+        cs.append(np.where(ok, p * box + (i % cpb) * CHUNK_BYTES, -1))
     r, c = _pack(rs, cs)
     return Access("tma", CHUNK_BYTES, r, c, hardware=True)
 

@@ -119,6 +119,9 @@ def _store_staged(op: Operation) -> None:
     expect(len(coords) == g.rank and all(is_int_scalar(c.type) for c in coords),
            f"'tk.store_staged' needs {g.rank} i32 coordinates")
     expect(isinstance(op.attrs.get("desc"), Symbol), "'tk.store_staged' needs desc = @name")
+    chunk, buffers = op.attrs.get("chunk_cols"), op.attrs.get("buffers", 1)
+    expect(chunk is None or (isinstance(chunk, int) and isinstance(buffers, int) and chunk * buffers == st.cols),
+           f"'tk.store_staged': chunk_cols x buffers must be the staging tile's {st.cols} columns")
 
 
 register_op("tma.desc", _desc, pure=False, summary="a TMA descriptor spec (cuTensorMapEncodeTiled arguments)")

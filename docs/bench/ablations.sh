@@ -19,3 +19,4 @@ run group16 --group-m 16
 run no_tma --no-tma
 run sm_80 --target sm_80
 run swizzle_none --swizzle=none
+run epilogue_1buf --pass-option epilogue_chunk=128
