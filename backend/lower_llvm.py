@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from tkir.backend.llvm_text import LLVMWriter, f32_literal
 from tkir.backend.rules_registers import RegisterRules
 from tkir.backend.rules_sm80 import Sm80Rules
+from tkir.backend.rules_streamk import StreamKRules
 from tkir.backend.rules_wgmma import WgmmaRules
 from tkir.backend.values import (
     HEADER,
@@ -85,7 +86,7 @@ MIN_BLOCKS_STREAMING = 2   # resident blocks asked for kernels without warp spec
 MIN_REGS_STREAMING = 32    # ... unless that would leave fewer registers than this per thread
 
 
-class KernelLowering(Sm80Rules, RegisterRules, WgmmaRules):
+class KernelLowering(Sm80Rules, RegisterRules, WgmmaRules, StreamKRules):
     def __init__(self, module: Module, kernel: Operation, launch: dict, target: str):
         self.module = module
         self.kernel = kernel
@@ -117,6 +118,9 @@ class KernelLowering(Sm80Rules, RegisterRules, WgmmaRules):
             elif p["kind"] == "pointer":
                 sig.append(f"ptr addrspace(1) {name}")
                 self.params[p["tensor"]] = name
+            elif p["kind"] == "workspace":
+                sig.append(f"ptr addrspace(1) {name}")
+                self.params[p["name"]] = name
             else:
                 sig.append(f"{LLVM_TYPE[p['dtype']]} {name}")
                 if "size" in p:
@@ -214,6 +218,26 @@ class KernelLowering(Sm80Rules, RegisterRules, WgmmaRules):
 
     _op_arith_add = _op_arith_sub = _op_arith_mul = _op_arith_div = _arith
     _op_arith_rem = _op_arith_cdiv = _op_arith_min = _op_arith_max = _arith
+
+    def _op_arith_cmp(self, op: Operation) -> None:
+        a, b = (self.scalar(v) for v in op.operands)
+        pred = str(op.attrs["pred"])
+        if op.operands[0].type.dtype == "f32":
+            self.set(op.result, self.w.op(f"fcmp o{pred} float {a}, {b}", op.result.name or "c"))
+        else:
+            ipred = {"eq": "eq", "ne": "ne", "lt": "slt", "le": "sle", "gt": "sgt", "ge": "sge"}[pred]
+            self.set(op.result, self.w.op(f"icmp {ipred} i32 {a}, {b}", op.result.name or "c"))
+
+    def _op_scf_if(self, op: Operation) -> None:
+        w = self.w
+        then, done = w.label("if_then"), w.label("if_end")
+        w.cond_br(self.scalar(op.operands[0]), then, done)
+        w.start_block(then)
+        for inner in op.body.ops:
+            if inner.name != "scf.yield":
+                self.lower_op(inner)
+        w.br(done)
+        w.start_block(done)
 
     def _op_tk_size(self, op: Operation) -> None:
         self.set(op.result, self.sizes[op.attrs["name"]])

@@ -156,6 +156,8 @@ class Kernel:
         self._function: Any = None
         self._module: Any = None
         self._prepared: dict[tuple, tuple] = {}
+        self._workspaces: dict[str, tuple[int, int]] = {}  # name -> (device pointer, bytes)
+        self._launches = 0  # what `launch_count` params see: 1 on the first launch, then 2, ...
 
     def __repr__(self) -> str:
         return f"Kernel({self.name!r})"
@@ -174,7 +176,12 @@ class Kernel:
                 if len(self._prepared) >= PREPARED_CACHE:
                     self._prepared.pop(next(iter(self._prepared)))
                 self._prepared[key] = prepared
-        function, grid, block, smem, params, _keep = prepared
+        function, grid, block, smem, params, keep = prepared
+        counters = keep[2]
+        if counters:
+            self._launches += 1
+            for c in counters:
+                c.value = self._launches
         check(cu.cuLaunchKernel(function, *grid, *block, smem, _stream_handle(stream),
                                 ctypes.addressof(params), 0), f"cuLaunchKernel({self.name})")
 
@@ -186,16 +193,38 @@ class Kernel:
         for name, arr in bound.tensors.items():
             _check_device_pointer(self.name, name, arr)
         values: list[Any] = []
+        counters: list[ctypes.c_int32] = []
         for kind, value in bound.params:
             if kind == "tensor_map":
                 values.append(encode_tensor_map(value))  # 64-byte aligned 128-byte struct
             elif kind == "pointer":
                 values.append(ctypes.c_void_p(value))
+            elif kind == "workspace":
+                values.append(ctypes.c_void_p(self._workspace(*value)))
+            elif kind == "launch_count":
+                counters.append(ctypes.c_int32(0))
+                values.append(counters[-1])
             else:
                 values.append(SCALAR_CTYPES[kind](value))
         params = (ctypes.c_void_p * max(len(values), 1))(*[ctypes.addressof(v) for v in values])
-        keep = (values, [arr.obj for arr in bound.tensors.values()])
+        keep = (values, [arr.obj for arr in bound.tensors.values()], counters)
         return function, bound.grid, bound.block, bound.dynamic_smem, params, keep
+
+    def _workspace(self, name: str, nbytes: int) -> int:
+        """Device scratch memory for a `workspace` param: zeroed when allocated, then kept (and only
+        ever grown) for this kernel's later launches. Flags in it are compared with the launch count,
+        so nothing needs clearing between launches; concurrent launches of one Kernel on different
+        streams would share it, which stream-K kernels do not support."""
+        ptr, have = self._workspaces.get(name, (0, 0))
+        if have >= nbytes:
+            return ptr
+        if ptr:
+            check(cu.cuMemFree(ptr), f"cuMemFree({self.name} workspace {name})")
+        ptr = int(check(cu.cuMemAlloc(nbytes), f"cuMemAlloc({self.name} workspace {name}, {nbytes} B)"))
+        check(cu.cuMemsetD8(ptr, 0, nbytes), f"cuMemsetD8({self.name} workspace {name})")
+        check(cu.cuCtxSynchronize(), "cuCtxSynchronize")
+        self._workspaces[name] = (ptr, nbytes)
+        return ptr
 
     def _load(self) -> Any:
         if self._function is not None:
@@ -303,6 +332,13 @@ def _check_launch(launch: dict) -> dict:
                 raise bad(f"param '{p['name']}' has unsupported dtype {p.get('dtype')!r}")
             if "size" not in p and p.get("scalar") not in scalars:
                 raise bad(f"scalar param '{p['name']}' names neither a size nor a user scalar")
+        elif kind == "workspace":
+            if p.get("dtype") not in DTYPE_BYTES or not all(
+                    isinstance(d, int) or d == "NUM_SMS" for d in p.get("dims", [None])):
+                raise bad(f"workspace param '{p['name']}' needs a dtype and dims of ints or NUM_SMS")
+        elif kind == "launch_count":
+            if p.get("dtype") != "i32":
+                raise bad(f"launch_count param '{p['name']}' is i32")
         else:
             raise bad(f"param '{p.get('name')}' has unknown kind {kind!r}")
     for req in out["requires"]:
@@ -391,6 +427,11 @@ def bind(launch: dict, args: tuple[Any, ...], num_sms: int = DEFAULT_NUM_SMS) ->
             params.append(("tensor_map", tma[p["tma"]]))
         elif p["kind"] == "pointer":
             params.append(("pointer", arrays[p["tensor"]].ptr))
+        elif p["kind"] == "workspace":
+            dims = [num_sms if d == "NUM_SMS" else int(d) for d in p["dims"]]
+            params.append(("workspace", (p["name"], math.prod(dims) * DTYPE_BYTES[p["dtype"]])))
+        elif p["kind"] == "launch_count":
+            params.append(("launch_count", None))
         elif "size" in p:
             params.append((p["dtype"], _size_param(kernel, p, sizes)))
         else:

@@ -14,7 +14,7 @@ WGMMA_M = 64                # every wgmma has M = 64 (HOPPER.md §1.2)
 WGMMA_K_BYTES = 32          # one wgmma k-step reads 32 bytes of K per row (HOPPER.md §0)
 WGMMA_MAX_N = 256
 
-LLVM_TYPE = {"f32": "float", "bf16": "bfloat", "f16": "half", "i32": "i32", "u32": "i32", "i64": "i64"}
+LLVM_TYPE = {"f32": "float", "bf16": "bfloat", "f16": "half", "i32": "i32", "u32": "i32", "i64": "i64", "i1": "i1"}
 HEADER = """target triple = "nvptx64-nvidia-cuda"
 target datalayout = "e-p3:32:32-i64:64-i128:128-v16:16-v32:32-n16:32:64"
 @smem = external addrspace(3) global [0 x i8], align 1024

@@ -22,6 +22,7 @@ PASS_TABLE: dict[str, str] = {
     "pipeline": "pipeline:Pipeline",                 # ring buffers, mbarriers, producer/consumer roles
     "plan-occupancy": "plan_occupancy:PlanOccupancy",  # registers, shared memory, stages, setmaxnreg
     "persistent": "persistent:Persistent",           # one block per SM looping over tiles, grouped order
+    "stream-k": "stream_k:StreamK",                  # split the last partial wave along K over every block
 }
 
 # The tk-level pipeline `tkc compile` runs before the backend (in order).
@@ -34,6 +35,7 @@ DEFAULT_PIPELINE: list[str] = [
     "plan-occupancy",  # stages, roles and registers from the budget (before pipeline uses them)
     "pipeline",        # ring buffers, mbarriers, producer/consumer roles
     "persistent",      # one block per SM over output tiles, grouped order
+    "stream-k",        # the last partial wave's K iterations spread over every block
     "canonicalize",    # clean up what the rewrites left
 ]
 

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from tkir.diagnostics import CompileError
-from tkir.interp import interpret
+from tkir.interp import NUM_SMS, interpret
 from tkir.ir import Module
 
 # What a companion must define (checked on load, so a broken companion fails with its name).
@@ -65,7 +65,7 @@ def load_companion(tk_path: str) -> types.ModuleType:
 
 
 def check_interpreted(module: Module, companion: types.ModuleType, sizes: dict, consts: dict,
-                      seed: int | None = None) -> list[CheckResult]:
+                      seed: int | None = None, num_sms: int = NUM_SMS) -> list[CheckResult]:
     """Interpret `module` on fresh random inputs; compare each output with the reference.
 
     `seed` None draws fresh inputs every call. An output holding NaN (e.g. never written: outputs
@@ -74,7 +74,7 @@ def check_interpreted(module: Module, companion: types.ModuleType, sizes: dict, 
     rng = np.random.default_rng(seed)
     inputs = companion.make_inputs(rng, sizes, consts)
     expected = companion.reference(inputs, sizes, consts)
-    interpret(module, *inputs, sizes=dict(sizes))
+    interpret(module, *inputs, sizes=dict(sizes), num_sms=num_sms)
     results = []
     for name in companion.OUTPUTS:
         out = inputs[companion.PARAMS.index(name)].astype(np.float64)

@@ -45,8 +45,10 @@ class Frame:
     """The state of one block's execution: values by SSA value, sizes, the block index."""
 
     def __init__(self, module: Module, sizes: dict[str, int], block_id: tuple[int, int, int],
-                 poison: bool):
+                 poison: bool, shared: dict | None = None, num_sms: int = 132):
         self.module = module
+        self.shared = {} if shared is None else shared  # state every block of one run sees (workspaces)
+        self.num_sms = num_sms
         self.sizes = sizes
         self.block_id = block_id
         self.poison = poison
@@ -98,12 +100,14 @@ def register_handler(name: str, fn: Handler) -> Handler:
 
 
 def interpret(module: Module, *arrays: np.ndarray, sizes: dict[str, int] | None = None,
-              scalars: dict[str, float] | None = None, poison: bool = False) -> None:
+              scalars: dict[str, float] | None = None, poison: bool = False, num_sms: int = NUM_SMS) -> None:
     """Run the module's kernel on `arrays` (one per `gl` parameter, in order), writing outputs in place.
 
     `sizes` names sizes the arrays do not determine (or cross-checks those they do); `scalars`
     binds scalar parameters by name. `poison` fills fresh shared buffers with NaN instead of zeros,
-    so reading memory nobody wrote shows up in the outputs.
+    so reading memory nobody wrote shows up in the outputs. `num_sms` is the NUM_SMS that persistent
+    grids and workspaces see (small values exercise multi-tile and stream-K schedules on small inputs).
+    Blocks run in row-major order, or last first for a stream-K kernel (tkir/ops_streamk.py).
     """
     try:
         kernel = module.kernel
@@ -112,15 +116,19 @@ def interpret(module: Module, *arrays: np.ndarray, sizes: dict[str, int] | None 
     params = kernel.body.args
     bound_sizes = _bind_sizes(kernel, arrays, dict(sizes or {}))
     values = _bind_params(params, arrays, scalars or {})
-    env = {"NUM_SMS": NUM_SMS, **_const_sizes(kernel), **bound_sizes}
+    env = {"NUM_SMS": num_sms, **_const_sizes(kernel), **bound_sizes}
     try:
         grid = [symexpr.evaluate(g, env) for g in kernel.attrs["grid"]]
     except symexpr.SymExprError as e:
         raise InterpError(f"grid of @{kernel.symbol}: {e}") from None
     grid += [1] * (3 - len(grid))
     with np.errstate(all="ignore"):  # exp2(-inf), log(0), inf - inf: IEEE results, as on the GPU
-        for block_id in itertools.product(*(range(n) for n in grid)):
-            frame = Frame(module, bound_sizes, block_id, poison)
+        blocks = list(itertools.product(*(range(n) for n in grid)))
+        if kernel.attrs.get("stream_k"):
+            blocks.reverse()  # a tile's owner waits for partials of higher-numbered blocks
+        shared: dict = {}
+        for block_id in blocks:
+            frame = Frame(module, bound_sizes, block_id, poison, shared, num_sms)
             frame.grid = tuple(grid)
             frame.run_block(kernel.body, values)
 
@@ -419,6 +427,20 @@ def _for(op: Operation, args: list, frame: Frame) -> object:
 
 register_handler("scf.for", _for)
 
+_CMP: dict[str, Callable[[object, object], bool]] = {
+    "eq": lambda a, b: a == b, "ne": lambda a, b: a != b, "lt": lambda a, b: a < b,
+    "le": lambda a, b: a <= b, "gt": lambda a, b: a > b, "ge": lambda a, b: a >= b,
+}
+register_handler("arith.cmp", lambda op, args, frame: _CMP[str(op.attrs["pred"])](args[0], args[1]))
+
+
+def _if(op: Operation, args: list, frame: Frame) -> None:
+    if args[0]:
+        frame.run_block(op.body, [])
+
+
+register_handler("scf.if", _if)
+
 
 def _register_late_handlers() -> None:
     """Op modules imported while this one was loading (tkir.ops imports them) register their handlers now.
@@ -431,5 +453,5 @@ def _register_late_handlers() -> None:
             hook()
 
 
-LATE_HANDLER_MODULES = ("tkir.ops_tma", "tkir.ops_pipeline")
+LATE_HANDLER_MODULES = ("tkir.ops_tma", "tkir.ops_pipeline", "tkir.ops_streamk")
 _register_late_handlers()

@@ -12,7 +12,10 @@ PTX parameter order (the backend declares its kernel parameters in exactly this 
 2. one `pointer` per `gl` kernel parameter, in order (name = the parameter's name), also for tensors
    that are only reached through a tensor map;
 3. one i32 `scalar` per size name, in order of first appearance in the `gl` dims (`"size": name`);
-4. the kernel's own scalar parameters, in order (`"scalar": name`).
+4. the kernel's own scalar parameters, in order (`"scalar": name`);
+5. hidden parameters the runtime provides, in IR order: a `workspace` pointer per `tk.workspace`
+   (`dtype`, `dims` of ints and NUM_SMS: device memory zeroed once and kept across launches) and an
+   i32 `launch_count` per `tk.launch_count` (1 on the first launch of the kernel, then 2, ...).
 
 `requires` lists the run-time conditions the kernel refuses to run without (the runtime checks
 them): a size used as a tiled dim must be a multiple of the tile when the grid or a loop bound
@@ -60,6 +63,12 @@ def build_launch(module: Module, target: str) -> dict:
     ptx_params += [{"name": s, "kind": "scalar", "dtype": "i32", "size": s} for s in sizes]
     ptx_params += [{"name": s.name, "kind": "scalar", "dtype": s.type.dtype, "scalar": s.name}
                    for s in scalars]
+    for op in kernel.walk():  # hidden parameters the runtime provides (passes/stream_k.py)
+        if op.name == "tk.workspace":
+            t = op.result.type
+            ptx_params.append({"name": op.attrs["name"], "kind": "workspace", "dtype": t.dtype, "dims": list(t.dims)})
+        elif op.name == "tk.launch_count":
+            ptx_params.append({"name": op.attrs["name"], "kind": "launch_count", "dtype": "i32"})
 
     grid = [str(g) for g in kernel.attrs["grid"]]
     occ = kernel.attrs.get("occupancy")

@@ -316,6 +316,30 @@ def _yield(op: Operation) -> None:
     n_results(op, 0)
 
 
+CMP_PREDICATES = ("eq", "ne", "lt", "le", "gt", "ge")  # signed for integers, ordered for floats
+
+
+def _cmp(op: Operation) -> None:
+    """%c = arith.cmp %a, %b {pred = lt} : i1"""
+    n_operands(op, 2)
+    n_results(op, 1)
+    a, b = (v.type for v in op.operands)
+    expect(is_scalar(a) and a == b, f"'arith.cmp' compares two scalars of one type, got {a} and {b}")
+    expect(str(op.attrs.get("pred")) in CMP_PREDICATES,
+           f"'arith.cmp' needs pred = one of {', '.join(CMP_PREDICATES)}")
+    expect(op.result.type == ScalarType("i1"), f"'arith.cmp' yields i1, not {op.result.type}")
+
+
+def _if(op: Operation) -> None:
+    """scf.if %cond { ... }: the region runs when %cond (i1) is true; no results."""
+    n_operands(op, 1)
+    n_results(op, 0)
+    expect(op.operands[0].type == ScalarType("i1"), f"'scf.if' condition must be i1, not {op.operands[0].type}")
+    expect(len(op.regions) == 1 and not op.body.args, "'scf.if' has one region without arguments")
+    term = op.body.terminator
+    expect(term is None or term.name != "scf.yield" or not term.operands, "'scf.if' yields nothing")
+
+
 def _kernel(op: Operation) -> None:
     expect(op.symbol is not None, "'tk.kernel' needs a name: tk.kernel @name")
     expect(len(op.regions) == 1, "'tk.kernel' has one region")
@@ -369,7 +393,10 @@ register_op("tk.convert_layout", _convert_layout,
             summary="move a register tile/vector to another layout (via none, shuffle or smem)")
 register_op("scf.for", _for, pure=False, summary="counted loop with loop-carried values")
 register_op("scf.yield", _yield, pure=False, terminator=True, summary="loop body terminator")
+register_op("arith.cmp", _cmp, summary="scalar comparison (pred = eq, ne, lt, le, gt, ge) -> i1")
+register_op("scf.if", _if, pure=False, summary="run the region when the i1 condition holds (no results)")
 register_op("tk.kernel", _kernel, pure=False, summary="a kernel: parameters, grid, body")
 
 import tkir.ops_pipeline  # noqa: E402,F401  (registers the pipelined level's ops)
+import tkir.ops_streamk  # noqa: E402,F401  (registers tk.workspace, tk.partial_store, ...)
 import tkir.ops_tma  # noqa: E402,F401  (registers tma.desc, tma.load, tma.store)

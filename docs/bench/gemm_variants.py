@@ -18,11 +18,11 @@ from tkir.backend.bench import L2_BYTES, _rel_err, time_pair_ms
 from tkir.examples import load_companion
 
 VARIANTS = {  # name -> tkir.compile keyword arguments
-    "double-buffered epilogue (default)": {},
-    "single-buffered epilogue": {"pass_options": {"epilogue_chunk": 128}},
-    "group_m 16": {"group_m": 16},
+    "default (stream-K tail)": {},
+    "no stream-K": {"pass_options": {"stream_k": 0}},
+    "no stream-K, 1-buffer epilogue": {"pass_options": {"stream_k": 0, "epilogue_chunk": 128}},
 }
-SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192)]
+SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (6144, 6144, 6144)]
 
 
 def main() -> None:
@@ -45,8 +45,8 @@ def main() -> None:
             k(*sets[0])
             torch.cuda.synchronize()
             errs[name] = _rel_err(torch, sets[0][2], ref)
-        fns = [lambda i, k=k: (lambda: k(*sets[i])) for k in kernels.values()]
-        fns.append(lambda i: comp.peer(sets[i], sizes, {}))
+        fns = [lambda i, k=k, sets=sets: (lambda: k(*sets[i])) for k in kernels.values()]
+        fns.append(lambda i, sets=sets, sizes=sizes: comp.peer(sets[i], sizes, {}))
         times = time_pair_ms(torch, fns, nsets, args.reps, 5)
         flops = 2 * M * N * K
         peer = flops / times[-1] / 1e9

@@ -1,0 +1,273 @@
+"""stream-k: split the last partial wave of a persistent GEMM along K across every block.
+
+A persistent kernel (after `persistent`) over `T` output tiles on `P` blocks runs `ceil(T / P)`
+rounds; when `T % P` is not 0 the last round keeps only `T % P` blocks busy (4096^3 with 128x256
+tiles: 512 tiles on 132 SMs, 3.88 rounds of work in 4). This pass keeps the first `T - T % P` tiles
+data-parallel (whole tiles, as before) and spreads the K iterations of the remaining `T % P` tiles
+evenly over all `P` blocks (Stream-K, Osama et al., PPoPP 2023, "data-parallel + one-tile stream-K"):
+block `p` takes iterations `[p * S / P, (p + 1) * S / P)` of the `S = (T % P) * nk` left, which
+cross at most a few tiles.
+
+Rewrites, in each role of a kernel it applies to:
+* the persistent tile loop's upper bound becomes `%sk_dp_tiles`;
+* a second loop follows, over this block's segments: (tile, first iteration, end iteration) pieces
+  of its range. It clones the tile body with the K loop running `%sk_len` iterations from `%sk_kb`
+  (the pipeline's iteration counter continues, so stages and barrier phases stay in step);
+* in the consumer role, the tile's epilogue runs only in the tile's *owner*, the block whose
+  segment starts at iteration 0; a block whose segment starts later stores its f32 accumulator to
+  its workspace slot (`tk.partial_store`, slot = its block index, flagged with the launch count),
+  and the owner adds the partials of the blocks after it (`tk.partial_add`, which waits for each
+  flag) before the epilogue. The owner does its piece last and its helpers do theirs first, so it
+  rarely waits.
+Kernel-level ops compute the schedule and declare the workspace (`tk.workspace`, one f32 tile per
+block plus one flag per block and consumer warpgroup) and `tk.launch_count`. The kernel gains
+`stream_k = {min_iters = N}`.
+
+It applies when the consumer's K loop carries exactly one value, an f32 accumulator that starts at
+0 (`tk.fill`) and is only updated by `tk.mma` (so partial sums over K add up to the whole), and the
+producer's K loop carries none. At run time the tail is split only if every block gets at least
+`min_iters` iterations (pass option `stream_k_min_iters`, default MIN_ITERS) and there is at least
+one full round; otherwise the schedule is the plain persistent one. Pass option `stream_k=0` turns
+the pass off (the ablation). Requires every block to be resident at once (the persistent grid is at
+most one block per SM), since owners wait for other blocks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tkir.ir import Block, Module, Operation, Region, Value, clone_op, uses_of
+from tkir.passmanager import Options, Pass
+from tkir.types import I32, GlobalType, ScalarType, TileType
+
+MIN_ITERS = 4   # K iterations per block below which the tail is not split (fix-up would dominate)
+I1 = ScalarType("i1")
+
+
+class StreamK(Pass):
+    name = "stream-k"
+
+    def run(self, module: Module, options: Options) -> None:
+        if not int(options.extra.get("stream_k", 1)):  # type: ignore[call-overload]
+            return
+        min_iters = int(options.extra.get("stream_k_min_iters", MIN_ITERS))  # type: ignore[call-overload]
+        for kernel in module.kernels():
+            plan = match(kernel)
+            if plan is not None:
+                _rewrite(kernel, plan, min_iters)
+
+
+@dataclass
+class RolePlan:
+    role: Operation
+    tiles: Operation        # the persistent loop over tiles
+    kloop: Operation        # the K loop inside it
+    consumer: bool
+
+
+@dataclass
+class Plan:
+    roles: list[RolePlan]
+    pid: Value
+    ntiles: Value
+    nprog: Value
+    nk: Value
+    acc: TileType
+
+
+def match(kernel: Operation) -> Plan | None:
+    """The kernel's persistent loops and K loops, or None when the pass does not apply."""
+    if "tile_order" not in kernel.attrs or "stream_k" in kernel.attrs:
+        return None
+    roles = [op for op in kernel.body.ops if op.name == "tk.role"]
+    plans: list[RolePlan] = []
+    acc: TileType | None = None
+    for role in roles:
+        loops = [op for op in role.body.ops if op.name == "scf.for"]
+        if len(loops) != 1:
+            return None
+        tiles = loops[0]
+        kloops = [op for op in tiles.body.ops if op.name == "scf.for" and "stages" in op.attrs]
+        if len(kloops) != 1:
+            return None
+        kloop = kloops[0]
+        consumer = str(role.attrs.get("kind")) == "consumer"
+        if consumer:
+            acc = _summed_accumulator(kloop)
+            if acc is None:
+                return None
+        elif len(kloop.operands) != 3:
+            return None
+        plans.append(RolePlan(role, tiles, kloop, consumer))
+    if acc is None or sum(p.consumer for p in plans) != 1:
+        return None
+    pid, ntiles, nprog, _ = plans[0].tiles.operands
+    nk = plans[0].kloop.operands[1]
+    if any(p.tiles.operands[:3] != [pid, ntiles, nprog] or p.kloop.operands[1] is not nk for p in plans):
+        return None
+    return Plan(plans, pid, ntiles, nprog, nk, acc)
+
+
+def _summed_accumulator(kloop: Operation) -> TileType | None:
+    """The accumulator type if the loop carries one f32 tile, zero-initialised, updated only by
+    tk.mma (acc = a @ b + acc) and read by nothing else in the loop."""
+    if len(kloop.operands) != 4 or len(kloop.results) != 1:
+        return None
+    init, arg = kloop.operands[3], kloop.body.args[1]
+    t = arg.type
+    if not (isinstance(t, TileType) and t.space == "rt" and t.dtype == "f32"):
+        return None
+    fill = init.owner
+    if not (isinstance(fill, Operation) and fill.name == "tk.fill" and float(fill.attrs.get("value", 1)) == 0.0):
+        return None
+    term = kloop.body.terminator
+    upd = term.operands[0].owner if term is not None and term.operands else None
+    if not (isinstance(upd, Operation) and upd.name == "tk.mma" and upd.operands[2] is arg):
+        return None
+    if [u for u, _ in uses_of(kloop, arg)] != [upd]:
+        return None
+    return t
+
+
+class _Builder:
+    """Appends i32 arithmetic to a block (or before an anchor op)."""
+
+    def __init__(self, blk: Block, anchor: Operation | None = None):
+        self.blk, self.anchor = blk, anchor
+
+    def add(self, op: Operation) -> Operation:
+        if self.anchor is None:
+            self.blk.append(op)
+        else:
+            self.blk.insert_before(self.anchor, op)
+        return op
+
+    def op(self, name: str, operands: list[Value], rname: str | None = None, attrs: dict | None = None,
+           rtype=I32) -> Value:
+        return self.add(Operation(name, operands, [rtype], attrs or {}, result_names=[rname])).result
+
+    def const(self, v: int, name: str | None = None) -> Value:
+        return self.op("arith.const", [], name, {"value": v})
+
+
+def _rewrite(kernel: Operation, plan: Plan, min_iters: int) -> None:
+    body = kernel.body
+    b = _Builder(body, plan.roles[0].role)
+    nk, pid, nprog, ntiles = plan.nk, plan.pid, plan.nprog, plan.ntiles
+    c0, c1 = b.const(0, "sk_zero"), b.const(1, "sk_one")
+    rem = b.op("arith.rem", [ntiles, nprog], "sk_rem")
+    full = b.op("arith.min", [b.op("arith.div", [ntiles, nprog]), c1], "sk_full_round")
+    floor = b.op("arith.mul", [nprog, b.const(min_iters, "sk_min_iters")], "sk_floor")
+    enough = b.op("arith.min", [b.op("arith.div", [b.op("arith.mul", [rem, nk]), floor]), c1], "sk_enough")
+    sk_tiles = b.op("arith.mul", [b.op("arith.mul", [rem, full]), enough], "sk_tiles")
+    dp_tiles = b.op("arith.sub", [ntiles, sk_tiles], "sk_dp_tiles")
+    total = b.op("arith.mul", [sk_tiles, nk], "sk_iters")
+    begin = b.op("arith.div", [b.op("arith.mul", [pid, total]), nprog], "sk_begin")
+    end = b.op("arith.div", [b.op("arith.mul", [b.op("arith.add", [pid, c1]), total]), nprog], "sk_end")
+    first = b.op("arith.div", [begin, nk], "sk_first_tile")
+    nonempty = b.op("arith.min", [b.op("arith.sub", [end, begin]), c1], "sk_nonempty")
+    nsegs = b.op("arith.mul", [nonempty, b.op("arith.sub", [b.op("arith.cdiv", [end, nk]), first])], "sk_segments")
+    acc = plan.acc
+    wg = int((acc.get("layout") or {}).get("wg", 1))  # type: ignore[union-attr]
+    part = b.op("tk.workspace", [], "sk_part", {"name": "sk_part"},
+                GlobalType("f32", ("NUM_SMS", acc.rows * acc.cols)))
+    flags = b.op("tk.workspace", [], "sk_flags", {"name": "sk_flags"}, GlobalType("i32", ("NUM_SMS", wg)))
+    epoch = b.op("tk.launch_count", [], "sk_epoch", {"name": "sk_epoch"})
+    sched = dict(c0=c0, c1=c1, dp_tiles=dp_tiles, total=total, begin=begin, end=end, first=first, nk=nk,
+                 pid=pid, nprog=nprog, part=part, flags=flags, epoch=epoch)
+    for rp in plan.roles:
+        _add_segment_loop(rp, nsegs, sched)
+    kernel.attrs["stream_k"] = {"min_iters": min_iters}
+
+
+def _add_segment_loop(rp: RolePlan, nsegs: Value, s: dict[str, Value]) -> None:
+    tiles = rp.tiles
+    tiles.operands[1] = s["dp_tiles"]
+    blk = Block()
+    seg = blk.add_arg(Value(I32, "seg"))
+    it0 = blk.add_arg(Value(I32, "sk_iter0"))
+    b = _Builder(blk)
+    t_local = b.op("arith.add", [s["first"], seg], "sk_tile_local")
+    tile = b.op("arith.add", [s["dp_tiles"], t_local], "sk_tile")
+    tbase = b.op("arith.mul", [t_local, s["nk"]], "sk_tile_base")
+    kb = b.op("arith.max", [b.op("arith.sub", [s["begin"], tbase]), s["c0"]], "sk_kb")
+    ke = b.op("arith.min", [b.op("arith.sub", [s["end"], tbase]), s["nk"]], "sk_ke")
+    length = b.op("arith.sub", [ke, kb], "sk_len")
+    mapping: dict[Value, Value] = {tiles.body.args[0]: tile, tiles.body.args[1]: it0}
+    term = tiles.body.terminator
+    next_op = term.operands[0].owner if term is not None and term.operands else None
+    kloop_clone: Operation | None = None
+    epilogue: list[Operation] = []  # consumer ops after the K loop: they move into the owner's branch
+    tail: list[Operation] = []      # iteration bookkeeping and the yield: they stay last
+    for op in tiles.body.ops:
+        new = clone_op(op, mapping)
+        if op is rp.kloop:
+            kloop_clone = new
+            _offset_k_loop(new, s["c0"], length, kb)
+            blk.append(new)
+        elif kloop_clone is None:
+            blk.append(new)
+        elif op is next_op:  # iter_next = iter0 + (iterations run here)
+            new.operands = [length if v is s["nk"] else v for v in new.operands]
+            tail.append(new)
+        elif op is term:
+            tail.append(new)
+        elif rp.consumer:
+            epilogue.append(new)
+        else:
+            blk.append(new)
+    assert kloop_clone is not None
+    if rp.consumer:
+        _owner_epilogue(blk, kloop_clone, epilogue, kb, t_local, s)
+    for op in tail:
+        blk.append(op)
+    loop = Operation("scf.for", [s["c0"], nsegs, s["c1"], tiles.result], [I32], regions=[Region(blk)],
+                     result_names=["sk_iters_done"])
+    rp.role.body.append(loop)
+
+
+def _offset_k_loop(kloop: Operation, c0: Value, length: Value, kb: Value) -> None:
+    """Run the loop `length` iterations; the body sees k = index + kb, except the pipeline's
+    iteration counter (index + iter0), which counts iterations actually run."""
+    kloop.operands[0], kloop.operands[1] = c0, length
+    body = kloop.body
+    idx = body.args[0]
+    first = body.ops[0]
+    k = Operation("arith.add", [idx, kb], [I32], result_names=["sk_k"])
+    body.insert_before(first, k)
+    for op in kloop.walk():
+        if op is k or op is kloop or op.attrs.get("iteration") is True:
+            continue
+        op.operands = [k.result if v is idx else v for v in op.operands]
+
+
+def _owner_epilogue(blk: Block, kloop: Operation, epilogue: list[Operation], kb: Value, t_local: Value,
+                    s: dict[str, Value]) -> None:
+    b = _Builder(blk)
+    acc = kloop.result
+    helper = b.op("arith.cmp", [kb, s["c0"]], "sk_helper", {"pred": "ne"}, I1)
+    owner = b.op("arith.cmp", [kb, s["c0"]], "sk_owner", {"pred": "eq"}, I1)
+    store = Block()
+    store.append(Operation("tk.partial_store", [s["part"], s["flags"], acc, s["pid"], s["epoch"]]))
+    blk.append(Operation("scf.if", [helper], regions=[Region(store)]))
+    own = Block()
+    ob = _Builder(own)
+    p0 = ob.op("arith.add", [s["pid"], s["c1"]], "sk_peer0")
+    span = ob.op("arith.mul", [ob.op("arith.mul", [ob.op("arith.add", [t_local, s["c1"]]), s["nk"]]),
+                                s["nprog"]])
+    last = ob.op("arith.div", [ob.op("arith.sub", [span, s["c1"]]), s["total"]], "sk_last_peer")
+    stop = ob.op("arith.add", [last, s["c1"]], "sk_peer_end")
+    red = Block()
+    red.add_arg(Value(I32, "peer"))
+    a = red.add_arg(Value(acc.type, "sk_acc"))
+    add = Operation("tk.partial_add", [s["part"], s["flags"], a, red.args[0], s["epoch"]], [acc.type],
+                    result_names=["sk_sum"])
+    red.append(add)
+    red.append(Operation("scf.yield", [add.result]))
+    reduce = Operation("scf.for", [p0, stop, s["c1"], acc], [acc.type], regions=[Region(red)],
+                       result_names=["sk_total_acc"])
+    own.append(reduce)
+    for op in epilogue:
+        op.operands = [reduce.result if v is acc else v for v in op.operands]
+        own.append(op)
+    blk.append(Operation("scf.if", [owner], regions=[Region(own)]))
