@@ -90,3 +90,31 @@ def test_sm80_no_tma_and_unswizzled_paths_match_reference_on_gpu(name: str, size
     path = f"examples/{name}.tk"
     row = bench_one(path, load_companion(path), sizes, consts, reps=1, warmup=0, peer=False, compile_kw=compile_kw)
     assert row.ok, f"{name} {sizes} {consts} {compile_kw}: rel_err {row.rel_err:.3e} > {row.bound}"
+
+
+# stream-K (passes/stream_k.py): shapes whose last partial wave is split along K over all 132 SMs,
+# launched several times on fresh inputs, so the flags' launch-count epochs are exercised too.
+STREAM_K_CASES = [
+    (dict(M=4096, N=4096, K=4096), {}),                               # 512 tiles: 116 split, 56 iterations/SM
+    (dict(M=3900, N=1280, K=4000), {}),                               # ragged M and K
+    (dict(M=2944, N=1792, K=1024), {"stream_k_min_iters": 1}),        # 29 tiles over 132 SMs: up to 5 partials
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("sizes, pass_options", STREAM_K_CASES,
+                         ids=["-".join(f"{k}{v}" for k, v in s.items()) for s, _ in STREAM_K_CASES])
+def test_stream_k_gemm_repeated_launches_on_gpu(sizes: dict, pass_options: dict) -> None:
+    torch = pytest.importorskip("torch")
+    import tkir
+
+    comp = load_companion("examples/gemm.tk")
+    k = tkir.compile("examples/gemm.tk", pass_options=pass_options)
+    assert "stream_k" in k.module.kernel.attrs
+    for _ in range(3):
+        a, b, c = comp.torch_inputs(sizes, {})
+        k(a, b, c)
+        torch.cuda.synchronize()
+        ref = comp.torch_reference([a, b, c], sizes, {})["C"]
+        err = float((c.double() - ref.double()).norm() / ref.double().norm())
+        assert err <= comp.TOLERANCE, f"{sizes} {pass_options}: rel_err {err:.3e}"
