@@ -21,13 +21,14 @@ Rewrites, in each role of a kernel it applies to:
   rarely waits.
 Kernel-level ops compute the schedule and declare the workspace (`tk.workspace`, one f32 tile per
 block plus one flag per block and consumer warpgroup) and `tk.launch_count`. The kernel gains
-`stream_k = {min_iters = N}`.
+`stream_k = {min_iters = N, max_tail_pct = P}`.
 
 It applies when the consumer's K loop carries exactly one value, an f32 accumulator that starts at
 0 (`tk.fill`) and is only updated by `tk.mma` (so partial sums over K add up to the whole), and the
-producer's K loop carries none. At run time the tail is split only if every block gets at least
-`min_iters` iterations (pass option `stream_k_min_iters`, default MIN_ITERS) and there is at least
-one full round; otherwise the schedule is the plain persistent one. Pass option `stream_k=0` turns
+producer's K loop carries none. At run time the tail is split only if there is at least one full
+round, the tail fills at most `max_tail_pct` percent of the blocks (pass option `stream_k_max_tail`,
+default MAX_TAIL_PCT) and every block gets at least `min_iters` iterations (`stream_k_min_iters`,
+default MIN_ITERS); otherwise the schedule is the plain persistent one. Pass option `stream_k=0` turns
 the pass off (the ablation). Requires every block to be resident at once (the persistent grid is at
 most one block per SM), since owners wait for other blocks.
 """
@@ -40,7 +41,12 @@ from tkir.ir import Block, Module, Operation, Region, Value, clone_op, uses_of
 from tkir.passmanager import Options, Pass
 from tkir.types import I32, GlobalType, ScalarType, TileType
 
-MIN_ITERS = 4   # K iterations per block below which the tail is not split (fix-up would dominate)
+# When the split pays (measured on the H200, docs/experiments.md): the stream-K phase ran at about 75%
+# of the data-parallel rate (partials cost a 128 KB store and load each; blocks at different K offsets
+# share less of L2), so splitting a tail wave that is more than about 60% full loses (4096^3: 116 of
+# 132 tiles, -4%; 4096x4096x8192, -11%), while a tail near half full wins (8192^3: 68 of 132, +1.6%).
+MIN_ITERS = 16       # K iterations per block below which the tail is not split (fix-up would dominate)
+MAX_TAIL_PCT = 60    # split only tails that fill at most this percentage of the blocks
 I1 = ScalarType("i1")
 
 
@@ -51,10 +57,11 @@ class StreamK(Pass):
         if not int(options.extra.get("stream_k", 1)):  # type: ignore[call-overload]
             return
         min_iters = int(options.extra.get("stream_k_min_iters", MIN_ITERS))  # type: ignore[call-overload]
+        max_tail = int(options.extra.get("stream_k_max_tail", MAX_TAIL_PCT))  # type: ignore[call-overload]
         for kernel in module.kernels():
             plan = match(kernel)
             if plan is not None:
-                _rewrite(kernel, plan, min_iters)
+                _rewrite(kernel, plan, min_iters, max_tail)
 
 
 @dataclass
@@ -150,7 +157,7 @@ class _Builder:
         return self.op("arith.const", [], name, {"value": v})
 
 
-def _rewrite(kernel: Operation, plan: Plan, min_iters: int) -> None:
+def _rewrite(kernel: Operation, plan: Plan, min_iters: int, max_tail: int) -> None:
     body = kernel.body
     b = _Builder(body, plan.roles[0].role)
     nk, pid, nprog, ntiles = plan.nk, plan.pid, plan.nprog, plan.ntiles
@@ -159,7 +166,12 @@ def _rewrite(kernel: Operation, plan: Plan, min_iters: int) -> None:
     full = b.op("arith.min", [b.op("arith.div", [ntiles, nprog]), c1], "sk_full_round")
     floor = b.op("arith.mul", [nprog, b.const(min_iters, "sk_min_iters")], "sk_floor")
     enough = b.op("arith.min", [b.op("arith.div", [b.op("arith.mul", [rem, nk]), floor]), c1], "sk_enough")
-    sk_tiles = b.op("arith.mul", [b.op("arith.mul", [rem, full]), enough], "sk_tiles")
+    # 100 * rem <= max_tail * nprog, as 0 or 1: min(max(max_tail * nprog - 100 * rem + 1, 0), 1)
+    room = b.op("arith.sub", [b.op("arith.mul", [nprog, b.const(max_tail, "sk_max_tail")]),
+                              b.op("arith.mul", [rem, b.const(100)])])
+    small = b.op("arith.min", [b.op("arith.max", [b.op("arith.add", [room, c1]), c0]), c1], "sk_small_tail")
+    sk_tiles = b.op("arith.mul", [b.op("arith.mul", [b.op("arith.mul", [rem, full]), enough]), small],
+                    "sk_tiles")
     dp_tiles = b.op("arith.sub", [ntiles, sk_tiles], "sk_dp_tiles")
     total = b.op("arith.mul", [sk_tiles, nk], "sk_iters")
     begin = b.op("arith.div", [b.op("arith.mul", [pid, total]), nprog], "sk_begin")
@@ -177,7 +189,7 @@ def _rewrite(kernel: Operation, plan: Plan, min_iters: int) -> None:
                  pid=pid, nprog=nprog, part=part, flags=flags, epoch=epoch)
     for rp in plan.roles:
         _add_segment_loop(rp, nsegs, sched)
-    kernel.attrs["stream_k"] = {"min_iters": min_iters}
+    kernel.attrs["stream_k"] = {"min_iters": min_iters, "max_tail_pct": max_tail}
 
 
 def _add_segment_loop(rp: RolePlan, nsegs: Value, s: dict[str, Value]) -> None:

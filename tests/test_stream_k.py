@@ -34,6 +34,9 @@ def _count_partials(monkeypatch) -> dict[str, int]:
     return counts
 
 
+SPLIT_ALWAYS = {"stream_k_min_iters": 4, "stream_k_max_tail": 100}
+
+
 @pytest.mark.parametrize("sizes, num_sms, stores", [
     (dict(M=384, N=512, K=512), 4, 2),    # 6 tiles on 4 blocks: 2 tiles split in halves
     (dict(M=896, N=256, K=512), 4, 3),    # 7 tiles on 4: blocks cross tile boundaries
@@ -41,22 +44,28 @@ def _count_partials(monkeypatch) -> dict[str, int]:
     (dict(M=1000, N=300, K=700), 6, 4),   # ragged everything: 16 tiles on 6 blocks, 4 split
 ])
 def test_stream_k_schedule_matches_reference(monkeypatch, sizes, num_sms, stores):
-    k = tkir.compile(GEMM)
-    assert k.module.kernel.attrs["stream_k"] == {"min_iters": 4}
+    k = tkir.compile(GEMM, pass_options=SPLIT_ALWAYS)
+    assert k.module.kernel.attrs["stream_k"] == {"min_iters": 4, "max_tail_pct": 100}
     counts = _count_partials(monkeypatch)
     (res,) = check_interpreted(k.module, COMP, sizes, {}, seed=0, num_sms=num_sms)
     assert res.ok, res
     assert counts["tk.partial_store"] == stores == counts["tk.partial_add"]
 
 
-def test_no_split_below_min_iters_or_without_a_full_round(monkeypatch):
+def test_default_heuristic_splits_only_small_tails_with_enough_iterations(monkeypatch):
     k = tkir.compile(GEMM)
+    assert k.module.kernel.attrs["stream_k"] == {"min_iters": 16, "max_tail_pct": 60}
     counts = _count_partials(monkeypatch)
-    # 6 tiles, 2 left over, 2 K iterations each: 4 iterations for 4 blocks < min_iters 4 per block
-    assert check_interpreted(k.module, COMP, dict(M=384, N=512, K=128), {}, seed=0, num_sms=4)[0].ok
+    # 7 tiles on 4 blocks: the tail (3 of 4 blocks) is over 60% full: not split
+    assert check_interpreted(k.module, COMP, dict(M=896, N=256, K=2048), {}, seed=0, num_sms=4)[0].ok
+    # 6 tiles on 4: tail of 2 (50%) but 2 x 8 / 4 = 4 iterations per block < 16: not split
+    assert check_interpreted(k.module, COMP, dict(M=384, N=512, K=512), {}, seed=0, num_sms=4)[0].ok
     # 4 tiles on 132 blocks: no full round, nothing to balance
     assert check_interpreted(k.module, COMP, dict(M=256, N=512, K=512), {}, seed=0)[0].ok
     assert counts == {"tk.partial_store": 0, "tk.partial_add": 0}
+    # 6 tiles on 4, K = 2048: 2 x 32 / 4 = 16 iterations per block: split
+    assert check_interpreted(k.module, COMP, dict(M=384, N=512, K=2048), {}, seed=0, num_sms=4)[0].ok
+    assert counts == {"tk.partial_store": 2, "tk.partial_add": 2}
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -64,14 +73,14 @@ def test_no_split_below_min_iters_or_without_a_full_round(monkeypatch):
        ragged=st.booleans())
 def test_stream_k_covers_every_iteration_once(tm, tn, kt, num_sms, ragged):
     """Any tile count, block count and K (min_iters 1: split whenever there is a full round)."""
-    k = tkir.compile(GEMM, pass_options={"stream_k_min_iters": 1})
+    k = tkir.compile(GEMM, pass_options={"stream_k_min_iters": 1, "stream_k_max_tail": 100})
     sizes = dict(M=128 * tm - (37 if ragged and tm > 1 else 0), N=256 * tn, K=64 * kt - (5 if ragged else 0))
     (res,) = check_interpreted(k.module, COMP, sizes, {}, seed=tm * 100 + kt, num_sms=num_sms)
     assert res.ok, (sizes, num_sms, res)
 
 
 def test_owner_waiting_for_an_unwritten_partial_is_an_error():
-    k = tkir.compile(GEMM)
+    k = tkir.compile(GEMM, pass_options=SPLIT_ALWAYS)
     k.module.kernel.attrs.pop("stream_k")  # blocks now run first to last: owners come before helpers
     with pytest.raises(interp.InterpError, match="partial tile of block 1 has not been written"):
         check_interpreted(k.module, COMP, dict(M=384, N=512, K=512), {}, seed=0, num_sms=4)

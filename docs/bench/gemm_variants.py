@@ -18,11 +18,11 @@ from tkir.backend.bench import L2_BYTES, _rel_err, time_pair_ms
 from tkir.examples import load_companion
 
 VARIANTS = {  # name -> tkir.compile keyword arguments
-    "default (stream-K tail)": {},
-    "no stream-K": {"pass_options": {"stream_k": 0}},
-    "no stream-K, 1-buffer epilogue": {"pass_options": {"stream_k": 0, "epilogue_chunk": 128}},
+    "default": {},
+    "no stream-K pass": {"pass_options": {"stream_k": 0}},
+    "stream-K on every tail": {"pass_options": {"stream_k_max_tail": 100}},
 }
-SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (6144, 6144, 6144)]
+SHAPES = [(2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192), (6144, 6144, 6144)]
 
 
 def main() -> None:
