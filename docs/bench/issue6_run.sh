@@ -17,7 +17,9 @@ if grep -q "FAILED.*swizzle_none" "$R/gpu_tests.log" && [ -f scratch/s2/probe_in
 fi
 timeout 150 python3 docs/bench/gemm_variants.py --json "$R/gemm_variants.json" >"$R/gemm_variants.txt" 2>&1
 timeout 200 tkc bench examples/gemm.tk --json "$R/gemm.json" --plot "$R/gemm.png" >"$R/gemm.txt" 2>&1
-timeout 100 tkc bench examples/attention_fwd.tk --json "$R/attention_fwd.json" >"$R/attention_fwd.txt" 2>&1
+for ex in attention_fwd softmax layernorm rotary; do
+  timeout 100 tkc bench "examples/$ex.tk" --json "$R/$ex.json" --plot "$R/$ex.png" >"$R/$ex.txt" 2>&1
+done
 OUT="$R" timeout 150 bash docs/bench/ablations.sh >"$R/ablations.txt" 2>&1
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv >>"$R/gpu.txt" 2>&1
 tar czf "$OUT/results.tgz" -C "$R" .
@@ -26,7 +28,7 @@ tar czf "$OUT/results.tgz" -C "$R" .
   cat "$R/probe_interleave.txt" 2>/dev/null
   cat "$R/gemm_variants.txt"
   grep -vE "^\s*$" "$R/gemm.txt" | grep -v "bench gemm" | tail -9
-  grep -vE "^\s*$" "$R/attention_fwd.txt" | grep -v "bench att" | tail -5
+  for ex in attention_fwd softmax layernorm rotary; do grep -E "^($ex|device-to-device)" "$R/$ex.txt"; done
   cat "$R/ablations.txt"
 } >"$OUT/summary.txt"
 rm -rf "$R"
