@@ -28,9 +28,10 @@ It applies when the consumer's K loop carries exactly one value, an f32 accumula
 producer's K loop carries none. At run time the tail is split only if there is at least one full
 round, the tail fills at most `max_tail_pct` percent of the blocks (pass option `stream_k_max_tail`,
 default MAX_TAIL_PCT) and every block gets at least `min_iters` iterations (`stream_k_min_iters`,
-default MIN_ITERS); otherwise the schedule is the plain persistent one. Pass option `stream_k=0` turns
-the pass off (the ablation). Requires every block to be resident at once (the persistent grid is at
-most one block per SM), since owners wait for other blocks.
+default MIN_ITERS); otherwise the schedule is the plain persistent one. The pass runs only with pass
+option `stream_k=1` (DEFAULT_ON says why); otherwise it leaves the kernel as persistent made it.
+Requires every block to be resident at once (the persistent grid is at most one block per SM), since
+owners wait for other blocks.
 """
 
 from __future__ import annotations
@@ -45,6 +46,10 @@ from tkir.types import I32, GlobalType, ScalarType, TileType
 # of the data-parallel rate (partials cost a 128 KB store and load each; blocks at different K offsets
 # share less of L2), so splitting a tail wave that is more than about 60% full loses (4096^3: 116 of
 # 132 tiles, -4%; 4096x4096x8192, -11%), while a tail near half full wins (8192^3: 68 of 132, +1.6%).
+# Off by default: the kernel that carries both schedules measured 1-4% slower where the split does
+# not happen (2048^3: 609 vs 637 TFLOP/s; its SASS is 2.6x longer) and 1-2% faster where it does
+# (8192^3), so it is a research switch: `--pass-option stream_k=1`.
+DEFAULT_ON = 0
 MIN_ITERS = 16       # K iterations per block below which the tail is not split (fix-up would dominate)
 MAX_TAIL_PCT = 60    # split only tails that fill at most this percentage of the blocks
 I1 = ScalarType("i1")
@@ -54,7 +59,7 @@ class StreamK(Pass):
     name = "stream-k"
 
     def run(self, module: Module, options: Options) -> None:
-        if not int(options.extra.get("stream_k", 1)):  # type: ignore[call-overload]
+        if not int(options.extra.get("stream_k", DEFAULT_ON)):  # type: ignore[call-overload]
             return
         min_iters = int(options.extra.get("stream_k_min_iters", MIN_ITERS))  # type: ignore[call-overload]
         max_tail = int(options.extra.get("stream_k_max_tail", MAX_TAIL_PCT))  # type: ignore[call-overload]

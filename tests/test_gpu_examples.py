@@ -94,9 +94,9 @@ def test_sm80_no_tma_and_unswizzled_paths_match_reference_on_gpu(name: str, size
 
 # stream-K (passes/stream_k.py): shapes whose last partial wave is split along K over all 132 SMs,
 # launched several times on fresh inputs, so the flags' launch-count epochs are exercised too.
-ALWAYS = {"stream_k_max_tail": 100}
+ALWAYS = {"stream_k": 1, "stream_k_max_tail": 100}
 STREAM_K_CASES = [
-    (dict(M=8192, N=8192, K=2048), {}),                               # default heuristic: 68 tiles split
+    (dict(M=8192, N=8192, K=2048), {"stream_k": 1}),                  # default heuristic: 68 tiles split
     (dict(M=4096, N=4096, K=4096), ALWAYS),                           # 116 tiles split, 56 iterations/SM
     (dict(M=3900, N=1280, K=4000), {**ALWAYS, "stream_k_min_iters": 4}),   # ragged M and K
     (dict(M=2944, N=1792, K=1024), {**ALWAYS, "stream_k_min_iters": 1}),   # 29 tiles over 132 SMs: up to 5 partials

@@ -34,7 +34,8 @@ def _count_partials(monkeypatch) -> dict[str, int]:
     return counts
 
 
-SPLIT_ALWAYS = {"stream_k_min_iters": 4, "stream_k_max_tail": 100}
+ON = {"stream_k": 1}
+SPLIT_ALWAYS = {**ON, "stream_k_min_iters": 4, "stream_k_max_tail": 100}
 
 
 @pytest.mark.parametrize("sizes, num_sms, stores", [
@@ -53,7 +54,7 @@ def test_stream_k_schedule_matches_reference(monkeypatch, sizes, num_sms, stores
 
 
 def test_default_heuristic_splits_only_small_tails_with_enough_iterations(monkeypatch):
-    k = tkir.compile(GEMM)
+    k = tkir.compile(GEMM, pass_options=ON)
     assert k.module.kernel.attrs["stream_k"] == {"min_iters": 16, "max_tail_pct": 60}
     counts = _count_partials(monkeypatch)
     # 7 tiles on 4 blocks: the tail (3 of 4 blocks) is over 60% full: not split
@@ -73,7 +74,7 @@ def test_default_heuristic_splits_only_small_tails_with_enough_iterations(monkey
        ragged=st.booleans())
 def test_stream_k_covers_every_iteration_once(tm, tn, kt, num_sms, ragged):
     """Any tile count, block count and K (min_iters 1: split whenever there is a full round)."""
-    k = tkir.compile(GEMM, pass_options={"stream_k_min_iters": 1, "stream_k_max_tail": 100})
+    k = tkir.compile(GEMM, pass_options={**ON, "stream_k_min_iters": 1, "stream_k_max_tail": 100})
     sizes = dict(M=128 * tm - (37 if ragged and tm > 1 else 0), N=256 * tn, K=64 * kt - (5 if ragged else 0))
     (res,) = check_interpreted(k.module, COMP, sizes, {}, seed=tm * 100 + kt, num_sms=num_sms)
     assert res.ok, (sizes, num_sms, res)
@@ -86,15 +87,16 @@ def test_owner_waiting_for_an_unwritten_partial_is_an_error():
         check_interpreted(k.module, COMP, dict(M=384, N=512, K=512), {}, seed=0, num_sms=4)
 
 
-def test_stream_k_applies_to_gemm_only_and_can_be_turned_off():
-    assert "stream_k" not in tkir.compile("examples/attention_fwd.tk").module.kernel.attrs
-    off = tkir.compile(GEMM, pass_options={"stream_k": 0})
+def test_stream_k_is_opt_in_and_applies_to_gemm_only():
+    assert "stream_k" not in tkir.compile("examples/attention_fwd.tk", pass_options=ON).module.kernel.attrs
+    off = tkir.compile(GEMM)
     assert "stream_k" not in off.module.kernel.attrs
     assert {p["kind"] for p in off.launch["params"]} == {"tensor_map", "pointer", "scalar"}
+    assert "stream_k" in tkir.compile(GEMM, pass_options=ON).module.kernel.attrs
 
 
 def test_launch_description_and_binding_of_hidden_params():
-    k = tkir.compile(GEMM)
+    k = tkir.compile(GEMM, pass_options=ON)
     hidden = [p for p in k.launch["params"] if p["kind"] in ("workspace", "launch_count")]
     assert hidden == [
         {"name": "sk_part", "kind": "workspace", "dtype": "f32", "dims": ["NUM_SMS", 128 * 256]},
@@ -108,6 +110,8 @@ def test_launch_description_and_binding_of_hidden_params():
 
 
 def test_ptx_orders_partials_with_release_and_acquire():
-    ptx = tkir.compile(GEMM).asm["ptx"]
+    k = tkir.compile(GEMM, pass_options=ON)
+    ptx = k.asm["ptx"]
+    assert not k.asm["ptxas"].spill_stores and not k.asm["ptxas"].warnings
     assert "st.release.gpu.global.b32" in ptx and "ld.acquire.gpu.global.b32" in ptx
     assert "fence.acq_rel.gpu" in ptx and "ld.global.cg.v4.f32" in ptx

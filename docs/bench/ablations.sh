@@ -20,4 +20,5 @@ run no_tma --no-tma
 run sm_80 --target sm_80
 run swizzle_none --swizzle=none
 run epilogue_1buf --pass-option epilogue_chunk=128
-run no_stream_k --pass-option stream_k=0
+run stream_k --pass-option stream_k=1
+run stream_k_all --pass-option stream_k=1 --pass-option stream_k_max_tail=100

@@ -18,9 +18,9 @@ from tkir.backend.bench import L2_BYTES, _rel_err, time_pair_ms
 from tkir.examples import load_companion
 
 VARIANTS = {  # name -> tkir.compile keyword arguments
-    "default": {},
-    "no stream-K pass": {"pass_options": {"stream_k": 0}},
-    "stream-K on every tail": {"pass_options": {"stream_k_max_tail": 100}},
+    "default (data-parallel)": {},
+    "stream-K (tails <= 60% full)": {"pass_options": {"stream_k": 1}},
+    "stream-K on every tail": {"pass_options": {"stream_k": 1, "stream_k_max_tail": 100}},
 }
 SHAPES = [(2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192), (6144, 6144, 6144)]
 
