@@ -168,7 +168,7 @@ class _Rewriter:
             "box": box,
             "elem_strides": [1] * g.rank,
             "swizzle": tma_swizzle(swizzle),
-            "l2_promotion": L2_PROMOTION_BYTES,
+            "l2_promotion": int(self.options.extra.get("l2_promotion", L2_PROMOTION_BYTES)),  # type: ignore[call-overload]
             "oob_fill": OOB_FILL,
         }
         desc = Operation("tma.desc", attrs=attrs, symbol=name, loc=op.loc)

@@ -4,7 +4,9 @@ Rewrites a pipelined kernel (after `pipeline`) whose grid is 2-D, `grid = [TM, T
 rows and columns of the output):
 
 * the grid becomes `["min(TM * TN, NUM_SMS)"]` (NUM_SMS: the device's multiprocessor count, bound
-  by the runtime; 132 on an H200);
+  by the runtime; 132 on an H200), or with pass option `balanced_grid=1` the fewest blocks that
+  take the same number of rounds, `cdiv(T, cdiv(T, NUM_SMS))` (512 tiles: 128 blocks doing 4 tiles
+  each instead of 132 blocks of which 16 do 3);
 * each role's body is wrapped in `scf.for %t = block.x to TM*TN step grid.x`, carrying the pipeline's
   iteration count across tiles so that ring-buffer stages and barrier phases continue (each role
   recomputes the same sequence, so producer and consumers stay in step);
@@ -27,6 +29,7 @@ from tkir.passmanager import Options, Pass
 from tkir.types import I32
 
 DEFAULT_GROUP = 8  # Triton's matmul tutorial and CUTLASS's raster swizzle use 8
+BALANCED_GRID = 0  # pass option balanced_grid=1: as few blocks as give the same number of rounds
 
 
 class Persistent(Pass):
@@ -38,7 +41,8 @@ class Persistent(Pass):
             grid = kernel.attrs.get("grid")
             if not roles or not isinstance(grid, list) or len(grid) != 2:
                 continue
-            _make_persistent(kernel, roles, grid, options.extra.get("group_m"))
+            _make_persistent(kernel, roles, grid, options.extra.get("group_m"),
+                             bool(int(options.extra.get("balanced_grid", BALANCED_GRID))))  # type: ignore[call-overload]
 
 
 class _Builder:
@@ -77,7 +81,8 @@ class _Builder:
         raise CompileError(None, f"persistent: cannot compute grid expression {ast.unparse(n)}")
 
 
-def _make_persistent(kernel: Operation, roles: list[Operation], grid: list[str], group_m: object) -> None:
+def _make_persistent(kernel: Operation, roles: list[Operation], grid: list[str], group_m: object,
+                     balanced: bool = False) -> None:
     body = kernel.body
     group = int(group_m or (kernel.attrs.get("tile_order") or {}).get("group", DEFAULT_GROUP))
     first_role = roles[0]
@@ -97,7 +102,11 @@ def _make_persistent(kernel: Operation, roles: list[Operation], grid: list[str],
     for op in old_ids.values():
         if not uses_of(kernel, op.result):
             body.remove(op)
-    kernel.attrs["grid"] = [f"min(({grid[0]}) * ({grid[1]}), NUM_SMS)"]
+    tiles = f"({grid[0]}) * ({grid[1]})"
+    if balanced:  # R = cdiv(T, NUM_SMS) rounds either way; cdiv(T, R) blocks are enough for them
+        kernel.attrs["grid"] = [f"cdiv({tiles}, cdiv({tiles}, NUM_SMS))"]
+    else:
+        kernel.attrs["grid"] = [f"min({tiles}, NUM_SMS)"]
     kernel.attrs["tile_order"] = {"group": group}
 
 

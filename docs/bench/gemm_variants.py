@@ -18,11 +18,13 @@ from tkir.backend.bench import L2_BYTES, _rel_err, time_pair_ms
 from tkir.examples import load_companion
 
 VARIANTS = {  # name -> tkir.compile keyword arguments
-    "default (data-parallel)": {},
+    "default": {},
+    "balanced grid": {"pass_options": {"balanced_grid": 1}},
+    "L2 promotion 256 B": {"pass_options": {"l2_promotion": 256}},
+    "balanced grid + L2 256 B": {"pass_options": {"balanced_grid": 1, "l2_promotion": 256}},
     "stream-K (tails <= 60% full)": {"pass_options": {"stream_k": 1}},
-    "stream-K on every tail": {"pass_options": {"stream_k": 1, "stream_k_max_tail": 100}},
 }
-SHAPES = [(2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192), (6144, 6144, 6144)]
+SHAPES = [(4096, 4096, 4096), (2048, 2048, 2048), (8192, 8192, 8192), (6144, 6144, 6144), (8192, 8192, 1024)]
 
 
 def main() -> None:

@@ -1,0 +1,37 @@
+"""persistent's grid choices, checked in the interpreter against the reference and in the launch."""
+
+from __future__ import annotations
+
+import pytest
+from test_runtime import FAKE_BASE, bf16  # tests/ is on sys.path under pytest
+
+import tkir
+from tkir.backend.runtime import bind
+from tkir.examples import check_interpreted, load_companion
+
+GEMM = "examples/gemm.tk"
+
+
+@pytest.mark.parametrize("balanced", [0, 1])
+@pytest.mark.parametrize("sizes, num_sms", [(dict(M=640, N=512, K=128), 4), (dict(M=896, N=256, K=192), 3)])
+def test_grid_choices_compute_every_tile(balanced, sizes, num_sms):
+    k = tkir.compile(GEMM, pass_options={"balanced_grid": balanced})
+    (res,) = check_interpreted(k.module, load_companion(GEMM), sizes, {}, seed=1, num_sms=num_sms)
+    assert res.ok, res
+
+
+@pytest.mark.parametrize("M, N, full, balanced", [
+    (4096, 4096, 132, 128),   # 512 tiles: 4 rounds either way
+    (2048, 2048, 128, 128),   # 128 tiles: one round
+    (4096, 5120, 132, 128),   # 640 tiles: 5 rounds either way
+    (3968, 4352, 132, 131),   # 31 x 17 = 527 tiles: 4 rounds; 131 blocks x 4 >= 527
+])
+def test_balanced_grid_keeps_the_rounds_with_fewer_blocks(M, N, full, balanced):
+    args = (bf16(M, 4096), bf16(4096, N, ptr=FAKE_BASE + 2**30), bf16(M, N, ptr=FAKE_BASE + 2**34))
+    tiles = (M // 128) * (N // 256)
+    for opt, want in ((0, full), (1, balanced)):
+        k = tkir.compile(GEMM, pass_options={"balanced_grid": opt})
+        grid = bind(k.launch, args, num_sms=132).grid[0]
+        rounds = -(-tiles // grid)
+        assert rounds == -(-tiles // 132)
+        assert grid == want
