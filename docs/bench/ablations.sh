@@ -20,5 +20,7 @@ run no_tma --no-tma
 run sm_80 --target sm_80
 run swizzle_none --swizzle=none
 run epilogue_1buf --pass-option epilogue_chunk=128
+run full_grid --pass-option balanced_grid=0
+run l2_256 --pass-option l2_promotion=256
 run stream_k --pass-option stream_k=1
 run stream_k_all --pass-option stream_k=1 --pass-option stream_k_max_tail=100

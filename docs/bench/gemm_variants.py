@@ -18,10 +18,9 @@ from tkir.backend.bench import L2_BYTES, _rel_err, time_pair_ms
 from tkir.examples import load_companion
 
 VARIANTS = {  # name -> tkir.compile keyword arguments
-    "default": {},
-    "balanced grid": {"pass_options": {"balanced_grid": 1}},
+    "default (balanced grid)": {},
+    "one block per SM": {"pass_options": {"balanced_grid": 0}},
     "L2 promotion 256 B": {"pass_options": {"l2_promotion": 256}},
-    "balanced grid + L2 256 B": {"pass_options": {"balanced_grid": 1, "l2_promotion": 256}},
     "stream-K (tails <= 60% full)": {"pass_options": {"stream_k": 1}},
 }
 SHAPES = [(4096, 4096, 4096), (2048, 2048, 2048), (8192, 8192, 8192), (6144, 6144, 6144), (8192, 8192, 1024)]
