@@ -105,21 +105,7 @@ def time_ms(torch, fn_for_set, nsets: int, reps: int, warmup: int) -> float:
     Before each run a 256 MB buffer is zeroed (as triton.testing.do_bench does): it evicts the L2 and
     keeps the GPU busy while the host enqueues the timed call, so host launch overhead is not timed.
     """
-    flush = _flush_buffer(torch)
-    for i in range(warmup):
-        fn_for_set(i % nsets)()
-    torch.cuda.synchronize()
-    times = []
-    for i in range(reps):
-        fn = fn_for_set(i % nsets)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        flush.zero_()
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
+    return time_pair_ms(torch, [fn_for_set], nsets, reps, warmup)[0]
 
 
 def time_pair_ms(torch, fns_for_set: list, nsets: int, reps: int, warmup: int) -> list[float]:

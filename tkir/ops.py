@@ -50,6 +50,27 @@ class OpDef:
 OPS: dict[str, OpDef] = {}
 
 
+def interp_if_ready():
+    """`tkir.interp` once its handler table is filled, else None.
+
+    Op modules imported while `tkir.interp` itself loads (it imports this module) cannot register their
+    handlers yet; they call this at import and again from `tkir.interp`'s end (LATE_HANDLER_MODULES)."""
+    import sys
+
+    interp = sys.modules.get("tkir.interp")
+    if interp is None:
+        try:
+            import tkir.interp as interp
+        except ModuleNotFoundError as e:
+            if e.name != "tkir.interp":
+                raise
+            return None
+    handlers = getattr(interp, "HANDLERS", None)
+    if handlers is None or "tk.load" not in handlers:
+        return None
+    return interp
+
+
 def register_op(name: str, check: Checker, *, pure: bool = True, terminator: bool = False,
                 summary: str = "") -> OpDef:
     """Add an op to the catalogue (passes and --load-pass files may add their own)."""

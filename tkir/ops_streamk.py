@@ -18,12 +18,10 @@ them last block first, because a tile's owner waits only for higher-numbered blo
 
 from __future__ import annotations
 
-import sys
-
 import numpy as np
 
 from tkir.ir import Operation
-from tkir.ops import expect, is_int_scalar, n_operands, n_results, register_op
+from tkir.ops import expect, interp_if_ready, is_int_scalar, n_operands, n_results, register_op
 from tkir.types import GlobalType, ScalarType, TileType
 
 WORKSPACE_DIMS = ("NUM_SMS",)  # the symbolic dims a workspace may have (bound by the runtime)
@@ -82,16 +80,9 @@ register_op("tk.partial_add", _partial_add, pure=False,
 
 
 def register_interp_handlers() -> bool:
-    """The meaning of these ops in tkir.interp (see tkir.ops_tma for why this is deferred)."""
-    interp = sys.modules.get("tkir.interp")
+    """The meaning of these ops in tkir.interp; False if it cannot be given yet (tkir.ops.interp_if_ready)."""
+    interp = interp_if_ready()
     if interp is None:
-        try:
-            import tkir.interp as interp
-        except ModuleNotFoundError as e:
-            if e.name != "tkir.interp":
-                raise
-            return False
-    if getattr(interp, "HANDLERS", None) is None:
         return False
 
     def workspace(op, args, frame):

@@ -22,10 +22,8 @@ For the interpreter they mean exactly the tk op they replaced.
 
 from __future__ import annotations
 
-import sys
-
 from tkir.ir import Operation
-from tkir.ops import expect, is_int_scalar, n_results, register_op
+from tkir.ops import expect, interp_if_ready, is_int_scalar, n_results, register_op
 from tkir.types import DTYPE_BYTES, GlobalType, Symbol, TileType, VectorType, is_shared
 
 # cuTensorMapEncodeTiled limits (HOPPER.md §4.1, CUDA Driver API §6.30).
@@ -132,22 +130,12 @@ register_op("tk.store_staged", _store_staged, pure=False,
 
 
 def register_interp_handlers() -> bool:
-    """Give tma.load/tma.store the meaning of tk.load/tk.store in the interpreter; False if it can't yet.
-
-    Called below at import. When `tkir.interp` is itself being imported (it imports `tkir.ops`, which
-    imports this module) its table does not exist yet; then `tkir.interp` must call this at its end.
-    """
-    interp = sys.modules.get("tkir.interp")
+    """Give tma.load/tma.store the meaning of tk.load/tk.store in the interpreter; False if it can't yet
+    (tkir.ops.interp_if_ready)."""
+    interp = interp_if_ready()
     if interp is None:
-        try:
-            import tkir.interp as interp  # tkir.ops is far enough imported: OPS exists
-        except ModuleNotFoundError as e:
-            if e.name != "tkir.interp":
-                raise
-            return False
-    handlers = getattr(interp, "HANDLERS", None)
-    if handlers is None or "tk.load" not in handlers:
         return False
+    handlers = interp.HANDLERS
     interp.register_handler("tma.load", lambda op, args, frame: handlers["tk.load"](op, args, frame))
     interp.register_handler("tma.store", lambda op, args, frame: handlers["tk.store"](op, args, frame))
     # the staging tile is an implementation detail: the meaning is tk.store %G, %value, coords...
