@@ -259,7 +259,9 @@ def run_check(args) -> int:
     sizes = _kv(args.size, "--size") or dict(companion.CHECK_SIZES[0])
     consts = _kv(args.defines, "-D")
     row = bench_one(args.file, companion, sizes, consts, reps=3, warmup=1, peer=False,
-                    compile_kw=dict(target=args.target, swizzle=args.swizzle, no_tma=args.no_tma))
+                    compile_kw=dict(target=args.target, swizzle=args.swizzle, no_tma=args.no_tma,
+                                    group_m=args.group_m, load_passes=args.load_pass,
+                                    pass_options=_kv(args.pass_option, "--pass-option")))
     size_txt = " ".join(f"{n}={v}" for n, v in sizes.items())
     print(f"{Path(args.file).name} [{size_txt}] on GPU: rel_err {row.rel_err:.3e} (bound {row.bound:.0e}) "
           f"{'ok' if row.ok else 'FAIL'}; {row.ms:.3f} ms")

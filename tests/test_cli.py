@@ -169,3 +169,13 @@ def test_bench_without_torch_is_one_line(capsys: pytest.CaptureFixture[str], mon
     assert main(["bench", GEMM, "--size", "M=256", "--size", "N=256", "--size", "K=256"]) == 1
     assert capsys.readouterr().err == ("tkc bench: error: needs the 'torch' package "
                                        "(tkc bench and tkc run on the GPU compare with torch)\n")
+
+
+def test_run_interpret_with_num_sms_and_pass_options(capsys) -> None:
+    """`tkc run --interpret --num-sms 4 --pass-option stream_k=1`: the stream-K schedule on a small GEMM."""
+    from tkir.cli import main
+
+    rc = main(["run", "examples/gemm.tk", "--interpret", "--check", "--size", "M=384", "--size", "N=512",
+               "--size", "K=2048", "--pass-option", "stream_k=1", "--num-sms", "4", "--seed", "3"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "C: rel_err" in out and out.strip().endswith("ok")

@@ -104,6 +104,9 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--check", action="store_true",
                    help="compare with the example's reference; exit 1 past the dtype's bound")
     r.add_argument("--seed", type=int, default=None, help="random seed (default: fresh)")
+    r.add_argument("--num-sms", type=int, default=None, metavar="N",
+                   help="--interpret: the NUM_SMS persistent grids see (default 132; small values exercise "
+                        "multi-round and stream-K schedules on small sizes)")
     _add_pass_flags(r)
 
     b = sub.add_parser("bench", help="time a kernel against its peer on the GPU",
@@ -315,7 +318,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     sizes = _kv(args.size, "--size") or dict(companion.CHECK_SIZES[0])
     consts = _kv(args.defines, "-D")
     _check_sizes(k.module, sizes)
-    results = check_interpreted(k.module, companion, sizes, consts, seed=args.seed)
+    kw = {"num_sms": args.num_sms} if args.num_sms else {}
+    results = check_interpreted(k.module, companion, sizes, consts, seed=args.seed, **kw)
     size_txt = " ".join(f"{n}={v}" for n, v in sizes.items())
     ok = True
     for r in results:
