@@ -148,8 +148,7 @@ def tile_uses(root: Operation, tile: Value, options: Options) -> list[TileUse]:
         fill = name in ("tk.load", "tma.load") and not op.results and idx == 0
         drain = name in ("tk.store", "tma.store") and idx == 1 and isinstance(op.operands[0].type, GlobalType)
         if fill or drain:
-            box = lay.swizzle if lay.swizzle and row_bytes > lay.swizzle else row_bytes  # create-tma's boxes
-            acc = tma_pattern(rows, row_bytes, box)
+            acc = tma_pattern(rows, row_bytes, lay.box_bytes)
             if options.no_tma or op.attrs.get("no_tma"):
                 acc.op, acc.hardware = "cp.async", False
             out.append(TileUse(op, acc, "tma" if acc.hardware else "ldst"))

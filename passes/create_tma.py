@@ -214,11 +214,8 @@ def _inner(s: TileType | VectorType) -> tuple[int, int, int]:
     """(inner box elements, boxes, outer rows) of a shared tile or vector under its swizzle."""
     eb = DTYPE_BYTES[s.dtype]
     cols, rows = (s.cols, s.rows) if isinstance(s, TileType) else (s.n, 1)
-    span = int(s.get("swizzle", 0) or 0)
-    row_bytes = cols * eb
-    if span and row_bytes > span:
-        return span // eb, row_bytes // span, rows
-    return cols, 1, rows
+    lay = SharedLayout(s.dtype, rows, cols, int(s.get("swizzle", 0) or 0))
+    return lay.box_bytes // eb, lay.row_bytes // lay.box_bytes, rows
 
 
 def _box_problem(s: TileType | VectorType) -> str | None:

@@ -24,10 +24,9 @@ Kernels without `tk.role`s (not pipelined) or with a 1-D/3-D grid are left uncha
 
 from __future__ import annotations
 
-import ast
-
 from tkir.diagnostics import CompileError
 from tkir.ir import Block, Module, Operation, Region, Value, uses_of
+from tkir.passes.builder import OpBuilder
 from tkir.passmanager import Options, Pass
 from tkir.types import I32
 
@@ -50,54 +49,18 @@ class Persistent(Pass):
             _make_persistent(kernel, roles, grid, options.extra.get("group_m"), balanced)
 
 
-class _Builder:
-    def __init__(self, blk: Block, anchor: Operation | None):
-        self.blk, self.anchor = blk, anchor
-
-    def op(self, name: str, operands: list[Value], attrs: dict | None = None, rname: str | None = None) -> Value:
-        op = Operation(name, operands, [I32], attrs or {}, result_names=[rname])
-        if self.anchor is None:
-            self.blk.append(op)
-        else:
-            self.blk.insert_before(self.anchor, op)
-        return op.result
-
-    def const(self, v: int, name: str | None = None) -> Value:
-        return self.op("arith.const", [], {"value": v}, name)
-
-    def expr(self, text: str, sizes: dict[str, Value]) -> Value:
-        """Arithmetic ops computing a size expression (tkir.symexpr syntax)."""
-        return self._node(ast.parse(text, mode="eval").body, sizes)
-
-    def _node(self, n: ast.AST, sizes: dict[str, Value]) -> Value:
-        if isinstance(n, ast.Constant) and isinstance(n.value, int):
-            return self.const(n.value)
-        if isinstance(n, ast.Name):
-            if n.id not in sizes:
-                sizes[n.id] = self.op("tk.size", [], {"name": n.id}, n.id)
-            return sizes[n.id]
-        if isinstance(n, ast.BinOp):
-            ops = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div", ast.FloorDiv: "div",
-                   ast.Mod: "rem"}
-            return self.op(f"arith.{ops[type(n.op)]}", [self._node(n.left, sizes), self._node(n.right, sizes)])
-        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in ("cdiv", "min", "max"):
-            a, b = (self._node(x, sizes) for x in n.args)
-            return self.op(f"arith.{n.func.id}", [a, b])
-        raise CompileError(None, f"persistent: cannot compute grid expression {ast.unparse(n)}")
-
-
 def _make_persistent(kernel: Operation, roles: list[Operation], grid: list[str], group_m: object,
                      balanced: bool = False) -> None:
     body = kernel.body
     group = int(group_m or (kernel.attrs.get("tile_order") or {}).get("group", DEFAULT_GROUP))
     first_role = roles[0]
-    b = _Builder(body, first_role)
+    b = OpBuilder(body, first_role)
     sizes = {op.attrs["name"]: op.result for op in body.ops if op.name == "tk.size"}
     tiles_m = b.expr(grid[0], sizes)
     tiles_n = b.expr(grid[1], sizes)
     ntiles = b.op("arith.mul", [tiles_m, tiles_n], rname="ntiles")
-    pid = b.op("tk.block_id", [], {"dim": 0}, "pid")
-    nprog = b.op("tk.grid_dim", [], {"dim": 0}, "nprog")
+    pid = b.op("tk.block_id", [], "pid", {"dim": 0})
+    nprog = b.op("tk.grid_dim", [], "nprog", {"dim": 0})
     c0 = b.const(0, "zero")
     c_group = b.const(group, "group_m")
 
@@ -123,7 +86,7 @@ def _wrap_role(role: Operation, tiles_m: Value, tiles_n: Value, ntiles: Value, p
     blk = Block()
     t = blk.add_arg(Value(I32, "tile"))
     it = blk.add_arg(Value(I32, "iter0"))
-    b = _Builder(blk, None)
+    b = OpBuilder(blk)
     # grouped order (Triton's GROUP_M swizzle)
     in_group = b.op("arith.mul", [c_group, tiles_n], rname="tiles_per_group")
     gid = b.op("arith.div", [t, in_group], rname="group_id")

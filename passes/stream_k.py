@@ -39,6 +39,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tkir.ir import Block, Module, Operation, Region, Value, clone_op, uses_of
+from tkir.passes.builder import OpBuilder
 from tkir.passmanager import Options, Pass
 from tkir.types import I32, GlobalType, ScalarType, TileType
 
@@ -141,30 +142,9 @@ def _summed_accumulator(kloop: Operation) -> TileType | None:
     return t
 
 
-class _Builder:
-    """Appends i32 arithmetic to a block (or before an anchor op)."""
-
-    def __init__(self, blk: Block, anchor: Operation | None = None):
-        self.blk, self.anchor = blk, anchor
-
-    def add(self, op: Operation) -> Operation:
-        if self.anchor is None:
-            self.blk.append(op)
-        else:
-            self.blk.insert_before(self.anchor, op)
-        return op
-
-    def op(self, name: str, operands: list[Value], rname: str | None = None, attrs: dict | None = None,
-           rtype=I32) -> Value:
-        return self.add(Operation(name, operands, [rtype], attrs or {}, result_names=[rname])).result
-
-    def const(self, v: int, name: str | None = None) -> Value:
-        return self.op("arith.const", [], name, {"value": v})
-
-
 def _rewrite(kernel: Operation, plan: Plan, min_iters: int, max_tail: int) -> None:
     body = kernel.body
-    b = _Builder(body, plan.roles[0].role)
+    b = OpBuilder(body, plan.roles[0].role)
     nk, pid, nprog, ntiles = plan.nk, plan.pid, plan.nprog, plan.ntiles
     c0, c1 = b.const(0, "sk_zero"), b.const(1, "sk_one")
     rem = b.op("arith.rem", [ntiles, nprog], "sk_rem")
@@ -203,7 +183,7 @@ def _add_segment_loop(rp: RolePlan, nsegs: Value, s: dict[str, Value]) -> None:
     blk = Block()
     seg = blk.add_arg(Value(I32, "seg"))
     it0 = blk.add_arg(Value(I32, "sk_iter0"))
-    b = _Builder(blk)
+    b = OpBuilder(blk)
     t_local = b.op("arith.add", [s["first"], seg], "sk_tile_local")
     tile = b.op("arith.add", [s["dp_tiles"], t_local], "sk_tile")
     tbase = b.op("arith.mul", [t_local, s["nk"]], "sk_tile_base")
@@ -260,7 +240,7 @@ def _offset_k_loop(kloop: Operation, c0: Value, length: Value, kb: Value) -> Non
 
 def _owner_epilogue(blk: Block, kloop: Operation, epilogue: list[Operation], kb: Value, t_local: Value,
                     s: dict[str, Value]) -> None:
-    b = _Builder(blk)
+    b = OpBuilder(blk)
     acc = kloop.result
     helper = b.op("arith.cmp", [kb, s["c0"]], "sk_helper", {"pred": "ne"}, I1)
     owner = b.op("arith.cmp", [kb, s["c0"]], "sk_owner", {"pred": "eq"}, I1)
@@ -268,7 +248,7 @@ def _owner_epilogue(blk: Block, kloop: Operation, epilogue: list[Operation], kb:
     store.append(Operation("tk.partial_store", [s["part"], s["flags"], acc, s["pid"], s["epoch"]]))
     blk.append(Operation("scf.if", [helper], regions=[Region(store)]))
     own = Block()
-    ob = _Builder(own)
+    ob = OpBuilder(own)
     p0 = ob.op("arith.add", [s["pid"], s["c1"]], "sk_peer0")
     span = ob.op("arith.mul", [ob.op("arith.mul", [ob.op("arith.add", [t_local, s["c1"]]), s["nk"]]),
                                 s["nprog"]])

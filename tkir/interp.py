@@ -45,7 +45,7 @@ class Frame:
     """The state of one block's execution: values by SSA value, sizes, the block index."""
 
     def __init__(self, module: Module, sizes: dict[str, int], block_id: tuple[int, int, int],
-                 poison: bool, shared: dict | None = None, num_sms: int = 132):
+                 poison: bool, shared: dict | None = None, num_sms: int = NUM_SMS):
         self.module = module
         self.shared = {} if shared is None else shared  # state every block of one run sees (workspaces)
         self.num_sms = num_sms

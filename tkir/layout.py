@@ -83,6 +83,12 @@ class SharedLayout:
         return self.row_bytes // self.swizzle if self.swizzle else 1
 
     @property
+    def box_bytes(self) -> int:
+        """Bytes of each row that one TMA box fills: a panel when rows are wider than the span (one
+        box per panel, create-tma), else the whole row."""
+        return self.swizzle if self.swizzle and self.row_bytes > self.swizzle else self.row_bytes
+
+    @property
     def size_bytes(self) -> int:
         return self.rows * (self.row_bytes + (0 if self.swizzle else self.pad))
 

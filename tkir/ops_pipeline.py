@@ -18,7 +18,7 @@ phase completes when it has received `count` arrivals and all expected bytes.
 from __future__ import annotations
 
 from tkir.ir import Operation
-from tkir.ops import expect, is_int_scalar, n_operands, n_results, register_op
+from tkir.ops import expect, interp_if_ready, is_int_scalar, n_operands, n_results, register_op
 from tkir.types import GlobalType, TileType, VectorType
 
 
@@ -129,11 +129,10 @@ class Barriers:
 
 
 def register_interp_handlers() -> bool:
-    import sys
     import threading
 
-    interp = sys.modules.get("tkir.interp")
-    if interp is None or "tk.load" not in getattr(interp, "HANDLERS", {}):
+    interp = interp_if_ready()
+    if interp is None:
         return False
     reg, handlers = interp.register_handler, interp.HANDLERS
 

@@ -1,0 +1,52 @@
+"""OpBuilder: how passes append scalar ops (i32 by default) to a block, or insert them before an op.
+
+Shared by persistent (tile coordinates, the grid's size expressions) and stream-k (its schedule).
+"""
+
+from __future__ import annotations
+
+import ast
+
+from tkir.diagnostics import CompileError
+from tkir.ir import Block, Operation, Value
+from tkir.types import I32, Type
+
+
+class OpBuilder:
+    def __init__(self, blk: Block, anchor: Operation | None = None):
+        self.blk, self.anchor = blk, anchor
+
+    def add(self, op: Operation) -> Operation:
+        if self.anchor is None:
+            self.blk.append(op)
+        else:
+            self.blk.insert_before(self.anchor, op)
+        return op
+
+    def op(self, name: str, operands: list[Value], rname: str | None = None, attrs: dict | None = None,
+           rtype: Type = I32) -> Value:
+        """Add one op with one result (`rtype`, i32 unless given) and return the result."""
+        return self.add(Operation(name, operands, [rtype], attrs or {}, result_names=[rname])).result
+
+    def const(self, v: int, name: str | None = None) -> Value:
+        return self.op("arith.const", [], name, {"value": v})
+
+    def expr(self, text: str, sizes: dict[str, Value]) -> Value:
+        """Arithmetic ops computing a size expression (tkir.symexpr syntax)."""
+        return self._node(ast.parse(text, mode="eval").body, sizes)
+
+    def _node(self, n: ast.AST, sizes: dict[str, Value]) -> Value:
+        if isinstance(n, ast.Constant) and isinstance(n.value, int):
+            return self.const(n.value)
+        if isinstance(n, ast.Name):
+            if n.id not in sizes:
+                sizes[n.id] = self.op("tk.size", [], n.id, {"name": n.id})
+            return sizes[n.id]
+        if isinstance(n, ast.BinOp):
+            ops = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div", ast.FloorDiv: "div",
+                   ast.Mod: "rem"}
+            return self.op(f"arith.{ops[type(n.op)]}", [self._node(n.left, sizes), self._node(n.right, sizes)])
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in ("cdiv", "min", "max"):
+            a, b = (self._node(x, sizes) for x in n.args)
+            return self.op(f"arith.{n.func.id}", [a, b])
+        raise CompileError(None, f"cannot compute size expression {ast.unparse(n)}")
