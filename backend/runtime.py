@@ -218,7 +218,8 @@ class Kernel:
         ptr, have = self._workspaces.get(name, (0, 0))
         if have >= nbytes:
             return ptr
-        if ptr:
+        if ptr:  # grown: prepared launches holding the old pointer must be rebuilt
+            self._prepared.clear()
             check(cu.cuMemFree(ptr), f"cuMemFree({self.name} workspace {name})")
         ptr = int(check(cu.cuMemAlloc(nbytes), f"cuMemAlloc({self.name} workspace {name}, {nbytes} B)"))
         check(cu.cuMemsetD8(ptr, 0, nbytes), f"cuMemsetD8({self.name} workspace {name})")
