@@ -16,7 +16,10 @@ from __future__ import annotations
 
 from typing import Protocol
 
+import numpy as np
+
 from tkir.layout import SWIZZLE_MASK, SharedLayout
+from tkir.types import TileType, VectorType
 
 WARP = 32
 WARPGROUP = 128
@@ -176,3 +179,87 @@ def shared_offset(layout: SharedLayout, row: object, bytecol: object, b: BitBuil
     o = b.add(b.mul(row, s), within)
     swizzled = b.xor(o, b.band(b.shr(o, SWIZZLE_SHIFT), SWIZZLE_MASK[s]))
     return b.add(b.mul(panel, layout.rows * s), swizzled)
+
+
+# ---------------------------------------------------------------------------------------------
+# The builders the backend emits these formulas with, and compile-time evaluation of them
+
+
+class LLVMBuilder:
+    """Builder on LLVM i32 values (an LLVMWriter); folds constants, uses shifts for powers of 2."""
+
+    def __init__(self, w):
+        self.w = w
+
+    def _bin(self, op: str, a, b, fold):
+        if isinstance(a, int) and isinstance(b, int):
+            return fold(a, b)
+        return self.w.op(f"{op} i32 {a}, {b}", "ix")
+
+    def add(self, a, b):
+        if b == 0:
+            return a
+        if a == 0:
+            return b
+        return self._bin("add", a, b, lambda x, y: x + y)
+
+    def mul(self, a, b):
+        if b == 1:
+            return a
+        if a == 0 or b == 0:
+            return 0
+        if isinstance(b, int) and b & (b - 1) == 0 and not isinstance(a, int):
+            return self.w.op(f"shl i32 {a}, {b.bit_length() - 1}", "ix")
+        return self._bin("mul", a, b, lambda x, y: x * y)
+
+    def div(self, a, b):
+        if b == 1:
+            return a
+        if isinstance(b, int) and b & (b - 1) == 0 and not isinstance(a, int):
+            return self.w.op(f"lshr i32 {a}, {b.bit_length() - 1}", "ix")
+        return self._bin("udiv", a, b, lambda x, y: x // y)
+
+    def rem(self, a, b):
+        if isinstance(b, int) and b & (b - 1) == 0 and not isinstance(a, int):
+            return self.w.op(f"and i32 {a}, {b - 1}", "ix")
+        return self._bin("urem", a, b, lambda x, y: x % y)
+
+
+class BitLLVMBuilder(LLVMBuilder):
+    """LLVMBuilder plus the bit operations of the swizzle formula (BitBuilder)."""
+
+    def xor(self, a, b):
+        if b == 0:
+            return a
+        return self._bin("xor", a, b, lambda x, y: x ^ y)
+
+    def band(self, a, b):
+        return self._bin("and", a, b, lambda x, y: x & y)
+
+    def shr(self, a, b):
+        if b == 0:
+            return a
+        return self._bin("lshr", a, b, lambda x, y: x >> y)
+
+
+def tile_shape(t: TileType | VectorType) -> tuple[int, ...]:
+    return t.shape if isinstance(t, TileType) else (t.n,)
+
+
+def numeric_slots(layout: dict, shape: tuple[int, ...]) -> list[tuple[np.ndarray, ...]]:
+    """Slot coordinates evaluated for every thread of the layout (compile-time analysis)."""
+    from tkir.layout import num_threads
+
+    tid = np.arange(num_threads(layout))
+    out = []
+    for s in slot_coords(layout, shape, NumpyBuilder(), tid):
+        out.append(tuple(np.broadcast_to(np.asarray(x), tid.shape) for x in s))
+    return out
+
+
+def pack_a_fragment(w, values: list[str], mblocks: int, ksteps: int) -> list[list[list[str]]]:
+    """A 16-bit A fragment (wgmma_a, HOPPER.md §1.6, or mma_a, §6.3 - the same order) as 4 x b32 per
+    m block and k16 step: slots 8 kk + 2j, 2j + 1 of a block are register j's low and high halves."""
+    per_block = len(values) // mblocks
+    return [[[w.pack_bf16x2(values[mb * per_block + 8 * kk + 2 * j], values[mb * per_block + 8 * kk + 2 * j + 1])
+              for j in range(4)] for kk in range(ksteps)] for mb in range(mblocks)]

@@ -1,8 +1,7 @@
 """Lowering rules for the sm_80 path (cp.async, ldmatrix, mma.sync) and for global->shared copies
 without TMA on sm_90a (`--no-tma`).
 
-A mixin of backend.lower_llvm.KernelLowering, first among its bases: `_op_tk_load`, `_op_tk_mma`
-and `_op_tk_store` handle the cases below and pass every other case on to the next rule (`super()`).
+Rules of backend.rules' table, each for the operand forms its condition names:
 
 * `tk.load` global -> shared (no result): the tile's 16-byte chunks, in row-major order, are spread
   over all the block's threads (chunk tid + k * threads) and copied with `cp.async.cg.shared.global`
@@ -29,8 +28,7 @@ shared_offset for every thread with numpy; anything else gets its own full compu
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -40,15 +38,18 @@ from tkir.backend.fragments import (
     MMA_N,
     WARP,
     Builder,
+    LLVMBuilder,
     NumpyBuilder,
-    shared_offset,
+    pack_a_fragment,
     slot_coords,
 )
-from tkir.backend.rules_registers import LLVMBuilder, pack_a_fragment
-from tkir.backend.values import LLVM_TYPE, Frag, LoweringError, Smem
+from tkir.backend.rules import rule
+from tkir.backend.values import LLVM_TYPE, Frag, Global, LoweringError, Smem
 from tkir.ir import Operation, parent_op
-from tkir.layout import SharedLayout
 from tkir.types import GlobalType, TileType, dtype_bytes
+
+if TYPE_CHECKING:
+    from tkir.backend.context import LoweringContext
 
 CP_ASYNC_BYTES = 16       # cp.async.cg copies 16 bytes per instruction (PTX ISA §9.7.9.25)
 LDMATRIX_ROWS = 16        # ldmatrix.x4 over a 16 x 16 b16 block: lane L addresses row L % 16 (§6.3)
@@ -56,40 +57,6 @@ LDMATRIX_ROW_BYTES = 16   # one 8 x 8 b16 matrix row
 MMA_DTYPES = ("bf16",)    # mma.m16n8k16.row.col.bf16 (HOPPER.md §8.1)
 
 B_PAIR_REGS = ((0, 1), (2, 3))  # ldmatrix.x4 registers holding the two n8 blocks' B fragments
-
-# (row, byte column) a thread addresses in instance i: builder, thread index, instance
-Position = Callable[[object, object, object], tuple[object, object]]
-
-
-@dataclass
-class ThreadParts:
-    """Warpgroup, warp-in-warpgroup and lane of the thread, for kernels without roles."""
-
-    wg: str
-    warp: str
-    lane: str
-
-
-class BitLLVMBuilder(LLVMBuilder):
-    """LLVMBuilder plus the bit operations of the swizzle formula (backend.fragments.BitBuilder)."""
-
-    def xor(self, a, b):
-        if b == 0:
-            return a
-        return self._bin("xor", a, b, lambda x, y: x ^ y)
-
-    def band(self, a, b):
-        return self._bin("and", a, b, lambda x, y: x & y)
-
-    def shr(self, a, b):
-        if b == 0:
-            return a
-        return self._bin("lshr", a, b, lambda x, y: x >> y)
-
-
-def shared_layout(t: TileType) -> SharedLayout:
-    return SharedLayout(t.dtype, t.rows, t.cols, int(t.get("swizzle") or 0), int(t.get("pad") or 0))
-
 
 # --- which (row, byte column) of a shared tile each thread addresses ------------------------------
 # Builder expressions of the thread index `tid` (backend.fragments.Builder): the rules emit them as
@@ -128,262 +95,224 @@ def ldmatrix_b_position(b: Builder, tid: object, trans_b: bool, eb: int, kk: int
     return row, col
 
 
-class Sm80Rules:
-    # --- thread parts ----------------------------------------------------------------------------
+# --- global -> shared ------------------------------------------------------------------------
 
-    def thread_parts(self) -> ThreadParts:
-        """wg / warp / lane of the thread from %tid.x (computed where asked: no dominance worries)."""
-        w = self.w
-        t128 = w.op(f"and i32 {self.tid}, 127", "t128")
-        return ThreadParts(wg=w.op(f"lshr i32 {self.tid}, 7", "wg"), warp=w.op(f"lshr i32 {t128}, 5", "warp"),
-                           lane=w.op(f"and i32 {self.tid}, 31", "lane"))
 
-    # --- shared addresses ------------------------------------------------------------------------
+def _global_to_shared_tile(cx: LoweringContext, op: Operation) -> bool:
+    """tk.load %smem_tile, %global, coords... outside a warp-specialized role."""
+    return (not op.results and isinstance(cx.peek(op.operands[0]), Smem) and isinstance(op.operands[0].type, TileType)
+            and isinstance(cx.peek(op.operands[1]), Global) and cx.role is None)
 
-    def _shared_addresses(self, smem: Smem, pos: Position, instances: list[object]) -> list[str]:
-        """The shared address (i32) this thread uses in each instance: smem base + shared_offset."""
-        w = self.w
-        lay = shared_layout(smem.type)  # type: ignore[arg-type]
-        nb, tids = NumpyBuilder(), np.arange(self.threads)
 
-        def numeric(inst: object) -> np.ndarray:
-            r, c = pos(nb, tids, inst)
-            return np.broadcast_to(shared_offset(lay, r, c, nb), tids.shape)
+@rule("tk.load", when=_global_to_shared_tile)
+def _op_tk_load(cx: LoweringContext, op: Operation) -> None:
+    dst, src = cx.get(op.operands[0]), cx.get(op.operands[1])
+    w = cx.w
+    blk = op.parent
+    i = blk.ops.index(op) if blk is not None else 0
+    first = i == 0 or not _is_shared_load(blk.ops[i - 1])
+    last = blk is None or i + 1 == len(blk.ops) or not _is_shared_load(blk.ops[i + 1])
+    in_loop = parent_op(op) is not None and parent_op(op) is not cx.kernel
+    if first and in_loop:
+        w.call("void", "llvm.nvvm.barrier0", [])  # readers of the previous iteration's tiles are done
+    _cp_async_tile(cx, op, dst, src, [cx.scalar(v) for v in op.operands[2:]])
+    if last:
+        w.asm("void", ["cp.async.commit_group;"], [], [])
+        w.asm("void", ["cp.async.wait_group 0;"], [], [])
+        if cx.target == "sm_90a":
+            w.asm("void", ["fence.proxy.async.shared::cta;"], [], [])  # wgmma reads via the async proxy
+        w.call("void", "llvm.nvvm.barrier0", [])
 
-        def emitted(inst: object) -> str:
-            lb = BitLLVMBuilder(w)
-            r, c = pos(lb, self.tid, inst)
-            return str(shared_offset(lay, r, c, lb))
 
-        ref = numeric(instances[0])
-        off0 = emitted(instances[0])
-        base0 = w.op(f"add i32 {smem.addr}, {off0}", "sa")
-        out = []
-        for inst in instances:
-            o = numeric(inst)
-            diff, flip = o - ref, o ^ ref
-            if (diff == diff[0]).all():
-                out.append(base0 if diff[0] == 0 else w.op(f"add i32 {base0}, {int(diff[0])}", "sa"))
-            elif (flip == flip[0]).all():
-                x = w.op(f"xor i32 {off0}, {int(flip[0])}", "so")
-                out.append(w.op(f"add i32 {smem.addr}, {x}", "sa"))
-            else:
-                out.append(w.op(f"add i32 {smem.addr}, {emitted(inst)}", "sa"))
-        return out
+def _cp_async_tile(cx: LoweringContext, op: Operation, dst: Smem, src: Global, coords: list[str]) -> None:
+    w = cx.w
+    t = dst.type
+    assert isinstance(t, TileType)
+    ptr, gty = src.ptr, src.type
+    eb = dtype_bytes(t.dtype)
+    if (t.cols * eb) % CP_ASYNC_BYTES:
+        raise LoweringError(op.loc, f"backend: rows of {t} are not whole {CP_ASYNC_BYTES}-byte chunks")
+    if gty.dtype != t.dtype:
+        raise LoweringError(op.loc, f"backend: copying {gty} into {t} converts dtypes")
+    per_chunk = CP_ASYNC_BYTES // eb
+    cpr = t.cols // per_chunk
+    total, threads = t.rows * cpr, cx.threads
+    steps = -(-total // threads)
+    plane, nrows, ncols = _plane(cx, ptr, gty, coords)
+    r_tile, c_tile = coords[-2:]
+    row0 = w.op(f"mul i32 {r_tile}, {t.rows}", "r0")
+    col0 = w.op(f"mul i32 {c_tile}, {t.cols}", "c0")
 
-    # --- global -> shared ------------------------------------------------------------------------
+    def pos(b, tid, k):
+        return cp_async_position(b, tid, threads, cpr, k)
 
-    def _op_tk_load(self, op: Operation) -> None:
-        if op.results:
-            super()._op_tk_load(op)  # type: ignore[misc]
-            return
-        dst, src = self.get(op.operands[0]), self.get(op.operands[1])
-        if not (isinstance(dst, Smem) and isinstance(src, tuple) and src[0] == "gl"):
-            raise LoweringError(op.loc, "backend: tk.load without a result copies a global tile to a shared one")
-        if self.role is not None:
-            raise LoweringError(op.loc, "backend: cp.async loads inside a warp-specialized role are not implemented")
-        t = dst.type
-        if not isinstance(t, TileType):
-            raise LoweringError(op.loc, f"backend: global -> shared copies of {t} are not implemented")
-        w = self.w
-        blk = op.parent
-        i = blk.ops.index(op) if blk is not None else 0
-        first = i == 0 or not _is_shared_load(blk.ops[i - 1])
-        last = blk is None or i + 1 == len(blk.ops) or not _is_shared_load(blk.ops[i + 1])
-        in_loop = parent_op(op) is not None and parent_op(op) is not self.kernel
-        if first and in_loop:
-            w.call("void", "llvm.nvvm.barrier0", [])  # readers of the previous iteration's tiles are done
-        self._cp_async_tile(op, dst, src, [self.scalar(v) for v in op.operands[2:]])
-        if last:
-            w.asm("void", ["cp.async.commit_group;"], [], [])
-            w.asm("void", ["cp.async.wait_group 0;"], [], [])
-            if self.target == "sm_90a":
-                w.asm("void", ["fence.proxy.async.shared::cta;"], [], [])  # wgmma reads via the async proxy
-            w.call("void", "llvm.nvvm.barrier0", [])
+    addrs = cx.shared_addresses(dst, pos, list(range(steps)))
+    lb = LLVMBuilder(w)
+    ncols64 = w.op(f"sext i32 {ncols} to i64", "ld")
+    for k, saddr in enumerate(addrs):
+        r, c = pos(lb, cx.tid, k)
+        row = w.op(f"add i32 {row0}, {r}", "row")
+        col = w.op(f"add i32 {col0}, {lb.div(c, eb)}", "col")
+        rok = w.op(f"icmp slt i32 {row}, {nrows}", "rok")
+        left = w.op(f"sub i32 {ncols}, {col}", "left")      # elements left in the row
+        left = w.op(f"mul i32 {left}, {eb}", "left")
+        n = w.call("i32", "llvm.smin.i32", [("i32", left), ("i32", str(CP_ASYNC_BYTES))], hint="n")
+        n = w.call("i32", "llvm.smax.i32", [("i32", n), ("i32", "0")], hint="n")
+        n = w.op(f"select i1 {rok}, i32 {n}, i32 0", "srcsz")
+        ok = w.op(f"icmp sgt i32 {n}, 0", "ok")
+        row64 = w.op(f"sext i32 {row} to i64", "row64")
+        idx = w.op(f"mul i64 {row64}, {ncols64}", "idx")
+        idx = w.op(f"add i64 {idx}, {w.op(f'sext i32 {col} to i64', 'col64')}", "idx")
+        idx = w.op(f"select i1 {ok}, i64 {idx}, i64 0", "idx")  # nothing is read at src-size 0
+        g = w.op(f"getelementptr i8, ptr addrspace(1) {plane}, i64 {w.op(f'mul i64 {idx}, {eb}', 'ib')}", "g")
+        asm = ["cp.async.cg.shared.global [$0], [$1], 16, $2;"]
+        if steps * threads > total and k == steps - 1:  # the last round: some threads have no chunk
+            e = lb.add(cx.tid, k * threads)
+            have = w.op(f"zext i1 {w.op(f'icmp ult i32 {e}, {total}', 'have')} to i32", "have")
+            asm = ["{", ".reg .pred p;", "setp.ne.b32 p, $3, 0;",
+                   "@p cp.async.cg.shared.global [$0], [$1], 16, $2;", "}"]
+            w.asm("void", asm, ["r", "l", "r", "r"],
+                  [("i32", saddr), ("ptr addrspace(1)", g), ("i32", n), ("i32", have)])
+            continue
+        w.asm("void", asm, ["r", "l", "r"], [("i32", saddr), ("ptr addrspace(1)", g), ("i32", n)])
 
-    def _cp_async_tile(self, op: Operation, dst: Smem, src: tuple, coords: list[str]) -> None:
-        w = self.w
-        t = dst.type
-        assert isinstance(t, TileType)
-        _, ptr, gty = src
-        assert isinstance(gty, GlobalType)
-        eb = dtype_bytes(t.dtype)
-        if (t.cols * eb) % CP_ASYNC_BYTES:
-            raise LoweringError(op.loc, f"backend: rows of {t} are not whole {CP_ASYNC_BYTES}-byte chunks")
-        if gty.dtype != t.dtype:
-            raise LoweringError(op.loc, f"backend: copying {gty} into {t} converts dtypes")
-        per_chunk = CP_ASYNC_BYTES // eb
-        cpr = t.cols // per_chunk
-        total, threads = t.rows * cpr, self.threads
-        steps = -(-total // threads)
-        plane, nrows, ncols = self._plane(ptr, gty, coords)
-        r_tile, c_tile = coords[-2:]
-        row0 = w.op(f"mul i32 {r_tile}, {t.rows}", "r0")
-        col0 = w.op(f"mul i32 {c_tile}, {t.cols}", "c0")
 
-        def pos(b, tid, k):
-            return cp_async_position(b, tid, threads, cpr, k)
+def _plane(cx: LoweringContext, ptr: str, gty: GlobalType, coords: list[str]) -> tuple[str, str, str]:
+    """(pointer to the 2-D plane the leading coordinates select, its rows, its cols)."""
+    w = cx.w
+    dims = [cx.dim(d) for d in gty.dims]
+    nrows, ncols = dims[-2:]
+    if gty.rank == 2:
+        return ptr, nrows, ncols
+    base, stride = "0", w.op(f"mul i64 {cx.i64(nrows)}, {cx.i64(ncols)}", "plane")
+    for k in reversed(range(gty.rank - 2)):
+        base = w.op(f"add i64 {base}, {w.op(f'mul i64 {cx.i64(coords[k])}, {stride}', 'lo')}", "lb")
+        if k:
+            stride = w.op(f"mul i64 {stride}, {cx.i64(dims[k])}", "st")
+    return w.op(f"getelementptr {LLVM_TYPE[gty.dtype]}, ptr addrspace(1) {ptr}, i64 {base}", "pb"), nrows, ncols
 
-        addrs = self._shared_addresses(dst, pos, list(range(steps)))
-        lb = LLVMBuilder(w)
-        ncols64 = w.op(f"sext i32 {ncols} to i64", "ld")
-        for k, saddr in enumerate(addrs):
-            r, c = pos(lb, self.tid, k)
-            row = w.op(f"add i32 {row0}, {r}", "row")
-            col = w.op(f"add i32 {col0}, {lb.div(c, eb)}", "col")
-            rok = w.op(f"icmp slt i32 {row}, {nrows}", "rok")
-            left = w.op(f"sub i32 {ncols}, {col}", "left")      # elements left in the row
-            left = w.op(f"mul i32 {left}, {eb}", "left")
-            n = w.call("i32", "llvm.smin.i32", [("i32", left), ("i32", str(CP_ASYNC_BYTES))], hint="n")
-            n = w.call("i32", "llvm.smax.i32", [("i32", n), ("i32", "0")], hint="n")
-            n = w.op(f"select i1 {rok}, i32 {n}, i32 0", "srcsz")
-            ok = w.op(f"icmp sgt i32 {n}, 0", "ok")
-            row64 = w.op(f"sext i32 {row} to i64", "row64")
-            idx = w.op(f"mul i64 {row64}, {ncols64}", "idx")
-            idx = w.op(f"add i64 {idx}, {w.op(f'sext i32 {col} to i64', 'col64')}", "idx")
-            idx = w.op(f"select i1 {ok}, i64 {idx}, i64 0", "idx")  # nothing is read at src-size 0
-            g = w.op(f"getelementptr i8, ptr addrspace(1) {plane}, i64 {w.op(f'mul i64 {idx}, {eb}', 'ib')}", "g")
-            asm = ["cp.async.cg.shared.global [$0], [$1], 16, $2;"]
-            if steps * threads > total and k == steps - 1:  # the last round: some threads have no chunk
-                e = lb.add(self.tid, k * threads)
-                have = w.op(f"zext i1 {w.op(f'icmp ult i32 {e}, {total}', 'have')} to i32", "have")
-                asm = ["{", ".reg .pred p;", "setp.ne.b32 p, $3, 0;",
-                       "@p cp.async.cg.shared.global [$0], [$1], 16, $2;", "}"]
-                w.asm("void", asm, ["r", "l", "r", "r"],
-                      [("i32", saddr), ("ptr addrspace(1)", g), ("i32", n), ("i32", have)])
-                continue
-            w.asm("void", asm, ["r", "l", "r"], [("i32", saddr), ("ptr addrspace(1)", g), ("i32", n)])
+# --- mma.sync ----------------------------------------------------------------------------------
 
-    def _plane(self, ptr: str, gty: GlobalType, coords: list[str]) -> tuple[str, str, str]:
-        """(pointer to the 2-D plane the leading coordinates select, its rows, its cols)."""
-        w = self.w
-        dims = [self._dim(d) for d in gty.dims]
-        nrows, ncols = dims[-2:]
-        if gty.rank == 2:
-            return ptr, nrows, ncols
-        base, stride = "0", w.op(f"mul i64 {self._i64(nrows)}, {self._i64(ncols)}", "plane")
-        for k in reversed(range(gty.rank - 2)):
-            base = w.op(f"add i64 {base}, {w.op(f'mul i64 {self._i64(coords[k])}, {stride}', 'lo')}", "lb")
-            if k:
-                stride = w.op(f"mul i64 {stride}, {self._i64(dims[k])}", "st")
-        return w.op(f"getelementptr {LLVM_TYPE[gty.dtype]}, ptr addrspace(1) {ptr}, i64 {base}", "pb"), nrows, ncols
 
-    # --- mma.sync ----------------------------------------------------------------------------------
+@rule("tk.mma", targets=("sm_80",))
+def _op_tk_mma(cx: LoweringContext, op: Operation) -> None:
+    a, b, c = (cx.get(v) for v in op.operands)
+    if not isinstance(b, Smem):
+        raise LoweringError(op.loc, "backend: mma.sync reads B from shared memory here (ldmatrix)")
+    assert isinstance(c, Frag)
+    if c.kind != "mma_c" or c.type.dtype != "f32":
+        raise LoweringError(op.loc, f"backend: the mma.sync accumulator needs an f32 mma_c layout, not {c.type}")
+    if isinstance(a, Frag) and a.kind != "mma_a":
+        raise LoweringError(op.loc, f"backend: register A of mma.sync needs the mma_a layout, not {a.kind}")
+    if op.attrs.get("trans_a"):
+        raise LoweringError(op.loc, "backend: transposed (M-major) A is not implemented for mma.sync")
+    ta, tb, tc = a.type, b.type, c.type
+    if ta.dtype not in MMA_DTYPES or tb.dtype not in MMA_DTYPES:
+        raise LoweringError(op.loc, f"backend: mma.sync on {ta.dtype} x {tb.dtype} is not implemented")
+    trans_b = bool(op.attrs.get("trans_b"))
+    M, K, N = tc.rows, ta.cols, tc.cols
+    if (tb.cols, tb.rows) != ((K, N) if trans_b else (N, K)) or ta.rows != M:
+        raise LoweringError(op.loc, f"backend: mma shapes {ta} x {tb} -> {tc} do not match")
+    warps = int(c.layout["warps"])
+    slab = M // warps
+    mblocks, ksteps, nblocks = slab // MMA_M, K // MMA_K, N // MMA_N
+    if slab % MMA_M or K % MMA_K or N % MMA_N:
+        raise LoweringError(op.loc, f"backend: {tc} over {warps} warps is not made of m16n8k16 blocks")
+    if isinstance(a, Smem):
+        a_words = _ldmatrix_a(cx, a, slab, mblocks, ksteps)
+    else:
+        a_words = _pack_mma_a(cx, a, mblocks, ksteps)
+    eb = dtype_bytes(tb.dtype)
+    pairs = [(kk, n0) for kk in range(ksteps) for n0 in range(0, N, 2 * MMA_N)]
+    b_addrs = cx.shared_addresses(b, lambda bd, tid, i: ldmatrix_b_position(bd, tid, trans_b, eb, *i), pairs)
+    vals = list(c.values)
+    per_block = N // 2
+    for (kk, n0), addr in zip(pairs, b_addrs, strict=True):
+        # B fragments are loaded right before the mma.sync that use them: few live registers
+        blocks = [n0 // MMA_N + j for j in range(2) if n0 // MMA_N + j < nblocks]
+        regs = _ldmatrix(cx, addr, 2 * len(blocks), trans=not trans_b)
+        for nb, (r0, r1) in zip(blocks, B_PAIR_REGS, strict=False):
+            for mb in range(mblocks):
+                lo = mb * per_block + 4 * nb
+                vals[lo:lo + 4] = _mma_sync(cx, a_words[mb][kk], [regs[r0], regs[r1]], vals[lo:lo + 4])
+    cx.set(op.result, Frag(tc, vals))
 
-    def _op_tk_mma(self, op: Operation) -> None:
-        if self.target != "sm_80":
-            super()._op_tk_mma(op)  # type: ignore[misc]
-            return
-        a, b, c = (self.get(v) for v in op.operands)
-        if not isinstance(b, Smem):
-            raise LoweringError(op.loc, "backend: mma.sync reads B from shared memory here (ldmatrix)")
-        assert isinstance(c, Frag)
-        if c.kind != "mma_c" or c.type.dtype != "f32":
-            raise LoweringError(op.loc, f"backend: the mma.sync accumulator needs an f32 mma_c layout, not {c.type}")
-        if isinstance(a, Frag) and a.kind != "mma_a":
-            raise LoweringError(op.loc, f"backend: register A of mma.sync needs the mma_a layout, not {a.kind}")
-        if op.attrs.get("trans_a"):
-            raise LoweringError(op.loc, "backend: transposed (M-major) A is not implemented for mma.sync")
-        ta, tb, tc = a.type, b.type, c.type
-        if ta.dtype not in MMA_DTYPES or tb.dtype not in MMA_DTYPES:
-            raise LoweringError(op.loc, f"backend: mma.sync on {ta.dtype} x {tb.dtype} is not implemented")
-        trans_b = bool(op.attrs.get("trans_b"))
-        M, K, N = tc.rows, ta.cols, tc.cols
-        if (tb.cols, tb.rows) != ((K, N) if trans_b else (N, K)) or ta.rows != M:
-            raise LoweringError(op.loc, f"backend: mma shapes {ta} x {tb} -> {tc} do not match")
-        warps = int(c.layout["warps"])
-        slab = M // warps
-        mblocks, ksteps, nblocks = slab // MMA_M, K // MMA_K, N // MMA_N
-        if slab % MMA_M or K % MMA_K or N % MMA_N:
-            raise LoweringError(op.loc, f"backend: {tc} over {warps} warps is not made of m16n8k16 blocks")
-        if isinstance(a, Smem):
-            a_words = self._ldmatrix_a(a, slab, mblocks, ksteps)
-        else:
-            a_words = self._pack_mma_a(a, mblocks, ksteps)
-        eb = dtype_bytes(tb.dtype)
-        pairs = [(kk, n0) for kk in range(ksteps) for n0 in range(0, N, 2 * MMA_N)]
-        b_addrs = self._shared_addresses(b, lambda bd, tid, i: ldmatrix_b_position(bd, tid, trans_b, eb, *i), pairs)
-        vals = list(c.values)
-        per_block = N // 2
-        for (kk, n0), addr in zip(pairs, b_addrs, strict=True):
-            # B fragments are loaded right before the mma.sync that use them: few live registers
-            blocks = [n0 // MMA_N + j for j in range(2) if n0 // MMA_N + j < nblocks]
-            regs = self._ldmatrix(addr, 2 * len(blocks), trans=not trans_b)
-            for nb, (r0, r1) in zip(blocks, B_PAIR_REGS, strict=False):
-                for mb in range(mblocks):
-                    lo = mb * per_block + 4 * nb
-                    vals[lo:lo + 4] = self._mma_sync(a_words[mb][kk], [regs[r0], regs[r1]], vals[lo:lo + 4])
-        self.set(op.result, Frag(tc, vals))
 
-    def _ldmatrix(self, addr: str, n: int, trans: bool) -> list[str]:
-        w = self.w
-        ret = "{" + ", ".join(["i32"] * n) + "}"
-        fn = f"llvm.nvvm.ldmatrix.sync.aligned.m8n8.x{n}{'.trans' if trans else ''}.b16.p3"
-        p = w.op(f"inttoptr i32 {addr} to ptr addrspace(3)", "lp")
-        r = w.call(ret, fn, [("ptr addrspace(3)", p)], hint="ldm")
-        return [w.op(f"extractvalue {ret} {r}, {i}", "m") for i in range(n)]
+def _ldmatrix(cx: LoweringContext, addr: str, n: int, trans: bool) -> list[str]:
+    w = cx.w
+    ret = "{" + ", ".join(["i32"] * n) + "}"
+    fn = f"llvm.nvvm.ldmatrix.sync.aligned.m8n8.x{n}{'.trans' if trans else ''}.b16.p3"
+    p = w.op(f"inttoptr i32 {addr} to ptr addrspace(3)", "lp")
+    r = w.call(ret, fn, [("ptr addrspace(3)", p)], hint="ldm")
+    return [w.op(f"extractvalue {ret} {r}, {i}", "m") for i in range(n)]
 
-    def _ldmatrix_a(self, a: Smem, slab: int, mblocks: int, ksteps: int) -> list[list[list[str]]]:
-        """The A fragments (4 x b32) of the warp's m16 blocks for every k16 step, by ldmatrix.x4."""
-        eb = dtype_bytes(a.type.dtype)
-        insts = [(mb, kk) for mb in range(mblocks) for kk in range(ksteps)]
-        addrs = self._shared_addresses(a, lambda b, tid, i: ldmatrix_a_position(b, tid, slab, eb, *i), insts)
-        regs = dict(zip(insts, addrs, strict=True))
-        return [[self._ldmatrix(regs[mb, kk], 4, trans=False) for kk in range(ksteps)] for mb in range(mblocks)]
 
-    def _pack_mma_a(self, a: Frag, mblocks: int, ksteps: int) -> list[list[list[str]]]:
-        """An mma_a register tile as 4 x b32 per m16 block and k16 step (HOPPER.md §6.3)."""
-        if a.type.dtype != "bf16":
-            raise LoweringError(None, f"backend: register A of mma.sync must be bf16, not {a.type.dtype}")
-        return pack_a_fragment(self.w, a.values, mblocks, ksteps)
+def _ldmatrix_a(cx: LoweringContext, a: Smem, slab: int, mblocks: int, ksteps: int) -> list[list[list[str]]]:
+    """The A fragments (4 x b32) of the warp's m16 blocks for every k16 step, by ldmatrix.x4."""
+    eb = dtype_bytes(a.type.dtype)
+    insts = [(mb, kk) for mb in range(mblocks) for kk in range(ksteps)]
+    addrs = cx.shared_addresses(a, lambda b, tid, i: ldmatrix_a_position(b, tid, slab, eb, *i), insts)
+    regs = dict(zip(insts, addrs, strict=True))
+    return [[_ldmatrix(cx, regs[mb, kk], 4, trans=False) for kk in range(ksteps)] for mb in range(mblocks)]
 
-    def _mma_sync(self, a: list[str], b: list[str], c: list[str]) -> list[str]:
-        w = self.w
-        ret = "{float, float, float, float}"
-        args = [("i32", x) for x in a + b] + [("float", x) for x in c]
-        r = w.call(ret, "llvm.nvvm.mma.m16n8k16.row.col.bf16", args, hint="mma")
-        return [w.op(f"extractvalue {ret} {r}, {i}", "acc") for i in range(4)]
 
-    # --- accumulator stores --------------------------------------------------------------------------
+def _pack_mma_a(cx: LoweringContext, a: Frag, mblocks: int, ksteps: int) -> list[list[list[str]]]:
+    """An mma_a register tile as 4 x b32 per m16 block and k16 step (HOPPER.md §6.3)."""
+    if a.type.dtype != "bf16":
+        raise LoweringError(None, f"backend: register A of mma.sync must be bf16, not {a.type.dtype}")
+    return pack_a_fragment(cx.w, a.values, mblocks, ksteps)
 
-    def _op_tk_store(self, op: Operation) -> None:
-        val = self.get(op.operands[1])
-        if not (isinstance(val, Frag) and val.kind == "mma_c"):
-            super()._op_tk_store(op)  # type: ignore[misc]
-            return
-        w = self.w
-        dst = self.get(op.operands[0])
-        assert isinstance(dst, tuple) and dst[0] == "gl"
-        _, ptr, gty = dst
-        t = val.type
-        if gty.rank < 2 or t.dtype != "bf16":
-            raise LoweringError(op.loc, "backend: accumulator stores need a bf16 tile and tensor of rank >= 2")
-        coords = [self.scalar(v) for v in op.operands[2:]]
-        plane, nrows, ncols = self._plane(ptr, gty, coords)
-        r_tile, c_tile = coords[-2:]
-        lay = val.layout
-        slots = slot_coords(lay, t.shape, LLVMBuilder(w), self.tid)
-        tids = np.arange(self.threads)
-        num = [[np.broadcast_to(x, tids.shape) for x in sl] for sl in slot_coords(lay, t.shape, NumpyBuilder(), tids)]
-        row0 = w.op(f"mul i32 {r_tile}, {t.rows}", "r0")
-        col0 = w.op(f"mul i32 {c_tile}, {t.cols}", "c0")
-        ncols64 = w.op(f"sext i32 {ncols} to i64", "ld")
-        for s in range(0, len(slots), 2):
-            (r0n, c0n), (r1n, c1n) = num[s], num[s + 1]
-            if not (np.array_equal(r0n, r1n) and np.array_equal(c0n + 1, c1n)):
-                raise LoweringError(op.loc, f"backend: slots {s}, {s + 1} of {lay} are not a column pair")
-            r, c = slots[s]
-            row = w.op(f"add i32 {row0}, {r}", "row")
-            col = w.op(f"add i32 {col0}, {c}", "col")
-            ok = w.op(f"and i1 {w.op(f'icmp slt i32 {row}, {nrows}', 'rok')}, "
-                      f"{w.op(f'icmp slt i32 {col}, {ncols}', 'cok')}", "ok")
-            idx = w.op(f"mul i64 {w.op(f'sext i32 {row} to i64', 'row64')}, {ncols64}", "idx")
-            idx = w.op(f"add i64 {idx}, {w.op(f'sext i32 {col} to i64', 'col64')}", "idx")
-            p = w.op(f"getelementptr bfloat, ptr addrspace(1) {plane}, i64 {idx}", "p")
-            bits = w.pack_bf16x2(val.values[s], val.values[s + 1])
-            okz = w.op(f"zext i1 {ok} to i32", "okz")
-            w.asm("void", ["{", ".reg .pred p;", "setp.ne.b32 p, $2, 0;", "@p st.global.b32 [$0], $1;", "}"],
-                  ["l", "r", "r"], [("ptr addrspace(1)", p), ("i32", bits), ("i32", okz)])
+
+def _mma_sync(cx: LoweringContext, a: list[str], b: list[str], c: list[str]) -> list[str]:
+    w = cx.w
+    ret = "{float, float, float, float}"
+    args = [("i32", x) for x in a + b] + [("float", x) for x in c]
+    r = w.call(ret, "llvm.nvvm.mma.m16n8k16.row.col.bf16", args, hint="mma")
+    return [w.op(f"extractvalue {ret} {r}, {i}", "acc") for i in range(4)]
+
+# --- accumulator stores --------------------------------------------------------------------------
+
+
+def _mma_c_to_global(cx: LoweringContext, op: Operation) -> bool:
+    val = cx.peek(op.operands[1])
+    return isinstance(cx.peek(op.operands[0]), Global) and isinstance(val, Frag) and val.kind == "mma_c"
+
+
+@rule("tk.store", when=_mma_c_to_global)
+def _op_tk_store(cx: LoweringContext, op: Operation) -> None:
+    val = cx.get(op.operands[1])
+    w = cx.w
+    dst = cx.get(op.operands[0])
+    ptr, gty = dst.ptr, dst.type
+    t = val.type
+    if gty.rank < 2 or t.dtype != "bf16":
+        raise LoweringError(op.loc, "backend: accumulator stores need a bf16 tile and tensor of rank >= 2")
+    coords = [cx.scalar(v) for v in op.operands[2:]]
+    plane, nrows, ncols = _plane(cx, ptr, gty, coords)
+    r_tile, c_tile = coords[-2:]
+    lay = val.layout
+    slots = slot_coords(lay, t.shape, LLVMBuilder(w), cx.tid)
+    tids = np.arange(cx.threads)
+    num = [[np.broadcast_to(x, tids.shape) for x in sl] for sl in slot_coords(lay, t.shape, NumpyBuilder(), tids)]
+    row0 = w.op(f"mul i32 {r_tile}, {t.rows}", "r0")
+    col0 = w.op(f"mul i32 {c_tile}, {t.cols}", "c0")
+    ncols64 = w.op(f"sext i32 {ncols} to i64", "ld")
+    for s in range(0, len(slots), 2):
+        (r0n, c0n), (r1n, c1n) = num[s], num[s + 1]
+        if not (np.array_equal(r0n, r1n) and np.array_equal(c0n + 1, c1n)):
+            raise LoweringError(op.loc, f"backend: slots {s}, {s + 1} of {lay} are not a column pair")
+        r, c = slots[s]
+        row = w.op(f"add i32 {row0}, {r}", "row")
+        col = w.op(f"add i32 {col0}, {c}", "col")
+        ok = w.op(f"and i1 {w.op(f'icmp slt i32 {row}, {nrows}', 'rok')}, "
+                  f"{w.op(f'icmp slt i32 {col}, {ncols}', 'cok')}", "ok")
+        idx = w.op(f"mul i64 {w.op(f'sext i32 {row} to i64', 'row64')}, {ncols64}", "idx")
+        idx = w.op(f"add i64 {idx}, {w.op(f'sext i32 {col} to i64', 'col64')}", "idx")
+        p = w.op(f"getelementptr bfloat, ptr addrspace(1) {plane}, i64 {idx}", "p")
+        bits = w.pack_bf16x2(val.values[s], val.values[s + 1])
+        okz = w.op(f"zext i1 {ok} to i32", "okz")
+        w.asm("void", ["{", ".reg .pred p;", "setp.ne.b32 p, $2, 0;", "@p st.global.b32 [$0], $1;", "}"],
+              ["l", "r", "r"], [("ptr addrspace(1)", p), ("i32", bits), ("i32", okz)])
 
 
 def _is_shared_load(op: Operation) -> bool:

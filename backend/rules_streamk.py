@@ -1,6 +1,6 @@
 """Lowering rules for the stream-K ops (tkir/ops_streamk.py): workspaces and partial tiles.
 
-A mixin of backend.lower_llvm.KernelLowering, for accumulators in the wgmma_acc layout.
+Rules of backend.rules' table, for accumulators in the wgmma_acc layout.
 
 A partial tile is kept in *fragment order*: consumer warpgroup `w`'s thread `t` (0..127) stores its
 values 4 at a time, group `j` at float index `slot * E + w * E / W + (j * 128 + t) * 4` (E = the
@@ -16,83 +16,97 @@ the partial with `ld.global.cg` (L2, never a stale L1 line).
 
 from __future__ import annotations
 
-from tkir.backend.values import THREADS_PER_WARPGROUP, Frag, LoweringError
+from typing import TYPE_CHECKING
+
+from tkir.backend.rules import rule
+from tkir.backend.values import THREADS_PER_WARPGROUP, Frag, Global, LoweringError
 from tkir.ir import Operation
+
+if TYPE_CHECKING:
+    from tkir.backend.context import LoweringContext
 
 VEC = 4  # floats per st/ld.global.v4
 
 
-class StreamKRules:
-    def _op_tk_workspace(self, op: Operation) -> None:
-        self.set(op.result, ("gl", self.params[op.attrs["name"]], op.result.type))
+@rule("tk.workspace")
+def _op_tk_workspace(cx: LoweringContext, op: Operation) -> None:
+    cx.set(op.result, Global(cx.params[op.attrs["name"]], op.result.type))
 
-    def _op_tk_launch_count(self, op: Operation) -> None:
-        self.set(op.result, self.params[op.attrs["name"]])
 
-    def _partial_addrs(self, op: Operation) -> tuple[Frag, str, str, str, str]:
-        """(accumulator, this thread's first partial address, flag address, warpgroup-leader i1,
-        named barrier id) for a tk.partial_* op."""
-        w = self.w
-        part, flags, acc = (self.get(v) for v in op.operands[:3])
-        slot = self.scalar(op.operands[3])
-        if not (isinstance(acc, Frag) and acc.kind == "wgmma_acc") or self.role is None:
-            raise LoweringError(op.loc, f"backend: {op.name} needs a wgmma_acc tile inside a consumer role")
-        t = acc.type
-        nwg = int(acc.layout.get("wg", 1))
-        elems = t.rows * t.cols
-        ctx = self.role
-        t128 = w.op(f"and i32 {ctx.tid}, {THREADS_PER_WARPGROUP - 1}", "t128")
-        base = w.op(f"mul i32 {slot}, {elems}", "pslot")
-        base = w.op(f"add i32 {base}, {w.op(f'mul i32 {ctx.wg}, {elems // nwg}', 'pwg')}", "pbase")
-        base = w.op(f"add i32 {base}, {w.op(f'shl i32 {t128}, 2', 'pt')}", "pbase")
-        b64 = w.op(f"sext i32 {base} to i64", "pb64")
-        ptr = w.op(f"getelementptr float, ptr addrspace(1) {part[1]}, i64 {b64}", "pptr")
-        fidx = w.op(f"add i32 {w.op(f'mul i32 {slot}, {nwg}', 'fs')}, {ctx.wg}", "fidx")
-        f64 = w.op(f"sext i32 {fidx} to i64", "f64")
-        fptr = w.op(f"getelementptr i32, ptr addrspace(1) {flags[1]}, i64 {f64}", "fptr")
-        lead = w.op(f"icmp eq i32 {t128}, 0", "wglead")
-        bar_id = w.op(f"add i32 {ctx.wg}, 1", "barid")
-        return acc, ptr, fptr, lead, bar_id
+@rule("tk.launch_count")
+def _op_tk_launch_count(cx: LoweringContext, op: Operation) -> None:
+    cx.set(op.result, cx.params[op.attrs["name"]])
 
-    def _group_ptr(self, ptr: str, j: int) -> str:
-        return self.w.op(f"getelementptr float, ptr addrspace(1) {ptr}, i64 {j * THREADS_PER_WARPGROUP * VEC}",
-                         "pj")
 
-    def _op_tk_partial_store(self, op: Operation) -> None:
-        w = self.w
-        acc, ptr, fptr, lead, bar_id = self._partial_addrs(op)
-        epoch = self.scalar(op.operands[4])
-        vals = acc.values
-        for j in range(len(vals) // VEC):
-            w.asm("void", ["st.global.v4.f32 [$0], {$1, $2, $3, $4};"], ["l", "f", "f", "f", "f"],
-                  [("ptr addrspace(1)", self._group_ptr(ptr, j))] + [("float", v) for v in vals[VEC * j:VEC * j + VEC]])
-        w.asm("void", ["fence.acq_rel.gpu;"], [], [])
-        w.asm("void", ["bar.sync $0, 128;"], ["r"], [("i32", bar_id)])
-        self._if(lead, lambda: w.asm("void", ["st.release.gpu.global.b32 [$0], $1;"], ["l", "r"],
-                                     [("ptr addrspace(1)", fptr), ("i32", epoch)]))
+def _partial_addrs(cx: LoweringContext, op: Operation) -> tuple[Frag, str, str, str, str]:
+    """(accumulator, this thread's first partial address, flag address, warpgroup-leader i1,
+    named barrier id) for a tk.partial_* op."""
+    w = cx.w
+    part, flags, acc = (cx.get(v) for v in op.operands[:3])
+    slot = cx.scalar(op.operands[3])
+    if not (isinstance(acc, Frag) and acc.kind == "wgmma_acc") or cx.role is None:
+        raise LoweringError(op.loc, f"backend: {op.name} needs a wgmma_acc tile inside a consumer role")
+    t = acc.type
+    nwg = int(acc.layout.get("wg", 1))
+    elems = t.rows * t.cols
+    ctx = cx.role
+    t128 = w.op(f"and i32 {ctx.tid}, {THREADS_PER_WARPGROUP - 1}", "t128")
+    base = w.op(f"mul i32 {slot}, {elems}", "pslot")
+    base = w.op(f"add i32 {base}, {w.op(f'mul i32 {ctx.wg}, {elems // nwg}', 'pwg')}", "pbase")
+    base = w.op(f"add i32 {base}, {w.op(f'shl i32 {t128}, 2', 'pt')}", "pbase")
+    b64 = w.op(f"sext i32 {base} to i64", "pb64")
+    ptr = w.op(f"getelementptr float, ptr addrspace(1) {part.ptr}, i64 {b64}", "pptr")
+    fidx = w.op(f"add i32 {w.op(f'mul i32 {slot}, {nwg}', 'fs')}, {ctx.wg}", "fidx")
+    f64 = w.op(f"sext i32 {fidx} to i64", "f64")
+    fptr = w.op(f"getelementptr i32, ptr addrspace(1) {flags.ptr}, i64 {f64}", "fptr")
+    lead = w.op(f"icmp eq i32 {t128}, 0", "wglead")
+    bar_id = w.op(f"add i32 {ctx.wg}, 1", "barid")
+    return acc, ptr, fptr, lead, bar_id
 
-    def _op_tk_partial_add(self, op: Operation) -> None:
-        w = self.w
-        acc, ptr, fptr, lead, bar_id = self._partial_addrs(op)
-        epoch = self.scalar(op.operands[4])
 
-        def spin() -> None:
-            loop, ready = w.label("sk_wait"), w.label("sk_ready")
-            w.br(loop)
-            w.start_block(loop)
-            got = w.asm("i32", ["ld.acquire.gpu.global.b32 $0, [$1];"], ["=r", "l"],
-                        [("ptr addrspace(1)", fptr)], "flag")
-            w.cond_br(w.op(f"icmp ne i32 {got}, {epoch}", "notyet"), loop, ready)
-            w.start_block(ready)
+def _group_ptr(cx: LoweringContext, ptr: str, j: int) -> str:
+    return cx.w.op(f"getelementptr float, ptr addrspace(1) {ptr}, i64 {j * THREADS_PER_WARPGROUP * VEC}",
+                     "pj")
 
-        self._if(lead, spin)
-        w.asm("void", ["bar.sync $0, 128;"], ["r"], [("i32", bar_id)])
-        out = []
-        ret = "{float, float, float, float}"
-        for j in range(len(acc.values) // VEC):
-            r = w.asm(ret, ["ld.global.cg.v4.f32 {$0, $1, $2, $3}, [$4];"], ["=f"] * VEC + ["l"],
-                      [("ptr addrspace(1)", self._group_ptr(ptr, j))], "part")
-            for i in range(VEC):
-                x = w.op(f"extractvalue {ret} {r}, {i}", "pv")
-                out.append(w.op(f"fadd float {acc.values[VEC * j + i]}, {x}", "psum"))
-        self.set(op.result, Frag(acc.type, out))
+
+@rule("tk.partial_store", targets=("sm_90a",))
+def _op_tk_partial_store(cx: LoweringContext, op: Operation) -> None:
+    w = cx.w
+    acc, ptr, fptr, lead, bar_id = _partial_addrs(cx, op)
+    epoch = cx.scalar(op.operands[4])
+    vals = acc.values
+    for j in range(len(vals) // VEC):
+        w.asm("void", ["st.global.v4.f32 [$0], {$1, $2, $3, $4};"], ["l", "f", "f", "f", "f"],
+              [("ptr addrspace(1)", _group_ptr(cx, ptr, j))] + [("float", v) for v in vals[VEC * j:VEC * j + VEC]])
+    w.asm("void", ["fence.acq_rel.gpu;"], [], [])
+    w.asm("void", ["bar.sync $0, 128;"], ["r"], [("i32", bar_id)])
+    cx.if_then(lead, lambda: w.asm("void", ["st.release.gpu.global.b32 [$0], $1;"], ["l", "r"],
+                                 [("ptr addrspace(1)", fptr), ("i32", epoch)]))
+
+
+@rule("tk.partial_add", targets=("sm_90a",))
+def _op_tk_partial_add(cx: LoweringContext, op: Operation) -> None:
+    w = cx.w
+    acc, ptr, fptr, lead, bar_id = _partial_addrs(cx, op)
+    epoch = cx.scalar(op.operands[4])
+
+    def spin() -> None:
+        loop, ready = w.label("sk_wait"), w.label("sk_ready")
+        w.br(loop)
+        w.start_block(loop)
+        got = w.asm("i32", ["ld.acquire.gpu.global.b32 $0, [$1];"], ["=r", "l"],
+                    [("ptr addrspace(1)", fptr)], "flag")
+        w.cond_br(w.op(f"icmp ne i32 {got}, {epoch}", "notyet"), loop, ready)
+        w.start_block(ready)
+
+    cx.if_then(lead, spin)
+    w.asm("void", ["bar.sync $0, 128;"], ["r"], [("i32", bar_id)])
+    out = []
+    ret = "{float, float, float, float}"
+    for j in range(len(acc.values) // VEC):
+        r = w.asm(ret, ["ld.global.cg.v4.f32 {$0, $1, $2, $3}, [$4];"], ["=f"] * VEC + ["l"],
+                  [("ptr addrspace(1)", _group_ptr(cx, ptr, j))], "part")
+        for i in range(VEC):
+            x = w.op(f"extractvalue {ret} {r}, {i}", "pv")
+            out.append(w.op(f"fadd float {acc.values[VEC * j + i]}, {x}", "psum"))
+    cx.set(op.result, Frag(acc.type, out))

@@ -1,6 +1,6 @@
 """Lowering rules for wgmma (sm_90a): `tk.mma` on shared operands, accumulator stores.
 
-A mixin of backend.lower_llvm.KernelLowering. `tk.mma` with both operands in shared memory becomes
+Rules of backend.rules' table. `tk.mma` with both operands in shared memory becomes
 `wgmma.mma_async` with 64-bit matrix descriptors (HOPPER.md §2: start address, LBO, SBO, swizzle;
 the offsets and strides for each shared layout come from backend.wgmma_desc);
 the accumulator fragment (HOPPER.md §1.5) is a list of per-thread float values threaded through
@@ -10,291 +10,291 @@ with predicated 32-bit stores of bf16 pairs (rows and columns past the tensor's 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from tkir.backend import wgmma_desc
-from tkir.backend.rules_registers import pack_a_fragment
+from tkir.backend.fragments import pack_a_fragment
+from tkir.backend.rules import rule
 from tkir.backend.values import (
     WGMMA_K_BYTES,
     WGMMA_M,
     WGMMA_MAX_N,
     Frag,
+    Global,
     LoweringError,
     Smem,
 )
 from tkir.ir import Operation
 from tkir.types import TileType, dtype_bytes
 
+if TYPE_CHECKING:
+    from tkir.backend.context import LoweringContext
 
-class WgmmaRules:
-    def _acc_layout(self, t: TileType, op: Operation) -> tuple[int, int]:
-        """(m64 blocks per warpgroup, values per thread) of a wgmma_acc tile in the current role."""
-        lay = t.get("layout")
-        if not (isinstance(lay, dict) and str(lay.get("kind")) == "wgmma_acc"):
-            raise LoweringError(op.loc, f"backend: register tile {t} needs a wgmma_acc layout here "
-                                        "(run infer-layouts)")
-        wg = int(lay.get("wg", 1))
-        rows_per_wg = t.rows // wg
-        if rows_per_wg % WGMMA_M:
-            raise LoweringError(op.loc, f"backend: {t} over {wg} warpgroups is not a multiple of 64 rows each")
-        mblocks = rows_per_wg // WGMMA_M
-        return mblocks, mblocks * t.cols // 2
 
-    def _op_tk_mma(self, op: Operation) -> None:
-        if self.target != "sm_90a":
-            raise LoweringError(op.loc, f"backend: tk.mma for {self.target} is not implemented yet")
-        w = self.w
-        a, b, c = (self.get(v) for v in op.operands)
-        if not isinstance(b, Smem):
-            raise LoweringError(op.loc, "backend: wgmma reads B from shared memory (HOPPER.md §1.3)")
-        assert isinstance(c, Frag)
-        a_regs = isinstance(a, Frag)
-        if a_regs and a.kind != "wgmma_a":
-            raise LoweringError(op.loc, f"backend: register A of wgmma needs the wgmma_a layout, not {a.kind}")
-        ta, tb, tc = a.type, b.type, c.type
-        mblocks, _ = self._acc_layout(tc, op)
-        trans_a, trans_b = bool(op.attrs.get("trans_a")), bool(op.attrs.get("trans_b"))
-        if trans_a:
-            raise LoweringError(op.loc, "backend: transposed (M-major) A is not implemented yet")
-        if ta.dtype != "bf16":
-            raise LoweringError(op.loc, f"backend: wgmma on {ta.dtype} is not implemented yet")
-        K = ta.cols
-        N = tc.cols
-        ebytes = dtype_bytes(ta.dtype)
-        ksteps = K * ebytes // WGMMA_K_BYTES
-        nchunk = min(N, WGMMA_MAX_N)
-        if N % nchunk:
-            raise LoweringError(op.loc, f"backend: N={N} is not a multiple of {nchunk}")
-        sw_a, sw_b = (0 if a_regs else int(ta.get("swizzle") or 0)), int(tb.get("swizzle") or 0)
-        if (not sw_a and not a_regs) or not sw_b:
-            raise LoweringError(op.loc, "backend: wgmma operands need a swizzled or interleaved shared "
-                                        "layout (run select-swizzle)")
-        lay = tc.get("layout")
-        rows_per_wg = tc.rows // int(lay.get("wg", 1))  # type: ignore[union-attr]
-        wg = (self.role or self.thread_parts()).wg  # no roles (--no-tma): warpgroup = tid / 128
-        # A (K-major): this warpgroup's rows start rows_per_wg * wg rows down every panel
-        if not a_regs:
-            a_row0 = w.op(f"mul i32 {wg}, {rows_per_wg * sw_a}", "arow")
-            a_base = w.op(f"add i32 {a.addr}, {a_row0}", "abase")
-        else:
-            a_words = pack_a_fragment(w, a.values, mblocks, ksteps)
-        w.call("void", "llvm.nvvm.wgmma.fence.sync.aligned", [])
-        vals = list(c.values)
-        per_block = tc.cols // 2
-        for kk in range(ksteps):
-            for mb in range(mblocks):
-                if a_regs:
-                    desc_a = a_words[mb][kk]
-                else:
-                    a_off, lbo, sbo = wgmma_desc.k_major(sw_a, ta.rows, mb * WGMMA_M, kk)
-                    desc_a = self._desc(w.op(f"add i32 {a_base}, {a_off}", "aaddr"), lbo, sbo, sw_a)
-                for nc in range(N // nchunk):
-                    if trans_b:  # B stored N x K (K-major): like A
-                        b_off, lbo, sbo = wgmma_desc.k_major(sw_b, tb.rows, nc * nchunk, kk)
-                    else:        # B stored K x N (N-major): panels of span bytes along N
-                        b_off, lbo, sbo = wgmma_desc.mn_major(sw_b, ebytes, tb.rows, nc * nchunk, kk)
-                    desc_b = self._desc(w.op(f"add i32 {b.addr}, {b_off}", "baddr"), lbo, sbo, sw_b)
-                    lo = mb * per_block + nc * (nchunk // 2)
-                    chunk = vals[lo:lo + nchunk // 2]
-                    vals[lo:lo + nchunk // 2] = self._wgmma(nchunk, desc_a, desc_b, chunk, int(trans_b is False))
-        w.call("void", "llvm.nvvm.wgmma.commit_group.sync.aligned", [])
-        depth = int(op.attrs.get("async_groups") or 0)
-        vals = self._wait_group(vals, depth)
-        self.set(op.result, Frag(tc, vals, pending=depth > 0))
+def _acc_layout(cx: LoweringContext, t: TileType, op: Operation) -> tuple[int, int]:
+    """(m64 blocks per warpgroup, values per thread) of a wgmma_acc tile in the current role."""
+    lay = t.get("layout")
+    if not (isinstance(lay, dict) and str(lay.get("kind")) == "wgmma_acc"):
+        raise LoweringError(op.loc, f"backend: register tile {t} needs a wgmma_acc layout here "
+                                    "(run infer-layouts)")
+    wg = int(lay.get("wg", 1))
+    rows_per_wg = t.rows // wg
+    if rows_per_wg % WGMMA_M:
+        raise LoweringError(op.loc, f"backend: {t} over {wg} warpgroups is not a multiple of 64 rows each")
+    mblocks = rows_per_wg // WGMMA_M
+    return mblocks, mblocks * t.cols // 2
 
-    def _desc(self, addr: str, lbo: int, sbo: int, swizzle: int) -> str:
-        w = self.w
-        a64 = w.op(f"zext i32 {addr} to i64", "a64")
-        a_enc = w.op(f"lshr i64 {a64}, 4", "aenc")
-        a_enc = w.op(f"and i64 {a_enc}, 16383", "aenc")
-        hi = ((lbo >> 4) & 0x3FFF) << 16 | ((sbo >> 4) & 0x3FFF) << 32 | wgmma_desc.LAYOUT_CODE[swizzle] << 62
-        if hi >= 1 << 63:
-            hi -= 1 << 64  # LLVM i64 literals are signed
-        return w.op(f"or i64 {a_enc}, {hi}", "desc")
 
-    def _wgmma(self, n: int, desc_a: str | list[str], desc_b: str, acc: list[str], trans_b: int) -> list[str]:
-        w = self.w
-        k = len(acc)
-        outs = ", ".join(f"${i}" for i in range(k))
-        ret = "{" + ", ".join(["float"] * k) + "}"
-        if isinstance(desc_a, list):  # A from registers (RS form): no trans-a immediate
-            line = (f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.bf16.bf16 {{{outs}}}, "
-                    f"{{${k}, ${k + 1}, ${k + 2}, ${k + 3}}}, ${k + 4}, 1, 1, 1, {trans_b};")
-            cons = ["=f"] * k + ["r"] * 4 + ["l"] + [str(i) for i in range(k)]
-            args = [("i32", x) for x in desc_a] + [("i64", desc_b)] + [("float", v) for v in acc]
-            r = w.asm(ret, [line], cons, args, "mma")
-            return [w.op(f"extractvalue {ret} {r}, {i}", "acc") for i in range(k)]
-        line = (f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.bf16.bf16 {{{outs}}}, ${k}, ${k + 1}, "
-                f"1, 1, 1, 0, {trans_b};")
-        cons = ["=f"] * k + ["l", "l"] + [str(i) for i in range(k)]
-        args = [("i64", desc_a), ("i64", desc_b)] + [("float", v) for v in acc]
+@rule("tk.mma", targets=("sm_90a",))
+def _op_tk_mma(cx: LoweringContext, op: Operation) -> None:
+    w = cx.w
+    a, b, c = (cx.get(v) for v in op.operands)
+    if not isinstance(b, Smem):
+        raise LoweringError(op.loc, "backend: wgmma reads B from shared memory (HOPPER.md §1.3)")
+    assert isinstance(c, Frag)
+    a_regs = isinstance(a, Frag)
+    if a_regs and a.kind != "wgmma_a":
+        raise LoweringError(op.loc, f"backend: register A of wgmma needs the wgmma_a layout, not {a.kind}")
+    ta, tb, tc = a.type, b.type, c.type
+    mblocks, _ = _acc_layout(cx, tc, op)
+    trans_a, trans_b = bool(op.attrs.get("trans_a")), bool(op.attrs.get("trans_b"))
+    if trans_a:
+        raise LoweringError(op.loc, "backend: transposed (M-major) A is not implemented yet")
+    if ta.dtype != "bf16":
+        raise LoweringError(op.loc, f"backend: wgmma on {ta.dtype} is not implemented yet")
+    K = ta.cols
+    N = tc.cols
+    ebytes = dtype_bytes(ta.dtype)
+    ksteps = K * ebytes // WGMMA_K_BYTES
+    nchunk = min(N, WGMMA_MAX_N)
+    if N % nchunk:
+        raise LoweringError(op.loc, f"backend: N={N} is not a multiple of {nchunk}")
+    sw_a, sw_b = (0 if a_regs else int(ta.get("swizzle") or 0)), int(tb.get("swizzle") or 0)
+    if (not sw_a and not a_regs) or not sw_b:
+        raise LoweringError(op.loc, "backend: wgmma operands need a swizzled or interleaved shared "
+                                    "layout (run select-swizzle)")
+    lay = tc.get("layout")
+    rows_per_wg = tc.rows // int(lay.get("wg", 1))  # type: ignore[union-attr]
+    wg = (cx.role or cx.thread_parts()).wg  # no roles (--no-tma): warpgroup = tid / 128
+    # A (K-major): this warpgroup's rows start rows_per_wg * wg rows down every panel
+    if not a_regs:
+        a_row0 = w.op(f"mul i32 {wg}, {rows_per_wg * sw_a}", "arow")
+        a_base = w.op(f"add i32 {a.addr}, {a_row0}", "abase")
+    else:
+        a_words = pack_a_fragment(w, a.values, mblocks, ksteps)
+    w.call("void", "llvm.nvvm.wgmma.fence.sync.aligned", [])
+    vals = list(c.values)
+    per_block = tc.cols // 2
+    for kk in range(ksteps):
+        for mb in range(mblocks):
+            if a_regs:
+                desc_a = a_words[mb][kk]
+            else:
+                a_off, lbo, sbo = wgmma_desc.k_major(sw_a, ta.rows, mb * WGMMA_M, kk)
+                desc_a = _desc(cx, w.op(f"add i32 {a_base}, {a_off}", "aaddr"), lbo, sbo, sw_a)
+            for nc in range(N // nchunk):
+                if trans_b:  # B stored N x K (K-major): like A
+                    b_off, lbo, sbo = wgmma_desc.k_major(sw_b, tb.rows, nc * nchunk, kk)
+                else:        # B stored K x N (N-major): panels of span bytes along N
+                    b_off, lbo, sbo = wgmma_desc.mn_major(sw_b, ebytes, tb.rows, nc * nchunk, kk)
+                desc_b = _desc(cx, w.op(f"add i32 {b.addr}, {b_off}", "baddr"), lbo, sbo, sw_b)
+                lo = mb * per_block + nc * (nchunk // 2)
+                chunk = vals[lo:lo + nchunk // 2]
+                vals[lo:lo + nchunk // 2] = _wgmma(cx, nchunk, desc_a, desc_b, chunk, int(trans_b is False))
+    w.call("void", "llvm.nvvm.wgmma.commit_group.sync.aligned", [])
+    depth = int(op.attrs.get("async_groups") or 0)
+    vals = cx.wait_group(vals, depth)
+    cx.set(op.result, Frag(tc, vals, pending=depth > 0))
+
+
+def _desc(cx: LoweringContext, addr: str, lbo: int, sbo: int, swizzle: int) -> str:
+    w = cx.w
+    a64 = w.op(f"zext i32 {addr} to i64", "a64")
+    a_enc = w.op(f"lshr i64 {a64}, 4", "aenc")
+    a_enc = w.op(f"and i64 {a_enc}, 16383", "aenc")
+    hi = ((lbo >> 4) & 0x3FFF) << 16 | ((sbo >> 4) & 0x3FFF) << 32 | wgmma_desc.LAYOUT_CODE[swizzle] << 62
+    if hi >= 1 << 63:
+        hi -= 1 << 64  # LLVM i64 literals are signed
+    return w.op(f"or i64 {a_enc}, {hi}", "desc")
+
+
+def _wgmma(cx: LoweringContext, n: int, desc_a: str | list[str], desc_b: str, acc: list[str],
+           trans_b: int) -> list[str]:
+    w = cx.w
+    k = len(acc)
+    outs = ", ".join(f"${i}" for i in range(k))
+    ret = "{" + ", ".join(["float"] * k) + "}"
+    if isinstance(desc_a, list):  # A from registers (RS form): no trans-a immediate
+        line = (f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.bf16.bf16 {{{outs}}}, "
+                f"{{${k}, ${k + 1}, ${k + 2}, ${k + 3}}}, ${k + 4}, 1, 1, 1, {trans_b};")
+        cons = ["=f"] * k + ["r"] * 4 + ["l"] + [str(i) for i in range(k)]
+        args = [("i32", x) for x in desc_a] + [("i64", desc_b)] + [("float", v) for v in acc]
         r = w.asm(ret, [line], cons, args, "mma")
         return [w.op(f"extractvalue {ret} {r}, {i}", "acc") for i in range(k)]
+    line = (f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.bf16.bf16 {{{outs}}}, ${k}, ${k + 1}, "
+            f"1, 1, 1, 0, {trans_b};")
+    cons = ["=f"] * k + ["l", "l"] + [str(i) for i in range(k)]
+    args = [("i64", desc_a), ("i64", desc_b)] + [("float", v) for v in acc]
+    r = w.asm(ret, [line], cons, args, "mma")
+    return [w.op(f"extractvalue {ret} {r}, {i}", "acc") for i in range(k)]
 
-    def _wait_group(self, acc: list[str], n: int) -> list[str]:
-        w = self.w
-        k = len(acc)
-        ret = "{" + ", ".join(["float"] * k) + "}"
-        r = w.asm(ret, [f"wgmma.wait_group.sync.aligned {n};"], ["=f"] * k + [str(i) for i in range(k)],
-                  [("float", v) for v in acc], "waited")
-        return [w.op(f"extractvalue {ret} {r}, {i}", "acc") for i in range(k)]
 
-    def _store_wgmma_acc(self, op: Operation) -> None:
-        w = self.w
-        dst = self.get(op.operands[0])
-        val = self.get(op.operands[1])
-        assert isinstance(dst, tuple) and dst[0] == "gl" and isinstance(val, Frag)
-        _, ptr, gty = dst
-        t = val.type
-        if gty.rank < 2 or t.dtype != "bf16":
-            raise LoweringError(op.loc, "backend: accumulator stores need a bf16 tensor of rank >= 2")
-        nlead = gty.rank - 2
-        rows_name, cols_name = gty.dims[-2:]
-        nrows = self._dim(rows_name)
-        ncols = self._dim(cols_name)
-        coords = [self.scalar(v) for v in op.operands[2:]]
-        r_tile, c_tile = coords[nlead:]
-        # leading coordinates are plain indices into a row-major tensor: fold them into the base
-        base = "0"
-        if nlead:
-            stride = w.op(f"mul i64 {self._i64(nrows)}, {self._i64(ncols)}", "plane")
-            for k in reversed(range(nlead)):
-                base = w.op(f"add i64 {base}, {w.op(f'mul i64 {self._i64(coords[k])}, {stride}', 'lo')}", "lb")
-                stride = w.op(f"mul i64 {stride}, {self._i64(self._dim(gty.dims[k]))}", "st")
-            ptr = w.op(f"getelementptr bfloat, ptr addrspace(1) {ptr}, i64 {base}", "pb")
-        ctx = self.role or self.thread_parts()  # no roles (--no-tma): from %tid.x
-        mblocks, _ = self._acc_layout(t, op)
-        rows_per_wg = t.rows // int(t.get("layout").get("wg", 1))  # type: ignore[union-attr]
-        row0 = w.op(f"mul i32 {r_tile}, {t.rows}", "r0")
-        wgr = w.op(f"mul i32 {ctx.wg}, {rows_per_wg}", "wgr")
-        row0 = w.op(f"add i32 {row0}, {wgr}", "r0")
-        w16 = w.op(f"mul i32 {ctx.warp}, 16", "w16")
-        g = w.op(f"lshr i32 {ctx.lane}, 2", "g")
-        q = w.op(f"and i32 {ctx.lane}, 3", "q")
-        row0 = w.op(f"add i32 {row0}, {w16}", "r0")
-        row0 = w.op(f"add i32 {row0}, {g}", "r0")
-        col0 = w.op(f"mul i32 {c_tile}, {t.cols}", "c0")
-        q2 = w.op(f"shl i32 {q}, 1", "q2")
-        col0 = w.op(f"add i32 {col0}, {q2}", "c0")
-        per_block = t.cols // 2
-        ncols64 = w.op(f"sext i32 {ncols} to i64", "ld")
+def _wgmma_acc_to_global(cx: LoweringContext, op: Operation) -> bool:
+    val = cx.peek(op.operands[1])
+    return isinstance(cx.peek(op.operands[0]), Global) and isinstance(val, Frag) and val.kind == "wgmma_acc"
+
+
+@rule("tk.store", when=_wgmma_acc_to_global)
+def _store_wgmma_acc(cx: LoweringContext, op: Operation) -> None:
+    w = cx.w
+    dst = cx.get(op.operands[0])
+    val = cx.get(op.operands[1])
+    ptr, gty = dst.ptr, dst.type
+    t = val.type
+    if gty.rank < 2 or t.dtype != "bf16":
+        raise LoweringError(op.loc, "backend: accumulator stores need a bf16 tensor of rank >= 2")
+    nlead = gty.rank - 2
+    rows_name, cols_name = gty.dims[-2:]
+    nrows = cx.dim(rows_name)
+    ncols = cx.dim(cols_name)
+    coords = [cx.scalar(v) for v in op.operands[2:]]
+    r_tile, c_tile = coords[nlead:]
+    # leading coordinates are plain indices into a row-major tensor: fold them into the base
+    base = "0"
+    if nlead:
+        stride = w.op(f"mul i64 {cx.i64(nrows)}, {cx.i64(ncols)}", "plane")
+        for k in reversed(range(nlead)):
+            base = w.op(f"add i64 {base}, {w.op(f'mul i64 {cx.i64(coords[k])}, {stride}', 'lo')}", "lb")
+            stride = w.op(f"mul i64 {stride}, {cx.i64(cx.dim(gty.dims[k]))}", "st")
+        ptr = w.op(f"getelementptr bfloat, ptr addrspace(1) {ptr}, i64 {base}", "pb")
+    ctx = cx.role or cx.thread_parts()  # no roles (--no-tma): from %tid.x
+    mblocks, _ = _acc_layout(cx, t, op)
+    rows_per_wg = t.rows // int(t.get("layout").get("wg", 1))  # type: ignore[union-attr]
+    row0 = w.op(f"mul i32 {r_tile}, {t.rows}", "r0")
+    wgr = w.op(f"mul i32 {ctx.wg}, {rows_per_wg}", "wgr")
+    row0 = w.op(f"add i32 {row0}, {wgr}", "r0")
+    w16 = w.op(f"mul i32 {ctx.warp}, 16", "w16")
+    g = w.op(f"lshr i32 {ctx.lane}, 2", "g")
+    q = w.op(f"and i32 {ctx.lane}, 3", "q")
+    row0 = w.op(f"add i32 {row0}, {w16}", "r0")
+    row0 = w.op(f"add i32 {row0}, {g}", "r0")
+    col0 = w.op(f"mul i32 {c_tile}, {t.cols}", "c0")
+    q2 = w.op(f"shl i32 {q}, 1", "q2")
+    col0 = w.op(f"add i32 {col0}, {q2}", "c0")
+    per_block = t.cols // 2
+    ncols64 = w.op(f"sext i32 {ncols} to i64", "ld")
+    for mb in range(mblocks):
+        for h in range(2):
+            row = w.op(f"add i32 {row0}, {mb * WGMMA_M + 8 * h}", "row")
+            rok = w.op(f"icmp slt i32 {row}, {nrows}", "rok")
+            row64 = w.op(f"sext i32 {row} to i64", "row64")
+            rbase = w.op(f"mul i64 {row64}, {ncols64}", "rbase")
+            for j in range(t.cols // 8):
+                col = w.op(f"add i32 {col0}, {8 * j}", "col")
+                cok = w.op(f"icmp slt i32 {col}, {ncols}", "cok")
+                ok = w.op(f"and i1 {rok}, {cok}", "ok")
+                col64 = w.op(f"sext i32 {col} to i64", "col64")
+                idx = w.op(f"add i64 {rbase}, {col64}", "idx")
+                p = w.op(f"getelementptr bfloat, ptr addrspace(1) {ptr}, i64 {idx}", "p")
+                i0 = mb * per_block + 4 * j + 2 * h
+                bits = w.pack_bf16x2(val.values[i0], val.values[i0 + 1])
+                okz = w.op(f"zext i1 {ok} to i32", "okz")
+                w.asm("void", ["{", ".reg .pred p;", "setp.ne.b32 p, $2, 0;", "@p st.global.b32 [$0], $1;", "}"],
+                      ["l", "r", "r"], [("ptr addrspace(1)", p), ("i32", bits), ("i32", okz)])
+
+
+# --- staged epilogue: registers -> swizzled shared chunk -> TMA store --------------------------
+
+
+@rule("tk.store_staged", targets=("sm_90a",))
+def _op_tk_store_staged(cx: LoweringContext, op: Operation) -> None:
+    """Each consumer warpgroup writes its rows of one column chunk into its part of the staging
+    tile (bf16 pairs, 128B-swizzled panels: the fragment's 8 rows x 16 B land in 8 different bank
+    groups), fences the writes into the async proxy, syncs its 128 threads on a named barrier, and
+    one thread issues a TMA store per 64-column panel and commits the bulk group. Chunks take the
+    staging tile's `buffers` parts in turn; before a chunk overwrites its part, that thread waits
+    until at most `buffers - 1` stores are still reading shared memory (`cp.async.bulk.wait_group
+    .read`), i.e. until the store that last used this part has read it, then the warpgroup syncs.
+    With two buffers the warpgroup writes one half while the copy engine reads the other."""
+    w = cx.w
+    dst, val, stage = (cx.get(v) for v in op.operands[:3])
+    assert isinstance(dst, Global) and isinstance(val, Frag) and isinstance(stage, Smem)
+    gty = dst.type
+    st_t = stage.type
+    t = val.type
+    if val.kind != "wgmma_acc" or int(st_t.get("swizzle") or 0) != 128 or t.dtype != "bf16":
+        raise LoweringError(op.loc, "backend: tk.store_staged needs a bf16 wgmma_acc tile and a "
+                                    "128B-swizzled stage")
+    desc = cx.module.lookup(op.attrs["desc"].name)
+    tmap = cx.tmaps[desc.symbol]
+    ctx = cx.role
+    assert ctx is not None
+    coords = [cx.scalar(v) for v in op.operands[3:]]
+    nlead = gty.rank - 2
+    mblocks, _ = _acc_layout(cx, t, op)
+    slab = t.rows // int(t.get("layout").get("wg", 1))  # type: ignore[union-attr]
+    span, panel_cols = 128, 64
+    chunk = int(op.attrs["chunk_cols"])
+    buffers = int(op.attrs.get("buffers") or 1)
+    if chunk % panel_cols or chunk * buffers != st_t.cols:
+        raise LoweringError(op.loc, f"backend: {buffers} staging buffers of {chunk} columns do not "
+                                    f"fill the {st_t.cols}-column staging tile")
+    panels = chunk // panel_cols
+    panel_bytes = st_t.rows * span
+    per_block = t.cols // 2
+    g = w.op(f"lshr i32 {ctx.lane}, 2", "g")
+    q = w.op(f"and i32 {ctx.lane}, 3", "q")
+    w16 = w.op(f"mul i32 {ctx.warp}, 16", "w16")
+    r_in = w.op(f"add i32 {w16}, {g}", "rin")  # the thread's row in its m64 block
+    wg_row = w.op(f"mul i32 {ctx.wg}, {slab}", "wgrow")
+    lead = w.op(f"icmp eq i32 {w.op(f'and i32 {ctx.tid}, 127', 't')}, 0", "wglead")
+    bar_id = w.op(f"add i32 {ctx.wg}, 1", "barid")  # named barrier 1 + warpgroup (0 = whole CTA)
+    row0 = w.op(f"mul i32 {coords[nlead]}, {t.rows}", "grow")
+    row0 = w.op(f"add i32 {row0}, {wg_row}", "grow")
+    col0 = w.op(f"mul i32 {coords[nlead + 1]}, {t.cols}", "gcol")
+    cx.staged_stores = True
+    # pack every bf16 pair now and pin the words with one empty asm (CUTLASS's
+    # warpgroup_fence_operand): otherwise LLVM sinks the conversions into the later chunks and
+    # ptxas, seeing accumulator registers read late, serializes the next tile's wgmmas (C7514)
+    words = []
+    for i in range(0, len(val.values), 2):
+        words.append(w.pack_bf16x2(val.values[i], val.values[i + 1]))
+    n = len(words)
+    ret = "{" + ", ".join(["i32"] * n) + "}"
+    pinned = w.asm(ret, [""], ["=r"] * n + [str(i) for i in range(n)], [("i32", x) for x in words], "pin")
+    words = [w.op(f"extractvalue {ret} {pinned}, {i}", "wd") for i in range(n)]
+    wait = f"cp.async.bulk.wait_group.read {buffers - 1};"
+    for c in range(t.cols // chunk):
+        first_panel = (c % buffers) * panels  # this chunk's part of the staging tile
+        cx.if_then(lead, lambda: cx.w.asm("void", [wait], [], []))
+        w.asm("void", ["bar.sync $0, 128;"], ["r"], [("i32", bar_id)])
         for mb in range(mblocks):
             for h in range(2):
-                row = w.op(f"add i32 {row0}, {mb * WGMMA_M + 8 * h}", "row")
-                rok = w.op(f"icmp slt i32 {row}, {nrows}", "rok")
-                row64 = w.op(f"sext i32 {row} to i64", "row64")
-                rbase = w.op(f"mul i64 {row64}, {ncols64}", "rbase")
-                for j in range(t.cols // 8):
-                    col = w.op(f"add i32 {col0}, {8 * j}", "col")
-                    cok = w.op(f"icmp slt i32 {col}, {ncols}", "cok")
-                    ok = w.op(f"and i1 {rok}, {cok}", "ok")
-                    col64 = w.op(f"sext i32 {col} to i64", "col64")
-                    idx = w.op(f"add i64 {rbase}, {col64}", "idx")
-                    p = w.op(f"getelementptr bfloat, ptr addrspace(1) {ptr}, i64 {idx}", "p")
-                    i0 = mb * per_block + 4 * j + 2 * h
-                    bits = w.pack_bf16x2(val.values[i0], val.values[i0 + 1])
-                    okz = w.op(f"zext i1 {ok} to i32", "okz")
-                    w.asm("void", ["{", ".reg .pred p;", "setp.ne.b32 p, $2, 0;", "@p st.global.b32 [$0], $1;", "}"],
-                          ["l", "r", "r"], [("ptr addrspace(1)", p), ("i32", bits), ("i32", okz)])
+                row = w.op(f"add i32 {r_in}, {mb * WGMMA_M + 8 * h}", "row")
+                srow = w.op(f"add i32 {wg_row}, {row}", "srow")
+                for j in range(chunk // 8):
+                    col = 8 * j  # + 2q, within the chunk
+                    p = first_panel + col // panel_cols
+                    byte = w.op(f"add i32 {w.op(f'shl i32 {q}, 2', 'q4')}, {(col % panel_cols) * 2}", "b")
+                    off = w.op(f"add i32 {w.op(f'mul i32 {srow}, {span}', 'ro')}, {byte}", "o")
+                    sw = w.op(f"and i32 {w.op(f'lshr i32 {off}, 3', 's3')}, 112", "sw")
+                    off = w.op(f"xor i32 {off}, {sw}", "swz")
+                    addr = w.op(f"add i32 {stage.addr}, {w.op(f'add i32 {off}, {p * panel_bytes}', 'po')}", "sa")
+                    i0 = mb * per_block + 4 * (c * chunk // 8 + j) + 2 * h
+                    w.asm("void", ["st.shared.b32 [$0], $1;"], ["r", "r"], [("i32", addr), ("i32", words[i0 // 2])])
+        w.asm("void", ["fence.proxy.async.shared::cta;"], [], [])
+        w.asm("void", ["bar.sync $0, 128;"], ["r"], [("i32", bar_id)])
 
-
-    # --- staged epilogue: registers -> swizzled shared chunk -> TMA store --------------------------
-
-    def _op_tk_store_staged(self, op: Operation) -> None:
-        """Each consumer warpgroup writes its rows of one column chunk into its part of the staging
-        tile (bf16 pairs, 128B-swizzled panels: the fragment's 8 rows x 16 B land in 8 different bank
-        groups), fences the writes into the async proxy, syncs its 128 threads on a named barrier, and
-        one thread issues a TMA store per 64-column panel and commits the bulk group. Chunks take the
-        staging tile's `buffers` parts in turn; before a chunk overwrites its part, that thread waits
-        until at most `buffers - 1` stores are still reading shared memory (`cp.async.bulk.wait_group
-        .read`), i.e. until the store that last used this part has read it, then the warpgroup syncs.
-        With two buffers the warpgroup writes one half while the copy engine reads the other."""
-        w = self.w
-        dst, val, stage = (self.get(v) for v in op.operands[:3])
-        assert isinstance(dst, tuple) and isinstance(val, Frag) and isinstance(stage, Smem)
-        _, _, gty = dst
-        st_t = stage.type
-        t = val.type
-        if val.kind != "wgmma_acc" or int(st_t.get("swizzle") or 0) != 128 or t.dtype != "bf16":
-            raise LoweringError(op.loc, "backend: tk.store_staged needs a bf16 wgmma_acc tile and a "
-                                        "128B-swizzled stage")
-        desc = self.module.lookup(op.attrs["desc"].name)
-        tmap = self.tmaps[desc.symbol]
-        ctx = self.role
-        assert ctx is not None
-        coords = [self.scalar(v) for v in op.operands[3:]]
-        nlead = gty.rank - 2
-        mblocks, _ = self._acc_layout(t, op)
-        slab = t.rows // int(t.get("layout").get("wg", 1))  # type: ignore[union-attr]
-        span, panel_cols = 128, 64
-        chunk = int(op.attrs["chunk_cols"])
-        buffers = int(op.attrs.get("buffers") or 1)
-        if chunk % panel_cols or chunk * buffers != st_t.cols:
-            raise LoweringError(op.loc, f"backend: {buffers} staging buffers of {chunk} columns do not "
-                                        f"fill the {st_t.cols}-column staging tile")
-        panels = chunk // panel_cols
-        panel_bytes = st_t.rows * span
-        per_block = t.cols // 2
-        g = w.op(f"lshr i32 {ctx.lane}, 2", "g")
-        q = w.op(f"and i32 {ctx.lane}, 3", "q")
-        w16 = w.op(f"mul i32 {ctx.warp}, 16", "w16")
-        r_in = w.op(f"add i32 {w16}, {g}", "rin")  # the thread's row in its m64 block
-        wg_row = w.op(f"mul i32 {ctx.wg}, {slab}", "wgrow")
-        lead = w.op(f"icmp eq i32 {w.op(f'and i32 {ctx.tid}, 127', 't')}, 0", "wglead")
-        bar_id = w.op(f"add i32 {ctx.wg}, 1", "barid")  # named barrier 1 + warpgroup (0 = whole CTA)
-        row0 = w.op(f"mul i32 {coords[nlead]}, {t.rows}", "grow")
-        row0 = w.op(f"add i32 {row0}, {wg_row}", "grow")
-        col0 = w.op(f"mul i32 {coords[nlead + 1]}, {t.cols}", "gcol")
-        self.staged_stores = True
-        # pack every bf16 pair now and pin the words with one empty asm (CUTLASS's
-        # warpgroup_fence_operand): otherwise LLVM sinks the conversions into the later chunks and
-        # ptxas, seeing accumulator registers read late, serializes the next tile's wgmmas (C7514)
-        words = []
-        for i in range(0, len(val.values), 2):
-            words.append(w.pack_bf16x2(val.values[i], val.values[i + 1]))
-        n = len(words)
-        ret = "{" + ", ".join(["i32"] * n) + "}"
-        pinned = w.asm(ret, [""], ["=r"] * n + [str(i) for i in range(n)], [("i32", x) for x in words], "pin")
-        words = [w.op(f"extractvalue {ret} {pinned}, {i}", "wd") for i in range(n)]
-        wait = f"cp.async.bulk.wait_group.read {buffers - 1};"
-        for c in range(t.cols // chunk):
-            first_panel = (c % buffers) * panels  # this chunk's part of the staging tile
-            self._if(lead, lambda: self.w.asm("void", [wait], [], []))
-            w.asm("void", ["bar.sync $0, 128;"], ["r"], [("i32", bar_id)])
-            for mb in range(mblocks):
-                for h in range(2):
-                    row = w.op(f"add i32 {r_in}, {mb * WGMMA_M + 8 * h}", "row")
-                    srow = w.op(f"add i32 {wg_row}, {row}", "srow")
-                    for j in range(chunk // 8):
-                        col = 8 * j  # + 2q, within the chunk
-                        p = first_panel + col // panel_cols
-                        byte = w.op(f"add i32 {w.op(f'shl i32 {q}, 2', 'q4')}, {(col % panel_cols) * 2}", "b")
-                        off = w.op(f"add i32 {w.op(f'mul i32 {srow}, {span}', 'ro')}, {byte}", "o")
-                        sw = w.op(f"and i32 {w.op(f'lshr i32 {off}, 3', 's3')}, 112", "sw")
-                        off = w.op(f"xor i32 {off}, {sw}", "swz")
-                        addr = w.op(f"add i32 {stage.addr}, {w.op(f'add i32 {off}, {p * panel_bytes}', 'po')}", "sa")
-                        i0 = mb * per_block + 4 * (c * chunk // 8 + j) + 2 * h
-                        w.asm("void", ["st.shared.b32 [$0], $1;"], ["r", "r"], [("i32", addr), ("i32", words[i0 // 2])])
-            w.asm("void", ["fence.proxy.async.shared::cta;"], [], [])
-            w.asm("void", ["bar.sync $0, 128;"], ["r"], [("i32", bar_id)])
-
-            def issue(c: int = c, first_panel: int = first_panel) -> None:
-                for p in range(panels):
-                    so = w.op(f"mul i32 {wg_row}, {span}", "so")
-                    sp = w.op(f"add i32 {so}, {(first_panel + p) * panel_bytes}", "sp")
-                    src = w.op(f"add i32 {stage.addr}, {sp}", "src")
-                    x = w.op(f"add i32 {col0}, {c * chunk + p * panel_cols}", "x")
-                    xs = [x, row0] + [coords[nlead - 1 - i] for i in range(nlead)]
-                    regs = ", ".join(f"${2 + i}" for i in range(len(xs)))
-                    line = f"cp.async.bulk.tensor.{len(xs)}d.global.shared::cta.bulk_group [$0, {{{regs}}}], [$1];"
-                    w.asm("void", [line], ["l", "r"] + ["r"] * len(xs),
-                          [("ptr", tmap), ("i32", src)] + [("i32", e) for e in xs])
-                w.asm("void", ["cp.async.bulk.commit_group;"], [], [])
-            self._if(lead, issue)
-
-    def _if(self, cond: str, body) -> None:
-        w = self.w
-        then, done = w.label("then"), w.label("endif")
-        w.cond_br(cond, then, done)
-        w.start_block(then)
-        body()
-        w.br(done)
-        w.start_block(done)
+        def issue(c: int = c, first_panel: int = first_panel) -> None:
+            for p in range(panels):
+                so = w.op(f"mul i32 {wg_row}, {span}", "so")
+                sp = w.op(f"add i32 {so}, {(first_panel + p) * panel_bytes}", "sp")
+                src = w.op(f"add i32 {stage.addr}, {sp}", "src")
+                x = w.op(f"add i32 {col0}, {c * chunk + p * panel_cols}", "x")
+                xs = [x, row0] + [coords[nlead - 1 - i] for i in range(nlead)]
+                regs = ", ".join(f"${2 + i}" for i in range(len(xs)))
+                line = f"cp.async.bulk.tensor.{len(xs)}d.global.shared::cta.bulk_group [$0, {{{regs}}}], [$1];"
+                w.asm("void", [line], ["l", "r"] + ["r"] * len(xs),
+                      [("ptr", tmap), ("i32", src)] + [("i32", e) for e in xs])
+            w.asm("void", ["cp.async.bulk.commit_group;"], [], [])
+        cx.if_then(lead, issue)

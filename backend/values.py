@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tkir.diagnostics import CompileError
-from tkir.types import TileType, VectorType
+from tkir.types import GlobalType, TileType, VectorType
 
 SMEM_ALIGN = 1024           # 128B-swizzle atoms need 1024-B aligned bases (HOPPER.md §3.2)
 THREADS_PER_WARPGROUP = 128  # HOPPER.md §1.1
@@ -35,6 +35,14 @@ class Smem:
 
     addr: str
     type: TileType | VectorType
+
+
+@dataclass
+class Global:
+    """A global tensor parameter: its pointer (an LLVM `ptr addrspace(1)` value) and its type."""
+
+    ptr: str
+    type: GlobalType
 
 
 @dataclass

@@ -21,17 +21,17 @@ import tkir
 from tkir.backend.fragments import NumpyBuilder, shared_offset
 from tkir.backend.llvm_text import LLVMWriter
 from tkir.backend.lower_llvm import plan_shared
-from tkir.backend.rules_registers import RegisterRules
+from tkir.backend.context import LoweringContext
 from tkir.backend.rules_sm80 import (
     B_PAIR_REGS,
     CP_ASYNC_BYTES,
-    Sm80Rules,
+    _cp_async_tile,
     cp_async_position,
     ldmatrix_a_position,
     ldmatrix_b_position,
 )
 from tkir.backend.toolchain import local_memory_ops, sass_count
-from tkir.backend.values import Smem
+from tkir.backend.values import Global, Smem
 from tkir.layout import SharedLayout, fragment, make_layout
 from tkir.parser import parse_module
 from tkir.types import GlobalType, TileType
@@ -145,16 +145,17 @@ def test_cp_async_chunks_fill_the_shared_layout(rows: int, cols: int, threads: i
 # --- emitted shared addresses -----------------------------------------------------------------------------
 
 
-class _Harness(Sm80Rules, RegisterRules):
-    """Just what the cp.async and address code of Sm80Rules needs: a writer, the block's threads,
-    %tid, size parameters."""
+class _Harness(LoweringContext):
+    """Just what the cp.async and address rules need from a lowering context: a writer, the block's
+    threads, %tid, size parameters."""
 
     def __init__(self, threads: int) -> None:
         self.w = LLVMWriter()
         self.threads = threads
         self.tid = "%tid"
+        self.role = None
 
-    def _dim(self, d: int | str) -> str:
+    def dim(self, d: int | str) -> str:
         return str(d) if isinstance(d, int) else f"%{d}"
 
 
@@ -221,7 +222,7 @@ def test_emitted_shared_addresses_match_the_layout(what: str, lay: SharedLayout)
         insts = list(range(-(-rows * cols * EB // 16 // threads)))
     h = _Harness(threads)
     tile = TileType("st", "bf16", rows, cols, (("swizzle", lay.swizzle), ("pad", lay.pad)))
-    names = h._shared_addresses(Smem("%base", tile), pos, insts)
+    names = h.shared_addresses(Smem("%base", tile), pos, insts)
     tid = np.arange(threads)
     env: dict[str, object] = {"%tid": tid, "%base": 0}
     _evaluate(h.w.lines, env)
@@ -244,7 +245,7 @@ def test_emitted_cp_async_copies_a_ragged_tile_with_zero_fill(lay: SharedLayout)
     h = _Harness(threads)
     tile = TileType("st", "bf16", rows, cols, (("swizzle", lay.swizzle), ("pad", lay.pad)))
     g = np.arange(2 * M * N).reshape(2, M, N) + 1  # element ids, 0 = zero fill
-    h._cp_async_tile(None, Smem("%base", tile), ("gl", "%A", GlobalType("bf16", ("P", "M", "N"))),
+    _cp_async_tile(h, None, Smem("%base", tile), Global("%A", GlobalType("bf16", ("P", "M", "N"))),
                      ["%p", "%tr", "%tc"])
     tid = np.arange(threads)
     env: dict[str, object] = {"%tid": tid, "%base": 0, "%A": 0, "%P": 2, "%M": M, "%N": N, "%p": 1,

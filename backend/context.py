@@ -1,0 +1,267 @@
+"""The lowering context: the state of one kernel's lowering and the services every rule uses.
+
+Rules (backend/rules_*.py, selected through backend.rules) are free functions `fn(cx, op)`; `cx` is
+a LoweringContext. It owns the LLVM writer, the lowered value of every IR value (`get`/`set`), the
+shared-memory plan, the current warp-specialized role, and the thread-index arithmetic that several
+rule families share (slot coordinates of register layouts, shared addresses with swizzles,
+predicated regions). Address, swizzle and fragment formulas themselves live in backend.fragments
+and backend.wgmma_desc; the context only emits them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tkir.backend import rules as rule_table
+from tkir.backend.fragments import (
+    BitLLVMBuilder,
+    LLVMBuilder,
+    NumpyBuilder,
+    numeric_slots,
+    shared_offset,
+    slot_coords,
+    tile_shape,
+)
+from tkir.backend.llvm_text import LLVMWriter
+from tkir.backend.values import REGS_PER_SM, Frag, Global, LoweringError, Smem
+from tkir.ir import Module, Operation, Value
+from tkir.layout import SharedLayout
+from tkir.types import TileType, VectorType
+
+# (row, byte column) a thread addresses in instance i: builder, thread index, instance
+Position = Callable[[object, object, object], tuple[object, object]]
+
+
+@dataclass
+class RoleCtx:
+    kind: str
+    first_wg: int
+    warpgroups: int
+    single_thread: bool
+    tid: str = ""      # thread index within the role
+    wg: str = ""       # warpgroup index within the role
+    lane: str = ""
+    warp: str = ""     # warp index within its warpgroup
+
+
+@dataclass
+class ThreadParts:
+    """Warpgroup, warp-in-warpgroup and lane of the thread, for kernels without roles."""
+
+    wg: str
+    warp: str
+    lane: str
+
+
+@dataclass
+class SharedPlan:
+    offsets: dict[int, int] = field(default_factory=dict)  # id(Value) -> byte offset
+    total: int = 0
+
+
+def tile_stage_bytes(t: TileType | VectorType) -> int:
+    """Bytes of one stage of a shared tile: padded rows (bank-conflicts' fix where no swizzle fits)
+    take rows * (row bytes + pad), rounded up to the tile's alignment."""
+    size = t.nbytes + (t.rows if isinstance(t, TileType) else 1) * int(t.get("pad") or 0)
+    align = int(t.get("align") or 16)
+    return -(-size // align) * align
+
+
+def plan_shared(kernel: Operation) -> SharedPlan:
+    """Byte offsets of every shared allocation and barrier array in the block's dynamic shared memory."""
+    plan = SharedPlan()
+    off = 0
+    for op in kernel.walk():
+        if op.name in ("tk.alloc", "pipe.barriers"):
+            t = op.result.type
+            align = int(t.get("align") or (8 if op.name == "pipe.barriers" else 16))
+            off = -(-off // align) * align
+            plan.offsets[id(op.result)] = off
+            off += tile_stage_bytes(t) * int(t.get("stages") or 1) if op.name == "tk.alloc" else t.nbytes
+    plan.total = off
+    return plan
+
+
+def shared_layout(t: TileType) -> SharedLayout:
+    """The physical layout the layout passes chose for a shared tile (swizzle span or row padding)."""
+    return SharedLayout(t.dtype, t.rows, t.cols, int(t.get("swizzle") or 0), int(t.get("pad") or 0))
+
+
+class LoweringContext:
+    def __init__(self, module: Module, kernel: Operation, launch: dict, target: str):
+        self.module = module
+        self.kernel = kernel
+        self.launch = launch
+        self.target = target
+        self.w = LLVMWriter()
+        self.vals: dict[int, object] = {}
+        self.plan = plan_shared(kernel)
+        self.role: RoleCtx | None = None
+        self.params: dict[str, str] = {}
+        self.sizes: dict[str, str] = {}
+        self.tmaps: dict[str, str] = {}
+        self.pending_sync = False
+        self.threads = int(launch["block"][0])
+        self.init_cap = min(255, (REGS_PER_SM // self.threads) // 8 * 8)
+        self.occupancy: dict = kernel.attrs.get("occupancy") or {}
+        self.tid = ""
+        self.smem = ""
+        self.next_wg = 0            # first warpgroup of the next tk.role
+        self.staged_stores = False  # TMA stores issued in the current role (waited for at its end)
+        self.deferred: dict | None = None  # a loop's deferred stage release (pipe.arrive {deferred})
+        self._coord_cache: dict[tuple, list[tuple]] = {}
+
+    # --- dispatch ----------------------------------------------------------------------------------
+
+    def lower_op(self, op: Operation) -> None:
+        r = rule_table.select(self, op)
+        # an accumulator whose wgmma group may still be in flight is waited for (its registers tied
+        # through wgmma.wait_group 0) before anything but another mma or the loop's yield reads it
+        for i, v in enumerate(op.operands):
+            x = self.vals.get(id(v))
+            if isinstance(x, Frag) and x.pending and not (op.name == "tk.mma" and i == 2) \
+                    and op.name != "scf.yield":
+                self.vals[id(v)] = Frag(x.type, self.wait_group(x.values, 0))
+        r.fn(self, op)
+
+    def lower_ops(self, ops: list[Operation]) -> None:
+        for op in ops:
+            if op.name != "scf.yield":
+                self.lower_op(op)
+
+    # --- values ------------------------------------------------------------------------------------
+
+    def get(self, v: Value) -> object:
+        if id(v) not in self.vals:
+            raise LoweringError(None, f"backend: value %{v.name} has no lowering")
+        return self.vals[id(v)]
+
+    def peek(self, v: Value) -> object:
+        """The lowered value if there is one yet (rule conditions look before the rule runs)."""
+        return self.vals.get(id(v))
+
+    def scalar(self, v: Value) -> str:
+        x = self.get(v)
+        if not isinstance(x, str):
+            raise LoweringError(None, f"backend: %{v.name} is not a scalar")
+        return x
+
+    def set(self, v: Value, x: object) -> None:
+        self.vals[id(v)] = x
+
+    def describe(self, v: Value) -> str:
+        """An operand's form for error messages: memory space and layout."""
+        x = self.vals.get(id(v))
+        if isinstance(x, Frag):
+            return f"register {x.type.bare()} in layout '{x.type.get('layout', {}).get('kind', '?')}'"
+        if isinstance(x, Smem):
+            return f"shared {x.type.bare()}"
+        if isinstance(x, Global):
+            return f"global {x.type}"
+        return str(v.type)
+
+    # --- scalars -------------------------------------------------------------------------------------
+
+    def dim(self, d: int | str) -> str:
+        return str(d) if isinstance(d, int) else self.sizes[d]
+
+    def i64(self, v: str | int) -> str:
+        if isinstance(v, int) or str(v).lstrip("-").isdigit():
+            return str(v)
+        return self.w.op(f"sext i32 {v} to i64", "w")
+
+    def if_then(self, cond: str, body: Callable[[], None]) -> None:
+        """Emit `body` under the i1 `cond`."""
+        w = self.w
+        then, done = w.label("then"), w.label("endif")
+        w.cond_br(cond, then, done)
+        w.start_block(then)
+        body()
+        w.br(done)
+        w.start_block(done)
+
+    # --- threads ---------------------------------------------------------------------------------
+
+    def thread_index(self) -> str:
+        return self.role.tid if self.role is not None else self.tid
+
+    def thread_parts(self) -> ThreadParts:
+        """wg / warp / lane of the thread from %tid.x (computed where asked: no dominance worries)."""
+        w = self.w
+        t128 = w.op(f"and i32 {self.tid}, 127", "t128")
+        return ThreadParts(wg=w.op(f"lshr i32 {self.tid}, 7", "wg"), warp=w.op(f"lshr i32 {t128}, 5", "warp"),
+                           lane=w.op(f"and i32 {self.tid}, 31", "lane"))
+
+    def role_threads(self) -> int:
+        """Threads that run the current code: the role's warpgroups, or the whole block."""
+        return self.role.warpgroups * 128 if self.role is not None else self.threads
+
+    # --- register layouts ------------------------------------------------------------------------
+
+    def coords(self, t: TileType | VectorType) -> list[tuple]:
+        """Each slot's logical coordinates for this thread, as LLVM values (cached per type)."""
+        lay = t.get("layout")
+        if not isinstance(lay, dict):
+            raise LoweringError(None, f"backend: {t} has no layout (run infer-layouts)")
+        key = ("coords", str(t.bare()), str(lay))
+        if key not in self._coord_cache:
+            self._coord_cache[key] = slot_coords(lay, tile_shape(t), LLVMBuilder(self.w), self.thread_index())
+        return self._coord_cache[key]
+
+    def nslots(self, t: TileType | VectorType) -> int:
+        lay = t.get("layout")
+        if not isinstance(lay, dict):
+            raise LoweringError(None, f"backend: {t} has no layout (run infer-layouts)")
+        return len(numeric_slots(lay, tile_shape(t)))
+
+    # --- shared memory -----------------------------------------------------------------------------
+
+    def shared_addresses(self, smem: Smem, pos: Position, instances: list[object]) -> list[str]:
+        """The shared address (i32) this thread uses in each instance: smem base + shared_offset.
+
+        The lane-dependent offset of the first instance is computed once; every further instance
+        whose offset differs from it by a constant for all threads (or by a constant XOR, as a
+        swizzled column step does) reuses it, which is checked at compile time by evaluating
+        shared_offset for every thread with numpy; anything else gets its own full computation."""
+        w = self.w
+        lay = shared_layout(smem.type)  # type: ignore[arg-type]
+        nb, tids = NumpyBuilder(), np.arange(self.threads)
+
+        def numeric(inst: object) -> np.ndarray:
+            r, c = pos(nb, tids, inst)
+            return np.broadcast_to(shared_offset(lay, r, c, nb), tids.shape)
+
+        def emitted(inst: object) -> str:
+            lb = BitLLVMBuilder(w)
+            r, c = pos(lb, self.tid, inst)
+            return str(shared_offset(lay, r, c, lb))
+
+        ref = numeric(instances[0])
+        off0 = emitted(instances[0])
+        base0 = w.op(f"add i32 {smem.addr}, {off0}", "sa")
+        out = []
+        for inst in instances:
+            o = numeric(inst)
+            diff, flip = o - ref, o ^ ref
+            if (diff == diff[0]).all():
+                out.append(base0 if diff[0] == 0 else w.op(f"add i32 {base0}, {int(diff[0])}", "sa"))
+            elif (flip == flip[0]).all():
+                x = w.op(f"xor i32 {off0}, {int(flip[0])}", "so")
+                out.append(w.op(f"add i32 {smem.addr}, {x}", "sa"))
+            else:
+                out.append(w.op(f"add i32 {smem.addr}, {emitted(inst)}", "sa"))
+        return out
+
+    # --- wgmma groups ------------------------------------------------------------------------------
+
+    def wait_group(self, acc: list[str], n: int) -> list[str]:
+        """`wgmma.wait_group n` with the accumulator registers tied through it (no early reads)."""
+        w = self.w
+        k = len(acc)
+        ret = "{" + ", ".join(["float"] * k) + "}"
+        r = w.asm(ret, [f"wgmma.wait_group.sync.aligned {n};"], ["=f"] * k + [str(i) for i in range(k)],
+                  [("float", v) for v in acc], "waited")
+        return [w.op(f"extractvalue {ret} {r}, {i}", "acc") for i in range(k)]

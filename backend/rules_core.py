@@ -1,0 +1,184 @@
+"""Lowering rules for scalars and structured control flow: arith.*, tk.size, tk.block_id,
+tk.grid_dim, scf.for (phis patched after the body), scf.if, scf.yield.
+
+Rules of backend.rules' table. Scalars are LLVM i32/float values (strings); loop-carried register
+tiles are carried as one phi per fragment slot; an accumulator whose wgmma group may still be in
+flight when the loop exits is drained with `wgmma.wait_group 0`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from tkir.backend.llvm_text import f32_literal
+from tkir.backend.rules import rule
+from tkir.backend.rules_pipe import arrive_prev
+from tkir.backend.values import LLVM_TYPE, Frag, LoweringError
+from tkir.ir import Operation
+from tkir.ops import SCALAR_BINARY
+from tkir.types import ScalarType, TileType, VectorType
+
+if TYPE_CHECKING:
+    from tkir.backend.context import LoweringContext
+
+
+@rule("arith.const")
+def _op_arith_const(cx: LoweringContext, op: Operation) -> None:
+    val = op.attrs["value"]
+    cx.set(op.result, f32_literal(val) if op.result.type.dtype == "f32" else str(int(val)))
+
+
+def _arith(cx: LoweringContext, op: Operation) -> None:
+    a, b = (cx.scalar(v) for v in op.operands)
+    w = cx.w
+    if op.result.type.dtype == "f32":
+        fop = {"arith.add": "fadd", "arith.sub": "fsub", "arith.mul": "fmul", "arith.div": "fdiv"}.get(op.name)
+        if fop is None:
+            raise LoweringError(op.loc, f"backend: '{op.name}' on f32 not supported")
+        cx.set(op.result, w.op(f"{fop} float {a}, {b}", op.result.name or "f"))
+        return
+    n = op.result.name or "i"
+    if op.name == "arith.cdiv":
+        t = w.op(f"add i32 {a}, {b}", n)
+        t = w.op(f"sub i32 {t}, 1", n)
+        cx.set(op.result, w.op(f"sdiv i32 {t}, {b}", n))
+        return
+    if op.name in ("arith.min", "arith.max"):
+        c = w.op(f"icmp {'slt' if op.name == 'arith.min' else 'sgt'} i32 {a}, {b}", n)
+        cx.set(op.result, w.op(f"select i1 {c}, i32 {a}, i32 {b}", n))
+        return
+    iop = {"arith.add": "add", "arith.sub": "sub", "arith.mul": "mul", "arith.div": "sdiv",
+           "arith.rem": "srem"}[op.name]
+    cx.set(op.result, w.op(f"{iop} i32 {a}, {b}", n))
+
+
+rule(*(f"arith.{n}" for n in SCALAR_BINARY))(_arith)
+
+
+@rule("arith.cmp")
+def _op_arith_cmp(cx: LoweringContext, op: Operation) -> None:
+    a, b = (cx.scalar(v) for v in op.operands)
+    pred = str(op.attrs["pred"])
+    if op.operands[0].type.dtype == "f32":
+        cx.set(op.result, cx.w.op(f"fcmp o{pred} float {a}, {b}", op.result.name or "c"))
+    else:
+        ipred = {"eq": "eq", "ne": "ne", "lt": "slt", "le": "sle", "gt": "sgt", "ge": "sge"}[pred]
+        cx.set(op.result, cx.w.op(f"icmp {ipred} i32 {a}, {b}", op.result.name or "c"))
+
+
+@rule("scf.if")
+def _op_scf_if(cx: LoweringContext, op: Operation) -> None:
+    w = cx.w
+    then, done = w.label("if_then"), w.label("if_end")
+    w.cond_br(cx.scalar(op.operands[0]), then, done)
+    w.start_block(then)
+    for inner in op.body.ops:
+        if inner.name != "scf.yield":
+            cx.lower_op(inner)
+    w.br(done)
+    w.start_block(done)
+
+
+@rule("tk.size")
+def _op_tk_size(cx: LoweringContext, op: Operation) -> None:
+    cx.set(op.result, cx.sizes[op.attrs["name"]])
+
+
+@rule("tk.block_id")
+def _op_tk_block_id(cx: LoweringContext, op: Operation) -> None:
+    cx.set(op.result, cx.w.sreg("ctaid." + "xyz"[op.attrs["dim"]]))
+
+
+@rule("tk.grid_dim")
+def _op_tk_grid_dim(cx: LoweringContext, op: Operation) -> None:
+    cx.set(op.result, cx.w.sreg("nctaid." + "xyz"[op.attrs["dim"]]))
+
+
+@rule("scf.for")
+def _op_scf_for(cx: LoweringContext, op: Operation) -> None:
+    w = cx.w
+    lo, hi, step = (cx.scalar(v) for v in op.operands[:3])
+    inits = [cx.get(v) for v in op.operands[3:]]
+    pre = w.block
+    hdr, body, exit_ = w.label("for_hdr"), w.label("for_body"), w.label("for_exit")
+    w.br(hdr)
+    w.start_block(hdr)
+    iv = w.fresh(op.body.args[0].name or "i")
+    iv_line = w.emit("")
+    carried: list[tuple[list[int], list[str]]] = []
+    term0 = op.body.terminator
+    for n_arg, (arg, init) in enumerate(zip(op.body.args[1:], inits, strict=True)):
+        idxs, names = [], []
+        flat = _flatten(init)
+        for k, _ in enumerate(flat):
+            names.append(w.fresh((arg.name or "c") + f"_{k}"))
+            idxs.append(w.emit(""))
+        carried.append((idxs, names))
+        x = _rebuild(init, names)
+        y = term0.operands[n_arg].owner if term0 is not None else None
+        if isinstance(x, Frag) and isinstance(y, Operation) and y.name == "tk.mma" \
+                and y.attrs.get("async_groups"):
+            x.pending = True  # the previous iteration's mma may still be writing it
+        cx.set(arg, x)
+    cx.set(op.body.args[0], iv)
+    deferred = any(i.name == "pipe.arrive" and i.attrs.get("deferred") for i in op.body.ops)
+    saved = cx.deferred
+    if deferred:
+        prev = w.fresh("prev_stage")
+        prev_line = w.emit("")
+        cx.deferred = {"prev": prev, "next": None, "bars": None}
+    cond = w.op(f"icmp slt i32 {iv}, {hi}", "cond")
+    w.cond_br(cond, body, exit_)
+    w.start_block(body)
+    term = op.body.terminator
+    for inner in op.body.ops:
+        if inner is term:
+            break
+        cx.lower_op(inner)
+    yields = [cx.get(v) for v in term.operands] if term is not None else []
+    nxt = w.op(f"add i32 {iv}, {step}", "next")
+    latch = w.block
+    w.br(hdr)
+    w.lines[iv_line] = f"  {iv} = phi i32 [ {lo}, %{pre} ], [ {nxt}, %{latch} ]"
+    for (idxs, names), init, y, arg in zip(carried, inits, yields, op.body.args[1:], strict=True):
+        ty = _llvm_elem(arg.type)
+        for i, n_, a, b in zip(idxs, names, _flatten(init), _flatten(y), strict=True):
+            w.lines[i] = f"  {n_} = phi {ty} [ {a}, %{pre} ], [ {b}, %{latch} ]"
+    if deferred:
+        d = cx.deferred
+        w.lines[prev_line] = f"  {prev} = phi i32 [ -1, %{pre} ], [ {d['next']}, %{latch} ]"
+    w.start_block(exit_)
+    for res, init, (_idxs, names) in zip(op.results, inits, carried, strict=True):
+        x = _rebuild(init, names)  # the header's phis: the values when the loop exits
+        if isinstance(x, Frag) and any(isinstance(cx.get(y), Frag) and cx.get(y).pending
+                                       for y in (term.operands if term else [])):
+            x = Frag(x.type, cx.wait_group(x.values, 0))  # drain in-flight wgmma
+        cx.set(res, x)
+    if deferred:
+        arrive_prev(cx, prev, d["bars"])
+        cx.deferred = saved
+
+
+@rule("scf.yield")
+def _op_scf_yield(cx: LoweringContext, op: Operation) -> None:  # handled by scf.for
+    pass
+
+
+def _flatten(x: object) -> list[str]:
+    if isinstance(x, Frag):
+        return list(x.values)
+    if isinstance(x, str):
+        return [x]
+    raise LoweringError(None, f"backend: cannot carry {type(x).__name__} through a loop")
+
+
+def _rebuild(like: object, names: list[str]) -> object:
+    if isinstance(like, Frag):
+        return Frag(like.type, names)
+    return names[0]
+
+
+def _llvm_elem(t: object) -> str:
+    if isinstance(t, (TileType, VectorType, ScalarType)):
+        return LLVM_TYPE[t.dtype]
+    raise LoweringError(None, f"backend: no LLVM type for {t}")

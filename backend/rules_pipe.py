@@ -1,0 +1,220 @@
+"""Lowering rules for shared memory, mbarrier pipelines, TMA copies and warp-specialized roles:
+tk.alloc, pipe.barriers / stage / wait / expect / arrive / copy, tk.role.
+
+Rules of backend.rules' table. What they emit:
+* shared tiles (`tk.alloc`, `pipe.stage`) -> 32-bit shared-window addresses inside one dynamic
+  shared-memory block laid out at compile time (backend.context.plan_shared), base rounded up to 1024 B;
+* `pipe.barriers/wait/expect/arrive` -> mbarrier inline PTX (HOPPER.md §5), the try_wait loop in IR;
+* `pipe.copy` -> one `cp.async.bulk.tensor` per TMA box (HOPPER.md §4.4), one thread issuing;
+* `tk.role` -> a branch on the warpgroup index with `setmaxnreg` (HOPPER.md §7.1).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from tkir.backend.context import RoleCtx, tile_stage_bytes
+from tkir.backend.rules import rule
+from tkir.backend.values import THREADS_PER_WARPGROUP, LoweringError, Smem
+from tkir.ir import Operation, Value
+from tkir.types import GlobalType, TileType, dtype_bytes
+
+if TYPE_CHECKING:
+    from tkir.backend.context import LoweringContext
+
+
+@rule("tk.alloc")
+def _op_tk_alloc(cx: LoweringContext, op: Operation) -> None:
+    addr = cx.w.op(f"add i32 {cx.smem}, {cx.plan.offsets[id(op.result)]}", op.result.name or "s")
+    cx.set(op.result, Smem(addr, op.result.type))
+
+
+@rule("pipe.barriers")
+def _op_pipe_barriers(cx: LoweringContext, op: Operation) -> None:
+    w = cx.w
+    addr = w.op(f"add i32 {cx.smem}, {cx.plan.offsets[id(op.result)]}", op.result.name or "bar")
+    cx.set(op.result, Smem(addr, op.result.type))
+    lead = w.op(f"icmp eq i32 {cx.tid}, 0", "lead")
+    init, done = w.label("bar_init"), w.label("bar_done")
+    w.cond_br(lead, init, done)
+    w.start_block(init)
+    for s in range(op.result.type.n):
+        a = w.op(f"add i32 {addr}, {8 * s}", "b")
+        w.asm("void", ["mbarrier.init.shared::cta.b64 [$0], $1;"], ["r", "r"],
+              [("i32", a), ("i32", str(op.attrs["count"]))])
+    w.asm("void", ["fence.mbarrier_init.release.cluster;"], [], [])
+    w.asm("void", ["fence.proxy.async.shared::cta;"], [], [])
+    w.br(done)
+    w.start_block(done)
+    cx.pending_sync = True
+
+
+def _bar_addr(cx: LoweringContext, bars: Value, s: Value) -> str:
+    base = cx.get(bars)
+    assert isinstance(base, Smem)
+    off = cx.w.op(f"shl i32 {cx.scalar(s)}, 3", "boff")
+    return cx.w.op(f"add i32 {base.addr}, {off}", "bar")
+
+
+@rule("pipe.stage")
+def _op_pipe_stage(cx: LoweringContext, op: Operation) -> None:
+    buf = cx.get(op.operands[0])
+    assert isinstance(buf, Smem)
+    stride = tile_stage_bytes(buf.type)
+    off = cx.w.op(f"mul i32 {cx.scalar(op.operands[1])}, {stride}", "soff")
+    cx.set(op.result, Smem(cx.w.op(f"add i32 {buf.addr}, {off}", op.result.name or "st"), op.result.type))
+
+
+@rule("pipe.wait")
+def _op_pipe_wait(cx: LoweringContext, op: Operation) -> None:
+    w = cx.w
+    bar = _bar_addr(cx, op.operands[0], op.operands[1])
+    parity = cx.scalar(op.operands[2])
+    loop, ready = w.label("wait"), w.label("ready")
+    w.br(loop)
+    w.start_block(loop)
+    done = w.asm("i32", ["{", ".reg .pred p;", "mbarrier.try_wait.parity.shared::cta.b64 p, [$1], $2;",
+                         "selp.u32 $0, 1, 0, p;", "}"], ["=r", "r", "r"],
+                 [("i32", bar), ("i32", parity)], "done")
+    again = w.op(f"icmp eq i32 {done}, 0", "again")
+    w.cond_br(again, loop, ready)
+    w.start_block(ready)
+
+
+@rule("pipe.expect")
+def _op_pipe_expect(cx: LoweringContext, op: Operation) -> None:
+    bar = _bar_addr(cx, op.operands[0], op.operands[1])
+    cx.w.asm("void", ["mbarrier.arrive.expect_tx.shared::cta.b64 _, [$0], $1;"], ["r", "r"],
+               [("i32", bar), ("i32", str(op.attrs["bytes"]))])
+
+
+@rule("pipe.arrive")
+def _op_pipe_arrive(cx: LoweringContext, op: Operation) -> None:
+    w = cx.w
+    if op.attrs.get("deferred"):
+        d = cx.deferred
+        if d is None:
+            raise LoweringError(op.loc, "backend: a deferred pipe.arrive must sit in a loop")
+        d["next"] = cx.scalar(op.operands[1])
+        d["bars"] = op.operands[0]
+        arrive_prev(cx, d["prev"], op.operands[0])
+        return
+    bar = _bar_addr(cx, op.operands[0], op.operands[1])
+    if cx.role is not None and cx.role.single_thread:
+        w.asm("void", ["mbarrier.arrive.shared::cta.b64 _, [$0];"], ["r"], [("i32", bar)])
+        return
+    # one arrival per warp (the barrier counts 4 per consumer warpgroup)
+    first = w.op(f"icmp eq i32 {cx.role.lane}, 0", "lane0")  # type: ignore[union-attr]
+    go, done = w.label("arrive"), w.label("arrived")
+    w.cond_br(first, go, done)
+    w.start_block(go)
+    w.asm("void", ["mbarrier.arrive.shared::cta.b64 _, [$0];"], ["r"], [("i32", bar)])
+    w.br(done)
+    w.start_block(done)
+
+
+def arrive_prev(cx: LoweringContext, prev: str, bars: Value) -> None:
+    """Arrive (lane 0 of each warp) on bars[prev] unless prev < 0 (nothing to release yet)."""
+    w = cx.w
+    has = w.op(f"icmp sge i32 {prev}, 0", "has_prev")
+    lane0 = w.op(f"icmp eq i32 {cx.role.lane}, 0", "lane0")  # type: ignore[union-attr]
+    go_c = w.op(f"and i1 {has}, {lane0}", "release")
+    go, done = w.label("release"), w.label("released")
+    w.cond_br(go_c, go, done)
+    w.start_block(go)
+    base = cx.get(bars)
+    assert isinstance(base, Smem)
+    off = w.op(f"shl i32 {prev}, 3", "boff")
+    bar = w.op(f"add i32 {base.addr}, {off}", "bar")
+    w.asm("void", ["mbarrier.arrive.shared::cta.b64 _, [$0];"], ["r"], [("i32", bar)])
+    w.br(done)
+    w.start_block(done)
+
+
+@rule("pipe.copy")
+def _op_pipe_copy(cx: LoweringContext, op: Operation) -> None:
+    w = cx.w
+    dst = cx.get(op.operands[0])
+    assert isinstance(dst, Smem)
+    bar = _bar_addr(cx, op.operands[1], op.operands[2])
+    desc_sym = op.attrs["desc"].name
+    desc = cx.module.lookup(desc_sym)
+    if desc is None:
+        raise LoweringError(op.loc, f"backend: no tma.desc @{desc_sym}")
+    tmap = cx.tmaps[desc_sym]
+    src = op.operands[3].type
+    assert isinstance(src, GlobalType)
+    t = dst.type
+    assert isinstance(t, TileType)
+    coords = [cx.scalar(c) for c in op.operands[4:]]
+    box = list(desc.attrs["box"])
+    rank = len(box)
+    # coordinates innermost first: tile units -> elements for the tile dims, plain for the rest
+    tile_dims = [t.cols, t.rows]
+    elem = []
+    for i in range(rank):
+        c = coords[len(coords) - 1 - i]
+        if i < 2:
+            elem.append(w.op(f"mul i32 {c}, {tile_dims[i]}", "x"))
+        else:
+            elem.append(c)
+    panel_cols = box[0]
+    panels = max(1, t.cols // panel_cols)
+    panel_bytes = t.rows * panel_cols * dtype_bytes(t.dtype)
+    for p in range(panels):
+        x0 = w.op(f"add i32 {elem[0]}, {p * panel_cols}", "x") if p else elem[0]
+        d = w.op(f"add i32 {dst.addr}, {p * panel_bytes}", "dst") if p else dst.addr
+        regs = ", ".join(f"${3 + i}" for i in range(rank))
+        w.asm("void", [f"cp.async.bulk.tensor.{rank}d.shared::cluster.global.mbarrier::complete_tx::bytes "
+                       f"[$0], [$1, {{{regs}}}], [$2];"],
+              ["r", "l", "r"] + ["r"] * rank,
+              [("i32", d), ("ptr", tmap), ("i32", bar)] + [("i32", e) for e in [x0, *elem[1:]]])
+
+# --- roles ---------------------------------------------------------------------------------
+
+
+@rule("tk.role")
+def _op_tk_role(cx: LoweringContext, op: Operation) -> None:
+    w = cx.w
+    if cx.pending_sync:
+        w.call("void", "llvm.nvvm.barrier0", [])
+        cx.pending_sync = False
+    kind = str(op.attrs["kind"])
+    first_wg = cx.next_wg
+    n = int(op.attrs["warpgroups"])
+    cx.next_wg += n
+    wg_all = w.op(f"lshr i32 {cx.tid}, 7", "wg")
+    ge = w.op(f"icmp uge i32 {wg_all}, {first_wg}", "ge")
+    lt = w.op(f"icmp ult i32 {wg_all}, {first_wg + n}", "lt")
+    inside = w.op(f"and i1 {ge}, {lt}", "in_role")
+    body, after = w.label(f"role_{kind}"), w.label(f"after_{kind}")
+    w.cond_br(inside, body, after)
+    w.start_block(body)
+    regs = int(op.attrs.get("regs") or 0)
+    if regs:
+        which = "dec" if regs < cx.init_cap else "inc"
+        w.call("void", f"llvm.nvvm.setmaxnreg.{which}.sync.aligned.u32", [("i32", str(regs))])
+    ctx = RoleCtx(kind, first_wg, n, single_thread=(kind == "producer"))
+    ctx.tid = w.op(f"sub i32 {cx.tid}, {first_wg * THREADS_PER_WARPGROUP}", "rtid")
+    ctx.wg = w.op(f"lshr i32 {ctx.tid}, 7", "rwg")
+    ctx.lane = w.op(f"and i32 {cx.tid}, 31", "lane")
+    t128 = w.op(f"and i32 {cx.tid}, 127", "t128")
+    ctx.warp = w.op(f"lshr i32 {t128}, 5", "warp")
+    cx.role = ctx
+    end = w.label(f"end_{kind}")
+    if ctx.single_thread:
+        lead = w.op(f"icmp eq i32 {ctx.tid}, 0", "leader")
+        issue = w.label("issue")
+        w.cond_br(lead, issue, end)
+        w.start_block(issue)
+    for inner in op.body.ops:
+        cx.lower_op(inner)
+    if cx.staged_stores:  # TMA stores must finish reading shared memory before the block exits
+        lead = w.op(f"icmp eq i32 {w.op(f'and i32 {ctx.tid}, 127', 't')}, 0", "wglead")
+        cx.if_then(lead, lambda: w.asm("void", ["cp.async.bulk.wait_group 0;"], [], []))
+        cx.staged_stores = False
+    w.br(end)
+    w.start_block(end)
+    w.emit("ret void")
+    cx.role = None
+    w.start_block(after)
