@@ -113,6 +113,7 @@ class LoweringContext:
         self.staged_stores = False  # TMA stores issued in the current role (waited for at its end)
         self.deferred: dict | None = None  # a loop's deferred stage release (pipe.arrive {deferred})
         self._coord_cache: dict[tuple, list[tuple]] = {}
+        self.scratch_bytes = 0  # shared memory after the planned allocations, for rules that need it
 
     # --- dispatch ----------------------------------------------------------------------------------
 
@@ -228,7 +229,7 @@ class LoweringContext:
         shared_offset for every thread with numpy; anything else gets its own full computation."""
         w = self.w
         lay = shared_layout(smem.type)  # type: ignore[arg-type]
-        nb, tids = NumpyBuilder(), np.arange(self.threads)
+        nb, tids = NumpyBuilder(), np.arange(self.role_threads())
 
         def numeric(inst: object) -> np.ndarray:
             r, c = pos(nb, tids, inst)
@@ -236,7 +237,7 @@ class LoweringContext:
 
         def emitted(inst: object) -> str:
             lb = BitLLVMBuilder(w)
-            r, c = pos(lb, self.tid, inst)
+            r, c = pos(lb, self.thread_index(), inst)
             return str(shared_offset(lay, r, c, lb))
 
         ref = numeric(instances[0])
@@ -254,6 +255,16 @@ class LoweringContext:
             else:
                 out.append(w.op(f"add i32 {smem.addr}, {emitted(inst)}", "sa"))
         return out
+
+    def scratch(self, nbytes: int) -> str:
+        """The address of a scratch area of `nbytes` after the planned allocations (one area, reused:
+        the rules that use it put barriers around their use)."""
+        self.scratch_bytes = max(self.scratch_bytes, nbytes)
+        return self.w.op(f"add i32 {self.smem}, {self.scratch_offset}", "scratch")
+
+    @property
+    def scratch_offset(self) -> int:
+        return -(-self.plan.total // 128) * 128
 
     # --- wgmma groups ------------------------------------------------------------------------------
 

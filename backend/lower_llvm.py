@@ -37,7 +37,8 @@ def lower_kernel(module: Module, launch: dict, target: str) -> tuple[str, int]:
     load_rules()
     cx = LoweringContext(module, module.kernel, launch, target)
     text = _lower_function(cx)
-    return text, cx.plan.total + SMEM_ALIGN  # slack to round the base up to 1024 B
+    used = cx.plan.total if not cx.scratch_bytes else cx.scratch_offset + cx.scratch_bytes
+    return text, used + SMEM_ALIGN  # slack to round the base up to 1024 B
 
 
 def _lower_function(cx: LoweringContext) -> str:

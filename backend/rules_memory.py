@@ -1,7 +1,492 @@
-"""Lowering rules for element-by-element copies between registers, shared and global memory, for
-every register layout (filled in below).
+"""Lowering rules for copies between registers, shared and global memory in every register layout,
+and for the register operations that go through shared memory (layout conversions, transposes,
+column reductions).
 
-Rules of backend.rules' table.
+Rules of backend.rules' table. They are the general case: where a specialised rule applies (16-byte
+chunks of `row` tiles, accumulator stores, cp.async and TMA copies) its condition claims the op
+first and these never see it. Everything is element by element, written once for all layouts with
+backend.fragments.slot_coords, and grouped into vector accesses wherever the numbers allow it:
+
+* register <-> shared (`tk.store %smem, %r`, `%r = tk.load %smem {trans}`): each thread accesses its
+  slots at the tile's physical offset (swizzle or padding, backend.fragments.shared_offset); runs of
+  slots that are consecutive in shared memory for every thread (checked at compile time with
+  numpy) become one `ld/st.shared.v2/v4.b32`. A store is preceded by a barrier of the threads that
+  run the code (they may still read the old contents) and followed by `fence.proxy.async` (sm_90a:
+  wgmma and TMA read shared memory through the async proxy) and a second barrier.
+* register <-> global in layouts without 16-byte chunks (accumulator-shaped vectors such as a bias,
+  f32 accumulator tiles): scalar accesses, masked by the tensor's extent (loads read 0 outside it).
+* shared -> global without TMA (`tk.store %G, %smem`): element-wise, masked.
+* `tk.convert_layout` (via smem / shuffle), `tk.transpose`, column reductions: through a scratch
+  area of shared memory after the kernel's planned allocations (`LoweringContext.scratch`); the
+  launch's dynamic shared memory includes it.
+
+Barriers: outside warp-specialized roles `bar.sync 0`; inside a role, named barrier ROLE_BARRIER
+over the role's threads (ids 1 + warpgroup are the staged epilogue's, HOPPER.md §7).
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from tkir.backend.fragments import BitLLVMBuilder, numeric_slots, shared_offset, tile_shape
+from tkir.backend.llvm_text import f32_literal
+from tkir.backend.rules import rule
+from tkir.backend.rules_registers import combine, from_f32, to_f32
+from tkir.backend.values import LLVM_TYPE, Frag, Global, LoweringError, Smem
+from tkir.ir import Operation
+from tkir.layout import SharedLayout
+from tkir.types import TileType, VectorType, dtype_bytes
+
+if TYPE_CHECKING:
+    from tkir.backend.context import LoweringContext
+
+ROLE_BARRIER = 8          # named barrier for a role's threads (1..4: per-warpgroup epilogue barriers)
+MAX_VECTOR_BYTES = 16     # ld/st.shared.v4.b32
+WORD = 4
+SCRATCH_ALIGN = 128
+
+
+# --- barriers -------------------------------------------------------------------------------------
+
+
+def sync(cx: LoweringContext) -> None:
+    """All threads that run this code meet: the block (`bar.sync 0`) or the role's warpgroups."""
+    if cx.role is None:
+        cx.w.call("void", "llvm.nvvm.barrier0", [])
+        return
+    cx.w.asm("void", [f"bar.sync {ROLE_BARRIER}, {cx.role.warpgroups * 128};"], [], [])
+
+
+def fence_async(cx: LoweringContext) -> None:
+    """Generic-proxy shared writes become visible to wgmma and TMA (HOPPER.md §8.1)."""
+    if cx.target == "sm_90a":
+        cx.w.asm("void", ["fence.proxy.async.shared::cta;"], [], [])
+
+
+# --- where each slot lives in shared memory -------------------------------------------------------
+
+
+def _physical(t: TileType | VectorType) -> SharedLayout | None:
+    if isinstance(t, VectorType):
+        return None
+    return SharedLayout(t.dtype, t.rows, t.cols, int(t.get("swizzle") or 0), int(t.get("pad") or 0))
+
+
+def _offset(lay: SharedLayout | None, eb: int, coord: tuple, b) -> object:
+    if lay is None:  # a shared vector: plain elements
+        return b.mul(coord[0], eb)
+    return shared_offset(lay, coord[0], b.mul(coord[1], eb), b)
+
+
+class _NB:
+    """numpy builder with the bit operations (shared_offset on every thread at once)."""
+
+    def add(self, a, b):
+        return a + b
+
+    def mul(self, a, b):
+        return a * b
+
+    def div(self, a, b):
+        return a // b
+
+    def rem(self, a, b):
+        return a % b
+
+    def xor(self, a, b):
+        return a ^ b
+
+    def band(self, a, b):
+        return a & b
+
+    def shr(self, a, b):
+        return a >> b
+
+
+def _slot_plan(reg: TileType | VectorType, smem: TileType | VectorType, trans: bool) -> tuple[list, list]:
+    """(numeric byte offsets per slot [array over threads], groups [(first slot, slots)]) for
+    accessing the register value's slots in the shared tile (element (r, c) at smem (c, r) when
+    `trans`). A group is a run of slots consecutive in shared memory for every thread, aligned to
+    its size, of at most 16 bytes."""
+    eb = dtype_bytes(reg.dtype)
+    lay = _physical(smem)
+    slots = numeric_slots(reg.get("layout"), tile_shape(reg))
+    nb = _NB()
+    offs = []
+    for s in slots:
+        coord = (s[1], s[0]) if trans else s
+        offs.append(np.asarray(_offset(lay, eb, coord, nb)))
+    groups, i = [], 0
+    while i < len(offs):
+        k = MAX_VECTOR_BYTES // eb
+        while k > 1:
+            if i + k <= len(offs) and k * eb >= WORD and (offs[i] % (k * eb) == 0).all() \
+                    and all((offs[i + j] == offs[i] + j * eb).all() for j in range(k)):
+                break
+            k //= 2
+        groups.append((i, k))
+        i += k
+    return offs, groups
+
+
+def _group_addresses(cx: LoweringContext, base: str, reg_t, smem_t, trans: bool, offs: list,
+                     groups: list) -> list[str]:
+    """The shared address of each group's first slot: one full offset computation, then a constant
+    add or xor where that holds for every thread (as LoweringContext.shared_addresses does)."""
+    w = cx.w
+    eb = dtype_bytes(reg_t.dtype)
+    lay = _physical(smem_t)
+    coords = cx.coords(reg_t)
+
+    def full(i: int) -> str:
+        c = coords[i]
+        coord = (c[1], c[0]) if trans else c
+        return str(_offset(lay, eb, coord, BitLLVMBuilder(w)))
+
+    ref_i = groups[0][0]
+    ref = offs[ref_i]
+    off0 = full(ref_i)
+    base0 = w.op(f"add i32 {base}, {off0}", "sa")
+    out = []
+    for i, _ in groups:
+        diff, flip = offs[i] - ref, offs[i] ^ ref
+        if (diff == diff.flat[0]).all():
+            d = int(diff.flat[0])
+            out.append(base0 if d == 0 else w.op(f"add i32 {base0}, {d}", "sa"))
+        elif (flip == flip.flat[0]).all():
+            out.append(w.op(f"add i32 {base}, {w.op(f'xor i32 {off0}, {int(flip.flat[0])}', 'so')}", "sa"))
+        else:
+            out.append(w.op(f"add i32 {base}, {full(i)}", "sa"))
+    return out
+
+
+# --- packing register values into 32-bit words ----------------------------------------------------
+
+
+def _bits(w, v: str, dtype: str) -> str:
+    """A value as an integer of its width (i16 for 16-bit floats, i32 otherwise)."""
+    if dtype in ("i32", "u32"):
+        return v
+    width = dtype_bytes(dtype) * 8
+    return w.op(f"bitcast {LLVM_TYPE[dtype]} {v} to i{width}", "bt")
+
+
+def _unbits(w, v: str, dtype: str) -> str:
+    if dtype in ("i32", "u32"):
+        return v
+    width = dtype_bytes(dtype) * 8
+    return w.op(f"bitcast i{width} {v} to {LLVM_TYPE[dtype]}", "ub")
+
+
+def _words(w, vals: list[str], dtype: str) -> list[str]:
+    eb = dtype_bytes(dtype)
+    if eb == WORD:
+        return [_bits(w, v, dtype) for v in vals]
+    ety = LLVM_TYPE[dtype]
+    out = []
+    for i in range(0, len(vals), 2):
+        v = w.op(f"insertelement <2 x {ety}> poison, {ety} {vals[i]}, i32 0", "pk")
+        v = w.op(f"insertelement <2 x {ety}> {v}, {ety} {vals[i + 1]}, i32 1", "pk")
+        out.append(w.op(f"bitcast <2 x {ety}> {v} to i32", "bits"))
+    return out
+
+
+def _unwords(w, words: list[str], dtype: str) -> list[str]:
+    eb = dtype_bytes(dtype)
+    if eb == WORD:
+        return [_unbits(w, x, dtype) for x in words]
+    ety = LLVM_TYPE[dtype]
+    out = []
+    for x in words:
+        v = w.op(f"bitcast i32 {x} to <2 x {ety}>", "up")
+        out += [w.op(f"extractelement <2 x {ety}> {v}, i32 {j}", "e") for j in range(2)]
+    return out
+
+
+def _check_dtype(op: Operation, t: TileType | VectorType) -> None:
+    if dtype_bytes(t.dtype) not in (2, WORD) or t.dtype not in LLVM_TYPE:
+        raise LoweringError(op.loc, f"backend: {t.dtype} values cannot be copied through memory")
+
+
+# --- register <-> shared --------------------------------------------------------------------------
+
+
+def store_to_shared(cx: LoweringContext, smem: Smem, val: Frag, trans: bool = False) -> None:
+    """Each thread writes its slots (no barriers: the caller decides)."""
+    w = cx.w
+    t = val.type
+    offs, groups = _slot_plan(t, smem.type, trans)
+    addrs = _group_addresses(cx, smem.addr, t, smem.type, trans, offs, groups)
+    for (i, k), addr in zip(groups, addrs, strict=True):
+        vals = val.values[i:i + k]
+        if k * dtype_bytes(t.dtype) < WORD:
+            w.asm("void", ["st.shared.b16 [$0], $1;"], ["r", "h"], [("i32", addr), ("i16", _bits(w, vals[0], t.dtype))])
+            continue
+        words = _words(w, vals, t.dtype)
+        n = len(words)
+        vec = f".v{n}" if n > 1 else ""
+        regs = ", ".join(f"${j + 1}" for j in range(n))
+        w.asm("void", [f"st.shared{vec}.b32 [$0], {{{regs}}};" if n > 1 else "st.shared.b32 [$0], $1;"],
+              ["r"] + ["r"] * n, [("i32", addr)] + [("i32", x) for x in words])
+
+
+def load_from_shared(cx: LoweringContext, smem: Smem, t: TileType | VectorType, trans: bool = False) -> Frag:
+    w = cx.w
+    offs, groups = _slot_plan(t, smem.type, trans)
+    addrs = _group_addresses(cx, smem.addr, t, smem.type, trans, offs, groups)
+    vals: list[str] = []
+    for (_i, k), addr in zip(groups, addrs, strict=True):
+        if k * dtype_bytes(t.dtype) < WORD:
+            h = w.asm("i16", ["ld.shared.b16 $0, [$1];"], ["=h", "r"], [("i32", addr)], "lh")
+            vals.append(_unbits(w, h, t.dtype))
+            continue
+        n = k * dtype_bytes(t.dtype) // WORD
+        if n == 1:
+            words = [w.asm("i32", ["ld.shared.b32 $0, [$1];"], ["=r", "r"], [("i32", addr)], "lw")]
+        else:
+            ret = "{" + ", ".join(["i32"] * n) + "}"
+            regs = ", ".join(f"${j}" for j in range(n))
+            r = w.asm(ret, [f"ld.shared.v{n}.b32 {{{regs}}}, [${n}];"], ["=r"] * n + ["r"], [("i32", addr)], "lv")
+            words = [w.op(f"extractvalue {ret} {r}, {j}", "lw") for j in range(n)]
+        vals += _unwords(w, words, t.dtype)
+    return Frag(t, vals)
+
+
+def _regs_to_shared(cx: LoweringContext, op: Operation) -> bool:
+    return isinstance(cx.peek(op.operands[0]), Smem) and isinstance(cx.peek(op.operands[1]), Frag)
+
+
+@rule("tk.store", when=_regs_to_shared)
+def store_registers_to_shared(cx: LoweringContext, op: Operation) -> None:
+    smem, val = cx.get(op.operands[0]), cx.get(op.operands[1])
+    _check_dtype(op, val.type)
+    sync(cx)  # every thread is done reading the old contents
+    store_to_shared(cx, smem, val)
+    fence_async(cx)
+    sync(cx)
+
+
+def _shared_to_regs(cx: LoweringContext, op: Operation) -> bool:
+    return bool(op.results) and isinstance(cx.peek(op.operands[0]), Smem)
+
+
+@rule("tk.load", when=_shared_to_regs)
+def load_registers_from_shared(cx: LoweringContext, op: Operation) -> None:
+    t = op.result.type
+    _check_dtype(op, t)
+    cx.set(op.result, load_from_shared(cx, cx.get(op.operands[0]), t, bool(op.attrs.get("trans"))))
+
+
+# --- register <-> global, element by element ------------------------------------------------------
+
+
+def _element_index(cx: LoweringContext, g: Global, coords: list[str], t: TileType | VectorType,
+                   slot: tuple) -> tuple[str, str]:
+    """(i64 element index into the tensor, i1 in bounds) of one slot of a tile at tile coords."""
+    w = cx.w
+    dims = [cx.dim(d) for d in g.type.dims]
+    is_tile = isinstance(t, TileType)
+    nlead = g.type.rank - (2 if is_tile else 1)
+    if is_tile:
+        row = w.op(f"add i32 {w.op(f'mul i32 {coords[nlead]}, {t.rows}', 'r0')}, {slot[0]}", "row")
+        col = w.op(f"add i32 {w.op(f'mul i32 {coords[nlead + 1]}, {t.cols}', 'c0')}, {slot[1]}", "col")
+        ok = w.op(f"and i1 {w.op(f'icmp slt i32 {row}, {dims[nlead]}', 'rok')}, "
+                  f"{w.op(f'icmp slt i32 {col}, {dims[nlead + 1]}', 'cok')}", "ok")
+        idx = w.op(f"mul i64 {cx.i64(row)}, {cx.i64(dims[nlead + 1])}", "ix")
+        idx = w.op(f"add i64 {idx}, {cx.i64(col)}", "ix")
+        inner = [nlead, nlead + 1]
+    else:
+        col = w.op(f"add i32 {w.op(f'mul i32 {coords[nlead]}, {t.n}', 'c0')}, {slot[0]}", "col")
+        ok = w.op(f"icmp slt i32 {col}, {dims[nlead]}", "ok")
+        idx = cx.i64(col)
+        inner = [nlead]
+    stride = None
+    for k in reversed(range(nlead)):  # leading plain indices
+        stride = stride or _product(cx, [dims[i] for i in inner])
+        idx = w.op(f"add i64 {idx}, {w.op(f'mul i64 {cx.i64(coords[k])}, {stride}', 'lo')}", "ix")
+        stride = w.op(f"mul i64 {stride}, {cx.i64(dims[k])}", "st")
+    return idx, ok
+
+
+def _product(cx: LoweringContext, dims: list[str]) -> str:
+    acc = cx.i64(dims[0])
+    for d in dims[1:]:
+        acc = cx.w.op(f"mul i64 {acc}, {cx.i64(d)}", "st")
+    return acc
+
+
+def _global_to_regs(cx: LoweringContext, op: Operation) -> bool:
+    from tkir.backend.rules_registers import chunked
+
+    return bool(op.results) and isinstance(cx.peek(op.operands[0]), Global) and not chunked(op.result.type)
+
+
+@rule("tk.load", when=_global_to_regs)
+def load_registers_elementwise(cx: LoweringContext, op: Operation) -> None:
+    w = cx.w
+    g = cx.get(op.operands[0])
+    t = op.result.type
+    coords = [cx.scalar(v) for v in op.operands[1:]]
+    ety = LLVM_TYPE[t.dtype]
+    zero = "0" if t.dtype in ("i32", "u32") else from_f32(cx, f32_literal(0.0), t.dtype)
+    vals = []
+    for slot in cx.coords(t):
+        idx, ok = _element_index(cx, g, coords, t, slot)
+        idx = w.op(f"select i1 {ok}, i64 {idx}, i64 0", "ix")  # never read outside the tensor
+        p = w.op(f"getelementptr {ety}, ptr addrspace(1) {g.ptr}, i64 {idx}", "p")
+        v = w.op(f"load {ety}, ptr addrspace(1) {p}", "ld")
+        vals.append(w.op(f"select i1 {ok}, {ety} {v}, {ety} {zero}", "v"))
+    cx.set(op.result, Frag(t, vals))
+
+
+def _store_global_element(cx: LoweringContext, ptr: str, ety: str, dtype: str, idx: str, ok: str, v: str) -> None:
+    w = cx.w
+    p = w.op(f"getelementptr {ety}, ptr addrspace(1) {ptr}, i64 {idx}", "p")
+    okz = w.op(f"zext i1 {ok} to i32", "okz")
+    if dtype_bytes(dtype) == 2:
+        w.asm("void", ["{", ".reg .pred p;", "setp.ne.b32 p, $2, 0;", "@p st.global.b16 [$0], $1;", "}"],
+              ["l", "h", "r"], [("ptr addrspace(1)", p), ("i16", _bits(w, v, dtype)), ("i32", okz)])
+    else:
+        w.asm("void", ["{", ".reg .pred p;", "setp.ne.b32 p, $2, 0;", "@p st.global.b32 [$0], $1;", "}"],
+              ["l", "r", "r"], [("ptr addrspace(1)", p), ("i32", _bits(w, v, dtype)), ("i32", okz)])
+
+
+def _regs_to_global(cx: LoweringContext, op: Operation) -> bool:
+    from tkir.backend.rules_registers import chunked
+
+    val = cx.peek(op.operands[1])
+    if not (isinstance(cx.peek(op.operands[0]), Global) and isinstance(val, Frag)) or chunked(val.type):
+        return False
+    # accumulator fragments in bf16 have their own rules (pairs of columns, rules_wgmma / rules_sm80)
+    return not (val.kind in ("wgmma_acc", "mma_c") and val.type.dtype == "bf16")
+
+
+@rule("tk.store", when=_regs_to_global)
+def store_registers_elementwise(cx: LoweringContext, op: Operation) -> None:
+    g, val = cx.get(op.operands[0]), cx.get(op.operands[1])
+    _check_dtype(op, val.type)
+    coords = [cx.scalar(v) for v in op.operands[2:]]
+    ety = LLVM_TYPE[val.type.dtype]
+    for slot, v in zip(cx.coords(val.type), val.values, strict=True):
+        idx, ok = _element_index(cx, g, coords, val.type, slot)
+        _store_global_element(cx, g.ptr, ety, val.type.dtype, idx, ok, v)
+
+
+# --- shared -> global without TMA -------------------------------------------------------------------
+
+
+def _shared_to_global(cx: LoweringContext, op: Operation) -> bool:
+    return op.name == "tk.store" and isinstance(cx.peek(op.operands[0]), Global) \
+        and isinstance(cx.peek(op.operands[1]), Smem)
+
+
+@rule("tk.store", when=_shared_to_global)
+def store_shared_to_global(cx: LoweringContext, op: Operation) -> None:
+    """Every thread of the block (or role) copies elements e = tid + k * threads, row-major."""
+    w = cx.w
+    g, smem = cx.get(op.operands[0]), cx.get(op.operands[1])
+    t = smem.type
+    _check_dtype(op, t)
+    coords = [cx.scalar(v) for v in op.operands[2:]]
+    ety = LLVM_TYPE[t.dtype]
+    eb = dtype_bytes(t.dtype)
+    lay = _physical(t)
+    n = t.rows * t.cols if isinstance(t, TileType) else t.n
+    threads = cx.role_threads()
+    tid = cx.thread_index()
+    sync(cx)  # the tile's writers are done
+    for k in range(-(-n // threads)):
+        e = w.op(f"add i32 {tid}, {k * threads}", "e")
+        slot = (w.op(f"udiv i32 {e}, {t.cols}", "r"), w.op(f"urem i32 {e}, {t.cols}", "c")) \
+            if isinstance(t, TileType) else (e,)
+        addr = w.op(f"add i32 {smem.addr}, {_offset(lay, eb, slot, BitLLVMBuilder(w))}", "sa")
+        if eb == 2:
+            v = _unbits(w, w.asm("i16", ["ld.shared.b16 $0, [$1];"], ["=h", "r"], [("i32", addr)], "lh"), t.dtype)
+        else:
+            v = _unbits(w, w.asm("i32", ["ld.shared.b32 $0, [$1];"], ["=r", "r"], [("i32", addr)], "lw"), t.dtype)
+        idx, ok = _element_index(cx, g, coords, t, slot)
+        if (k + 1) * threads > n:
+            ok = w.op(f"and i1 {ok}, {w.op(f'icmp ult i32 {e}, {n}', 'have')}", "ok")
+        _store_global_element(cx, g.ptr, ety, t.dtype, idx, ok, v)
+
+
+# --- through a scratch area: layout conversions, transposes, column reductions ---------------------
+
+
+def _scratch_tile(cx: LoweringContext, t: TileType | VectorType) -> Smem:
+    """An unswizzled, 16-byte-padded shared tile of t's shape in the scratch area."""
+    if isinstance(t, TileType):
+        pad = 16 if (t.cols * dtype_bytes(t.dtype)) % 128 == 0 else 0  # spread rows over the banks
+        st = TileType("st", t.dtype, t.rows, t.cols, (("pad", pad),))
+        nbytes = t.rows * (t.cols * dtype_bytes(t.dtype) + pad)
+    else:
+        st = VectorType("sv", t.dtype, t.n)
+        nbytes = t.n * dtype_bytes(t.dtype)
+    return Smem(cx.scratch(nbytes), st)
+
+
+def relayout(cx: LoweringContext, x: Frag, rt: TileType | VectorType, trans: bool = False) -> Frag:
+    """x's values in the layout of `rt` (transposed when asked), through the scratch area."""
+    if dtype_bytes(x.type.dtype) not in (2, WORD):
+        raise LoweringError(None, f"backend: {x.type.dtype} values cannot move through shared memory")
+    buf = _scratch_tile(cx, x.type)
+    sync(cx)  # earlier users of the scratch area are done
+    store_to_shared(cx, buf, x)
+    sync(cx)
+    return load_from_shared(cx, buf, rt, trans)
+
+
+@rule("tk.convert_layout", when=lambda cx, op: str(op.attrs.get("via", "none")) != "none")
+def convert_layout_through_shared(cx: LoweringContext, op: Operation) -> None:
+    cx.set(op.result, relayout(cx, cx.get(op.operands[0]), op.result.type))
+
+
+@rule("tk.transpose")
+def transpose_through_shared(cx: LoweringContext, op: Operation) -> None:
+    """Element (r, c) of the result is x[c, r]: write x as it is, read its transpose."""
+    cx.set(op.result, relayout(cx, cx.get(op.operands[0]), op.result.type, trans=True))
+
+
+@rule("tk.reduce", when=lambda cx, op: str(op.attrs["axis"]) == "col")
+def column_reduction(cx: LoweringContext, op: Operation) -> None:
+    """The tile goes to the scratch area in f32; thread t folds columns t, t + threads, ... over
+    all rows and writes each result to a scratch vector; every thread then reads the columns its
+    result slots hold."""
+    w = cx.w
+    x = cx.get(op.operands[0])
+    t, rt = x.type, op.result.type
+    fop = {"max": "max", "min": "min", "sum": "add"}[str(op.attrs["kind"])]
+    x32 = Frag(TileType("rt", "f32", t.rows, t.cols, t.attrs), [to_f32(cx, v, t.dtype) for v in x.values])
+    pitch = t.cols * WORD + 16
+    tile_bytes = t.rows * pitch
+    base = cx.scratch(tile_bytes + t.cols * WORD)
+    buf = Smem(base, TileType("st", "f32", t.rows, t.cols, (("pad", 16),)))
+    vec = w.op(f"add i32 {base}, {tile_bytes}", "vec")
+    sync(cx)
+    store_to_shared(cx, buf, x32)
+    sync(cx)
+    threads, tid = cx.role_threads(), cx.thread_index()
+    for k in range(-(-t.cols // threads)):
+        c = w.op(f"add i32 {tid}, {k * threads}", "c")
+        have = w.op(f"icmp ult i32 {c}, {t.cols}", "have")
+        cc = w.op(f"select i1 {have}, i32 {c}, i32 0", "cc")
+        col_addr = w.op(f"add i32 {base}, {w.op(f'shl i32 {cc}, 2', 'co')}", "ca")
+        acc = None
+        for r in range(t.rows):
+            x_r = w.asm("float", ["ld.shared.f32 $0, [$1];"], ["=f", "r"],
+                        [("i32", w.op(f"add i32 {col_addr}, {r * pitch}", "sa"))], "cv")
+            acc = x_r if acc is None else combine(cx, fop, acc, x_r)
+        dst = w.op(f"add i32 {vec}, {w.op(f'shl i32 {cc}, 2', 'vo')}", "va")
+        flag = w.op(f"zext i1 {have} to i32", "h")
+        w.asm("void", ["{", ".reg .pred p;", "setp.ne.b32 p, $2, 0;", "@p st.shared.f32 [$0], $1;", "}"],
+              ["r", "f", "r"], [("i32", dst), ("float", acc), ("i32", flag)])
+    sync(cx)
+    res = []
+    for (j,) in cx.coords(rt):
+        off = str(4 * j) if isinstance(j, int) else w.op(f"shl i32 {j}, 2", "o")
+        addr = w.op(f"add i32 {vec}, {off}", "sa")
+        v = w.asm("float", ["ld.shared.f32 $0, [$1];"], ["=f", "r"], [("i32", addr)], "rv")
+        res.append(from_f32(cx, v, rt.dtype))
+    cx.set(op.result, Frag(rt, res))

@@ -170,6 +170,52 @@ def _op_pipe_copy(cx: LoweringContext, op: Operation) -> None:
               ["r", "l", "r"] + ["r"] * rank,
               [("i32", d), ("ptr", tmap), ("i32", bar)] + [("i32", e) for e in [x0, *elem[1:]]])
 
+
+@rule("tma.store", targets=("sm_90a",))
+def tma_store(cx: LoweringContext, op: Operation) -> None:
+    """A shared tile to global memory with one `cp.async.bulk.tensor` store per TMA box, issued by one
+    thread after every thread's writes are fenced into the async proxy and synced; the issuing
+    thread waits until the copy engine has read the tile before the threads meet again (the tile
+    may be overwritten after that). Out-of-bounds elements are not written (TMA clips)."""
+    from tkir.backend.rules_memory import fence_async, sync
+
+    w = cx.w
+    src = cx.get(op.operands[1])
+    assert isinstance(src, Smem)
+    desc_sym = op.attrs["desc"].name
+    desc = cx.module.lookup(desc_sym)
+    if desc is None:
+        raise LoweringError(op.loc, f"backend: no tma.desc @{desc_sym}")
+    tmap = cx.tmaps[desc_sym]
+    t = src.type
+    assert isinstance(t, TileType)
+    coords = [cx.scalar(c) for c in op.operands[2:]]
+    box = list(desc.attrs["box"])
+    rank = len(box)
+    tile_dims = [t.cols, t.rows]
+    inner_first = coords[::-1]
+    elem = [w.op(f"mul i32 {inner_first[i]}, {tile_dims[i]}", "x") if i < 2 else inner_first[i] for i in range(rank)]
+    panel_cols = box[0]
+    panels = max(1, t.cols // panel_cols)
+    panel_bytes = t.rows * panel_cols * dtype_bytes(t.dtype)
+    fence_async(cx)
+    sync(cx)
+    lead = w.op(f"icmp eq i32 {cx.thread_index()}, 0", "lead")
+
+    def issue() -> None:
+        for p in range(panels):
+            x0 = w.op(f"add i32 {elem[0]}, {p * panel_cols}", "x") if p else elem[0]
+            s_ = w.op(f"add i32 {src.addr}, {p * panel_bytes}", "src") if p else src.addr
+            regs = ", ".join(f"${2 + i}" for i in range(rank))
+            w.asm("void", [f"cp.async.bulk.tensor.{rank}d.global.shared::cta.bulk_group [$0, {{{regs}}}], [$1];"],
+                  ["l", "r"] + ["r"] * rank, [("ptr", tmap), ("i32", s_)] + [("i32", e) for e in [x0, *elem[1:]]])
+        w.asm("void", ["cp.async.bulk.commit_group;"], [], [])
+        w.asm("void", ["cp.async.bulk.wait_group.read 0;"], [], [])
+
+    cx.if_then(lead, issue)
+    sync(cx)
+
+
 # --- roles ---------------------------------------------------------------------------------
 
 

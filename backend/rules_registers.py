@@ -36,7 +36,7 @@ LN2 = 0.6931471805599453      # log(x) = lg2(x) ln 2
 CHUNK_BYTES = 16              # one v4.b32 global access
 
 
-def _fop(cx: LoweringContext, op: str, a: str, b: str) -> str:
+def combine(cx: LoweringContext, op: str, a: str, b: str) -> str:
     w = cx.w
     if op == "max":
         return w.call("float", "llvm.maxnum.f32", [("float", a), ("float", b)], hint="mx")
@@ -67,13 +67,13 @@ def _unary(cx: LoweringContext, name: str, x: str) -> str:
     raise LoweringError(None, f"backend: no rule for tk.{name}")
 
 
-def _as_f32(cx: LoweringContext, v: str, dtype: str) -> str:
+def to_f32(cx: LoweringContext, v: str, dtype: str) -> str:
     if dtype == "f32":
         return v
     return cx.w.op(f"fpext {LLVM_TYPE[dtype]} {v} to float", "up")
 
 
-def _from_f32(cx: LoweringContext, v: str, dtype: str) -> str:
+def from_f32(cx: LoweringContext, v: str, dtype: str) -> str:
     if dtype == "f32":
         return v
     return cx.w.op(f"fptrunc float {v} to {LLVM_TYPE[dtype]}", "dn")
@@ -86,7 +86,7 @@ def _op_tk_fill(cx: LoweringContext, op: Operation) -> None:
     t = op.result.type
     lit = f32_literal(op.attrs["value"])
     if t.dtype != "f32":
-        lit = _from_f32(cx, lit, t.dtype)
+        lit = from_f32(cx, lit, t.dtype)
     cx.set(op.result, Frag(t, [lit] * cx.nslots(t)))
 
 
@@ -97,7 +97,7 @@ def _op_tk_cast(cx: LoweringContext, op: Operation) -> None:
     src, dst = x.type.dtype, op.result.type.dtype
     if src not in LLVM_TYPE or dst not in LLVM_TYPE or "i" in (src[0], dst[0]):
         raise LoweringError(op.loc, f"backend: cast {src} -> {dst} not implemented")
-    vals = [_from_f32(cx, _as_f32(cx, v, src), dst) for v in x.values]
+    vals = [from_f32(cx, to_f32(cx, v, src), dst) for v in x.values]
     cx.set(op.result, Frag(op.result.type, vals))
 
 
@@ -135,12 +135,12 @@ def _binary(cx: LoweringContext, op: Operation) -> None:
         vb = []
         for y in _operand_values(cx, b, tb, rt, bcast, op):
             if y not in recips:
-                recips[y] = _fop(cx, "div", f32_literal(1.0), y)
+                recips[y] = combine(cx, "div", f32_literal(1.0), y)
             vb.append(recips[y])
         name = "mul"
     else:
         vb = _operand_values(cx, b, tb, rt, bcast, op)
-    out = [_from_f32(cx, _fop(cx, name, x, y), rt.dtype) for x, y in zip(va, vb, strict=True)]
+    out = [from_f32(cx, combine(cx, name, x, y), rt.dtype) for x, y in zip(va, vb, strict=True)]
     cx.set(op.result, Frag(rt, out))
 
 
@@ -152,9 +152,9 @@ def _operand_values(cx: LoweringContext, x: object, t, rt, bcast, op: Operation)
     n = cx.nslots(rt)
     if isinstance(t, ScalarType):
         assert isinstance(x, str)
-        return [_as_f32(cx, x, t.dtype)] * n
+        return [to_f32(cx, x, t.dtype)] * n
     assert isinstance(x, Frag)
-    vals = [_as_f32(cx, v, t.dtype) for v in x.values]
+    vals = [to_f32(cx, v, t.dtype) for v in x.values]
     if type(t) is type(rt):
         return vals
     # a vector broadcast over the rows (bcast = row) or columns (col) of a tile
@@ -181,7 +181,7 @@ def _unary_op(cx: LoweringContext, op: Operation) -> None:
         cx.set(op.result, _unary(cx, name, x))
         return
     assert isinstance(x, Frag)
-    vals = [_from_f32(cx, _unary(cx, name, _as_f32(cx, v, rt.dtype)), rt.dtype) for v in x.values]
+    vals = [from_f32(cx, _unary(cx, name, to_f32(cx, v, rt.dtype)), rt.dtype) for v in x.values]
     cx.set(op.result, Frag(rt, vals))
 
 
@@ -199,7 +199,7 @@ def _op_tk_mask_causal(cx: LoweringContext, op: Operation) -> None:
     row0, col0 = (cx.scalar(v) for v in op.operands[1:])
     fill = f32_literal(op.attrs["fill"])
     if x.type.dtype != "f32":
-        fill = _from_f32(cx, fill, x.type.dtype)
+        fill = from_f32(cx, fill, x.type.dtype)
     ety = LLVM_TYPE[x.type.dtype]
     delta = w.op(f"sub i32 {col0}, {row0}", "dlt")  # masked where c - r > row0 - col0
     out = []
@@ -231,15 +231,15 @@ def _op_tk_reduce(cx: LoweringContext, op: Operation) -> None:
     lanes, _ = row_groups(x.layout, tile_shape(x.type))
     partial = []
     for rows, members in groups:
-        acc = _as_f32(cx, x.values[members[0]], x.type.dtype)
+        acc = to_f32(cx, x.values[members[0]], x.type.dtype)
         for m in members[1:]:
-            acc = _fop(cx, fop, acc, _as_f32(cx, x.values[m], x.type.dtype))
+            acc = combine(cx, fop, acc, to_f32(cx, x.values[m], x.type.dtype))
         step = 1
         while step < lanes:
             other = cx.w.call("float", "llvm.nvvm.shfl.sync.bfly.f32",
                                 [("i32", "-1"), ("float", acc), ("i32", str(step)), ("i32", "31")],
                                 hint="sh")
-            acc = _fop(cx, fop, acc, other)
+            acc = combine(cx, fop, acc, other)
             step *= 2
         partial.append((rows, acc))
     out = []
@@ -247,7 +247,7 @@ def _op_tk_reduce(cx: LoweringContext, op: Operation) -> None:
         hit = next((v for rows, v in partial if np.array_equal(rows, vs[0])), None)
         if hit is None:
             raise LoweringError(op.loc, f"backend: {rt} does not match the rows of {x.type}")
-        out.append(_from_f32(cx, hit, rt.dtype))
+        out.append(from_f32(cx, hit, rt.dtype))
     cx.set(op.result, Frag(rt, out))
 
 # --- global memory ---------------------------------------------------------------------------

@@ -99,12 +99,22 @@ def ldmatrix_b_position(b: Builder, tid: object, trans_b: bool, eb: int, kk: int
 
 
 def _global_to_shared_tile(cx: LoweringContext, op: Operation) -> bool:
-    """tk.load %smem_tile, %global, coords... outside a warp-specialized role."""
+    """tk.load %smem_tile, %global, coords... (and a tma.load that no pipeline took over: a one-shot
+    copy outside a pipelined loop is a cooperative cp.async copy, with no mbarrier to set up)."""
     return (not op.results and isinstance(cx.peek(op.operands[0]), Smem) and isinstance(op.operands[0].type, TileType)
-            and isinstance(cx.peek(op.operands[1]), Global) and cx.role is None)
+            and isinstance(cx.peek(op.operands[1]), Global))
 
 
-@rule("tk.load", when=_global_to_shared_tile)
+def _barrier(cx: LoweringContext) -> None:
+    if cx.role is None:
+        cx.w.call("void", "llvm.nvvm.barrier0", [])
+    else:
+        from tkir.backend.rules_memory import sync
+
+        sync(cx)
+
+
+@rule("tk.load", "tma.load", when=_global_to_shared_tile)
 def _op_tk_load(cx: LoweringContext, op: Operation) -> None:
     dst, src = cx.get(op.operands[0]), cx.get(op.operands[1])
     w = cx.w
@@ -114,14 +124,14 @@ def _op_tk_load(cx: LoweringContext, op: Operation) -> None:
     last = blk is None or i + 1 == len(blk.ops) or not _is_shared_load(blk.ops[i + 1])
     in_loop = parent_op(op) is not None and parent_op(op) is not cx.kernel
     if first and in_loop:
-        w.call("void", "llvm.nvvm.barrier0", [])  # readers of the previous iteration's tiles are done
+        _barrier(cx)  # readers of the previous iteration's tiles are done
     _cp_async_tile(cx, op, dst, src, [cx.scalar(v) for v in op.operands[2:]])
     if last:
         w.asm("void", ["cp.async.commit_group;"], [], [])
         w.asm("void", ["cp.async.wait_group 0;"], [], [])
         if cx.target == "sm_90a":
             w.asm("void", ["fence.proxy.async.shared::cta;"], [], [])  # wgmma reads via the async proxy
-        w.call("void", "llvm.nvvm.barrier0", [])
+        _barrier(cx)
 
 
 def _cp_async_tile(cx: LoweringContext, op: Operation, dst: Smem, src: Global, coords: list[str]) -> None:
@@ -136,7 +146,7 @@ def _cp_async_tile(cx: LoweringContext, op: Operation, dst: Smem, src: Global, c
         raise LoweringError(op.loc, f"backend: copying {gty} into {t} converts dtypes")
     per_chunk = CP_ASYNC_BYTES // eb
     cpr = t.cols // per_chunk
-    total, threads = t.rows * cpr, cx.threads
+    total, threads = t.rows * cpr, cx.role_threads()
     steps = -(-total // threads)
     plane, nrows, ncols = _plane(cx, ptr, gty, coords)
     r_tile, c_tile = coords[-2:]
@@ -150,7 +160,7 @@ def _cp_async_tile(cx: LoweringContext, op: Operation, dst: Smem, src: Global, c
     lb = LLVMBuilder(w)
     ncols64 = w.op(f"sext i32 {ncols} to i64", "ld")
     for k, saddr in enumerate(addrs):
-        r, c = pos(lb, cx.tid, k)
+        r, c = pos(lb, cx.thread_index(), k)
         row = w.op(f"add i32 {row0}, {r}", "row")
         col = w.op(f"add i32 {col0}, {lb.div(c, eb)}", "col")
         rok = w.op(f"icmp slt i32 {row}, {nrows}", "rok")
@@ -167,7 +177,7 @@ def _cp_async_tile(cx: LoweringContext, op: Operation, dst: Smem, src: Global, c
         g = w.op(f"getelementptr i8, ptr addrspace(1) {plane}, i64 {w.op(f'mul i64 {idx}, {eb}', 'ib')}", "g")
         asm = ["cp.async.cg.shared.global [$0], [$1], 16, $2;"]
         if steps * threads > total and k == steps - 1:  # the last round: some threads have no chunk
-            e = lb.add(cx.tid, k * threads)
+            e = lb.add(cx.thread_index(), k * threads)
             have = w.op(f"zext i1 {w.op(f'icmp ult i32 {e}, {total}', 'have')} to i32", "have")
             asm = ["{", ".reg .pred p;", "setp.ne.b32 p, $3, 0;",
                    "@p cp.async.cg.shared.global [$0], [$1], 16, $2;", "}"]
@@ -316,5 +326,5 @@ def _op_tk_store(cx: LoweringContext, op: Operation) -> None:
 
 
 def _is_shared_load(op: Operation) -> bool:
-    return op.name == "tk.load" and not op.results
+    return op.name in ("tk.load", "tma.load") and not op.results
 
