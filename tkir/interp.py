@@ -434,9 +434,16 @@ _CMP: dict[str, Callable[[object, object], bool]] = {
 register_handler("arith.cmp", lambda op, args, frame: _CMP[str(op.attrs["pred"])](args[0], args[1]))
 
 
-def _if(op: Operation, args: list, frame: Frame) -> None:
+def _if(op: Operation, args: list, frame: Frame) -> object:
     if args[0]:
-        frame.run_block(op.body, [])
+        out = frame.run_block(op.regions[0].block, [])
+    elif len(op.regions) > 1:
+        out = frame.run_block(op.regions[1].block, [])
+    else:
+        out = []
+    if len(op.results) == 1:
+        return out[0]
+    return tuple(out) if op.results else None
 
 
 register_handler("scf.if", _if)

@@ -1,0 +1,216 @@
+"""Run-time `if`/`else` and loop steps: the front end's IR, the round trip and the interpreter."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tkir.diagnostics import CompileError
+from tkir.frontend import compile_source
+from tkir.interp import interpret
+from tkir.parser import parse_module
+from tkir.printer import print_module
+from tkir.verifier import VerifyError, verify
+
+IF_ELSE = """
+kernel k<BN=64>(X: gl<f32>[M, N], Y: gl<f32>[M, N], Z: gl<f32>[M, N]) grid(M / 16, N / BN) {
+    reg x: rt<f32, 16, BN> = X[block.x, block.y]
+    reg y: rt<f32, 16, BN> = 0
+    if block.x == 0 {
+        x = x * 2.0
+    } else if block.y * BN < N - BN {
+        x = x + 1.0
+        y = x
+    } else {
+        y = x
+    }
+    Y[block.x, block.y] = x
+    Z[block.x, block.y] = y
+}
+"""
+
+
+def _compile(src: str, **consts: int):
+    return compile_source(src, "t.tk", consts or None)
+
+
+def _round_trip(text: str) -> None:
+    again = parse_module(text)
+    verify(again)
+    assert print_module(again) == text
+
+
+def test_runtime_if_else_chain_ir() -> None:
+    text = print_module(_compile(IF_ELSE))
+    assert "%0 = arith.cmp %bx, %c0 {pred = eq} : i1" in text
+    assert "%x.1, %y.1 = scf.if %0 : rt<f32, 16, 64>, rt<f32, 16, 64> {" in text
+    assert "%3 = arith.cmp %1, %2 {pred = lt} : i1" in text  # the `else if`, nested in the else region
+    assert "scf.yield %x.2, %y\n  } {" in text  # then region yields the unchanged y
+    assert "tk.store %Y, %x.1, %bx, %by" in text
+    _round_trip(text)
+
+
+def test_runtime_if_else_interpreted() -> None:
+    m, n = 48, 192
+    X = np.random.default_rng(0).standard_normal((m, n), np.float32)
+    Y, Z = np.full_like(X, np.nan), np.full_like(X, np.nan)
+    interpret(_compile(IF_ELSE), X, Y, Z)
+    want_y, want_z = X + 1.0, X + 1.0
+    want_y[:16], want_z[:16] = 2 * X[:16], 0.0  # block.x == 0
+    last = slice(n - 64, n)  # block.y * 64 < N - 64 fails for the last column block
+    want_y[16:, last], want_z[16:, last] = X[16:, last], X[16:, last]
+    np.testing.assert_array_equal(Y, want_y)
+    np.testing.assert_array_equal(Z, want_z)
+
+
+def test_if_without_else_has_a_yielding_else_region() -> None:
+    src = """
+kernel k(X: gl<f32>[M, 64]) grid(M / 16) {
+    reg x: rt<f32, 16, 64> = X[block.x, 0]
+    if block.x != 1 {
+        reg t: rt<f32, 16, 64> = 0
+        t = x + 1.0
+        x = t * 3.0
+    }
+    X[block.x, 0] = x
+}
+"""
+    text = print_module(_compile(src))
+    assert "%x.1 = scf.if %0 : rt<f32, 16, 64> {" in text
+    assert "  } {\n    scf.yield %x\n  }" in text
+    _round_trip(text)
+    X = np.arange(48 * 64, dtype=np.float32).reshape(48, 64)
+    want = (X + 1.0) * 3.0
+    want[16:32] = X[16:32]
+    interpret(_compile(src), X)
+    np.testing.assert_array_equal(X, want)
+
+
+def test_variable_first_assigned_in_a_branch_has_no_value_after_it() -> None:
+    src = """
+kernel k(X: gl<f32>[M, 64]) grid(M / 16) {
+    reg t: rt<f32, 16, 64>
+    if block.x == 0 {
+        t = X[block.x, 0]
+    }
+    X[block.x, 0] = t
+}
+"""
+    with pytest.raises(CompileError, match="'t' is used before it is initialized"):
+        _compile(src)
+
+
+def test_shared_store_in_branch_and_shared_decl_refused() -> None:
+    ok = """
+kernel k(X: gl<bf16>[M, 64], Y: gl<bf16>[M, 64]) grid(M / 64) {
+    shared s: st<bf16, 64, 64>
+    s = X[block.x, 0]
+    if block.x > 0 {
+        reg r: rt<bf16, 64, 64> = s
+        s = r
+    }
+    Y[block.x, 0] = s
+}
+"""
+    assert "tk.store %s, %r" in print_module(_compile(ok))
+    bad = ok.replace("reg r: rt<bf16, 64, 64> = s", "shared u: st<bf16, 64, 64>")
+    with pytest.raises(CompileError, match="declared inside a run-time 'if'"):
+        _compile(bad)
+
+
+def test_compile_time_if_still_folds() -> None:
+    src = """
+kernel k<F=1>(X: gl<f32>[M, 64]) grid(M / 16) {
+    reg x: rt<f32, 16, 64> = X[block.x, 0]
+    if F == 1 { x = x + 1.0 } else { x = x + 2.0 }
+    X[block.x, 0] = x
+}
+"""
+    text = print_module(_compile(src))
+    assert "scf.if" not in text and "arith.cmp" not in text
+
+
+def test_runtime_condition_must_compare_scalars() -> None:
+    src = """
+kernel k(X: gl<f32>[M, 64]) grid(M / 16) {
+    reg x: rt<f32, 16, 64> = X[block.x, 0]
+    if x < 1.0 { x = x + 1.0 }
+    X[block.x, 0] = x
+}
+"""
+    with pytest.raises(CompileError, match=r"'<' compares scalars, not rt<f32, 16, 64>"):
+        _compile(src)
+
+
+# --- the scf.if checker ------------------------------------------------------------------------
+
+IF_IR = """tk.kernel @k {grid = ["1"]} {
+  ^(%X: gl<f32>[16, 16])
+  %c0 = arith.const {value = 0} : i32
+  %a = tk.fill {value = 1.0} : rt<f32, 16, 16>
+  %b = tk.fill {value = 2.0} : rt<f32, 16, 16>
+  %p = arith.cmp %c0, %c0 {pred = $PRED} : i1
+  %r = scf.if %p : rt<f32, 16, 16> {
+    scf.yield %a
+  } $ELSE
+  tk.store %X, %r, %c0, %c0
+}
+"""
+
+
+@pytest.mark.parametrize("pred, want", [("eq", 1.0), ("ne", 2.0)])
+def test_scf_if_ir_interpreted(pred: str, want: float) -> None:
+    m = parse_module(IF_IR.replace("$PRED", pred).replace("$ELSE", "{\n    scf.yield %b\n  }"))
+    verify(m)
+    X = np.zeros((16, 16), np.float32)
+    interpret(m, X)
+    assert (X == want).all()
+
+
+@pytest.mark.parametrize("else_region, msg", [
+    ("", "'scf.if' with results needs an else region"),
+    ("{\n    scf.yield\n  }", "'scf.if' regions must yield rt<f32, 16, 16>, got nothing"),
+    ("{\n    %z = tk.fill {value = 0.0} : rt<f32, 16, 16>\n  }", "got no scf.yield"),
+])
+def test_scf_if_checker_rejects(else_region: str, msg: str) -> None:
+    m = parse_module(IF_IR.replace("$PRED", "eq").replace("$ELSE", else_region))
+    with pytest.raises(VerifyError, match=msg):
+        verify(m)
+
+
+# --- loop steps --------------------------------------------------------------------------------
+
+STEP = """
+kernel k<S=2>(X: gl<f32>[M, 64], Y: gl<f32>[M, 64], n: i32) grid(M / 16) {
+    reg acc: rt<f32, 16, 64> = 0
+    for i in block.x .. M / 16 step S {
+        reg x: rt<f32, 16, 64> = X[i, 0]
+        acc += x
+    }
+    for j in 0 .. 4 step n {
+        acc += 1.0
+    }
+    Y[block.x, 0] = acc
+}
+"""
+
+
+def test_loop_step_ir_and_interpreter() -> None:
+    text = print_module(_compile(STEP))
+    assert "%acc.1 = scf.for %bx, %0, %S, %acc : rt<f32, 16, 64> {" in text
+    assert "= scf.for %c0, %c4, %n, %acc.1 : rt<f32, 16, 64> {" in text
+    _round_trip(text)
+    X = np.random.default_rng(2).standard_normal((16 * 7, 64), np.float32)
+    Y = np.zeros_like(X)
+    interpret(_compile(STEP), X, Y, scalars={"n": 3})  # j = 0, 3: two iterations
+    for b in range(7):
+        want = sum(X[16 * i:16 * i + 16] for i in range(b, 7, 2)) + 2.0
+        np.testing.assert_allclose(Y[16 * b:16 * b + 16], want, rtol=1e-6)
+
+
+@pytest.mark.parametrize("step", ["0", "-1", "S - 2"])
+def test_nonpositive_compile_time_step_is_located(step: str) -> None:
+    src = STEP.replace("step S", f"step {step}")
+    with pytest.raises(CompileError, match="a loop step must be a positive integer") as e:
+        _compile(src)
+    assert e.value.loc.line == 4
