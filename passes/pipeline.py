@@ -19,7 +19,8 @@ into the warp-specialized form (HOPPER.md §5.4, §7.2; CUTLASS `PipelineTmaAsyn
 S is the loop's `stages` attribute (`@stages(n)`) or the kernel's `occupancy.stages` chosen by
 plan-occupancy (which must run first); roles and their registers come from `occupancy.roles`.
 Kernels without such a loop are left unchanged. Assumes `create-tma` turned the loads into
-`tma.load` and the loop runs from 0 with step 1 (other bounds are normalised in the IR).
+`tma.load`. Loops with another lower bound or step count stages by the iteration number
+(k - lo) / step.
 """
 
 from __future__ import annotations
@@ -78,10 +79,7 @@ def _pipeline(kernel: Operation, loop: Operation) -> None:
     body = kernel.body
     loads = [op for op in loop.body.ops if op.name == "tma.load"]
     lo, hi, step = loop.operands[:3]
-    for v, want in ((lo, 0), (step, 1)):
-        d = v.owner
-        if not (isinstance(d, Operation) and d.name == "arith.const" and d.attrs["value"] == want):
-            raise CompileError(loop.loc, "pipeline: loops must run from 0 with step 1")
+    unit = _is_const(lo, 0) and _is_const(step, 1)
 
     # 1. ring buffers
     buffers: list[Value] = []
@@ -100,6 +98,7 @@ def _pipeline(kernel: Operation, loop: Operation) -> None:
     c_stages = _const(body, loop, stages, "nstages")
     c1 = _const(body, loop, 1, "one")
     c2 = _const(body, loop, 2, "two")
+    c0 = lo if unit else _const(body, loop, 0, "zero")
 
     # 3. split: everything from the first register computation on goes to the consumer role;
     # TMA loads outside the loop (e.g. attention's Q tile) get a barrier of their own: the producer
@@ -124,7 +123,7 @@ def _pipeline(kernel: Operation, loop: Operation) -> None:
         once_bar = Operation("pipe.barriers", [], [VectorType("sv", "i64", 1)], {"count": 1},
                              result_names=["once"])
         body.insert_before(prod_role, once_bar)
-        zero = lo
+        zero = c0
         _op(prod_role.body, None, "pipe.expect", [once_bar.result, zero],
             attrs={"bytes": sum(int(ld.attrs.get("bytes", ld.operands[0].type.nbytes)) for ld in single)})
         for ld in single:
@@ -137,8 +136,7 @@ def _pipeline(kernel: Operation, loop: Operation) -> None:
     pblk = Block()
     k = pblk.add_arg(Value(I32, "k"))
     pblk_ops = Block()  # scratch to build into
-    zero = lo
-    it = _op(pblk_ops, None, "arith.add", [k, zero], [I32], {"iteration": True}, ["it"]).result
+    it = _iteration(pblk_ops, None, k, lo, step, c0, unit)
     s = _op(pblk_ops, None, "arith.rem", [it, c_stages], [I32], names=["s"]).result
     q = _op(pblk_ops, None, "arith.div", [it, c_stages], [I32], names=["round"]).result
     ph = _op(pblk_ops, None, "arith.rem", [q, c2], [I32], names=["phase"]).result
@@ -166,7 +164,7 @@ def _pipeline(kernel: Operation, loop: Operation) -> None:
     lb = loop.body
     kk = lb.args[0]
     anchor = lb.ops[0]
-    cit = _op(lb, anchor, "arith.add", [kk, lo], [I32], {"iteration": True}, ["it"]).result
+    cit = _iteration(lb, anchor, kk, lo, step, c0, unit)
     cs = _op(lb, anchor, "arith.rem", [cit, c_stages], [I32], names=["s"]).result
     cq = _op(lb, anchor, "arith.div", [cit, c_stages], [I32], names=["round"]).result
     cph = _op(lb, anchor, "arith.rem", [cq, c2], [I32], names=["phase"]).result
@@ -192,6 +190,25 @@ def _pipeline(kernel: Operation, loop: Operation) -> None:
     arrive = Operation("pipe.arrive", [empty, cs], attrs={"deferred": True} if defer else {})
     lb.ops.insert(last_use + 1, arrive)
     arrive.parent = lb
+
+
+def _is_const(v: Value, want: int) -> bool:
+    d = v.owner
+    return isinstance(d, Operation) and d.name == "arith.const" and d.attrs["value"] == want
+
+
+def _iteration(blk: Block, anchor: Operation | None, k: Value, lo: Value, step: Value, c0: Value,
+               unit: bool) -> Value:
+    """The pipeline's iteration counter `it = (k - lo) / step + base`, marked `iteration = true`.
+
+    Stages and phases follow the iteration number, not the index, so loops with any lower bound and
+    positive step share one schedule; `persistent` replaces the base (operand 1) to count across tiles.
+    From 0 with step 1 the number is k itself."""
+    n = k
+    if not unit:
+        d = _op(blk, anchor, "arith.sub", [k, lo], [I32], names=["k_off"]).result
+        n = _op(blk, anchor, "arith.div", [d, step], [I32], names=["k_iter"]).result
+    return _op(blk, anchor, "arith.add", [n, c0], [I32], {"iteration": True}, ["it"]).result
 
 
 def _ident(name: str):

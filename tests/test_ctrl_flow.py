@@ -214,3 +214,46 @@ def test_nonpositive_compile_time_step_is_located(step: str) -> None:
     with pytest.raises(CompileError, match="a loop step must be a positive integer") as e:
         _compile(src)
     assert e.value.loc.line == 4
+
+
+# --- a stepped loop through pipeline and persistent ----------------------------------------------
+
+GEMM_STEP = """
+kernel gemm<BM=64, BN=64, BK=64>(A: gl<bf16>[M, K], B: gl<bf16>[K, N], C: gl<f32>[M, N])
+    grid(cdiv(M, BM), cdiv(N, BN))
+{
+    shared a: st<bf16, BM, BK>
+    shared b: st<bf16, BK, BN>
+    reg acc: rt<f32, BM, BN> = 0
+    @stages(2)
+    for k in 1 .. cdiv(K, BK) step 2 {
+        a = A[block.x, k]
+        b = B[k, block.y]
+        acc += a @ b
+    }
+    C[block.x, block.y] = acc
+}
+"""
+
+
+@pytest.mark.parametrize("target", ["sm_90a", "sm_80"])
+def test_stepped_gemm_pipelined_and_persistent_interpreted(tmp_path, target: str) -> None:
+    import ml_dtypes
+
+    import tkir
+    from tkir.interp import interpret as run
+
+    f = tmp_path / "g.tk"
+    f.write_text(GEMM_STEP)
+    k = tkir.compile(str(f), target=target)
+    if target == "sm_90a":
+        assert "%k_iter = arith.div %k_off, %c2 : i32" in k.ir_after("pipeline")
+    m, kk, n = 128, 64 * 5, 128
+    rng = np.random.default_rng(3)
+    A = rng.standard_normal((m, kk), np.float32).astype(ml_dtypes.bfloat16)
+    B = rng.standard_normal((kk, n), np.float32).astype(ml_dtypes.bfloat16)
+    C = np.full((m, n), np.nan, np.float32)
+    run(k.module, A, B, C, num_sms=1)  # one block walks all four tiles: iteration counts carry over
+    odd = np.concatenate([np.arange(64 * t, 64 * t + 64) for t in (1, 3)])
+    want = A.astype(np.float64)[:, odd] @ B.astype(np.float64)[odd]
+    np.testing.assert_allclose(C, want, rtol=1e-4, atol=1e-4)
