@@ -808,10 +808,9 @@ class _Lowerer:
                              hint="assign it to a `shared` or `reg` variable first")
         if e.trans:
             t = e.value.type
-            if is_shared(t):
-                raise self.error(e.loc, "'.T' of a shared tile is only supported as an operand of '@'",
-                                 hint="load it into a `reg` and transpose that")
             rt = TileType("rt", t.dtype, t.cols, t.rows)
+            if is_shared(t):  # a transposed shared -> register read
+                return _E(e.loc, value=self.emit("tk.load", [e.value], [rt], e.loc, {"trans": True}).result)
             return _E(e.loc, value=self.emit("tk.transpose", [e.value], [rt], e.loc).result)
         return e
 

@@ -86,6 +86,7 @@ def _pipeline(kernel: Operation, loop: Operation) -> None:
     for ld in loads:
         buf = ld.operands[0]
         if buf not in buffers:
+            _check_only_used_in_loop(kernel, loop, buf, stages)
             assert isinstance(buf.type, TileType)
             buf.type = buf.type.with_attr("stages", stages)
             buffers.append(buf)
@@ -174,12 +175,12 @@ def _pipeline(kernel: Operation, loop: Operation) -> None:
                    names=[f"{buf.name}_s"]).result
         for op in lb.ops:
             if op.name != "pipe.stage":
-                op.operands = [view if v is buf else v for v in op.operands]
+                for inner in op.walk():  # uses in nested loops read the same stage
+                    inner.operands = [view if v is buf else v for v in inner.operands]
     for ld in loads:
         lb.remove(ld)
-    last_use = max(i for i, op in enumerate(lb.ops) if any(
-        isinstance(v.owner, Operation) and v.owner.name == "pipe.stage" for v in op.operands)
-        and op.name != "pipe.copy")
+    last_use = max(i for i, op in enumerate(lb.ops) if op.name != "pipe.stage" and any(
+        isinstance(v.owner, Operation) and v.owner.name == "pipe.stage" for x in op.walk() for v in x.operands))
     # keep one wgmma group in flight: the stage read by iteration k is released after iteration k+1
     # has issued its mma and waited for k's (CUTLASS's K_PIPE_MMAS = 1; HOPPER.md §1.4)
     # (needs two stages or more: with one, the next iteration's load waits for this release)
@@ -190,6 +191,21 @@ def _pipeline(kernel: Operation, loop: Operation) -> None:
     arrive = Operation("pipe.arrive", [empty, cs], attrs={"deferred": True} if defer else {})
     lb.ops.insert(last_use + 1, arrive)
     arrive.parent = lb
+
+
+def _check_only_used_in_loop(kernel: Operation, loop: Operation, buf: Value, stages: int) -> None:
+    """Refuse a ring-buffered tile that is also read or written outside its loop.
+
+    After the rewrite the tile is S stages and only the loop knows which stage holds what, so a use
+    before or after the loop would address the whole ring buffer."""
+    inside = {id(op) for op in loop.walk()}
+    for op in kernel.walk():
+        if id(op) not in inside and op is not buf.owner and buf in op.operands:
+            line = f" at line {loop.loc.line}" if loop.loc is not None else ""
+            raise CompileError(op.loc, f"pipeline: shared tile '{buf.name}' is loaded in the pipelined loop{line} "
+                                       f"({stages} stages) and also used outside it",
+                               hint="load it again into another shared tile for the use outside the loop, or copy "
+                                    "it into a `reg` inside the loop")
 
 
 def _is_const(v: Value, want: int) -> bool:

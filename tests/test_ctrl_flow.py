@@ -257,3 +257,104 @@ def test_stepped_gemm_pipelined_and_persistent_interpreted(tmp_path, target: str
     odd = np.concatenate([np.arange(64 * t, 64 * t + 64) for t in (1, 3)])
     want = A.astype(np.float64)[:, odd] @ B.astype(np.float64)[odd]
     np.testing.assert_allclose(C, want, rtol=1e-4, atol=1e-4)
+
+
+# --- ring buffers: uses outside the loop, uses in nested loops ----------------------------------
+
+NESTED = GEMM_STEP.replace("1 .. cdiv(K, BK) step 2", "0 .. cdiv(K, BK)").replace(
+    "acc += a @ b", "for r in 0 .. 2 {\n            acc += a @ b\n        }")
+
+
+@pytest.mark.parametrize("target", ["sm_90a", "sm_80"])
+def test_tile_loaded_in_outer_loop_used_in_inner_loop(tmp_path, target: str) -> None:
+    """Used to fail with `max() arg is an empty sequence` in pipeline."""
+    import ml_dtypes
+
+    import tkir
+    from tkir.interp import interpret as run
+
+    f = tmp_path / "n.tk"
+    f.write_text(NESTED)
+    k = tkir.compile(str(f), target=target)
+    m, kk, n = 128, 64 * 3, 128
+    rng = np.random.default_rng(4)
+    A = rng.standard_normal((m, kk), np.float32).astype(ml_dtypes.bfloat16)
+    B = rng.standard_normal((kk, n), np.float32).astype(ml_dtypes.bfloat16)
+    C = np.full((m, n), np.nan, np.float32)
+    run(k.module, A, B, C, num_sms=1)
+    np.testing.assert_allclose(C, 2 * A.astype(np.float64) @ B.astype(np.float64), rtol=1e-4, atol=1e-4)
+
+
+def test_ring_buffered_tile_used_after_the_loop_is_refused_at_the_use(tmp_path) -> None:
+    import tkir
+
+    src = GEMM_STEP.replace("    C[block.x", "    acc += a @ b\n    C[block.x")
+    f = tmp_path / "a.tk"
+    f.write_text(src)
+    with pytest.raises(CompileError, match=r"shared tile 'a' is loaded in the pipelined loop at line 9 "
+                                           r"\(2 stages\) and also used outside it") as e:
+        tkir.compile(str(f))
+    assert (e.value.loc.line, e.value.loc.col) == (14, 14)
+
+
+def test_verifier_rejects_direct_use_of_a_ring_buffer() -> None:
+    text = """tk.kernel @k {grid = ["1"]} {
+  ^(%A: gl<bf16>[64, 64])
+  %a = tk.alloc : st<bf16, 64, 64, stages=2>
+  %x = tk.load %a : rt<bf16, 64, 64>
+}
+"""
+    with pytest.raises(VerifyError, match=r"'tk.load' uses ring buffer %a \(st<bf16, 64, 64, stages=2>\) directly"):
+        verify(parse_module(text))
+    verify(parse_module(text.replace("stages=2", "stages=1")))
+
+
+# --- transposed reads ---------------------------------------------------------------------------
+
+TRANS = """
+kernel k(X: gl<f32>[M, 32], Y: gl<f32>[32, N], Z: gl<f32>[32, N]) grid(M / 64) {
+    shared a: st<f32, 64, 32>
+    a = X[block.x, 0]
+    reg x: rt<f32, 32, 64> = a.T
+    Y[0, block.x] = x
+    reg r: rt<f32, 64, 32> = X[block.x, 0]
+    Z[0, block.x] = r.T
+}
+"""
+
+
+def test_transposed_shared_and_register_reads() -> None:
+    text = print_module(_compile(TRANS))
+    assert "%x = tk.load %a {trans = true} : rt<f32, 32, 64>" in text
+    assert "%0 = tk.transpose %r : rt<f32, 32, 64>" in text
+    _round_trip(text)
+    X = np.random.default_rng(5).standard_normal((128, 32), np.float32)
+    Y, Z = np.full((32, 128), np.nan, np.float32), np.full((32, 128), np.nan, np.float32)
+    interpret(_compile(TRANS), X, Y, Z)
+    np.testing.assert_array_equal(Y, X.T)
+    np.testing.assert_array_equal(Z, X.T)
+
+
+def test_transposed_load_checker() -> None:
+    text = """tk.kernel @k {grid = ["1"]} {
+  ^()
+  %a = tk.alloc : st<f32, 64, 32>
+  %x = tk.load %a {trans = true} : rt<f32, $SHAPE>
+}
+"""
+    verify(parse_module(text.replace("$SHAPE", "32, 64")))
+    with pytest.raises(VerifyError, match="yields the transposed shape, not rt<f32, 64, 32>"):
+        verify(parse_module(text.replace("$SHAPE", "64, 32")))
+
+
+def test_bank_conflicts_models_the_transposed_read() -> None:
+    from tkir.layout import SharedLayout, conflict_degree, make_layout
+    from tkir.passes.bank_conflicts import transposed_load_access
+
+    row = make_layout("row", warps=4, vec=4)
+    acc = transposed_load_access(row, "f32", (64, 32))
+    # lane 0 holds x[0, 0..3] = a[0..3, 0]: the first instruction's lane 0 reads a[0, 0], slot 1 a[1, 0]
+    assert (acc.rows[0, 0], acc.bytecols[0, 0], acc.rows[1, 0], acc.bytecols[1, 0]) == (0, 0, 1, 0)
+    # the lanes of one instruction walk x's row, i.e. a's column: 128-byte rows put them in one bank
+    assert conflict_degree(acc, SharedLayout("f32", 64, 32)) == 16
+    assert transposed_load_access(make_layout("mma_a", warps=4), "bf16", (64, 32)).op == "ldmatrix.x4.trans"

@@ -326,6 +326,8 @@ def _load(op: Operation, args: list, frame: Frame) -> np.ndarray | None:
     src, *coords = args
     if coords or isinstance(op.operands[0].type, GlobalType):
         return _read_global(op.result.type, src, coords)
+    if op.attrs.get("trans") is True:
+        return src.T.copy()
     return src.copy()  # shared -> register: a snapshot; the buffer may be rewritten later
 
 

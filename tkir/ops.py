@@ -185,8 +185,14 @@ def _load(op: Operation) -> None:
     else:
         n_operands(op, 1)
         expect(is_shared(src), f"'tk.load' reads gl or st/sv, not {src}")
-        expect(same_shape(src, res), f"'tk.load' shape mismatch: {src} -> {res}")
+        if op.attrs.get("trans") is True:  # element (r, c) of the result is src[c, r]
+            expect(isinstance(src, TileType) and isinstance(res, TileType) and res.shape == src.shape[::-1],
+                   f"'tk.load' {{trans = true}} of {src} yields the transposed shape, not {res}")
+        else:
+            expect(same_shape(src, res), f"'tk.load' shape mismatch: {src} -> {res}")
         expect(src.dtype == res.dtype, f"'tk.load' dtype mismatch: {src} -> {res}")
+    expect(op.attrs.get("trans") in (None, False) or not isinstance(src, GlobalType),
+           "'tk.load' {trans = true} reads a shared tile")
 
 
 def _store(op: Operation) -> None:
