@@ -358,3 +358,39 @@ def test_bank_conflicts_models_the_transposed_read() -> None:
     # the lanes of one instruction walk x's row, i.e. a's column: 128-byte rows put them in one bank
     assert conflict_degree(acc, SharedLayout("f32", 64, 32)) == 16
     assert transposed_load_access(make_layout("mma_a", warps=4), "bf16", (64, 32)).op == "ldmatrix.x4.trans"
+
+
+# --- legalize-mma: register operands through the whole pipeline, interpreted ----------------------
+
+MMA_REG = """
+kernel k(A: gl<bf16>[M, 64], B: gl<bf16>[64, 64], C: gl<f32>[M, 64]) grid(M / 64) {
+    shared b: st<bf16, 64, 64>
+    b = B[0, 0]
+    reg p: rt<bf16, 64, 64> = A[block.x, 0]
+    reg q: rt<bf16, 64, 64> = B[0, 0]
+    reg acc: rt<f32, 64, 64> = 0
+    acc += p.T @ b
+    acc += p @ q.T
+    C[block.x, 0] = acc
+}
+"""
+
+
+@pytest.mark.parametrize("target", ["sm_90a", "sm_80"])
+def test_register_mma_operands_legalized_and_interpreted(tmp_path, target: str) -> None:
+    import ml_dtypes
+
+    import tkir
+
+    f = tmp_path / "m.tk"
+    f.write_text(MMA_REG)
+    k = tkir.compile(str(f), target=target)
+    legal = k.ir_after("legalize-mma")
+    assert "tk.transpose %p" in legal and ("%mma_b = tk.alloc" in legal) == (target == "sm_90a")
+    rng = np.random.default_rng(6)
+    A = rng.standard_normal((64, 64), np.float32).astype(ml_dtypes.bfloat16)
+    B = rng.standard_normal((64, 64), np.float32).astype(ml_dtypes.bfloat16)
+    C = np.full((64, 64), np.nan, np.float32)
+    interpret(k.module, A, B, C)
+    a, b = A.astype(np.float64), B.astype(np.float64)
+    np.testing.assert_allclose(C, a.T @ b + a @ b.T, rtol=1e-4, atol=1e-3)
