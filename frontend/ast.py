@@ -133,6 +133,7 @@ class For(Stmt):
     lo: Expr
     hi: Expr
     body: list[Stmt]
+    step: Expr | None = None  # `step s`; None: 1
 
 
 @dataclass

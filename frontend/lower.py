@@ -475,7 +475,7 @@ class _Lowerer:
         attrs = self.annotations(s.annotations, "for").get("stages", {})
         lo = self.index_value(self.expr(s.lo), "a loop bound")
         hi = self.index_value(self.expr(s.hi), "a loop bound")
-        step = self.const_value(1, "i32", s.loc)
+        step = self.loop_step(s)
         assigned = _assigned_names(s.body)
         regs = [sym for n in assigned if (sym := self.lookup(n)) is not None and sym.kind == "reg"]
         carried = [sym for sym in regs if sym.current is not None]
@@ -509,14 +509,83 @@ class _Lowerer:
         for sym in local:  # assigned only inside the loop: no value after it
             sym.current = None
 
+    def loop_step(self, s: ast.For) -> Value:
+        """The step operand: 1 by default, a positive compile-time int, or a run-time i32 (assumed > 0)."""
+        if s.step is None:
+            return self.const_value(1, "i32", s.loc)
+        c = self.const_eval(s.step)
+        if c is not None and (not isinstance(c, int) or c <= 0):
+            raise self.error(s.step.loc, f"a loop step must be a positive integer, got {c}",
+                             hint="count down by rewriting the index, e.g. `hi - 1 - i`")
+        return self.index_value(self.expr(s.step), "a loop step")
+
     def stmt_if(self, s: ast.If) -> None:
         self.annotations(s.annotations, "none")
         cond = self.const_eval(s.cond)
         if cond is None:
-            raise self.error(s.cond.loc, "run-time 'if' is not supported yet",
-                             hint="conditions may only use consts and literals (they are folded)")
+            self.runtime_if(s)
+            return
         # Like `#if`: only the taken branch exists, and what it declares stays visible after it.
         self.stmts(s.then if cond else s.orelse or [])
+
+    def runtime_if(self, s: ast.If) -> None:
+        """`if c {..} else {..}` on a run-time scalar comparison -> arith.cmp + a two-region scf.if.
+
+        Register variables assigned in a branch that have a value before the `if` are carried like a
+        loop's (each region yields its value; after the `if` the name is the op's result); those
+        first assigned inside a branch have no value after it."""
+        c = self.if_condition(s.cond)
+        branches = [s.then, s.orelse or []]
+        for body in branches:
+            for st in body:
+                if isinstance(st, ast.SharedDecl):
+                    raise self.error(st.loc, f"shared tile '{st.name}' is declared inside a run-time 'if'",
+                                     hint="declare shared tiles at the kernel's top level")
+        regs = [sym for n in _assigned_names(s.then + (s.orelse or []))
+                if (sym := self.lookup(n)) is not None and sym.kind == "reg"]
+        carried = [sym for sym in regs if sym.current is not None]
+        before = {sym.name: (sym.current, sym.axis) for sym in regs}
+        op = self.emit("scf.if", [c], [sym.type for sym in carried], s.loc, result_name=None)
+        outer = self.block
+        for body in branches:
+            for sym in regs:
+                sym.current, sym.axis = before[sym.name]
+            blk = Block()
+            op.regions.append(Region(blk))
+            op.regions[-1].parent = op
+            self.block = blk
+            self.scopes.append({})
+            self.stmts(body)
+            self.emit("scf.yield", [sym.current for sym in carried], [], s.loc)
+            self.scopes.pop()
+            self.block = outer
+        for res, sym in zip(op.results, carried, strict=True):
+            res.name = sym.name
+            sym.current = res
+            if sym.axis:
+                self.axis_of[id(res)] = sym.axis
+        for sym in regs:
+            if sym not in carried:  # assigned only inside a branch: no value after it
+                sym.current = None
+
+    def if_condition(self, e: ast.Expr) -> Value:
+        """A run-time `if` condition: one comparison of two scalars of one dtype -> arith.cmp (i1)."""
+        if not isinstance(e, ast.Compare):
+            raise self.error(e.loc, "a run-time 'if' condition must be a comparison",
+                             hint="compare two scalars, e.g. `if j * BKV < N { ... }`")
+        a, b = self.use(self.expr(e.lhs)), self.use(self.expr(e.rhs))
+        for x in (a, b):
+            if not x.is_const and not isinstance(x.value.type, ScalarType):
+                raise self.error(x.loc, f"'{e.op}' compares scalars, not {x.value.type}",
+                                 hint="run-time conditions compare scalars (sizes, block ids, loop indices)")
+        dtypes = {x.value.type.dtype for x in (a, b) if not x.is_const}
+        if len(dtypes) > 1:
+            raise self.error(e.loc, f"scalar type mismatch in '{e.op}': {a.value.type} and {b.value.type}",
+                             hint="cast one side, e.g. f32(x) or i32(x)")
+        dtype = dtypes.pop()
+        va, vb = self.scalar_operand(a, dtype), self.scalar_operand(b, dtype)
+        pred = {"==": "eq", "!=": "ne", "<": "lt", "<=": "le", ">": "gt", ">=": "ge"}[e.op]
+        return self.emit("arith.cmp", [va, vb], [ScalarType("i1")], e.loc, {"pred": Ident(pred)}).result
 
     # --- assignments ---------------------------------------------------------------------------
 
@@ -739,10 +808,9 @@ class _Lowerer:
                              hint="assign it to a `shared` or `reg` variable first")
         if e.trans:
             t = e.value.type
-            if is_shared(t):
-                raise self.error(e.loc, "'.T' of a shared tile is only supported as an operand of '@'",
-                                 hint="load it into a `reg` and transpose that")
             rt = TileType("rt", t.dtype, t.cols, t.rows)
+            if is_shared(t):  # a transposed shared -> register read
+                return _E(e.loc, value=self.emit("tk.load", [e.value], [rt], e.loc, {"trans": True}).result)
             return _E(e.loc, value=self.emit("tk.transpose", [e.value], [rt], e.loc).result)
         return e
 

@@ -176,8 +176,9 @@ class _Builder:
             return ast.Assign(self.loc(op), annotations, self.expr(target), str(op.children[0]),
                               self.expr(value))
         if kind == "for_stmt":
-            var, lo, hi, body = c
-            return ast.For(loc, annotations, str(var), self.expr(lo), self.expr(hi), self.body(body))
+            var, lo, hi, step, body = c
+            step_expr = self.expr(step.children[0]) if step is not None else None
+            return ast.For(loc, annotations, str(var), self.expr(lo), self.expr(hi), self.body(body), step_expr)
         if kind == "if_stmt":
             cond, then, clause = c
             orelse = clause.children[0] if clause is not None else None

@@ -23,16 +23,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from tkir.ir import Module, Operation, Value, uses_of
 from tkir.layout import (
+    BANK_BYTES,
     CHUNK_BYTES,
     SWIZZLE_ALIGN,
     SWIZZLE_SPANS,
+    WARP,
     Access,
     SharedLayout,
     conflict_degree,
     core_matrix_pattern,
     dtype_bytes,
+    fragment,
     ldmatrix_pattern,
     make_layout,
     register_access,
@@ -152,6 +157,8 @@ def tile_uses(root: Operation, tile: Value, options: Options) -> list[TileUse]:
             if options.no_tma or op.attrs.get("no_tma"):
                 acc.op, acc.hardware = "cp.async", False
             out.append(TileUse(op, acc, "tma" if acc.hardware else "ldst"))
+        elif name == "tk.load" and op.results and op.attrs.get("trans") is True:
+            out.append(TileUse(op, transposed_load_access(reg_layout(op.result), t.dtype, shape), "ldst"))
         elif name == "tk.load" and op.results:
             acc = register_access(True, reg_layout(op.result), t.dtype, shape)
             out.append(TileUse(op, acc, "ldst"))
@@ -169,6 +176,33 @@ def tile_uses(root: Operation, tile: Value, options: Options) -> list[TileUse]:
                 out.append(TileUse(op, core_matrix_pattern(rows, row_bytes), "wgmma",
                                    {"major": "K" if k_major else "MN"}))
     return out
+
+
+def transposed_load_access(layout: dict, dtype: str, src_shape: tuple[int, int]) -> Access:
+    """`%x = tk.load %a {trans = true}`: element (r, c) of x comes from a[c, r].
+
+    16-bit mma fragments use ldmatrix with the opposite `.trans` of a plain load (ldmatrix moves 8x8
+    matrices of 16-byte rows of `a` either way, HOPPER §6.3), so the shared pattern is ldmatrix's over
+    `a`. Any other layout reads element by element: register slot j of each lane is one access to the
+    word holding a[c, r] (a row chunk of x is a column of a, so no vector access applies)."""
+    rows, cols = src_shape
+    eb = dtype_bytes(dtype)
+    kind = str(layout.get("kind"))
+    if kind in ("wgmma_acc", "wgmma_a", "mma_a", "mma_c") and eb == 2:
+        return ldmatrix_pattern("ldmatrix.x4.trans", rows, cols * eb)
+    if kind == "mma_b" and eb == 2:
+        return ldmatrix_pattern("ldmatrix.x4", rows, cols * eb)
+    frag = fragment(layout, dtype, (cols, rows))  # x is cols x rows
+    rs, cs = [], []
+    for w in range(frag.shape[0] // WARP):
+        block = frag[w * WARP:(w + 1) * WARP]
+        for j in range(block.shape[1]):
+            idx = block[:, j]
+            xr, xc = idx // rows, idx % rows  # x[xr, xc] = a[xc, xr]
+            rs.append(np.where(idx >= 0, xc, -1))
+            cs.append(np.where(idx >= 0, (xr * eb) // BANK_BYTES * BANK_BYTES, -1))
+    op = f"ld.shared.b{8 * min(eb, BANK_BYTES)}"
+    return Access(op, BANK_BYTES, np.stack(rs), np.stack(cs))
 
 
 def reg_layout(v: Value) -> dict:

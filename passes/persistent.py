@@ -113,9 +113,23 @@ def _wrap_role(role: Operation, tiles_m: Value, tiles_n: Value, ntiles: Value, p
     for i in marked:
         i.operands = [i.operands[0], it]
     # next tile's base iteration
-    hi = kloop.operands[1]
-    nxt = b.op("arith.add", [it, hi], rname="iter_next")
+    nxt = b.op("arith.add", [it, _trip_count(b, kloop, c0)], rname="iter_next")
     y = Operation("scf.yield", [nxt])
     blk.append(y)
     loop = Operation("scf.for", [pid, ntiles, nprog, c0], [I32], regions=[Region(blk)], result_names=["iters"])
     role.body.append(loop)
+
+
+def _trip_count(b: OpBuilder, kloop: Operation, c0: Value) -> Value:
+    """How many iterations the K loop runs: hi from 0 with step 1, else max(cdiv(hi - lo, step), 0)."""
+    lo, hi, step = kloop.operands[:3]
+    if _const_is(lo, 0) and _const_is(step, 1):
+        return hi
+    span = b.op("arith.sub", [hi, lo], rname="k_span")
+    trips = b.op("arith.cdiv", [span, step], rname="k_trips")
+    return b.op("arith.max", [trips, c0], rname="k_trips")
+
+
+def _const_is(v: Value, want: int) -> bool:
+    d = v.owner
+    return isinstance(d, Operation) and d.name == "arith.const" and d.attrs.get("value") == want

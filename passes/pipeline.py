@@ -19,7 +19,8 @@ into the warp-specialized form (HOPPER.md §5.4, §7.2; CUTLASS `PipelineTmaAsyn
 S is the loop's `stages` attribute (`@stages(n)`) or the kernel's `occupancy.stages` chosen by
 plan-occupancy (which must run first); roles and their registers come from `occupancy.roles`.
 Kernels without such a loop are left unchanged. Assumes `create-tma` turned the loads into
-`tma.load` and the loop runs from 0 with step 1 (other bounds are normalised in the IR).
+`tma.load`. Loops with another lower bound or step count stages by the iteration number
+(k - lo) / step.
 """
 
 from __future__ import annotations
@@ -78,16 +79,14 @@ def _pipeline(kernel: Operation, loop: Operation) -> None:
     body = kernel.body
     loads = [op for op in loop.body.ops if op.name == "tma.load"]
     lo, hi, step = loop.operands[:3]
-    for v, want in ((lo, 0), (step, 1)):
-        d = v.owner
-        if not (isinstance(d, Operation) and d.name == "arith.const" and d.attrs["value"] == want):
-            raise CompileError(loop.loc, "pipeline: loops must run from 0 with step 1")
+    unit = _is_const(lo, 0) and _is_const(step, 1)
 
     # 1. ring buffers
     buffers: list[Value] = []
     for ld in loads:
         buf = ld.operands[0]
         if buf not in buffers:
+            _check_only_used_in_loop(kernel, loop, buf, stages)
             assert isinstance(buf.type, TileType)
             buf.type = buf.type.with_attr("stages", stages)
             buffers.append(buf)
@@ -100,6 +99,7 @@ def _pipeline(kernel: Operation, loop: Operation) -> None:
     c_stages = _const(body, loop, stages, "nstages")
     c1 = _const(body, loop, 1, "one")
     c2 = _const(body, loop, 2, "two")
+    c0 = lo if unit else _const(body, loop, 0, "zero")
 
     # 3. split: everything from the first register computation on goes to the consumer role;
     # TMA loads outside the loop (e.g. attention's Q tile) get a barrier of their own: the producer
@@ -124,7 +124,7 @@ def _pipeline(kernel: Operation, loop: Operation) -> None:
         once_bar = Operation("pipe.barriers", [], [VectorType("sv", "i64", 1)], {"count": 1},
                              result_names=["once"])
         body.insert_before(prod_role, once_bar)
-        zero = lo
+        zero = c0
         _op(prod_role.body, None, "pipe.expect", [once_bar.result, zero],
             attrs={"bytes": sum(int(ld.attrs.get("bytes", ld.operands[0].type.nbytes)) for ld in single)})
         for ld in single:
@@ -137,8 +137,7 @@ def _pipeline(kernel: Operation, loop: Operation) -> None:
     pblk = Block()
     k = pblk.add_arg(Value(I32, "k"))
     pblk_ops = Block()  # scratch to build into
-    zero = lo
-    it = _op(pblk_ops, None, "arith.add", [k, zero], [I32], {"iteration": True}, ["it"]).result
+    it = _iteration(pblk_ops, None, k, lo, step, c0, unit)
     s = _op(pblk_ops, None, "arith.rem", [it, c_stages], [I32], names=["s"]).result
     q = _op(pblk_ops, None, "arith.div", [it, c_stages], [I32], names=["round"]).result
     ph = _op(pblk_ops, None, "arith.rem", [q, c2], [I32], names=["phase"]).result
@@ -166,7 +165,7 @@ def _pipeline(kernel: Operation, loop: Operation) -> None:
     lb = loop.body
     kk = lb.args[0]
     anchor = lb.ops[0]
-    cit = _op(lb, anchor, "arith.add", [kk, lo], [I32], {"iteration": True}, ["it"]).result
+    cit = _iteration(lb, anchor, kk, lo, step, c0, unit)
     cs = _op(lb, anchor, "arith.rem", [cit, c_stages], [I32], names=["s"]).result
     cq = _op(lb, anchor, "arith.div", [cit, c_stages], [I32], names=["round"]).result
     cph = _op(lb, anchor, "arith.rem", [cq, c2], [I32], names=["phase"]).result
@@ -176,12 +175,12 @@ def _pipeline(kernel: Operation, loop: Operation) -> None:
                    names=[f"{buf.name}_s"]).result
         for op in lb.ops:
             if op.name != "pipe.stage":
-                op.operands = [view if v is buf else v for v in op.operands]
+                for inner in op.walk():  # uses in nested loops read the same stage
+                    inner.operands = [view if v is buf else v for v in inner.operands]
     for ld in loads:
         lb.remove(ld)
-    last_use = max(i for i, op in enumerate(lb.ops) if any(
-        isinstance(v.owner, Operation) and v.owner.name == "pipe.stage" for v in op.operands)
-        and op.name != "pipe.copy")
+    last_use = max(i for i, op in enumerate(lb.ops) if op.name != "pipe.stage" and any(
+        isinstance(v.owner, Operation) and v.owner.name == "pipe.stage" for x in op.walk() for v in x.operands))
     # keep one wgmma group in flight: the stage read by iteration k is released after iteration k+1
     # has issued its mma and waited for k's (CUTLASS's K_PIPE_MMAS = 1; HOPPER.md §1.4)
     # (needs two stages or more: with one, the next iteration's load waits for this release)
@@ -192,6 +191,40 @@ def _pipeline(kernel: Operation, loop: Operation) -> None:
     arrive = Operation("pipe.arrive", [empty, cs], attrs={"deferred": True} if defer else {})
     lb.ops.insert(last_use + 1, arrive)
     arrive.parent = lb
+
+
+def _check_only_used_in_loop(kernel: Operation, loop: Operation, buf: Value, stages: int) -> None:
+    """Refuse a ring-buffered tile that is also read or written outside its loop.
+
+    After the rewrite the tile is S stages and only the loop knows which stage holds what, so a use
+    before or after the loop would address the whole ring buffer."""
+    inside = {id(op) for op in loop.walk()}
+    for op in kernel.walk():
+        if id(op) not in inside and op is not buf.owner and buf in op.operands:
+            line = f" at line {loop.loc.line}" if loop.loc is not None else ""
+            raise CompileError(op.loc, f"pipeline: shared tile '{buf.name}' is loaded in the pipelined loop{line} "
+                                       f"({stages} stages) and also used outside it",
+                               hint="load it again into another shared tile for the use outside the loop, or copy "
+                                    "it into a `reg` inside the loop")
+
+
+def _is_const(v: Value, want: int) -> bool:
+    d = v.owner
+    return isinstance(d, Operation) and d.name == "arith.const" and d.attrs["value"] == want
+
+
+def _iteration(blk: Block, anchor: Operation | None, k: Value, lo: Value, step: Value, c0: Value,
+               unit: bool) -> Value:
+    """The pipeline's iteration counter `it = (k - lo) / step + base`, marked `iteration = true`.
+
+    Stages and phases follow the iteration number, not the index, so loops with any lower bound and
+    positive step share one schedule; `persistent` replaces the base (operand 1) to count across tiles.
+    From 0 with step 1 the number is k itself."""
+    n = k
+    if not unit:
+        d = _op(blk, anchor, "arith.sub", [k, lo], [I32], names=["k_off"]).result
+        n = _op(blk, anchor, "arith.div", [d, step], [I32], names=["k_iter"]).result
+    return _op(blk, anchor, "arith.add", [n, c0], [I32], {"iteration": True}, ["it"]).result
 
 
 def _ident(name: str):

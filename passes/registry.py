@@ -15,6 +15,7 @@ from tkir.passmanager import Pass
 PASS_TABLE: dict[str, str] = {
     "verify": "verify:Verify",                      # re-check the IR (also runs after every pass)
     "canonicalize": "canonicalize:Canonicalize",    # fold compile-time arithmetic, drop dead ops
+    "legalize-mma": "legalize_mma:LegalizeMma",    # register mma operands: explicit transposes, staged B
     "infer-layouts": "infer_layouts:InferLayouts",  # register fragment layouts + conversions
     "select-swizzle": "select_swizzle:SelectSwizzle",  # shared tile swizzle + alignment
     "bank-conflicts": "bank_conflicts:BankConflicts",  # conflict degree of shared accesses, fixes
@@ -28,6 +29,7 @@ PASS_TABLE: dict[str, str] = {
 # The tk-level pipeline `tkc compile` runs before the backend (in order).
 DEFAULT_PIPELINE: list[str] = [
     "canonicalize",    # fold shapes and sizes first: every later decision reads constants
+    "legalize-mma",    # mma operands the instructions can read (before layouts are chosen)
     "infer-layouts",   # register fragments decide how many warpgroups compute
     "select-swizzle",  # shared layouts from the consumers the layouts imply
     "bank-conflicts",  # check (and fix) every shared access under those layouts

@@ -326,6 +326,8 @@ def _load(op: Operation, args: list, frame: Frame) -> np.ndarray | None:
     src, *coords = args
     if coords or isinstance(op.operands[0].type, GlobalType):
         return _read_global(op.result.type, src, coords)
+    if op.attrs.get("trans") is True:
+        return src.T.copy()
     return src.copy()  # shared -> register: a snapshot; the buffer may be rewritten later
 
 
@@ -434,9 +436,16 @@ _CMP: dict[str, Callable[[object, object], bool]] = {
 register_handler("arith.cmp", lambda op, args, frame: _CMP[str(op.attrs["pred"])](args[0], args[1]))
 
 
-def _if(op: Operation, args: list, frame: Frame) -> None:
+def _if(op: Operation, args: list, frame: Frame) -> object:
     if args[0]:
-        frame.run_block(op.body, [])
+        out = frame.run_block(op.regions[0].block, [])
+    elif len(op.regions) > 1:
+        out = frame.run_block(op.regions[1].block, [])
+    else:
+        out = []
+    if len(op.results) == 1:
+        return out[0]
+    return tuple(out) if op.results else None
 
 
 register_handler("scf.if", _if)

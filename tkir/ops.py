@@ -185,8 +185,14 @@ def _load(op: Operation) -> None:
     else:
         n_operands(op, 1)
         expect(is_shared(src), f"'tk.load' reads gl or st/sv, not {src}")
-        expect(same_shape(src, res), f"'tk.load' shape mismatch: {src} -> {res}")
+        if op.attrs.get("trans") is True:  # element (r, c) of the result is src[c, r]
+            expect(isinstance(src, TileType) and isinstance(res, TileType) and res.shape == src.shape[::-1],
+                   f"'tk.load' {{trans = true}} of {src} yields the transposed shape, not {res}")
+        else:
+            expect(same_shape(src, res), f"'tk.load' shape mismatch: {src} -> {res}")
         expect(src.dtype == res.dtype, f"'tk.load' dtype mismatch: {src} -> {res}")
+    expect(op.attrs.get("trans") in (None, False) or not isinstance(src, GlobalType),
+           "'tk.load' {trans = true} reads a shared tile")
 
 
 def _store(op: Operation) -> None:
@@ -352,13 +358,24 @@ def _cmp(op: Operation) -> None:
 
 
 def _if(op: Operation) -> None:
-    """scf.if %cond { ... }: the region runs when %cond (i1) is true; no results."""
+    """scf.if %cond : T... { then } [{ else }]: run one region by the i1 condition.
+
+    One region (no else, no results: stream-k's form) or two (then, else); with results, each region
+    ends with an scf.yield of one value per result, of the result's type."""
     n_operands(op, 1)
-    n_results(op, 0)
     expect(op.operands[0].type == ScalarType("i1"), f"'scf.if' condition must be i1, not {op.operands[0].type}")
-    expect(len(op.regions) == 1 and not op.body.args, "'scf.if' has one region without arguments")
-    term = op.body.terminator
-    expect(term is None or term.name != "scf.yield" or not term.operands, "'scf.if' yields nothing")
+    expect(len(op.regions) in (1, 2), f"'scf.if' has one or two regions, got {len(op.regions)}")
+    expect(all(not r.block.args for r in op.regions), "'scf.if' regions take no arguments")
+    expect(len(op.regions) == 2 or not op.results, "'scf.if' with results needs an else region")
+    want = [r.type for r in op.results]
+    for r in op.regions:
+        term = r.block.terminator
+        got = [v.type for v in term.operands] if term is not None and term.name == "scf.yield" else None
+        if want:
+            expect(got == want, f"'scf.if' regions must yield {', '.join(map(str, want))}, got "
+                                f"{'no scf.yield' if got is None else ', '.join(map(str, got)) or 'nothing'}")
+        else:
+            expect(not got, "'scf.if' without results yields nothing")
 
 
 def _kernel(op: Operation) -> None:
@@ -415,7 +432,7 @@ register_op("tk.convert_layout", _convert_layout,
 register_op("scf.for", _for, pure=False, summary="counted loop with loop-carried values")
 register_op("scf.yield", _yield, pure=False, terminator=True, summary="loop body terminator")
 register_op("arith.cmp", _cmp, summary="scalar comparison (pred = eq, ne, lt, le, gt, ge) -> i1")
-register_op("scf.if", _if, pure=False, summary="run the region when the i1 condition holds (no results)")
+register_op("scf.if", _if, pure=False, summary="run the then or else region by the i1 condition")
 register_op("tk.kernel", _kernel, pure=False, summary="a kernel: parameters, grid, body")
 
 import tkir.ops_pipeline  # noqa: E402,F401  (registers the pipelined level's ops)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from tkir.diagnostics import CompileError
 from tkir.ir import Module, Operation, Region, Value
 from tkir.ops import OPS, OpError
+from tkir.types import TileType, VectorType
 
 
 class VerifyError(CompileError):
@@ -31,6 +32,7 @@ def _verify_op(op: Operation, visible: set[int]) -> None:
     for v in op.operands:
         if id(v) not in visible:
             raise VerifyError(op.loc, f"'{op.name}' uses %{v.name}, which is not defined before it")
+    _check_ring_buffer_uses(op)
     try:
         d.check(op)
     except OpError as e:
@@ -39,6 +41,18 @@ def _verify_op(op: Operation, visible: set[int]) -> None:
         _verify_region(region, set(visible))
     for r in op.results:
         visible.add(id(r))
+
+
+def _check_ring_buffer_uses(op: Operation) -> None:
+    """A ring buffer (`stages=N`, N > 1) is only addressed through its stages: pipe.* ops take it, and
+    anything else reads a `pipe.stage` view (a whole-buffer use would mean no stage in particular)."""
+    if op.name.startswith("pipe."):
+        return
+    for v in op.operands:
+        stages = v.type.get("stages") if isinstance(v.type, (TileType, VectorType)) else None
+        if isinstance(stages, int) and stages > 1:
+            raise VerifyError(op.loc, f"'{op.name}' uses ring buffer %{v.name} ({v.type}) directly",
+                              hint="read one stage through `pipe.stage %buf, %s`")
 
 
 def _verify_region(region: Region, visible: set[int]) -> None:
