@@ -10,7 +10,8 @@ and backend.wgmma_desc; the context only emits them.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -129,9 +130,21 @@ class LoweringContext:
         r.fn(self, op)
 
     def lower_ops(self, ops: list[Operation]) -> None:
-        for op in ops:
-            if op.name != "scf.yield":
-                self.lower_op(op)
+        """Lower a region's ops (its terminator is the parent rule's business) in a new scope."""
+        with self.scope():
+            for op in ops:
+                if op.name != "scf.yield":
+                    self.lower_op(op)
+
+    @contextlib.contextmanager
+    def scope(self) -> Iterator[None]:
+        """Values cached while lowering a region (slot coordinates) are dropped when it ends: the
+        region's blocks do not dominate what follows it (a loop may run zero times)."""
+        saved = dict(self._coord_cache)
+        try:
+            yield
+        finally:
+            self._coord_cache = saved
 
     # --- values ------------------------------------------------------------------------------------
 

@@ -257,9 +257,9 @@ def numeric_slots(layout: dict, shape: tuple[int, ...]) -> list[tuple[np.ndarray
     return out
 
 
-def pack_a_fragment(w, values: list[str], mblocks: int, ksteps: int) -> list[list[list[str]]]:
+def pack_a_fragment(w, values: list[str], mblocks: int, ksteps: int, dtype: str = "bf16") -> list[list[list[str]]]:
     """A 16-bit A fragment (wgmma_a, HOPPER.md §1.6, or mma_a, §6.3 - the same order) as 4 x b32 per
     m block and k16 step: slots 8 kk + 2j, 2j + 1 of a block are register j's low and high halves."""
     per_block = len(values) // mblocks
-    return [[[w.pack_bf16x2(values[mb * per_block + 8 * kk + 2 * j], values[mb * per_block + 8 * kk + 2 * j + 1])
+    return [[[w.pack_pair(values[mb * per_block + 8 * kk + 2 * j], values[mb * per_block + 8 * kk + 2 * j + 1], dtype)
               for j in range(4)] for kk in range(ksteps)] for mb in range(mblocks)]

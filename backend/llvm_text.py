@@ -89,5 +89,14 @@ class LLVMWriter:
         v = self.op(f"insertelement <2 x bfloat> {v}, bfloat {hi}, i32 1", "pk")
         return self.op(f"bitcast <2 x bfloat> {v} to i32", "bits")
 
+    def pack_pair(self, lo: str, hi: str, dtype: str) -> str:
+        """Two 16-bit floats (bf16 or f16) as one b32 register, low half = lo."""
+        if dtype == "bf16":
+            return self.pack_bf16x2(lo, hi)
+        ety = {"f16": "half"}[dtype]
+        v = self.op(f"insertelement <2 x {ety}> poison, {ety} {lo}, i32 0", "pk")
+        v = self.op(f"insertelement <2 x {ety}> {v}, {ety} {hi}, i32 1", "pk")
+        return self.op(f"bitcast <2 x {ety}> {v} to i32", "bits")
+
     def sreg(self, name: str) -> str:
         return self.call("i32", f"llvm.nvvm.read.ptx.sreg.{name}", [], hint=name.replace(".", "_"))

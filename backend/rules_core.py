@@ -66,15 +66,13 @@ def _op_arith_cmp(cx: LoweringContext, op: Operation) -> None:
         cx.set(op.result, cx.w.op(f"icmp {ipred} i32 {a}, {b}", op.result.name or "c"))
 
 
-@rule("scf.if")
+@rule("scf.if", when=lambda cx, op: len(op.regions) == 1 and not op.results)
 def _op_scf_if(cx: LoweringContext, op: Operation) -> None:
     w = cx.w
     then, done = w.label("if_then"), w.label("if_end")
     w.cond_br(cx.scalar(op.operands[0]), then, done)
     w.start_block(then)
-    for inner in op.body.ops:
-        if inner.name != "scf.yield":
-            cx.lower_op(inner)
+    cx.lower_ops(op.body.ops)
     w.br(done)
     w.start_block(done)
 
@@ -92,6 +90,32 @@ def _op_tk_block_id(cx: LoweringContext, op: Operation) -> None:
 @rule("tk.grid_dim")
 def _op_tk_grid_dim(cx: LoweringContext, op: Operation) -> None:
     cx.set(op.result, cx.w.sreg("nctaid." + "xyz"[op.attrs["dim"]]))
+
+
+@rule("scf.if", when=lambda cx, op: len(op.regions) == 2)
+def if_else(cx: LoweringContext, op: Operation) -> None:
+    """Two regions; results (register tiles, vectors, scalars) merge with one phi per slot."""
+    w = cx.w
+    then, other, done = w.label("if_then"), w.label("if_else"), w.label("if_end")
+    w.cond_br(cx.scalar(op.operands[0]), then, other)
+    ends = []
+    for label, region in ((then, op.regions[0]), (other, op.regions[1])):
+        w.start_block(label)
+        blk = region.block
+        cx.lower_ops(blk.ops)
+        term = blk.terminator
+        ys = [cx.get(v) for v in term.operands] if term is not None else []
+        # a result fragment may come from an async mma: wait before merging
+        ys = [Frag(y.type, cx.wait_group(y.values, 0)) if isinstance(y, Frag) and y.pending else y for y in ys]
+        ends.append((w.block, ys))
+        w.br(done)
+    w.start_block(done)
+    (b0, y0s), (b1, y1s) = ends
+    for res, a, b in zip(op.results, y0s, y1s, strict=True):
+        ty = _llvm_elem(res.type)
+        merged = [w.op(f"phi {ty} [ {x}, %{b0} ], [ {y}, %{b1} ]", res.name or "ifv")
+                  for x, y in zip(_flatten(a), _flatten(b), strict=True)]
+        cx.set(res, Frag(res.type, merged) if isinstance(a, Frag) else merged[0])
 
 
 @rule("scf.for")
@@ -131,10 +155,11 @@ def _op_scf_for(cx: LoweringContext, op: Operation) -> None:
     w.cond_br(cond, body, exit_)
     w.start_block(body)
     term = op.body.terminator
-    for inner in op.body.ops:
-        if inner is term:
-            break
-        cx.lower_op(inner)
+    with cx.scope():
+        for inner in op.body.ops:
+            if inner is term:
+                break
+            cx.lower_op(inner)
     yields = [cx.get(v) for v in term.operands] if term is not None else []
     nxt = w.op(f"add i32 {iv}, {step}", "next")
     latch = w.block

@@ -253,8 +253,9 @@ def _op_tk_role(cx: LoweringContext, op: Operation) -> None:
         issue = w.label("issue")
         w.cond_br(lead, issue, end)
         w.start_block(issue)
-    for inner in op.body.ops:
-        cx.lower_op(inner)
+    with cx.scope():  # a role's thread index differs from the next role's
+        for inner in op.body.ops:
+            cx.lower_op(inner)
     if cx.staged_stores:  # TMA stores must finish reading shared memory before the block exits
         lead = w.op(f"icmp eq i32 {w.op(f'and i32 {ctx.tid}, 127', 't')}, 0", "wglead")
         cx.if_then(lead, lambda: w.asm("void", ["cp.async.bulk.wait_group 0;"], [], []))

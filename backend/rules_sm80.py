@@ -54,7 +54,7 @@ if TYPE_CHECKING:
 CP_ASYNC_BYTES = 16       # cp.async.cg copies 16 bytes per instruction (PTX ISA §9.7.9.25)
 LDMATRIX_ROWS = 16        # ldmatrix.x4 over a 16 x 16 b16 block: lane L addresses row L % 16 (§6.3)
 LDMATRIX_ROW_BYTES = 16   # one 8 x 8 b16 matrix row
-MMA_DTYPES = ("bf16",)    # mma.m16n8k16.row.col.bf16 (HOPPER.md §8.1)
+MMA_DTYPES = ("bf16", "f16")  # mma.m16n8k16.row.col.{bf16, f16} with f32 accumulators (HOPPER.md §8.1)
 
 B_PAIR_REGS = ((0, 1), (2, 3))  # ldmatrix.x4 registers holding the two n8 blocks' B fragments
 
@@ -76,6 +76,19 @@ def ldmatrix_a_position(b: Builder, tid: object, slab: int, eb: int, mb: int, kk
     row = b.add(b.add(b.mul(b.div(tid, WARP), slab), b.rem(lane, LDMATRIX_ROWS)), mb * MMA_M)
     col = b.add(b.mul(b.div(lane, LDMATRIX_ROWS), LDMATRIX_ROW_BYTES), kk * MMA_K * eb)
     return row, col
+
+
+def ldmatrix_a_trans_position(b: Builder, tid: object, slab: int, eb: int, mb: int,
+                              kk: int) -> tuple[object, object]:
+    """A stored K x M (M contiguous), m16 block mb, k16 step kk, with ldmatrix.x4.trans: matrix
+    j = L / 8 is (m half j % 2, k half j / 2), lane L gives row k0 + 8 (j / 2) + L % 8 at column
+    m0 + 8 (j % 2); .trans hands thread t rows 2(t%4), +1 of column t/4, i.e. A[g][2q, 2q+1], so
+    registers r0..r3 are a0a1, a2a3, a4a5, a6a7 as with the K-major form."""
+    lane = b.rem(tid, WARP)
+    j = b.div(lane, 8)
+    row = b.add(b.add(b.mul(b.div(j, 2), 8), b.rem(lane, 8)), kk * MMA_K)
+    m = b.add(b.add(b.mul(b.div(tid, WARP), slab), b.mul(b.rem(j, 2), 8)), mb * MMA_M)
+    return row, b.mul(m, eb)
 
 
 def ldmatrix_b_position(b: Builder, tid: object, trans_b: bool, eb: int, kk: int, n0: int) -> tuple[object, object]:
@@ -214,14 +227,16 @@ def _op_tk_mma(cx: LoweringContext, op: Operation) -> None:
         raise LoweringError(op.loc, f"backend: the mma.sync accumulator needs an f32 mma_c layout, not {c.type}")
     if isinstance(a, Frag) and a.kind != "mma_a":
         raise LoweringError(op.loc, f"backend: register A of mma.sync needs the mma_a layout, not {a.kind}")
-    if op.attrs.get("trans_a"):
-        raise LoweringError(op.loc, "backend: transposed (M-major) A is not implemented for mma.sync")
+    trans_a = bool(op.attrs.get("trans_a"))
+    if trans_a and isinstance(a, Frag):
+        raise LoweringError(op.loc, "backend: a transposed register A reaches mma.sync (legalize-mma transposes it)")
     ta, tb, tc = a.type, b.type, c.type
-    if ta.dtype not in MMA_DTYPES or tb.dtype not in MMA_DTYPES:
-        raise LoweringError(op.loc, f"backend: mma.sync on {ta.dtype} x {tb.dtype} is not implemented")
+    if ta.dtype not in MMA_DTYPES or tb.dtype != ta.dtype:
+        raise LoweringError(op.loc, f"backend: mma.sync multiplies {' or '.join(MMA_DTYPES)} tiles, not "
+                                    f"{ta.dtype} x {tb.dtype}")
     trans_b = bool(op.attrs.get("trans_b"))
-    M, K, N = tc.rows, ta.cols, tc.cols
-    if (tb.cols, tb.rows) != ((K, N) if trans_b else (N, K)) or ta.rows != M:
+    M, K, N = tc.rows, (ta.rows if trans_a else ta.cols), tc.cols
+    if (tb.cols, tb.rows) != ((K, N) if trans_b else (N, K)) or (ta.cols if trans_a else ta.rows) != M:
         raise LoweringError(op.loc, f"backend: mma shapes {ta} x {tb} -> {tc} do not match")
     warps = int(c.layout["warps"])
     slab = M // warps
@@ -229,7 +244,7 @@ def _op_tk_mma(cx: LoweringContext, op: Operation) -> None:
     if slab % MMA_M or K % MMA_K or N % MMA_N:
         raise LoweringError(op.loc, f"backend: {tc} over {warps} warps is not made of m16n8k16 blocks")
     if isinstance(a, Smem):
-        a_words = _ldmatrix_a(cx, a, slab, mblocks, ksteps)
+        a_words = _ldmatrix_a(cx, a, slab, mblocks, ksteps, trans_a)
     else:
         a_words = _pack_mma_a(cx, a, mblocks, ksteps)
     eb = dtype_bytes(tb.dtype)
@@ -244,7 +259,7 @@ def _op_tk_mma(cx: LoweringContext, op: Operation) -> None:
         for nb, (r0, r1) in zip(blocks, B_PAIR_REGS, strict=False):
             for mb in range(mblocks):
                 lo = mb * per_block + 4 * nb
-                vals[lo:lo + 4] = _mma_sync(cx, a_words[mb][kk], [regs[r0], regs[r1]], vals[lo:lo + 4])
+                vals[lo:lo + 4] = _mma_sync(cx, a_words[mb][kk], [regs[r0], regs[r1]], vals[lo:lo + 4], ta.dtype)
     cx.set(op.result, Frag(tc, vals))
 
 
@@ -257,27 +272,33 @@ def _ldmatrix(cx: LoweringContext, addr: str, n: int, trans: bool) -> list[str]:
     return [w.op(f"extractvalue {ret} {r}, {i}", "m") for i in range(n)]
 
 
-def _ldmatrix_a(cx: LoweringContext, a: Smem, slab: int, mblocks: int, ksteps: int) -> list[list[list[str]]]:
-    """The A fragments (4 x b32) of the warp's m16 blocks for every k16 step, by ldmatrix.x4."""
+def _ldmatrix_a(cx: LoweringContext, a: Smem, slab: int, mblocks: int, ksteps: int,
+                trans_a: bool = False) -> list[list[list[str]]]:
+    """The A fragments (4 x b32) of the warp's m16 blocks for every k16 step, by ldmatrix.x4 (A
+    stored M x K) or ldmatrix.x4.trans (A stored K x M, `trans_a`)."""
     eb = dtype_bytes(a.type.dtype)
     insts = [(mb, kk) for mb in range(mblocks) for kk in range(ksteps)]
-    addrs = cx.shared_addresses(a, lambda b, tid, i: ldmatrix_a_position(b, tid, slab, eb, *i), insts)
+    position = ldmatrix_a_trans_position if trans_a else ldmatrix_a_position
+    addrs = cx.shared_addresses(a, lambda b, tid, i: position(b, tid, slab, eb, *i), insts)
     regs = dict(zip(insts, addrs, strict=True))
-    return [[_ldmatrix(cx, regs[mb, kk], 4, trans=False) for kk in range(ksteps)] for mb in range(mblocks)]
+    return [[_ldmatrix(cx, regs[mb, kk], 4, trans=trans_a) for kk in range(ksteps)] for mb in range(mblocks)]
 
 
 def _pack_mma_a(cx: LoweringContext, a: Frag, mblocks: int, ksteps: int) -> list[list[list[str]]]:
     """An mma_a register tile as 4 x b32 per m16 block and k16 step (HOPPER.md §6.3)."""
-    if a.type.dtype != "bf16":
-        raise LoweringError(None, f"backend: register A of mma.sync must be bf16, not {a.type.dtype}")
-    return pack_a_fragment(cx.w, a.values, mblocks, ksteps)
+    return pack_a_fragment(cx.w, a.values, mblocks, ksteps, a.type.dtype)
 
 
-def _mma_sync(cx: LoweringContext, a: list[str], b: list[str], c: list[str]) -> list[str]:
+def _mma_sync(cx: LoweringContext, a: list[str], b: list[str], c: list[str], dtype: str = "bf16") -> list[str]:
     w = cx.w
     ret = "{float, float, float, float}"
     args = [("i32", x) for x in a + b] + [("float", x) for x in c]
-    r = w.call(ret, "llvm.nvvm.mma.m16n8k16.row.col.bf16", args, hint="mma")
+    if dtype == "bf16":
+        r = w.call(ret, "llvm.nvvm.mma.m16n8k16.row.col.bf16", args, hint="mma")
+    else:  # f16 inputs, f32 accumulators (PTX ISA §9.7.14.5.14)
+        r = w.asm(ret, ["mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {$0, $1, $2, $3}, {$4, $5, $6, $7}, "
+                        "{$8, $9}, {$10, $11, $12, $13};"],
+                  ["=f"] * 4 + ["r"] * 6 + ["f"] * 4, args, "mma")
     return [w.op(f"extractvalue {ret} {r}, {i}", "acc") for i in range(4)]
 
 # --- accumulator stores --------------------------------------------------------------------------
@@ -285,7 +306,8 @@ def _mma_sync(cx: LoweringContext, a: list[str], b: list[str], c: list[str]) -> 
 
 def _mma_c_to_global(cx: LoweringContext, op: Operation) -> bool:
     val = cx.peek(op.operands[1])
-    return isinstance(cx.peek(op.operands[0]), Global) and isinstance(val, Frag) and val.kind == "mma_c"
+    return (isinstance(cx.peek(op.operands[0]), Global) and isinstance(val, Frag) and val.kind == "mma_c"
+            and val.type.dtype == "bf16")
 
 
 @rule("tk.store", when=_mma_c_to_global)

@@ -30,6 +30,8 @@ from tkir.types import TileType, dtype_bytes
 if TYPE_CHECKING:
     from tkir.backend.context import LoweringContext
 
+WGMMA_DTYPES = ("bf16", "f16")  # 16-bit inputs, f32 accumulation (k16); tf32/fp8 are not lowered
+
 
 def _acc_layout(cx: LoweringContext, t: TileType, op: Operation) -> tuple[int, int]:
     """(m64 blocks per warpgroup, values per thread) of a wgmma_acc tile in the current role."""
@@ -58,11 +60,12 @@ def _op_tk_mma(cx: LoweringContext, op: Operation) -> None:
     ta, tb, tc = a.type, b.type, c.type
     mblocks, _ = _acc_layout(cx, tc, op)
     trans_a, trans_b = bool(op.attrs.get("trans_a")), bool(op.attrs.get("trans_b"))
-    if trans_a:
-        raise LoweringError(op.loc, "backend: transposed (M-major) A is not implemented yet")
-    if ta.dtype != "bf16":
-        raise LoweringError(op.loc, f"backend: wgmma on {ta.dtype} is not implemented yet")
-    K = ta.cols
+    if trans_a and a_regs:
+        raise LoweringError(op.loc, "backend: a transposed register A reaches wgmma (legalize-mma transposes it)")
+    if ta.dtype not in WGMMA_DTYPES or tb.dtype != ta.dtype:
+        raise LoweringError(op.loc, f"backend: wgmma multiplies {' or '.join(WGMMA_DTYPES)} tiles, not "
+                                    f"{ta.dtype} x {tb.dtype}")
+    K = ta.rows if trans_a else ta.cols
     N = tc.cols
     ebytes = dtype_bytes(ta.dtype)
     ksteps = K * ebytes // WGMMA_K_BYTES
@@ -77,11 +80,18 @@ def _op_tk_mma(cx: LoweringContext, op: Operation) -> None:
     rows_per_wg = tc.rows // int(lay.get("wg", 1))  # type: ignore[union-attr]
     wg = (cx.role or cx.thread_parts()).wg  # no roles (--no-tma): warpgroup = tid / 128
     # A (K-major): this warpgroup's rows start rows_per_wg * wg rows down every panel
-    if not a_regs:
+    if not a_regs and not trans_a:
         a_row0 = w.op(f"mul i32 {wg}, {rows_per_wg * sw_a}", "arow")
         a_base = w.op(f"add i32 {a.addr}, {a_row0}", "abase")
+    elif not a_regs:  # A stored K x M (M-major): this warpgroup's rows are whole column panels
+        panel_cols = sw_a // ebytes
+        if rows_per_wg % panel_cols:
+            raise LoweringError(op.loc, f"backend: M-major A needs each warpgroup's {rows_per_wg} rows to be "
+                                        f"whole {sw_a}-byte panels")
+        a_row0 = w.op(f"mul i32 {wg}, {rows_per_wg // panel_cols * ta.rows * sw_a}", "arow")
+        a_base = w.op(f"add i32 {a.addr}, {a_row0}", "abase")
     else:
-        a_words = pack_a_fragment(w, a.values, mblocks, ksteps)
+        a_words = pack_a_fragment(w, a.values, mblocks, ksteps, ta.dtype)
     w.call("void", "llvm.nvvm.wgmma.fence.sync.aligned", [])
     vals = list(c.values)
     per_block = tc.cols // 2
@@ -90,7 +100,10 @@ def _op_tk_mma(cx: LoweringContext, op: Operation) -> None:
             if a_regs:
                 desc_a = a_words[mb][kk]
             else:
-                a_off, lbo, sbo = wgmma_desc.k_major(sw_a, ta.rows, mb * WGMMA_M, kk)
+                if trans_a:
+                    a_off, lbo, sbo = wgmma_desc.mn_major(sw_a, ebytes, ta.rows, mb * WGMMA_M, kk)
+                else:
+                    a_off, lbo, sbo = wgmma_desc.k_major(sw_a, ta.rows, mb * WGMMA_M, kk)
                 desc_a = _desc(cx, w.op(f"add i32 {a_base}, {a_off}", "aaddr"), lbo, sbo, sw_a)
             for nc in range(N // nchunk):
                 if trans_b:  # B stored N x K (K-major): like A
@@ -100,7 +113,8 @@ def _op_tk_mma(cx: LoweringContext, op: Operation) -> None:
                 desc_b = _desc(cx, w.op(f"add i32 {b.addr}, {b_off}", "baddr"), lbo, sbo, sw_b)
                 lo = mb * per_block + nc * (nchunk // 2)
                 chunk = vals[lo:lo + nchunk // 2]
-                vals[lo:lo + nchunk // 2] = _wgmma(cx, nchunk, desc_a, desc_b, chunk, int(trans_b is False))
+                vals[lo:lo + nchunk // 2] = _wgmma(cx, nchunk, desc_a, desc_b, chunk, int(trans_b is False),
+                                                   int(trans_a), ta.dtype)
     w.call("void", "llvm.nvvm.wgmma.commit_group.sync.aligned", [])
     depth = int(op.attrs.get("async_groups") or 0)
     vals = cx.wait_group(vals, depth)
@@ -119,20 +133,20 @@ def _desc(cx: LoweringContext, addr: str, lbo: int, sbo: int, swizzle: int) -> s
 
 
 def _wgmma(cx: LoweringContext, n: int, desc_a: str | list[str], desc_b: str, acc: list[str],
-           trans_b: int) -> list[str]:
+           trans_b: int, trans_a: int = 0, dtype: str = "bf16") -> list[str]:
     w = cx.w
     k = len(acc)
     outs = ", ".join(f"${i}" for i in range(k))
     ret = "{" + ", ".join(["float"] * k) + "}"
     if isinstance(desc_a, list):  # A from registers (RS form): no trans-a immediate
-        line = (f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.bf16.bf16 {{{outs}}}, "
+        line = (f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{dtype}.{dtype} {{{outs}}}, "
                 f"{{${k}, ${k + 1}, ${k + 2}, ${k + 3}}}, ${k + 4}, 1, 1, 1, {trans_b};")
         cons = ["=f"] * k + ["r"] * 4 + ["l"] + [str(i) for i in range(k)]
         args = [("i32", x) for x in desc_a] + [("i64", desc_b)] + [("float", v) for v in acc]
         r = w.asm(ret, [line], cons, args, "mma")
         return [w.op(f"extractvalue {ret} {r}, {i}", "acc") for i in range(k)]
-    line = (f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.bf16.bf16 {{{outs}}}, ${k}, ${k + 1}, "
-            f"1, 1, 1, 0, {trans_b};")
+    line = (f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{dtype}.{dtype} {{{outs}}}, ${k}, ${k + 1}, "
+            f"1, 1, 1, {trans_a}, {trans_b};")
     cons = ["=f"] * k + ["l", "l"] + [str(i) for i in range(k)]
     args = [("i64", desc_a), ("i64", desc_b)] + [("float", v) for v in acc]
     r = w.asm(ret, [line], cons, args, "mma")
@@ -141,7 +155,8 @@ def _wgmma(cx: LoweringContext, n: int, desc_a: str | list[str], desc_b: str, ac
 
 def _wgmma_acc_to_global(cx: LoweringContext, op: Operation) -> bool:
     val = cx.peek(op.operands[1])
-    return isinstance(cx.peek(op.operands[0]), Global) and isinstance(val, Frag) and val.kind == "wgmma_acc"
+    return (isinstance(cx.peek(op.operands[0]), Global) and isinstance(val, Frag) and val.kind == "wgmma_acc"
+            and val.type.dtype == "bf16")
 
 
 @rule("tk.store", when=_wgmma_acc_to_global)
