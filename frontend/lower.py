@@ -967,7 +967,8 @@ class _Lowerer:
         self.shaped_kind(x, f)
         if t.dtype not in FLOAT_DTYPES:
             raise self.error(loc, f"'{f}' needs a float operand, got {t}", hint="cast it: f32(...)")
-        return _E(loc, value=self.emit(f"tk.{f}", [x.value], [t.bare()], loc).result, axis=x.axis)
+        rtype = t if isinstance(t, ScalarType) else t.bare()
+        return _E(loc, value=self.emit(f"tk.{f}", [x.value], [rtype], loc).result, axis=x.axis)
 
     def cast(self, f: str, x: _E, loc: Loc) -> _E:
         if x.is_const:
