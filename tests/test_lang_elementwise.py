@@ -182,6 +182,15 @@ def test_comparisons_interpret(op: str, fn: object) -> None:
     np.testing.assert_array_equal(out, np.where(fn(a, 1.0), a, -np.inf))
 
 
+@pytest.mark.parametrize("op", ["<", "<=", ">", ">=", "==", "!="])
+def test_float_comparisons_are_ordered_nan_is_false(op: str) -> None:
+    a = rand()
+    a[3, :] = np.nan
+    out, _ = run(f"O[block.x, 0] = where(x {op} 0.0, 1.0, x * 0.0 + 2.0)", a)
+    assert (out[3] != 1.0).all()
+    assert (out[:3] == np.where(eval(f"a[:3] {op} 0"), 1.0, 2.0)).all()
+
+
 def test_vector_broadcast_comparison_interprets() -> None:
     a = rand()
     out, _ = run("let m = row_max(x)\nO[block.x, 0] = where(x >= m - 1.0, x, 0)", a)

@@ -439,8 +439,12 @@ def _index(op: Operation, args: list, frame: Frame) -> np.ndarray:
 
 
 def _tile_cmp(op: Operation, args: list, frame: Frame) -> np.ndarray:
+    """Elementwise comparison; on floats every predicate is ordered (PTX setp: NaN gives false, ne too)."""
     a, b = _bcast(op, args[0], args[1])
-    return np.asarray(_CMP[str(op.attrs["pred"])](a, b), np.bool_)
+    out = np.asarray(_CMP[str(op.attrs["pred"])](a, b), np.bool_)
+    if str(op.attrs["pred"]) == "ne":  # numpy's != is true for NaN; the ordered ne is false
+        out &= ~(np.isnan(np.asarray(a, np.float64)) | np.isnan(np.asarray(b, np.float64)))
+    return out
 
 
 register_handler("tk.index", _index)
