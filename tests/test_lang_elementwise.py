@@ -345,3 +345,16 @@ def test_masked_kernel_interprets(n: int) -> None:
     s = np.where(col < n, np.tanh(s), -np.inf)
     s = np.where(row % 64 >= col, s, 0)
     np.testing.assert_allclose(out, s, rtol=1e-5, atol=1e-6)
+
+
+def test_predicate_row_layout_uses_four_byte_vec() -> None:
+    """A class is laid out from its first value, which for verified IR is never an i1 (operands come
+    first); should one be, its `row` vec is that of a 4-byte dtype, not 16 one-byte lanes."""
+    from tkir.passes.infer_layouts import _KernelLayouts
+    from tkir.types import rt
+
+    module = compile_source("kernel k(A: gl<f32>[M, K]) grid(M / 64) {\n}\n", "t.tk")
+    layouts = _KernelLayouts(module.kernel, sm80=False)
+    layouts.compute_warps = 4
+    assert layouts._row_layout(rt("i1", 64, 64)) == layouts._row_layout(rt("f32", 64, 64))
+    assert layouts._row_layout(rt("i1", 64, 64))["vec"] == 4
