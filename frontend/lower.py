@@ -48,16 +48,29 @@ BLOCK_DIMS = {"x": 0, "y": 1, "z": 2}
 BLOCK_ID_NAMES = ("bx", "by", "bz")
 RESERVED = ("block", "inf")
 
+def _sigmoid(x: float) -> float:
+    """1 / (1 + exp(-x)), written so that neither branch overflows."""
+    if x >= 0:
+        return 1.0 / (1.0 + math.exp(-x))
+    return math.exp(x) / (1.0 + math.exp(x))
+
+
 UNARY_FUNCS = {
     "exp": math.exp, "exp2": lambda x: 2.0 ** x, "log": math.log, "log2": math.log2,
     "sqrt": math.sqrt, "rsqrt": lambda x: 1.0 / math.sqrt(x), "abs": abs,
+    "tanh": math.tanh, "sigmoid": _sigmoid, "erf": math.erf,
 }
 CAST_FUNCS = ("bf16", "f16", "f32", "i32")
 REDUCTIONS = {
     "row_max": ("max", "row"), "row_sum": ("sum", "row"), "row_min": ("min", "row"),
     "col_max": ("max", "col"), "col_sum": ("sum", "col"), "col_min": ("min", "col"),
 }
-OTHER_FUNCS = ("max", "min", "cdiv", "mask_causal", "row", "col")
+INDEX_FUNCS = {"row_index": "row", "col_index": "col"}
+OTHER_FUNCS = ("max", "min", "cdiv", "mask_causal", "row", "col", "where", *INDEX_FUNCS)
+# fixed argument counts; mask_causal takes 3 or 4 (an optional fill)
+N_ARGS = {"max": 2, "min": 2, "cdiv": 2, "where": 3}
+FP8_DTYPES = ("e4m3", "e5m2")
+PREDICATE_DTYPE = "i1"  # tk.cmp results; tk.select conditions
 ALL_FUNCS = (*UNARY_FUNCS, *CAST_FUNCS, *REDUCTIONS, *OTHER_FUNCS)
 ANNOTATIONS = {"stages": "a for loop", "swizzle": "a shared declaration",
                "no_tma": "a load statement", "warpgroups": "the kernel"}
@@ -134,6 +147,7 @@ _KIND_WORDS = {"const": "const", "size": "size", "global": "global tensor parame
 _COMPARE = {"==": lambda a, b: a == b, "!=": lambda a, b: a != b, "<": lambda a, b: a < b,
             "<=": lambda a, b: a <= b, ">": lambda a, b: a > b, ">=": lambda a, b: a >= b}
 _PRECEDENCE = {"+": 1, "-": 1, "*": 2, "/": 2, "%": 2}
+CMP_PREDS = {"==": "eq", "!=": "ne", "<": "lt", "<=": "le", ">": "gt", ">=": "ge"}
 
 
 class _Lowerer:
@@ -298,6 +312,18 @@ class _Lowerer:
             raise self.error(e.loc, f"unknown dtype '{e.id}'", hint=f"one of {', '.join(allowed)}")
         return e.id
 
+    def tile_dtype(self, e: ast.Expr, kind: str) -> str:
+        """The dtype of a declared tile or vector: a float dtype other than fp8."""
+        if isinstance(e, ast.Name) and e.id in ("i32", PREDICATE_DTYPE):
+            raise self.error(e.loc, f"{kind}<{e.id}, ...> cannot be declared yet; {e.id} tiles are values of "
+                             "row_index/col_index, their arithmetic and comparisons",
+                             hint="bind them with `let`, or turn them into floats with f32(...) / where(...)")
+        dtype = self.dtype(e, tuple(sorted(FLOAT_DTYPES)))
+        if dtype in FP8_DTYPES:
+            raise self.error(e.loc, "fp8 tiles are not supported yet: neither target lowers them; use bf16 or f16",
+                             hint=f"gl<{dtype}> parameters are accepted; tiles of them are not")
+        return dtype
+
     def const_dim(self, e: ast.Expr, what: str) -> int:
         c = self.const_eval(e)
         if not isinstance(c, int) or c <= 0:
@@ -320,7 +346,7 @@ class _Lowerer:
         if kind == "gl":
             dtype = self.dtype(te.args[0], TENSOR_DTYPES)
             return GlobalType(dtype, tuple(self.global_dim(d, sizes) for d in te.dims or []))
-        dtype = self.dtype(te.args[0], tuple(sorted(FLOAT_DTYPES)))
+        dtype = self.tile_dtype(te.args[0], kind)
         if kind in ("sv", "rv"):
             return VectorType(kind, dtype, self.const_dim(te.args[1], "a vector length"))
         rows = self.const_dim(te.args[1], "tile rows")
@@ -783,8 +809,19 @@ class _Lowerer:
         return e.value
 
     def expr_compare(self, e: ast.Compare) -> _E:
-        raise self.error(e.loc, "run-time comparisons are not supported yet",
-                         hint="compare compile-time constants only (in `if` conditions)")
+        """`a < b` with a register tile/vector on one side -> tk.cmp (an i1 tile)."""
+        a, b = self.use(self.expr(e.lhs)), self.use(self.expr(e.rhs))
+        ka, kb = self.shaped_kind(a, e.op), self.shaped_kind(b, e.op)
+        if ka == kb == "scalar":
+            raise self.error(e.loc, "run-time scalar comparisons are not supported yet",
+                             hint="compare compile-time constants, or tiles elementwise (`s < x`)")
+        operands, attrs, ref, _ = self.elementwise(e.op, a, b, ka, kb, e.loc)
+        if ref.dtype == PREDICATE_DTYPE:
+            raise self.error(e.loc, f"'{e.op}' compares values, not predicates ({ref})",
+                             hint="combine conditions with where(c, ...)")
+        v = self.emit("tk.cmp", operands, [ref.bare().with_dtype(PREDICATE_DTYPE)], e.loc,
+                      {"pred": Ident(CMP_PREDS[e.op]), **attrs}).result
+        return _E(e.loc, value=v)
 
     def expr_neg(self, e: ast.Neg) -> _E:
         x = self.use(self.expr(e.operand))
@@ -794,6 +831,10 @@ class _Lowerer:
         if isinstance(t, ScalarType) and t.dtype in ("i32", "u32"):
             zero = self.const_value(0, t.dtype, e.loc)
             return _E(e.loc, value=self.emit("arith.sub", [zero, x.value], [t], e.loc).result)
+        if t.dtype not in FLOAT_DTYPES:  # i32 tiles: 0 - x (tk.neg is float-only)
+            self.check_tile_arith("-", t, e.loc)
+            zero = self.const_value(0, t.dtype, e.loc)
+            return _E(e.loc, value=self.emit("tk.sub", [zero, x.value], [t.bare()], e.loc).result, axis=x.axis)
         return _E(e.loc, value=self.emit("tk.neg", [x.value], [t], e.loc).result, axis=x.axis)
 
     def expr_binop(self, e: ast.BinOp) -> _E:
@@ -851,30 +892,43 @@ class _Lowerer:
             return self.scalar_arith(name, a, b, loc)
         if op == "%":
             raise self.error(loc, "'%' is defined on integer scalars only")
+        operands, attrs, ref, axis = self.elementwise(op, a, b, ka, kb, loc)
+        self.check_tile_arith(op, ref, loc)
+        v = self.emit(f"tk.{name}", operands, [ref.bare()], loc, attrs).result
+        return _E(loc, value=v, axis=axis)
+
+    def elementwise(self, op: str, a: _E, b: _E, ka: str, kb: str,
+                    loc: Loc) -> tuple[list[Value], dict[str, object], Type, str | None]:
+        """Operands, attrs (bcast), the shaped operand's type and the vector axis of `a op b`.
+
+        At least one side is a register tile or vector. A scalar operand is f32 for float tiles
+        and the tile's dtype for integer tiles; vectors broadcast over tiles (bcast = row|col)."""
         if "scalar" in (ka, kb):
             shaped, other = (a, b) if kb == "scalar" else (b, a)
-            sv = self.scalar_operand(other, "f32")
-            operands = [shaped.value, sv] if kb == "scalar" else [sv, shaped.value]
             t = shaped.value.type
-            return _E(loc, value=self.emit(f"tk.{name}", operands, [t.bare()], loc).result, axis=shaped.axis)
+            sv = self.scalar_operand(other, "f32" if t.dtype in FLOAT_DTYPES else t.dtype)
+            operands = [shaped.value, sv] if kb == "scalar" else [sv, shaped.value]
+            return operands, {}, t, shaped.axis
         ta, tb = a.value.type, b.value.type
         if ta.dtype != tb.dtype:
             raise self.error(loc, f"dtype mismatch in '{op}': {ta} and {tb}",
                              hint="cast one side, e.g. f32(x)")
-        attrs: dict[str, object] = {}
-        axis = a.axis or b.axis
         if ka == kb:
             if ta.bare() != tb.bare():
                 raise self.error(loc, f"shape mismatch in '{op}': {ta} and {tb}")
-            rtype = ta.bare()
-        else:
-            tile, vec = (a, b) if ka == "tile" else (b, a)
-            tt, vt = tile.value.type, vec.value.type
-            attrs["bcast"] = Ident(self.bcast_axis(tt, vt, vec.axis, op, loc))
-            rtype = tt.bare()
-            axis = None
-        v = self.emit(f"tk.{name}", [a.value, b.value], [rtype], loc, attrs).result
-        return _E(loc, value=v, axis=axis)
+            return [a.value, b.value], {}, ta, a.axis or b.axis
+        tile, vec = (a, b) if ka == "tile" else (b, a)
+        tt, vt = tile.value.type, vec.value.type
+        attrs: dict[str, object] = {"bcast": Ident(self.bcast_axis(tt, vt, vec.axis, op, loc))}
+        return [a.value, b.value], attrs, tt, None
+
+    def check_tile_arith(self, op: str, t: Type, loc: Loc) -> None:
+        """Integer tiles take + - * min max; predicate (i1) tiles take no arithmetic."""
+        if t.dtype == PREDICATE_DTYPE:
+            raise self.error(loc, f"'{op}' on a predicate ({t})", hint="use where(c, a, b) to pick values")
+        if t.dtype not in FLOAT_DTYPES and op == "/":
+            raise self.error(loc, f"'/' on an integer tile ({t}) is not supported",
+                             hint="integer tiles take + - * min max; cast with f32(...) to divide")
 
     def bcast_axis(self, t: TileType, v: VectorType, axis: str | None, op: str, loc: Loc) -> str:
         if axis is not None:
@@ -912,6 +966,8 @@ class _Lowerer:
                 raise self.error(loc, f"'@' multiplies tiles, got {self.type_text(x)}",
                                  hint="use '*' for elementwise or scalar products")
         ta, tb = a.value.type, b.value.type
+        if ta.dtype not in FLOAT_DTYPES:
+            raise self.error(loc, f"'@' multiplies float tiles, got {ta}", hint="cast it: bf16(...)")
         if ta.dtype != tb.dtype:
             raise self.error(loc, f"dtype mismatch in '@': {ta} @ {tb}",
                              hint="cast both operands to one dtype")
@@ -941,10 +997,14 @@ class _Lowerer:
             close = difflib.get_close_matches(f, ALL_FUNCS, n=1)
             raise self.error(e.loc, f"unknown function '{f}'",
                              hint=f"did you mean '{close[0]}'?" if close else None)
-        nargs = 3 if f == "mask_causal" else 2 if f in ("max", "min", "cdiv") else 1
-        if len(e.args) != nargs:
+        if f == "mask_causal":
+            if len(e.args) not in (3, 4):
+                raise self.error(e.loc, f"'mask_causal' takes 3 or 4 arguments, got {len(e.args)}")
+        elif len(e.args) != (nargs := N_ARGS.get(f, 1)):
             raise self.error(e.loc, f"'{f}' takes {nargs} argument{'s' * (nargs > 1)}, got {len(e.args)}")
         args = [self.expr(x) for x in e.args]
+        if f == "where":
+            return self.where(*args, e.loc)
         if f in ("max", "min"):
             return self.arith(f, args[0], args[1], e.loc)
         if f == "cdiv":
@@ -961,7 +1021,9 @@ class _Lowerer:
             if x.is_const or not (isinstance(x.value.type, VectorType) and is_register(x.value.type)):
                 raise self.error(e.loc, f"'{f}' marks a register vector, not {self.type_text(x)}")
             return _E(e.loc, value=x.value, axis=f)
-        return self.mask_causal(x, args[1], args[2], e.loc)
+        if f in INDEX_FUNCS:
+            return self.index_tile(f, x, e.loc)
+        return self.mask_causal(x, args[1], args[2], args[3] if len(args) > 3 else None, e.loc)
 
     def unary(self, f: str, x: _E, loc: Loc) -> _E:
         if x.is_const:
@@ -973,7 +1035,8 @@ class _Lowerer:
         self.shaped_kind(x, f)
         if t.dtype not in FLOAT_DTYPES:
             raise self.error(loc, f"'{f}' needs a float operand, got {t}", hint="cast it: f32(...)")
-        return _E(loc, value=self.emit(f"tk.{f}", [x.value], [t.bare()], loc).result, axis=x.axis)
+        rtype = t if isinstance(t, ScalarType) else t.bare()
+        return _E(loc, value=self.emit(f"tk.{f}", [x.value], [rtype], loc).result, axis=x.axis)
 
     def cast(self, f: str, x: _E, loc: Loc) -> _E:
         if x.is_const:
@@ -986,6 +1049,8 @@ class _Lowerer:
         self.shaped_kind(x, f)
         if f not in FLOAT_DTYPES:
             raise self.error(loc, f"tiles and vectors cast to float dtypes, not '{f}'")
+        if t.dtype == PREDICATE_DTYPE:
+            raise self.error(loc, f"cannot cast a predicate ({t}) to {f}", hint="use where(c, 1.0, 0.0)")
         v = self.emit("tk.cast", [x.value], [t.bare().with_dtype(f)], loc).result
         return _E(loc, value=v, axis=x.axis)
 
@@ -997,19 +1062,63 @@ class _Lowerer:
                              hint="load it into a `reg` tile first")
         if not (isinstance(t, TileType) and is_register(t)):
             raise self.error(loc, f"'{f}' reduces a register tile, not {self.type_text(x)}")
+        if t.dtype not in FLOAT_DTYPES:
+            raise self.error(loc, f"'{f}' reduces float tiles, not {t}", hint="cast it: f32(...)")
         n = t.rows if axis == "row" else t.cols
         attrs = {"kind": Ident(kind), "axis": Ident(axis)}
         v = self.emit("tk.reduce", [x.value], [VectorType("rv", t.dtype, n)], loc, attrs).result
         self.axis_of[id(v)] = axis
         return _E(loc, value=v, axis=axis)
 
-    def mask_causal(self, s: _E, row0: _E, col0: _E, loc: Loc) -> _E:
+    def mask_causal(self, s: _E, row0: _E, col0: _E, fill: _E | None, loc: Loc) -> _E:
         t = None if s.is_const else s.value.type
-        if not (isinstance(t, TileType) and is_register(t)):
-            raise self.error(loc, f"'mask_causal' masks a register tile, not {self.type_text(s)}")
+        if not (isinstance(t, TileType) and is_register(t)) or t.dtype not in FLOAT_DTYPES:
+            raise self.error(loc, f"'mask_causal' masks a float register tile, not {self.type_text(s)}")
         offsets = [self.index_value(x, "a mask offset") for x in (row0, col0)]
-        v = self.emit("tk.mask_causal", [s.value, *offsets], [t.bare()], loc, {"fill": -math.inf}).result
+        if fill is not None and not fill.is_const:
+            raise self.error(fill.loc, f"the fill of 'mask_causal' must be a compile-time number, got "
+                             f"{self.type_text(fill)}", hint="for a run-time value use where(...)")
+        value = -math.inf if fill is None else float(fill.const)
+        v = self.emit("tk.mask_causal", [s.value, *offsets], [t.bare()], loc, {"fill": value}).result
         return _E(loc, value=v)
+
+    def index_tile(self, f: str, x: _E, loc: Loc) -> _E:
+        """row_index(x) / col_index(x) -> tk.index: an i32 tile of x's shape (and layout)."""
+        t = None if x.is_const else x.value.type
+        if not (isinstance(t, TileType) and is_register(t)):
+            raise self.error(loc, f"'{f}' takes a register tile, not {self.type_text(x)}",
+                             hint="load a shared tile into a `reg` first" if t is not None and is_shared(t)
+                             else None)
+        rtype = TileType("rt", "i32", t.rows, t.cols)
+        v = self.emit("tk.index", [x.value], [rtype], loc, {"axis": Ident(INDEX_FUNCS[f])}).result
+        return _E(loc, value=v)
+
+    def where(self, c: _E, a: _E, b: _E, loc: Loc) -> _E:
+        """where(c, a, b) -> tk.select: c an i1 tile/vector, a and b of its shape or scalars."""
+        c = self.use(c)
+        ct = None if c.is_const else c.value.type
+        if not (is_register(ct) and ct.dtype == PREDICATE_DTYPE):
+            raise self.error(c.loc, f"'where' needs a condition tile (a comparison such as s < x), "
+                             f"got {self.type_text(c)}")
+        a, b = self.use(a), self.use(b)
+        shaped = [x for x in (a, b) if self.shaped_kind(x, "where") != "scalar"]
+        if not shaped:
+            raise self.error(loc, "'where' needs a tile or vector among its values; both are scalars",
+                             hint="one of the two values gives the result's dtype")
+        for x in shaped:
+            xt = x.value.type
+            if type(xt) is not type(ct) or _shape(xt) != _shape(ct):
+                raise self.error(x.loc, f"shape mismatch in 'where': condition {ct}, value {xt}")
+        ref = shaped[0].value.type
+        if len(shaped) == 2 and shaped[1].value.type.dtype != ref.dtype:
+            raise self.error(loc, f"dtype mismatch in 'where': {ref} and {shaped[1].value.type}",
+                             hint="cast one side, e.g. f32(x)")
+        if ref.dtype == PREDICATE_DTYPE:
+            raise self.error(loc, f"'where' selects values, not predicates ({ref})")
+        sdtype = "f32" if ref.dtype in FLOAT_DTYPES else ref.dtype
+        ops = [x.value if any(x is y for y in shaped) else self.scalar_operand(x, sdtype) for x in (a, b)]
+        v = self.emit("tk.select", [c.value, *ops], [ref.bare()], loc).result
+        return _E(loc, value=v, axis=shaped[0].axis)
 
 
 def _assigned_names(stmts: list[ast.Stmt]) -> list[str]:

@@ -39,7 +39,8 @@ _FLOAT_FOLD = {
 }
 _FLOAT_UNARY = {"tk.sqrt": math.sqrt, "tk.rsqrt": lambda x: 1 / math.sqrt(x), "tk.exp": math.exp,
                 "tk.exp2": lambda x: 2.0 ** x, "tk.log": math.log, "tk.log2": math.log2,
-                "tk.abs": abs, "tk.neg": lambda x: -x}
+                "tk.abs": abs, "tk.neg": lambda x: -x, "tk.tanh": math.tanh, "tk.erf": math.erf,
+                "tk.sigmoid": lambda x: 1 / (1 + math.exp(-x)) if x >= 0 else math.exp(x) / (1 + math.exp(x))}
 
 
 class Canonicalize(Pass):

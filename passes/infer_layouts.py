@@ -14,7 +14,8 @@ Rewrites
   most 32-bit shuffles one thread issues) or "smem" (`smem_bytes` = the round trip's buffer).
 
 Values that must share a layout (the operands and result of an elementwise op, a loop's init,
-argument, result and yield, an mma's accumulator and result) form one class; a class takes the
+argument, result and yield, an mma's accumulator and result; tk.cmp, tk.select and tk.index with
+their tile operands) form one class; a class takes the
 layout of its mma result if it has one, else that of its first consumer that needs one, else `row`.
 Assumes a verified tk-level module; errors are located at the op that cannot be laid out.
 """
@@ -35,11 +36,16 @@ from tkir.ops import TILE_BINARY, TILE_UNARY
 from tkir.passmanager import Options, Pass, PassError
 from tkir.types import TileType, VectorType, is_register
 
-ELEMENTWISE = {f"tk.{n}" for n in (*TILE_BINARY, *TILE_UNARY)} | {"tk.cast", "tk.mask_causal"}
+# tk.index only reads its operand's shape, but its indices must sit where that tile's elements do.
+ELEMENTWISE = ({f"tk.{n}" for n in (*TILE_BINARY, *TILE_UNARY)}
+               | {"tk.cast", "tk.mask_causal", "tk.cmp", "tk.select", "tk.index"})
 MAX_AUTO_CONSUMERS = 2  # two m64 consumer warpgroups: CUTLASS's cooperative sm90 GEMM shape
 MAX_AUTO_WARPS_SM80 = 8  # 8 warps of m16 rows: a 128-row block tile on the mma.sync path
 DEFAULT_WARPS = 4       # one warpgroup's worth of warps for kernels without tk.mma
 VEC_BYTES = 16          # `row` layouts: each lane owns 16-byte column chunks (one v4 access)
+# i1 tiles are never loaded from or stored to memory, so the 16-byte chunk rule means nothing for
+# them; a class that starts with one takes the vec of the 4-byte (f32/i32) tiles it is compared from.
+PREDICATE_BYTES = 4
 
 
 class InferLayouts(Pass):
@@ -198,7 +204,8 @@ class _KernelLayouts:
                 self.layouts[root] = self._row_layout(v.type)
 
     def _row_layout(self, t: TileType) -> dict:
-        vec = max(VEC_BYTES // dtype_bytes(t.dtype), 1)
+        eb = PREDICATE_BYTES if t.dtype == "i1" else dtype_bytes(t.dtype)
+        vec = max(VEC_BYTES // eb, 1)
         return make_layout("row", warps=row_layout_warps(t.rows, t.cols, vec, self.compute_warps), vec=vec)
 
     def _assign_vectors(self, values: list[Value]) -> list[tuple[Operation, int, dict]]:

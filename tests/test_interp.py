@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import math
+
 import ml_dtypes
 import numpy as np
 import pytest
 
 from tkir.interp import HANDLERS, InterpError, interpret, register_handler
 from tkir.parser import parse_module
-from tkir.verifier import verify
+from tkir.verifier import VerifyError, verify
 
 BF16 = ml_dtypes.bfloat16
 
@@ -420,3 +422,64 @@ def test_registered_handler_runs_and_blocks_go_in_row_major_order(monkeypatch: p
     run('tk.kernel @k {grid = ["2", "N", "2"]} {\n ^(%X: gl<f32>[N])\n test.record\n}',
         np.zeros(3, np.float32), verified=False)
     assert seen == [(x, y, z) for x in range(2) for y in range(3) for z in range(2)]
+
+
+# ---------------------------------------------------------------------------------------------
+# tk.index, tk.cmp, tk.select, tk.tanh/sigmoid/erf (hand-written IR; the front end is tested in
+# tests/test_lang_elementwise.py)
+
+
+SELECT_IR = """
+tk.kernel @k {grid = ["1"]} {
+  ^(%X: gl<f32>[32, 48], %V: gl<f32>[32], %Y: gl<f32>[32, 48], %I: gl<i32>[32, 48])
+  %c0 = arith.const {value = 0} : i32
+  %c5 = arith.const {value = 5} : i32
+  %lo = arith.const {value = -1.0} : f32
+  %x = tk.load %X, %c0, %c0 : rt<f32, 32, 48>
+  %v = tk.load %V, %c0 : rv<f32, 32>
+  %col = tk.index %x {axis = col} : rt<i32, 32, 48>
+  %row = tk.index %x {axis = row} : rt<i32, 32, 48>
+  %k = tk.add %col, %c5 : rt<i32, 32, 48>
+  %tri = tk.cmp %row, %k {pred = ge} : rt<i1, 32, 48>
+  %big = tk.cmp %x, %v {pred = gt, bcast = row} : rt<i1, 32, 48>
+  %t = tk.$F %x : rt<f32, 32, 48>
+  %a = tk.select %tri, %t, %lo : rt<f32, 32, 48>
+  %y = tk.select %big, %lo, %a : rt<f32, 32, 48>
+  %i = tk.select %big, %row, %k : rt<i32, 32, 48>
+  tk.store %Y, %y, %c0, %c0
+  tk.store %I, %i, %c0, %c0
+}
+"""
+
+
+@pytest.mark.parametrize(("f", "ref"), [("tanh", np.tanh), ("sigmoid", lambda v: 1 / (1 + np.exp(-v))),
+                                        ("erf", np.vectorize(math.erf))])
+def test_index_cmp_select_and_new_unary_ops(f: str, ref: object) -> None:
+    X, V = rand((32, 48), np.float32, 1), rand((32,), np.float32, 2)
+    Y, I = np.zeros((32, 48), np.float32), np.zeros((32, 48), np.int32)
+    run(SELECT_IR.replace("$F", f), X, V, Y, I)
+    row, col = np.indices((32, 48))
+    big = X > V[:, None]
+    a = np.where(row >= col + 5, ref(X.astype(np.float64)), -1.0)
+    np.testing.assert_allclose(Y, np.where(big, -1.0, a), rtol=2e-6, atol=2e-7)
+    np.testing.assert_array_equal(I, np.where(big, row, col + 5))
+
+
+@pytest.mark.parametrize(("line", "words"), [
+    ("%bad = tk.cmp %x, %v {pred = gt, bcast = row} : rt<f32, 32, 48>", "yields an i1"),
+    ("%bad = tk.cmp %x, %lo {pred = less} : rt<i1, 32, 48>", "needs pred"),
+    ("%bad = tk.cmp %col, %lo {pred = lt} : rt<i1, 32, 48>", "scalar with a rt<i32, 32, 48>"),
+    ("%bad = tk.select %x, %x, %lo : rt<f32, 32, 48>", "condition must be an i1"),
+    ("%bad = tk.select %tri, %col, %lo : rt<i32, 32, 48>", "a f32 scalar for a rt<i32"),
+    ("%bad = tk.select %tri, %x, %col : rt<f32, 32, 48>", "must match the result"),
+    ("%bad = tk.select %tri, %lo, %lo : rt<f32, 32, 48>", "needs a tile or vector"),
+    ("%bad = tk.index %x {axis = row} : rt<f32, 32, 48>", "yields rt<i32, 32, 48>"),
+    ("%bad = tk.index %v {axis = row} : rt<i32, 32, 48>", "shape of an rt"),
+    ("%bad = tk.div %col, %c5 : rt<i32, 32, 48>", "'tk.div' divides float tiles"),
+    ("%bad = tk.add %tri, %tri : rt<i1, 32, 48>", "predicates"),
+    ("%bad = tk.tanh %col : rt<i32, 32, 48>", "needs a float operand"),
+])
+def test_new_op_checkers_reject_bad_forms(line: str, words: str) -> None:
+    text = SELECT_IR.replace("$F", "erf").replace("  tk.store %Y", f"  {line}\n  tk.store %Y")
+    with pytest.raises(VerifyError, match=words):
+        verify(parse_module(text))

@@ -21,6 +21,7 @@ Type attributes the passes add (swizzle, layout, stages, ...) do not change mean
 from __future__ import annotations
 
 import itertools
+import math
 import sys
 from collections.abc import Callable, Sequence
 
@@ -386,9 +387,23 @@ def _rsqrt(x: np.ndarray) -> np.ndarray:
     return np.float32(1.0) / np.sqrt(x)
 
 
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    """1 / (1 + exp(-x)) in f32: exp overflows to inf for x < -88, giving the exact limit 0."""
+    return np.float32(1.0) / (np.float32(1.0) + np.exp(-x))
+
+
+_erf64 = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    """erf rounded to f32 (numpy has no erf: math.erf in f64, exact to f32 after rounding)."""
+    return _erf64(x.astype(np.float64)).astype(np.float32)
+
+
 _TILE_UNARY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "exp": np.exp, "exp2": np.exp2, "log": np.log, "log2": np.log2, "sqrt": np.sqrt,
-    "rsqrt": _rsqrt, "abs": np.abs, "neg": np.negative,
+    "rsqrt": _rsqrt, "abs": np.abs, "neg": np.negative, "tanh": np.tanh, "sigmoid": _sigmoid,
+    "erf": _erf,
 }
 for _name, _ufn in _TILE_UNARY.items():
     register_handler(f"tk.{_name}", lambda op, args, frame, _f=_ufn: _f(np.asarray(args[0], np.float32)))
@@ -418,6 +433,26 @@ def _mask_causal(op: Operation, args: list, frame: Frame) -> np.ndarray:
 register_handler("tk.mask_causal", _mask_causal)
 
 
+def _index(op: Operation, args: list, frame: Frame) -> np.ndarray:
+    rows, cols = op.result.type.shape
+    if str(op.attrs["axis"]) == "row":
+        return np.broadcast_to(np.arange(rows, dtype=np.int32)[:, None], (rows, cols)).copy()
+    return np.broadcast_to(np.arange(cols, dtype=np.int32)[None, :], (rows, cols)).copy()
+
+
+def _tile_cmp(op: Operation, args: list, frame: Frame) -> np.ndarray:
+    """Elementwise comparison; on floats every predicate is ordered (PTX setp: NaN gives false, ne too)."""
+    a, b = _bcast(op, args[0], args[1])
+    out = np.asarray(_CMP[str(op.attrs["pred"])](a, b), np.bool_)
+    if str(op.attrs["pred"]) == "ne":  # numpy's != is true for NaN; the ordered ne is false
+        out &= ~(np.isnan(np.asarray(a, np.float64)) | np.isnan(np.asarray(b, np.float64)))
+    return out
+
+
+register_handler("tk.index", _index)
+register_handler("tk.select", lambda op, args, frame: np.where(args[0], args[1], args[2]))
+
+
 def _for(op: Operation, args: list, frame: Frame) -> object:
     lo, hi, step, *carried = args
     for i in range(lo, hi, step):
@@ -434,6 +469,7 @@ _CMP: dict[str, Callable[[object, object], bool]] = {
     "le": lambda a, b: a <= b, "gt": lambda a, b: a > b, "ge": lambda a, b: a >= b,
 }
 register_handler("arith.cmp", lambda op, args, frame: _CMP[str(op.attrs["pred"])](args[0], args[1]))
+register_handler("tk.cmp", _tile_cmp)
 
 
 def _if(op: Operation, args: list, frame: Frame) -> object:

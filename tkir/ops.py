@@ -241,6 +241,20 @@ def _elementwise_type(t: Type) -> bool:
 def _binary(op: Operation) -> None:
     n_operands(op, 2)
     n_results(op, 1)
+    ref = _elementwise_pair(op)
+    r = op.result.type
+    if ref is not None:
+        expect(r.dtype == ref.dtype, f"'{op.name}' result {r} must have the operands' dtype {ref.dtype}")
+        expect(not (op.name == "tk.div" and ref.dtype not in FLOAT_DTYPES),
+               f"'tk.div' divides float tiles, got {ref}")
+        expect(ref.dtype != "i1", f"'{op.name}' does not compute on predicates ({ref})")
+
+
+def _elementwise_pair(op: Operation) -> TileType | VectorType | None:
+    """Check the operand/result shapes of a two-operand elementwise op (tk.add, tk.cmp, ...).
+
+    Returns the tile (or, without bcast, vector) operand whose shape the result has, or None
+    for an all-scalar op. Scalar operands of integer tiles must be integers."""
     a, b = (v.type for v in op.operands)
     r = op.result.type
     expect(_elementwise_type(a) and _elementwise_type(b), f"'{op.name}' on {a} and {b}")
@@ -255,19 +269,26 @@ def _binary(op: Operation) -> None:
         t, v = tiles[0], vecs[0]
         want = t.rows if str(bcast) == "row" else t.cols
         expect(v.n == want, f"'{op.name}': {bcast} broadcast needs a vector of {want}, got {v}")
-        expect(r.bare() == t.bare() or (isinstance(r, TileType) and r.shape == t.shape),
+        expect(isinstance(r, TileType) and r.shape == t.shape and r.space == t.space,
                f"'{op.name}' result {r} must match {t}")
-        return
+        expect(t.dtype == v.dtype, f"'{op.name}' dtype mismatch: {a} and {b}")
+        return t
     expect(not (tiles and vecs), f"'{op.name}' mixes {a} and {b} without bcast = row|col")
     shaped = [t for t in (a, b) if not isinstance(t, ScalarType)]
     if len(shaped) == 2:
         expect(same_shape(a, b), f"'{op.name}' shape mismatch: {a} and {b}")
-    if shaped:
-        expect(same_shape(r, shaped[0]), f"'{op.name}' result {r} does not match {shaped[0]}")
-        dts = {t.dtype for t in shaped}
-        expect(len(dts) == 1, f"'{op.name}' dtype mismatch: {a} and {b}")
-    else:
-        expect(a == b == r, f"'{op.name}' scalar types differ: {a}, {b} -> {r}")
+    if not shaped:
+        expect(a == b and (a == r or op.name == "tk.cmp"), f"'{op.name}' scalar types differ: {a}, {b} -> {r}")
+        return None
+    ref = shaped[0]
+    expect(same_shape(r, ref), f"'{op.name}' result {r} does not match {ref}")
+    dts = {t.dtype for t in shaped}
+    expect(len(dts) == 1, f"'{op.name}' dtype mismatch: {a} and {b}")
+    for t in (a, b):
+        if isinstance(t, ScalarType):
+            expect((t.dtype in FLOAT_DTYPES) == (ref.dtype in FLOAT_DTYPES),
+                   f"'{op.name}': a {t} scalar with a {ref} operand")
+    return ref
 
 
 def _unary(op: Operation) -> None:
@@ -318,6 +339,49 @@ def _transpose(op: Operation) -> None:
     expect(isinstance(a, TileType) and a.space == "rt", f"'tk.transpose' takes an rt, got {a}")
     expect(isinstance(r, TileType) and (r.rows, r.cols) == (a.cols, a.rows) and r.dtype == a.dtype,
            f"'tk.transpose' of {a} yields {r}")
+
+
+def _index(op: Operation) -> None:
+    """%i = tk.index %x {axis = row} : rt<i32, R, C>: element (r, c) holds r (axis = col: c)."""
+    n_operands(op, 1)
+    n_results(op, 1)
+    a, r = op.operands[0].type, op.result.type
+    expect(isinstance(a, TileType) and a.space == "rt", f"'tk.index' takes the shape of an rt, got {a}")
+    expect(str(op.attrs.get("axis")) in ("row", "col"), "'tk.index' axis must be row or col")
+    expect(isinstance(r, TileType) and r.space == "rt" and r.shape == a.shape and r.dtype == "i32",
+           f"'tk.index' of {a} yields rt<i32, {a.rows}, {a.cols}>, got {r}")
+
+
+def _tile_cmp(op: Operation) -> None:
+    """%c = tk.cmp %a, %b {pred = lt[, bcast = row|col]} : rt<i1, R, C> (or rv<i1, N>)."""
+    n_operands(op, 2)
+    n_results(op, 1)
+    expect(str(op.attrs.get("pred")) in CMP_PREDICATES,
+           f"'tk.cmp' needs pred = one of {', '.join(CMP_PREDICATES)}")
+    ref = _elementwise_pair(op)
+    r = op.result.type
+    expect(ref is not None, "'tk.cmp' compares tiles or vectors; scalars use arith.cmp")
+    expect(is_register(r) and r.dtype == "i1", f"'tk.cmp' yields an i1 register tile or vector, not {r}")
+    expect(ref.dtype != "i1", f"'tk.cmp' does not compare predicates ({ref})")
+
+
+def _select(op: Operation) -> None:
+    """%r = tk.select %c, %a, %b : T: r = c ? a : b elementwise; a, b of type T (shape of c) or scalars."""
+    n_operands(op, 3)
+    n_results(op, 1)
+    c, a, b = (v.type for v in op.operands)
+    r = op.result.type
+    expect(is_register(c) and c.dtype == "i1", f"'tk.select' condition must be an i1 register tile/vector, got {c}")
+    expect(is_register(r) and same_shape(r, c), f"'tk.select' result {r} must have the shape of {c}")
+    shaped = [t for t in (a, b) if not isinstance(t, ScalarType)]
+    expect(bool(shaped), "'tk.select' needs a tile or vector value operand")
+    for t in (a, b):
+        if isinstance(t, ScalarType):
+            expect((t.dtype in FLOAT_DTYPES) == (r.dtype in FLOAT_DTYPES),
+                   f"'tk.select': a {t} scalar for a {r} result")
+        else:
+            expect(is_register(t) and same_shape(t, c) and t.dtype == r.dtype,
+                   f"'tk.select' value {t} must match the result {r}")
 
 
 def _for(op: Operation) -> None:
@@ -404,7 +468,7 @@ def _convert_layout(op: Operation) -> None:
 
 SCALAR_BINARY = ("add", "sub", "mul", "div", "rem", "min", "max", "cdiv")
 TILE_BINARY = ("add", "sub", "mul", "div", "max", "min")
-TILE_UNARY = ("exp", "exp2", "log", "log2", "sqrt", "rsqrt", "abs", "neg")
+TILE_UNARY = ("exp", "exp2", "log", "log2", "sqrt", "rsqrt", "abs", "neg", "tanh", "sigmoid", "erf")
 
 register_op("arith.const", _const, summary="a scalar constant")
 for _n in SCALAR_BINARY:
@@ -427,6 +491,9 @@ register_op("tk.reduce", _reduce, summary="row or column reduction (max, min, su
 register_op("tk.mask_causal", _mask_causal,
             summary="fill elements with col0 + c > row0 + r (causal attention)")
 register_op("tk.transpose", _transpose, summary="register tile transpose")
+register_op("tk.index", _index, summary="i32 tile of each element's row (axis = row) or column index")
+register_op("tk.cmp", _tile_cmp, summary="elementwise comparison (pred = eq, ne, lt, le, gt, ge) -> i1 tile")
+register_op("tk.select", _select, summary="elementwise c ? a : b on an i1 tile; a, b tiles or scalars")
 register_op("tk.convert_layout", _convert_layout,
             summary="move a register tile/vector to another layout (via none, shuffle or smem)")
 register_op("scf.for", _for, pure=False, summary="counted loop with loop-carried values")
