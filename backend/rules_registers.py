@@ -64,7 +64,43 @@ def _unary(cx: LoweringContext, name: str, x: str) -> str:
         return w.call("float", "llvm.fabs.f32", [("float", x)], hint="ab")
     if name == "neg":
         return w.op(f"fneg float {x}", "ng")
+    if name == "tanh":  # PTX tanh.approx.f32 (sm_75+): max relative error 2^-11
+        return w.asm("float", ["tanh.approx.f32 $0, $1;"], ["=f", "f"], [("float", x)], "th")
+    if name == "sigmoid":  # 1 / (1 + e^-x) = 0.5 tanh(x / 2) + 0.5
+        h = w.op(f"fmul float {x}, {f32_literal(0.5)}", "hx")
+        t = w.asm("float", ["tanh.approx.f32 $0, $1;"], ["=f", "f"], [("float", h)], "th")
+        return w.call("float", "llvm.fma.f32", [("float", t), ("float", f32_literal(0.5)), ("float", f32_literal(0.5))],
+                      hint="sg")
+    if name == "erf":
+        return _erf(cx, x)
     raise LoweringError(None, f"backend: no rule for tk.{name}")
+
+
+# Abramowitz & Stegun 7.1.26: erf(x) = 1 - (a1 t + ... + a5 t^5) e^(-x^2), t = 1 / (1 + p|x|),
+# |error| <= 1.5e-7 for x >= 0; odd symmetry for x < 0 (PTX has no erf instruction).
+ERF_P = 0.3275911
+ERF_A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
+
+
+def _erf(cx: LoweringContext, x: str) -> str:
+    w = cx.w
+    ax = w.call("float", "llvm.fabs.f32", [("float", x)], hint="ab")
+    den = w.call("float", "llvm.fma.f32", [("float", ax), ("float", f32_literal(ERF_P)), ("float", f32_literal(1.0))],
+                 hint="den")
+    t = w.op(f"fdiv float {f32_literal(1.0)}, {den}", "t")
+    poly = f32_literal(ERF_A[4])
+    for a in reversed(ERF_A[:4]):
+        poly = w.call("float", "llvm.fma.f32", [("float", poly), ("float", t), ("float", f32_literal(a))], hint="pl")
+    poly = w.op(f"fmul float {poly}, {t}", "pl")
+    x2 = w.op(f"fmul float {ax}, {ax}", "x2")
+    e = w.op(f"fmul float {x2}, {f32_literal(-LOG2E)}", "xe")
+    e = w.asm("float", ["ex2.approx.ftz.f32 $0, $1;"], ["=f", "f"], [("float", e)], "ex")
+    y = w.op(f"fsub float {f32_literal(1.0)}, {w.op(f'fmul float {poly}, {e}', 'pe')}", "erf")
+    return w.call("float", "llvm.copysign.f32", [("float", y), ("float", x)], hint="erf")
+
+
+INT_DTYPES = ("i32", "u32")
+INT_BINARY = {"add": "add", "sub": "sub", "mul": "mul"}
 
 
 def to_f32(cx: LoweringContext, v: str, dtype: str) -> str:
@@ -95,9 +131,12 @@ def _op_tk_cast(cx: LoweringContext, op: Operation) -> None:
     x = cx.get(op.operands[0])
     assert isinstance(x, Frag)
     src, dst = x.type.dtype, op.result.type.dtype
-    if src not in LLVM_TYPE or dst not in LLVM_TYPE or "i" in (src[0], dst[0]):
+    if src not in LLVM_TYPE or dst not in LLVM_TYPE or dst in INT_DTYPES or src == "i1":
         raise LoweringError(op.loc, f"backend: cast {src} -> {dst} not implemented")
-    vals = [from_f32(cx, to_f32(cx, v, src), dst) for v in x.values]
+    if src in INT_DTYPES:  # an index tile to float
+        vals = [from_f32(cx, cx.w.op(f"sitofp i32 {v} to float", "fi"), dst) for v in x.values]
+    else:
+        vals = [from_f32(cx, to_f32(cx, v, src), dst) for v in x.values]
     cx.set(op.result, Frag(op.result.type, vals))
 
 
@@ -127,6 +166,10 @@ def _binary(cx: LoweringContext, op: Operation) -> None:
         raise LoweringError(op.loc, f"backend: scalar {op.name} should be arith.{name}")
     bcast = op.attrs.get("bcast")
     ta, tb = op.operands[0].type, op.operands[1].type
+    if rt.dtype in INT_DTYPES:
+        va, vb = (_operand_values(cx, x, t, rt, bcast, op, raw=True) for x, t in ((a, ta), (b, tb)))
+        cx.set(op.result, Frag(rt, [_int_op(cx, name, x, y) for x, y in zip(va, vb, strict=True)]))
+        return
     va = _operand_values(cx, a, ta, rt, bcast, op)
     if name == "div" and not isinstance(tb, type(rt)):
         # dividing by a broadcast vector or a scalar: one reciprocal per distinct value, then
@@ -147,14 +190,20 @@ def _binary(cx: LoweringContext, op: Operation) -> None:
 rule(*(f"tk.{n}" for n in TILE_BINARY))(_binary)
 
 
-def _operand_values(cx: LoweringContext, x: object, t, rt, bcast, op: Operation) -> list[str]:
-    """f32 values of an operand, one per slot of the result's layout."""
+def _int_op(cx: LoweringContext, name: str, a: str, b: str) -> str:
+    if name in ("min", "max"):
+        return cx.w.call("i32", f"llvm.s{name}.i32", [("i32", a), ("i32", b)], hint=name)
+    return cx.w.op(f"{INT_BINARY[name]} i32 {a}, {b}", name)
+
+
+def _operand_values(cx: LoweringContext, x: object, t, rt, bcast, op: Operation, raw: bool = False) -> list[str]:
+    """f32 values of an operand (its own values with `raw`), one per slot of the result's layout."""
     n = cx.nslots(rt)
     if isinstance(t, ScalarType):
         assert isinstance(x, str)
-        return [to_f32(cx, x, t.dtype)] * n
+        return [x if raw else to_f32(cx, x, t.dtype)] * n
     assert isinstance(x, Frag)
-    vals = [to_f32(cx, v, t.dtype) for v in x.values]
+    vals = list(x.values) if raw else [to_f32(cx, v, t.dtype) for v in x.values]
     if type(t) is type(rt):
         return vals
     # a vector broadcast over the rows (bcast = row) or columns (col) of a tile
@@ -181,8 +230,63 @@ def _unary_op(cx: LoweringContext, op: Operation) -> None:
         cx.set(op.result, _unary(cx, name, x))
         return
     assert isinstance(x, Frag)
+    if rt.dtype in INT_DTYPES and name == "neg":
+        cx.set(op.result, Frag(rt, [cx.w.op(f"sub i32 0, {v}", "ng") for v in x.values]))
+        return
     vals = [from_f32(cx, _unary(cx, name, to_f32(cx, v, rt.dtype)), rt.dtype) for v in x.values]
     cx.set(op.result, Frag(rt, vals))
+
+
+# --- index tiles, comparisons, select ---------------------------------------------------------------
+
+
+@rule("tk.index")
+def index_tile(cx: LoweringContext, op: Operation) -> None:
+    """Element (r, c) holds r (axis = row) or c: the slot coordinates of the layout themselves."""
+    rt = op.result.type
+    axis = 0 if str(op.attrs["axis"]) == "row" else 1
+    cx.set(op.result, Frag(rt, [str(s[axis]) for s in cx.coords(rt)]))
+
+
+FCMP = {"eq": "oeq", "ne": "one", "lt": "olt", "le": "ole", "gt": "ogt", "ge": "oge"}  # ordered: NaN is false
+ICMP = {"eq": "eq", "ne": "ne", "lt": "slt", "le": "sle", "gt": "sgt", "ge": "sge"}
+
+
+@rule("tk.cmp")
+def compare(cx: LoweringContext, op: Operation) -> None:
+    ta, tb = op.operands[0].type, op.operands[1].type
+    rt = op.result.type
+    like = ta if isinstance(ta, (TileType, VectorType)) else tb
+    bcast = op.attrs.get("bcast")
+    pred = str(op.attrs["pred"])
+    dtype = like.dtype
+    a, b = (cx.get(v) for v in op.operands)
+    if dtype in INT_DTYPES:
+        va, vb = (_operand_values(cx, x, t, rt, bcast, op, raw=True) for x, t in ((a, ta), (b, tb)))
+        out = [cx.w.op(f"icmp {ICMP[pred]} i32 {x}, {y}", "cmp") for x, y in zip(va, vb, strict=True)]
+    else:
+        va, vb = (_operand_values(cx, x, t, rt, bcast, op) for x, t in ((a, ta), (b, tb)))
+        out = [cx.w.op(f"fcmp {FCMP[pred]} float {x}, {y}", "cmp") for x, y in zip(va, vb, strict=True)]
+    cx.set(op.result, Frag(rt, out))
+
+
+@rule("tk.select")
+def select(cx: LoweringContext, op: Operation) -> None:
+    c = cx.get(op.operands[0])
+    rt = op.result.type
+    ety = LLVM_TYPE[rt.dtype]
+    n = cx.nslots(rt)
+    picks = []
+    for v in op.operands[1:]:
+        x = cx.get(v)
+        if isinstance(x, Frag):
+            picks.append(list(x.values))
+        elif rt.dtype in INT_DTYPES:
+            picks.append([x] * n)
+        else:
+            picks.append([from_f32(cx, to_f32(cx, x, v.type.dtype), rt.dtype)] * n)
+    out = [cx.w.op(f"select i1 {p}, {ety} {x}, {ety} {y}", "sel") for p, x, y in zip(c.values, *picks, strict=True)]
+    cx.set(op.result, Frag(rt, out))
 
 
 rule(*(f"tk.{n}" for n in TILE_UNARY))(_unary_op)
