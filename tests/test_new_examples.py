@@ -2,8 +2,8 @@
 
 Each example is compiled through the front end and the tk-level passes up to plan-occupancy on both
 targets and run in the numpy interpreter at its companion's CHECK_SIZES. Parts of the language they
-use are still landing on other branches (`t = a.T` of a shared tile: a2; `tanh`/`sigmoid`: a1);
-those cases are xfail until then. Independently of the front end, hand-written tk IR with the same
+use are still landing on other branches (`t = a.T` of a shared tile: a2, transpose.tk with
+SHARED_T=1; `tanh`/`sigmoid`: a1, linear.tk with ACT=1, 2); those cases are xfail until then. Independently of the front end, hand-written tk IR with the same
 signatures (the transpose through tk.transpose of a register tile, the activations through tk.exp)
 pins the companions' references now, and a deliberately wrong kernel must fail each check.
 """
@@ -57,13 +57,12 @@ def _cases() -> list:
     for name in NAMES:
         comp = _companion(name)
         for i, (sizes, consts) in enumerate(zip(comp.CHECK_SIZES, comp.CHECK_CONSTS, strict=True)):
-            marks = []
-            if name == "transpose":
-                marks = [NEEDS_SHARED_T]
-            elif name == "linear" and consts.get("ACT", 0) != 0:
-                marks = [NEEDS_ACTIVATIONS]
+            marks = [NEEDS_ACTIVATIONS] if name == "linear" and consts.get("ACT", 0) != 0 else []
             for target in TARGETS:
                 out.append(pytest.param(name, target, sizes, consts, marks=marks, id=f"{name}-{i}-{target}"))
+                if name == "transpose":  # the transposed shared read, `t = a.T`
+                    out.append(pytest.param(name, target, sizes, {**consts, "SHARED_T": 1}, marks=[NEEDS_SHARED_T],
+                                            id=f"{name}-{i}-shared_t-{target}"))
     return out
 
 
@@ -179,6 +178,18 @@ def _module(text: str) -> Module:
     m = parse_module(text)
     verify(m)
     return m
+
+
+def test_transpose_paths_differ() -> None:
+    """SHARED_T=0 transposes in registers; SHARED_T=1 (once it compiles) must not."""
+    text = print_module(compile_file(str(EXAMPLES / "transpose.tk"), {}))
+    assert "tk.transpose" in text
+    try:
+        shared_t = print_module(compile_file(str(EXAMPLES / "transpose.tk"), {"SHARED_T": 1}))
+    except CompileError as e:
+        assert "'.T' of a shared tile" in e.message  # branch a2 not merged yet
+    else:
+        assert "tk.transpose" not in shared_t and "trans = true" in shared_t
 
 
 def _transpose_ir(consts: dict) -> str:
