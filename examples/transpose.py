@@ -8,7 +8,7 @@ import numpy as np
 KERNEL = "transpose.tk"
 PARAMS = ["X", "Y"]
 OUTPUTS = ["Y"]
-DEFAULT_CONSTS = dict(BM=64, BN=64, SHARED_T=0)
+DEFAULT_CONSTS = dict(BM=64, BN=64, SHARED_T=1)
 
 # Multiples of the 64 x 64 tile, non-square so that swapped M and N fail; the second size changes
 # the tile to 64 x 128 (a non-square tile catches a transposed tile stored at the wrong coordinates).

@@ -55,6 +55,7 @@ import math
 from tkir.diagnostics import CompileError
 from tkir.ir import Block, Loc, Module, Operation, Value, parent_op
 from tkir.layout import regs_per_thread as layout_regs
+from tkir.ops import TILE_BINARY, TILE_UNARY
 from tkir.passmanager import Options, Pass
 from tkir.types import DTYPE_BYTES, GlobalType, ScalarType, TileType, VectorType, is_shared
 
@@ -88,8 +89,7 @@ WGMMA_DESC_REGS = 4                # two 64-bit shared-memory matrix descriptors
 QUAD = 4                           # lanes sharing one accumulator row (HOPPER.md §1.5)
 
 COPIES_TO_SHARED = ("tma.load", "tk.load")
-ELEMENTWISE = ("tk.add", "tk.sub", "tk.mul", "tk.div", "tk.max", "tk.min", "tk.exp", "tk.exp2", "tk.log",
-               "tk.log2", "tk.sqrt", "tk.rsqrt", "tk.abs", "tk.neg", "tk.cast")
+ELEMENTWISE = tuple(f"tk.{n}" for n in (*TILE_BINARY, *TILE_UNARY, "cast", "cmp", "select", "index"))
 
 
 class PlanOccupancy(Pass):
@@ -257,16 +257,19 @@ def _value_regs(t: object, threads: int) -> int:
 
 
 def _streamed(v: Value, uses: dict[Value, list[Operation]]) -> bool:
-    """An elementwise result read once, by the very next op, elementwise or a reduction: the backend
-    computes it element by element inside that op, so it never occupies a whole tile of registers."""
+    """An elementwise result read only by elementwise ops or reductions of its own block, with nothing
+    but elementwise and scalar ops between its definition and its last use: the whole chain is one
+    element-wise expression that the backend and ptxas evaluate element by element (the GELU of an
+    epilogue), so the intermediate never occupies a whole tile of registers."""
     op, users = v.owner, uses.get(v, [])
-    if not (isinstance(op, Operation) and op.name in ELEMENTWISE and len(users) == 1):
+    if not (isinstance(op, Operation) and op.name in ELEMENTWISE and users):
         return False
-    user, blk = users[0], op.parent
-    if user.name not in ELEMENTWISE + ("tk.reduce",) or blk is None or user.parent is not blk:
+    blk = op.parent
+    if blk is None or any(u.name not in ELEMENTWISE + ("tk.reduce",) or u.parent is not blk for u in users):
         return False
     i = blk.ops.index(op)
-    return i + 1 < len(blk.ops) and blk.ops[i + 1] is user
+    last = max(blk.ops.index(u) for u in users)
+    return all(o.name in ELEMENTWISE or o.name.startswith("arith.") for o in blk.ops[i + 1:last])
 
 
 def _register_budget(kernel: Operation, threads: int) -> tuple[dict, tuple[Value, int] | None]:

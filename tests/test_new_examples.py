@@ -30,10 +30,6 @@ from tkir.verifier import verify
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 NAMES = ["rmsnorm", "transpose", "linear"]
 TARGETS = ["sm_90a", "sm_80"]
-# raises=CompileError: only the missing language feature counts as the expected failure.
-NEEDS_SHARED_T = pytest.mark.xfail(strict=False, raises=CompileError, reason="needs x = a.T (branch a2)")
-NEEDS_ACTIVATIONS = pytest.mark.xfail(
-    strict=False, raises=CompileError, reason="needs tanh/sigmoid (branch a1) and bias broadcast over accumulators (backend)")
 
 
 def _companion(name: str):
@@ -57,12 +53,11 @@ def _cases() -> list:
     for name in NAMES:
         comp = _companion(name)
         for i, (sizes, consts) in enumerate(zip(comp.CHECK_SIZES, comp.CHECK_CONSTS, strict=True)):
-            marks = [NEEDS_ACTIVATIONS] if name == "linear" and consts.get("ACT", 0) != 0 else []
             for target in TARGETS:
-                out.append(pytest.param(name, target, sizes, consts, marks=marks, id=f"{name}-{i}-{target}"))
-                if name == "transpose":  # the transposed shared read, `t = a.T`
-                    out.append(pytest.param(name, target, sizes, {**consts, "SHARED_T": 1}, marks=[NEEDS_SHARED_T],
-                                            id=f"{name}-{i}-shared_t-{target}"))
+                out.append(pytest.param(name, target, sizes, consts, id=f"{name}-{i}-{target}"))
+                if name == "transpose":  # the register transpose, for comparison
+                    out.append(pytest.param(name, target, sizes, {**consts, "SHARED_T": 0},
+                                            id=f"{name}-{i}-register_t-{target}"))
     return out
 
 
@@ -81,8 +76,6 @@ def test_rmsnorm_produces_ptx(target: str) -> None:
     assert "rsqrt.approx" in ptx
 
 
-@pytest.mark.xfail(strict=False, raises=CompileError, reason="backend: RegisterRules.coords caches index values computed "
-                                        "inside the first scf.for and reuses them in the second")
 @pytest.mark.parametrize("target", TARGETS)
 def test_rmsnorm_wide_rows_produce_ptx(target: str) -> None:
     """D = 4096 > DC: the two-pass chunked path (the bandwidth targets' row widths)."""
@@ -181,15 +174,11 @@ def _module(text: str) -> Module:
 
 
 def test_transpose_paths_differ() -> None:
-    """SHARED_T=0 transposes in registers; SHARED_T=1 (once it compiles) must not."""
-    text = print_module(compile_file(str(EXAMPLES / "transpose.tk"), {}))
+    """SHARED_T=0 transposes in registers; SHARED_T=1 (the default) reads the shared tile transposed."""
+    text = print_module(compile_file(str(EXAMPLES / "transpose.tk"), {"SHARED_T": 0}))
     assert "tk.transpose" in text
-    try:
-        shared_t = print_module(compile_file(str(EXAMPLES / "transpose.tk"), {"SHARED_T": 1}))
-    except CompileError as e:
-        assert "'.T' of a shared tile" in e.message  # branch a2 not merged yet
-    else:
-        assert "tk.transpose" not in shared_t and "trans = true" in shared_t
+    shared_t = print_module(compile_file(str(EXAMPLES / "transpose.tk"), {}))
+    assert "tk.transpose" not in shared_t and "trans = true" in shared_t
 
 
 def _transpose_ir(consts: dict) -> str:
