@@ -55,6 +55,20 @@ def _arith(cx: LoweringContext, op: Operation) -> None:
 rule(*(f"arith.{n}" for n in SCALAR_BINARY))(_arith)
 
 
+@rule("arith.cast")
+def scalar_cast(cx: LoweringContext, op: Operation) -> None:
+    """i32 <-> f32 (toward zero, as the interpreter's int()); same-width integer casts keep the bits."""
+    src, dst = op.operands[0].type.dtype, op.result.type.dtype
+    x = cx.scalar(op.operands[0])
+    floats = ("f32",)
+    if (src in floats) == (dst in floats):
+        cx.set(op.result, x)
+    elif dst in floats:
+        cx.set(op.result, cx.w.op(f"sitofp i32 {x} to float", op.result.name or "f"))
+    else:
+        cx.set(op.result, cx.w.op(f"fptosi float {x} to i32", op.result.name or "i"))
+
+
 @rule("arith.cmp")
 def _op_arith_cmp(cx: LoweringContext, op: Operation) -> None:
     a, b = (cx.scalar(v) for v in op.operands)
