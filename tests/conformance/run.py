@@ -92,14 +92,24 @@ def run_case(case: Case, target: str | None = None) -> Outcome:
                 return Outcome(REFUSED, _strip_location(text), text)
             return Outcome(BACKEND_FAILURE, f"unlocated refusal: {e.message}", text)
         except Exception as e:  # a crash in the front end or a pass is a bug too
-            return Outcome(BACKEND_FAILURE, f"{type(e).__name__} before the backend: {e}", traceback.format_exc())
+            return Outcome(BACKEND_FAILURE, f"{type(e).__name__} before the backend: {e} ({_where(e)})",
+                           traceback.format_exc())
         try:
             _assemble(k, case.target)
         except Exception as e:
-            text = e.format() if isinstance(e, CompileError) else f"{type(e).__name__}: {e}"
+            text = e.format() if isinstance(e, CompileError) else f"{type(e).__name__}: {e} ({_where(e)})"
             return Outcome(BACKEND_FAILURE, _strip_location(text) if isinstance(e, CompileError) else text,
                            traceback.format_exc())
         return _check_interpreter(case, k, source)
+
+
+def _where(e: BaseException) -> str:
+    """'passes/pipeline.py:123' -- where a crash happened, so an empty message still says something."""
+    frames = traceback.extract_tb(e.__traceback__)
+    if not frames:
+        return "?"
+    f = frames[-1]
+    return f"{'/'.join(f.filename.split('/')[-2:])}:{f.lineno}"
 
 
 def _assemble(k: object, target: str) -> None:
