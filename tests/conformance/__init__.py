@@ -1,0 +1,1 @@
+"""The conformance suite: generated kernels per (construct, context, dtype, target); see cases.py."""

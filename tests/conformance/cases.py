@@ -1,0 +1,452 @@
+"""The conformance table: constructs x contexts x dtypes x targets, each a small generated kernel.
+
+A construct is a few statements of `.tk` source plus a numpy reference. `kernel_source` wraps the
+statements in one of four CONTEXTS, because the same statement meets different layouts and roles
+there: straight-line code, a plain run-time loop, the code after a pipelined GEMM loop (the kernel
+is warp-specialized on sm_90a: the construct runs in the consumer after the producer is done) and
+the body of that pipelined loop (the consumer role itself).
+
+Templates: `{dt}` is the case's dtype, `{r}` the row-tile index the construct reads and writes
+(block.x, or the loop index in the `loop` context). Names the contexts use (GA GB G ga gb gacc k i)
+are reserved. Shapes are 64x64 tiles over N = 128 rows (two row tiles), so every case is small.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import ml_dtypes
+import numpy as np
+
+DTYPES = ("bf16", "f16", "f32")
+TARGETS = ("sm_90a", "sm_80")
+CONTEXTS = ("top", "loop", "after_pipelined_loop", "in_pipelined_loop")
+MMA_DTYPES = ("bf16", "f16")  # wgmma / mma.sync operand dtypes the language has (no tf32)
+FP8_DTYPES = ("e4m3", "e5m2")
+TILE = 64  # rows and cols of every generated tile
+DEFAULT_SIZES = {"N": 128, "K": 128}  # two row tiles; the pipelined GEMM runs two K steps
+
+NP_DTYPES = {"bf16": ml_dtypes.bfloat16, "f16": np.float16, "f32": np.float32,
+             "e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2}
+# Relative tolerance of a result computed in a dtype: a few units in the last place
+# (bf16 has 8 significant bits, f16 11, f32 24).
+TOLERANCE = {"bf16": 3e-2, "f16": 4e-3, "f32": 2e-5, "e4m3": 0.25, "e5m2": 0.5}
+
+Arrays = dict[str, np.ndarray]
+Reference = Callable[[Arrays, str], Arrays]
+
+
+@dataclass(frozen=True)
+class Construct:
+    """One construct: source text templates, which params it writes, and what they must hold."""
+
+    name: str
+    family: str
+    params: str                  # extra kernel parameters, comma separated
+    body: str                    # statements, one per line
+    outputs: tuple[str, ...]     # the parameters the kernel writes; the rest are inputs
+    reference: Reference         # float64 inputs (already rounded to their dtypes) -> outputs
+    shared: str = ""             # shared declarations: always at the kernel's top level
+    dtypes: tuple[str, ...] = DTYPES
+    contexts: tuple[str, ...] = CONTEXTS
+    refused_dtypes: dict[str, str] = field(default_factory=dict)  # dtype -> why refusal is right
+    positive: bool = False       # inputs in [0.5, 2.5): for log, sqrt, rsqrt
+    sizes: dict[str, int] = field(default_factory=dict)
+    consts: str = ""             # const parameters, e.g. "W=16"
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Case:
+    construct: Construct
+    context: str
+    dtype: str
+    target: str
+
+    @property
+    def id(self) -> str:
+        return f"{self.construct.name}-{self.context}-{self.dtype}-{self.target}"
+
+    @property
+    def expect_refused(self) -> bool:
+        return self.dtype in self.construct.refused_dtypes
+
+    @property
+    def sizes(self) -> dict[str, int]:
+        return {**DEFAULT_SIZES, **self.construct.sizes}
+
+
+# ---------------------------------------------------------------------------------------------
+# numpy helpers for references: inputs are float64, tiles are rows [64 r, 64 r + 64).
+
+
+def rnd(x: np.ndarray, dt: str) -> np.ndarray:
+    """x rounded to dt (as the kernel's stores round), back in float64."""
+    return np.asarray(x, np.float64).astype(NP_DTYPES[dt]).astype(np.float64)
+
+
+def tiles(x: np.ndarray) -> np.ndarray:
+    """(N, 64) -> (N / 64, 64, 64): one entry per row tile."""
+    return x.reshape(-1, TILE, x.shape[-1])
+
+
+def per_tile(x: np.ndarray, fn: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+    """Apply fn to each 64-row tile of x and stack the results along rows."""
+    return np.concatenate([fn(t) for t in tiles(x)], axis=0)
+
+
+def erf(x: np.ndarray) -> np.ndarray:
+    import math
+
+    return np.vectorize(math.erf)(x)
+
+
+# ---------------------------------------------------------------------------------------------
+# Contexts.
+
+GEMM_PARAMS = "GA: gl<bf16>[N, K], GB: gl<bf16>[K, 64], G: gl<bf16>[N, 64]"
+GEMM_SHARED = "shared ga: st<bf16, 64, 64>\nshared gb: st<bf16, 64, 64>\nreg gacc: rt<f32, 64, 64> = 0"
+GEMM_LOOP_HEAD = "@stages(2)\nfor k in 0 .. cdiv(K, 64) {\n    ga = GA[block.x, k]\n    gb = GB[k, 0]\n    gacc += ga @ gb"
+GEMM_STORE = "G[block.x, 0] = bf16(gacc)"
+
+
+def _indent(text: str, n: int = 4) -> str:
+    return "\n".join((" " * n + line) if line.strip() else "" for line in text.strip("\n").splitlines())
+
+
+def _fill(template: str, dt: str, r: str) -> str:
+    """Substitute {dt} and {r} (not str.format: .tk bodies hold braces)."""
+    return template.replace("{dt}", dt).replace("{r}", r)
+
+
+def kernel_source(case: Case) -> str:
+    """The .tk text of a case: the construct's statements placed in the case's context."""
+    c, ctx = case.construct, case.context
+    r = "i" if ctx == "loop" else "block.x"
+    body = _fill(c.body, case.dtype, r).strip("\n")
+    params = _fill(c.params, case.dtype, r)
+    shared = _fill(c.shared, case.dtype, r)
+    grid = "cdiv(N, 64)"
+    if ctx == "top":
+        stmts = body
+    elif ctx == "loop":
+        grid = "1"
+        stmts = "for i in 0 .. cdiv(N, 64) {\n" + _indent(body) + "\n}"
+    else:
+        params = f"{params}, {GEMM_PARAMS}"
+        shared = f"{shared}\n{GEMM_SHARED}"
+        if ctx == "after_pipelined_loop":
+            stmts = f"{GEMM_LOOP_HEAD}\n}}\n{GEMM_STORE}\n{body}"
+        else:
+            stmts = f"{GEMM_LOOP_HEAD}\n{_indent(body)}\n}}\n{GEMM_STORE}"
+    consts = f"<{c.consts}>" if c.consts else ""
+    head = f"kernel {c.name}{consts}({params})\n    grid({grid})\n{{\n"
+    return head + _indent(shared) + "\n" + _indent(stmts) + "\n}\n"
+
+
+_PARAM = re.compile(r"(\w+)\s*:\s*gl<(\w+)>\[([^\]]*)\]")
+
+
+def global_params(source: str) -> list[tuple[str, str, list[str]]]:
+    """(name, dtype, dims) of each gl parameter in the kernel header, in launch order."""
+    header = source.split("grid(", 1)[0]
+    return [(m[1], m[2], [d.strip() for d in m[3].split(",")]) for m in _PARAM.finditer(header)]
+
+
+def _extent(dim: str, sizes: dict[str, int]) -> int:
+    return sizes[dim] if dim in sizes else int(dim)
+
+
+def make_inputs(case: Case, source: str, seed: int = 0) -> tuple[list[str], Arrays]:
+    """Random inputs (rounded to their dtypes) and NaN-filled outputs, by parameter name."""
+    rng = np.random.default_rng(seed)
+    names, arrays = [], {}
+    outputs = set(case.construct.outputs) | ({"G"} if "pipelined" in case.context else set())
+    for name, dt, dims in global_params(source):
+        shape = tuple(_extent(d, case.sizes) for d in dims)
+        if name in outputs:
+            a = np.full(shape, np.nan, np.float32)
+        elif case.construct.positive:
+            a = rng.uniform(0.5, 2.5, shape)
+        else:
+            a = rng.standard_normal(shape)
+        names.append(name)
+        arrays[name] = np.asarray(a).astype(NP_DTYPES[dt])
+    return names, arrays
+
+
+def expected(case: Case, arrays: Arrays) -> Arrays:
+    """The reference outputs (float64) for the given input arrays."""
+    inputs = {k: v.astype(np.float64) for k, v in arrays.items()}
+    out = dict(case.construct.reference(inputs, case.dtype))
+    if "pipelined" in case.context:
+        out["G"] = rnd(inputs["GA"] @ inputs["GB"], "bf16")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# The constructs.
+
+CONSTRUCTS: list[Construct] = []
+
+
+def construct(**kw: object) -> None:
+    CONSTRUCTS.append(Construct(**kw))  # type: ignore[arg-type]
+
+
+TILE_IO = "X: gl<{dt}>[N, 64], Y: gl<{dt}>[N, 64]"
+VEC_IO = "X: gl<{dt}>[N], Y: gl<{dt}>[N]"
+F32_REFUSED = {"f32": "'@' takes bf16 or f16 operands (no tf32): a located refusal is right"}
+
+
+def _copy(i: Arrays, dt: str) -> Arrays:
+    return {"Y": i["X"]}
+
+
+# copies --------------------------------------------------------------------------------------
+construct(name="g2r_tile", family="copies", params=TILE_IO, outputs=("Y",), reference=_copy,
+          body="reg x: rt<{dt}, 64, 64> = X[{r}, 0]\nY[{r}, 0] = x",
+          note="global -> register tile -> global")
+construct(name="g2r_vec", family="copies", params=VEC_IO, outputs=("Y",), reference=_copy,
+          body="reg v: rv<{dt}, 64> = X[{r}]\nY[{r}] = v",
+          note="global -> register vector -> global")
+construct(name="g2s_s2g", family="copies", params=TILE_IO, outputs=("Y",), reference=_copy,
+          shared="shared a: st<{dt}, 64, 64>", body="a = X[{r}, 0]\nY[{r}, 0] = a",
+          note="global -> shared -> global")
+construct(name="s2r", family="copies", params=TILE_IO, outputs=("Y",), reference=_copy,
+          shared="shared a: st<{dt}, 64, 64>",
+          body="a = X[{r}, 0]\nreg x: rt<{dt}, 64, 64>\nx = a\nY[{r}, 0] = x",
+          note="shared -> register (`x = a`)")
+construct(name="r2s", family="copies", params=TILE_IO, outputs=("Y",), reference=_copy,
+          shared="shared a: st<{dt}, 64, 64>",
+          body="reg x: rt<{dt}, 64, 64> = X[{r}, 0]\na = x\nY[{r}, 0] = a",
+          note="register -> shared (`a = r`) -> global")
+construct(name="r2s_mma", family="copies", params="X: gl<{dt}>[N, 64], B: gl<{dt}>[64, 64], Y: gl<{dt}>[N, 64]",
+          outputs=("Y",), reference=lambda i, dt: {"Y": rnd(i["X"] @ i["B"], dt)},
+          shared="shared a: st<{dt}, 64, 64>\nshared b: st<{dt}, 64, 64>",
+          body="reg x: rt<{dt}, 64, 64> = X[{r}, 0]\na = x\nb = B[0, 0]\nreg acc: rt<f32, 64, 64> = 0\n"
+               "acc += a @ b\nY[{r}, 0] = {dt}(acc)",
+          refused_dtypes=F32_REFUSED, note="register -> shared -> wgmma / mma operand")
+construct(name="sv_copy", family="copies", params=VEC_IO, outputs=("Y",), reference=_copy,
+          shared="shared s: sv<{dt}, 64>", body="s = X[{r}]\nreg v: rv<{dt}, 64> = s\nY[{r}] = v",
+          note="global -> shared vector -> register vector -> global")
+construct(name="rv2sv", family="copies", params=VEC_IO, outputs=("Y",), reference=_copy,
+          shared="shared s: sv<{dt}, 64>", body="reg v: rv<{dt}, 64> = X[{r}]\ns = v\nY[{r}] = s",
+          note="register vector -> shared vector -> global")
+
+# broadcasts ----------------------------------------------------------------------------------
+construct(name="bcast_row", family="broadcast", params="X: gl<{dt}>[N, 64], V: gl<{dt}>[N], Y: gl<{dt}>[N, 64]",
+          outputs=("Y",), reference=lambda i, dt: {"Y": rnd(i["X"] * i["V"][:, None], dt)},
+          body="reg x: rt<{dt}, 64, 64> = X[{r}, 0]\nreg v: rv<{dt}, 64> = V[{r}]\nY[{r}, 0] = x * row(v)",
+          note="a global vector, one value per tile row")
+construct(name="bcast_col", family="broadcast", params="X: gl<{dt}>[N, 64], V: gl<{dt}>[64], Y: gl<{dt}>[N, 64]",
+          outputs=("Y",), reference=lambda i, dt: {"Y": rnd(i["X"] + i["V"][None, :], dt)},
+          body="reg x: rt<{dt}, 64, 64> = X[{r}, 0]\nreg v: rv<{dt}, 64> = V[0]\nY[{r}, 0] = x + col(v)",
+          note="a global vector, one value per tile column")
+
+_MMA_IO = "A: gl<{dt}>[N, 64], B: gl<{dt}>[64, 64]"
+_ACC = "shared a: st<{dt}, 64, 64>\nshared b: st<{dt}, 64, 64>"
+_ACC_BODY = "a = A[{r}, 0]\nb = B[0, 0]\nreg acc: rt<f32, 64, 64> = 0\nacc += a @ b\n"
+construct(name="acc_bias", family="broadcast", params=f"{_MMA_IO}, V: gl<f32>[64], Y: gl<{{dt}}>[N, 64]",
+          outputs=("Y",), shared=_ACC, refused_dtypes=F32_REFUSED,
+          reference=lambda i, dt: {"Y": rnd(i["A"] @ i["B"] + i["V"][None, :], dt)},
+          body=_ACC_BODY + "reg v: rv<f32, 64> = V[0]\nY[{r}, 0] = {dt}(acc + col(v))",
+          note="bias over an mma accumulator: acc + col(bias)")
+construct(name="acc_scale_col", family="broadcast", params=f"{_MMA_IO}, V: gl<f32>[64], Y: gl<{{dt}}>[N, 64]",
+          outputs=("Y",), shared=_ACC, refused_dtypes=F32_REFUSED,
+          reference=lambda i, dt: {"Y": rnd((i["A"] @ i["B"]) * i["V"][None, :], dt)},
+          body=_ACC_BODY + "reg v: rv<f32, 64> = V[0]\nY[{r}, 0] = {dt}(acc * col(v))",
+          note="per-channel scale of an mma accumulator: acc * col(v)")
+construct(name="acc_scale_row", family="broadcast", params=f"{_MMA_IO}, V: gl<f32>[N], Y: gl<{{dt}}>[N, 64]",
+          outputs=("Y",), shared=_ACC, refused_dtypes=F32_REFUSED,
+          reference=lambda i, dt: {"Y": rnd((i["A"] @ i["B"]) * i["V"][:, None], dt)},
+          body=_ACC_BODY + "reg v: rv<f32, 64> = V[{r}]\nY[{r}, 0] = {dt}(acc * row(v))",
+          note="per-row scale of an mma accumulator: acc * row(v)")
+
+# matrix products -----------------------------------------------------------------------------
+# A: (N, 64) row tiles; At: (64, N) = A stored transposed; B (64, 64); Bt = B stored transposed.
+_MMA_PARAMS = "A: gl<{dt}>[N, 64], At: gl<{dt}>[64, N], B: gl<{dt}>[64, 64], Y: gl<{dt}>[N, 64]"
+
+
+def _mma_ref(a_t: bool, b_t: bool) -> Reference:
+    def ref(i: Arrays, dt: str) -> Arrays:
+        a = i["At"].T if a_t else i["A"]
+        b = i["B"].T if b_t else i["B"]
+        return {"Y": rnd(a @ b, dt)}
+    return ref
+
+
+def _mma(name: str, expr: str, a_t: bool, b_t: bool, regs: bool, note: str, a_reg: bool | None = None) -> None:
+    a_reg = regs if a_reg is None else a_reg
+    a_src = "At[0, {r}]" if a_t else "A[{r}, 0]"
+    shared, body = [], []
+    if a_reg:
+        body.append(f"reg a: rt<{{dt}}, 64, 64> = {a_src}")
+    else:
+        shared.append("shared a: st<{dt}, 64, 64>")
+        body.append(f"a = {a_src}")
+    if regs:
+        body.append("reg b: rt<{dt}, 64, 64> = B[0, 0]")
+    else:
+        shared.append("shared b: st<{dt}, 64, 64>")
+        body.append("b = B[0, 0]")
+    body += ["reg acc: rt<f32, 64, 64> = 0", f"acc += {expr}", "Y[{r}, 0] = {dt}(acc)"]
+    construct(name=name, family="mma", params=_MMA_PARAMS, outputs=("Y",), reference=_mma_ref(a_t, b_t),
+              shared="\n".join(shared), body="\n".join(body), refused_dtypes=F32_REFUSED, note=note)
+
+
+_mma("mma_ss", "a @ b", False, False, False, "shared @ shared")
+_mma("mma_ss_tA", "a.T @ b", True, False, False, "shared.T @ shared")
+_mma("mma_ss_tB", "a @ b.T", False, True, False, "shared @ shared.T")
+_mma("mma_rs", "a @ b", False, False, False, "register @ shared (attention's P @ V)", a_reg=True)
+_mma("mma_rr", "a @ b", False, False, True, "register @ register")
+_mma("mma_rr_tA", "a.T @ b", True, False, True, "register.T @ register")
+_mma("mma_rr_tB", "a @ b.T", False, True, True, "register @ register.T")
+
+_T_IO = "X: gl<{dt}>[N, 32], Y: gl<{dt}>[32, N]"
+_T_REF: Reference = lambda i, dt: {"Y": i["X"].T}  # noqa: E731
+construct(name="transpose_reg", family="mma", params=_T_IO, outputs=("Y",), reference=_T_REF,
+          body="reg x: rt<{dt}, 64, 32> = X[{r}, 0]\nY[0, {r}] = x.T", note="x.T of a 64x32 register tile")
+construct(name="transpose_s2r", family="mma", params=_T_IO, outputs=("Y",), reference=_T_REF,
+          shared="shared a: st<{dt}, 64, 32>",
+          body="a = X[{r}, 0]\nreg x: rt<{dt}, 32, 64>\nx = a.T\nY[0, {r}] = x",
+          note="NEW: x = a.T, a shared 64x32 tile read transposed into registers")
+
+# reductions ----------------------------------------------------------------------------------
+_RED_IO = "X: gl<{dt}>[N, 64], Y: gl<{dt}>[N]"
+for _kind, _fn in (("sum", np.sum), ("max", np.max), ("min", np.min)):
+    construct(name=f"row_{_kind}", family="reductions", params=_RED_IO, outputs=("Y",),
+              reference=(lambda fn: lambda i, dt: {"Y": rnd(fn(i["X"], axis=1), dt)})(_fn),
+              body=f"reg x: rt<{{dt}}, 64, 64> = X[{{r}}, 0]\nY[{{r}}] = row_{_kind}(x)")
+    construct(name=f"col_{_kind}", family="reductions", params=_RED_IO, outputs=("Y",),
+              reference=(lambda fn: lambda i, dt: {"Y": rnd(fn(tiles(i["X"]), axis=1).reshape(-1), dt)})(_fn),
+              body=f"reg x: rt<{{dt}}, 64, 64> = X[{{r}}, 0]\nY[{{r}}] = col_{_kind}(x)",
+              note="one value per column of each row tile")
+
+# element-wise --------------------------------------------------------------------------------
+_UNARY = {
+    "exp": (np.exp, False), "exp2": (np.exp2, False), "log": (np.log, True), "log2": (np.log2, True),
+    "sqrt": (np.sqrt, True), "rsqrt": (lambda x: 1 / np.sqrt(x), True), "abs": (np.abs, False),
+    "tanh": (np.tanh, False), "sigmoid": (lambda x: 1 / (1 + np.exp(-x)), False), "erf": (erf, False),
+}
+_NEW = ("tanh", "sigmoid", "erf")
+for _op, (_fn, _pos) in _UNARY.items():
+    construct(name=f"ew_{_op}", family="elementwise", params=TILE_IO, outputs=("Y",), positive=_pos,
+              reference=(lambda fn: lambda i, dt: {"Y": rnd(fn(i["X"]), dt)})(_fn),
+              body=f"reg x: rt<{{dt}}, 64, 64> = X[{{r}}, 0]\nY[{{r}}, 0] = {_op}(x)",
+              note="NEW" if _op in _NEW else "")
+
+_BIN_IO = "X: gl<{dt}>[N, 64], W: gl<{dt}>[N, 64], Y: gl<{dt}>[N, 64]"
+_BINARY = {"add": ("x + w", np.add), "sub": ("x - w", np.subtract), "mul": ("x * w", np.multiply),
+           "div": ("x / w", np.divide), "max": ("max(x, w)", np.maximum), "min": ("min(x, w)", np.minimum)}
+for _op, (_expr, _fn) in _BINARY.items():
+    construct(name=f"ew_{_op}", family="elementwise", params=_BIN_IO, outputs=("Y",), positive=_op == "div",
+              reference=(lambda fn: lambda i, dt: {"Y": rnd(fn(i["X"], i["W"]), dt)})(_fn),
+              body=f"reg x: rt<{{dt}}, 64, 64> = X[{{r}}, 0]\nreg w: rt<{{dt}}, 64, 64> = W[{{r}}, 0]\n"
+                   f"Y[{{r}}, 0] = {_expr}")
+
+for _to in DTYPES:
+    construct(name=f"cast_to_{_to}", family="elementwise", params=f"X: gl<{{dt}}>[N, 64], Y: gl<{_to}>[N, 64]",
+              outputs=("Y",), reference=(lambda to: lambda i, dt: {"Y": rnd(i["X"], to)})(_to),
+              body=f"reg x: rt<{{dt}}, 64, 64> = X[{{r}}, 0]\nY[{{r}}, 0] = {_to}(x)",
+              note=f"cast from the case's dtype to {_to}")
+
+construct(name="where_relu", family="elementwise", params=TILE_IO, outputs=("Y",),
+          reference=lambda i, dt: {"Y": np.where(i["X"] > 0, i["X"], 0.0)},
+          body="reg x: rt<{dt}, 64, 64> = X[{r}, 0]\nY[{r}, 0] = where(x > 0, x, 0)",
+          note="NEW: comparison and where")
+
+# masks ---------------------------------------------------------------------------------------
+
+
+def _causal(fill: float) -> Reference:
+    def ref(i: Arrays, dt: str) -> Arrays:
+        r = np.arange(i["X"].shape[0])[:, None] % TILE
+        c = np.arange(TILE)[None, :]
+        return {"Y": np.where(c > r, fill, i["X"])}
+    return ref
+
+
+construct(name="mask_causal", family="masks", params=TILE_IO, outputs=("Y",), reference=_causal(-np.inf),
+          body="reg x: rt<{dt}, 64, 64> = X[{r}, 0]\nY[{r}, 0] = mask_causal(x, {r} * 64, {r} * 64)",
+          note="mask_causal(s, r0, c0): -inf above the diagonal")
+construct(name="mask_causal_fill", family="masks", params=TILE_IO, outputs=("Y",), reference=_causal(0.0),
+          body="reg x: rt<{dt}, 64, 64> = X[{r}, 0]\nY[{r}, 0] = mask_causal(x, {r} * 64, {r} * 64, 0)",
+          note="NEW: mask_causal(s, r0, c0, 0), fill 0")
+
+
+def _ragged_max(i: Arrays, dt: str) -> Arrays:
+    return {"Y": rnd(np.max(i["X"][:, 64:], axis=1), dt)}
+
+
+construct(name="mask_cols_ragged", family="masks", params="X: gl<{dt}>[N, L], Y: gl<{dt}>[N]",
+          outputs=("Y",), reference=_ragged_max, sizes={"L": 100},
+          body="reg x: rt<{dt}, 64, 64> = X[{r}, 1]\nY[{r}] = row_max(where(col_index(x) + 64 < L, x, -inf))",
+          note="NEW: index mask; L = 100 is not a multiple of the tile; the row max must skip the fill")
+
+
+def _window(i: Arrays, dt: str) -> Arrays:
+    r = np.arange(i["X"].shape[0])[:, None] % TILE
+    c = np.arange(TILE)[None, :]
+    return {"Y": np.where(r - c < 16, i["X"], -np.inf)}
+
+
+construct(name="mask_window", family="masks", params=TILE_IO, outputs=("Y",), reference=_window,
+          body="reg x: rt<{dt}, 64, 64> = X[{r}, 0]\nY[{r}, 0] = where(row_index(x) - col_index(x) < 16, x, -inf)",
+          note="NEW: sliding window of 16 with row_index / col_index")
+
+# control flow --------------------------------------------------------------------------------
+
+
+def _if_ref(i: Arrays, dt: str) -> Arrays:
+    y = rnd(i["X"] + i["X"], dt)
+    y[:TILE] = i["X"][:TILE]
+    return {"Y": y}
+
+
+construct(name="if_runtime", family="control", params=TILE_IO, outputs=("Y",), reference=_if_ref,
+          body="reg x: rt<{dt}, 64, 64> = X[{r}, 0]\nif {r} == 0 {\n    Y[{r}, 0] = x\n} else {\n"
+               "    Y[{r}, 0] = x + x\n}",
+          note="NEW: run-time if / else on the tile index")
+construct(name="if_runtime_carried", family="control", params=TILE_IO, outputs=("Y",), reference=_if_ref,
+          body="reg x: rt<{dt}, 64, 64> = X[{r}, 0]\nif {r} != 0 {\n    x = x + x\n}\nY[{r}, 0] = x",
+          note="NEW: run-time if that assigns a register variable (carried)")
+
+
+def _cols_sum(step: int) -> Reference:
+    def ref(i: Arrays, dt: str) -> Arrays:
+        x = i["X"]
+        return {"Y": rnd(sum(x[:, j * TILE:(j + 1) * TILE] for j in range(0, x.shape[1] // TILE, step)), dt)}
+    return ref
+
+
+_SUM_IO = "X: gl<{dt}>[N, W], Y: gl<{dt}>[N, 64]"
+construct(name="loop_runtime_bound", family="control", params=_SUM_IO, outputs=("Y",), reference=_cols_sum(1),
+          sizes={"W": 256}, dtypes=("bf16", "f32"),
+          body="reg s: rt<f32, 64, 64> = 0\nfor j in 0 .. cdiv(W, 64) {\n    reg t: rt<{dt}, 64, 64> = X[{r}, j]\n"
+               "    s += f32(t)\n}\nY[{r}, 0] = {dt}(s)",
+          note="a loop with a run-time bound carrying a register tile")
+construct(name="loop_step", family="control", params=_SUM_IO, outputs=("Y",), reference=_cols_sum(2),
+          sizes={"W": 256}, dtypes=("bf16", "f32"),
+          body="reg s: rt<f32, 64, 64> = 0\nfor j in 0 .. cdiv(W, 64) step 2 {\n"
+               "    reg t: rt<{dt}, 64, 64> = X[{r}, j]\n    s += f32(t)\n}\nY[{r}, 0] = {dt}(s)",
+          note="NEW: for j in 0 .. n step 2")
+
+# dtypes --------------------------------------------------------------------------------------
+construct(name="fp8_mma", family="dtypes", params=f"{_MMA_IO}, Y: gl<bf16>[N, 64]",
+          outputs=("Y",), shared=_ACC, dtypes=FP8_DTYPES, contexts=("top",),
+          refused_dtypes={d: "NEW: fp8 tiles are refused by the front end" for d in FP8_DTYPES},
+          reference=lambda i, dt: {"Y": rnd(i["A"] @ i["B"], "bf16")},
+          body=_ACC_BODY + "Y[{r}, 0] = bf16(acc)",
+          note="NEW: fp8 operands must be a located refusal")
+
+
+def all_cases() -> list[Case]:
+    """Every (construct, context, dtype, target) the table defines."""
+    return [Case(c, ctx, dt, t) for c in CONSTRUCTS for ctx in c.contexts for dt in c.dtypes for t in TARGETS]
+
+
+def families() -> list[str]:
+    return list(dict.fromkeys(c.family for c in CONSTRUCTS))
