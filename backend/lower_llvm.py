@@ -73,6 +73,9 @@ def _lower_function(cx: LoweringContext) -> str:
     cx.smem = w.op(f"and i32 {bumped}, {-SMEM_ALIGN}", "smem")
     for op in cx.kernel.body.ops:
         cx.lower_op(op)
+    if cx.staged_stores:  # TMA stores outside roles must finish reading shared memory before exit
+        lead = w.op(f"icmp eq i32 {w.op(f'and i32 {cx.tid}, 127', 't')}, 0", "wglead")
+        cx.if_then(lead, lambda: w.asm("void", ["cp.async.bulk.wait_group 0;"], [], []))
     w.emit("ret void")
     name = cx.launch["kernel"]
     body = "\n".join(w.lines)

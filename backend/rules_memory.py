@@ -378,11 +378,13 @@ def store_registers_elementwise(cx: LoweringContext, op: Operation) -> None:
 
 
 def _shared_to_global(cx: LoweringContext, op: Operation) -> bool:
-    return op.name == "tk.store" and isinstance(cx.peek(op.operands[0]), Global) \
-        and isinstance(cx.peek(op.operands[1]), Smem)
+    """tk.store of a shared tile or vector; tma.store of a shared vector (TMA takes the tiles)."""
+    src = op.operands[1].type
+    return isinstance(cx.peek(op.operands[0]), Global) and isinstance(cx.peek(op.operands[1]), Smem) \
+        and (op.name == "tk.store" or isinstance(src, VectorType))
 
 
-@rule("tk.store", when=_shared_to_global)
+@rule("tk.store", "tma.store", when=_shared_to_global)
 def store_shared_to_global(cx: LoweringContext, op: Operation) -> None:
     """Every thread of the block (or role) copies elements e = tid + k * threads, row-major."""
     w = cx.w
@@ -401,6 +403,9 @@ def store_shared_to_global(cx: LoweringContext, op: Operation) -> None:
         e = w.op(f"add i32 {tid}, {k * threads}", "e")
         slot = (w.op(f"udiv i32 {e}, {t.cols}", "r"), w.op(f"urem i32 {e}, {t.cols}", "c")) \
             if isinstance(t, TileType) else (e,)
+        if isinstance(t, VectorType) and (k + 1) * threads > n:
+            e_ok = w.op(f"icmp ult i32 {e}, {n}", "have")
+            slot = (w.op(f"select i1 {e_ok}, i32 {e}, i32 0", "e"),)
         addr = w.op(f"add i32 {smem.addr}, {_offset(lay, eb, slot, BitLLVMBuilder(w))}", "sa")
         if eb == 2:
             v = _unbits(w, w.asm("i16", ["ld.shared.b16 $0, [$1];"], ["=h", "r"], [("i32", addr)], "lh"), t.dtype)
@@ -490,3 +495,97 @@ def column_reduction(cx: LoweringContext, op: Operation) -> None:
         v = w.asm("float", ["ld.shared.f32 $0, [$1];"], ["=f", "r"], [("i32", addr)], "rv")
         res.append(from_f32(cx, v, rt.dtype))
     cx.set(op.result, Frag(rt, res))
+
+
+def gather_rows(cx: LoweringContext, rows: list, values: list[str], n: int, rt: VectorType) -> Frag:
+    """A vector in rt's layout from per-thread (row index, f32 value) pairs: every thread writes its
+    pairs to a scratch vector of n floats (threads holding the same row write the same value),
+    then reads the rows its result slots hold."""
+    w = cx.w
+    vec = cx.scratch(n * WORD)
+    sync(cx)
+    for r, v in zip(rows, values, strict=True):
+        off = str(WORD * r) if isinstance(r, int) else w.op(f"shl i32 {r}, 2", "o")
+        addr = w.op(f"add i32 {vec}, {off}", "sa")
+        w.asm("void", ["st.shared.f32 [$0], $1;"], ["r", "f"], [("i32", addr), ("float", v)])
+    sync(cx)
+    res = []
+    for (j,) in cx.coords(rt):
+        off = str(WORD * j) if isinstance(j, int) else w.op(f"shl i32 {j}, 2", "o")
+        addr = w.op(f"add i32 {vec}, {off}", "sa")
+        v = w.asm("float", ["ld.shared.f32 $0, [$1];"], ["=f", "r"], [("i32", addr)], "rv")
+        res.append(from_f32(cx, v, rt.dtype))
+    return Frag(rt, res)
+
+
+# --- global -> shared vectors ---------------------------------------------------------------------
+
+
+def _global_to_shared_vector(cx: LoweringContext, op: Operation) -> bool:
+    return not op.results and isinstance(op.operands[0].type, VectorType) \
+        and isinstance(cx.peek(op.operands[0]), Smem) and isinstance(cx.peek(op.operands[1]), Global)
+
+
+@rule("tk.load", "tma.load", when=_global_to_shared_vector)
+def load_shared_vector(cx: LoweringContext, op: Operation) -> None:
+    """Thread t copies elements t, t + threads, ... (zero past the tensor's end), between barriers."""
+    w = cx.w
+    smem, g = cx.get(op.operands[0]), cx.get(op.operands[1])
+    t = smem.type
+    _check_dtype(op, t)
+    coords = [cx.scalar(v) for v in op.operands[2:]]
+    ety = LLVM_TYPE[t.dtype]
+    eb = dtype_bytes(t.dtype)
+    zero = from_f32(cx, f32_literal(0.0), t.dtype)
+    threads, tid = cx.role_threads(), cx.thread_index()
+    sync(cx)  # readers of the old contents are done
+    for k in range(-(-t.n // threads)):
+        e = w.op(f"add i32 {tid}, {k * threads}", "e")
+        have = w.op(f"icmp ult i32 {e}, {t.n}", "have")
+        e = w.op(f"select i1 {have}, i32 {e}, i32 0", "e")
+        idx, ok = _element_index(cx, g, coords, t, (e,))
+        idx = w.op(f"select i1 {ok}, i64 {idx}, i64 0", "ix")
+        p = w.op(f"getelementptr {ety}, ptr addrspace(1) {g.ptr}, i64 {idx}", "p")
+        v = w.op(f"load {ety}, ptr addrspace(1) {p}", "ld")
+        v = w.op(f"select i1 {ok}, {ety} {v}, {ety} {zero}", "v")
+        addr = w.op(f"add i32 {smem.addr}, {w.op(f'mul i32 {e}, {eb}', 'o')}", "sa")
+        bits = _bits(w, v, t.dtype)
+        flag = w.op(f"zext i1 {have} to i32", "h")
+        width = "b16" if eb == 2 else "b32"
+        w.asm("void", ["{", ".reg .pred p;", "setp.ne.b32 p, $2, 0;", f"@p st.shared.{width} [$0], $1;", "}"],
+              ["r", "h" if eb == 2 else "r", "r"], [("i32", addr), (f"i{8 * eb}", bits), ("i32", flag)])
+    fence_async(cx)
+    sync(cx)
+
+
+def broadcast_through_shared(cx: LoweringContext, x: Frag, vals: list[str], rt: TileType, axis: int,
+                             ints: bool = False) -> list[str]:
+    """The vector value for every slot of tile type rt (its row for axis 0, its column for axis 1),
+    when the vector's layout does not hold it in the same thread: the vector's values (32-bit,
+    as given in `vals`) go to a scratch vector, each thread reads the entries its slots need (one
+    load per distinct index)."""
+    w = cx.w
+    n = x.type.n
+    vec = cx.scratch(n * WORD)
+    sync(cx)
+    for (j,), v in zip(cx.coords(x.type), vals, strict=True):
+        off = str(WORD * j) if isinstance(j, int) else w.op(f"shl i32 {j}, 2", "o")
+        addr = w.op(f"add i32 {vec}, {off}", "sa")
+        word = v if ints else _bits(w, v, "f32")
+        w.asm("void", ["st.shared.b32 [$0], $1;"], ["r", "r"], [("i32", addr), ("i32", word)])
+    sync(cx)
+    num = numeric_slots(rt.get("layout"), tile_shape(rt))
+    seen: list[tuple[np.ndarray, str]] = []
+    out = []
+    for slot, ts in zip(cx.coords(rt), num, strict=True):
+        hit = next((v for key, v in seen if np.array_equal(key, ts[axis])), None)
+        if hit is None:
+            j = slot[axis]
+            off = str(WORD * j) if isinstance(j, int) else w.op(f"shl i32 {j}, 2", "o")
+            addr = w.op(f"add i32 {vec}, {off}", "sa")
+            hit = w.asm("i32", ["ld.shared.b32 $0, [$1];"], ["=r", "r"], [("i32", addr)], "bv") if ints \
+                else w.asm("float", ["ld.shared.f32 $0, [$1];"], ["=f", "r"], [("i32", addr)], "bv")
+            seen.append((ts[axis], hit))
+        out.append(hit)
+    sync(cx)  # the scratch vector may be reused right after
+    return out

@@ -171,7 +171,7 @@ def _op_pipe_copy(cx: LoweringContext, op: Operation) -> None:
               [("i32", d), ("ptr", tmap), ("i32", bar)] + [("i32", e) for e in [x0, *elem[1:]]])
 
 
-@rule("tma.store", targets=("sm_90a",))
+@rule("tma.store", targets=("sm_90a",), when=lambda cx, op: isinstance(op.operands[1].type, TileType))
 def tma_store(cx: LoweringContext, op: Operation) -> None:
     """A shared tile to global memory with one `cp.async.bulk.tensor` store per TMA box, issued by one
     thread after every thread's writes are fenced into the async proxy and synced; the issuing

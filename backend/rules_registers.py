@@ -214,9 +214,10 @@ def _operand_values(cx: LoweringContext, x: object, t, rt, bcast, op: Operation,
     for ts in tile_slots:
         want = ts[axis]
         j = next((j for j, vs in enumerate(vec_slots) if np.array_equal(vs[0], want)), None)
-        if j is None:
-            raise LoweringError(op.loc, f"backend: {t} does not hold the {bcast}s of {rt} in the same "
-                                        "threads (layout mismatch)")
+        if j is None:  # the vector's layout does not pair with the tile's: exchange through shared memory
+            from tkir.backend.rules_memory import broadcast_through_shared
+
+            return broadcast_through_shared(cx, x, vals, rt, axis, ints=raw and t.dtype in INT_DTYPES)
         out.append(vals[j])
     return out
 
@@ -349,8 +350,13 @@ def _op_tk_reduce(cx: LoweringContext, op: Operation) -> None:
     out = []
     for vs in numeric_slots(rt.get("layout"), tile_shape(rt)):
         hit = next((v for rows, v in partial if np.array_equal(rows, vs[0])), None)
-        if hit is None:
-            raise LoweringError(op.loc, f"backend: {rt} does not match the rows of {x.type}")
+        if hit is None:  # the result layout spreads the rows differently: exchange through shared memory
+            from tkir.backend.rules_memory import gather_rows
+
+            coords = cx.coords(x.type)
+            firsts = [coords[members[0]][0] for _, members in groups]
+            cx.set(op.result, gather_rows(cx, firsts, [v for _, v in partial], x.type.rows, rt))
+            return
         out.append(from_f32(cx, hit, rt.dtype))
     cx.set(op.result, Frag(rt, out))
 

@@ -220,8 +220,10 @@ def _plane(cx: LoweringContext, ptr: str, gty: GlobalType, coords: list[str]) ->
 @rule("tk.mma", targets=("sm_80",))
 def _op_tk_mma(cx: LoweringContext, op: Operation) -> None:
     a, b, c = (cx.get(v) for v in op.operands)
-    if not isinstance(b, Smem):
-        raise LoweringError(op.loc, "backend: mma.sync reads B from shared memory here (ldmatrix)")
+    if isinstance(b, Frag) and b.kind != "mma_b":
+        raise LoweringError(op.loc, f"backend: register B of mma.sync needs the mma_b layout, not {b.kind}")
+    if isinstance(b, Frag) and op.attrs.get("trans_b"):
+        raise LoweringError(op.loc, "backend: a transposed register B reaches mma.sync (legalize-mma transposes it)")
     assert isinstance(c, Frag)
     if c.kind != "mma_c" or c.type.dtype != "f32":
         raise LoweringError(op.loc, f"backend: the mma.sync accumulator needs an f32 mma_c layout, not {c.type}")
@@ -247,11 +249,21 @@ def _op_tk_mma(cx: LoweringContext, op: Operation) -> None:
         a_words = _ldmatrix_a(cx, a, slab, mblocks, ksteps, trans_a)
     else:
         a_words = _pack_mma_a(cx, a, mblocks, ksteps)
+    vals = list(c.values)
+    per_block = N // 2
+    if isinstance(b, Frag):  # mma_b slots (kb, nb, i): b0b1 and b2b3 of each n8 block (HOPPER.md §6.3)
+        for kk in range(ksteps):
+            for nb in range(nblocks):
+                s0 = (kk * nblocks + nb) * 4
+                words = [cx.w.pack_pair(b.values[s0 + j], b.values[s0 + j + 1], tb.dtype) for j in (0, 2)]
+                for mb in range(mblocks):
+                    lo = mb * per_block + 4 * nb
+                    vals[lo:lo + 4] = _mma_sync(cx, a_words[mb][kk], words, vals[lo:lo + 4], ta.dtype)
+        cx.set(op.result, Frag(tc, vals))
+        return
     eb = dtype_bytes(tb.dtype)
     pairs = [(kk, n0) for kk in range(ksteps) for n0 in range(0, N, 2 * MMA_N)]
     b_addrs = cx.shared_addresses(b, lambda bd, tid, i: ldmatrix_b_position(bd, tid, trans_b, eb, *i), pairs)
-    vals = list(c.values)
-    per_block = N // 2
     for (kk, n0), addr in zip(pairs, b_addrs, strict=True):
         # B fragments are loaded right before the mma.sync that use them: few live registers
         blocks = [n0 // MMA_N + j for j in range(2) if n0 // MMA_N + j < nblocks]

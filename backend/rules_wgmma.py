@@ -13,9 +13,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from tkir.backend import wgmma_desc
+from tkir.backend.context import RoleCtx
 from tkir.backend.fragments import pack_a_fragment
 from tkir.backend.rules import rule
 from tkir.backend.values import (
+    THREADS_PER_WARPGROUP,
     WGMMA_K_BYTES,
     WGMMA_M,
     WGMMA_MAX_N,
@@ -243,7 +245,10 @@ def _op_tk_store_staged(cx: LoweringContext, op: Operation) -> None:
     desc = cx.module.lookup(op.attrs["desc"].name)
     tmap = cx.tmaps[desc.symbol]
     ctx = cx.role
-    assert ctx is not None
+    if ctx is None:  # a kernel without warp specialization: the same parts from %tid.x
+        parts = cx.thread_parts()
+        ctx = RoleCtx("compute", 0, cx.threads // THREADS_PER_WARPGROUP, False, tid=cx.tid, wg=parts.wg,
+                      lane=parts.lane, warp=parts.warp)
     coords = [cx.scalar(v) for v in op.operands[3:]]
     nlead = gty.rank - 2
     mblocks, _ = _acc_layout(cx, t, op)

@@ -30,6 +30,7 @@ from cuda.bindings import driver as cu
 from tkir import cuda as tkcuda
 from tkir import symexpr
 from tkir.cuda import CudaError, check
+from tkir.launch import requirement_failure
 from tkir.types import DTYPE_BYTES
 
 # --- limits (CUDA driver API / HOPPER.md §0, §4.1, §7.3) ------------------------------------------
@@ -405,11 +406,10 @@ def bind(launch: dict, args: tuple[Any, ...], num_sms: int = DEFAULT_NUM_SMS) ->
         arrays[spec["name"]] = arr
     sizes = _bind_sizes(kernel, tensors, arrays)
     for req in launch["requires"]:
-        got = _eval(kernel, req["expr"], sizes)
-        if got != req["equals"]:
-            shown = ", ".join(f"{n} = {sizes[n]}" for n in sorted(symexpr.names(req["expr"])) if n in sizes)
-            raise LaunchError(f"{kernel}: {req.get('why', 'requirement failed')} "
-                              f"({req['expr']} is {got}, must be {req['equals']}; {shown})")
+        _eval(kernel, req["expr"], sizes)  # a malformed expression is a LaunchError of its own
+        failure = requirement_failure(kernel, req, sizes)
+        if failure:
+            raise LaunchError(failure)
     tma_tensors = {t["tensor"] for t in launch["tma"]}
     for spec in tensors:
         _check_memory(kernel, spec, arrays[spec["name"]], spec["name"] in tma_tensors)

@@ -87,6 +87,9 @@ def lower_kernel(kernel: ast.Kernel, source: str, consts: dict[str, int | float]
 # --- what names and expressions denote ---------------------------------------------------------
 
 
+MMA_OPERAND_DTYPES = ("bf16", "f16")  # what both targets' tensor-core rules lower
+
+
 @dataclass
 class _Sym:
     """A name in scope: const, size, global, scalar (param, let, loop index), shared or reg."""
@@ -971,6 +974,9 @@ class _Lowerer:
         if ta.dtype != tb.dtype:
             raise self.error(loc, f"dtype mismatch in '@': {ta} @ {tb}",
                              hint="cast both operands to one dtype")
+        if ta.dtype not in MMA_OPERAND_DTYPES:  # wgmma/mma.sync k16 forms (tf32 and fp8 are not lowered)
+            raise self.error(loc, f"'@' multiplies bf16 or f16 tiles (f32 accumulation), got {ta} @ {tb}",
+                             hint="cast the operands first: bf16(x)")
         m, ka = (ta.cols, ta.rows) if a.trans else (ta.rows, ta.cols)
         kb, n = (tb.cols, tb.rows) if b.trans else (tb.rows, tb.cols)
         if ka != kb:

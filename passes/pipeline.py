@@ -44,8 +44,19 @@ class Pipeline(Pass):
 
 
 def _pipelinable_loop(kernel: Operation) -> Operation | None:
+    """The first top-level loop that TMA-loads shared tiles. Shared vectors are not ring-buffered: a
+    loop that loads only vectors stays as it is (the backend copies them in place), one that mixes
+    them with tiles is refused where the vector is loaded."""
     for op in kernel.body.ops:
-        if op.name == "scf.for" and any(i.name == "tma.load" for i in op.body.ops):
+        loads = [i for i in op.body.ops if i.name == "tma.load"] if op.name == "scf.for" else []
+        tiles = [i for i in loads if isinstance(i.operands[0].type, TileType)]
+        if tiles:
+            for v in loads:
+                if not isinstance(v.operands[0].type, TileType):
+                    raise CompileError(v.loc, f"pipeline: shared vector '{v.operands[0].name}' is loaded in a "
+                                              "pipelined loop; only tiles get ring buffers",
+                                       hint="load it into a register vector (reg v: rv<...> = X[...]) or "
+                                            "before the loop")
             return op
     return None
 

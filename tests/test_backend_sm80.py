@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 
 import tkir
+from tkir.backend.context import LoweringContext
 from tkir.backend.fragments import NumpyBuilder, shared_offset
 from tkir.backend.llvm_text import LLVMWriter
 from tkir.backend.lower_llvm import plan_shared
-from tkir.backend.context import LoweringContext
 from tkir.backend.rules_sm80 import (
     B_PAIR_REGS,
     CP_ASYNC_BYTES,

@@ -198,8 +198,23 @@ def test_out_of_bounds_load_reads_zero() -> None:
 def test_out_of_bounds_store_writes_only_inside() -> None:
     X = rand((20, 40))
     Y = np.full((18, 35), np.nan, np.float32)
-    run(COPY, X, Y)
+    run(COPY, X, Y, check_requires=False)
     np.testing.assert_array_equal(Y, X[:18, :35])
+
+
+def test_requires_are_checked_as_the_launch_checks_them() -> None:
+    """Y's columns are copied without TMA and not masked: the launch refuses Q = 35, and so does the
+    interpreter, with the same message (tkir.launch.requirement_failure)."""
+    from tkir.launch import module_requires, requirement_failure
+
+    m = parse_module(COPY)
+    X, Y = rand((20, 40)), np.full((18, 35), np.nan, np.float32)
+    failures = [f for r in module_requires(m) if (f := requirement_failure("k", r, {"M": 20, "N": 40, "P": 18, "Q": 35}))]
+    assert failures
+    with pytest.raises(InterpError) as e:
+        interpret(m, X, Y)
+    assert str(e.value) == failures[0]
+    assert np.isnan(Y).all()  # nothing ran
 
 
 REUSED_BUFFER = """

@@ -18,7 +18,6 @@ import numpy as np
 import pytest
 
 import tkir
-from tkir.diagnostics import CompileError
 from tkir.examples import check_interpreted, load_companion, relative_error
 from tkir.frontend import compile_file
 from tkir.ir import Module

@@ -101,7 +101,8 @@ def register_handler(name: str, fn: Handler) -> Handler:
 
 
 def interpret(module: Module, *arrays: np.ndarray, sizes: dict[str, int] | None = None,
-              scalars: dict[str, float] | None = None, poison: bool = False, num_sms: int = NUM_SMS) -> None:
+              scalars: dict[str, float] | None = None, poison: bool = False, num_sms: int = NUM_SMS,
+              check_requires: bool = True) -> None:
     """Run the module's kernel on `arrays` (one per `gl` parameter, in order), writing outputs in place.
 
     `sizes` names sizes the arrays do not determine (or cross-checks those they do); `scalars`
@@ -109,6 +110,8 @@ def interpret(module: Module, *arrays: np.ndarray, sizes: dict[str, int] | None 
     so reading memory nobody wrote shows up in the outputs. `num_sms` is the NUM_SMS that persistent
     grids and workspaces see (small values exercise multi-tile and stream-K schedules on small inputs).
     Blocks run in row-major order, or last first for a stream-K kernel (tkir/ops_streamk.py).
+    The kernel's `requires` (tkir.launch) are checked first, with the launch's message;
+    `check_requires=False` runs anyway (tests of the out-of-bounds semantics themselves).
     """
     try:
         kernel = module.kernel
@@ -118,6 +121,8 @@ def interpret(module: Module, *arrays: np.ndarray, sizes: dict[str, int] | None 
     bound_sizes = _bind_sizes(kernel, arrays, dict(sizes or {}))
     values = _bind_params(params, arrays, scalars or {})
     env = {"NUM_SMS": num_sms, **_const_sizes(kernel), **bound_sizes}
+    if check_requires:
+        _check_requires(module, env)
     try:
         grid = [symexpr.evaluate(g, env) for g in kernel.attrs["grid"]]
     except symexpr.SymExprError as e:
@@ -132,6 +137,21 @@ def interpret(module: Module, *arrays: np.ndarray, sizes: dict[str, int] | None 
             frame = Frame(module, bound_sizes, block_id, poison, shared, num_sms)
             frame.grid = tuple(grid)
             frame.run_block(kernel.body, values)
+
+
+def _check_requires(module: Module, sizes: dict[str, int]) -> None:
+    """The kernel's run-time conditions (tkir.launch `requires`), checked as the launch checks them:
+    a kernel the GPU would refuse is refused here, with the same message."""
+    from tkir.launch import module_requires, requirement_failure
+
+    name = module.kernel.symbol or "kernel"
+    for req in module_requires(module):
+        try:
+            failure = requirement_failure(name, req, sizes)
+        except symexpr.SymExprError as e:
+            raise InterpError(f"{name}: {e}") from None
+        if failure:
+            raise InterpError(failure)
 
 
 # ---------------------------------------------------------------------------------------------

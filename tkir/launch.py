@@ -118,6 +118,24 @@ def _check_copies(module: Module, kernel: Operation) -> None:
                                f"shared tile is {s.type} (swizzle {want})")
 
 
+def module_requires(module: Module) -> list[dict]:
+    """The `requires` list of the module's kernel (what build_launch writes), for the interpreter."""
+    return _requires(module.kernel, [op for op in module.ops if op.name == "tma.desc"])
+
+
+def requirement_failure(kernel: str, req: dict, sizes: dict[str, int]) -> str | None:
+    """The message for a `requires` entry that the sizes break (None if it holds); the runtime's
+    LaunchError and the interpreter's InterpError say the same thing."""
+    from tkir import symexpr
+
+    got = symexpr.evaluate(req["expr"], sizes)
+    if got == req["equals"]:
+        return None
+    shown = ", ".join(f"{n} = {sizes[n]}" for n in sorted(symexpr.names(req["expr"])) if n in sizes)
+    return (f"{kernel}: {req.get('why', 'requirement failed')} "
+            f"({req['expr']} is {got}, must be {req['equals']}; {shown})")
+
+
 def _requires(kernel: Operation, descs: list[Operation]) -> list[dict]:
     req: dict[str, list[str]] = {}
 
