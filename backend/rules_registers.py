@@ -396,18 +396,23 @@ def _global_chunks(cx: LoweringContext, op: Operation, gl: Global, coords: list[
         c0 = w.op(f"mul i32 {coords[nlead]}, {t.n}", "c0")
     for first in range(0, len(slots), vec):
         s = slots[first]
+        # a chunk starts at a multiple of vec and the launch requires rows of whole 16-byte chunks
+        # (tkir.launch requires), so a chunk is either wholly inside the tensor or wholly outside
         if is_tile:
             row = w.op(f"add i32 {r0}, {s[0]}", "row")
             col = w.op(f"add i32 {c0}, {s[1]}", "col")
-            ok = w.op(f"icmp slt i32 {row}, {dims[nlead]}", "ok")
+            rok = w.op(f"icmp slt i32 {row}, {dims[nlead]}", "ok")
+            cok = w.op(f"icmp slt i32 {col}, {dims[nlead + 1]}", "cok")
+            ok = w.op(f"and i1 {rok}, {cok}", "ok")
             last = w.op(f"sub i32 {dims[nlead]}, 1", "last")
-            safe = w.op(f"select i1 {ok}, i32 {row}, i32 {last}", "rowc")
+            safe = w.op(f"select i1 {rok}, i32 {row}, i32 {last}", "rowc")
+            safe_col = w.op(f"select i1 {cok}, i32 {col}, i32 0", "colc")
             off = w.op(f"mul i64 {cx.i64(safe)}, {strides[nlead]}", "ro")
-            off = w.op(f"add i64 {off}, {cx.i64(col)}", "off")
+            off = w.op(f"add i64 {off}, {cx.i64(safe_col)}", "off")
         else:
             col = w.op(f"add i32 {c0}, {s[0]}", "col")
             ok = w.op(f"icmp slt i32 {col}, {dims[nlead]}", "ok")
-            off = cx.i64(col)
+            off = cx.i64(w.op(f"select i1 {ok}, i32 {col}, i32 0", "colc"))
         off = w.op(f"add i64 {off}, {base}", "off")
         out.append((off, ok, list(range(first, first + vec))))
     return out
@@ -436,10 +441,11 @@ def _op_tk_load(cx: LoweringContext, op: Operation) -> None:
     coords = [cx.scalar(v) for v in op.operands[1:]]
     ety = LLVM_TYPE[t.dtype]
     vals: list[str] = [""] * cx.nslots(t)
-    for off, _ok, members in _global_chunks(cx, op, src, coords, t):
+    for off, ok, members in _global_chunks(cx, op, src, coords, t):
         p = w.op(f"getelementptr {ety}, ptr addrspace(1) {src.ptr}, i64 {off}", "p")
         vt = f"<{len(members)} x {ety}>"
         v = w.op(f"load {vt}, ptr addrspace(1) {p}, align 16", "ld")
+        v = w.op(f"select i1 {ok}, {vt} {v}, {vt} zeroinitializer", "ldz")  # zero outside, as TMA fills
         for k, m in enumerate(members):
             vals[m] = w.op(f"extractelement {vt} {v}, i32 {k}", "e")
     cx.set(op.result, Frag(t, vals))

@@ -30,6 +30,15 @@ CASES = [
     ("attention_fwd", dict(B=2, H=2, N=256), {"D": 64, "CAUSAL": 1}),
     ("attention_fwd", dict(B=2, H=4, N=512), {"BQ": 128, "STAGES": 3}),             # the bench config
     ("attention_fwd", dict(B=1, H=2, N=1024), {"BQ": 128, "STAGES": 3, "CAUSAL": 1}),
+    ("linear", dict(M=256, N=512, K=256), {"ACT": 0}),
+    ("linear", dict(M=1000, N=744, K=520), {"ACT": 1}),   # ragged; tanh-GELU
+    ("linear", dict(M=512, N=512, K=512), {"ACT": 2}),    # SiLU
+    ("transpose", dict(M=1024, N=512), {}),
+    ("transpose", dict(M=1024, N=744), {}),               # ragged in N (the rows of Y)
+    ("transpose", dict(M=512, N=256), {"SHARED_T": 0}),   # the register transpose
+    ("rmsnorm", dict(N=4096), {}),
+    ("rmsnorm", dict(N=1001), {}),
+    ("rmsnorm", dict(N=300), {"D": 4096}),                # the two-pass (chunked) path
 ]
 
 

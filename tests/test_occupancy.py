@@ -119,12 +119,12 @@ def test_softmax_hand_count() -> None:
 
 def test_rotary_hand_count() -> None:
     occ = plan_of("rotary")
-    # 16 x 64 tiles over 128 threads: bf16 4 regs, f32 8. Peak at a * cos: a, b, cf, sf (8 each) and
-    # the product (8) = 40 (b * sin streams into the subtraction). Addresses 4 x 2 + bx = 9;
-    # 40 + 9 + 16 = 65 -> 72; 65536 // (128 x 72) = 7 blocks.
-    assert occ["budget"] == {"acc_regs": 0, "live_tile_regs": 40, "addr_regs": 9, "overhead": 16}
-    assert occ["roles"] == {"compute": {"warpgroups": 1, "regs": 72}}
-    assert (occ["stages"], occ["smem_bytes"], occ["threads"], occ["blocks_per_sm"]) == (1, 0, 128, 7)
+    # 16 x 64 tiles over 128 threads: bf16 4 regs, f32 8. The products and sums of the rotation are
+    # one element-wise chain (they stream); peak: a, b, cf, sf (8 each) and a bf16 output tile (4)
+    # = 36. Addresses 4 x 2 + bx = 9; 36 + 9 + 16 = 61 -> 64; 65536 // (128 x 64) = 8 blocks.
+    assert occ["budget"] == {"acc_regs": 0, "live_tile_regs": 36, "addr_regs": 9, "overhead": 16}
+    assert occ["roles"] == {"compute": {"warpgroups": 1, "regs": 64}}
+    assert (occ["stages"], occ["smem_bytes"], occ["threads"], occ["blocks_per_sm"]) == (1, 0, 128, 8)
 
 
 def test_stages_chosen_when_not_annotated(in_tmp: None) -> None:

@@ -37,6 +37,7 @@ from tkir.types import DTYPE_BYTES, GlobalType, ScalarType, TileType, VectorType
 THREADS_PER_WARPGROUP = 128       # HOPPER.md §1.1
 CP_ASYNC_BYTES = 16               # cp.async.cg copies 16-byte chunks: 16-B aligned sources (PTX ISA cp.async)
 TMA_STRIDE_ALIGN = 16             # cuTensorMapEncodeTiled: strides multiple of 16 B (HOPPER.md §4.1)
+CHUNK_BYTES = 16                  # one ld/st.global.v4 of a `row`-layout register tile (backend rules_registers)
 PLAIN_SMEM_ALIGN = 16
 DESC_FIELDS = ("dtype", "rank", "dims", "strides", "box", "elem_strides", "swizzle", "l2_promotion",
                "oob_fill")
@@ -164,6 +165,10 @@ def _requires(kernel: Operation, descs: list[Operation]) -> list[dict]:
                     need(f"{dim} % {ext}", f"%{g.name} is copied without TMA, and the backend masks only "
                                            "the rows of register tiles (and both dims of accumulators)")
             last = g.type.dims[-1]
+            if _chunk_aligned(tile) and isinstance(last, str):
+                need(f"({last} * {DTYPE_BYTES[g.type.dtype]}) % {CHUNK_BYTES}",
+                     f"%{g.name} is copied to or from registers in {CHUNK_BYTES}-byte vector accesses: its "
+                     f"rows must start {CHUNK_BYTES}-byte aligned")
             if _shared_tile(tile) and isinstance(last, str):
                 need(f"({last} * {DTYPE_BYTES[g.type.dtype]}) % {CP_ASYNC_BYTES}",
                      f"%{g.name} is copied to shared memory in {CP_ASYNC_BYTES}-byte cp.async chunks: its rows "
@@ -177,17 +182,28 @@ def _requires(kernel: Operation, descs: list[Operation]) -> list[dict]:
 
 
 def _masked(tile: TileType | VectorType, dim: int) -> bool:
-    """Whether the backend masks partial tiles along `dim` of a register copy: register tiles clamp
-    rows on load and predicate them on store; accumulator stores predicate rows and columns; shared
-    tiles are loaded with cp.async, which zero-fills rows and columns past the edge (backend/rules_sm80.py)."""
-    if _shared_tile(tile):
+    """Whether the backend masks partial tiles along `dim` of a plain (non-TMA) copy:
+    * shared tiles and vectors: cp.async zero-fills rows and columns past the edge, element-wise
+      copies (shared vectors, shared -> global stores) test every element (backend/rules_memory.py);
+    * register tiles and vectors in a layout of whole 16-byte chunks (`row`, `col_vec` with `vec`):
+      each chunk is tested (loads read zeros, stores are predicated), given rows of whole chunks
+      (`_chunk_aligned`, a requirement of its own);
+    * every other register layout (accumulators, accumulator-shaped vectors) is copied element by
+      element with both dims tested."""
+    if tile.space in ("st", "sv"):
         return True
-    if not isinstance(tile, TileType) or tile.space != "rt":
-        return False
     lay = tile.get("layout")
-    if isinstance(lay, dict) and str(lay.get("kind")) in ("wgmma_acc", "mma_c"):
-        return True
-    return dim == 0
+    if not isinstance(lay, dict):
+        return isinstance(tile, TileType) and dim == 0
+    return True
+
+
+def _chunk_aligned(tile: TileType | VectorType) -> bool:
+    """A register tile or vector whose global copies are 16-byte vector accesses (backend
+    rules_registers: `row` / `col_vec` layouts with a `vec` of 16 bytes)."""
+    lay = tile.get("layout")
+    return (tile.space in ("rt", "rv") and isinstance(lay, dict) and str(lay.get("kind")) in ("row", "col_vec")
+            and "vec" in lay and int(lay["vec"]) * DTYPE_BYTES[tile.dtype] == CHUNK_BYTES)
 
 
 def _shared_tile(tile: TileType | VectorType) -> bool:

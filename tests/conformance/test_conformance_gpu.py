@@ -3,14 +3,28 @@ kernel's outputs must equal the interpreter's (within the dtype's tolerance)."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
-from conformance.cases import TOLERANCE, Case, all_cases
+from conformance.cases import TOLERANCE, Case, all_cases, global_params, kernel_source
 from conformance.known_gaps import WORKING
 from conformance.run import WORKS, mismatch, run_case
 
 pytestmark = [pytest.mark.gpu, pytest.mark.conformance]
+
+# The GPU computes these with PTX's approximate instructions (ex2/lg2/rsqrt/tanh.approx; tanh.approx
+# has a relative error up to 2^-10.99, PTX ISA 9.7.3), the interpreter exactly: f32 results compare at
+# this relative tolerance instead of f32's few ulps.
+APPROX_FUNCTIONS = ("exp", "exp2", "log", "log2", "rsqrt", "tanh", "sigmoid", "erf")
+APPROX_TOLERANCE = 2e-3
+
+
+def gpu_tolerance(case: Case, dtype: str) -> float:
+    uses_approx = any(re.search(rf"\b{f}\(", case.construct.body) for f in APPROX_FUNCTIONS)
+    return max(TOLERANCE[dtype], APPROX_TOLERANCE) if uses_approx else TOLERANCE[dtype]
+
 
 _WORKING = set(WORKING)
 CASES = [c for c in all_cases() if c.id in _WORKING]
@@ -25,6 +39,8 @@ def test_case_on_gpu_matches_interpreter(case: Case) -> None:
     device = {n: tkcuda.to_device(np.ascontiguousarray(a)) for n, a in out.inputs.items()}
     out.kernel(*device.values())
     # DeviceArray.numpy() synchronizes the context before copying back
-    bad = [mismatch(n, device[n].numpy(), want, TOLERANCE[case.dtype]) for n, want in out.outputs.items()]
+    dtypes = {name: dt for name, dt, _ in global_params(kernel_source(case))}
+    bad = [mismatch(n, device[n].numpy(), want, gpu_tolerance(case, dtypes.get(n, case.dtype)))
+           for n, want in out.outputs.items()]
     bad = [b for b in bad if b]
     assert not bad, f"{case.id}: GPU vs interpreter: {bad}"
