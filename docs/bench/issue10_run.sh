@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 10 in one device call: every GPU test (examples, runtime, the conformance suite's GPU half),
 # then `tkc bench` for the new examples (linear, transpose, rmsnorm) and for rotary and gemm (the
-# examples whose PTX or plan changed or that guard the refactor). Results: $OUT/results.tgz,
+# examples whose PTX changed: softmax, layernorm, rotary; gemm guards the refactor). Results: $OUT/results.tgz,
 # $OUT/summary.txt (printed last). Usage on the GPU machine: bash docs/bench/issue10_run.sh
 set -uo pipefail
 OUT=${OUT:-/tmp/tkir-out}
@@ -13,8 +13,8 @@ fi
 python3 -m pip install -q --no-deps --no-build-isolation -e . >"$R/install.log" 2>&1 || { cat "$R/install.log"; exit 1; }
 export PYTHONUNBUFFERED=1 TKIR_CACHE=0
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv >"$R/gpu.txt" 2>&1
-timeout ${GPU_TEST_TIMEOUT:-300} python3 -m pytest -q -m gpu --timeout 60 -p no:cacheprovider ${GPU_TESTS:-tests/} >"$R/gpu_tests.log" 2>&1
-for spec in ${BENCHES-"linear" "transpose" "rmsnorm" "rotary"}; do
+timeout ${GPU_TEST_TIMEOUT:-300} python3 -m pytest -q -m gpu --timeout 120 -p no:cacheprovider -n ${WORKERS:-16} -rfE ${GPU_TESTS:-tests/} >"$R/gpu_tests.log" 2>&1
+for spec in ${BENCHES-linear transpose rmsnorm softmax layernorm rotary}; do
   timeout 150 tkc bench "examples/$spec.tk" --json "$R/$spec.json" --plot "$R/$spec.png" >"$R/$spec.txt" 2>&1
 done
 if [ -n "${GEMM:-1}" ]; then
@@ -23,8 +23,8 @@ fi
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv >>"$R/gpu.txt" 2>&1
 tar czf "$OUT/results.tgz" -C "$R" .
 {
-  grep -E "passed|failed|FAILED|Error" "$R/gpu_tests.log" | tail -25
-  for spec in ${BENCHES-"linear" "transpose" "rmsnorm" "rotary"} gemm; do
+  grep -E "passed|failed|FAILED|Error" "$R/gpu_tests.log" | tail -40
+  for spec in ${BENCHES-linear transpose rmsnorm softmax layernorm rotary} gemm; do
     [ -f "$R/$spec.txt" ] && grep -vE "^\s*$" "$R/$spec.txt" | grep -vE "^(compil|bench )" | tail -8
   done
 } >"$OUT/summary.txt"
