@@ -229,6 +229,10 @@ def _op_tk_role(cx: LoweringContext, op: Operation) -> None:
     first_wg = cx.next_wg
     n = int(op.attrs["warpgroups"])
     cx.next_wg += n
+    if (first_wg + n) * THREADS_PER_WARPGROUP > cx.threads:  # a role no thread would run
+        raise LoweringError(op.loc, f"backend: role '{op.attrs['kind']}' needs warpgroups {first_wg}.."
+                                    f"{first_wg + n - 1} but the block has {cx.threads} threads "
+                                    "(plan-occupancy and pipeline disagree)")
     wg_all = w.op(f"lshr i32 {cx.tid}, 7", "wg")
     ge = w.op(f"icmp uge i32 {wg_all}, {first_wg}", "ge")
     lt = w.op(f"icmp ult i32 {wg_all}, {first_wg + n}", "lt")

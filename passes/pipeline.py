@@ -44,9 +44,14 @@ class Pipeline(Pass):
 
 
 def _pipelinable_loop(kernel: Operation) -> Operation | None:
-    """The first top-level loop that TMA-loads shared tiles. Shared vectors are not ring-buffered: a
+    """The first top-level loop that TMA-loads shared tiles, in a kernel that plan-occupancy made warp
+    specialized (a planned `compute` role has no producer to issue the copies: its TMA loads stay
+    one-shot copies in the loop). Shared vectors are not ring-buffered: a
     loop that loads only vectors stays as it is (the backend copies them in place), one that mixes
     them with tiles is refused where the vector is loaded."""
+    plan = kernel.attrs.get("occupancy")
+    if isinstance(plan, dict) and "producer" not in (plan.get("roles") or {}):
+        return None  # plan-occupancy chose no warp specialization: one role runs the whole block
     for op in kernel.body.ops:
         loads = [i for i in op.body.ops if i.name == "tma.load"] if op.name == "scf.for" else []
         tiles = [i for i in loads if isinstance(i.operands[0].type, TileType)]
