@@ -176,9 +176,16 @@ def shared_offset(layout: SharedLayout, row: object, bytecol: object, b: BitBuil
         return b.add(b.mul(row, layout.pitch), bytecol)
     s = layout.swizzle
     panel, within = b.div(bytecol, s), b.rem(bytecol, s)
-    o = b.add(b.mul(row, s), within)
-    swizzled = b.xor(o, b.band(b.shr(o, SWIZZLE_SHIFT), SWIZZLE_MASK[s]))
+    swizzled = swizzle_in_panel(row, within, s, b)
     return b.add(b.mul(panel, layout.rows * s), swizzled)
+
+
+def swizzle_in_panel(row: object, byte: object, span: int, b: BitBuilder) -> object:
+    """Byte offset of byte `byte` (< span) of row `row` inside one swizzled panel of `span`-byte rows:
+    o = row * span + byte, XOR-swizzled (HOPPER.md §3.1). shared_offset adds the panel; the staged
+    epilogue (rules_wgmma), which knows its panel at compile time, calls this directly."""
+    o = b.add(b.mul(row, span), byte)
+    return b.xor(o, b.band(b.shr(o, SWIZZLE_SHIFT), SWIZZLE_MASK[span]))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from tkir.backend import wgmma_desc
 from tkir.backend.context import RoleCtx
-from tkir.backend.fragments import pack_a_fragment
+from tkir.backend.fragments import BitLLVMBuilder, pack_a_fragment, swizzle_in_panel
 from tkir.backend.rules import rule
 from tkir.backend.values import (
     THREADS_PER_WARPGROUP,
@@ -296,9 +296,7 @@ def _op_tk_store_staged(cx: LoweringContext, op: Operation) -> None:
                     col = 8 * j  # + 2q, within the chunk
                     p = first_panel + col // panel_cols
                     byte = w.op(f"add i32 {w.op(f'shl i32 {q}, 2', 'q4')}, {(col % panel_cols) * 2}", "b")
-                    off = w.op(f"add i32 {w.op(f'mul i32 {srow}, {span}', 'ro')}, {byte}", "o")
-                    sw = w.op(f"and i32 {w.op(f'lshr i32 {off}, 3', 's3')}, 112", "sw")
-                    off = w.op(f"xor i32 {off}, {sw}", "swz")
+                    off = swizzle_in_panel(srow, byte, span, BitLLVMBuilder(w))
                     addr = w.op(f"add i32 {stage.addr}, {w.op(f'add i32 {off}, {p * panel_bytes}', 'po')}", "sa")
                     i0 = mb * per_block + 4 * (c * chunk // 8 + j) + 2 * h
                     w.asm("void", ["st.shared.b32 [$0], $1;"], ["r", "r"], [("i32", addr), ("i32", words[i0 // 2])])

@@ -76,3 +76,16 @@ def test_shared_offset_matches_shared_layout(layout: SharedLayout) -> None:
     assert (got == layout.offset(rows, cols)).all()
     # a bijection onto the tile's bytes (so no two logical bytes share storage)
     assert len(np.unique(got)) == rows.size and got.max() < layout.size_bytes
+
+
+@pytest.mark.parametrize("span", [32, 64, 128])
+def test_swizzle_in_panel_is_the_layouts_swizzle(span: int) -> None:
+    """The staged epilogue's addresses (backend.fragments.swizzle_in_panel) equal tkir.layout's swizzle
+    of row * span + byte, for every row of a 64-row panel and every byte of a row."""
+    from tkir.backend.fragments import swizzle_in_panel
+    from tkir.layout import swizzle
+
+    row, byte = np.meshgrid(np.arange(64), np.arange(span), indexing="ij")
+    got = swizzle_in_panel(row, byte, span, NumpyBuilder())
+    assert (got == swizzle(row * span + byte, span)).all()
+    assert len(np.unique(got)) == got.size  # a bijection on the panel
