@@ -22,12 +22,13 @@ from __future__ import annotations
 
 from tkir.backend.context import LoweringContext, SharedPlan, plan_shared, tile_stage_bytes
 from tkir.backend.rules import load_rules
-from tkir.backend.values import HEADER, LLVM_TYPE, REGS_PER_SM, SMEM_ALIGN, Global
+from tkir.backend.values import HEADER, LLVM_TYPE, REGS_PER_SM, SMEM_ALIGN, Global, LoweringError
 from tkir.ir import Module, Operation
 from tkir.types import GlobalType
 
 __all__ = ["SharedPlan", "lower_kernel", "plan_shared", "tile_stage_bytes"]
 
+SMEM_PER_BLOCK = 232_448  # 227 KB opt-in maximum per block (HOPPER.md §7.3)
 MIN_BLOCKS_STREAMING = 2   # resident blocks asked for kernels without warp specialization
 MIN_REGS_STREAMING = 32    # ... unless that would leave fewer registers than this per thread
 
@@ -38,6 +39,12 @@ def lower_kernel(module: Module, launch: dict, target: str) -> tuple[str, int]:
     cx = LoweringContext(module, module.kernel, launch, target)
     text = _lower_function(cx)
     used = cx.plan.total if not cx.scratch_bytes else cx.scratch_offset + cx.scratch_bytes
+    if cx.scratch_bytes and used + SMEM_ALIGN > SMEM_PER_BLOCK:
+        raise LoweringError(module.kernel.loc, f"shared memory: the kernel's tiles ({cx.plan.total} B) and the "
+                                               f"scratch area of its layout exchanges ({cx.scratch_bytes} B) exceed "
+                                               f"{SMEM_PER_BLOCK} B per block",
+                            hint="use fewer stages or smaller tiles, or avoid transposes and column reductions "
+                                 "of large register tiles")
     return text, used + SMEM_ALIGN  # slack to round the base up to 1024 B
 
 
