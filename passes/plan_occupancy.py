@@ -133,6 +133,9 @@ def plan_kernel(kernel: Operation) -> dict:
     else:
         if needed > MAX_REGS_PER_THREAD:
             raise _register_error(kernel, "", needed, MAX_REGS_PER_THREAD, budget, largest)
+        fit = REGS_PER_SM // threads // REG_ALLOC_UNIT * REG_ALLOC_UNIT
+        if needed > fit:  # not even one block's threads get `needed` registers each
+            raise _register_error(kernel, f"{threads} threads per block: ", needed, fit, budget, largest)
         shape = {"warpgroups": consumers} if consumers else {"warps": threads // WARP_SIZE}
         roles = {"compute": {**shape, "regs": needed}}
         regs_for_blocks = needed

@@ -248,3 +248,15 @@ def test_ring_buffered_tiles_only_inside_the_loop() -> None:
     occ = plan_of("attention_fwd", D=64)
     assert occ["smem"]["fixed_bytes"] == 64 * 64 * 2 * 2
     assert occ["smem"]["stage_bytes"] == 2 * 64 * 64 * 2
+
+
+def test_a_block_that_cannot_get_its_registers_is_refused() -> None:
+    """rmsnorm in one pass at D = 4096: 216 registers per thread over 512 threads is more than one
+    block's share of the register file (128), so ptxas would spill ~1500 times (measured before this
+    check: 1496 spill stores under a 64-register cap). plan-occupancy refuses it, located."""
+    import tkir
+
+    with pytest.raises(CompileError) as e:
+        tkir.compile(str(EXAMPLES / "rmsnorm.tk"), D=4096, DC=4096)
+    assert "512 threads per block: 216 per thread needed > 128 available" in str(e.value)
+    assert "rmsnorm.tk:13:" in str(e.value)
