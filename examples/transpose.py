@@ -8,12 +8,13 @@ import numpy as np
 KERNEL = "transpose.tk"
 PARAMS = ["X", "Y"]
 OUTPUTS = ["Y"]
-DEFAULT_CONSTS = dict(BM=64, BN=64, SHARED_T=1)
+DEFAULT_CONSTS = dict(BM=32, BN=128, SHARED_T=1)
 
-# Multiples of the 64 x 64 tile, non-square so that swapped M and N fail; the second size changes
-# the tile to 64 x 128 (a non-square tile catches a transposed tile stored at the wrong coordinates).
-CHECK_SIZES = [dict(M=128, N=192), dict(M=256, N=128)]
-CHECK_CONSTS = [{}, {"BN": 128}]
+# Non-square sizes so that swapped M and N fail: 64 x 64 tiles, 64 x 128 tiles (a non-square tile
+# catches a transposed tile stored at the wrong coordinates), and the default 32 x 128 tile with N
+# not a multiple of it (TMA zero fill on the load, Y's rows masked on the store).
+CHECK_SIZES = [dict(M=128, N=192), dict(M=256, N=128), dict(M=128, N=320)]
+CHECK_CONSTS = [{"BM": 64, "BN": 64}, {"BM": 64, "BN": 128}, {}]
 # The bandwidth targets: 8192 x 8192 and 65536 x 4096 (both 128 MiB read, 128 MiB written).
 BENCH_SIZES = [dict(M=8192, N=8192), dict(M=65536, N=4096)]
 BENCH_CONSTS = [{}, {}]
