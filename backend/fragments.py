@@ -19,12 +19,10 @@ from typing import Protocol
 import numpy as np
 
 from tkir.layout import SWIZZLE_MASK, SharedLayout
+from tkir.target import WARP, WARPGROUP, WGMMA_M
 from tkir.types import TileType, VectorType
 
-WARP = 32
-WARPGROUP = 128
 QUAD = 4
-WGMMA_M = 64  # HOPPER.md §1.2
 MMA_M, MMA_N, MMA_K = 16, 8, 16  # mma.sync.m16n8k16 (HOPPER.md §6.3)
 SWIZZLE_SHIFT = 3  # byte-address swizzle: o ^ ((o >> 3) & mask) (HOPPER.md §3.1)
 

@@ -24,11 +24,11 @@ from tkir.backend.context import LoweringContext, SharedPlan, plan_shared, tile_
 from tkir.backend.rules import load_rules
 from tkir.backend.values import HEADER, LLVM_TYPE, REGS_PER_SM, SMEM_ALIGN, Global, LoweringError
 from tkir.ir import Module, Operation
+from tkir.target import SMEM_PER_BLOCK
 from tkir.types import GlobalType
 
 __all__ = ["SharedPlan", "lower_kernel", "plan_shared", "tile_stage_bytes"]
 
-SMEM_PER_BLOCK = 232_448  # 227 KB opt-in maximum per block (HOPPER.md §7.3)
 MIN_BLOCKS_STREAMING = 2   # resident blocks asked for kernels without warp specialization
 MIN_REGS_STREAMING = 32    # ... unless that would leave fewer registers than this per thread
 

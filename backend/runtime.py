@@ -31,6 +31,7 @@ from tkir import cuda as tkcuda
 from tkir import symexpr
 from tkir.cuda import CudaError, check
 from tkir.launch import requirement_failure
+from tkir.target import NUM_SMS
 from tkir.types import DTYPE_BYTES
 
 # --- limits (CUDA driver API / HOPPER.md §0, §4.1, §7.3) ------------------------------------------
@@ -388,7 +389,7 @@ def _check_tma_spec(t: dict, tensors: dict[str, dict], bad: Any) -> None:
 
 # Persistent kernels size their grid by the device's multiprocessor count (`NUM_SMS` in grid
 # expressions); validate() assumes an H100/H200's (HOPPER.md §7.3), a launch reads the device's.
-DEFAULT_NUM_SMS = 132
+DEFAULT_NUM_SMS = NUM_SMS  # when the device does not say (tkir.target)
 
 
 def bind(launch: dict, args: tuple[Any, ...], num_sms: int = DEFAULT_NUM_SMS) -> Bound:

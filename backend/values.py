@@ -5,14 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tkir.diagnostics import CompileError
+from tkir.target import REGS_PER_SM, WGMMA_M, WGMMA_MAX_N  # noqa: F401  (re-exported for the rules)
+from tkir.target import WARPGROUP as THREADS_PER_WARPGROUP  # noqa: F401
 from tkir.types import GlobalType, TileType, VectorType
 
 SMEM_ALIGN = 1024           # 128B-swizzle atoms need 1024-B aligned bases (HOPPER.md §3.2)
-THREADS_PER_WARPGROUP = 128  # HOPPER.md §1.1
-REGS_PER_SM = 65_536        # HOPPER.md §7.3
-WGMMA_M = 64                # every wgmma has M = 64 (HOPPER.md §1.2)
 WGMMA_K_BYTES = 32          # one wgmma k-step reads 32 bytes of K per row (HOPPER.md §0)
-WGMMA_MAX_N = 256
 
 LLVM_TYPE = {"f32": "float", "bf16": "bfloat", "f16": "half", "i32": "i32", "u32": "i32", "i64": "i64", "i1": "i1"}
 HEADER = """target triple = "nvptx64-nvidia-cuda"

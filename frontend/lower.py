@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from tkir.diagnostics import CompileError
 from tkir.frontend import ast
 from tkir.ir import Block, Loc, Module, Operation, Region, Value
+from tkir.target import SMEM_PER_BLOCK
 from tkir.types import (
     DTYPE_BYTES,
     FLOAT_DTYPES,
@@ -38,7 +39,6 @@ from tkir.types import (
 )
 from tkir.verifier import verify
 
-SMEM_PER_BLOCK = 232_448  # max shared memory per CTA, 227 KB, H100/H200 (HOPPER.md §7.3)
 MAX_GRID_DIMS = 3  # CUDA grids have x, y, z
 SWIZZLE_CHOICES = {"128": 128, "64": 64, "32": 32, "none": 0}  # bytes; 0 = unswizzled
 SCALAR_DTYPES = ("i32", "u32", "f32")  # dtypes a scalar kernel parameter may have

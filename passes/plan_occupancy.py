@@ -57,22 +57,25 @@ from tkir.ir import Block, Loc, Module, Operation, Value, parent_op
 from tkir.layout import regs_per_thread as layout_regs
 from tkir.ops import TILE_BINARY, TILE_UNARY
 from tkir.passmanager import Options, Pass
+from tkir.target import (
+    MAX_BLOCKS_PER_SM,
+    MAX_REGS_PER_THREAD,
+    MAX_WARPS_PER_SM,
+    REG_ALLOC_UNIT,
+    REGS_PER_SM,
+    SMEM_PER_BLOCK,
+    SMEM_PER_SM,
+    WGMMA_M,
+)
+from tkir.target import WARP as WARP_SIZE
+from tkir.target import WARPGROUP as THREADS_PER_WARPGROUP
 from tkir.types import DTYPE_BYTES, GlobalType, ScalarType, TileType, VectorType, is_shared
 
 # Limits of compute capability 9.0 (HOPPER.md §7.1, §7.3).
-REGS_PER_SM = 65_536
-MAX_REGS_PER_THREAD = 255
-REG_ALLOC_UNIT = 8                 # registers per thread (256 per warp)
 SETMAXNREG_MIN = 24                # setmaxnreg immediates: 24..256, multiples of 8
 MAX_ROLE_REGS = 248                # largest multiple of 8 within 255 registers per thread
-SMEM_PER_BLOCK = 232_448           # 227 KB, opt-in maximum per block (CUTLASS sm90_smem_capacity_bytes)
-SMEM_PER_SM = 233_472              # 228 KB
 SMEM_RESERVED_PER_BLOCK = 1024     # 1 KB per block reserved for the system
 SMEM_ALLOC_UNIT = 128              # occupancy calculator granularity
-MAX_BLOCKS_PER_SM = 32
-MAX_WARPS_PER_SM = 64
-THREADS_PER_WARPGROUP = 128        # 4 warps (HOPPER.md §1.1)
-WARP_SIZE = 32
 
 MBARRIER_BYTES = 8                 # HOPPER.md §5.1
 BARRIERS_PER_STAGE = 2             # full + empty (HOPPER.md §5.4)
@@ -81,7 +84,6 @@ TMA_SMEM_ALIGN = 128               # TMA shared address alignment (HOPPER.md §3
 PRODUCER_REGS = (40, 24)           # CUTLASS producer setmaxnreg.dec values, preferred first
 MAX_AUTO_STAGES = 4
 DEFAULT_MAX_CONSUMERS = 2          # infer-layouts' default: accumulator rows / 64, at most 2
-WGMMA_M = 64
 
 OVERHEAD_REGS = 16
 POINTER_REGS = 2                   # a 64-bit global address

@@ -30,6 +30,7 @@ import numpy as np
 from tkir import symexpr
 from tkir.ir import Block, Module, Operation, Value
 from tkir.ops import OPS
+from tkir.target import NUM_SMS
 from tkir.types import FLOAT_DTYPES, NUMPY_DTYPES, GlobalType, ScalarType, TileType, Type, VectorType, is_shared
 
 
@@ -39,7 +40,6 @@ class InterpError(ValueError):
 
 # Grids may name the device's multiprocessor count (persistent kernels); the interpreter uses an
 # H100/H200's (HOPPER.md §7.3).
-NUM_SMS = 132
 
 
 class Frame:

@@ -32,9 +32,9 @@ import json
 from tkir.diagnostics import CompileError
 from tkir.ir import Module, Operation, Value
 from tkir.layout import tma_swizzle
+from tkir.target import WARPGROUP as THREADS_PER_WARPGROUP
 from tkir.types import DTYPE_BYTES, GlobalType, ScalarType, TileType, VectorType
 
-THREADS_PER_WARPGROUP = 128       # HOPPER.md §1.1
 CP_ASYNC_BYTES = 16               # cp.async.cg copies 16-byte chunks: 16-B aligned sources (PTX ISA cp.async)
 TMA_STRIDE_ALIGN = 16             # cuTensorMapEncodeTiled: strides multiple of 16 B (HOPPER.md §4.1)
 CHUNK_BYTES = 16                  # one ld/st.global.v4 of a `row`-layout register tile (backend rules_registers)

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tkir.target import WARP, WARPGROUP, WGMMA_M
 from tkir.types import DTYPE_BYTES, Ident
 
 # --- hardware constants (HOPPER.md §0, §3) -------------------------------------------------------
@@ -34,9 +35,6 @@ NUM_BANKS = 32            # shared memory banks
 BANK_BYTES = 4            # bytes per bank word
 WAVEFRONT_BYTES = NUM_BANKS * BANK_BYTES  # 128 bytes served per wavefront
 CHUNK_BYTES = 16          # one ldmatrix row / core-matrix row / v4 access
-WARP = 32                 # threads per warp
-WARPGROUP = 128           # threads per warpgroup (§1.1)
-WGMMA_M = 64              # rows per wgmma instruction (§0)
 MMA_M, MMA_N, MMA_K = 16, 8, 16  # mma.sync.m16n8k16 (§6.3)
 QUAD = 4                  # lanes sharing one accumulator row (g = lane / 4)
 

@@ -1,0 +1,21 @@
+"""Facts about the target hardware (NVIDIA Hopper, sm_90a; H100/H200), each stated once with its source.
+
+Every module that needs one imports it from here; the sm_80 path runs on the same chip and uses the
+same limits.
+"""
+
+from __future__ import annotations
+
+WARP = 32                      # threads per warp
+WARPGROUP = 128                # threads per warpgroup: 4 consecutive warps (HOPPER.md §1.1)
+WARPS_PER_WARPGROUP = WARPGROUP // WARP
+WGMMA_M = 64                   # every wgmma has M = 64 (HOPPER.md §1.2)
+WGMMA_MAX_N = 256              # the largest wgmma N (PTX ISA wgmma.mma_async shapes)
+REGS_PER_SM = 65_536           # 32-bit registers per SM (HOPPER.md §7.3)
+MAX_REGS_PER_THREAD = 255      # HOPPER.md §7.3
+REG_ALLOC_UNIT = 8             # registers per thread are allocated in units of 8 (256 per warp)
+SMEM_PER_BLOCK = 232_448       # 227 KB opt-in maximum per block (HOPPER.md §7.3; CUTLASS sm90_smem_capacity_bytes)
+SMEM_PER_SM = 233_472          # 228 KB per SM (HOPPER.md §7.3)
+MAX_BLOCKS_PER_SM = 32         # HOPPER.md §7.3
+MAX_WARPS_PER_SM = 64          # HOPPER.md §7.3
+NUM_SMS = 132                  # SMs of an H100 SXM / H200 (what persistent grids are planned for)
