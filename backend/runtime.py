@@ -30,6 +30,7 @@ from cuda.bindings import driver as cu
 from tkir import cuda as tkcuda
 from tkir import symexpr
 from tkir.cuda import CudaError, check
+from tkir.diagnostics import TkirError
 from tkir.launch import requirement_failure
 from tkir.target import NUM_SMS
 from tkir.types import DTYPE_BYTES
@@ -91,7 +92,7 @@ DLPACK_CUDA, DLPACK_CUDA_MANAGED = 2, 13  # DLDeviceType values that are GPU mem
 DEVICE_MEMORY_TYPES = (int(cu.CUmemorytype.CU_MEMORYTYPE_DEVICE), int(cu.CUmemorytype.CU_MEMORYTYPE_UNIFIED))
 
 
-class LaunchError(ValueError):
+class LaunchError(TkirError, ValueError):
     """An argument (or the launch description) does not fit the kernel; the message names which."""
 
 

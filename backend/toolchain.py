@@ -21,6 +21,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tkir.diagnostics import TkirError
+
 # The pip package that ships each tool, named in the error when the tool is missing.
 TOOL_PACKAGES = {
     "ptxas": "nvidia-cuda-nvcc",
@@ -34,7 +36,7 @@ TOOL_TIMEOUT_S = 120  # ptxas on a large warp-specialized kernel takes seconds; 
 ELF_MAGIC = b"\x7fELF"
 
 
-class ToolchainError(RuntimeError):
+class ToolchainError(TkirError, RuntimeError):
     """A tool is missing or failed; the message carries the tool's own output."""
 
 

@@ -179,3 +179,21 @@ def test_run_interpret_with_num_sms_and_pass_options(capsys) -> None:
                "--size", "K=2048", "--pass-option", "stream_k=1", "--num-sms", "4", "--seed", "3"])
     out = capsys.readouterr().out
     assert rc == 0 and "C: rel_err" in out and out.strip().endswith("ok")
+
+
+def test_every_user_facing_error_is_a_tkir_error() -> None:
+    """One base class: the CLI catches TkirError instead of matching exception class names."""
+    from tkir.backend.runtime import LaunchError
+    from tkir.backend.toolchain import ToolchainError
+    from tkir.cli import UsageError
+    from tkir.cuda import CudaError
+    from tkir.diagnostics import CompileError, TkirError
+    from tkir.interp import InterpError
+
+    for cls in (CompileError, InterpError, LaunchError, ToolchainError, CudaError, UsageError):
+        assert issubclass(cls, TkirError), cls
+    import inspect
+
+    import tkir.cli
+
+    assert "__name__ !=" not in inspect.getsource(tkir.cli.main)

@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import NoReturn
 
-from tkir.diagnostics import CompileError
+from tkir.diagnostics import CompileError, TkirError
 
 EMIT_KINDS = ("tkir", "llvm", "ptx", "cubin", "sass", "launch")
 # packages only some commands need -> what for (a missing one is a one-line error, not a traceback)
@@ -29,7 +29,7 @@ OPTIONAL_PACKAGES = {"torch": "tkc bench and tkc run on the GPU compare with tor
 TARGETS = ("sm_90a", "sm_80")
 
 
-class UsageError(Exception):
+class UsageError(TkirError):
     pass
 
 
@@ -151,18 +151,11 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"tkc {args.cmd}: error: needs the '{e.name}' package ({OPTIONAL_PACKAGES[e.name]})", file=sys.stderr)
         return 1
-    except ValueError as e:  # the interpreter: an op it gives no meaning to, arrays that do not bind
-        if type(e).__name__ != "InterpError":
-            raise
+    except TkirError as e:  # the interpreter, the launch, ptxas/nvdisasm, the driver: their own message
         print(f"tkc {args.cmd}: error: {e}", file=sys.stderr)
         if "no meaning for op 'pipe." in str(e) or "no meaning for op 'tk.role" in str(e):
             print("note: the interpreter runs the IR up to plan-occupancy: add --stop-after=plan-occupancy",
                   file=sys.stderr)
-        return 1
-    except RuntimeError as e:  # ptxas/nvdisasm missing or failing (ToolchainError): their own message
-        if type(e).__name__ != "ToolchainError":
-            raise
-        print(f"tkc {args.cmd}: error: {e}", file=sys.stderr)
         return 1
 
 

@@ -18,13 +18,14 @@ from typing import Any
 import numpy as np
 from cuda.bindings import driver as cu
 
+from tkir.diagnostics import TkirError
 from tkir.types import NUMPY_DTYPES
 
 CAI_VERSION = 3  # CUDA Array Interface version this module exports
 DEVICE = 0  # tkir runs on the first device; multi-GPU is out of scope
 
 
-class CudaError(RuntimeError):
+class CudaError(TkirError, RuntimeError):
     """A CUDA driver call failed; the message names the call and the CUresult."""
 
 

@@ -9,7 +9,12 @@ from __future__ import annotations
 from tkir.ir import Loc
 
 
-class CompileError(Exception):
+class TkirError(Exception):
+    """The base of every error tkir reports to a user (a bad kernel, bad arguments, a missing tool,
+    a failing driver call): the CLI prints it and exits with status 1; anything else is a bug."""
+
+
+class CompileError(TkirError):
     def __init__(self, loc: Loc | None, message: str, source: str | None = None, hint: str | None = None):
         super().__init__(message)
         self.loc = loc

@@ -28,13 +28,14 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from tkir import symexpr
+from tkir.diagnostics import TkirError
 from tkir.ir import Block, Module, Operation, Value
 from tkir.ops import OPS
 from tkir.target import NUM_SMS
 from tkir.types import FLOAT_DTYPES, NUMPY_DTYPES, GlobalType, ScalarType, TileType, Type, VectorType, is_shared
 
 
-class InterpError(ValueError):
+class InterpError(TkirError, ValueError):
     """A kernel cannot run on the given arrays (binding, sizes) or holds an op with no meaning here."""
 
 
