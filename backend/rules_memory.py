@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tkir.backend.fragments import BitLLVMBuilder, numeric_slots, shared_offset, tile_shape
+from tkir.backend.fragments import BitLLVMBuilder, NumpyBuilder, numeric_slots, shared_offset, tile_shape
 from tkir.backend.llvm_text import f32_literal
 from tkir.backend.rules import rule
 from tkir.backend.rules_registers import combine, from_f32, to_f32
@@ -80,31 +80,6 @@ def _offset(lay: SharedLayout | None, eb: int, coord: tuple, b) -> object:
     return shared_offset(lay, coord[0], b.mul(coord[1], eb), b)
 
 
-class _NB:
-    """numpy builder with the bit operations (shared_offset on every thread at once)."""
-
-    def add(self, a, b):
-        return a + b
-
-    def mul(self, a, b):
-        return a * b
-
-    def div(self, a, b):
-        return a // b
-
-    def rem(self, a, b):
-        return a % b
-
-    def xor(self, a, b):
-        return a ^ b
-
-    def band(self, a, b):
-        return a & b
-
-    def shr(self, a, b):
-        return a >> b
-
-
 def _slot_plan(reg: TileType | VectorType, smem: TileType | VectorType, trans: bool) -> tuple[list, list]:
     """(numeric byte offsets per slot [array over threads], groups [(first slot, slots)]) for
     accessing the register value's slots in the shared tile (element (r, c) at smem (c, r) when
@@ -113,7 +88,7 @@ def _slot_plan(reg: TileType | VectorType, smem: TileType | VectorType, trans: b
     eb = dtype_bytes(reg.dtype)
     lay = _physical(smem)
     slots = numeric_slots(reg.get("layout"), tile_shape(reg))
-    nb = _NB()
+    nb = NumpyBuilder()
     offs = []
     for s in slots:
         coord = (s[1], s[0]) if trans else s
@@ -325,7 +300,6 @@ def _global_to_regs(cx: LoweringContext, op: Operation) -> bool:
 
 @rule("tk.load", when=_global_to_regs)
 def load_registers_elementwise(cx: LoweringContext, op: Operation) -> None:
-    w = cx.w
     g = cx.get(op.operands[0])
     t = op.result.type
     coords = [cx.scalar(v) for v in op.operands[1:]]
@@ -334,11 +308,17 @@ def load_registers_elementwise(cx: LoweringContext, op: Operation) -> None:
     vals = []
     for slot in cx.coords(t):
         idx, ok = _element_index(cx, g, coords, t, slot)
-        idx = w.op(f"select i1 {ok}, i64 {idx}, i64 0", "ix")  # never read outside the tensor
-        p = w.op(f"getelementptr {ety}, ptr addrspace(1) {g.ptr}, i64 {idx}", "p")
-        v = w.op(f"load {ety}, ptr addrspace(1) {p}", "ld")
-        vals.append(w.op(f"select i1 {ok}, {ety} {v}, {ety} {zero}", "v"))
+        vals.append(_load_global_element(cx, g.ptr, ety, idx, ok, zero))
     cx.set(op.result, Frag(t, vals))
+
+
+def _load_global_element(cx: LoweringContext, ptr: str, ety: str, idx: str, ok: str, zero: str) -> str:
+    """One element, or `zero` outside the tensor (the index is clamped: nothing is read out there)."""
+    w = cx.w
+    idx = w.op(f"select i1 {ok}, i64 {idx}, i64 0", "ix")
+    p = w.op(f"getelementptr {ety}, ptr addrspace(1) {ptr}, i64 {idx}", "p")
+    v = w.op(f"load {ety}, ptr addrspace(1) {p}", "ld")
+    return w.op(f"select i1 {ok}, {ety} {v}, {ety} {zero}", "v")
 
 
 def _store_global_element(cx: LoweringContext, ptr: str, ety: str, dtype: str, idx: str, ok: str, v: str) -> None:
@@ -544,10 +524,7 @@ def load_shared_vector(cx: LoweringContext, op: Operation) -> None:
         have = w.op(f"icmp ult i32 {e}, {t.n}", "have")
         e = w.op(f"select i1 {have}, i32 {e}, i32 0", "e")
         idx, ok = _element_index(cx, g, coords, t, (e,))
-        idx = w.op(f"select i1 {ok}, i64 {idx}, i64 0", "ix")
-        p = w.op(f"getelementptr {ety}, ptr addrspace(1) {g.ptr}, i64 {idx}", "p")
-        v = w.op(f"load {ety}, ptr addrspace(1) {p}", "ld")
-        v = w.op(f"select i1 {ok}, {ety} {v}, {ety} {zero}", "v")
+        v = _load_global_element(cx, g.ptr, ety, idx, ok, zero)
         addr = w.op(f"add i32 {smem.addr}, {w.op(f'mul i32 {e}, {eb}', 'o')}", "sa")
         bits = _bits(w, v, t.dtype)
         flag = w.op(f"zext i1 {have} to i32", "h")
