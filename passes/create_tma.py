@@ -7,7 +7,8 @@ Rewrites, in every kernel:
   dims innermost first, byte strides as size expressions (fixed sizes folded to ints), box, element
   strides 1, the tile's swizzle (the one select-swizzle wrote in its type; 0 for an interleaved
   tile, whose 16-byte panels are unswizzled boxes), L2 promotion 128 B
-  (CUTLASS's default, HOPPER.md §4.1) and out-of-bounds fill "zero", so partial edge tiles work.
+  (CUTLASS's default, HOPPER.md §4.1; `create-tma{l2_promotion=B}` sets another) and out-of-bounds
+  fill "zero", so partial edge tiles work.
 
 Box shape (HOPPER.md §3.4, §4.1). A shared tile `st<T, R, C, swizzle=S>` whose row is wider than the
 swizzle span S is stored as column panels of S bytes (the select-swizzle convention), so it is
@@ -25,7 +26,7 @@ Copies that stay as they are, with `no_tma_reason = "..."` saying why (the repor
   `rows x 128` staging tile (32 KB for gemm's 128-row tile, a quarter of what staging the whole
   128x256 tile would cost, so the 4 pipeline stages still fit) and TMA stores. The tile is written
   `chunk_cols` = 64 columns at a time into alternating halves (`buffers = 2`), so the warpgroup
-  writes one half while the copy engine reads the other; pass option `epilogue_chunk=128` (one
+  writes one half while the copy engine reads the other; `create-tma{epilogue_chunk=128}` (one
   buffer) is the single-buffered ablation. Other register
   copies use the backend's vectorised ld/st.global, which already moves full 16-byte sectors.
 Assumes select-swizzle has run if swizzles are wanted (an st without `swizzle=` is unswizzled).
@@ -38,11 +39,12 @@ import re
 from tkir.ir import Module, Operation
 from tkir.layout import SharedLayout, bf16_pair_pattern, conflict_degree, tma_swizzle
 from tkir.ops_tma import TMA_INNER_BYTES_ALIGN, TMA_MAX_BOX, TMA_MAX_RANK, TMA_STRIDE_ALIGN
-from tkir.passmanager import Options, Pass, PassError
+from tkir.passmanager import Options, Pass, PassError, param
 from tkir.types import DTYPE_BYTES, GlobalType, Symbol, TileType, VectorType, is_register, is_shared
 
 TMA_MIN_SM = 90                # cp.async.bulk.tensor: sm_90 and later (HOPPER.md §4.4)
 L2_PROMOTION_BYTES = 128       # CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CUTLASS's default (HOPPER.md §4.1)
+L2_PROMOTIONS = (0, 64, 128, 256)  # CUtensorMapL2promotion: NONE, L2_64B, L2_128B, L2_256B (CUDA driver API)
 OOB_FILL = "zero"              # CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE: out-of-bounds elements read as 0
 
 EPILOGUE_COLS = 128           # staging tile: 64 rows x 128 bf16 per warpgroup = 16 KB
@@ -58,16 +60,25 @@ REGISTER_STORE_REASON = "register tile: stored with st.global (create-tma stages
 class CreateTma(Pass):
     name = "create-tma"
 
+    epilogue_chunk: int = param(EPILOGUE_CHUNK, "columns of the staged epilogue written and stored at a time "
+                                                f"(a multiple of {EPILOGUE_PANEL_COLS}; 128: one buffer)")
+    l2_promotion: int = param(L2_PROMOTION_BYTES, "the descriptors' L2 promotion in bytes: "
+                                                  + ", ".join(map(str, L2_PROMOTIONS)))
+
     def run(self, module: Module, options: Options) -> None:
+        if self.l2_promotion not in L2_PROMOTIONS:
+            raise PassError(None, f"create-tma: l2_promotion={self.l2_promotion} is not one of "
+                                  + ", ".join(map(str, L2_PROMOTIONS)))
         for kernel in module.kernels():
-            _Rewriter(module, kernel, options).run()
+            _Rewriter(module, kernel, options, self).run()
 
 
 class _Rewriter:
-    def __init__(self, module: Module, kernel: Operation, options: Options):
+    def __init__(self, module: Module, kernel: Operation, options: Options, params: CreateTma):
         self.module = module
         self.kernel = kernel
         self.options = options
+        self.pass_params = params
         self.params = list(kernel.body.args)
         self.descs: dict[tuple, str] = {}
         for op in module.ops:  # descriptors of an earlier run are reused, never duplicated
@@ -112,7 +123,7 @@ class _Rewriter:
         cols = min(v.cols, EPILOGUE_COLS)
         if self.why_not(op, g, v) is not None or g.rank < 2 or v.cols % cols or self.options.swizzle == "none":
             return False  # (--swizzle=none: the staging tile would need the swizzle it is denied)
-        chunk = min(cols, int(self.options.extra.get("epilogue_chunk", EPILOGUE_CHUNK)))  # type: ignore[arg-type]
+        chunk = min(cols, self.pass_params.epilogue_chunk)
         if chunk % EPILOGUE_PANEL_COLS or cols % chunk:
             raise PassError(op.loc, f"epilogue_chunk={chunk}: must be a multiple of {EPILOGUE_PANEL_COLS} "
                                     f"columns that divides the {cols}-column staging tile")
@@ -168,7 +179,7 @@ class _Rewriter:
             "box": box,
             "elem_strides": [1] * g.rank,
             "swizzle": tma_swizzle(swizzle),
-            "l2_promotion": int(self.options.extra.get("l2_promotion", L2_PROMOTION_BYTES)),  # type: ignore[call-overload]
+            "l2_promotion": self.pass_params.l2_promotion,
             "oob_fill": OOB_FILL,
         }
         desc = Operation("tma.desc", attrs=attrs, symbol=name, loc=op.loc)

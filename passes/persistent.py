@@ -8,26 +8,28 @@ rows and columns of the output):
   bound by the runtime; 132 on an H200): 512 tiles run on 128 blocks doing 4 tiles each instead of
   132 blocks of which 16 do 3. Same makespan in tiles, 4 SMs idle: measured 0.7-1.0% faster on the
   H200 at 4096^3, 6144^3, 8192^3 and 8192x8192x1024 (less power and L2 traffic for the same
-  rounds; docs/experiments.md). Pass option `balanced_grid=0` gives `["min(T, NUM_SMS)"]`, the
-  default when `stream_k=1` (stream-K spreads the last round over every SM);
+  rounds; docs/experiments.md). `persistent{balanced_grid=0}` gives `["min(T, NUM_SMS)"]`, one block
+  per SM (stream-k, which spreads the last round over every SM, sets that grid itself);
 * each role's body is wrapped in `scf.for %t = block.x to TM*TN step grid.x`, carrying the pipeline's
   iteration count across tiles so that ring-buffer stages and barrier phases continue (each role
   recomputes the same sequence, so producer and consumers stay in step);
 * `tk.block_id` dims 0 and 1 are replaced by the tile's coordinates in grouped order (Triton's
   `GROUP_M` swizzle): tiles are visited in groups of `group` tile-rows, column by column within a
   group, so that consecutive blocks share A rows and B columns in L2. `group = 1` is row-major order
-  (the ablation baseline). The group size is `--group-m G` (Options.extra["group_m"]), else the
-  kernel attr `tile_order = {group = G}`, else 8.
+  (the ablation baseline). The group size is the parameter `persistent{group_m=G}`, else the
+  kernel attr `tile_order = {group = G}` (the .tk source's `@tile_order(group=G)`), else 8.
 
 Kernels without `tk.role`s (not pipelined) or with a 1-D/3-D grid are left unchanged.
 """
 
 from __future__ import annotations
 
+import ast
+
 from tkir.diagnostics import CompileError
 from tkir.ir import Block, Module, Operation, Region, Value, uses_of
 from tkir.passes.builder import OpBuilder
-from tkir.passmanager import Options, Pass
+from tkir.passmanager import Options, Pass, PassError, param
 from tkir.types import I32
 
 DEFAULT_GROUP = 8  # Triton's matmul tutorial and CUTLASS's raster swizzle use 8
@@ -36,23 +38,26 @@ BALANCED_GRID = 1  # the fewest blocks that give the same number of rounds (bala
 
 class Persistent(Pass):
     name = "persistent"
+    group_m: int | None = param(None, "tile-rows per group of the tile order (1 = row-major); "
+                                      f"unset: the kernel's @tile_order(group=G), else {DEFAULT_GROUP}")
+    balanced_grid: bool = param(bool(BALANCED_GRID), "the fewest blocks for the rounds (false: min(T, NUM_SMS))")
 
     def run(self, module: Module, options: Options) -> None:
+        if self.group_m is not None and self.group_m < 1:
+            raise PassError(None, f"persistent: group_m={self.group_m}: the group must be at least one tile-row")
         for kernel in module.kernels():
             roles = [op for op in kernel.body.ops if op.name == "tk.role"]
             grid = kernel.attrs.get("grid")
             if not roles or not isinstance(grid, list) or len(grid) != 2:
                 continue
-            # stream-K (passes/stream_k.py) balances the last round itself and wants every SM
-            default = 0 if int(options.extra.get("stream_k", 0)) else BALANCED_GRID  # type: ignore[call-overload]
-            balanced = bool(int(options.extra.get("balanced_grid", default)))  # type: ignore[call-overload]
-            _make_persistent(kernel, roles, grid, options.extra.get("group_m"), balanced)
+            _make_persistent(kernel, roles, grid, self.group_m, self.balanced_grid)
 
 
-def _make_persistent(kernel: Operation, roles: list[Operation], grid: list[str], group_m: object,
+def _make_persistent(kernel: Operation, roles: list[Operation], grid: list[str], group_m: int | None,
                      balanced: bool = False) -> None:
     body = kernel.body
-    group = int(group_m or (kernel.attrs.get("tile_order") or {}).get("group", DEFAULT_GROUP))
+    tile_order = kernel.attrs.get("tile_order")
+    group = group_m or int(tile_order.get("group", DEFAULT_GROUP) if isinstance(tile_order, dict) else DEFAULT_GROUP)
     first_role = roles[0]
     b = OpBuilder(body, first_role)
     sizes = {op.attrs["name"]: op.result for op in body.ops if op.name == "tk.size"}
@@ -70,12 +75,29 @@ def _make_persistent(kernel: Operation, roles: list[Operation], grid: list[str],
     for op in old_ids.values():
         if not uses_of(kernel, op.result):
             body.remove(op)
-    tiles = f"({grid[0]}) * ({grid[1]})"
-    if balanced:  # R = cdiv(T, NUM_SMS) rounds either way; cdiv(T, R) blocks are enough for them
-        kernel.attrs["grid"] = [f"cdiv({tiles}, cdiv({tiles}, NUM_SMS))"]
-    else:
-        kernel.attrs["grid"] = [f"min({tiles}, NUM_SMS)"]
+    kernel.attrs["grid"] = [persistent_grid(f"({grid[0]}) * ({grid[1]})", balanced)]
     kernel.attrs["tile_order"] = {"group": group}
+
+
+def persistent_grid(tiles: str, balanced: bool) -> str:
+    """The persistent grid over T = `tiles` output tiles: R = cdiv(T, NUM_SMS) rounds either way; balanced,
+    cdiv(T, R) blocks are enough for them; otherwise one block per SM, min(T, NUM_SMS)."""
+    return f"cdiv({tiles}, cdiv({tiles}, NUM_SMS))" if balanced else f"min({tiles}, NUM_SMS)"
+
+
+def one_block_per_sm(grid: str) -> str:
+    """A balanced persistent grid (persistent_grid(T, True)) as the one-block-per-SM grid over the same
+    tiles (stream-k's schedule spreads the last round over every SM); any other grid unchanged."""
+    call = ast.parse(grid, mode="eval").body
+    if (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "cdiv"
+            and len(call.args) == 2 and isinstance(inner := call.args[1], ast.Call)
+            and isinstance(inner.func, ast.Name) and inner.func.id == "cdiv" and len(inner.args) == 2
+            and ast.dump(inner.args[0]) == ast.dump(call.args[0])
+            and isinstance(inner.args[1], ast.Name) and inner.args[1].id == "NUM_SMS"):
+        tiles = ast.get_source_segment(grid, call.args[0])
+        if tiles is not None and persistent_grid(tiles, True) == grid:
+            return persistent_grid(tiles, False)
+    return grid
 
 
 def _wrap_role(role: Operation, tiles_m: Value, tiles_n: Value, ntiles: Value, pid: Value, nprog: Value,

@@ -1,15 +1,18 @@
 """The one table of passes: kebab-case name -> the class that implements it, and the default pipeline.
 
 Entries are imported lazily so that a research pass file can be dropped in without importing
-every pass. `tkc compile --passes=a,b,c` replaces DEFAULT_PIPELINE; `--load-pass=FILE.py` adds
-entries at run time (tkir.passmanager.load_pass_file).
+every pass. `tkc compile --passes=a,b{k=v},c` replaces DEFAULT_PIPELINE; `--load-pass=FILE.py` adds
+entries at run time (tkir.passmanager.load_pass_file). LEGACY_OPTIONS maps the deprecated
+`--pass-option KEY=VALUE` / `--group-m G` spellings onto pass parameters (legacy_pipeline).
 """
 
 from __future__ import annotations
 
 import importlib
+import warnings
 
-from tkir.passmanager import Pass
+from tkir.pass_pipeline import PassSpec, as_specs
+from tkir.passmanager import Pass, PassError
 
 # name -> "module:Class" (modules under tkir.passes)
 PASS_TABLE: dict[str, str] = {
@@ -37,9 +40,57 @@ DEFAULT_PIPELINE: list[str] = [
     "plan-occupancy",  # stages, roles and registers from the budget (before pipeline uses them)
     "pipeline",        # ring buffers, mbarriers, producer/consumer roles
     "persistent",      # one block per SM over output tiles, grouped order
-    "stream-k",        # the last partial wave's K iterations spread over every block
     "canonicalize",    # clean up what the rewrites left
 ]
+# Not in it: stream-k (a research pass; passes/stream_k.py says why), named after persistent.
+
+# deprecated `--pass-option KEY=VALUE` (tkir.compile(pass_options=...)) -> (pass, parameter)
+LEGACY_OPTIONS: dict[str, tuple[str, str]] = {
+    "group_m": ("persistent", "group_m"),
+    "balanced_grid": ("persistent", "balanced_grid"),
+    "stream_k_min_iters": ("stream-k", "min_iters"),
+    "stream_k_max_tail": ("stream-k", "max_tail"),
+    "epilogue_chunk": ("create-tma", "epilogue_chunk"),
+    "l2_promotion": ("create-tma", "l2_promotion"),
+}
+LEGACY_SWITCHES = {"stream_k": "adds stream-k after persistent (and persistent{balanced_grid=0})"}
+
+
+def _legacy_value(value: object) -> str:
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
+
+
+def legacy_pipeline(pipeline: list[PassSpec] | str | list[str], options: dict[str, object],
+                    explicit: bool = False) -> list[PassSpec]:
+    """The pipeline with the deprecated pass options applied as parameters of the passes in it.
+
+    `stream_k=1` sets `persistent{balanced_grid=0}` unless given, and adds `stream-k` after `persistent`
+    when the pipeline is the default one (`explicit` False), whose stream-k it used to switch on;
+    every other key sets a parameter of the pass it belongs to (LEGACY_OPTIONS), on each occurrence
+    of that pass (an option for a pass the pipeline does not run changes nothing, as before).
+    Emits one DeprecationWarning naming the new spelling."""
+    specs = as_specs(pipeline)
+    if not options:
+        return specs
+    unknown = [k for k in options if k not in LEGACY_OPTIONS and k not in LEGACY_SWITCHES]
+    if unknown:
+        raise PassError(None, f"unknown pass option '{unknown[0]}'",
+                        hint="pass options (deprecated; write pass parameters in --passes): "
+                             + ", ".join(sorted([*LEGACY_OPTIONS, *LEGACY_SWITCHES])))
+    params: dict[str, dict[str, str]] = {}
+    for key, value in options.items():
+        if key in LEGACY_OPTIONS:
+            pass_name, name = LEGACY_OPTIONS[key]
+            params.setdefault(pass_name, {})[name] = _legacy_value(value)
+    if _legacy_value(options.get("stream_k", 0)) in ("1", "true") and not any(s.name == "stream-k" for s in specs):
+        params.setdefault("persistent", {}).setdefault("balanced_grid", "false")
+        at = next((i + 1 for i, s in enumerate(specs) if s.name == "persistent"), None)
+        if at is not None and not explicit:
+            specs = [*specs[:at], PassSpec("stream-k"), *specs[at:]]
+    out = [PassSpec(s.name, {**s.params, **params.get(s.name, {})}, s.col, s.param_cols, s.source) for s in specs]
+    warnings.warn("pass options are deprecated; write the pipeline with pass parameters instead: "
+                  + ",".join(str(s) for s in out), DeprecationWarning, stacklevel=3)
+    return out
 
 
 def load_registry() -> dict[str, type[Pass]]:

@@ -26,12 +26,14 @@ block plus one flag per block and consumer warpgroup) and `tk.launch_count`. The
 It applies when the consumer's K loop carries exactly one value, an f32 accumulator that starts at
 0 (`tk.fill`) and is only updated by `tk.mma` (so partial sums over K add up to the whole), and the
 producer's K loop carries none. At run time the tail is split only if there is at least one full
-round, the tail fills at most `max_tail_pct` percent of the blocks (pass option `stream_k_max_tail`,
-default MAX_TAIL_PCT) and every block gets at least `min_iters` iterations (`stream_k_min_iters`,
-default MIN_ITERS); otherwise the schedule is the plain persistent one. The pass runs only with pass
-option `stream_k=1` (DEFAULT_ON says why); otherwise it leaves the kernel as persistent made it.
-Requires every block to be resident at once (the persistent grid is at most one block per SM), since
-owners wait for other blocks.
+round, the tail fills at most `max_tail` percent of the blocks (`stream-k{max_tail=P}`, default
+MAX_TAIL_PCT) and every block gets at least `min_iters` iterations (`stream-k{min_iters=N}`, default
+MIN_ITERS); otherwise the schedule is the plain persistent one. The pass is not in the default
+pipeline (the measurements below say why): name it after `persistent`, e.g. `--passes=...,persistent,stream-k,
+canonicalize`. It runs one block per SM: a balanced persistent grid becomes `min(T, NUM_SMS)`
+(tkir.passes.persistent.one_block_per_sm), so the last round is the one it spreads. Requires every
+block to be resident at once (the persistent grid is at most one block per SM), since owners wait
+for other blocks.
 """
 
 from __future__ import annotations
@@ -40,7 +42,8 @@ from dataclasses import dataclass
 
 from tkir.ir import Block, Module, Operation, Region, Value, clone_op, uses_of
 from tkir.passes.builder import OpBuilder
-from tkir.passmanager import Options, Pass
+from tkir.passes.persistent import one_block_per_sm
+from tkir.passmanager import Options, Pass, PassError, param
 from tkir.types import I32, GlobalType, ScalarType, TileType
 
 # When the split pays (measured on the H200, docs/experiments.md): the stream-K phase ran at about 75%
@@ -49,8 +52,7 @@ from tkir.types import I32, GlobalType, ScalarType, TileType
 # 132 tiles, -4%; 4096x4096x8192, -11%), while a tail near half full wins (8192^3: 68 of 132, +1.6%).
 # Off by default: the kernel that carries both schedules measured 1-4% slower where the split does
 # not happen (2048^3: 609 vs 637 TFLOP/s; its SASS is 2.6x longer) and 1-2% faster where it does
-# (8192^3), so it is a research switch: `--pass-option stream_k=1`.
-DEFAULT_ON = 0
+# (8192^3), so it is a research pass, not in the default pipeline (passes/registry.py).
 MIN_ITERS = 16       # K iterations per block below which the tail is not split (fix-up would dominate)
 MAX_TAIL_PCT = 60    # split only tails that fill at most this percentage of the blocks
 I1 = ScalarType("i1")
@@ -58,16 +60,21 @@ I1 = ScalarType("i1")
 
 class StreamK(Pass):
     name = "stream-k"
+    min_iters: int = param(MIN_ITERS, "K iterations each block must get for the tail to be split")
+    max_tail: int = param(MAX_TAIL_PCT, "split only tails that fill at most this percentage of the blocks")
 
     def run(self, module: Module, options: Options) -> None:
-        if not int(options.extra.get("stream_k", DEFAULT_ON)):  # type: ignore[call-overload]
-            return
-        min_iters = int(options.extra.get("stream_k_min_iters", MIN_ITERS))  # type: ignore[call-overload]
-        max_tail = int(options.extra.get("stream_k_max_tail", MAX_TAIL_PCT))  # type: ignore[call-overload]
+        if self.min_iters < 1:
+            raise PassError(None, f"stream-k: min_iters={self.min_iters}: must be at least 1")
+        if not 0 <= self.max_tail <= 100:
+            raise PassError(None, f"stream-k: max_tail={self.max_tail}: a percentage from 0 to 100")
         for kernel in module.kernels():
             plan = match(kernel)
             if plan is not None:
-                _rewrite(kernel, plan, min_iters, max_tail)
+                grid = kernel.attrs.get("grid")
+                if isinstance(grid, list) and len(grid) == 1 and isinstance(grid[0], str):
+                    kernel.attrs["grid"] = [one_block_per_sm(grid[0])]
+                _rewrite(kernel, plan, self.min_iters, self.max_tail)
 
 
 @dataclass

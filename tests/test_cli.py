@@ -70,9 +70,9 @@ def test_emit_ptx_wall_time(tmp_path: Path) -> None:
 @pytest.mark.parametrize("args, message", [
     (["compile", GEMM, "--bogus"], "tkc: error: unrecognized arguments: --bogus"),
     (["compile", GEMM, "--emit", "exe"], "tkc compile: error: argument --emit: invalid choice: 'exe'"),
-    (["compile", GEMM, "--passes=canonicalize,bogus"], "error: unknown pass 'bogus'"),
+    (["compile", GEMM, "--passes=canonicalize,bogus"], "<passes>:1:14: error: unknown pass 'bogus'"),
     (["compile", GEMM, "--stop-after=bogus"], "error: unknown pass 'bogus'"),
-    (["opt", "tests/data/gemm_tk.tkir", "--passes=bogus"], "error: unknown pass 'bogus'"),
+    (["opt", "tests/data/gemm_tk.tkir", "--passes=bogus"], "<passes>:1:1: error: unknown pass 'bogus'"),
     (["compile", "missing.tk"], "tkc compile: error: missing.tk: no such file"),
     (["report", "missing.tk"], "tkc report: error: missing.tk: no such file"),
     (["run", "missing.tk", "--interpret"], "tkc run: error: missing.tk: no such file"),
@@ -90,6 +90,8 @@ def test_errors_are_one_line(args: list[str], message: str) -> None:
     assert "Traceback" not in proc.stderr and not proc.stdout
     lines = proc.stderr.splitlines()
     assert lines[0].startswith(message), proc.stderr
+    if lines[0].startswith("<passes>:"):  # a located error in the pipeline text: the text and a caret under it
+        lines = [lines[0], *lines[3:]]
     assert len(lines) == 1 or (len(lines) == 2 and lines[1].startswith("note: ")), proc.stderr
 
 
@@ -171,14 +173,75 @@ def test_bench_without_torch_is_one_line(capsys: pytest.CaptureFixture[str], mon
                                        "(tkc bench and tkc run on the GPU compare with torch)\n")
 
 
-def test_run_interpret_with_num_sms_and_pass_options(capsys) -> None:
-    """`tkc run --interpret --num-sms 4 --pass-option stream_k=1`: the stream-K schedule on a small GEMM."""
+def _default_with(old: str, new: str) -> str:
+    from tkir.passes.registry import DEFAULT_PIPELINE
+
+    return ",".join(new if p == old else p for p in DEFAULT_PIPELINE)
+
+
+def test_run_interpret_with_num_sms_and_stream_k(capsys) -> None:
+    """`tkc run --interpret --num-sms 4 --passes=...,persistent,stream-k,...`: stream-K on a small GEMM."""
     from tkir.cli import main
 
     rc = main(["run", "examples/gemm.tk", "--interpret", "--check", "--size", "M=384", "--size", "N=512",
-               "--size", "K=2048", "--pass-option", "stream_k=1", "--num-sms", "4", "--seed", "3"])
+               "--size", "K=2048", "--passes", _default_with("persistent", "persistent,stream-k"),
+               "--num-sms", "4", "--seed", "3"])
     out = capsys.readouterr().out
     assert rc == 0 and "C: rel_err" in out and out.strip().endswith("ok")
+
+
+def test_pass_parameters_in_the_pipeline(capsys) -> None:
+    """`--passes=<default>,persistent{group_m=16}`: the parameter reaches the pass."""
+    from tkir.cli import main
+
+    assert main(["compile", "examples/gemm.tk", "--passes", _default_with("persistent", "persistent{group_m=16}")]) == 0
+    assert "tile_order = {group = 16}" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("entry, message", [
+    ("persistent{grp=16}", "error: unknown parameter 'grp' of pass 'persistent'"),
+    ("persistent{group_m=x}", "error: parameter 'group_m' of pass 'persistent' is an int, not 'x'"),
+    ("persistent{group_m=16", "error: '{' after 'persistent' is never closed"),
+    ("persistnt", "error: unknown pass 'persistnt'"),
+])
+def test_bad_pass_parameter_is_a_located_error(capsys, entry: str, message: str) -> None:
+    """A mistake in the pipeline: `<passes>:1:COL: error: ...`, a caret under it, the known names."""
+    from tkir.cli import main
+
+    pipeline = _default_with("persistent", entry)
+    assert main(["compile", "examples/gemm.tk", "--passes", pipeline]) == 1
+    err = capsys.readouterr().err
+    first, source, caret = err.splitlines()[:3]
+    assert first.startswith("<passes>:1:") and first.endswith(message), err
+    assert source == pipeline and caret.index("^") + 1 == int(first.split(":")[2])
+    if "unknown parameter" in message:
+        assert "group_m (int" in err and "balanced_grid (bool" in err  # the known parameters are listed
+    elif "parameter" in message:
+        assert "note: group_m (int, default unset)" in err
+    else:
+        assert "known passes:" in err or "never closed" in err
+
+
+def test_deprecated_group_m_and_pass_option_still_work(capsys) -> None:
+    """--group-m G and --pass-option KEY=VALUE warn and print the --passes spelling of the same pipeline."""
+    from tkir.cli import main
+
+    assert main(["compile", "examples/gemm.tk", "--group-m", "4", "--pass-option", "epilogue_chunk=128"]) == 0
+    cap = capsys.readouterr()
+    assert "tile_order = {group = 4}" in cap.out and "chunk_cols = 128" in cap.out
+    assert "warning: --group-m and --pass-option are deprecated" in cap.err
+    assert "persistent{group_m=4}" in cap.err and "create-tma{epilogue_chunk=128}" in cap.err
+    assert main(["compile", "examples/gemm.tk", "--pass-option", "stream_k_max_tail=7", "--pass-option", "nope=1"]) == 1
+    assert "unknown pass option 'nope'" in capsys.readouterr().err
+
+
+def test_passes_command_lists_parameters(capsys) -> None:
+    from tkir.cli import main
+
+    assert main(["passes"]) == 0
+    out = capsys.readouterr().out
+    assert "--passes=canonicalize,legalize-mma," in out
+    assert "group_m (int, default unset)" in out and "min_iters (int, default 16)" in out
 
 
 def test_every_user_facing_error_is_a_tkir_error() -> None:

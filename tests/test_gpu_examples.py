@@ -103,24 +103,26 @@ def test_sm80_no_tma_and_unswizzled_paths_match_reference_on_gpu(name: str, size
 
 # stream-K (passes/stream_k.py): shapes whose last partial wave is split along K over all 132 SMs,
 # launched several times on fresh inputs, so the flags' launch-count epochs are exercised too.
-ALWAYS = {"stream_k": 1, "stream_k_max_tail": 100}
 STREAM_K_CASES = [
-    (dict(M=8192, N=8192, K=2048), {"stream_k": 1}),                  # default heuristic: 68 tiles split
-    (dict(M=4096, N=4096, K=4096), ALWAYS),                           # 116 tiles split, 56 iterations/SM
-    (dict(M=3900, N=1280, K=4000), {**ALWAYS, "stream_k_min_iters": 4}),   # ragged M and K
-    (dict(M=2944, N=1792, K=1024), {**ALWAYS, "stream_k_min_iters": 1}),   # 29 tiles over 132 SMs: up to 5 partials
+    (dict(M=8192, N=8192, K=2048), ""),                               # default heuristic: 68 tiles split
+    (dict(M=4096, N=4096, K=4096), "max_tail=100"),                   # 116 tiles split, 56 iterations/SM
+    (dict(M=3900, N=1280, K=4000), "max_tail=100 min_iters=4"),       # ragged M and K
+    (dict(M=2944, N=1792, K=1024), "max_tail=100 min_iters=1"),       # 29 tiles over 132 SMs: up to 5 partials
 ]
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("sizes, pass_options", STREAM_K_CASES,
+@pytest.mark.parametrize("sizes, params", STREAM_K_CASES,
                          ids=["-".join(f"{k}{v}" for k, v in s.items()) for s, _ in STREAM_K_CASES])
-def test_stream_k_gemm_repeated_launches_on_gpu(sizes: dict, pass_options: dict) -> None:
+def test_stream_k_gemm_repeated_launches_on_gpu(sizes: dict, params: str) -> None:
     torch = pytest.importorskip("torch")
     import tkir
 
     comp = load_companion("examples/gemm.tk")
-    k = tkir.compile("examples/gemm.tk", pass_options=pass_options)
+    pipeline = tkir.api.default_pipeline()
+    at = pipeline.index("persistent") + 1
+    k = tkir.compile("examples/gemm.tk", passes=[*pipeline[:at], f"stream-k{{{params}}}" if params else "stream-k",
+                                                 *pipeline[at:]])
     assert "stream_k" in k.module.kernel.attrs
     for _ in range(3):
         a, b, c = comp.torch_inputs(sizes, {})
@@ -128,4 +130,4 @@ def test_stream_k_gemm_repeated_launches_on_gpu(sizes: dict, pass_options: dict)
         torch.cuda.synchronize()
         ref = comp.torch_reference([a, b, c], sizes, {})["C"]
         err = float((c.double() - ref.double()).norm() / ref.double().norm())
-        assert err <= comp.TOLERANCE, f"{sizes} {pass_options}: rel_err {err:.3e}"
+        assert err <= comp.TOLERANCE, f"{sizes} {params}: rel_err {err:.3e}"

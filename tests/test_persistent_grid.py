@@ -12,10 +12,14 @@ from tkir.examples import check_interpreted, load_companion
 GEMM = "examples/gemm.tk"
 
 
+def _balanced(flag: int) -> list[str]:
+    return [f"persistent{{balanced_grid={flag}}}" if p == "persistent" else p for p in tkir.api.default_pipeline()]
+
+
 @pytest.mark.parametrize("balanced", [0, 1])
 @pytest.mark.parametrize("sizes, num_sms", [(dict(M=640, N=512, K=128), 4), (dict(M=896, N=256, K=192), 3)])
 def test_grid_choices_compute_every_tile(balanced, sizes, num_sms):
-    k = tkir.compile(GEMM, pass_options={"balanced_grid": balanced})
+    k = tkir.compile(GEMM, passes=_balanced(balanced))
     (res,) = check_interpreted(k.module, load_companion(GEMM), sizes, {}, seed=1, num_sms=num_sms)
     assert res.ok, res
 
@@ -30,7 +34,7 @@ def test_balanced_grid_keeps_the_rounds_with_fewer_blocks(M, N, full, balanced):
     args = (bf16(M, 4096), bf16(4096, N, ptr=FAKE_BASE + 2**30), bf16(M, N, ptr=FAKE_BASE + 2**34))
     tiles = (M // 128) * (N // 256)
     for opt, want in ((0, full), (1, balanced)):
-        k = tkir.compile(GEMM, pass_options={"balanced_grid": opt})
+        k = tkir.compile(GEMM, passes=_balanced(opt))
         grid = bind(k.launch, args, num_sms=132).grid[0]
         rounds = -(-tiles // grid)
         assert rounds == -(-tiles // 132)

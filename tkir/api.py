@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tkir.ir import Module
+from tkir.pass_pipeline import as_specs
 from tkir.passmanager import Options, PassManager, PipelineConfig, load_pass_file
 from tkir.printer import print_module
 
@@ -56,6 +57,7 @@ class CompiledKernel:
     snapshots: dict[str, str]
     timings: list[tuple[str, float]]
     asm: dict[str, object] = field(default_factory=dict)
+    pipeline_spec: str = ""  # the pipeline that ran, parameters included (PassManager.spec)
     cached: bool | None = None  # whether lower() read the backend's output from the disk cache
     _runtime: object = None
 
@@ -159,7 +161,7 @@ def compile(
     path: str,
     *,
     target: str = "sm_90a",
-    passes: list[str] | None = None,
+    passes: str | list[str] | None = None,
     swizzle: str | None = None,
     no_tma: bool = False,
     group_m: int | None = None,
@@ -171,21 +173,26 @@ def compile(
 ) -> CompiledKernel:
     """Compile a .tk kernel through the pass pipeline (the backend runs lazily on first use).
 
-    `pass_options` become Options.extra, read by the passes (e.g. {"epilogue_chunk": 128})."""
-    from tkir.passes.registry import load_registry
+    `passes` is the pipeline, as a string (`"canonicalize,persistent{group_m=16}"`) or a list of
+    entries; None runs the default one. `group_m` and `pass_options` are deprecated spellings of pass
+    parameters (passes/registry.py LEGACY_OPTIONS); they still work and warn."""
+    from tkir.passes.registry import legacy_pipeline, load_registry
 
     registry = load_registry()
     for f in load_passes or []:
         load_pass_file(f, registry)
-    extra = dict(pass_options or {})
+    legacy = dict(pass_options or {})
     if group_m:
-        extra["group_m"] = group_m
-    options = Options(target=target, swizzle=swizzle, no_tma=no_tma, extra=extra)
+        legacy["group_m"] = group_m
+    pipeline = as_specs(passes if passes is not None else default_pipeline())
+    if legacy:
+        pipeline = legacy_pipeline(pipeline, legacy, explicit=passes is not None)
+    options = Options(target=target, swizzle=swizzle, no_tma=no_tma)
+    pm = PassManager(registry, pipeline)  # names and parameters are checked before any work
     module = build_module(path, consts)
-    pipeline = passes if passes is not None else default_pipeline()
-    pm = PassManager(registry, pipeline)
     pm.run(module, options, config, out)
-    k = CompiledKernel(str(path), dict(consts), options, module, pipeline, pm.snapshots, pm.timings)
+    k = CompiledKernel(str(path), dict(consts), options, module, pm.pipeline, pm.snapshots, pm.timings,
+                       pipeline_spec=pm.spec())
     k.asm["tkir"] = print_module(module)
     return k
 

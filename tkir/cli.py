@@ -5,8 +5,11 @@
     tkc run FILE --interpret [--size NAME=VALUE ...] [--check]
     tkc report FILE [--json] [--swizzle=none]
 
-Pass flags: --print-after-all, --print-after=NAME[,NAME], --stop-after=NAME, --passes=a,b,c,
---time-passes, --load-pass=FILE.py, --swizzle=none, --no-tma, --target=sm_90a|sm_80.
+    tkc passes [--load-pass=FILE.py]                 the passes, their parameters, the default pipeline
+
+Pass flags: --print-after-all, --print-after=NAME[,NAME], --stop-after=NAME,
+--passes='a,b{key=value key2=value},c', --time-passes, --load-pass=FILE.py, --swizzle=none, --no-tma,
+--target=sm_90a|sm_80 (deprecated: --group-m G, --pass-option KEY=VALUE).
 Every user error prints `file:line:col: error: ...` and exits with status 1, without a traceback.
 """
 
@@ -62,7 +65,10 @@ def _names(s: str | None) -> list[str]:
 
 def _add_pass_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("pass pipeline")
-    g.add_argument("--passes", help="comma-separated pass list (replaces the default pipeline)")
+    g.add_argument("--passes", metavar="PIPELINE",
+                   help="the pass pipeline, replacing the default one: comma-separated pass names, each "
+                        "with optional parameters in braces, e.g. 'canonicalize,persistent{group_m=16}' "
+                        "(tkc passes lists them)")
     g.add_argument("--print-after-all", action="store_true", help="print the IR after every pass")
     g.add_argument("--print-after", metavar="NAME[,NAME]", help="print the IR after these passes")
     g.add_argument("--stop-after", metavar="NAME", help="stop the pipeline after this pass")
@@ -72,10 +78,10 @@ def _add_pass_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--swizzle", choices=("none",), help="force unswizzled shared layouts (research switch)")
     g.add_argument("--no-tma", action="store_true", help="no TMA copies anywhere in the kernel")
     g.add_argument("--group-m", type=int, metavar="G",
-                   help="persistent tile order: groups of G tile-rows (1 = row-major; default 8)")
+                   help="deprecated: write persistent{group_m=G} in --passes")
     g.add_argument("--pass-option", action="append", default=[], metavar="KEY=VALUE",
-                   help="an option the passes read (Options.extra), e.g. epilogue_chunk=128 "
-                        "(create-tma: single-buffered epilogue); repeatable")
+                   help="deprecated: write the pass's parameter in --passes (e.g. epilogue_chunk=128 is "
+                        "create-tma{epilogue_chunk=128}; stream_k=1 adds stream-k after persistent)")
     g.add_argument("--target", choices=TARGETS, default="sm_90a", help="GPU target (default sm_90a)")
 
 
@@ -121,6 +127,12 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--variant", default="tkir", help="a label for the rows (ablations)")
     _add_pass_flags(b)
 
+    ps = sub.add_parser("passes", help="list the passes, their parameters and the default pipeline",
+                        description="List every registered pass with its typed parameters, and the default "
+                                    "pipeline as --passes spells it.")
+    ps.add_argument("--load-pass", action="append", default=[], metavar="FILE.py",
+                    help="register the Pass subclasses defined in FILE.py first")
+
     rep = sub.add_parser("report", help="print the compiler's decisions",
                          description="Shared tiles, swizzles, bank conflicts, registers, TMA, occupancy.")
     rep.add_argument("file")
@@ -161,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _dispatch(args: argparse.Namespace) -> int:
     return {"compile": cmd_compile, "opt": cmd_opt, "run": cmd_run, "report": cmd_report,
-            "bench": cmd_bench}[args.cmd](args)
+            "bench": cmd_bench, "passes": cmd_passes}[args.cmd](args)
 
 
 def _config(args: argparse.Namespace):
@@ -175,6 +187,30 @@ def _config(args: argparse.Namespace):
     )
 
 
+def _pipeline(args: argparse.Namespace, default: list[str] | None = None):
+    """The pipeline the flags ask for (a list of PassSpec), or None for the default one. The deprecated
+    --group-m / --pass-option become parameters of their passes, with a warning that spells them so."""
+    import warnings
+
+    from tkir.pass_pipeline import as_specs
+    from tkir.passes.registry import DEFAULT_PIPELINE, legacy_pipeline
+
+    specs = as_specs(args.passes) if args.passes else None
+    legacy: dict[str, object] = dict(_kv(args.pass_option, "--pass-option"))
+    if args.group_m:
+        legacy["group_m"] = args.group_m
+    if not legacy:
+        return specs
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        specs = legacy_pipeline(specs if specs is not None else as_specs(default or DEFAULT_PIPELINE), legacy,
+                                explicit=specs is not None)
+    flags = " and ".join(f for f, on in (("--group-m", args.group_m), ("--pass-option", args.pass_option)) if on)
+    print(f"tkc: warning: {flags} {'are' if ' and ' in flags else 'is'} deprecated; the same pipeline is "
+          f"--passes='{','.join(str(s) for s in specs)}'", file=sys.stderr)
+    return specs
+
+
 def _compile(args: argparse.Namespace, passes: list[str] | None = None):
     import tkir
 
@@ -184,11 +220,9 @@ def _compile(args: argparse.Namespace, passes: list[str] | None = None):
     k = tkir.compile(
         args.file,
         target=args.target,
-        passes=passes if passes is not None else (_names(args.passes) if args.passes else None),
+        passes=passes if passes is not None else _pipeline(args),
         swizzle=args.swizzle,
         no_tma=args.no_tma,
-        group_m=args.group_m,
-        pass_options=_kv(args.pass_option, "--pass-option"),
         load_passes=args.load_pass,
         config=_config(args),
         out=sys.stdout,
@@ -275,10 +309,8 @@ def cmd_opt(args: argparse.Namespace) -> int:
     registry = load_registry()
     for f in args.load_pass:
         load_pass_file(f, registry)
-    pm = PassManager(registry, _names(args.passes))
-    extra = {**_kv(args.pass_option, "--pass-option"), **({"group_m": args.group_m} if args.group_m else {})}
-    pm.run(module, Options(target=args.target, swizzle=args.swizzle, no_tma=args.no_tma, extra=extra),
-           _config(args))
+    pm = PassManager(registry, _pipeline(args, default=[]) or [])
+    pm.run(module, Options(target=args.target, swizzle=args.swizzle, no_tma=args.no_tma), _config(args))
     if args.time_passes:
         print(pm.timing_report(), file=sys.stderr)
     _write(args.output, print_module(module))
@@ -346,12 +378,30 @@ def cmd_bench(args: argparse.Namespace) -> int:
         sizes_list = list(companion.BENCH_SIZES)
         consts_list = [dict(c, **extra) for c in companion.BENCH_CONSTS]
     kw = dict(target=args.target, swizzle=args.swizzle, no_tma=args.no_tma, load_passes=args.load_pass,
-              group_m=args.group_m, pass_options=_kv(args.pass_option, "--pass-option"))
-    if args.passes:
-        kw["passes"] = _names(args.passes)
+              passes=_pipeline(args))
     rows = run_bench(args.file, sizes_list, consts_list, reps=args.reps, json_out=args.json, plot=args.plot,
                      compile_kw=kw, variant=args.variant)
     return 0 if all(r.ok for r in rows) else 1
+
+
+def cmd_passes(args: argparse.Namespace) -> int:
+    from tkir.passes.registry import DEFAULT_PIPELINE, load_registry
+    from tkir.passmanager import load_pass_file
+
+    registry = load_registry()
+    for f in args.load_pass:
+        load_pass_file(f, registry)
+    print("default pipeline:")
+    print("  --passes=" + ",".join(DEFAULT_PIPELINE))
+    print("passes:")
+    for name in sorted(registry):
+        cls = registry[name]
+        doc = (cls.__module__ and sys.modules[cls.__module__].__doc__ or "").strip().splitlines()
+        summary = doc[0].split(":", 1)[-1].strip() if doc else ""
+        print(f"  {name}" + (f"  -- {summary}" if summary else ""))
+        for p in cls.params():
+            print(f"      {p.describe()}")
+    return 0
 
 
 def cmd_report(args: argparse.Namespace) -> int:

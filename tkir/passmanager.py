@@ -1,4 +1,12 @@
-"""The pass manager: a pipeline is a list of pass names looked up in one registry table.
+"""The pass manager: a pipeline of passes looked up in one registry table, each with typed parameters.
+
+A pipeline is written as MLIR and xDSL write it (tkir.pass_pipeline):
+
+    canonicalize,infer-layouts,persistent{group_m=16},stream-k{min_iters=8 max_tail=50}
+
+A pass's parameters are the typed fields of its class (a dataclass; `param()` gives a default and a
+help line), checked when the pipeline is built: an unknown pass, an unknown parameter or a value of
+the wrong type is a located error (`<passes>:1:COL: error: ...`) that lists what is known.
 
 The verifier runs after every pass. Dumps, stop-after and timing follow LLVM's flags:
 
@@ -9,37 +17,131 @@ Each dump starts with `// -----// IR Dump After <name> //----- //`.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import sys
 import time
+import typing
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import Any, ClassVar, TextIO
 
 from tkir.diagnostics import CompileError
 from tkir.ir import Module
+from tkir.pass_pipeline import PassSpec, as_specs
 from tkir.printer import print_module
 from tkir.verifier import VerifyError, verify
 
 
 @dataclass
 class Options:
-    """Switches that passes read (set from the CLI or tkir.compile keyword arguments)."""
+    """Switches every pass may read, set from the CLI or tkir.compile keyword arguments. A setting that
+    belongs to one pass is a parameter of that pass, not an option here."""
 
     target: str = "sm_90a"
     swizzle: str | None = None  # "none" forces unswizzled shared layouts everywhere
     no_tma: bool = False
-    extra: dict[str, object] = field(default_factory=dict)
+
+
+def param(default: Any, help: str) -> Any:
+    """A pass parameter: a dataclass field with its default and one line of help (`tkc passes`)."""
+    return dataclasses.field(default=default, metadata={"help": help})
+
+
+@dataclass(frozen=True)
+class ParamInfo:
+    name: str
+    type: type
+    default: Any
+    help: str
+
+    @property
+    def type_name(self) -> str:
+        return self.type.__name__
+
+    def describe(self) -> str:
+        default = _format_value(self.default) if self.default is not None else "unset"
+        return f"{self.name} ({self.type_name}, default {default})" + (f": {self.help}" if self.help else "")
+
+
+_PARAM_TYPES = (bool, int, float, str)
 
 
 class Pass:
-    """Base class: subclasses set `name` (kebab-case) and implement `run`."""
+    """Base class: subclasses set `name` (kebab-case) and implement `run`. Annotated class attributes
+    are the pass's parameters (the subclass is made a dataclass): `group_m: int = param(8, "...")`."""
 
-    name: str = ""
+    name: ClassVar[str] = ""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "__dataclass_fields__" not in cls.__dict__:
+            dataclass(cls)
 
     def run(self, module: Module, options: Options) -> None:
         raise NotImplementedError
+
+    @classmethod
+    def params(cls) -> list[ParamInfo]:
+        """The pass's parameters, in declaration order."""
+        hints = typing.get_type_hints(cls)
+        out = []
+        for f in dataclasses.fields(cls):
+            out.append(ParamInfo(f.name, _param_type(cls, f.name, hints[f.name]), f.default,
+                                 str(f.metadata.get("help", ""))))
+        return out
+
+    @classmethod
+    def from_spec(cls, spec: PassSpec) -> Pass:
+        """An instance with the parameters a pipeline entry gives, converted to their declared types."""
+        known = {p.name: p for p in cls.params()}
+        values: dict[str, Any] = {}
+        for key, text in spec.params.items():
+            info = known.get(key)
+            if info is None:
+                hint = (f"known parameters of '{cls.name}': " + "; ".join(p.describe() for p in known.values())
+                        if known else f"'{cls.name}' has no parameters")
+                raise PassError(spec.loc(key), f"unknown parameter '{key}' of pass '{cls.name}'",
+                                source=spec.source or None, hint=hint)
+            values[key] = _convert(info, text, spec)
+        return cls(**values)
+
+    def spec(self) -> str:
+        """This pass as a pipeline entry: its name and the parameters that differ from their defaults."""
+        changed = [f"{p.name}={_format_value(getattr(self, p.name))}" for p in self.params()
+                   if getattr(self, p.name) != p.default]
+        return self.name + ("{" + " ".join(changed) + "}" if changed else "")
+
+
+def _param_type(cls: type, name: str, hint: Any) -> type:
+    """The scalar type of a parameter annotated `T` or `T | None` (T one of bool, int, float, str)."""
+    args = [a for a in typing.get_args(hint) if a is not type(None)] or [hint]
+    if len(args) != 1 or args[0] not in _PARAM_TYPES:
+        raise TypeError(f"pass '{getattr(cls, 'name', cls.__name__)}': parameter '{name}' must be bool, int, "
+                        f"float or str (optionally | None), not {hint}")
+    return args[0]
+
+
+def _format_value(v: Any) -> str:
+    return ("true" if v else "false") if isinstance(v, bool) else str(v)
+
+
+_BOOL_WORDS = {"true": True, "1": True, "false": False, "0": False}
+
+
+def _convert(info: ParamInfo, text: str, spec: PassSpec) -> Any:
+    try:
+        if info.type is bool:
+            return _BOOL_WORDS[text.lower()]
+        if info.type is int:
+            return int(text, 0)
+        return info.type(text)
+    except (KeyError, ValueError):
+        article = "an" if info.type_name[0] in "aeiou" else "a"
+        raise PassError(spec.loc(info.name), f"parameter '{info.name}' of pass '{spec.name}' is {article} "
+                                             f"{info.type_name}, not '{text}'", source=spec.source or None,
+                        hint=info.describe()) from None
 
 
 class PassError(CompileError):
@@ -59,15 +161,23 @@ class PipelineConfig:
 
 
 class PassManager:
-    def __init__(self, registry: dict[str, type[Pass]], pipeline: list[str]):
+    """Builds the pipeline's passes (checking names and parameters) and runs them, verifying after each."""
+
+    def __init__(self, registry: dict[str, type[Pass]], pipeline: str | list[str] | list[PassSpec]):
         self.registry = registry
-        unknown = [p for p in pipeline if p not in registry]
-        if unknown:
-            raise PassError(None, f"unknown pass '{unknown[0]}'",
-                            hint="known passes: " + ", ".join(sorted(registry)))
-        self.pipeline = list(pipeline)
+        specs = as_specs(pipeline)
+        for spec in specs:
+            if spec.name not in registry:
+                raise PassError(spec.loc(), f"unknown pass '{spec.name}'", source=spec.source or None,
+                                hint="known passes: " + ", ".join(sorted(registry)))
+        self.passes: list[Pass] = [registry[s.name].from_spec(s) for s in specs]
+        self.pipeline = [p.name for p in self.passes]
         self.snapshots: dict[str, str] = {}
         self.timings: list[tuple[str, float]] = []
+
+    def spec(self) -> str:
+        """The pipeline as text, parameters included (what `--passes=` takes back)."""
+        return ",".join(p.spec() for p in self.passes)
 
     def run(self, module: Module, options: Options, config: PipelineConfig | None = None,
             out: TextIO | None = None) -> Module:
@@ -75,9 +185,10 @@ class PassManager:
         out = out or sys.stdout
         for bad in [n for n in (*config.print_after, config.stop_after) if n and n not in self.registry]:
             raise PassError(None, f"unknown pass '{bad}'", hint="known: " + ", ".join(sorted(self.registry)))
-        for name in self.pipeline:
+        for p in self.passes:
+            name = p.name
             t0 = time.perf_counter()
-            self.registry[name]().run(module, options)
+            p.run(module, options)
             self.timings.append((name, time.perf_counter() - t0))
             try:
                 verify(module)
