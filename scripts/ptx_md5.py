@@ -25,8 +25,10 @@ CONFIGS: list[tuple[str, dict, dict]] = [
     ("examples/gemm.tk", {}, {}),
     ("examples/gemm.tk", {}, {"no_tma": True}),
     ("examples/gemm.tk", {}, {"swizzle": "none"}),
-    ("examples/gemm.tk", {}, {"pass_options": {"stream_k": 1}}),
-    ("examples/gemm.tk", {}, {"pass_options": {"epilogue_chunk": 128}}),
+    ("examples/gemm.tk", {}, {"passes": "canonicalize,legalize-mma,infer-layouts,select-swizzle,bank-conflicts,"
+                                        "create-tma,plan-occupancy,pipeline,persistent,stream-k,canonicalize"}),
+    ("examples/gemm.tk", {}, {"passes": "canonicalize,legalize-mma,infer-layouts,select-swizzle,bank-conflicts,"
+                                        "create-tma{epilogue_chunk=128},plan-occupancy,pipeline,persistent,canonicalize"}),
     ("examples/gemm.tk", {"BM": 64}, {}),
     ("examples/softmax.tk", {}, {}),
     ("examples/layernorm.tk", {}, {}),
@@ -86,7 +88,7 @@ def main() -> int:
     items = []
     for path, consts, opts in [*CONFIGS, *[(p, {}, {}) for p in args.extra]]:
         for target in ("sm_90a", "sm_80"):
-            if target == "sm_80" and (opts.get("pass_options") or opts.get("swizzle") or opts.get("no_tma")):
+            if target == "sm_80" and (opts.get("passes") or opts.get("swizzle") or opts.get("no_tma")):
                 continue
             items.append((path, consts, opts, target))
     with ProcessPoolExecutor(args.j) as pool:

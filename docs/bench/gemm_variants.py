@@ -1,7 +1,7 @@
 """Time GEMM variants of examples/gemm.tk against each other and cuBLAS, interleaved, in one process.
 
 Usage (GPU machine, tkir installed): python3 docs/bench/gemm_variants.py [--reps 50] [--json OUT]
-Each variant is compiled with its own pass options; every rep runs all of them in turn (each after an
+Each variant is compiled with its own pipeline (pass parameters); every rep runs all of them in turn (each after an
 L2 flush, inputs rotated), so drift touches them alike. Correctness is checked first for each.
 """
 
@@ -17,11 +17,17 @@ import tkir
 from tkir.backend.bench import L2_BYTES, _rel_err, time_pair_ms
 from tkir.examples import load_companion
 
+
+def _with(old: str, new: str) -> list[str]:
+    """The default pipeline with one entry replaced (pass parameters in the pipeline text)."""
+    return [new if p == old else p for p in tkir.api.default_pipeline()]
+
+
 VARIANTS = {  # name -> tkir.compile keyword arguments
     "default (balanced grid)": {},
-    "one block per SM": {"pass_options": {"balanced_grid": 0}},
-    "L2 promotion 256 B": {"pass_options": {"l2_promotion": 256}},
-    "stream-K (tails <= 60% full)": {"pass_options": {"stream_k": 1}},
+    "one block per SM": {"passes": _with("persistent", "persistent{balanced_grid=0}")},
+    "L2 promotion 256 B": {"passes": _with("create-tma", "create-tma{l2_promotion=256}")},
+    "stream-K (tails <= 60% full)": {"passes": _with("persistent", "persistent,stream-k")},
 }
 SHAPES = [(4096, 4096, 4096), (2048, 2048, 2048), (8192, 8192, 8192), (6144, 6144, 6144), (8192, 8192, 1024)]
 
