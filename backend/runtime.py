@@ -27,11 +27,11 @@ from typing import Any
 
 from cuda.bindings import driver as cu
 
-from tkir import cuda as tkcuda
 from tkir import symexpr
-from tkir.cuda import CudaError, check
+from tkir.backend import cuda as tkcuda
+from tkir.backend.cuda import CudaError, check
+from tkir.backend.launch import requirement_failure
 from tkir.diagnostics import TkirError
-from tkir.launch import requirement_failure
 from tkir.target import NUM_SMS
 from tkir.types import DTYPE_BYTES
 

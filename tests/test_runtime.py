@@ -13,7 +13,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from tkir import cuda as tkcuda
+from tkir.backend import cuda as tkcuda
 from tkir.backend import runtime
 from tkir.backend.runtime import Kernel, LaunchError, TmaArgs
 

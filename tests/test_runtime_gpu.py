@@ -12,7 +12,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from tkir import cuda as tkcuda
+from tkir.backend import cuda as tkcuda
 from tkir.backend import toolchain
 from tkir.backend.runtime import Kernel, LaunchError
 

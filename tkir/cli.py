@@ -327,13 +327,13 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _run_gpu(args: argparse.Namespace) -> int:
-    from tkir.backend.bench import run_check
+    from tkir.bench import run_check
 
     return run_check(args)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from tkir.backend.bench import run_bench
+    from tkir.bench import run_bench
     from tkir.examples import load_companion
 
     if not Path(args.file).is_file():

@@ -143,7 +143,7 @@ def interpret(module: Module, *arrays: np.ndarray, sizes: dict[str, int] | None 
 def _check_requires(module: Module, sizes: dict[str, int]) -> None:
     """The kernel's run-time conditions (tkir.launch `requires`), checked as the launch checks them:
     a kernel the GPU would refuse is refused here, with the same message."""
-    from tkir.launch import module_requires, requirement_failure
+    from tkir.backend.launch import module_requires, requirement_failure
 
     name = module.kernel.symbol or "kernel"
     for req in module_requires(module):
