@@ -30,8 +30,8 @@ from cuda.bindings import driver as cu
 from tkir import symexpr
 from tkir.backend import cuda as tkcuda
 from tkir.backend.cuda import CudaError, check
-from tkir.backend.launch import requirement_failure
 from tkir.diagnostics import TkirError
+from tkir.requires import requirement_failure
 from tkir.target import NUM_SMS
 from tkir.types import DTYPE_BYTES
 
