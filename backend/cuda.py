@@ -1,7 +1,7 @@
 """Device arrays without torch: allocate, copy to and from numpy, hand to a kernel by CUDA Array Interface.
 
-    x = tkir.cuda.to_device(np.ones((128, 64), ml_dtypes.bfloat16))
-    y = tkir.cuda.empty((128, 64), "bf16")
+    x = tkir.backend.cuda.to_device(np.ones((128, 64), ml_dtypes.bfloat16))
+    y = tkir.backend.cuda.empty((128, 64), "bf16")
     kernel(x, y); y.numpy()
 
 Also the one place that starts CUDA: `context()` initialises the driver lazily and makes device 0's

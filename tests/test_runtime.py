@@ -215,7 +215,7 @@ def test_tma_map_wider_than_tensor_is_rejected() -> None:
 def test_host_memory_rejected(gemm: Kernel) -> None:
     args = gemm_args()
     args[0] = np.zeros((256, 128), ml_dtypes.bfloat16)
-    with pytest.raises(LaunchError, match="argument 'A' is a host array .*tkir.cuda.to_device"):
+    with pytest.raises(LaunchError, match="argument 'A' is a host array .*tkir.backend.cuda.to_device"):
         gemm.validate(*args)
 
 
