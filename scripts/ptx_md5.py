@@ -56,8 +56,9 @@ def _example(item: tuple[str, dict, dict, str]) -> str:
 
 def _conformance(case_id: str) -> str:
     """'<ptx md5> <ir md5> <id>' for one conformance case; 'refused'/'ERROR' lines record the rest."""
-    import tkir
     from conformance.cases import all_cases, kernel_source
+
+    import tkir
     from tkir.diagnostics import CompileError
 
     case = {c.id: c for c in all_cases()}[case_id]
