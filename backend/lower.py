@@ -1,16 +1,16 @@
 """The backend driver: tile IR (after the pass pipeline) -> LLVM IR -> PTX, plus the launch description.
 
 `compile_module` returns the text of every stage it produced: `llvm`, `ptx`, and `launch` (the JSON
-dict of tkir.launch, with `dynamic_smem` set to the shared-memory plan the lowering used).
+dict of tkir.backend.launch, with `dynamic_smem` set to the shared-memory plan the lowering used).
 ptxas (cubin, SASS) runs only when asked for (`assemble_artifacts`), so `--emit ptx` stays fast.
 """
 
 from __future__ import annotations
 
+from tkir.backend.launch import build_launch
 from tkir.backend.lower_llvm import lower_kernel
 from tkir.backend.ptx import llvm_to_ptx
 from tkir.ir import Module
-from tkir.launch import build_launch
 from tkir.passmanager import Options
 
 

@@ -1,7 +1,7 @@
 """lower-to-llvm: pipelined tile IR -> LLVM IR text for the NVPTX back end (sm_90a or sm_80).
 
 The driver: it builds the kernel's signature from the launch description (PTX parameter order is
-tkir.launch's convention: tensor maps, pointers, sizes, scalars), computes the aligned base of the
+tkir.backend.launch's convention: tensor maps, pointers, sizes, scalars), computes the aligned base of the
 dynamic shared memory, and lowers the body op by op. Each op is lowered by exactly one rule of the
 table in backend.rules, chosen by (op name, target, operand forms); the rules live in the
 `rules_*` modules, one family each:

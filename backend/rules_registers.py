@@ -397,7 +397,7 @@ def _global_chunks(cx: LoweringContext, op: Operation, gl: Global, coords: list[
     for first in range(0, len(slots), vec):
         s = slots[first]
         # a chunk starts at a multiple of vec and the launch requires rows of whole 16-byte chunks
-        # (tkir.launch requires), so a chunk is either wholly inside the tensor or wholly outside
+        # (tkir.requires), so a chunk is either wholly inside the tensor or wholly outside
         if is_tile:
             row = w.op(f"add i32 {r0}, {s[0]}", "row")
             col = w.op(f"add i32 {c0}, {s[1]}", "col")

@@ -27,11 +27,11 @@ from typing import Any
 
 from cuda.bindings import driver as cu
 
-from tkir import cuda as tkcuda
 from tkir import symexpr
-from tkir.cuda import CudaError, check
+from tkir.backend import cuda as tkcuda
+from tkir.backend.cuda import CudaError, check
 from tkir.diagnostics import TkirError
-from tkir.launch import requirement_failure
+from tkir.requires import requirement_failure
 from tkir.target import NUM_SMS
 from tkir.types import DTYPE_BYTES
 
@@ -86,7 +86,7 @@ FOREIGN_DTYPES = {"bfloat16": "bf16", "float16": "f16", "float32": "f32", "int32
                   "float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2"}
 # CUDA Array Interface typestr (byte order stripped) -> tkir dtype. bf16 and fp8 have no standard
 # typestr; these are what numpy reports for ml_dtypes' bfloat16 ('V2'), float8_e4m3fn ('V1') and
-# float8_e5m2 ('f1'), which tkir.cuda.DeviceArray exports.
+# float8_e5m2 ('f1'), which tkir.backend.cuda.DeviceArray exports.
 CAI_TYPESTRS = {"f4": "f32", "f2": "f16", "i4": "i32", "u4": "u32", "V2": "bf16", "V1": "e4m3", "f1": "e5m2"}
 DLPACK_CUDA, DLPACK_CUDA_MANAGED = 2, 13  # DLDeviceType values that are GPU memory
 DEVICE_MEMORY_TYPES = (int(cu.CUmemorytype.CU_MEMORYTYPE_DEVICE), int(cu.CUmemorytype.CU_MEMORYTYPE_UNIFIED))
@@ -454,7 +454,7 @@ def describe_array(arg: Any, what: str) -> ArrayArg:
         return _from_cai(arg, what)
     if hasattr(arg, "__array_interface__"):
         raise LaunchError(f"{what} is a host array ({type(arg).__name__}); copy it to the GPU first, "
-                          "e.g. with tkir.cuda.to_device")
+                          "e.g. with tkir.backend.cuda.to_device")
     if hasattr(arg, "__dlpack__"):
         return _from_dlpack(arg, what)
     raise LaunchError(f"{what} must be a GPU tensor (torch, __cuda_array_interface__ or DLPack), "

@@ -246,10 +246,10 @@ def test_passes_command_lists_parameters(capsys) -> None:
 
 def test_every_user_facing_error_is_a_tkir_error() -> None:
     """One base class: the CLI catches TkirError instead of matching exception class names."""
+    from tkir.backend.cuda import CudaError
     from tkir.backend.runtime import LaunchError
     from tkir.backend.toolchain import ToolchainError
     from tkir.cli import UsageError
-    from tkir.cuda import CudaError
     from tkir.diagnostics import CompileError, TkirError
     from tkir.interp import InterpError
 

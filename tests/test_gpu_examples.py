@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from tkir.backend.bench import bench_one
+from tkir.bench import bench_one
 from tkir.examples import load_companion
 
 CASES = [

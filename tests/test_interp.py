@@ -204,8 +204,8 @@ def test_out_of_bounds_store_writes_only_inside() -> None:
 
 def test_requires_are_checked_as_the_launch_checks_them() -> None:
     """Y's columns are copied without TMA and not masked: the launch refuses Q = 35, and so does the
-    interpreter, with the same message (tkir.launch.requirement_failure)."""
-    from tkir.launch import module_requires, requirement_failure
+    interpreter, with the same message (tkir.requires.requirement_failure)."""
+    from tkir.requires import module_requires, requirement_failure
 
     m = parse_module(COPY)
     X, Y = rand((20, 40)), np.full((18, 35), np.nan, np.float32)

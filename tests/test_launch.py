@@ -1,4 +1,4 @@
-"""The launch description (tkir/launch.py) and the TMA descriptor checks behind it.
+"""The launch description (backend/launch.py) and the TMA descriptor checks behind it.
 
 JSON assertions on hand-written post-pass IR, and on the examples through the front end and the
 tk-level passes up to plan-occupancy.
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from tkir.backend.launch import build_launch, launch_json
 from tkir.diagnostics import CompileError
 from tkir.frontend import compile_file
-from tkir.launch import build_launch, launch_json
 from tkir.parser import parse_module
 from tkir.passes.registry import load_registry
 from tkir.passmanager import Options, PassManager

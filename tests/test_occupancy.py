@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from tkir.backend.launch import build_launch
 from tkir.diagnostics import CompileError
 from tkir.frontend import compile_file
-from tkir.launch import build_launch
 from tkir.parser import parse_module
 from tkir.passes.registry import load_registry
 from tkir.passmanager import Options, PassManager

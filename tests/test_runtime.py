@@ -13,7 +13,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from tkir import cuda as tkcuda
+from tkir.backend import cuda as tkcuda
 from tkir.backend import runtime
 from tkir.backend.runtime import Kernel, LaunchError, TmaArgs
 
@@ -215,7 +215,7 @@ def test_tma_map_wider_than_tensor_is_rejected() -> None:
 def test_host_memory_rejected(gemm: Kernel) -> None:
     args = gemm_args()
     args[0] = np.zeros((256, 128), ml_dtypes.bfloat16)
-    with pytest.raises(LaunchError, match="argument 'A' is a host array .*tkir.cuda.to_device"):
+    with pytest.raises(LaunchError, match="argument 'A' is a host array .*tkir.backend.cuda.to_device"):
         gemm.validate(*args)
 
 

@@ -1,5 +1,5 @@
 """backend/runtime.py on a GPU: llvmlite PTX (and its ptxas cubin) loaded and launched through Kernel,
-with tkir.cuda DeviceArrays and torch tensors; a TMA round trip through a launch-description tma entry."""
+with tkir.backend.cuda DeviceArrays and torch tensors; a TMA round trip through a launch-description tma entry."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from tkir import cuda as tkcuda
+from tkir.backend import cuda as tkcuda
 from tkir.backend import toolchain
 from tkir.backend.runtime import Kernel, LaunchError
 

@@ -359,13 +359,17 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _run_gpu(args: argparse.Namespace) -> int:
-    from tkir.backend.bench import run_check
+    from tkir.bench import run_check
 
-    return run_check(args)
+    sizes, consts = _kv(args.size, "--size"), _kv(args.defines, "-D")
+    kw = dict(target=args.target, swizzle=args.swizzle, no_tma=args.no_tma, group_m=args.group_m,
+              load_passes=args.load_pass, pass_options=_kv(args.pass_option, "--pass-option"))
+    row = run_check(args.file, sizes, consts, compile_kw=kw)
+    return 0 if (row.ok or not args.check) else 1
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from tkir.backend.bench import run_bench
+    from tkir.bench import run_bench
     from tkir.examples import load_companion
 
     if not Path(args.file).is_file():

@@ -31,6 +31,7 @@ from tkir import symexpr
 from tkir.diagnostics import TkirError
 from tkir.ir import Block, Module, Operation, Value
 from tkir.ops import OPS
+from tkir.requires import module_requires, requirement_failure
 from tkir.target import NUM_SMS
 from tkir.types import FLOAT_DTYPES, NUMPY_DTYPES, GlobalType, ScalarType, TileType, Type, VectorType, is_shared
 
@@ -111,7 +112,7 @@ def interpret(module: Module, *arrays: np.ndarray, sizes: dict[str, int] | None 
     so reading memory nobody wrote shows up in the outputs. `num_sms` is the NUM_SMS that persistent
     grids and workspaces see (small values exercise multi-tile and stream-K schedules on small inputs).
     Blocks run in row-major order, or last first for a stream-K kernel (tkir/ops_streamk.py).
-    The kernel's `requires` (tkir.launch) are checked first, with the launch's message;
+    The kernel's `requires` (tkir.requires) are checked first, with the launch's message;
     `check_requires=False` runs anyway (tests of the out-of-bounds semantics themselves).
     """
     try:
@@ -141,10 +142,8 @@ def interpret(module: Module, *arrays: np.ndarray, sizes: dict[str, int] | None 
 
 
 def _check_requires(module: Module, sizes: dict[str, int]) -> None:
-    """The kernel's run-time conditions (tkir.launch `requires`), checked as the launch checks them:
+    """The kernel's run-time conditions (tkir.requires), checked as the launch checks them:
     a kernel the GPU would refuse is refused here, with the same message."""
-    from tkir.launch import module_requires, requirement_failure
-
     name = module.kernel.symbol or "kernel"
     for req in module_requires(module):
         try:

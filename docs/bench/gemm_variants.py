@@ -14,7 +14,7 @@ import math
 import torch
 
 import tkir
-from tkir.backend.bench import L2_BYTES, _rel_err, time_pair_ms
+from tkir.bench import L2_BYTES, _rel_err, time_pair_ms
 from tkir.examples import load_companion
 
 

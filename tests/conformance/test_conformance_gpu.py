@@ -32,7 +32,7 @@ CASES = [c for c in all_cases() if c.id in _WORKING]
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_case_on_gpu_matches_interpreter(case: Case) -> None:
-    from tkir import cuda as tkcuda
+    from tkir.backend import cuda as tkcuda
 
     out = run_case(case)
     assert out.status == WORKS, f"{case.id}: {out.status}: {out.message}"

@@ -5,7 +5,9 @@ with the companion's reference by ||out - ref|| / ||ref||; then time the tkir ke
 (torch) in the same process with CUDA events, interleaved run by run (tkir, peer, tkir, peer, ...)
 so drift in clocks or temperature falls on both: warm-up, the median of `reps` runs, inputs rotated
 over enough sets that their bytes exceed 3x the 60 MB L2 and a 256 MB buffer zeroed before each run,
-so every run starts from a cold cache (METHOD.md). Needs torch and a CUDA GPU.
+so every run starts from a cold cache (METHOD.md). Needs torch and a CUDA GPU (imported when timing).
+A driver beside the CLI: tkir/cli.py parses the flags, and every function here takes plain values
+(sizes, constants, `compile_kw`: keyword arguments of tkir.compile).
 
 Companion hooks (examples/<name>.py): BENCH_SIZES, BENCH_CONSTS, flops(), bytes_moved(),
 torch_inputs(sizes, consts) -> list of tensors (outputs NaN), torch_reference(inputs, sizes, consts)
@@ -250,19 +252,16 @@ def run_bench(path: str, sizes_list: list[dict], consts_list: list[dict], *, rep
     return rows
 
 
-def run_check(args) -> int:
-    """`tkc run FILE [--check]` on the GPU: one size, fresh inputs, the reference comparison."""
-    from tkir.cli import _kv
+def run_check(path: str, sizes: dict[str, int | float], consts: dict[str, int | float], *,
+              compile_kw: dict) -> Row:
+    """`tkc run FILE` on the GPU: one size (empty `sizes`: the companion's first CHECK_SIZES), fresh
+    inputs, the reference comparison; prints one line and returns the row."""
     from tkir.examples import load_companion
 
-    companion = load_companion(args.file)
-    sizes = _kv(args.size, "--size") or dict(companion.CHECK_SIZES[0])
-    consts = _kv(args.defines, "-D")
-    row = bench_one(args.file, companion, sizes, consts, reps=3, warmup=1, peer=False,
-                    compile_kw=dict(target=args.target, swizzle=args.swizzle, no_tma=args.no_tma,
-                                    group_m=args.group_m, load_passes=args.load_pass,
-                                    pass_options=_kv(args.pass_option, "--pass-option")))
+    companion = load_companion(path)
+    sizes = dict(sizes) or dict(companion.CHECK_SIZES[0])
+    row = bench_one(path, companion, sizes, consts, reps=3, warmup=1, peer=False, compile_kw=compile_kw)
     size_txt = " ".join(f"{n}={v}" for n, v in sizes.items())
-    print(f"{Path(args.file).name} [{size_txt}] on GPU: rel_err {row.rel_err:.3e} (bound {row.bound:.0e}) "
+    print(f"{Path(path).name} [{size_txt}] on GPU: rel_err {row.rel_err:.3e} (bound {row.bound:.0e}) "
           f"{'ok' if row.ok else 'FAIL'}; {row.ms:.3f} ms")
-    return 0 if (row.ok or not args.check) else 1
+    return row

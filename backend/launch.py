@@ -1,0 +1,130 @@
+"""The launch description (`tkc compile --emit launch`): what another toolchain needs to launch the PTX.
+
+    build_launch(module, "sm_90a") -> {"kernel", "target", "tensors", "scalars", "params", "grid",
+                                       "block", "dynamic_smem", "requires", "tma"}
+
+The format is the one the runtime reads (docs/runtime.md, "Launch description"). Sizes (grid, TMA
+dims and strides, requirements) are `tkir.symexpr` expressions of the kernel's size names.
+
+PTX parameter order (the backend declares its kernel parameters in exactly this order):
+1. one `tensor_map` per `tma.desc`, in module order (name = the descriptor's symbol, `tma` = its index
+   in the "tma" list; a 128-byte, 64-byte aligned `.param`, HOPPER.md §4.3);
+2. one `pointer` per `gl` kernel parameter, in order (name = the parameter's name), also for tensors
+   that are only reached through a tensor map;
+3. one i32 `scalar` per size name, in order of first appearance in the `gl` dims (`"size": name`);
+4. the kernel's own scalar parameters, in order (`"scalar": name`);
+5. hidden parameters the runtime provides, in IR order: a `workspace` pointer per `tk.workspace`
+   (`dtype`, `dims` of ints and NUM_SMS: device memory zeroed once and kept across launches) and an
+   i32 `launch_count` per `tk.launch_count` (1 on the first launch of the kernel, then 2, ...).
+
+`requires` lists the run-time conditions the kernel refuses to run without (the runtime checks
+them); tkir.requires computes them from the IR, and the interpreter checks the same list.
+"""
+
+from __future__ import annotations
+
+import json
+
+from tkir.diagnostics import CompileError
+from tkir.ir import Module, Operation
+from tkir.layout import tma_swizzle
+from tkir.requires import kernel_requires
+from tkir.target import WARPGROUP as THREADS_PER_WARPGROUP
+from tkir.types import DTYPE_BYTES, GlobalType, ScalarType, TileType
+
+PLAIN_SMEM_ALIGN = 16
+DESC_FIELDS = ("dtype", "rank", "dims", "strides", "box", "elem_strides", "swizzle", "l2_promotion",
+               "oob_fill")
+
+
+def build_launch(module: Module, target: str) -> dict:
+    """The launch description of the module's kernel, as a JSON-ready dict."""
+    kernel = module.kernel
+    params = kernel.body.args
+    tensors = [a for a in params if isinstance(a.type, GlobalType)]
+    scalars = [a for a in params if isinstance(a.type, ScalarType)]
+    descs = [op for op in module.ops if op.name == "tma.desc"]
+    _check_copies(module, kernel)
+
+    sizes: list[str] = []
+    for t in tensors:
+        for d in t.type.dims:
+            if isinstance(d, str) and d not in sizes:
+                sizes.append(d)
+
+    ptx_params: list[dict] = [{"name": d.symbol, "kind": "tensor_map", "tma": i} for i, d in enumerate(descs)]
+    ptx_params += [{"name": t.name, "kind": "pointer", "dtype": t.type.dtype, "tensor": t.name}
+                   for t in tensors]
+    ptx_params += [{"name": s, "kind": "scalar", "dtype": "i32", "size": s} for s in sizes]
+    ptx_params += [{"name": s.name, "kind": "scalar", "dtype": s.type.dtype, "scalar": s.name}
+                   for s in scalars]
+    for op in kernel.walk():  # hidden parameters the runtime provides (passes/stream_k.py)
+        if op.name == "tk.workspace":
+            t = op.result.type
+            ptx_params.append({"name": op.attrs["name"], "kind": "workspace", "dtype": t.dtype, "dims": list(t.dims)})
+        elif op.name == "tk.launch_count":
+            ptx_params.append({"name": op.attrs["name"], "kind": "launch_count", "dtype": "i32"})
+
+    grid = [str(g) for g in kernel.attrs["grid"]]
+    occ = kernel.attrs.get("occupancy")
+    if isinstance(occ, dict):
+        warpgroups = sum(int(r.get("warpgroups", 1)) for r in occ.get("roles", {}).values()) or 1
+        threads = int(occ.get("threads") or THREADS_PER_WARPGROUP * warpgroups)  # sm_80: 32 x warps
+        smem = int(occ["smem_bytes"])
+    else:
+        threads, smem = THREADS_PER_WARPGROUP, _alloc_bytes(kernel)
+    return {
+        "kernel": kernel.symbol,
+        "target": target,
+        "tensors": [{"name": t.name, "dtype": t.type.dtype, "dims": list(t.type.dims)} for t in tensors],
+        "scalars": [{"name": s.name, "dtype": s.type.dtype} for s in scalars],
+        "params": ptx_params,
+        "grid": grid + ["1"] * (3 - len(grid)),
+        "block": [threads, 1, 1],
+        "dynamic_smem": smem,
+        "requires": kernel_requires(kernel, descs),
+        "tma": [{"param": d.symbol, "tensor": d.attrs["tensor"], **{k: d.attrs[k] for k in DESC_FIELDS}}
+                for d in descs],
+    }
+
+
+def launch_json(module: Module, target: str) -> str:
+    """`build_launch` as indented JSON text (what `--emit launch` writes)."""
+    return json.dumps(build_launch(module, target), indent=2) + "\n"
+
+
+def _check_copies(module: Module, kernel: Operation) -> None:
+    """Every TMA copy names a descriptor of its tensor whose swizzle is the one its shared tile has."""
+    params = kernel.body.args
+    for op in kernel.walk():
+        if op.name not in ("tma.load", "tma.store"):
+            continue
+        g, s = (op.operands[1], op.operands[0]) if op.name == "tma.load" else op.operands[:2]
+        sym = op.attrs["desc"].name
+        desc = module.lookup(sym)
+        if desc is None or desc.name != "tma.desc":
+            raise CompileError(op.loc, f"'{op.name}' names @{sym}, which is not a tma.desc")
+        if desc.attrs["param"] != params.index(g):
+            raise CompileError(op.loc, f"'{op.name}' copies %{g.name} with @{sym}, a descriptor of "
+                               f"{desc.attrs['tensor']}")
+        want = tma_swizzle(int(s.type.get("swizzle", 0) or 0))
+        if desc.attrs["swizzle"] != want:
+            raise CompileError(op.loc, f"'{op.name}': @{sym} has swizzle {desc.attrs['swizzle']} but the "
+                               f"shared tile is {s.type} (swizzle {want})")
+
+
+def _alloc_bytes(kernel: Operation) -> int:
+    """Shared memory of the kernel's allocations, each rounded to its alignment (no occupancy plan)."""
+    total, max_align = 0, PLAIN_SMEM_ALIGN
+    for op in kernel.walk():
+        if op.name != "tk.alloc":
+            continue
+        t = op.result.type
+        eb = DTYPE_BYTES[t.dtype]
+        pad = int(t.get("pad", 0) or 0)
+        size = t.rows * (t.cols * eb + pad) if isinstance(t, TileType) else t.n * eb + pad
+        align = int(t.get("align", 0) or 0) or PLAIN_SMEM_ALIGN
+        stages = t.get("stages") if isinstance(t.get("stages"), int) else 1
+        total += -(-size // align) * align * stages
+        max_align = max(max_align, align)
+    return total + (max_align if max_align > PLAIN_SMEM_ALIGN else 0)

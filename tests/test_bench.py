@@ -1,0 +1,79 @@
+"""The benchmark harness (tkir/bench.py) as the CLI drives it, without a GPU: `tkc run FILE` (no
+--interpret) parses its flags in tkir/cli.py and hands `run_check` plain values; the GPU part
+(`bench_one`) is replaced by a recorder that returns a made-up row.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tkir import bench
+from tkir.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+GEMM = str(ROOT / "examples" / "gemm.tk")
+
+
+def _row(ok: bool) -> bench.Row:
+    return bench.Row("gemm", {}, {}, "tkir", 1e-3 if ok else 1.0, 1e-2, ok, 0.5, None, "torch", 1, 1)
+
+
+@pytest.fixture
+def calls(monkeypatch: pytest.MonkeyPatch) -> list[dict]:
+    seen: list[dict] = []
+
+    def fake_bench_one(path: str, companion: object, sizes: dict, consts: dict, **kw: object) -> bench.Row:
+        seen.append(dict(path=path, sizes=sizes, consts=consts, **kw))
+        return _row(consts.get("OK", 1) == 1)  # -D OK=0: a result past its bound
+
+    monkeypatch.setattr(bench, "bench_one", fake_bench_one)
+    return seen
+
+
+def test_run_check_takes_parsed_values(calls: list[dict], capsys: pytest.CaptureFixture[str]) -> None:
+    row = bench.run_check(GEMM, {"M": 128, "N": 256, "K": 64}, {"BM": 64}, compile_kw={"target": "sm_80"})
+    assert row.ok
+    (call,) = calls
+    assert call["sizes"] == {"M": 128, "N": 256, "K": 64} and call["consts"] == {"BM": 64}
+    assert call["compile_kw"] == {"target": "sm_80"}
+    assert (call["reps"], call["warmup"], call["peer"]) == (3, 1, False)
+    assert capsys.readouterr().out == "gemm.tk [M=128 N=256 K=64] on GPU: rel_err 1.000e-03 (bound 1e-02) ok; 0.500 ms\n"
+
+
+def test_run_check_defaults_to_the_first_check_size(calls: list[dict], capsys: pytest.CaptureFixture[str]) -> None:
+    bench.run_check(GEMM, {}, {}, compile_kw={})
+    assert calls[0]["sizes"] == {"M": 256, "N": 512, "K": 192}  # examples/gemm.py CHECK_SIZES[0]
+    assert capsys.readouterr().out.startswith("gemm.tk [M=256 N=512 K=192] on GPU:")
+
+
+@pytest.mark.parametrize(("ok", "check", "rc"), [(True, True, 0), (False, True, 1), (False, False, 0)])
+def test_tkc_run_on_the_gpu_passes_parsed_flags(calls: list[dict], capsys: pytest.CaptureFixture[str],
+                                                ok: bool, check: bool, rc: int) -> None:
+    argv = ["run", GEMM, "--size", "M=128", "--size", "N=256", "--size", "K=64", "-D", f"OK={int(ok)}",
+            "--no-tma", "--group-m", "4", "--pass-option", "epilogue_chunk=128", "--target", "sm_80"]
+    assert main(argv + (["--check"] if check else [])) == rc
+    (call,) = calls
+    assert call["path"] == GEMM and call["sizes"] == {"M": 128, "N": 256, "K": 64} and call["consts"] == {"OK": int(ok)}
+    assert call["compile_kw"] == dict(target="sm_80", swizzle=None, no_tma=True, group_m=4, load_passes=[],
+                                      pass_options={"epilogue_chunk": 128})
+    assert capsys.readouterr().out.endswith(("ok; 0.500 ms\n", "FAIL; 0.500 ms\n")[not ok])
+
+
+def test_tkc_run_bad_size_is_a_usage_error(calls: list[dict], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", GEMM, "--size", "M"]) == 1
+    assert capsys.readouterr().err == "tkc run: error: --size expects NAME=VALUE, got 'M'\n"
+    assert calls == []
+
+
+def test_run_check_needs_neither_the_cli_nor_torch() -> None:
+    """tkir.bench is a driver beside the CLI, not part of it: run_check (its GPU part replaced) loads no
+    tkir.cli; torch is imported only by the GPU part."""
+    code = (f"import sys, tkir.bench as b; b.bench_one = lambda *a, **k: b.Row('g', {{}}, {{}}, 't', 0.0, 1.0, "
+            f"True, 1.0, None, 'p', 1, 1); b.run_check({GEMM!r}, {{}}, {{}}, compile_kw={{}}); "
+            "assert 'tkir.cli' not in sys.modules, 'tkir.cli'; assert 'torch' not in sys.modules, 'torch'")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert proc.returncode == 0, proc.stderr

@@ -1,0 +1,155 @@
+"""The run-time conditions a kernel refuses to run without: the launch description's `requires`.
+
+    module_requires(module) -> [{"expr": "M % 128", "equals": 0, "why": "..."}, ...]
+    requirement_failure("gemm", req, {"M": 200, ...}) -> the message, or None if it holds
+
+An analysis of the tile IR after the passes. The backend writes the list into the launch description
+(tkir.backend.launch), the runtime checks it before a launch, and the interpreter checks it before
+a run, with the same message (`requirement_failure`), so a kernel the GPU would refuse is refused
+in both.
+
+A size used as a tiled dim must be a multiple of the tile when the grid or a loop bound floors it
+(`M / 128`: the last partial tile would not be computed), or when a copy of that dim does not go
+through TMA (only TMA fills out-of-bounds elements and clips stores, so partial edge tiles work
+there); byte strides of TMA tensors must be multiples of 16 B (HOPPER.md §4.1). Sizes are
+`tkir.symexpr` expressions of the kernel's size names.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from tkir import symexpr
+from tkir.ir import Module, Operation, Value
+from tkir.types import DTYPE_BYTES, GlobalType, TileType, VectorType
+
+CP_ASYNC_BYTES = 16               # cp.async.cg copies 16-byte chunks: 16-B aligned sources (PTX ISA cp.async)
+TMA_STRIDE_ALIGN = 16             # cuTensorMapEncodeTiled: strides multiple of 16 B (HOPPER.md §4.1)
+CHUNK_BYTES = 16                  # one ld/st.global.v4 of a `row`-layout register tile (backend rules_registers)
+
+
+def module_requires(module: Module) -> list[dict]:
+    """The `requires` list of the module's kernel (what the launch description writes)."""
+    return kernel_requires(module.kernel, [op for op in module.ops if op.name == "tma.desc"])
+
+
+def requirement_failure(kernel: str, req: dict, sizes: dict[str, int]) -> str | None:
+    """The message for a `requires` entry that the sizes break (None if it holds); the runtime's
+    LaunchError and the interpreter's InterpError say the same thing."""
+    got = symexpr.evaluate(req["expr"], sizes)
+    if got == req["equals"]:
+        return None
+    shown = ", ".join(f"{n} = {sizes[n]}" for n in sorted(symexpr.names(req["expr"])) if n in sizes)
+    return (f"{kernel}: {req.get('why', 'requirement failed')} "
+            f"({req['expr']} is {got}, must be {req['equals']}; {shown})")
+
+
+def kernel_requires(kernel: Operation, descs: list[Operation]) -> list[dict]:
+    """The `requires` list of a kernel whose TMA descriptors are `descs` (the module's `tma.desc` ops)."""
+    req: dict[str, list[str]] = {}
+
+    def need(expr: str, why: str) -> None:
+        whys = req.setdefault(expr, [])
+        if why not in whys:
+            whys.append(why)
+
+    for d, g in enumerate(kernel.attrs["grid"]):
+        floor = _floor_div(str(g))
+        if floor is not None:
+            size, tile = floor
+            need(f"{size} % {tile}", f"grid dim {d} is {g}: a partial last tile would not be computed")
+    for op in kernel.walk():
+        if op.name == "scf.for":
+            floor = _floor_div_value(op.operands[1])
+            if floor is not None:
+                size, tile = floor
+                need(f"{size} % {tile}", f"loop bound {size} / {tile} floors: a partial last tile is skipped")
+        copy = _plain_copy(op)
+        if copy is not None:
+            g, tile = copy
+            extents = (tile.rows, tile.cols) if isinstance(tile, TileType) else (tile.n,)
+            for i, (dim, ext) in enumerate(zip(g.type.dims[-len(extents):], extents, strict=True)):
+                if isinstance(dim, str) and ext > 1 and not _masked(tile, i):
+                    need(f"{dim} % {ext}", f"%{g.name} is copied without TMA, and the backend masks only "
+                                           "the rows of register tiles (and both dims of accumulators)")
+            last = g.type.dims[-1]
+            if _chunk_aligned(tile) and isinstance(last, str):
+                need(f"({last} * {DTYPE_BYTES[g.type.dtype]}) % {CHUNK_BYTES}",
+                     f"%{g.name} is copied to or from registers in {CHUNK_BYTES}-byte vector accesses: its "
+                     f"rows must start {CHUNK_BYTES}-byte aligned")
+            if _shared_tile(tile) and isinstance(last, str):
+                need(f"({last} * {DTYPE_BYTES[g.type.dtype]}) % {CP_ASYNC_BYTES}",
+                     f"%{g.name} is copied to shared memory in {CP_ASYNC_BYTES}-byte cp.async chunks: its rows "
+                     f"must start {CP_ASYNC_BYTES}-byte aligned")
+    for desc in descs:
+        for s in desc.attrs["strides"]:
+            if isinstance(s, str):
+                need(f"({s}) % {TMA_STRIDE_ALIGN}",
+                     f"TMA ({desc.symbol}): byte strides of {desc.attrs['tensor']} must be multiples of 16")
+    return [{"expr": e, "equals": 0, "why": "; ".join(w)} for e, w in req.items()]
+
+
+def _masked(tile: TileType | VectorType, dim: int) -> bool:
+    """Whether the backend masks partial tiles along `dim` of a plain (non-TMA) copy:
+    * shared tiles and vectors: cp.async zero-fills rows and columns past the edge, element-wise
+      copies (shared vectors, shared -> global stores) test every element (backend/rules_memory.py);
+    * register tiles and vectors in a layout of whole 16-byte chunks (`row`, `col_vec` with `vec`):
+      each chunk is tested (loads read zeros, stores are predicated), given rows of whole chunks
+      (`_chunk_aligned`, a requirement of its own);
+    * every other register layout (accumulators, accumulator-shaped vectors) is copied element by
+      element with both dims tested."""
+    if tile.space in ("st", "sv"):
+        return True
+    lay = tile.get("layout")
+    if not isinstance(lay, dict):
+        return isinstance(tile, TileType) and dim == 0
+    return True
+
+
+def _chunk_aligned(tile: TileType | VectorType) -> bool:
+    """A register tile or vector whose global copies are 16-byte vector accesses (backend
+    rules_registers: `row` / `col_vec` layouts with a `vec` of 16 bytes)."""
+    lay = tile.get("layout")
+    return (tile.space in ("rt", "rv") and isinstance(lay, dict) and str(lay.get("kind")) in ("row", "col_vec")
+            and "vec" in lay and int(lay["vec"]) * DTYPE_BYTES[tile.dtype] == CHUNK_BYTES)
+
+
+def _shared_tile(tile: TileType | VectorType) -> bool:
+    """A shared tile that a plain tk.load fills (only loads reach shared tiles here)."""
+    return isinstance(tile, TileType) and tile.space == "st"
+
+
+def _floor_div(expr: str) -> tuple[str, int] | None:
+    """('M', 128) for 'M / 128' or 'M // 128'; None for anything else (cdiv, products, ...)."""
+    try:
+        node = ast.parse(expr, mode="eval").body
+    except SyntaxError:
+        return None
+    if (isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Div, ast.FloorDiv))
+            and isinstance(node.left, ast.Name) and isinstance(node.right, ast.Constant)
+            and isinstance(node.right.value, int) and node.right.value > 1):
+        return node.left.id, node.right.value
+    return None
+
+
+def _floor_div_value(v: Value) -> tuple[str, int] | None:
+    op = v.owner
+    if not (isinstance(op, Operation) and op.name == "arith.div"):
+        return None
+    a, b = (x.owner for x in op.operands)
+    if (isinstance(a, Operation) and a.name == "tk.size" and isinstance(b, Operation)
+            and b.name == "arith.const" and isinstance(b.attrs["value"], int) and b.attrs["value"] > 1):
+        return a.attrs["name"], b.attrs["value"]
+    return None
+
+
+def _plain_copy(op: Operation) -> tuple[Value, TileType | VectorType] | None:
+    """(global value, tile) of a tk.load / tk.store that touches global memory (not TMA)."""
+    if op.name == "tk.load":
+        if op.results and isinstance(op.operands[0].type, GlobalType):
+            return op.operands[0], op.result.type
+        if not op.results and isinstance(op.operands[1].type, GlobalType):
+            return op.operands[1], op.operands[0].type
+    if op.name == "tk.store" and isinstance(op.operands[0].type, GlobalType):
+        return op.operands[0], op.operands[1].type
+    return None
