@@ -54,12 +54,13 @@ def test_run_check_defaults_to_the_first_check_size(calls: list[dict], capsys: p
 def test_tkc_run_on_the_gpu_passes_parsed_flags(calls: list[dict], capsys: pytest.CaptureFixture[str],
                                                 ok: bool, check: bool, rc: int) -> None:
     argv = ["run", GEMM, "--size", "M=128", "--size", "N=256", "--size", "K=64", "-D", f"OK={int(ok)}",
-            "--no-tma", "--group-m", "4", "--pass-option", "epilogue_chunk=128", "--target", "sm_80"]
+            "--no-tma", "--passes", "create-tma{epilogue_chunk=128},persistent{group_m=4}", "--target", "sm_80"]
     assert main(argv + (["--check"] if check else [])) == rc
     (call,) = calls
     assert call["path"] == GEMM and call["sizes"] == {"M": 128, "N": 256, "K": 64} and call["consts"] == {"OK": int(ok)}
-    assert call["compile_kw"] == dict(target="sm_80", swizzle=None, no_tma=True, group_m=4, load_passes=[],
-                                      pass_options={"epilogue_chunk": 128})
+    kw = dict(call["compile_kw"])
+    assert [str(s) for s in kw.pop("passes")] == ["create-tma{epilogue_chunk=128}", "persistent{group_m=4}"]
+    assert kw == dict(target="sm_80", swizzle=None, no_tma=True, load_passes=[])
     assert capsys.readouterr().out.endswith(("ok; 0.500 ms\n", "FAIL; 0.500 ms\n")[not ok])
 
 

@@ -362,8 +362,8 @@ def _run_gpu(args: argparse.Namespace) -> int:
     from tkir.bench import run_check
 
     sizes, consts = _kv(args.size, "--size"), _kv(args.defines, "-D")
-    kw = dict(target=args.target, swizzle=args.swizzle, no_tma=args.no_tma, group_m=args.group_m,
-              load_passes=args.load_pass, pass_options=_kv(args.pass_option, "--pass-option"))
+    kw = dict(target=args.target, swizzle=args.swizzle, no_tma=args.no_tma, load_passes=args.load_pass,
+              passes=_pipeline(args))
     row = run_check(args.file, sizes, consts, compile_kw=kw)
     return 0 if (row.ok or not args.check) else 1
 
