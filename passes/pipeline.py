@@ -87,6 +87,7 @@ class _Ring:
 
 
 def _pipeline(kernel: Operation, loop: Operation) -> None:
+    """The rewrite of the module docstring, one step per helper below."""
     occ = kernel.attrs.get("occupancy") or {}
     stages = loop.attrs.get("stages") or occ.get("stages")
     if not isinstance(stages, int) or stages < 1:
