@@ -1,6 +1,9 @@
-"""OpBuilder: how passes append scalar ops (i32 by default) to a block, or insert them before an op.
+"""OpBuilder: how passes add ops to a block: appended, or inserted before an anchor op.
 
-Shared by persistent (tile coordinates, the grid's size expressions) and stream-k (its schedule).
+`op` adds an op with one result (i32 unless given), `void` one without results, `const` and `expr`
+scalar constants and size expressions. Shared by pipeline (barriers, stage/phase arithmetic, the
+roles' waits and copies), persistent (tile coordinates, the grid's size expressions) and stream-k
+(its schedule).
 """
 
 from __future__ import annotations
@@ -27,6 +30,10 @@ class OpBuilder:
            rtype: Type = I32) -> Value:
         """Add one op with one result (`rtype`, i32 unless given) and return the result."""
         return self.add(Operation(name, operands, [rtype], attrs or {}, result_names=[rname])).result
+
+    def void(self, name: str, operands: list[Value], attrs: dict | None = None) -> Operation:
+        """Add one op without results (barrier waits, copies, terminators) and return it."""
+        return self.add(Operation(name, operands, [], attrs or {}))
 
     def const(self, v: int, name: str | None = None) -> Value:
         return self.op("arith.const", [], name, {"value": v})

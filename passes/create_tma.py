@@ -36,9 +36,11 @@ from __future__ import annotations
 
 import re
 
+from tkir.access_report import add_report
 from tkir.ir import Module, Operation
-from tkir.layout import SharedLayout, bf16_pair_pattern, conflict_degree, tma_swizzle
+from tkir.layout import SharedLayout, tma_swizzle
 from tkir.ops_tma import TMA_INNER_BYTES_ALIGN, TMA_MAX_BOX, TMA_MAX_RANK, TMA_STRIDE_ALIGN
+from tkir.passes.shared_access import access_report, choose_swizzle, shared_layout, staged_store_uses, with_layout
 from tkir.passmanager import Options, Pass, PassError, param
 from tkir.types import DTYPE_BYTES, GlobalType, Symbol, TileType, VectorType, is_register, is_shared
 
@@ -49,7 +51,6 @@ OOB_FILL = "zero"              # CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE: out-of-bound
 
 EPILOGUE_COLS = 128           # staging tile: 64 rows x 128 bf16 per warpgroup = 16 KB
 EPILOGUE_CHUNK = 64           # columns written and stored at a time: two 8 KB buffers per warpgroup
-EPILOGUE_SWIZZLE = 128        # the fragment's 8-row x 16 B writes are conflict-free under 128B swizzle
 EPILOGUE_PANEL_COLS = 64      # one 128-byte swizzle panel of bf16: the TMA store box width
 WGMMA_ROWS = 64               # one warpgroup's accumulator rows (HOPPER.md §1.2): one TMA box of rows
 
@@ -114,7 +115,10 @@ class _Rewriter:
         """An mma accumulator stored to global (the GEMM/attention epilogue) goes through a shared
         staging tile of EPILOGUE_COLS columns and TMA stores (`tk.store_staged`): each consumer
         warpgroup writes its rows swizzled (conflict-free), one thread issues the TMA stores, and the
-        warpgroup goes on to its next tile while the copy engine writes C (HOPPER.md §4.4)."""
+        warpgroup goes on to its next tile while the copy engine writes C (HOPPER.md §4.4).
+        The staging tile's swizzle is select-swizzle's rule applied to its uses and its accesses are
+        reported as bank-conflicts reports them (passes/shared_access.py): both passes ran before it
+        existed."""
         v = v_val.type
         g: GlobalType = g_val.type
         lay = v.get("layout") if isinstance(v, TileType) else None
@@ -127,22 +131,26 @@ class _Rewriter:
         if chunk % EPILOGUE_PANEL_COLS or cols % chunk:
             raise PassError(op.loc, f"epilogue_chunk={chunk}: must be a multiple of {EPILOGUE_PANEL_COLS} "
                                     f"columns that divides the {cols}-column staging tile")
-        stage_t = TileType("st", v.dtype, v.rows, cols, (("swizzle", EPILOGUE_SWIZZLE), ("align", 1024)))
-        box_t = TileType("st", v.dtype, WGMMA_ROWS, cols, (("swizzle", EPILOGUE_SWIZZLE),))
+        alloc = Operation("tk.alloc", [], [TileType("st", v.dtype, v.rows, cols)],
+                          result_names=[f"{g_val.name}_stage"], loc=op.loc)
+        span = choose_swizzle(alloc, alloc.result.type, staged_store_uses(op, alloc.result.type), self.options)
+        stage_t = with_layout(alloc.result.type, SharedLayout(v.dtype, v.rows, cols, span))
+        box_t = TileType("st", v.dtype, WGMMA_ROWS, cols, (("swizzle", span),))
         if _box_problem(box_t) is not None or _stride_problem(g, g_val.name) is not None:
             return False
+        alloc.result.type = stage_t
         box, _ = _box(box_t, g.rank)
         desc = self.descriptor(op, g_val, box_t, box)
-        alloc = Operation("tk.alloc", [], [stage_t], result_names=[f"{g_val.name}_stage"], loc=op.loc)
         body = self.kernel.body
         first = next(i for i, o in enumerate(body.ops) if o.name == "tk.alloc" or i == len(body.ops) - 1)
-        body.ops.insert(first, alloc)
-        alloc.parent = body
+        body.insert(first, alloc)
         op.name = "tk.store_staged"
         op.operands = [op.operands[0], op.operands[1], alloc.result, *op.operands[2:]]
         op.attrs.pop("no_tma_reason", None)
-        op.attrs.update({"desc": Symbol(desc), "chunk_cols": chunk, "buffers": cols // chunk,
-                         "access": _staging_accesses(stage_t, alloc)})
+        op.attrs.update({"desc": Symbol(desc), "chunk_cols": chunk, "buffers": cols // chunk})
+        layout = shared_layout(stage_t)
+        for use in staged_store_uses(op, stage_t):
+            add_report(op.attrs, access_report(alloc.result, use, layout))
         return True
 
     def why_not(self, op: Operation, g: GlobalType, s: TileType | VectorType) -> str | None:
@@ -183,21 +191,9 @@ class _Rewriter:
             "oob_fill": OOB_FILL,
         }
         desc = Operation("tma.desc", attrs=attrs, symbol=name, loc=op.loc)
-        self.module.ops.insert(self.module.ops.index(self.kernel), desc)
+        self.module.insert_before(self.kernel, desc)
         self.descs[key] = name
         return name
-
-
-def _staging_accesses(stage_t: TileType, alloc: Operation) -> list[dict]:
-    """The staged epilogue's shared accesses, as bank-conflicts reports them (it ran before this tile
-    existed): the warpgroups' bf16-pair writes, then the TMA store's read (a hardware path)."""
-    swizzled = SharedLayout(stage_t.dtype, stage_t.rows, stage_t.cols, swizzle=EPILOGUE_SWIZZLE)
-    plain = SharedLayout(stage_t.dtype, stage_t.rows, stage_t.cols)
-    write = bf16_pair_pattern("st.shared.b32", stage_t.rows, plain.row_bytes)
-    name = alloc.result.name or ""
-    return [{"op": "st.shared.b32", "tile": name, "degree": conflict_degree(write, swizzled),
-             "degree_before": conflict_degree(write, plain)},
-            {"op": "tma", "tile": name, "degree": 1, "degree_before": 1, "hardware": True}]
 
 
 def _classify(op: Operation):

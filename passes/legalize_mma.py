@@ -55,7 +55,6 @@ def _stage(kernel: Operation, mma: Operation, b: Value, n: int) -> Value:
     assert isinstance(t, TileType)
     name = f"mma_b{n}" if n else "mma_b"
     alloc = Operation("tk.alloc", [], [TileType("st", t.dtype, t.rows, t.cols)], result_names=[name], loc=mma.loc)
-    alloc.parent = kernel.body
-    kernel.body.ops.insert(0, alloc)
+    kernel.body.insert(0, alloc)
     mma.parent.insert_before(mma, Operation("tk.store", [alloc.result, b], [], loc=mma.loc))
     return alloc.result

@@ -25,10 +25,13 @@ Kernels without such a loop are left unchanged. Assumes `create-tma` turned the 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from tkir.diagnostics import CompileError
 from tkir.ir import Block, Module, Operation, Region, Value
+from tkir.passes.builder import OpBuilder
 from tkir.passmanager import Options, Pass
-from tkir.types import I32, TileType, VectorType
+from tkir.types import I32, Ident, TileType, VectorType
 
 WARPS_PER_WARPGROUP = 4  # HOPPER.md §1.1
 
@@ -66,23 +69,25 @@ def _pipelinable_loop(kernel: Operation) -> Operation | None:
     return None
 
 
-def _const(blk: Block, anchor: Operation, value: int, name: str) -> Value:
-    op = Operation("arith.const", [], [I32], {"value": value}, result_names=[name])
-    blk.insert_before(anchor, op)
-    return op.result
+@dataclass(frozen=True)
+class _Ring:
+    """What both roles share: the stage count, the two barrier arrays, and the constants and loop
+    bounds the stage/phase arithmetic reads (all defined in the kernel body before the roles)."""
 
-
-def _op(blk: Block, anchor: Operation | None, name: str, operands: list[Value], types=(), attrs=None,
-        names=None) -> Operation:
-    op = Operation(name, operands, list(types), attrs or {}, result_names=names)
-    if anchor is None:
-        blk.append(op)
-    else:
-        blk.insert_before(anchor, op)
-    return op
+    stages: int
+    full: Value
+    empty: Value
+    nstages: Value
+    one: Value
+    two: Value
+    zero: Value  # the iteration base (`persistent` replaces it to count across tiles)
+    lo: Value
+    step: Value
+    unit: bool   # the loop runs from 0 with step 1: the iteration number is its index
 
 
 def _pipeline(kernel: Operation, loop: Operation) -> None:
+    """The rewrite of the module docstring, one step per helper below."""
     occ = kernel.attrs.get("occupancy") or {}
     stages = loop.attrs.get("stages") or occ.get("stages")
     if not isinstance(stages, int) or stages < 1:
@@ -92,12 +97,20 @@ def _pipeline(kernel: Operation, loop: Operation) -> None:
     producer = roles.get("producer") or {"warpgroups": 1, "regs": 0}
     n_consumers = int(consumer.get("warpgroups", 1))
 
-    body = kernel.body
     loads = [op for op in loop.body.ops if op.name == "tma.load"]
-    lo, hi, step = loop.operands[:3]
-    unit = _is_const(lo, 0) and _is_const(step, 1)
+    buffers = _ring_buffers(kernel, loop, loads, stages)
+    ring = _barriers(kernel.body, loop, stages, n_consumers)
+    prod_role = Operation("tk.role", attrs={"kind": Ident("producer"), "warpgroups": int(producer["warpgroups"]),
+                                            "regs": int(producer.get("regs", 0))}, regions=[Region()])
+    cons_role = Operation("tk.role", attrs={"kind": Ident("consumer"), "warpgroups": n_consumers,
+                                            "regs": int(consumer.get("regs", 0))}, regions=[Region()])
+    _split_roles(kernel.body, loop, prod_role, cons_role, ring)
+    prod_role.body.append(_producer_loop(loop, loads, ring))
+    _consume_stages(loop, loads, buffers, ring)
 
-    # 1. ring buffers
+
+def _ring_buffers(kernel: Operation, loop: Operation, loads: list[Operation], stages: int) -> list[Value]:
+    """Step 1: each tile the loop loads becomes an S-stage ring buffer (`stages=S` in its type)."""
     buffers: list[Value] = []
     for ld in loads:
         buf = ld.operands[0]
@@ -106,107 +119,106 @@ def _pipeline(kernel: Operation, loop: Operation) -> None:
             assert isinstance(buf.type, TileType)
             buf.type = buf.type.with_attr("stages", stages)
             buffers.append(buf)
+    return buffers
 
-    # 2. barriers, placed right before the loop; constants for stage/phase arithmetic
+
+def _barriers(body: Block, loop: Operation, stages: int, n_consumers: int) -> _Ring:
+    """Step 2: the `full` and `empty` barrier arrays and the constants of the stage/phase arithmetic,
+    right before the loop."""
+    b = OpBuilder(body, loop)
     bars_t = VectorType("sv", "i64", stages)
-    full = _op(body, loop, "pipe.barriers", [], [bars_t], {"count": 1}, ["full"]).result
-    empty = _op(body, loop, "pipe.barriers", [], [bars_t],
-                {"count": WARPS_PER_WARPGROUP * n_consumers}, ["empty"]).result
-    c_stages = _const(body, loop, stages, "nstages")
-    c1 = _const(body, loop, 1, "one")
-    c2 = _const(body, loop, 2, "two")
-    c0 = lo if unit else _const(body, loop, 0, "zero")
+    full = b.op("pipe.barriers", [], "full", {"count": 1}, bars_t)
+    empty = b.op("pipe.barriers", [], "empty", {"count": WARPS_PER_WARPGROUP * n_consumers}, bars_t)
+    nstages, one, two = b.const(stages, "nstages"), b.const(1, "one"), b.const(2, "two")
+    lo, _, step = loop.operands[:3]
+    unit = _is_const(lo, 0) and _is_const(step, 1)
+    zero = lo if unit else b.const(0, "zero")
+    return _Ring(stages, full, empty, nstages, one, two, zero, lo, step, unit)
 
-    # 3. split: everything from the first register computation on goes to the consumer role;
-    # TMA loads outside the loop (e.g. attention's Q tile) get a barrier of their own: the producer
-    # issues them before its loop, the consumers wait for them before theirs.
+
+def _split_roles(body: Block, loop: Operation, prod_role: Operation, cons_role: Operation, ring: _Ring) -> None:
+    """Step 3: everything from the first register computation on goes to the consumer role.
+
+    TMA loads outside the loop (e.g. attention's Q tile) get a barrier of their own: the producer
+    issues them before its loop, the consumers wait for them before theirs."""
     idx = body.ops.index(loop)
     single = [op for op in body.ops[:idx] if op.name == "tma.load"]
     consumer_ops = [op for i, op in enumerate(body.ops) if i >= idx or _is_register_work(op)]
     for op in consumer_ops + single:
         body.remove(op)
-
-    prod_role = Operation("tk.role", attrs={"kind": _ident("producer"), "warpgroups": int(producer["warpgroups"]),
-                                            "regs": int(producer.get("regs", 0))}, regions=[Region()])
-    cons_role = Operation("tk.role", attrs={"kind": _ident("consumer"), "warpgroups": n_consumers,
-                                            "regs": int(consumer.get("regs", 0))}, regions=[Region()])
     body.append(prod_role)
     body.append(cons_role)
     for op in consumer_ops:
         cons_role.body.append(op)
+    if not single:
+        return
+    once = OpBuilder(body, prod_role).op("pipe.barriers", [], "once", {"count": 1}, VectorType("sv", "i64", 1))
+    prod = OpBuilder(prod_role.body)
+    prod.void("pipe.expect", [once, ring.zero], {"bytes": _bytes(single)})
+    for ld in single:
+        prod.void("pipe.copy", [ld.operands[0], once, ring.zero, *ld.operands[1:]], dict(ld.attrs))
+    cons_role.body.insert(0, Operation("pipe.wait", [once, ring.zero, ring.zero]))
 
-    once_bar = None
-    if single:
-        once_bar = Operation("pipe.barriers", [], [VectorType("sv", "i64", 1)], {"count": 1},
-                             result_names=["once"])
-        body.insert_before(prod_role, once_bar)
-        zero = c0
-        _op(prod_role.body, None, "pipe.expect", [once_bar.result, zero],
-            attrs={"bytes": sum(int(ld.attrs.get("bytes", ld.operands[0].type.nbytes)) for ld in single)})
-        for ld in single:
-            _op(prod_role.body, None, "pipe.copy", [ld.operands[0], once_bar.result, zero, *ld.operands[1:]],
-                attrs=dict(ld.attrs))
-        cons_role.body.ops.insert(0, Operation("pipe.wait", [once_bar.result, zero, zero]))
-        cons_role.body.ops[0].parent = cons_role.body
 
-    # 4. producer loop
-    pblk = Block()
-    k = pblk.add_arg(Value(I32, "k"))
-    pblk_ops = Block()  # scratch to build into
-    it = _iteration(pblk_ops, None, k, lo, step, c0, unit)
-    s = _op(pblk_ops, None, "arith.rem", [it, c_stages], [I32], names=["s"]).result
-    q = _op(pblk_ops, None, "arith.div", [it, c_stages], [I32], names=["round"]).result
-    ph = _op(pblk_ops, None, "arith.rem", [q, c2], [I32], names=["phase"]).result
-    free = _op(pblk_ops, None, "arith.sub", [c1, ph], [I32], names=["free_phase"]).result
-    _op(pblk_ops, None, "pipe.wait", [empty, s, free])
-    total = sum(int(ld.attrs.get("bytes", ld.operands[0].type.nbytes)) for ld in loads)
-    _op(pblk_ops, None, "pipe.expect", [full, s], attrs={"bytes": total})
+def _producer_loop(loop: Operation, loads: list[Operation], ring: _Ring) -> Operation:
+    """Step 4: the producer's copy of the loop: per iteration, wait until stage s is empty, arrive on
+    `full[s]` expecting its bytes, and issue one `pipe.copy` per load into the stage's view."""
+    blk = Block()
+    k = blk.add_arg(Value(I32, "k"))
+    b = OpBuilder(blk)
+    s, phase = _stage_and_phase(b, k, ring)
+    free = b.op("arith.sub", [ring.one, phase], "free_phase")
+    b.void("pipe.wait", [ring.empty, s, free])
+    b.void("pipe.expect", [ring.full, s], {"bytes": _bytes(loads)})
     mapping: dict[Value, Value] = {loop.body.args[0]: k}
     for ld in loads:
-        coords = []
-        for c in ld.operands[2:]:
-            coords.append(_clone_scalar_chain(c, loop, pblk_ops, mapping))
-        view = _op(pblk_ops, None, "pipe.stage", [ld.operands[0], s],
-                   [ld.operands[0].type.with_attr("stages", None)], names=[f"{ld.operands[0].name}_s"]).result
-        _op(pblk_ops, None, "pipe.copy", [view, full, s, ld.operands[1], *coords], attrs=dict(ld.attrs))
-    _op(pblk_ops, None, "scf.yield", [])
-    for op in list(pblk_ops.ops):
-        pblk_ops.remove(op)
-        pblk.append(op)
-    ploop = Operation("scf.for", [lo, hi, step], [], {k2: v for k2, v in loop.attrs.items()},
-                      regions=[Region(pblk)], loc=loop.loc)
-    prod_role.body.append(ploop)
+        coords = [_clone_scalar_chain(c, loop, b, mapping) for c in ld.operands[2:]]
+        buf = ld.operands[0]
+        view = b.op("pipe.stage", [buf, s], f"{buf.name}_s", rtype=buf.type.with_attr("stages", None))
+        b.void("pipe.copy", [view, ring.full, s, ld.operands[1], *coords], dict(ld.attrs))
+    b.void("scf.yield", [])
+    return Operation("scf.for", loop.operands[:3], [], dict(loop.attrs), regions=[Region(blk)], loc=loop.loc)
 
-    # 5. consumer loop: wait full, stage views, arrive empty after the last use
+
+def _consume_stages(loop: Operation, loads: list[Operation], buffers: list[Value], ring: _Ring) -> None:
+    """Step 5: the original loop becomes the consumer's: wait until stage s is full, read the stage
+    views instead of the ring buffers, drop the loads, and arrive on `empty[s]` after the last use."""
     lb = loop.body
-    kk = lb.args[0]
-    anchor = lb.ops[0]
-    cit = _iteration(lb, anchor, kk, lo, step, c0, unit)
-    cs = _op(lb, anchor, "arith.rem", [cit, c_stages], [I32], names=["s"]).result
-    cq = _op(lb, anchor, "arith.div", [cit, c_stages], [I32], names=["round"]).result
-    cph = _op(lb, anchor, "arith.rem", [cq, c2], [I32], names=["phase"]).result
-    _op(lb, anchor, "pipe.wait", [full, cs, cph])
+    b = OpBuilder(lb, lb.ops[0])
+    s, phase = _stage_and_phase(b, lb.args[0], ring)
+    b.void("pipe.wait", [ring.full, s, phase])
     for buf in buffers:
-        view = _op(lb, anchor, "pipe.stage", [buf, cs], [buf.type.with_attr("stages", None)],
-                   names=[f"{buf.name}_s"]).result
+        view = b.op("pipe.stage", [buf, s], f"{buf.name}_s", rtype=buf.type.with_attr("stages", None))
         for op in lb.ops:
             if op.name != "pipe.stage":
                 for inner in op.walk():  # uses in nested loops read the same stage
                     inner.operands = [view if v is buf else v for v in inner.operands]
     for ld in loads:
         lb.remove(ld)
-    last_use = max(i for i, op in enumerate(lb.ops) if op.name != "pipe.stage" and any(
-        isinstance(v.owner, Operation) and v.owner.name == "pipe.stage" for x in op.walk() for v in x.operands))
+    last_use = [op for op in lb.ops if op.name != "pipe.stage" and any(
+        isinstance(v.owner, Operation) and v.owner.name == "pipe.stage" for x in op.walk() for v in x.operands)][-1]
     # keep one wgmma group in flight: the stage read by iteration k is released after iteration k+1
     # has issued its mma and waited for k's (CUTLASS's K_PIPE_MMAS = 1; HOPPER.md §1.4)
     # (needs two stages or more: with one, the next iteration's load waits for this release)
-    defer = stages >= 2
+    defer = ring.stages >= 2
     for op in lb.ops:
         if defer and op.name == "tk.mma" and _feeds_only_yield(op, lb):
             op.attrs["async_groups"] = 1
-    arrive = Operation("pipe.arrive", [empty, cs], attrs={"deferred": True} if defer else {})
-    lb.ops.insert(last_use + 1, arrive)
-    arrive.parent = lb
+    lb.insert_after(last_use, Operation("pipe.arrive", [ring.empty, s], attrs={"deferred": True} if defer else {}))
+
+
+def _stage_and_phase(b: OpBuilder, k: Value, ring: _Ring) -> tuple[Value, Value]:
+    """The arithmetic both roles run at the top of each iteration, emitted at `b`'s insertion point:
+    the iteration number `it`, its stage s = it % S and the barrier phase (it / S) % 2."""
+    it = _iteration(b, k, ring)
+    s = b.op("arith.rem", [it, ring.nstages], "s")
+    rnd = b.op("arith.div", [it, ring.nstages], "round")
+    return s, b.op("arith.rem", [rnd, ring.two], "phase")
+
+
+def _bytes(loads: list[Operation]) -> int:
+    """The bytes a group of TMA loads delivers (what `pipe.expect` waits for)."""
+    return sum(int(ld.attrs.get("bytes", ld.operands[0].type.nbytes)) for ld in loads)
 
 
 def _check_only_used_in_loop(kernel: Operation, loop: Operation, buf: Value, stages: int) -> None:
@@ -229,24 +241,16 @@ def _is_const(v: Value, want: int) -> bool:
     return isinstance(d, Operation) and d.name == "arith.const" and d.attrs["value"] == want
 
 
-def _iteration(blk: Block, anchor: Operation | None, k: Value, lo: Value, step: Value, c0: Value,
-               unit: bool) -> Value:
+def _iteration(b: OpBuilder, k: Value, ring: _Ring) -> Value:
     """The pipeline's iteration counter `it = (k - lo) / step + base`, marked `iteration = true`.
 
     Stages and phases follow the iteration number, not the index, so loops with any lower bound and
     positive step share one schedule; `persistent` replaces the base (operand 1) to count across tiles.
     From 0 with step 1 the number is k itself."""
     n = k
-    if not unit:
-        d = _op(blk, anchor, "arith.sub", [k, lo], [I32], names=["k_off"]).result
-        n = _op(blk, anchor, "arith.div", [d, step], [I32], names=["k_iter"]).result
-    return _op(blk, anchor, "arith.add", [n, c0], [I32], {"iteration": True}, ["it"]).result
-
-
-def _ident(name: str):
-    from tkir.types import Ident
-
-    return Ident(name)
+    if not ring.unit:
+        n = b.op("arith.div", [b.op("arith.sub", [k, ring.lo], "k_off"), ring.step], "k_iter")
+    return b.op("arith.add", [n, ring.zero], "it", {"iteration": True})
 
 
 def _feeds_only_yield(op: Operation, blk: Block) -> bool:
@@ -261,7 +265,7 @@ def _is_register_work(op: Operation) -> bool:
     return any(isinstance(r.type, (TileType, VectorType)) and r.type.space in ("rt", "rv") for r in op.results)
 
 
-def _clone_scalar_chain(v: Value, loop: Operation, blk: Block, mapping: dict[Value, Value]) -> Value:
+def _clone_scalar_chain(v: Value, loop: Operation, b: OpBuilder, mapping: dict[Value, Value]) -> Value:
     """Re-create in the producer loop the scalar computation of a coordinate defined in the loop."""
     if v in mapping:
         return mapping[v]
@@ -271,7 +275,6 @@ def _clone_scalar_chain(v: Value, loop: Operation, blk: Block, mapping: dict[Val
     if not d.name.startswith("arith."):
         raise CompileError(d.loc, f"pipeline: a TMA coordinate depends on '{d.name}', which the producer "
                                   "cannot recompute")
-    ops = [_clone_scalar_chain(x, loop, blk, mapping) for x in d.operands]
-    new = _op(blk, None, d.name, ops, [d.result.type], dict(d.attrs), [d.result.name])
-    mapping[v] = new.result
-    return new.result
+    ops = [_clone_scalar_chain(x, loop, b, mapping) for x in d.operands]
+    mapping[v] = b.op(d.name, ops, d.result.name, dict(d.attrs), d.result.type)
+    return mapping[v]

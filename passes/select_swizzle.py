@@ -19,15 +19,19 @@ Decision rule, per tile:
    They are tried widest first when a wgmma or TMA consumer is present (fewest panels = fewest TMA
    boxes, HOPPER.md §3.4) and narrowest first otherwise; the first with the smallest worst
    bank-conflict degree over the tile's accesses (bank-conflicts' model) wins.
+   A consumer that accepts one span only leaves that one: the staged epilogue (`tk.store_staged`)
+   writes its staging tile as 128B-swizzled panels.
+The rule is passes/shared_access.py `choose_swizzle`: create-tma applies it to the epilogue staging
+tile it creates after this pass ran, so every shared tile's swizzle is this rule's decision.
 Assumes infer-layouts has run (register layouts decide the ld/st.shared patterns).
 """
 
 from __future__ import annotations
 
-from tkir.ir import Module, Operation
-from tkir.layout import CHUNK_BYTES, INTERLEAVED, SWIZZLE_SPANS, SharedLayout, conflict_degree
-from tkir.passes.bank_conflicts import TileUse, swizzle_problem, tile_uses, with_layout
-from tkir.passmanager import Options, Pass, PassError
+from tkir.ir import Module
+from tkir.layout import SharedLayout
+from tkir.passes.shared_access import choose_swizzle, tile_uses, with_layout
+from tkir.passmanager import Options, Pass
 from tkir.types import TileType
 
 
@@ -42,42 +46,3 @@ class SelectSwizzle(Pass):
                     uses = tile_uses(kernel, op.result, options)
                     span = choose_swizzle(op, t, uses, options)
                     op.result.type = with_layout(t, SharedLayout(t.dtype, t.rows, t.cols, span))
-
-
-def choose_swizzle(alloc: Operation, t: TileType, uses: list[TileUse], options: Options) -> int:
-    if options.swizzle == "none":
-        return unswizzled(t, uses)
-    override = alloc.attrs.get("swizzle")
-    if override == 0:
-        return unswizzled(t, uses)
-    if override is not None:
-        lay = SharedLayout(t.dtype, t.rows, t.cols, override if isinstance(override, int) else -1)
-        why = swizzle_problem(lay, uses)
-        if why is not None:
-            name = alloc.result.name or "tile"
-            raise PassError(alloc.loc, f"@swizzle({override}) cannot be used for shared tile '{name}' "
-                            f"({t.bare()}, rows of {lay.row_bytes} bytes): {why}",
-                            hint="remove the annotation to let select-swizzle choose")
-        return override
-    wide_first = any(u.consumer in ("tma", "wgmma") for u in uses)
-    order = sorted(SWIZZLE_SPANS, reverse=wide_first)
-    best, best_degree = None, None
-    for span in order:
-        lay = SharedLayout(t.dtype, t.rows, t.cols, span)
-        if swizzle_problem(lay, uses) is not None:
-            continue
-        degree = max((conflict_degree(u.access, lay) for u in uses), default=1)
-        if best_degree is None or degree < best_degree:
-            best, best_degree = span, degree
-    if best is None:  # no consumer-compatible span: leave it plain (the verifier-level fallback)
-        return 0
-    return best
-
-
-def unswizzled(t: TileType, uses: list[TileUse]) -> int:
-    """The unswizzled layout for a tile: interleaved (16-byte panels) when wgmma reads it and its
-    rows are wider than one core-matrix row, else plain rows."""
-    row_bytes = SharedLayout(t.dtype, t.rows, t.cols).row_bytes
-    if row_bytes > CHUNK_BYTES and any(u.consumer == "wgmma" for u in uses):
-        return INTERLEAVED
-    return 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tkir.diagnostics import CompileError
-from tkir.ir import clone_op
+from tkir.ir import Block, Module, Operation, clone_op
 from tkir.parser import parse_module
 from tkir.printer import print_module, print_op
 from tkir.symexpr import SymExprError, evaluate, names
@@ -111,3 +111,47 @@ def test_size_expressions() -> None:
             evaluate(bad, {"M": 1})
     with pytest.raises(SymExprError, match="unknown"):
         evaluate("Q + 1", {})
+
+
+def _const(name: str) -> Operation:
+    return Operation("arith.const", [], [], {"value": 0}, result_names=[], symbol=name)
+
+
+def test_block_insert_sets_parent_and_order() -> None:
+    blk = Block()
+    a, b, c, d = (_const(n) for n in "abcd")
+    blk.append(a)
+    assert blk.insert(0, b) is b           # before a
+    blk.insert(len(blk.ops), c)            # at the end
+    blk.insert_after(b, d)                 # between b and a
+    assert [o.symbol for o in blk.ops] == ["b", "d", "a", "c"]
+    assert all(o.parent is blk for o in blk.ops)
+    e = _const("e")
+    blk.insert_after(c, e)                 # after the last op: appended
+    assert blk.ops[-1] is e and e.parent is blk
+
+
+def test_block_insert_refuses_a_foreign_anchor_and_an_attached_op() -> None:
+    blk, other = Block(), Block()
+    a, x = _const("a"), _const("x")
+    other.append(a)
+    with pytest.raises(ValueError, match="not in this block"):
+        blk.insert_after(a, x)
+    with pytest.raises(ValueError, match="not in this block"):
+        blk.insert_before(a, x)
+    assert x.parent is None and blk.ops == []
+    with pytest.raises(ValueError, match="already in a block"):
+        blk.insert(0, a)               # a still belongs to `other`: remove it first
+    other.remove(a)
+    blk.insert(0, a)
+    assert a.parent is blk and other.ops == []
+
+
+def test_module_insert_before() -> None:
+    k = Operation("tk.kernel", symbol="k")
+    m = Module([k])
+    desc = _const("d")
+    assert m.insert_before(k, desc) is desc
+    assert m.ops == [desc, k]
+    with pytest.raises(ValueError, match="not in this module"):
+        m.insert_before(_const("y"), _const("z"))

@@ -6,10 +6,14 @@ from pathlib import Path
 
 import pytest
 
+from tkir.access_report import AccessReport, reports_of
 from tkir.api import build_module
 from tkir.examples import check_interpreted, load_companion
+from tkir.ir import Module, Operation
+from tkir.layout import SharedLayout
 from tkir.parser import parse_module
 from tkir.passes.registry import load_registry
+from tkir.passes.shared_access import STAGED_SWIZZLE, choose_swizzle, swizzle_problem, tile_uses
 from tkir.passmanager import Options, PassManager
 from tkir.printer import print_module
 
@@ -38,3 +42,64 @@ def test_passes_are_idempotent() -> None:
     once = print_module(module)
     PassManager(load_registry(), LAYOUT_PASSES[1:]).run(module, Options())
     assert print_module(module).count("tk.convert_layout") == once.count("tk.convert_layout")
+
+
+# --- the epilogue staging tile: select-swizzle's rule and bank-conflicts' report ------------------
+
+THROUGH_TMA = ["canonicalize", "legalize-mma", "infer-layouts", "select-swizzle", "bank-conflicts", "create-tma"]
+
+
+def _through_tma(name: str) -> Module:
+    module = build_module(str(EXAMPLES / f"{name}.tk"))
+    PassManager(load_registry(), THROUGH_TMA).run(module, Options())
+    return module
+
+
+def _staged(module: Module) -> Operation:
+    return next(op for op in module.kernel.walk() if op.name == "tk.store_staged")
+
+
+@pytest.mark.parametrize("name", ["gemm", "attention_fwd"])
+def test_layout_passes_rerun_after_create_tma_change_nothing(name: str) -> None:
+    """The staging tile create-tma adds has the swizzle select-swizzle would choose and the access
+    entries bank-conflicts would write: rerunning both leaves the IR text as it is."""
+    module = _through_tma(name)
+    once = print_module(module)
+    assert "tk.store_staged" in once
+    PassManager(load_registry(), ["select-swizzle", "bank-conflicts"]).run(module, Options())
+    assert print_module(module) == once
+
+
+def test_staging_tile_swizzle_and_report_come_from_the_layout_analysis() -> None:
+    module = _through_tma("gemm")
+    op = _staged(module)
+    stage = op.operands[2]
+    uses = tile_uses(module.kernel, stage, Options())
+    assert [(u.access.op, u.consumer) for u in uses] == [("st.shared.b32", "staged"), ("tma", "tma")]
+    t = stage.type
+    assert choose_swizzle(stage.owner, t.bare(), uses, Options()) == STAGED_SWIZZLE == t.get("swizzle")
+    # the staged store writes 128B-swizzled panels only; the plain layout is 8-way for its bf16 pairs
+    for span in (0, 32, 64):
+        assert "128B-swizzled" in swizzle_problem(SharedLayout("bf16", t.rows, t.cols, span), uses)
+    assert reports_of(op.attrs) == [AccessReport("st.shared.b32", "C_stage", 1, 8),
+                                    AccessReport("tma", "C_stage", 1, 1, hardware=True)]
+
+
+def test_bank_conflicts_rerun_keeps_the_staging_tile_entries() -> None:
+    module = _through_tma("gemm")
+    op = _staged(module)
+    before = reports_of(op.attrs)
+    op.attrs.pop("access")
+    PassManager(load_registry(), ["bank-conflicts"]).run(module, Options())
+    assert reports_of(op.attrs) == before and len(before) == 2
+
+
+def test_layout_passes_share_an_analysis_not_each_other() -> None:
+    """select-swizzle and bank-conflicts import passes/shared_access.py, never one another."""
+    import ast
+
+    passes = Path(__file__).resolve().parent.parent / "passes"
+    for name, other in (("select_swizzle", "bank_conflicts"), ("bank_conflicts", "select_swizzle")):
+        tree = ast.parse((passes / f"{name}.py").read_text(encoding="utf-8"))
+        modules = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+        assert "tkir.passes.shared_access" in modules and f"tkir.passes.{other}" not in modules

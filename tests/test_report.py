@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 
+from tkir.access_report import AccessReport, reports_of
 from tkir.api import build_module
 from tkir.parser import parse_module
 from tkir.passes.registry import load_registry
 from tkir.passmanager import Options, PassManager
 from tkir.report import build_report, format_report, highest_register, peak_live_registers, register_comparison
+from tkir.types import format_attr_value
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 LAYOUT_PASSES = ["canonicalize", "infer-layouts", "select-swizzle", "bank-conflicts"]
@@ -174,3 +177,48 @@ def test_peak_live_registers_skips_calls_and_subroutines() -> None:
            "        /*04b0*/                   FFMA R2, R3, R4, R5 ;                       // |  99   |        |\n")
     assert peak_live_registers(plr) == 38
     assert peak_live_registers("") is None
+
+
+# --- access reports: the staged epilogue, and the typed entries -------------------------------------
+
+
+def test_default_pipeline_reports_the_staging_tile() -> None:
+    """The epilogue staging tile create-tma adds is in the report: its select-swizzle layout and its
+    bank-conflicts entries (bf16 pairs 8-way on plain rows, conflict-free at 128B; the TMA store)."""
+    from tkir.passes.registry import DEFAULT_PIPELINE
+
+    module = build_module(str(EXAMPLES / "gemm.tk"))
+    PassManager(load_registry(), DEFAULT_PIPELINE).run(module, Options())
+    rep = build_report(module)
+    tiles = {t["name"]: t for t in rep["shared_tiles"]}
+    assert tiles["C_stage"] == {"name": "C_stage", "dtype": "bf16", "shape": [128, 128], "swizzle": 128,
+                                "align": 1024, "bytes": 32768}
+    staged = [a for a in rep["accesses"] if a["tile"] == "C_stage"]
+    assert staged == [{"op": "st.shared.b32", "tile": "C_stage", "degree": 1, "degree_before": 8, "hardware": False},
+                      {"op": "tma", "tile": "C_stage", "degree": 1, "degree_before": 1, "hardware": True}]
+    assert "st.shared.b32  C_stage" in format_report(rep)
+
+
+@pytest.mark.parametrize("report", [AccessReport("ldmatrix.x4", "p", 1, 8),
+                                    AccessReport("tma", "a", 1, 1, hardware=True),
+                                    AccessReport("wgmma.desc", "b", 1, 8, hardware=True, major="MN")])
+def test_access_report_round_trips_through_its_attribute(report: AccessReport) -> None:
+    attr = report.to_attr()
+    assert AccessReport.from_attr(attr) == report
+    assert list(attr)[:4] == ["op", "tile", "degree", "degree_before"]  # the IR text's key order
+    assert ("hardware" in attr) == report.hardware and ("major" in attr) == (report.major is not None)
+    ops = parse_module(f'tk.kernel @k {{grid = ["1"]}} {{\n  tk.barrier {{access = [{format_attr_value(attr)}]}}\n}}\n')
+    assert reports_of(ops.kernel.body.ops[0].attrs) == [report]
+
+
+@pytest.mark.parametrize("attr, words", [
+    ({"op": "tma", "tile": "a", "degree": 1}, "'degree_before' must be an integer"),
+    ({"op": "tma", "tile": "a", "degree": 1, "degree_before": 1, "fix": 32}, "unknown keys ['fix']"),
+    ({"op": "tma", "tile": "a", "degree": 0, "degree_before": 1}, "degrees are 1 or more"),
+    ({"op": "tma", "tile": "a", "degree": 1, "degree_before": 1, "hardware": 1}, "'hardware' must be true or false"),
+    ({"op": "wgmma.desc", "tile": "a", "degree": 1, "degree_before": 1, "major": "M"}, "major must be one of"),
+    ([1, 2], "is a dict"),
+])
+def test_access_report_refuses_malformed_entries(attr: object, words: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(words)):
+        AccessReport.from_attr(attr)

@@ -111,18 +111,30 @@ class Block:
         return v
 
     def append(self, op: Operation) -> Operation:
+        return self.insert(len(self.ops), op)
+
+    def insert(self, index: int, op: Operation) -> Operation:
+        """Put `op` (not in any block) at position `index` of this block and make this block its parent."""
+        if op.parent is not None:
+            raise ValueError(f"{op.name} is already in a block; remove it from there first")
+        self.ops.insert(index, op)
         op.parent = self
-        self.ops.append(op)
         return op
 
     def insert_before(self, anchor: Operation, op: Operation) -> Operation:
-        op.parent = self
-        self.ops.insert(self.ops.index(anchor), op)
-        return op
+        return self.insert(self._index(anchor), op)
+
+    def insert_after(self, anchor: Operation, op: Operation) -> Operation:
+        return self.insert(self._index(anchor) + 1, op)
 
     def remove(self, op: Operation) -> None:
         self.ops.remove(op)
         op.parent = None
+
+    def _index(self, anchor: Operation) -> int:
+        if anchor.parent is not self:
+            raise ValueError(f"anchor {anchor.name} is not in this block")
+        return self.ops.index(anchor)
 
     @property
     def terminator(self) -> Operation | None:
@@ -158,6 +170,13 @@ class Module:
         if len(ks) != 1:
             raise ValueError(f"expected one tk.kernel in the module, found {len(ks)}")
         return ks[0]
+
+    def insert_before(self, anchor: Operation, op: Operation) -> Operation:
+        """Put module-level `op` (a `tma.desc`, ...) right before the top-level op `anchor`."""
+        if not any(o is anchor for o in self.ops):
+            raise ValueError(f"anchor {anchor.name} is not in this module")
+        self.ops.insert(self.ops.index(anchor), op)
+        return op
 
     def lookup(self, symbol: str) -> Operation | None:
         for op in self.ops:

@@ -3,8 +3,8 @@
 Keys of `build_report(module)` (absent when the IR has nothing for them):
 * `shared_tiles`: per `tk.alloc`: name, dtype, shape, swizzle (bytes, 0 = none), align, bytes
   (select-swizzle's type attributes; bytes include bank-conflicts' row padding);
-* `accesses`: per shared access (bank-conflicts' `access` attributes): op, tile, degree,
-  degree_before, hardware;
+* `accesses`: per shared access (bank-conflicts' `access` attributes, read as
+  tkir/access_report.py AccessReports): op, tile, degree, degree_before, hardware;
 * `register_tiles`: per rt/rv value: name, dtype, shape, layout (its IR text), regs_per_thread
   (32-bit registers per thread, from tkir.layout);
 * `tma`: per module-level `tma.desc`: name, tensor, dtype, dims, strides, box, swizzle, oob_fill;
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import re
 
+from tkir.access_report import reports_of
 from tkir.ir import Module, Operation, Value
 from tkir.layout import SWIZZLE_ALIGN, regs_per_thread
 from tkir.types import TileType, VectorType, format_attr_value, is_register, is_shared
@@ -45,11 +46,9 @@ def build_report(module: Module) -> dict:
         for op in kernel.walk():
             if op.name == "tk.alloc" and is_shared(op.result.type):
                 rep["shared_tiles"].append(_shared_tile(op.result, names))
-            for entry in op.attrs.get("access", []) if isinstance(op.attrs.get("access"), list) else []:
-                rep["accesses"].append({"op": str(entry.get("op")), "tile": str(entry.get("tile")),
-                                        "degree": entry.get("degree"),
-                                        "degree_before": entry.get("degree_before"),
-                                        "hardware": bool(entry.get("hardware", False))})
+            for a in reports_of(op.attrs):
+                rep["accesses"].append({"op": a.op, "tile": a.tile, "degree": a.degree,
+                                        "degree_before": a.degree_before, "hardware": a.hardware})
             for v in op.results:
                 if is_register(v.type) and v.type.get("layout") is not None:
                     rep["register_tiles"].append(_register_tile(v, names))
