@@ -12,6 +12,8 @@ import ast
 import importlib
 import importlib.util
 import pkgutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -161,3 +163,16 @@ def test_no_import_cycle():
     cycle = find_cycle(import_graph())
     if cycle:
         pytest.fail("module-level import cycle: " + " -> ".join(cycle))
+
+
+def test_entry_modules_are_complete_on_their_own():
+    """In a fresh interpreter, `import tkir.ops` registers every level's ops and `import tkir.interp`
+    gives every op that runs a handler (no import order or late hook needed)."""
+    code = ("import tkir.interp, tkir.ops\n"
+            "print(sorted(set(tkir.ops.OPS) - set(tkir.interp.HANDLERS)))\n"
+            "print(all(n in tkir.ops.OPS for n in ('tma.load', 'pipe.wait', 'tk.partial_add', 'arith.cdiv')))")
+    for first in ("tkir.ops", "tkir.interp", "tkir.ops_tma", "tkir.interp_pipeline"):
+        out = subprocess.run([sys.executable, "-c", f"import {first}\n{code}"], capture_output=True, text=True,
+                             check=True).stdout.split("\n")
+        assert out[0] == "['scf.yield', 'tk.kernel', 'tma.desc']", (first, out)  # a terminator, declarations
+        assert out[1] == "True", (first, out)
