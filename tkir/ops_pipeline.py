@@ -11,8 +11,8 @@
                                                           once this iteration's async mma is issued
     tk.role {kind = producer, warpgroups = 1, regs = 40} { ... }   code run by those warpgroups only
 
-Semantics for the interpreter: roles run as coroutines that switch at `pipe.wait`; a barrier's
-phase completes when it has received `count` arrivals and all expected bytes.
+Semantics for the interpreter (tkir/interp_pipeline.py): roles run as threads that meet at
+`pipe.wait`; a barrier's phase completes when it has received `count` arrivals and all expected bytes.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ NAN_REQUEST_ZERO_FMA).
 in tile units). A tile wider than its swizzle span is `boxes` boxes, one per column panel of the
 shared tile (panel p at byte offset p * rows * span, global column p * box[0]); `bytes` is the whole
 tile (what `mbarrier.expect_tx` counts; out-of-bounds elements are filled and still counted).
-For the interpreter they mean exactly the tk op they replaced.
+For the interpreter they mean exactly the tk op they replaced (tkir/interp_tma.py).
 """
 
 from __future__ import annotations
