@@ -18,7 +18,7 @@ from typing import Protocol
 
 import numpy as np
 
-from tkir.layout import SWIZZLE_MASK, SharedLayout
+from tkir.layout import SWIZZLE_MASK, SharedLayout, num_threads
 from tkir.target import WARP, WARPGROUP, WGMMA_M
 from tkir.types import TileType, VectorType
 
@@ -253,8 +253,6 @@ def tile_shape(t: TileType | VectorType) -> tuple[int, ...]:
 
 def numeric_slots(layout: dict, shape: tuple[int, ...]) -> list[tuple[np.ndarray, ...]]:
     """Slot coordinates evaluated for every thread of the layout (compile-time analysis)."""
-    from tkir.layout import num_threads
-
     tid = np.arange(num_threads(layout))
     out = []
     for s in slot_coords(layout, shape, NumpyBuilder(), tid):

@@ -33,7 +33,7 @@ import numpy as np
 from tkir.backend.fragments import BitLLVMBuilder, NumpyBuilder, numeric_slots, shared_offset, tile_shape
 from tkir.backend.llvm_text import f32_literal
 from tkir.backend.rules import rule
-from tkir.backend.rules_registers import combine, from_f32, to_f32
+from tkir.backend.rules_registers import chunked, combine, from_f32, to_f32
 from tkir.backend.values import LLVM_TYPE, Frag, Global, LoweringError, Smem
 from tkir.ir import Operation
 from tkir.layout import SharedLayout
@@ -293,8 +293,6 @@ def _product(cx: LoweringContext, dims: list[str]) -> str:
 
 
 def _global_to_regs(cx: LoweringContext, op: Operation) -> bool:
-    from tkir.backend.rules_registers import chunked
-
     return bool(op.results) and isinstance(cx.peek(op.operands[0]), Global) and not chunked(op.result.type)
 
 
@@ -334,8 +332,6 @@ def _store_global_element(cx: LoweringContext, ptr: str, ety: str, dtype: str, i
 
 
 def _regs_to_global(cx: LoweringContext, op: Operation) -> bool:
-    from tkir.backend.rules_registers import chunked
-
     val = cx.peek(op.operands[1])
     if not (isinstance(cx.peek(op.operands[0]), Global) and isinstance(val, Frag)) or chunked(val.type):
         return False

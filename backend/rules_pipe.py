@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from tkir.backend.context import RoleCtx, tile_stage_bytes
 from tkir.backend.rules import rule
+from tkir.backend.rules_memory import fence_async, sync
 from tkir.backend.values import THREADS_PER_WARPGROUP, LoweringError, Smem
 from tkir.ir import Operation, Value
 from tkir.types import GlobalType, TileType, dtype_bytes
@@ -177,8 +178,6 @@ def tma_store(cx: LoweringContext, op: Operation) -> None:
     thread after every thread's writes are fenced into the async proxy and synced; the issuing
     thread waits until the copy engine has read the tile before the threads meet again (the tile
     may be overwritten after that). Out-of-bounds elements are not written (TMA clips)."""
-    from tkir.backend.rules_memory import fence_async, sync
-
     w = cx.w
     src = cx.get(op.operands[1])
     assert isinstance(src, Smem)

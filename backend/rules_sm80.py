@@ -44,6 +44,7 @@ from tkir.backend.fragments import (
     slot_coords,
 )
 from tkir.backend.rules import rule
+from tkir.backend.rules_memory import sync
 from tkir.backend.values import LLVM_TYPE, Frag, Global, LoweringError, Smem
 from tkir.ir import Operation, parent_op
 from tkir.types import GlobalType, TileType, dtype_bytes
@@ -122,8 +123,6 @@ def _barrier(cx: LoweringContext) -> None:
     if cx.role is None:
         cx.w.call("void", "llvm.nvvm.barrier0", [])
     else:
-        from tkir.backend.rules_memory import sync
-
         sync(cx)
 
 

@@ -19,6 +19,7 @@ import difflib
 import math
 from dataclasses import dataclass
 
+from tkir import scalar
 from tkir.diagnostics import CompileError
 from tkir.frontend import ast
 from tkir.ir import Block, Loc, Module, Operation, Region, Value
@@ -48,18 +49,7 @@ BLOCK_DIMS = {"x": 0, "y": 1, "z": 2}
 BLOCK_ID_NAMES = ("bx", "by", "bz")
 RESERVED = ("block", "inf")
 
-def _sigmoid(x: float) -> float:
-    """1 / (1 + exp(-x)), written so that neither branch overflows."""
-    if x >= 0:
-        return 1.0 / (1.0 + math.exp(-x))
-    return math.exp(x) / (1.0 + math.exp(x))
-
-
-UNARY_FUNCS = {
-    "exp": math.exp, "exp2": lambda x: 2.0 ** x, "log": math.log, "log2": math.log2,
-    "sqrt": math.sqrt, "rsqrt": lambda x: 1.0 / math.sqrt(x), "abs": abs,
-    "tanh": math.tanh, "sigmoid": _sigmoid, "erf": math.erf,
-}
+UNARY_FUNCS = {n: f for n, f in scalar.FLOAT_UNARY.items() if n != "neg"}  # `-x` is the operator
 CAST_FUNCS = ("bf16", "f16", "f32", "i32")
 REDUCTIONS = {
     "row_max": ("max", "row"), "row_sum": ("sum", "row"), "row_min": ("min", "row"),
@@ -122,33 +112,16 @@ class _E:
 
 
 def _fold(op: str, a: int | float, b: int | float) -> int | float | None:
-    """Compile-time scalar arithmetic; integer `/` floors. None on division by zero."""
-    if op in ("/", "%", "cdiv") and b == 0:
+    """Compile-time scalar arithmetic as tkir/scalar.py defines it (integer `/` floors); None on
+    division by zero."""
+    try:
+        return scalar.binary(BINARY_NAMES.get(op, op), a, b)
+    except ZeroDivisionError:
         return None
-    both_int = isinstance(a, int) and isinstance(b, int)
-    if op == "+":
-        return a + b
-    if op == "-":
-        return a - b
-    if op == "*":
-        return a * b
-    if op == "/":
-        return a // b if both_int else a / b
-    if op == "%":
-        return a % b
-    if op == "cdiv":
-        return -(-a // b)
-    if op == "max":
-        return max(a, b)
-    if op == "min":
-        return min(a, b)
-    raise AssertionError(op)
 
 
 _KIND_WORDS = {"const": "const", "size": "size", "global": "global tensor parameter", "scalar": "scalar",
                "shared": "shared variable", "reg": "register variable"}
-_COMPARE = {"==": lambda a, b: a == b, "!=": lambda a, b: a != b, "<": lambda a, b: a < b,
-            "<=": lambda a, b: a <= b, ">": lambda a, b: a > b, ">=": lambda a, b: a >= b}
 _PRECEDENCE = {"+": 1, "-": 1, "*": 2, "/": 2, "%": 2}
 CMP_PREDS = {"==": "eq", "!=": "ne", "<": "lt", "<=": "le", ">": "gt", ">=": "ge"}
 
@@ -734,7 +707,7 @@ class _Lowerer:
             if a is None or b is None or getattr(e, "op", "") == "@":
                 return None
             if isinstance(e, ast.Compare):
-                return int(_COMPARE[e.op](a, b))
+                return int(scalar.COMPARE[CMP_PREDS[e.op]](a, b))
             r = _fold(e.op, a, b)
             if r is None:
                 raise self.error(e.loc, "division by zero in a compile-time expression")

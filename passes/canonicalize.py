@@ -1,8 +1,9 @@
 """canonicalize: fold compile-time scalar arithmetic and remove dead operations.
 
 Rewrites
-* `arith.<op>` whose operands are all `arith.const` -> one `arith.const` (integer `div` floors,
-  `cdiv` rounds up; a division by zero is left alone for the verifier/runtime to report);
+* `arith.<op>` whose operands are all `arith.const` -> one `arith.const`, computed by tkir/scalar.py
+  (integer `div` floors, `cdiv` rounds up; a division by zero is left alone for the verifier/runtime
+  to report); so is a float math op (`tk.exp`, ...) of a constant scalar;
 * `arith.cast` of a constant -> a constant of the new type;
 * duplicate `arith.const` of the same value and type in one block -> the first one;
 * pure ops whose results are unused -> removed (repeated until nothing changes), including loop
@@ -14,33 +15,11 @@ from __future__ import annotations
 
 import math
 
+from tkir import scalar
 from tkir.ir import Block, Module, Operation, Value, replace_all_uses
 from tkir.ops import OPS
 from tkir.passmanager import Options, Pass
 from tkir.types import ScalarType
-
-_INT_FOLD = {
-    "arith.add": lambda a, b: a + b,
-    "arith.sub": lambda a, b: a - b,
-    "arith.mul": lambda a, b: a * b,
-    "arith.div": lambda a, b: a // b if b else None,
-    "arith.rem": lambda a, b: a % b if b else None,
-    "arith.cdiv": lambda a, b: -(-a // b) if b else None,
-    "arith.min": min,
-    "arith.max": max,
-}
-_FLOAT_FOLD = {
-    "arith.add": lambda a, b: a + b,
-    "arith.sub": lambda a, b: a - b,
-    "arith.mul": lambda a, b: a * b,
-    "arith.div": lambda a, b: a / b if b else None,
-    "arith.min": min,
-    "arith.max": max,
-}
-_FLOAT_UNARY = {"tk.sqrt": math.sqrt, "tk.rsqrt": lambda x: 1 / math.sqrt(x), "tk.exp": math.exp,
-                "tk.exp2": lambda x: 2.0 ** x, "tk.log": math.log, "tk.log2": math.log2,
-                "tk.abs": abs, "tk.neg": lambda x: -x, "tk.tanh": math.tanh, "tk.erf": math.erf,
-                "tk.sigmoid": lambda x: 1 / (1 + math.exp(-x)) if x >= 0 else math.exp(x) / (1 + math.exp(x))}
 
 
 class Canonicalize(Pass):
@@ -84,21 +63,24 @@ class Canonicalize(Pass):
             if not (isinstance(d, Operation) and d.name == "arith.const"):
                 return None
             vals.append(d.attrs["value"])
-        dtype = op.results[0].type.dtype if op.results else None
-        if op.name == "arith.cast" and len(vals) == 1:
-            return float(vals[0]) if dtype == "f32" else int(vals[0])
-        if op.name in _FLOAT_UNARY and len(vals) == 1 and isinstance(op.results[0].type, ScalarType):
-            try:
-                return float(_FLOAT_UNARY[op.name](vals[0]))
-            except (ValueError, OverflowError):
-                return None
-        if len(vals) != 2:
+        if len(op.results) != 1 or not isinstance(op.result.type, ScalarType):
             return None
-        if dtype in ("i32", "u32") and op.name in _INT_FOLD:
-            return _INT_FOLD[op.name](int(vals[0]), int(vals[1]))
-        if dtype == "f32" and op.name in _FLOAT_FOLD:
-            r = _FLOAT_FOLD[op.name](float(vals[0]), float(vals[1]))
-            return None if r is None else float(r)
+        dtype = op.result.type.dtype
+        try:
+            if op.name == "arith.cast" and len(vals) == 1:
+                return scalar.convert(vals[0], dtype)
+            name = op.name.removeprefix("tk.")
+            if op.name.startswith("tk.") and name in scalar.FLOAT_UNARY and len(vals) == 1:
+                return float(scalar.FLOAT_UNARY[name](vals[0]))
+            name = op.name.removeprefix("arith.")
+            if not (op.name.startswith("arith.") and name in scalar.INT_BINARY and len(vals) == 2):
+                return None
+            if dtype in scalar.INT_DTYPES:
+                return scalar.binary(name, int(vals[0]), int(vals[1]))
+            if dtype in scalar.FLOAT_DTYPES:
+                return float(scalar.binary(name, float(vals[0]), float(vals[1])))
+        except (ZeroDivisionError, ValueError, OverflowError):  # left for the verifier or the run time
+            return None
         return None
 
     # --- dead code -------------------------------------------------------------------------

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 import tkir
-import tkir.ops_pipeline as pipe
+import tkir.interp_pipeline as pipe
 from tkir.examples import check_interpreted, load_companion
 from tkir.interp import InterpError
 from tkir.parser import parse_module

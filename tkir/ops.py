@@ -1,5 +1,10 @@
 """The catalogue of operations: for each op name, its traits and a type checker.
 
+Importing this module registers every op: the core ops below (scalars, tiles, control flow) and,
+through its imports, the later levels' ops (tkir/ops_tma.py, ops_pipeline.py, ops_streamk.py). An
+op is defined with tkir/opdef.py; what it computes is the interpreter's (tkir/interp*.py), the
+meaning of scalar arithmetic tkir/scalar.py's.
+
 This is the contract between the front end (which builds these ops), the interpreter (which
 defines what they mean), the passes and the backend. docs/ir.md documents every op.
 
@@ -15,103 +20,29 @@ Conventions
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-
+from tkir import ops_pipeline, ops_streamk, ops_tma, scalar  # noqa: F401  (ops_*: register the later levels' ops)
 from tkir.ir import Operation
-from tkir.types import (
-    FLOAT_DTYPES,
-    GlobalType,
-    ScalarType,
-    TileType,
-    Type,
-    VectorType,
-    is_register,
-    is_shared,
+from tkir.opdef import (
+    OPS,
+    OpDef,
+    OpError,
+    expect,
+    is_int_scalar,
+    is_scalar,
+    n_operands,
+    n_results,
+    register_op,
+    same_shape,
 )
+from tkir.types import FLOAT_DTYPES, GlobalType, ScalarType, TileType, Type, VectorType, is_register, is_shared
 
-
-class OpError(Exception):
-    """A type or structure error in one op; the verifier adds the location."""
-
-
-Checker = Callable[[Operation], None]
-
-
-@dataclass(frozen=True)
-class OpDef:
-    name: str
-    check: Checker
-    pure: bool = True  # no side effects: removable when its results are unused
-    terminator: bool = False
-    summary: str = ""
-
-
-OPS: dict[str, OpDef] = {}
-
-
-def interp_if_ready():
-    """`tkir.interp` once its handler table is filled, else None.
-
-    Op modules imported while `tkir.interp` itself loads (it imports this module) cannot register their
-    handlers yet; they call this at import and again from `tkir.interp`'s end (LATE_HANDLER_MODULES)."""
-    import sys
-
-    interp = sys.modules.get("tkir.interp")
-    if interp is None:
-        try:
-            import tkir.interp as interp
-        except ModuleNotFoundError as e:
-            if e.name != "tkir.interp":
-                raise
-            return None
-    handlers = getattr(interp, "HANDLERS", None)
-    if handlers is None or "tk.load" not in handlers:
-        return None
-    return interp
-
-
-def register_op(name: str, check: Checker, *, pure: bool = True, terminator: bool = False,
-                summary: str = "") -> OpDef:
-    """Add an op to the catalogue (passes and --load-pass files may add their own)."""
-    d = OpDef(name, check, pure, terminator, summary)
-    OPS[name] = d
-    return d
+# Re-exported: `from tkir.ops import OPS` is the complete catalogue (this module imports every op module).
+__all__ = ["CMP_PREDICATES", "CONVERT_VIA", "OPS", "SCALAR_BINARY", "TILE_BINARY", "TILE_UNARY", "OpDef", "OpError",
+           "register_op"]
 
 
 # ---------------------------------------------------------------------------------------------
-# Small checking helpers.
-
-
-def expect(cond: bool, msg: str) -> None:
-    if not cond:
-        raise OpError(msg)
-
-
-def n_operands(op: Operation, lo: int, hi: int | None = None) -> None:
-    hi = lo if hi is None else hi
-    n = len(op.operands)
-    expect(lo <= n <= hi, f"'{op.name}' expects {lo if lo == hi else f'{lo}..{hi}'} operands, got {n}")
-
-
-def n_results(op: Operation, n: int) -> None:
-    expect(len(op.results) == n, f"'{op.name}' expects {n} results, got {len(op.results)}")
-
-
-def is_int_scalar(t: Type) -> bool:
-    return isinstance(t, ScalarType) and t.dtype in ("i32", "u32")
-
-
-def is_scalar(t: Type) -> bool:
-    return isinstance(t, ScalarType)
-
-
-def same_shape(a: Type, b: Type) -> bool:
-    if isinstance(a, TileType) and isinstance(b, TileType):
-        return a.shape == b.shape
-    if isinstance(a, VectorType) and isinstance(b, VectorType):
-        return a.n == b.n
-    return False
+# Checking helpers of this module.
 
 
 def _coords(op: Operation, g: GlobalType, start: int, tile: Type) -> None:
@@ -407,7 +338,7 @@ def _yield(op: Operation) -> None:
     n_results(op, 0)
 
 
-CMP_PREDICATES = ("eq", "ne", "lt", "le", "gt", "ge")  # signed for integers, ordered for floats
+CMP_PREDICATES = tuple(scalar.COMPARE)  # eq ne lt le gt ge: signed for integers, ordered for floats
 
 
 def _cmp(op: Operation) -> None:
@@ -466,7 +397,7 @@ def _convert_layout(op: Operation) -> None:
            "'tk.convert_layout' needs via = \"none\", \"shuffle\" or \"smem\"")
 
 
-SCALAR_BINARY = ("add", "sub", "mul", "div", "rem", "min", "max", "cdiv")
+SCALAR_BINARY = scalar.BINARY_NAMES  # add sub mul div rem min max cdiv (their meaning: tkir/scalar.py)
 TILE_BINARY = ("add", "sub", "mul", "div", "max", "min")
 TILE_UNARY = ("exp", "exp2", "log", "log2", "sqrt", "rsqrt", "abs", "neg", "tanh", "sigmoid", "erf")
 
@@ -501,7 +432,3 @@ register_op("scf.yield", _yield, pure=False, terminator=True, summary="loop body
 register_op("arith.cmp", _cmp, summary="scalar comparison (pred = eq, ne, lt, le, gt, ge) -> i1")
 register_op("scf.if", _if, pure=False, summary="run the then or else region by the i1 condition")
 register_op("tk.kernel", _kernel, pure=False, summary="a kernel: parameters, grid, body")
-
-import tkir.ops_pipeline  # noqa: E402,F401  (registers the pipelined level's ops)
-import tkir.ops_streamk  # noqa: E402,F401  (registers tk.workspace, tk.partial_store, ...)
-import tkir.ops_tma  # noqa: E402,F401  (registers tma.desc, tma.load, tma.store)

@@ -13,15 +13,14 @@
 
 The interpreter runs blocks one after another; a stream-K kernel (`stream_k` in its attrs) runs
 them last block first, because a tile's owner waits only for higher-numbered blocks
-(passes/stream_k.py). `tk.partial_add` of a partial nobody has written is an error there, not a hang.
+(passes/stream_k.py). `tk.partial_add` of a partial nobody has written is an error there, not a hang
+(tkir/interp_streamk.py).
 """
 
 from __future__ import annotations
 
-import numpy as np
-
 from tkir.ir import Operation
-from tkir.ops import expect, interp_if_ready, is_int_scalar, n_operands, n_results, register_op
+from tkir.opdef import expect, is_int_scalar, n_operands, n_results, register_op
 from tkir.types import GlobalType, ScalarType, TileType
 
 WORKSPACE_DIMS = ("NUM_SMS",)  # the symbolic dims a workspace may have (bound by the runtime)
@@ -77,40 +76,3 @@ register_op("tk.partial_store", _partial_store, pure=False,
             summary="store a partial accumulator tile to a workspace slot and flag it (stream-K)")
 register_op("tk.partial_add", _partial_add, pure=False,
             summary="wait for a workspace slot's flag, add its partial tile to the accumulator (stream-K)")
-
-
-def register_interp_handlers() -> bool:
-    """The meaning of these ops in tkir.interp; False if it cannot be given yet (tkir.ops.interp_if_ready)."""
-    interp = interp_if_ready()
-    if interp is None:
-        return False
-
-    def workspace(op, args, frame):
-        shared = frame.shared  # one per interpret() call: every block sees the same memory
-        if id(op) not in shared:
-            dims = [d if isinstance(d, int) else frame.num_sms for d in op.result.type.dims]
-            dtype = np.float32 if op.result.type.dtype == "f32" else np.int32
-            shared[id(op)] = np.zeros(dims, dtype)
-        return shared[id(op)]
-
-    def partial_store(op, args, frame):
-        part, flags, acc, slot, epoch = args
-        part[slot] = np.asarray(acc, np.float32).ravel()
-        flags[slot, :] = epoch
-
-    def partial_add(op, args, frame):
-        part, flags, acc, slot, epoch = args
-        if not (flags[slot] == epoch).all():
-            where = f"{op.loc}: " if op.loc else ""
-            raise interp.InterpError(f"{where}tk.partial_add: the partial tile of block {slot} has not "
-                                     f"been written (the kernel's blocks ran in the wrong order)")
-        return np.asarray(acc, np.float32) + part[slot].reshape(np.shape(acc))
-
-    interp.register_handler("tk.workspace", workspace)
-    interp.register_handler("tk.launch_count", lambda op, args, frame: 1)
-    interp.register_handler("tk.partial_store", partial_store)
-    interp.register_handler("tk.partial_add", partial_add)
-    return True
-
-
-register_interp_handlers()

@@ -17,13 +17,13 @@ NAN_REQUEST_ZERO_FMA).
 in tile units). A tile wider than its swizzle span is `boxes` boxes, one per column panel of the
 shared tile (panel p at byte offset p * rows * span, global column p * box[0]); `bytes` is the whole
 tile (what `mbarrier.expect_tx` counts; out-of-bounds elements are filled and still counted).
-For the interpreter they mean exactly the tk op they replaced.
+For the interpreter they mean exactly the tk op they replaced (tkir/interp_tma.py).
 """
 
 from __future__ import annotations
 
 from tkir.ir import Operation
-from tkir.ops import expect, interp_if_ready, is_int_scalar, n_results, register_op
+from tkir.opdef import expect, is_int_scalar, n_results, register_op
 from tkir.types import DTYPE_BYTES, GlobalType, Symbol, TileType, VectorType, is_shared
 
 # cuTensorMapEncodeTiled limits (HOPPER.md §4.1, CUDA Driver API §6.30).
@@ -127,21 +127,3 @@ register_op("tma.load", _copy, pure=False, summary="TMA copy global -> shared (o
 register_op("tma.store", _copy, pure=False, summary="TMA copy shared -> global (one box per column panel)")
 register_op("tk.store_staged", _store_staged, pure=False,
             summary="register tile -> global through a shared staging tile and TMA stores, in column chunks")
-
-
-def register_interp_handlers() -> bool:
-    """Give tma.load/tma.store the meaning of tk.load/tk.store in the interpreter; False if it can't yet
-    (tkir.ops.interp_if_ready)."""
-    interp = interp_if_ready()
-    if interp is None:
-        return False
-    handlers = interp.HANDLERS
-    interp.register_handler("tma.load", lambda op, args, frame: handlers["tk.load"](op, args, frame))
-    interp.register_handler("tma.store", lambda op, args, frame: handlers["tk.store"](op, args, frame))
-    # the staging tile is an implementation detail: the meaning is tk.store %G, %value, coords...
-    interp.register_handler("tk.store_staged", lambda op, args, frame: handlers["tk.store"](
-        op, [args[0], args[1], *args[3:]], frame))
-    return True
-
-
-register_interp_handlers()

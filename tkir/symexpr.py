@@ -2,16 +2,21 @@
 
     "M / 128"   "cdiv(N, 256)"   "K * 2"   "min(M, 132)"
 
-Integer arithmetic only: `/` and `//` floor, `%`, `+ - *`, calls `cdiv`, `min`, `max`. Parsed with
-Python's `ast` module, whitelisting node kinds, so an expression can never run code.
+Integer arithmetic only, with the IR's meaning (tkir/scalar.py): `/` and `//` floor, `%`, `+ - *`,
+calls `cdiv(a, b)`, `min(a, b, ...)`, `max(a, b, ...)`. Parsed with Python's `ast` module,
+whitelisting node kinds, so an expression can never run code.
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Mapping
 
-_FUNCS = {"cdiv": lambda a, b: -(-a // b), "min": min, "max": max}
+from tkir.scalar import INT_BINARY
+
+_BINOPS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div", ast.FloorDiv: "div", ast.Mod: "rem"}
+_FUNCS = {"cdiv": (2, 2), "min": (2, None), "max": (2, None)}  # name: (least, most) arguments
 
 
 class SymExprError(ValueError):
@@ -45,20 +50,19 @@ def _eval(node: ast.AST, env: Mapping[str, int], src: str) -> int:
         return int(env[node.id])
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
         return -_eval(node.operand, env, src)
-    if isinstance(node, ast.BinOp):
-        a, b = _eval(node.left, env, src), _eval(node.right, env, src)
-        op = type(node.op)
-        if op is ast.Add:
-            return a + b
-        if op is ast.Sub:
-            return a - b
-        if op is ast.Mult:
-            return a * b
-        if op in (ast.Div, ast.FloorDiv, ast.Mod):
-            if b == 0:
-                raise SymExprError(f"division by zero in '{src}'")
-            return a % b if op is ast.Mod else a // b
+    if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
+        return _apply(_BINOPS[type(node.op)], [_eval(node.left, env, src), _eval(node.right, env, src)], src)
     if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FUNCS
             and not node.keywords):
-        return int(_FUNCS[node.func.id](*(_eval(a, env, src) for a in node.args)))
+        least, most = _FUNCS[node.func.id]
+        if least <= len(node.args) and (most is None or len(node.args) <= most):
+            return _apply(node.func.id, [_eval(a, env, src) for a in node.args], src)
     raise SymExprError(f"unsupported size expression '{src}'")
+
+
+def _apply(name: str, args: list[int], src: str) -> int:
+    """The integer op `name` (tkir/scalar.py) folded over `args` (min and max take several)."""
+    try:
+        return functools.reduce(INT_BINARY[name], args)
+    except ZeroDivisionError:
+        raise SymExprError(f"division by zero in '{src}'") from None

@@ -1,0 +1,264 @@
+"""The interpreter's handlers of the core ops (tkir/ops.py): scalars, memory, tile math, control flow.
+
+Scalar arithmetic, comparisons and casts compute with tkir/scalar.py; tiles with numpy in f32
+(results are rounded to their dtypes by the frame, tkir/interp_frame.py).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+from tkir import scalar
+from tkir.interp_frame import Frame, Handler, InterpError, register_handler, shape_of, where, zeros
+from tkir.ir import Operation
+from tkir.types import GlobalType, TileType, Type, VectorType
+
+# ---------------------------------------------------------------------------------------------
+# Global memory access: the last two coordinates (a tile) or the last one (a vector) count tiles;
+# parts outside the tensor read as zero and are not written (TMA out-of-bounds fill).
+
+
+def _window(t: Type, g: np.ndarray, coords: list[int]) -> tuple[tuple, tuple] | None:
+    """(index into the global array, index into the tile) of the in-bounds part, or None if empty."""
+    box = shape_of(t)
+    lead = coords[: len(coords) - len(box)]
+    g_idx: list = []
+    for c, ext in zip(lead, g.shape, strict=False):
+        if not 0 <= c < ext:
+            return None
+        g_idx.append(c)
+    t_idx = []
+    for c, n, ext in zip(coords[len(lead):], box, g.shape[len(lead):], strict=True):
+        lo = c * n
+        a, b = max(lo, 0), min(lo + n, ext)
+        if a >= b:
+            return None
+        g_idx.append(slice(a, b))
+        t_idx.append(slice(a - lo, b - lo))
+    return tuple(g_idx), tuple(t_idx)
+
+
+def _read_global(t: TileType | VectorType, g: np.ndarray, coords: list[int]) -> np.ndarray:
+    w = _window(t, g, coords)
+    out = zeros(t)
+    if w is not None:
+        out[w[1]] = g[w[0]]
+    return out
+
+
+def _write_global(g: np.ndarray, val: np.ndarray, t: Type, coords: list[int]) -> None:
+    w = _window(t, g, coords)
+    if w is not None:
+        g[w[0]] = val[w[1]].astype(g.dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# Handlers.
+
+
+def _arith_binary(name: str) -> Handler:
+    return lambda op, args, frame: scalar.binary(name, args[0], args[1])
+
+
+for _name in scalar.BINARY_NAMES:
+    register_handler(f"arith.{_name}", _arith_binary(_name))
+
+register_handler("arith.const", lambda op, args, frame: op.attrs["value"])
+register_handler("arith.cast", lambda op, args, frame: scalar.convert(args[0], op.result.type.dtype))
+register_handler("tk.block_id", lambda op, args, frame: frame.block_id[op.attrs["dim"]])
+register_handler("tk.grid_dim", lambda op, args, frame: frame.grid[op.attrs["dim"]])
+
+
+def _size(op: Operation, args: list, frame: Frame) -> int:
+    name = op.attrs["name"]
+    if name not in frame.sizes:
+        raise InterpError(f"{where(op)}size '{name}' is unknown: no parameter has it as a dim; "
+                          f"pass sizes={{'{name}': ...}}")
+    return frame.sizes[name]
+
+
+register_handler("tk.size", _size)
+
+
+def _alloc(op: Operation, args: list, frame: Frame) -> np.ndarray:
+    t = op.result.type
+    stages = t.get("stages") if isinstance(t, (TileType, VectorType)) else None
+    if isinstance(stages, int):  # a ring buffer (pipeline pass): one tile per stage
+        return np.stack([zeros(t, frame.poison) for _ in range(stages)])
+    return zeros(t, frame.poison)
+
+
+register_handler("tk.alloc", _alloc)
+register_handler("tk.fill", lambda op, args, frame: np.full(shape_of(op.result.type), op.attrs["value"],
+                                                             np.float32))
+
+
+def load(op: Operation, args: list, frame: Frame) -> np.ndarray | None:
+    if not op.results:  # global -> shared, into the buffer
+        dst, src, *coords = args
+        w = _window(op.operands[0].type, src, coords)
+        if w is None or dst[w[1]].shape != dst.shape:
+            dst.fill(0.0)
+        if w is not None:
+            dst[w[1]] = src[w[0]]
+        return None
+    src, *coords = args
+    if coords or isinstance(op.operands[0].type, GlobalType):
+        return _read_global(op.result.type, src, coords)
+    if op.attrs.get("trans") is True:
+        return src.T.copy()
+    return src.copy()  # shared -> register: a snapshot; the buffer may be rewritten later
+
+
+def store(op: Operation, args: list, frame: Frame) -> None:
+    dst, val, *coords = args
+    if isinstance(op.operands[0].type, GlobalType):
+        _write_global(dst, val, op.operands[1].type, coords)
+    else:
+        dst[...] = val
+
+
+register_handler("tk.load", load)
+register_handler("tk.store", store)
+
+
+def _mma(op: Operation, args: list, frame: Frame) -> np.ndarray:
+    a, b, c = args
+    if op.attrs.get("trans_a"):
+        a = a.T
+    if op.attrs.get("trans_b"):
+        b = b.T
+    return np.matmul(a, b, dtype=np.float32) + c
+
+
+register_handler("tk.mma", _mma)
+
+
+def _bcast(op: Operation, a: object, b: object) -> tuple[object, object]:
+    """Reshape the vector operand of a `bcast = row|col` op to broadcast against the tile."""
+    kind = op.attrs.get("bcast")
+    if kind is None:
+        return a, b
+    shape = (-1, 1) if str(kind) == "row" else (1, -1)
+    if isinstance(op.operands[0].type, VectorType):
+        return a.reshape(shape), b
+    return a, b.reshape(shape)
+
+
+def _tile_binary(fn: Callable[[object, object], object]) -> Handler:
+    def handler(op: Operation, args: list, frame: Frame) -> object:
+        a, b = _bcast(op, args[0], args[1])
+        return fn(a, b)
+
+    return handler
+
+
+_TILE_BINARY: dict[str, Callable[[object, object], object]] = {
+    "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
+    "max": np.maximum, "min": np.minimum,
+}
+for _name, _fn in _TILE_BINARY.items():
+    register_handler(f"tk.{_name}", _tile_binary(_fn))
+
+
+def _rsqrt(x: np.ndarray) -> np.ndarray:
+    return np.float32(1.0) / np.sqrt(x)
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    """1 / (1 + exp(-x)) in f32: exp overflows to inf for x < -88, giving the exact limit 0."""
+    return np.float32(1.0) / (np.float32(1.0) + np.exp(-x))
+
+
+_erf64 = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    """erf rounded to f32 (numpy has no erf: math.erf in f64, exact to f32 after rounding)."""
+    return _erf64(x.astype(np.float64)).astype(np.float32)
+
+
+_TILE_UNARY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "exp": np.exp, "exp2": np.exp2, "log": np.log, "log2": np.log2, "sqrt": np.sqrt,
+    "rsqrt": _rsqrt, "abs": np.abs, "neg": np.negative, "tanh": np.tanh, "sigmoid": _sigmoid,
+    "erf": _erf,
+}
+for _name, _ufn in _TILE_UNARY.items():
+    register_handler(f"tk.{_name}", lambda op, args, frame, _f=_ufn: _f(np.asarray(args[0], np.float32)))
+
+register_handler("tk.cast", lambda op, args, frame: args[0])  # round_to_type converts
+register_handler("tk.convert_layout", lambda op, args, frame: args[0])  # layouts do not change values
+register_handler("tk.transpose", lambda op, args, frame: args[0].T.copy())
+
+_REDUCE = {"max": np.max, "min": np.min, "sum": np.sum}
+
+
+def _reduce(op: Operation, args: list, frame: Frame) -> np.ndarray:
+    axis = 1 if str(op.attrs["axis"]) == "row" else 0  # row: one value per row
+    return _REDUCE[str(op.attrs["kind"])](args[0], axis=axis)
+
+
+register_handler("tk.reduce", _reduce)
+
+
+def _mask_causal(op: Operation, args: list, frame: Frame) -> np.ndarray:
+    t, row0, col0 = args
+    rows, cols = t.shape
+    masked = (col0 + np.arange(cols))[None, :] > (row0 + np.arange(rows))[:, None]
+    return np.where(masked, np.float32(op.attrs["fill"]), t)
+
+
+register_handler("tk.mask_causal", _mask_causal)
+
+
+def _index(op: Operation, args: list, frame: Frame) -> np.ndarray:
+    rows, cols = op.result.type.shape
+    if str(op.attrs["axis"]) == "row":
+        return np.broadcast_to(np.arange(rows, dtype=np.int32)[:, None], (rows, cols)).copy()
+    return np.broadcast_to(np.arange(cols, dtype=np.int32)[None, :], (rows, cols)).copy()
+
+
+def _tile_cmp(op: Operation, args: list, frame: Frame) -> np.ndarray:
+    """Elementwise comparison; on floats every predicate is ordered (PTX setp: NaN gives false, ne too)."""
+    a, b = _bcast(op, args[0], args[1])
+    out = np.asarray(scalar.COMPARE[str(op.attrs["pred"])](a, b), np.bool_)
+    if str(op.attrs["pred"]) == "ne":  # numpy's != is true for NaN; the ordered ne is false
+        out &= ~(np.isnan(np.asarray(a, np.float64)) | np.isnan(np.asarray(b, np.float64)))
+    return out
+
+
+register_handler("tk.index", _index)
+register_handler("tk.select", lambda op, args, frame: np.where(args[0], args[1], args[2]))
+
+
+def _for(op: Operation, args: list, frame: Frame) -> object:
+    lo, hi, step, *carried = args
+    for i in range(lo, hi, step):
+        carried = frame.run_block(op.body, [i, *carried])
+    if len(op.results) == 1:
+        return carried[0]
+    return tuple(carried)
+
+
+register_handler("scf.for", _for)
+
+register_handler("arith.cmp", lambda op, args, frame: scalar.COMPARE[str(op.attrs["pred"])](args[0], args[1]))
+register_handler("tk.cmp", _tile_cmp)
+
+
+def _if(op: Operation, args: list, frame: Frame) -> object:
+    if args[0]:
+        out = frame.run_block(op.regions[0].block, [])
+    elif len(op.regions) > 1:
+        out = frame.run_block(op.regions[1].block, [])
+    else:
+        out = []
+    if len(op.results) == 1:
+        return out[0]
+    return tuple(out) if op.results else None
+
+
+register_handler("scf.if", _if)

@@ -1,0 +1,134 @@
+"""The interpreter's meaning of the pipelined level's ops (tkir/ops_pipeline.py).
+
+Roles run as threads that meet at mbarriers, so the interpreter checks the pipelined IR (and the
+persistent loop around it) against the examples' references too: the first `tk.role` reached runs
+every role of its block concurrently; `pipe.wait` blocks its thread until the barrier's phase
+completes (`count` arrivals and all expected TMA bytes, HOPPER.md §5.1).
+"""
+
+from __future__ import annotations
+
+import threading
+
+from tkir.interp_frame import Frame, InterpError, register_handler, where
+from tkir.interp_ops import load
+from tkir.ir import Operation
+from tkir.target import WARPS_PER_WARPGROUP
+
+ROLE_TIMEOUT_S = 60.0  # a role blocked this long on a barrier phase that never completes: deadlock
+
+
+class Barriers:
+    """An array of mbarriers (HOPPER.md §5.1): completed phases, pending arrivals and tx bytes each."""
+
+    def __init__(self, n: int, count: int, cond: threading.Condition):
+        self.count = count
+        self.phase = [0] * n          # completed phases
+        self.arrived = [0] * n
+        self.tx = [0] * n             # bytes still expected in the current phase
+        self.cond = cond
+
+    def _maybe_complete(self, s: int) -> None:
+        if self.arrived[s] >= self.count and self.tx[s] == 0:
+            self.phase[s] += 1
+            self.arrived[s] = 0
+            self.cond.notify_all()
+
+    def arrive(self, s: int, n: int = 1, expect_bytes: int = 0) -> None:
+        with self.cond:
+            self.tx[s] += expect_bytes
+            self.arrived[s] += n
+            self._maybe_complete(s)
+
+    def complete_tx(self, s: int, nbytes: int) -> None:
+        with self.cond:
+            self.tx[s] -= nbytes
+            self._maybe_complete(s)
+
+    def wait(self, s: int, parity: int, where: str) -> None:
+        """try_wait.parity: returns once the phase with parity `parity` has completed, i.e. while the
+        current (incomplete) phase's parity differs from it (a fresh barrier passes parity 1)."""
+        with self.cond:
+            if not self.cond.wait_for(lambda: self.phase[s] % 2 != parity % 2, ROLE_TIMEOUT_S):
+                raise TimeoutError(f"{where}pipe.wait on barrier {s} (parity {parity}) never completed: "
+                                   "the roles deadlock")
+
+
+def _cond_of(frame: Frame) -> threading.Condition:
+    if getattr(frame, "pipe_cond", None) is None:
+        frame.pipe_cond = threading.Condition()
+    return frame.pipe_cond
+
+
+def _barriers(op: Operation, args: list, frame: Frame) -> Barriers:
+    return Barriers(op.result.type.n, int(op.attrs["count"]), _cond_of(frame))
+
+
+def _stage(op: Operation, args: list, frame: Frame) -> object:
+    buf, s = args
+    return buf[s]
+
+
+def _arrivals(op: Operation, frame: Frame) -> int:
+    """A consumer role arrives once per warp on hardware: count its warps; a producer is one thread."""
+    role = getattr(frame, "pipe_role", {}).get(threading.get_ident())
+    if role is None or str(role.attrs.get("kind")) == "producer":
+        return 1
+    return WARPS_PER_WARPGROUP * int(role.attrs.get("warpgroups", 1))
+
+
+def _copy(op: Operation, args: list, frame: Frame) -> None:
+    dst, bars, s, src, *coords = args
+    tk_load = Operation("tk.load", [op.operands[0], op.operands[3], *op.operands[4:]])
+    load(tk_load, [dst, src, *coords], frame)
+    bars.complete_tx(s, int(op.attrs.get("bytes", op.operands[0].type.nbytes)))
+
+
+def _run_roles(op: Operation, args: list, frame: Frame) -> None:
+    """Run every role of the kernel body concurrently, the first time one is reached."""
+    if getattr(frame, "pipe_roles_done", None) is op:
+        return None
+    body = op.parent
+    roles = [o for o in body.ops if o.name == "tk.role"]
+    errors: list[BaseException] = []
+    frame.pipe_role = {}
+
+    def run(r: Operation) -> None:
+        frame.pipe_role[threading.get_ident()] = r
+        try:
+            frame.run_block(r.body, [])
+        except BaseException as e:  # reported by the main thread
+            errors.append(e)
+            with _cond_of(frame):  # wake the others: they will time out or finish
+                _cond_of(frame).notify_all()
+
+    threads = [threading.Thread(target=run, args=(r,), daemon=True) for r in roles]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(ROLE_TIMEOUT_S * 2)
+    if errors:
+        e = errors[0]
+        raise InterpError(str(e)) if not isinstance(e, InterpError) else e
+    if any(t.is_alive() for t in threads):
+        raise InterpError(f"{where(op)}tk.role: roles still running after {2 * ROLE_TIMEOUT_S} s")
+    frame.pipe_roles_done = roles[-1]
+    return None
+
+
+def _role(op: Operation, args: list, frame: Frame) -> None:
+    if getattr(frame, "pipe_roles_started", None) is op.parent:  # the later roles already ran
+        return None
+    frame.pipe_roles_started = op.parent
+    return _run_roles(op, args, frame)
+
+
+register_handler("pipe.barriers", _barriers)
+register_handler("pipe.stage", _stage)
+register_handler("pipe.expect", lambda op, a, f: a[0].arrive(a[1], _arrivals(op, f), int(op.attrs["bytes"])))
+# a deferred arrive releases the previous iteration's stage on hardware (its async mma may still
+# read it); the interpreter's mma is synchronous, so releasing this iteration's stage is the same
+register_handler("pipe.arrive", lambda op, a, f: a[0].arrive(a[1], _arrivals(op, f)))
+register_handler("pipe.wait", lambda op, a, f: a[0].wait(a[1], a[2], where(op)))
+register_handler("pipe.copy", _copy)
+register_handler("tk.role", _role)

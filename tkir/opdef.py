@@ -1,0 +1,78 @@
+"""How an op is defined: `OpDef`, the registry `OPS`, `register_op` and the checkers' small helpers.
+
+The op modules (tkir/ops.py, ops_tma.py, ops_pipeline.py, ops_streamk.py) import this module and
+register their ops at import; it imports only the IR and its types, never the interpreter or an op
+module. `OPS` here fills as op modules are imported: code that needs every op (the verifier,
+canonicalize, the interpreter, the backend's rule test) imports the complete catalogue `tkir.ops`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from tkir.ir import Operation
+from tkir.scalar import INT_DTYPES
+from tkir.types import ScalarType, TileType, Type, VectorType
+
+
+class OpError(Exception):
+    """A type or structure error in one op; the verifier adds the location."""
+
+
+Checker = Callable[[Operation], None]
+
+
+@dataclass(frozen=True)
+class OpDef:
+    name: str
+    check: Checker
+    pure: bool = True  # no side effects: removable when its results are unused
+    terminator: bool = False
+    summary: str = ""
+
+
+OPS: dict[str, OpDef] = {}
+
+
+def register_op(name: str, check: Checker, *, pure: bool = True, terminator: bool = False,
+                summary: str = "") -> OpDef:
+    """Add an op to the catalogue (passes and --load-pass files may add their own)."""
+    d = OpDef(name, check, pure, terminator, summary)
+    OPS[name] = d
+    return d
+
+
+# ---------------------------------------------------------------------------------------------
+# Small checking helpers.
+
+
+def expect(cond: bool, msg: str) -> None:
+    if not cond:
+        raise OpError(msg)
+
+
+def n_operands(op: Operation, lo: int, hi: int | None = None) -> None:
+    hi = lo if hi is None else hi
+    n = len(op.operands)
+    expect(lo <= n <= hi, f"'{op.name}' expects {lo if lo == hi else f'{lo}..{hi}'} operands, got {n}")
+
+
+def n_results(op: Operation, n: int) -> None:
+    expect(len(op.results) == n, f"'{op.name}' expects {n} results, got {len(op.results)}")
+
+
+def is_int_scalar(t: Type) -> bool:
+    return isinstance(t, ScalarType) and t.dtype in INT_DTYPES
+
+
+def is_scalar(t: Type) -> bool:
+    return isinstance(t, ScalarType)
+
+
+def same_shape(a: Type, b: Type) -> bool:
+    if isinstance(a, TileType) and isinstance(b, TileType):
+        return a.shape == b.shape
+    if isinstance(a, VectorType) and isinstance(b, VectorType):
+        return a.n == b.n
+    return False
