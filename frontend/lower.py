@@ -171,8 +171,7 @@ class _Lowerer:
         """An op at the top of the kernel, emitted once (sizes, block ids, constants)."""
         if key not in self.cache:
             op = Operation(name, [], [rtype], attrs, result_names=[result_name], loc=loc)
-            op.parent = self.kblock
-            self.kblock.ops.insert(self.n_prologue, op)
+            self.kblock.insert(self.n_prologue, op)
             self.n_prologue += 1
             self.cache[key] = op.result
         return self.cache[key]
