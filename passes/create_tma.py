@@ -36,7 +36,7 @@ from __future__ import annotations
 import re
 
 from tkir.ir import Module, Operation
-from tkir.layout import SharedLayout, bf16_pair_pattern, conflict_degree, tma_swizzle
+from tkir.layout import SharedLayout, bf16_pair_pattern, conflict_degree, layout_of, tma_swizzle
 from tkir.ops_tma import TMA_INNER_BYTES_ALIGN, TMA_MAX_BOX, TMA_MAX_RANK, TMA_STRIDE_ALIGN
 from tkir.passmanager import Options, Pass, PassError
 from tkir.types import DTYPE_BYTES, GlobalType, Symbol, TileType, VectorType, is_register, is_shared
@@ -106,8 +106,8 @@ class _Rewriter:
         warpgroup goes on to its next tile while the copy engine writes C (HOPPER.md §4.4)."""
         v = v_val.type
         g: GlobalType = g_val.type
-        lay = v.get("layout") if isinstance(v, TileType) else None
-        if not (isinstance(lay, dict) and str(lay.get("kind")) == "wgmma_acc" and v.dtype == "bf16"):
+        lay = layout_of(v, op.loc)
+        if not (lay is not None and lay.kind == "wgmma_acc" and isinstance(v, TileType) and v.dtype == "bf16"):
             return False
         cols = min(v.cols, EPILOGUE_COLS)
         if self.why_not(op, g, v) is not None or g.rank < 2 or v.cols % cols or self.options.swizzle == "none":
