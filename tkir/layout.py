@@ -121,7 +121,8 @@ class SharedLayout:
 # A layout is printed in the type as an attribute dict: {kind = wgmma_acc, wg = 2}. Keys per kind
 # (every layout has exactly one of wg / warps):
 #   wgmma_acc, wgmma_a: wg            mma_a, mma_b, mma_c: warps        row: warps, vec
-#   acc_row_vec: wg | warps           row_vec: warps                    col_vec: of, wg | warps [, vec]
+#   acc_row_vec: wg | warps           row_vec: warps                    col_vec: of, wg | warps
+# (a col_vec of row has vec too). `RegisterLayout` checks these; `layout_of(type)` reads one.
 
 TILE_KINDS = ("wgmma_acc", "wgmma_a", "mma_a", "mma_b", "mma_c", "row")
 VECTOR_KINDS = ("acc_row_vec", "row_vec", "col_vec")
