@@ -27,9 +27,10 @@ from tkir.backend.fragments import (
     tile_shape,
 )
 from tkir.backend.llvm_text import LLVMWriter
-from tkir.backend.values import REGS_PER_SM, Frag, Global, LoweringError, Smem
+from tkir.backend.values import REGS_PER_SM, Frag, Global, LoweringError, Smem, register_layout
+from tkir.facts import FactError, OccupancyPlan
 from tkir.ir import Module, Operation, Value
-from tkir.layout import SharedLayout
+from tkir.layout import SharedLayout, layout_of
 from tkir.types import TileType, VectorType
 
 # (row, byte column) a thread addresses in instance i: builder, thread index, instance
@@ -107,7 +108,7 @@ class LoweringContext:
         self.pending_sync = False
         self.threads = int(launch["block"][0])
         self.init_cap = min(255, (REGS_PER_SM // self.threads) // 8 * 8)
-        self.occupancy: dict = kernel.attrs.get("occupancy") or {}
+        self.occupancy: OccupancyPlan | None = OccupancyPlan.of(kernel)
         self.tid = ""
         self.smem = ""
         self.next_wg = 0            # first warpgroup of the next tk.role
@@ -119,15 +120,20 @@ class LoweringContext:
     # --- dispatch ----------------------------------------------------------------------------------
 
     def lower_op(self, op: Operation) -> None:
-        r = rule_table.select(self, op)
-        # an accumulator whose wgmma group may still be in flight is waited for (its registers tied
-        # through wgmma.wait_group 0) before anything but another mma or the loop's yield reads it
-        for i, v in enumerate(op.operands):
-            x = self.vals.get(id(v))
-            if isinstance(x, Frag) and x.pending and not (op.name == "tk.mma" and i == 2) \
-                    and op.name != "scf.yield":
-                self.vals[id(v)] = Frag(x.type, self.wait_group(x.values, 0))
-        r.fn(self, op)
+        try:
+            r = rule_table.select(self, op)
+            # an accumulator whose wgmma group may still be in flight is waited for (its registers tied
+            # through wgmma.wait_group 0) before anything but another mma or the loop's yield reads it
+            for i, v in enumerate(op.operands):
+                x = self.vals.get(id(v))
+                if isinstance(x, Frag) and x.pending and not (op.name == "tk.mma" and i == 2) \
+                        and op.name != "scf.yield":
+                    self.vals[id(v)] = Frag(x.type, self.wait_group(x.values, 0))
+            r.fn(self, op)
+        except FactError as e:  # a malformed layout in the op's types (hand-written IR): located here
+            if e.loc is not None:
+                raise
+            raise LoweringError(op.loc, e.message) from None
 
     def lower_ops(self, ops: list[Operation]) -> None:
         """Lower a region's ops (its terminator is the parent rule's business) in a new scope."""
@@ -170,7 +176,8 @@ class LoweringContext:
         """An operand's form for error messages: memory space and layout."""
         x = self.vals.get(id(v))
         if isinstance(x, Frag):
-            return f"register {x.type.bare()} in layout '{x.type.get('layout', {}).get('kind', '?')}'"
+            lay = layout_of(x.type)
+            return f"register {x.type.bare()} in layout '{lay.kind if lay is not None else '?'}'"
         if isinstance(x, Smem):
             return f"shared {x.type.bare()}"
         if isinstance(x, Global):
@@ -217,19 +224,14 @@ class LoweringContext:
 
     def coords(self, t: TileType | VectorType) -> list[tuple]:
         """Each slot's logical coordinates for this thread, as LLVM values (cached per type)."""
-        lay = t.get("layout")
-        if not isinstance(lay, dict):
-            raise LoweringError(None, f"backend: {t} has no layout (run infer-layouts)")
-        key = ("coords", str(t.bare()), str(lay))
+        lay = register_layout(t)
+        key = ("coords", str(t.bare()), lay)
         if key not in self._coord_cache:
             self._coord_cache[key] = slot_coords(lay, tile_shape(t), LLVMBuilder(self.w), self.thread_index())
         return self._coord_cache[key]
 
     def nslots(self, t: TileType | VectorType) -> int:
-        lay = t.get("layout")
-        if not isinstance(lay, dict):
-            raise LoweringError(None, f"backend: {t} has no layout (run infer-layouts)")
-        return len(numeric_slots(lay, tile_shape(t)))
+        return len(numeric_slots(register_layout(t), tile_shape(t)))
 
     # --- shared memory -----------------------------------------------------------------------------
 

@@ -18,7 +18,7 @@ from typing import Protocol
 
 import numpy as np
 
-from tkir.layout import SWIZZLE_MASK, SharedLayout, num_threads
+from tkir.layout import SWIZZLE_MASK, RegisterLayout, SharedLayout
 from tkir.target import WARP, WARPGROUP, WGMMA_M
 from tkir.types import TileType, VectorType
 
@@ -73,13 +73,12 @@ def _parts(b: Builder, tid: object) -> dict[str, object]:
             "wg": b.div(tid, WARPGROUP), "wwg": b.rem(b.div(tid, WARP), 4)}
 
 
-def slot_coords(layout: dict, shape: tuple[int, ...], b: Builder, tid: object) -> list[tuple | None]:
-    kind = str(layout["kind"])
+def slot_coords(layout: RegisterLayout, shape: tuple[int, ...], b: Builder, tid: object) -> list[tuple | None]:
+    kind = layout.kind
     p = _parts(b, tid)
     if kind in ("wgmma_acc", "wgmma_a"):  # wgmma_a: the 16-bit A fragment has the same order (§1.6)
         rows, cols = shape
-        wg = int(layout.get("wg", 1))
-        slab = rows // wg
+        slab = rows // layout.split  # over wg warpgroups
         base = b.add(b.add(b.mul(p["wg"], slab), b.mul(p["wwg"], 16)), p["g"])
         col0 = b.mul(p["q"], 2)
         out = []
@@ -93,7 +92,7 @@ def slot_coords(layout: dict, shape: tuple[int, ...], b: Builder, tid: object) -
         # per warp, the m16n8k16 A (k16 blocks) or C (n8 blocks) fragment of HOPPER.md §6.3, repeated
         # over the warp's m16 blocks; one formula serves both: row = g + 8((i>>1)&1), col = 2q + 8(i>>2) + (i&1)
         rows, cols = shape
-        slab = rows // int(layout["warps"])
+        slab = rows // layout.split  # over warps
         base = b.add(b.mul(p["warp"], slab), p["g"])
         col0 = b.mul(p["q"], 2)
         out = []
@@ -108,7 +107,7 @@ def slot_coords(layout: dict, shape: tuple[int, ...], b: Builder, tid: object) -
                 for kb in range(rows // MMA_K) for nb in range(cols // MMA_N) for i in range(4)]
     if kind == "row":
         rows, cols = shape
-        warps, vec = int(layout["warps"]), int(layout["vec"])
+        warps, vec = layout.split, layout.chunk
         slab, cpr = rows // warps, cols // vec
         steps = -(-slab * cpr // WARP)
         out = []
@@ -122,20 +121,20 @@ def slot_coords(layout: dict, shape: tuple[int, ...], b: Builder, tid: object) -
         return out
     if kind == "acc_row_vec":  # the rows g and g + 8 of each m block an accumulator thread holds
         (n,) = shape
-        if "warps" in layout:  # mma_c: warp w owns rows [w n/W, (w+1) n/W) in m16 blocks
-            slab, block = n // int(layout["warps"]), MMA_M
+        if layout.warps is not None:  # mma_c: warp w owns rows [w n/W, (w+1) n/W) in m16 blocks
+            slab, block = n // layout.warps, MMA_M
             base = b.add(b.mul(p["warp"], slab), p["g"])
         else:
-            slab, block = n // int(layout.get("wg", 1)), WGMMA_M
+            slab, block = n // layout.split, WGMMA_M
             base = b.add(b.add(b.mul(p["wg"], slab), b.mul(p["wwg"], 16)), p["g"])
         return [(b.add(base, mb * block + h),) for mb in range(slab // block) for h in (0, 8)]
     if kind == "row_vec":
         (n,) = shape
-        slab = n // int(layout["warps"])
+        slab = n // layout.split
         return [(b.add(b.mul(p["warp"], slab), i),) for i in range(slab)]
-    if kind == "col_vec" and str(layout.get("of")) == "row":
+    if kind == "col_vec" and layout.of == "row":
         (n,) = shape
-        vec = int(layout["vec"])
+        vec = layout.chunk
         cpr = n // vec
         if WARP % cpr == 0:
             chunks = [b.rem(p["lane"], cpr)]
@@ -144,23 +143,23 @@ def slot_coords(layout: dict, shape: tuple[int, ...], b: Builder, tid: object) -
         else:
             return [(i,) for i in range(n)]
         return [(b.add(b.mul(c, vec), v),) for c in chunks for v in range(vec)]
-    if kind == "col_vec" and str(layout.get("of")) in ("wgmma_acc", "mma_c"):
+    if kind == "col_vec" and layout.of in ("wgmma_acc", "mma_c"):
         (n,) = shape
         return [(b.add(b.mul(p["q"], 2), 8 * j + e),) for j in range(n // 8) for e in (0, 1)]
     raise NotImplementedError(f"backend: no slot formulas for layout '{kind}'")
 
 
-def row_groups(layout: dict, shape: tuple[int, int]) -> tuple[int, int]:
+def row_groups(layout: RegisterLayout, shape: tuple[int, int]) -> tuple[int, int]:
     """For a reduction along rows: (lanes sharing one row within a warp, xor distance limit).
 
     `row`: a row's chunks sit in min(cpr, 32) consecutive lanes; `wgmma_acc`, `mma_c`: the 4 lanes of
     a quad.
     """
-    kind = str(layout["kind"])
+    kind = layout.kind
     if kind in ("wgmma_acc", "mma_c"):
         return QUAD, QUAD
     if kind == "row":
-        cpr = shape[1] // int(layout["vec"])
+        cpr = shape[1] // layout.chunk
         n = min(cpr, WARP)
         return n, n
     raise NotImplementedError(f"backend: no row reduction for layout '{kind}'")
@@ -251,9 +250,9 @@ def tile_shape(t: TileType | VectorType) -> tuple[int, ...]:
     return t.shape if isinstance(t, TileType) else (t.n,)
 
 
-def numeric_slots(layout: dict, shape: tuple[int, ...]) -> list[tuple[np.ndarray, ...]]:
+def numeric_slots(layout: RegisterLayout, shape: tuple[int, ...]) -> list[tuple[np.ndarray, ...]]:
     """Slot coordinates evaluated for every thread of the layout (compile-time analysis)."""
-    tid = np.arange(num_threads(layout))
+    tid = np.arange(layout.threads)
     out = []
     for s in slot_coords(layout, shape, NumpyBuilder(), tid):
         out.append(tuple(np.broadcast_to(np.asarray(x), tid.shape) for x in s))

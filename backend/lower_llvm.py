@@ -23,6 +23,7 @@ from __future__ import annotations
 from tkir.backend.context import LoweringContext, SharedPlan, plan_shared, tile_stage_bytes
 from tkir.backend.rules import load_rules
 from tkir.backend.values import HEADER, LLVM_TYPE, REGS_PER_SM, SMEM_ALIGN, Global, LoweringError
+from tkir.facts import OccupancyPlan
 from tkir.ir import Module, Operation
 from tkir.target import SMEM_PER_BLOCK
 from tkir.types import GlobalType
@@ -100,9 +101,9 @@ def min_blocks_per_sm(kernel: Operation, threads: int) -> int:
     plan's count if higher. ptxas then caps registers accordingly; tests check it never spills."""
     if any(op.name == "tk.role" for op in kernel.body.ops):
         return 1
-    occupancy = kernel.attrs.get("occupancy") or {}
-    planned = int(occupancy.get("blocks_per_sm") or 1)
-    budget = occupancy.get("budget") or {}  # accumulators (mma.sync tiles) cannot be squeezed
-    floor = max(MIN_REGS_STREAMING, int(budget.get("acc_regs") or 0) + int(budget.get("overhead") or 0))
+    plan = OccupancyPlan.of(kernel)
+    planned = (plan.blocks_per_sm if plan is not None else None) or 1
+    budget = plan.budget if plan is not None else None  # accumulators (mma.sync tiles) cannot be squeezed
+    floor = max(MIN_REGS_STREAMING, budget.acc_regs + budget.overhead if budget is not None else 0)
     fits = REGS_PER_SM // (threads * floor)
     return max(planned, min(MIN_BLOCKS_STREAMING, fits))

@@ -34,7 +34,7 @@ from tkir.backend.fragments import BitLLVMBuilder, NumpyBuilder, numeric_slots, 
 from tkir.backend.llvm_text import f32_literal
 from tkir.backend.rules import rule
 from tkir.backend.rules_registers import chunked, combine, from_f32, to_f32
-from tkir.backend.values import LLVM_TYPE, Frag, Global, LoweringError, Smem
+from tkir.backend.values import LLVM_TYPE, Frag, Global, LoweringError, Smem, register_layout
 from tkir.ir import Operation
 from tkir.layout import SharedLayout
 from tkir.types import TileType, VectorType, dtype_bytes
@@ -87,7 +87,7 @@ def _slot_plan(reg: TileType | VectorType, smem: TileType | VectorType, trans: b
     its size, of at most 16 bytes."""
     eb = dtype_bytes(reg.dtype)
     lay = _physical(smem)
-    slots = numeric_slots(reg.get("layout"), tile_shape(reg))
+    slots = numeric_slots(register_layout(reg), tile_shape(reg))
     nb = NumpyBuilder()
     offs = []
     for s in slots:
@@ -547,7 +547,7 @@ def broadcast_through_shared(cx: LoweringContext, x: Frag, vals: list[str], rt: 
         word = v if ints else _bits(w, v, "f32")
         w.asm("void", ["st.shared.b32 [$0], $1;"], ["r", "r"], [("i32", addr), ("i32", word)])
     sync(cx)
-    num = numeric_slots(rt.get("layout"), tile_shape(rt))
+    num = numeric_slots(register_layout(rt), tile_shape(rt))
     seen: list[tuple[np.ndarray, str]] = []
     out = []
     for slot, ts in zip(cx.coords(rt), num, strict=True):

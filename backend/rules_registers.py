@@ -23,8 +23,9 @@ import numpy as np
 from tkir.backend.fragments import numeric_slots, row_groups, tile_shape
 from tkir.backend.llvm_text import f32_literal
 from tkir.backend.rules import rule
-from tkir.backend.values import LLVM_TYPE, Frag, Global, LoweringError
+from tkir.backend.values import LLVM_TYPE, Frag, Global, LoweringError, register_layout
 from tkir.ir import Operation
+from tkir.layout import layout_of
 from tkir.ops import TILE_BINARY, TILE_UNARY
 from tkir.types import ScalarType, TileType, VectorType, dtype_bytes
 
@@ -144,7 +145,7 @@ def _op_tk_cast(cx: LoweringContext, op: Operation) -> None:
 def _op_tk_convert_layout(cx: LoweringContext, op: Operation) -> None:
     x = cx.get(op.operands[0])
     assert isinstance(x, Frag)
-    src, dst = numeric_slots(x.layout, tile_shape(x.type)), numeric_slots(op.result.type.get("layout"),
+    src, dst = numeric_slots(x.layout, tile_shape(x.type)), numeric_slots(register_layout(op.result.type),
                                                                        tile_shape(op.result.type))
     index = {tuple(np.concatenate([c.ravel() for c in s]).tolist()): i for i, s in enumerate(src)}
     vals = []
@@ -208,7 +209,7 @@ def _operand_values(cx: LoweringContext, x: object, t, rt, bcast, op: Operation,
         return vals
     # a vector broadcast over the rows (bcast = row) or columns (col) of a tile
     axis = 0 if str(bcast) == "row" else 1
-    tile_slots = numeric_slots(rt.get("layout"), tile_shape(rt))
+    tile_slots = numeric_slots(register_layout(rt), tile_shape(rt))
     vec_slots = numeric_slots(x.layout, tile_shape(t))
     out = []
     for ts in tile_slots:
@@ -348,7 +349,7 @@ def _op_tk_reduce(cx: LoweringContext, op: Operation) -> None:
             step *= 2
         partial.append((rows, acc))
     out = []
-    for vs in numeric_slots(rt.get("layout"), tile_shape(rt)):
+    for vs in numeric_slots(register_layout(rt), tile_shape(rt)):
         hit = next((v for rows, v in partial if np.array_equal(rows, vs[0])), None)
         if hit is None:  # the result layout spreads the rows differently: exchange through shared memory
             from tkir.backend.rules_memory import gather_rows
@@ -367,12 +368,12 @@ def _global_chunks(cx: LoweringContext, op: Operation, gl: Global, coords: list[
                    t) -> list[tuple[str, str, list[int]]]:
     """(element offset (i64), in-bounds i1, slots) per 16-byte chunk of a row-layout tile/vector."""
     gty = gl.type
-    lay = t.get("layout")
-    kind = str(lay["kind"])
+    lay = register_layout(t)
+    kind = lay.kind
     if kind not in ("row", "col_vec"):
         raise LoweringError(op.loc, f"backend: global access of a '{kind}' register tile is not "
                                     "implemented yet")
-    vec = int(lay["vec"])
+    vec = lay.chunk
     if vec * dtype_bytes(t.dtype) != CHUNK_BYTES:
         raise LoweringError(op.loc, f"backend: chunks of {vec} x {t.dtype} are not 16 bytes")
     w = cx.w
@@ -420,9 +421,9 @@ def _global_chunks(cx: LoweringContext, op: Operation, gl: Global, coords: list[
 
 def chunked(t: object) -> bool:
     """A `row` tile or vector whose lanes own whole 16-byte chunks (one v4 access each)."""
-    lay = t.get("layout") if isinstance(t, (TileType, VectorType)) else None
-    return (isinstance(lay, dict) and str(lay["kind"]) in ("row", "col_vec") and "vec" in lay
-            and int(lay["vec"]) * dtype_bytes(t.dtype) == CHUNK_BYTES)
+    lay = layout_of(t)
+    return (lay is not None and lay.kind in ("row", "col_vec") and lay.vec is not None
+            and isinstance(t, (TileType, VectorType)) and lay.vec * dtype_bytes(t.dtype) == CHUNK_BYTES)
 
 
 def _global_to_chunked_regs(cx: LoweringContext, op: Operation) -> bool:

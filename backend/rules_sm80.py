@@ -239,7 +239,7 @@ def _op_tk_mma(cx: LoweringContext, op: Operation) -> None:
     M, K, N = tc.rows, (ta.rows if trans_a else ta.cols), tc.cols
     if (tb.cols, tb.rows) != ((K, N) if trans_b else (N, K)) or (ta.cols if trans_a else ta.rows) != M:
         raise LoweringError(op.loc, f"backend: mma shapes {ta} x {tb} -> {tc} do not match")
-    warps = int(c.layout["warps"])
+    warps = c.layout.split  # mma_c: over warps
     slab = M // warps
     mblocks, ksteps, nblocks = slab // MMA_M, K // MMA_K, N // MMA_N
     if slab % MMA_M or K % MMA_K or N % MMA_N:

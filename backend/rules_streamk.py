@@ -47,7 +47,7 @@ def _partial_addrs(cx: LoweringContext, op: Operation) -> tuple[Frag, str, str, 
     if not (isinstance(acc, Frag) and acc.kind == "wgmma_acc") or cx.role is None:
         raise LoweringError(op.loc, f"backend: {op.name} needs a wgmma_acc tile inside a consumer role")
     t = acc.type
-    nwg = int(acc.layout.get("wg", 1))
+    nwg = acc.layout.split  # wgmma_acc: over warpgroups
     elems = t.rows * t.cols
     ctx = cx.role
     t128 = w.op(f"and i32 {ctx.tid}, {THREADS_PER_WARPGROUP - 1}", "t128")

@@ -27,6 +27,7 @@ from tkir.backend.values import (
     Smem,
 )
 from tkir.ir import Operation
+from tkir.layout import layout_of
 from tkir.types import TileType, dtype_bytes
 
 if TYPE_CHECKING:
@@ -37,11 +38,11 @@ WGMMA_DTYPES = ("bf16", "f16")  # 16-bit inputs, f32 accumulation (k16); tf32/fp
 
 def _acc_layout(cx: LoweringContext, t: TileType, op: Operation) -> tuple[int, int]:
     """(m64 blocks per warpgroup, values per thread) of a wgmma_acc tile in the current role."""
-    lay = t.get("layout")
-    if not (isinstance(lay, dict) and str(lay.get("kind")) == "wgmma_acc"):
+    lay = layout_of(t, op.loc)
+    if lay is None or lay.kind != "wgmma_acc":
         raise LoweringError(op.loc, f"backend: register tile {t} needs a wgmma_acc layout here "
                                     "(run infer-layouts)")
-    wg = int(lay.get("wg", 1))
+    wg = lay.split
     rows_per_wg = t.rows // wg
     if rows_per_wg % WGMMA_M:
         raise LoweringError(op.loc, f"backend: {t} over {wg} warpgroups is not a multiple of 64 rows each")
@@ -78,8 +79,7 @@ def _op_tk_mma(cx: LoweringContext, op: Operation) -> None:
     if (not sw_a and not a_regs) or not sw_b:
         raise LoweringError(op.loc, "backend: wgmma operands need a swizzled or interleaved shared "
                                     "layout (run select-swizzle)")
-    lay = tc.get("layout")
-    rows_per_wg = tc.rows // int(lay.get("wg", 1))  # type: ignore[union-attr]
+    rows_per_wg = mblocks * WGMMA_M  # each warpgroup's rows (whole m64 blocks: _acc_layout)
     wg = (cx.role or cx.thread_parts()).wg  # no roles (--no-tma): warpgroup = tid / 128
     # A (K-major): this warpgroup's rows start rows_per_wg * wg rows down every panel
     if not a_regs and not trans_a:
@@ -186,7 +186,7 @@ def _store_wgmma_acc(cx: LoweringContext, op: Operation) -> None:
         ptr = w.op(f"getelementptr bfloat, ptr addrspace(1) {ptr}, i64 {base}", "pb")
     ctx = cx.role or cx.thread_parts()  # no roles (--no-tma): from %tid.x
     mblocks, _ = _acc_layout(cx, t, op)
-    rows_per_wg = t.rows // int(t.get("layout").get("wg", 1))  # type: ignore[union-attr]
+    rows_per_wg = mblocks * WGMMA_M  # each warpgroup's rows (whole m64 blocks: _acc_layout)
     row0 = w.op(f"mul i32 {r_tile}, {t.rows}", "r0")
     wgr = w.op(f"mul i32 {ctx.wg}, {rows_per_wg}", "wgr")
     row0 = w.op(f"add i32 {row0}, {wgr}", "r0")
@@ -252,7 +252,7 @@ def _op_tk_store_staged(cx: LoweringContext, op: Operation) -> None:
     coords = [cx.scalar(v) for v in op.operands[3:]]
     nlead = gty.rank - 2
     mblocks, _ = _acc_layout(cx, t, op)
-    slab = t.rows // int(t.get("layout").get("wg", 1))  # type: ignore[union-attr]
+    slab = mblocks * WGMMA_M  # each warpgroup's rows (whole m64 blocks: _acc_layout)
     span, panel_cols = 128, 64
     chunk = int(op.attrs["chunk_cols"])
     buffers = int(op.attrs.get("buffers") or 1)

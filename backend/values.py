@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tkir.diagnostics import CompileError
+from tkir.layout import RegisterLayout, layout_of
 from tkir.target import REGS_PER_SM, WGMMA_M, WGMMA_MAX_N  # noqa: F401  (re-exported for the rules)
 from tkir.target import WARPGROUP as THREADS_PER_WARPGROUP  # noqa: F401
 from tkir.types import GlobalType, TileType, VectorType
@@ -21,6 +22,14 @@ target datalayout = "e-p3:32:32-i64:64-i128:128-v16:16-v32:32-n16:32:64"
 
 class LoweringError(CompileError):
     pass
+
+
+def register_layout(t: object) -> RegisterLayout:
+    """The layout infer-layouts gave a register tile or vector type; a LoweringError without one."""
+    lay = layout_of(t)
+    if lay is None:
+        raise LoweringError(None, f"backend: {t} has no layout (run infer-layouts)")
+    return lay
 
 
 # ---------------------------------------------------------------------------------------------
@@ -53,14 +62,11 @@ class Frag:
     pending: bool = False  # produced by an async mma whose wgmma group may still be in flight
 
     @property
-    def layout(self) -> dict:
-        lay = self.type.get("layout")
-        if not isinstance(lay, dict):
-            raise LoweringError(None, f"backend: {self.type} has no layout (run infer-layouts)")
-        return lay
+    def layout(self) -> RegisterLayout:
+        return register_layout(self.type)
 
     @property
     def kind(self) -> str:
-        return str(self.layout["kind"])
+        return self.layout.kind
 
 

@@ -38,7 +38,7 @@ import re
 
 from tkir.access_report import add_report
 from tkir.ir import Module, Operation
-from tkir.layout import SharedLayout, tma_swizzle
+from tkir.layout import SharedLayout, layout_of, tma_swizzle
 from tkir.ops_tma import TMA_INNER_BYTES_ALIGN, TMA_MAX_BOX, TMA_MAX_RANK, TMA_STRIDE_ALIGN
 from tkir.passes.shared_access import access_report, choose_swizzle, shared_layout, staged_store_uses, with_layout
 from tkir.passmanager import Options, Pass, PassError, param
@@ -121,8 +121,8 @@ class _Rewriter:
         existed."""
         v = v_val.type
         g: GlobalType = g_val.type
-        lay = v.get("layout") if isinstance(v, TileType) else None
-        if not (isinstance(lay, dict) and str(lay.get("kind")) == "wgmma_acc" and v.dtype == "bf16"):
+        lay = layout_of(v, op.loc)
+        if not (lay is not None and lay.kind == "wgmma_acc" and isinstance(v, TileType) and v.dtype == "bf16"):
             return False
         cols = min(v.cols, EPILOGUE_COLS)
         if self.why_not(op, g, v) is not None or g.rank < 2 or v.cols % cols or self.options.swizzle == "none":

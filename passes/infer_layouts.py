@@ -26,9 +26,9 @@ from tkir.ir import Module, Operation, Value
 from tkir.layout import (
     MMA_M,
     WGMMA_M,
+    RegisterLayout,
     conversion,
     dtype_bytes,
-    kind_of,
     make_layout,
     row_layout_warps,
 )
@@ -79,9 +79,9 @@ class _KernelLayouts:
         self.kernel = kernel
         self.sm80 = sm80
         self.uf = _UnionFind()
-        self.anchors: dict[int, dict] = {}          # class -> layout fixed by an mma result
-        self.tile_uses: list[tuple[Operation, int, dict]] = []  # (consumer, operand, layout)
-        self.layouts: dict[int, dict] = {}          # class -> chosen layout
+        self.anchors: dict[int, RegisterLayout] = {}  # class -> layout fixed by an mma result
+        self.tile_uses: list[tuple[Operation, int, RegisterLayout]] = []  # (consumer, operand, layout)
+        self.layouts: dict[int, RegisterLayout] = {}  # class -> chosen layout
 
     def run(self) -> None:
         mmas = [op for op in self.kernel.walk() if op.name == "tk.mma"]
@@ -94,7 +94,7 @@ class _KernelLayouts:
         self._assign_tiles(values)
         vec_uses = self._assign_vectors(values)
         for v in values:
-            v.type = v.type.with_attr("layout", self.layouts[self.uf.find(v)])
+            v.type = v.type.with_attr("layout", self.layouts[self.uf.find(v)].to_attr())
         for op, idx, want in [*self.tile_uses, *vec_uses]:
             self._convert(op, idx, want)
 
@@ -173,7 +173,8 @@ class _KernelLayouts:
         root = self.uf.find(op.result)
         old = self.anchors.setdefault(root, acc_layout)
         if old != acc_layout:
-            raise PassError(op.loc, f"accumulator needs layout {acc_layout} but its value also carries {old}")
+            raise PassError(op.loc, f"accumulator needs layout {acc_layout.to_attr()} but its value also "
+                                    f"carries {old.to_attr()}")
         a, b = op.operands[0], op.operands[1]
         if is_register(a.type):
             if op.attrs.get("trans_a"):
@@ -189,7 +190,7 @@ class _KernelLayouts:
             self.tile_uses.append((op, 1, make_layout("mma_b", warps=self.compute_warps)))
 
     def _assign_tiles(self, values: list[Value]) -> None:
-        first_use: dict[int, dict] = {}
+        first_use: dict[int, RegisterLayout] = {}
         for op, idx, want in self.tile_uses:
             first_use.setdefault(self.uf.find(op.operands[idx]), want)
         for v in values:
@@ -203,14 +204,14 @@ class _KernelLayouts:
             else:
                 self.layouts[root] = self._row_layout(v.type)
 
-    def _row_layout(self, t: TileType) -> dict:
+    def _row_layout(self, t: TileType) -> RegisterLayout:
         eb = PREDICATE_BYTES if t.dtype == "i1" else dtype_bytes(t.dtype)
         vec = max(VEC_BYTES // eb, 1)
         return make_layout("row", warps=row_layout_warps(t.rows, t.cols, vec, self.compute_warps), vec=vec)
 
-    def _assign_vectors(self, values: list[Value]) -> list[tuple[Operation, int, dict]]:
-        anchors: dict[int, dict] = {}
-        uses: list[tuple[Operation, int, dict]] = []
+    def _assign_vectors(self, values: list[Value]) -> list[tuple[Operation, int, RegisterLayout]]:
+        anchors: dict[int, RegisterLayout] = {}
+        uses: list[tuple[Operation, int, RegisterLayout]] = []
         for op in self.kernel.walk():
             if op.name == "tk.reduce":
                 tile = self.layouts[self.uf.find(op.operands[0])]
@@ -219,7 +220,7 @@ class _KernelLayouts:
                 t_idx = 0 if isinstance(op.operands[0].type, TileType) else 1
                 tile = self.layouts[self.uf.find(op.operands[t_idx])]
                 uses.append((op, 1 - t_idx, vector_layout(tile, str(op.attrs["bcast"]))))
-        first_use: dict[int, dict] = {}
+        first_use: dict[int, RegisterLayout] = {}
         for op, idx, want in uses:
             first_use.setdefault(self.uf.find(op.operands[idx]), want)
         for v in values:
@@ -235,36 +236,35 @@ class _KernelLayouts:
 
     # --- conversions -------------------------------------------------------------------------
 
-    def _convert(self, op: Operation, idx: int, want: dict) -> None:
+    def _convert(self, op: Operation, idx: int, want: RegisterLayout) -> None:
         v = op.operands[idx]
-        have = v.type.get("layout")
+        have = self.layouts[self.uf.find(v)]  # what run() recorded in v's type
         if have == want:
             return
         shape = v.type.shape if isinstance(v.type, TileType) else (v.type.n,)
         try:
             via, shuffles = conversion(have, want, v.type.dtype, shape)
         except ValueError as e:
-            raise PassError(op.loc, f"cannot lay out {v.type.bare()} as {want}: {e}") from None
+            raise PassError(op.loc, f"cannot lay out {v.type.bare()} as {want.to_attr()}: {e}") from None
         cvt = Operation(
-            "tk.convert_layout", [v], [v.type.with_attr("layout", want)],
+            "tk.convert_layout", [v], [v.type.with_attr("layout", want.to_attr())],
             {"via": via, "smem_bytes": v.type.nbytes if via == "smem" else 0, "shuffles": shuffles},
-            result_names=[f"{v.name}.{kind_of(want)}" if v.name else kind_of(want)], loc=op.loc,
+            result_names=[f"{v.name}.{want.kind}" if v.name else want.kind], loc=op.loc,
         )
         op.parent.insert_before(op, cvt)
         op.operands[idx] = cvt.result
 
 
-def vector_layout(tile: dict, axis: str) -> dict:
+def vector_layout(tile: RegisterLayout, axis: str) -> RegisterLayout:
     """The layout of a vector with one value per row (axis "row") or column ("col") of a tile."""
-    kind = kind_of(tile)
+    kind = tile.kind
     base = {"wgmma_a": "wgmma_acc", "mma_a": "mma_c"}.get(kind, kind)  # same rows/cols per thread
-    split = {k: tile[k] for k in ("wg", "warps") if k in tile}
     if axis == "row":
         if base in ("wgmma_acc", "mma_c"):
-            return make_layout("acc_row_vec", **split)
-        return make_layout("row_vec", **split)
+            return make_layout("acc_row_vec", wg=tile.wg, warps=tile.warps)
+        return make_layout("row_vec", wg=tile.wg, warps=tile.warps)
     if base == "row":
-        return make_layout("col_vec", of="row", warps=tile["warps"], vec=tile["vec"])
+        return make_layout("col_vec", of="row", warps=tile.warps, vec=tile.vec)
     if base == "mma_b":
         return make_layout("row_vec", warps=1)
-    return make_layout("col_vec", of=base, **split)
+    return make_layout("col_vec", of=base, wg=tile.wg, warps=tile.warps)

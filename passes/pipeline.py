@@ -28,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tkir.diagnostics import CompileError
+from tkir.facts import OccupancyPlan, RolePlan
 from tkir.ir import Block, Module, Operation, Region, Value
 from tkir.passes.builder import OpBuilder
 from tkir.passmanager import Options, Pass
@@ -52,8 +53,8 @@ def _pipelinable_loop(kernel: Operation) -> Operation | None:
     one-shot copies in the loop). Shared vectors are not ring-buffered: a
     loop that loads only vectors stays as it is (the backend copies them in place), one that mixes
     them with tiles is refused where the vector is loaded."""
-    plan = kernel.attrs.get("occupancy")
-    if isinstance(plan, dict) and "producer" not in (plan.get("roles") or {}):
+    plan = OccupancyPlan.of(kernel)
+    if plan is not None and plan.role("producer") is None:
         return None  # plan-occupancy chose no warp specialization: one role runs the whole block
     for op in kernel.body.ops:
         loads = [i for i in op.body.ops if i.name == "tma.load"] if op.name == "scf.for" else []
@@ -88,22 +89,22 @@ class _Ring:
 
 def _pipeline(kernel: Operation, loop: Operation) -> None:
     """The rewrite of the module docstring, one step per helper below."""
-    occ = kernel.attrs.get("occupancy") or {}
-    stages = loop.attrs.get("stages") or occ.get("stages")
+    plan = OccupancyPlan.of(kernel)
+    stages = loop.attrs.get("stages") or (plan.stages if plan is not None else None)
     if not isinstance(stages, int) or stages < 1:
         raise CompileError(loop.loc, "pipeline: no stage count; add @stages(n) or run plan-occupancy first")
-    roles = occ.get("roles") or {}
-    consumer = roles.get("consumer") or {"warpgroups": 1, "regs": 0}
-    producer = roles.get("producer") or {"warpgroups": 1, "regs": 0}
-    n_consumers = int(consumer.get("warpgroups", 1))
+    unplanned = RolePlan(regs=0, warpgroups=1)
+    consumer = (plan.role("consumer") if plan is not None else None) or unplanned
+    producer = (plan.role("producer") if plan is not None else None) or unplanned
+    n_consumers = consumer.warpgroups or 1
 
     loads = [op for op in loop.body.ops if op.name == "tma.load"]
     buffers = _ring_buffers(kernel, loop, loads, stages)
     ring = _barriers(kernel.body, loop, stages, n_consumers)
-    prod_role = Operation("tk.role", attrs={"kind": Ident("producer"), "warpgroups": int(producer["warpgroups"]),
-                                            "regs": int(producer.get("regs", 0))}, regions=[Region()])
+    prod_role = Operation("tk.role", attrs={"kind": Ident("producer"), "warpgroups": producer.warpgroups or 1,
+                                            "regs": producer.regs}, regions=[Region()])
     cons_role = Operation("tk.role", attrs={"kind": Ident("consumer"), "warpgroups": n_consumers,
-                                            "regs": int(consumer.get("regs", 0))}, regions=[Region()])
+                                            "regs": consumer.regs}, regions=[Region()])
     _split_roles(kernel.body, loop, prod_role, cons_role, ring)
     prod_role.body.append(_producer_loop(loop, loads, ring))
     _consume_stages(loop, loads, buffers, ring)

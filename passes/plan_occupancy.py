@@ -53,7 +53,9 @@ from __future__ import annotations
 import math
 
 from tkir.diagnostics import CompileError
+from tkir.facts import OccupancyPlan, RegisterBudget, RolePlan, SharedBreakdown
 from tkir.ir import Block, Loc, Module, Operation, Value, parent_op
+from tkir.layout import layout_of
 from tkir.layout import regs_per_thread as layout_regs
 from tkir.ops import TILE_BINARY, TILE_UNARY
 from tkir.passmanager import Options, Pass
@@ -99,10 +101,10 @@ class PlanOccupancy(Pass):
 
     def run(self, module: Module, options: Options) -> None:
         for kernel in module.kernels():
-            kernel.attrs["occupancy"] = plan_kernel(kernel)
+            kernel.attrs[OccupancyPlan.ATTR] = plan_kernel(kernel).to_attr()
 
 
-def plan_kernel(kernel: Operation) -> dict:
+def plan_kernel(kernel: Operation) -> OccupancyPlan:
     """The occupancy plan of one kernel (also sets `stages` on its pipelined loops)."""
     rings = _ring_buffers(kernel)
     loops = list(dict.fromkeys(rings.values()))
@@ -122,7 +124,7 @@ def plan_kernel(kernel: Operation) -> dict:
         reg_threads = threads
 
     budget, largest = _register_budget(kernel, reg_threads)
-    needed = _round_up(sum(budget.values()), REG_ALLOC_UNIT)
+    needed = _round_up(budget.total, REG_ALLOC_UNIT)
 
     smem = _SharedMemory(kernel, rings)
     stages = smem.choose_stages(loops)
@@ -138,8 +140,9 @@ def plan_kernel(kernel: Operation) -> dict:
         fit = REGS_PER_SM // threads // REG_ALLOC_UNIT * REG_ALLOC_UNIT
         if needed > fit:  # not even one block's threads get `needed` registers each
             raise _register_error(kernel, f"{threads} threads per block: ", needed, fit, budget, largest)
-        shape = {"warpgroups": consumers} if consumers else {"warps": threads // WARP_SIZE}
-        roles = {"compute": {**shape, "regs": needed}}
+        role = (RolePlan(needed, warpgroups=consumers) if consumers
+                else RolePlan(needed, warps=threads // WARP_SIZE))
+        roles = (("compute", role),)
         regs_for_blocks = needed
 
     blocks = min(
@@ -148,15 +151,8 @@ def plan_kernel(kernel: Operation) -> dict:
         MAX_WARPS_PER_SM // (threads // WARP_SIZE),
         MAX_BLOCKS_PER_SM,
     )
-    return {
-        "stages": stages,
-        "blocks_per_sm": blocks,
-        "smem_bytes": smem_bytes,
-        "threads": threads,
-        "roles": roles,
-        "budget": budget,
-        "smem": smem.breakdown(loops, stages),
-    }
+    return OccupancyPlan(stages=stages, roles=roles, blocks_per_sm=blocks, smem_bytes=smem_bytes,
+                         threads=threads, budget=budget, smem=smem.breakdown(loops, stages))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -207,8 +203,8 @@ def _compute_warpgroups(kernel: Operation) -> int:
     return 1
 
 
-def _split_registers(kernel: Operation, consumers: int, needed: int, budget: dict,
-                     largest: tuple[Value, int] | None) -> tuple[dict, int]:
+def _split_registers(kernel: Operation, consumers: int, needed: int, budget: RegisterBudget,
+                     largest: tuple[Value, int] | None) -> tuple[tuple[tuple[str, RolePlan], ...], int]:
     threads = THREADS_PER_WARPGROUP * (1 + consumers)
     launch_cap = min(REGS_PER_SM // threads // REG_ALLOC_UNIT * REG_ALLOC_UNIT, MAX_ROLE_REGS)
     pool = threads * launch_cap // THREADS_PER_WARPGROUP  # registers per thread, summed over warpgroups
@@ -219,16 +215,16 @@ def _split_registers(kernel: Operation, consumers: int, needed: int, budget: dic
         consumer = min((pool - producer) // consumers // REG_ALLOC_UNIT * REG_ALLOC_UNIT, MAX_ROLE_REGS)
         best = max(best, consumer)
         if consumer >= needed and consumer >= SETMAXNREG_MIN:
-            roles = {"producer": {"warpgroups": 1, "regs": producer},
-                     "consumer": {"warpgroups": consumers, "regs": consumer}}
+            roles = (("producer", RolePlan(producer, warpgroups=1)),
+                     ("consumer", RolePlan(consumer, warpgroups=consumers)))
             return roles, launch_cap
     raise _register_error(kernel, f"{consumers} consumer warpgroup{'s' if consumers > 1 else ''}: ",
                           needed, best, budget, largest)
 
 
-def _register_error(kernel: Operation, who: str, needed: int, limit: int, budget: dict,
+def _register_error(kernel: Operation, who: str, needed: int, limit: int, budget: RegisterBudget,
                     largest: tuple[Value, int] | None) -> CompileError:
-    parts = ", ".join(f"{k} {v}" for k, v in budget.items())
+    parts = ", ".join(f"{k} {v}" for k, v in budget.to_attr().items())
     msg = f"registers: {who}{needed} per thread needed > {limit} available ({parts})"
     loc = kernel.loc
     if largest is not None:
@@ -245,13 +241,13 @@ def _register_error(kernel: Operation, who: str, needed: int, limit: int, budget
 
 def _value_regs(t: object, threads: int) -> int:
     if isinstance(t, (TileType, VectorType)) and t.space in ("rt", "rv"):
-        layout = t.get("layout")
         shape = t.shape if isinstance(t, TileType) else (t.n,)
-        if isinstance(layout, dict):
-            try:
+        try:
+            layout = layout_of(t)
+            if layout is not None:
                 return layout_regs(layout, t.dtype, shape)
-            except (ValueError, KeyError):
-                pass  # a layout this module does not know: count by shape
+        except ValueError:
+            pass  # a layout this module cannot read or that does not fit the shape: count by shape
         words = max(DTYPE_BYTES[t.dtype] / 4, 1 if isinstance(t, VectorType) else 0)
         if isinstance(t, TileType):
             return math.ceil(t.rows * t.cols * words / threads)
@@ -277,7 +273,7 @@ def _streamed(v: Value, uses: dict[Value, list[Operation]]) -> bool:
     return all(o.name in ELEMENTWISE or o.name.startswith("arith.") for o in blk.ops[i + 1:last])
 
 
-def _register_budget(kernel: Operation, threads: int) -> tuple[dict, tuple[Value, int] | None]:
+def _register_budget(kernel: Operation, threads: int) -> tuple[RegisterBudget, tuple[Value, int] | None]:
     order = list(kernel.walk())
     index = {id(op): i for i, op in enumerate(order)}
     end: dict[int, int] = {}
@@ -335,13 +331,13 @@ def _register_budget(kernel: Operation, threads: int) -> tuple[dict, tuple[Value
 
     n_pointers = sum(1 for a in kernel.body.args if isinstance(a.type, GlobalType))
     mma_desc = any(o.name == "tk.mma" and any(is_shared(v.type) for v in o.operands[:2]) for o in order)
-    budget = {
-        "acc_regs": sum(regs[v] for v in live if v in accs),
-        "live_tile_regs": sum(regs[v] for v in live if v not in accs and not isinstance(v.type, ScalarType)),
-        "addr_regs": POINTER_REGS * n_pointers + sum(regs[v] for v in live if isinstance(v.type, ScalarType))
+    budget = RegisterBudget(
+        acc_regs=sum(regs[v] for v in live if v in accs),
+        live_tile_regs=sum(regs[v] for v in live if v not in accs and not isinstance(v.type, ScalarType)),
+        addr_regs=POINTER_REGS * n_pointers + sum(regs[v] for v in live if isinstance(v.type, ScalarType))
         + (WGMMA_DESC_REGS if mma_desc else 0),
-        "overhead": OVERHEAD_REGS,
-    }
+        overhead=OVERHEAD_REGS,
+    )
     tiles = [v for v in live if not isinstance(v.type, ScalarType)]
     biggest = max(tiles, key=lambda v: regs[v], default=None)
     return budget, (None if biggest is None else (biggest, regs[biggest]))
@@ -380,21 +376,21 @@ class _SharedMemory:
     def _per_loop(self, loop: Operation) -> int:
         return sum(slot for op, slot, _ in self.tiles if self.rings.get(op.result) is loop)
 
-    def breakdown(self, loops: list[Operation], stages: int) -> dict:
+    def breakdown(self, loops: list[Operation], stages: int) -> SharedBreakdown:
         fixed = sum(slot * _type_stages(op) for op, slot, _ in self.tiles if op.result not in self.rings)
         max_align = max((a for _, _, a in self.tiles), default=PLAIN_SMEM_ALIGN)
-        return {
-            "stage_bytes": sum(self._per_loop(lp) for lp in loops),
-            "fixed_bytes": fixed,
-            "barrier_bytes": sum(BARRIERS_PER_STAGE * MBARRIER_BYTES * _loop_stages(lp, stages)
-                                 for lp in loops if lp in self.tma_loops),
-            "align_pad": max_align if max_align > PLAIN_SMEM_ALIGN else 0,
-        }
+        return SharedBreakdown(
+            stage_bytes=sum(self._per_loop(lp) for lp in loops),
+            fixed_bytes=fixed,
+            barrier_bytes=sum(BARRIERS_PER_STAGE * MBARRIER_BYTES * _loop_stages(lp, stages)
+                              for lp in loops if lp in self.tma_loops),
+            align_pad=max_align if max_align > PLAIN_SMEM_ALIGN else 0,
+        )
 
     def total(self, loops: list[Operation], stages: int) -> int:
         b = self.breakdown(loops, stages)
         ring = sum(self._per_loop(lp) * _loop_stages(lp, stages) for lp in loops)
-        return b["align_pad"] + b["fixed_bytes"] + ring + b["barrier_bytes"]
+        return b.align_pad + b.fixed_bytes + ring + b.barrier_bytes
 
     def choose_stages(self, loops: list[Operation]) -> int:
         if not loops:

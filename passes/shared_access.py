@@ -34,12 +34,14 @@ from tkir.layout import (
     SWIZZLE_SPANS,
     WARP,
     Access,
+    RegisterLayout,
     SharedLayout,
     bf16_pair_pattern,
     conflict_degree,
     core_matrix_pattern,
     dtype_bytes,
     fragment,
+    layout_of,
     ldmatrix_pattern,
     make_layout,
     register_access,
@@ -191,7 +193,7 @@ def with_layout(t: TileType, layout: SharedLayout) -> TileType:
     return t.with_attr("pad", layout.pad or None)
 
 
-def transposed_load_access(layout: dict, dtype: str, src_shape: tuple[int, int]) -> Access:
+def transposed_load_access(layout: RegisterLayout, dtype: str, src_shape: tuple[int, int]) -> Access:
     """`%x = tk.load %a {trans = true}`: element (r, c) of x comes from a[c, r].
 
     16-bit mma fragments use ldmatrix with the opposite `.trans` of a plain load (ldmatrix moves 8x8
@@ -200,7 +202,7 @@ def transposed_load_access(layout: dict, dtype: str, src_shape: tuple[int, int])
     word holding a[c, r] (a row chunk of x is a column of a, so no vector access applies)."""
     rows, cols = src_shape
     eb = dtype_bytes(dtype)
-    kind = str(layout.get("kind"))
+    kind = layout.kind
     if kind in ("wgmma_acc", "wgmma_a", "mma_a", "mma_c") and eb == 2:
         return ldmatrix_pattern("ldmatrix.x4.trans", rows, cols * eb)
     if kind == "mma_b" and eb == 2:
@@ -218,9 +220,9 @@ def transposed_load_access(layout: dict, dtype: str, src_shape: tuple[int, int])
     return Access(op, BANK_BYTES, np.stack(rs), np.stack(cs))
 
 
-def reg_layout(v: Value) -> dict:
+def reg_layout(v: Value) -> RegisterLayout:
     """The register layout of `v` (infer-layouts'), or the default `row` layout without one."""
-    layout = v.type.get("layout") if is_register(v.type) else None
+    layout = layout_of(v.type) if is_register(v.type) else None
     if layout is not None:
         return layout
     t = v.type

@@ -41,6 +41,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tkir.ir import Block, Module, Operation, Region, Value, clone_op, uses_of
+from tkir.layout import layout_of
 from tkir.passes.builder import OpBuilder
 from tkir.passes.persistent import one_block_per_sm
 from tkir.passmanager import Options, Pass, PassError, param
@@ -172,7 +173,8 @@ def _rewrite(kernel: Operation, plan: Plan, min_iters: int, max_tail: int) -> No
     nonempty = b.op("arith.min", [b.op("arith.sub", [end, begin]), c1], "sk_nonempty")
     nsegs = b.op("arith.mul", [nonempty, b.op("arith.sub", [b.op("arith.cdiv", [end, nk]), first])], "sk_segments")
     acc = plan.acc
-    wg = int((acc.get("layout") or {}).get("wg", 1))  # type: ignore[union-attr]
+    lay = layout_of(acc)
+    wg = lay.wg if lay is not None and lay.wg is not None else 1
     part = b.op("tk.workspace", [], "sk_part", {"name": "sk_part"},
                 GlobalType("f32", ("NUM_SMS", acc.rows * acc.cols)))
     flags = b.op("tk.workspace", [], "sk_flags", {"name": "sk_flags"}, GlobalType("i32", ("NUM_SMS", wg)))

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from tkir.backend.fragments import NumpyBuilder, row_groups, shared_offset, slot_coords
-from tkir.layout import SharedLayout, fragment, make_layout, num_threads
+from tkir.layout import SharedLayout, fragment, make_layout
 
 CASES = [
     (make_layout("wgmma_acc", wg=2), "f32", (128, 256)),
@@ -41,7 +41,7 @@ CASES = [
 @pytest.mark.parametrize("layout, dtype, shape", CASES, ids=lambda c: str(c))
 def test_slot_formulas_match_layout_tables(layout: dict, dtype: str, shape: tuple) -> None:
     table = fragment(layout, dtype, shape)  # (threads, slots) flat element index, -1 unused
-    tid = np.arange(num_threads(layout))
+    tid = np.arange(layout.threads)
     slots = slot_coords(layout, shape, NumpyBuilder(), tid)
     got = []
     for s in slots:

@@ -6,6 +6,7 @@ import pytest
 
 import tkir
 from tkir.backend.toolchain import local_memory_ops
+from tkir.facts import OccupancyPlan
 
 
 @pytest.fixture(scope="module")
@@ -34,8 +35,8 @@ def test_gemm_launch_description(gemm: tkir.CompiledKernel) -> None:
     assert launch["block"] == [384, 1, 1]
     assert launch["dynamic_smem"] <= 232_448
     assert "NUM_SMS" in launch["grid"][0]
-    occ = gemm.module.kernel.attrs["occupancy"]
-    assert occ["stages"] >= 3 and occ["roles"]["consumer"]["warpgroups"] >= 2
+    plan = OccupancyPlan.of(gemm.module.kernel)
+    assert plan is not None and plan.stages >= 3 and plan.role("consumer").warpgroups >= 2
 
 
 @pytest.mark.parametrize("consts", [{}, {"CAUSAL": 1}, {"D": 64}])

@@ -357,4 +357,4 @@ def test_predicate_row_layout_uses_four_byte_vec() -> None:
     layouts = _KernelLayouts(module.kernel, sm80=False)
     layouts.compute_warps = 4
     assert layouts._row_layout(rt("i1", 64, 64)) == layouts._row_layout(rt("f32", 64, 64))
-    assert layouts._row_layout(rt("i1", 64, 64))["vec"] == 4
+    assert layouts._row_layout(rt("i1", 64, 64)).vec == 4

@@ -13,6 +13,7 @@ import pytest
 
 from tkir.backend.launch import build_launch
 from tkir.diagnostics import CompileError
+from tkir.facts import OccupancyPlan, RegisterBudget, RolePlan, SharedBreakdown
 from tkir.frontend import compile_file
 from tkir.parser import parse_module
 from tkir.passes.registry import load_registry
@@ -30,10 +31,12 @@ def in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
 
 
-def plan_of(example: str, **consts: int) -> dict:
+def plan_of(example: str, **consts: int) -> OccupancyPlan:
     module = compile_file(str(EXAMPLES / f"{example}.tk"), consts)
     PassManager(load_registry(), UP_TO_OCCUPANCY).run(module, Options())
-    return module.kernel.attrs["occupancy"]
+    plan = OccupancyPlan.of(module.kernel)
+    assert plan is not None
+    return plan
 
 
 def run_text(text: str, passes: list[str], **options: object):
@@ -50,37 +53,35 @@ def test_gemm_hand_count() -> None:
     # a: 128 x 64 bf16 = 16384 B, b: 64 x 256 bf16 = 32768 B, both 128B-swizzled (1024-B aligned);
     # @stages(4) -> 4 x 49152 = 196608 B; the staged epilogue's C tile 128 x 128 bf16 = 32768 B once;
     # 4 stages x (full, empty) x 8 B = 64 B; 1024 B base padding.
-    assert occ["smem"] == {"stage_bytes": 49152, "fixed_bytes": 32768, "barrier_bytes": 64, "align_pad": 1024}
-    assert occ["smem_bytes"] == 196608 + 32768 + 64 + 1024 == 230464 <= 232448
-    assert occ["stages"] == 4
+    assert occ.smem == SharedBreakdown(stage_bytes=49152, fixed_bytes=32768, barrier_bytes=64, align_pad=1024)
+    assert occ.smem_bytes == 196608 + 32768 + 64 + 1024 == 230464 <= 232448
+    assert occ.stages == 4
     # consumers: acc 128 x 256 f32 over 2 x 128 threads = 128; 3 pointers x 2 + 2 wgmma descriptors x 2
     # + live scalars K/64, k, bx, by = 14; overhead 16 -> 158 -> 160 <= 232.
-    assert occ["budget"] == {"acc_regs": 128, "live_tile_regs": 0, "addr_regs": 14, "overhead": 16}
+    assert occ.budget == RegisterBudget(acc_regs=128, live_tile_regs=0, addr_regs=14, overhead=16)
     # 384 threads launch with floor(65536 / 384 / 8) * 8 = 168 registers: pool 504 per thread of one
     # warpgroup; producer 40, consumers (504 - 40) / 2 = 232 (CUTLASS's pair).
-    assert occ["roles"] == {"producer": {"warpgroups": 1, "regs": 40},
-                            "consumer": {"warpgroups": 2, "regs": 232}}
+    assert occ.roles == (("producer", RolePlan(regs=40, warpgroups=1)), ("consumer", RolePlan(regs=232, warpgroups=2)))
     assert 128 * (40 + 2 * 232) <= 65536
-    assert occ["threads"] == 384
+    assert occ.threads == 384
     # blocks: 233472 // round128(230464 + 1024) = 1; 65536 // (384 * 168) = 1
-    assert occ["blocks_per_sm"] == 1
+    assert occ.blocks_per_sm == 1
 
 
 def test_attention_hand_count() -> None:
     occ = plan_of("attention_fwd")
     # q 64 x 128 bf16 = 16384 B once, the staged epilogue's O tile 64 x 128 bf16 = 16384 B once;
     # k, v 16384 B each per stage, @stages(2) -> 65536 B; barriers 2 x 2 x 8 = 32 B; 1024 B padding.
-    assert occ["smem_bytes"] == 2 * 16384 + 2 * 32768 + 32 + 1024 == 99360
-    assert occ["stages"] == 2
+    assert occ.smem_bytes == 2 * 16384 + 2 * 32768 + 32 + 1024 == 99360
+    assert occ.stages == 2
     # One consumer warpgroup (64 query rows = one m64). Peak inside the loop at row_sum(p):
     # accumulators o (64 x 128 f32 / 128 threads = 64) + m_new (2: rows g and g+8) = 66;
     # other tiles p (64 x 64 f32 = 32) + alpha, l * alpha, row_sum(p) (2 each) = 38;
     # addresses 4 pointers x 2 + 4 descriptor regs + kv_blocks, bx, by, bz = 16; overhead 16 -> 136.
-    assert occ["budget"] == {"acc_regs": 66, "live_tile_regs": 38, "addr_regs": 16, "overhead": 16}
+    assert occ.budget == RegisterBudget(acc_regs=66, live_tile_regs=38, addr_regs=16, overhead=16)
     # 256 threads launch with min(65536 / 256, 248) = 248; the consumer keeps 248 >= 136.
-    assert occ["roles"] == {"producer": {"warpgroups": 1, "regs": 40},
-                            "consumer": {"warpgroups": 1, "regs": 248}}
-    assert occ["threads"] == 256 and occ["blocks_per_sm"] == 1
+    assert occ.roles == (("producer", RolePlan(regs=40, warpgroups=1)), ("consumer", RolePlan(regs=248, warpgroups=1)))
+    assert occ.threads == 256 and occ.blocks_per_sm == 1
 
 
 @pytest.mark.parametrize("example, warps", [("gemm", 8), ("attention_fwd", 4), ("rotary", 4), ("softmax", 16)])
@@ -91,9 +92,10 @@ def test_sm80_block_is_32_threads_per_layout_warp(example: str, warps: int) -> N
     PassManager(load_registry(), UP_TO_OCCUPANCY).run(module, Options(target="sm_80"))
     kernel = module.kernel
     assert kernel.attrs["warps"] == warps
-    occ = kernel.attrs["occupancy"]
-    assert occ["threads"] == 32 * warps
-    assert occ["roles"]["compute"]["warps"] == warps
+    occ = OccupancyPlan.of(kernel)
+    assert occ is not None and occ.threads == 32 * warps
+    compute = occ.role("compute")
+    assert compute is not None and compute.warps == warps
     assert build_launch(module, "sm_80")["block"] == [32 * warps, 1, 1]
 
 
@@ -102,19 +104,19 @@ def test_layernorm_hand_count() -> None:
     # @warpgroups(consumers=4): row layout over 16 warps, one row each: a 16 x 1024 f32 tile is
     # 1024 / 32 lanes = 32 regs; a row vector 16 / 16 warps = 1; the W and Bias column vectors (bf16,
     # 4 chunks of 8 per lane) 16 each. Peak at row_sum(xf): xf 32 + sum 1 + w 16 + b 16 = 65.
-    assert occ["budget"] == {"acc_regs": 0, "live_tile_regs": 65, "addr_regs": 9, "overhead": 16}
+    assert occ.budget == RegisterBudget(acc_regs=0, live_tile_regs=65, addr_regs=9, overhead=16)
     # addresses: 4 pointers x 2 + bx = 9; 65 + 9 + 16 = 90 -> 96; 65536 // (512 x 96) = 1
-    assert occ["roles"] == {"compute": {"warpgroups": 4, "regs": 96}}
-    assert (occ["stages"], occ["smem_bytes"], occ["threads"], occ["blocks_per_sm"]) == (1, 0, 512, 1)
+    assert occ.roles == (("compute", RolePlan(regs=96, warpgroups=4)),)
+    assert (occ.stages, occ.smem_bytes, occ.threads, occ.blocks_per_sm) == (1, 0, 512, 1)
 
 
 def test_softmax_hand_count() -> None:
     occ = plan_of("softmax")
     # 16 warps, one row each: xf 32 + row_max 1 = 33; addresses 2 x 2 + bx = 5; 33 + 5 + 16 = 54 -> 56;
     # 65536 // (512 x 56) = 2
-    assert occ["budget"] == {"acc_regs": 0, "live_tile_regs": 33, "addr_regs": 5, "overhead": 16}
-    assert occ["roles"] == {"compute": {"warpgroups": 4, "regs": 56}}
-    assert (occ["stages"], occ["smem_bytes"], occ["threads"], occ["blocks_per_sm"]) == (1, 0, 512, 2)
+    assert occ.budget == RegisterBudget(acc_regs=0, live_tile_regs=33, addr_regs=5, overhead=16)
+    assert occ.roles == (("compute", RolePlan(regs=56, warpgroups=4)),)
+    assert (occ.stages, occ.smem_bytes, occ.threads, occ.blocks_per_sm) == (1, 0, 512, 2)
 
 
 def test_rotary_hand_count() -> None:
@@ -122,9 +124,9 @@ def test_rotary_hand_count() -> None:
     # 16 x 64 tiles over 128 threads: bf16 4 regs, f32 8. The products and sums of the rotation are
     # one element-wise chain (they stream); peak: a, b, cf, sf (8 each) and a bf16 output tile (4)
     # = 36. Addresses 4 x 2 + bx = 9; 36 + 9 + 16 = 61 -> 64; 65536 // (128 x 64) = 8 blocks.
-    assert occ["budget"] == {"acc_regs": 0, "live_tile_regs": 36, "addr_regs": 9, "overhead": 16}
-    assert occ["roles"] == {"compute": {"warpgroups": 1, "regs": 64}}
-    assert (occ["stages"], occ["smem_bytes"], occ["threads"], occ["blocks_per_sm"]) == (1, 0, 128, 8)
+    assert occ.budget == RegisterBudget(acc_regs=0, live_tile_regs=36, addr_regs=9, overhead=16)
+    assert occ.roles == (("compute", RolePlan(regs=64, warpgroups=1)),)
+    assert (occ.stages, occ.smem_bytes, occ.threads, occ.blocks_per_sm) == (1, 0, 128, 8)
 
 
 def test_stages_chosen_when_not_annotated(in_tmp: None) -> None:
@@ -132,12 +134,12 @@ def test_stages_chosen_when_not_annotated(in_tmp: None) -> None:
     # with 256-wide K tiles one stage is 128 x 256 + 256 x 256 bf16 = 196608 B: only 1 fits.
     text = GEMM.format(bk=64, b_rows=64, stages="")
     module = run_text(text, ["create-tma", "plan-occupancy"])
-    assert module.kernel.attrs["occupancy"]["stages"] == 4
+    assert OccupancyPlan.of(module.kernel).stages == 4
     loop = next(op for op in module.kernel.walk() if op.name == "scf.for")
     assert loop.attrs["stages"] == 4
     text = GEMM.format(bk=256, b_rows=256, stages="")
-    occ = run_text(text, ["create-tma", "plan-occupancy"]).kernel.attrs["occupancy"]
-    assert occ["stages"] == 1 and occ["smem_bytes"] == 196608 + 16 + 1024
+    occ = OccupancyPlan.of(run_text(text, ["create-tma", "plan-occupancy"]).kernel)
+    assert occ.stages == 1 and occ.smem_bytes == 196608 + 16 + 1024
 
 
 GEMM = """\
@@ -246,8 +248,8 @@ def test_ring_buffered_tiles_only_inside_the_loop() -> None:
     # attention-like: q loaded once before the loop (and the O staging tile) are counted once, k and v
     # inside the loop per stage
     occ = plan_of("attention_fwd", D=64)
-    assert occ["smem"]["fixed_bytes"] == 64 * 64 * 2 * 2
-    assert occ["smem"]["stage_bytes"] == 2 * 64 * 64 * 2
+    assert occ.smem.fixed_bytes == 64 * 64 * 2 * 2
+    assert occ.smem.stage_bytes == 2 * 64 * 64 * 2
 
 
 def test_a_block_that_cannot_get_its_registers_is_refused() -> None:

@@ -9,8 +9,9 @@ Used by the passes infer-layouts, select-swizzle and bank-conflicts (and by test
   unswizzled *interleaved* layout (CuTe's INTERLEAVE, PTX's "no swizzling" canonical layout): each
   16-byte column chunk is a panel, so every 8 rows x 16 B core matrix is 128 contiguous bytes. It is
   the only unswizzled layout wgmma reads when rows are wider than 16 B (HOPPER.md §2.3-2.4).
-* `fragment(layout, dtype, shape)`: for a register layout (the dict printed as
-  `layout={kind = ..., ...}`), which logical elements each thread holds, in register order.
+* `RegisterLayout`: a register tile's or vector's fragment layout, the type attr printed as
+  `layout={kind = ..., ...}` (`to_attr`/`from_attr`, `layout_of(type)`); `fragment(layout, dtype,
+  shape)`: which logical elements each thread holds, in register order.
 * `Access` + `wavefronts`: the 32-bank x 4-byte model of one warp-wide shared-memory instruction,
   and the access patterns (ldmatrix/stmatrix, v2/v4 ld/st.shared, wgmma core-matrix fetches, TMA
   writes) that the passes attribute to each op. `brute_force_wavefronts` is the slow reference.
@@ -19,11 +20,16 @@ Used by the passes infer-layouts, select-swizzle and bank-conflicts (and by test
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from tkir.facts import FactError, check_keys, count, malformed, table
 from tkir.target import WARP, WARPGROUP, WGMMA_M
-from tkir.types import DTYPE_BYTES, Ident
+from tkir.types import DTYPE_BYTES, Ident, TileType, VectorType
+
+if TYPE_CHECKING:
+    from tkir.ir import Loc
 
 # --- hardware constants (HOPPER.md §0, §3) -------------------------------------------------------
 SWIZZLE_SPANS = (0, 32, 64, 128)  # bytes; 0 = none. The spans the passes choose between
@@ -112,30 +118,114 @@ class SharedLayout:
 
 
 # --- register layouts ---------------------------------------------------------------------------
-# A layout is the dict printed in the type: {kind = wgmma_acc, wg = 2}. Keys per kind:
+# A layout is printed in the type as an attribute dict: {kind = wgmma_acc, wg = 2}. Keys per kind
+# (every layout has exactly one of wg / warps):
 #   wgmma_acc, wgmma_a: wg            mma_a, mma_b, mma_c: warps        row: warps, vec
-#   acc_row_vec: wg | warps           row_vec: warps                    col_vec: of, wg | warps [, vec]
+#   acc_row_vec: wg | warps           row_vec: warps                    col_vec: of, wg | warps
+# (a col_vec of row has vec too). `RegisterLayout` checks these; `layout_of(type)` reads one.
 
 TILE_KINDS = ("wgmma_acc", "wgmma_a", "mma_a", "mma_b", "mma_c", "row")
 VECTOR_KINDS = ("acc_row_vec", "row_vec", "col_vec")
+COL_VEC_OF = ("row", "wgmma_acc", "mma_c")  # the tile kinds a col_vec's columns can follow
+LAYOUT_ATTR = "layout"
+# kind -> the splits it takes: over warpgroups ("wg"), warps ("warps"), or either
+_SPLIT = {"wgmma_acc": ("wg",), "wgmma_a": ("wg",), "mma_a": ("warps",), "mma_b": ("warps",),
+          "mma_c": ("warps",), "row": ("warps",), "acc_row_vec": ("wg", "warps"), "row_vec": ("warps",),
+          "col_vec": ("wg", "warps")}
 
 
-def make_layout(kind: str, **params: object) -> dict[str, object]:
-    """A layout dict as it appears in types (kind and `of` printed as identifiers)."""
-    out: dict[str, object] = {"kind": Ident(kind)}
-    for k, v in params.items():
-        out[k] = Ident(v) if isinstance(v, str) else v
-    return out
+@dataclass(frozen=True)
+class RegisterLayout:
+    """How a register tile or vector is spread over threads (the type attr `layout`, written by
+    infer-layouts): a kind and its parameters (`of` for col_vec, the split over warpgroups `wg` or
+    warps `warps`, the chunk width `vec` of `row` layouts). Constructing one checks that the
+    parameters fit the kind (FactError otherwise)."""
+
+    kind: str
+    of: str | None = None
+    wg: int | None = None
+    warps: int | None = None
+    vec: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in _SPLIT:
+            raise FactError(None, f"unknown kind '{self.kind}' (expected {', '.join(TILE_KINDS + VECTOR_KINDS)})")
+        for name in ("wg", "warps", "vec"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise FactError(None, f"'{name}' must be a positive integer, not {v!r}")
+        given = [k for k in ("wg", "warps") if getattr(self, k) is not None]
+        allowed = _SPLIT[self.kind]
+        if len(given) != 1 or given[0] not in allowed:
+            raise FactError(None, f"{self.kind} takes {' or '.join(repr(k) for k in allowed)}, exactly one")
+        if (self.of is not None) != (self.kind == "col_vec"):
+            raise FactError(None, "'of' belongs to col_vec only" if self.of is not None else "col_vec needs 'of'")
+        if self.of is not None and self.of not in COL_VEC_OF:
+            raise FactError(None, f"col_vec of '{self.of}' is not a layout (expected {', '.join(COL_VEC_OF)})")
+        needs_vec = self.kind == "row" or self.of == "row"
+        if needs_vec and self.vec is None:
+            raise FactError(None, f"{self.kind}{' of row' if self.of else ''} needs 'vec'")
+        if self.vec is not None and not needs_vec:
+            raise FactError(None, f"'vec' belongs to row and col_vec of row layouts, not {self.kind}")
+
+    @property
+    def threads(self) -> int:
+        """Threads that hold the value: 128 per warpgroup or 32 per warp."""
+        return WARPGROUP * self.wg if self.wg is not None else WARP * self.split
+
+    @property
+    def split(self) -> int:
+        """The number of warpgroups (wg) or warps (warps) the layout spreads rows over."""
+        n = self.wg if self.wg is not None else self.warps
+        assert n is not None  # __post_init__: exactly one of them
+        return n
+
+    @property
+    def chunk(self) -> int:
+        """Elements per lane chunk (`vec`) of a row layout or a col_vec of one."""
+        if self.vec is None:
+            raise FactError(None, f"a {self.kind} layout has no 'vec'")
+        return self.vec
+
+    def to_attr(self) -> dict[str, object]:
+        """The attribute dict printed in the type: kind (and `of`) as identifiers, then the counts."""
+        out: dict[str, object] = {"kind": Ident(self.kind)}
+        if self.of is not None:
+            out["of"] = Ident(self.of)
+        for k in ("wg", "warps", "vec"):
+            if getattr(self, k) is not None:
+                out[k] = getattr(self, k)
+        return out
+
+    @classmethod
+    def from_attr(cls, attr: object, loc: Loc | None = None) -> RegisterLayout:
+        """The layout a `layout` attribute holds; FactError at `loc` when it is malformed."""
+        try:
+            d = table(attr)
+            check_keys(d, ("kind",), ("of", "wg", "warps", "vec"))
+            kind, of = d["kind"], d.get("of")
+            for key, v in (("kind", kind), ("of", of)):
+                if v is not None and not isinstance(v, (Ident, str)):
+                    raise FactError(None, f"'{key}' must be a layout name, not {v!r}")
+            return cls(str(kind), None if of is None else str(of), count(d, "wg", 1), count(d, "warps", 1),
+                       count(d, "vec", 1))
+        except FactError as e:
+            raise malformed("layout", attr, e.message, loc) from None
 
 
-def kind_of(layout: dict) -> str:
-    return str(layout["kind"])
+def layout_of(t: object, loc: Loc | None = None) -> RegisterLayout | None:
+    """The register layout of type `t` (its `layout` attribute), None when it has none (shared and
+    scalar types, register values before infer-layouts); FactError at `loc` when it is malformed."""
+    if not isinstance(t, (TileType, VectorType)):
+        return None
+    attr = t.get(LAYOUT_ATTR)
+    return None if attr is None else RegisterLayout.from_attr(attr, loc)
 
 
-def num_threads(layout: dict) -> int:
-    if "wg" in layout:
-        return WARPGROUP * int(layout["wg"])
-    return WARP * int(layout["warps"])
+def make_layout(kind: str, *, of: str | None = None, wg: int | None = None, warps: int | None = None,
+                vec: int | None = None) -> RegisterLayout:
+    """A register layout (keywords as printed): make_layout("row", warps=4, vec=8)."""
+    return RegisterLayout(kind, of, wg, warps, vec)
 
 
 def row_layout_warps(rows: int, cols: int, vec: int, max_warps: int) -> int:
@@ -148,11 +238,11 @@ def row_layout_warps(rows: int, cols: int, vec: int, max_warps: int) -> int:
     return 1
 
 
-def fragment(layout: dict, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
+def fragment(layout: RegisterLayout, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
     """(threads, elements per thread) array of the logical elements each thread holds, in
     register order: flat index row * cols + col for tiles, index for vectors; -1 = unused slot.
     Raises ValueError when the layout does not fit the shape."""
-    kind = kind_of(layout)
+    kind = layout.kind
     if kind in TILE_KINDS:
         rows, cols = shape
         coords = _tile_fragment(kind, layout, dtype, rows, cols)
@@ -162,7 +252,7 @@ def fragment(layout: dict, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
     return _vector_fragment(kind, layout, n)
 
 
-def regs_per_thread(layout: dict, dtype: str, shape: tuple[int, ...]) -> int:
+def regs_per_thread(layout: RegisterLayout, dtype: str, shape: tuple[int, ...]) -> int:
     """32-bit registers each thread needs (16-bit elements pack two per register)."""
     frag = fragment(layout, dtype, shape)
     elems = int((frag >= 0).sum(axis=1).max())
@@ -175,11 +265,11 @@ def _lane_parts(threads: int) -> tuple[np.ndarray, ...]:
     return t, t // WARP, lane, lane // QUAD, lane % QUAD
 
 
-def _tile_fragment(kind: str, layout: dict, dtype: str, rows: int, cols: int) -> np.ndarray:
-    threads = num_threads(layout)
+def _tile_fragment(kind: str, layout: RegisterLayout, dtype: str, rows: int, cols: int) -> np.ndarray:
+    threads = layout.threads
     t, warp, lane, g, q = _lane_parts(threads)
     if kind in ("wgmma_acc", "wgmma_a"):
-        wg = int(layout["wg"])
+        wg = layout.split
         if rows % (WGMMA_M * wg):
             raise ValueError(f"{rows} rows do not split into {wg} warpgroups of m64 blocks")
         slab = rows // wg
@@ -200,7 +290,7 @@ def _tile_fragment(kind: str, layout: dict, dtype: str, rows: int, cols: int) ->
         c = (q_mul * q)[:, None, None] + c_off[None, None, :] + 0 * blocks[None, :, None]
         return np.stack([r.reshape(threads, -1), c.reshape(threads, -1)], axis=-1)
     if kind in ("mma_a", "mma_c"):
-        warps = int(layout["warps"])
+        warps = layout.split
         if rows % (MMA_M * warps):
             raise ValueError(f"{rows} rows do not split into {warps} warps of m16 blocks")
         slab = rows // warps
@@ -228,10 +318,10 @@ def _tile_fragment(kind: str, layout: dict, dtype: str, rows: int, cols: int) ->
     raise ValueError(f"unknown tile layout kind '{kind}'")
 
 
-def _row_fragment(layout: dict, rows: int, cols: int, threads: int) -> np.ndarray:
+def _row_fragment(layout: RegisterLayout, rows: int, cols: int, threads: int) -> np.ndarray:
     """`row`: warp w owns rows [w*R/W, (w+1)*R/W); its lanes walk the slab's vec-element chunks
     in row-major order, lane l taking chunk i*32 + l in its i-th step."""
-    warps, vec = int(layout["warps"]), int(layout["vec"])
+    warps, vec = layout.split, layout.chunk
     if rows % warps or cols % vec:
         raise ValueError(f"a {rows}x{cols} tile does not split into {warps} warps of {vec}-wide chunks")
     slab, cpr = rows // warps, cols // vec
@@ -247,34 +337,34 @@ def _row_fragment(layout: dict, rows: int, cols: int, threads: int) -> np.ndarra
     return np.stack([r.reshape(threads, -1), c.reshape(threads, -1)], axis=-1)
 
 
-def _vector_fragment(kind: str, layout: dict, n: int) -> np.ndarray:
-    threads = num_threads(layout)
+def _vector_fragment(kind: str, layout: RegisterLayout, n: int) -> np.ndarray:
+    threads = layout.threads
     t, warp, lane, g, q = _lane_parts(threads)
     if kind == "acc_row_vec":  # one value per accumulator row the thread holds (rows g, g+8)
-        if "wg" in layout:
-            wg = int(layout["wg"])
+        if layout.wg is not None:
+            wg = layout.wg
             slab = n // wg
             blocks = np.arange(slab // WGMMA_M) * WGMMA_M
             base = (t // WARPGROUP) * slab + 16 * (warp % 4) + g
         else:
-            warps = int(layout["warps"])
+            warps = layout.split
             slab = n // warps
             blocks = np.arange(slab // MMA_M) * MMA_M
             base = warp * slab + g
         h = np.array([0, 8])
         return (base[:, None, None] + blocks[None, :, None] + h[None, None, :]).reshape(threads, -1)
     if kind == "row_vec":  # every lane of warp w holds the values of w's rows
-        warps = int(layout["warps"])
+        warps = layout.split
         slab = n // warps
         return warp[:, None] * slab + np.arange(slab)[None, :]
     if kind == "col_vec":
-        of = str(layout["of"])
+        of = str(layout.of)
         if of in ("wgmma_acc", "mma_c"):  # cols 8j + 2q + {0, 1}: what the thread's fragment covers
             j = np.arange(n // 8) * 8
             cols = (2 * q)[:, None, None] + j[None, :, None] + np.arange(2)[None, None, :]
             return cols.reshape(threads, -1)
         if of == "row":
-            vec = int(layout["vec"])
+            vec = layout.chunk
             cpr = n // vec
             if WARP % cpr == 0:
                 chunks = (lane % cpr)[:, None]
@@ -287,12 +377,12 @@ def _vector_fragment(kind: str, layout: dict, n: int) -> np.ndarray:
     raise ValueError(f"unknown vector layout kind '{kind}'")
 
 
-def conversion(src: dict, dst: dict, dtype: str, shape: tuple[int, ...]) -> tuple[str, int]:
+def conversion(src: RegisterLayout, dst: RegisterLayout, dtype: str, shape: tuple[int, ...]) -> tuple[str, int]:
     """How a value moves from layout `src` to `dst`: ("none", 0) when every thread already holds
     what it needs, ("shuffle", n) when every needed element is in the same warp (n = the most
     32-bit shuffles one thread needs), else ("smem", 0) (a round trip through shared memory)."""
     a, b = fragment(src, dtype, shape), fragment(dst, dtype, shape)
-    if a.shape[0] != b.shape[0] or kind_of(dst) == "mma_b":
+    if a.shape[0] != b.shape[0] or dst.kind == "mma_b":
         return "smem", 0
     size = int(np.prod(shape))
     threads = a.shape[0]
@@ -429,10 +519,10 @@ def _quad_pair_pattern(op: str, rows: int, row_bytes: int, pair_bytes: int) -> A
     return Access(op, pair_bytes, r, c)
 
 
-def row_chunk_pattern(op: str, layout: dict, dtype: str, rows: int, cols: int) -> Access:
+def row_chunk_pattern(op: str, layout: RegisterLayout, dtype: str, rows: int, cols: int) -> Access:
     """`row` tiles: every lane moves its vec-element chunk as min(16, chunk bytes)-byte pieces."""
-    frag = _row_fragment(layout, rows, cols, num_threads(layout))  # (threads, steps*vec, 2)
-    vec, eb = int(layout["vec"]), dtype_bytes(dtype)
+    frag = _row_fragment(layout, rows, cols, layout.threads)  # (threads, steps*vec, 2)
+    vec, eb = layout.chunk, dtype_bytes(dtype)
     width = min(CHUNK_BYTES, vec * eb)
     pieces = vec * eb // width
     threads = frag.shape[0]
@@ -482,7 +572,7 @@ def tma_pattern(rows: int, row_bytes: int, box_bytes: int | None = None) -> Acce
     return Access("tma", CHUNK_BYTES, r, c, hardware=True)
 
 
-def fragment_pattern(op: str, layout: dict, dtype: str, shape: tuple[int, ...]) -> Access:
+def fragment_pattern(op: str, layout: RegisterLayout, dtype: str, shape: tuple[int, ...]) -> Access:
     """Generic: register slot j of every lane is one 4-byte-word access (vectors, odd kinds)."""
     frag = fragment(layout, dtype, shape)
     cols = shape[1] if len(shape) == 2 else shape[0]
@@ -502,9 +592,9 @@ def fragment_pattern(op: str, layout: dict, dtype: str, shape: tuple[int, ...]) 
     return Access(op, BANK_BYTES, r, c)
 
 
-def register_access(is_load: bool, layout: dict, dtype: str, shape: tuple[int, ...]) -> Access:
+def register_access(is_load: bool, layout: RegisterLayout, dtype: str, shape: tuple[int, ...]) -> Access:
     """The instruction a register tile/vector of `layout` uses to read (load) or write shared."""
-    kind, eb = kind_of(layout), dtype_bytes(dtype)
+    kind, eb = layout.kind, dtype_bytes(dtype)
     if len(shape) == 2:
         rows, cols = shape
         if kind in ("wgmma_acc", "wgmma_a", "mma_a", "mma_c") and eb == 2:
@@ -514,7 +604,7 @@ def register_access(is_load: bool, layout: dict, dtype: str, shape: tuple[int, .
         if kind in ("wgmma_acc", "mma_c") and eb == 4:
             return acc_pair_pattern("ld.shared.v2" if is_load else "st.shared.v2", rows, cols * eb)
         if kind == "row":
-            width = min(CHUNK_BYTES, int(layout["vec"]) * eb)
+            width = min(CHUNK_BYTES, layout.chunk * eb)
             name = f"{'ld' if is_load else 'st'}.shared.{ {4: 'b32', 8: 'v2', 16: 'v4'}[width] }"
             return row_chunk_pattern(name.replace(" ", ""), layout, dtype, rows, cols)
     return fragment_pattern("ld.shared.b32" if is_load else "st.shared.b32", layout, dtype, shape)

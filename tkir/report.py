@@ -27,8 +27,9 @@ from __future__ import annotations
 import re
 
 from tkir.access_report import reports_of
+from tkir.facts import OccupancyPlan
 from tkir.ir import Module, Operation, Value
-from tkir.layout import SWIZZLE_ALIGN, regs_per_thread
+from tkir.layout import SWIZZLE_ALIGN, layout_of, regs_per_thread
 from tkir.types import TileType, VectorType, format_attr_value, is_register, is_shared
 
 TMA_KEYS = ("tensor", "dtype", "dims", "strides", "box", "swizzle", "oob_fill")
@@ -52,9 +53,9 @@ def build_report(module: Module) -> dict:
             for v in op.results:
                 if is_register(v.type) and v.type.get("layout") is not None:
                     rep["register_tiles"].append(_register_tile(v, names))
-        occ = kernel.attrs.get("occupancy")
-        if isinstance(occ, dict):
-            rep["occupancy"] = _occupancy(occ)
+        plan = OccupancyPlan.of(kernel)
+        if plan is not None:
+            rep["occupancy"] = _occupancy(plan)
     tma = [_tma(op) for op in module.ops if op.name == "tma.desc"]
     if tma:
         rep["tma"] = tma
@@ -96,19 +97,17 @@ def register_comparison(module: Module, ptxas: int | None, sass: int | None = No
                         live_peak: int | None = None) -> dict | None:
     """plan-occupancy's registers per thread for the computing role beside ptxas's; None without a plan."""
     for kernel in module.kernels():
-        occ = kernel.attrs.get("occupancy")
-        if not isinstance(occ, dict) or not isinstance(occ.get("roles"), dict):
+        plan = OccupancyPlan.of(kernel)
+        if plan is None:
             continue
-        roles = occ["roles"]
-        role = next((r for r in COMPUTING_ROLES if isinstance(roles.get(r), dict)), None)
-        if role is None:
+        computing = [(name, r) for name in COMPUTING_ROLES if (r := plan.role(name)) is not None]
+        if not computing:
             continue
-        budget = occ.get("budget") if isinstance(occ.get("budget"), dict) else {}
-        predicted = int(roles[role]["regs"])
+        role, predicted = computing[0][0], computing[0][1].regs
         within = None if ptxas is None else abs(ptxas - predicted) <= REGISTER_TOLERANCE * predicted
         return {"role": role, "predicted": predicted,
-                "predicted_total": sum(int(v) for v in budget.values()),
-                "budget": dict(budget), "setmaxnreg": role == "consumer",
+                "predicted_total": plan.budget.total if plan.budget is not None else 0,
+                "budget": plan.budget.to_attr() if plan.budget is not None else {}, "setmaxnreg": role == "consumer",
                 "ptxas": ptxas, "sass_regs": sass, "sass_live_peak": live_peak, "within_10pct": within}
     return None
 
@@ -169,13 +168,14 @@ def _shared_tile(v: Value, names: dict[int, str]) -> dict:
 def _register_tile(v: Value, names: dict[int, str]) -> dict:
     t = v.type
     shape = [t.rows, t.cols] if isinstance(t, TileType) else [t.n]
-    layout = t.get("layout")
+    regs: int | None = None
     try:
-        regs: int | None = regs_per_thread(layout, t.dtype, tuple(shape))
-    except (ValueError, KeyError):  # a layout this build does not know: report it, count nothing
-        regs = None
+        layout = layout_of(t)
+        regs = None if layout is None else regs_per_thread(layout, t.dtype, tuple(shape))
+    except ValueError:  # a layout this build cannot read or that does not fit: report it, count nothing
+        pass
     return {"name": names[id(v)], "dtype": t.dtype, "shape": shape,
-            "layout": format_attr_value(layout), "regs_per_thread": regs}
+            "layout": format_attr_value(t.get("layout")), "regs_per_thread": regs}
 
 
 def _tma(op: Operation) -> dict:
@@ -185,14 +185,10 @@ def _tma(op: Operation) -> dict:
     return out
 
 
-def _occupancy(occ: dict) -> dict:
-    out: dict[str, object] = {k: occ.get(k) for k in ("stages", "blocks_per_sm", "smem_bytes")}
-    roles = occ.get("roles")
-    out["roles"] = [{"role": str(role), "warpgroups": spec.get("warpgroups"),
-                     "regs_per_thread": spec.get("regs")}
-                    for role, spec in (roles.items() if isinstance(roles, dict) else [])
-                    if isinstance(spec, dict)]
-    return out
+def _occupancy(plan: OccupancyPlan) -> dict:
+    return {"stages": plan.stages, "blocks_per_sm": plan.blocks_per_sm, "smem_bytes": plan.smem_bytes,
+            "roles": [{"role": name, "warpgroups": r.warpgroups, "regs_per_thread": r.regs}
+                      for name, r in plan.roles]}
 
 
 def _section(title: str, header: list[str], rows: list[list[object]]) -> list[str]:
