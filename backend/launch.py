@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 
 from tkir.diagnostics import CompileError
+from tkir.facts import OccupancyPlan
 from tkir.ir import Module, Operation
 from tkir.layout import tma_swizzle
 from tkir.requires import kernel_requires
@@ -66,11 +67,11 @@ def build_launch(module: Module, target: str) -> dict:
             ptx_params.append({"name": op.attrs["name"], "kind": "launch_count", "dtype": "i32"})
 
     grid = [str(g) for g in kernel.attrs["grid"]]
-    occ = kernel.attrs.get("occupancy")
-    if isinstance(occ, dict):
-        warpgroups = sum(int(r.get("warpgroups", 1)) for r in occ.get("roles", {}).values()) or 1
-        threads = int(occ.get("threads") or THREADS_PER_WARPGROUP * warpgroups)  # sm_80: 32 x warps
-        smem = int(occ["smem_bytes"])
+    plan = OccupancyPlan.of(kernel)
+    if plan is not None:
+        warpgroups = sum(r.warpgroups if r.warpgroups is not None else 1 for _, r in plan.roles) or 1
+        threads = plan.threads or THREADS_PER_WARPGROUP * warpgroups  # sm_80: 32 x warps
+        smem = plan.smem_bytes if plan.smem_bytes is not None else _alloc_bytes(kernel)
     else:
         threads, smem = THREADS_PER_WARPGROUP, _alloc_bytes(kernel)
     return {

@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from tkir.facts import FactError
+
 ACCESS_ATTR = "access"             # the op attribute holding the list
 MAJORS = ("K", "MN")               # a wgmma operand's major-ness (HOPPER.md §2.3)
 _KEYS = ("op", "tile", "degree", "degree_before", "hardware", "major")
@@ -31,10 +33,11 @@ class AccessReport:
 
     def __post_init__(self) -> None:
         if self.degree < 1 or self.degree_before < 1:
-            raise ValueError(f"access {self.op} of '{self.tile}': degrees are 1 or more, not "
+            raise FactError(None, f"access {self.op} of '{self.tile}': degrees are 1 or more, not "
                              f"{self.degree} / {self.degree_before}")
         if self.major is not None and self.major not in MAJORS:
-            raise ValueError(f"access {self.op} of '{self.tile}': major must be one of {MAJORS}, not {self.major!r}")
+            raise FactError(None, f"access {self.op} of '{self.tile}': major must be one of {MAJORS}, "
+                                  f"not {self.major!r}")
 
     def to_attr(self) -> dict[str, object]:
         """The attribute dict, keys in the order the IR text has always shown them."""
@@ -48,19 +51,19 @@ class AccessReport:
 
     @classmethod
     def from_attr(cls, attr: object) -> AccessReport:
-        """Read one entry back; ValueError names what is wrong with a malformed one."""
+        """Read one entry back; FactError (a ValueError) names what is wrong with a malformed one."""
         if not isinstance(attr, dict):
-            raise ValueError(f"an access entry is a dict, not {attr!r}")
+            raise FactError(None, f"an access entry is a dict, not {attr!r}")
         unknown = sorted(set(attr) - set(_KEYS))
         if unknown:
-            raise ValueError(f"access entry {attr!r}: unknown keys {unknown}")
+            raise FactError(None, f"access entry {attr!r}: unknown keys {unknown}")
         d: dict[str, Any] = attr
         for key, kind, what in (("op", str, "a string"), ("tile", str, "a string"), ("degree", int, "an integer"),
                                 ("degree_before", int, "an integer")):
             if not isinstance(d.get(key), kind) or isinstance(d.get(key), bool):
-                raise ValueError(f"access entry {attr!r}: '{key}' must be {what}")
+                raise FactError(None, f"access entry {attr!r}: '{key}' must be {what}")
         if not isinstance(d.get("hardware", False), bool):
-            raise ValueError(f"access entry {attr!r}: 'hardware' must be true or false")
+            raise FactError(None, f"access entry {attr!r}: 'hardware' must be true or false")
         return cls(d["op"], d["tile"], d["degree"], d["degree_before"], d.get("hardware", False), d.get("major"))
 
 
@@ -70,7 +73,7 @@ def reports_of(attrs: dict[str, object]) -> list[AccessReport]:
     if entries is None:
         return []
     if not isinstance(entries, list):
-        raise ValueError(f"'{ACCESS_ATTR}' is a list of access entries, not {entries!r}")
+        raise FactError(None, f"'{ACCESS_ATTR}' is a list of access entries, not {entries!r}")
     return [AccessReport.from_attr(e) for e in entries]
 
 
@@ -78,5 +81,5 @@ def add_report(attrs: dict[str, object], report: AccessReport) -> None:
     """Append `report` to an op's `access` attribute (created at the end of the attrs when absent)."""
     entries = attrs.setdefault(ACCESS_ATTR, [])
     if not isinstance(entries, list):
-        raise ValueError(f"'{ACCESS_ATTR}' is a list of access entries, not {entries!r}")
+        raise FactError(None, f"'{ACCESS_ATTR}' is a list of access entries, not {entries!r}")
     entries.append(report.to_attr())

@@ -21,6 +21,7 @@ import ast
 
 from tkir import symexpr
 from tkir.ir import Module, Operation, Value
+from tkir.layout import layout_of
 from tkir.types import DTYPE_BYTES, GlobalType, TileType, VectorType
 
 CP_ASYNC_BYTES = 16               # cp.async.cg copies 16-byte chunks: 16-B aligned sources (PTX ISA cp.async)
@@ -100,8 +101,7 @@ def _masked(tile: TileType | VectorType, dim: int) -> bool:
       element with both dims tested."""
     if tile.space in ("st", "sv"):
         return True
-    lay = tile.get("layout")
-    if not isinstance(lay, dict):
+    if layout_of(tile) is None:
         return isinstance(tile, TileType) and dim == 0
     return True
 
@@ -109,9 +109,9 @@ def _masked(tile: TileType | VectorType, dim: int) -> bool:
 def _chunk_aligned(tile: TileType | VectorType) -> bool:
     """A register tile or vector whose global copies are 16-byte vector accesses (backend
     rules_registers: `row` / `col_vec` layouts with a `vec` of 16 bytes)."""
-    lay = tile.get("layout")
-    return (tile.space in ("rt", "rv") and isinstance(lay, dict) and str(lay.get("kind")) in ("row", "col_vec")
-            and "vec" in lay and int(lay["vec"]) * DTYPE_BYTES[tile.dtype] == CHUNK_BYTES)
+    lay = layout_of(tile)
+    return (tile.space in ("rt", "rv") and lay is not None and lay.kind in ("row", "col_vec")
+            and lay.vec is not None and lay.vec * DTYPE_BYTES[tile.dtype] == CHUNK_BYTES)
 
 
 def _shared_tile(tile: TileType | VectorType) -> bool:
