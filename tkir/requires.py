@@ -21,7 +21,7 @@ import ast
 
 from tkir import symexpr
 from tkir.ir import Module, Operation, Value
-from tkir.layout import layout_of
+from tkir.layout import LAYOUT_ATTR, RegisterLayout, layout_of
 from tkir.types import DTYPE_BYTES, GlobalType, TileType, VectorType
 
 CP_ASYNC_BYTES = 16               # cp.async.cg copies 16-byte chunks: 16-B aligned sources (PTX ISA cp.async)
@@ -101,15 +101,21 @@ def _masked(tile: TileType | VectorType, dim: int) -> bool:
       element with both dims tested."""
     if tile.space in ("st", "sv"):
         return True
-    if layout_of(tile) is None:
+    if _register_layout(tile) is None:
         return isinstance(tile, TileType) and dim == 0
     return True
+
+
+def _register_layout(tile: TileType | VectorType) -> RegisterLayout | None:
+    """The tile's register layout; None before infer-layouts, and for the bare names hand-written IR
+    may give (`layout = row`): those are not chunked, as before."""
+    return layout_of(tile) if isinstance(tile.get(LAYOUT_ATTR), dict) else None
 
 
 def _chunk_aligned(tile: TileType | VectorType) -> bool:
     """A register tile or vector whose global copies are 16-byte vector accesses (backend
     rules_registers: `row` / `col_vec` layouts with a `vec` of 16 bytes)."""
-    lay = layout_of(tile)
+    lay = _register_layout(tile)
     return (tile.space in ("rt", "rv") and lay is not None and lay.kind in ("row", "col_vec")
             and lay.vec is not None and lay.vec * DTYPE_BYTES[tile.dtype] == CHUNK_BYTES)
 
