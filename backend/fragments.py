@@ -105,18 +105,23 @@ def slot_coords(layout: RegisterLayout, shape: tuple[int, ...], b: Builder, tid:
         k0 = b.mul(p["q"], 2)
         return [(b.add(k0, kb * MMA_K + (i & 1) + 8 * (i >> 1)), b.add(p["g"], nb * MMA_N))
                 for kb in range(rows // MMA_K) for nb in range(cols // MMA_N) for i in range(4)]
-    if kind == "row":
+    if kind == "row":  # tkir.layout._row_fragment; with parts, warp w: row group w / P, columns of part w % P
         rows, cols = shape
-        warps, vec = layout.split, layout.chunk
-        slab, cpr = rows // warps, cols // vec
+        parts = layout.nparts
+        vec, slab, width = layout.chunk, rows // layout.groups, cols // parts
+        cpr = width // vec
         steps = -(-slab * cpr // WARP)
+        group = b.div(p["warp"], parts) if parts > 1 else p["warp"]
+        col_base = b.mul(b.rem(p["warp"], parts), width) if parts > 1 else 0
         out = []
         for s in range(steps):
             e = b.add(p["lane"], s * WARP)
             if (s + 1) * WARP > slab * cpr:
                 raise ValueError("row layout with a partial last step is not supported by the backend")
-            r = b.add(b.mul(p["warp"], slab), b.div(e, cpr))
+            r = b.add(b.mul(group, slab), b.div(e, cpr))
             c0 = b.mul(b.rem(e, cpr), vec)
+            if parts > 1:
+                c0 = b.add(col_base, c0)
             out.extend((r, b.add(c0, v)) for v in range(vec))
         return out
     if kind == "acc_row_vec":  # the rows g and g + 8 of each m block an accumulator thread holds
@@ -130,19 +135,23 @@ def slot_coords(layout: RegisterLayout, shape: tuple[int, ...], b: Builder, tid:
         return [(b.add(base, mb * block + h),) for mb in range(slab // block) for h in (0, 8)]
     if kind == "row_vec":
         (n,) = shape
-        slab = n // layout.split
-        return [(b.add(b.mul(p["warp"], slab), i),) for i in range(slab)]
-    if kind == "col_vec" and layout.of == "row":
+        slab = n // layout.groups
+        group = b.div(p["warp"], layout.nparts) if layout.nparts > 1 else p["warp"]
+        return [(b.add(b.mul(group, slab), i),) for i in range(slab)]
+    if kind == "col_vec" and layout.of == "row":  # with parts: the columns of the warp's part
         (n,) = shape
-        vec = layout.chunk
-        cpr = n // vec
+        vec, parts = layout.chunk, layout.nparts
+        width = n // parts
+        cpr = width // vec
+        base = b.mul(b.rem(p["warp"], parts), width) if parts > 1 else None
         if WARP % cpr == 0:
             chunks = [b.rem(p["lane"], cpr)]
         elif cpr % WARP == 0:
             chunks = [b.add(p["lane"], WARP * k) for k in range(cpr // WARP)]
         else:
-            return [(i,) for i in range(n)]
-        return [(b.add(b.mul(c, vec), v),) for c in chunks for v in range(vec)]
+            return [(i,) if base is None else (b.add(base, i),) for i in range(width)]
+        cols = [b.add(b.mul(c, vec), v) for c in chunks for v in range(vec)]
+        return [(c,) if base is None else (b.add(base, c),) for c in cols]
     if kind == "col_vec" and layout.of in ("wgmma_acc", "mma_c"):
         (n,) = shape
         return [(b.add(b.mul(p["q"], 2), 8 * j + e),) for j in range(n // 8) for e in (0, 1)]
@@ -158,8 +167,8 @@ def row_groups(layout: RegisterLayout, shape: tuple[int, int]) -> tuple[int, int
     kind = layout.kind
     if kind in ("wgmma_acc", "mma_c"):
         return QUAD, QUAD
-    if kind == "row":
-        cpr = shape[1] // layout.chunk
+    if kind == "row":  # the lanes of one warp (a row split over `parts` warps is combined after this)
+        cpr = shape[1] // layout.nparts // layout.chunk
         n = min(cpr, WARP)
         return n, n
     raise NotImplementedError(f"backend: no row reduction for layout '{kind}'")

@@ -494,6 +494,37 @@ def gather_rows(cx: LoweringContext, rows: list, values: list[str], n: int, rt: 
     return Frag(rt, res)
 
 
+def combine_row_parts(cx: LoweringContext, fop: str, rows: list, partials: list[str], nrows: int,
+                      parts: int) -> list[str]:
+    """The whole-row results of a reduction over a `row` tile whose rows are split over `parts` warps
+    (layout `parts`): every thread writes its f32 partial of each of its rows to scratch[row][part]
+    (the lanes that share a row write the same value), and after a barrier reads the `parts` partials
+    of its rows back and combines them in part order, so every warp of a row group holds the same
+    result bit for bit."""
+    w = cx.w
+    base = cx.scratch(nrows * parts * WORD)
+    warp = w.op(f"lshr i32 {cx.thread_index()}, 5", "warp")
+    part = w.op(f"urem i32 {warp}, {parts}", "part")
+
+    def slot(row: object, p: object) -> str:
+        r = str(row * parts) if isinstance(row, int) else w.op(f"mul i32 {row}, {parts}", "rp")
+        i = w.op(f"add i32 {r}, {p}", "ri")
+        return w.op(f"add i32 {base}, {w.op(f'shl i32 {i}, 2', 'o')}", "sa")
+
+    sync(cx)  # earlier users of the scratch area are done
+    for row, v in zip(rows, partials, strict=True):
+        w.asm("void", ["st.shared.f32 [$0], $1;"], ["r", "f"], [("i32", slot(row, part)), ("float", v)])
+    sync(cx)
+    out = []
+    for row in rows:
+        acc = None
+        for p in range(parts):
+            v = w.asm("float", ["ld.shared.f32 $0, [$1];"], ["=f", "r"], [("i32", slot(row, p))], "rp")
+            acc = v if acc is None else combine(cx, fop, acc, v)
+        out.append(acc)
+    return out
+
+
 # --- global -> shared vectors ---------------------------------------------------------------------
 
 

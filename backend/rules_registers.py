@@ -348,6 +348,13 @@ def _op_tk_reduce(cx: LoweringContext, op: Operation) -> None:
             acc = combine(cx, fop, acc, other)
             step *= 2
         partial.append((rows, acc))
+    if x.layout.kind == "row" and x.layout.nparts > 1:  # each warp holds part of its rows: combine them
+        from tkir.backend.rules_memory import combine_row_parts
+
+        coords = cx.coords(x.type)
+        firsts = [coords[members[0]][0] for _, members in groups]
+        combined = combine_row_parts(cx, fop, firsts, [v for _, v in partial], x.type.rows, x.layout.nparts)
+        partial = [(rows, v) for (rows, _), v in zip(partial, combined, strict=True)]
     out = []
     for vs in numeric_slots(register_layout(rt), tile_shape(rt)):
         hit = next((v for rows, v in partial if np.array_equal(rows, vs[0])), None)

@@ -28,6 +28,7 @@ from tkir.types import (
     DTYPE_BYTES,
     FLOAT_DTYPES,
     I32,
+    SHORT_TILE_ROWS,
     TILE_QUANTUM,
     GlobalType,
     Ident,
@@ -326,9 +327,12 @@ class _Lowerer:
             return VectorType(kind, dtype, self.const_dim(te.args[1], "a vector length"))
         rows = self.const_dim(te.args[1], "tile rows")
         cols = self.const_dim(te.args[2], "tile cols")
-        if rows % TILE_QUANTUM or cols % TILE_QUANTUM:
+        short = kind == "rt" and rows in SHORT_TILE_ROWS
+        if (rows % TILE_QUANTUM and not short) or cols % TILE_QUANTUM:
             raise self.error(te.loc, f"tile dims must be multiples of {TILE_QUANTUM}, got {kind}<{dtype}, "
-                             f"{rows}, {cols}>", hint="tiles are made of 16x16 base tiles")
+                             f"{rows}, {cols}>",
+                             hint="tiles are made of 16x16 base tiles (a register tile may also have "
+                                  f"{', '.join(map(str, SHORT_TILE_ROWS))} rows)")
         return TileType(kind, dtype, rows, cols)
 
     def global_dim(self, e: ast.Expr, sizes: dict[str, Loc] | None) -> int | str:

@@ -31,9 +31,11 @@ from tkir.layout import (
     dtype_bytes,
     make_layout,
     row_layout_warps,
+    row_split,
 )
 from tkir.ops import TILE_BINARY, TILE_UNARY
 from tkir.passmanager import Options, Pass, PassError
+from tkir.target import WARP as WARP_SIZE
 from tkir.types import TileType, VectorType, is_register
 
 # tk.index only reads its operand's shape, but its indices must sit where that tile's elements do.
@@ -43,6 +45,12 @@ MAX_AUTO_CONSUMERS = 2  # two m64 consumer warpgroups: CUTLASS's cooperative sm9
 MAX_AUTO_WARPS_SM80 = 8  # 8 warps of m16 rows: a 128-row block tile on the mma.sync path
 DEFAULT_WARPS = 4       # one warpgroup's worth of warps for kernels without tk.mma
 VEC_BYTES = 16          # `row` layouts: each lane owns 16-byte column chunks (one v4 access)
+# A `row` tile whose rows give a thread more elements than this is split over more warps per row
+# (`parts`): 64 f32 values are 64 registers, a quarter of the 255 a thread may have (HOPPER.md §1),
+# which leaves room for the converted copies an elementwise chain keeps live. Below it nothing
+# changes (every example's row tiles are at or under it: softmax/layernorm 16 x 1024 over 16 warps
+# hold 32 each).
+ROW_ELEMS_PER_THREAD = 64
 # i1 tiles are never loaded from or stored to memory, so the 16-byte chunk rule means nothing for
 # them; a class that starts with one takes the vec of the 4-byte (f32/i32) tiles it is compared from.
 PREDICATE_BYTES = 4
@@ -207,7 +215,13 @@ class _KernelLayouts:
     def _row_layout(self, t: TileType) -> RegisterLayout:
         eb = PREDICATE_BYTES if t.dtype == "i1" else dtype_bytes(t.dtype)
         vec = max(VEC_BYTES // eb, 1)
-        return make_layout("row", warps=row_layout_warps(t.rows, t.cols, vec, self.compute_warps), vec=vec)
+        warps = row_layout_warps(t.rows, t.cols, vec, self.compute_warps)
+        if t.rows * t.cols // (warps * WARP_SIZE) > ROW_ELEMS_PER_THREAD:  # wide rows: share them
+            split = row_split(t.rows, t.cols, vec, self.compute_warps, ROW_ELEMS_PER_THREAD)
+            if split is not None:
+                groups, parts = split
+                return make_layout("row", warps=groups * parts, vec=vec, parts=parts)
+        return make_layout("row", warps=warps, vec=vec)
 
     def _assign_vectors(self, values: list[Value]) -> list[tuple[Operation, int, RegisterLayout]]:
         anchors: dict[int, RegisterLayout] = {}
@@ -262,9 +276,9 @@ def vector_layout(tile: RegisterLayout, axis: str) -> RegisterLayout:
     if axis == "row":
         if base in ("wgmma_acc", "mma_c"):
             return make_layout("acc_row_vec", wg=tile.wg, warps=tile.warps)
-        return make_layout("row_vec", wg=tile.wg, warps=tile.warps)
+        return make_layout("row_vec", wg=tile.wg, warps=tile.warps, parts=tile.parts)
     if base == "row":
-        return make_layout("col_vec", of="row", warps=tile.warps, vec=tile.vec)
+        return make_layout("col_vec", of="row", warps=tile.warps, vec=tile.vec, parts=tile.parts)
     if base == "mma_b":
         return make_layout("row_vec", warps=1)
     return make_layout("col_vec", of=base, wg=tile.wg, warps=tile.warps)

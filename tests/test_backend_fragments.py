@@ -35,6 +35,16 @@ CASES = [
     (make_layout("acc_row_vec", warps=4), "f32", (64,)),
     (make_layout("acc_row_vec", warps=2), "f32", (128,)),
     (make_layout("col_vec", of="mma_c", warps=4), "f32", (64,)),
+    # rows split over warps (`parts`): wide rows of short tiles
+    (make_layout("row", warps=16, vec=8, parts=4), "f32", (4, 8192)),
+    (make_layout("row", warps=4, vec=8, parts=4), "bf16", (1, 4096)),
+    (make_layout("row", warps=8, vec=4, parts=2), "f32", (8, 256)),
+    (make_layout("row", warps=8, vec=8, parts=8), "bf16", (1, 2048)),
+    (make_layout("row_vec", warps=16, parts=4), "f32", (4,)),
+    (make_layout("row_vec", warps=8, parts=2), "f32", (8,)),
+    (make_layout("col_vec", of="row", warps=16, vec=8, parts=4), "f32", (8192,)),
+    (make_layout("col_vec", of="row", warps=8, vec=8, parts=2), "f32", (128,)),
+    (make_layout("col_vec", of="row", warps=8, vec=8, parts=4), "f32", (1024,)),
 ]
 
 

@@ -242,3 +242,17 @@ def test_ir_after_plan_occupancy_round_trips(tmp_path: Path, target: str) -> Non
     assert laid_out
     for t in laid_out:
         assert format_attr_value(layout_of(t).to_attr()) == format_attr_value(t.get("layout"))
+
+
+def test_row_parts_are_checked() -> None:
+    """`parts` (rows split over warps) belongs to row layouts and their vectors, and divides warps."""
+    from tkir.facts import FactError
+    from tkir.layout import RegisterLayout, make_layout
+
+    lay = make_layout("row", warps=8, vec=8, parts=4)
+    assert (lay.groups, lay.nparts) == (2, 4)
+    assert RegisterLayout.from_attr(lay.to_attr()) == lay
+    assert "parts" not in make_layout("row", warps=8, vec=8, parts=1).to_attr()  # 1 is the default
+    for bad in ({"kind": "wgmma_acc", "wg": 1, "parts": 2}, {"kind": "row", "warps": 6, "vec": 8, "parts": 4}):
+        with pytest.raises(FactError, match="parts"):
+            RegisterLayout.from_attr(bad)

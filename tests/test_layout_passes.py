@@ -103,3 +103,43 @@ def test_layout_passes_share_an_analysis_not_each_other() -> None:
         tree = ast.parse((passes / f"{name}.py").read_text(encoding="utf-8"))
         modules = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
         assert "tkir.passes.shared_access" in modules and f"tkir.passes.{other}" not in modules
+
+
+WIDE_ROWS = """kernel wide<R=2, D=4096>(X: gl<bf16>[N, D], Y: gl<bf16>[N, D])
+    grid(cdiv(N, R))
+{
+    reg x: rt<bf16, R, D> = X[block.x, 0]
+    let xf = f32(x)
+    Y[block.x, 0] = bf16(xf * row(rsqrt(row_sum(xf * xf) / D)))
+}
+"""
+
+
+@pytest.mark.parametrize("target", ["sm_90a", "sm_80"])
+@pytest.mark.parametrize("rows, width, parts", [(1, 4096, 4), (2, 4096, 2), (16, 1024, None), (4, 1024, None)])
+def test_wide_short_rows_are_split_over_warps(tmp_path, target: str, rows: int, width: int, parts: int | None) -> None:
+    """A row tile with fewer rows than warps and wide rows is spread over `parts` warps per row; the
+    row reduction's vector follows it. Rows that fit (32 or 64 elements per thread) are not split."""
+    import tkir
+    from tkir.layout import layout_of
+
+    src = tmp_path / "wide.tk"
+    src.write_text(WIDE_ROWS, encoding="utf-8")
+    k = tkir.compile(str(src), target=target, R=rows, D=width)
+    tiles = [op.result.type for op in k.module.kernel.walk() if op.name == "tk.cast"]
+    lay = layout_of(tiles[0])
+    assert lay is not None and lay.kind == "row" and lay.parts == parts
+    reduce = next(op for op in k.module.kernel.walk() if op.name == "tk.reduce")
+    assert layout_of(reduce.result.type).parts == parts
+    assert "ld.shared.f32" in k.asm["ptx"] if parts else True  # the cross-warp combine
+
+
+@pytest.mark.parametrize("target", ["sm_90a", "sm_80"])
+def test_short_tile_mma_is_a_located_refusal(target: str) -> None:
+    import tkir
+    from tkir.diagnostics import CompileError
+
+    path = str(Path(__file__).parent / "data" / "short_tile_mma.tk")
+    with pytest.raises(CompileError) as e:
+        tkir.compile(path, target=target)
+    assert e.value.format().startswith(f"{path}:7:12: error: accumulator rt<f32, 8, 64> cannot be split")

@@ -25,6 +25,7 @@ from tkir.layout import (
     regs_per_thread,
     row_chunk_pattern,
     row_layout_warps,
+    row_split,
     swizzle,
     tma_pattern,
     wavefronts,
@@ -85,7 +86,26 @@ TILE_LAYOUTS = [
     (make_layout("mma_a", warps=4), "bf16", (64, 32)),
     (make_layout("row", warps=4, vec=8), "bf16", (16, 1024)),
     (make_layout("row", warps=4, vec=8), "f32", (16, 64)),
+    (make_layout("row", warps=16, vec=8, parts=4), "bf16", (4, 8192)),
+    (make_layout("row", warps=8, vec=4, parts=8), "f32", (1, 4096)),
 ]
+
+
+@given(st.sampled_from([1, 2, 4, 8, 16, 32]), st.sampled_from([256, 1024, 4096, 16384]),
+       st.sampled_from([4, 8]), st.sampled_from([4, 8, 16, 32]))
+def test_row_split_uses_every_warp_and_covers_the_tile(rows: int, cols: int, vec: int, warps: int) -> None:
+    """row_split: G * P warps, each element held once, and fewer elements per thread than unsplit."""
+    split = row_split(rows, cols, vec, warps, 64)
+    if split is None:
+        return
+    groups, parts = split
+    assert groups * parts == warps and parts >= 2
+    lay = make_layout("row", warps=warps, vec=vec, parts=parts)
+    f = fragment(lay, "f32", (rows, cols))
+    held = f[f >= 0]
+    assert sorted(held.tolist()) == list(range(rows * cols))
+    unsplit = rows * cols // (row_layout_warps(rows, cols, vec, warps) * 32)
+    assert (f >= 0).sum(axis=1).max() < unsplit
 
 
 def test_tile_fragments_cover_each_element_once() -> None:

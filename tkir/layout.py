@@ -122,7 +122,11 @@ class SharedLayout:
 # (every layout has exactly one of wg / warps):
 #   wgmma_acc, wgmma_a: wg            mma_a, mma_b, mma_c: warps        row: warps, vec
 #   acc_row_vec: wg | warps           row_vec: warps                    col_vec: of, wg | warps
-# (a col_vec of row has vec too). `RegisterLayout` checks these; `layout_of(type)` reads one.
+# (a col_vec of row has vec too). `row`, `row_vec` and `col_vec of row` may have `parts = P` (> 1):
+# P consecutive warps share each row group, warp w holding columns [(w % P) C/P, (w % P + 1) C/P) of
+# the rows of group w / P (wide rows: fewer registers per thread; row reductions then combine the P
+# warps' partial results through shared memory). `RegisterLayout` checks these; `layout_of(type)`
+# reads one.
 
 TILE_KINDS = ("wgmma_acc", "wgmma_a", "mma_a", "mma_b", "mma_c", "row")
 VECTOR_KINDS = ("acc_row_vec", "row_vec", "col_vec")
@@ -146,11 +150,12 @@ class RegisterLayout:
     wg: int | None = None
     warps: int | None = None
     vec: int | None = None
+    parts: int | None = None  # warps sharing each row (row, row_vec, col_vec of row); None = 1
 
     def __post_init__(self) -> None:
         if self.kind not in _SPLIT:
             raise FactError(None, f"unknown kind '{self.kind}' (expected {', '.join(TILE_KINDS + VECTOR_KINDS)})")
-        for name in ("wg", "warps", "vec"):
+        for name in ("wg", "warps", "vec", "parts"):
             v = getattr(self, name)
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
                 raise FactError(None, f"'{name}' must be a positive integer, not {v!r}")
@@ -167,6 +172,11 @@ class RegisterLayout:
             raise FactError(None, f"{self.kind}{' of row' if self.of else ''} needs 'vec'")
         if self.vec is not None and not needs_vec:
             raise FactError(None, f"'vec' belongs to row and col_vec of row layouts, not {self.kind}")
+        if self.parts is not None:
+            if not (self.kind in ("row", "row_vec") or self.of == "row"):
+                raise FactError(None, f"'parts' belongs to row, row_vec and col_vec of row layouts, not {self.kind}")
+            if self.parts < 2 or self.warps is None or self.warps % self.parts:
+                raise FactError(None, f"'parts' must be 2 or more and divide warps = {self.warps}, not {self.parts}")
 
     @property
     def threads(self) -> int:
@@ -181,6 +191,16 @@ class RegisterLayout:
         return n
 
     @property
+    def nparts(self) -> int:
+        """Warps sharing each row (1 unless the rows are split over warps)."""
+        return self.parts or 1
+
+    @property
+    def groups(self) -> int:
+        """Row groups: warps / parts (the warps that own different rows)."""
+        return self.split // self.nparts
+
+    @property
     def chunk(self) -> int:
         """Elements per lane chunk (`vec`) of a row layout or a col_vec of one."""
         if self.vec is None:
@@ -192,7 +212,7 @@ class RegisterLayout:
         out: dict[str, object] = {"kind": Ident(self.kind)}
         if self.of is not None:
             out["of"] = Ident(self.of)
-        for k in ("wg", "warps", "vec"):
+        for k in ("wg", "warps", "vec", "parts"):
             if getattr(self, k) is not None:
                 out[k] = getattr(self, k)
         return out
@@ -202,13 +222,13 @@ class RegisterLayout:
         """The layout a `layout` attribute holds; FactError at `loc` when it is malformed."""
         try:
             d = table(attr)
-            check_keys(d, ("kind",), ("of", "wg", "warps", "vec"))
+            check_keys(d, ("kind",), ("of", "wg", "warps", "vec", "parts"))
             kind, of = d["kind"], d.get("of")
             for key, v in (("kind", kind), ("of", of)):
                 if v is not None and not isinstance(v, (Ident, str)):
                     raise FactError(None, f"'{key}' must be a layout name, not {v!r}")
             return cls(str(kind), None if of is None else str(of), count(d, "wg", 1), count(d, "warps", 1),
-                       count(d, "vec", 1))
+                       count(d, "vec", 1), count(d, "parts", 1))
         except FactError as e:
             raise malformed("layout", attr, e.message, loc) from None
 
@@ -223,9 +243,9 @@ def layout_of(t: object, loc: Loc | None = None) -> RegisterLayout | None:
 
 
 def make_layout(kind: str, *, of: str | None = None, wg: int | None = None, warps: int | None = None,
-                vec: int | None = None) -> RegisterLayout:
+                vec: int | None = None, parts: int | None = None) -> RegisterLayout:
     """A register layout (keywords as printed): make_layout("row", warps=4, vec=8)."""
-    return RegisterLayout(kind, of, wg, warps, vec)
+    return RegisterLayout(kind, of, wg, warps, vec, parts if parts and parts > 1 else None)
 
 
 def row_layout_warps(rows: int, cols: int, vec: int, max_warps: int) -> int:
@@ -236,6 +256,30 @@ def row_layout_warps(rows: int, cols: int, vec: int, max_warps: int) -> int:
         if rows % w == 0 and (rows // w) * chunks_per_row % WARP == 0:
             return w
     return 1
+
+
+def row_split(rows: int, cols: int, vec: int, warps: int, max_elems: int) -> tuple[int, int] | None:
+    """(row groups G, parts P), G * P = warps, P >= 2, for a `row` tile whose rows are too wide for
+    one warp each: the fewest parts that bring a thread's share to at most `max_elems` elements, else
+    the split with the smallest share; every lane busy in whole steps. None when no split fits, or
+    when none beats the unsplit layout's share (row_layout_warps)."""
+    unsplit = rows * cols // (row_layout_warps(rows, cols, vec, warps) * WARP)
+    best: tuple[int, int, int] | None = None
+    for parts in range(2, warps + 1):
+        groups = warps // parts
+        if warps % parts or rows % groups or cols % (parts * vec):
+            continue
+        slab, cpr = rows // groups, cols // parts // vec
+        if slab * cpr % WARP:
+            continue
+        elems = slab * cpr * vec // WARP
+        if elems >= unsplit:
+            continue
+        if elems <= max_elems:
+            return groups, parts
+        if best is None or elems < best[0]:
+            best = (elems, groups, parts)
+    return None if best is None else (best[1], best[2])
 
 
 def fragment(layout: RegisterLayout, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
@@ -320,17 +364,21 @@ def _tile_fragment(kind: str, layout: RegisterLayout, dtype: str, rows: int, col
 
 def _row_fragment(layout: RegisterLayout, rows: int, cols: int, threads: int) -> np.ndarray:
     """`row`: warp w owns rows [w*R/W, (w+1)*R/W); its lanes walk the slab's vec-element chunks
-    in row-major order, lane l taking chunk i*32 + l in its i-th step."""
-    warps, vec = layout.split, layout.chunk
-    if rows % warps or cols % vec:
-        raise ValueError(f"a {rows}x{cols} tile does not split into {warps} warps of {vec}-wide chunks")
-    slab, cpr = rows // warps, cols // vec
+    in row-major order, lane l taking chunk i*32 + l in its i-th step. With `parts = P`, warps
+    w / P = g form row group g (rows [g*R/G, (g+1)*R/G), G = W/P) and warp w walks columns
+    [(w % P)*C/P, (w % P + 1)*C/P) of them the same way."""
+    warps, vec, parts = layout.split, layout.chunk, layout.nparts
+    if rows % (warps // parts) or cols % (vec * parts):
+        raise ValueError(f"a {rows}x{cols} tile does not split into {warps // parts} row groups of {parts} "
+                         f"warps of {vec}-wide chunks")
+    slab, width = rows // (warps // parts), cols // parts
+    cpr = width // vec
     steps = -(-slab * cpr // WARP)
     t, warp, lane, _, _ = _lane_parts(threads)
     e = np.arange(steps)[None, :] * WARP + lane[:, None]            # (threads, steps)
     valid = e < slab * cpr
-    r = warp[:, None] * slab + e // cpr
-    c0 = (e % cpr) * vec
+    r = (warp // parts)[:, None] * slab + e // cpr
+    c0 = (warp % parts)[:, None] * width + (e % cpr) * vec
     v = np.arange(vec)
     r = np.where(valid, r, -1)[:, :, None] + 0 * v
     c = np.where(valid[:, :, None], c0[:, :, None] + v, -1)
@@ -353,26 +401,28 @@ def _vector_fragment(kind: str, layout: RegisterLayout, n: int) -> np.ndarray:
             base = warp * slab + g
         h = np.array([0, 8])
         return (base[:, None, None] + blocks[None, :, None] + h[None, None, :]).reshape(threads, -1)
-    if kind == "row_vec":  # every lane of warp w holds the values of w's rows
-        warps = layout.split
-        slab = n // warps
-        return warp[:, None] * slab + np.arange(slab)[None, :]
+    if kind == "row_vec":  # every lane of warp w holds the values of w's rows (of its row group's)
+        groups = layout.groups
+        slab = n // groups
+        return (warp // layout.nparts)[:, None] * slab + np.arange(slab)[None, :]
     if kind == "col_vec":
         of = str(layout.of)
         if of in ("wgmma_acc", "mma_c"):  # cols 8j + 2q + {0, 1}: what the thread's fragment covers
             j = np.arange(n // 8) * 8
             cols = (2 * q)[:, None, None] + j[None, :, None] + np.arange(2)[None, None, :]
             return cols.reshape(threads, -1)
-        if of == "row":
-            vec = layout.chunk
-            cpr = n // vec
+        if of == "row":  # the columns the thread's chunks cover (of its warp's part of the row)
+            vec, parts = layout.chunk, layout.nparts
+            width = n // parts
+            base = ((warp % parts) * width)[:, None]
+            cpr = width // vec
             if WARP % cpr == 0:
                 chunks = (lane % cpr)[:, None]
             elif cpr % WARP == 0:
                 chunks = lane[:, None] + WARP * np.arange(cpr // WARP)[None, :]
-            else:  # lanes meet every chunk: keep the whole vector
-                return np.broadcast_to(np.arange(n), (threads, n)).copy()
-            return (chunks[:, :, None] * vec + np.arange(vec)[None, None, :]).reshape(threads, -1)
+            else:  # lanes meet every chunk: keep the whole vector (the part's columns)
+                return base + np.arange(width)[None, :]
+            return (base[:, :, None] + chunks[:, :, None] * vec + np.arange(vec)[None, None, :]).reshape(threads, -1)
         raise ValueError(f"col_vec of '{of}' is not a layout")
     raise ValueError(f"unknown vector layout kind '{kind}'")
 

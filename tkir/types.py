@@ -50,6 +50,10 @@ INT_DTYPES = frozenset({"i32", "u32", "i1"})
 
 # Shared-memory tile dims must be multiples of this (ThunderKittens' base tile, 16x16).
 TILE_QUANTUM = 16
+# Register tiles may also have fewer rows than a base tile: one row per warp or a few (wide-row
+# kernels: a 4 x 8192 tile split over 16 warps). Their columns stay multiples of TILE_QUANTUM; the
+# matrix instructions still need whole base tiles (tk.mma refuses the others).
+SHORT_TILE_ROWS = (1, 2, 4, 8)
 
 
 def dtype_bytes(dtype: str) -> int:

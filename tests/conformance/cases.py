@@ -325,6 +325,34 @@ for _kind, _fn in (("sum", np.sum), ("max", np.max), ("min", np.min)):
               body=f"reg x: rt<{{dt}}, 64, 64> = X[{{r}}, 0]\nY[{{r}}] = col_{_kind}(x)",
               note="one value per column of each row tile")
 
+# wide rows: short register tiles (fewer rows than warps) whose rows infer-layouts splits over
+# several warps (`parts`), so row reductions combine partial results across warps -------------
+_WIDE = 4096
+
+
+def _wide_norm(i: Arrays, dt: str) -> Arrays:
+    x = i["X"]
+    rstd = 1.0 / np.sqrt((x * x).sum(axis=1, keepdims=True) / _WIDE + 1e-6)
+    return {"Y": rnd(x * rstd * i["W"][None, :] + x.max(axis=1, keepdims=True), dt)}
+
+
+for _rows in (1, 2):
+    construct(name=f"wide_rows{_rows}", family="reductions", sizes={"N": _rows},
+              params=f"X: gl<{{dt}}>[N, {_WIDE}], W: gl<{{dt}}>[{_WIDE}], Y: gl<{{dt}}>[N, {_WIDE}]",
+              outputs=("Y",), reference=_wide_norm,
+              body=(f"reg x: rt<{{dt}}, {_rows}, {_WIDE}> = X[{{r}}, 0]\nlet xf = f32(x)\n"
+                    f"let rstd = rsqrt(row_sum(xf * xf) / {_WIDE} + 1e-6)\n"
+                    f"reg w: rv<{{dt}}, {_WIDE}> = W[0]\n"
+                    f"Y[{{r}}, 0] = {{dt}}(xf * row(rstd) * col(f32(w)) + row(row_max(xf)))"),
+              note=f"{_rows} x {_WIDE}: more elements per thread than one warp per row allows, so the "
+                   "rows are split over warps (row layout `parts`) and reduced across them")
+
+construct(name="short_rows8", family="reductions", sizes={"N": 8},
+          params="X: gl<{dt}>[N, 64], YT: gl<{dt}>[64, N], S: gl<{dt}>[64]", outputs=("YT", "S"),
+          reference=lambda i, dt: {"YT": rnd(i["X"].T, dt), "S": rnd(i["X"].sum(axis=0), dt)},
+          body="reg x: rt<{dt}, 8, 64> = X[{r}, 0]\nYT[0, {r}] = x.T\nS[0] = col_sum(x)",
+          note="a register tile of 8 rows (fewer than a base tile): transposed and column-summed")
+
 # element-wise --------------------------------------------------------------------------------
 _UNARY = {
     "exp": (np.exp, False), "exp2": (np.exp2, False), "log": (np.log, True), "log2": (np.log2, True),
