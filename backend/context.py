@@ -227,7 +227,14 @@ class LoweringContext:
         lay = register_layout(t)
         key = ("coords", str(t.bare()), lay)
         if key not in self._coord_cache:
-            self._coord_cache[key] = slot_coords(lay, tile_shape(t), LLVMBuilder(self.w), self.thread_index())
+            tid = self.thread_index()
+            if lay.threads < self.role_threads():
+                # The layout spreads the value over fewer threads than run this code (a tile too
+                # small to give every warp whole steps: rt<bf16, 64, 8> over 4 warps uses 2). The
+                # other threads replicate those coordinates: they load the same elements and store
+                # the same values to the same places, and never address past the tile.
+                tid = self.w.op(f"urem i32 {tid}, {lay.threads}", "ltid")
+            self._coord_cache[key] = slot_coords(lay, tile_shape(t), LLVMBuilder(self.w), tid)
         return self._coord_cache[key]
 
     def nslots(self, t: TileType | VectorType) -> int:

@@ -15,8 +15,11 @@ CHECK_SIZES = [dict(N=256), dict(N=128)]
 CHECK_CONSTS = [{}, {"D": 512, "DC": 128}]
 # The issue's bandwidth targets: 8192 rows of 8192 and 65536 rows of 4096 (both 128 MiB of X),
 # and layernorm's default width for comparison with its table.
+# Wide rows: one row per block of 2 warpgroups, the row split over its 8 warps (infer-layouts'
+# row `parts`), one read of X (measured 91% and 97% of copy; the two-pass DC=1024 path 61% and 70%,
+# docs/bench/latest/wide_rows/).
 BENCH_SIZES = [dict(N=8192), dict(N=65536), dict(N=65536)]
-BENCH_CONSTS = [{"D": 8192}, {"D": 4096}, {}]
+BENCH_CONSTS = [{"D": 8192, "DC": 8192, "ROWS": 1, "WG": 2}, {"D": 4096, "DC": 4096, "ROWS": 1, "WG": 2}, {}]
 PEER = "torch.nn.functional.rms_norm"
 
 EPS = 1e-6  # the kernel's epsilon (rmsnorm.tk's EPS)
