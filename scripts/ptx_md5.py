@@ -38,6 +38,9 @@ for d in (64, 128):
     for causal in (0, 1):
         CONFIGS.append(("examples/attention_fwd.tk", {"D": d, "CAUSAL": causal}, {}))
 CONFIGS.append(("examples/attention_fwd.tk", {"D": 128}, {"swizzle": "none"}))
+# the examples issue 10 added (listed after the original 23, so older listings still diff line by line)
+CONFIGS += [("examples/linear.tk", {}, {}), ("examples/transpose.tk", {}, {}), ("examples/rmsnorm.tk", {}, {}),
+            ("examples/rmsnorm.tk", {"D": 8192, "DC": 8192, "ROWS": 1, "WG": 2}, {})]
 
 
 def _md5(text: str) -> str:
