@@ -12,6 +12,7 @@ from __future__ import annotations
 from tkir.frontend.lower import lower_kernel
 from tkir.frontend.parse import parse_source
 from tkir.ir import Module
+from tkir.source_text import check_nesting, read_source
 
 __all__ = ["compile_file", "compile_source"]
 
@@ -19,12 +20,11 @@ __all__ = ["compile_file", "compile_source"]
 def compile_source(text: str, filename: str = "<string>",
                    consts: dict[str, int | float] | None = None) -> Module:
     """Compile .tk source text; `consts` override the kernel's compile-time parameters."""
+    check_nesting(text, filename)
     kernel = parse_source(text, filename)
     return lower_kernel(kernel, text, consts)
 
 
 def compile_file(path: str, consts: dict[str, int | float] | None = None) -> Module:
     """Compile a .tk file (see compile_source)."""
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
-    return compile_source(text, str(path), consts)
+    return compile_source(read_source(path), str(path), consts)

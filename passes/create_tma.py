@@ -41,7 +41,7 @@ from tkir.ir import Module, Operation
 from tkir.layout import SharedLayout, layout_of, tma_swizzle
 from tkir.ops_tma import TMA_INNER_BYTES_ALIGN, TMA_MAX_BOX, TMA_MAX_RANK, TMA_STRIDE_ALIGN
 from tkir.passes.shared_access import access_report, choose_swizzle, shared_layout, staged_store_uses, with_layout
-from tkir.passmanager import Options, Pass, PassError, param
+from tkir.passmanager import Options, ParamError, Pass, PassError, param
 from tkir.types import DTYPE_BYTES, GlobalType, Symbol, TileType, VectorType, is_register, is_shared
 
 TMA_MIN_SM = 90                # cp.async.bulk.tensor: sm_90 and later (HOPPER.md §4.4)
@@ -66,10 +66,15 @@ class CreateTma(Pass):
     l2_promotion: int = param(L2_PROMOTION_BYTES, "the descriptors' L2 promotion in bytes: "
                                                   + ", ".join(map(str, L2_PROMOTIONS)))
 
-    def run(self, module: Module, options: Options) -> None:
+    def __post_init__(self) -> None:
+        if self.epilogue_chunk < EPILOGUE_PANEL_COLS or self.epilogue_chunk % EPILOGUE_PANEL_COLS:
+            raise ParamError("epilogue_chunk", f"create-tma: epilogue_chunk={self.epilogue_chunk}: a positive "
+                                               f"multiple of {EPILOGUE_PANEL_COLS} columns")
         if self.l2_promotion not in L2_PROMOTIONS:
-            raise PassError(None, f"create-tma: l2_promotion={self.l2_promotion} is not one of "
-                                  + ", ".join(map(str, L2_PROMOTIONS)))
+            raise ParamError("l2_promotion", f"create-tma: l2_promotion={self.l2_promotion} is not one of "
+                                             + ", ".join(map(str, L2_PROMOTIONS)))
+
+    def run(self, module: Module, options: Options) -> None:
         for kernel in module.kernels():
             _Rewriter(module, kernel, options, self).run()
 

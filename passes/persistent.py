@@ -29,7 +29,7 @@ import ast
 from tkir.diagnostics import CompileError
 from tkir.ir import Block, Module, Operation, Region, Value, uses_of
 from tkir.passes.builder import OpBuilder
-from tkir.passmanager import Options, Pass, PassError, param
+from tkir.passmanager import Options, ParamError, Pass, param
 from tkir.types import I32
 
 DEFAULT_GROUP = 8  # Triton's matmul tutorial and CUTLASS's raster swizzle use 8
@@ -42,9 +42,11 @@ class Persistent(Pass):
                                       f"unset: the kernel's @tile_order(group=G), else {DEFAULT_GROUP}")
     balanced_grid: bool = param(bool(BALANCED_GRID), "the fewest blocks for the rounds (false: min(T, NUM_SMS))")
 
-    def run(self, module: Module, options: Options) -> None:
+    def __post_init__(self) -> None:
         if self.group_m is not None and self.group_m < 1:
-            raise PassError(None, f"persistent: group_m={self.group_m}: the group must be at least one tile-row")
+            raise ParamError("group_m", f"persistent: group_m={self.group_m}: the group must be at least one tile-row")
+
+    def run(self, module: Module, options: Options) -> None:
         for kernel in module.kernels():
             roles = [op for op in kernel.body.ops if op.name == "tk.role"]
             grid = kernel.attrs.get("grid")

@@ -44,7 +44,7 @@ from tkir.ir import Block, Module, Operation, Region, Value, clone_op, uses_of
 from tkir.layout import layout_of
 from tkir.passes.builder import OpBuilder
 from tkir.passes.persistent import one_block_per_sm
-from tkir.passmanager import Options, Pass, PassError, param
+from tkir.passmanager import Options, ParamError, Pass, param
 from tkir.types import I32, GlobalType, ScalarType, TileType
 
 # When the split pays (measured on the H200, docs/experiments.md): the stream-K phase ran at about 75%
@@ -64,11 +64,13 @@ class StreamK(Pass):
     min_iters: int = param(MIN_ITERS, "K iterations each block must get for the tail to be split")
     max_tail: int = param(MAX_TAIL_PCT, "split only tails that fill at most this percentage of the blocks")
 
-    def run(self, module: Module, options: Options) -> None:
+    def __post_init__(self) -> None:
         if self.min_iters < 1:
-            raise PassError(None, f"stream-k: min_iters={self.min_iters}: must be at least 1")
+            raise ParamError("min_iters", f"stream-k: min_iters={self.min_iters}: must be at least 1")
         if not 0 <= self.max_tail <= 100:
-            raise PassError(None, f"stream-k: max_tail={self.max_tail}: a percentage from 0 to 100")
+            raise ParamError("max_tail", f"stream-k: max_tail={self.max_tail}: a percentage from 0 to 100")
+
+    def run(self, module: Module, options: Options) -> None:
         for kernel in module.kernels():
             plan = match(kernel)
             if plan is not None:

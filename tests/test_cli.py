@@ -79,6 +79,16 @@ def test_emit_ptx_wall_time(tmp_path: Path) -> None:
     (["bench", "missing.tk"], "tkc bench: error: missing.tk: no such file"),
     (["opt", "missing.tkir"], "tkc opt: error: missing.tkir: no such file"),
     (["compile", GEMM, "-D", "BM"], "tkc compile: error: -D expects NAME=VALUE, got 'BM'"),
+    # issue 14's bad inputs: each a one-line error, not a traceback or a silent default
+    (["compile", GEMM, "--passes="], "tkc compile: error: --passes is empty"),
+    (["compile", GEMM, "-o", "tests"], "tkc compile: error: -o tests: is a directory"),
+    (["compile", GEMM, "--passes=canonicalize,persistent{group_m=-1}"],
+     "<passes>:1:25: error: persistent: group_m=-1: the group must be at least one tile-row"),
+    (["compile", GEMM, "--passes=create-tma{epilogue_chunk=0}"],
+     "<passes>:1:12: error: create-tma: epilogue_chunk=0: a positive multiple of 64 columns"),
+    (["run", "examples/softmax.tk", "--interpret", "--size", "N=-16"], "tkc run: error: --size N=-16: a size is a positive integer"),
+    (["run", "examples/softmax.tk", "--interpret", "--seed", "-1"], "tkc run: error: --seed -1: a seed is 0 or more"),
+    (["run", GEMM, "--interpret", "--num-sms", "-1"], "tkc run: error: --num-sms -1: at least one multiprocessor"),
     (["run", GEMM, "--interpret", "--size", "M=128", "--size", "N=256"],
      "tkc run: error: missing --size for K (the kernel's sizes: M, K, N)"),
     (["run", GEMM, "--interpret", "--size", "M=128", "--size", "N=256", "--size", "K=64", "--size", "Q=1"],
@@ -260,3 +270,10 @@ def test_every_user_facing_error_is_a_tkir_error() -> None:
     import tkir.cli
 
     assert "__name__ !=" not in inspect.getsource(tkir.cli.main)
+
+
+def test_version() -> None:
+    import tkir
+
+    proc, _ = tkc("--version")
+    assert proc.returncode == 0 and proc.stdout.strip() == f"tkc (tkir) {tkir.__version__}"

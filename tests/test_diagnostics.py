@@ -94,3 +94,50 @@ def test_mutated_examples_fail_only_with_compile_errors() -> None:
             compile_source(text, "m.tk")
         except CompileError as e:
             assert e.loc is not None and e.loc.file == "m.tk", e.format()
+
+
+def test_a_file_that_is_not_utf8_is_a_located_error(tmp_path) -> None:
+    """A stray 0xff byte: the line and column of the byte, not a UnicodeDecodeError (issue 14)."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "latin1.tk"
+    path.write_bytes(b"kernel k(A: gl<bf16>[N]) grid(1) {\n  // caf\xe9\n}\n")
+    with pytest.raises(CompileError) as info:
+        compile_file(str(path))
+    assert info.value.format().startswith(f"{path}:2:9: error: the file is not UTF-8 text: byte 0xe9")
+    ir = tmp_path / "bad.tkir"
+    ir.write_bytes(b"\xff")
+    r = subprocess.run([sys.executable, "-m", "tkir.cli", "opt", str(ir)], capture_output=True, text=True)
+    assert r.returncode == 1 and r.stderr.startswith(f"{ir}:1:1: error: the file is not UTF-8 text")
+    assert "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("kind", ["minus", "if", "paren"])
+def test_deep_nesting_is_refused_where_the_limit_is_passed(kind: str) -> None:
+    """5,000 nested minus signs or 3,000 nested ifs: a located 'nested too deeply', not a RecursionError."""
+    from tkir.source_text import MAX_NESTING
+
+    head = "kernel k<C=1>(A: gl<f32>[N]) grid(1) {\n"
+    if kind == "minus":
+        text = head + "  let x = " + "-" * 5000 + "C\n}\n"
+        where = (2, 10 + MAX_NESTING)
+    elif kind == "if":
+        text = head + "if C > 0 {\n" * 3000 + "let y = 1\n" + "}\n" * 3001
+        where = (MAX_NESTING + 1, 10)
+    else:
+        text = head + "  let x = " + "(" * 3000 + "C" + ")" * 3000 + "\n}\n"
+        where = (2, 10 + MAX_NESTING)
+    with pytest.raises(CompileError) as info:
+        compile_source(text, "deep.tk")
+    assert (info.value.loc.line, info.value.loc.col) == where
+    assert "nested too deeply" in info.value.message
+    shallow = head + "  let x = " + "-" * 20 + "C\n" + "if C > 0 {\n" * 20 + "let y = (((C)))\n" + "}\n" * 21
+    compile_source(shallow, "ok.tk")  # real programs are far below the limit
+
+
+def test_deeply_nested_ir_text_is_refused() -> None:
+    from tkir.parser import parse_module
+
+    with pytest.raises(CompileError, match="nested too deeply"):
+        parse_module("tk.kernel @k {" * 2000 + "}" * 2000, "deep.tkir")

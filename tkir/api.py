@@ -149,8 +149,9 @@ def build_module(path: str, consts: dict[str, int | float] | None = None) -> Mod
     """Parse a .tk file (or read a .tkir file) into a module."""
     if str(path).endswith(".tkir"):
         from tkir.parser import parse_module
+        from tkir.source_text import read_source
 
-        text = Path(path).read_text(encoding="utf-8")
+        text = read_source(path)
         return parse_module(text, str(path))
     from tkir.frontend import compile_file
 

@@ -85,8 +85,31 @@ def _add_pass_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--target", choices=TARGETS, default="sm_90a", help="GPU target (default sm_90a)")
 
 
+def _version() -> str:
+    import tkir
+
+    return tkir.__version__
+
+
+def _sizes(items: list[str]) -> dict[str, int | float]:
+    """--size NAME=VALUE: problem sizes are positive integers."""
+    sizes = _kv(items, "--size")
+    for name, v in sizes.items():
+        if not isinstance(v, int) or v < 1:
+            raise UsageError(f"--size {name}={v}: a size is a positive integer")
+    return sizes
+
+
+def _check_run_flags(args: argparse.Namespace) -> None:
+    if args.seed is not None and args.seed < 0:
+        raise UsageError(f"--seed {args.seed}: a seed is 0 or more")
+    if getattr(args, "num_sms", None) is not None and args.num_sms < 1:
+        raise UsageError(f"--num-sms {args.num_sms}: at least one multiprocessor")
+
+
 def _parser() -> argparse.ArgumentParser:
     ap = _ArgumentParser(prog="tkc", description="tkir: a tile-kernel compiler for NVIDIA Hopper")
+    ap.add_argument("--version", action="version", version=f"tkc (tkir) {_version()}")
     sub = ap.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
 
     c = sub.add_parser("compile", help="compile a .tk kernel", description="Compile a .tk kernel.")
@@ -195,6 +218,9 @@ def _pipeline(args: argparse.Namespace, default: list[str] | None = None):
     from tkir.pass_pipeline import as_specs
     from tkir.passes.registry import DEFAULT_PIPELINE, legacy_pipeline
 
+    if args.passes is not None and not args.passes.strip() and args.cmd != "opt":
+        raise UsageError("--passes is empty: name the passes to run (tkc passes prints the default pipeline), "
+                         "or leave --passes out for the default one")
     specs = as_specs(args.passes) if args.passes else None
     legacy: dict[str, object] = dict(_kv(args.pass_option, "--pass-option"))
     if args.group_m:
@@ -248,6 +274,8 @@ def _write(output: str | None, data: str | bytes) -> None:
             sys.stdout.write(data)
         return
     out = Path(output)
+    if out.is_dir():
+        raise UsageError(f"-o {output}: is a directory (name a file)")
     raw = data if isinstance(data, bytes) else data.encode("utf-8")
     if out.exists() and not out.is_file():  # /dev/stdout, a pipe, a device: no rename possible
         with open(out, "wb") as f:
@@ -296,6 +324,7 @@ def cmd_opt(args: argparse.Namespace) -> int:
     from tkir.passes.registry import load_registry
     from tkir.passmanager import Options, PassManager, load_pass_file
     from tkir.printer import print_module
+    from tkir.source_text import read_source
     from tkir.verifier import verify
 
     if args.file == "-":
@@ -303,7 +332,7 @@ def cmd_opt(args: argparse.Namespace) -> int:
     else:
         if not Path(args.file).is_file():
             raise UsageError(f"{args.file}: no such file")
-        text, name = Path(args.file).read_text(encoding="utf-8"), args.file
+        text, name = read_source(args.file), args.file
     module = parse_module(text, name)
     verify(module)
     registry = load_registry()
@@ -336,11 +365,12 @@ def _check_sizes(module, sizes: dict) -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     from tkir.examples import check_interpreted, load_companion
 
+    _check_run_flags(args)
     if not args.interpret:
         return _run_gpu(args)
     k = _compile(args)
     companion = load_companion(args.file)
-    sizes = _kv(args.size, "--size") or dict(companion.CHECK_SIZES[0])
+    sizes = _sizes(args.size) or dict(companion.CHECK_SIZES[0])
     consts = _kv(args.defines, "-D")
     _check_sizes(k.module, sizes)
     kw = {"num_sms": args.num_sms} if args.num_sms else {}
@@ -361,7 +391,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _run_gpu(args: argparse.Namespace) -> int:
     from tkir.bench import run_check
 
-    sizes, consts = _kv(args.size, "--size"), _kv(args.defines, "-D")
+    sizes, consts = _sizes(args.size), _kv(args.defines, "-D")
     kw = dict(target=args.target, swizzle=args.swizzle, no_tma=args.no_tma, load_passes=args.load_pass,
               passes=_pipeline(args))
     row = run_check(args.file, sizes, consts, compile_kw=kw)
@@ -377,7 +407,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     companion = load_companion(args.file)
     extra = _kv(args.defines, "-D")
     if args.size:
-        sizes_list, consts_list = [_kv(args.size, "--size")], [dict(companion.BENCH_CONSTS[0], **extra)]
+        sizes_list, consts_list = [_sizes(args.size)], [dict(companion.BENCH_CONSTS[0], **extra)]
     else:
         sizes_list = list(companion.BENCH_SIZES)
         consts_list = [dict(c, **extra) for c in companion.BENCH_CONSTS]

@@ -37,7 +37,7 @@ class CompileError(TkirError):
         text = self.source
         if text is None and self.loc is not None:
             try:
-                with open(self.loc.file, encoding="utf-8") as f:
+                with open(self.loc.file, encoding="utf-8", errors="replace") as f:
                     text = f.read()
             except OSError:
                 return None

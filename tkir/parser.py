@@ -12,6 +12,7 @@ import lark
 
 from tkir.diagnostics import CompileError
 from tkir.ir import Block, Loc, Module, Operation, Region, Value
+from tkir.source_text import check_nesting
 from tkir.types import GlobalType, Ident, ScalarType, Symbol, TileType, Type, VectorType
 
 GRAMMAR = Path(__file__).with_name("ir_grammar.lark")
@@ -27,6 +28,7 @@ def _parser() -> lark.Lark:
 
 
 def parse_module(text: str, filename: str = "<ir>") -> Module:
+    check_nesting(text, filename)
     try:
         tree = _parser().parse(text)
     except lark.exceptions.UnexpectedInput as e:

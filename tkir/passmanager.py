@@ -105,13 +105,26 @@ class Pass:
                 raise PassError(spec.loc(key), f"unknown parameter '{key}' of pass '{cls.name}'",
                                 source=spec.source or None, hint=hint)
             values[key] = _convert(info, text, spec)
-        return cls(**values)
+        try:
+            return cls(**values)
+        except ParamError as e:  # a value of the right type that the pass cannot use
+            raise PassError(spec.loc(e.param), e.message, source=spec.source or None,
+                            hint=known[e.param].describe() if e.param in known else None) from None
 
     def spec(self) -> str:
         """This pass as a pipeline entry: its name and the parameters that differ from their defaults."""
         changed = [f"{p.name}={_format_value(getattr(self, p.name))}" for p in self.params()
                    if getattr(self, p.name) != p.default]
         return self.name + ("{" + " ".join(changed) + "}" if changed else "")
+
+
+class ParamError(CompileError):
+    """A pass parameter's value that its pass cannot use (raised from the pass's __post_init__);
+    from_spec locates it at the parameter in the pipeline text."""
+
+    def __init__(self, param: str, message: str):
+        super().__init__(None, message)
+        self.param = param
 
 
 def _param_type(cls: type, name: str, hint: Any) -> type:
