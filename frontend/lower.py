@@ -112,6 +112,8 @@ class _E:
         return self.const is not None
 
 
+INT_RANGES = {"i32": (-2**31, 2**31 - 1), "u32": (0, 2**32 - 1)}  # the IR's integer scalars (LLVM i32)
+
 def _fold(op: str, a: int | float, b: int | float) -> int | float | None:
     """Compile-time scalar arithmetic as tkir/scalar.py defines it (integer `/` floors); None on
     division by zero."""
@@ -182,6 +184,9 @@ class _Lowerer:
             if isinstance(c, float) and not c.is_integer():
                 raise self.error(loc, f"{c} is not an integer", hint="use an integer here")
             value: int | float = int(c)
+            lo, hi = INT_RANGES[dtype]
+            if not lo <= value <= hi:  # LLVM would wrap it silently (a loop to 2**31 would never run)
+                raise self.error(loc, f"the integer {value} does not fit {dtype} ({lo} .. {hi})")
             default = f"c{value}" if value >= 0 else f"cm{-value}"
         else:
             value = float(c)
@@ -764,6 +769,13 @@ class _Lowerer:
             raise self.error(e.loc, f"'.T' transposes tiles, not {self.type_text(base)}")
         return _E(e.loc, value=base.value, trans=not base.trans)
 
+    def tile_coordinate(self, e: _E) -> Value:
+        """One coordinate of a global access; a compile-time one must not be negative (the
+        interpreter dropped such a store, the GPU would write before the tensor)."""
+        if e.is_const and isinstance(e.const, int) and e.const < 0:
+            raise self.error(e.loc, f"coordinate {e.const} is negative", hint="coordinates count from 0")
+        return self.index_value(e, "a coordinate")
+
     def expr_index(self, e: ast.Index) -> _E:
         base = self.use(self.expr(e.base))
         if base.is_const or not isinstance(base.value.type, GlobalType):
@@ -774,7 +786,7 @@ class _Lowerer:
                              f"({g.rank} dims), got {len(e.indices)}",
                              hint="give one coordinate per dim; the last two (a tile) or last one (a "
                                   "vector) count in tiles")
-        coords = [self.index_value(self.expr(i), "a coordinate") for i in e.indices]
+        coords = [self.tile_coordinate(self.expr(i)) for i in e.indices]
         return _E(e.loc, gref=(base.value, coords))
 
     def index_value(self, e: _E, what: str) -> Value:
@@ -864,6 +876,8 @@ class _Lowerer:
             if r is None:
                 raise self.error(loc, "division by zero in a compile-time expression")
             return _E(loc, const=r)
+        if op in ("/", "%") and b.is_const and b.const == 0:
+            raise self.error(loc, f"division by zero: the right side of '{op}' is 0")
         a, b = self.use(a), self.use(b)
         ka, kb = self.shaped_kind(a, op), self.shaped_kind(b, op)
         name = BINARY_NAMES[op]
@@ -990,6 +1004,8 @@ class _Lowerer:
         if f in ("max", "min"):
             return self.arith(f, args[0], args[1], e.loc)
         if f == "cdiv":
+            if args[1].is_const and args[1].const == 0:
+                raise self.error(e.loc, "division by zero: the divisor of 'cdiv' is 0")
             x, y = (self.index_value(a, "an argument of 'cdiv'") for a in args)
             return _E(e.loc, value=self.emit("arith.cdiv", [x, y], [I32], e.loc).result)
         x = self.use(args[0])

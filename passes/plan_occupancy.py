@@ -62,6 +62,7 @@ from tkir.passmanager import Options, Pass
 from tkir.target import (
     MAX_BLOCKS_PER_SM,
     MAX_REGS_PER_THREAD,
+    MAX_THREADS_PER_BLOCK,
     MAX_WARPS_PER_SM,
     REG_ALLOC_UNIT,
     REGS_PER_SM,
@@ -122,6 +123,9 @@ def plan_kernel(kernel: Operation) -> OccupancyPlan:
         consumers = _compute_warpgroups(kernel)
         threads = THREADS_PER_WARPGROUP * consumers
         reg_threads = threads
+    if threads > MAX_THREADS_PER_BLOCK:  # the launch would fail (or, before this check, be attempted)
+        raise CompileError(kernel.loc, f"{threads} threads per block: more than the {MAX_THREADS_PER_BLOCK} a block "
+                                    "may have", hint="use fewer warpgroups (@warpgroups(consumers=N)) or warps")
 
     budget, largest = _register_budget(kernel, reg_threads)
     needed = _round_up(budget.total, REG_ALLOC_UNIT)

@@ -266,3 +266,16 @@ def test_a_block_that_cannot_get_its_registers_is_refused() -> None:
     assert re.search(r"512 threads per block: (\d+) per thread needed > 128 available", str(e.value))
     assert int(re.search(r"block: (\d+) per thread", str(e.value))[1]) > 128
     assert "rmsnorm.tk:14:" in str(e.value)
+
+
+@pytest.mark.parametrize("target", ["sm_90a", "sm_80"])
+def test_more_than_1024_threads_is_refused(tmp_path, target: str) -> None:
+    """@warpgroups(consumers=16) is 2048 threads: refused at the kernel, not launched (issue 14)."""
+    import tkir
+
+    src = tmp_path / "wide.tk"
+    src.write_text("@warpgroups(consumers=16)\nkernel k(A: gl<f32>[N, 64]) grid(N / 16) {\n"
+                   "    reg x: rt<f32, 16, 64> = A[block.x, 0]\n    A[block.x, 0] = x\n}\n", encoding="utf-8")
+    with pytest.raises(CompileError) as e:
+        tkir.compile(str(src), target=target)
+    assert e.value.format().startswith(f"{src}:2:8: error: 2048 threads per block: more than the 1024")

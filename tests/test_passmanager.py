@@ -55,3 +55,9 @@ def test_time_passes_reports_each_pass() -> None:
     r = tkc("opt", GEMM, "--passes=canonicalize,verify", "--time-passes")
     assert r.returncode == 0
     assert "canonicalize" in r.stderr and "Total" in r.stderr
+
+
+def test_a_crashing_research_pass_is_an_error_naming_it() -> None:
+    r = tkc("opt", GEMM, f"--load-pass={DATA / 'crashing_pass.py'}", "--passes=boom")
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert r.stderr.startswith("error: pass 'boom' (tkir_user_pass_crashing_pass) raised ValueError: something broke")

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, TextIO
 
-from tkir.diagnostics import CompileError
+from tkir.diagnostics import CompileError, TkirError
 from tkir.ir import Module
 from tkir.pass_pipeline import PassSpec, as_specs
 from tkir.printer import print_module
@@ -201,7 +201,16 @@ class PassManager:
         for p in self.passes:
             name = p.name
             t0 = time.perf_counter()
-            p.run(module, options)
+            try:
+                p.run(module, options)
+            except TkirError:
+                raise
+            except Exception as e:  # a researcher's pass (--load-pass) that crashes: say which, no traceback
+                if type(p).__module__.startswith("tkir."):
+                    raise  # a crash in a built-in pass is a compiler bug: keep the traceback
+                raise PassError(None, f"pass '{name}' ({type(p).__module__}) raised {type(e).__name__}: {e}",
+                                hint="the pass was loaded with --load-pass; tkir.compile(..., load_passes=[FILE]) "
+                                     "raises this error with the pass's exception as its cause") from e
             self.timings.append((name, time.perf_counter() - t0))
             try:
                 verify(module)

@@ -18,4 +18,5 @@ SMEM_PER_BLOCK = 232_448       # 227 KB opt-in maximum per block (HOPPER.md §7.
 SMEM_PER_SM = 233_472          # 228 KB per SM (HOPPER.md §7.3)
 MAX_BLOCKS_PER_SM = 32         # HOPPER.md §7.3
 MAX_WARPS_PER_SM = 64          # HOPPER.md §7.3
+MAX_THREADS_PER_BLOCK = 1024   # CUDA C Programming Guide, compute capability 9.0 and 8.x
 NUM_SMS = 132                  # SMs of an H100 SXM / H200 (what persistent grids are planned for)
