@@ -22,6 +22,7 @@ import json
 import math
 import numbers
 import re
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -170,9 +171,11 @@ class Kernel:
         return bind(self.launch, args)
 
     def __call__(self, *args: Any, stream: int | Any | None = None) -> None:
-        tkcuda.context()
         key = _fast_key(args)
         prepared = self._prepared.get(key) if key is not None else None
+        if prepared is None:
+            bind(self.launch, args)  # the argument checks need no driver: they come first
+        tkcuda.context()
         if prepared is None:
             prepared = self._prepare(args)
             if key is not None:
@@ -185,6 +188,8 @@ class Kernel:
             self._launches += 1
             for c in counters:
                 c.value = self._launches
+        if stream is None:
+            stream = _torch_current_stream(args)
         check(cu.cuLaunchKernel(function, *grid, *block, smem, _stream_handle(stream),
                                 ctypes.addressof(params), 0), f"cuLaunchKernel({self.name})")
 
@@ -709,6 +714,19 @@ def _check_device_pointer(kernel: str, name: str, arr: ArrayArg) -> None:
     ordinal = int(check(cu.cuPointerGetAttribute(attr, arr.ptr), "cuPointerGetAttribute"))
     if ordinal != tkcuda.DEVICE:
         raise LaunchError(f"{what} is on GPU {ordinal}; tkir launches on GPU {tkcuda.DEVICE}")
+
+
+def _torch_current_stream(args: tuple[Any, ...]) -> Any:
+    """torch's current stream on the tensors' device when any argument is a torch tensor (what Triton
+    launches on), so `with torch.cuda.stream(s): k(...)` is ordered with the user's work on s; else
+    None (the legacy default stream)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    for a in args:
+        if isinstance(a, torch.Tensor) and a.is_cuda:
+            return torch.cuda.current_stream(a.device)
+    return None
 
 
 def _stream_handle(stream: Any) -> int:

@@ -213,3 +213,25 @@ def test_tensor_map_buffer_is_aligned_and_filled() -> None:
     tmap = runtime.encode_tensor_map(bound.tma[0])
     assert ctypes.addressof(tmap) % 64 == 0
     assert any(tmap.opaque)  # the driver wrote the descriptor
+
+
+def test_a_launch_is_ordered_with_torch_work_on_the_current_stream() -> None:
+    """With torch tensors and no `stream=`, k(...) launches on torch's current stream (as Triton does):
+    inside `with torch.cuda.stream(s)` it runs after the work queued on s before it. On the legacy
+    stream it would run at once (torch's streams do not wait for it) and read x while it is zero."""
+    torch = pytest.importorskip("torch")
+    import tkir
+
+    k = tkir.compile("examples/softmax.tk")
+    src = torch.randn(4096, 1024, device="cuda").bfloat16()
+    x, y = torch.zeros_like(src), torch.empty_like(src)
+    s = torch.cuda.Stream()
+    torch.cuda.synchronize()
+    with torch.cuda.stream(s):
+        torch.cuda._sleep(100_000_000)  # ~50 ms of GPU time on s before x gets its values
+        x.copy_(src)
+        k(x, y)
+    s.synchronize()
+    ref = torch.softmax(src.float(), dim=-1)
+    err = float((y.float() - ref).norm() / ref.norm())
+    assert err < 2e-2, f"rel_err {err:.3e}: the kernel did not wait for the work on the current stream"
