@@ -217,21 +217,28 @@ def test_tensor_map_buffer_is_aligned_and_filled() -> None:
 
 def test_a_launch_is_ordered_with_torch_work_on_the_current_stream() -> None:
     """With torch tensors and no `stream=`, k(...) launches on torch's current stream (as Triton does):
-    inside `with torch.cuda.stream(s)` it runs after the work queued on s before it. On the legacy
-    stream it would run at once (torch's streams do not wait for it) and read x while it is zero."""
+    inside `with torch.cuda.stream(s)` it runs after the work queued on s before it. s is created
+    non-blocking, so a launch on the legacy default stream would not wait for it and would read x
+    while it is still zero (torch's own streams are blocking here: they cannot tell the two apart)."""
     torch = pytest.importorskip("torch")
+    from cuda.bindings import driver as cu
+
     import tkir
 
     k = tkir.compile("examples/softmax.tk")
     src = torch.randn(4096, 1024, device="cuda").bfloat16()
     x, y = torch.zeros_like(src), torch.empty_like(src)
-    s = torch.cuda.Stream()
+    tkcuda.context()
+    raw = tkcuda.check(cu.cuStreamCreate(cu.CUstream_flags.CU_STREAM_NON_BLOCKING), "cuStreamCreate")
+    s = torch.cuda.ExternalStream(int(raw) if hasattr(raw, "__int__") else raw.getPtr())
     torch.cuda.synchronize()
     with torch.cuda.stream(s):
         torch.cuda._sleep(100_000_000)  # ~50 ms of GPU time on s before x gets its values
         x.copy_(src)
         k(x, y)
     s.synchronize()
+    torch.cuda.synchronize()
+    tkcuda.check(cu.cuStreamDestroy(raw), "cuStreamDestroy")
     ref = torch.softmax(src.float(), dim=-1)
     err = float((y.float() - ref).norm() / ref.norm())
     assert err < 2e-2, f"rel_err {err:.3e}: the kernel did not wait for the work on the current stream"
