@@ -228,6 +228,8 @@ def test_a_launch_is_ordered_with_torch_work_on_the_current_stream() -> None:
     k = tkir.compile("examples/softmax.tk")
     src = torch.randn(4096, 1024, device="cuda").bfloat16()
     x, y = torch.zeros_like(src), torch.empty_like(src)
+    k(x, y)  # the first launch loads the module, which waits for the device: warm it up before
+    torch.cuda.synchronize()
     tkcuda.context()
     raw = tkcuda.check(cu.cuStreamCreate(cu.CUstream_flags.CU_STREAM_NON_BLOCKING), "cuStreamCreate")
     s = torch.cuda.ExternalStream(int(raw) if hasattr(raw, "__int__") else raw.getPtr())
