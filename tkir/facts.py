@@ -19,8 +19,8 @@ by hand may hold anything).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, ClassVar, Self
 
 from tkir.diagnostics import CompileError
 from tkir.target import WARP, WARPGROUP
@@ -118,51 +118,50 @@ class RolePlan:
         return cls(regs=require(d, "regs"), warpgroups=count(d, "warpgroups", 1), warps=count(d, "warps", 1))
 
 
+class _CountTable:
+    """A fact that is a flat table of integer counts: its dataclass fields, printed in order under
+    the attribute key ATTR_KEY of the enclosing fact."""
+
+    ATTR_KEY: ClassVar[str] = ""
+
+    def to_attr(self) -> dict[str, object]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_attr(cls, attr: object) -> Self:
+        d = table(attr, cls.ATTR_KEY)
+        keys = tuple(f.name for f in fields(cls))
+        check_keys(d, keys)
+        return cls(*(require(d, k) for k in keys))
+
+
 @dataclass(frozen=True)
-class RegisterBudget:
+class RegisterBudget(_CountTable):
     """Registers per thread of the computing role at its peak (passes/plan_occupancy.py's docstring)."""
+
+    ATTR_KEY: ClassVar[str] = "budget"
 
     acc_regs: int
     live_tile_regs: int
     addr_regs: int
     overhead: int
 
-    KEYS = ("acc_regs", "live_tile_regs", "addr_regs", "overhead")
-
     @property
     def total(self) -> int:
         return self.acc_regs + self.live_tile_regs + self.addr_regs + self.overhead
 
-    def to_attr(self) -> dict[str, object]:
-        return {k: getattr(self, k) for k in self.KEYS}
-
-    @classmethod
-    def from_attr(cls, attr: object) -> RegisterBudget:
-        d = table(attr, "budget")
-        check_keys(d, cls.KEYS)
-        return cls(*(require(d, k) for k in cls.KEYS))
-
 
 @dataclass(frozen=True)
-class SharedBreakdown:
+class SharedBreakdown(_CountTable):
     """Where a block's shared memory goes: one stage of the ring buffers, the tiles outside them,
     the mbarriers, and the pad that aligns the dynamic shared base."""
+
+    ATTR_KEY: ClassVar[str] = "smem"
 
     stage_bytes: int
     fixed_bytes: int
     barrier_bytes: int
     align_pad: int
-
-    KEYS = ("stage_bytes", "fixed_bytes", "barrier_bytes", "align_pad")
-
-    def to_attr(self) -> dict[str, object]:
-        return {k: getattr(self, k) for k in self.KEYS}
-
-    @classmethod
-    def from_attr(cls, attr: object) -> SharedBreakdown:
-        d = table(attr, "smem")
-        check_keys(d, cls.KEYS)
-        return cls(*(require(d, k) for k in cls.KEYS))
 
 
 @dataclass(frozen=True)
