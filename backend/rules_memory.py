@@ -466,11 +466,22 @@ def column_reduction(cx: LoweringContext, op: Operation) -> None:
     sync(cx)
     res = []
     for (j,) in cx.coords(rt):
-        off = str(4 * j) if isinstance(j, int) else w.op(f"shl i32 {j}, 2", "o")
-        addr = w.op(f"add i32 {vec}, {off}", "sa")
-        v = w.asm("float", ["ld.shared.f32 $0, [$1];"], ["=f", "r"], [("i32", addr)], "rv")
-        res.append(from_f32(cx, v, rt.dtype))
+        res.append(from_f32(cx, _ld_f32(w, _word_addr(w, vec, j), "rv"), rt.dtype))
     cx.set(op.result, Frag(rt, res))
+
+
+def _word_addr(w, base: str, j: object) -> str:
+    """The shared address of 32-bit word j (an int or an i32 value) of a scratch array at `base`."""
+    off = str(WORD * j) if isinstance(j, int) else w.op(f"shl i32 {j}, 2", "o")
+    return w.op(f"add i32 {base}, {off}", "sa")
+
+
+def _st_f32(w, addr: str, v: str) -> None:
+    w.asm("void", ["st.shared.f32 [$0], $1;"], ["r", "f"], [("i32", addr), ("float", v)])
+
+
+def _ld_f32(w, addr: str, hint: str) -> str:
+    return w.asm("float", ["ld.shared.f32 $0, [$1];"], ["=f", "r"], [("i32", addr)], hint)
 
 
 def gather_rows(cx: LoweringContext, rows: list, values: list[str], n: int, rt: VectorType) -> Frag:
@@ -481,16 +492,9 @@ def gather_rows(cx: LoweringContext, rows: list, values: list[str], n: int, rt: 
     vec = cx.scratch(n * WORD)
     sync(cx)
     for r, v in zip(rows, values, strict=True):
-        off = str(WORD * r) if isinstance(r, int) else w.op(f"shl i32 {r}, 2", "o")
-        addr = w.op(f"add i32 {vec}, {off}", "sa")
-        w.asm("void", ["st.shared.f32 [$0], $1;"], ["r", "f"], [("i32", addr), ("float", v)])
+        _st_f32(w, _word_addr(w, vec, r), v)
     sync(cx)
-    res = []
-    for (j,) in cx.coords(rt):
-        off = str(WORD * j) if isinstance(j, int) else w.op(f"shl i32 {j}, 2", "o")
-        addr = w.op(f"add i32 {vec}, {off}", "sa")
-        v = w.asm("float", ["ld.shared.f32 $0, [$1];"], ["=f", "r"], [("i32", addr)], "rv")
-        res.append(from_f32(cx, v, rt.dtype))
+    res = [from_f32(cx, _ld_f32(w, _word_addr(w, vec, j), "rv"), rt.dtype) for (j,) in cx.coords(rt)]
     return Frag(rt, res)
 
 
@@ -508,18 +512,17 @@ def combine_row_parts(cx: LoweringContext, fop: str, rows: list, partials: list[
 
     def slot(row: object, p: object) -> str:
         r = str(row * parts) if isinstance(row, int) else w.op(f"mul i32 {row}, {parts}", "rp")
-        i = w.op(f"add i32 {r}, {p}", "ri")
-        return w.op(f"add i32 {base}, {w.op(f'shl i32 {i}, 2', 'o')}", "sa")
+        return _word_addr(w, base, w.op(f"add i32 {r}, {p}", "ri"))
 
     sync(cx)  # earlier users of the scratch area are done
     for row, v in zip(rows, partials, strict=True):
-        w.asm("void", ["st.shared.f32 [$0], $1;"], ["r", "f"], [("i32", slot(row, part)), ("float", v)])
+        _st_f32(w, slot(row, part), v)
     sync(cx)
     out = []
     for row in rows:
         acc = None
         for p in range(parts):
-            v = w.asm("float", ["ld.shared.f32 $0, [$1];"], ["=f", "r"], [("i32", slot(row, p))], "rp")
+            v = _ld_f32(w, slot(row, p), "rp")
             acc = v if acc is None else combine(cx, fop, acc, v)
         out.append(acc)
     return out
@@ -573,8 +576,7 @@ def broadcast_through_shared(cx: LoweringContext, x: Frag, vals: list[str], rt: 
     vec = cx.scratch(n * WORD)
     sync(cx)
     for (j,), v in zip(cx.coords(x.type), vals, strict=True):
-        off = str(WORD * j) if isinstance(j, int) else w.op(f"shl i32 {j}, 2", "o")
-        addr = w.op(f"add i32 {vec}, {off}", "sa")
+        addr = _word_addr(w, vec, j)
         word = v if ints else _bits(w, v, "f32")
         w.asm("void", ["st.shared.b32 [$0], $1;"], ["r", "r"], [("i32", addr), ("i32", word)])
     sync(cx)
@@ -585,10 +587,9 @@ def broadcast_through_shared(cx: LoweringContext, x: Frag, vals: list[str], rt: 
         hit = next((v for key, v in seen if np.array_equal(key, ts[axis])), None)
         if hit is None:
             j = slot[axis]
-            off = str(WORD * j) if isinstance(j, int) else w.op(f"shl i32 {j}, 2", "o")
-            addr = w.op(f"add i32 {vec}, {off}", "sa")
+            addr = _word_addr(w, vec, j)
             hit = w.asm("i32", ["ld.shared.b32 $0, [$1];"], ["=r", "r"], [("i32", addr)], "bv") if ints \
-                else w.asm("float", ["ld.shared.f32 $0, [$1];"], ["=f", "r"], [("i32", addr)], "bv")
+                else _ld_f32(w, addr, "bv")
             seen.append((ts[axis], hit))
         out.append(hit)
     sync(cx)  # the scratch vector may be reused right after
