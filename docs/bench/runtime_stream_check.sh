@@ -3,12 +3,7 @@
 # test, then the stream test with the old behaviour (legacy stream) to show that it fails there.
 set -uo pipefail
 OUT=${OUT:-/tmp/tkir-out}; mkdir -p "$OUT"
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-  export PYTHONPATH=/tmp/site
-fi
-python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1
-export TKIR_CACHE=0
+source docs/bench/device_setup.sh
 timeout 300 python3 -m pytest -q -m gpu -p no:cacheprovider -n ${WORKERS:-16} -rfE tests/ >"$OUT/gpu_tests.log" 2>&1
 python3 - >"$OUT/legacy_stream.txt" 2>&1 <<'PY'
 import pytest

@@ -6,12 +6,7 @@
 #   bash docs/bench/wide_rows_run.sh      (writes $OUT/wide_rows.txt, printed last)
 set -uo pipefail
 OUT=${OUT:-/tmp/tkir-out}; mkdir -p "$OUT"
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-  export PYTHONPATH=/tmp/site
-fi
-python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1
-export TKIR_CACHE=0 PYTHONUNBUFFERED=1
+source docs/bench/device_setup.sh
 timeout 200 python3 -m pytest -q -m gpu -p no:cacheprovider -n ${WORKERS:-16} -rfE \
   tests/conformance/test_conformance_gpu.py tests/test_gpu_examples.py -k "wide_rows or short_rows or rmsnorm or ROWS" \
   >"$OUT/gpu_tests.log" 2>&1

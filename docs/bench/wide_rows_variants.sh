@@ -6,12 +6,7 @@
 # new conformance cases. Writes $OUT/wide_rows_variants.txt (printed last).
 set -uo pipefail
 OUT=${OUT:-/tmp/tkir-out}; mkdir -p "$OUT"
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-  export PYTHONPATH=/tmp/site
-fi
-python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1
-export TKIR_CACHE=0 PYTHONUNBUFFERED=1
+source docs/bench/device_setup.sh
 bench() {  # file, then flags
   local f=$1; shift
   echo "$(basename $f) $*: $(timeout 60 tkc bench $f --reps 20 "$@" 2>&1 | grep -E "^rmsnorm|reaches" | tr '\n' ' ')"
