@@ -33,6 +33,8 @@ class LLVMWriter:
     def fresh(self, hint: str = "t") -> str:
         self.counter += 1
         clean = "".join(c if c.isalnum() or c == "_" else "_" for c in hint) or "t"
+        if clean[0].isdigit():  # `%0.8` would be a numbered value to LLVM (IR text names temporaries %0, %1)
+            clean = "v" + clean
         return f"%{clean}.{self.counter}"
 
     def label(self, hint: str) -> str:
