@@ -28,10 +28,11 @@ from tkir.backend.fragments import (
 )
 from tkir.backend.llvm_text import LLVMWriter
 from tkir.backend.values import REGS_PER_SM, Frag, Global, LoweringError, Smem, register_layout
+from tkir.diagnostics import CompileError
 from tkir.facts import FactError, OccupancyPlan
 from tkir.ir import Module, Operation, Value
-from tkir.layout import SharedLayout, layout_of
-from tkir.types import TileType, VectorType
+from tkir.layout import SharedLayout, fragment, layout_of
+from tkir.types import TileType, VectorType, format_attr_value
 
 # (row, byte column) a thread addresses in instance i: builder, thread index, instance
 Position = Callable[[object, object, object], tuple[object, object]]
@@ -116,11 +117,13 @@ class LoweringContext:
         self.deferred: dict | None = None  # a loop's deferred stage release (pipe.arrive {deferred})
         self._coord_cache: dict[tuple, list[tuple]] = {}
         self.scratch_bytes = 0  # shared memory after the planned allocations, for rules that need it
+        self._fitting: set[tuple] = set()  # (layout, dtype, shape) checked by _check_layouts
 
     # --- dispatch ----------------------------------------------------------------------------------
 
     def lower_op(self, op: Operation) -> None:
         try:
+            self._check_layouts(op)
             r = rule_table.select(self, op)
             # an accumulator whose wgmma group may still be in flight is waited for (its registers tied
             # through wgmma.wait_group 0) before anything but another mma or the loop's yield reads it
@@ -134,6 +137,25 @@ class LoweringContext:
             if e.loc is not None:
                 raise
             raise LoweringError(op.loc, e.message) from None
+        except CompileError as e:  # raised by a helper that does not know the op: located here
+            if e.loc is None:
+                e.loc = op.loc
+            raise
+
+    def _check_layouts(self, op: Operation) -> None:
+        """Every register layout of the op's operands and results fits its shape (hand-written IR may
+        give `warps = 32` to a 16-row tile: the slot formulas would then silently hold no elements)."""
+        for v in (*op.operands, *op.results):
+            t = v.type
+            lay = layout_of(t) if isinstance(t, (TileType, VectorType)) else None
+            if lay is None or (lay, t.dtype, tile_shape(t)) in self._fitting:
+                continue
+            try:
+                fragment(lay, t.dtype, tile_shape(t))
+            except ValueError as e:
+                raise FactError(None, f"layout {format_attr_value(lay.to_attr())} does not fit {t.bare()}: {e}") \
+                    from None
+            self._fitting.add((lay, t.dtype, tile_shape(t)))
 
     def lower_ops(self, ops: list[Operation]) -> None:
         """Lower a region's ops (its terminator is the parent rule's business) in a new scope."""

@@ -18,9 +18,10 @@ from typing import Protocol
 
 import numpy as np
 
+from tkir.facts import FactError
 from tkir.layout import SWIZZLE_MASK, RegisterLayout, SharedLayout
 from tkir.target import WARP, WARPGROUP, WGMMA_M
-from tkir.types import TileType, VectorType
+from tkir.types import TileType, VectorType, format_attr_value
 
 QUAD = 4
 MMA_M, MMA_N, MMA_K = 16, 8, 16  # mma.sync.m16n8k16 (HOPPER.md §6.3)
@@ -117,7 +118,11 @@ def slot_coords(layout: RegisterLayout, shape: tuple[int, ...], b: Builder, tid:
         for s in range(steps):
             e = b.add(p["lane"], s * WARP)
             if (s + 1) * WARP > slab * cpr:
-                raise ValueError("row layout with a partial last step is not supported by the backend")
+                # a FactError: lower_op reports it at the op (a tile of fewer than 32 chunks per warp)
+                spelled = format_attr_value(layout.to_attr())
+                raise FactError(None, f"backend: a {rows}x{cols} tile in layout {spelled} has {slab * cpr} "
+                                      f"chunks of {vec} per warp, fewer than its {WARP} lanes (a row layout "
+                                      "with a partial last step is not supported yet)")
             r = b.add(b.mul(group, slab), b.div(e, cpr))
             c0 = b.mul(b.rem(e, cpr), vec)
             if parts > 1:
