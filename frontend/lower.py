@@ -23,7 +23,7 @@ from tkir import scalar
 from tkir.diagnostics import CompileError
 from tkir.frontend import ast
 from tkir.ir import Block, Loc, Module, Operation, Region, Value
-from tkir.target import SMEM_PER_BLOCK
+from tkir.target import REGS_PER_SM, SMEM_PER_BLOCK
 from tkir.types import (
     DTYPE_BYTES,
     FLOAT_DTYPES,
@@ -42,6 +42,7 @@ from tkir.types import (
 from tkir.verifier import verify
 
 MAX_GRID_DIMS = 3  # CUDA grids have x, y, z
+REGISTER_FILE_BYTES = REGS_PER_SM * 4  # no register tile or vector can be larger than an SM's registers
 SWIZZLE_CHOICES = {"128": 128, "64": 64, "32": 32, "none": 0}  # bytes; 0 = unswizzled
 SCALAR_DTYPES = ("i32", "u32", "f32")  # dtypes a scalar kernel parameter may have
 TENSOR_DTYPES = tuple(d for d in DTYPE_BYTES if d != "i1")
@@ -329,9 +330,12 @@ class _Lowerer:
             return GlobalType(dtype, tuple(self.global_dim(d, sizes) for d in te.dims or []))
         dtype = self.tile_dtype(te.args[0], kind)
         if kind in ("sv", "rv"):
-            return VectorType(kind, dtype, self.const_dim(te.args[1], "a vector length"))
+            n = self.const_dim(te.args[1], "a vector length")
+            self.check_register_bytes(te, f"{kind}<{dtype}, {n}>", n * DTYPE_BYTES[dtype])
+            return VectorType(kind, dtype, n)
         rows = self.const_dim(te.args[1], "tile rows")
         cols = self.const_dim(te.args[2], "tile cols")
+        self.check_register_bytes(te, f"{kind}<{dtype}, {rows}, {cols}>", rows * cols * DTYPE_BYTES[dtype])
         short = kind == "rt" and rows in SHORT_TILE_ROWS
         if (rows % TILE_QUANTUM and not short) or cols % TILE_QUANTUM:
             raise self.error(te.loc, f"tile dims must be multiples of {TILE_QUANTUM}, got {kind}<{dtype}, "
@@ -339,6 +343,14 @@ class _Lowerer:
                              hint="tiles are made of 16x16 base tiles (a register tile may also have "
                                   f"{', '.join(map(str, SHORT_TILE_ROWS))} rows)")
         return TileType(kind, dtype, rows, cols)
+
+    def check_register_bytes(self, te: ast.TypeExpr, spelled: str, nbytes: int) -> None:
+        """A register tile or vector larger than an SM's register file is refused here (the layout
+        passes would otherwise enumerate its elements, per thread, for ever)."""
+        if te.kind in ("rt", "rv") and nbytes > REGISTER_FILE_BYTES:
+            raise self.error(te.loc, f"{spelled} needs {nbytes} bytes of registers, more than the "
+                             f"{REGISTER_FILE_BYTES} of an SM's register file",
+                             hint="use smaller tiles and loop over the data")
 
     def global_dim(self, e: ast.Expr, sizes: dict[str, Loc] | None) -> int | str:
         if isinstance(e, ast.Name) and sizes is not None and self.lookup(e.id) is None:

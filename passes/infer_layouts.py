@@ -35,6 +35,7 @@ from tkir.layout import (
 )
 from tkir.ops import TILE_BINARY, TILE_UNARY
 from tkir.passmanager import Options, Pass, PassError
+from tkir.target import MAX_THREADS_PER_BLOCK
 from tkir.target import WARP as WARP_SIZE
 from tkir.types import TileType, VectorType, is_register
 
@@ -128,10 +129,12 @@ class _KernelLayouts:
                 else:
                     warps = DEFAULT_WARPS
             attrs["warps"] = warps
+            _check_threads(self.kernel, warps)
             return warps, 0
         if consumers is None:
             consumers = min(max(acc_rows // WGMMA_M, 1), MAX_AUTO_CONSUMERS) if has_mma else 1
             attrs["warpgroups"] = {**(given if isinstance(given, dict) else {}), "consumers": consumers}
+        _check_threads(self.kernel, 4 * consumers)
         return 4 * consumers, consumers
 
     # --- classes -----------------------------------------------------------------------------
@@ -282,3 +285,13 @@ def vector_layout(tile: RegisterLayout, axis: str) -> RegisterLayout:
     if base == "mma_b":
         return make_layout("row_vec", warps=1)
     return make_layout("col_vec", of=base, wg=tile.wg, warps=tile.warps)
+
+
+def _check_threads(kernel: Operation, warps: int) -> None:
+    """Refuse a thread shape no block can have, before anything is laid out over it (layouts walk
+    every warp: 2**31 consumer warpgroups would never finish)."""
+    if warps * WARP_SIZE > MAX_THREADS_PER_BLOCK:
+        raise PassError(kernel.loc, f"{warps * WARP_SIZE} compute threads per block: more than the "
+                                    f"{MAX_THREADS_PER_BLOCK} a block may have",
+                        hint="use fewer consumer warpgroups (@warpgroups(consumers=N), N <= "
+                             f"{MAX_THREADS_PER_BLOCK // (4 * WARP_SIZE)})")
