@@ -40,7 +40,11 @@ class OpBuilder:
 
     def expr(self, text: str, sizes: dict[str, Value]) -> Value:
         """Arithmetic ops computing a size expression (tkir.symexpr syntax)."""
-        return self._node(ast.parse(text, mode="eval").body, sizes)
+        try:
+            tree = ast.parse(text, mode="eval")
+        except SyntaxError as e:  # a grid or dims attribute of hand-written IR
+            raise CompileError(None, f"bad size expression '{text}': {e.msg}") from None
+        return self._node(tree.body, sizes)
 
     def _node(self, n: ast.AST, sizes: dict[str, Value]) -> Value:
         if isinstance(n, ast.Constant) and isinstance(n.value, int):
@@ -49,11 +53,11 @@ class OpBuilder:
             if n.id not in sizes:
                 sizes[n.id] = self.op("tk.size", [], n.id, {"name": n.id})
             return sizes[n.id]
-        if isinstance(n, ast.BinOp):
-            ops = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div", ast.FloorDiv: "div",
-                   ast.Mod: "rem"}
+        ops = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div", ast.FloorDiv: "div", ast.Mod: "rem"}
+        if isinstance(n, ast.BinOp) and type(n.op) in ops:
             return self.op(f"arith.{ops[type(n.op)]}", [self._node(n.left, sizes), self._node(n.right, sizes)])
-        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in ("cdiv", "min", "max"):
+        if (isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in ("cdiv", "min", "max")
+                and len(n.args) == 2 and not n.keywords):
             a, b = (self._node(x, sizes) for x in n.args)
             return self.op(f"arith.{n.func.id}", [a, b])
         raise CompileError(None, f"cannot compute size expression {ast.unparse(n)}")

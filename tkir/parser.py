@@ -5,6 +5,7 @@ Errors are `IRParseError`s carrying `file:line:col` of the offending token.
 
 from __future__ import annotations
 
+import math
 from functools import cache
 from pathlib import Path
 
@@ -13,9 +14,11 @@ import lark
 from tkir.diagnostics import CompileError
 from tkir.ir import Block, Loc, Module, Operation, Region, Value
 from tkir.source_text import check_nesting
-from tkir.types import GlobalType, Ident, ScalarType, Symbol, TileType, Type, VectorType
+from tkir.target import REGS_PER_SM, SMEM_PER_BLOCK
+from tkir.types import DTYPE_BYTES, GlobalType, Ident, ScalarType, Symbol, TileType, Type, VectorType
 
 GRAMMAR = Path(__file__).with_name("ir_grammar.lark")
+REGISTER_FILE_BYTES = REGS_PER_SM * 4  # the largest register tile or vector a block could hold
 
 
 class IRParseError(CompileError):
@@ -149,11 +152,27 @@ class _Builder:
                                                 for d in dims))
         if kind == "tile_type":
             space, dtype, rows, cols, *attrs = t.children
-            return TileType(str(space), str(dtype), int(rows), int(cols), self.typeattrs(attrs))
+            return self.sized(t, TileType(str(space), str(dtype), int(rows), int(cols), self.typeattrs(attrs)))
         if kind == "vec_type":
             space, dtype, n, *attrs = t.children
-            return VectorType(str(space), str(dtype), int(n), self.typeattrs(attrs))
+            return self.sized(t, VectorType(str(space), str(dtype), int(n), self.typeattrs(attrs)))
         raise self.error(t, f"not a type: {kind}")
+
+    def sized(self, node: lark.Tree, t: TileType | VectorType) -> TileType | VectorType:
+        """Refuse a tile or vector larger than its memory space (shared memory per block, an SM's
+        registers): passes and the backend walk their elements, and 2**31 of them never finish."""
+        if t.dtype not in DTYPE_BYTES:
+            raise self.error(node, f"unknown dtype '{t.dtype}' in {t.space}<...> (dtypes: {', '.join(DTYPE_BYTES)})")
+        shape = (t.rows, t.cols) if isinstance(t, TileType) else (t.n,)
+        stages = t.get("stages")
+        nbytes = math.prod(shape) * DTYPE_BYTES[t.dtype] * (stages if isinstance(stages, int) else 1)
+        shared = t.space in ("st", "sv")
+        limit = SMEM_PER_BLOCK if shared else REGISTER_FILE_BYTES
+        if min(shape) < 1 or nbytes > limit:
+            where = "a block's shared memory" if shared else "an SM's register file"
+            raise self.error(node, f"{t} holds {nbytes} bytes: a type must be non-empty and fit {where} "
+                                   f"({limit} bytes)")
+        return t
 
     def typeattrs(self, attrs: list[lark.Tree]) -> tuple[tuple[str, object], ...]:
         return tuple((str(a.children[0]), self.value(a.children[1])) for a in attrs)

@@ -203,6 +203,11 @@ class PassManager:
             t0 = time.perf_counter()
             try:
                 p.run(module, options)
+            except CompileError as e:  # raised without a place (a malformed attribute): at the kernel
+                kernels = module.kernels()
+                if e.loc is None and kernels:
+                    e.loc = kernels[0].loc
+                raise
             except TkirError:
                 raise
             except Exception as e:  # a researcher's pass (--load-pass) that crashes: say which, no traceback

@@ -20,6 +20,7 @@ from __future__ import annotations
 import ast
 
 from tkir import symexpr
+from tkir.facts import FactError
 from tkir.ir import Module, Operation, Value
 from tkir.layout import LAYOUT_ATTR, RegisterLayout, layout_of
 from tkir.types import DTYPE_BYTES, GlobalType, TileType, VectorType
@@ -65,7 +66,12 @@ def kernel_requires(kernel: Operation, descs: list[Operation]) -> list[dict]:
             if floor is not None:
                 size, tile = floor
                 need(f"{size} % {tile}", f"loop bound {size} / {tile} floors: a partial last tile is skipped")
-        copy = _plain_copy(op)
+        try:
+            copy = _plain_copy(op)
+            if copy is not None:
+                _register_layout(copy[1])  # read once here, where a malformed one can be located
+        except FactError as e:  # a malformed layout in hand-written IR: located at the op
+            raise FactError(e.loc or op.loc, e.message) from None
         if copy is not None:
             g, tile = copy
             extents = (tile.rows, tile.cols) if isinstance(tile, TileType) else (tile.n,)
