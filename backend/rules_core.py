@@ -93,7 +93,11 @@ def _op_scf_if(cx: LoweringContext, op: Operation) -> None:
 
 @rule("tk.size")
 def _op_tk_size(cx: LoweringContext, op: Operation) -> None:
-    cx.set(op.result, cx.sizes[op.attrs["name"]])
+    name = op.attrs["name"]
+    if name not in cx.sizes:  # hand-written IR: a size that no tensor parameter has
+        raise LoweringError(op.loc, f"backend: size '{name}' is not a dim of the kernel's tensors "
+                                    f"(sizes: {', '.join(cx.sizes) or 'none'})")
+    cx.set(op.result, cx.sizes[name])
 
 
 @rule("tk.block_id")

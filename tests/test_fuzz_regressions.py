@@ -139,3 +139,33 @@ def test_bad_size_expression_in_the_grid_is_located(tmp_path: Path, capsys: pyte
     line, _, msg = located(err, ir)
     assert ir.read_text().splitlines()[line - 1].startswith("tk.kernel @gemm")
     assert msg.startswith("bad size expression 'cdiv(M, 12 8)'")
+
+
+def test_compile_verifies_ir_text_before_the_first_pass(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """`tkc compile X.tkir` ran canonicalize on unverified IR: an unknown op in a loop was a KeyError there."""
+    text = dump(capsys, "linear.tk", "persistent")
+    ir = tmp_path / "linear.tkir"
+    ir.write_text(text.replace("tk.mma", "tk.bogus", 1))
+    rc, _, err = tkc(capsys, "compile", str(ir), "--passes=canonicalize", "--emit", "ptx")
+    assert rc == 1
+    line, _, msg = located(err, ir)
+    assert msg == "unknown op 'tk.bogus'" and "tk.bogus" in ir.read_text().splitlines()[line - 1]
+
+
+@pytest.mark.parametrize("old,new,words", [
+    ('tk.size {name = "K"}', 'tk.size {name = "Q"}', "size 'Q' is not a dim of the kernel's tensors"),  # KeyError
+    ("%3 = tk.add %var, %EPS : rv<f32, 16, layout={kind = row_vec, warps = 16}>",
+     "%3 = tk.add %var, %EPS : rv<f32, 16, layout={kind = row_vec, warps = 8}>",
+     "an operand and the result of an element-wise op must have one layout"),  # zip() ValueError
+])
+def test_backend_locates_inconsistent_ir(old: str, new: str, words: str, tmp_path: Path,
+                                         capsys: pytest.CaptureFixture) -> None:
+    example = "linear.tk" if "size" in old else "layernorm.tk"
+    text = dump(capsys, example, "persistent", "--target=sm_80")
+    assert old in text
+    ir = tmp_path / "k.tkir"
+    ir.write_text(text.replace(old, new, 1))
+    rc, _, err = tkc(capsys, "compile", str(ir), "--target=sm_80", "--passes=canonicalize", "--emit", "ptx")
+    assert rc == 1
+    line, _, msg = located(err, ir)
+    assert words in msg and new.split(" ")[0] in ir.read_text().splitlines()[line - 1]

@@ -150,9 +150,12 @@ def build_module(path: str, consts: dict[str, int | float] | None = None) -> Mod
     if str(path).endswith(".tkir"):
         from tkir.parser import parse_module
         from tkir.source_text import read_source
+        from tkir.verifier import verify
 
         text = read_source(path)
-        return parse_module(text, str(path))
+        module = parse_module(text, str(path))
+        verify(module)  # as `tkc opt` does: passes run on verified IR only
+        return module
     from tkir.frontend import compile_file
 
     return compile_file(str(path), consts or {})
