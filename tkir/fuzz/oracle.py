@@ -4,7 +4,9 @@ Each input runs in a child forked from a warmed-up worker (the parsers, passes, 
 target machines are already loaded, so a child costs milliseconds, not the 0.4 s of a fresh
 interpreter). The child sends fd 1 and 2 to files, caps its address space, runs `main(argv)` as
 `python -m tkir.cli` would (an uncaught exception prints a traceback and exits 1) and exits with its
-status; the parent kills it after the timeout. `run_subprocess` runs the same input in a real
+status. The timeout is CPU time (RLIMIT_CPU: the machine may be shared, and a loaded machine must not
+turn a slow input into a "hang"); the parent also kills a child after WALL_FACTOR times the timeout of
+wall time (a child blocked without using CPU). `run_subprocess` runs the same input in a real
 `python -m tkir.cli` process (used on a sample, to check that the forked run behaves the same).
 
 Classes:
@@ -13,13 +15,14 @@ Classes:
               within the file, COL >= 1, and no traceback
   unlocated   exit status 1 without such a line (`tkc compile: error: ...` about the input)
   traceback   "Traceback (most recent call last)" in the output
-  hang        still running after the timeout
+  hang        more than the timeout of CPU time (SIGXCPU), or WALL_FACTOR x timeout of wall time
   crash       killed by a signal, or another exit status
 Stages (reached = completed): front (the .tk front end, or the IR parser), passes, llvm, ptx, ptxas.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import resource
@@ -36,6 +39,7 @@ CLASSES = ("ok", "diagnosed", "unlocated", "traceback", "hang", "crash")
 FAILURES = ("traceback", "hang", "crash")
 STAGES = ("front", "passes", "llvm", "ptx", "ptxas")
 TIMEOUT_S = 10.0
+WALL_FACTOR = 6  # wall-clock limit per input, in timeouts (CPU time is the real limit)
 MEMORY_LIMIT = 4 << 30  # bytes of address space per input: a runaway allocation is a crash, not a dead host
 TRACEBACK = "Traceback (most recent call last)"
 LOCATED = re.compile(r"^(?P<file>.+?):(?P<line>\d+):(?P<col>\d+): error: ", re.MULTILINE)
@@ -140,7 +144,7 @@ def warm_up() -> None:
 
 # --- running one input ------------------------------------------------------------------------------
 
-def _child(argv: list[str], out_path: str, err_path: str, marks_path: str) -> None:
+def _child(argv: list[str], out_path: str, err_path: str, marks_path: str, timeout: float) -> None:
     """In the forked child: never returns."""
     global _MARK_FD
     rc = 70
@@ -154,6 +158,8 @@ def _child(argv: list[str], out_path: str, err_path: str, marks_path: str) -> No
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
+        cpu = max(int(math.ceil(timeout)), 1)
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))  # SIGXCPU at the soft limit
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         sys.stdin = open(0, encoding="utf-8", closefd=False)  # noqa: SIM115
@@ -190,10 +196,10 @@ def run_forked(argv: list[str], path: str, text: str, workdir: str, timeout: flo
     t0 = time.perf_counter()
     pid = os.fork()
     if pid == 0:
-        _child(argv, out_path, err_path, marks_path)
+        _child(argv, out_path, err_path, marks_path, timeout)
     pidfd = os.pidfd_open(pid)
     try:
-        ready, _, _ = select.select([pidfd], [], [], timeout)
+        ready, _, _ = select.select([pidfd], [], [], WALL_FACTOR * timeout)
         timed_out = not ready
         if timed_out:
             try:
@@ -206,6 +212,7 @@ def run_forked(argv: list[str], path: str, text: str, workdir: str, timeout: flo
     seconds = time.perf_counter() - t0
     rc = os.waitstatus_to_exitcode(status)
     sig = -rc if rc < 0 else None
+    timed_out = timed_out or sig == signal.SIGXCPU
     stdout, stderr = _read(out_path), _read(err_path)
     stages = [s for s in _read(marks_path).split() if s in STAGES]
     cls = classify(None if sig else rc, sig, timed_out, stdout[-OUTPUT_TAIL:], stderr, path, text)
@@ -218,7 +225,8 @@ def run_subprocess(argv: list[str], path: str, text: str, timeout: float = TIMEO
     env = dict(os.environ, TKIR_CACHE="0")
     t0 = time.perf_counter()
     try:
-        p = subprocess.run([sys.executable, "-m", "tkir.cli", *argv], capture_output=True, timeout=timeout,
+        p = subprocess.run([sys.executable, "-m", "tkir.cli", *argv], capture_output=True,
+                           timeout=WALL_FACTOR * timeout,
                            env=env, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
         return Result("hang", None, time.perf_counter() - t0)
