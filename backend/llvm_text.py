@@ -10,6 +10,8 @@ import struct
 
 import numpy as np
 
+MAX_NAME = 200  # characters of a source name kept in an LLVM value name (LLVM truncates at 1024)
+
 
 def f32_literal(x: float) -> str:
     """An LLVM `float` constant: LLVM wants the double-precision hex of a float-representable value."""
@@ -20,6 +22,12 @@ def f32_literal(x: float) -> str:
 def asm_string(lines: list[str]) -> str:
     text = "\\0A".join(lines)
     return text.replace('"', '\\22')
+
+
+def param_name(name: str, index: int) -> str:
+    """The LLVM name of kernel parameter `index` (without %): its own name, shortened when LLVM would
+    truncate it (LLVM cuts local names at 1024 characters, and two long names then collide)."""
+    return name if len(name) <= MAX_NAME else f"{name[:MAX_NAME]}.arg{index}"
 
 
 class LLVMWriter:
@@ -35,7 +43,7 @@ class LLVMWriter:
         clean = "".join(c if c.isalnum() or c == "_" else "_" for c in hint) or "t"
         if clean[0].isdigit():  # `%0.8` would be a numbered value to LLVM (IR text names temporaries %0, %1)
             clean = "v" + clean
-        return f"%{clean}.{self.counter}"
+        return f"%{clean[:MAX_NAME]}.{self.counter}"
 
     def label(self, hint: str) -> str:
         self.counter += 1
