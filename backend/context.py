@@ -32,7 +32,12 @@ from tkir.diagnostics import CompileError
 from tkir.facts import FactError, OccupancyPlan
 from tkir.ir import Module, Operation, Value
 from tkir.layout import SharedLayout, fragment, layout_of
+from tkir.ops import TILE_BINARY, TILE_UNARY
 from tkir.types import TileType, VectorType, format_attr_value
+
+# ops whose register operands of the result's kind share its layout (infer-layouts' ELEMENTWISE)
+SAME_LAYOUT_OPS = frozenset({f"tk.{n}" for n in (*TILE_BINARY, *TILE_UNARY)}
+                            | {"tk.cast", "tk.mask_causal", "tk.cmp", "tk.select", "tk.index"})
 
 # (row, byte column) a thread addresses in instance i: builder, thread index, instance
 Position = Callable[[object, object, object], tuple[object, object]]
@@ -144,7 +149,15 @@ class LoweringContext:
 
     def _check_layouts(self, op: Operation) -> None:
         """Every register layout of the op's operands and results fits its shape (hand-written IR may
-        give `warps = 32` to a 16-row tile: the slot formulas would then silently hold no elements)."""
+        give `warps = 32` to a 16-row tile: the slot formulas would then silently hold no elements), and
+        an element-wise op's register operands of the result's kind have the result's layout (what
+        infer-layouts guarantees: the rules pair values slot by slot)."""
+        if op.name in SAME_LAYOUT_OPS and op.results:
+            res = layout_of(op.result.type)
+            for v in op.operands:
+                if type(v.type) is type(op.result.type) and layout_of(v.type) != res:
+                    raise FactError(None, f"backend: '{op.name}' computes {op.result.type} from {v.type}: "
+                                          "an element-wise op's operands and result have one layout")
         for v in (*op.operands, *op.results):
             t = v.type
             lay = layout_of(t) if isinstance(t, (TileType, VectorType)) else None
@@ -153,7 +166,8 @@ class LoweringContext:
             try:
                 fragment(lay, t.dtype, tile_shape(t))
             except ValueError as e:
-                raise FactError(None, f"layout {format_attr_value(lay.to_attr())} does not fit {t.bare()}: {e}") \
+                why = e.message if isinstance(e, CompileError) else str(e)
+                raise FactError(None, f"layout {format_attr_value(lay.to_attr())} does not fit {t.bare()}: {why}") \
                     from None
             self._fitting.add((lay, t.dtype, tile_shape(t)))
 

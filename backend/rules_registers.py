@@ -206,9 +206,6 @@ def _operand_values(cx: LoweringContext, x: object, t, rt, bcast, op: Operation,
     assert isinstance(x, Frag)
     vals = list(x.values) if raw else [to_f32(cx, v, t.dtype) for v in x.values]
     if type(t) is type(rt):
-        if x.layout != register_layout(rt):  # hand-written IR: infer-layouts gives both one layout
-            raise LoweringError(op.loc, f"backend: '{op.name}' computes {rt} from {x.type}: an operand and the "
-                                        "result of an element-wise op must have one layout")
         return vals
     # a vector broadcast over the rows (bcast = row) or columns (col) of a tile
     axis = 0 if str(bcast) == "row" else 1

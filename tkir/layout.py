@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from tkir.facts import FactError, check_keys, count, malformed, table
-from tkir.target import WARP, WARPGROUP, WGMMA_M
+from tkir.target import MAX_THREADS_PER_BLOCK, WARP, WARPGROUP, WGMMA_M
 from tkir.types import DTYPE_BYTES, Ident, TileType, VectorType
 
 if TYPE_CHECKING:
@@ -286,6 +286,8 @@ def fragment(layout: RegisterLayout, dtype: str, shape: tuple[int, ...]) -> np.n
     """(threads, elements per thread) array of the logical elements each thread holds, in
     register order: flat index row * cols + col for tiles, index for vectors; -1 = unused slot.
     Raises ValueError when the layout does not fit the shape."""
+    if layout.threads > MAX_THREADS_PER_BLOCK:  # hand-written IR: `warps = 2**32` would need 1 TiB here
+        raise FactError(None, f"{layout.threads} threads: more than the {MAX_THREADS_PER_BLOCK} a block may have")
     kind = layout.kind
     if kind in TILE_KINDS:
         rows, cols = shape

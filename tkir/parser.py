@@ -13,6 +13,7 @@ import lark
 
 from tkir.diagnostics import CompileError
 from tkir.ir import Block, Loc, Module, Operation, Region, Value
+from tkir.layout import SWIZZLE_MASK
 from tkir.source_text import check_nesting
 from tkir.target import REGS_PER_SM, SMEM_PER_BLOCK
 from tkir.types import DTYPE_BYTES, GlobalType, Ident, ScalarType, Symbol, TileType, Type, VectorType
@@ -163,6 +164,10 @@ class _Builder:
         registers): passes and the backend walk their elements, and 2**31 of them never finish."""
         if t.dtype not in DTYPE_BYTES:
             raise self.error(node, f"unknown dtype '{t.dtype}' in {t.space}<...> (dtypes: {', '.join(DTYPE_BYTES)})")
+        swizzle = t.get("swizzle")
+        if swizzle is not None and swizzle not in SWIZZLE_MASK:
+            raise self.error(node, f"{t}: swizzle={swizzle} is not a swizzle span "
+                                   f"({', '.join(map(str, SWIZZLE_MASK))} bytes)")
         shape = (t.rows, t.cols) if isinstance(t, TileType) else (t.n,)
         stages = t.get("stages")
         nbytes = math.prod(shape) * DTYPE_BYTES[t.dtype] * (stages if isinstance(stages, int) else 1)
