@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {done}/{args.count} in {s.seconds:.0f} s {dict(s.classes)} {bad or ''}", file=sys.stderr,
               flush=True)
 
-    summary = campaign.run(args.count, args.seed, args.jobs, args.timeout, args.start, progress)
+    summary = campaign.run(args.count, args.seed, args.jobs, args.timeout, args.start, progress, args.out)
     print(summary.table())
     if args.out:
         campaign.save(summary, args.out)

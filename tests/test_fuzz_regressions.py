@@ -156,7 +156,7 @@ def test_compile_verifies_ir_text_before_the_first_pass(tmp_path: Path, capsys: 
     ('tk.size {name = "K"}', 'tk.size {name = "Q"}', "size 'Q' is not a dim of the kernel's tensors"),  # KeyError
     ("%3 = tk.add %var, %EPS : rv<f32, 16, layout={kind = row_vec, warps = 16}>",
      "%3 = tk.add %var, %EPS : rv<f32, 16, layout={kind = row_vec, warps = 8}>",
-     "an operand and the result of an element-wise op must have one layout"),  # zip() ValueError
+     "an element-wise op's operands and result have one layout"),  # zip() ValueError
 ])
 def test_backend_locates_inconsistent_ir(old: str, new: str, words: str, tmp_path: Path,
                                          capsys: pytest.CaptureFixture) -> None:
@@ -169,3 +169,48 @@ def test_backend_locates_inconsistent_ir(old: str, new: str, words: str, tmp_pat
     assert rc == 1
     line, _, msg = located(err, ir)
     assert words in msg and new.split(" ")[0] in ir.read_text().splitlines()[line - 1]
+
+
+def test_long_size_name_is_not_truncated_by_llvm(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """LLVM cuts local names at 1024 characters: a 5000-character size name next to its 1-letter prefix
+    became two parameters of one name ("backend produced invalid LLVM IR", unlocated)."""
+    src = tmp_path / "long.tk"
+    long = "N" + "v" * 5000
+    src.write_text(f"kernel k<ROWS=16, D=1024>(X: gl<bf16>[N, D], Y: gl<bf16>[{long}, D])\n    grid(cdiv(N, ROWS))\n"
+                   "{\n    reg x: rt<bf16, ROWS, D> = X[block.x, 0]\n    Y[block.x, 0] = x\n}\n")
+    rc, out, err = tkc(capsys, "compile", str(src), "--emit", "ptx")
+    assert rc == 0, err[:500]
+    assert ".entry k(" in out
+
+
+@pytest.mark.parametrize("old,new,words", [
+    ("layout={kind = col_vec, of = row, warps = 16, vec = 8}>", "layout={kind = col_vec, of = row, warps = 4294967296, "
+     "vec = 8}>", "137438953472 threads: more than the 1024"),  # numpy: 1 TiB for the thread indices
+    ("%x = tk.load %X, %bx, %c0 : rt<bf16, 16, 1024, layout={kind = row, warps = 16, vec = 8}>",
+     "%x = tk.load %X, %bx, %c0 : rt<bf16, 16, 1024, layout={kind = row, warps = 8, vec = 8}>",
+     "an element-wise op's operands and result have one layout"),  # tk.cast: zip() ValueError
+])
+def test_layouts_of_hand_written_ir_are_checked(old: str, new: str, words: str, tmp_path: Path,
+                                                capsys: pytest.CaptureFixture) -> None:
+    text = dump(capsys, "layernorm.tk", "infer-layouts", "--no-tma")
+    assert old in text
+    ir = tmp_path / "ln.tkir"
+    ir.write_text(text.replace(old, new, 1))
+    rest = "select-swizzle,bank-conflicts,create-tma,plan-occupancy,pipeline,persistent,canonicalize"
+    rc, _, err = tkc(capsys, "compile", str(ir), "--no-tma", f"--passes={rest}", "--emit", "ptx")
+    assert rc == 1
+    _, _, msg = located(err, ir)
+    assert words in msg
+
+
+def test_shared_swizzle_must_be_a_span(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """`st<bf16, 128, 64, swizzle=1, ...>`: a KeyError in the bank-conflict model."""
+    text = dump(capsys, "linear.tk", "select-swizzle", "--target=sm_80")
+    old = "st<bf16, 128, 64, swizzle=128"
+    assert old in text
+    ir = tmp_path / "linear.tkir"
+    ir.write_text(text.replace(old, "st<bf16, 128, 64, swizzle=1", 1))
+    rc, _, err = tkc(capsys, "opt", str(ir), "--target=sm_80", "--passes=bank-conflicts")
+    assert rc == 1
+    line, col, msg = located(err, ir)
+    assert "swizzle=1 is not a swizzle span" in msg

@@ -139,8 +139,9 @@ def run_index(index: int) -> Record:
 
 
 def run(count: int, seed: int, jobs: int = 2, timeout: float = oracle.TIMEOUT_S, start: int = 0,
-        progress=None) -> Summary:
-    """Run inputs start..start+count-1; `progress(done, summary)` is called now and then."""
+        progress=None, out_dir: str | Path | None = None) -> Summary:
+    """Run inputs start..start+count-1; `progress(done, summary)` is called now and then. With
+    `out_dir`, each saved failure is written as soon as it comes (a long run can be read while it runs)."""
     global _SEED, _TIMEOUT
     _SEED, _TIMEOUT = seed, timeout
     oracle.warm_up()
@@ -156,7 +157,10 @@ def run(count: int, seed: int, jobs: int = 2, timeout: float = oracle.TIMEOUT_S,
         results = pool.imap_unordered(run_index, indices, chunksize=4)
     try:
         for done, rec in enumerate(results, 1):
+            saved = len(summary.failures)
             summary.add(rec)
+            if out_dir is not None and len(summary.failures) > saved:
+                save_record(rec, Path(out_dir))
             if progress and done % 500 == 0:
                 summary.seconds = time.perf_counter() - t0
                 progress(done, summary)
@@ -175,10 +179,15 @@ def save(summary: Summary, out_dir: str | Path) -> None:
     (out / "summary.json").write_text(json.dumps(summary.to_json(), indent=2) + "\n")
     (out / "summary.txt").write_text(summary.table() + "\n")
     for r in summary.failures:
-        stem = out / r.cls / f"{r.index:06d}"
-        stem.parent.mkdir(exist_ok=True)
-        suffix = ".tkir" if r.kind.startswith("ir") else ".tk"
-        Path(str(stem) + suffix).write_text(r.text, encoding="utf-8", errors="surrogatepass")
-        cmd = ["tkc", *(str(stem) + suffix if a.endswith(suffix) and os.sep in a else a for a in r.argv)]
-        Path(str(stem) + ".txt").write_text(f"# {r.note}\n# mismatch: {r.mismatch or 'none'}\n"
-                                            f"{shlex.join(cmd)}\n\n{r.stderr}")
+        save_record(r, out)
+
+
+def save_record(r: Record, out: Path) -> None:
+    """A failing input's text, and a .txt with how it was made, its command line and its stderr."""
+    stem = out / r.cls / f"{r.index:06d}"
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    suffix = ".tkir" if r.kind.startswith("ir") else ".tk"
+    Path(str(stem) + suffix).write_text(r.text, encoding="utf-8", errors="surrogatepass")
+    cmd = ["tkc", *(str(stem) + suffix if a.endswith(suffix) and os.sep in a else a for a in r.argv)]
+    Path(str(stem) + ".txt").write_text(f"# {r.note}\n# mismatch: {r.mismatch or 'none'}\n"
+                                        f"{shlex.join(cmd)}\n\n{r.stderr}")
