@@ -19,7 +19,7 @@ QUICK_COUNT = 1000
 QUICK_JOBS = 2
 # the least share of the inputs that must complete each stage (the quick run gives about twice these)
 MIN_STAGE_SHARE = {"front": 0.20, "passes": 0.12, "llvm": 0.07, "ptx": 0.07}
-MIN_PTXAS = 3  # inputs that went through ptxas (one in inputs.PTXAS_EVERY asks for it)
+MIN_PTXAS = 2  # inputs that went through ptxas (one in inputs.PTXAS_EVERY asks for it; the run gives 4)
 
 
 @pytest.fixture(scope="module")
