@@ -26,6 +26,8 @@ PASS_TABLE: dict[str, str] = {
     "pipeline": "pipeline:Pipeline",                 # ring buffers, mbarriers, producer/consumer roles
     "plan-occupancy": "plan_occupancy:PlanOccupancy",  # registers, shared memory, stages, setmaxnreg
     "persistent": "persistent:Persistent",           # one block per SM looping over tiles, grouped order
+    "split-masks": "split_masks:SplitMasks",        # masks only on the iterations that can mask
+    "overlap-mma": "overlap_mma:OverlapMma",        # next block's wgmma issued before this block's softmax
     "stream-k": "stream_k:StreamK",                  # split the last partial wave along K over every block
 }
 
@@ -40,6 +42,8 @@ DEFAULT_PIPELINE: list[str] = [
     "plan-occupancy",  # stages, roles and registers from the budget (before pipeline uses them)
     "pipeline",        # ring buffers, mbarriers, producer/consumer roles
     "persistent",      # one block per SM over output tiles, grouped order
+    "split-masks",     # loops split so that element masks run only where they can mask
+    "overlap-mma",     # rotate consumer loops with two chained mmas by one stage (FA3 intra-warpgroup)
     "canonicalize",    # clean up what the rewrites left
 ]
 # Not in it: stream-k (a research pass; passes/stream_k.py says why), named after persistent.

@@ -78,23 +78,27 @@ def test_gemm_shape() -> None:
 
 def test_grid_substitutes_consts() -> None:
     module, _ = compile_example("attention_fwd", {"BQ": 128})
-    assert module.kernel.attrs["grid"] == ["N / 128", "H", "B"]
+    assert module.kernel.attrs["grid"] == ["cdiv(N, 128)", "H", "B"]
 
 
 def test_attention_online_softmax_shape() -> None:
     _, text = compile_example("attention_fwd")
     assert "scf.for %c0, %kv_blocks, %c1, %l, %o, %m {stages = 2}" in text
     assert "tk.mma %q, %k, %0 {trans_b = true} : rt<f32, 64, 64>" in text
-    assert "tk.reduce %s.1 {kind = max, axis = row} : rv<f32, 64>" in text
+    # keys past N are masked (any sequence length): the key's global column against N
+    assert "tk.index %s.1 {axis = col} : rt<i32, 64, 64>" in text
+    assert "tk.select" in text and "{pred = lt}" in text
+    assert "tk.reduce %s.2 {kind = max, axis = row} : rv<f32, 64>" in text
     assert "{bcast = row}" in text
     assert "mask_causal" not in text
-    assert "%kv_blocks = arith.div %N, %BKV : i32" in text
+    assert "%kv_blocks = arith.cdiv %N, %BKV : i32" in text
+    assert "tk.store %L" in text  # the row log-sum-exp
 
 
 def test_attention_causal_masks_and_bounds_the_loop() -> None:
     _, text = compile_example("attention_fwd", {"CAUSAL": 1})
     assert "tk.mask_causal" in text and "{fill = -inf}" in text
-    assert "%kv_blocks = arith.cdiv" in text
+    assert "%kv_blocks = arith.min" in text  # the diagonal block, or the last block of N
 
 
 def test_attention_head_dim_64_keeps_row_broadcast_on_square_tiles() -> None:

@@ -123,7 +123,7 @@ def test_attention_example_launch() -> None:
     assert q["strides"] == [128, "N * 128", "H * N * 128"]
     assert q["box"] == [64, 64, 1, 1] and q["swizzle"] == 128
     assert [p["name"] for p in launch["params"] if p["kind"] == "scalar"] == ["B", "H", "N"]
-    assert launch["grid"] == ["N / 64", "H", "B"]
+    assert launch["grid"] == ["cdiv(N, 64)", "H", "B"]
     assert launch["block"] == [256, 1, 1]
 
 

@@ -75,10 +75,20 @@ def _role(op: Operation) -> None:
     expect(isinstance(op.attrs.get("warpgroups"), int), "'tk.role' needs warpgroups = N")
 
 
+def _mma_wait(op: Operation) -> None:
+    n_operands(op, 1)
+    n_results(op, 1)
+    t = op.operands[0].type
+    expect(isinstance(t, TileType) and t.space == "rt" and op.result.type == t,
+           "'tk.mma_wait' takes and returns one register tile of the same type")
+
+
 register_op("pipe.barriers", _barriers, pure=False, summary="S mbarriers with an arrival count")
 register_op("pipe.stage", _stage, summary="one stage of a shared ring buffer")
 register_op("pipe.wait", _bar_op(3), pure=False, summary="wait for a barrier phase (parity)")
 register_op("pipe.expect", _bar_op(2), pure=False, summary="arrive with expected TMA bytes")
 register_op("pipe.arrive", _bar_op(2), pure=False, summary="arrive on a barrier")
 register_op("pipe.copy", _copy, pure=False, summary="TMA copy into a stage, completing on a barrier")
+register_op("tk.mma_wait", _mma_wait, pure=False,
+            summary="the tile once the async mma (defer_wait) that produced it has completed")
 register_op("tk.role", _role, pure=False, summary="code run by one warpgroup role")
