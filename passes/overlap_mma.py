@@ -124,10 +124,17 @@ def _match(loop: Operation) -> _Plan | None:
         views = []
         if _defined_in(blk, bop) and bop.owner.name == "pipe.stage" and _users(blk, bop) == [m2]:
             views = [bop.owner]
+        # the release (and, after early-release, the wait) of the stage M2 reads go with M2
+        tile = views[0].operands[0].name if views else None
         arrives = [op for op in blk.ops if op.name == "pipe.arrive"]
+        tagged = [op for op in arrives if op.attrs.get("tile") is not None]
+        if tagged:
+            arrives = [op for op in tagged if op.attrs.get("tile") == tile]
         if len(arrives) > 1:
             continue
-        stage1 = [op for op in blk.ops if op in chain or op is m2 or op in views]
+        waits = [op for op in blk.ops if op.name == "pipe.wait" and tile is not None
+                 and op.attrs.get("tile") == tile]
+        stage1 = [op for op in blk.ops if op in chain or op is m2 or op in views or op in waits]
         s1 = {id(op) for op in stage1} | {id(op) for op in arrives}
         # stage 0 must not read stage 1's results (other than through the yield) nor the accumulator
         ok = True
@@ -154,8 +161,29 @@ def _match(loop: Operation) -> _Plan | None:
     return None
 
 
+def _wait_before_first_use(blk: Block, m1: Operation) -> None:
+    """M1 will be left in flight: its result is waited for (tk.mma_wait) right before its first
+    reader, and the releases placed between M1 and that reader (the stage M1 read: early-release)
+    move behind the wait."""
+    i = blk.ops.index(m1)
+    first = next((op for op in blk.ops[i + 1:] if op.name != "pipe.arrive"
+                  and any(m1.result in x.operands for x in op.walk())), None)
+    if first is None:
+        return
+    between = [op for op in blk.ops[i + 1:blk.ops.index(first)] if op.name == "pipe.arrive"]
+    done = Operation("tk.mma_wait", [m1.result], [m1.result.type], result_names=[(m1.result.name or "s") + "_done"])
+    blk.insert_before(first, done)
+    for op in blk.ops[blk.ops.index(done) + 1:]:
+        for x in op.walk():
+            x.operands = [done.result if v is m1.result else v for v in x.operands]
+    for a in between:
+        blk.remove(a)
+        blk.insert_after(done, a)
+
+
 def _rotate(loop: Operation, plan: _Plan) -> None:
     blk = loop.body
+    _wait_before_first_use(blk, plan.m1)
     term = blk.terminator
     iv, carried = blk.args[0], list(blk.args[1:])
     lo, hi, step = loop.operands[:3]

@@ -26,6 +26,8 @@ PASS_TABLE: dict[str, str] = {
     "pipeline": "pipeline:Pipeline",                 # ring buffers, mbarriers, producer/consumer roles
     "plan-occupancy": "plan_occupancy:PlanOccupancy",  # registers, shared memory, stages, setmaxnreg
     "persistent": "persistent:Persistent",           # one block per SM looping over tiles, grouped order
+    "early-release": "early_release:EarlyRelease",  # a barrier ring per tile: stages freed by their last reader
+    "pingpong": "pingpong:Pingpong",                # consumer warpgroups take turns issuing mmas (named barriers)
     "split-masks": "split_masks:SplitMasks",        # masks only on the iterations that can mask
     "overlap-mma": "overlap_mma:OverlapMma",        # next block's wgmma issued before this block's softmax
     "stream-k": "stream_k:StreamK",                  # split the last partial wave along K over every block
@@ -41,12 +43,16 @@ DEFAULT_PIPELINE: list[str] = [
     "create-tma",      # copies whose layouts TMA can write become descriptors
     "plan-occupancy",  # stages, roles and registers from the budget (before pipeline uses them)
     "pipeline",        # ring buffers, mbarriers, producer/consumer roles
+    "early-release",   # one ring per loaded tile: each stage released by the mma that read it last
     "persistent",      # one block per SM over output tiles, grouped order
     "split-masks",     # loops split so that element masks run only where they can mask
     "overlap-mma",     # rotate consumer loops with two chained mmas by one stage (FA3 intra-warpgroup)
     "canonicalize",    # clean up what the rewrites left
 ]
-# Not in it: stream-k (a research pass; passes/stream_k.py says why), named after persistent.
+# Not in it: pingpong (consumer warpgroups alternating their mma issue: with the other passes it
+# measured 523.6 -> 405.7 TFLOP/s on attention (8, 16, 4096, 128) on the H200; docs/experiments.md;
+# name it after overlap-mma) and stream-k (a research pass; passes/stream_k.py says why; name it
+# after persistent).
 
 # deprecated `--pass-option KEY=VALUE` (tkir.compile(pass_options=...)) -> (pass, parameter)
 LEGACY_OPTIONS: dict[str, tuple[str, str]] = {

@@ -91,4 +91,12 @@ register_op("pipe.arrive", _bar_op(2), pure=False, summary="arrive on a barrier"
 register_op("pipe.copy", _copy, pure=False, summary="TMA copy into a stage, completing on a barrier")
 register_op("tk.mma_wait", _mma_wait, pure=False,
             summary="the tile once the async mma (defer_wait) that produced it has completed")
+def _turn(op: Operation) -> None:
+    n_operands(op, 0)
+    n_results(op, 0)
+
+
+register_op("pipe.turn_init", _turn, pure=False, summary="consumer warpgroup 0 takes the first turn (pingpong)")
+register_op("pipe.turn_wait", _turn, pure=False, summary="wait for this warpgroup's turn to issue mmas (pingpong)")
+register_op("pipe.turn_pass", _turn, pure=False, summary="pass the turn to the next consumer warpgroup (pingpong)")
 register_op("tk.role", _role, pure=False, summary="code run by one warpgroup role")

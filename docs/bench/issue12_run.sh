@@ -9,11 +9,11 @@ OUT=${OUT:-/tmp/tkir-out}
 R="$OUT/r"; mkdir -p "$R"
 source docs/bench/device_setup.sh
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv >"$R/gpu.txt" 2>&1
-if [ -n "${TESTS:-1}" ]; then
+if [ -n "${TESTS-1}" ]; then
   timeout ${GPU_TEST_TIMEOUT:-300} python3 -m pytest -q -m gpu --timeout 200 -p no:cacheprovider -n ${WORKERS:-16} -rfE \
     -k "${TEST_K:-attention}" ${GPU_TESTS:-tests/test_gpu_examples.py} >"$R/gpu_tests.log" 2>&1
 fi
-if [ -n "${BENCH:-1}" ]; then
+if [ -n "${BENCH-1}" ]; then
   timeout 420 tkc bench examples/attention_fwd.tk --reps ${REPS:-20} --json "$R/attention_fwd.json" \
     --plot "$R/attention_fwd.png" >"$R/attention_fwd.txt" 2>&1
 fi
@@ -21,16 +21,19 @@ DEFAULT=$(python3 -c "from tkir.passes.registry import DEFAULT_PIPELINE as d; pr
 without() { echo "$DEFAULT" | tr ',' '\n' | grep -vx "$1" | paste -sd, -; }
 ablate() {  # name, extra tkc args...
   local name=$1; shift
-  timeout 200 tkc bench examples/attention_fwd.tk --size B=8 --size H=16 --size N=4096 --reps ${REPS:-20} \
+  timeout 200 tkc bench examples/attention_fwd.tk --size B=8 --size H=16 --size N=4096 --reps ${REPS:-20} -D BQ=128 -D BKV=128 -D STAGES=2 \
     --variant "$name" "$@" --json "$R/ablation_$name.json" >"$R/ablation_$name.txt" 2>&1
 }
-if [ -n "${ABLATE:-1}" ]; then
+if [ -n "${ABLATE-1}" ]; then
+  NONE=$(echo "$DEFAULT" | tr ',' '\n' | grep -vxE "early-release|split-masks|overlap-mma|pingpong" | paste -sd, -)
   for causal in 0 1; do
     ablate "full_c$causal" -D CAUSAL=$causal
-    ablate "no_overlap_c$causal" -D CAUSAL=$causal --passes "$(without overlap-mma)"
-    ablate "no_split_c$causal" -D CAUSAL=$causal --passes "$(without split-masks)"
-    ablate "no_both_c$causal" -D CAUSAL=$causal --passes "$(without overlap-mma | tr ',' '\n' | grep -vx split-masks | paste -sd, -)"
+    for p in early-release split-masks overlap-mma pingpong; do
+      ablate "no_${p}_c$causal" -D CAUSAL=$causal --passes "$(without $p)"
+    done
+    ablate "none_c$causal" -D CAUSAL=$causal --passes "$NONE"
     ablate "bkv64_s3_c$causal" -D CAUSAL=$causal -D BKV=64 -D STAGES=3
+    ablate "bkv64_s3_none_c$causal" -D CAUSAL=$causal -D BKV=64 -D STAGES=3 --passes "$NONE"
   done
 fi
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv >>"$R/gpu.txt" 2>&1
@@ -40,3 +43,4 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --fo
   for f in "$R"/ablation_*.txt; do [ -f "$f" ] && grep -E "attention_fwd  " "$f" | tail -1; done
 } >"$OUT/summary.txt"
 cat "$OUT/summary.txt"
+tar czf "$OUT/results.tgz" -C "$R" . && rm -rf "$R"
