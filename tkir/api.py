@@ -84,8 +84,8 @@ class CompiledKernel:
 
         t0 = time.perf_counter()
         key = _cache_key(self) if cache.enabled() else None
-        hit = cache.get(key) if key else None
-        if hit is not None and all(s in hit for s in BACKEND_STAGES):
+        hit = cache.get(key, required=BACKEND_STAGES) if key else None  # verified, or None (then rebuilt)
+        if hit is not None:
             self.asm.update({s: hit[s] for s in BACKEND_STAGES})
             self.cached = True
             self.timings.append(("backend (cached)", time.perf_counter() - t0))

@@ -6,6 +6,7 @@
     tkc report FILE [--json] [--swizzle=none]
 
     tkc passes [--load-pass=FILE.py]                 the passes, their parameters, the default pipeline
+    tkc cache info | clear                           the disk cache of compiled kernels
 
 Pass flags: --print-after-all, --print-after=NAME[,NAME], --stop-after=NAME,
 --passes='a,b{key=value key2=value},c', --time-passes, --load-pass=FILE.py, --swizzle=none, --no-tma,
@@ -16,14 +17,17 @@ Every user error prints `file:line:col: error: ...` and exits with status 1, wit
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
 import tempfile
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import NoReturn
 
-from tkir.diagnostics import CompileError, TkirError
+from tkir.diagnostics import CompileError, TkirError, TkirWarning
 
 EMIT_KINDS = ("tkir", "llvm", "ptx", "cubin", "sass", "launch")
 # packages only some commands need -> what for (a missing one is a one-line error, not a traceback)
@@ -156,6 +160,17 @@ def _parser() -> argparse.ArgumentParser:
     ps.add_argument("--load-pass", action="append", default=[], metavar="FILE.py",
                     help="register the Pass subclasses defined in FILE.py first")
 
+    ca = sub.add_parser("cache", help="show or clear the disk cache of compiled kernels",
+                        description="The disk cache of the backend's output ($TKIR_CACHE_DIR, default "
+                                    "~/.cache/tkir; TKIR_CACHE=0 turns it off).")
+    ca_sub = ca.add_subparsers(dest="cache_cmd", required=True, metavar="ACTION")
+    ca_sub.add_parser("info", help="directory, on or off, entry format, number of entries, total size",
+                      description="Print the cache directory, whether the cache is on, the entry format "
+                                  "version, the number of entries and their total size.")
+    ca_sub.add_parser("clear", help="remove every entry",
+                      description="Remove every cache entry (whether or not the cache is on) and print "
+                                  "how many; other files in the directory are left alone.")
+
     rep = sub.add_parser("report", help="print the compiler's decisions",
                          description="Shared tiles, swizzles, bank conflicts, registers, TMA, occupancy.")
     rep.add_argument("file")
@@ -168,7 +183,8 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        return _dispatch(args)
+        with _one_line_warnings():
+            return _dispatch(args)
     except CompileError as e:
         print(e.format(), file=sys.stderr)
         return 1
@@ -194,9 +210,27 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
+@contextlib.contextmanager
+def _one_line_warnings() -> Iterator[None]:
+    """tkir's own warnings (TkirWarning) print as `tkc: warning: ...`; others as Python prints them."""
+    show = warnings.showwarning
+
+    def one_line(message, category, filename, lineno, file=None, line=None):  # noqa: ANN001 (warnings' signature)
+        if issubclass(category, TkirWarning):
+            print(f"tkc: warning: {message}", file=file or sys.stderr)
+        else:
+            show(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = one_line
+    try:
+        yield
+    finally:
+        warnings.showwarning = show
+
+
 def _dispatch(args: argparse.Namespace) -> int:
     return {"compile": cmd_compile, "opt": cmd_opt, "run": cmd_run, "report": cmd_report,
-            "bench": cmd_bench, "passes": cmd_passes}[args.cmd](args)
+            "bench": cmd_bench, "passes": cmd_passes, "cache": cmd_cache}[args.cmd](args)
 
 
 def _config(args: argparse.Namespace):
@@ -213,7 +247,6 @@ def _config(args: argparse.Namespace):
 def _pipeline(args: argparse.Namespace, default: list[str] | None = None):
     """The pipeline the flags ask for (a list of PassSpec), or None for the default one. The deprecated
     --group-m / --pass-option become parameters of their passes, with a warning that spells them so."""
-    import warnings
 
     from tkir.pass_pipeline import as_specs
     from tkir.passes.registry import DEFAULT_PIPELINE, legacy_pipeline
@@ -317,6 +350,32 @@ def cmd_compile(args: argparse.Namespace) -> int:
     data = k.asm[args.emit] if args.emit != "launch" else json.dumps(k.asm["launch"], indent=2) + "\n"
     _write(args.output, data)  # type: ignore[arg-type]
     return 0
+
+
+def cmd_cache(args: argparse.Namespace) -> int:
+    """`tkc cache info` and `tkc cache clear`."""
+    from tkir.backend import cache
+
+    if args.cache_cmd == "clear":
+        removed = cache.clear()
+        print(f"removed {removed} {'entry' if removed == 1 else 'entries'} from {cache.cache_dir()}")
+        return 0
+    info = cache.info()
+    state = "yes" if info.enabled else "no (TKIR_CACHE=" + os.environ.get("TKIR_CACHE", "") + ")"
+    print(f"directory: {info.directory}{'' if info.directory.is_dir() else ' (not created yet)'}")
+    print(f"enabled:   {state}")
+    print(f"format:    {info.format}")
+    print(f"entries:   {info.entries}")
+    print(f"size:      {info.bytes} bytes{_human_bytes(info.bytes)}")
+    return 0
+
+
+def _human_bytes(n: int) -> str:
+    """' (45.6 KiB)' for sizes of a KiB or more, else ''."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f" ({n / scale:.1f} {unit})"
+    return ""
 
 
 def cmd_opt(args: argparse.Namespace) -> int:
