@@ -1,6 +1,6 @@
 """`tkc`: the command line.
 
-    tkc compile FILE [-D NAME=VALUE ...] [--emit tkir|llvm|ptx|cubin|sass|launch] [-o OUT] [pass flags]
+    tkc compile FILE [-D NAME=VALUE ...] [--emit tkir|llvm|ptx|cubin|sass|launch|c] [-o OUT] [pass flags]
     tkc opt FILE.tkir [--passes=a,b] [-o OUT]        IR text in, IR text out (how passes are tested)
     tkc run FILE --interpret [--size NAME=VALUE ...] [--check]
     tkc report FILE [--json] [--swizzle=none]
@@ -29,7 +29,7 @@ from typing import NoReturn
 
 from tkir.diagnostics import CompileError, TkirError, TkirWarning
 
-EMIT_KINDS = ("tkir", "llvm", "ptx", "cubin", "sass", "launch")
+EMIT_KINDS = ("tkir", "llvm", "ptx", "cubin", "sass", "launch", "c")
 # packages only some commands need -> what for (a missing one is a one-line error, not a traceback)
 OPTIONAL_PACKAGES = {"torch": "tkc bench and tkc run on the GPU compare with torch",
                      "matplotlib": "tkc bench --plot draws with matplotlib"}
@@ -120,8 +120,10 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("file")
     c.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME=VALUE",
                    help="override a compile-time parameter")
-    c.add_argument("--emit", choices=EMIT_KINDS, default="tkir", help="what to write (default tkir)")
-    c.add_argument("-o", dest="output", help="output file (default stdout)")
+    c.add_argument("--emit", choices=EMIT_KINDS, default="tkir",
+                   help="what to write (default tkir); c: a C source and header that launch the kernel "
+                        "(-o NAME.c also writes NAME.h)")
+    c.add_argument("-o", dest="output", help="output file (default stdout; --emit c needs -o NAME.c)")
     _add_pass_flags(c)
 
     o = sub.add_parser("opt", help="run passes on IR text", description="Run passes on tile IR text.")
@@ -339,6 +341,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
     import time
 
     t0 = time.perf_counter()
+    if args.emit == "c":
+        _c_output_paths(args.output)  # a bad -o is an error before any work
     k = _compile(args)
     if args.emit != "tkir":
         k.lower()  # adds its timing row: "backend (llvm, ptx)", or "backend (cached)" from the disk cache
@@ -347,9 +351,25 @@ def cmd_compile(args: argparse.Namespace) -> int:
         print(f"tkc compile: total {time.perf_counter() - t0:.3f} s", file=sys.stderr)
     if (args.print_after_all or args.print_after) and args.output is None and args.emit == "tkir":
         return 0  # the dumps already showed the IR; --stop-after alone prints the IR it stopped at
+    if args.emit == "c":
+        c_path, h_path = _c_output_paths(args.output)
+        src = k.emit_c(name=c_path.stem, header=h_path.name)
+        _write(str(h_path), src.h)
+        _write(str(c_path), src.c)
+        return 0
     data = k.asm[args.emit] if args.emit != "launch" else json.dumps(k.asm["launch"], indent=2) + "\n"
     _write(args.output, data)  # type: ignore[arg-type]
     return 0
+
+
+def _c_output_paths(output: str | None) -> tuple[Path, Path]:
+    """`-o NAME.c` for --emit c: the .c file and its header NAME.h beside it."""
+    if output is None or not output.endswith(".c") or Path(output).is_dir() or Path(output).stem in ("", "."):
+        got = f"-o {output}" if output else "no -o"
+        raise UsageError(f"--emit c writes a C source and its header: name the source with -o NAME.c "
+                         f"(NAME.h is written beside it), got {got}")
+    c_path = Path(output)
+    return c_path, c_path.with_suffix(".h")
 
 
 def cmd_cache(args: argparse.Namespace) -> int:
