@@ -26,6 +26,7 @@ from tkir.backend.c_expr import DIV_ZERO, OVERFLOW, helpers_c, to_c
 from tkir.backend.emit_c import CSources, c_name, emit_c
 from tkir.backend.runtime import LaunchError
 from tkir.cli import main
+from tkir.types import DTYPE_BYTES
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -436,3 +437,40 @@ def test_header_documents_the_call() -> None:
     assert "R: size R (X dim 0, Y dim 0)" in src.h and "D: size D (X dim 1, int dim 0)" in src.h
     assert src.h.split("#ifndef")[0].count("*/") == 1  # the requirement text cannot end the banner comment
     assert '"exprs: D \\"quoted\\" \\?\\?= a multiple of 32 \\\\ */ /* (D % 32 must be 0)"' in src.c
+
+
+# --- the GPU test's program, run here on the stub driver ---------------------------------------------
+
+@pytest.mark.parametrize("name,sizes", [("gemm", dict(M=200, K=136, N=264)), ("softmax", dict(N=40))])
+def test_gpu_test_program_runs_on_the_stub(name: str, sizes: dict[str, int], tmp_path: Path) -> None:
+    """tests/test_emit_c_gpu.py's main.c, built against the stub driver (host memory, a launch that
+    computes nothing): it parses its arguments, moves every tensor through "device" memory and back
+    unchanged, and reports a refused launch; so the GPU run can only differ in the kernel's results."""
+    import numpy as np
+    from test_emit_c_gpu import EXIT_REFUSED, REFUSED, _main_c, _run
+
+    k = tkir.compile(str(EXAMPLES / f"{name}.tk"))
+    src = k.emit_c(name)
+    (tmp_path / f"{name}.c").write_text(src.c)
+    (tmp_path / f"{name}.h").write_text(src.h)
+    (tmp_path / "main.c").write_text(_main_c(name, src.header, k.launch))
+    run_cc(["-std=c11", "-Wall", "-Wextra", "-Werror", "-isystem", str(cuda_include()), *ubsan_flags(tmp_path),
+            "main.c", f"{name}.c", str(STUB), "-o", "prog"], tmp_path)
+    rng = np.random.default_rng(0)
+    for t in k.launch["tensors"]:
+        shape = [symexpr.evaluate(d, sizes) for d in t["dims"]]
+        (tmp_path / f"{t['name']}.in").write_bytes(rng.integers(0, 256, DTYPE_BYTES[t["dtype"]] * math.prod(shape),
+                                                                dtype=np.uint8).tobytes())
+    proc = _run(tmp_path / "prog", tmp_path, k.launch, sizes)
+    assert proc.returncode == 0 and proc.stdout.splitlines()[-1] == "OK", proc.stdout + proc.stderr
+    launched = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith('{"call": "cuLaunchKernel"')]
+    assert len(launched) == 1 and launched[0]["stream"] == 0x5E  # the program's non-blocking stream
+    for t in k.launch["tensors"]:
+        assert (tmp_path / f"{t['name']}.out").read_bytes() == (tmp_path / f"{t['name']}.in").read_bytes()
+
+    if name == REFUSED[0]:
+        proc = _run(tmp_path / "prog", tmp_path, k.launch, REFUSED[1])
+        assert proc.returncode == EXIT_REFUSED, proc.stdout + proc.stderr
+        lines = [line for line in proc.stdout.splitlines() if not line.startswith("{")]
+        assert lines[0].startswith(f"REFUSED {name}: ") and REFUSED[2] in lines[0]
+        assert lines[1] == f"LAUNCH {CUDA_ERROR_INVALID_VALUE}"

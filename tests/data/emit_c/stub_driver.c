@@ -2,7 +2,8 @@
  * output on a machine without a GPU. It is compiled against the real cuda.h, so every definition
  * must match the header's declaration. Each driver call the generated code makes prints one JSON
  * line with its arguments and succeeds; the test compares them with what tkir.backend.runtime
- * computes for the same arguments.
+ * computes for the same arguments. "Device" memory is host memory (malloc), so that the GPU test's
+ * main.c (tests/test_emit_c_gpu.py) can also run here, with a launch that computes nothing.
  *
  * Environment: STUB_SMS (multiprocessor count, default 132), STUB_PTX_OUT (a file to write the PTX
  * that cuModuleLoadData receives).
@@ -16,12 +17,76 @@
 /* One letter per kernel parameter, set by the test's main: m tensor map, p pointer, i i32, u u32,
  * l i64, f f32. */
 const char *stub_param_kinds = "";
-static uint64_t stub_maps;    /* tensor maps encoded so far: each map's first word is its number */
-static uint64_t stub_allocs;  /* cuMemAlloc calls so far */
+static uint64_t stub_maps;  /* tensor maps encoded so far: each map's first word is its number */
 
 #define STUB_FUNCTION ((CUfunction)(uintptr_t)0xF0)
 #define STUB_MODULE ((CUmodule)(uintptr_t)0xE0)
-#define STUB_ALLOC_BASE 0x7E0000000000ull
+#define STUB_CONTEXT ((CUcontext)(uintptr_t)0xC0)
+#define STUB_STREAM ((CUstream)(uintptr_t)0x5E)
+
+CUresult CUDAAPI cuInit(unsigned int Flags)
+{
+    return Flags == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult CUDAAPI cuDeviceGet(CUdevice *device, int ordinal)
+{
+    *device = ordinal;
+    return ordinal == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
+}
+
+CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
+{
+    (void)dev;
+    *pctx = STUB_CONTEXT;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev)
+{
+    (void)dev;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuCtxSetCurrent(CUcontext ctx)
+{
+    return ctx == STUB_CONTEXT ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+}
+
+CUresult CUDAAPI cuStreamCreate(CUstream *phStream, unsigned int Flags)
+{
+    (void)Flags;
+    *phStream = STUB_STREAM;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuStreamSynchronize(CUstream hStream)
+{
+    return hStream == STUB_STREAM ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+CUresult CUDAAPI cuStreamDestroy(CUstream hStream)
+{
+    return hStream == STUB_STREAM ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+CUresult CUDAAPI cuGetErrorName(CUresult error, const char **pStr)
+{
+    *pStr = error == CUDA_ERROR_INVALID_VALUE ? "CUDA_ERROR_INVALID_VALUE" : "CUDA_ERROR_(stub)";
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemcpyHtoD(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
+{
+    memcpy((void *)(uintptr_t)dstDevice, srcHost, ByteCount);
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemcpyDtoH(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
+{
+    memcpy(dstHost, (const void *)(uintptr_t)srcDevice, ByteCount);
+    return CUDA_SUCCESS;
+}
 
 CUresult CUDAAPI cuCtxGetDevice(CUdevice *device)
 {
@@ -93,13 +158,18 @@ CUresult CUDAAPI cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfunc
 
 CUresult CUDAAPI cuMemAlloc(CUdeviceptr *dptr, size_t bytesize)
 {
-    *dptr = (CUdeviceptr)(STUB_ALLOC_BASE + 0x100000000ull * stub_allocs++);
+    void *p = malloc(bytesize > 0 ? bytesize : 1);
+    if (p == NULL) {
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    *dptr = (CUdeviceptr)(uintptr_t)p;
     printf("{\"call\": \"cuMemAlloc\", \"bytes\": %zu, \"ptr\": %llu}\n", bytesize, (unsigned long long)*dptr);
     return CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuMemsetD8(CUdeviceptr dstDevice, unsigned char uc, size_t N)
 {
+    memset((void *)(uintptr_t)dstDevice, uc, N);
     printf("{\"call\": \"cuMemsetD8\", \"ptr\": %llu, \"value\": %d, \"bytes\": %zu}\n",
            (unsigned long long)dstDevice, (int)uc, N);
     return CUDA_SUCCESS;
@@ -114,6 +184,7 @@ CUresult CUDAAPI cuCtxSynchronize(void)
 CUresult CUDAAPI cuMemFree(CUdeviceptr dptr)
 {
     printf("{\"call\": \"cuMemFree\", \"ptr\": %llu}\n", (unsigned long long)dptr);
+    free((void *)(uintptr_t)dptr);
     return CUDA_SUCCESS;
 }
 
