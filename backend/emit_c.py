@@ -161,9 +161,9 @@ class _Generator:
         ]
         for t in self.tensors:
             dims = ", ".join(str(d) for d in t["dims"])
-            tma = "; 16-byte aligned, read or written through a TMA tensor map" if t["name"] in self.tma_tensors else ""
-            lines.append(f" *   {self.cname[t['name']]}: {t['dtype']}[{_comment(dims)}], a device pointer to a "
-                         f"C-contiguous (row-major) array{tma}")
+            tma = ", 16-byte aligned (a TMA tensor map)" if t["name"] in self.tma_tensors else ""
+            lines.append(f" *   {self.cname[t['name']]}: {t['dtype']}[{_comment(dims)}], C-contiguous (row-major) "
+                         f"device memory{tma}")
         for s in self.scalars:
             lines.append(f" *   {self.cname[s['name']]}: {C_SCALAR_TYPES[s['dtype']]} scalar ({s['dtype']})")
         for s in self.sizes:

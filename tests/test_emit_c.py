@@ -433,7 +433,7 @@ def test_header_documents_the_call() -> None:
     assert ("CUresult tkir_exprs_launch(CUdeviceptr X, CUdeviceptr Y, CUdeviceptr int_, uint32_t stream_, "
             "int64_t big, float eps, int64_t R, int64_t D, CUstream stream);") in src.h
     assert "const char *tkir_exprs_check(CUdeviceptr X, CUdeviceptr Y, CUdeviceptr int_, int64_t R, int64_t D);" in src.h
-    assert "Y: bf16[R, D / 2, 8], a device pointer to a C-contiguous (row-major) array; 16-byte aligned" in src.h
+    assert "Y: bf16[R, D / 2, 8], C-contiguous (row-major) device memory, 16-byte aligned (a TMA tensor map)" in src.h
     assert "R: size R (X dim 0, Y dim 0)" in src.h and "D: size D (X dim 1, int dim 0)" in src.h
     assert src.h.split("#ifndef")[0].count("*/") == 1  # the requirement text cannot end the banner comment
     assert '"exprs: D \\"quoted\\" \\?\\?= a multiple of 32 \\\\ */ /* (D % 32 must be 0)"' in src.c
