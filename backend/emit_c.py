@@ -35,8 +35,9 @@ from tkir.types import DTYPE_BYTES
 C_SCALAR_TYPES = {"i32": "int32_t", "u32": "uint32_t", "i64": "int64_t", "f32": "float"}
 SCALAR_RANGES = {"i32": runtime.I32_RANGE, "u32": runtime.U32_RANGE, "i64": (-(2**63), 2**63 - 1)}
 PTX_BYTES_PER_LINE = 16
-# Words a C or C++ compiler, or cuda.h and stdint.h, give a meaning: a kernel name equal to one gets
-# a trailing '_' in the C (so does `stream`, the launch's own parameter).
+# Words a C or C++ compiler, or cuda.h and stdint.h, give a meaning: an argument (tensor, scalar or
+# size) named like one gets a trailing '_' in the C (so does `stream`, the launch's own parameter),
+# as does a name with one of the prefixes below (the generated code's own names, cuda.h's, stdint.h's).
 C_RESERVED = frozenset("""
 auto break case char const continue default do double else enum extern float for goto if inline int long
 register restrict return short signed sizeof static struct switch typedef union unsigned void volatile while
@@ -273,8 +274,6 @@ class _Generator:
             f"#define {P}_KERNEL \"{_c_string(self.kernel)[1:-1]}\"",
             f"#define {P}_DEFAULT_NUM_SMS {runtime.DEFAULT_NUM_SMS}  /* what check assumes before load: "
             "an H100/H200 (tkir.target) */",
-            f"#define {P}_STATIC_SMEM_LIMIT {runtime.STATIC_SMEM_LIMIT}  /* dynamic smem without the opt-in "
-            "attribute */",
             "",
         ]
         return "\n".join(lines)
