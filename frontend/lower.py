@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from tkir import scalar
 from tkir.diagnostics import CompileError
 from tkir.frontend import ast
+from tkir.frontend.names import Vocabulary, check_untaken
 from tkir.ir import Block, Loc, Module, Operation, Region, Value
 from tkir.target import SMEM_PER_BLOCK
 from tkir.types import (
@@ -66,6 +67,11 @@ ALL_FUNCS = (*UNARY_FUNCS, *CAST_FUNCS, *REDUCTIONS, *OTHER_FUNCS)
 ANNOTATIONS = {"stages": "a for loop", "swizzle": "a shared declaration",
                "no_tma": "a load statement", "warpgroups": "the kernel"}
 BINARY_NAMES = {"+": "add", "-": "sub", "*": "mul", "/": "div", "%": "rem", "max": "max", "min": "min"}
+# what the name check of an untaken compile-time branch knows (frontend/names.py)
+VOCABULARY = Vocabulary(
+    functions={f: (3, 4) if f == "mask_causal" else (N_ARGS.get(f, 1),) * 2 for f in ALL_FUNCS},
+    type_kinds=(*TYPE_KINDS, *SCALAR_DTYPES), dtypes=(*TENSOR_DTYPES, PREDICATE_DTYPE), annotations=ANNOTATIONS,
+    block_dims=BLOCK_DIMS, implicit=("inf",))
 
 
 def lower_kernel(kernel: ast.Kernel, source: str, consts: dict[str, int | float] | None = None) -> Module:
@@ -140,6 +146,8 @@ class _Lowerer:
         self.smem_bytes = 0
         self.loop_depth = 0
         self.axis_of: dict[int, str] = {}
+        # names declared only in untaken branches of compile-time `if`s, with the scope of the `if`
+        self.untaken: list[tuple[dict[str, _Sym], dict[str, Loc]]] = []
 
     # --- helpers -------------------------------------------------------------------------------
 
@@ -536,7 +544,20 @@ class _Lowerer:
             self.runtime_if(s)
             return
         # Like `#if`: only the taken branch exists, and what it declares stays visible after it.
-        self.stmts(s.then if cond else s.orelse or [])
+        # The other branch's names are checked all the same (frontend/names.py).
+        visible = {n for scope in self.scopes for n in scope} | set(self.untaken_names())
+        taken, untaken = (s.then, s.orelse or []) if cond else (s.orelse or [], s.then)
+        self.stmts(taken)
+        declared = check_untaken(untaken, visible, s.loc, VOCABULARY, self.source)
+        self.untaken.append((self.scopes[-1], declared))
+
+    def untaken_names(self) -> dict[str, Loc]:
+        """Names declared only in untaken compile-time branches of the scopes visible now."""
+        out: dict[str, Loc] = {}
+        for scope, declared in self.untaken:
+            if any(scope is s for s in self.scopes):
+                out.update(declared)
+        return out
 
     def runtime_if(self, s: ast.If) -> None:
         """`if c {..} else {..}` on a run-time scalar comparison -> arith.cmp + a two-region scf.if.
@@ -745,6 +766,10 @@ class _Lowerer:
             if e.id == "block":
                 raise self.error(e.loc, "'block' needs .x, .y or .z")
             close = difflib.get_close_matches(e.id, [n for s in self.scopes for n in s], n=1)
+            untaken = self.untaken_names().get(e.id)
+            if untaken is not None:
+                raise self.error(e.loc, f"unknown name '{e.id}'", hint=f"'{e.id}' is declared at line "
+                                 f"{untaken.line}, in a compile-time branch these consts do not take")
             raise self.error(e.loc, f"unknown name '{e.id}'",
                              hint=f"did you mean '{close[0]}'?" if close else None)
         if sym.kind == "size":
