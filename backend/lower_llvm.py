@@ -21,6 +21,7 @@ An op without a rule is a located error naming the op, the target and the operan
 from __future__ import annotations
 
 from tkir.backend.context import LoweringContext, SharedPlan, plan_shared, tile_stage_bytes
+from tkir.backend.llvm_text import param_names
 from tkir.backend.rules import load_rules
 from tkir.backend.values import HEADER, LLVM_TYPE, REGS_PER_SM, SMEM_ALIGN, Global, LoweringError
 from tkir.facts import OccupancyPlan
@@ -52,8 +53,8 @@ def lower_kernel(module: Module, launch: dict, target: str) -> tuple[str, int]:
 def _lower_function(cx: LoweringContext) -> str:
     w = cx.w
     sig = []
-    for p in cx.launch["params"]:
-        name = "%" + p["name"]
+    names = param_names([p["name"] for p in cx.launch["params"]])
+    for p, name in zip(cx.launch["params"], names, strict=True):
         if p["kind"] == "tensor_map":
             sig.append(f'ptr byval([128 x i8]) align 64 "nvvm.grid_constant" {name}')
             cx.tmaps[p["name"]] = name
