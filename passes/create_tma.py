@@ -38,7 +38,7 @@ import re
 
 from tkir.access_report import add_report
 from tkir.ir import Module, Operation
-from tkir.layout import SharedLayout, layout_of, tma_swizzle
+from tkir.layout import SharedLayout, layout_of, tma_box, tma_swizzle
 from tkir.ops_tma import TMA_INNER_BYTES_ALIGN, TMA_MAX_BOX, TMA_MAX_RANK, TMA_STRIDE_ALIGN
 from tkir.passes.shared_access import access_report, choose_swizzle, shared_layout, staged_store_uses, with_layout
 from tkir.passmanager import Options, ParamError, Pass, PassError, param
@@ -249,10 +249,7 @@ def _box_problem(s: TileType | VectorType) -> str | None:
 
 
 def _box(s: TileType | VectorType, rank: int) -> tuple[list[int], int]:
-    inner, boxes, rows = _inner(s)
-    if isinstance(s, TileType):
-        return [inner, rows] + [1] * (rank - 2), boxes
-    return [inner] + [1] * (rank - 1), boxes
+    return tma_box(s, rank)  # tkir/layout.py: the verifier checks descriptors against the same rule
 
 
 def _product(dims: list[int | str], eb: int) -> int | str:

@@ -43,6 +43,10 @@ def _stage(op: Operation) -> None:
     expect(is_int_scalar(s), "'pipe.stage' index is i32")
     expect(isinstance(r, TileType) and r.shape == buf.shape and r.dtype == buf.dtype and r.get("stages") is None,
            f"'pipe.stage' of {buf} yields one stage, got {r}")
+    layout = {k: v for k, v in buf.attrs if k != "stages"}
+    expect(dict(r.attrs) == layout,  # a view in another layout than its buffer reads it wrong (issue 14)
+           f"'pipe.stage' of {buf} yields a stage in the buffer's layout "
+           f"({', '.join(f'{k}={v}' for k, v in layout.items()) or 'no attributes'}), got {r}")
 
 
 def _bar_op(n: int):

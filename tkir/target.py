@@ -19,4 +19,7 @@ SMEM_PER_SM = 233_472          # 228 KB per SM (HOPPER.md §7.3)
 MAX_BLOCKS_PER_SM = 32         # HOPPER.md §7.3
 MAX_WARPS_PER_SM = 64          # HOPPER.md §7.3
 MAX_THREADS_PER_BLOCK = 1024   # CUDA C Programming Guide, compute capability 9.0 and 8.x
+# Blocks per grid dim x, y, z: CUDA C Programming Guide, "Technical Specifications per Compute
+# Capability" (maximum x-dimension of a grid 2^31 - 1; maximum y- or z-dimension 65535), CC 5.0-9.0
+MAX_GRID = (2**31 - 1, 65_535, 65_535)
 NUM_SMS = 132                  # SMs of an H100 SXM / H200 (what persistent grids are planned for)
