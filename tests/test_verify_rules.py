@@ -120,3 +120,17 @@ def test_every_pass_output_of_the_examples_still_verifies() -> None:
                                             "pipeline,persistent,stream-k,canonicalize")
     tkir.compile("examples/gemm.tk", swizzle="none")
     tkir.compile("examples/attention_fwd.tk", D=64, CAUSAL=1)
+
+
+def test_one_consumer_warpgroup_epilogue_box_covers_its_rows(tmp_path) -> None:
+    """create-tma gave the staged epilogue a 64-row box; a single consumer warpgroup holds all 128 rows
+    of gemm's tile and stores them with one box per panel, so half the tile was never written. The
+    verifier now refuses such a box, and create-tma makes it the warpgroup's rows (GPU check:
+    tests/test_gpu_examples.py)."""
+    src = tmp_path / "g1.tk"
+    src.write_text(open("examples/gemm.tk").read().replace("kernel gemm", "@warpgroups(consumers=1)\nkernel gemm", 1))
+    k = tkir.compile(str(src), BN=128)
+    staged = 'box = [64, 128], elem_strides = [1, 1], swizzle = 128, l2_promotion = 128, oob_fill = "zero"}\ntk.'
+    assert staged in k.ir and "wgmma_acc, wg = 1" in k.ir and "tk.store_staged" in k.ir
+    with pytest.raises(CompileError, match="each of 1 warpgroup stores 128 rows"):
+        verify(parse_module(k.ir.replace(staged, staged.replace("[64, 128]", "[64, 64]")), "g1.tkir"))
