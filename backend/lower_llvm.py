@@ -47,6 +47,10 @@ def lower_kernel(module: Module, launch: dict, target: str) -> tuple[str, int]:
                                                f"{SMEM_PER_BLOCK} B per block",
                             hint="use fewer stages or smaller tiles, or avoid transposes and column reductions "
                                  "of large register tiles")
+    if used + SMEM_ALIGN > SMEM_PER_BLOCK:  # IR text that skipped plan-occupancy (the launch would fail)
+        raise LoweringError(module.kernel.loc, f"shared memory: the kernel's tiles need {used + SMEM_ALIGN} B "
+                                               f"(with {SMEM_ALIGN} B of alignment slack), above the "
+                                               f"{SMEM_PER_BLOCK} B a block may have", hint="use smaller tiles")
     return text, used + SMEM_ALIGN  # slack to round the base up to 1024 B
 
 
