@@ -71,6 +71,10 @@ CASES = [
     ("grid-y", GRID, 'grid = ["1", "65536"]', "tk.kernel", "grid dim 1 (y) is 65536 blocks; CUDA launches 1..65535"),
     ("grid-z-folds", GRID, 'grid = ["1", "1", "70000 / 2 * 2"]', "tk.kernel", "grid dim 2 (z) is 70000 blocks"),
     ("grid-div-zero", GRID, 'grid = ["M / (2 - 2)"]', "tk.kernel", None),
+    ("role-regs", "tk.role {kind = consumer, warpgroups = 2, regs = 232}", "tk.role {kind = consumer, warpgroups = 2, regs = 300}",
+     "tk.role {kind = consumer", "'tk.role' regs = 300: setmaxnreg takes 24..256 registers per thread, a multiple of 8"),
+    ("role-regs-step", "tk.role {kind = consumer, warpgroups = 2, regs = 232}", "tk.role {kind = consumer, warpgroups = 2, regs = 228}",
+     "tk.role {kind = consumer", "'tk.role' regs = 228"),
     ("stage-view-layout", "%a_s = pipe.stage %a, %s : st<bf16, 128, 64, swizzle=128, align=1024>",
      "%a_s = pipe.stage %a, %s : st<bf16, 128, 64, swizzle=64, align=512>", "%a_s = pipe.stage",
      "'pipe.stage' of st<bf16, 128, 64, swizzle=128, align=1024, stages=4> yields a stage in the buffer's layout"),
@@ -134,3 +138,16 @@ def test_one_consumer_warpgroup_epilogue_box_covers_its_rows(tmp_path) -> None:
     assert staged in k.ir and "wgmma_acc, wg = 1" in k.ir and "tk.store_staged" in k.ir
     with pytest.raises(CompileError, match="each of 1 warpgroup stores 128 rows"):
         verify(parse_module(k.ir.replace(staged, staged.replace("[64, 128]", "[64, 64]")), "g1.tkir"))
+
+
+def test_shared_memory_above_the_block_limit_is_refused_by_the_backend(tmp_path) -> None:
+    """IR text that skips plan-occupancy: a 256 KB tile was lowered, with dynamic_smem 263168 in the
+    launch description (the driver would refuse it at the launch)."""
+    text = tkir.compile("examples/softmax.tk").ir
+    head, rest = text.split("\n", 2)[:2], text.split("\n", 2)[2]
+    f = tmp_path / "big.tkir"
+    f.write_text("\n".join([*head, "  %big = tk.alloc : st<bf16, 256, 512, swizzle=0, align=128>", rest]))
+    k = tkir.compile(str(f), passes="verify")
+    with pytest.raises(CompileError) as info:
+        k.asm["ptx"]
+    assert info.value.format().startswith(f"{f}:1:1: error: shared memory: the kernel's tiles need 263168 B")
