@@ -151,3 +151,18 @@ def test_shared_memory_above_the_block_limit_is_refused_by_the_backend(tmp_path)
     with pytest.raises(CompileError) as info:
         k.asm["ptx"]
     assert info.value.format().startswith(f"{f}:1:1: error: shared memory: the kernel's tiles need 263168 B")
+
+
+def test_a_tile_without_a_swizzle_yet_is_compared_by_the_backend_only(tmp_path) -> None:
+    """No `swizzle=` in a tile's type: select-swizzle has not decided its layout, so the verifier lets
+    a descriptor disagree (tests/filecheck/staging-layout.tkir feeds such IR to select-swizzle); the
+    backend lowers it unswizzled, so building the launch refuses it, at the copy."""
+    text = GEMM.replace(", swizzle=128, align=1024", "")
+    verify(parse_module(text, "g.tkir"))
+    f = tmp_path / "g.tkir"
+    f.write_text(text)
+    r = subprocess.run([sys.executable, "-m", "tkir.cli", "compile", str(f), "--passes=verify", "--emit", "launch"],
+                       capture_output=True, text=True)
+    line, col = _where(text, "pipe.copy %a_s")
+    assert r.returncode == 1 and r.stderr.startswith(f"{f}:{line}:{col}: error: 'pipe.copy': @A_tma has swizzle "
+                                                     "128, but the shared tile %a_s is st<bf16, 128, 64>"), r.stderr
