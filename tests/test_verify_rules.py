@@ -71,6 +71,8 @@ CASES = [
     ("grid-y", GRID, 'grid = ["1", "65536"]', "tk.kernel", "grid dim 1 (y) is 65536 blocks; CUDA launches 1..65535"),
     ("grid-z-folds", GRID, 'grid = ["1", "1", "70000 / 2 * 2"]', "tk.kernel", "grid dim 2 (z) is 70000 blocks"),
     ("grid-div-zero", GRID, 'grid = ["M / (2 - 2)"]', "tk.kernel", None),
+    ("size-unknown", '%K = tk.size {name = "K"}', '%K = tk.size {name = "Q"}', "%K = tk.size",
+     "'tk.size' reads 'Q', which is not a size of @gemm"),
     ("role-regs", "tk.role {kind = consumer, warpgroups = 2, regs = 232}", "tk.role {kind = consumer, warpgroups = 2, regs = 300}",
      "tk.role {kind = consumer", "'tk.role' regs = 300: setmaxnreg takes 24..256 registers per thread, a multiple of 8"),
     ("role-regs-step", "tk.role {kind = consumer, warpgroups = 2, regs = 232}", "tk.role {kind = consumer, warpgroups = 2, regs = 228}",

@@ -11,7 +11,7 @@ from tkir.diagnostics import CompileError
 from tkir.ir import Module, Operation, Region, Value
 from tkir.ops import OPS, OpError
 from tkir.types import TileType, VectorType
-from tkir.verify_sizes import verify_grid
+from tkir.verify_sizes import verify_sizes
 from tkir.verify_tma import verify_tma
 
 
@@ -29,7 +29,7 @@ def verify(module: Module) -> None:
         _verify_op(op, set())
     # rules across ops and symbols (tkir/verify_sizes.py, tkir/verify_tma.py)
     for kernel in module.kernels():
-        verify_grid(kernel, VerifyError)
+        verify_sizes(kernel, VerifyError)
     verify_tma(module, VerifyError)
 
 

@@ -4,7 +4,8 @@ compile time fits the target's launch limits.
 The grid (`tk.kernel {grid = [...]}`) and a `tma.desc`'s dims and strides are `tkir.symexpr`
 expressions of the kernel's sizes (the named dims of its gl parameters; the grid may also read
 NUM_SMS, which the runtime binds to the device's SM count). IR text could carry anything there: a
-garbage grid passed the verifier and crashed the backend (issue 14). A grid dim with no names is a
+garbage grid passed the verifier and crashed the backend, and so did a `tk.size` of an unknown name
+(issue 14). A grid dim with no names is a
 number of blocks, checked against CUDA's limits here instead of at the launch.
 """
 
@@ -51,10 +52,15 @@ def grid_limit_problem(axis: int, blocks: int) -> str | None:
     return None
 
 
-def verify_grid(kernel: Operation, error: type[CompileError]) -> None:
-    """Every grid dim is a size expression of the kernel's sizes (and NUM_SMS); one without names
-    is within the target's limits."""
-    known = kernel_sizes(kernel) | set(RUNTIME_SIZES)
+def verify_sizes(kernel: Operation, error: type[CompileError]) -> None:
+    """Every grid dim is a size expression of the kernel's sizes (and NUM_SMS), one without names
+    within the target's limits; every `tk.size` reads a size of the kernel."""
+    sizes = kernel_sizes(kernel)
+    for op in kernel.walk():
+        if op.name == "tk.size" and op.attrs["name"] not in sizes:
+            raise error(op.loc, f"'tk.size' reads {op.attrs['name']!r}, which is not a size of @{kernel.symbol}",
+                        hint=f"sizes (the named dims of its gl parameters): {', '.join(sorted(sizes)) or 'none'}")
+    known = sizes | set(RUNTIME_SIZES)
     for axis, expr in enumerate(kernel.attrs["grid"]):
         if size_names(expr, known, kernel, f"grid dim {axis}", error):
             continue
