@@ -841,8 +841,11 @@ class _Lowerer:
                              f"({g.rank} dims), got {len(e.indices)}",
                              hint="give one coordinate per dim; the last two (a tile) or last one (a "
                                   "vector) count in tiles")
-        exprs = [self.expr(i) for i in e.indices]
-        coords = [self.tile_coordinate(x) for x in exprs]
+        exprs: list[_E] = []
+        coords: list[Value] = []
+        for i in e.indices:  # one at a time: the order of the prologue's constants stays the source's
+            exprs.append(self.expr(i))
+            coords.append(self.tile_coordinate(exprs[-1]))
         return _E(e.loc, gref=(base.value, coords), coords=exprs)
 
     def index_value(self, e: _E, what: str) -> Value:
