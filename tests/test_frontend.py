@@ -153,6 +153,36 @@ def test_compile_time_if_folds_and_else_if_chains() -> None:
     assert "tk.abs" in lower(body, {"BM": 32})
 
 
+def test_untaken_branch_names_are_checked_but_not_its_types() -> None:
+    """Issue 14: the branch a compile-time `if` does not take is name-checked (tests/bad/untaken_*.tk),
+    but what depends on the consts is not: shapes, a `let` in both branches, names declared only
+    under other consts, a nested `if` whose declarations either branch makes."""
+    body = ("reg x: rt<f32, BM, BM> = 0\n"
+            "if BM == 64 { let n = 1 } else { let n = 2 }\n"          # one name, each branch
+            "if CAUSAL { reg y: rt<f32, BM, 24> = x\n let w = 3 }\n"  # bad shape, untaken: fine
+            "if CAUSAL { x = x * f32(w)\n"                             # w: only in an untaken branch
+            "  if BM > 32 { let z = 1 } else { let z = 2 }\n  let u = z }\n"
+            "x = x + f32(n)")
+    assert "tk.add" in lower(body)
+    with pytest.raises(CompileError, match="multiples of 16"):
+        lower(body, {"CAUSAL": 1})
+    with pytest.raises(CompileError) as info:  # taken code using a name of an untaken branch
+        lower("if CAUSAL { let w = 3 }\nlet v = w")
+    assert info.value.message == "unknown name 'w'" and "line 2, in a compile-time branch" in info.value.hint
+    for bad, words in [("if CAUSAL { let v = block }", "'block' needs"),
+                       ("if CAUSAL { let v = block.w }", "unknown block index"),
+                       ("if CAUSAL { reg v: rt<bf17, 16, 16> }", "unknown dtype 'bf17'"),
+                       ("if CAUSAL { reg v: tile<bf16, 16, 16> }", "unknown type 'tile'"),
+                       ("if CAUSAL { @unroll for i in 0 .. 2 { } }", "unknown annotation"),
+                       ("if CAUSAL { for i in 0 .. 2 { } \n let v = i }", "unknown name 'i'"),
+                       ("if CAUSAL { acc += 1.0 }", "'+=' on undeclared variable 'acc'"),
+                       ("if CAUSAL { let v = A.T.q }", "unknown attribute '.q'")]:
+        with pytest.raises(CompileError) as info:
+            lower(bad)
+        assert words in info.value.message, (bad, info.value.format())
+        assert "does not take this branch" in info.value.hint
+
+
 def test_swizzle_and_no_tma_and_warpgroups_attrs() -> None:
     src = ("@warpgroups(consumers=2, producers=1)\n"
            "kernel k(A: gl<bf16>[M, K]) grid(M / 64) {\n"

@@ -7,6 +7,9 @@ example's bound, at three sizes each, including sizes that are not multiples of 
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import pytest
 
 from tkir.bench import bench_one
@@ -60,6 +63,20 @@ def test_example_matches_reference_on_gpu(name: str, sizes: dict, consts: dict) 
     path = f"examples/{name}.tk"
     row = bench_one(path, load_companion(path), sizes, consts, reps=1, warmup=0, peer=False)
     assert row.ok, f"{name} {sizes} {consts}: rel_err {row.rel_err:.3e} > {row.bound}"
+
+
+@pytest.mark.gpu
+def test_one_consumer_warpgroup_stores_its_whole_128_row_tile_on_gpu(tmp_path: Path) -> None:
+    """Issue 14: the staged epilogue's TMA box had 64 rows, so one warpgroup owning all 128 rows of
+    the tile stored rows 0..63 only (the interpreter, which ignores boxes, could not see it)."""
+    pytest.importorskip("torch")
+    src = Path("examples/gemm.tk").read_text().replace("kernel gemm", "@warpgroups(consumers=1)\nkernel gemm", 1)
+    (tmp_path / "gemm.tk").write_text(src)
+    shutil.copy("examples/gemm.py", tmp_path / "gemm.py")
+    path = str(tmp_path / "gemm.tk")
+    sizes, consts = dict(M=1000, N=512, K=256), {"BN": 128}
+    row = bench_one(path, load_companion(path), sizes, consts, reps=1, warmup=0, peer=False)
+    assert row.ok, f"rel_err {row.rel_err:.3e} > {row.bound}"
 
 
 # The sm_80 path (cp.async, ldmatrix, mma.sync; PTX for sm_80 runs on the H200 through the driver's

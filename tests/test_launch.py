@@ -153,7 +153,7 @@ def test_descriptor_swizzle_must_match_the_tile(tmp_path: Path) -> None:
     with pytest.raises(CompileError) as e:
         build_launch(parse_module(bad, str(path)), "sm_90a")
     msg = e.value.format()
-    assert msg.startswith(f"{path}:17:5: error: 'tma.load': @A_tma has swizzle 128 but the shared tile is")
+    assert msg.startswith(f"{path}:17:5: error: 'tma.load': @A_tma has swizzle 128, but the shared tile %a is")
     assert "tma.load %a, %A" in msg.splitlines()[1]
 
 

@@ -288,6 +288,13 @@ def test_f32_scalar_accepts_int(gemm: Kernel) -> None:
     (lambda d: d.update(block=[2048]), "is not 1..1024 threads"),
     (lambda d: d["tensors"][0].pop("name"), "malformed: KeyError 'name'"),
     (lambda d: d["tma"][0].update(box=None), "malformed: TypeError"),
+    # issue 14: checked when the description is read, not at bind time or by the driver
+    (lambda d: d.update(grid=["cdiv(M, 128"]), "grid dim 0: bad size expression"),
+    (lambda d: d.update(grid=["cdiv(Q, 128)"]), r"grid dim 0 \(cdiv\(Q, 128\)\) uses Q"),
+    (lambda d: d.update(grid=[1, 65536]), "grid dim 1 is 65536 blocks, not 1..65535"),
+    (lambda d: d.update(grid=["2**31"]), "unsupported size expression"),
+    (lambda d: d.update(grid=[0]), "grid dim 0 is 0 blocks"),
+    (lambda d: d.update(dynamic_smem=300_000), "dynamic_smem 300000 is not 0..232448 bytes"),
 ])
 def test_bad_launch_descriptions(edit: Any, message: str) -> None:
     launch = copy.deepcopy(GEMM_LAUNCH)

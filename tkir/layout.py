@@ -56,6 +56,19 @@ def tma_swizzle(span: int) -> int:
     return 0 if span == INTERLEAVED else span
 
 
+def tma_box(t: TileType | VectorType, rank: int) -> tuple[list[int], int]:
+    """The TMA box (innermost first) that fills shared tile or vector `t` from a rank-`rank` tensor,
+    and how many boxes: one per column panel when rows are wider than the swizzle span (create-tma's
+    convention, read back by the verifier), leading dims 1."""
+    eb = DTYPE_BYTES[t.dtype]
+    rows, cols = (t.rows, t.cols) if isinstance(t, TileType) else (1, t.n)
+    lay = SharedLayout(t.dtype, rows, cols, int(t.get("swizzle", 0) or 0))
+    inner, boxes = lay.box_bytes // eb, lay.row_bytes // lay.box_bytes
+    if isinstance(t, TileType):
+        return [inner, rows] + [1] * (rank - 2), boxes
+    return [inner] + [1] * (rank - 1), boxes
+
+
 def dtype_bytes(dtype: str) -> int:
     return DTYPE_BYTES[dtype]
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from tkir.ir import Operation
 from tkir.opdef import expect, is_int_scalar, n_operands, n_results, register_op
+from tkir.target import SETMAXNREG_RANGE, SETMAXNREG_STEP
 from tkir.types import GlobalType, TileType, VectorType
 
 
@@ -43,6 +44,10 @@ def _stage(op: Operation) -> None:
     expect(is_int_scalar(s), "'pipe.stage' index is i32")
     expect(isinstance(r, TileType) and r.shape == buf.shape and r.dtype == buf.dtype and r.get("stages") is None,
            f"'pipe.stage' of {buf} yields one stage, got {r}")
+    layout = {k: v for k, v in buf.attrs if k != "stages"}
+    expect(dict(r.attrs) == layout,  # a view in another layout than its buffer reads it wrong (issue 14)
+           f"'pipe.stage' of {buf} yields a stage in the buffer's layout "
+           f"({', '.join(f'{k}={v}' for k, v in layout.items()) or 'no attributes'}), got {r}")
 
 
 def _bar_op(n: int):
@@ -73,6 +78,11 @@ def _role(op: Operation) -> None:
     expect(len(op.regions) == 1, "'tk.role' has one region")
     expect(str(op.attrs.get("kind")) in ("producer", "consumer", "compute"), "'tk.role' kind")
     expect(isinstance(op.attrs.get("warpgroups"), int), "'tk.role' needs warpgroups = N")
+    regs, (lo, hi) = op.attrs.get("regs"), SETMAXNREG_RANGE  # the role's setmaxnreg (absent or 0: none)
+    expect(regs in (None, 0) or (isinstance(regs, int) and not isinstance(regs, bool) and lo <= regs <= hi
+                                 and regs % SETMAXNREG_STEP == 0),
+           f"'tk.role' regs = {regs}: setmaxnreg takes {lo}..{hi} registers per thread, a multiple of "
+           f"{SETMAXNREG_STEP}")
 
 
 def _mma_wait(op: Operation) -> None:
