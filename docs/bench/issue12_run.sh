@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Issue 12 in one device call: the attention GPU tests (every head dim, causal or not, N in
-# {1, 100, 1000, 4097}, the sm_80 / no-TMA / unswizzled paths), then one `tkc bench` run over the
-# issue's 16 configurations (tkir vs SDPA cuDNN and FlashAttention-2, same run), then the ablation
-# rows: each schedule pass left out alone, at (8, 16, 4096, 128) causal and not.
+# Issue 12 in one device call: every GPU test (attention at every head dim, causal or not, N in
+# {1, 100, 1000, 4097}, the sm_80 / no-TMA / unswizzled paths; the conformance suite; the rest), then
+# one `tkc bench` run over the issue's 16 configurations (tkir vs SDPA cuDNN and FlashAttention-2,
+# same run), the ablation rows (each schedule pass left out alone, pingpong added, at
+# (8, 16, 4096, 128) causal and not), tile variants for D = 64 and 256, and gemm 4096^3 as a guard.
+# Switches: TESTS= BENCH= ABLATE= VARIANTS= GEMM= (empty: skip); TEST_K, GPU_TESTS select tests.
 # Results: $OUT/r/*, summary printed last. Usage on the GPU machine: bash docs/bench/issue12_run.sh
 set -uo pipefail
 OUT=${OUT:-/tmp/tkir-out}
@@ -11,7 +13,7 @@ source docs/bench/device_setup.sh
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv >"$R/gpu.txt" 2>&1
 if [ -n "${TESTS-1}" ]; then
   timeout ${GPU_TEST_TIMEOUT:-300} python3 -m pytest -q -m gpu --timeout 200 -p no:cacheprovider -n ${WORKERS:-16} -rfE \
-    -k "${TEST_K:-attention}" ${GPU_TESTS:-tests/test_gpu_examples.py} >"$R/gpu_tests.log" 2>&1
+    -k "${TEST_K:-}" ${GPU_TESTS:-tests/} >"$R/gpu_tests.log" 2>&1
 fi
 if [ -n "${BENCH-1}" ]; then
   timeout 420 tkc bench examples/attention_fwd.tk --reps ${REPS:-20} --json "$R/attention_fwd.json" \
@@ -25,22 +27,37 @@ ablate() {  # name, extra tkc args...
     --variant "$name" "$@" --json "$R/ablation_$name.json" >"$R/ablation_$name.txt" 2>&1
 }
 if [ -n "${ABLATE-1}" ]; then
-  NONE=$(echo "$DEFAULT" | tr ',' '\n' | grep -vxE "early-release|split-masks|overlap-mma|pingpong" | paste -sd, -)
+  NONE=$(echo "$DEFAULT" | tr ',' '\n' | grep -vxE "early-release|split-masks|overlap-mma" | paste -sd, -)
+  PING=$(echo "$DEFAULT" | sed 's/overlap-mma,/overlap-mma,pingpong,/')
   for causal in 0 1; do
     ablate "full_c$causal" -D CAUSAL=$causal
-    for p in early-release split-masks overlap-mma pingpong; do
+    for p in early-release split-masks overlap-mma; do
       ablate "no_${p}_c$causal" -D CAUSAL=$causal --passes "$(without $p)"
     done
+    ablate "with_pingpong_c$causal" -D CAUSAL=$causal --passes "$PING"
     ablate "none_c$causal" -D CAUSAL=$causal --passes "$NONE"
     ablate "bkv64_s3_c$causal" -D CAUSAL=$causal -D BKV=64 -D STAGES=3
-    ablate "bkv64_s3_none_c$causal" -D CAUSAL=$causal -D BKV=64 -D STAGES=3 --passes "$NONE"
+    ablate "bkv96_s3_c$causal" -D CAUSAL=$causal -D BKV=96 -D STAGES=3
+    ablate "bkv96_s2_c$causal" -D CAUSAL=$causal -D BKV=96 -D STAGES=2
   done
+fi
+if [ -n "${VARIANTS-1}" ]; then  # tile choices for D = 64 and D = 256 (the bench's are BKV=128 / BKV=64, 2 stages)
+  for causal in 0 1; do
+    timeout 200 tkc bench examples/attention_fwd.tk --size B=16 --size H=32 --size N=2048 --reps ${REPS:-20} \
+      -D D=64 -D BQ=128 -D BKV=64 -D STAGES=3 -D CAUSAL=$causal --variant d64_bkv64_s3 >"$R/variant_d64_c$causal.txt" 2>&1
+    timeout 200 tkc bench examples/attention_fwd.tk --size B=8 --size H=16 --size N=2048 --reps ${REPS:-20} \
+      -D D=256 -D BQ=64 -D BKV=64 -D STAGES=2 -D CAUSAL=$causal --variant d256_bq64 >"$R/variant_d256_c$causal.txt" 2>&1
+  done
+fi
+if [ -n "${GEMM-1}" ]; then
+  timeout 120 tkc bench examples/gemm.tk --size M=4096 --size N=4096 --size K=4096 --json "$R/gemm.json" >"$R/gemm.txt" 2>&1
 fi
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv >>"$R/gpu.txt" 2>&1
 {
   [ -f "$R/gpu_tests.log" ] && grep -E "passed|failed|FAILED|Error" "$R/gpu_tests.log" | tail -30
   [ -f "$R/attention_fwd.txt" ] && grep -vE "^\s*$" "$R/attention_fwd.txt" | grep -vE "^(compil|bench )" | tail -20
-  for f in "$R"/ablation_*.txt; do [ -f "$f" ] && grep -E "attention_fwd  " "$f" | tail -1; done
+  for f in "$R"/ablation_*.txt "$R"/variant_*.txt; do [ -f "$f" ] && grep -E "attention_fwd  " "$f" | tail -1; done
+  [ -f "$R/gemm.txt" ] && grep -E "^gemm" "$R/gemm.txt" | tail -2
 } >"$OUT/summary.txt"
 cat "$OUT/summary.txt"
 tar czf "$OUT/results.tgz" -C "$R" . && rm -rf "$R"
