@@ -29,17 +29,20 @@ first use with `wgmma.wait_group N`, N = the groups committed after it in the sa
 code. `tk.mma_wait %x` waits until the mma producing %x has completed.
 
 Loops that do not match are left unchanged (gemm's single accumulator chain, kernels without
-roles, sm_80). Ablation: leave `overlap-mma` out of `--passes`.
+roles, sm_80), and so are loops that mask elements unless `overlap-mma{masked=true}`: after
+split-masks they run the last one or two key blocks, and rotating them only added live registers
+(ptxas spilled in causal attention at BKV = 128). Ablation: leave `overlap-mma` out of `--passes`.
 """
 
 from __future__ import annotations
 
 from tkir.ir import Block, Module, Operation, Region, Value, clone_op, parent_op
 from tkir.passes.builder import OpBuilder
-from tkir.passmanager import Options, Pass
+from tkir.passmanager import Options, Pass, param
 from tkir.types import Ident, ScalarType, TileType
 
 I1 = ScalarType("i1")
+MASK_OPS = frozenset({"tk.select", "tk.mask_causal"})
 SINK_A = False
 # Element-wise ops that may sit on the accumulator chain between the carried value and M2.
 CHAIN_OPS = frozenset({"tk.mul", "tk.add", "tk.sub", "tk.div"})
@@ -47,14 +50,21 @@ CHAIN_OPS = frozenset({"tk.mul", "tk.add", "tk.sub", "tk.div"})
 
 class OverlapMma(Pass):
     name = "overlap-mma"
+    masked: bool = param(False, "also rotate loops that mask elements (tk.select, tk.mask_causal): after "
+                                "split-masks those are the last key blocks, one or two iterations, where the "
+                                "rotation only adds live registers")
 
     def run(self, module: Module, options: Options) -> None:
         for kernel in module.kernels():
             for op in list(kernel.walk()):
-                if op.name == "scf.for" and _in_consumer_role(op):
+                if op.name == "scf.for" and _in_consumer_role(op) and (self.masked or not _masks(op)):
                     plan = _match(op)
                     if plan is not None:
                         _rotate(op, plan)
+
+
+def _masks(loop: Operation) -> bool:
+    return any(op.name in MASK_OPS for op in loop.body.ops)
 
 
 def _in_consumer_role(op: Operation) -> bool:
