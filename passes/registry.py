@@ -26,6 +26,7 @@ PASS_TABLE: dict[str, str] = {
     "pipeline": "pipeline:Pipeline",                 # ring buffers, mbarriers, producer/consumer roles
     "plan-occupancy": "plan_occupancy:PlanOccupancy",  # registers, shared memory, stages, setmaxnreg
     "persistent": "persistent:Persistent",           # one block per SM looping over tiles, grouped order
+    "fold-scale": "fold_scale:FoldScale",            # x * c past masks and row max; x * c - m as one fma
     "early-release": "early_release:EarlyRelease",  # a barrier ring per tile: stages freed by their last reader
     "pingpong": "pingpong:Pingpong",                # consumer warpgroups take turns issuing mmas (named barriers)
     "split-masks": "split_masks:SplitMasks",        # masks only on the iterations that can mask
@@ -37,6 +38,7 @@ PASS_TABLE: dict[str, str] = {
 DEFAULT_PIPELINE: list[str] = [
     "canonicalize",    # fold shapes and sizes first: every later decision reads constants
     "legalize-mma",    # mma operands the instructions can read (before layouts are chosen)
+    "fold-scale",      # a positive scale moved past masks and row max/min, fused with the subtraction
     "infer-layouts",   # register fragments decide how many warpgroups compute
     "select-swizzle",  # shared layouts from the consumers the layouts imply
     "bank-conflicts",  # check (and fix) every shared access under those layouts

@@ -27,11 +27,11 @@ ablate() {  # name, extra tkc args...
     --variant "$name" "$@" --json "$R/ablation_$name.json" >"$R/ablation_$name.txt" 2>&1
 }
 if [ -n "${ABLATE-1}" ]; then
-  NONE=$(echo "$DEFAULT" | tr ',' '\n' | grep -vxE "early-release|split-masks|overlap-mma" | paste -sd, -)
+  NONE=$(echo "$DEFAULT" | tr ',' '\n' | grep -vxE "fold-scale|early-release|split-masks|overlap-mma" | paste -sd, -)
   PING=$(echo "$DEFAULT" | sed 's/overlap-mma,/overlap-mma,pingpong,/')
   for causal in 0 1; do
     ablate "full_c$causal" -D CAUSAL=$causal
-    for p in early-release split-masks overlap-mma; do
+    for p in fold-scale early-release split-masks overlap-mma; do
       ablate "no_${p}_c$causal" -D CAUSAL=$causal --passes "$(without $p)"
     done
     ablate "with_pingpong_c$causal" -D CAUSAL=$causal --passes "$PING"
