@@ -5,8 +5,9 @@ multiply-add per element (FlashAttention-3's softmax: exp2(s·c − m·c), the m
 Matches `%y = tk.mul %x, %c` with %c a compile-time f32 constant > 0 and %x an f32 register tile, in
 one block, and rewrites in three steps:
 
-1. masks: while %y's only reader is a mask (a `tk.index` of %y reads only its shape and is given %x) whose fill is 0 or ±inf — `tk.select %cond, %y, fill` or
-   `tk.mask_causal %y, r0, c0 {fill}` — the mask moves in front of the multiply (c · fill = fill):
+1. masks: while %y's only reader is a mask whose fill is 0 or ±inf — `tk.select %cond, %y, fill`
+   or `tk.mask_causal %y, r0, c0 {fill}` — the mask moves in front of the multiply (c · fill =
+   fill; a `tk.index` of %y reads only its shape and is given %x instead):
    `select(cond, x, fill) · c` (the mask reads x, the multiply reads the mask);
 2. reductions: each `tk.reduce %y {kind = max|min|sum, axis = row|col}` becomes the reduction of the
    unscaled tile times c (exact for max and min: multiplying by c > 0 is monotone and so is
