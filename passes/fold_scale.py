@@ -12,7 +12,8 @@ one block, and rewrites in three steps:
 2. reductions: each `tk.reduce %y {kind = max|min|sum, axis = row|col}` becomes the reduction of the
    unscaled tile times c (exact for max and min: multiplying by c > 0 is monotone and so is
    rounding; for sum, c·Σx equals Σ(c·x) up to rounding);
-3. contraction: when the multiply is then read once, by `tk.sub %y, %v`, both get `contract = true`:
+3. contraction: when the multiply is then read once, by `tk.sub %y, %v`, it moves right before it
+   (the scaled tile is never live on its own) and both get `contract = true`:
    the backend emits `fmul contract` / `fsub contract` and LLVM fuses them into one `fma.rn.f32`
    (rounded once instead of twice).
 
@@ -115,6 +116,8 @@ def _fold(blk: Block, mul: Operation) -> None:
     if len(readers) == 1 and readers[0].name == "tk.sub" and readers[0].operands[0] is mul.result:
         mul.attrs["contract"] = True
         readers[0].attrs["contract"] = True
+        blk.remove(mul)  # right before the subtraction: the scaled tile is never live on its own
+        blk.insert_before(readers[0], mul)
 
 
 def _replace_after(blk: Block, anchor: Operation, old: Value, new: Value) -> None:

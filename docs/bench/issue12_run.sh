@@ -2,8 +2,9 @@
 # Issue 12 in one device call: every GPU test (attention at every head dim, causal or not, N in
 # {1, 100, 1000, 4097}, the sm_80 / no-TMA / unswizzled paths; the conformance suite; the rest), then
 # one `tkc bench` run over the issue's 16 configurations (tkir vs SDPA cuDNN and FlashAttention-2,
-# same run), the ablation rows (each schedule pass left out alone, pingpong added, at
-# (8, 16, 4096, 128) causal and not), tile variants for D = 64 and 256, and gemm 4096^3 as a guard.
+# same run), the ablation rows (each default schedule pass left out alone, overlap-mma and pingpong
+# added, at (8, 16, 4096, 128) causal and not), overlap-mma at D = 64 and 256, and gemm 4096^3 as a
+# guard.
 # Switches: TESTS= BENCH= ABLATE= VARIANTS= GEMM= (empty: skip); TEST_K, GPU_TESTS select tests.
 # Results: $OUT/r/*, summary printed last. Usage on the GPU machine: bash docs/bench/issue12_run.sh
 set -uo pipefail
@@ -27,26 +28,27 @@ ablate() {  # name, extra tkc args...
     --variant "$name" "$@" --json "$R/ablation_$name.json" >"$R/ablation_$name.txt" 2>&1
 }
 if [ -n "${ABLATE-1}" ]; then
-  NONE=$(echo "$DEFAULT" | tr ',' '\n' | grep -vxE "fold-scale|early-release|split-masks|overlap-mma" | paste -sd, -)
-  PING=$(echo "$DEFAULT" | sed 's/overlap-mma,/overlap-mma,pingpong,/')
+  NONE=$(echo "$DEFAULT" | tr ',' '\n' | grep -vxE "fold-scale|early-release|split-masks" | paste -sd, -)
+  OVERLAP=$(echo "$DEFAULT" | sed 's/split-masks,/split-masks,overlap-mma,/')
+  PING=$(echo "$DEFAULT" | sed 's/split-masks,/split-masks,overlap-mma,pingpong,/')
   for causal in 0 1; do
     ablate "full_c$causal" -D CAUSAL=$causal
-    for p in fold-scale early-release split-masks overlap-mma; do
+    for p in fold-scale early-release split-masks; do
       ablate "no_${p}_c$causal" -D CAUSAL=$causal --passes "$(without $p)"
     done
-    ablate "with_pingpong_c$causal" -D CAUSAL=$causal --passes "$PING"
+    ablate "with_overlap-mma_c$causal" -D CAUSAL=$causal --passes "$OVERLAP"
+    ablate "with_overlap-mma_pingpong_c$causal" -D CAUSAL=$causal --passes "$PING"
     ablate "none_c$causal" -D CAUSAL=$causal --passes "$NONE"
-    ablate "bkv64_s3_c$causal" -D CAUSAL=$causal -D BKV=64 -D STAGES=3
-    ablate "bkv96_s3_c$causal" -D CAUSAL=$causal -D BKV=96 -D STAGES=3
-    ablate "bkv96_s2_c$causal" -D CAUSAL=$causal -D BKV=96 -D STAGES=2
   done
 fi
-if [ -n "${VARIANTS-1}" ]; then  # tile choices for D = 64 and D = 256 (the bench's are BKV=128 / BKV=64, 2 stages)
+if [ -n "${VARIANTS-1}" ]; then  # overlap-mma at the other head dims (the bench's tiles)
   for causal in 0 1; do
     timeout 200 tkc bench examples/attention_fwd.tk --size B=16 --size H=32 --size N=2048 --reps ${REPS:-20} \
-      -D D=64 -D BQ=128 -D BKV=64 -D STAGES=3 -D CAUSAL=$causal --variant d64_bkv64_s3 >"$R/variant_d64_c$causal.txt" 2>&1
+      -D D=64 -D BQ=192 -D BKV=128 -D STAGES=2 -D CAUSAL=$causal --passes "$OVERLAP" --variant d64_with_overlap \
+      >"$R/variant_d64_overlap_c$causal.txt" 2>&1
     timeout 200 tkc bench examples/attention_fwd.tk --size B=8 --size H=16 --size N=2048 --reps ${REPS:-20} \
-      -D D=256 -D BQ=64 -D BKV=64 -D STAGES=2 -D CAUSAL=$causal --variant d256_bq64 >"$R/variant_d256_c$causal.txt" 2>&1
+      -D D=256 -D BQ=128 -D BKV=64 -D STAGES=2 -D CAUSAL=$causal --passes "$OVERLAP" --variant d256_with_overlap \
+      >"$R/variant_d256_overlap_c$causal.txt" 2>&1
   done
 fi
 if [ -n "${GEMM-1}" ]; then
