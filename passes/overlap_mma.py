@@ -29,20 +29,26 @@ first use with `wgmma.wait_group N`, N = the groups committed after it in the sa
 code. `tk.mma_wait %x` waits until the mma producing %x has completed.
 
 Loops that do not match are left unchanged (gemm's single accumulator chain, kernels without
-roles, sm_80), and so are loops that mask elements unless `overlap-mma{masked=true}`: after
-split-masks they run the last one or two key blocks, and rotating them only added live registers
-(ptxas spilled in causal attention at BKV = 128). Ablation: leave `overlap-mma` out of `--passes`.
+roles, sm_80), so are loops whose second accumulator is wider than `max_acc_cols` (64: measured
+faster at head dim 64, slower at 128 and 256; `overlap-mma{max_acc_cols=0}` rotates any), and so
+are loops that mask elements unless `overlap-mma{masked=true}`: after split-masks they run the last
+one or two key blocks, and rotating them only added live registers (ptxas spilled in causal
+attention at BKV = 128). Ablation: leave `overlap-mma` out of `--passes`.
 """
 
 from __future__ import annotations
 
 from tkir.ir import Block, Module, Operation, Region, Value, clone_op, parent_op
 from tkir.passes.builder import OpBuilder
-from tkir.passmanager import Options, Pass, param
+from tkir.passmanager import Options, ParamError, Pass, param
 from tkir.types import Ident, ScalarType, TileType
 
 I1 = ScalarType("i1")
 MASK_OPS = frozenset({"tk.select", "tk.mask_causal"})
+# Rotate only when P V's accumulator is this narrow. Measured on the H200 (docs/experiments.md,
+# H200 call 6, with fold-scale, early-release and split-masks): D = 64 +14% / +6% (non-causal /
+# causal), D = 128 -2% / -1%, D = 256 -6% / -11%: the softmax weighs most against the mmas at small D.
+MAX_ACC_COLS = 64
 SINK_A = False
 # Element-wise ops that may sit on the accumulator chain between the carried value and M2.
 CHAIN_OPS = frozenset({"tk.mul", "tk.add", "tk.sub", "tk.div"})
@@ -53,13 +59,20 @@ class OverlapMma(Pass):
     masked: bool = param(False, "also rotate loops that mask elements (tk.select, tk.mask_causal): after "
                                 "split-masks those are the last key blocks, one or two iterations, where the "
                                 "rotation only adds live registers")
+    max_acc_cols: int = param(MAX_ACC_COLS, "rotate only when the second mma's accumulator has at most this many "
+                                            "columns (attention's head dim); 0: any")
+
+    def __post_init__(self) -> None:
+        if self.max_acc_cols < 0:
+            raise ParamError("max_acc_cols", f"overlap-mma: max_acc_cols={self.max_acc_cols} must be >= 0")
 
     def run(self, module: Module, options: Options) -> None:
         for kernel in module.kernels():
             for op in list(kernel.walk()):
                 if op.name == "scf.for" and _in_consumer_role(op) and (self.masked or not _masks(op)):
                     plan = _match(op)
-                    if plan is not None:
+                    cols = plan.m2.result.type.cols if plan is not None else 0
+                    if plan is not None and (self.max_acc_cols == 0 or cols <= self.max_acc_cols):
                         _rotate(op, plan)
 
 

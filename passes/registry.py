@@ -48,11 +48,11 @@ DEFAULT_PIPELINE: list[str] = [
     "early-release",   # one ring per loaded tile: each stage released by the mma that read it last
     "persistent",      # one block per SM over output tiles, grouped order
     "split-masks",     # loops split so that element masks run only where they can mask
+    "overlap-mma",     # head dim <= 64: next block's q @ k.T issued before this block's softmax (FA3)
     "canonicalize",    # clean up what the rewrites left
 ]
-# Not in it (research passes, measured slower on the H200 with the others; docs/experiments.md):
-# overlap-mma (name it after split-masks: with fold-scale it measured 533.1 vs 558.9 TFLOP/s without,
-# attention (8, 16, 4096, 128)), pingpong (after overlap-mma: 393.4 vs 533.1) and stream-k (after
+# Not in it (research passes, measured slower on the H200; docs/experiments.md): pingpong (name it
+# after overlap-mma: 392.7 vs 536.5 TFLOP/s on attention (8, 16, 4096, 128)) and stream-k (after
 # persistent; passes/stream_k.py says why).
 
 # deprecated `--pass-option KEY=VALUE` (tkir.compile(pass_options=...)) -> (pass, parameter)
