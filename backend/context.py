@@ -120,6 +120,8 @@ class LoweringContext:
         self.next_wg = 0            # first warpgroup of the next tk.role
         self.staged_stores = False  # TMA stores issued in the current role (waited for at its end)
         self.deferred: dict | None = None  # a loop's deferred stage release (pipe.arrive {deferred})
+        self.groups = 0        # wgmma groups committed so far in the code being lowered
+        self.group_floor = 0   # groups numbered below this were committed before a branch or loop edge
         self._coord_cache: dict[tuple, list[tuple]] = {}
         self.scratch_bytes = 0  # shared memory after the planned allocations, for rules that need it
         self._fitting: set[tuple] = set()  # (layout, dtype, shape) checked by _check_layouts
@@ -131,12 +133,12 @@ class LoweringContext:
             self._check_layouts(op)
             r = rule_table.select(self, op)
             # an accumulator whose wgmma group may still be in flight is waited for (its registers tied
-            # through wgmma.wait_group 0) before anything but another mma or the loop's yield reads it
+            # through wgmma.wait_group) before anything but another mma or the loop's yield reads it
             for i, v in enumerate(op.operands):
                 x = self.vals.get(id(v))
                 if isinstance(x, Frag) and x.pending and not (op.name == "tk.mma" and i == 2) \
                         and op.name != "scf.yield":
-                    self.vals[id(v)] = Frag(x.type, self.wait_group(x.values, 0))
+                    self.vals[id(v)] = Frag(x.type, self.wait_group(x.values, self.groups_after(x)))
             r.fn(self, op)
         except FactError as e:  # a malformed layout in the op's types (hand-written IR): located here
             if e.loc is not None:
@@ -325,6 +327,23 @@ class LoweringContext:
         return -(-self.plan.total // 128) * 128
 
     # --- wgmma groups ------------------------------------------------------------------------------
+
+    def commit_group(self) -> int:
+        """Count one `wgmma.commit_group` (the caller emits it); returns the group's number."""
+        self.groups += 1
+        return self.groups - 1
+
+    def groups_after(self, x: Frag) -> int:
+        """How many wgmma groups may stay in flight while `x` is read: those committed after x's group
+        in the same straight-line code (groups complete in order, PTX ISA wgmma.wait_group); 0 when
+        x's group is unknown or lies before a loop edge or branch."""
+        if x.group is None or x.group < self.group_floor:
+            return 0
+        return self.groups - 1 - x.group
+
+    def cut_groups(self) -> None:
+        """A loop edge or branch: from here on, earlier groups are waited for with wait_group 0."""
+        self.group_floor = self.groups
 
     def wait_group(self, acc: list[str], n: int) -> list[str]:
         """`wgmma.wait_group n` with the accumulator registers tied through it (no early reads)."""

@@ -28,10 +28,10 @@ import json
 from tkir.diagnostics import CompileError
 from tkir.facts import OccupancyPlan
 from tkir.ir import Module, Operation
-from tkir.layout import tma_swizzle
 from tkir.requires import kernel_requires
 from tkir.target import WARPGROUP as THREADS_PER_WARPGROUP
 from tkir.types import DTYPE_BYTES, GlobalType, ScalarType, TileType
+from tkir.verify_tma import verify_tma
 
 PLAIN_SMEM_ALIGN = 16
 DESC_FIELDS = ("dtype", "rank", "dims", "strides", "box", "elem_strides", "swizzle", "l2_promotion",
@@ -45,7 +45,7 @@ def build_launch(module: Module, target: str) -> dict:
     tensors = [a for a in params if isinstance(a.type, GlobalType)]
     scalars = [a for a in params if isinstance(a.type, ScalarType)]
     descs = [op for op in module.ops if op.name == "tma.desc"]
-    _check_copies(module, kernel)
+    verify_tma(module, CompileError, decided=True)  # the verifier's rule, tiles without swizzle= as unswizzled
 
     sizes: list[str] = []
     for t in tensors:
@@ -92,26 +92,6 @@ def build_launch(module: Module, target: str) -> dict:
 def launch_json(module: Module, target: str) -> str:
     """`build_launch` as indented JSON text (what `--emit launch` writes)."""
     return json.dumps(build_launch(module, target), indent=2) + "\n"
-
-
-def _check_copies(module: Module, kernel: Operation) -> None:
-    """Every TMA copy names a descriptor of its tensor whose swizzle is the one its shared tile has."""
-    params = kernel.body.args
-    for op in kernel.walk():
-        if op.name not in ("tma.load", "tma.store"):
-            continue
-        g, s = (op.operands[1], op.operands[0]) if op.name == "tma.load" else op.operands[:2]
-        sym = op.attrs["desc"].name
-        desc = module.lookup(sym)
-        if desc is None or desc.name != "tma.desc":
-            raise CompileError(op.loc, f"'{op.name}' names @{sym}, which is not a tma.desc")
-        if desc.attrs["param"] != params.index(g):
-            raise CompileError(op.loc, f"'{op.name}' copies %{g.name} with @{sym}, a descriptor of "
-                               f"{desc.attrs['tensor']}")
-        want = tma_swizzle(int(s.type.get("swizzle", 0) or 0))
-        if desc.attrs["swizzle"] != want:
-            raise CompileError(op.loc, f"'{op.name}': @{sym} has swizzle {desc.attrs['swizzle']} but the "
-                               f"shared tile is {s.type} (swizzle {want})")
 
 
 def _alloc_bytes(kernel: Operation) -> int:

@@ -6,11 +6,17 @@ several PTX lines joins them with `\\0A` inside the LLVM string literal (HOPPER.
 
 from __future__ import annotations
 
+import re
 import struct
 
 import numpy as np
 
-MAX_NAME = 200  # characters of a source name kept in an LLVM value name (LLVM truncates at 1024)
+# Longest name hint kept in an LLVM local name. LLVM truncates local names past 1024 characters
+# (its -non-global-value-max-name-size), so two long names sharing a prefix collided ("redefinition
+# of argument"); a kept hint of 64 plus the unique counter never reaches that, and local names do not
+# reach the PTX (registers are %r<N>, parameters KERNEL_param_<i>).
+NAME_HINT_CHARS = 64
+PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def f32_literal(x: float) -> str:
@@ -24,10 +30,23 @@ def asm_string(lines: list[str]) -> str:
     return text.replace('"', '\\22')
 
 
-def param_name(name: str, index: int) -> str:
-    """The LLVM name of kernel parameter `index` (without %): its own name, shortened when LLVM would
-    truncate it (LLVM cuts local names at 1024 characters, and two long names then collide)."""
-    return name if len(name) <= MAX_NAME else f"{name[:MAX_NAME]}.arg{index}"
+def name_hint(hint: str) -> str:
+    """`hint` as the start of an LLVM local name: identifier characters only, not starting with a
+    digit (`%0.8` would read as the numbered value %0: IR text whose temporaries print as %0 failed
+    to lower), at most NAME_HINT_CHARS long."""
+    clean = "".join(c if c.isalnum() or c == "_" else "_" for c in hint[:NAME_HINT_CHARS]) or "t"
+    return clean if PLAIN_NAME.fullmatch(clean) else f"v{clean}"[:NAME_HINT_CHARS]
+
+
+def param_names(names: list[str]) -> list[str]:
+    """LLVM names of a kernel's parameters: `%NAME` where NAME is a plain identifier of at most
+    NAME_HINT_CHARS that no earlier parameter took (a tensor `A_tma` and the tensor map of `A` may
+    share a name), else `%HINT.p<i>` (no fresh() name ends in `.p<i>`)."""
+    out: list[str] = []
+    for i, n in enumerate(names):
+        plain = PLAIN_NAME.fullmatch(n) and len(n) <= NAME_HINT_CHARS and f"%{n}" not in out
+        out.append(f"%{n}" if plain else f"%{name_hint(n)}.p{i}")
+    return out
 
 
 class LLVMWriter:
@@ -40,10 +59,7 @@ class LLVMWriter:
 
     def fresh(self, hint: str = "t") -> str:
         self.counter += 1
-        clean = "".join(c if c.isalnum() or c == "_" else "_" for c in hint) or "t"
-        if clean[0].isdigit():  # `%0.8` would be a numbered value to LLVM (IR text names temporaries %0, %1)
-            clean = "v" + clean
-        return f"%{clean[:MAX_NAME]}.{self.counter}"
+        return f"%{name_hint(hint)}.{self.counter}"
 
     def label(self, hint: str) -> str:
         self.counter += 1

@@ -21,7 +21,7 @@ An op without a rule is a located error naming the op, the target and the operan
 from __future__ import annotations
 
 from tkir.backend.context import LoweringContext, SharedPlan, plan_shared, tile_stage_bytes
-from tkir.backend.llvm_text import param_name
+from tkir.backend.llvm_text import param_names
 from tkir.backend.rules import load_rules
 from tkir.backend.values import HEADER, LLVM_TYPE, REGS_PER_SM, SMEM_ALIGN, Global, LoweringError
 from tkir.facts import OccupancyPlan
@@ -47,14 +47,18 @@ def lower_kernel(module: Module, launch: dict, target: str) -> tuple[str, int]:
                                                f"{SMEM_PER_BLOCK} B per block",
                             hint="use fewer stages or smaller tiles, or avoid transposes and column reductions "
                                  "of large register tiles")
+    if used + SMEM_ALIGN > SMEM_PER_BLOCK:  # IR text that skipped plan-occupancy (the launch would fail)
+        raise LoweringError(module.kernel.loc, f"shared memory: the kernel's tiles need {used + SMEM_ALIGN} B "
+                                               f"(with {SMEM_ALIGN} B of alignment slack), above the "
+                                               f"{SMEM_PER_BLOCK} B a block may have", hint="use smaller tiles")
     return text, used + SMEM_ALIGN  # slack to round the base up to 1024 B
 
 
 def _lower_function(cx: LoweringContext) -> str:
     w = cx.w
     sig = []
-    for i, p in enumerate(cx.launch["params"]):
-        name = "%" + param_name(p["name"], i)
+    names = param_names([p["name"] for p in cx.launch["params"]])
+    for p, name in zip(cx.launch["params"], names, strict=True):
         if p["kind"] == "tensor_map":
             sig.append(f'ptr byval([128 x i8]) align 64 "nvvm.grid_constant" {name}')
             cx.tmaps[p["name"]] = name

@@ -86,9 +86,11 @@ def _op_scf_if(cx: LoweringContext, op: Operation) -> None:
     then, done = w.label("if_then"), w.label("if_end")
     w.cond_br(cx.scalar(op.operands[0]), then, done)
     w.start_block(then)
+    cx.cut_groups()
     cx.lower_ops(op.body.ops)
     w.br(done)
     w.start_block(done)
+    cx.cut_groups()
 
 
 @rule("tk.size")
@@ -119,6 +121,7 @@ def if_else(cx: LoweringContext, op: Operation) -> None:
     ends = []
     for label, region in ((then, op.regions[0]), (other, op.regions[1])):
         w.start_block(label)
+        cx.cut_groups()
         blk = region.block
         cx.lower_ops(blk.ops)
         term = blk.terminator
@@ -128,6 +131,7 @@ def if_else(cx: LoweringContext, op: Operation) -> None:
         ends.append((w.block, ys))
         w.br(done)
     w.start_block(done)
+    cx.cut_groups()
     (b0, y0s), (b1, y1s) = ends
     for res, a, b in zip(op.results, y0s, y1s, strict=True):
         ty = _llvm_elem(res.type)
@@ -138,9 +142,13 @@ def if_else(cx: LoweringContext, op: Operation) -> None:
 
 @rule("scf.for")
 def _op_scf_for(cx: LoweringContext, op: Operation) -> None:
+    """A counted loop: one phi per carried scalar or fragment slot. 16-bit fragments are carried as
+    32-bit words of two slots (the pairs the wgmma/mma A fragments pack), so a bf16 tile costs one
+    register per two elements across the back edge instead of one each."""
     w = cx.w
     lo, hi, step = (cx.scalar(v) for v in op.operands[:3])
     inits = [cx.get(v) for v in op.operands[3:]]
+    init_flat = [_pack_words(w, x) if _carried_packed(x) else _flatten(x) for x in inits]
     pre = w.block
     hdr, body, exit_ = w.label("for_hdr"), w.label("for_body"), w.label("for_exit")
     w.br(hdr)
@@ -148,20 +156,12 @@ def _op_scf_for(cx: LoweringContext, op: Operation) -> None:
     iv = w.fresh(op.body.args[0].name or "i")
     iv_line = w.emit("")
     carried: list[tuple[list[int], list[str]]] = []
-    term0 = op.body.terminator
-    for n_arg, (arg, init) in enumerate(zip(op.body.args[1:], inits, strict=True)):
+    for arg, flat in zip(op.body.args[1:], init_flat, strict=True):
         idxs, names = [], []
-        flat = _flatten(init)
         for k, _ in enumerate(flat):
             names.append(w.fresh((arg.name or "c") + f"_{k}"))
             idxs.append(w.emit(""))
         carried.append((idxs, names))
-        x = _rebuild(init, names)
-        y = term0.operands[n_arg].owner if term0 is not None else None
-        if isinstance(x, Frag) and isinstance(y, Operation) and y.name == "tk.mma" \
-                and y.attrs.get("async_groups"):
-            x.pending = True  # the previous iteration's mma may still be writing it
-        cx.set(arg, x)
     cx.set(op.body.args[0], iv)
     deferred = any(i.name == "pipe.arrive" and i.attrs.get("deferred") for i in op.body.ops)
     saved = cx.deferred
@@ -169,9 +169,22 @@ def _op_scf_for(cx: LoweringContext, op: Operation) -> None:
         prev = w.fresh("prev_stage")
         prev_line = w.emit("")
         cx.deferred = {"prev": prev, "next": None, "bars": None}
+    # the carried values as the body sees them (16-bit words unpacked after every phi)
+    term0 = op.body.terminator
+    entry_vals: list[object] = []
+    for n_arg, (arg, init, (_idxs, names)) in enumerate(zip(op.body.args[1:], inits, carried, strict=True)):
+        x = Frag(init.type, _unpack_words(w, names, init.type.dtype)) if _carried_packed(init) \
+            else _rebuild(init, names)
+        entry_vals.append(x)
+        y = term0.operands[n_arg].owner if term0 is not None else None
+        if isinstance(x, Frag) and isinstance(y, Operation) and y.name == "tk.mma" \
+                and y.attrs.get("async_groups"):
+            x = Frag(x.type, x.values, pending=True)  # the previous iteration's mma may still be writing it
+        cx.set(arg, x)
     cond = w.op(f"icmp slt i32 {iv}, {hi}", "cond")
     w.cond_br(cond, body, exit_)
     w.start_block(body)
+    cx.cut_groups()  # the back edge: groups of earlier iterations are not counted
     term = op.body.terminator
     with cx.scope():
         for inner in op.body.ops:
@@ -179,20 +192,24 @@ def _op_scf_for(cx: LoweringContext, op: Operation) -> None:
                 break
             cx.lower_op(inner)
     yields = [cx.get(v) for v in term.operands] if term is not None else []
+    yield_flat = [_pack_words(w, y) if _carried_packed(init) else _flatten(y)
+                  for y, init in zip(yields, inits, strict=True)]
     nxt = w.op(f"add i32 {iv}, {step}", "next")
     latch = w.block
     w.br(hdr)
     w.lines[iv_line] = f"  {iv} = phi i32 [ {lo}, %{pre} ], [ {nxt}, %{latch} ]"
-    for (idxs, names), init, y, arg in zip(carried, inits, yields, op.body.args[1:], strict=True):
-        ty = _llvm_elem(arg.type)
-        for i, n_, a, b in zip(idxs, names, _flatten(init), _flatten(y), strict=True):
+    for (idxs, names), init, arg, a_flat, b_flat in zip(carried, inits, op.body.args[1:], init_flat, yield_flat,
+                                                         strict=True):
+        ty = "i32" if _carried_packed(init) else _llvm_elem(arg.type)
+        for i, n_, a, b in zip(idxs, names, a_flat, b_flat, strict=True):
             w.lines[i] = f"  {n_} = phi {ty} [ {a}, %{pre} ], [ {b}, %{latch} ]"
     if deferred:
         d = cx.deferred
         w.lines[prev_line] = f"  {prev} = phi i32 [ -1, %{pre} ], [ {d['next']}, %{latch} ]"
     w.start_block(exit_)
-    for res, init, (_idxs, names) in zip(op.results, inits, carried, strict=True):
-        x = _rebuild(init, names)  # the header's phis: the values when the loop exits
+    cx.cut_groups()
+    for res, x in zip(op.results, entry_vals, strict=True):
+        # the header's values: what the loop yields when it exits
         if isinstance(x, Frag) and any(isinstance(cx.get(y), Frag) and cx.get(y).pending
                                        for y in (term.operands if term else [])):
             x = Frag(x.type, cx.wait_group(x.values, 0))  # drain in-flight wgmma
@@ -200,6 +217,32 @@ def _op_scf_for(cx: LoweringContext, op: Operation) -> None:
     if deferred:
         arrive_prev(cx, prev, d["bars"])
         cx.deferred = saved
+
+
+def _carried_packed(x: object) -> bool:
+    return isinstance(x, Frag) and x.type.dtype in ("bf16", "f16") and len(x.values) % 2 == 0 and bool(x.values)
+
+
+def _pack_words(w, x: object) -> list[str]:
+    assert isinstance(x, Frag)
+    return [w.pack_pair(x.values[i], x.values[i + 1], x.type.dtype) for i in range(0, len(x.values), 2)]
+
+
+def _unpack_words(w, words: list[str], dtype: str) -> list[str]:
+    ety = LLVM_TYPE[dtype]
+    out = []
+    for wd in words:
+        v = w.op(f"bitcast i32 {wd} to <2 x {ety}>", "up")
+        out += [w.op(f"extractelement <2 x {ety}> {v}, i32 {k}", "half") for k in (0, 1)]
+    return out
+
+
+@rule("tk.mma_wait")
+def _op_tk_mma_wait(cx: LoweringContext, op: Operation) -> None:
+    """The operand was waited for before this rule ran (LoweringContext.lower_op waits for a pending
+    fragment with wgmma.wait_group N, N = the groups committed after it); the result is that value."""
+    x = cx.get(op.operands[0])
+    cx.set(op.result, Frag(x.type, list(x.values)) if isinstance(x, Frag) else x)
 
 
 @rule("scf.yield")

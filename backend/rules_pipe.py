@@ -218,6 +218,43 @@ def tma_store(cx: LoweringContext, op: Operation) -> None:
 # --- roles ---------------------------------------------------------------------------------
 
 
+MAX_NAMED_BARRIERS = 16  # PTX ISA bar/barrier: barrier ids 0..15 per CTA
+TURN_BARRIER = 9  # named barriers 9.. for pingpong turns (0: CTA, 1..4: warpgroup epilogues, 8: a role)
+
+
+def _turn_barrier(cx: LoweringContext, op: Operation, offset: int) -> str:
+    role = cx.role
+    if role is None or role.warpgroups < 2:
+        raise LoweringError(op.loc, f"backend: '{op.name}' needs a role of two or more warpgroups")
+    if TURN_BARRIER + role.warpgroups > MAX_NAMED_BARRIERS:
+        raise LoweringError(op.loc, f"backend: pingpong over {role.warpgroups} warpgroups needs named barriers "
+                                    f"{TURN_BARRIER}..{TURN_BARRIER + role.warpgroups - 1} (16 exist)")
+    w = cx.w
+    wg = w.op(f"add i32 {role.wg}, {offset}", "turn") if offset else role.wg
+    if offset:
+        wg = w.op(f"urem i32 {wg}, {role.warpgroups}", "turn")
+    return w.op(f"add i32 {wg}, {TURN_BARRIER}", "turn_bar")
+
+
+@rule("pipe.turn_init")
+def _op_turn_init(cx: LoweringContext, op: Operation) -> None:
+    """Warpgroup 0 arrives on its own turn barrier: its first turn_wait completes at once."""
+    bar = _turn_barrier(cx, op, 0)
+    first = cx.w.op(f"icmp eq i32 {cx.role.wg}, 0", "first_wg")  # type: ignore[union-attr]
+    cx.if_then(first, lambda: cx.w.asm("void", ["bar.arrive $0, 256;"], ["r"], [("i32", bar)]))
+
+
+@rule("pipe.turn_wait")
+def _op_turn_wait(cx: LoweringContext, op: Operation) -> None:
+    """bar.sync on this warpgroup's barrier: 128 own threads + 128 arrivals of the previous one."""
+    cx.w.asm("void", ["bar.sync $0, 256;"], ["r"], [("i32", _turn_barrier(cx, op, 0))])
+
+
+@rule("pipe.turn_pass")
+def _op_turn_pass(cx: LoweringContext, op: Operation) -> None:
+    cx.w.asm("void", ["bar.arrive $0, 256;"], ["r"], [("i32", _turn_barrier(cx, op, 1))])
+
+
 @rule("tk.role")
 def _op_tk_role(cx: LoweringContext, op: Operation) -> None:
     w = cx.w

@@ -37,14 +37,17 @@ LN2 = 0.6931471805599453      # log(x) = lg2(x) ln 2
 CHUNK_BYTES = 16              # one v4.b32 global access
 
 
-def combine(cx: LoweringContext, op: str, a: str, b: str) -> str:
+def combine(cx: LoweringContext, op: str, a: str, b: str, contract: bool = False) -> str:
+    """One f32 element-wise operation; `contract`: LLVM may fuse it with a neighbouring contractable
+    multiply or add (fold-scale's `contract = true`: x * c - m becomes one fma.rn.f32)."""
     w = cx.w
     if op == "max":
         return w.call("float", "llvm.maxnum.f32", [("float", a), ("float", b)], hint="mx")
     if op == "min":
         return w.call("float", "llvm.minnum.f32", [("float", a), ("float", b)], hint="mn")
     llvm_op = {"add": "fadd", "sub": "fsub", "mul": "fmul", "div": "fdiv"}[op]
-    return w.op(f"{llvm_op} float {a}, {b}", op)
+    flags = "contract " if contract else ""
+    return w.op(f"{llvm_op} {flags}float {a}, {b}", op)
 
 
 def _unary(cx: LoweringContext, name: str, x: str) -> str:
@@ -184,7 +187,8 @@ def _binary(cx: LoweringContext, op: Operation) -> None:
         name = "mul"
     else:
         vb = _operand_values(cx, b, tb, rt, bcast, op)
-    out = [from_f32(cx, combine(cx, name, x, y), rt.dtype) for x, y in zip(va, vb, strict=True)]
+    contract = bool(op.attrs.get("contract"))
+    out = [from_f32(cx, combine(cx, name, x, y, contract), rt.dtype) for x, y in zip(va, vb, strict=True)]
     cx.set(op.result, Frag(rt, out))
 
 

@@ -118,6 +118,10 @@ def _op_tk_mma(cx: LoweringContext, op: Operation) -> None:
                 vals[lo:lo + nchunk // 2] = _wgmma(cx, nchunk, desc_a, desc_b, chunk, int(trans_b is False),
                                                    int(trans_a), ta.dtype)
     w.call("void", "llvm.nvvm.wgmma.commit_group.sync.aligned", [])
+    group = cx.commit_group()
+    if op.attrs.get("defer_wait"):  # overlap-mma: waited at the first use (LoweringContext.groups_after)
+        cx.set(op.result, Frag(tc, vals, pending=True, group=group))
+        return
     depth = int(op.attrs.get("async_groups") or 0)
     vals = cx.wait_group(vals, depth)
     cx.set(op.result, Frag(tc, vals, pending=depth > 0))

@@ -33,13 +33,11 @@ from tkir.backend import cuda as tkcuda
 from tkir.backend.cuda import CudaError, check
 from tkir.diagnostics import TkirError
 from tkir.requires import requirement_failure
-from tkir.target import NUM_SMS
+from tkir.target import MAX_GRID, MAX_THREADS_PER_BLOCK, NUM_SMS, SMEM_PER_BLOCK
 from tkir.types import DTYPE_BYTES
 
 # --- limits (CUDA driver API / HOPPER.md §0, §4.1, §7.3) ------------------------------------------
 STATIC_SMEM_LIMIT = 48 * 1024  # bytes of dynamic smem a kernel may use without the opt-in attribute
-MAX_THREADS_PER_BLOCK = 1024
-MAX_GRID = (2**31 - 1, 65535, 65535)
 TMA_ALIGN = 16  # global address and strides of a TMA tensor: multiples of 16 bytes (§4.1)
 TMA_MAX_STRIDE = 2**40
 TMA_MAX_DIM = 2**32
@@ -320,6 +318,10 @@ def _check_launch(launch: dict) -> dict:
         raise bad("grid and block have at most 3 entries")
     if math.prod(out["block"]) > MAX_THREADS_PER_BLOCK or min(out["block"]) < 1:
         raise bad(f"block {out['block']} is not 1..{MAX_THREADS_PER_BLOCK} threads")
+    smem = out["dynamic_smem"]
+    if isinstance(smem, bool) or not isinstance(smem, int) or not 0 <= smem <= SMEM_PER_BLOCK:
+        raise bad(f"dynamic_smem {smem!r} is not 0..{SMEM_PER_BLOCK} bytes (the most a block may have)")
+    _check_grid(out["grid"], out["tensors"], bad)
     tensors = {t["name"]: t for t in out["tensors"]}
     scalars = {s["name"]: s for s in out["scalars"]}
     for t in out["tensors"]:
@@ -356,6 +358,23 @@ def _check_launch(launch: dict) -> dict:
     for i, t in enumerate(out["tma"]):
         _check_tma_spec(t, tensors, lambda msg, i=i: bad(f"tma[{i}]: {msg}"))
     return out
+
+
+def _check_grid(grid: list[int | str], tensors: list[dict], bad: Any) -> None:
+    """Each grid dim is a size expression of the tensors' sizes and NUM_SMS; a number is within CUDA's
+    limits (a garbage expression would fail only at bind time, a bad number in the driver)."""
+    sizes = {d for t in tensors for d in t["dims"] if isinstance(d, str) and d.isidentifier()} | {"NUM_SMS"}
+    for axis, g in enumerate(grid):
+        try:
+            names = symexpr.check(g)
+            unknown = sorted(names - sizes)
+            if unknown:
+                raise bad(f"grid dim {axis} ({g}) uses {', '.join(unknown)}, which no tensor dim names")
+            value = None if names else symexpr.evaluate(g, {})
+        except symexpr.SymExprError as e:
+            raise bad(f"grid dim {axis}: {e}") from None
+        if value is not None and not 1 <= value <= MAX_GRID[axis]:
+            raise bad(f"grid dim {axis} is {value} blocks, not 1..{MAX_GRID[axis]}")
 
 
 def _check_tma_spec(t: dict, tensors: dict[str, dict], bad: Any) -> None:

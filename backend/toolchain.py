@@ -31,7 +31,10 @@ TOOL_PACKAGES = {
 }
 # Folders under the `nvidia` namespace package where the wheels put their executables.
 _WHEEL_BIN_DIRS = ("cu13/bin", "cu12/bin", "cuda_nvcc/bin", "cuda_nvdisasm/bin", "cuda_cuobjdump/bin")
+# ... and their headers: cuda.h comes with nvidia-cuda-runtime (a dependency of nvidia-cuda-nvcc).
+_WHEEL_INCLUDE_DIRS = ("cu13/include", "cu12/include", "cuda_runtime/include")
 _CUDA_HOME_BIN = Path("/usr/local/cuda/bin")
+_CUDA_ROOT_GLOB = "/usr/local/cuda*"  # /usr/local/cuda, /usr/local/cuda-13.0, ...
 TOOL_TIMEOUT_S = 120  # ptxas on a large warp-specialized kernel takes seconds; minutes means it hangs
 ELF_MAGIC = b"\x7fELF"
 
@@ -138,13 +141,42 @@ def _opcode(line: str) -> str | None:
     return m.group(1).split(".")[0] if m else None
 
 
-def _wheel_bin_folders() -> list[Path]:
+def cuda_include_dir() -> Path:
+    """The folder holding the CUDA driver API header cuda.h (what `--emit c` output is compiled
+    against): $CUDA_HOME/include or $CUDA_PATH/include, then the NVIDIA pip wheels, then beside
+    `nvcc` on $PATH, then /usr/local/cuda/include and /usr/local/cuda-*/include (newest first)."""
+    candidates = [Path(os.environ[v]) / "include" for v in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(v)]
+    candidates += [Path(p) for p in _wheel_folders(_WHEEL_INCLUDE_DIRS)]
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        candidates.append(Path(nvcc).resolve().parent.parent / "include")
+    roots = sorted(Path("/").glob(_CUDA_ROOT_GLOB.lstrip("/")), key=_version_key, reverse=True)
+    candidates += [r / "include" for r in roots]
+    for folder in candidates:
+        if (folder / "cuda.h").is_file():
+            return folder
+    raise ToolchainError("cuda.h not found (looked in $CUDA_HOME, $CUDA_PATH, the nvidia pip wheels, beside nvcc "
+                         f"and {_CUDA_ROOT_GLOB}/include); install the CUDA toolkit or `pip install "
+                         "nvidia-cuda-runtime`, or set CUDA_HOME")
+
+
+def _version_key(path: Path) -> tuple[int, ...]:
+    """/usr/local/cuda-12.4 -> (12, 4); /usr/local/cuda (the symlink to the default) sorts first."""
+    digits = re.findall(r"\d+", path.name)
+    return tuple(int(d) for d in digits) if digits else (1 << 30,)
+
+
+def _wheel_folders(subdirs: tuple[str, ...]) -> list[Path]:
     try:
         import nvidia  # namespace package of the NVIDIA pip wheels
     except ImportError:
         return []
     roots = [Path(p) for p in getattr(nvidia, "__path__", [])]
-    return [root / sub for root in roots for sub in _WHEEL_BIN_DIRS]
+    return [root / sub for root in roots for sub in subdirs]
+
+
+def _wheel_bin_folders() -> list[Path]:
+    return _wheel_folders(_WHEEL_BIN_DIRS)
 
 
 def _run(cmd: list[str], what: str, check: bool = True) -> subprocess.CompletedProcess[str]:

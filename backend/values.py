@@ -60,6 +60,7 @@ class Frag:
     type: TileType | VectorType
     values: list[str]
     pending: bool = False  # produced by an async mma whose wgmma group may still be in flight
+    group: int | None = None  # which wgmma group (LoweringContext.groups numbering); None: wait for all
 
     @property
     def layout(self) -> RegisterLayout:

@@ -1,6 +1,7 @@
-"""Companion of attention_fwd.tk: O = softmax(Q K^T / sqrt(D) [+ causal mask]) V per (batch, head).
+"""Companion of attention_fwd.tk: O = softmax(Q K^T / sqrt(D) [+ causal mask]) V per (batch, head),
+and L = logsumexp(Q K^T / sqrt(D) [+ mask]) per query row (natural log, float32).
 
-Causal: key index > query index is masked out.
+Causal: key index > query index is masked out. Any sequence length N >= 1.
 """
 
 from __future__ import annotations
@@ -9,20 +10,26 @@ import ml_dtypes
 import numpy as np
 
 KERNEL = "attention_fwd.tk"
-PARAMS = ["Q", "K", "V", "O"]
-OUTPUTS = ["O"]
-DEFAULT_CONSTS = dict(BQ=64, BKV=64, D=128, CAUSAL=0)
+PARAMS = ["Q", "K", "V", "O", "L"]
+OUTPUTS = ["O", "L"]
+DEFAULT_CONSTS = dict(BQ=64, BKV=64, D=128, CAUSAL=0, STAGES=2)
 
-# N a multiple of BQ = BKV = 64. Head dim 128 non-causal, and head dim 64 causal.
-CHECK_SIZES = [dict(B=1, H=2, N=256), dict(B=1, H=2, N=256)]
+# N not a multiple of the tiles (the masks and clipped stores are exercised). Head dim 128
+# non-causal, and head dim 64 causal.
+CHECK_SIZES = [dict(B=1, H=2, N=300), dict(B=1, H=2, N=200)]
 CHECK_CONSTS = [{}, {"D": 64, "CAUSAL": 1}]
-# The reference point of the task: B8 H16 N4096 D128 (FA2 345, cuDNN 654 TFLOP/s on 2026-11-30).
-BENCH_SIZES = [dict(B=8, H=16, N=4096), dict(B=8, H=16, N=4096), dict(B=16, H=16, N=1024)]
-# Benchmarked with 128 query rows per block (two consumer warpgroups) and 3 K/V stages: the fastest
-# configuration of docs/bench/attention_variants.sh (the kernel's defaults stay BQ=64, STAGES=2).
-BENCH_CONSTS = [dict(D=128, CAUSAL=0, BQ=128, STAGES=3), dict(D=128, CAUSAL=1, BQ=128, STAGES=3),
-                dict(D=64, CAUSAL=0, BQ=128, STAGES=3)]
+# Issue 12's configurations, each causal and non-causal: D = 128 at B = H = 16 and five lengths, and
+# (B, H, N, D) = (8, 16, 4096, 128), (16, 32, 2048, 64), (8, 16, 2048, 256).
+_D128 = dict(D=128, BQ=128, BKV=128, STAGES=2)
+_D64 = dict(D=64, BQ=192, BKV=128, STAGES=2)  # three consumer warpgroups: 1.15x BQ=128 (docs/experiments.md)
+_D256 = dict(D=256, BQ=128, BKV=64, STAGES=2)  # K and V blocks of 64 rows: q + 2 stages fit in 227 KB
+_CASES = ([(dict(B=16, H=16, N=n), _D128) for n in (768, 1536, 3072, 6144, 12288)]
+          + [(dict(B=8, H=16, N=4096), _D128), (dict(B=16, H=32, N=2048), _D64), (dict(B=8, H=16, N=2048), _D256)])
+BENCH_SIZES = [sz for sz, _ in _CASES for _causal in (0, 1)]
+BENCH_CONSTS = [{**c, "CAUSAL": causal} for _, c in _CASES for causal in (0, 1)]
 PEER = "SDPA, cuDNN backend"
+# Timed in the same run as PEER (tkc bench prints a ratio column for each).
+EXTRA_PEERS = {"FA2": "FLASH_ATTENTION"}
 
 # bf16 output; the kernel also rounds the probabilities to bf16 before P @ V.
 TOLERANCE = 2e-2
@@ -40,18 +47,20 @@ def make_inputs(rng: np.random.Generator, sizes: dict, consts: dict) -> list[np.
     bf16 = ml_dtypes.bfloat16
     # Unit-normal Q and K make the scaled scores N(0, 1): neither one-hot nor uniform rows.
     q, k, v = (rng.standard_normal(shape, np.float32).astype(bf16) for _ in range(3))
-    return [q, k, v, np.full(shape, np.nan, bf16)]
+    return [q, k, v, np.full(shape, np.nan, bf16), np.full((B, H, N), np.nan, np.float32)]
 
 
 def reference(inputs: list[np.ndarray], sizes: dict, consts: dict) -> dict[str, np.ndarray]:
-    q, k, v, _ = (a.astype(np.float64) for a in inputs)
+    q, k, v = (a.astype(np.float64) for a in inputs[:3])
     D = q.shape[-1]
     s = q @ np.swapaxes(k, -1, -2) / np.sqrt(D)
     if _consts(consts)["CAUSAL"]:
         N = s.shape[-1]
         s = np.where(np.triu(np.ones((N, N), bool), k=1), -np.inf, s)
-    p = np.exp(s - s.max(axis=-1, keepdims=True))
-    return {"O": (p / p.sum(axis=-1, keepdims=True)) @ v}
+    mx = s.max(axis=-1, keepdims=True)
+    p = np.exp(s - mx)
+    total = p.sum(axis=-1, keepdims=True)
+    return {"O": (p / total) @ v, "L": (mx + np.log(total))[..., 0]}
 
 
 def flops(sizes: dict, consts: dict) -> int:
@@ -61,7 +70,8 @@ def flops(sizes: dict, consts: dict) -> int:
 
 
 def bytes_moved(sizes: dict, consts: dict) -> int:
-    return 4 * 2 * sizes["B"] * sizes["H"] * sizes["N"] * _consts(consts)["D"]  # Q, K, V read, O written
+    rows = sizes["B"] * sizes["H"] * sizes["N"]
+    return 4 * 2 * rows * _consts(consts)["D"] + 4 * rows  # Q, K, V read, O and L written
 
 
 # --- GPU hooks (tkc bench / GPU tests) -------------------------------------------------------------
@@ -72,23 +82,42 @@ def torch_inputs(sizes: dict, consts: dict) -> list:
 
     B, H, N, D = sizes["B"], sizes["H"], sizes["N"], _consts(consts)["D"]
     q, k, v = (torch.randn(B, H, N, D, device="cuda").to(torch.bfloat16) for _ in range(3))
-    return [q, k, v, torch.full((B, H, N, D), float("nan"), device="cuda", dtype=torch.bfloat16)]
+    return [q, k, v, torch.full((B, H, N, D), float("nan"), device="cuda", dtype=torch.bfloat16),
+            torch.full((B, H, N), float("nan"), device="cuda", dtype=torch.float32)]
 
 
 def torch_reference(inputs: list, sizes: dict, consts: dict) -> dict:
+    """O = softmax(s) V and L = logsumexp(s) in float32, s = Q K^T / sqrt(D) (+ causal mask): the
+    definition SDPA's math backend computes, evaluated per batch and per block of query rows so the
+    score matrix of N = 12288 fits in memory."""
     import torch
 
-    q, k, v, _ = (x.float() for x in inputs)
+    q, k, v = inputs[:3]
     causal = bool(_consts(consts)["CAUSAL"])
-    with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
-        return {"O": torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)}
+    B, H, N, D = q.shape
+    out_o = torch.empty(B, H, N, D, device=q.device, dtype=torch.float32)
+    out_l = torch.empty(B, H, N, device=q.device, dtype=torch.float32)
+    rows = max(1, min(N, 2**31 // max(1, H * N * 4) // 4))  # about 0.5 GB of scores per block
+    cols = torch.arange(N, device=q.device)
+    for b in range(B):
+        kb, vb = k[b].float(), v[b].float()
+        for r0 in range(0, N, rows):
+            qb = q[b, :, r0:r0 + rows].float()
+            s = qb @ kb.transpose(-1, -2) / D ** 0.5
+            if causal:
+                qi = torch.arange(r0, r0 + qb.shape[1], device=q.device)
+                s.masked_fill_(cols[None, :] > qi[:, None], float("-inf"))
+            out_l[b, :, r0:r0 + rows] = torch.logsumexp(s, dim=-1)
+            out_o[b, :, r0:r0 + rows] = torch.softmax(s, dim=-1) @ vb
+            del s
+    return {"O": out_o, "L": out_l}
 
 
 def peer(inputs: list, sizes: dict, consts: dict, backend: str = "CUDNN_ATTENTION"):
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    q, k, v, _ = inputs
+    q, k, v = inputs[:3]
     causal = bool(_consts(consts)["CAUSAL"])
     chosen = getattr(SDPBackend, backend)
 
@@ -96,3 +125,8 @@ def peer(inputs: list, sizes: dict, consts: dict, backend: str = "CUDNN_ATTENTIO
         with sdpa_kernel(chosen):
             return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
     return run
+
+
+def extra_peer(name: str, inputs: list, sizes: dict, consts: dict):
+    """The peer named in EXTRA_PEERS: SDPA with that backend."""
+    return peer(inputs, sizes, consts, backend=EXTRA_PEERS[name])

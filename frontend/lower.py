@@ -19,9 +19,10 @@ import difflib
 import math
 from dataclasses import dataclass
 
-from tkir import scalar
+from tkir import scalar, symexpr
 from tkir.diagnostics import CompileError
 from tkir.frontend import ast
+from tkir.frontend.names import Vocabulary, check_untaken
 from tkir.ir import Block, Loc, Module, Operation, Region, Value
 from tkir.target import REGS_PER_SM, SMEM_PER_BLOCK
 from tkir.types import (
@@ -40,6 +41,7 @@ from tkir.types import (
     is_shared,
 )
 from tkir.verifier import verify
+from tkir.verify_sizes import grid_limit_problem
 
 MAX_GRID_DIMS = 3  # CUDA grids have x, y, z
 REGISTER_FILE_BYTES = REGS_PER_SM * 4  # no register tile or vector can be larger than an SM's registers
@@ -67,6 +69,11 @@ ALL_FUNCS = (*UNARY_FUNCS, *CAST_FUNCS, *REDUCTIONS, *OTHER_FUNCS)
 ANNOTATIONS = {"stages": "a for loop", "swizzle": "a shared declaration",
                "no_tma": "a load statement", "warpgroups": "the kernel"}
 BINARY_NAMES = {"+": "add", "-": "sub", "*": "mul", "/": "div", "%": "rem", "max": "max", "min": "min"}
+# what the name check of an untaken compile-time branch knows (frontend/names.py)
+VOCABULARY = Vocabulary(
+    functions={f: (3, 4) if f == "mask_causal" else (N_ARGS.get(f, 1),) * 2 for f in ALL_FUNCS},
+    type_kinds=(*TYPE_KINDS, *SCALAR_DTYPES), dtypes=(*TENSOR_DTYPES, PREDICATE_DTYPE), annotations=ANNOTATIONS,
+    block_dims=BLOCK_DIMS, implicit=("inf",))
 
 
 def lower_kernel(kernel: ast.Kernel, source: str, consts: dict[str, int | float] | None = None) -> Module:
@@ -106,6 +113,7 @@ class _E:
     axis: str | None = None  # vectors: "row" (from row_*) or "col"
     trans: bool = False  # a pending `.T`
     gref: tuple[Value, list[Value]] | None = None  # A[i, j]: the gl and its coordinates
+    coords: list[_E] | None = None  # A[i, j]: the coordinates as written (compile-time ones are checked)
     name: str | None = None  # source name, for naming constants
 
     @property
@@ -141,6 +149,8 @@ class _Lowerer:
         self.smem_bytes = 0
         self.loop_depth = 0
         self.axis_of: dict[int, str] = {}
+        # names declared only in untaken branches of compile-time `if`s, with the scope of the `if`
+        self.untaken: list[tuple[dict[str, _Sym], dict[str, Loc]]] = []
 
     # --- helpers -------------------------------------------------------------------------------
 
@@ -255,7 +265,13 @@ class _Lowerer:
         if len(k.grid) > MAX_GRID_DIMS:
             raise self.error(k.grid[MAX_GRID_DIMS].loc,
                              f"the grid has {len(k.grid)} dimensions; at most {MAX_GRID_DIMS} (x, y, z)")
-        return [self.size_expr(e) for e in k.grid]
+        exprs = [self.size_expr(e) for e in k.grid]
+        for axis, (e, text) in enumerate(zip(k.grid, exprs, strict=True)):
+            if not symexpr.names(text):  # a number of blocks: within CUDA's limits (tkir/target.py)
+                problem = grid_limit_problem(axis, symexpr.evaluate(text, {}))
+                if problem:
+                    raise self.error(e.loc, problem)
+        return exprs
 
     def size_expr(self, e: ast.Expr) -> str:
         """A grid expression in tkir.symexpr syntax, consts substituted and folded."""
@@ -548,7 +564,20 @@ class _Lowerer:
             self.runtime_if(s)
             return
         # Like `#if`: only the taken branch exists, and what it declares stays visible after it.
-        self.stmts(s.then if cond else s.orelse or [])
+        # The other branch's names are checked all the same (frontend/names.py).
+        visible = {n for scope in self.scopes for n in scope} | set(self.untaken_names())
+        taken, untaken = (s.then, s.orelse or []) if cond else (s.orelse or [], s.then)
+        self.stmts(taken)
+        declared = check_untaken(untaken, visible, s.loc, VOCABULARY, self.source)
+        self.untaken.append((self.scopes[-1], declared))
+
+    def untaken_names(self) -> dict[str, Loc]:
+        """Names declared only in untaken compile-time branches of the scopes visible now."""
+        out: dict[str, Loc] = {}
+        for scope, declared in self.untaken:
+            if any(scope is s for s in self.scopes):
+                out.update(declared)
+        return out
 
     def runtime_if(self, s: ast.If) -> None:
         """`if c {..} else {..}` on a run-time scalar comparison -> arith.cmp + a two-region scf.if.
@@ -624,6 +653,7 @@ class _Lowerer:
         if e.gref is not None:
             gl, coords = e.gref
             self.check_global_access(gl.type, t, e.loc, f"loading into '{sym.name}'")
+            self.check_extents(gl, t, e.coords or [])
             new = self.emit("tk.load", [gl, *coords], [t], e.loc, attrs, sym.name).result
         elif e.is_const:
             new = self.emit("tk.fill", [], [t], e.loc, {"value": float(e.const)}, sym.name).result
@@ -664,6 +694,7 @@ class _Lowerer:
         if e.gref is not None:
             gl, coords = e.gref
             self.check_global_access(gl.type, t, e.loc, f"loading into '{sym.name}'")
+            self.check_extents(gl, t, e.coords or [])
             self.emit("tk.load", [sym.value, gl, *coords], [], e.loc, attrs)
             return
         if e.is_const or isinstance(e.value.type, (ScalarType, GlobalType)) or is_shared(e.value.type):
@@ -688,6 +719,7 @@ class _Lowerer:
                              hint="store a register or shared tile")
         e = self.use(e)
         self.check_global_access(gl.type, e.value.type, s.loc, f"storing {e.value.type} into '{gl.name}'")
+        self.check_extents(gl, e.value.type, dst.coords or [])
         self.emit("tk.store", [gl, e.value, *coords], [], s.loc, attrs)
 
     def check_global_access(self, g: GlobalType, t: Type, loc: Loc, what: str) -> None:
@@ -701,6 +733,25 @@ class _Lowerer:
         for dim, n in zip(g.dims[-rank:], extents, strict=True):
             if isinstance(dim, int) and dim % n:
                 raise self.error(loc, f"{what}: global dim {dim} is not a multiple of the tile's {n}")
+
+    def check_extents(self, gl: Value, t: Type, coords: list[_E]) -> None:
+        """A compile-time coordinate of a dim whose extent is a number must address inside it: the
+        last two (a tile) or last one (a vector) count in tiles of `t`, the others in elements. An
+        access wholly outside the tensor silently reads zeros or writes nothing where the copy is
+        TMA or masked, and goes past the tensor where it is not (issue 14)."""
+        g: GlobalType = gl.type
+        tiled = (t.rows, t.cols) if isinstance(t, TileType) else (t.n,)
+        extents = (1,) * (g.rank - len(tiled)) + tiled
+        for i, (c, dim, n) in enumerate(zip(coords, g.dims, extents, strict=True)):
+            if not (c.is_const and isinstance(c.const, int) and isinstance(dim, int) and c.const * n >= dim):
+                continue
+            if n > 1:  # dim is a multiple of n (check_global_access)
+                raise self.error(c.loc, f"tile coordinate {c.const} is past the end of dim {i} of '{gl.name}' "
+                                 f"({g}): tile {c.const} of {n} starts at element {c.const * n}",
+                                 hint=f"dim {i} holds {dim // n} tile{'s' * (dim > n)} of {n} (coordinates "
+                                      f"0..{dim // n - 1})")
+            raise self.error(c.loc, f"coordinate {c.const} is past the end of dim {i} of '{gl.name}' ({g})",
+                             hint=f"dim {i} has {dim} element{'s' * (dim > 1)} (coordinates 0..{dim - 1})")
 
     def check_same(self, got: Type, want: Type, loc: Loc, what: str) -> None:
         if isinstance(got, TileType) != isinstance(want, TileType) or _shape(got) != _shape(want):
@@ -757,6 +808,10 @@ class _Lowerer:
             if e.id == "block":
                 raise self.error(e.loc, "'block' needs .x, .y or .z")
             close = difflib.get_close_matches(e.id, [n for s in self.scopes for n in s], n=1)
+            untaken = self.untaken_names().get(e.id)
+            if untaken is not None:
+                raise self.error(e.loc, f"unknown name '{e.id}'", hint=f"'{e.id}' is declared at line "
+                                 f"{untaken.line}, in a compile-time branch these consts do not take")
             raise self.error(e.loc, f"unknown name '{e.id}'",
                              hint=f"did you mean '{close[0]}'?" if close else None)
         if sym.kind == "size":
@@ -798,8 +853,12 @@ class _Lowerer:
                              f"({g.rank} dims), got {len(e.indices)}",
                              hint="give one coordinate per dim; the last two (a tile) or last one (a "
                                   "vector) count in tiles")
-        coords = [self.tile_coordinate(self.expr(i)) for i in e.indices]
-        return _E(e.loc, gref=(base.value, coords))
+        exprs: list[_E] = []
+        coords: list[Value] = []
+        for i in e.indices:  # one at a time: the order of the prologue's constants stays the source's
+            exprs.append(self.expr(i))
+            coords.append(self.tile_coordinate(exprs[-1]))
+        return _E(e.loc, gref=(base.value, coords), coords=exprs)
 
     def index_value(self, e: _E, what: str) -> Value:
         if e.is_const:

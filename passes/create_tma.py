@@ -38,7 +38,7 @@ import re
 
 from tkir.access_report import add_report
 from tkir.ir import Module, Operation
-from tkir.layout import SharedLayout, layout_of, tma_swizzle
+from tkir.layout import SharedLayout, layout_of, tma_box, tma_swizzle
 from tkir.ops_tma import TMA_INNER_BYTES_ALIGN, TMA_MAX_BOX, TMA_MAX_RANK, TMA_STRIDE_ALIGN
 from tkir.passes.shared_access import access_report, choose_swizzle, shared_layout, staged_store_uses, with_layout
 from tkir.passmanager import Options, ParamError, Pass, PassError, param
@@ -52,7 +52,6 @@ OOB_FILL = "zero"              # CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE: out-of-bound
 EPILOGUE_COLS = 128           # staging tile: 64 rows x 128 bf16 per warpgroup = 16 KB
 EPILOGUE_CHUNK = 64           # columns written and stored at a time: two 8 KB buffers per warpgroup
 EPILOGUE_PANEL_COLS = 64      # one 128-byte swizzle panel of bf16: the TMA store box width
-WGMMA_ROWS = 64               # one warpgroup's accumulator rows (HOPPER.md §1.2): one TMA box of rows
 
 REGISTER_LOAD_REASON = "register tile: loaded with ld.global (create-tma stages no register copies)"
 REGISTER_STORE_REASON = "register tile: stored with st.global (create-tma stages no register copies)"
@@ -140,7 +139,9 @@ class _Rewriter:
                           result_names=[f"{g_val.name}_stage"], loc=op.loc)
         span = choose_swizzle(alloc, alloc.result.type, staged_store_uses(op, alloc.result.type), self.options)
         stage_t = with_layout(alloc.result.type, SharedLayout(v.dtype, v.rows, cols, span))
-        box_t = TileType("st", v.dtype, WGMMA_ROWS, cols, (("swizzle", span),))
+        # each warpgroup stores its own rows with one box per panel (backend/rules_wgmma.py): a box of
+        # 64 rows (one wgmma M) left rows 64..127 of a single warpgroup's 128-row tile unstored (issue 14)
+        box_t = TileType("st", v.dtype, v.rows // lay.split, cols, (("swizzle", span),))
         if _box_problem(box_t) is not None or _stride_problem(g, g_val.name) is not None:
             return False
         alloc.result.type = stage_t
@@ -249,10 +250,7 @@ def _box_problem(s: TileType | VectorType) -> str | None:
 
 
 def _box(s: TileType | VectorType, rank: int) -> tuple[list[int], int]:
-    inner, boxes, rows = _inner(s)
-    if isinstance(s, TileType):
-        return [inner, rows] + [1] * (rank - 2), boxes
-    return [inner] + [1] * (rank - 1), boxes
+    return tma_box(s, rank)  # tkir/layout.py: the verifier checks descriptors against the same rule
 
 
 def _product(dims: list[int | str], eb: int) -> int | str:

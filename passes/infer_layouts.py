@@ -27,6 +27,7 @@ from tkir.layout import (
     MMA_M,
     WGMMA_M,
     RegisterLayout,
+    auto_consumer_warpgroups,
     conversion,
     dtype_bytes,
     make_layout,
@@ -42,7 +43,6 @@ from tkir.types import TileType, VectorType, is_register
 # tk.index only reads its operand's shape, but its indices must sit where that tile's elements do.
 ELEMENTWISE = ({f"tk.{n}" for n in (*TILE_BINARY, *TILE_UNARY)}
                | {"tk.cast", "tk.mask_causal", "tk.cmp", "tk.select", "tk.index"})
-MAX_AUTO_CONSUMERS = 2  # two m64 consumer warpgroups: CUTLASS's cooperative sm90 GEMM shape
 MAX_AUTO_WARPS_SM80 = 8  # 8 warps of m16 rows: a 128-row block tile on the mma.sync path
 DEFAULT_WARPS = 4       # one warpgroup's worth of warps for kernels without tk.mma
 VEC_BYTES = 16          # `row` layouts: each lane owns 16-byte column chunks (one v4 access)
@@ -132,7 +132,7 @@ class _KernelLayouts:
             _check_threads(self.kernel, warps)
             return warps, 0
         if consumers is None:
-            consumers = min(max(acc_rows // WGMMA_M, 1), MAX_AUTO_CONSUMERS) if has_mma else 1
+            consumers = auto_consumer_warpgroups(acc_rows) if has_mma else 1
             attrs["warpgroups"] = {**(given if isinstance(given, dict) else {}), "consumers": consumers}
         _check_threads(self.kernel, 4 * consumers)
         return 4 * consumers, consumers

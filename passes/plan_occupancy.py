@@ -9,7 +9,8 @@ Writes the kernel attr `occupancy` (and `stages = S` on each pipelined loop that
 
 Roles. A loop that loads shared tiles with `tma.load` and feeds `tk.mma` is warp-specialized
 (HOPPER.md §7.2): one producer warpgroup plus the consumer warpgroups of the kernel attr
-`warpgroups = {consumers = N}` (default: accumulator rows / 64, at most 2). Any other kernel has one
+`warpgroups = {consumers = N}` (default: infer-layouts' choice, the most warpgroups up to 3 that split
+the accumulator's m64 blocks evenly). Any other kernel has one
 role, `compute`, with the warpgroups of its `warpgroups` attr (default 1) and no setmaxnreg; on sm_80,
 where infer-layouts records `warps = W` on the kernel, the role is `compute = {warps = W, ...}` and the
 block has 32 * W threads (the mma/row layouts spread the tiles over exactly those warps).
@@ -55,7 +56,7 @@ import math
 from tkir.diagnostics import CompileError
 from tkir.facts import OccupancyPlan, RegisterBudget, RolePlan, SharedBreakdown
 from tkir.ir import Block, Loc, Module, Operation, Value, parent_op
-from tkir.layout import layout_of
+from tkir.layout import auto_consumer_warpgroups, layout_of
 from tkir.layout import regs_per_thread as layout_regs
 from tkir.ops import TILE_BINARY, TILE_UNARY
 from tkir.passmanager import Options, Pass
@@ -68,7 +69,6 @@ from tkir.target import (
     REGS_PER_SM,
     SMEM_PER_BLOCK,
     SMEM_PER_SM,
-    WGMMA_M,
 )
 from tkir.target import WARP as WARP_SIZE
 from tkir.target import WARPGROUP as THREADS_PER_WARPGROUP
@@ -86,7 +86,6 @@ PLAIN_SMEM_ALIGN = 16              # 16-byte vector ld/st.shared
 TMA_SMEM_ALIGN = 128               # TMA shared address alignment (HOPPER.md §3.2)
 PRODUCER_REGS = (40, 24)           # CUTLASS producer setmaxnreg.dec values, preferred first
 MAX_AUTO_STAGES = 4
-DEFAULT_MAX_CONSUMERS = 2          # infer-layouts' default: accumulator rows / 64, at most 2
 
 OVERHEAD_REGS = 16
 POINTER_REGS = 2                   # a 64-bit global address
@@ -195,7 +194,7 @@ def _consumer_warpgroups(kernel: Operation, loop: Operation) -> int:
     if isinstance(wg, dict) and isinstance(wg.get("consumers"), int):
         return wg["consumers"]
     rows = max(o.result.type.rows for o in loop.walk() if o.name == "tk.mma")
-    return min(max(rows // WGMMA_M, 1), DEFAULT_MAX_CONSUMERS)
+    return auto_consumer_warpgroups(rows)
 
 
 def _compute_warpgroups(kernel: Operation) -> int:

@@ -26,6 +26,11 @@ PASS_TABLE: dict[str, str] = {
     "pipeline": "pipeline:Pipeline",                 # ring buffers, mbarriers, producer/consumer roles
     "plan-occupancy": "plan_occupancy:PlanOccupancy",  # registers, shared memory, stages, setmaxnreg
     "persistent": "persistent:Persistent",           # one block per SM looping over tiles, grouped order
+    "fold-scale": "fold_scale:FoldScale",            # x * c past masks and row max; x * c - m as one fma
+    "early-release": "early_release:EarlyRelease",  # a barrier ring per tile: stages freed by their last reader
+    "pingpong": "pingpong:Pingpong",                # consumer warpgroups take turns issuing mmas (named barriers)
+    "split-masks": "split_masks:SplitMasks",        # masks only on the iterations that can mask
+    "overlap-mma": "overlap_mma:OverlapMma",        # next block's wgmma issued before this block's softmax
     "stream-k": "stream_k:StreamK",                  # split the last partial wave along K over every block
 }
 
@@ -33,16 +38,22 @@ PASS_TABLE: dict[str, str] = {
 DEFAULT_PIPELINE: list[str] = [
     "canonicalize",    # fold shapes and sizes first: every later decision reads constants
     "legalize-mma",    # mma operands the instructions can read (before layouts are chosen)
+    "fold-scale",      # a positive scale moved past masks and row max/min, fused with the subtraction
     "infer-layouts",   # register fragments decide how many warpgroups compute
     "select-swizzle",  # shared layouts from the consumers the layouts imply
     "bank-conflicts",  # check (and fix) every shared access under those layouts
     "create-tma",      # copies whose layouts TMA can write become descriptors
     "plan-occupancy",  # stages, roles and registers from the budget (before pipeline uses them)
     "pipeline",        # ring buffers, mbarriers, producer/consumer roles
+    "early-release",   # one ring per loaded tile: each stage released by the mma that read it last
     "persistent",      # one block per SM over output tiles, grouped order
+    "split-masks",     # loops split so that element masks run only where they can mask
+    "overlap-mma",     # head dim <= 64: next block's q @ k.T issued before this block's softmax (FA3)
     "canonicalize",    # clean up what the rewrites left
 ]
-# Not in it: stream-k (a research pass; passes/stream_k.py says why), named after persistent.
+# Not in it (research passes, measured slower on the H200; docs/experiments.md): pingpong (name it
+# after overlap-mma: 392.7 vs 536.5 TFLOP/s on attention (8, 16, 4096, 128)) and stream-k (after
+# persistent; passes/stream_k.py says why).
 
 # deprecated `--pass-option KEY=VALUE` (tkir.compile(pass_options=...)) -> (pass, parameter)
 LEGACY_OPTIONS: dict[str, tuple[str, str]] = {

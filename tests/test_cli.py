@@ -21,7 +21,7 @@ from tkir.cli import main
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 GEMM = str(EXAMPLES / "gemm.tk")
-COMMANDS = ("compile", "opt", "run", "bench", "report")
+COMMANDS = ("compile", "opt", "run", "bench", "report", "cache")
 PTX_WALL_LIMIT_S = 3.0  # ~1 s measured on a laptop-class CPU; 3 s leaves room for a loaded 2-core CI runner
 
 
@@ -277,3 +277,58 @@ def test_version() -> None:
 
     proc, _ = tkc("--version")
     assert proc.returncode == 0 and proc.stdout.strip() == f"tkc (tkir) {tkir.__version__}"
+
+
+# --- tkc cache info / clear -------------------------------------------------------------------------
+
+def test_cache_info_and_clear(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                              monkeypatch: pytest.MonkeyPatch) -> None:
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("TKIR_CACHE_DIR", str(cache))
+    monkeypatch.delenv("TKIR_CACHE", raising=False)
+    assert main(["cache", "info"]) == 0
+    out = capsys.readouterr().out
+    assert f"directory: {cache} (not created yet)" in out
+    assert "enabled:   yes" in out and "format:    2" in out and "entries:   0" in out and "size:      0 bytes" in out
+
+    assert main(["compile", str(EXAMPLES / "softmax.tk"), "--emit", "ptx", "-o", str(tmp_path / "s.ptx")]) == 0
+    capsys.readouterr()
+    (entry,) = cache.glob("*.json")
+    assert main(["cache", "info"]) == 0
+    out = capsys.readouterr().out
+    assert "entries:   1" in out and f"size:      {entry.stat().st_size} bytes (" in out and "KiB)" in out
+
+    monkeypatch.setenv("TKIR_CACHE", "0")
+    assert main(["cache", "info"]) == 0
+    assert "enabled:   no (TKIR_CACHE=0)" in capsys.readouterr().out
+    assert main(["cache", "clear"]) == 0
+    assert capsys.readouterr().out == f"removed 1 entry from {cache}\n"
+    assert main(["cache", "clear"]) == 0
+    assert capsys.readouterr().out == f"removed 0 entries from {cache}\n"
+
+
+def test_cache_without_an_action_is_a_usage_error() -> None:
+    proc, _ = tkc("cache")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.startswith("tkc cache: error: the following arguments are required: ACTION")
+
+
+def test_a_corrupt_cache_entry_is_a_one_line_warning(tmp_path: Path) -> None:
+    """A damaged entry: `tkc compile` warns in one line, rebuilds, writes the right output and
+    rewrites the entry (the next compile is silent)."""
+    from tkir.backend.cache import content_hash
+
+    env = {"TKIR_CACHE_DIR": str(tmp_path / "cache"), "TKIR_CACHE": "1"}
+    args = ("compile", "examples/softmax.tk", "--emit", "ptx")
+    first, _ = tkc(*args, env=env)
+    (entry,) = (tmp_path / "cache").glob("*.json")
+    data = json.loads(entry.read_text())
+    data["artifacts"]["ptx"] = 5  # a parseable entry holding a value of the wrong type, with its hash
+    data["sha256"] = content_hash(data["artifacts"])
+    entry.write_text(json.dumps(data))
+    proc, _ = tkc(*args, env=env)
+    assert proc.returncode == 0 and proc.stdout == first.stdout
+    assert proc.stderr == f"tkc: warning: tkir cache: ignoring {entry}: 'ptx' has type int, expected str; rebuilding it\n"
+    assert len(proc.stderr.splitlines()) == 1 and "Traceback" not in proc.stderr
+    again, _ = tkc(*args, env=env)
+    assert again.returncode == 0 and again.stderr == "" and again.stdout == first.stdout

@@ -95,9 +95,9 @@ tk.kernel @gemm {consts = {BM = 128, BN = 256, BK = 64}, grid = ["M / 128", "N /
 # Online softmax in base 2: s = Q K^T * log2(e)/sqrt(D); m, l running max and sum per query row.
 ATTENTION = """
 tk.kernel @attention_fwd {consts = {BQ = 64, BKV = 64, D = $D, CAUSAL = $CAUSAL},
-                          grid = ["N / 64", "H", "B"]} {
+                          grid = ["cdiv(N, 64)", "H", "B"]} {
   ^(%Q: gl<bf16>[B, H, N, $D], %K: gl<bf16>[B, H, N, $D], %V: gl<bf16>[B, H, N, $D],
-    %O: gl<bf16>[B, H, N, $D])
+    %O: gl<bf16>[B, H, N, $D], %L: gl<f32>[B, H, N])
   %qb = tk.block_id {dim = 0} : i32
   %h = tk.block_id {dim = 1} : i32
   %b = tk.block_id {dim = 2} : i32
@@ -112,7 +112,7 @@ tk.kernel @attention_fwd {consts = {BQ = 64, BKV = 64, D = $D, CAUSAL = $CAUSAL}
   %m0 = tk.fill {value = -inf} : rv<f32, 64>
   %l0 = tk.fill {value = 0.0} : rv<f32, 64>
   %N = tk.size {name = "N"} : i32
-  %nkv = arith.div %N, %c64 : i32
+  %nkv = arith.cdiv %N, %c64 : i32
   %scale = arith.const {value = $SCALE} : f32
   %one = arith.const {value = 1.0} : f32
   %row0 = arith.mul %qb, %c64 : i32
@@ -124,6 +124,11 @@ tk.kernel @attention_fwd {consts = {BQ = 64, BKV = 64, D = $D, CAUSAL = $CAUSAL}
     %s0 = tk.mma %q, %k, %z {trans_b = true} : rt<f32, 64, 64>
     %s1 = tk.mul %s0, %scale : rt<f32, 64, 64>
     %col0 = arith.mul %j, %c64 : i32
+    %ci = tk.index %s1 {axis = col} : rt<i32, 64, 64>
+    %key = tk.add %ci, %col0 : rt<i32, 64, 64>
+    %inside = tk.cmp %key, %N {pred = lt} : rt<i1, 64, 64>
+    %ninf = arith.const {value = -inf} : f32
+    %s2 = tk.select %inside, %s1, %ninf : rt<f32, 64, 64>
     $MASK
     %mx = tk.reduce %s {kind = max, axis = row} : rv<f32, 64>
     %m2 = tk.max %m1, %mx : rv<f32, 64>
@@ -142,10 +147,15 @@ tk.kernel @attention_fwd {consts = {BQ = 64, BKV = 64, D = $D, CAUSAL = $CAUSAL}
   %on = tk.div %o, %l {bcast = row} : rt<f32, 64, $D>
   %ob = tk.cast %on : rt<bf16, 64, $D>
   tk.store %O, %ob, %b, %h, %qb, %c0
+  %lg = tk.log2 %l : rv<f32, 64>
+  %lm = tk.add %m, %lg : rv<f32, 64>
+  %ln2 = arith.const {value = 0.6931471805599453} : f32
+  %lse = tk.mul %lm, %ln2 : rv<f32, 64>
+  tk.store %L, %lse, %b, %h, %qb
 }
 """
-MASK = {1: "%s = tk.mask_causal %s1, %row0, %col0 {fill = -inf} : rt<f32, 64, 64>",
-        0: "%s = tk.mul %s1, %one : rt<f32, 64, 64>"}
+MASK = {1: "%s = tk.mask_causal %s2, %row0, %col0 {fill = -inf} : rt<f32, 64, 64>",
+        0: "%s = tk.mul %s2, %one : rt<f32, 64, 64>"}
 
 LAYERNORM = """
 tk.kernel @layernorm {consts = {ROWS = 16, D = $D}, grid = ["N / 16"]} {

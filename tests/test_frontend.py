@@ -78,23 +78,27 @@ def test_gemm_shape() -> None:
 
 def test_grid_substitutes_consts() -> None:
     module, _ = compile_example("attention_fwd", {"BQ": 128})
-    assert module.kernel.attrs["grid"] == ["N / 128", "H", "B"]
+    assert module.kernel.attrs["grid"] == ["cdiv(N, 128)", "H", "B"]
 
 
 def test_attention_online_softmax_shape() -> None:
     _, text = compile_example("attention_fwd")
     assert "scf.for %c0, %kv_blocks, %c1, %l, %o, %m {stages = 2}" in text
     assert "tk.mma %q, %k, %0 {trans_b = true} : rt<f32, 64, 64>" in text
-    assert "tk.reduce %s.1 {kind = max, axis = row} : rv<f32, 64>" in text
+    # keys past N are masked (any sequence length): the key's global column against N
+    assert "tk.index %s.1 {axis = col} : rt<i32, 64, 64>" in text
+    assert "tk.select" in text and "{pred = lt}" in text
+    assert "tk.reduce %s.2 {kind = max, axis = row} : rv<f32, 64>" in text
     assert "{bcast = row}" in text
     assert "mask_causal" not in text
-    assert "%kv_blocks = arith.div %N, %BKV : i32" in text
+    assert "%kv_blocks = arith.cdiv %N, %BKV : i32" in text
+    assert "tk.store %L" in text  # the row log-sum-exp
 
 
 def test_attention_causal_masks_and_bounds_the_loop() -> None:
     _, text = compile_example("attention_fwd", {"CAUSAL": 1})
     assert "tk.mask_causal" in text and "{fill = -inf}" in text
-    assert "%kv_blocks = arith.cdiv" in text
+    assert "%kv_blocks = arith.min" in text  # the diagonal block, or the last block of N
 
 
 def test_attention_head_dim_64_keeps_row_broadcast_on_square_tiles() -> None:
@@ -147,6 +151,36 @@ def test_compile_time_if_folds_and_else_if_chains() -> None:
     assert "tk.log" in lower(body) and "tk.exp" not in lower(body)
     assert "tk.exp" in lower(body, {"CAUSAL": 1})
     assert "tk.abs" in lower(body, {"BM": 32})
+
+
+def test_untaken_branch_names_are_checked_but_not_its_types() -> None:
+    """Issue 14: the branch a compile-time `if` does not take is name-checked (tests/bad/untaken_*.tk),
+    but what depends on the consts is not: shapes, a `let` in both branches, names declared only
+    under other consts, a nested `if` whose declarations either branch makes."""
+    body = ("reg x: rt<f32, BM, BM> = 0\n"
+            "if BM == 64 { let n = 1 } else { let n = 2 }\n"          # one name, each branch
+            "if CAUSAL { reg y: rt<f32, BM, 24> = x\n let w = 3 }\n"  # bad shape, untaken: fine
+            "if CAUSAL { x = x * f32(w)\n"                             # w: only in an untaken branch
+            "  if BM > 32 { let z = 1 } else { let z = 2 }\n  let u = z }\n"
+            "x = x + f32(n)")
+    assert "tk.add" in lower(body)
+    with pytest.raises(CompileError, match="multiples of 16"):
+        lower(body, {"CAUSAL": 1})
+    with pytest.raises(CompileError) as info:  # taken code using a name of an untaken branch
+        lower("if CAUSAL { let w = 3 }\nlet v = w")
+    assert info.value.message == "unknown name 'w'" and "line 2, in a compile-time branch" in info.value.hint
+    for bad, words in [("if CAUSAL { let v = block }", "'block' needs"),
+                       ("if CAUSAL { let v = block.w }", "unknown block index"),
+                       ("if CAUSAL { reg v: rt<bf17, 16, 16> }", "unknown dtype 'bf17'"),
+                       ("if CAUSAL { reg v: tile<bf16, 16, 16> }", "unknown type 'tile'"),
+                       ("if CAUSAL { @unroll for i in 0 .. 2 { } }", "unknown annotation"),
+                       ("if CAUSAL { for i in 0 .. 2 { } \n let v = i }", "unknown name 'i'"),
+                       ("if CAUSAL { acc += 1.0 }", "'+=' on undeclared variable 'acc'"),
+                       ("if CAUSAL { let v = A.T.q }", "unknown attribute '.q'")]:
+        with pytest.raises(CompileError) as info:
+            lower(bad)
+        assert words in info.value.message, (bad, info.value.format())
+        assert "does not take this branch" in info.value.hint
 
 
 def test_swizzle_and_no_tma_and_warpgroups_attrs() -> None:

@@ -7,6 +7,9 @@ example's bound, at three sizes each, including sizes that are not multiples of 
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import pytest
 
 from tkir.bench import bench_one
@@ -28,8 +31,12 @@ CASES = [
     ("attention_fwd", dict(B=2, H=4, N=512), {}),
     ("attention_fwd", dict(B=1, H=2, N=1024), {"CAUSAL": 1}),
     ("attention_fwd", dict(B=2, H=2, N=256), {"D": 64, "CAUSAL": 1}),
-    ("attention_fwd", dict(B=2, H=4, N=512), {"BQ": 128, "STAGES": 3}),             # the bench config
-    ("attention_fwd", dict(B=1, H=2, N=1024), {"BQ": 128, "STAGES": 3, "CAUSAL": 1}),
+    ("attention_fwd", dict(B=2, H=4, N=512), {"BQ": 128, "BKV": 64, "STAGES": 3}),   # the session-4 bench config
+    ("attention_fwd", dict(B=1, H=2, N=1024), {"BQ": 128, "BKV": 64, "STAGES": 3, "CAUSAL": 1}),
+    ("attention_fwd", dict(B=1, H=2, N=1024), {"BQ": 64, "BKV": 64}),
+    # any sequence length (issue 12): TMA zero fill, the key-length mask, clipped O and L stores
+    *[("attention_fwd", dict(B=2, H=2, N=n), {"D": d, "CAUSAL": causal, **({"BKV": 64} if d == 256 else {})})
+      for n in (1, 100, 1000, 4097) for d in (64, 128, 256) for causal in (0, 1)],
     ("linear", dict(M=256, N=512, K=256), {"ACT": 0}),
     ("linear", dict(M=1000, N=744, K=520), {"ACT": 1}),   # ragged; tanh-GELU
     ("linear", dict(M=512, N=512, K=512), {"ACT": 2}),    # SiLU
@@ -56,6 +63,20 @@ def test_example_matches_reference_on_gpu(name: str, sizes: dict, consts: dict) 
     path = f"examples/{name}.tk"
     row = bench_one(path, load_companion(path), sizes, consts, reps=1, warmup=0, peer=False)
     assert row.ok, f"{name} {sizes} {consts}: rel_err {row.rel_err:.3e} > {row.bound}"
+
+
+@pytest.mark.gpu
+def test_one_consumer_warpgroup_stores_its_whole_128_row_tile_on_gpu(tmp_path: Path) -> None:
+    """Issue 14: the staged epilogue's TMA box had 64 rows, so one warpgroup owning all 128 rows of
+    the tile stored rows 0..63 only (the interpreter, which ignores boxes, could not see it)."""
+    pytest.importorskip("torch")
+    src = Path("examples/gemm.tk").read_text().replace("kernel gemm", "@warpgroups(consumers=1)\nkernel gemm", 1)
+    (tmp_path / "gemm.tk").write_text(src)
+    shutil.copy("examples/gemm.py", tmp_path / "gemm.py")
+    path = str(tmp_path / "gemm.tk")
+    sizes, consts = dict(M=1000, N=512, K=256), {"BN": 128}
+    row = bench_one(path, load_companion(path), sizes, consts, reps=1, warmup=0, peer=False)
+    assert row.ok, f"rel_err {row.rel_err:.3e} > {row.bound}"
 
 
 # The sm_80 path (cp.async, ldmatrix, mma.sync; PTX for sm_80 runs on the H200 through the driver's

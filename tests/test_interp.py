@@ -401,9 +401,11 @@ def test_binding_errors(shapes: tuple, dtypes: tuple, sizes: dict | None, messag
 def test_unknown_size_and_unknown_op_are_interp_errors() -> None:
     text = GEMM_SIG.replace("%c0 = arith.const {value = 0} : i32", '%n = tk.size {name = "Q"} : i32')
     arrays = [np.zeros((32, 8), BF16), np.zeros((8, 16), BF16), np.zeros((32, 16), BF16)]
+    with pytest.raises(VerifyError, match="'tk.size' reads 'Q', which is not a size of @k"):
+        run(text, *arrays)  # the verifier refuses a size no tensor has (issue 14)
     with pytest.raises(InterpError, match="size 'Q' is unknown"):
-        run(text, *arrays)
-    run(text, *arrays, sizes={"Q": 3})
+        run(text, *arrays, verified=False)
+    run(text, *arrays, sizes={"Q": 3}, verified=False)
     with pytest.raises(InterpError, match="no meaning for op 'test.nothing'"):
         run(GEMM_SIG.replace("arith.const {value = 0}", "test.nothing"), *arrays, verified=False)
     with pytest.raises(InterpError, match="size 'M' is unknown"):

@@ -123,7 +123,7 @@ def test_attention_example_launch() -> None:
     assert q["strides"] == [128, "N * 128", "H * N * 128"]
     assert q["box"] == [64, 64, 1, 1] and q["swizzle"] == 128
     assert [p["name"] for p in launch["params"] if p["kind"] == "scalar"] == ["B", "H", "N"]
-    assert launch["grid"] == ["N / 64", "H", "B"]
+    assert launch["grid"] == ["cdiv(N, 64)", "H", "B"]
     assert launch["block"] == [256, 1, 1]
 
 
@@ -153,7 +153,7 @@ def test_descriptor_swizzle_must_match_the_tile(tmp_path: Path) -> None:
     with pytest.raises(CompileError) as e:
         build_launch(parse_module(bad, str(path)), "sm_90a")
     msg = e.value.format()
-    assert msg.startswith(f"{path}:17:5: error: 'tma.load': @A_tma has swizzle 128 but the shared tile is")
+    assert msg.startswith(f"{path}:17:5: error: 'tma.load': @A_tma has swizzle 128, but the shared tile %a is")
     assert "tma.load %a, %A" in msg.splitlines()[1]
 
 

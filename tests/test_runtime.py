@@ -288,6 +288,13 @@ def test_f32_scalar_accepts_int(gemm: Kernel) -> None:
     (lambda d: d.update(block=[2048]), "is not 1..1024 threads"),
     (lambda d: d["tensors"][0].pop("name"), "malformed: KeyError 'name'"),
     (lambda d: d["tma"][0].update(box=None), "malformed: TypeError"),
+    # issue 14: checked when the description is read, not at bind time or by the driver
+    (lambda d: d.update(grid=["cdiv(M, 128"]), "grid dim 0: bad size expression"),
+    (lambda d: d.update(grid=["cdiv(Q, 128)"]), r"grid dim 0 \(cdiv\(Q, 128\)\) uses Q"),
+    (lambda d: d.update(grid=[1, 65536]), "grid dim 1 is 65536 blocks, not 1..65535"),
+    (lambda d: d.update(grid=["2**31"]), "unsupported size expression"),
+    (lambda d: d.update(grid=[0]), "grid dim 0 is 0 blocks"),
+    (lambda d: d.update(dynamic_smem=300_000), "dynamic_smem 300000 is not 0..232448 bytes"),
 ])
 def test_bad_launch_descriptions(edit: Any, message: str) -> None:
     launch = copy.deepcopy(GEMM_LAUNCH)
@@ -384,7 +391,8 @@ def test_cache_round_trip_with_bytes(cache_env: Any) -> None:
 
     key = _key()
     assert cache.get(key) is None
-    art = {"ptx": ".version 8.0\n", "launch": {"kernel": "k", "grid": [1]}, "sass": "EXIT ;",
+    art = {"ptx": ".version 8.0\n", "launch": {"kernel": "k", "params": [], "grid": [1], "block": [32]},
+           "sass": "EXIT ;",
            "cubin": b"\x7fELF\x00\x01\xff"}
     cache.put(key, art)
     assert cache.get(key) == art
@@ -397,13 +405,18 @@ def test_cache_corrupt_entry_is_ignored_and_rewritten(cache_env: Any) -> None:
     key = _key()
     cache.put(key, {"ptx": "good"})
     path = cache_env / f"{key}.json"
-    bad_base64 = json.dumps({"format": 1, "key": key, "artifacts": {"cubin": {"__base64__": "!!"}}})
-    wrong_key = '{"format": 1, "key": "other", "artifacts": {}}'
-    for junk in ['{"format": 1, "key": "', "[]", wrong_key, bad_base64, ""]:
+    bad_art = {"cubin": {"__base64__": "!!"}}
+    bad_base64 = json.dumps({"format": cache.FORMAT, "key": key, "sha256": cache.content_hash(bad_art),
+                             "artifacts": bad_art})
+    wrong_key = json.dumps({"format": cache.FORMAT, "key": "other", "sha256": cache.content_hash({}),
+                            "artifacts": {}})
+    for junk in ['{"format": 2, "key": "', "[]", wrong_key, bad_base64, ""]:
         path.write_text(junk)
-        assert cache.get(key) is None
+        with pytest.warns(cache.CacheWarning, match="ignoring"):
+            assert cache.get(key) is None
     path.write_bytes(b"\xff\xfe binary garbage")
-    assert cache.get(key) is None
+    with pytest.warns(cache.CacheWarning, match="unreadable"):
+        assert cache.get(key) is None
     cache.put(key, {"ptx": "rewritten"})
     assert cache.get(key) == {"ptx": "rewritten"}
 

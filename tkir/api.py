@@ -84,8 +84,8 @@ class CompiledKernel:
 
         t0 = time.perf_counter()
         key = _cache_key(self) if cache.enabled() else None
-        hit = cache.get(key) if key else None
-        if hit is not None and all(s in hit for s in BACKEND_STAGES):
+        hit = cache.get(key, required=BACKEND_STAGES) if key else None  # verified, or None (then rebuilt)
+        if hit is not None:
             self.asm.update({s: hit[s] for s in BACKEND_STAGES})
             self.cached = True
             self.timings.append(("backend (cached)", time.perf_counter() - t0))
@@ -103,6 +103,31 @@ class CompiledKernel:
     def launch(self) -> dict:
         self.lower()
         return self.asm["launch"]  # type: ignore[return-value]
+
+    def emit_c(self, name: str | None = None, header: str | None = None):  # -> tkir.backend.emit_c.CSources
+        """A self-contained C source and header that load this kernel's PTX (embedded) and launch it
+        through the CUDA driver API (`tkc compile --emit c`; docs/runtime.md, "C"). `name` makes the
+        C prefix `tkir_<name>` (default: the kernel's name), `header` the file name the .c includes
+        (default `<name>.h`)."""
+        from tkir.backend.emit_c import emit_c
+
+        self.lower()
+        return emit_c(self.asm["ptx"], self.asm["launch"], name, header, provenance=self._provenance())
+
+    def _provenance(self) -> str:
+        """How this kernel was compiled, as a tkc command line (for generated files' banners)."""
+        import tkir
+
+        words = [f"tkc compile {self.path}"] + [f"-D {k}={v}" for k, v in self.consts.items()]
+        if self.options.target != "sm_90a":
+            words.append(f"--target={self.options.target}")
+        if self.options.swizzle:
+            words.append(f"--swizzle={self.options.swizzle}")
+        if self.options.no_tma:
+            words.append("--no-tma")
+        if self.pipeline_spec and self.pipeline_spec != ",".join(default_pipeline()):
+            words.append(f"--passes='{self.pipeline_spec}'")
+        return f"from: {' '.join(words)} (tkir {tkir.__version__})"
 
     def __call__(self, *args: object, stream: int | None = None) -> None:
         self.lower()

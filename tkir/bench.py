@@ -12,6 +12,8 @@ A driver beside the CLI: tkir/cli.py parses the flags, and every function here t
 Companion hooks (examples/<name>.py): BENCH_SIZES, BENCH_CONSTS, flops(), bytes_moved(),
 torch_inputs(sizes, consts) -> list of tensors (outputs NaN), torch_reference(inputs, sizes, consts)
 -> {output: tensor}, peer(inputs, sizes, consts) -> a zero-argument callable, PEER (its name).
+Optional: EXTRA_PEERS (names) and extra_peer(name, inputs, sizes, consts) -> a zero-argument
+callable: more peers timed interleaved in the same run, each with its own ratio column.
 """
 
 from __future__ import annotations
@@ -44,6 +46,12 @@ class Row:
     flops: int
     bytes: int
     copy_gbps: float | None = None  # memory-bound kernels: copy bandwidth measured in the same run
+    extra_ms: dict | None = None    # EXTRA_PEERS: name -> median ms, timed in the same run
+
+    def extra_ratio(self, name: str) -> float | None:
+        """How many times faster than the extra peer `name` (its ms / ours)."""
+        theirs = (self.extra_ms or {}).get(name)
+        return theirs / self.ms if theirs and self.ms else None
 
     @property
     def tflops(self) -> float:
@@ -168,26 +176,38 @@ def bench_one(path: str, companion, sizes: dict, consts: dict, *, reps: int = 20
     err = max(errs)
     mine = lambda i: (lambda: k(*sets[i]))  # noqa: E731
     peer_ms = None
+    extra: dict | None = None
     if peer:
-        ms, peer_ms = time_pair_ms(torch, [mine, lambda i: companion.peer(sets[i], sizes, consts)],
-                                   nsets, reps, warmup)
+        names = list(getattr(companion, "EXTRA_PEERS", {}) or {})
+        fns = [mine, lambda i: companion.peer(sets[i], sizes, consts)]
+        fns += [(lambda i, n=n: companion.extra_peer(n, sets[i], sizes, consts)) for n in names]
+        ms, peer_ms, *more = time_pair_ms(torch, fns, nsets, reps, warmup)
+        extra = dict(zip(names, more, strict=True)) if names else None
     else:
         ms = time_ms(torch, mine, nsets, reps, warmup)
     return Row(Path(path).stem, dict(sizes), dict(consts), variant, err, companion.TOLERANCE,
                err <= companion.TOLERANCE, ms, peer_ms, companion.PEER, companion.flops(sizes, consts),
-               nbytes)
+               nbytes, extra_ms=extra)
 
 
 def format_rows(rows: list[Row], memory_bound: bool = False) -> str:
-    head = ["kernel", "variant", "sizes", "tkir", "peer", "ratio", "rel_err", "ok"]
+    extras = list(dict.fromkeys(n for r in rows for n in (r.extra_ms or {})))
+    head = ["kernel", "variant", "sizes", "tkir", "peer", "ratio"]
+    head += [h for n in extras for h in (n, f"x{n}")] + ["rel_err", "ok"]
     unit = "GB/s" if memory_bound else "TFLOP/s"
     lines = []
     for r in rows:
         size = " ".join(f"{k}={v}" for k, v in {**r.sizes, **r.consts}.items())
         mine = r.gbps if memory_bound else r.tflops
         theirs = (r.bytes / r.peer_ms / 1e6 if memory_bound else r.peer_tflops) if r.peer_ms else None
-        lines.append([r.kernel, r.variant, size, f"{mine:.1f}", f"{theirs:.1f}" if theirs else "-",
-                      f"{r.ratio:.3f}" if r.ratio else "-", f"{r.rel_err:.2e}", "ok" if r.ok else "FAIL"])
+        line = [r.kernel, r.variant, size, f"{mine:.1f}", f"{theirs:.1f}" if theirs else "-",
+                f"{r.ratio:.3f}" if r.ratio else "-"]
+        for n in extras:
+            ems = (r.extra_ms or {}).get(n)
+            val = (r.bytes / ems / 1e6 if memory_bound else r.flops / ems / 1e9) if ems else None
+            ratio = r.extra_ratio(n)
+            line += [f"{val:.1f}" if val else "-", f"{ratio:.3f}" if ratio else "-"]
+        lines.append(line + [f"{r.rel_err:.2e}", "ok" if r.ok else "FAIL"])
     widths = [max(len(h), *(len(ln[i]) for ln in lines)) for i, h in enumerate(head)] if lines else []
     out = [f"({unit}; peer = {rows[0].peer if rows else ''})",
            "  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True))]

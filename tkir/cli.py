@@ -1,11 +1,12 @@
 """`tkc`: the command line.
 
-    tkc compile FILE [-D NAME=VALUE ...] [--emit tkir|llvm|ptx|cubin|sass|launch] [-o OUT] [pass flags]
+    tkc compile FILE [-D NAME=VALUE ...] [--emit tkir|llvm|ptx|cubin|sass|launch|c] [-o OUT] [pass flags]
     tkc opt FILE.tkir [--passes=a,b] [-o OUT]        IR text in, IR text out (how passes are tested)
     tkc run FILE --interpret [--size NAME=VALUE ...] [--check]
     tkc report FILE [--json] [--swizzle=none]
 
     tkc passes [--load-pass=FILE.py]                 the passes, their parameters, the default pipeline
+    tkc cache info | clear                           the disk cache of compiled kernels
 
 Pass flags: --print-after-all, --print-after=NAME[,NAME], --stop-after=NAME,
 --passes='a,b{key=value key2=value},c', --time-passes, --load-pass=FILE.py, --swizzle=none, --no-tma,
@@ -16,16 +17,19 @@ Every user error prints `file:line:col: error: ...` and exits with status 1, wit
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
 import tempfile
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import NoReturn
 
-from tkir.diagnostics import CompileError, TkirError
+from tkir.diagnostics import CompileError, TkirError, TkirWarning
 
-EMIT_KINDS = ("tkir", "llvm", "ptx", "cubin", "sass", "launch")
+EMIT_KINDS = ("tkir", "llvm", "ptx", "cubin", "sass", "launch", "c")
 # packages only some commands need -> what for (a missing one is a one-line error, not a traceback)
 OPTIONAL_PACKAGES = {"torch": "tkc bench and tkc run on the GPU compare with torch",
                      "matplotlib": "tkc bench --plot draws with matplotlib"}
@@ -116,8 +120,10 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("file")
     c.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME=VALUE",
                    help="override a compile-time parameter")
-    c.add_argument("--emit", choices=EMIT_KINDS, default="tkir", help="what to write (default tkir)")
-    c.add_argument("-o", dest="output", help="output file (default stdout)")
+    c.add_argument("--emit", choices=EMIT_KINDS, default="tkir",
+                   help="what to write (default tkir); c: a C source and header that launch the kernel "
+                        "(-o NAME.c also writes NAME.h)")
+    c.add_argument("-o", dest="output", help="output file (default stdout; --emit c needs -o NAME.c)")
     _add_pass_flags(c)
 
     o = sub.add_parser("opt", help="run passes on IR text", description="Run passes on tile IR text.")
@@ -156,6 +162,17 @@ def _parser() -> argparse.ArgumentParser:
     ps.add_argument("--load-pass", action="append", default=[], metavar="FILE.py",
                     help="register the Pass subclasses defined in FILE.py first")
 
+    ca = sub.add_parser("cache", help="show or clear the disk cache of compiled kernels",
+                        description="The disk cache of the backend's output ($TKIR_CACHE_DIR, default "
+                                    "~/.cache/tkir; TKIR_CACHE=0 turns it off).")
+    ca_sub = ca.add_subparsers(dest="cache_cmd", required=True, metavar="ACTION")
+    ca_sub.add_parser("info", help="directory, on or off, entry format, number of entries, total size",
+                      description="Print the cache directory, whether the cache is on, the entry format "
+                                  "version, the number of entries and their total size.")
+    ca_sub.add_parser("clear", help="remove every entry",
+                      description="Remove every cache entry (whether or not the cache is on) and print "
+                                  "how many; other files in the directory are left alone.")
+
     rep = sub.add_parser("report", help="print the compiler's decisions",
                          description="Shared tiles, swizzles, bank conflicts, registers, TMA, occupancy.")
     rep.add_argument("file")
@@ -168,7 +185,8 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        return _dispatch(args)
+        with _one_line_warnings():
+            return _dispatch(args)
     except CompileError as e:
         print(e.format(), file=sys.stderr)
         return 1
@@ -194,9 +212,27 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
+@contextlib.contextmanager
+def _one_line_warnings() -> Iterator[None]:
+    """tkir's own warnings (TkirWarning) print as `tkc: warning: ...`; others as Python prints them."""
+    show = warnings.showwarning
+
+    def one_line(message, category, filename, lineno, file=None, line=None):  # noqa: ANN001 (warnings' signature)
+        if issubclass(category, TkirWarning):
+            print(f"tkc: warning: {message}", file=file or sys.stderr)
+        else:
+            show(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = one_line
+    try:
+        yield
+    finally:
+        warnings.showwarning = show
+
+
 def _dispatch(args: argparse.Namespace) -> int:
     return {"compile": cmd_compile, "opt": cmd_opt, "run": cmd_run, "report": cmd_report,
-            "bench": cmd_bench, "passes": cmd_passes}[args.cmd](args)
+            "bench": cmd_bench, "passes": cmd_passes, "cache": cmd_cache}[args.cmd](args)
 
 
 def _config(args: argparse.Namespace):
@@ -213,7 +249,6 @@ def _config(args: argparse.Namespace):
 def _pipeline(args: argparse.Namespace, default: list[str] | None = None):
     """The pipeline the flags ask for (a list of PassSpec), or None for the default one. The deprecated
     --group-m / --pass-option become parameters of their passes, with a warning that spells them so."""
-    import warnings
 
     from tkir.pass_pipeline import as_specs
     from tkir.passes.registry import DEFAULT_PIPELINE, legacy_pipeline
@@ -306,6 +341,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
     import time
 
     t0 = time.perf_counter()
+    if args.emit == "c":
+        _c_output_paths(args.output)  # a bad -o is an error before any work
     k = _compile(args)
     if args.emit != "tkir":
         k.lower()  # adds its timing row: "backend (llvm, ptx)", or "backend (cached)" from the disk cache
@@ -314,9 +351,51 @@ def cmd_compile(args: argparse.Namespace) -> int:
         print(f"tkc compile: total {time.perf_counter() - t0:.3f} s", file=sys.stderr)
     if (args.print_after_all or args.print_after) and args.output is None and args.emit == "tkir":
         return 0  # the dumps already showed the IR; --stop-after alone prints the IR it stopped at
+    if args.emit == "c":
+        c_path, h_path = _c_output_paths(args.output)
+        src = k.emit_c(name=c_path.stem, header=h_path.name)
+        _write(str(h_path), src.h)
+        _write(str(c_path), src.c)
+        return 0
     data = k.asm[args.emit] if args.emit != "launch" else json.dumps(k.asm["launch"], indent=2) + "\n"
     _write(args.output, data)  # type: ignore[arg-type]
     return 0
+
+
+def _c_output_paths(output: str | None) -> tuple[Path, Path]:
+    """`-o NAME.c` for --emit c: the .c file and its header NAME.h beside it."""
+    if output is None or not output.endswith(".c") or Path(output).is_dir() or Path(output).stem in ("", "."):
+        got = f"-o {output}" if output else "no -o"
+        raise UsageError(f"--emit c writes a C source and its header: name the source with -o NAME.c "
+                         f"(NAME.h is written beside it), got {got}")
+    c_path = Path(output)
+    return c_path, c_path.with_suffix(".h")
+
+
+def cmd_cache(args: argparse.Namespace) -> int:
+    """`tkc cache info` and `tkc cache clear`."""
+    from tkir.backend import cache
+
+    if args.cache_cmd == "clear":
+        removed = cache.clear()
+        print(f"removed {removed} {'entry' if removed == 1 else 'entries'} from {cache.cache_dir()}")
+        return 0
+    info = cache.info()
+    state = "yes" if info.enabled else "no (TKIR_CACHE=" + os.environ.get("TKIR_CACHE", "") + ")"
+    print(f"directory: {info.directory}{'' if info.directory.is_dir() else ' (not created yet)'}")
+    print(f"enabled:   {state}")
+    print(f"format:    {info.format}")
+    print(f"entries:   {info.entries}")
+    print(f"size:      {info.bytes} bytes{_human_bytes(info.bytes)}")
+    return 0
+
+
+def _human_bytes(n: int) -> str:
+    """' (45.6 KiB)' for sizes of a KiB or more, else ''."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f" ({n / scale:.1f} {unit})"
+    return ""
 
 
 def cmd_opt(args: argparse.Namespace) -> int:

@@ -14,6 +14,11 @@ class TkirError(Exception):
     a failing driver call): the CLI prints it and exits with status 1; anything else is a bug."""
 
 
+class TkirWarning(UserWarning):
+    """The base of tkir's own warnings (e.g. the disk cache's); the CLI prints them as one line,
+    `tkc: warning: ...`."""
+
+
 class CompileError(TkirError):
     def __init__(self, loc: Loc | None, message: str, source: str | None = None, hint: str | None = None):
         super().__init__(message)

@@ -132,3 +132,6 @@ register_handler("pipe.arrive", lambda op, a, f: a[0].arrive(a[1], _arrivals(op,
 register_handler("pipe.wait", lambda op, a, f: a[0].wait(a[1], a[2], where(op)))
 register_handler("pipe.copy", _copy)
 register_handler("tk.role", _role)
+register_handler("tk.mma_wait", lambda op, a, f: a[0])  # the interpreter's mma is synchronous
+for _turn in ("pipe.turn_init", "pipe.turn_wait", "pipe.turn_pass"):  # a role's warpgroups run together here
+    register_handler(_turn, lambda op, a, f: None)

@@ -56,6 +56,19 @@ def tma_swizzle(span: int) -> int:
     return 0 if span == INTERLEAVED else span
 
 
+def tma_box(t: TileType | VectorType, rank: int) -> tuple[list[int], int]:
+    """The TMA box (innermost first) that fills shared tile or vector `t` from a rank-`rank` tensor,
+    and how many boxes: one per column panel when rows are wider than the swizzle span (create-tma's
+    convention, read back by the verifier), leading dims 1."""
+    eb = DTYPE_BYTES[t.dtype]
+    rows, cols = (t.rows, t.cols) if isinstance(t, TileType) else (1, t.n)
+    lay = SharedLayout(t.dtype, rows, cols, int(t.get("swizzle", 0) or 0))
+    inner, boxes = lay.box_bytes // eb, lay.row_bytes // lay.box_bytes
+    if isinstance(t, TileType):
+        return [inner, rows] + [1] * (rank - 2), boxes
+    return [inner] + [1] * (rank - 1), boxes
+
+
 def dtype_bytes(dtype: str) -> int:
     return DTYPE_BYTES[dtype]
 
@@ -660,3 +673,14 @@ def register_access(is_load: bool, layout: RegisterLayout, dtype: str, shape: tu
             name = f"{'ld' if is_load else 'st'}.shared.{ {4: 'b32', 8: 'v2', 16: 'v4'}[width] }"
             return row_chunk_pattern(name.replace(" ", ""), layout, dtype, rows, cols)
     return fragment_pattern("ld.shared.b32" if is_load else "st.shared.b32", layout, dtype, shape)
+
+
+MAX_AUTO_CONSUMERS = 3  # up to three m64 consumer warpgroups (ThunderKittens' attention: 192 query rows)
+
+
+def auto_consumer_warpgroups(acc_rows: int) -> int:
+    """Consumer warpgroups for an accumulator of `acc_rows` rows when the kernel does not say: the
+    most, up to MAX_AUTO_CONSUMERS, that split its m64 blocks evenly (64 rows -> 1, 128 -> 2,
+    192 -> 3, 256 -> 2 of 128 rows each, CUTLASS's cooperative GEMM shape)."""
+    blocks = max(acc_rows // 64, 1)  # WGMMA_M: every wgmma has 64 rows (HOPPER.md §1.2)
+    return max(c for c in range(1, MAX_AUTO_CONSUMERS + 1) if blocks % c == 0)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from tkir.ir import Operation
 from tkir.opdef import expect, is_int_scalar, n_operands, n_results, register_op
+from tkir.target import SETMAXNREG_RANGE, SETMAXNREG_STEP
 from tkir.types import GlobalType, TileType, VectorType
 
 
@@ -43,6 +44,10 @@ def _stage(op: Operation) -> None:
     expect(is_int_scalar(s), "'pipe.stage' index is i32")
     expect(isinstance(r, TileType) and r.shape == buf.shape and r.dtype == buf.dtype and r.get("stages") is None,
            f"'pipe.stage' of {buf} yields one stage, got {r}")
+    layout = {k: v for k, v in buf.attrs if k != "stages"}
+    expect(dict(r.attrs) == layout,  # a view in another layout than its buffer reads it wrong (issue 14)
+           f"'pipe.stage' of {buf} yields a stage in the buffer's layout "
+           f"({', '.join(f'{k}={v}' for k, v in layout.items()) or 'no attributes'}), got {r}")
 
 
 def _bar_op(n: int):
@@ -73,6 +78,19 @@ def _role(op: Operation) -> None:
     expect(len(op.regions) == 1, "'tk.role' has one region")
     expect(str(op.attrs.get("kind")) in ("producer", "consumer", "compute"), "'tk.role' kind")
     expect(isinstance(op.attrs.get("warpgroups"), int), "'tk.role' needs warpgroups = N")
+    regs, (lo, hi) = op.attrs.get("regs"), SETMAXNREG_RANGE  # the role's setmaxnreg (absent or 0: none)
+    expect(regs in (None, 0) or (isinstance(regs, int) and not isinstance(regs, bool) and lo <= regs <= hi
+                                 and regs % SETMAXNREG_STEP == 0),
+           f"'tk.role' regs = {regs}: setmaxnreg takes {lo}..{hi} registers per thread, a multiple of "
+           f"{SETMAXNREG_STEP}")
+
+
+def _mma_wait(op: Operation) -> None:
+    n_operands(op, 1)
+    n_results(op, 1)
+    t = op.operands[0].type
+    expect(isinstance(t, TileType) and t.space == "rt" and op.result.type == t,
+           "'tk.mma_wait' takes and returns one register tile of the same type")
 
 
 register_op("pipe.barriers", _barriers, pure=False, summary="S mbarriers with an arrival count")
@@ -81,4 +99,14 @@ register_op("pipe.wait", _bar_op(3), pure=False, summary="wait for a barrier pha
 register_op("pipe.expect", _bar_op(2), pure=False, summary="arrive with expected TMA bytes")
 register_op("pipe.arrive", _bar_op(2), pure=False, summary="arrive on a barrier")
 register_op("pipe.copy", _copy, pure=False, summary="TMA copy into a stage, completing on a barrier")
+register_op("tk.mma_wait", _mma_wait, pure=False,
+            summary="the tile once the async mma (defer_wait) that produced it has completed")
+def _turn(op: Operation) -> None:
+    n_operands(op, 0)
+    n_results(op, 0)
+
+
+register_op("pipe.turn_init", _turn, pure=False, summary="consumer warpgroup 0 takes the first turn (pingpong)")
+register_op("pipe.turn_wait", _turn, pure=False, summary="wait for this warpgroup's turn to issue mmas (pingpong)")
+register_op("pipe.turn_pass", _turn, pure=False, summary="pass the turn to the next consumer warpgroup (pingpong)")
 register_op("tk.role", _role, pure=False, summary="code run by one warpgroup role")

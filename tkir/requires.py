@@ -107,8 +107,8 @@ def _masked(tile: TileType | VectorType, dim: int) -> bool:
       element with both dims tested."""
     if tile.space in ("st", "sv"):
         return True
-    if _register_layout(tile) is None:
-        return isinstance(tile, TileType) and dim == 0
+    if _register_layout(tile) is None:  # before infer-layouts: rows (a vector's one dim) are masked in
+        return dim == 0                  # every layout; a tile's columns only in some
     return True
 
 

@@ -19,19 +19,23 @@ _BINOPS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div", ast.
 _FUNCS = {"cdiv": (2, 2), "min": (2, None), "max": (2, None)}  # name: (least, most) arguments
 
 
+SHOWN_CHARS = 80  # of an expression quoted in an error
+
+
 class SymExprError(ValueError):
     pass
+
+
+def quote(expr: str) -> str:
+    """`expr` quoted for an error message, cut to SHOWN_CHARS."""
+    return repr(expr) if len(expr) <= SHOWN_CHARS else repr(expr[:SHOWN_CHARS]) + "..."
 
 
 def evaluate(expr: str | int, env: Mapping[str, int]) -> int:
     """Evaluate a size expression with the sizes in `env`."""
     if isinstance(expr, int):
         return expr
-    try:
-        tree = ast.parse(expr, mode="eval")
-    except SyntaxError as e:
-        raise SymExprError(f"bad size expression '{expr}': {e.msg}") from None
-    return _eval(tree.body, env, expr)
+    return _eval(_parse(expr), env, expr)
 
 
 def names(expr: str | int) -> set[str]:
@@ -41,12 +45,55 @@ def names(expr: str | int) -> set[str]:
     return {n.id for n in ast.walk(ast.parse(expr, mode="eval")) if isinstance(n, ast.Name)} - set(_FUNCS)
 
 
+def check(expr: str | int) -> set[str]:
+    """The size names of a well-formed expression; a SymExprError says what is wrong with another
+    (the verifier's check of the grid and of TMA dims and strides, without evaluating them)."""
+    if isinstance(expr, int):
+        return set()
+    found: set[str] = set()
+    try:
+        _check(_parse(expr), expr, found)
+    except RecursionError:
+        raise SymExprError(f"size expression nested too deeply: {quote(expr)}") from None
+    return found
+
+
+def _parse(expr: str) -> ast.AST:
+    try:
+        return ast.parse(expr, mode="eval").body
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
+        why = getattr(e, "msg", None) or type(e).__name__
+        raise SymExprError(f"bad size expression {quote(expr)}: {why}") from None
+
+
+def _check(node: ast.AST, src: str, found: set[str]) -> None:
+    """What `_eval` accepts, node by node, collecting the names."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
+        return
+    if isinstance(node, ast.Name):
+        found.add(node.id)
+        return
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        return _check(node.operand, src, found)
+    if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
+        _check(node.left, src, found)
+        return _check(node.right, src, found)
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FUNCS
+            and not node.keywords):
+        least, most = _FUNCS[node.func.id]
+        if least <= len(node.args) and (most is None or len(node.args) <= most):
+            for a in node.args:
+                _check(a, src, found)
+            return
+    raise SymExprError(f"unsupported size expression {quote(src)}")
+
+
 def _eval(node: ast.AST, env: Mapping[str, int], src: str) -> int:
     if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
         return node.value
     if isinstance(node, ast.Name):
         if node.id not in env:
-            raise SymExprError(f"size '{node.id}' is unknown in '{src}'")
+            raise SymExprError(f"size '{node.id}' is unknown in {quote(src)}")
         return int(env[node.id])
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
         return -_eval(node.operand, env, src)
@@ -57,7 +104,7 @@ def _eval(node: ast.AST, env: Mapping[str, int], src: str) -> int:
         least, most = _FUNCS[node.func.id]
         if least <= len(node.args) and (most is None or len(node.args) <= most):
             return _apply(node.func.id, [_eval(a, env, src) for a in node.args], src)
-    raise SymExprError(f"unsupported size expression '{src}'")
+    raise SymExprError(f"unsupported size expression {quote(src)}")
 
 
 def _apply(name: str, args: list[int], src: str) -> int:
@@ -65,4 +112,4 @@ def _apply(name: str, args: list[int], src: str) -> int:
     try:
         return functools.reduce(INT_BINARY[name], args)
     except ZeroDivisionError:
-        raise SymExprError(f"division by zero in '{src}'") from None
+        raise SymExprError(f"division by zero in {quote(src)}") from None

@@ -1,4 +1,6 @@
-"""The verifier: structure (SSA dominance, terminators, known ops) and each op's type rules.
+"""The verifier: structure (SSA dominance, terminators, known ops), each op's type rules, and the
+rules across ops: size expressions and launch limits of the grid, TMA descriptors against the
+tensors and tiles they copy.
 
 It runs after every pass; a failure names the op's location and the pass that broke it.
 """
@@ -9,6 +11,8 @@ from tkir.diagnostics import CompileError
 from tkir.ir import Module, Operation, Region, Value
 from tkir.ops import OPS, OpError
 from tkir.types import TileType, VectorType
+from tkir.verify_sizes import verify_sizes
+from tkir.verify_tma import verify_tma
 
 
 class VerifyError(CompileError):
@@ -23,6 +27,10 @@ def verify(module: Module) -> None:
                 raise VerifyError(op.loc, f"duplicate symbol '@{op.symbol}'")
             seen_syms.add(op.symbol)
         _verify_op(op, set())
+    # rules across ops and symbols (tkir/verify_sizes.py, tkir/verify_tma.py)
+    for kernel in module.kernels():
+        verify_sizes(kernel, VerifyError)
+    verify_tma(module, VerifyError)
 
 
 def _verify_op(op: Operation, visible: set[int]) -> None:

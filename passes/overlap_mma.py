@@ -1,0 +1,311 @@
+"""overlap-mma: software-pipeline a consumer loop so that one iteration's element-wise work runs
+while the tensor cores compute (FlashAttention-3's intra-warpgroup overlap, Shah et al. 2024 §3.2).
+
+Matches a loop inside a `tk.role {kind = consumer}` (after `pipeline`) whose body has two chained
+matrix products: M1 (`s = q @ k.T`, a fresh accumulator) feeds, through element-wise work W (the
+online softmax), the register A operand of M2 (`o += p @ v`), whose accumulator is loop-carried
+through a short chain C of element-wise ops (`o *= alpha`). The body is split into two stages:
+
+* stage 1 = M2, its chain C, the `pipe.stage` views only M2 reads and the stage's release
+  (`pipe.arrive %empty`): the part that reads the previous iteration's p and alpha;
+* stage 0 = everything else (the stage wait, M1, W).
+
+and the loop is rotated by one stage. Iteration j then issues M1 for block j, runs stage 1 of
+block j-1 (its M2 is issued right behind M1), and does W for block j while both are in flight:
+
+    prologue (block lo):   wait full; s = M1 {defer_wait}; W            -> p, alpha, stage s
+    loop j = lo+step..hi:  wait full; s = M1 {defer_wait}                (block j)
+                           o = C(o, alpha_prev); o = M2(p_prev, v[s_prev], o) {defer_wait}
+                           W on s (its first use waits for M1 alone: wgmma.wait_group 1)
+                           o = tk.mma_wait o; pipe.arrive %empty, s_prev    (block j-1 consumed)
+                           p = the ops that only feed the next M2 (cast, layout): after the wait,
+                               so p's registers are not rewritten while M2 still reads them
+    epilogue (block hi-1): o = C(o, alpha); o = M2(p, v[s], o); o = tk.mma_wait o; pipe.arrive
+
+Values stage 1 reads from stage 0 (p, alpha, the stage index) become extra loop-carried values.
+The rotated loop sits in `scf.if lo < hi` (an empty loop runs neither prologue nor epilogue).
+`defer_wait = true` on an mma: commit its wgmma group without waiting; the backend waits at the
+first use with `wgmma.wait_group N`, N = the groups committed after it in the same straight-line
+code. `tk.mma_wait %x` waits until the mma producing %x has completed.
+
+Loops that do not match are left unchanged (gemm's single accumulator chain, kernels without
+roles, sm_80), so are loops whose second accumulator is wider than `max_acc_cols` (64: measured
+faster at head dim 64, slower at 128 and 256; `overlap-mma{max_acc_cols=0}` rotates any), and so
+are loops that mask elements unless `overlap-mma{masked=true}`: after split-masks they run the last
+one or two key blocks, and rotating them only added live registers (ptxas spilled in causal
+attention at BKV = 128). Ablation: leave `overlap-mma` out of `--passes`.
+"""
+
+from __future__ import annotations
+
+from tkir.ir import Block, Module, Operation, Region, Value, clone_op, parent_op
+from tkir.passes.builder import OpBuilder
+from tkir.passmanager import Options, ParamError, Pass, param
+from tkir.types import Ident, ScalarType, TileType
+
+I1 = ScalarType("i1")
+MASK_OPS = frozenset({"tk.select", "tk.mask_causal"})
+# Rotate only when P V's accumulator is this narrow. Measured on the H200 (docs/experiments.md,
+# H200 call 6, with fold-scale, early-release and split-masks): D = 64 +14% / +6% (non-causal /
+# causal), D = 128 -2% / -1%, D = 256 -6% / -11%: the softmax weighs most against the mmas at small D.
+MAX_ACC_COLS = 64
+SINK_A = False
+# Element-wise ops that may sit on the accumulator chain between the carried value and M2.
+CHAIN_OPS = frozenset({"tk.mul", "tk.add", "tk.sub", "tk.div"})
+
+
+class OverlapMma(Pass):
+    name = "overlap-mma"
+    masked: bool = param(False, "also rotate loops that mask elements (tk.select, tk.mask_causal): after "
+                                "split-masks those are the last key blocks, one or two iterations, where the "
+                                "rotation only adds live registers")
+    max_acc_cols: int = param(MAX_ACC_COLS, "rotate only when the second mma's accumulator has at most this many "
+                                            "columns (attention's head dim); 0: any")
+
+    def __post_init__(self) -> None:
+        if self.max_acc_cols < 0:
+            raise ParamError("max_acc_cols", f"overlap-mma: max_acc_cols={self.max_acc_cols} must be >= 0")
+
+    def run(self, module: Module, options: Options) -> None:
+        for kernel in module.kernels():
+            for op in list(kernel.walk()):
+                if op.name == "scf.for" and _in_consumer_role(op) and (self.masked or not _masks(op)):
+                    plan = _match(op)
+                    cols = plan.m2.result.type.cols if plan is not None else 0
+                    if plan is not None and (self.max_acc_cols == 0 or cols <= self.max_acc_cols):
+                        _rotate(op, plan)
+
+
+def _masks(loop: Operation) -> bool:
+    return any(op.name in MASK_OPS for op in loop.body.ops)
+
+
+def _in_consumer_role(op: Operation) -> bool:
+    p = parent_op(op)
+    while p is not None:
+        if p.name == "tk.role":
+            return str(p.attrs.get("kind")) == "consumer"
+        p = parent_op(p)
+    return False
+
+
+class _Plan:
+    def __init__(self, m1: Operation, m2: Operation, stage1: list[Operation], arrive: Operation | None,
+                 acc_arg: Value, sink: list[Operation]):
+        self.m1, self.m2, self.stage1, self.arrive, self.acc_arg, self.sink = m1, m2, stage1, arrive, acc_arg, sink
+
+
+def _users(blk: Block, v: Value) -> list[Operation]:
+    return [op for op in blk.ops for x in op.walk() if v in x.operands]
+
+
+def _defined_in(blk: Block, v: Value) -> bool:
+    return isinstance(v.owner, Operation) and v.owner.parent is blk
+
+
+def _depends_on(v: Value, target: Operation, blk: Block, seen: set[int] | None = None) -> bool:
+    """Whether `v` is computed (inside `blk`) from `target`'s result."""
+    seen = seen if seen is not None else set()
+    d = v.owner
+    if not isinstance(d, Operation) or d.parent is not blk or id(d) in seen:
+        return False
+    if d is target:
+        return True
+    seen.add(id(d))
+    return any(_depends_on(x, target, blk, seen) for x in d.operands)
+
+
+def _match(loop: Operation) -> _Plan | None:
+    blk = loop.body
+    term = blk.terminator
+    if term is None or any(op.regions for op in blk.ops if op is not term):
+        return None  # nested control flow in the body: not rotated
+    mmas = [op for op in blk.ops if op.name == "tk.mma"]
+    for m2 in mmas:
+        users = _users(blk, m2.result)
+        if users != [term]:
+            continue
+        # the accumulator chain: carried arg -> element-wise ops (each read once) -> M2
+        chain: list[Operation] = []
+        v = m2.operands[2]
+        while _defined_in(blk, v) and v.owner.name in CHAIN_OPS and len(_users(blk, v)) == 1:
+            chain.append(v.owner)
+            v = v.owner.operands[0]
+        if v not in blk.args[1:]:
+            continue
+        acc_arg = v
+        a, bop = m2.operands[0], m2.operands[1]
+        if not (isinstance(a.type, TileType) and a.type.space == "rt" and _defined_in(blk, a)):
+            continue
+        m1s = [m for m in mmas if m is not m2 and m.operands[2].owner is not None
+               and getattr(m.operands[2].owner, "name", "") == "tk.fill" and _depends_on(a, m, blk)]
+        if not m1s:
+            continue
+        m1 = m1s[0]
+        if blk.ops.index(m1) > blk.ops.index(m2):
+            continue
+        views = []
+        if _defined_in(blk, bop) and bop.owner.name == "pipe.stage" and _users(blk, bop) == [m2]:
+            views = [bop.owner]
+        # the release (and, after early-release, the wait) of the stage M2 reads go with M2
+        tile = views[0].operands[0].name if views else None
+        arrives = [op for op in blk.ops if op.name == "pipe.arrive"]
+        tagged = [op for op in arrives if op.attrs.get("tile") is not None]
+        if tagged:
+            arrives = [op for op in tagged if op.attrs.get("tile") == tile]
+        if len(arrives) > 1:
+            continue
+        waits = [op for op in blk.ops if op.name == "pipe.wait" and tile is not None
+                 and op.attrs.get("tile") == tile]
+        stage1 = [op for op in blk.ops if op in chain or op is m2 or op in views or op in waits]
+        s1 = {id(op) for op in stage1} | {id(op) for op in arrives}
+        # stage 0 must not read stage 1's results (other than through the yield) nor the accumulator
+        ok = True
+        for op in blk.ops:
+            if id(op) in s1 or op is term:
+                continue
+            for x in op.operands:
+                if x is acc_arg or (isinstance(x.owner, Operation) and id(x.owner) in s1):
+                    ok = False
+        if not ok:
+            continue
+        # ops whose results only feed stage 1 (p's cast and layout change): computed after the wait
+        sink: list[Operation] = []
+        for op in reversed(blk.ops if SINK_A else []):
+            if id(op) in s1 or op is term or op is m1 or not op.results:
+                continue
+            if not all(isinstance(r.type, TileType) and r.type.space == "rt" for r in op.results):
+                continue
+            us = [u for r in op.results for u in _users(blk, r)]
+            if us and all(id(u) in s1 or u in sink for u in us):
+                sink.append(op)
+        sink.reverse()
+        return _Plan(m1, m2, stage1, arrives[0] if arrives else None, acc_arg, sink)
+    return None
+
+
+def _wait_before_first_use(blk: Block, m1: Operation) -> None:
+    """M1 will be left in flight: its result is waited for (tk.mma_wait) right before its first
+    reader, and the releases placed between M1 and that reader (the stage M1 read: early-release)
+    move behind the wait."""
+    i = blk.ops.index(m1)
+    first = next((op for op in blk.ops[i + 1:] if op.name != "pipe.arrive"
+                  and any(m1.result in x.operands for x in op.walk())), None)
+    if first is None:
+        return
+    between = [op for op in blk.ops[i + 1:blk.ops.index(first)] if op.name == "pipe.arrive"]
+    done = Operation("tk.mma_wait", [m1.result], [m1.result.type], result_names=[(m1.result.name or "s") + "_done"])
+    blk.insert_before(first, done)
+    for op in blk.ops[blk.ops.index(done) + 1:]:
+        for x in op.walk():
+            x.operands = [done.result if v is m1.result else v for v in x.operands]
+    for a in between:
+        blk.remove(a)
+        blk.insert_after(done, a)
+
+
+def _rotate(loop: Operation, plan: _Plan) -> None:
+    blk = loop.body
+    _wait_before_first_use(blk, plan.m1)
+    term = blk.terminator
+    iv, carried = blk.args[0], list(blk.args[1:])
+    lo, hi, step = loop.operands[:3]
+    inits = list(loop.operands[3:])
+    s1_ids = {id(op) for op in plan.stage1}
+    if plan.arrive is not None:
+        s1_ids.add(id(plan.arrive))
+    stage0 = [op for op in blk.ops if id(op) not in s1_ids and op is not term]
+    # values stage 1 reads from stage 0 or the iteration (not the accumulator): carried as "prev"
+    cross: list[Value] = []
+    s1_all = plan.stage1 + ([plan.arrive] if plan.arrive is not None else [])
+    for op in s1_all:
+        for x in op.operands:
+            if x is plan.acc_arg or x in cross:
+                continue
+            if (_defined_in(blk, x) and id(x.owner) not in s1_ids) or x is iv:
+                cross.append(x)
+    for op in plan.stage1:
+        if op is plan.m2:
+            op.attrs.pop("async_groups", None)
+            op.attrs["defer_wait"] = True
+    plan.m1.attrs.pop("async_groups", None)
+    plan.m1.attrs["defer_wait"] = True
+    if plan.arrive is not None:
+        plan.arrive.attrs.pop("deferred", None)
+    acc_slot = carried.index(plan.acc_arg)
+    parent_blk = loop.parent
+
+    # the guard: scf.if lo < hi { prologue; loop; epilogue } else { inits }
+    b = OpBuilder(parent_blk, loop)
+    nonempty = b.op("arith.cmp", [lo, hi], "nonempty", {"pred": Ident("lt")}, I1)
+    then_blk, else_blk = Block(), Block()
+
+    # prologue: stage 0 of the first iteration
+    m: dict[Value, Value] = {iv: lo, **dict(zip(carried, inits, strict=True))}
+    for op in stage0:
+        then_blk.append(clone_op(op, m))
+    yields = [m.get(y, y) for y in term.operands]
+    yields[acc_slot] = inits[acc_slot]  # stage 1 has not run: the accumulator is untouched
+    first_cross = [m.get(x, x) for x in cross]
+
+    # the steady loop from lo + step
+    tb = OpBuilder(then_blk)
+    lo1 = tb.op("arith.add", [lo, step], "lo_next")
+    body = Block()
+    niv = body.add_arg(Value(iv.type, iv.name))
+    ncarried = [body.add_arg(Value(c.type, c.name)) for c in carried]
+    nprev = [body.add_arg(Value(x.type, (x.name or "x") + "_prev")) for x in cross]
+    m = {iv: niv, **dict(zip(carried, ncarried, strict=True))}
+    ms1: dict[Value, Value] = {plan.acc_arg: ncarried[acc_slot], **dict(zip(cross, nprev, strict=True))}
+    sink_ids = {id(op) for op in plan.sink}
+    head = stage0[:stage0.index(plan.m1) + 1]
+    rest = stage0[stage0.index(plan.m1) + 1:]
+    for op in head:
+        if id(op) not in sink_ids:
+            body.append(clone_op(op, m))
+    for op in plan.stage1:
+        body.append(clone_op(op, ms1))
+    for op in rest:
+        if id(op) not in sink_ids:
+            body.append(clone_op(op, m))
+    o_issued = ms1[plan.m2.result]
+    o_done = OpBuilder(body).op("tk.mma_wait", [o_issued], (plan.m2.result.name or "o") + "_done",
+                                rtype=o_issued.type)
+    if plan.arrive is not None:
+        body.append(clone_op(plan.arrive, ms1))
+    for op in plan.sink:
+        body.append(clone_op(op, m))
+    new_yields = [m.get(y, y) for y in term.operands]
+    new_yields[acc_slot] = o_done
+    body.append(Operation("scf.yield", new_yields + [m.get(x, x) for x in cross]))
+    new_loop = Operation("scf.for", [lo1, hi, step] + yields + first_cross,
+                         [v.type for v in carried] + [x.type for x in cross], dict(loop.attrs),
+                         regions=[Region(body)], result_names=[c.name for c in carried] + [None] * len(cross),
+                         loc=loop.loc)
+    then_blk.append(new_loop)
+    results = list(new_loop.results[:len(carried)])
+    last_cross = list(new_loop.results[len(carried):])
+
+    # epilogue: stage 1 of the last iteration
+    me: dict[Value, Value] = {plan.acc_arg: results[acc_slot], **dict(zip(cross, last_cross, strict=True))}
+    for op in plan.stage1:
+        then_blk.append(clone_op(op, me))
+    o_last = me[plan.m2.result]
+    o_fin = OpBuilder(then_blk).op("tk.mma_wait", [o_last], (plan.m2.result.name or "o") + "_done",
+                                   rtype=o_last.type)
+    if plan.arrive is not None:
+        then_blk.append(clone_op(plan.arrive, me))
+    results[acc_slot] = o_fin
+    then_blk.append(Operation("scf.yield", results))
+    else_blk.append(Operation("scf.yield", list(inits)))
+
+    guard = Operation("scf.if", [nonempty], [r.type for r in loop.results], {},
+                      regions=[Region(then_blk), Region(else_blk)],
+                      result_names=[r.name for r in loop.results], loc=loop.loc)
+    parent_blk.insert_before(loop, guard)
+    for old, new in zip(loop.results, guard.results, strict=True):
+        for op in parent_blk.ops:
+            for x in op.walk():
+                x.operands = [new if v is old else v for v in x.operands]
+    parent_blk.remove(loop)
+
