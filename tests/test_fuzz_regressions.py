@@ -104,6 +104,7 @@ def test_register_tile_larger_than_the_register_file(capsys: pytest.CaptureFixtu
 @pytest.mark.parametrize("old,new,words", [
     ("sv<i64, 2>", "sv<i64, 2147483647>", "fit a block's shared memory"),  # pipe.barriers: a 2**31 loop
     ("rt<bf16, 64, 64, layout", "rt<st, 64, 64, layout", "unknown dtype 'st'"),  # KeyError: 'st'
+    ("swizzle=128, align=1024>", "swizzle=128, align=inf>", "align=inf is not a power of two"),  # OverflowError
 ])
 def test_ir_types_are_checked_when_parsed(old: str, new: str, words: str, tmp_path: Path,
                                           capsys: pytest.CaptureFixture) -> None:

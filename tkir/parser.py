@@ -16,10 +16,21 @@ from tkir.ir import Block, Loc, Module, Operation, Region, Value
 from tkir.layout import SWIZZLE_MASK
 from tkir.source_text import check_nesting
 from tkir.target import REGS_PER_SM, SMEM_PER_BLOCK
-from tkir.types import DTYPE_BYTES, GlobalType, Ident, ScalarType, Symbol, TileType, Type, VectorType
+from tkir.types import (
+    DTYPE_BYTES,
+    GlobalType,
+    Ident,
+    ScalarType,
+    Symbol,
+    TileType,
+    Type,
+    VectorType,
+    format_attr_value,
+)
 
 GRAMMAR = Path(__file__).with_name("ir_grammar.lark")
 REGISTER_FILE_BYTES = REGS_PER_SM * 4  # the largest register tile or vector a block could hold
+COUNT_TYPE_ATTRS = {"align": 1, "stages": 1, "pad": 0}  # integer type attributes -> least value (align: 2**k)
 
 
 class IRParseError(CompileError):
@@ -168,6 +179,12 @@ class _Builder:
         if swizzle is not None and swizzle not in SWIZZLE_MASK:
             raise self.error(node, f"{t}: swizzle={swizzle} is not a swizzle span "
                                    f"({', '.join(map(str, SWIZZLE_MASK))} bytes)")
+        for key, least in COUNT_TYPE_ATTRS.items():
+            v = t.get(key)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < least
+                                  or (key == "align" and v & (v - 1))):
+                raise self.error(node, f"{t}: {key}={format_attr_value(v)} is not "
+                                       + ("a power of two" if key == "align" else f"an integer >= {least}"))
         shape = (t.rows, t.cols) if isinstance(t, TileType) else (t.n,)
         stages = t.get("stages")
         nbytes = math.prod(shape) * DTYPE_BYTES[t.dtype] * (stages if isinstance(stages, int) else 1)
