@@ -25,6 +25,9 @@ if TYPE_CHECKING:
 @rule("arith.const")
 def _op_arith_const(cx: LoweringContext, op: Operation) -> None:
     val = op.attrs["value"]
+    integral = isinstance(val, int) or (isinstance(val, float) and val.is_integer())
+    if op.result.type.dtype != "f32" and (isinstance(val, bool) or not integral):  # nan, inf: hand-written IR
+        raise LoweringError(op.loc, f"backend: an {op.result.type} constant must be an integer, not {val}")
     cx.set(op.result, f32_literal(val) if op.result.type.dtype == "f32" else str(int(val)))
 
 

@@ -122,6 +122,8 @@ def plan_kernel(kernel: Operation) -> OccupancyPlan:
         consumers = _compute_warpgroups(kernel)
         threads = THREADS_PER_WARPGROUP * consumers
         reg_threads = threads
+    if threads < 1:  # hand-written IR: `warps = 0` (or no consumer warpgroups)
+        raise CompileError(kernel.loc, f"{threads} threads per block: a block needs at least one warp")
     if threads > MAX_THREADS_PER_BLOCK:  # the launch would fail (or, before this check, be attempted)
         raise CompileError(kernel.loc, f"{threads} threads per block: more than the {MAX_THREADS_PER_BLOCK} a block "
                                     "may have", hint="use fewer warpgroups (@warpgroups(consumers=N)) or warps")

@@ -215,3 +215,25 @@ def test_shared_swizzle_must_be_a_span(tmp_path: Path, capsys: pytest.CaptureFix
     assert rc == 1
     line, col, msg = located(err, ir)
     assert "swizzle=1 is not a swizzle span" in msg
+
+
+def test_non_integral_i32_constant_and_zero_warps(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """`arith.const {value = nan} : i32` (ValueError converting NaN in the backend) and a kernel with
+    `warps = 0` (ZeroDivisionError in plan-occupancy), both in IR text: located errors."""
+    text = dump(capsys, "gemm.tk", "legalize-mma", "--target=sm_80")
+    old = "%c0 = arith.const {value = 0} : i32"
+    assert old in text
+    ir = tmp_path / "gemm.tkir"
+    ir.write_text(text.replace(old, "%c0 = arith.const {value = nan} : i32", 1))
+    rest = "infer-layouts,select-swizzle,bank-conflicts,create-tma,plan-occupancy,pipeline,persistent,canonicalize"
+    rc, _, err = tkc(capsys, "compile", str(ir), "--target=sm_80", f"--passes={rest}", "--emit", "ptx")
+    assert rc == 1
+    line, _, msg = located(err, ir)
+    assert "constant must be an integer, not nan" in msg and "value = nan" in ir.read_text().splitlines()[line - 1]
+
+    text = dump(capsys, "transpose.tk", "create-tma", "--target=sm_80")
+    assert ", warps = " in text.splitlines()[0]
+    ir.write_text(text.replace(text.splitlines()[0], re.sub(r"warps = \d+", "warps = 0", text.splitlines()[0]), 1))
+    rc, _, err = tkc(capsys, "opt", str(ir), "--target=sm_80", "--passes=plan-occupancy")
+    assert rc == 1
+    assert located(err, ir)[0] == 1 and "0 threads per block" in err
