@@ -39,6 +39,8 @@ def lower_kernel(module: Module, launch: dict, target: str) -> tuple[str, int]:
     """LLVM IR text of the module's kernel, and the dynamic shared memory it needs (bytes)."""
     load_rules()
     cx = LoweringContext(module, module.kernel, launch, target)
+    if cx.plan.total + SMEM_ALIGN > SMEM_PER_BLOCK:  # before lowering: IR text with 2**20 mbarriers, say
+        raise _smem_overflow(module, cx.plan.total)
     text = _lower_function(cx)
     used = cx.plan.total if not cx.scratch_bytes else cx.scratch_offset + cx.scratch_bytes
     if cx.scratch_bytes and used + SMEM_ALIGN > SMEM_PER_BLOCK:
@@ -48,10 +50,14 @@ def lower_kernel(module: Module, launch: dict, target: str) -> tuple[str, int]:
                             hint="use fewer stages or smaller tiles, or avoid transposes and column reductions "
                                  "of large register tiles")
     if used + SMEM_ALIGN > SMEM_PER_BLOCK:  # IR text that skipped plan-occupancy (the launch would fail)
-        raise LoweringError(module.kernel.loc, f"shared memory: the kernel's tiles need {used + SMEM_ALIGN} B "
-                                               f"(with {SMEM_ALIGN} B of alignment slack), above the "
-                                               f"{SMEM_PER_BLOCK} B a block may have", hint="use smaller tiles")
+        raise _smem_overflow(module, used)
     return text, used + SMEM_ALIGN  # slack to round the base up to 1024 B
+
+
+def _smem_overflow(module: Module, used: int) -> LoweringError:
+    return LoweringError(module.kernel.loc, f"shared memory: the kernel's tiles need {used + SMEM_ALIGN} B "
+                                            f"(with {SMEM_ALIGN} B of alignment slack), above the "
+                                            f"{SMEM_PER_BLOCK} B a block may have", hint="use smaller tiles")
 
 
 def _lower_function(cx: LoweringContext) -> str:

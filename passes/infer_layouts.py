@@ -291,7 +291,6 @@ def _check_threads(kernel: Operation, warps: int) -> None:
     """Refuse a thread shape no block can have, before anything is laid out over it (layouts walk
     every warp: 2**31 consumer warpgroups would never finish)."""
     if warps * WARP_SIZE > MAX_THREADS_PER_BLOCK:
-        raise PassError(kernel.loc, f"{warps * WARP_SIZE} compute threads per block: more than the "
+        raise PassError(kernel.loc, f"{warps * WARP_SIZE} threads per block: more than the "
                                     f"{MAX_THREADS_PER_BLOCK} a block may have",
-                        hint="use fewer consumer warpgroups (@warpgroups(consumers=N), N <= "
-                             f"{MAX_THREADS_PER_BLOCK // (4 * WARP_SIZE)})")
+                        hint="use fewer warpgroups (@warpgroups(consumers=N)) or warps")  # as plan-occupancy says

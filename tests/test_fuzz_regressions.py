@@ -87,7 +87,7 @@ def test_too_many_warpgroups_is_refused_before_layouts(consumers: str, capsys: p
     rc, _, err = tkc(capsys, "compile", str(path), "-D", f"WG={consumers}")
     assert rc == 1
     assert located(err, path)[:2] == (4, 8)
-    assert "compute threads per block: more than the 1024 a block may have" in err
+    assert "threads per block: more than the 1024 a block may have" in err
 
 
 def test_register_tile_larger_than_the_register_file(capsys: pytest.CaptureFixture) -> None:
@@ -102,7 +102,7 @@ def test_register_tile_larger_than_the_register_file(capsys: pytest.CaptureFixtu
 
 
 @pytest.mark.parametrize("old,new,words", [
-    ("sv<i64, 2>", "sv<i64, 2147483647>", "fit a block's shared memory"),  # pipe.barriers: a 2**31 loop
+    ("sv<i64, 2>", "sv<i64, 2147483647>", "within 16 times a block's shared memory"),  # a 2**31 loop
     ("rt<bf16, 64, 64, layout", "rt<st, 64, 64, layout", "unknown dtype 'st'"),  # KeyError: 'st'
     ("swizzle=128, align=1024>", "swizzle=128, align=inf>", "align=inf is not a power of two"),  # OverflowError
 ])
@@ -215,6 +215,17 @@ def test_shared_swizzle_must_be_a_span(tmp_path: Path, capsys: pytest.CaptureFix
     assert rc == 1
     line, col, msg = located(err, ir)
     assert "swizzle=1 is not a swizzle span" in msg
+
+
+def test_shared_memory_overflow_is_refused_before_lowering(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """2**18 mbarriers (2 MiB: under the parser's bound for absurd types) in IR text after plan-occupancy:
+    the backend refuses the shared-memory plan before it lowers 262144 barrier inits."""
+    text = dump(capsys, "attention_fwd.tk", "pipeline", "-D", "D=64", "-D", "CAUSAL=1")
+    ir = tmp_path / "attn.tkir"
+    ir.write_text(text.replace("sv<i64, 2>", "sv<i64, 262144>", 1))
+    rc, _, err = tkc(capsys, "compile", str(ir), "--passes=persistent,canonicalize", "--emit", "ptx")
+    assert rc == 1
+    assert located(err, ir)[2].startswith("shared memory: the kernel's tiles need")
 
 
 def test_non_integral_i32_constant_and_zero_warps(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

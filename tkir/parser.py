@@ -30,6 +30,10 @@ from tkir.types import (
 
 GRAMMAR = Path(__file__).with_name("ir_grammar.lark")
 REGISTER_FILE_BYTES = REGS_PER_SM * 4  # the largest register tile or vector a block could hold
+# Shared types are refused here only when absurd (plan-occupancy and the backend report real overflows,
+# naming stages and totals): 2**31 mbarriers in one sv<i64, N> took the backend hours.
+SHARED_OVERSIZE = 16
+SHARED_TYPE_BYTES = SHARED_OVERSIZE * SMEM_PER_BLOCK
 COUNT_TYPE_ATTRS = {"align": 1, "stages": 1, "pad": 0}  # integer type attributes -> least value (align: 2**k)
 
 
@@ -189,10 +193,10 @@ class _Builder:
         stages = t.get("stages")
         nbytes = math.prod(shape) * DTYPE_BYTES[t.dtype] * (stages if isinstance(stages, int) else 1)
         shared = t.space in ("st", "sv")
-        limit = SMEM_PER_BLOCK if shared else REGISTER_FILE_BYTES
+        limit = SHARED_TYPE_BYTES if shared else REGISTER_FILE_BYTES
         if min(shape) < 1 or nbytes > limit:
-            where = "a block's shared memory" if shared else "an SM's register file"
-            raise self.error(node, f"{t} holds {nbytes} bytes: a type must be non-empty and fit {where} "
+            where = f"{SHARED_OVERSIZE} times a block's shared memory" if shared else "an SM's register file"
+            raise self.error(node, f"{t} holds {nbytes} bytes: a type must be non-empty and within {where} "
                                    f"({limit} bytes)")
         return t
 
