@@ -11,14 +11,15 @@ Two generated program families (`loops_source`, `matmuls_source`):
 
 Each program is compiled to PTX in a fresh Python process (`stages`, the child mode of this script)
 that times every stage: importing what a compile imports (the pass and rule modules included),
-parsing (the LALR tables read back from the cache folder, tkir/lark_tables.py), lowering to tile IR, each pass of
-the default pipeline (the verifier and the IR snapshot after each pass are counted with it), building
-the LLVM IR text, llvmlite's parse, verify and code generation (the IR passes of the NVPTX code
-generator and PTX emission). `wall --emit ptx` is the whole `tkc compile --emit ptx` command run as
-a subprocess, Python start-up included, and `wall --emit tkir` the same command stopping at the tile
-IR. The disk cache is off (TKIR_CACHE=0); every cell is the median of `--repeats` runs (fewer for
-large programs, `--large-repeats`). Timings on a shared machine are noisy: the load average is
-printed before and after.
+parsing (the LALR tables read back from the cache folder, tkir/lark_tables.py), lowering to tile IR,
+each pass of the default pipeline (the verifier and the IR snapshot after each pass are counted with
+it), building the LLVM IR text, llvmlite's parse, verify and code generation (the IR passes of the
+NVPTX code generator and PTX emission, at the level tkir.backend.ptx.codegen_level picks).
+`wall --emit ptx` is the whole `tkc compile --emit ptx` command run as a subprocess, Python start-up
+included, and `wall --emit tkir` the same command stopping at the tile IR. The disk cache is off
+(TKIR_CACHE=0); every cell is the median of `--repeats` runs (fewer for large programs,
+`--large-repeats`). Timings on a shared machine are noisy: the load average is printed before and
+after.
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ def stages(path: str) -> dict[str, float]:
 
     from tkir.backend.launch import build_launch
     from tkir.backend.lower_llvm import lower_kernel as to_llvm
-    from tkir.backend.ptx import _machine
+    from tkir.backend.ptx import _machine, codegen_level
     from tkir.backend.rules import load_rules
     from tkir.frontend.lower import lower_kernel as to_ir
     from tkir.frontend.parse import parse_source
@@ -113,12 +114,15 @@ def stages(path: str) -> dict[str, float]:
     t = lap("llvm parse", t)
     mod.verify()
     t = lap("llvm verify", t)
-    machine = _machine(options.target)
+    level = codegen_level(ir)
+    machine = _machine(options.target, level)
     t = lap("llvm init", t)
     machine.emit_assembly(mod)
     lap("llvm codegen+PTX", t)
     out["total in-process"] = time.perf_counter() - t0
     out["llvm IR bytes"] = float(len(ir))
+    out["llvm IR lines"] = float(ir.count("\n"))
+    out["codegen level"] = float(level)
     return out
 
 
@@ -167,7 +171,7 @@ def _table(columns: dict[str, dict[str, float]]) -> str:
     for r in rows:
         if r == "llvm IR bytes":
             cells = "".join(f"{v[r] / 1e6:>10.2f}MB" for v in columns.values())
-        elif r == "runs":
+        elif r in ("runs", "llvm IR lines", "codegen level"):
             cells = "".join(f"{int(v[r]):>12d}" for v in columns.values())
         else:
             cells = "".join(f"{v[r]:>12.3f}" for v in columns.values())
