@@ -16,7 +16,7 @@ PTX_FEATURES = {"sm_90a": "+ptx80", "sm_80": "+ptx70"}
 # after every instruction GVN removes it re-scans its whole leader table (GVNPass::LeaderMap::
 # verifyRemoved), which is quadratic in the function's size (400 sequential loops, 127,000 lines:
 # 10.7 s at level 3, 3.8 s at 2 with the same PTX; docs/experiments.md, "Compile time"). Every
-# example and conformance case is below 5,200 lines, so its PTX is level 3's; a larger kernel may
+# example and conformance case is below 5,600 lines, so its PTX is level 3's; a larger kernel may
 # get different (EarlyCSE instead of GVN) PTX above the threshold.
 O3_MAX_LLVM_LINES = 40_000
 
