@@ -349,7 +349,7 @@ class LoweringContext:
         """`wgmma.wait_group n` with the accumulator registers tied through it (no early reads)."""
         w = self.w
         k = len(acc)
-        ret = "{" + ", ".join(["float"] * k) + "}"
+        ret = w.struct("float", k)
         r = w.asm(ret, [f"wgmma.wait_group.sync.aligned {n};"], ["=f"] * k + [str(i) for i in range(k)],
                   [("float", v) for v in acc], "waited")
         return [w.op(f"extractvalue {ret} {r}, {i}", "acc") for i in range(k)]

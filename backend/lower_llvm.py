@@ -98,7 +98,7 @@ def _lower_function(cx: LoweringContext) -> str:
     w.emit("ret void")
     name = cx.launch["kernel"]
     body = "\n".join(w.lines)
-    decls = "\n".join(sorted(w.declares))
+    decls = "".join(t + "\n" for t in sorted(w.types.values())) + "\n".join(sorted(w.declares))
     attrs = (f'attributes #0 = {{ "nvvm.maxntid"="{cx.threads}" '
              f'"nvvm.minctasm"="{min_blocks_per_sm(cx.kernel, cx.threads)}" }}')
     return (f"{HEADER}{decls}\n\ndefine ptx_kernel void @{name}({', '.join(sig)}) #0 {{\n{body}\n}}\n\n"

@@ -11,6 +11,20 @@ from tkir.diagnostics import CompileError
 # PTX ISA feature level per target: wgmma/setmaxnreg need PTX 8.0 (HOPPER.md §0, §7.1).
 PTX_FEATURES = {"sm_90a": "+ptx80", "sm_80": "+ptx70"}
 
+# The code generator's optimisation level is 3 up to this many lines of LLVM IR, 2 above. At 3 the
+# NVPTX code generator runs GVN where 2 runs EarlyCSE, and llvmlite's LLVM is built with assertions:
+# after every instruction GVN removes it re-scans its whole leader table (GVNPass::LeaderMap::
+# verifyRemoved), which is quadratic in the function's size (400 sequential loops, 127,000 lines:
+# 10.7 s at level 3, 3.8 s at 2 with the same PTX; docs/experiments.md, "Compile time"). Every
+# example and conformance case is below 5,600 lines, so its PTX is level 3's; a larger kernel may
+# get different (EarlyCSE instead of GVN) PTX above the threshold.
+O3_MAX_LLVM_LINES = 40_000
+
+
+def codegen_level(ir: str) -> int:
+    """The code generator's optimisation level for the LLVM IR text `ir` (see O3_MAX_LLVM_LINES)."""
+    return 3 if ir.count("\n") <= O3_MAX_LLVM_LINES else 2
+
 
 @cache
 def _init() -> None:
@@ -19,10 +33,10 @@ def _init() -> None:
 
 
 @cache
-def _machine(target: str) -> llvm.TargetMachine:
+def _machine(target: str, level: int = 3) -> llvm.TargetMachine:
     _init()
     t = llvm.Target.from_triple("nvptx64-nvidia-cuda")
-    return t.create_target_machine(cpu=target, features=PTX_FEATURES[target], opt=3)
+    return t.create_target_machine(cpu=target, features=PTX_FEATURES[target], opt=level)
 
 
 def llvm_to_ptx(ir: str, target: str) -> str:
@@ -31,4 +45,4 @@ def llvm_to_ptx(ir: str, target: str) -> str:
         mod.verify()
     except RuntimeError as e:
         raise CompileError(None, f"backend produced invalid LLVM IR: {e}") from None
-    return _machine(target).emit_assembly(mod)
+    return _machine(target, codegen_level(ir)).emit_assembly(mod)

@@ -143,7 +143,7 @@ def _wgmma(cx: LoweringContext, n: int, desc_a: str | list[str], desc_b: str, ac
     w = cx.w
     k = len(acc)
     outs = ", ".join(f"${i}" for i in range(k))
-    ret = "{" + ", ".join(["float"] * k) + "}"
+    ret = w.struct("float", k)
     if isinstance(desc_a, list):  # A from registers (RS form): no trans-a immediate
         line = (f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{dtype}.{dtype} {{{outs}}}, "
                 f"{{${k}, ${k + 1}, ${k + 2}, ${k + 3}}}, ${k + 4}, 1, 1, 1, {trans_b};")

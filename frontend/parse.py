@@ -15,6 +15,7 @@ from lark.lexer import PatternStr
 from tkir.diagnostics import CompileError
 from tkir.frontend import ast
 from tkir.ir import Loc
+from tkir.lark_tables import lalr_parser
 
 GRAMMAR = Path(__file__).with_name("grammar.lark")
 
@@ -32,7 +33,7 @@ _MAX_EXPECTED_SHOWN = 6
 
 @cache
 def _parser() -> lark.Lark:
-    return lark.Lark(GRAMMAR.read_text(), parser="lalr", propagate_positions=True, maybe_placeholders=True)
+    return lalr_parser(GRAMMAR)
 
 
 def parse_source(text: str, filename: str = "<string>") -> ast.Kernel:

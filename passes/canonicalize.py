@@ -29,12 +29,13 @@ class Canonicalize(Pass):
         for top in module.ops:
             for region in top.regions:
                 self._fold_block(region.block, module)
+        uses = _use_counts(module)
         changed = True
         while changed:
             changed = False
             for top in module.ops:
                 for region in top.regions:
-                    changed |= self._dce_block(region.block, module)
+                    changed |= self._dce_block(region.block, uses)
 
     # --- folding ---------------------------------------------------------------------------
 
@@ -85,22 +86,39 @@ class Canonicalize(Pass):
 
     # --- dead code -------------------------------------------------------------------------
 
-    def _dce_block(self, blk: Block, module: Module) -> bool:
+    def _dce_block(self, blk: Block, uses: dict[int, int]) -> bool:
+        """Remove the dead ops of `blk` (inner blocks first, then this one from its end); `uses` counts
+        the module's reads of each value (by id) and is kept current as ops go."""
         changed = False
         for op in list(blk.ops):
             for region in op.regions:
-                changed |= self._dce_block(region.block, module)
-        used = _used_ids(module)
+                changed |= self._dce_block(region.block, uses)
         for op in reversed(list(blk.ops)):
-            if op.results and all(id(r) not in used for r in op.results) and _removable(op):
+            if op.results and all(id(r) not in uses for r in op.results) and _removable(op):
                 blk.remove(op)
-                used = _used_ids(module)
+                _drop_uses(op, uses)
                 changed = True
         return changed
 
 
-def _used_ids(module: Module) -> set[int]:
-    return {id(v) for op in module.walk() for v in op.operands}
+def _use_counts(module: Module) -> dict[int, int]:
+    """id(value) -> how many operands in the module read it (values nobody reads are absent)."""
+    uses: dict[int, int] = {}
+    for op in module.walk():
+        for v in op.operands:
+            uses[id(v)] = uses.get(id(v), 0) + 1
+    return uses
+
+
+def _drop_uses(removed: Operation, uses: dict[int, int]) -> None:
+    """Forget the reads of a removed op and of every op nested in it."""
+    for op in removed.walk():
+        for v in op.operands:
+            n = uses[id(v)] - 1
+            if n:
+                uses[id(v)] = n
+            else:
+                del uses[id(v)]
 
 
 def _removable(op: Operation) -> bool:

@@ -202,8 +202,9 @@ def _consume_stages(loop: Operation, loads: list[Operation], buffers: list[Value
     # has issued its mma and waited for k's (CUTLASS's K_PIPE_MMAS = 1; HOPPER.md §1.4)
     # (needs two stages or more: with one, the next iteration's load waits for this release)
     defer = ring.stages >= 2
+    users = _block_users(lb) if defer else {}
     for op in lb.ops:
-        if defer and op.name == "tk.mma" and _feeds_only_yield(op, lb):
+        if defer and op.name == "tk.mma" and _feeds_only_yield(op, users):
             op.attrs["async_groups"] = 1
     lb.insert_after(last_use, Operation("pipe.arrive", [ring.empty, s], attrs={"deferred": True} if defer else {}))
 
@@ -254,11 +255,22 @@ def _iteration(b: OpBuilder, k: Value, ring: _Ring) -> Value:
     return b.op("arith.add", [n, ring.zero], "it", {"iteration": True})
 
 
-def _feeds_only_yield(op: Operation, blk: Block) -> bool:
+def _block_users(blk: Block) -> dict[int, list[tuple[Operation, int]]]:
+    """id(value) -> every (op, operand index) among `blk`'s own ops that reads it (one walk for all
+    the block's mmas, not one per mma)."""
+    users: dict[int, list[tuple[Operation, int]]] = {}
+    for u in blk.ops:
+        for i, v in enumerate(u.operands):
+            users.setdefault(id(v), []).append((u, i))
+    return users
+
+
+def _feeds_only_yield(op: Operation, users: dict[int, list[tuple[Operation, int]]]) -> bool:
     """An accumulator chain: the mma's result is read only by the loop's yield (or a later mma's
-    accumulator operand), so its wgmma group may stay in flight into the next iteration."""
-    users = [(u, i) for u in blk.ops for i, v in enumerate(u.operands) if v is op.result]
-    return bool(users) and all(u.name == "scf.yield" or (u.name == "tk.mma" and i == 2) for u, i in users)
+    accumulator operand), so its wgmma group may stay in flight into the next iteration. `users` is
+    `_block_users` of the loop body."""
+    mine = users.get(id(op.result), [])
+    return bool(mine) and all(u.name == "scf.yield" or (u.name == "tk.mma" and i == 2) for u, i in mine)
 
 
 def _is_register_work(op: Operation) -> bool:

@@ -502,16 +502,19 @@ def wavefronts(addrs: np.ndarray, width: int) -> np.ndarray:
     count 0. Assumes width-aligned addresses. Returns an (instructions, phases) int array."""
     n_instr = addrs.shape[0]
     lpp = lanes_per_phase(width)
-    ph = addrs.reshape(n_instr, WARP // lpp, lpp)
-    unit = ph // width
+    nphases = WARP // lpp
+    ph = addrs.reshape(n_instr, nphases, lpp)
     slots = WAVEFRONT_BYTES // width
-    out = np.zeros(ph.shape[:2], dtype=np.int64)
-    for i in range(n_instr):
-        for p in range(ph.shape[1]):
-            u = np.unique(unit[i, p][ph[i, p] >= 0])
-            if u.size:
-                out[i, p] = np.bincount(u % slots, minlength=slots).max()
-    return out
+    # each phase's units sorted, idle lanes (-1) first; a unit counts once, where it first appears
+    unit = np.sort(np.where(ph >= 0, ph // width, -1), axis=-1)
+    first = np.ones(unit.shape, dtype=bool)
+    first[..., 1:] = unit[..., 1:] != unit[..., :-1]
+    distinct = first & (unit >= 0)
+    # distinct units per (instruction, phase, bank group), all phases in one bincount
+    phase = np.arange(n_instr * nphases).reshape(n_instr, nphases, 1)
+    cell = (phase * slots + unit % slots)[distinct]
+    counts = np.bincount(cell, minlength=n_instr * nphases * slots).reshape(n_instr, nphases, slots)
+    return counts.max(axis=-1).astype(np.int64)
 
 
 def conflict_degree(access: Access, layout: SharedLayout) -> int:

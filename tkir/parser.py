@@ -13,6 +13,7 @@ import lark
 
 from tkir.diagnostics import CompileError
 from tkir.ir import Block, Loc, Module, Operation, Region, Value
+from tkir.lark_tables import lalr_parser
 from tkir.layout import SWIZZLE_MASK
 from tkir.source_text import check_nesting
 from tkir.target import REGS_PER_SM, SMEM_PER_BLOCK
@@ -43,7 +44,7 @@ class IRParseError(CompileError):
 
 @cache
 def _parser() -> lark.Lark:
-    return lark.Lark(GRAMMAR.read_text(), parser="lalr", propagate_positions=True, maybe_placeholders=True)
+    return lalr_parser(GRAMMAR)
 
 
 def parse_module(text: str, filename: str = "<ir>") -> Module:

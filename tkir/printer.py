@@ -25,6 +25,9 @@ class _Names:
         self.of: dict[int, str] = {}
         self.used: set[str] = set()
         self.counter = 0
+        # base -> the suffix to try first: `base.1` .. `base.(n-1)` are taken (names are never freed), so
+        # the search for a free `base.n` resumes there instead of rescanning from 1 (linear, not quadratic)
+        self.next_suffix: dict[str, int] = {}
 
     def name(self, v: Value) -> str:
         key = id(v)
@@ -35,10 +38,11 @@ class _Names:
             while str(self.counter) in self.used:
                 self.counter += 1
             base = str(self.counter)
-        cand, n = base, 1
+        cand, n = base, self.next_suffix.get(base, 1)
         while cand in self.used:
             cand = f"{base}.{n}"
             n += 1
+        self.next_suffix[base] = n
         self.used.add(cand)
         self.of[key] = cand
         return cand

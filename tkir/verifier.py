@@ -26,14 +26,16 @@ def verify(module: Module) -> None:
             if op.symbol in seen_syms:
                 raise VerifyError(op.loc, f"duplicate symbol '@{op.symbol}'")
             seen_syms.add(op.symbol)
-        _verify_op(op, set())
+        _verify_op(op, set(), [])
     # rules across ops and symbols (tkir/verify_sizes.py, tkir/verify_tma.py)
     for kernel in module.kernels():
         verify_sizes(kernel, VerifyError)
     verify_tma(module, VerifyError)
 
 
-def _verify_op(op: Operation, visible: set[int]) -> None:
+def _verify_op(op: Operation, visible: set[int], scope: list[int]) -> None:
+    """Check `op` given the ids of the values defined before it (`visible`); its results join `visible`
+    and are recorded in `scope`, the ids its enclosing region takes back when it ends."""
     d = OPS.get(op.name)
     if d is None:
         raise VerifyError(op.loc, f"unknown op '{op.name}'")
@@ -46,9 +48,15 @@ def _verify_op(op: Operation, visible: set[int]) -> None:
     except OpError as e:
         raise VerifyError(op.loc, str(e)) from None
     for region in op.regions:
-        _verify_region(region, set(visible))
+        _verify_region(region, visible)
     for r in op.results:
-        visible.add(id(r))
+        _see(r, visible, scope)
+
+
+def _see(v: Value, visible: set[int], scope: list[int]) -> None:
+    if id(v) not in visible:
+        visible.add(id(v))
+        scope.append(id(v))
 
 
 def _check_ring_buffer_uses(op: Operation) -> None:
@@ -64,14 +72,18 @@ def _check_ring_buffer_uses(op: Operation) -> None:
 
 
 def _verify_region(region: Region, visible: set[int]) -> None:
+    """Verify a region's block; what it defines is visible inside it only, so it is taken out of
+    `visible` again at the end (one shared set rather than a copy per region: linear time)."""
     blk = region.block
+    scope: list[int] = []
     for a in blk.args:
-        visible.add(id(a))
+        _see(a, visible, scope)
     for i, op in enumerate(blk.ops):
         d = OPS.get(op.name)
         if d is not None and d.terminator and i != len(blk.ops) - 1:
             raise VerifyError(op.loc, f"'{op.name}' must be the last op of its block")
-        _verify_op(op, visible)
+        _verify_op(op, visible, scope)
+    visible.difference_update(scope)
 
 
 def defined_values(module: Module) -> list[Value]:

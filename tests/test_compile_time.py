@@ -1,0 +1,118 @@
+"""Compile time grows linearly with program size (issue 14; docs/experiments.md, "Compile time").
+
+The programs are scripts/compile_time.py's N sequential short loops (a register tile loaded and added
+into an accumulator in each). A step that is quadratic in program size makes the time per IR op about
+10x larger at N = 400 than at N = 40; linear steps keep it the same. So each check compares the time
+per op (per line of LLVM IR for the code generator) of N = 400 with N = 40, best of a few runs, with
+some slack for noise and for Python's garbage collector, plus a generous absolute cap.
+
+LLVM's code generator is not linear at optimisation level 3 (GVN, see tkir.backend.ptx): kernels above
+O3_MAX_LLVM_LINES lines of LLVM IR are generated at level 2, which keeps it within 2.5x per line.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import time
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+import tkir
+from tkir.ir import Module
+
+ROOT = Path(__file__).resolve().parent.parent
+SMALL, LARGE = 40, 400
+SLACK = 1.5  # allowed growth of the time per op from SMALL to LARGE
+CODEGEN_SLACK = 2.5  # the same for the time per line of LLVM IR of the code generator (level 3 at LARGE: 3.6x)
+
+
+@cache
+def _script():  # noqa: ANN202 - the module object of scripts/compile_time.py
+    spec = importlib.util.spec_from_file_location("compile_time", ROOT / "scripts" / "compile_time.py")
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@cache
+def _program(n: int, folder: Path) -> str:
+    path = folder / f"loops{n}.tk"
+    path.write_text(_script().loops_source(n), encoding="utf-8")
+    return str(path)
+
+
+def _ops(module: Module) -> int:
+    return sum(1 for _ in module.walk())
+
+
+def _best(f, runs: int) -> float:  # noqa: ANN001
+    times = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        f()
+        times.append(time.perf_counter() - t)
+    return min(times)
+
+
+def _front_to_llvm(path: str, target: str = "sm_90a", **consts: int) -> tuple[Module, str]:
+    """The front end, the default pipeline (verifier and IR snapshots after every pass) and the LLVM IR."""
+    from tkir.backend.launch import build_launch
+    from tkir.backend.lower_llvm import lower_kernel
+
+    k = tkir.compile(path, target=target, **consts)
+    ir, _ = lower_kernel(k.module, build_launch(k.module, k.options.target), k.options.target)
+    return k.module, ir
+
+
+@cache
+def _llvm_ir(path: str, target: str = "sm_90a", **consts: int) -> str:
+    return _front_to_llvm(path, target, **consts)[1]
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("compile_time")
+
+
+def test_front_end_passes_and_llvm_ir_are_linear(folder: Path) -> None:
+    _front_to_llvm(_program(4, folder))  # warm up: grammar tables, imports
+    per_op = {}
+    for n in (SMALL, LARGE):
+        path = _program(n, folder)
+        module, _ = _front_to_llvm(path)
+        secs = _best(lambda p=path: _front_to_llvm(p), 3)
+        per_op[n] = secs / _ops(module)
+        if n == LARGE:
+            assert secs < 30, f"{LARGE} loops took {secs:.1f} s to reach LLVM IR"
+    growth = per_op[LARGE] / per_op[SMALL]
+    assert growth <= SLACK, (f"time per IR op grew {growth:.2f}x from {SMALL} to {LARGE} loops "
+                             f"({per_op[SMALL] * 1e6:.0f} -> {per_op[LARGE] * 1e6:.0f} us): a step is super-linear "
+                             f"(profile with scripts/compile_time.py)")
+
+
+def test_examples_are_generated_at_level_3_and_large_kernels_at_2(folder: Path) -> None:
+    """The largest configuration of scripts/ptx_md5.py when this was written (causal attention, D = 128,
+    on sm_80: 5,532 lines) is far below the threshold; 400 loops (126,700 lines) are above it."""
+    from tkir.backend.ptx import O3_MAX_LLVM_LINES, codegen_level
+
+    ir = _llvm_ir(str(ROOT / "examples" / "attention_fwd.tk"), "sm_80", D=128, CAUSAL=1)
+    assert ir.count("\n") * 5 < O3_MAX_LLVM_LINES and codegen_level(ir) == 3
+    assert codegen_level(_llvm_ir(_program(LARGE, folder))) == 2
+
+
+def test_code_generation_is_near_linear(folder: Path) -> None:
+    from tkir.backend.ptx import llvm_to_ptx
+
+    per_line = {}
+    for n, runs in ((SMALL, 3), (LARGE, 2)):
+        ir = _llvm_ir(_program(n, folder))
+        secs = _best(lambda ir=ir: llvm_to_ptx(ir, "sm_90a"), runs)
+        per_line[n] = secs / ir.count("\n")
+        if n == LARGE:
+            assert secs < 60, f"LLVM took {secs:.1f} s for {LARGE} loops"
+    growth = per_line[LARGE] / per_line[SMALL]
+    assert growth <= CODEGEN_SLACK, (f"LLVM's time per line grew {growth:.2f}x from {SMALL} to {LARGE} loops "
+                                     f"({per_line[SMALL] * 1e6:.0f} -> {per_line[LARGE] * 1e6:.0f} us)")
