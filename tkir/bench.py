@@ -221,16 +221,23 @@ def plot_rows(rows: list[Row], out: str, memory_bound: bool = False) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    labels = ["\n".join(f"{k}={v}" for k, v in r.sizes.items()) for r in rows]
-    mine = [r.gbps if memory_bound else r.tflops for r in rows]
-    peer = [(r.bytes / r.peer_ms / 1e6 if memory_bound else r.peer_tflops) or 0 for r in rows]
+    labels = ["\n".join(f"{k}={v}" for k, v in {**r.sizes, **r.consts}.items()) for r in rows]
+
+    def rate(ms: float | None, r: Row) -> float:
+        return (r.bytes / ms / 1e6 if memory_bound else r.flops / ms / 1e9) if ms else 0.0
+
+    extras = list(dict.fromkeys(n for r in rows for n in (r.extra_ms or {})))
+    series = [("tkir", [rate(r.ms, r) for r in rows]),
+              (rows[0].peer if rows else "peer", [rate(r.peer_ms, r) for r in rows])]
+    series += [(n, [rate((r.extra_ms or {}).get(n), r) for r in rows]) for n in extras]
     x = range(len(rows))
+    width = 0.8 / len(series)
     fig, ax = plt.subplots(figsize=(max(6, 1.3 * len(rows)), 4))
-    ax.bar([i - 0.2 for i in x], mine, 0.4, label="tkir")
-    ax.bar([i + 0.2 for i in x], peer, 0.4, label=rows[0].peer if rows else "peer")
+    for k, (name, vals) in enumerate(series):
+        ax.bar([i - 0.4 + width * (k + 0.5) for i in x], vals, width, label=name)
     ax.set_xticks(list(x), labels, fontsize=7)
     ax.set_ylabel("GB/s" if memory_bound else "TFLOP/s")
-    ax.set_title(f"{rows[0].kernel}: tkir vs {rows[0].peer}" if rows else "")
+    ax.set_title(f"{rows[0].kernel}: tkir vs " + ", ".join(n for n, _ in series[1:]) if rows else "")
     ax.legend()
     fig.tight_layout()
     fig.savefig(out, dpi=120)
