@@ -113,9 +113,9 @@ _SEED = 0
 _TIMEOUT = oracle.TIMEOUT_S
 
 
-def _init_worker(seed: int, timeout: float) -> None:
+def _init_worker(seed: int, timeout: float, base: str | None = None) -> None:
     global _WORKDIR, _SEED, _TIMEOUT
-    _WORKDIR = tempfile.mkdtemp(prefix="tkir-fuzz-")
+    _WORKDIR = tempfile.mkdtemp(prefix="tkir-fuzz-", dir=base)
     _SEED, _TIMEOUT = seed, timeout
 
 
@@ -147,13 +147,15 @@ def run(count: int, seed: int, jobs: int = 2, timeout: float = oracle.TIMEOUT_S,
     oracle.warm_up()
     corpus.dumps()
     summary = Summary(seed, count, jobs)
+    base = tempfile.TemporaryDirectory(prefix="tkir-fuzz-")  # every worker's files, removed at the end
     t0 = time.perf_counter()
     indices = range(start, start + count)
     if jobs <= 1:
+        _init_worker(seed, timeout, base.name)
         results = map(run_index, indices)
         pool = None
     else:
-        pool = multiprocessing.get_context("fork").Pool(jobs, _init_worker, (seed, timeout))
+        pool = multiprocessing.get_context("fork").Pool(jobs, _init_worker, (seed, timeout, base.name))
         results = pool.imap_unordered(run_index, indices, chunksize=4)
     try:
         for done, rec in enumerate(results, 1):
@@ -168,6 +170,7 @@ def run(count: int, seed: int, jobs: int = 2, timeout: float = oracle.TIMEOUT_S,
         if pool is not None:
             pool.close()
             pool.join()
+        base.cleanup()
     summary.seconds = time.perf_counter() - t0
     return summary
 
