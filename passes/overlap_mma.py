@@ -18,11 +18,11 @@ block j-1 (its M2 is issued right behind M1), and does W for block j while both 
                            o = C(o, alpha_prev); o = M2(p_prev, v[s_prev], o) {defer_wait}
                            W on s (its first use waits for M1 alone: wgmma.wait_group 1)
                            o = tk.mma_wait o; pipe.arrive %empty, s_prev    (block j-1 consumed)
-                           p = the ops that only feed the next M2 (cast, layout): after the wait,
-                               so p's registers are not rewritten while M2 still reads them
     epilogue (block hi-1): o = C(o, alpha); o = M2(p, v[s], o); o = tk.mma_wait o; pipe.arrive
 
 Values stage 1 reads from stage 0 (p, alpha, the stage index) become extra loop-carried values.
+p is computed during W while M2 still reads p_prev's registers: they are different PTX registers,
+and ptxas keeps a register an in-flight wgmma reads until the wait_group that covers it.
 The rotated loop sits in `scf.if lo < hi` (an empty loop runs neither prologue nor epilogue).
 `defer_wait = true` on an mma: commit its wgmma group without waiting; the backend waits at the
 first use with `wgmma.wait_group N`, N = the groups committed after it in the same straight-line
@@ -91,8 +91,8 @@ def _in_consumer_role(op: Operation) -> bool:
 
 class _Plan:
     def __init__(self, m1: Operation, m2: Operation, stage1: list[Operation], arrive: Operation | None,
-                 acc_arg: Value, sink: list[Operation]):
-        self.m1, self.m2, self.stage1, self.arrive, self.acc_arg, self.sink = m1, m2, stage1, arrive, acc_arg, sink
+                 acc_arg: Value):
+        self.m1, self.m2, self.stage1, self.arrive, self.acc_arg = m1, m2, stage1, arrive, acc_arg
 
 
 def _users(blk: Block, v: Value) -> list[Operation]:
@@ -169,18 +169,7 @@ def _match(loop: Operation) -> _Plan | None:
                     ok = False
         if not ok:
             continue
-        # ops whose results only feed stage 1 (p's cast and layout change): computed after the wait
-        sink: list[Operation] = []
-        for op in reversed(blk.ops if SINK_A else []):
-            if id(op) in s1 or op is term or op is m1 or not op.results:
-                continue
-            if not all(isinstance(r.type, TileType) and r.type.space == "rt" for r in op.results):
-                continue
-            us = [u for r in op.results for u in _users(blk, r)]
-            if us and all(id(u) in s1 or u in sink for u in us):
-                sink.append(op)
-        sink.reverse()
-        return _Plan(m1, m2, stage1, arrives[0] if arrives else None, acc_arg, sink)
+        return _Plan(m1, m2, stage1, arrives[0] if arrives else None, acc_arg)
     return None
 
 
@@ -202,6 +191,16 @@ def _wait_before_first_use(blk: Block, m1: Operation) -> None:
     for a in between:
         blk.remove(a)
         blk.insert_after(done, a)
+
+
+def _wait_and_release(blk: Block, plan: _Plan, mapping: dict[Value, Value]) -> Value:
+    """After a copy of stage 1 in `blk`: wait for its M2 (tk.mma_wait), then release the stage it
+    read (the copy of the arrive). Returns the waited accumulator."""
+    issued = mapping[plan.m2.result]
+    done = OpBuilder(blk).op("tk.mma_wait", [issued], (plan.m2.result.name or "o") + "_done", rtype=issued.type)
+    if plan.arrive is not None:
+        blk.append(clone_op(plan.arrive, mapping))
+    return done
 
 
 def _rotate(loop: Operation, plan: _Plan) -> None:
@@ -257,24 +256,15 @@ def _rotate(loop: Operation, plan: _Plan) -> None:
     nprev = [body.add_arg(Value(x.type, (x.name or "x") + "_prev")) for x in cross]
     m = {iv: niv, **dict(zip(carried, ncarried, strict=True))}
     ms1: dict[Value, Value] = {plan.acc_arg: ncarried[acc_slot], **dict(zip(cross, nprev, strict=True))}
-    sink_ids = {id(op) for op in plan.sink}
     head = stage0[:stage0.index(plan.m1) + 1]
     rest = stage0[stage0.index(plan.m1) + 1:]
     for op in head:
-        if id(op) not in sink_ids:
-            body.append(clone_op(op, m))
+        body.append(clone_op(op, m))
     for op in plan.stage1:
         body.append(clone_op(op, ms1))
     for op in rest:
-        if id(op) not in sink_ids:
-            body.append(clone_op(op, m))
-    o_issued = ms1[plan.m2.result]
-    o_done = OpBuilder(body).op("tk.mma_wait", [o_issued], (plan.m2.result.name or "o") + "_done",
-                                rtype=o_issued.type)
-    if plan.arrive is not None:
-        body.append(clone_op(plan.arrive, ms1))
-    for op in plan.sink:
         body.append(clone_op(op, m))
+    o_done = _wait_and_release(body, plan, ms1)
     new_yields = [m.get(y, y) for y in term.operands]
     new_yields[acc_slot] = o_done
     body.append(Operation("scf.yield", new_yields + [m.get(x, x) for x in cross]))
@@ -290,12 +280,7 @@ def _rotate(loop: Operation, plan: _Plan) -> None:
     me: dict[Value, Value] = {plan.acc_arg: results[acc_slot], **dict(zip(cross, last_cross, strict=True))}
     for op in plan.stage1:
         then_blk.append(clone_op(op, me))
-    o_last = me[plan.m2.result]
-    o_fin = OpBuilder(then_blk).op("tk.mma_wait", [o_last], (plan.m2.result.name or "o") + "_done",
-                                   rtype=o_last.type)
-    if plan.arrive is not None:
-        then_blk.append(clone_op(plan.arrive, me))
-    results[acc_slot] = o_fin
+    results[acc_slot] = _wait_and_release(then_blk, plan, me)
     then_blk.append(Operation("scf.yield", results))
     else_blk.append(Operation("scf.yield", list(inits)))
 
