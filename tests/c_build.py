@@ -75,3 +75,12 @@ def libcuda() -> Path:
         if len(fields) >= 6 and re.search(r"/libcuda\.so(\.\d+)*$", fields[-1]):
             return Path(fields[-1])
     pytest.fail("libcuda.so.1 is loaded but /proc/self/maps does not name its file")
+
+
+def size_names(launch: dict) -> list[str]:
+    """The named sizes of a launch description's tensors, in first-use order (the C entry points'
+    size arguments)."""
+    out: list[str] = []
+    for t in launch["tensors"]:
+        out += [d for d in t["dims"] if isinstance(d, str) and d.isidentifier() and d not in out]
+    return out

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from c_build import RUN_TIMEOUT_S, cuda_include, run_cc, ubsan_flags  # tests/ is on sys.path under pytest
+from c_build import RUN_TIMEOUT_S, cuda_include, run_cc, size_names, ubsan_flags  # tests/ is on sys.path under pytest
 from test_runtime import GEMM_LAUNCH, FakeCAI
 
 import tkir
@@ -265,7 +265,7 @@ def _harness(src: CSources, launch: dict) -> str:
     """main(argv = tensor pointers, scalars, sizes): check, launch twice on STREAM, unload; JSON lines."""
     p = src.prefix
     tensors, scalars = launch["tensors"], launch["scalars"]
-    sizes = _size_names(launch)
+    sizes = size_names(launch)
     ctypes = {"i32": "int32_t", "u32": "uint32_t", "i64": "int64_t", "f32": "float"}
     parse = {"i32": "strtoll", "u32": "strtoull", "i64": "strtoll"}
     decl, read = [], []
@@ -331,13 +331,6 @@ int main(int argc, char **argv)
 """
 
 
-def _size_names(launch: dict) -> list[str]:
-    out: list[str] = []
-    for t in launch["tensors"]:
-        out += [d for d in t["dims"] if isinstance(d, str) and d.isidentifier() and d not in out]
-    return out
-
-
 def _cases() -> list[tuple[str, str]]:
     return [(name, case[0]) for name, (_, cases) in KERNELS.items() for case in cases]
 
@@ -347,7 +340,7 @@ def test_c_launch_makes_the_runtimes_calls(kernel: str, case: str, built: dict, 
     binary, launch, ptx = built[kernel]
     _, sizes, offsets, scalars, sms, refusal = next(c for c in KERNELS[kernel][1] if c[0] == case)
     ptrs = [BASE + i * 2**32 + offsets.get(i, 0) for i in range(len(launch["tensors"]))]
-    argv = [str(v) for v in ptrs] + [repr(v) for v in scalars] + [str(sizes[n]) for n in _size_names(launch)]
+    argv = [str(v) for v in ptrs] + [repr(v) for v in scalars] + [str(sizes[n]) for n in size_names(launch)]
     ptx_out = tmp_path / "loaded.ptx"
     proc = subprocess.run([str(binary), *argv], capture_output=True, text=True, timeout=RUN_TIMEOUT_S,
                           env={"STUB_SMS": str(sms), "STUB_PTX_OUT": str(ptx_out), "PATH": "/usr/bin:/bin"})

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from c_build import RUN_TIMEOUT_S, cuda_include, libcuda, run_cc  # tests/ is on sys.path under pytest
+from c_build import RUN_TIMEOUT_S, cuda_include, libcuda, run_cc, size_names  # tests/ is on sys.path under pytest
 
 import tkir
 from tkir import symexpr
@@ -47,7 +47,7 @@ def _main_c(name: str, header: str, launch: dict) -> str:
     p = f"tkir_{name}"
     tensors = [t["name"] for t in launch["tensors"]]
     assert not launch["scalars"], "this harness passes no scalars"
-    sizes = _size_names(launch)
+    sizes = size_names(launch)
     n = len(tensors)
     zeros = ", ".join(["0"] * n + [f"z[{i}]" for i in range(len(sizes))])
     dev = ", ".join([f"d[{i}]" for i in range(n)] + [f"z[{i}]" for i in range(len(sizes))])
@@ -150,13 +150,6 @@ int main(int argc, char **argv)
 """
 
 
-def _size_names(launch: dict) -> list[str]:
-    out: list[str] = []
-    for t in launch["tensors"]:
-        out += [d for d in t["dims"] if isinstance(d, str) and d.isidentifier() and d not in out]
-    return out
-
-
 def _build(name: str, folder: Path) -> tuple[Path, tkir.api.CompiledKernel]:
     k = tkir.compile(str(EXAMPLES / f"{name}.tk"))
     src = k.emit_c(name)
@@ -172,7 +165,7 @@ def _build(name: str, folder: Path) -> tuple[Path, tkir.api.CompiledKernel]:
 def _run(prog: Path, folder: Path, launch: dict, sizes: dict[str, int]) -> subprocess.CompletedProcess[str]:
     nbytes = [DTYPE_BYTES[t["dtype"]] * int(np.prod([symexpr.evaluate(d, sizes) for d in t["dims"]]))
               for t in launch["tensors"]]
-    argv = [str(folder)] + [str(sizes[s]) for s in _size_names(launch)] + [str(b) for b in nbytes]
+    argv = [str(folder)] + [str(sizes[s]) for s in size_names(launch)] + [str(b) for b in nbytes]
     return subprocess.run([str(prog), *argv], capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
 
 
