@@ -204,6 +204,10 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"tkc {args.cmd}: error: needs the '{e.name}' package ({OPTIONAL_PACKAGES[e.name]})", file=sys.stderr)
         return 1
+    except BrokenPipeError:  # `tkc passes | head -3`: the reader left; stop quietly, as cat does
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # Python's exit-time flush of stdout must not raise again
+        return 141  # 128 + SIGPIPE, what a shell reports for a writer killed by a closed pipe
     except TkirError as e:  # the interpreter, the launch, ptxas/nvdisasm, the driver: their own message
         print(f"tkc {args.cmd}: error: {e}", file=sys.stderr)
         if "no meaning for op 'pipe." in str(e) or "no meaning for op 'tk.role" in str(e):
