@@ -27,6 +27,7 @@ PASS_TABLE: dict[str, str] = {
     "plan-occupancy": "plan_occupancy:PlanOccupancy",  # registers, shared memory, stages, setmaxnreg
     "persistent": "persistent:Persistent",           # one block per SM looping over tiles, grouped order
     "fold-scale": "fold_scale:FoldScale",            # x * c past masks and row max; x * c - m as one fma
+    "contract-fma": "contract_fma:ContractFma",     # f32 x * y read once by + or -: one fma per element
     "early-release": "early_release:EarlyRelease",  # a barrier ring per tile: stages freed by their last reader
     "pingpong": "pingpong:Pingpong",                # consumer warpgroups take turns issuing mmas (named barriers)
     "split-masks": "split_masks:SplitMasks",        # masks only on the iterations that can mask
