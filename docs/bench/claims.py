@@ -85,7 +85,8 @@ def fma_row(torch, reps: int) -> dict:
 
     sms = cuda.device_attribute("MULTIPROCESSOR_COUNT")
     clock_khz = cuda.device_attribute("CLOCK_RATE")
-    peak = sms * 128 * 2 * clock_khz * 1e3 / 1e12  # 128 FP32 cores per SM (NVIDIA H100 architecture whitepaper, "H100 SM"), 2 FLOP per FMA
+    # 128 FP32 cores per SM (NVIDIA H100 architecture whitepaper, "H100 SM"), 2 FLOP per FMA
+    peak = sms * 128 * 2 * clock_khz * 1e3 / 1e12
     return dict(sizes=sizes, consts={**comp.DEFAULT_CONSTS, **consts}, err=err,
                 tflops=comp.flops(sizes, consts) / ms / 1e9, fp32_peak_at_reported_clock=peak, sms=sms,
                 clock_mhz=clock_khz / 1e3)
