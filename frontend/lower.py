@@ -23,6 +23,7 @@ from tkir import scalar, symexpr
 from tkir.diagnostics import CompileError
 from tkir.frontend import ast
 from tkir.frontend.names import Vocabulary, check_untaken
+from tkir.frontend.tune import check_tune
 from tkir.ir import Block, Loc, Module, Operation, Region, Value
 from tkir.target import REGS_PER_SM, SMEM_PER_BLOCK
 from tkir.types import (
@@ -67,7 +68,7 @@ FP8_DTYPES = ("e4m3", "e5m2")
 PREDICATE_DTYPE = "i1"  # tk.cmp results; tk.select conditions
 ALL_FUNCS = (*UNARY_FUNCS, *CAST_FUNCS, *REDUCTIONS, *OTHER_FUNCS)
 ANNOTATIONS = {"stages": "a for loop", "swizzle": "a shared declaration",
-               "no_tma": "a load statement", "warpgroups": "the kernel"}
+               "no_tma": "a load statement", "warpgroups": "the kernel", "tune": "the kernel"}
 BINARY_NAMES = {"+": "add", "-": "sub", "*": "mul", "/": "div", "%": "rem", "max": "max", "min": "min"}
 # what the name check of an untaken compile-time branch knows (frontend/names.py)
 VOCABULARY = Vocabulary(
@@ -219,6 +220,7 @@ class _Lowerer:
     # --- the kernel ----------------------------------------------------------------------------
 
     def kernel(self, k: ast.Kernel, overrides: dict[str, int | float]) -> Module:
+        self.kernel_ast = k
         names = [c.name for c in k.consts]
         for name in overrides:
             if name not in names:
@@ -379,7 +381,7 @@ class _Lowerer:
     def annotations(self, anns: list[ast.Annotation], where: str) -> dict[str, dict[str, object]]:
         """Check annotations against the construct they precede; name -> the attrs they add."""
         out: dict[str, dict[str, object]] = {}
-        allowed = {"kernel": ("warpgroups",), "for": ("stages",), "shared": ("swizzle",),
+        allowed = {"kernel": ("warpgroups", "tune"), "for": ("stages",), "shared": ("swizzle",),
                    "load": ("no_tma",), "none": ()}[where]
         for a in anns:
             if a.name not in ANNOTATIONS:
@@ -418,6 +420,11 @@ class _Lowerer:
         if a.args or a.kwargs:
             raise self.error(a.loc, "'@no_tma' takes no arguments")
         return {"no_tma": True}
+
+    def ann_tune(self, a: ast.Annotation) -> dict[str, object]:
+        """`@tune(...)`: checked here (frontend/tune.py); the search space adds nothing to the IR."""
+        check_tune(self.kernel_ast, a, self.source)
+        return {}
 
     def ann_warpgroups(self, a: ast.Annotation) -> dict[str, object]:
         if a.args or not a.kwargs:

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).parent.parent
-DOCS = ["docs/cli.md", "docs/first-kernel.md", "README.md"]
+DOCS = ["docs/cli.md", "docs/first-kernel.md", "docs/tuning.md", "README.md"]
 NOT_RUN = re.compile(r"<!--\s*transcript:\s*not run:\s*(.+?)\s*-->")
 TIMEOUT_S = 300  # one command; the slowest is an attention interpreter run (about 20 s here)
 
