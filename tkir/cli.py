@@ -552,9 +552,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
         result = tune.dry_run(args.file, sizes, **kw)
     else:
         result = tune.tune(args.file, sizes, reps=args.reps, force=args.force, **kw)
+    print(tune.format_result(result, dry_run=args.dry_run), flush=True)  # before --json: a bad path loses no timing
     if args.json:
         _write(args.json, json.dumps(result.as_dict(), indent=1, default=str) + "\n")
-    print(tune.format_result(result, dry_run=args.dry_run))
     return 0 if (args.dry_run or result.best is not None) else 1
 
 
