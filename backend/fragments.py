@@ -275,7 +275,126 @@ def numeric_slots(layout: RegisterLayout, shape: tuple[int, ...]) -> list[tuple[
 
 def pack_a_fragment(w, values: list[str], mblocks: int, ksteps: int, dtype: str = "bf16") -> list[list[list[str]]]:
     """A 16-bit A fragment (wgmma_a, HOPPER.md §1.6, or mma_a, §6.3 - the same order) as 4 x b32 per
-    m block and k16 step: slots 8 kk + 2j, 2j + 1 of a block are register j's low and high halves."""
+    m block and k16 step: slots 8 kk + 2j, 2j + 1 of a block are register j's low and high halves.
+    Values computed where they are read (a `lazy` sequence: a tk.outer product) give a grid whose
+    entries are packed at first access, so an mma.sync loop multiplies each step right before it."""
+    if getattr(values, "lazy", False):
+        return _LazySteps(w, values, mblocks, ksteps, dtype)  # type: ignore[return-value]
+    return [[a_fragment_step(w, values, mblocks, mb, kk, dtype) for kk in range(ksteps)] for mb in range(mblocks)]
+
+
+class _LazySteps:
+    """pack_a_fragment's [mb][kk] grid of a lazy fragment: each entry packed on first access."""
+
+    def __init__(self, w, values, mblocks: int, ksteps: int, dtype: str):
+        self.w, self.values, self.mblocks, self.ksteps, self.dtype = w, values, mblocks, ksteps, dtype
+        self.done: dict[tuple[int, int], list[str]] = {}
+
+    def __len__(self) -> int:
+        return self.mblocks
+
+    def __getitem__(self, mb: int) -> _LazyRow:
+        if not 0 <= mb < self.mblocks:
+            raise IndexError(mb)
+        return _LazyRow(self, mb)
+
+
+class _LazyRow:
+    def __init__(self, grid: _LazySteps, mb: int):
+        self.grid, self.mb = grid, mb
+
+    def __len__(self) -> int:
+        return self.grid.ksteps
+
+    def __getitem__(self, kk: int) -> list[str]:
+        g = self.grid
+        if not 0 <= kk < g.ksteps:
+            raise IndexError(kk)
+        if (self.mb, kk) not in g.done:
+            g.done[self.mb, kk] = a_fragment_step(g.w, g.values, g.mblocks, self.mb, kk, g.dtype)
+        return g.done[self.mb, kk]
+
+
+def a_fragment_step(w, values: list[str], mblocks: int, mb: int, kk: int, dtype: str = "bf16") -> list[str]:
+    """The 4 b32 registers of m block `mb`, k16 step `kk` of a 16-bit A fragment (pack_a_fragment's
+    entry [mb][kk]); reads only those 8 slots of `values` (a lazy fragment computes just them)."""
     per_block = len(values) // mblocks
-    return [[[w.pack_pair(values[mb * per_block + 8 * kk + 2 * j], values[mb * per_block + 8 * kk + 2 * j + 1], dtype)
-              for j in range(4)] for kk in range(ksteps)] for mb in range(mblocks)]
+    return [w.pack_pair(values[mb * per_block + 8 * kk + 2 * j], values[mb * per_block + 8 * kk + 2 * j + 1], dtype)
+            for j in range(4)]
+
+
+# ---------------------------------------------------------------------------------------------
+# Gathering elements of a distributed tile: in the thread, from a lane of the warp, or neither
+
+
+LANE_MASKS = (31, 0b11100, 0b00011, 0) + tuple(m for m in range(32) if m not in (31, 0b11100, 0b00011, 0))
+
+
+def gather_plan(layout: RegisterLayout, shape: tuple[int, int], needed: list[tuple[np.ndarray, np.ndarray]],
+                threads: int) -> list[tuple | None]:
+    """Where each thread finds the tile elements it needs, one entry per `needed` (row, col) pair of
+    arrays over `threads` threads (a layout of fewer threads is repeated over the others, as the
+    backend's LoweringContext.coords does):
+
+    * ("local", k): every thread holds its element in its own slot k;
+    * ("shuffle", k, mask, c0, d): every thread reads slot k of lane (lane & mask) | (c0 + d * warp)
+      of its warp (one shfl.sync.idx; c0 + d * warp has no bit of mask);
+    * None: some element is held by no lane of the needing thread's warp in one slot by one formula
+      (the caller goes through shared memory).
+
+    Evaluated with numpy at compile time, for tk.outer's factors (ThunderKittens' mul_slice_row /
+    mul_slice_col are the two shuffle patterns it finds for the quad-column layouts)."""
+    rows, cols = shape
+    lay_threads = layout.threads
+    held = np.full((lay_threads, rows * cols), -1, dtype=np.int64)  # element -> slot, per thread
+    slots = numeric_slots(layout, shape)
+    elem_of = np.full((len(slots), lay_threads), -1, dtype=np.int64)  # slot k of thread t holds element
+    for k, (r, c) in enumerate(slots):
+        ok = (r >= 0) & (c >= 0)
+        e = np.where(ok, r * cols + c, -1)
+        elem_of[k] = e
+        tt = np.nonzero(ok)[0]
+        first = held[tt, e[ok]] < 0
+        held[tt[first], e[ok][first]] = k
+    t = np.arange(threads)
+    lane, warp = t % WARP, t // WARP
+    src_thread = (warp[:, None] * WARP + np.arange(WARP)[None, :]) % lay_threads  # (threads, 32)
+    cache: dict[bytes, tuple | None] = {}
+    out: list[tuple | None] = []
+    for r, c in needed:
+        e = np.broadcast_to(np.asarray(r) * cols + np.asarray(c), (threads,)).astype(np.int64)
+        key = e.tobytes()
+        if key not in cache:
+            cache[key] = _find_source(e, held, elem_of, src_thread, lane, warp, lay_threads)
+        out.append(cache[key])
+    return out
+
+
+def _find_source(e: np.ndarray, held: np.ndarray, elem_of: np.ndarray, src_thread: np.ndarray,
+                 lane: np.ndarray, warp: np.ndarray, lay_threads: int) -> tuple | None:
+    threads = e.shape[0]
+    own = held[np.arange(threads) % lay_threads, e]
+    if (own >= 0).all() and (own == own[0]).all():
+        return ("local", int(own[0]))
+    nwarps = -(-threads // WARP)
+    for k in range(elem_of.shape[0]):
+        hit = elem_of[k][src_thread] == e[:, None]  # (threads, 32): lane l of t's warp holds e_t in slot k
+        if not hit.any(axis=1).all():
+            continue
+        for mask in LANE_MASKS:
+            base = np.zeros(nwarps, dtype=np.int64)
+            found = True
+            for w in range(nwarps):
+                tw = np.nonzero(warp == w)[0]
+                c = next((c for c in range(WARP) if not c & mask
+                          and hit[tw, (lane[tw] & mask) | c].all()), None)
+                if c is None:
+                    found = False
+                    break
+                base[w] = c
+            if not found:
+                continue
+            d = int(base[1] - base[0]) if nwarps > 1 else 0
+            if (base == base[0] + d * np.arange(nwarps)).all():
+                return ("shuffle", k, mask, int(base[0]), d)
+    return None
