@@ -327,20 +327,22 @@ def a_fragment_step(w, values: list[str], mblocks: int, mb: int, kk: int, dtype:
 # Gathering elements of a distributed tile: in the thread, from a lane of the warp, or neither
 
 
-LANE_MASKS = (31, 0b11100, 0b00011, 0) + tuple(m for m in range(32) if m not in (31, 0b11100, 0b00011, 0))
+# lane & mask keeps these lane bits: the quad (g, 28), the quad column (q, 3), nothing (a broadcast),
+# the lane itself; the rest after them
+LANE_MASKS = (0b11100, 0b00011, 0, 31) + tuple(m for m in range(32) if m not in (31, 0b11100, 0b00011, 0))
 
 
 def gather_plan(layout: RegisterLayout, shape: tuple[int, int], needed: list[tuple[np.ndarray, np.ndarray]],
                 threads: int) -> list[tuple | None]:
     """Where each thread finds the tile elements it needs, one entry per `needed` (row, col) pair of
     arrays over `threads` threads (a layout of fewer threads is repeated over the others, as the
-    backend's LoweringContext.coords does):
+    backend's LoweringContext.coords does). With w the thread's warp:
 
-    * ("local", k): every thread holds its element in its own slot k;
-    * ("shuffle", k, mask, c0, d): every thread reads slot k of lane (lane & mask) | (c0 + d * warp)
-      of its warp (one shfl.sync.idx; c0 + d * warp has no bit of mask);
-    * None: some element is held by no lane of the needing thread's warp in one slot by one formula
-      (the caller goes through shared memory).
+    * ("local", ks): every thread of warp w holds its element in its own slot ks[w];
+    * ("shuffle", mask, ks, cs): every thread of warp w reads slot ks[w] of lane (lane & mask) | cs[w]
+      of its warp (one shfl.sync.idx; cs[w] has no bit of mask);
+    * None: some thread's element is held by no lane of its warp in one slot by that formula (the
+      caller goes through shared memory).
 
     Evaluated with numpy at compile time, for tk.outer's factors (ThunderKittens' mul_slice_row /
     mul_slice_col are the two shuffle patterns it finds for the quad-column layouts)."""
@@ -356,45 +358,41 @@ def gather_plan(layout: RegisterLayout, shape: tuple[int, int], needed: list[tup
         tt = np.nonzero(ok)[0]
         first = held[tt, e[ok]] < 0
         held[tt[first], e[ok][first]] = k
-    t = np.arange(threads)
-    lane, warp = t % WARP, t // WARP
-    src_thread = (warp[:, None] * WARP + np.arange(WARP)[None, :]) % lay_threads  # (threads, 32)
     cache: dict[bytes, tuple | None] = {}
     out: list[tuple | None] = []
     for r, c in needed:
         e = np.broadcast_to(np.asarray(r) * cols + np.asarray(c), (threads,)).astype(np.int64)
         key = e.tobytes()
         if key not in cache:
-            cache[key] = _find_source(e, held, elem_of, src_thread, lane, warp, lay_threads)
+            cache[key] = _find_source(e, held, elem_of, lay_threads)
         out.append(cache[key])
     return out
 
 
-def _find_source(e: np.ndarray, held: np.ndarray, elem_of: np.ndarray, src_thread: np.ndarray,
-                 lane: np.ndarray, warp: np.ndarray, lay_threads: int) -> tuple | None:
+def _find_source(e: np.ndarray, held: np.ndarray, elem_of: np.ndarray, lay_threads: int) -> tuple | None:
     threads = e.shape[0]
-    own = held[np.arange(threads) % lay_threads, e]
-    if (own >= 0).all() and (own == own[0]).all():
-        return ("local", int(own[0]))
     nwarps = -(-threads // WARP)
-    for k in range(elem_of.shape[0]):
-        hit = elem_of[k][src_thread] == e[:, None]  # (threads, 32): lane l of t's warp holds e_t in slot k
-        if not hit.any(axis=1).all():
-            continue
-        for mask in LANE_MASKS:
-            base = np.zeros(nwarps, dtype=np.int64)
-            found = True
-            for w in range(nwarps):
-                tw = np.nonzero(warp == w)[0]
-                c = next((c for c in range(WARP) if not c & mask
-                          and hit[tw, (lane[tw] & mask) | c].all()), None)
-                if c is None:
-                    found = False
-                    break
-                base[w] = c
-            if not found:
-                continue
-            d = int(base[1] - base[0]) if nwarps > 1 else 0
-            if (base == base[0] + d * np.arange(nwarps)).all():
-                return ("shuffle", k, mask, int(base[0]), d)
+    own = held[np.arange(threads) % lay_threads, e]
+    if (own >= 0).all():
+        ks = [int(own[w * WARP]) for w in range(nwarps)]
+        if all((own[w * WARP:(w + 1) * WARP] == ks[w]).all() for w in range(nwarps)):
+            return ("local", tuple(ks))
+    lane = np.arange(WARP)
+    base = np.arange(WARP)
+    for mask in LANE_MASKS:
+        free = (base & mask) == 0  # lane bases with no bit of the mask
+        src_lanes = (lane[None, :] & mask) | base[:, None]  # (base, lane) -> source lane
+        ks, cs = [], []
+        for w in range(nwarps):
+            ew = e[w * WARP:(w + 1) * WARP]
+            n = len(ew)
+            src = (w * WARP + src_lanes[:, :n]) % lay_threads  # the layout thread of each source lane
+            ok = (elem_of[:, src] == ew[None, None, :]).all(axis=2) & free[None, :]  # (slot, base)
+            hit = np.argwhere(ok)
+            if not len(hit):
+                break
+            ks.append(int(hit[0][0]))
+            cs.append(int(hit[0][1]))
+        else:
+            return ("shuffle", mask, tuple(ks), tuple(cs))
     return None

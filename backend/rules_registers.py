@@ -382,21 +382,29 @@ class LazyValues(Sequence):
 
 
 def _feeds_next_mma(op: Operation) -> bool:
-    """op's result is read once, as the register A operand of the tk.mma right after it in its block
-    (so its values may be emitted inside that mma's lowering: same basic block, nothing between)."""
+    """op's result is read once, as the register A operand of the next tk.mma of its block, with
+    only constants (tk.fill, arith.const: the mma's zero accumulator) between: its values may be
+    emitted inside that mma's lowering (same basic block, nothing reads them before)."""
     blk = op.parent
     if blk is None:
         return False
-    i = blk.ops.index(op)
-    nxt = blk.ops[i + 1] if i + 1 < len(blk.ops) else None
+    i = blk.ops.index(op) + 1
+    while i < len(blk.ops) and blk.ops[i].name in CONSTANT_OPS:
+        i += 1
+    nxt = blk.ops[i] if i < len(blk.ops) else None
     if nxt is None or nxt.name != "tk.mma" or nxt.operands[0] is not op.result:
         return False
     return sum(v is op.result for u in blk.ops for x in u.walk() for v in x.operands) == 1
 
 
+CONSTANT_OPS = ("tk.fill", "arith.const")
+
+
 def _gather(cx: LoweringContext, x: Frag, needed: list, threads: int, op: Operation, row: bool,
-            a_side: bool) -> list[str]:
-    """The values of `x` at the `needed` (row, col) arrays of each result slot, for this thread."""
+            a_side: bool) -> Sequence[str]:
+    """The values of `x` at the `needed` (row, col) arrays of each result slot, for this thread: a
+    lazy sequence, so a shuffle is emitted where its first reader is (in a sliced wgmma, with the
+    slice that needs it); each distinct shuffle once."""
     plan = gather_plan(x.layout, tile_shape(x.type), needed, threads)
     if any(p is None for p in plan):
         return _gather_through_shared(cx, x, op, row, a_side)
@@ -406,43 +414,59 @@ def _gather(cx: LoweringContext, x: Frag, needed: list, threads: int, op: Operat
     warp = w.op(f"lshr i32 {tid}, 5", "warp")
     shuffled: dict[tuple, str] = {}
     packed = dtype_bytes(x.type.dtype) == 2
-    out = []
-    for p in plan:
+
+    def by_warp(choices: tuple, make) -> str:
+        """The warp's entry of `choices` (one per warp): make(c) when all agree, else a select chain."""
+        made = {c: make(c) for c in dict.fromkeys(choices)}
+        vals = [made[c] for c in choices]
+        out = vals[-1]
+        for wi in range(len(vals) - 2, -1, -1):
+            if vals[wi] != out:
+                out = w.op(f"select i1 {w.op(f'icmp eq i32 {warp}, {wi}', 'isw')}, i32 {vals[wi]}, i32 {out}", "bw")
+        return out
+
+    def pairs(ks: tuple) -> bool:
+        """Move the 32-bit register holding the slot pair k & ~1, k | 1 (16-bit values whose half is
+        the same in every warp), rather than the value alone."""
+        return packed and len({k & 1 for k in ks}) == 1 and (max(ks) | 1) < len(x.values)
+
+    def word(k: int, pair: bool) -> str:
+        if pair:
+            return _pack16(cx, x.values[k & ~1], x.values[k | 1], x.type.dtype)
+        if x.type.dtype in INT_DTYPES:
+            return x.values[k]
+        return w.op(f"bitcast float {to_f32(cx, x.values[k], x.type.dtype)} to i32", "bw")
+
+    def unword(got: str, half: int, pair: bool) -> str:
+        if pair:
+            return _unpack16(cx, got, x.type.dtype)[half]
+        if x.type.dtype in INT_DTYPES:
+            return got
+        return from_f32(cx, w.op(f"bitcast i32 {got} to float", "fb"), x.type.dtype)
+
+    def get(i: int) -> str:
+        p = plan[i]
         if p[0] == "local":
-            out.append(x.values[p[1]])
-            continue
-        _, k, mask, c0, d = p
-        key = (k, mask, c0, d)
+            ks = p[1]
+            if len(set(ks)) == 1:
+                return x.values[ks[0]]
+            pair = pairs(ks)
+            return unword(by_warp(ks, lambda k: word(k, pair)), ks[0] & 1, pair)
+        _, mask, ks, cs = p
+        pair = pairs(ks)
+        key = (tuple(k & ~1 for k in ks) if pair else ks, pair, mask, cs)
         if key not in shuffled:
             src = w.op(f"and i32 {lane}, {mask}", "sl") if mask else "0"
-            base = w.op(f"add i32 {c0}, {w.op(f'mul i32 {warp}, {d}', 'sw')}", "sb") if d else str(c0)
-            src = w.op(f"or i32 {src}, {base}", "sl")
-            if packed and (k | 1) < len(x.values):  # the slot pair k & ~1, k | 1 is one 32-bit register
-                lo, hi = k & ~1, k | 1
-                word = _pack16(cx, x.values[lo], x.values[hi], x.type.dtype)
-                got = _shfl_idx(cx, word, src)
-                shuffled[(lo, mask, c0, d)], shuffled[(hi, mask, c0, d)] = _unpack16(cx, got, x.type.dtype)
-            else:
-                word = x.values[k] if x.type.dtype in INT_DTYPES else \
-                    w.op(f"bitcast {LLVM_TYPE[x.type.dtype]} {_widen(cx, x.values[k], x.type.dtype)} to i32", "bw")
-                got = _shfl_idx(cx, word, src)
-                shuffled[key] = _narrow(cx, w.op(f"bitcast i32 {got} to float", "fb"), x.type.dtype)
-        out.append(shuffled[key])
-    return out
+            src = w.op(f"or i32 {src}, {by_warp(cs, str)}", "sl")
+            shuffled[key] = _shfl_idx(cx, by_warp(ks, lambda k: word(k, pair)), src)
+        return unword(shuffled[key], ks[0] & 1, pair)
+
+    return LazyValues(len(plan), get)
 
 
 def _shfl_idx(cx: LoweringContext, word: str, src_lane: str) -> str:
     return cx.w.call("i32", "llvm.nvvm.shfl.sync.idx.i32", [("i32", "-1"), ("i32", word), ("i32", src_lane),
                                                              ("i32", "31")], hint="sh")
-
-
-def _widen(cx: LoweringContext, v: str, dtype: str) -> str:
-    """A 32-bit float for a shuffle of one value (16-bit floats widen exactly)."""
-    return to_f32(cx, v, dtype)
-
-
-def _narrow(cx: LoweringContext, v: str, dtype: str) -> str:
-    return from_f32(cx, v, dtype)
 
 
 def _pack16(cx: LoweringContext, lo: str, hi: str, dtype: str) -> str:

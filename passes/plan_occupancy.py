@@ -284,7 +284,7 @@ def _streamed(v: Value, uses: dict[Value, list[Operation]]) -> bool:
 
 
 def _sliced(v: Value, uses: dict[Value, list[Operation]]) -> bool:
-    """A tk.outer product read only as the A operand of the tk.mma right after it: the backend
+    """A tk.outer product read only as the A operand of the next tk.mma (constants between): the backend
     multiplies it slice by slice where the wgmma reads it (backend/rules_wgmma.py, LAZY_SLICE_KSTEPS),
     so at most two slices are live, never the whole tile."""
     op, users = v.owner, uses.get(v, [])
@@ -293,8 +293,10 @@ def _sliced(v: Value, uses: dict[Value, list[Operation]]) -> bool:
     mma, blk = users[0], op.parent
     if mma.name != "tk.mma" or mma.operands[0] is not v or mma.operands[1] is v or blk is None:
         return False
-    i = blk.ops.index(op)
-    return i + 1 < len(blk.ops) and blk.ops[i + 1] is mma
+    between = blk.ops[blk.ops.index(op) + 1:]
+    if mma not in between:
+        return False
+    return all(o.name in ("tk.fill", "arith.const") for o in between[:between.index(mma)])
 
 
 def _register_budget(kernel: Operation, threads: int) -> tuple[RegisterBudget, tuple[Value, int] | None]:
