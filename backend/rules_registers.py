@@ -417,6 +417,9 @@ def _gather(cx: LoweringContext, x: Frag, needed: list, threads: int, op: Operat
 
     def by_warp(choices: tuple, make) -> str:
         """The warp's entry of `choices` (one per warp): make(c) when all agree, else a select chain."""
+        d = choices[1] - choices[0] if len(choices) > 1 and all(isinstance(c, int) for c in choices) else 0
+        if d and all(c == choices[0] + d * i for i, c in enumerate(choices)):  # a lane base linear in the warp
+            return w.op(f"add i32 {w.op(f'mul i32 {warp}, {d}', 'sw')}, {choices[0]}", "sb")
         made = {c: make(c) for c in dict.fromkeys(choices)}
         vals = [made[c] for c in choices]
         out = vals[-1]
