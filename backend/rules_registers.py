@@ -415,9 +415,10 @@ def _gather(cx: LoweringContext, x: Frag, needed: list, threads: int, op: Operat
     shuffled: dict[tuple, str] = {}
     packed = dtype_bytes(x.type.dtype) == 2
 
-    def by_warp(choices: tuple, make) -> str:
-        """The warp's entry of `choices` (one per warp): make(c) when all agree, else a select chain."""
-        d = choices[1] - choices[0] if len(choices) > 1 and all(isinstance(c, int) for c in choices) else 0
+    def by_warp(choices: tuple, make, linear: bool = False) -> str:
+        """The warp's entry of `choices` (one per warp): make(c) when all agree, c0 + d * warp for
+        `linear` integers in arithmetic progression, else a select chain."""
+        d = choices[1] - choices[0] if linear and len(choices) > 1 else 0
         if d and all(c == choices[0] + d * i for i, c in enumerate(choices)):  # a lane base linear in the warp
             return w.op(f"add i32 {w.op(f'mul i32 {warp}, {d}', 'sw')}, {choices[0]}", "sb")
         made = {c: make(c) for c in dict.fromkeys(choices)}
@@ -460,7 +461,7 @@ def _gather(cx: LoweringContext, x: Frag, needed: list, threads: int, op: Operat
         key = (tuple(k & ~1 for k in ks) if pair else ks, pair, mask, cs)
         if key not in shuffled:
             src = w.op(f"and i32 {lane}, {mask}", "sl") if mask else "0"
-            src = w.op(f"or i32 {src}, {by_warp(cs, str)}", "sl")
+            src = w.op(f"or i32 {src}, {by_warp(cs, str, linear=True)}", "sl")
             shuffled[key] = _shfl_idx(cx, by_warp(ks, lambda k: word(k, pair)), src)
         return unword(shuffled[key], ks[0] & 1, pair)
 
