@@ -14,6 +14,7 @@ backend computes for cp.async and ldmatrix are checked against the layout passes
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 import numpy as np
@@ -273,12 +274,34 @@ def numeric_slots(layout: RegisterLayout, shape: tuple[int, ...]) -> list[tuple[
     return out
 
 
+class LazyValues(Sequence):
+    """A fragment's values computed on first access, at the point of the access (then kept): a
+    tk.outer product read only by the next op, a wgmma, is multiplied k-step by k-step right before
+    the wgmma that reads it, so only a slice of it is ever live (backend/rules_wgmma.py slices the issue)."""
+
+    lazy = True
+
+    def __init__(self, n: int, make: Callable[[int], str]):
+        self._vals: list[str | None] = [None] * n
+        self._make = make
+
+    def __len__(self) -> int:
+        return len(self._vals)
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        if self._vals[i] is None:
+            self._vals[i] = self._make(i)
+        return self._vals[i]
+
+
 def pack_a_fragment(w, values: list[str], mblocks: int, ksteps: int, dtype: str = "bf16") -> list[list[list[str]]]:
     """A 16-bit A fragment (wgmma_a, HOPPER.md §1.6, or mma_a, §6.3 - the same order) as 4 x b32 per
     m block and k16 step: slots 8 kk + 2j, 2j + 1 of a block are register j's low and high halves.
     Values computed where they are read (a `lazy` sequence: a tk.outer product) give a grid whose
     entries are packed at first access, so an mma.sync loop multiplies each step right before it."""
-    if getattr(values, "lazy", False):
+    if isinstance(values, LazyValues):
         return _LazySteps(w, values, mblocks, ksteps, dtype)  # type: ignore[return-value]
     return [[a_fragment_step(w, values, mblocks, mb, kk, dtype) for kk in range(ksteps)] for mb in range(mblocks)]
 

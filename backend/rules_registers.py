@@ -16,12 +16,12 @@ against tkir.layout's tables in tests), so every rule is written once for all la
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tkir.backend.fragments import gather_plan, numeric_slots, row_groups, tile_shape
+from tkir.backend.fragments import LazyValues, gather_plan, numeric_slots, row_groups, tile_shape
 from tkir.backend.llvm_text import f32_literal
 from tkir.backend.rules import rule
 from tkir.backend.values import LLVM_TYPE, Frag, Global, LoweringError, register_layout
@@ -357,28 +357,6 @@ def outer_product(cx: LoweringContext, op: Operation) -> None:
         cx.set(op.result, Frag(rt, LazyValues(len(res), product)))
         return
     cx.set(op.result, Frag(rt, [product(i) for i in range(len(res))]))
-
-
-class LazyValues(Sequence):
-    """A fragment's values computed on first access, at the point of the access (then kept): a
-    tk.outer product read only by the next op, a wgmma, is multiplied k-step by k-step right before
-    the wgmma that reads it, so only a slice of it is ever live (rules_wgmma slices the issue)."""
-
-    lazy = True
-
-    def __init__(self, n: int, make: Callable[[int], str]):
-        self._vals: list[str | None] = [None] * n
-        self._make = make
-
-    def __len__(self) -> int:
-        return len(self._vals)
-
-    def __getitem__(self, i):  # type: ignore[override]
-        if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(len(self)))]
-        if self._vals[i] is None:
-            self._vals[i] = self._make(i)
-        return self._vals[i]
 
 
 def _feeds_next_mma(op: Operation) -> bool:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from tkir.backend import wgmma_desc
 from tkir.backend.context import RoleCtx
-from tkir.backend.fragments import BitLLVMBuilder, a_fragment_step, pack_a_fragment, swizzle_in_panel
+from tkir.backend.fragments import BitLLVMBuilder, LazyValues, a_fragment_step, pack_a_fragment, swizzle_in_panel
 from tkir.backend.rules import rule
 from tkir.backend.values import (
     THREADS_PER_WARPGROUP,
@@ -96,7 +96,7 @@ def _op_tk_mma(cx: LoweringContext, op: Operation) -> None:
     # an A computed where it is read (a tk.outer product, rules_registers.LazyValues): m block by m
     # block, LAZY_SLICE_KSTEPS k-steps per wgmma group, waiting for the group before last, so at most
     # two slices of A are live (ThunderKittens' based kernel: mul_slice, mma, mma_async_wait<1>)
-    lazy = a_regs and getattr(a.values, "lazy", False)
+    lazy = a_regs and isinstance(a.values, LazyValues)
     if a_regs and not lazy:
         a_words = pack_a_fragment(w, a.values, mblocks, ksteps, ta.dtype)
     w.call("void", "llvm.nvvm.wgmma.fence.sync.aligned", [])
