@@ -279,8 +279,6 @@ class LazyValues(Sequence):
     tk.outer product read only by the next op, a wgmma, is multiplied k-step by k-step right before
     the wgmma that reads it, so only a slice of it is ever live (backend/rules_wgmma.py slices the issue)."""
 
-    lazy = True
-
     def __init__(self, n: int, make: Callable[[int], str]):
         self._vals: list[str | None] = [None] * n
         self._make = make
