@@ -99,6 +99,15 @@ def test_pipelined_ir_matches_reference(comp, sizes: dict, target: str) -> None:
         assert r.ok, str(r)
 
 
+def test_persistent_blocks_reset_the_states(comp) -> None:
+    """The persistent grid gives a block several (batch, head) pairs in turn (NUM_SMS = 2 here: three
+    each): the states must start from zero for every pair."""
+    k = tkir.compile(BASED)
+    assert "NUM_SMS" in k.launch["grid"][0]
+    for r in check_interpreted(k.module, comp, dict(B=2, H=3, N=200), {}, seed=2, num_sms=2):
+        assert r.ok, str(r)
+
+
 def test_wrong_state_scaling_fails(comp) -> None:
     """The check can fail: a kernel that forgets the 1/32 on the A2 state is off by far more than 1e-2."""
     text = Path(BASED).read_text().replace("let PHI2 = 0.03125", "let PHI2 = 0.0625")
