@@ -27,6 +27,7 @@ from tkir.types import NUMPY_DTYPES
 
 CAI_VERSION = 3  # CUDA Array Interface version this module exports
 DEFAULT_DEVICE = 0  # where arrays go and launches run when nothing says otherwise (torch's default too)
+DEVICE = DEFAULT_DEVICE  # the name it had when tkir used one device (code written then still reads it)
 DLPACK_CUDA = 2  # DLDeviceType kDLCUDA (dlpack.h): what __dlpack_device__ reports for device memory
 
 
