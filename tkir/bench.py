@@ -14,6 +14,7 @@ torch_inputs(sizes, consts) -> list of tensors (outputs NaN), torch_reference(in
 -> {output: tensor}, peer(inputs, sizes, consts) -> a zero-argument callable, PEER (its name).
 Optional: EXTRA_PEERS (names) and extra_peer(name, inputs, sizes, consts) -> a zero-argument
 callable: more peers timed interleaved in the same run, each with its own ratio column.
+Correctness alone, without torch (tkir DeviceArrays, the numpy `make_inputs` and `reference`): tkir/check.py.
 """
 
 from __future__ import annotations

@@ -56,6 +56,7 @@ class Construct:
     sizes: dict[str, int] = field(default_factory=dict)
     consts: str = ""             # const parameters, e.g. "W=16"
     note: str = ""
+    rows: int = TILE             # rows of the tile {r} counts: the grid (and the loop) is cdiv(N, rows)
 
 
 @dataclass(frozen=True)
@@ -128,12 +129,12 @@ def kernel_source(case: Case) -> str:
     body = _fill(c.body, case.dtype, r).strip("\n")
     params = _fill(c.params, case.dtype, r)
     shared = _fill(c.shared, case.dtype, r)
-    grid = "cdiv(N, 64)"
+    grid = f"cdiv(N, {c.rows})"
     if ctx == "top":
         stmts = body
     elif ctx == "loop":
         grid = "1"
-        stmts = "for i in 0 .. cdiv(N, 64) {\n" + _indent(body) + "\n}"
+        stmts = f"for i in 0 .. cdiv(N, {c.rows}) {{\n" + _indent(body) + "\n}"
     else:
         params = f"{params}, {GEMM_PARAMS}"
         shared = f"{shared}\n{GEMM_SHARED}"
@@ -512,3 +513,8 @@ def all_cases() -> list[Case]:
 
 def families() -> list[str]:
     return list(dict.fromkeys(c.family for c in CONSTRUCTS))
+
+
+# The swizzle family lives in its own module; importing it registers its constructs (it imports
+# `construct` from here, so it comes last).
+from conformance import cases_swizzle  # noqa: E402, F401
