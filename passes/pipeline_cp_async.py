@@ -8,7 +8,7 @@ for a top-level `scf.for` of a kernel on the mma.sync path (infer-layouts wrote 
 
 * each loaded tile's `tk.alloc` becomes an S-stage ring buffer (`stages=S` in its type);
 * a prologue before the loop issues the copies of iterations 0 .. S-2 into stages 0 .. S-2, each
-  iteration's copies one group (`pipe.async_commit`), each copy conditional on the iteration existing
+  iteration's copies one group (`pipe.async_commit %s`), each copy conditional on the iteration existing
   (`pipe.async_copy %pre0, ...`: index < upper bound);
 * the loop body starts with `pipe.async_wait {pending = S-2}` (its own group of iteration it has
   landed: S-1 + it groups were committed, at most S-2 newer ones may be in flight) and a block
@@ -151,7 +151,7 @@ def _pipeline(kernel: Operation, loop: Operation, match: _Match, stages: int) ->
         stage = pre.const(it, f"s_pre{it}")
         issue = pre.op("arith.cmp", [k_it, hi], f"pre{it}", {"pred": Ident("lt")}, I1)
         _issue(pre, issue, match.loads, loop, k_it, stage, keep_access=False)
-        pre.void("pipe.async_commit", [])
+        pre.void("pipe.async_commit", [stage])
 
     # the loop: wait, issue iteration it+S-1 into the stage iteration it-1 read, views of stage it % S
     original = list(body.ops)
@@ -166,7 +166,7 @@ def _pipeline(kernel: Operation, loop: Operation, match: _Match, stages: int) ->
     it_next = k_next if unit else b.op("arith.add", [it, pre.const(stages - 1, "cp_ahead_it")], "it_next")
     s_next = b.op("arith.rem", [it_next, nstages], "s_next")
     _issue(b, issue, match.loads, loop, k_next, s_next, keep_access=True)
-    b.void("pipe.async_commit", [])
+    b.void("pipe.async_commit", [s_next])
     for ld in match.loads:
         buf = ld.operands[0]
         view = b.op("pipe.stage", [buf, s], f"{buf.name}_s", rtype=buf.type.with_attr("stages", None))

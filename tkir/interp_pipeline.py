@@ -138,10 +138,14 @@ class AsyncCopies:
     (destination stage, data) pair; the data lands when a wait retires its group."""
 
     def __init__(self) -> None:
-        self.open: list[tuple[np.ndarray, np.ndarray]] = []
-        self.groups: deque[list[tuple[np.ndarray, np.ndarray]]] = deque()
+        self.open: list[tuple[int, np.ndarray, np.ndarray]] = []  # (stage, destination, data)
+        self.groups: deque[list[tuple[int, np.ndarray, np.ndarray]]] = deque()
 
-    def commit(self) -> None:
+    def commit(self, stage: int, where: str) -> None:
+        wrong = sorted({s for s, _, _ in self.open if s != stage})
+        if wrong:
+            raise InterpError(f"{where}pipe.async_commit of the group for stage {stage} closes copies into "
+                              f"stage {wrong[0]}")
         self.groups.append(self.open)
         self.open = []
 
@@ -149,7 +153,7 @@ class AsyncCopies:
         """Retire the oldest groups until at most `pending` are in flight (copies not yet committed
         are not waited for, as cp.async.wait_group does not)."""
         while len(self.groups) > pending:
-            for dst, data in self.groups.popleft():
+            for _, dst, data in self.groups.popleft():
                 dst[...] = data
 
 
@@ -169,7 +173,7 @@ def _async_copy(op: Operation, args: list, frame: Frame) -> None:
     load(tk_load, [data, src, *coords], frame)  # zero fill past the tensor's edge, as cp.async's src-size 0
     if np.issubdtype(dst.dtype, np.floating):
         dst.fill(np.nan)  # in flight: undefined until a wait covers the copy
-    _async_copies(frame).open.append((dst, data))
+    _async_copies(frame).open.append((int(s), dst, data))
 
 
 register_handler("pipe.barriers", _barriers)
@@ -185,5 +189,5 @@ register_handler("tk.mma_wait", lambda op, a, f: a[0])  # the interpreter's mma 
 for _turn in ("pipe.turn_init", "pipe.turn_wait", "pipe.turn_pass"):  # a role's warpgroups run together here
     register_handler(_turn, lambda op, a, f: None)
 register_handler("pipe.async_copy", _async_copy)
-register_handler("pipe.async_commit", lambda op, a, f: _async_copies(f).commit())
+register_handler("pipe.async_commit", lambda op, a, f: _async_copies(f).commit(int(a[0]), where(op)))
 register_handler("pipe.async_wait", lambda op, a, f: _async_copies(f).wait(int(op.attrs["pending"])))

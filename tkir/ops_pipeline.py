@@ -18,8 +18,9 @@ The cp.async pipeline of the mma.sync path (written by `pipeline-cp-async`, sm_8
                                                           into stage s of ring buffer %a (in flight: the
                                                           stage holds nothing defined until a wait covers
                                                           it); if not, nothing
-    pipe.async_commit                                     close the copies issued since the last commit
-                                                          into one group (cp.async.commit_group)
+    pipe.async_commit %s                                  close the copies issued since the last commit
+                                                          into one group (cp.async.commit_group): the
+                                                          group that fills stage s
     pipe.async_wait {pending = 2}                         wait until at most 2 groups are in flight
                                                           (cp.async.wait_group), then a block barrier:
                                                           every thread's finished copies are visible and
@@ -102,8 +103,9 @@ def _async_copy(op: Operation) -> None:
 
 
 def _async_commit(op: Operation) -> None:
-    n_operands(op, 0)
+    n_operands(op, 1)
     n_results(op, 0)
+    expect(is_int_scalar(op.operands[0].type), "'pipe.async_commit' names the stage its group fills (i32)")
 
 
 def _async_wait(op: Operation) -> None:
