@@ -198,3 +198,19 @@ def test_without_the_pass_the_loop_loads_in_place() -> None:
     k = _compile("gemm", GEMM_SM80, passes=NO_PIPE)
     assert "pipe.async" not in k.ir and "stages=" not in k.ir.split("scf.for")[0]
     assert sass_count(k.asm["sass"], "LDGSTS") == 12 and not local_memory_ops(k.asm["sass"])
+
+
+@pytest.mark.parametrize("bk, stages", [(64, 4), (128, 2)])
+def test_plan_occupancy_picks_the_stages_from_shared_memory(tmp_path, bk: int, stages: int) -> None:
+    """Without @stages, plan-occupancy gives the loop the most stages (up to 4) whose ring buffers fit the
+    227 KB a block may opt in to on the H200, and pipeline-cp-async keeps that many k-tiles in flight:
+    256 x 128 tiles take 48 KB per stage at BK = 64 (4 fit) and 96 KB at BK = 128 (2 fit)."""
+    src = open("examples/gemm.tk", encoding="utf-8").read()
+    assert "@stages(STAGES)" in src
+    path = tmp_path / "gemm.tk"
+    path.write_text(src.replace("@stages(STAGES)", ""), encoding="utf-8")
+    k = tkir.compile(str(path), target="sm_80", BM=256, BN=128, BK=bk)
+    plan = k.module.kernel.attrs["occupancy"]
+    assert plan["stages"] == stages and plan["smem_bytes"] <= 232_448
+    assert f"stages={stages}>" in k.ir and f"pipe.async_wait {{pending = {stages - 2}}}" in k.ir
+    assert k.ir.count("pipe.async_commit") == stages  # S - 1 in the prologue, one in the loop
