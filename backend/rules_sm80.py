@@ -11,12 +11,20 @@ Rules of backend.rules' table, each for the operand forms its condition names:
   `cp.async.wait_group 0`, on sm_90a `fence.proxy.async.shared::cta` (wgmma reads shared memory
   through the async proxy, HOPPER.md §8.1) and `bar.sync 0`. The IR has no barriers of its own, so
   inside a loop a `bar.sync 0` also precedes the run: every thread has finished reading the tiles the
-  previous iteration loaded (load, wait, sync, compute, sync).
-* `tk.mma` on sm_80, per warp (HOPPER.md §6): for each k16 step, the A fragment of each of the
-  warp's m16 blocks (`ldmatrix.x4` of a K-major shared tile, or bf16 pairs of an `mma_a` register
-  tile), then per pair of n8 blocks one `ldmatrix.x4.trans` (B stored K x N) or `ldmatrix.x4`
-  (B stored N x K, `trans_b`) and `mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32` into the
-  `mma_c` accumulator slots (`.x2` for a last odd n8 block).
+  previous iteration loaded (load, wait, sync, compute, sync). A loop pipeline-cp-async rewrote has
+  no such loads any more, but:
+* `pipe.async_copy` (the same copy of one tile into a ring-buffer stage, predicated on its i1
+  operand, its rounds' addresses derived from round 0's when the threads cover whole rows per
+  round), `pipe.async_commit` (`cp.async.commit_group`) and `pipe.async_wait` (`cp.async.wait_group
+  N` + `bar.sync 0`). Copies and commits followed, past scalar arithmetic, stage views and fills,
+  by a `tk.mma` are handed to that mma (`cx.deferred_copies`), which issues them between its
+  mma.syncs.
+* `tk.mma` on sm_80, per warp (HOPPER.md §6), in units of one k16 step x one pair of n8 blocks: the A
+  fragment of each of the warp's m16 blocks (`ldmatrix.x4` of a K-major shared tile, or bf16 pairs of
+  an `mma_a` register tile) with the first unit of its k16 step, one `ldmatrix.x4.trans` (B stored
+  K x N) or `ldmatrix.x4` (B stored N x K, `trans_b`) per unit (`.x2` for a last odd n8 block), and
+  `mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32` into the `mma_c` accumulator slots. The
+  fragments of unit i + ahead are loaded before the mma.syncs of unit i (`_fragments_ahead`).
 * `tk.store` of an `mma_c` tile: bf16 pairs (slots 2j, 2j+1 are adjacent columns of one row) as
   predicated 32-bit stores; rows and columns past the tensor's edge are skipped.
 

@@ -1,4 +1,4 @@
-"""Ops of the pipelined level (written by the `pipeline` pass, read by the backend).
+"""Ops of the pipelined level (written by the `pipeline` and `pipeline-cp-async` passes, read by the backend).
 
     %full = pipe.barriers {count = 1} : sv<i64, 4>        S mbarriers, each expecting `count` arrivals
     %as = pipe.stage %a, %s : st<bf16, 128, 64, ...>      stage s of a ring buffer st<..., stages=S>
