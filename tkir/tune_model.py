@@ -11,7 +11,9 @@ A roofline per block, times waves:
   keeps `blocks_per_sm` on each of the NUM_SMS SMs at once: `waves = ceil(blocks / (SMs x per SM))`;
 * one wave lasts, per block, max(tensor time, FP32 time, feed time) when the loop is pipelined
   (`stages` >= 2: copies overlap the math) and their sum when it is not; each resident block gets an
-  equal share of its SM's tensor cores, FP32 lanes and of the feed bandwidth.
+  equal share of its SM's tensor cores, FP32 lanes and of the feed bandwidth;
+* an SM is fed no faster than the bytes it has in flight allow (Little's law): `stages` x the bytes
+  one loop iteration loads x the blocks on it, over FEED_LATENCY_S. This is what ranks STAGES.
 
 The feed bandwidth is the rate at which the SMs together can receive tiles: most of a GEMM's tile
 loads hit in L2, so it is not the HBM bandwidth. NVIDIA does not publish it; FEED_BYTES_PER_S is an
@@ -34,6 +36,9 @@ PEAK_FP32_FLOPS = 66.9e12     # 132 SMs x 128 FP32 lanes x 2 x 1.98 GHz (H100 wh
 #                              H200, docs/bench/latest/session6/call1/claims.json: an FMA loop reached 64.8)
 FEED_BYTES_PER_S = 10e12      # estimate: L2 -> SM tile traffic of all SMs together (about 2.3x the 4.26 TB/s
 #                              HBM copy rate measured here); not published by NVIDIA, not measured
+FEED_LATENCY_S = 1.5e-6       # a copy's round trip under load: an SM with B bytes in flight is fed at most
+#                              B / FEED_LATENCY_S (Little's law). Fitted to one H200 sweep (gemm M=64,
+#                              docs/bench/latest/session6/call4/tune_m64.json: STAGES 3 -> 6 took 34.6 -> 21.6 us)
 ELEMENTWISE = frozenset({"tk.add", "tk.sub", "tk.mul", "tk.div", "tk.max", "tk.min", "tk.exp", "tk.exp2",
                          "tk.log", "tk.log2", "tk.sqrt", "tk.rsqrt", "tk.tanh", "tk.sigmoid", "tk.erf"})
 
@@ -48,6 +53,7 @@ class Prediction:
     tensor_flops_per_block: float
     fp32_flops_per_block: float
     bytes_per_block: float
+    inflight_bytes_per_sm: float  # stages x the bytes one iteration of the pipelined loop loads, x blocks per SM
     bound: str                   # "tensor", "fp32" or "feed": what limits a block in the model
 
     def as_dict(self) -> dict:
@@ -67,14 +73,19 @@ def predict(front: Module, sizes: dict[str, int], blocks_per_sm: int, stages: in
     share = NUM_SMS * per_sm
     t_tensor = work.tensor / (PEAK_TENSOR_FLOPS / share)
     t_fp32 = work.fp32 / (PEAK_FP32_FLOPS / share)
-    t_feed = work.bytes / (FEED_BYTES_PER_S / share)
+    inflight = per_sm * max(1, stages) * work.iter_bytes
+    feed_per_sm = FEED_BYTES_PER_S / NUM_SMS
+    if inflight > 0:  # too few bytes in flight cannot keep the feed busy (Little's law)
+        feed_per_sm = min(feed_per_sm, inflight / FEED_LATENCY_S)
+    t_feed = work.bytes / (feed_per_sm / per_sm)
     parts = {"tensor": t_tensor, "fp32": t_fp32, "feed": t_feed}
     bound = max(parts, key=parts.get)
     per_block = max(parts.values()) if stages >= 2 else sum(parts.values())
     waves = math.ceil(blocks / share)
     return Prediction(ms=waves * per_block * 1e3, blocks=blocks, blocks_per_sm=per_sm, waves=waves,
                       wave_efficiency=blocks / (waves * share), tensor_flops_per_block=work.tensor,
-                      fp32_flops_per_block=work.fp32, bytes_per_block=work.bytes, bound=bound)
+                      fp32_flops_per_block=work.fp32, bytes_per_block=work.bytes,
+                      inflight_bytes_per_sm=inflight, bound=bound)
 
 
 class _Work:
@@ -82,6 +93,7 @@ class _Work:
         self.tensor = 0.0
         self.fp32 = 0.0
         self.bytes = 0.0
+        self.iter_bytes = 0.0  # the most bytes one iteration of a loop loads (what a pipeline stage holds)
 
 
 def _walk(ops: list[Operation], trips: float, sizes: dict[str, int], work: _Work) -> None:
@@ -90,6 +102,9 @@ def _walk(ops: list[Operation], trips: float, sizes: dict[str, int], work: _Work
             lo, hi, step = (_scalar(v, sizes) for v in op.operands[:3])
             n = 1 if None in (lo, hi, step) or step <= 0 else max(0, -(-(hi - lo) // step))
             _walk(op.regions[0].block.ops, trips * n, sizes, work)
+            loads = sum(_bytes(_tile_of(x)) for x in op.regions[0].block.ops
+                        if x.name == "tk.load" and any(isinstance(v.type, GlobalType) for v in x.operands))
+            work.iter_bytes = max(work.iter_bytes, loads)
             continue
         for r in op.regions:  # scf.if: both branches counted (an upper bound)
             _walk(r.block.ops, trips, sizes, work)
@@ -98,11 +113,16 @@ def _walk(ops: list[Operation], trips: float, sizes: dict[str, int], work: _Work
             k = a.rows if op.attrs.get("trans_a") else a.cols
             work.tensor += trips * 2 * acc.rows * acc.cols * k
         elif op.name in ("tk.load", "tk.store") and any(isinstance(v.type, GlobalType) for v in op.operands):
-            tile = op.result.type if op.results else next(
-                v.type for v in op.operands if isinstance(v.type, TileType | VectorType))
-            work.bytes += trips * _bytes(tile)
+            work.bytes += trips * _bytes(_tile_of(op))
         elif op.name in ELEMENTWISE and op.results and isinstance(op.result.type, TileType | VectorType):
             work.fp32 += trips * _elements(op.result.type)
+
+
+def _tile_of(op: Operation) -> TileType | VectorType:
+    """The tile a global copy fills or reads."""
+    if op.results:
+        return op.result.type
+    return next(v.type for v in op.operands if isinstance(v.type, TileType | VectorType))
 
 
 def _elements(t: TileType | VectorType) -> int:
