@@ -545,8 +545,15 @@ def cmd_tune(args: argparse.Namespace) -> int:
                          f"(consts: {', '.join(space.defaults)})")
     sizes = _sizes(args.size)
     from tkir.api import build_module
+    from tkir.diagnostics import CompileError
 
-    _check_sizes(build_module(args.file, fixed), sizes)
+    for point in space.points(fixed):  # the size names, from the first point the front end accepts
+        try:                          # (the header's own consts may not fit, e.g. 16 rows of D = 16384)
+            module = build_module(args.file, point.consts)
+        except CompileError:
+            continue
+        _check_sizes(module, sizes)
+        break
     kw = dict(fixed=fixed, target=args.target, passes=args.passes, jobs=args.jobs, progress=_progress("compile"))
     if args.dry_run:
         result = tune.dry_run(args.file, sizes, **kw)

@@ -8,7 +8,7 @@
 2. The compiler's own checks, one process per point (`jobs` in parallel): the front end, the passes
    (plan-occupancy refuses what does not fit in shared memory or registers), the launch's run-time
    requirements at these sizes (tile divisibility: tkir.requires), the backend and ptxas (a point that
-   spills registers is dropped: local memory in a tile kernel is a mistake, not a configuration).
+   spills more than SPILL_LIMIT_BYTES is dropped: that much local memory means a mis-planned point).
    Each dropped point keeps the first line of its error as the reason.
 3. The model (tkir.tune_model): a predicted time per surviving point; a point predicted slower than
    MODEL_PRUNE_FACTOR x the best prediction is dropped (the reason names its blocks and waves).
@@ -39,6 +39,8 @@ from tkir.diagnostics import CompileError, TkirError
 from tkir.tune_model import ranks, spearman
 
 MODEL_PRUNE_FACTOR = 3.0   # drop a point the model predicts at more than 3x the best prediction
+SPILL_LIMIT_BYTES = 64     # drop a point whose ptxas spills more than this: a few spilled words (plan-occupancy's
+#                            register budget a little under ptxas's need) cost little; more means a mis-planned point
 DEFAULT_REPS = 20
 CACHE_ARTIFACT = "tune"
 
@@ -179,7 +181,7 @@ def check_point(path: str, consts: dict, sizes: dict, target: str, passes: str |
         stats = k.asm["ptxas"]  # tkir.backend.toolchain.Assembled
     except (TkirError, NotImplementedError, KeyError) as e:
         return dropped("compile", f"backend: {e}")
-    if stats.spill_stores or stats.spill_loads:
+    if max(stats.spill_stores, stats.spill_loads) > SPILL_LIMIT_BYTES:
         return dropped("ptxas", f"ptxas: {stats.registers} registers, {stats.spill_stores} bytes spilled to "
                                 f"local memory")
     occ = kernel.attrs.get("occupancy") or {}
