@@ -22,11 +22,13 @@ code of those files (+ <-> -, < <-> <=, > <-> >=, == <-> !=, and <-> or, << <-> 
 True <-> False, an integer n -> n + 1), skips the ones that do not compile, and samples --max of them
 with --seed (the same seed and files give the same mutants).
 
-The default tests (DEFAULT_TESTS) are the CPU tests that give the backend and the passes their meaning
-and run in about 40 s on the 2-core CI machine (`-x`: a killed mutant stops at its first failure).
---tests "ARGS" replaces them with any pytest arguments. --gpu then runs the GPU-marked tests
-(GPU_TESTS, `-m gpu`) on every mutant the CPU tests did not kill; it refuses to start without a CUDA
-device, so a GPU run cannot pass by skipping. docs/mutation.md has the results and the survivors.
+The default tests (DEFAULT_TESTS) are the CPU tests that give the backend and the passes their meaning,
+about 50 s of one core when nothing fails (`-x`: a killed mutant stops at its first failure, most
+within 5-20 s); --jobs 2 spreads them over two pytest-xdist workers. --tests "ARGS" replaces them with
+any pytest arguments. --gpu then runs the GPU-marked tests (GPU_RUNS, each with `-m gpu`, in order,
+until one fails) on every mutant the CPU tests did not kill; it refuses to start without a CUDA device,
+so a GPU run cannot pass by skipping. Every run has a timeout of 3 x its unmutated time (+ 60 s CPU,
++ 120 s GPU). docs/mutation.md has the results and the survivors.
 """
 
 from __future__ import annotations
@@ -53,7 +55,9 @@ PACKAGE_LINKS = ("tkir/frontend", "tkir/passes", "tkir/backend")  # setuptools p
 
 # The CPU tests a mutant runs by default, fastest killers first (with -x a killed mutant stops early):
 # the semantic checks of tests/test_mutation_kills.py, the layout/descriptor/fragment formulas, the
-# passes' decisions, FileCheck goldens of every pass and backend family, then ptxas/SASS.
+# passes' decisions, the interpreter through the pipeline, then the FileCheck goldens of every pass and
+# backend family (which also assemble three kernels with ptxas). About 50 s of one core when no mutant
+# is caught; the full CPU suite is `--tests "tests -m 'not gpu'"`.
 DEFAULT_TESTS = [
     "tests/test_mutation_kills.py",
     "tests/test_wgmma_desc.py",
@@ -61,14 +65,17 @@ DEFAULT_TESTS = [
     "tests/test_layout_props.py",
     "tests/test_occupancy.py",
     "tests/test_launch.py",
-    "tests/test_verify_rules.py",
     "tests/test_pipeline_interp.py",
     "tests/test_filecheck.py",
-    "tests/test_backend_sass.py",
 ]
-# The GPU tests of --gpu (run on the H200 for mutants the CPU tests did not kill): every example at
-# several sizes against its reference, the FileCheck kernels of the attention passes, the runtime.
-GPU_TESTS = ["tests/test_gpu_examples.py", "tests/test_gpu_pass_kernels.py", "tests/test_runtime_gpu.py"]
+# The GPU runs of --gpu (on the H200, for the mutants the CPU tests did not kill), in order: the kernels
+# the CPU model covers, the attention-pass kernels, every example at several sizes, the runtime; then
+# the conformance cases of the constructs whose meaning only the GPU shows (reductions, masks).
+GPU_RUNS = [
+    ["tests/test_mutation_gpu.py", "tests/test_gpu_pass_kernels.py", "tests/test_gpu_examples.py",
+     "tests/test_runtime_gpu.py"],
+    ["tests/conformance/test_conformance_gpu.py", "-k", "row_ or mask"],
+]
 # -x: stop at the first failure; fixed hypothesis seed: the same mutant gets the same verdict; the
 # runner's own tests read the named snippets from the (mutated) copy, so they never judge a mutant
 PYTEST = ["-q", "-x", "-p", "no:cacheprovider", "--hypothesis-seed=0", "-o", "addopts=-rfE",
@@ -292,8 +299,8 @@ def copy_tree(dest: Path) -> Path:
 def run_tests(tree: Path, args: list[str], timeout: float, gpu: bool = False) -> tuple[str, float, str, str]:
     """(passed | failed | timeout, seconds, first failing test, last line) of pytest in `tree`."""
     env = dict(os.environ, PYTHONPATH=str(tree), PYTHONDONTWRITEBYTECODE="1", TKIR_CACHE_DIR=str(tree / ".tkir-cache"))
-    shutil.rmtree(tree / ".tkir-cache", ignore_errors=True)
-    shutil.rmtree(tree / ".hypothesis", ignore_errors=True)
+    shutil.rmtree(tree / ".tkir-cache", ignore_errors=True)  # a mutant never reads an unmutated compile
+    shutil.rmtree(tree / ".hypothesis", ignore_errors=True)  # nor replays another mutant's examples
     cmd = [sys.executable, "-m", "pytest", *PYTEST, *(["-m", "gpu"] if gpu else []), *args]
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd, cwd=tree, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -308,19 +315,31 @@ def run_tests(tree: Path, args: list[str], timeout: float, gpu: bool = False) ->
     lines = out.strip().splitlines()
     first = next((ln.split(" ", 1)[1].split(" - ")[0] for ln in lines if ln.startswith(("FAILED ", "ERROR "))), "")
     last = lines[-1] if lines else ""
-    if proc.returncode == 5 or " passed" not in last and proc.returncode == 0:
+    if proc.returncode == 5 or (proc.returncode == 0 and " passed" not in last):
         raise SystemExit(f"no tests ran: {shlex.join(cmd)}\n{out[-2000:]}")
     return ("passed" if proc.returncode == 0 else "failed"), secs, first, last
 
 
 def gpu_count(tree: Path) -> int:
+    """CUDA devices the driver reports (0 when it cannot initialise), as tests/conftest.py counts them."""
     code = ("from cuda.bindings import driver as cu\n(e,) = cu.cuInit(0)\n"
             "print(cu.cuDeviceGetCount()[1] if e == cu.CUresult.CUDA_SUCCESS else 0)")
     r = subprocess.run([sys.executable, "-c", code], cwd=tree, capture_output=True, text=True)
     return int(r.stdout.strip() or 0) if r.returncode == 0 else 0
 
 
-def run_mutant(tree: Path, m: Mutation, cpu: list[str], gpu: list[str] | None, timeouts: tuple[float, float]) -> Result:
+@dataclass
+class Plan:
+    """The test runs of one mutant: the CPU run, then (--gpu) each GPU run while it still survives."""
+
+    cpu: list[str]
+    gpu: list[list[str]]
+    cpu_timeout: float = 3600.0
+    gpu_timeouts: list[float] = field(default_factory=list)
+
+
+def run_mutant(tree: Path, m: Mutation, plan: Plan) -> Result:
+    """Apply `m` to the copy in `tree`, run the plan's tests, restore the file (also on errors)."""
     target = tree / m.path
     original = target.read_text(encoding="utf-8")
     res = Result(m.id, m.path, m.what, m.klass, "error")
@@ -329,14 +348,16 @@ def run_mutant(tree: Path, m: Mutation, cpu: list[str], gpu: list[str] | None, t
     except ValueError as e:
         res.summary = str(e)
         return res
-    res.diff = [ln for ln in _diff(original, mutated)]
+    res.diff = _diff(original, mutated)
     try:
         target.write_text(mutated, encoding="utf-8")
-        status, secs, first, last = run_tests(tree, cpu, timeouts[0])
+        status, secs, first, last = run_tests(tree, plan.cpu, plan.cpu_timeout)
         res.stage, res.seconds, res.killed_by, res.summary = "cpu", secs, first, last
-        if status == "passed" and gpu is not None:
-            status, secs, first, last = run_tests(tree, gpu, timeouts[1], gpu=True)
-            res.stage, res.killed_by, res.summary = "gpu", first, last
+        for i, (args, limit) in enumerate(zip(plan.gpu, plan.gpu_timeouts, strict=True)):
+            if status != "passed":
+                break
+            status, secs, first, last = run_tests(tree, args, limit, gpu=True)
+            res.stage, res.killed_by, res.summary = f"gpu{i + 1}", first, last
             res.seconds += secs
         res.status = {"passed": "survived", "failed": "killed", "timeout": "timeout"}[status]
     finally:
@@ -371,8 +392,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max", type=int, default=40, help="--auto: how many mutants to sample (default 40)")
     ap.add_argument("--seed", type=int, default=1, help="--auto: sampling seed (default 1)")
     ap.add_argument("--tests", default=None, help="pytest arguments of the CPU run (default: DEFAULT_TESTS)")
-    ap.add_argument("--gpu", action="store_true", help="also run the GPU tests (-m gpu) on CPU survivors")
-    ap.add_argument("--gpu-tests", default=None, help="pytest arguments of the GPU run (default: GPU_TESTS)")
+    ap.add_argument("--jobs", type=int, default=1, help="CPU run on N pytest-xdist workers (default 1)")
+    ap.add_argument("--gpu", action="store_true", help="then the GPU runs (-m gpu) on what the CPU run let through")
+    ap.add_argument("--gpu-tests", action="append", default=None, metavar="ARGS",
+                    help="pytest arguments of one GPU run (repeatable; default: GPU_RUNS)")
     ap.add_argument("--timeout", type=float, default=0, help="seconds per CPU run (default: 3 x baseline + 60)")
     ap.add_argument("--json", default=None, help="write the results as JSON here")
     ap.add_argument("--keep", action="store_true", help="keep the temporary copy (its path is printed)")
@@ -392,42 +415,49 @@ def main(argv: list[str] | None = None) -> int:
         cands = auto_candidates(expand(args.auto))
         mutants = sorted(random.Random(args.seed).sample(cands, min(args.max, len(cands))),
                          key=lambda m: (m.path, m.line, m.col))
-        print(f"{len(cands)} candidate mutants in {', '.join(args.auto)}; sampled {len(mutants)} with seed {args.seed}",
-              file=sys.stderr)
+        print(f"{len(cands)} candidate mutants in {', '.join(args.auto)}; sampled {len(mutants)} with seed "
+              f"{args.seed}", file=sys.stderr)
     cpu = shlex.split(args.tests) if args.tests is not None else list(DEFAULT_TESTS)
-    gpu = (shlex.split(args.gpu_tests) if args.gpu_tests else list(GPU_TESTS)) if args.gpu else None
+    if args.jobs > 1:
+        cpu = ["-n", str(args.jobs), *cpu]
+    gpu = [shlex.split(g) for g in args.gpu_tests] if args.gpu_tests else [list(r) for r in GPU_RUNS]
+    plan = Plan(cpu, gpu if args.gpu else [])
 
     tmp = Path(tempfile.mkdtemp(prefix="tkir-mutate-"))
-    tree = copy_tree(tmp / "tree")
+    results: list[Result] = []
+    baseline: dict[str, float] = {}
     try:
-        if gpu is not None and gpu_count(tree) == 0:
+        tree = copy_tree(tmp / "tree")
+        if plan.gpu and gpu_count(tree) == 0:
             raise SystemExit("--gpu needs a CUDA device (the GPU tests would only skip)")
-        status, base_s, first, last = run_tests(tree, cpu, 3600)
-        print(f"baseline (unmutated copy): {status} in {base_s:.0f} s: {last}", file=sys.stderr)
+        status, secs, first, last = run_tests(tree, plan.cpu, 3600)
+        print(f"baseline CPU (unmutated copy): {status} in {secs:.0f} s: {last}", file=sys.stderr)
         if status != "passed":
-            raise SystemExit(f"the unmutated copy fails the tests ({first}); fix that first")
-        gpu_s = 0.0
-        if gpu is not None:
-            gstatus, gpu_s, gfirst, glast = run_tests(tree, gpu, 3600, gpu=True)
-            print(f"baseline GPU: {gstatus} in {gpu_s:.0f} s: {glast}", file=sys.stderr)
-            if gstatus != "passed":
-                raise SystemExit(f"the unmutated copy fails the GPU tests ({gfirst})")
-        timeouts = (args.timeout or 3 * base_s + 60, 3 * gpu_s + 120)
-        results = []
+            raise SystemExit(f"the unmutated copy fails the CPU tests ({first}); fix that first")
+        baseline["cpu"] = secs
+        plan.cpu_timeout = args.timeout or 3 * secs + 60
+        for i, g in enumerate(plan.gpu, 1):
+            status, secs, first, last = run_tests(tree, g, 3600, gpu=True)
+            print(f"baseline GPU run {i}: {status} in {secs:.0f} s: {last}", file=sys.stderr)
+            if status != "passed":
+                raise SystemExit(f"the unmutated copy fails GPU run {i} ({first})")
+            baseline[f"gpu{i}"] = secs
+            plan.gpu_timeouts.append(3 * secs + 120)
         for i, m in enumerate(mutants, 1):
-            r = run_mutant(tree, m, cpu, gpu, timeouts)
+            r = run_mutant(tree, m, plan)
             results.append(r)
             print(f"[{i}/{len(mutants)}] {r.status:8} {r.seconds:5.0f} s  {m.id}  {r.killed_by or r.summary}",
                   file=sys.stderr, flush=True)
     finally:
         if args.keep:
-            print(f"kept {tree}", file=sys.stderr)
+            print(f"kept {tmp / 'tree'}", file=sys.stderr)
         else:
             shutil.rmtree(tmp, ignore_errors=True)
     print(table(results))
     if args.json:
         meta = {"mode": "named" if args.named else "auto", "files": args.auto, "max": args.max, "seed": args.seed,
-                "cpu_tests": cpu, "gpu_tests": gpu, "baseline_s": round(base_s, 1)}
+                "cpu_tests": plan.cpu, "gpu_runs": plan.gpu,
+                "baseline_s": {k: round(v, 1) for k, v in baseline.items()}}
         Path(args.json).write_text(json.dumps({"run": meta, "results": [asdict(r) for r in results]}, indent=1))
     return 0
 

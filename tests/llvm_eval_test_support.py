@@ -3,8 +3,9 @@
 The backend writes straight-line i32/i64 arithmetic on named values (`%abase.282 = add i32 %a_s.278,
 %arow.281`). `LLVMText` reads every `%name = <instruction>` line and evaluates a value for one thread:
 the thread index (`llvm.nvvm.read.ptx.sreg.tid.x`) comes from the caller, kernel parameters (sizes)
-take `params`, and everything the arithmetic cannot see (phis of loop counters, block indices, loaded
-values) is 0 -- iteration 0 of every loop, block 0 of the grid, pipeline stage 0. With that, tests can
+take `params`, the grid size is 132 blocks, and everything else the arithmetic cannot see (phis of loop
+counters, block indices, loaded values) is 0 -- iteration 0 of every loop, block 0 of the grid,
+pipeline stage 0 -- unless the caller overrides a name (a block index, an iteration counter). With that, tests can
 say which shared-memory byte a wgmma descriptor points at, or where a TMA copy writes, for each
 warpgroup, and check it against the hardware's rules (tests/test_mutation_kills.py).
 
@@ -140,8 +141,10 @@ class LLVMText:
 
     def _rhs(self, rhs: str, tid: int, memo: dict[str, int]) -> int:
         ev = lambda t: self._eval(t, tid, memo)  # noqa: E731
-        if rhs.startswith("phi ") or rhs.startswith("load ") or "ctaid" in rhs or "nctaid" in rhs:
+        if rhs.startswith(("phi ", "load ")) or rhs.startswith("call i32 @llvm.nvvm.read.ptx.sreg.ctaid"):
             return 0  # iteration 0, block 0, values from memory
+        if rhs.startswith("call i32 @llvm.nvvm.read.ptx.sreg.nctaid"):
+            return 132  # a grid of one block per SM of an H100/H200
         if "@llvm.nvvm.read.ptx.sreg.tid.x" in rhs:
             return tid
         if rhs.startswith("ptrtoint"):

@@ -94,8 +94,8 @@ def test_a_mutant_is_killed_or_survives_and_the_file_is_restored(tree: Path) -> 
     tests = ["tests/test_wgmma_desc.py", "-k", "layout_type_codes"]
     seen = mutate.Mutation("codes", "backend/wgmma_desc.py", "128: 1, 64: 2, 32: 3", "128: 1, 64: 3, 32: 2", "")
     unseen = mutate.Mutation("lbo", "backend/wgmma_desc.py", "UNUSED_LBO = 16", "UNUSED_LBO = 32", "")
-    r1 = mutate.run_mutant(tree, seen, tests, None, (120, 0))
-    r2 = mutate.run_mutant(tree, unseen, tests, None, (120, 0))
+    r1 = mutate.run_mutant(tree, seen, mutate.Plan(tests, []))
+    r2 = mutate.run_mutant(tree, unseen, mutate.Plan(tests, []))
     assert (r1.status, r2.status) == ("killed", "survived"), (r1, r2)
     assert "layout_type_codes" in r1.killed_by
     assert (tree / "backend" / "wgmma_desc.py").read_text() == before
@@ -104,5 +104,13 @@ def test_a_mutant_is_killed_or_survives_and_the_file_is_restored(tree: Path) -> 
 
 def test_a_snippet_that_moved_is_an_error_not_a_survivor(tree: Path) -> None:
     gone = mutate.Mutation("gone", "backend/wgmma_desc.py", "NOT IN THE FILE", "x", "")
-    r = mutate.run_mutant(tree, gone, ["tests/test_wgmma_desc.py"], None, (60, 0))
+    r = mutate.run_mutant(tree, gone, mutate.Plan(["tests/test_wgmma_desc.py"], []))
     assert r.status == "error" and "0 times" in r.summary
+
+
+def test_gpu_runs_refuse_to_start_without_a_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    """--gpu on a machine whose driver reports no device stops before any mutant: GPU tests that only
+    skip would let every mutant 'survive' the GPU stage."""
+    monkeypatch.setattr(mutate, "gpu_count", lambda tree: 0)
+    with pytest.raises(SystemExit, match="needs a CUDA device"):
+        mutate.main(["--named", "--only", "desc-code-bit-61", "--gpu"])

@@ -840,3 +840,49 @@ def test_async_proxy_reads_of_thread_written_tiles_are_fenced(name: str, src_dir
     k = compile_kernel(src, consts, opts, src_dir)
     checked = check_async_reads_are_fenced(k)
     assert checked > 0 or name.startswith("attention"), "no thread-written tile read by the async proxy"
+
+
+# --- the causal mask ------------------------------------------------------------------------------
+
+CAUSAL_MASK = """
+kernel cm<BQ=64, BKV=64>(Q: gl<bf16>[N, 64], K: gl<bf16>[N, 64], X: gl<f32>[N, 64], O: gl<f32>[N, 64],
+                         P: gl<f32>[N, 64]) grid(cdiv(N, BQ)) {
+    shared q: st<bf16, BQ, 64>
+    shared k: st<bf16, BKV, 64>
+    q = Q[block.x, 0]
+    k = K[0, 0]
+    reg s: rt<f32, BQ, BKV> = q @ k.T
+    O[block.x, 0] = mask_causal(s, block.x * BQ, 64)
+    reg x: rt<f32, BQ, 64> = X[block.x, 0]
+    P[block.x, 0] = mask_causal(x, block.x * BQ, 32)
+}
+"""
+
+
+def test_causal_mask_hides_exactly_the_keys_after_the_query(src_dir: Path) -> None:
+    """mask_causal(s, row0, col0) hides element (r, c) iff col0 + c > row0 + r (docs/language.md): for
+    every thread, slot and block row, the mask the backend computes (its `msk` compares, evaluated)
+    against the element each slot holds in the tile's layout (tkir.layout.fragment), on an
+    accumulator tile (wgmma_acc) and a loaded one (row layout)."""
+    from tkir.layout import layout_of
+
+    k = compile_kernel(CAUSAL_MASK, {}, {}, src_dir)
+    fn = LLVMText(k.asm["llvm"])
+    ctaid = [n for n, rhs in fn.defs.items() if "sreg.ctaid.x" in rhs]
+    masks = [op for op in k.module.kernel.walk() if op.name == "tk.mask_causal"]
+    msk = [n for n in fn.defs if n.startswith("%msk.")]
+    tables = [tkir.layout.fragment(layout_of(op.operands[0].type), "f32", op.operands[0].type.shape) for op in masks]
+    assert len(msk) == sum(t.shape[1] for t in tables), "one compare per register slot"
+    col0s = (64, 32)
+    for bx in (0, 1, 2):
+        over = {n: bx for n in ctaid}
+        at = 0
+        for table, col0 in zip(tables, col0s, strict=True):
+            names, at = msk[at:at + table.shape[1]], at + table.shape[1]
+            for tid in range(0, table.shape[0], 3):  # every third thread: all lanes of a quad pattern and warps
+                for slot, name in enumerate(names):
+                    e = int(table[tid, slot])
+                    if e < 0:
+                        continue
+                    r, c = divmod(e, 64)
+                    assert fn.value(name, tid, over) == int(col0 + c > bx * 64 + r), (bx, tid, slot, r, c)
