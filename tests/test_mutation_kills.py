@@ -349,15 +349,30 @@ BFLY_C = 0x1F           # c = (segment mask << 8) | clamp: one 32-lane segment (
 WARP = 32
 
 
+# what combines a shuffled value with the lane's own, by reduction kind (LLVM LangRef: maxnum/minnum
+# return the larger/smaller operand)
+COMBINE = {"llvm.maxnum.f32": "max", "llvm.minnum.f32": "min", "fadd": "sum"}
+
+
+def _combine_kind(fn: LLVMText, shfl: str) -> str:
+    """The reduction kind of the instruction that combines the shuffle result `shfl`."""
+    import re
+
+    pat = re.compile(re.escape(shfl) + r"(?![\w.])")
+    user = next(rhs for rhs in fn.defs.values() if pat.search(rhs) and SHFL not in rhs)
+    return next(kind for key, kind in COMBINE.items() if key in user)
+
+
 def _shuffle_chains(fn: LLVMText) -> list[list[tuple[int, int, int]]]:
-    """The butterfly chains of the kernel: each a list of (membermask, offset, c), one per shuffle, where
-    a shuffle follows the previous one when its input is computed from that one's result."""
+    """The butterfly chains of the kernel: each a list of (membermask, offset, c, combine kind), one
+    per shuffle, where a shuffle follows the previous one when its input is computed from that one's
+    result."""
     shfl: dict[str, tuple[str, tuple[int, int, int]]] = {}
     order: list[str] = []
     for name, rhs in fn.defs.items():
         if SHFL in rhs:
             args = [a.strip().rsplit(" ", 1)[1] for a in rhs.split(SHFL, 1)[1].rstrip(")").split(",")]
-            shfl[name] = (args[1], (int(args[0]), int(args[2]), int(args[3])))
+            shfl[name] = (args[1], (int(args[0]), int(args[2]), int(args[3]), _combine_kind(fn, name)))
             order.append(name)
     prev: dict[str, str] = {}
     for name in order:
@@ -387,7 +402,8 @@ def _lanes_sharing_rows(layout, dtype: str, shape: tuple[int, int]) -> list[set[
 
 def check_row_reductions(k: tkir.CompiledKernel) -> int:
     """Every butterfly chain combines, in every lane, exactly the lanes holding the lane's rows, once
-    each (distinct power-of-two offsets whose XOR span is that set), over the full warp. Returns the
+    each (distinct power-of-two offsets whose XOR span is that set), over the full warp, with its
+    reduction's operation (the chains in program order follow the tk.reduce ops' kinds). Returns the
     number of shuffles followed."""
     from tkir.layout import layout_of
 
@@ -399,9 +415,15 @@ def check_row_reductions(k: tkir.CompiledKernel) -> int:
     sharing = _lanes_sharing_rows(layout_of(t), t.dtype, t.shape)
     chains = _shuffle_chains(LLVMText(k.asm["llvm"]))
     assert chains, "row reductions without shuffles"
+    def runs(kinds: list[str]) -> list[str]:
+        return [x for i, x in enumerate(kinds) if i == 0 or kinds[i - 1] != x]
+
+    kinds = [chain[0][3] for chain in chains]
+    assert all(len({s[3] for s in chain}) == 1 for chain in chains), "a chain mixes combine operations"
+    assert runs(kinds) == runs([str(op.attrs["kind"]) for op in reduces]), (runs(kinds), reduces)
     for chain in chains:
-        offsets = [o for _, o, _ in chain]
-        assert all(mask == FULL_WARP_MASK and c == BFLY_C for mask, _, c in chain), chain
+        offsets = [o for _, o, _, _ in chain]
+        assert all(mask == FULL_WARP_MASK and c == BFLY_C for mask, _, c, _ in chain), chain
         assert all(o > 0 and o & (o - 1) == 0 for o in offsets) and len(set(offsets)) == len(offsets), \
             f"butterfly offsets must be distinct powers of two (else a lane is counted twice): {offsets}"
         span = {0}
