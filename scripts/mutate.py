@@ -388,7 +388,7 @@ def main(argv: list[str] | None = None) -> int:
     mode.add_argument("--named", action="store_true", help="run the curated mutations (NAMED)")
     mode.add_argument("--auto", nargs="+", metavar="PATH", help="operator mutations of these files or directories")
     mode.add_argument("--list", action="store_true", help="print the named mutations and exit")
-    ap.add_argument("--only", default="", help="comma-separated ids of named mutations to run")
+    ap.add_argument("--only", default="", help="comma-separated ids of the mutants to run (named, or --auto's)")
     ap.add_argument("--max", type=int, default=40, help="--auto: how many mutants to sample (default 40)")
     ap.add_argument("--seed", type=int, default=1, help="--auto: sampling seed (default 1)")
     ap.add_argument("--tests", default=None, help="pytest arguments of the CPU run (default: DEFAULT_TESTS)")
@@ -417,6 +417,11 @@ def main(argv: list[str] | None = None) -> int:
                          key=lambda m: (m.path, m.line, m.col))
         print(f"{len(cands)} candidate mutants in {', '.join(args.auto)}; sampled {len(mutants)} with seed "
               f"{args.seed}", file=sys.stderr)
+        wanted = set(filter(None, args.only.split(",")))
+        if wanted:  # rerun some of a sample (ids as the table prints them)
+            mutants = [m for m in cands if m.id in wanted]
+            if len(mutants) != len(wanted):
+                ap.error(f"unknown mutants: {', '.join(sorted(wanted - {m.id for m in mutants}))}")
     cpu = shlex.split(args.tests) if args.tests is not None else list(DEFAULT_TESTS)
     if args.jobs > 1:
         cpu = ["-n", str(args.jobs), *cpu]

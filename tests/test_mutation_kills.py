@@ -35,6 +35,7 @@ from test_wgmma_desc import canonical_k_major, canonical_mn_major
 import tkir
 import tkir.layout
 from tkir.facts import OccupancyPlan
+from tkir.ir import Operation, parent_op
 from tkir.types import DTYPE_BYTES
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -908,3 +909,65 @@ def test_causal_mask_hides_exactly_the_keys_after_the_query(src_dir: Path) -> No
                         continue
                     r, c = divmod(e, 64)
                     assert fn.value(name, tid, over) == int(col0 + c > bx * 64 + r), (bx, tid, slot, r, c)
+
+
+# --- TMA coordinates follow the loop ------------------------------------------------------------------
+
+
+def _depends_on(v, arg) -> bool:
+    """Whether IR value `v` is computed (within its region) from the block argument `arg`."""
+    seen, todo = set(), [v]
+    while todo:
+        x = todo.pop()
+        if x is arg:
+            return True
+        if id(x) in seen or not isinstance(x.owner, Operation):
+            continue
+        seen.add(id(x))
+        todo += list(x.owner.operands)
+    return False
+
+
+def check_tma_coordinates(k: tkir.CompiledKernel) -> int:
+    """Each pipelined TMA copy's coordinates (innermost first, in elements) move with the loop exactly as
+    the IR's tile coordinates do: one loop step moves a coordinate that is the loop variable by one tile
+    (its cols for dim 0, rows for dim 1, 1 beyond), and leaves every coordinate that does not depend on
+    it where it was. Evaluated from the LLVM text at iteration 0 and 1. Returns the copies checked."""
+    fn = LLVMText(k.asm["llvm"])
+    copies = [op for op in k.module.kernel.walk() if op.name == "pipe.copy"]
+    calls = [c for c in fn.calls if c.asm.startswith("cp.async.bulk.tensor.") and ".shared::cluster.global" in c.asm]
+    per_copy = [int(op.attrs["boxes"]) for op in copies]
+    assert sum(per_copy) == len(calls), f"{len(calls)} TMA loads for {per_copy} boxes"
+    checked = 0
+    for op, n in zip(copies, per_copy, strict=True):
+        these, calls = calls[:n], calls[n:]
+        loop = parent_op(op)
+        while loop is not None and loop.name != "scf.for":
+            loop = parent_op(loop)
+        if loop is None:
+            continue
+        var = loop.body.args[0]
+        phis = [name for name, rhs in fn.defs.items() if rhs.startswith("phi i32")
+                and name[1:].rsplit(".", 1)[0] == var.name.replace(".", "_")]
+        assert phis, f"no LLVM phi for the loop variable %{var.name}"
+        t = op.operands[0].type
+        coords = op.operands[4:]
+        for call in these:
+            rank = len(call.args) - 3
+            for d in range(rank):
+                ir = coords[len(coords) - 1 - d]
+                at0 = fn.value(call.args[3 + d][1], 0)
+                at1 = fn.value(call.args[3 + d][1], 0, {p: 1 for p in phis})
+                unit = (t.cols, t.rows)[d] if d < 2 else 1
+                want = unit if ir is var else (0 if not _depends_on(ir, var) else None)
+                if want is not None:
+                    assert at1 - at0 == want, (f"{op.operands[3].name} coordinate {d}: one step of %{var.name} moves "
+                                               f"it by {at1 - at0}, not {want}")
+            checked += 1
+    return checked
+
+
+@pytest.mark.parametrize("name", ["gemm", "linear-k-major-b", "attention-d64-causal", "gemm-interleaved"])
+def test_tma_coordinates_follow_the_loop(name: str, src_dir: Path) -> None:
+    src, consts, opts = WGMMA_KERNELS[name]
+    assert check_tma_coordinates(compile_kernel(src, consts, opts, src_dir)) > 0
