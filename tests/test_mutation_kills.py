@@ -724,6 +724,12 @@ def _check_releases(fn: LLVMText, arrays: dict, S: int) -> None:
 
 def _guarded_by_lane0(fn: LLVMText, line: int) -> bool:
     """Whether the block holding `line` is entered only when some `%lane == 0` test holds."""
+    return _guarded_by(fn, line, "lane", ", 0")
+
+
+def _guarded_by(fn: LLVMText, line: int, hint: str, tail: str = "") -> bool:
+    """Whether the block holding `line` is entered by a branch on an `icmp eq` of a value named `hint`
+    (ending with `tail`)."""
     label = next(ln.rstrip(":").strip() for ln in reversed(fn.lines[:line]) if ln.rstrip().endswith(":")
                  and not ln.startswith(" "))
     branches = [ln for ln in fn.lines if f"label %{label}," in ln and ln.lstrip().startswith("br i1")]
@@ -731,7 +737,8 @@ def _guarded_by_lane0(fn: LLVMText, line: int) -> bool:
         cond = br.split()[2].rstrip(",")
         for n in fn.reachable(cond):
             rhs = fn.defs.get(n, "")
-            if rhs.startswith("icmp eq i32 %lane") and rhs.endswith(", 0"):
+            if (n.startswith(f"%{hint}") or rhs.startswith(f"icmp eq i32 %{hint}")) and rhs.startswith("icmp eq") \
+                    and rhs.endswith(tail):
                 return True
     return False
 
@@ -971,3 +978,36 @@ def check_tma_coordinates(k: tkir.CompiledKernel) -> int:
 def test_tma_coordinates_follow_the_loop(name: str, src_dir: Path) -> None:
     src, consts, opts = WGMMA_KERNELS[name]
     assert check_tma_coordinates(compile_kernel(src, consts, opts, src_dir)) > 0
+
+
+# --- pingpong turns (named barriers, PTX ISA bar.sync / bar.arrive) ---------------------------------
+
+PINGPONG_PASSES = ("canonicalize,legalize-mma,infer-layouts,select-swizzle,bank-conflicts,create-tma,plan-occupancy,"
+                   "pipeline,early-release,overlap-mma,pingpong")
+
+
+def test_pingpong_turns_pass_between_warpgroups(src_dir: Path) -> None:
+    """tests/passes/pingpong.tk with two consumer warpgroups: warpgroup w waits for its turn on a named
+    barrier of its own (`bar.sync id, 256`: its 128 threads + 128 arrivals), distinct from every other
+    barrier of the kernel; passing the turn arrives on the next warpgroup's barrier; and the first turn
+    is given by warpgroup 0 arriving on its own barrier, only there (the `first_wg` branch)."""
+    k = compile_kernel("tests/passes/pingpong.tk", {"BQ": 128}, {"passes": PINGPONG_PASSES}, src_dir)
+    fn = LLVMText(k.asm["llvm"])
+    first, n = _plan_warpgroups(k)
+    assert n == 2
+    turns = [c for c in fn.calls if c.asm in ("bar.sync $0, 256;", "bar.arrive $0, 256;")]
+    others = {int(c.asm.split()[1].rstrip(",")) for c in fn.calls
+              if c.asm.startswith("bar.sync ") and c not in turns and c.asm.split()[1].rstrip(",").isdigit()}
+    ids = {w: {(c.asm.split()[0], fn.value(c.args[0][1], WARPGROUP * (first + w))) for c in turns} for w in range(n)}
+    own = {w: {i for kind, i in ids[w] if kind == "bar.sync"} for w in range(n)}
+    assert all(len(own[w]) == 1 for w in range(n)), own
+    own = {w: own[w].pop() for w in range(n)}
+    assert len(set(own.values())) == n and not set(own.values()) & others, (own, others)
+    for c in turns:
+        if not c.asm.startswith("bar.arrive"):
+            continue
+        if _guarded_by(fn, c.line, "first_wg"):  # the first turn: warpgroup 0 only
+            assert fn.value(c.args[0][1], WARPGROUP * first) == own[0]
+        else:
+            for w in range(n):
+                assert fn.value(c.args[0][1], WARPGROUP * (first + w)) == own[(w + 1) % n], (w, c.line)
