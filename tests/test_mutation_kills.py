@@ -996,8 +996,12 @@ def test_pingpong_turns_pass_between_warpgroups(src_dir: Path) -> None:
     first, n = _plan_warpgroups(k)
     assert n == 2
     turns = [c for c in fn.calls if c.asm in ("bar.sync $0, 256;", "bar.arrive $0, 256;")]
-    others = {int(c.asm.split()[1].rstrip(",")) for c in fn.calls
-              if c.asm.startswith("bar.sync ") and c not in turns and c.asm.split()[1].rstrip(",").isdigit()}
+    others = set()  # every other named barrier any consumer warpgroup uses (fixed ids, and $0 ones evaluated)
+    for c in fn.calls:
+        if c.asm.startswith(("bar.sync ", "bar.arrive ")) and c not in turns:
+            word = c.asm.split()[1].rstrip(",")
+            others |= ({int(word)} if word.isdigit() else
+                       {fn.value(c.args[0][1], WARPGROUP * (first + w)) for w in range(n)})
     ids = {w: {(c.asm.split()[0], fn.value(c.args[0][1], WARPGROUP * (first + w))) for c in turns} for w in range(n)}
     own = {w: {i for kind, i in ids[w] if kind == "bar.sync"} for w in range(n)}
     assert all(len(own[w]) == 1 for w in range(n)), own
