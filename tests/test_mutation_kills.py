@@ -1015,3 +1015,95 @@ def test_pingpong_turns_pass_between_warpgroups(src_dir: Path) -> None:
         else:
             for w in range(n):
                 assert fn.value(c.args[0][1], WARPGROUP * (first + w)) == own[(w + 1) % n], (w, c.line)
+
+
+# --- the staged epilogue: accumulator -> 128B-swizzled stage -> TMA store ---------------------------
+
+
+def _acc_slot(fn: LLVMText, token: str) -> int:
+    """The accumulator register slot a bf16 value was converted from (through the fptrunc and the
+    extractvalue of the last wgmma wait, or a loop phi named after its slot)."""
+    import re
+
+    tok = token
+    while True:
+        rhs = fn.defs[tok]
+        if rhs.startswith("fptrunc"):
+            tok = rhs.split()[2]
+        elif rhs.startswith("extractvalue %floatx"):
+            return int(rhs.rsplit(",", 1)[1])
+        elif rhs.startswith("phi") and re.match(r"%acc_(\d+)\.", tok):
+            return int(re.match(r"%acc_(\d+)\.", tok).group(1))
+        else:
+            raise AssertionError(f"cannot follow {tok} = {rhs[:80]}")
+
+
+def _word_slots(fn: LLVMText, token: str) -> tuple[int, int]:
+    """The (low, high) accumulator slots of a packed bf16x2 word written by the staged epilogue."""
+    rhs = fn.defs[token]
+    if rhs.startswith("extractvalue"):  # the pinned words: output j is input j of the empty asm
+        src, j = rhs.rsplit(" ", 2)[-2].rstrip(","), int(rhs.rsplit(",", 1)[1])
+        call = next(c for c in fn.calls if c.result == src)
+        token = call.args[j][1]
+        rhs = fn.defs[token]
+    import re
+
+    m = re.fullmatch(r"bitcast <2 x bfloat> (%[\w.]+) to i32", rhs)
+    assert m, rhs
+    ins = re.compile(r"insertelement <2 x bfloat> (\S+), bfloat (%[\w.]+), i32 ([01])")
+    hi = ins.fullmatch(fn.defs[m.group(1)])
+    lo = ins.fullmatch(fn.defs[hi.group(1)])
+    assert hi.group(3) == "1" and lo.group(3) == "0", (lo, hi)
+    return _acc_slot(fn, lo.group(2)), _acc_slot(fn, hi.group(2))
+
+
+def check_staged_epilogue(k: tkir.CompiledKernel, thread_step: int = 7) -> int:
+    """Every bf16 pair a consumer thread writes to the stage reaches, through the TMA store that reads that
+    part of the stage (box [64, rows], 128B swizzle, the ISA's), the global element its accumulator slots
+    hold (tkir.layout.fragment of the wgmma_acc layout), at block 0. Returns the pairs followed."""
+    from tkir.layout import layout_of
+
+    fn = LLVMText(k.asm["llvm"])
+    first, nwg = _plan_warpgroups(k)
+    store = next(op for op in k.module.kernel.walk() if op.name == "tk.store_staged")
+    t = store.operands[1].type
+    table = tkir.layout.fragment(layout_of(t), "f32", t.shape)
+    descs = {d["param"]: d for d in k.launch["tma"]}
+    followed = 0
+    for w in range(nwg):
+        lead = WARPGROUP * (first + w)
+        threads = range(lead, lead + WARPGROUP, thread_step)
+        pending: dict[int, tuple[int, int]] = {}  # stage byte -> (row, col) of the element there
+        for call in fn.calls:
+            if call.asm.startswith("st.shared.b32"):
+                lo, hi = _word_slots(fn, call.args[1][1])
+                for tid in threads:
+                    rel = tid - WARPGROUP * first
+                    a = fn.value(call.args[0][1], tid)
+                    for half, slot in ((0, lo), (2, hi)):
+                        e = int(table[rel, slot])
+                        assert pending.setdefault(a + half, divmod(e, t.cols)) == divmod(e, t.cols), a + half
+            elif call.asm.startswith("cp.async.bulk.tensor") and ".global.shared::cta" in call.asm:
+                d = descs[call.args[0][1].lstrip("%")]
+                src = fn.value(call.args[1][1], lead)
+                x, y = (fn.value(v, lead) for _, v in call.args[2:4])
+                b0, b1 = d["box"][0], d["box"][1]
+                for br in range(b1):
+                    for bc in range(b0):
+                        a = ref_swizzle(src + (br * b0 + bc) * 2, d["swizzle"])
+                        if a in pending:
+                            assert pending.pop(a) == (y + br, x + bc), (
+                                f"warpgroup {w}: the stage byte {a} holds element {pending.get(a)}, stored to "
+                                f"({y + br}, {x + bc})")
+                            followed += 1
+        assert not pending, f"warpgroup {w}: {len(pending)} stage elements no TMA store reads"
+    return followed
+
+
+@pytest.mark.parametrize("name, passes", [("gemm", None), ("gemm-bm64", None), (
+    "gemm", "canonicalize,legalize-mma,infer-layouts,select-swizzle,bank-conflicts,create-tma{epilogue_chunk=128},"
+            "plan-occupancy,pipeline,persistent,canonicalize")])
+def test_staged_epilogue_stores_each_element_where_it_belongs(name: str, passes: str | None, src_dir: Path) -> None:
+    src, consts, opts = WGMMA_KERNELS[name]
+    k = compile_kernel(src, consts, {**opts, **({"passes": passes} if passes else {})}, src_dir)
+    assert check_staged_epilogue(k) > 0
