@@ -277,6 +277,7 @@ class Result:
     killed_by: str = ""       # the first failing test
     summary: str = ""         # pytest's last line
     diff: list[str] = field(default_factory=list)
+    ptx_unchanged: bool | None = None  # --md5, survivors: every example's PTX is what the unmutated code emits
 
 
 def copy_tree(dest: Path) -> Path:
@@ -330,12 +331,22 @@ def gpu_count(tree: Path) -> int:
 
 @dataclass
 class Plan:
-    """The test runs of one mutant: the CPU run, then (--gpu) each GPU run while it still survives."""
+    """The test runs of one mutant: the CPU run, then (--gpu) each GPU run while it still survives;
+    `md5`: for a survivor, whether the PTX of every example configuration is unchanged."""
 
     cpu: list[str]
     gpu: list[list[str]]
     cpu_timeout: float = 3600.0
     gpu_timeouts: list[float] = field(default_factory=list)
+    md5: str | None = None  # the unmutated copy's scripts/ptx_md5.py listing
+
+
+def ptx_md5(tree: Path) -> str:
+    """scripts/ptx_md5.py in the copy: one md5 (or ERROR line) per example configuration."""
+    env = dict(os.environ, PYTHONPATH=str(tree), PYTHONDONTWRITEBYTECODE="1", TKIR_CACHE="0")
+    r = subprocess.run([sys.executable, "scripts/ptx_md5.py", "-j", "1"], cwd=tree, env=env, capture_output=True,
+                       text=True, timeout=900)
+    return r.stdout if r.returncode == 0 else f"exit {r.returncode}\n{r.stdout}"
 
 
 def run_mutant(tree: Path, m: Mutation, plan: Plan) -> Result:
@@ -360,6 +371,8 @@ def run_mutant(tree: Path, m: Mutation, plan: Plan) -> Result:
             res.stage, res.killed_by, res.summary = f"gpu{i + 1}", first, last
             res.seconds += secs
         res.status = {"passed": "survived", "failed": "killed", "timeout": "timeout"}[status]
+        if res.status == "survived" and plan.md5 is not None:
+            res.ptx_unchanged = ptx_md5(tree) == plan.md5
     finally:
         target.write_text(original, encoding="utf-8")
     return res
@@ -374,7 +387,8 @@ def _diff(a: str, b: str) -> list[str]:
 def table(results: list[Result]) -> str:
     rows = [("mutant", "status", "stage", "s", "killed by / last line")]
     for r in results:
-        rows.append((r.id, r.status, r.stage, f"{r.seconds:.0f}", r.killed_by or r.summary))
+        ptx = "" if r.ptx_unchanged is None else ("; PTX unchanged" if r.ptx_unchanged else "; PTX changed")
+        rows.append((r.id, r.status, r.stage, f"{r.seconds:.0f}", (r.killed_by or r.summary) + ptx))
     widths = [min(max(len(x[i]) for x in rows), 60) for i in range(4)]
     out = ["  ".join(x[i][:60].ljust(widths[i]) for i in range(4)) + "  " + x[4][:110] for x in rows]
     counts = {s: sum(r.status == s for r in results) for s in ("killed", "survived", "timeout", "error")}
@@ -396,6 +410,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gpu", action="store_true", help="then the GPU runs (-m gpu) on what the CPU run let through")
     ap.add_argument("--gpu-tests", action="append", default=None, metavar="ARGS",
                     help="pytest arguments of one GPU run (repeatable; default: GPU_RUNS)")
+    ap.add_argument("--md5", action="store_true",
+                    help="for each survivor, compare the PTX of every example configuration (scripts/ptx_md5.py)")
     ap.add_argument("--timeout", type=float, default=0, help="seconds per CPU run (default: 3 x baseline + 60)")
     ap.add_argument("--json", default=None, help="write the results as JSON here")
     ap.add_argument("--keep", action="store_true", help="keep the temporary copy (its path is printed)")
@@ -441,6 +457,8 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"the unmutated copy fails the CPU tests ({first}); fix that first")
         baseline["cpu"] = secs
         plan.cpu_timeout = args.timeout or 3 * secs + 60
+        if args.md5:
+            plan.md5 = ptx_md5(tree)
         for i, g in enumerate(plan.gpu, 1):
             status, secs, first, last = run_tests(tree, g, 3600, gpu=True)
             print(f"baseline GPU run {i}: {status} in {secs:.0f} s: {last}", file=sys.stderr)

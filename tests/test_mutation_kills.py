@@ -1107,3 +1107,62 @@ def test_staged_epilogue_stores_each_element_where_it_belongs(name: str, passes:
     src, consts, opts = WGMMA_KERNELS[name]
     k = compile_kernel(src, consts, {**opts, **({"passes": passes} if passes else {})}, src_dir)
     assert check_staged_epilogue(k) > 0
+
+
+# --- split-masks keeps the results, and splits the forms it can -------------------------------------
+
+SPLIT_MASKS = """
+kernel att<BQ=64, BKV=64, D=64>(Q: gl<bf16>[N, D], K: gl<bf16>[N, D], V: gl<bf16>[N, D], O: gl<bf16>[N, D])
+    grid(cdiv(N, BQ))
+{
+    shared q: st<bf16, BQ, D>
+    shared k: st<bf16, BKV, D>
+    shared v: st<bf16, BKV, D>
+    reg o: rt<f32, BQ, D> = 0
+    reg m: rv<f32, BQ> = -inf
+    reg l: rv<f32, BQ> = 0
+    reg s: rt<f32, BQ, BKV>
+    q = Q[block.x, 0]
+    @stages(2)
+    for j in 0 .. cdiv(N, BKV) {
+        k = K[j, 0]
+        v = V[j, 0]
+        s = q @ k.T
+        s = mask_causal(s, block.x * BQ + ROW_OFF, COL0)
+        let m_new = max(m, row_max(s))
+        let p = exp2(s - m_new)
+        let alpha = exp2(m - m_new)
+        l = l * alpha + row_sum(p)
+        o *= alpha
+        o += bf16(p) @ v
+        m = m_new
+    }
+    o /= l
+    O[block.x, 0] = bf16(o)
+}
+"""
+NO_SPLIT = ("canonicalize,legalize-mma,fold-scale,infer-layouts,select-swizzle,bank-conflicts,create-tma,plan-occupancy,"
+            "pipeline,early-release,persistent,overlap-mma,canonicalize")
+
+
+@pytest.mark.parametrize("row_off, col0", [(56, "j * BKV + 8"), (40, "j * BKV + 16"), (0, "block.x * BKV + j * BKV")])
+def test_split_masks_splits_affine_masks_and_keeps_the_results(row_off: int, col0: str, src_dir: Path) -> None:
+    """A causal mask whose key offset is a * j + b (b a constant, or loop-invariant and written first):
+    split-masks splits the loop at the first key block the mask can hide anything in, and the kernel
+    computes, in the interpreter, exactly what it computes unsplit (N = 300: a ragged last block). The
+    offsets put the split where a bound off by 2b would move it by one block (row offset 56, b = 8)."""
+    import ml_dtypes
+
+    src = SPLIT_MASKS.replace("ROW_OFF", str(row_off)).replace("COL0", col0)
+    split = compile_kernel(src, {}, {}, src_dir)
+    assert "%split" in split.ir_after("split-masks"), "split-masks left the loop whole"
+    plain = compile_kernel(src, {}, {"passes": NO_SPLIT}, src_dir)
+    rng = np.random.default_rng(11)
+    q, k, v = (rng.standard_normal((300, 64)).astype(ml_dtypes.bfloat16) for _ in range(3))
+    outs = []
+    for kern in (split, plain):
+        o = np.zeros((300, 64), ml_dtypes.bfloat16)
+        tkir.interpret(kern, q, k, v, o)
+        outs.append(o.astype(np.float32))
+    assert np.isfinite(outs[1]).all()
+    np.testing.assert_array_equal(outs[0], outs[1])
