@@ -60,6 +60,7 @@ PACKAGE_LINKS = ("tkir/frontend", "tkir/passes", "tkir/backend")  # setuptools p
 # is caught; the full CPU suite is `--tests "tests -m 'not gpu'"`.
 DEFAULT_TESTS = [
     "tests/test_mutation_kills.py",
+    "tests/test_mutation_runtime.py",
     "tests/test_wgmma_desc.py",
     "tests/test_backend_fragments.py",
     "tests/test_layout_props.py",
