@@ -1166,3 +1166,12 @@ def test_split_masks_splits_affine_masks_and_keeps_the_results(row_off: int, col
         outs.append(o.astype(np.float32))
     assert np.isfinite(outs[1]).all()
     np.testing.assert_array_equal(outs[0], outs[1])
+
+
+@pytest.mark.parametrize("opts", [{"target": "sm_80"}, {"no_tma": True}])
+def test_overlap_mma_leaves_kernels_without_roles_alone(opts: dict, src_dir: Path) -> None:
+    """passes/overlap_mma.py: only a loop in a warp-specialized consumer role is rotated; attention at
+    head dim 64 (rotated on sm_90a with TMA) keeps its loop on sm_80 and under --no-tma."""
+    k = compile_kernel("examples/attention_fwd.tk", {"D": 64}, opts, src_dir)
+    assert k.ir_after("overlap-mma") == k.ir_after("split-masks")
+    assert "tk.mma_wait" in compile_kernel("examples/attention_fwd.tk", {"D": 64}, {}, src_dir).ir
