@@ -1,9 +1,10 @@
 """Mutation testing of tkir's passes and backend: does the test suite notice a one-line change?
 
-    python3 scripts/mutate.py --named                        # the curated mutations, CPU suite
-    python3 scripts/mutate.py --named --only trans-b-const,smem-reserve-0
+    python3 scripts/mutate.py --named                        # the curated mutations, CPU tests
+    python3 scripts/mutate.py --named --only trans-b-const-1,smem-reserve-512
     python3 scripts/mutate.py --named --gpu --json named_gpu.json   # on the H200: CPU, then GPU tests
-    python3 scripts/mutate.py --auto passes backend --max 40 --seed 1 --json auto.json
+    python3 scripts/mutate.py --auto passes backend --max 40 --seed 1 --md5 --json auto.json
+    python3 scripts/mutate.py --auto passes backend --max 40 --seed 1 --only 'ID,ID' --tests "..."
     python3 scripts/mutate.py --list                         # the named mutations, one a line
 
 Each mutant is one single-line change to a copy of the repository (the worktree itself is never
@@ -14,19 +15,23 @@ database), and the file is restored in a `finally`. The unmutated copy must pass
 (the baseline), or nothing is reported.
 
 Outcomes: `killed` (a test failed or errored; the first failing test is recorded), `survived` (all
-passed), `timeout` (killed after --timeout seconds; counted as detected, listed apart).
+passed), `timeout` (stopped after the run's time limit; counted as detected, listed apart), `error`
+(the mutation no longer applies to the code).
 
 --named runs NAMED below: file, a snippet that occurs once, its replacement, what it breaks, and the
 class of issue 14's list it belongs to. --auto FILES/DIRS generates operator mutations of the Python
 code of those files (+ <-> -, < <-> <=, > <-> >=, == <-> !=, and <-> or, << <-> >>, & -> |, ^ -> |,
 True <-> False, an integer n -> n + 1), skips the ones that do not compile, and samples --max of them
-with --seed (the same seed and files give the same mutants).
+with --seed (the same seed and files give the same mutants); --only reruns some of them by id.
+--md5: for each survivor, whether the PTX of every example configuration (scripts/ptx_md5.py) is
+unchanged -- evidence for an equivalent mutant, or of a change only the GPU can judge.
 
 The default tests (DEFAULT_TESTS) are the CPU tests that give the backend and the passes their meaning,
 about 50 s of one core when nothing fails (`-x`: a killed mutant stops at its first failure, most
 within 5-20 s); --jobs 2 spreads them over two pytest-xdist workers. --tests "ARGS" replaces them with
 any pytest arguments. --gpu then runs the GPU-marked tests (GPU_RUNS, each with `-m gpu`, in order,
-until one fails) on every mutant the CPU tests did not kill; it refuses to start without a CUDA device,
+until one fails) on every mutant the CPU tests did not kill, and --gpu-always on the killed ones too
+(to see whether the hardware agrees with the CPU models); --gpu refuses to start without a CUDA device,
 so a GPU run cannot pass by skipping. Every run has a timeout of 3 x its unmutated time (+ 60 s CPU,
 + 120 s GPU). docs/mutation.md has the results and the survivors.
 """
@@ -279,6 +284,7 @@ class Result:
     summary: str = ""         # pytest's last line
     diff: list[str] = field(default_factory=list)
     ptx_unchanged: bool | None = None  # --md5, survivors: every example's PTX is what the unmutated code emits
+    gpu_verdict: str = ""     # --gpu-always, CPU-killed mutants: what the GPU runs say on their own
 
 
 def copy_tree(dest: Path) -> Path:
@@ -340,6 +346,7 @@ class Plan:
     cpu_timeout: float = 3600.0
     gpu_timeouts: list[float] = field(default_factory=list)
     md5: str | None = None  # the unmutated copy's scripts/ptx_md5.py listing
+    gpu_always: bool = False  # also run the GPU runs on mutants the CPU run killed (gpu_verdict)
 
 
 def ptx_md5(tree: Path) -> str:
@@ -372,6 +379,15 @@ def run_mutant(tree: Path, m: Mutation, plan: Plan) -> Result:
             res.stage, res.killed_by, res.summary = f"gpu{i + 1}", first, last
             res.seconds += secs
         res.status = {"passed": "survived", "failed": "killed", "timeout": "timeout"}[status]
+        if plan.gpu_always and res.stage == "cpu" and res.status != "survived":
+            verdict = "survived"
+            for i, (args, limit) in enumerate(zip(plan.gpu, plan.gpu_timeouts, strict=True)):
+                gstatus, secs, first, last = run_tests(tree, args, limit, gpu=True)
+                res.seconds += secs
+                if gstatus != "passed":
+                    verdict = f"{gstatus} in gpu{i + 1}: {first or last}"
+                    break
+            res.gpu_verdict = verdict
         if res.status == "survived" and plan.md5 is not None:
             res.ptx_unchanged = ptx_md5(tree) == plan.md5
     finally:
@@ -389,7 +405,8 @@ def table(results: list[Result]) -> str:
     rows = [("mutant", "status", "stage", "s", "killed by / last line")]
     for r in results:
         ptx = "" if r.ptx_unchanged is None else ("; PTX unchanged" if r.ptx_unchanged else "; PTX changed")
-        rows.append((r.id, r.status, r.stage, f"{r.seconds:.0f}", (r.killed_by or r.summary) + ptx))
+        gpu = f"; GPU alone: {r.gpu_verdict}" if r.gpu_verdict else ""
+        rows.append((r.id, r.status, r.stage, f"{r.seconds:.0f}", (r.killed_by or r.summary) + ptx + gpu))
     widths = [min(max(len(x[i]) for x in rows), 60) for i in range(4)]
     out = ["  ".join(x[i][:60].ljust(widths[i]) for i in range(4)) + "  " + x[4][:110] for x in rows]
     counts = {s: sum(r.status == s for r in results) for s in ("killed", "survived", "timeout", "error")}
@@ -409,6 +426,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tests", default=None, help="pytest arguments of the CPU run (default: DEFAULT_TESTS)")
     ap.add_argument("--jobs", type=int, default=1, help="CPU run on N pytest-xdist workers (default 1)")
     ap.add_argument("--gpu", action="store_true", help="then the GPU runs (-m gpu) on what the CPU run let through")
+    ap.add_argument("--gpu-always", action="store_true",
+                    help="with --gpu: run the GPU runs on CPU-killed mutants too (does the hardware agree?)")
     ap.add_argument("--gpu-tests", action="append", default=None, metavar="ARGS",
                     help="pytest arguments of one GPU run (repeatable; default: GPU_RUNS)")
     ap.add_argument("--md5", action="store_true",
@@ -443,7 +462,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.jobs > 1:
         cpu = ["-n", str(args.jobs), *cpu]
     gpu = [shlex.split(g) for g in args.gpu_tests] if args.gpu_tests else [list(r) for r in GPU_RUNS]
-    plan = Plan(cpu, gpu if args.gpu else [])
+    plan = Plan(cpu, gpu if args.gpu else [], gpu_always=args.gpu and args.gpu_always)
 
     tmp = Path(tempfile.mkdtemp(prefix="tkir-mutate-"))
     results: list[Result] = []
