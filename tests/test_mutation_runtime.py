@@ -70,3 +70,12 @@ def test_c_size_expressions_refuse_what_they_cannot_translate(expr: str) -> None
 def test_c_size_expressions_translate_the_functions() -> None:
     assert c_expr.to_c("cdiv(N, 64)", {"N": "n"}, "p") == "p_cdiv(n, INT64_C(64), tkir_bad)"
     assert c_expr.to_c("min(N, 4, 8)", {"N": "n"}, "p") == "p_min(p_min(n, INT64_C(4)), INT64_C(8))"
+
+
+def test_c_string_literals_escape_quotes_backslashes_and_bytes() -> None:
+    """The embedded PTX and names become C string literals (C11 §6.4.5): `"`, `\\` and `?` (trigraphs)
+    escaped, non-printable and non-ASCII bytes as three-digit octal escapes of their UTF-8 bytes."""
+    from tkir.backend.emit_c import _c_string
+
+    assert _c_string('a"b\\c?d') == '"a\\"b\\\\c\\?d"'
+    assert _c_string("x\ny\u00e9") == '"x\\012y\\303\\251"'
