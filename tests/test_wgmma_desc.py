@@ -100,3 +100,36 @@ def test_descriptor_fields_fit():
             assert v % 16 == 0 and v >> 4 < 1 << 14
     with pytest.raises(ValueError):
         wgmma_desc.mn_major(128, EB, 64, 8, 0)
+
+
+# PTX ISA §9.7.15.5.1.2.2, "Matrix Descriptor Format" (HOPPER.md §2.1): bits 63-62 are the layout type,
+# 0 = no swizzle (the interleaved canonical layout), 1 = 128B, 2 = 64B, 3 = 32B swizzle.
+ISA_LAYOUT_TYPE = {INTERLEAVED: 0, 128: 1, 64: 2, 32: 3}
+
+
+def test_layout_type_codes_are_the_isa_table() -> None:
+    assert wgmma_desc.LAYOUT_CODE == ISA_LAYOUT_TYPE
+
+
+def isa_descriptor(addr: int, lbo: int, sbo: int, span: int) -> int:
+    """HOPPER.md §2.1's encoder: 14-bit fields of 16-byte units at bits 0, 16 and 32; base offset 0."""
+    enc = lambda x: (x & 0x3FFFF) >> 4  # noqa: E731
+    return enc(addr) | enc(lbo) << 16 | enc(sbo) << 32 | ISA_LAYOUT_TYPE[span] << 62
+
+
+@given(st.integers(0, (1 << 18) - 16).map(lambda a: a & ~15), st.sampled_from([INTERLEAVED, 32, 64, 128]),
+       st.integers(1, (1 << 14) - 1), st.integers(1, (1 << 14) - 1))
+def test_descriptor_bits_are_the_isa_encoding(addr: int, span: int, lbo16: int, sbo16: int) -> None:
+    """backend.rules_wgmma._desc, the LLVM it writes evaluated, equals the ISA's encoding for any shared
+    address (16-byte aligned, < 256 KB), LBO, SBO and layout."""
+    from llvm_eval_test_support import LLVMText
+
+    from tkir.backend.llvm_text import LLVMWriter
+    from tkir.backend.rules_wgmma import _desc
+
+    class Cx:
+        w = LLVMWriter()
+
+    name = _desc(Cx, str(addr), lbo16 * 16, sbo16 * 16, span)
+    got = LLVMText("\n".join(Cx.w.lines)).value(name, 0)
+    assert got % (1 << 64) == isa_descriptor(addr, lbo16 * 16, sbo16 * 16, span)
