@@ -206,7 +206,7 @@ NAMED: list[Mutation] = [
       "the staged epilogue's TMA store reads the stage without a proxy fence"),
     M("fence-cp-async-dropped", "backend/rules_sm80.py",
       'w.asm("void", ["fence.proxy.async.shared::cta;"], [], [])  # wgmma', "pass  # wgmma",
-      "--no-tma: wgmma reads cp.async-filled tiles without a proxy fence"),
+      "--no-tma: wgmma reads cp.async-filled tiles without a proxy fence", occurrence=1),
     M("ldmatrix-b-trans", "backend/rules_sm80.py", "trans=not trans_b)", "trans=trans_b)",
       "sm_80: B fragments loaded with the wrong ldmatrix .trans"),
     M("cp-async-8-bytes", "backend/rules_sm80.py", 'asm = ["cp.async.cg.shared.global [$0], [$1], 16, $2;"]',
@@ -297,10 +297,9 @@ def copy_tree(dest: Path) -> Path:
             continue
         (dest / f).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(src, dest / f)
-    for link in PACKAGE_LINKS:
-        target = os.readlink(ROOT / link) if (ROOT / link).is_symlink() else None
-        if target and not (dest / link).exists():
-            os.symlink(target, dest / link)
+    for link in PACKAGE_LINKS:  # pyproject's package-dir (tkir.frontend = frontend/, ...) as relative links, so
+        if not (dest / link).exists():  # PYTHONPATH=copy imports the copy's sources (a fresh clone has none)
+            os.symlink(Path("..") / Path(link).name, dest / link)
     return dest
 
 
