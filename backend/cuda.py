@@ -1,18 +1,22 @@
 """Device arrays without torch: allocate, copy to and from numpy, hand to a kernel by CUDA Array Interface.
 
-    x = tkir.backend.cuda.to_device(np.ones((128, 64), ml_dtypes.bfloat16))
-    y = tkir.backend.cuda.empty((128, 64), "bf16")
+    x = tkir.backend.cuda.to_device(np.ones((128, 64), ml_dtypes.bfloat16))         # on GPU 0
+    y = tkir.backend.cuda.empty((128, 64), "bf16", device=1)                         # on GPU 1
     kernel(x, y); y.numpy()
 
-Also the one place that starts CUDA: `context()` initialises the driver lazily and makes device 0's
-primary context current (the context torch uses too), and `check()` turns a CUresult into CudaError.
-Nothing here runs at import time, so importing works on machines without a GPU.
+Also the one place that starts CUDA. The driver is initialised lazily on first use; each device's
+primary context (the context torch and the CUDA runtime use too) is retained once and cached:
+`context(device)` makes it current on this thread, `on_device(device)` makes it current for a
+`with` block and then restores whatever was current before (so tkir does not move torch's current
+device), and `check()` turns a CUresult into CudaError. Nothing here runs at import time, so
+importing works on machines without a GPU.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -22,7 +26,9 @@ from tkir.diagnostics import TkirError
 from tkir.types import NUMPY_DTYPES
 
 CAI_VERSION = 3  # CUDA Array Interface version this module exports
-DEVICE = 0  # tkir runs on the first device; multi-GPU is out of scope
+DEFAULT_DEVICE = 0  # where arrays go and launches run when nothing says otherwise (torch's default too)
+DEVICE = DEFAULT_DEVICE  # the name it had when tkir used one device (code written then still reads it)
+DLPACK_CUDA = 2  # DLDeviceType kDLCUDA (dlpack.h): what __dlpack_device__ reports for device memory
 
 
 class CudaError(TkirError, RuntimeError):
@@ -40,34 +46,80 @@ def check(result: Any, what: str) -> Any:
     return rest[0] if len(rest) == 1 else tuple(rest)
 
 
-def context() -> Any:
-    """Make device 0's primary context current on this thread (contexts are per thread), initialising
-    the driver on first use; returns the CUcontext."""
-    ctx = _primary_context()
-    check(cu.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
-    return ctx
+def device_count() -> int:
+    """How many CUDA devices the driver sees (initialising it on first use); CudaError without a
+    driver or without a device."""
+    return _driver()
 
 
 @functools.cache
-def _primary_context() -> Any:
+def _driver() -> int:
     try:
         result = cu.cuInit(0)
     except Exception as e:  # the bindings raise (not return) when there is no driver library at all
         raise CudaError(f"the CUDA driver is not available: {e}") from None
     check(result, "cuInit")
-    count = check(cu.cuDeviceGetCount(), "cuDeviceGetCount")
+    count = int(check(cu.cuDeviceGetCount(), "cuDeviceGetCount"))
     if count < 1:
         raise CudaError("no CUDA device found")
-    device = check(cu.cuDeviceGet(DEVICE), "cuDeviceGet")
-    return check(cu.cuDevicePrimaryCtxRetain(device), "cuDevicePrimaryCtxRetain")
+    return count
 
 
-def device_attribute(name: str) -> int:
-    """A CUdevice_attribute of device 0 by its short name, e.g. 'MAX_SHARED_MEMORY_PER_BLOCK_OPTIN'."""
-    context()
+def check_device(device: Any) -> int:
+    """`device` as a device ordinal that exists on this machine; CudaError naming the range if not."""
+    if isinstance(device, bool) or not isinstance(device, int):
+        raise CudaError(f"a device is an int ordinal (0 for the first GPU), not {type(device).__name__}")
+    count = _driver()
+    if not 0 <= device < count:
+        raise CudaError(f"GPU {device} does not exist: this machine has {count} CUDA device"
+                        f"{'s' if count > 1 else ''} (0..{count - 1})")
+    return device
+
+
+def _cu_device(device: int) -> Any:
+    return check(cu.cuDeviceGet(check_device(device)), "cuDeviceGet")
+
+
+def primary_context(device: int = DEFAULT_DEVICE) -> Any:
+    """The primary context of `device`, retained on first use and kept for the process."""
+    return _primary_context(device)
+
+
+@functools.cache
+def _primary_context(device: int) -> Any:
+    return check(cu.cuDevicePrimaryCtxRetain(_cu_device(device)), "cuDevicePrimaryCtxRetain")
+
+
+def context(device: int = DEFAULT_DEVICE) -> Any:
+    """Make `device`'s primary context current on this thread (contexts are per thread) and leave it
+    current; returns the CUcontext. `on_device` restores the previous one instead."""
+    ctx = primary_context(device)
+    check(cu.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+    return ctx
+
+
+@contextlib.contextmanager
+def on_device(device: int = DEFAULT_DEVICE) -> Iterator[Any]:
+    """`with on_device(1): ...` runs the block with device 1's primary context current, then makes the
+    thread's previous context current again (when it was another one), so the CUDA runtime's and
+    torch's current device stay what the caller set."""
+    ctx = primary_context(device)
+    previous = check(cu.cuCtxGetCurrent(), "cuCtxGetCurrent")
+    switch = int(previous) != int(ctx)
+    if switch:
+        check(cu.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+    try:
+        yield ctx
+    finally:
+        if switch:
+            check(cu.cuCtxSetCurrent(previous), "cuCtxSetCurrent")
+
+
+def device_attribute(name: str, device: int = DEFAULT_DEVICE) -> int:
+    """A CUdevice_attribute of `device` by its short name, e.g. 'MAX_SHARED_MEMORY_PER_BLOCK_OPTIN'
+    (needs the driver, not a current context)."""
     attr = getattr(cu.CUdevice_attribute, f"CU_DEVICE_ATTRIBUTE_{name}")
-    device = check(cu.cuDeviceGet(DEVICE), "cuDeviceGet")
-    return int(check(cu.cuDeviceGetAttribute(attr, device), f"cuDeviceGetAttribute({name})"))
+    return int(check(cu.cuDeviceGetAttribute(attr, _cu_device(device)), f"cuDeviceGetAttribute({name})"))
 
 
 def numpy_dtype(dtype: str | np.dtype | type) -> np.dtype:
@@ -81,23 +133,34 @@ def numpy_dtype(dtype: str | np.dtype | type) -> np.dtype:
 
 
 class DeviceArray:
-    """A C-contiguous array in device memory, freed when the object is collected."""
+    """A C-contiguous array in the memory of one device (`.device`, an ordinal), freed when the object
+    is collected. It exports `__cuda_array_interface__` (v3, which has no device field) and
+    `__dlpack_device__` (kDLCUDA, device), which is how tkir's runtime, like other CAI consumers
+    that read it (CuPy arrays export both), learns the device without asking the driver."""
 
-    def __init__(self, shape: Sequence[int], dtype: str | np.dtype | type):
+    def __init__(self, shape: Sequence[int], dtype: str | np.dtype | type, device: int = DEFAULT_DEVICE):
         self.shape = tuple(int(d) for d in shape)
         if any(d < 0 for d in self.shape):
             raise ValueError(f"negative dimension in shape {self.shape}")
+        if isinstance(device, bool) or not isinstance(device, int) or device < 0:
+            raise ValueError(f"device must be a device ordinal (an int >= 0), not {device!r}")
         self.dtype = numpy_dtype(dtype)
+        self.device = device
         self.nbytes = int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
         self.ptr = 0
         if self.nbytes:
-            context()
-            self.ptr = int(check(cu.cuMemAlloc(self.nbytes), f"cuMemAlloc({self.nbytes} bytes)"))
+            with on_device(device):
+                self.ptr = int(check(cu.cuMemAlloc(self.nbytes), f"cuMemAlloc({self.nbytes} bytes on GPU {device})"))
 
     @property
     def __cuda_array_interface__(self) -> dict[str, Any]:
         return {"shape": self.shape, "typestr": self.dtype.str, "descr": [("", self.dtype.str)],
                 "data": (self.ptr, False), "strides": None, "version": CAI_VERSION}
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        """(kDLCUDA, device ordinal), as the DLPack protocol says a device; tkir arrays do not export
+        `__dlpack__` itself (hand them over by CUDA Array Interface)."""
+        return DLPACK_CUDA, self.device
 
     @property
     def size(self) -> int:
@@ -110,36 +173,39 @@ class DeviceArray:
             raise ValueError(f"copy_from: host array is {src.dtype}{list(src.shape)}, "
                              f"device array is {self.dtype}{list(self.shape)}")
         if self.nbytes:
-            check(cu.cuMemcpyHtoD(self.ptr, src.ctypes.data, self.nbytes), "cuMemcpyHtoD")
+            with on_device(self.device):
+                check(cu.cuMemcpyHtoD(self.ptr, src.ctypes.data, self.nbytes), "cuMemcpyHtoD")
         return self
 
     def numpy(self) -> np.ndarray:
-        """A host copy; waits for all work in the context first so a kernel's output is complete."""
+        """A host copy; waits for all work in the device's context first so a kernel's output is complete."""
         out = np.empty(self.shape, self.dtype)
         if self.nbytes:
-            check(cu.cuCtxSynchronize(), "cuCtxSynchronize")
-            check(cu.cuMemcpyDtoH(out.ctypes.data, self.ptr, self.nbytes), "cuMemcpyDtoH")
+            with on_device(self.device):
+                check(cu.cuCtxSynchronize(), "cuCtxSynchronize")
+                check(cu.cuMemcpyDtoH(out.ctypes.data, self.ptr, self.nbytes), "cuMemcpyDtoH")
         return out
 
     def __repr__(self) -> str:
-        return f"DeviceArray(shape={self.shape}, dtype={self.dtype.name}, ptr={self.ptr:#x})"
+        return f"DeviceArray(shape={self.shape}, dtype={self.dtype.name}, device={self.device}, ptr={self.ptr:#x})"
 
     def __del__(self) -> None:
         ptr, self.ptr = getattr(self, "ptr", 0), 0
         if not ptr:
             return
         try:
-            cu.cuMemFree(ptr)
+            with on_device(self.device):
+                cu.cuMemFree(ptr)
         except Exception:  # interpreter shutdown or a dead context: nothing left to free into
             pass
 
 
-def empty(shape: Sequence[int], dtype: str | np.dtype | type) -> DeviceArray:
-    """An uninitialised device array."""
-    return DeviceArray(shape, dtype)
+def empty(shape: Sequence[int], dtype: str | np.dtype | type, device: int = DEFAULT_DEVICE) -> DeviceArray:
+    """An uninitialised array on `device`."""
+    return DeviceArray(shape, dtype, device)
 
 
-def to_device(host: np.ndarray) -> DeviceArray:
-    """A device copy of a numpy array (made C-contiguous)."""
+def to_device(host: np.ndarray, device: int = DEFAULT_DEVICE) -> DeviceArray:
+    """A copy of a numpy array (made C-contiguous) on `device`."""
     src = np.ascontiguousarray(host)
-    return DeviceArray(src.shape, src.dtype).copy_from(src)
+    return DeviceArray(src.shape, src.dtype, device).copy_from(src)

@@ -14,6 +14,7 @@ backend computes for cp.async and ldmatrix are checked against the layout passes
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 import numpy as np
@@ -273,9 +274,146 @@ def numeric_slots(layout: RegisterLayout, shape: tuple[int, ...]) -> list[tuple[
     return out
 
 
+class LazyValues(Sequence):
+    """A fragment's values computed on first access, at the point of the access (then kept): a
+    tk.outer product read only by the next op, a wgmma, is multiplied k-step by k-step right before
+    the wgmma that reads it, so only a slice of it is ever live (backend/rules_wgmma.py slices the issue)."""
+
+    def __init__(self, n: int, make: Callable[[int], str]):
+        self._vals: list[str | None] = [None] * n
+        self._make = make
+
+    def __len__(self) -> int:
+        return len(self._vals)
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        if self._vals[i] is None:
+            self._vals[i] = self._make(i)
+        return self._vals[i]
+
+
 def pack_a_fragment(w, values: list[str], mblocks: int, ksteps: int, dtype: str = "bf16") -> list[list[list[str]]]:
     """A 16-bit A fragment (wgmma_a, HOPPER.md §1.6, or mma_a, §6.3 - the same order) as 4 x b32 per
-    m block and k16 step: slots 8 kk + 2j, 2j + 1 of a block are register j's low and high halves."""
+    m block and k16 step: slots 8 kk + 2j, 2j + 1 of a block are register j's low and high halves.
+    Values computed where they are read (a `lazy` sequence: a tk.outer product) give a grid whose
+    entries are packed at first access, so an mma.sync loop multiplies each step right before it."""
+    if isinstance(values, LazyValues):
+        return _LazySteps(w, values, mblocks, ksteps, dtype)  # type: ignore[return-value]
+    return [[a_fragment_step(w, values, mblocks, mb, kk, dtype) for kk in range(ksteps)] for mb in range(mblocks)]
+
+
+class _LazySteps:
+    """pack_a_fragment's [mb][kk] grid of a lazy fragment: each entry packed on first access."""
+
+    def __init__(self, w, values, mblocks: int, ksteps: int, dtype: str):
+        self.w, self.values, self.mblocks, self.ksteps, self.dtype = w, values, mblocks, ksteps, dtype
+        self.done: dict[tuple[int, int], list[str]] = {}
+
+    def __len__(self) -> int:
+        return self.mblocks
+
+    def __getitem__(self, mb: int) -> _LazyRow:
+        if not 0 <= mb < self.mblocks:
+            raise IndexError(mb)
+        return _LazyRow(self, mb)
+
+
+class _LazyRow:
+    def __init__(self, grid: _LazySteps, mb: int):
+        self.grid, self.mb = grid, mb
+
+    def __len__(self) -> int:
+        return self.grid.ksteps
+
+    def __getitem__(self, kk: int) -> list[str]:
+        g = self.grid
+        if not 0 <= kk < g.ksteps:
+            raise IndexError(kk)
+        if (self.mb, kk) not in g.done:
+            g.done[self.mb, kk] = a_fragment_step(g.w, g.values, g.mblocks, self.mb, kk, g.dtype)
+        return g.done[self.mb, kk]
+
+
+def a_fragment_step(w, values: list[str], mblocks: int, mb: int, kk: int, dtype: str = "bf16") -> list[str]:
+    """The 4 b32 registers of m block `mb`, k16 step `kk` of a 16-bit A fragment (pack_a_fragment's
+    entry [mb][kk]); reads only those 8 slots of `values` (a lazy fragment computes just them)."""
     per_block = len(values) // mblocks
-    return [[[w.pack_pair(values[mb * per_block + 8 * kk + 2 * j], values[mb * per_block + 8 * kk + 2 * j + 1], dtype)
-              for j in range(4)] for kk in range(ksteps)] for mb in range(mblocks)]
+    return [w.pack_pair(values[mb * per_block + 8 * kk + 2 * j], values[mb * per_block + 8 * kk + 2 * j + 1], dtype)
+            for j in range(4)]
+
+
+# ---------------------------------------------------------------------------------------------
+# Gathering elements of a distributed tile: in the thread, from a lane of the warp, or neither
+
+
+# lane & mask keeps these lane bits: the quad (g, 28), the quad column (q, 3), nothing (a broadcast),
+# the lane itself; the rest after them
+LANE_MASKS = (0b11100, 0b00011, 0, 31) + tuple(m for m in range(32) if m not in (31, 0b11100, 0b00011, 0))
+
+
+def gather_plan(layout: RegisterLayout, shape: tuple[int, int], needed: list[tuple[np.ndarray, np.ndarray]],
+                threads: int) -> list[tuple | None]:
+    """Where each thread finds the tile elements it needs, one entry per `needed` (row, col) pair of
+    arrays over `threads` threads (a layout of fewer threads is repeated over the others, as the
+    backend's LoweringContext.coords does). With w the thread's warp:
+
+    * ("local", ks): every thread of warp w holds its element in its own slot ks[w];
+    * ("shuffle", mask, ks, cs): every thread of warp w reads slot ks[w] of lane (lane & mask) | cs[w]
+      of its warp (one shfl.sync.idx; cs[w] has no bit of mask);
+    * None: some thread's element is held by no lane of its warp in one slot by that formula (the
+      caller goes through shared memory).
+
+    Evaluated with numpy at compile time, for tk.outer's factors (ThunderKittens' mul_slice_row /
+    mul_slice_col are the two shuffle patterns it finds for the quad-column layouts)."""
+    rows, cols = shape
+    lay_threads = layout.threads
+    held = np.full((lay_threads, rows * cols), -1, dtype=np.int64)  # element -> slot, per thread
+    slots = numeric_slots(layout, shape)
+    elem_of = np.full((len(slots), lay_threads), -1, dtype=np.int64)  # slot k of thread t holds element
+    for k, (r, c) in enumerate(slots):
+        ok = (r >= 0) & (c >= 0)
+        e = np.where(ok, r * cols + c, -1)
+        elem_of[k] = e
+        tt = np.nonzero(ok)[0]
+        first = held[tt, e[ok]] < 0
+        held[tt[first], e[ok][first]] = k
+    cache: dict[bytes, tuple | None] = {}
+    out: list[tuple | None] = []
+    for r, c in needed:
+        e = np.broadcast_to(np.asarray(r) * cols + np.asarray(c), (threads,)).astype(np.int64)
+        key = e.tobytes()
+        if key not in cache:
+            cache[key] = _find_source(e, held, elem_of, lay_threads)
+        out.append(cache[key])
+    return out
+
+
+def _find_source(e: np.ndarray, held: np.ndarray, elem_of: np.ndarray, lay_threads: int) -> tuple | None:
+    threads = e.shape[0]
+    nwarps = -(-threads // WARP)
+    own = held[np.arange(threads) % lay_threads, e]
+    if (own >= 0).all():
+        ks = [int(own[w * WARP]) for w in range(nwarps)]
+        if all((own[w * WARP:(w + 1) * WARP] == ks[w]).all() for w in range(nwarps)):
+            return ("local", tuple(ks))
+    lane = np.arange(WARP)
+    base = np.arange(WARP)
+    for mask in LANE_MASKS:
+        free = (base & mask) == 0  # lane bases with no bit of the mask
+        src_lanes = (lane[None, :] & mask) | base[:, None]  # (base, lane) -> source lane
+        ks, cs = [], []
+        for w in range(nwarps):
+            ew = e[w * WARP:(w + 1) * WARP]
+            n = len(ew)
+            src = (w * WARP + src_lanes[:, :n]) % lay_threads  # the layout thread of each source lane
+            ok = (elem_of[:, src] == ew[None, None, :]).all(axis=2) & free[None, :]  # (slot, base)
+            hit = np.argwhere(ok)
+            if not len(hit):
+                break
+            ks.append(int(hit[0][0]))
+            cs.append(int(hit[0][1]))
+        else:
+            return ("shuffle", mask, tuple(ks), tuple(cs))
+    return None

@@ -408,6 +408,18 @@ def _scratch_tile(cx: LoweringContext, t: TileType | VectorType) -> Smem:
     return Smem(cx.scratch(nbytes), st)
 
 
+def load_element(cx: LoweringContext, smem: Smem, coord: tuple) -> str:
+    """One element of a shared tile at logical (row, col) (ints or i32 values), in its dtype."""
+    w = cx.w
+    t = smem.type
+    eb = dtype_bytes(t.dtype)
+    addr = w.op(f"add i32 {smem.addr}, {_offset(_physical(t), eb, coord, BitLLVMBuilder(w))}", "sa")
+    width = "b16" if eb == 2 else "b32"
+    out = "=h" if eb == 2 else "=r"
+    bits = w.asm(f"i{8 * eb}", [f"ld.shared.{width} $0, [$1];"], [out, "r"], [("i32", addr)], "le")
+    return _unbits(w, bits, t.dtype)
+
+
 def relayout(cx: LoweringContext, x: Frag, rt: TileType | VectorType, trans: bool = False) -> Frag:
     """x's values in the layout of `rt` (transposed when asked), through the scratch area."""
     if dtype_bytes(x.type.dtype) not in (2, WORD):

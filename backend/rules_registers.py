@@ -16,11 +16,12 @@ against tkir.layout's tables in tests), so every rule is written once for all la
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tkir.backend.fragments import numeric_slots, row_groups, tile_shape
+from tkir.backend.fragments import LazyValues, gather_plan, numeric_slots, row_groups, tile_shape
 from tkir.backend.llvm_text import f32_literal
 from tkir.backend.rules import rule
 from tkir.backend.values import LLVM_TYPE, Frag, Global, LoweringError, register_layout
@@ -318,6 +319,180 @@ def _op_tk_mask_causal(cx: LoweringContext, op: Operation) -> None:
         masked = w.op(f"icmp sgt i32 {cr}, {w.op(f'sub i32 0, {delta}', 'nd')}", "msk")
         out.append(w.op(f"select i1 {masked}, {ety} {fill}, {ety} {v}", "mk"))
     cx.set(op.result, Frag(op.result.type, out))
+
+# --- outer products --------------------------------------------------------------------------
+
+
+@rule("tk.outer")
+def outer_product(cx: LoweringContext, op: Operation) -> None:
+    """r[i, p Cb + q] = a[i, p] b[i, q] (axis = row) or r[p Rb + q, j] = a[p, j] b[q, j] (axis = col),
+    slot by slot of r's layout. Each factor comes from the thread's own slot, from a lane of its warp
+    (shfl.sync.idx; 16-bit factors as packed pairs, one shuffle per pair; each distinct shuffle
+    once), or, where backend.fragments.gather_plan finds neither, from a copy of the operand in the
+    scratch area. The product is exact in f32 (16-bit factors) and rounded once to r's dtype, as the
+    interpreter computes it."""
+    a, b = (cx.get(v) for v in op.operands)
+    assert isinstance(a, Frag) and isinstance(b, Frag)
+    rt = op.result.type
+    row = str(op.attrs["axis"]) == "row"
+    threads = max(cx.role_threads(), register_layout(rt).threads)
+    slots = numeric_slots(register_layout(rt), tile_shape(rt))
+    tid = np.arange(threads)
+    res = [tuple(np.asarray(x)[tid % x.shape[0]] for x in s) for s in slots]
+    tb = b.type
+    if row:
+        need_a = [(r, c // tb.cols) for r, c in res]
+        need_b = [(r, c % tb.cols) for r, c in res]
+    else:
+        need_a = [(r // tb.rows, c) for r, c in res]
+        need_b = [(r % tb.rows, c) for r, c in res]
+    va = _gather(cx, a, need_a, threads, op, row, a_side=True)
+    vb = _gather(cx, b, need_b, threads, op, row, a_side=False)
+
+    def product(i: int) -> str:
+        x, y = va[i], vb[i]
+        return from_f32(cx, combine(cx, "mul", to_f32(cx, x, rt.dtype), to_f32(cx, y, rt.dtype)), rt.dtype)
+
+    if _feeds_next_mma(op):  # multiplied where the mma reads them (rules_wgmma: slice by slice)
+        cx.set(op.result, Frag(rt, LazyValues(len(res), product)))
+        return
+    cx.set(op.result, Frag(rt, [product(i) for i in range(len(res))]))
+
+
+def _feeds_next_mma(op: Operation) -> bool:
+    """op's result is read once, as the register A operand of the next tk.mma of its block, with
+    only constants (tk.fill, arith.const: the mma's zero accumulator) between: its values may be
+    emitted inside that mma's lowering (same basic block, nothing reads them before)."""
+    blk = op.parent
+    if blk is None:
+        return False
+    i = blk.ops.index(op) + 1
+    while i < len(blk.ops) and blk.ops[i].name in CONSTANT_OPS:
+        i += 1
+    nxt = blk.ops[i] if i < len(blk.ops) else None
+    if nxt is None or nxt.name != "tk.mma" or nxt.operands[0] is not op.result:
+        return False
+    return sum(v is op.result for u in blk.ops for x in u.walk() for v in x.operands) == 1
+
+
+CONSTANT_OPS = ("tk.fill", "arith.const")
+
+
+def _gather(cx: LoweringContext, x: Frag, needed: list, threads: int, op: Operation, row: bool,
+            a_side: bool) -> Sequence[str]:
+    """The values of `x` at the `needed` (row, col) arrays of each result slot, for this thread: a
+    lazy sequence, so a shuffle is emitted where its first reader is (in a sliced wgmma, with the
+    slice that needs it); each distinct shuffle once."""
+    plan = gather_plan(x.layout, tile_shape(x.type), needed, threads)
+    if any(p is None for p in plan):
+        return _gather_through_shared(cx, x, op, row, a_side)
+    w = cx.w
+    tid = cx.thread_index()
+    lane = w.op(f"and i32 {tid}, 31", "lane")
+    warp = w.op(f"lshr i32 {tid}, 5", "warp")
+    shuffled: dict[tuple, str] = {}
+    packed = dtype_bytes(x.type.dtype) == 2
+
+    def by_warp(choices: tuple, make, linear: bool = False) -> str:
+        """The warp's entry of `choices` (one per warp): make(c) when all agree, c0 + d * warp for
+        `linear` integers in arithmetic progression, else a select chain."""
+        d = choices[1] - choices[0] if linear and len(choices) > 1 else 0
+        if d and all(c == choices[0] + d * i for i, c in enumerate(choices)):  # a lane base linear in the warp
+            return w.op(f"add i32 {w.op(f'mul i32 {warp}, {d}', 'sw')}, {choices[0]}", "sb")
+        made = {c: make(c) for c in dict.fromkeys(choices)}
+        vals = [made[c] for c in choices]
+        out = vals[-1]
+        for wi in range(len(vals) - 2, -1, -1):
+            if vals[wi] != out:
+                out = w.op(f"select i1 {w.op(f'icmp eq i32 {warp}, {wi}', 'isw')}, i32 {vals[wi]}, i32 {out}", "bw")
+        return out
+
+    def pairs(ks: tuple) -> bool:
+        """Move the 32-bit register holding the slot pair k & ~1, k | 1 (16-bit values whose half is
+        the same in every warp), rather than the value alone."""
+        return packed and len({k & 1 for k in ks}) == 1 and (max(ks) | 1) < len(x.values)
+
+    def word(k: int, pair: bool) -> str:
+        if pair:
+            return _pack16(cx, x.values[k & ~1], x.values[k | 1], x.type.dtype)
+        if x.type.dtype in INT_DTYPES:
+            return x.values[k]
+        return w.op(f"bitcast float {to_f32(cx, x.values[k], x.type.dtype)} to i32", "bw")
+
+    def unword(got: str, half: int, pair: bool) -> str:
+        if pair:
+            return _unpack16(cx, got, x.type.dtype)[half]
+        if x.type.dtype in INT_DTYPES:
+            return got
+        return from_f32(cx, w.op(f"bitcast i32 {got} to float", "fb"), x.type.dtype)
+
+    def get(i: int) -> str:
+        p = plan[i]
+        if p[0] == "local":
+            ks = p[1]
+            if len(set(ks)) == 1:
+                return x.values[ks[0]]
+            pair = pairs(ks)
+            return unword(by_warp(ks, lambda k: word(k, pair)), ks[0] & 1, pair)
+        _, mask, ks, cs = p
+        pair = pairs(ks)
+        key = (tuple(k & ~1 for k in ks) if pair else ks, pair, mask, cs)
+        if key not in shuffled:
+            src = w.op(f"and i32 {lane}, {mask}", "sl") if mask else "0"
+            src = w.op(f"or i32 {src}, {by_warp(cs, str, linear=True)}", "sl")
+            shuffled[key] = _shfl_idx(cx, by_warp(ks, lambda k: word(k, pair)), src)
+        return unword(shuffled[key], ks[0] & 1, pair)
+
+    return LazyValues(len(plan), get)
+
+
+def _shfl_idx(cx: LoweringContext, word: str, src_lane: str) -> str:
+    return cx.w.call("i32", "llvm.nvvm.shfl.sync.idx.i32", [("i32", "-1"), ("i32", word), ("i32", src_lane),
+                                                             ("i32", "31")], hint="sh")
+
+
+def _pack16(cx: LoweringContext, lo: str, hi: str, dtype: str) -> str:
+    ety = LLVM_TYPE[dtype]
+    v = cx.w.op(f"insertelement <2 x {ety}> poison, {ety} {lo}, i32 0", "pk")
+    v = cx.w.op(f"insertelement <2 x {ety}> {v}, {ety} {hi}, i32 1", "pk")
+    return cx.w.op(f"bitcast <2 x {ety}> {v} to i32", "pw")
+
+
+def _unpack16(cx: LoweringContext, word: str, dtype: str) -> tuple[str, str]:
+    ety = LLVM_TYPE[dtype]
+    v = cx.w.op(f"bitcast i32 {word} to <2 x {ety}>", "up")
+    return (cx.w.op(f"extractelement <2 x {ety}> {v}, i32 0", "e"),
+            cx.w.op(f"extractelement <2 x {ety}> {v}, i32 1", "e"))
+
+
+def _gather_through_shared(cx: LoweringContext, x: Frag, op: Operation, row: bool, a_side: bool) -> list[str]:
+    """The operand goes to the scratch area as it is; every thread then reads the factor of each of
+    its result slots (a layout gather_plan cannot pair with the result's: correct, not fast)."""
+    from tkir.backend.rules_memory import _scratch_tile, load_element, store_to_shared, sync
+
+    buf = _scratch_tile(cx, x.type)
+    sync(cx)  # earlier users of the scratch area are done
+    store_to_shared(cx, buf, x)
+    sync(cx)
+    tb = op.operands[1].type
+    vals = []
+    for r, c in cx.coords(op.result.type):
+        if row:
+            coord = (r, _idiv(cx, c, tb.cols) if a_side else _irem(cx, c, tb.cols))
+        else:
+            coord = (_idiv(cx, r, tb.rows) if a_side else _irem(cx, r, tb.rows), c)
+        vals.append(load_element(cx, buf, coord))
+    sync(cx)  # the scratch area may be reused right after
+    return vals
+
+
+def _idiv(cx: LoweringContext, v: object, n: int) -> object:
+    return v // n if isinstance(v, int) else cx.w.op(f"udiv i32 {v}, {n}", "qd")
+
+
+def _irem(cx: LoweringContext, v: object, n: int) -> object:
+    return v % n if isinstance(v, int) else cx.w.op(f"urem i32 {v}, {n}", "qr")
+
 
 # --- reductions ------------------------------------------------------------------------------
 

@@ -11,12 +11,20 @@ Rules of backend.rules' table, each for the operand forms its condition names:
   `cp.async.wait_group 0`, on sm_90a `fence.proxy.async.shared::cta` (wgmma reads shared memory
   through the async proxy, HOPPER.md §8.1) and `bar.sync 0`. The IR has no barriers of its own, so
   inside a loop a `bar.sync 0` also precedes the run: every thread has finished reading the tiles the
-  previous iteration loaded (load, wait, sync, compute, sync).
-* `tk.mma` on sm_80, per warp (HOPPER.md §6): for each k16 step, the A fragment of each of the
-  warp's m16 blocks (`ldmatrix.x4` of a K-major shared tile, or bf16 pairs of an `mma_a` register
-  tile), then per pair of n8 blocks one `ldmatrix.x4.trans` (B stored K x N) or `ldmatrix.x4`
-  (B stored N x K, `trans_b`) and `mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32` into the
-  `mma_c` accumulator slots (`.x2` for a last odd n8 block).
+  previous iteration loaded (load, wait, sync, compute, sync). A loop pipeline-cp-async rewrote has
+  no such loads any more, but:
+* `pipe.async_copy` (the same copy of one tile into a ring-buffer stage, predicated on its i1
+  operand, its rounds' addresses derived from round 0's when the threads cover whole rows per
+  round), `pipe.async_commit` (`cp.async.commit_group`) and `pipe.async_wait` (`cp.async.wait_group
+  N` + `bar.sync 0`). Copies and commits followed, past scalar arithmetic, stage views and fills,
+  by a `tk.mma` are handed to that mma (`cx.deferred_copies`), which issues them between its
+  mma.syncs.
+* `tk.mma` on sm_80, per warp (HOPPER.md §6), in units of one k16 step x one pair of n8 blocks: the A
+  fragment of each of the warp's m16 blocks (`ldmatrix.x4` of a K-major shared tile, or bf16 pairs of
+  an `mma_a` register tile) with the first unit of its k16 step, one `ldmatrix.x4.trans` (B stored
+  K x N) or `ldmatrix.x4` (B stored N x K, `trans_b`) per unit (`.x2` for a last odd n8 block), and
+  `mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32` into the `mma_c` accumulator slots. The
+  fragments of unit i + ahead are loaded before the mma.syncs of unit i (`_fragments_ahead`).
 * `tk.store` of an `mma_c` tile: bf16 pairs (slots 2j, 2j+1 are adjacent columns of one row) as
   predicated 32-bit stores; rows and columns past the tensor's edge are skipped.
 
@@ -28,10 +36,13 @@ shared_offset for every thread with numpy; anything else gets its own full compu
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from tkir.backend.context import tile_stage_bytes
 from tkir.backend.fragments import (
     MMA_K,
     MMA_M,
@@ -47,6 +58,7 @@ from tkir.backend.rules import rule
 from tkir.backend.rules_memory import sync
 from tkir.backend.values import LLVM_TYPE, Frag, Global, LoweringError, Smem
 from tkir.ir import Operation, parent_op
+from tkir.target import MAX_REGS_PER_THREAD
 from tkir.types import GlobalType, TileType, dtype_bytes
 
 if TYPE_CHECKING:
@@ -58,6 +70,19 @@ LDMATRIX_ROW_BYTES = 16   # one 8 x 8 b16 matrix row
 MMA_DTYPES = ("bf16", "f16")  # mma.m16n8k16.row.col.{bf16, f16} with f32 accumulators (HOPPER.md §8.1)
 
 B_PAIR_REGS = ((0, 1), (2, 3))  # ldmatrix.x4 registers holding the two n8 blocks' B fragments
+MMA_A_WORDS = 4           # b32 registers of one m16 x k16 A fragment (HOPPER.md §6.3)
+B_UNIT_WORDS = 4          # b32 registers of the B fragments of one k16 step x two n8 blocks (one ldmatrix.x4)
+# Fragments are loaded this many units (k16 step x two n8 blocks) ahead of their mma.sync. Measured
+# on the H200 (gemm 4096^3, BM=256 BN=128 BK=64, STAGES=2/3/4, TFLOP/s): 0 units 360/354/358, 1 unit
+# 361/360/362, 2 units 355/349/356, 4 units 352/336/349, a whole k16 step (8 units) 293/331/299
+# (255 registers, spills at STAGES=4): ptxas hoists loads itself once the order allows it, and every
+# fragment loaded further ahead is a register the 2 warps per scheduler need for their own latency.
+# Attention (BQ=64, D=128): 284/291/293/283/288 at 0/1/2/4/8 (noise). docs/experiments.md.
+FRAG_AHEAD_UNITS = 1
+# Registers kept free of prefetched fragments beyond the occupancy plan's budget: the plan counts
+# live tiles, scalars and a fixed overhead, not the shared addresses of the ldmatrix instances and
+# ptxas's temporaries.
+FRAG_SLACK_REGS = 24
 
 # --- which (row, byte column) of a shared tile each thread addresses ------------------------------
 # Builder expressions of the thread index `tid` (backend.fragments.Builder): the rules emit them as
@@ -144,6 +169,145 @@ def _op_tk_load(cx: LoweringContext, op: Operation) -> None:
         if cx.target == "sm_90a":
             w.asm("void", ["fence.proxy.async.shared::cta;"], [], [])  # wgmma reads via the async proxy
         _barrier(cx)
+
+
+@rule("pipe.async_copy")
+def _op_pipe_async_copy(cx: LoweringContext, op: Operation) -> None:
+    """cp.async of a tile into stage s of a ring buffer if the condition holds (pipeline-cp-async):
+    `tk.load`'s copy without its commit, wait and barriers, which the pass wrote as ops of their own.
+    When the next op that does more than scalar arithmetic, stage views and fills is a tk.mma, the copy
+    is handed to it (`cx.deferred_copies`): the mma.sync rule issues it between its mma.sync units,
+    so the address arithmetic runs while the tensor cores work instead of before them (CUTLASS
+    MmaMultistage spreads its copies over the warp's k-iterations the same way). Deferring a copy is
+    always allowed: nothing may read its stage before a wait, and no wait lies between."""
+    steps = _async_copy_steps(cx, op)
+    if _next_mma_takes_copies(cx, op):
+        cx.deferred_copies.append(steps)
+    else:
+        for _ in steps:
+            pass
+
+
+@rule("pipe.async_commit")
+def _op_pipe_async_commit(cx: LoweringContext, op: Operation) -> None:
+    """cp.async.commit_group; after the copies it closes when they were handed to the next mma."""
+    def commit() -> Iterator[None]:
+        cx.w.asm("void", ["cp.async.commit_group;"], [], [])
+        yield
+
+    if cx.deferred_copies:
+        cx.deferred_copies.append(commit())
+    else:
+        for _ in commit():
+            pass
+
+
+DEFER_THROUGH = ("pipe.async_copy", "pipe.async_commit", "pipe.stage", "tk.fill")  # ops copies may move past
+
+
+def _next_mma_takes_copies(cx: LoweringContext, op: Operation) -> bool:
+    """Whether the next tk.mma of op's block (on sm_80) issues op's copies: only scalar arithmetic,
+    stage views, fills and further copies and commits lie between."""
+    blk = op.parent
+    if cx.target != "sm_80" or blk is None:
+        return False
+    for nxt in blk.ops[blk.ops.index(op) + 1:]:
+        if nxt.name == "tk.mma":
+            return True
+        if nxt.name not in DEFER_THROUGH and not nxt.name.startswith("arith."):
+            return False
+    return False
+
+
+def _async_copy_steps(cx: LoweringContext, op: Operation) -> Iterator[None]:
+    """The code of one `pipe.async_copy`, emitted one cp.async at a time (a generator: the mma.sync rule
+    advances it between its units)."""
+    cond = cx.w.op(f"zext i1 {cx.scalar(op.operands[0])} to i32", "cp_on")
+    buf = cx.get(op.operands[1])
+    assert isinstance(buf, Smem)
+    off = cx.w.op(f"mul i32 {cx.scalar(op.operands[2])}, {tile_stage_bytes(buf.type)}", "soff")
+    stage = Smem(cx.w.op(f"add i32 {buf.addr}, {off}", "stage"), buf.type.with_attr("stages", None))
+    src = cx.get(op.operands[3])
+    assert isinstance(src, Global)
+    yield from _cp_async_rows(cx, op, stage, src, [cx.scalar(v) for v in op.operands[4:]], cond)
+
+
+@rule("pipe.async_wait")
+def _op_pipe_async_wait(cx: LoweringContext, op: Operation) -> None:
+    """cp.async.wait_group N (this thread's copies of every older group have landed), then the block
+    barrier that makes every thread's copies visible to all and frees the stages read before it."""
+    if cx.deferred_copies:  # handed to an mma that never took them (an internal error)
+        raise LoweringError(op.loc, "backend: cp.async copies handed to a tk.mma were never issued")
+    cx.w.asm("void", [f"cp.async.wait_group {int(op.attrs['pending'])};"], [], [])
+    if cx.target == "sm_90a":
+        cx.w.asm("void", ["fence.proxy.async.shared::cta;"], [], [])  # wgmma reads via the async proxy
+    _barrier(cx)
+
+
+def _cp_async_rows(cx: LoweringContext, op: Operation, dst: Smem, src: Global, coords: list[str],
+                   cond: str) -> Iterator[None]:
+    """A tile copy whose rounds differ by whole rows (the block's threads cover a whole number of tile
+    rows per round, checked for every thread with numpy): round 0's global index and edge tests are
+    computed once, round k adds k rows to them, so a round costs an add, a compare and two selects
+    instead of `_cp_async_tile`'s full index and edge arithmetic (the copies of a pipelined loop run
+    every iteration, beside the mma.sync). Each copy is predicated on `cond` (an i32, 0 or 1); it
+    yields after each cp.async. Other tiles take `_cp_async_tile`, under a branch on `cond`."""
+    t = dst.type
+    assert isinstance(t, TileType)
+    eb = dtype_bytes(t.dtype)
+    if (t.cols * eb) % CP_ASYNC_BYTES or src.type.dtype != t.dtype:
+        _cp_async_tile(cx, op, dst, src, coords)  # which raises the located error
+    cpr = t.cols * eb // CP_ASYNC_BYTES
+    total, threads = t.rows * cpr, cx.role_threads()
+    steps = -(-total // threads)
+    tids = np.arange(threads)
+    nb = NumpyBuilder()
+    r0n, c0n = (np.broadcast_to(x, tids.shape) for x in cp_async_position(nb, tids, threads, cpr, 0))
+    drows: list[int] = []
+    for k in range(steps):
+        rk, ck = (np.broadcast_to(x, tids.shape) for x in cp_async_position(nb, tids, threads, cpr, k))
+        live = tids + k * threads < total
+        if not (ck[live] == c0n[live]).all() or len(set((rk - r0n)[live].tolist())) != 1:
+            on = cx.w.op(f"icmp ne i32 {cond}, 0", "cp_on")
+            cx.if_then(on, lambda: _cp_async_tile(cx, op, dst, src, coords))
+            yield
+            return
+        drows.append(int((rk - r0n)[live][0]))
+    w = cx.w
+
+    def pos(b, tid, k):
+        return cp_async_position(b, tid, threads, cpr, k)
+
+    addrs = cx.shared_addresses(dst, pos, list(range(steps)))
+    plane, nrows, ncols = _plane(cx, src.ptr, src.type, coords)
+    r_tile, c_tile = coords[-2:]
+    lb = LLVMBuilder(w)
+    r, c = pos(lb, cx.thread_index(), 0)
+    row = w.op(f"add i32 {w.op(f'mul i32 {r_tile}, {t.rows}', 'r0')}, {r}", "row")
+    col = w.op(f"add i32 {w.op(f'mul i32 {c_tile}, {t.cols}', 'c0')}, {lb.div(c, eb)}", "col")
+    left = w.op(f"mul i32 {w.op(f'sub i32 {ncols}, {col}', 'left')}, {eb}", "left")  # bytes left in the row
+    n = w.call("i32", "llvm.smin.i32", [("i32", left), ("i32", str(CP_ASYNC_BYTES))], hint="n")
+    n = w.call("i32", "llvm.smax.i32", [("i32", n), ("i32", "0")], hint="n")
+    ncols64 = w.op(f"sext i32 {ncols} to i64", "ld")
+    idx0 = w.op(f"mul i64 {w.op(f'sext i32 {row} to i64', 'row64')}, {ncols64}", "idx")
+    idx0 = w.op(f"add i64 {idx0}, {w.op(f'sext i32 {col} to i64', 'col64')}", "idx")
+    for k, (saddr, dr) in enumerate(zip(addrs, drows, strict=True)):
+        row_k = w.op(f"add i32 {row}, {dr}", "row") if dr else row
+        rok = w.op(f"icmp slt i32 {row_k}, {nrows}", "rok")
+        nk = w.op(f"select i1 {rok}, i32 {n}, i32 0", "srcsz")
+        # at src-size 0 nothing is read, so the address of a chunk past the edge is never used (CUTLASS's
+        # cp_async_zfill passes such addresses too)
+        idx = w.op(f"add i64 {idx0}, {w.op(f'mul i64 {ncols64}, {dr}', 'drow')}", "idx") if dr else idx0
+        g = w.op(f"getelementptr i8, ptr addrspace(1) {plane}, i64 {w.op(f'mul i64 {idx}, {eb}', 'ib')}", "g")
+        on = cond
+        if steps * threads > total and k == steps - 1:  # the last round: some threads have no chunk
+            e = lb.add(cx.thread_index(), k * threads)
+            have = w.op(f"zext i1 {w.op(f'icmp ult i32 {e}, {total}', 'have')} to i32", "have")
+            on = w.op(f"and i32 {cond}, {have}", "cp_on")
+        w.asm("void", ["{", ".reg .pred p;", "setp.ne.b32 p, $3, 0;",
+                       "@p cp.async.cg.shared.global [$0], [$1], 16, $2;", "}"],
+              ["r", "l", "r", "r"], [("i32", saddr), ("ptr addrspace(1)", g), ("i32", nk), ("i32", on)])
+        yield
 
 
 def _cp_async_tile(cx: LoweringContext, op: Operation, dst: Smem, src: Global, coords: list[str]) -> None:
@@ -244,34 +408,96 @@ def _op_tk_mma(cx: LoweringContext, op: Operation) -> None:
     mblocks, ksteps, nblocks = slab // MMA_M, K // MMA_K, N // MMA_N
     if slab % MMA_M or K % MMA_K or N % MMA_N:
         raise LoweringError(op.loc, f"backend: {tc} over {warps} warps is not made of m16n8k16 blocks")
-    if isinstance(a, Smem):
-        a_words = _ldmatrix_a(cx, a, slab, mblocks, ksteps, trans_a)
-    else:
-        a_words = _pack_mma_a(cx, a, mblocks, ksteps)
+    units = [(kk, n0) for kk in range(ksteps) for n0 in range(0, N, 2 * MMA_N)]
+    a_frags = _a_fragments(cx, a, slab, mblocks, ksteps, trans_a)
+    b_frags = _b_fragments(cx, b, trans_b, ksteps, nblocks, tb.dtype, units)
+    per_k = len(units) // ksteps
+    ahead = _fragments_ahead(cx, op, per_k, mblocks, isinstance(a, Smem))
     vals = list(c.values)
     per_block = N // 2
-    if isinstance(b, Frag):  # mma_b slots (kb, nb, i): b0b1 and b2b3 of each n8 block (HOPPER.md §6.3)
-        for kk in range(ksteps):
-            for nb in range(nblocks):
-                s0 = (kk * nblocks + nb) * 4
-                words = [cx.w.pack_pair(b.values[s0 + j], b.values[s0 + j + 1], tb.dtype) for j in (0, 2)]
-                for mb in range(mblocks):
-                    lo = mb * per_block + 4 * nb
-                    vals[lo:lo + 4] = _mma_sync(cx, a_words[mb][kk], words, vals[lo:lo + 4], ta.dtype)
-        cx.set(op.result, Frag(tc, vals))
-        return
-    eb = dtype_bytes(tb.dtype)
-    pairs = [(kk, n0) for kk in range(ksteps) for n0 in range(0, N, 2 * MMA_N)]
-    b_addrs = cx.shared_addresses(b, lambda bd, tid, i: ldmatrix_b_position(bd, tid, trans_b, eb, *i), pairs)
-    for (kk, n0), addr in zip(pairs, b_addrs, strict=True):
-        # B fragments are loaded right before the mma.sync that use them: few live registers
-        blocks = [n0 // MMA_N + j for j in range(2) if n0 // MMA_N + j < nblocks]
-        regs = _ldmatrix(cx, addr, 2 * len(blocks), trans=not trans_b)
-        for nb, (r0, r1) in zip(blocks, B_PAIR_REGS, strict=False):
+    loaded: dict[int, tuple[list[list[str]] | None, list[tuple[int, list[str]]]]] = {}
+
+    def fetch(i: int) -> None:
+        kk, n0 = units[i]
+        loaded[i] = (a_frags(kk) if n0 == 0 else None, b_frags(i))
+
+    copies = itertools.chain.from_iterable(cx.deferred_copies)  # handed over by pipe.async_copy
+    cx.deferred_copies = []
+    for i in range(min(ahead, len(units))):
+        fetch(i)
+    a_now: list[list[str]] = []
+    for i in range(len(units)):
+        if i + ahead < len(units):
+            fetch(i + ahead)  # the fragments `ahead` units on are loaded before this unit's mma.sync
+        a_next, b_pairs = loaded.pop(i)
+        a_now = a_next if a_next is not None else a_now
+        for nb, words in b_pairs:
             for mb in range(mblocks):
                 lo = mb * per_block + 4 * nb
-                vals[lo:lo + 4] = _mma_sync(cx, a_words[mb][kk], [regs[r0], regs[r1]], vals[lo:lo + 4], ta.dtype)
+                vals[lo:lo + 4] = _mma_sync(cx, a_now[mb], words, vals[lo:lo + 4], ta.dtype)
+        next(copies, None)  # one cp.async after each unit's mma.sync
+    for _ in copies:
+        pass
     cx.set(op.result, Frag(tc, vals))
+
+
+def _fragments_ahead(cx: LoweringContext, op: Operation, per_k: int, mblocks: int, a_shared: bool) -> int:
+    """How many units (one k16 step x one pair of n8 blocks: one ldmatrix.x4 of B) ahead of their mma.sync
+    the fragments are loaded: the mma's `frag_ahead` (pipeline-cp-async{fragments_ahead=n}), else
+    FRAG_AHEAD_UNITS; at most a whole k16 step, and at most what the registers the occupancy plan
+    leaves free hold (MAX_REGS_PER_THREAD - its budget - FRAG_SLACK_REGS)."""
+    want = op.attrs.get("frag_ahead", FRAG_AHEAD_UNITS)
+    if not isinstance(want, int) or isinstance(want, bool) or want < 0:
+        raise LoweringError(op.loc, f"backend: frag_ahead = {want} must be a count of units >= 0")
+    plan = cx.occupancy
+    if want == 0 or plan is None or plan.budget is None:
+        return 0
+    a_regs = MMA_A_WORDS * mblocks if a_shared else 0  # two k16 steps of A live at once
+    room = MAX_REGS_PER_THREAD - plan.budget.total - FRAG_SLACK_REGS - 2 * a_regs
+    return max(0, min(want, per_k, room // B_UNIT_WORDS))
+
+
+def _a_fragments(cx: LoweringContext, a: Smem | Frag, slab: int, mblocks: int, ksteps: int,
+                 trans_a: bool) -> Callable[[int], list[list[str]]]:
+    """kk -> the A fragments (4 x b32 per m16 block) of k16 step kk: ldmatrix.x4 (A stored M x K) or
+    ldmatrix.x4.trans (stored K x M, `trans_a`) of a shared A, emitted when asked for; the bf16 pairs of
+    an `mma_a` register tile."""
+    if isinstance(a, Frag):
+        words = pack_a_fragment(cx.w, a.values, mblocks, ksteps, a.type.dtype)
+        return lambda kk: [words[mb][kk] for mb in range(mblocks)]
+    eb = dtype_bytes(a.type.dtype)
+    insts = [(mb, kk) for kk in range(ksteps) for mb in range(mblocks)]
+    position = ldmatrix_a_trans_position if trans_a else ldmatrix_a_position
+    addrs = dict(zip(insts, cx.shared_addresses(a, lambda b, tid, i: position(b, tid, slab, eb, *i), insts),
+                     strict=True))
+    return lambda kk: [_ldmatrix(cx, addrs[mb, kk], 4, trans=trans_a) for mb in range(mblocks)]
+
+
+def _b_fragments(cx: LoweringContext, b: Smem | Frag, trans_b: bool, ksteps: int, nblocks: int, dtype: str,
+                 units: list[tuple[int, int]]) -> Callable[[int], list[tuple[int, list[str]]]]:
+    """unit i = (kk, n0) -> [(n8 block, its 2 x b32 B fragment)] for the one or two n8 blocks at column n0:
+    one ldmatrix.x4(.trans) (`.x2` for a last odd block) of a shared B, emitted when asked for; the bf16
+    pairs of an `mma_b` register tile (slots (kb, nb, i): b0b1 and b2b3, HOPPER.md §6.3)."""
+    def blocks(n0: int) -> list[int]:
+        return [n0 // MMA_N + j for j in range(2) if n0 // MMA_N + j < nblocks]
+
+    if isinstance(b, Frag):
+        def packed(i: int) -> list[tuple[int, list[str]]]:
+            kk, n0 = units[i]
+            out = []
+            for nb in blocks(n0):
+                s0 = (kk * nblocks + nb) * 4
+                out.append((nb, [cx.w.pack_pair(b.values[s0 + j], b.values[s0 + j + 1], dtype) for j in (0, 2)]))
+            return out
+        return packed
+    eb = dtype_bytes(dtype)
+    addrs = cx.shared_addresses(b, lambda bd, tid, i: ldmatrix_b_position(bd, tid, trans_b, eb, *i), units)
+
+    def loaded(i: int) -> list[tuple[int, list[str]]]:
+        bs = blocks(units[i][1])
+        regs = _ldmatrix(cx, addrs[i], 2 * len(bs), trans=not trans_b)
+        return [(nb, [regs[r0], regs[r1]]) for nb, (r0, r1) in zip(bs, B_PAIR_REGS, strict=False)]
+    return loaded
 
 
 def _ldmatrix(cx: LoweringContext, addr: str, n: int, trans: bool) -> list[str]:
@@ -281,23 +507,6 @@ def _ldmatrix(cx: LoweringContext, addr: str, n: int, trans: bool) -> list[str]:
     p = w.op(f"inttoptr i32 {addr} to ptr addrspace(3)", "lp")
     r = w.call(ret, fn, [("ptr addrspace(3)", p)], hint="ldm")
     return [w.op(f"extractvalue {ret} {r}, {i}", "m") for i in range(n)]
-
-
-def _ldmatrix_a(cx: LoweringContext, a: Smem, slab: int, mblocks: int, ksteps: int,
-                trans_a: bool = False) -> list[list[list[str]]]:
-    """The A fragments (4 x b32) of the warp's m16 blocks for every k16 step, by ldmatrix.x4 (A
-    stored M x K) or ldmatrix.x4.trans (A stored K x M, `trans_a`)."""
-    eb = dtype_bytes(a.type.dtype)
-    insts = [(mb, kk) for mb in range(mblocks) for kk in range(ksteps)]
-    position = ldmatrix_a_trans_position if trans_a else ldmatrix_a_position
-    addrs = cx.shared_addresses(a, lambda b, tid, i: position(b, tid, slab, eb, *i), insts)
-    regs = dict(zip(insts, addrs, strict=True))
-    return [[_ldmatrix(cx, regs[mb, kk], 4, trans=trans_a) for kk in range(ksteps)] for mb in range(mblocks)]
-
-
-def _pack_mma_a(cx: LoweringContext, a: Frag, mblocks: int, ksteps: int) -> list[list[list[str]]]:
-    """An mma_a register tile as 4 x b32 per m16 block and k16 step (HOPPER.md §6.3)."""
-    return pack_a_fragment(cx.w, a.values, mblocks, ksteps, a.type.dtype)
 
 
 def _mma_sync(cx: LoweringContext, a: list[str], b: list[str], c: list[str], dtype: str = "bf16") -> list[str]:

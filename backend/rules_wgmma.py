@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from tkir.backend import wgmma_desc
 from tkir.backend.context import RoleCtx
-from tkir.backend.fragments import BitLLVMBuilder, pack_a_fragment, swizzle_in_panel
+from tkir.backend.fragments import BitLLVMBuilder, LazyValues, a_fragment_step, pack_a_fragment, swizzle_in_panel
 from tkir.backend.rules import rule
 from tkir.backend.values import (
     THREADS_PER_WARPGROUP,
@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from tkir.backend.context import LoweringContext
 
 WGMMA_DTYPES = ("bf16", "f16")  # 16-bit inputs, f32 accumulation (k16); tf32/fp8 are not lowered
+LAZY_SLICE_KSTEPS = 4  # k16 steps per slice of a lazily computed A: 16 registers of 16-bit A per thread
 
 
 def _acc_layout(cx: LoweringContext, t: TileType, op: Operation) -> tuple[int, int]:
@@ -92,31 +93,44 @@ def _op_tk_mma(cx: LoweringContext, op: Operation) -> None:
                                         f"whole {sw_a}-byte panels")
         a_row0 = w.op(f"mul i32 {wg}, {rows_per_wg // panel_cols * ta.rows * sw_a}", "arow")
         a_base = w.op(f"add i32 {a.addr}, {a_row0}", "abase")
-    else:
+    # an A computed where it is read (a tk.outer product, rules_registers.LazyValues): m block by m
+    # block, LAZY_SLICE_KSTEPS k-steps per wgmma group, waiting for the group before last, so at most
+    # two slices of A are live (ThunderKittens' based kernel: mul_slice, mma, mma_async_wait<1>)
+    lazy = a_regs and isinstance(a.values, LazyValues)
+    if a_regs and not lazy:
         a_words = pack_a_fragment(w, a.values, mblocks, ksteps, ta.dtype)
     w.call("void", "llvm.nvvm.wgmma.fence.sync.aligned", [])
     vals = list(c.values)
     per_block = tc.cols // 2
-    for kk in range(ksteps):
-        for mb in range(mblocks):
-            if a_regs:
-                desc_a = a_words[mb][kk]
+    steps = [(kk, mb) for kk in range(ksteps) for mb in range(mblocks)]
+    if lazy:
+        steps = [(kk, mb) for mb in range(mblocks) for kk in range(ksteps)]
+    for n, (kk, mb) in enumerate(steps):
+        if lazy and n and n % LAZY_SLICE_KSTEPS == 0:
+            w.call("void", "llvm.nvvm.wgmma.commit_group.sync.aligned", [])
+            cx.commit_group()
+            w.asm("void", ["wgmma.wait_group.sync.aligned 1;"], [], [])
+            w.call("void", "llvm.nvvm.wgmma.fence.sync.aligned", [])  # the next slice's A was just written
+        if lazy:
+            desc_a = a_fragment_step(w, a.values, mblocks, mb, kk, ta.dtype)
+        elif a_regs:
+            desc_a = a_words[mb][kk]
+        else:
+            if trans_a:
+                a_off, lbo, sbo = wgmma_desc.mn_major(sw_a, ebytes, ta.rows, mb * WGMMA_M, kk)
             else:
-                if trans_a:
-                    a_off, lbo, sbo = wgmma_desc.mn_major(sw_a, ebytes, ta.rows, mb * WGMMA_M, kk)
-                else:
-                    a_off, lbo, sbo = wgmma_desc.k_major(sw_a, ta.rows, mb * WGMMA_M, kk)
-                desc_a = _desc(cx, w.op(f"add i32 {a_base}, {a_off}", "aaddr"), lbo, sbo, sw_a)
-            for nc in range(N // nchunk):
-                if trans_b:  # B stored N x K (K-major): like A
-                    b_off, lbo, sbo = wgmma_desc.k_major(sw_b, tb.rows, nc * nchunk, kk)
-                else:        # B stored K x N (N-major): panels of span bytes along N
-                    b_off, lbo, sbo = wgmma_desc.mn_major(sw_b, ebytes, tb.rows, nc * nchunk, kk)
-                desc_b = _desc(cx, w.op(f"add i32 {b.addr}, {b_off}", "baddr"), lbo, sbo, sw_b)
-                lo = mb * per_block + nc * (nchunk // 2)
-                chunk = vals[lo:lo + nchunk // 2]
-                vals[lo:lo + nchunk // 2] = _wgmma(cx, nchunk, desc_a, desc_b, chunk, int(trans_b is False),
-                                                   int(trans_a), ta.dtype)
+                a_off, lbo, sbo = wgmma_desc.k_major(sw_a, ta.rows, mb * WGMMA_M, kk)
+            desc_a = _desc(cx, w.op(f"add i32 {a_base}, {a_off}", "aaddr"), lbo, sbo, sw_a)
+        for nc in range(N // nchunk):
+            if trans_b:  # B stored N x K (K-major): like A
+                b_off, lbo, sbo = wgmma_desc.k_major(sw_b, tb.rows, nc * nchunk, kk)
+            else:        # B stored K x N (N-major): panels of span bytes along N
+                b_off, lbo, sbo = wgmma_desc.mn_major(sw_b, ebytes, tb.rows, nc * nchunk, kk)
+            desc_b = _desc(cx, w.op(f"add i32 {b.addr}, {b_off}", "baddr"), lbo, sbo, sw_b)
+            lo = mb * per_block + nc * (nchunk // 2)
+            chunk = vals[lo:lo + nchunk // 2]
+            vals[lo:lo + nchunk // 2] = _wgmma(cx, nchunk, desc_a, desc_b, chunk, int(trans_b is False),
+                                               int(trans_a), ta.dtype)
     w.call("void", "llvm.nvvm.wgmma.commit_group.sync.aligned", [])
     group = cx.commit_group()
     if op.attrs.get("defer_wait"):  # overlap-mma: waited at the first use (LoweringContext.groups_after)

@@ -10,8 +10,11 @@ expressions (tkir.symexpr), the block, the dynamic shared memory, the shape requ
 TMA descriptor spec per tensor map. `validate` binds the size names from the argument shapes and
 rejects, with a LaunchError naming the argument, anything that would crash or compute garbage:
 wrong count, dtype, rank, shape, unmet requirements, host memory, non-contiguous strides, TMA
-alignment, wrong scalar types. `__call__` then encodes the tensor maps from the real pointers
-(cuTensorMapEncodeTiled into a 128-byte-aligned buffer, HOPPER.md §4.5) and calls cuLaunchKernel.
+alignment, arguments on different GPUs, wrong scalar types. `__call__` then runs on the device the
+tensors live on: it makes that device's primary context current for the launch (restoring the
+thread's previous one), loads the module once per device, encodes the tensor maps from the real
+pointers (cuTensorMapEncodeTiled into a 128-byte-aligned buffer, HOPPER.md §4.5) and calls
+cuLaunchKernel on torch's current stream of that device (or the given one).
 """
 
 from __future__ import annotations
@@ -104,7 +107,7 @@ class ArrayArg:
     strides: tuple[int, ...]  # bytes
     dtype: str  # a tkir dtype name, or the foreign name when it has none
     on_device: bool | None  # None: a CUDA Array Interface pointer, checked with the driver at launch
-    device_index: int | None
+    device_index: int | None  # the GPU it lives on; None: not said (CAI), asked of the driver at launch
     kind: str  # "torch", "cuda_array_interface", "dlpack"
     obj: Any = field(repr=False, default=None)  # keeps the memory alive until the launch
 
@@ -146,6 +149,7 @@ class Bound:
     dynamic_smem: int
     tma: list[TmaArgs]
     params: list[tuple[str, Any]]  # (kind, value): ("tensor_map", TmaArgs), ("pointer", int), (dtype, number)
+    device: int | None = None  # the GPU every tensor argument that says its device is on (None: none says)
 
 
 class Kernel:
@@ -155,10 +159,11 @@ class Kernel:
         self.launch = check_launch(json.loads(launch) if isinstance(launch, str) else launch)
         self.name: str = self.launch["kernel"]
         self.image = image
-        self._function: Any = None
-        self._module: Any = None
+        # Module and function handles belong to a context, so the module is loaded once per device.
+        self._functions: dict[int, Any] = {}  # device -> CUfunction
+        self._modules: dict[int, Any] = {}  # device -> CUmodule (kept loaded)
         self._prepared: dict[tuple, tuple] = {}
-        self._workspaces: dict[str, tuple[int, int]] = {}  # name -> (device pointer, bytes)
+        self._workspaces: dict[tuple[int, str], tuple[int, int]] = {}  # (device, name) -> (pointer, bytes)
         self._launches = 0  # what `launch_count` params see: 1 on the first launch, then 2, ...
 
     def __repr__(self) -> str:
@@ -169,18 +174,19 @@ class Kernel:
         return bind(self.launch, args)
 
     def __call__(self, *args: Any, stream: int | Any | None = None) -> None:
+        """Launch on the device the tensor arguments live on (asynchronously, on `stream`, else on torch's
+        current stream of that device when any argument is a torch tensor, else the legacy default
+        stream of that device's primary context)."""
         key = _fast_key(args)
         prepared = self._prepared.get(key) if key is not None else None
         if prepared is None:
-            bind(self.launch, args)  # the argument checks need no driver: they come first
-        tkcuda.context()
-        if prepared is None:
-            prepared = self._prepare(args)
+            bound = bind(self.launch, args)  # the argument checks need no driver: they come first
+            prepared = self._prepare(args, bound)
             if key is not None:
                 if len(self._prepared) >= PREPARED_CACHE:
                     self._prepared.pop(next(iter(self._prepared)))
                 self._prepared[key] = prepared
-        function, grid, block, smem, params, keep = prepared
+        device, function, grid, block, smem, params, keep = prepared
         counters = keep[2]
         if counters:
             self._launches += 1
@@ -188,16 +194,50 @@ class Kernel:
                 c.value = self._launches
         if stream is None:
             stream = _torch_current_stream(args)
-        check(cu.cuLaunchKernel(function, *grid, *block, smem, _stream_handle(stream),
-                                ctypes.addressof(params), 0), f"cuLaunchKernel({self.name})")
+        handle = _stream_handle(stream)
+        # the launch goes to the current context: make the device's current, then put back the
+        # caller's (torch's current device must not move), unless the thread had none
+        ctx = tkcuda.primary_context(device)
+        previous = check(cu.cuCtxGetCurrent(), "cuCtxGetCurrent")
+        switch = int(previous) != int(ctx)
+        if switch:
+            check(cu.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+        try:
+            check(cu.cuLaunchKernel(function, *grid, *block, smem, handle, ctypes.addressof(params), 0),
+                  f"cuLaunchKernel({self.name} on GPU {device})")
+        finally:
+            if switch and int(previous):
+                check(cu.cuCtxSetCurrent(previous), "cuCtxSetCurrent")
 
-    def _prepare(self, args: tuple[Any, ...]) -> tuple:
-        """Validate, encode tensor maps and marshal every parameter once per distinct argument set
-        (same pointers, shapes, strides and dtypes): later calls with the same tensors only launch."""
-        bound = bind(self.launch, args, tkcuda.device_attribute("MULTIPROCESSOR_COUNT"))
-        function = self._load()
-        for name, arr in bound.tensors.items():
-            _check_device_pointer(self.name, name, arr)
+    def _prepare(self, args: tuple[Any, ...], checked: Bound) -> tuple:
+        """Find the device, load the module there, encode tensor maps and marshal every parameter,
+        once per distinct argument set (same pointers, shapes, strides, dtypes and devices): later
+        calls with the same tensors only launch. `checked` is the driver-free bind of `args`."""
+        device = self._device(checked)
+        with tkcuda.on_device(device):
+            bound = bind(self.launch, args, tkcuda.device_attribute("MULTIPROCESSOR_COUNT", device))
+            bound.device = device
+            function = self._load(device)
+            params, keep = self._marshal(bound, device)
+        return device, function, bound.grid, bound.block, bound.dynamic_smem, params, keep
+
+    def _device(self, bound: Bound) -> int:
+        """The device of the launch: the one the arguments say (bind checked they agree); arguments
+        that do not say (CUDA Array Interface pointers) are asked of the driver, which also rejects
+        host memory, and must agree too. No tensor argument at all: the default device."""
+        device = bound.device if bound.device is not None else tkcuda.DEFAULT_DEVICE
+        unsure = {name: arr for name, arr in bound.tensors.items() if arr.on_device is None and arr.ptr}
+        if not unsure:
+            return device
+        with tkcuda.on_device(device):  # a current context for the pointer queries
+            found = {name: _check_device_pointer(self.name, name, arr) for name, arr in unsure.items()}
+        devices = {name: arr.device_index for name, arr in bound.tensors.items()} | found
+        resolved = _common_device(self.name, devices)
+        return device if resolved is None else resolved
+
+    def _marshal(self, bound: Bound, device: int) -> tuple[Any, tuple]:
+        """The cuLaunchKernel parameter array for `bound` on `device` (its context current), and what
+        must stay alive while it is used."""
         values: list[Any] = []
         counters: list[ctypes.c_int32] = []
         for kind, value in bound.params:
@@ -206,7 +246,7 @@ class Kernel:
             elif kind == "pointer":
                 values.append(ctypes.c_void_p(value))
             elif kind == "workspace":
-                values.append(ctypes.c_void_p(self._workspace(*value)))
+                values.append(ctypes.c_void_p(self._workspace(device, *value)))
             elif kind == "launch_count":
                 counters.append(ctypes.c_int32(0))
                 values.append(counters[-1])
@@ -214,28 +254,31 @@ class Kernel:
                 values.append(SCALAR_CTYPES[kind](value))
         params = (ctypes.c_void_p * max(len(values), 1))(*[ctypes.addressof(v) for v in values])
         keep = (values, [arr.obj for arr in bound.tensors.values()], counters)
-        return function, bound.grid, bound.block, bound.dynamic_smem, params, keep
+        return params, keep
 
-    def _workspace(self, name: str, nbytes: int) -> int:
-        """Device scratch memory for a `workspace` param: zeroed when allocated, then kept (and only
-        ever grown) for this kernel's later launches. Flags in it are compared with the launch count,
-        so nothing needs clearing between launches; concurrent launches of one Kernel on different
-        streams would share it, which stream-K kernels do not support."""
-        ptr, have = self._workspaces.get(name, (0, 0))
+    def _workspace(self, device: int, name: str, nbytes: int) -> int:
+        """Device scratch memory for a `workspace` param on `device` (its context current): zeroed
+        when allocated, then kept (and only ever grown) for this kernel's later launches there. Flags
+        in it are compared with the launch count, which grows over all devices, so nothing needs
+        clearing between launches; concurrent launches of one Kernel on different streams of one
+        device would share it, which stream-K kernels do not support."""
+        ptr, have = self._workspaces.get((device, name), (0, 0))
         if have >= nbytes:
             return ptr
         if ptr:  # grown: prepared launches holding the old pointer must be rebuilt
             self._prepared.clear()
             check(cu.cuMemFree(ptr), f"cuMemFree({self.name} workspace {name})")
-        ptr = int(check(cu.cuMemAlloc(nbytes), f"cuMemAlloc({self.name} workspace {name}, {nbytes} B)"))
+        ptr = int(check(cu.cuMemAlloc(nbytes), f"cuMemAlloc({self.name} workspace {name}, {nbytes} B, GPU {device})"))
         check(cu.cuMemsetD8(ptr, 0, nbytes), f"cuMemsetD8({self.name} workspace {name})")
         check(cu.cuCtxSynchronize(), "cuCtxSynchronize")
-        self._workspaces[name] = (ptr, nbytes)
+        self._workspaces[(device, name)] = (ptr, nbytes)
         return ptr
 
-    def _load(self) -> Any:
-        if self._function is not None:
-            return self._function
+    def _load(self, device: int) -> Any:
+        """The kernel's function in `device`'s context (current when called), loading the module there
+        on first use: module and function handles are per context."""
+        if device in self._functions:
+            return self._functions[device]
         image = self.image
         if isinstance(image, str):
             image = image.encode()
@@ -250,10 +293,10 @@ class Kernel:
                          f"cuModuleGetFunction({self.name})")
         smem = self.launch["dynamic_smem"]
         if smem > STATIC_SMEM_LIMIT:
-            limit = tkcuda.device_attribute("MAX_SHARED_MEMORY_PER_BLOCK_OPTIN")
+            limit = tkcuda.device_attribute("MAX_SHARED_MEMORY_PER_BLOCK_OPTIN", device)
             if smem > limit:
                 raise LaunchError(f"{self.name}: needs {smem} bytes of dynamic shared memory; "
-                                  f"this device allows at most {limit} per block")
+                                  f"GPU {device} allows at most {limit} per block")
             attr = cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
             check(cu.cuFuncSetAttribute(function, attr, smem),
                   f"cuFuncSetAttribute({self.name}, {smem} B smem)")
@@ -263,7 +306,7 @@ class Kernel:
         if threads > max_threads:
             raise LaunchError(f"{self.name}: block of {threads} threads, but the compiled kernel allows "
                               f"{max_threads} (register use)")
-        self._module, self._function = module, function
+        self._modules[device], self._functions[device] = module, function
         return function
 
 
@@ -272,8 +315,9 @@ PREPARED_CACHE = 64
 
 
 def _fast_key(args: tuple[Any, ...]) -> tuple | None:
-    """A cheap identity of an argument set: pointers, shapes, strides, dtypes (torch tensors and
-    scalars); None (no caching) for other objects, which are validated on every call."""
+    """A cheap identity of an argument set: pointers, shapes, strides, dtypes and devices (torch
+    tensors and scalars; the device picks the context, module and SM count a prepared launch holds);
+    None (no caching) for other objects, which are validated on every call."""
     key: list[Any] = []
     for a in args:
         if isinstance(a, (int, float)) and not isinstance(a, bool):
@@ -439,6 +483,7 @@ def bind(launch: dict, args: tuple[Any, ...], num_sms: int = DEFAULT_NUM_SMS) ->
     tma_tensors = {t["tensor"] for t in launch["tma"]}
     for spec in tensors:
         _check_memory(kernel, spec, arrays[spec["name"]], spec["name"] in tma_tensors)
+    device = _common_device(kernel, {name: arr.device_index for name, arr in arrays.items()})
     user_scalars = {s["name"]: _check_scalar(kernel, s, arg)
                     for s, arg in zip(scalars, args[len(tensors):], strict=True)}
 
@@ -466,7 +511,18 @@ def bind(launch: dict, args: tuple[Any, ...], num_sms: int = DEFAULT_NUM_SMS) ->
     block = launch["block"]
     return Bound(sizes=sizes, tensors=arrays, scalars=user_scalars, grid=(grid[0], grid[1], grid[2]),
                  block=(block[0], block[1], block[2]), dynamic_smem=int(launch["dynamic_smem"]), tma=tma,
-                 params=params)
+                 params=params, device=device)
+
+
+def _common_device(kernel: str, devices: dict[str, int | None]) -> int | None:
+    """The one GPU of the arguments that say theirs (None when none does); a LaunchError naming each
+    argument and its device when they differ: a kernel runs on one device and reads memory there."""
+    known = {name: d for name, d in devices.items() if d is not None}
+    if len(set(known.values())) > 1:
+        where = ", ".join(f"'{name}' on GPU {d}" for name, d in known.items())
+        raise LaunchError(f"{kernel}: arguments are on different GPUs ({where}); a kernel runs on one "
+                          "device: move them to one GPU first")
+    return next(iter(known.values()), None)
 
 
 def describe_array(arg: Any, what: str) -> ArrayArg:
@@ -520,7 +576,21 @@ def _from_cai(arg: Any, what: str) -> ArrayArg:
         strides = _contiguous_strides(shape, itemsize)
     ptr = int(cai["data"][0])
     return ArrayArg(ptr=ptr, shape=shape, strides=tuple(int(s) for s in strides), dtype=dtype, on_device=None,
-                    device_index=None, kind="cuda_array_interface", obj=arg)
+                    device_index=_said_device(arg, what), kind="cuda_array_interface", obj=arg)
+
+
+def _said_device(arg: Any, what: str) -> int | None:
+    """The GPU a CUDA Array Interface object says it is on through `__dlpack_device__` (tkir's
+    DeviceArray and CuPy arrays export both); None when it does not say (CAI v3 has no device field:
+    the driver is asked at launch)."""
+    said = getattr(arg, "__dlpack_device__", None)
+    if said is None:
+        return None
+    try:
+        device_type, index = said()
+    except Exception as e:  # a broken export: say which argument
+        raise LaunchError(f"{what}: __dlpack_device__() failed: {type(e).__name__}: {e}") from None
+    return int(index) if int(device_type) in (DLPACK_CUDA, DLPACK_CUDA_MANAGED) else None
 
 
 def _from_dlpack(arg: Any, what: str) -> ArrayArg:
@@ -592,8 +662,6 @@ def _check_memory(kernel: str, spec: dict, arr: ArrayArg, tma: bool) -> None:
     what = f"{kernel}: argument '{spec['name']}'"
     if arr.on_device is False:
         raise LaunchError(f"{what} is in host memory; move it to the GPU first")
-    if arr.device_index not in (None, tkcuda.DEVICE):
-        raise LaunchError(f"{what} is on GPU {arr.device_index}; tkir launches on GPU {tkcuda.DEVICE}")
     itemsize = DTYPE_BYTES[arr.dtype]
     want = _contiguous_strides(arr.shape, itemsize)
     if any(d != 1 and s != w for d, s, w in zip(arr.shape, arr.strides, want, strict=True)):
@@ -707,8 +775,9 @@ def encode_tensor_map(t: TmaArgs) -> TensorMap:
 
 @functools.cache
 def _driver_encode_tiled() -> Any:
-    """cuTensorMapEncodeTiled from the driver library through ctypes, so it writes our aligned buffer."""
-    tkcuda.context()
+    """cuTensorMapEncodeTiled from the driver library through ctypes, so it writes our aligned buffer
+    (it encodes host memory and needs an initialised driver, not a current context)."""
+    tkcuda.device_count()
     lib = ctypes.CDLL("libcuda.so.1")
     fn = lib.cuTensorMapEncodeTiled
     p64, p32 = ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint32)
@@ -718,10 +787,10 @@ def _driver_encode_tiled() -> Any:
     return fn
 
 
-def _check_device_pointer(kernel: str, name: str, arr: ArrayArg) -> None:
-    """For pointers whose memory kind the object did not say (CUDA Array Interface), ask the driver."""
-    if arr.on_device is not None or arr.ptr == 0:
-        return
+def _check_device_pointer(kernel: str, name: str, arr: ArrayArg) -> int:
+    """For a pointer whose memory kind the object did not say (CUDA Array Interface), ask the driver:
+    host or unknown memory is a LaunchError; returns the device ordinal of the memory, which must be
+    the one the object said through `__dlpack_device__`, if it said one."""
     what = f"{kernel}: argument '{name}'"
     attr = cu.CUpointer_attribute.CU_POINTER_ATTRIBUTE_MEMORY_TYPE
     err, kind = cu.cuPointerGetAttribute(attr, arr.ptr)
@@ -731,8 +800,10 @@ def _check_device_pointer(kernel: str, name: str, arr: ArrayArg) -> None:
         raise LaunchError(f"{what}: address {arr.ptr:#x} is host memory, not device memory")
     attr = cu.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
     ordinal = int(check(cu.cuPointerGetAttribute(attr, arr.ptr), "cuPointerGetAttribute"))
-    if ordinal != tkcuda.DEVICE:
-        raise LaunchError(f"{what} is on GPU {ordinal}; tkir launches on GPU {tkcuda.DEVICE}")
+    if arr.device_index is not None and ordinal != arr.device_index:
+        raise LaunchError(f"{what} says it is on GPU {arr.device_index} (__dlpack_device__), but its "
+                          f"address {arr.ptr:#x} is memory of GPU {ordinal}")
+    return ordinal
 
 
 def _torch_current_stream(args: tuple[Any, ...]) -> Any:

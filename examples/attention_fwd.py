@@ -51,16 +51,24 @@ def make_inputs(rng: np.random.Generator, sizes: dict, consts: dict) -> list[np.
 
 
 def reference(inputs: list[np.ndarray], sizes: dict, consts: dict) -> dict[str, np.ndarray]:
-    q, k, v = (a.astype(np.float64) for a in inputs[:3])
-    D = q.shape[-1]
-    s = q @ np.swapaxes(k, -1, -2) / np.sqrt(D)
-    if _consts(consts)["CAUSAL"]:
-        N = s.shape[-1]
-        s = np.where(np.triu(np.ones((N, N), bool), k=1), -np.inf, s)
-    mx = s.max(axis=-1, keepdims=True)
-    p = np.exp(s - mx)
-    total = p.sum(axis=-1, keepdims=True)
-    return {"O": (p / total) @ v, "L": (mx + np.log(total))[..., 0]}
+    """O and L in float64, one (batch, head) at a time: the scores of one head at N = 4097 are 134 MB
+    (the GPU tests' largest case), those of all heads at once would be B * H times that."""
+    q_all, k_all, v_all = inputs[:3]
+    B, H, N, D = q_all.shape
+    masked = np.triu(np.ones((N, N), bool), k=1) if _consts(consts)["CAUSAL"] else None
+    out_o, out_l = np.empty((B, H, N, D)), np.empty((B, H, N))
+    for b in range(B):
+        for h in range(H):
+            q, k, v = (a[b, h].astype(np.float64) for a in (q_all, k_all, v_all))
+            s = q @ k.T / np.sqrt(D)
+            if masked is not None:
+                s[masked] = -np.inf
+            mx = s.max(axis=-1, keepdims=True)
+            p = np.exp(s - mx)
+            total = p.sum(axis=-1, keepdims=True)
+            out_o[b, h] = (p / total) @ v
+            out_l[b, h] = (mx + np.log(total))[:, 0]
+    return {"O": out_o, "L": out_l}
 
 
 def flops(sizes: dict, consts: dict) -> int:

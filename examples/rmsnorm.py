@@ -69,3 +69,21 @@ def peer(inputs: list, sizes: dict, consts: dict):
     if hasattr(torch.nn.functional, "rms_norm"):  # torch >= 2.4
         return lambda: torch.nn.functional.rms_norm(x, (d,), w, eps=EPS)
     return lambda: x * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + EPS).to(x.dtype) * w
+
+
+# Timed in the same run as PEER: the same math through torch.compile (Inductor), which fuses it.
+EXTRA_PEERS = {"compiled": "torch.compile (Inductor) of the peer's math"}
+
+
+def _math(x, w):
+    import torch
+
+    return torch.nn.functional.rms_norm(x, (x.shape[1],), w, eps=EPS)
+
+
+def extra_peer(name: str, inputs: list, sizes: dict, consts: dict):
+    from tkir.bench import inductor
+
+    x, w, _ = inputs
+    f = inductor(_math)
+    return lambda: f(x, w)

@@ -66,3 +66,23 @@ def peer(inputs: list, sizes: dict, consts: dict):
     half = x.shape[1] // 2
     x1, x2 = x[:, :half], x[:, half:]
     return lambda: torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=1)
+
+
+# Timed in the same run as PEER: the same math through torch.compile (Inductor), which fuses it.
+EXTRA_PEERS = {"compiled": "torch.compile (Inductor) of the peer's math"}
+
+
+def _math(x, cos, sin):
+    import torch
+
+    half = x.shape[1] // 2
+    x1, x2 = x[:, :half], x[:, half:]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=1)
+
+
+def extra_peer(name: str, inputs: list, sizes: dict, consts: dict):
+    from tkir.bench import inductor
+
+    x, cos, sin, _ = inputs
+    f = inductor(_math)
+    return lambda: f(x, cos, sin)

@@ -56,3 +56,21 @@ def peer(inputs: list, sizes: dict, consts: dict):
 
     x, y = inputs
     return lambda: torch.softmax(x, dim=1, dtype=torch.float32).to(torch.bfloat16)
+
+
+# Timed in the same run as PEER: the same math through torch.compile (Inductor), which fuses it.
+EXTRA_PEERS = {"compiled": "torch.compile (Inductor) of the peer's math"}
+
+
+def _math(x):
+    import torch
+
+    return torch.softmax(x, dim=1, dtype=torch.float32).to(torch.bfloat16)
+
+
+def extra_peer(name: str, inputs: list, sizes: dict, consts: dict):
+    from tkir.bench import inductor
+
+    x, _y = inputs
+    f = inductor(_math)
+    return lambda: f(x)

@@ -29,6 +29,13 @@ class Name(Expr):
 
 
 @dataclass
+class ListLit(Expr):
+    """`[a, b, ...]`: a list of values, written only as an annotation argument (`@tune(BM=[64, 128])`)."""
+
+    items: list[Expr]
+
+
+@dataclass
 class Attr(Expr):
     """`base.name`: `block.x`, `t.T`."""
 

@@ -23,6 +23,7 @@ from tkir import scalar, symexpr
 from tkir.diagnostics import CompileError
 from tkir.frontend import ast
 from tkir.frontend.names import Vocabulary, check_untaken
+from tkir.frontend.tune import check_tune
 from tkir.ir import Block, Loc, Module, Operation, Region, Value
 from tkir.target import REGS_PER_SM, SMEM_PER_BLOCK
 from tkir.types import (
@@ -60,14 +61,15 @@ REDUCTIONS = {
     "col_max": ("max", "col"), "col_sum": ("sum", "col"), "col_min": ("min", "col"),
 }
 INDEX_FUNCS = {"row_index": "row", "col_index": "col"}
-OTHER_FUNCS = ("max", "min", "cdiv", "mask_causal", "row", "col", "where", *INDEX_FUNCS)
+OUTER_FUNCS = {"row_outer": "row", "col_outer": "col"}  # tk.outer {axis = ...}
+OTHER_FUNCS = ("max", "min", "cdiv", "mask_causal", "row", "col", "where", *INDEX_FUNCS, *OUTER_FUNCS)
 # fixed argument counts; mask_causal takes 3 or 4 (an optional fill)
-N_ARGS = {"max": 2, "min": 2, "cdiv": 2, "where": 3}
+N_ARGS = {"max": 2, "min": 2, "cdiv": 2, "where": 3, "row_outer": 2, "col_outer": 2}
 FP8_DTYPES = ("e4m3", "e5m2")
 PREDICATE_DTYPE = "i1"  # tk.cmp results; tk.select conditions
 ALL_FUNCS = (*UNARY_FUNCS, *CAST_FUNCS, *REDUCTIONS, *OTHER_FUNCS)
 ANNOTATIONS = {"stages": "a for loop", "swizzle": "a shared declaration",
-               "no_tma": "a load statement", "warpgroups": "the kernel"}
+               "no_tma": "a load statement", "warpgroups": "the kernel", "tune": "the kernel"}
 BINARY_NAMES = {"+": "add", "-": "sub", "*": "mul", "/": "div", "%": "rem", "max": "max", "min": "min"}
 # what the name check of an untaken compile-time branch knows (frontend/names.py)
 VOCABULARY = Vocabulary(
@@ -219,6 +221,7 @@ class _Lowerer:
     # --- the kernel ----------------------------------------------------------------------------
 
     def kernel(self, k: ast.Kernel, overrides: dict[str, int | float]) -> Module:
+        self.kernel_ast = k
         names = [c.name for c in k.consts]
         for name in overrides:
             if name not in names:
@@ -379,7 +382,7 @@ class _Lowerer:
     def annotations(self, anns: list[ast.Annotation], where: str) -> dict[str, dict[str, object]]:
         """Check annotations against the construct they precede; name -> the attrs they add."""
         out: dict[str, dict[str, object]] = {}
-        allowed = {"kernel": ("warpgroups",), "for": ("stages",), "shared": ("swizzle",),
+        allowed = {"kernel": ("warpgroups", "tune"), "for": ("stages",), "shared": ("swizzle",),
                    "load": ("no_tma",), "none": ()}[where]
         for a in anns:
             if a.name not in ANNOTATIONS:
@@ -418,6 +421,11 @@ class _Lowerer:
         if a.args or a.kwargs:
             raise self.error(a.loc, "'@no_tma' takes no arguments")
         return {"no_tma": True}
+
+    def ann_tune(self, a: ast.Annotation) -> dict[str, object]:
+        """`@tune(...)`: checked here (frontend/tune.py); the search space adds nothing to the IR."""
+        check_tune(self.kernel_ast, a, self.source)
+        return {}
 
     def ann_warpgroups(self, a: ast.Annotation) -> dict[str, object]:
         if a.args or not a.kwargs:
@@ -1074,6 +1082,8 @@ class _Lowerer:
             return self.where(*args, e.loc)
         if f in ("max", "min"):
             return self.arith(f, args[0], args[1], e.loc)
+        if f in OUTER_FUNCS:
+            return self.outer(f, self.use(args[0]), self.use(args[1]), e.loc)
         if f == "cdiv":
             if args[1].is_const and args[1].const == 0:
                 raise self.error(e.loc, "division by zero: the divisor of 'cdiv' is 0")
@@ -1160,6 +1170,38 @@ class _Lowerer:
                              else None)
         rtype = TileType("rt", "i32", t.rows, t.cols)
         v = self.emit("tk.index", [x.value], [rtype], loc, {"axis": Ident(INDEX_FUNCS[f])}).result
+        return _E(loc, value=v)
+
+    def outer(self, f: str, a: _E, b: _E, loc: Loc) -> _E:
+        """row_outer(a, b) / col_outer(a, b) -> tk.outer {axis = row|col}: the outer product of each
+        pair of rows (r[i, p*Cb + q] = a[i, p] b[i, q]) or of columns (r[p*Rb + q, j] = a[p, j] b[q, j])."""
+        axis = OUTER_FUNCS[f]
+        for x in (a, b):
+            t = None if x.is_const else x.value.type
+            if isinstance(t, TileType) and is_shared(t):
+                raise self.error(x.loc, f"'{f}' multiplies register tiles; '{x.value.name}' is shared ({t})",
+                                 hint="load it into a `reg` tile first")
+            if not (isinstance(t, TileType) and is_register(t)):
+                raise self.error(x.loc, f"'{f}' multiplies register tiles, not {self.type_text(x)}")
+        ta, tb = a.value.type, b.value.type
+        if ta.dtype != tb.dtype:
+            raise self.error(loc, f"dtype mismatch in '{f}': {ta} and {tb}", hint="cast one side, e.g. bf16(x)")
+        if ta.dtype not in FLOAT_DTYPES:
+            raise self.error(loc, f"'{f}' multiplies float tiles, not {ta}", hint="cast it: f32(...)")
+        if axis == "row":
+            if ta.rows != tb.rows:
+                raise self.error(loc, f"shape mismatch in '{f}': {ta} and {tb} (the row counts differ)")
+            rows, cols = ta.rows, ta.cols * tb.cols
+        else:
+            if ta.cols != tb.cols:
+                raise self.error(loc, f"shape mismatch in '{f}': {ta} and {tb} (the column counts differ)")
+            rows, cols = ta.rows * tb.rows, ta.cols
+        nbytes = rows * cols * DTYPE_BYTES[ta.dtype]
+        if nbytes > REGISTER_FILE_BYTES:
+            raise self.error(loc, f"'{f}' of {ta} and {tb} is rt<{ta.dtype}, {rows}, {cols}> ({nbytes} bytes): "
+                                  f"more than an SM's {REGISTER_FILE_BYTES}-byte register file")
+        rtype = TileType("rt", ta.dtype, rows, cols)
+        v = self.emit("tk.outer", [a.value, b.value], [rtype], loc, {"axis": Ident(axis)}).result
         return _E(loc, value=v)
 
     def where(self, c: _E, a: _E, b: _E, loc: Loc) -> _E:

@@ -147,11 +147,18 @@ class _Builder:
         ann = ast.Annotation(self.loc(tok), str(tok)[1:])
         for a in args.children if args else []:
             key, value = a.children
+            value = self.ann_value(value)
             if key is None:
-                ann.args.append(self.expr(value))
+                ann.args.append(value)
             else:
-                ann.kwargs.append((str(key), self.expr(value)))
+                ann.kwargs.append((str(key), value))
         return ann
+
+    def ann_value(self, t: lark.Tree | lark.Token) -> ast.Expr:
+        if isinstance(t, lark.Tree) and t.data == "ann_list":
+            (items,) = t.children
+            return ast.ListLit(self.loc(t), [self.expr(c) for c in items.children] if items else [])
+        return self.expr(t)
 
     def body(self, t: lark.Tree) -> list[ast.Stmt]:
         return [self.stmt(s) for s in t.children]

@@ -22,7 +22,8 @@ Copies that stay as they are, with `no_tma_reason = "..."` saying why (the repor
   strides that are fixed and not a multiple of 16 B (strides that depend on run-time sizes are
   checked by the runtime when it encodes the descriptor);
 * register <-> global copies (`tk.load` into an rt/rv, `tk.store` of an rt/rv), with one exception:
-  a bf16 mma accumulator stored to global (the epilogue) becomes `tk.store_staged` through a
+  a bf16 mma accumulator of whole 64-column panels (64 or 128 columns, or a multiple of 128) stored
+  to global (the epilogue) becomes `tk.store_staged` through a
   `rows x 128` staging tile (32 KB for gemm's 128-row tile, a quarter of what staging the whole
   128x256 tile would cost, so the 4 pipeline stages still fit) and TMA stores. The tile is written
   `chunk_cols` = 64 columns at a time into alternating halves (`buffers = 2`), so the warpgroup
@@ -41,7 +42,7 @@ from tkir.ir import Module, Operation
 from tkir.layout import SharedLayout, layout_of, tma_box, tma_swizzle
 from tkir.ops_tma import TMA_INNER_BYTES_ALIGN, TMA_MAX_BOX, TMA_MAX_RANK, TMA_STRIDE_ALIGN
 from tkir.passes.shared_access import access_report, choose_swizzle, shared_layout, staged_store_uses, with_layout
-from tkir.passmanager import Options, ParamError, Pass, PassError, param
+from tkir.passmanager import Options, ParamError, Pass, param
 from tkir.types import DTYPE_BYTES, GlobalType, Symbol, TileType, VectorType, is_register, is_shared
 
 TMA_MIN_SM = 90                # cp.async.bulk.tensor: sm_90 and later (HOPPER.md §4.4)
@@ -131,10 +132,9 @@ class _Rewriter:
         cols = min(v.cols, EPILOGUE_COLS)
         if self.why_not(op, g, v) is not None or g.rank < 2 or v.cols % cols or self.options.swizzle == "none":
             return False  # (--swizzle=none: the staging tile would need the swizzle it is denied)
-        chunk = min(cols, self.pass_params.epilogue_chunk)
-        if chunk % EPILOGUE_PANEL_COLS or cols % chunk:
-            raise PassError(op.loc, f"epilogue_chunk={chunk}: must be a multiple of {EPILOGUE_PANEL_COLS} "
-                                    f"columns that divides the {cols}-column staging tile")
+        if cols % EPILOGUE_PANEL_COLS:
+            return False  # not whole 128-byte panels (an accumulator of 16 or 32 columns): st.global
+        chunk = min(cols, self.pass_params.epilogue_chunk)  # both multiples of the panel: chunk divides cols
         alloc = Operation("tk.alloc", [], [TileType("st", v.dtype, v.rows, cols)],
                           result_names=[f"{g_val.name}_stage"], loc=op.loc)
         span = choose_swizzle(alloc, alloc.result.type, staged_store_uses(op, alloc.result.type), self.options)

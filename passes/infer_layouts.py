@@ -9,6 +9,8 @@ Rewrites
   tk.mma accumulators `wgmma_acc` (sm_90a) / `mma_c` (sm_80), register A operands `wgmma_a` /
   `mma_a`, register B operands `mma_b` (sm_80 only), everything else `row`; row/column vectors
   take the layout that matches the tile they reduce or broadcast over;
+* tk.outer operands: the layout that puts the factors of each product in the product's thread or in
+  its warp (`tkir.layout.outer_operand_layout`), so the backend multiplies in registers with shuffles;
 * where a value's layout differs from the one a consumer needs, a `tk.convert_layout` before the
   consumer with `via` = "none" (same registers, relabel), "shuffle" (within warps; `shuffles` = the
   most 32-bit shuffles one thread issues) or "smem" (`smem_bytes` = the round trip's buffer).
@@ -31,6 +33,7 @@ from tkir.layout import (
     conversion,
     dtype_bytes,
     make_layout,
+    outer_operand_layout,
     row_layout_warps,
     row_split,
 )
@@ -201,6 +204,10 @@ class _KernelLayouts:
             self.tile_uses.append((op, 1, make_layout("mma_b", warps=self.compute_warps)))
 
     def _assign_tiles(self, values: list[Value]) -> None:
+        """Classes with an mma result take the accumulator layout, then those with a demanding
+        consumer that layout; then, in program order, each tk.outer's result (`row` if nothing
+        decided it) and its operands (outer_operand_layout of the result's: what lets the backend
+        build the product in registers); everything left is `row`."""
         first_use: dict[int, RegisterLayout] = {}
         for op, idx, want in self.tile_uses:
             first_use.setdefault(self.uf.find(op.operands[idx]), want)
@@ -212,7 +219,18 @@ class _KernelLayouts:
                 self.layouts[root] = self.anchors[root]
             elif root in first_use:
                 self.layouts[root] = first_use[root]
-            else:
+        for op in self.kernel.walk():
+            if op.name != "tk.outer":
+                continue
+            res = self.layouts.setdefault(self.uf.find(op.result), self._row_layout(op.result.type))
+            for idx, v in enumerate(op.operands):
+                want = outer_operand_layout(res, str(op.attrs["axis"]), v.type.shape, v.type.dtype) \
+                    or self._row_layout(v.type)
+                self.layouts.setdefault(self.uf.find(v), want)
+                self.tile_uses.append((op, idx, want))
+        for v in values:
+            root = self.uf.find(v)
+            if isinstance(v.type, TileType) and root not in self.layouts:
                 self.layouts[root] = self._row_layout(v.type)
 
     def _row_layout(self, t: TileType) -> RegisterLayout:

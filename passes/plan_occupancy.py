@@ -26,6 +26,8 @@ an op does not overlap that op's result, i.e. elementwise ops and mma update in 
   n*4/threads (one value per row, replicated over the 4 lanes of a quad, HOPPER.md §1.5);
   an elementwise result read once by the very next op (elementwise or a reduction) counts 0: it is
   computed element by element inside that op (`x*x` feeding `row_sum`);
+* a tk.outer product read only as the A operand of the next tk.mma counts SLICED_A_REGS: the
+  backend computes it slice by slice where the wgmma reads it;
 * addr_regs: 2 per global pointer, 1 per live i32/f32 scalar (constants are immediates), and 4 for
   the two 64-bit wgmma descriptors of an mma reading shared memory;
 * overhead: OVERHEAD_REGS (thread/warp ids, stage and phase counters, predicates, ptxas temporaries).
@@ -91,6 +93,9 @@ OVERHEAD_REGS = 16
 POINTER_REGS = 2                   # a 64-bit global address
 WGMMA_DESC_REGS = 4                # two 64-bit shared-memory matrix descriptors (HOPPER.md §2)
 QUAD = 4                           # lanes sharing one accumulator row (HOPPER.md §1.5)
+# A tk.outer product feeding the next mma as A is live two slices at a time: 2 x 4 k16 steps x 4
+# b32 registers of a 16-bit A fragment (HOPPER.md §1.6; backend/rules_wgmma.py LAZY_SLICE_KSTEPS)
+SLICED_A_REGS = 2 * 4 * 4
 
 COPIES_TO_SHARED = ("tma.load", "tk.load")
 ELEMENTWISE = tuple(f"tk.{n}" for n in (*TILE_BINARY, *TILE_UNARY, "cast", "cmp", "select", "index"))
@@ -278,6 +283,22 @@ def _streamed(v: Value, uses: dict[Value, list[Operation]]) -> bool:
     return all(o.name in ELEMENTWISE or o.name.startswith("arith.") for o in blk.ops[i + 1:last])
 
 
+def _sliced(v: Value, uses: dict[Value, list[Operation]]) -> bool:
+    """A tk.outer product read only as the A operand of the next tk.mma (constants between): the backend
+    multiplies it slice by slice where the wgmma reads it (backend/rules_wgmma.py, LAZY_SLICE_KSTEPS),
+    so at most two slices are live, never the whole tile."""
+    op, users = v.owner, uses.get(v, [])
+    if not (isinstance(op, Operation) and op.name == "tk.outer" and len(users) == 1):
+        return False
+    mma, blk = users[0], op.parent
+    if mma.name != "tk.mma" or mma.operands[0] is not v or mma.operands[1] is v or blk is None:
+        return False
+    between = blk.ops[blk.ops.index(op) + 1:]
+    if mma not in between:
+        return False
+    return all(o.name in ("tk.fill", "arith.const") for o in between[:between.index(mma)])
+
+
 def _register_budget(kernel: Operation, threads: int) -> tuple[RegisterBudget, tuple[Value, int] | None]:
     order = list(kernel.walk())
     index = {id(op): i for i, op in enumerate(order)}
@@ -324,6 +345,9 @@ def _register_budget(kernel: Operation, threads: int) -> tuple[RegisterBudget, t
             uses.setdefault(v, []).append(op)
     regs = {v: 0 if _streamed(v, uses) else _value_regs(v.type, threads)
             for v in defs if not isinstance(v.type, GlobalType)}
+    for v in regs:
+        if _sliced(v, uses):
+            regs[v] = min(regs[v], SLICED_A_REGS)
     live_at: list[list[Value]] = [[] for _ in order]
     for v, r in regs.items():
         if r == 0:

@@ -24,9 +24,11 @@ PASS_TABLE: dict[str, str] = {
     "bank-conflicts": "bank_conflicts:BankConflicts",  # conflict degree of shared accesses, fixes
     "create-tma": "create_tma:CreateTma",            # global<->shared copies -> TMA descriptors
     "pipeline": "pipeline:Pipeline",                 # ring buffers, mbarriers, producer/consumer roles
+    "pipeline-cp-async": "pipeline_cp_async:PipelineCpAsync",  # sm_80: S-stage cp.async ring buffers, one role
     "plan-occupancy": "plan_occupancy:PlanOccupancy",  # registers, shared memory, stages, setmaxnreg
     "persistent": "persistent:Persistent",           # one block per SM looping over tiles, grouped order
     "fold-scale": "fold_scale:FoldScale",            # x * c past masks and row max; x * c - m as one fma
+    "contract-fma": "contract_fma:ContractFma",     # f32 x * y read once by + or -: one fma per element
     "early-release": "early_release:EarlyRelease",  # a barrier ring per tile: stages freed by their last reader
     "pingpong": "pingpong:Pingpong",                # consumer warpgroups take turns issuing mmas (named barriers)
     "split-masks": "split_masks:SplitMasks",        # masks only on the iterations that can mask
@@ -45,6 +47,7 @@ DEFAULT_PIPELINE: list[str] = [
     "create-tma",      # copies whose layouts TMA can write become descriptors
     "plan-occupancy",  # stages, roles and registers from the budget (before pipeline uses them)
     "pipeline",        # ring buffers, mbarriers, producer/consumer roles
+    "pipeline-cp-async",  # the mma.sync path's (sm_80) cp.async ring buffers: copies S-1 k-tiles ahead
     "early-release",   # one ring per loaded tile: each stage released by the mma that read it last
     "persistent",      # one block per SM over output tiles, grouped order
     "split-masks",     # loops split so that element masks run only where they can mask

@@ -206,7 +206,7 @@ NAMED: list[Mutation] = [
       "the staged epilogue's TMA store reads the stage without a proxy fence"),
     M("fence-cp-async-dropped", "backend/rules_sm80.py",
       'w.asm("void", ["fence.proxy.async.shared::cta;"], [], [])  # wgmma', "pass  # wgmma",
-      "--no-tma: wgmma reads cp.async-filled tiles without a proxy fence"),
+      "--no-tma: wgmma reads cp.async-filled tiles without a proxy fence", occurrence=1),
     M("ldmatrix-b-trans", "backend/rules_sm80.py", "trans=not trans_b)", "trans=trans_b)",
       "sm_80: B fragments loaded with the wrong ldmatrix .trans"),
     M("cp-async-8-bytes", "backend/rules_sm80.py", 'asm = ["cp.async.cg.shared.global [$0], [$1], 16, $2;"]',

@@ -29,6 +29,28 @@ def cuda_device_count() -> tuple[int, str]:
         return 0, f"no CUDA driver ({type(e).__name__})"
 
 
+@pytest.fixture
+def two_gpus() -> None:
+    """Skip where fewer than two CUDA devices exist: the multi-device tests need the hardware (on a
+    machine without any GPU the gpu marker has skipped the test already)."""
+    count, _ = cuda_device_count()
+    if count < 2:
+        pytest.skip(f"needs 2 CUDA devices; this machine has {count}")
+
+
+@pytest.fixture
+def torch_module() -> object:
+    """torch, for gpu tests that are about torch (its tensors as arguments, its streams). Where a GPU
+    exists and torch is missing this fails, naming what to install, rather than skipping: a missing
+    package must not hide a test (gpu tests only reach fixtures where a device exists)."""
+    try:
+        import torch
+    except ImportError as e:
+        pytest.fail(f"this GPU test is about torch, which is not importable here ({e}); install it "
+                    "(python3 -m pip install torch, or the 'bench' extra)", pytrace=False)
+    return torch
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     gpu_items = [item for item in items if item.get_closest_marker("gpu")]
     if not gpu_items:

@@ -291,10 +291,11 @@ def test_sm80_gemm_counts() -> None:
     sass = k.asm["sass"]
     # 8 warps x 16 rows; per k-tile (BK = 64) a warp runs 4 k16 steps x 32 n8 blocks of mma.sync,
     # 4 ldmatrix.x4 for A and 4 x 16 ldmatrix.x4.trans for B; 256 threads copy 128 x 64 x 2 B of A
-    # and 64 x 256 x 2 B of B = 1024 + 2048 16-byte chunks: 12 cp.async each
+    # and 64 x 256 x 2 B of B = 1024 + 2048 16-byte chunks: 12 cp.async each, in the loop and for each
+    # of the 3 k-tiles the 4-stage pipeline issues ahead (pipeline-cp-async)
     assert sass_count(sass, "HMMA") == 128
     assert sass_count(sass, "LDSM") == 68
-    assert sass_count(sass, "LDGSTS") == 12
+    assert sass_count(sass, "LDGSTS") == 4 * 12
     assert k.launch["block"] == [256, 1, 1]
     # cp.async zero-fills every edge: a ragged M, N or K needs only 16-byte aligned rows
     assert {r["expr"] for r in k.launch["requires"]} == {"(K * 2) % 16", "(N * 2) % 16"}
@@ -303,13 +304,17 @@ def test_sm80_gemm_counts() -> None:
 
 def test_sm80_loop_orders_barriers_around_the_copies() -> None:
     ptx = tkir.compile("examples/gemm.tk", target="sm_80").asm["ptx"]
-    body = ptx[ptx.index("cp.async.cg") - 2000:]
-    order = [m.group(0) for m in re.finditer(r"bar\.sync|cp\.async\.cg|cp\.async\.wait_group|mma\.sync", body)]
-    first_copy, first_mma = order.index("cp.async.cg"), order.index("mma.sync")
-    # readers of the previous k-tile done, copies, wait, everybody's copies visible, then the math
-    assert "bar.sync" in order[:first_copy]
-    between = order[first_copy:first_mma]
-    assert between.index("cp.async.wait_group") < len(between) - 1 and between[-1] == "bar.sync"
+    body = ptx[ptx.index("cp.async.wait_group 2"):]
+    pat = r"bar\.sync|cp\.async\.cg|cp\.async\.commit_group|cp\.async\.wait_group|mma\.sync|ldmatrix"
+    order = [m.group(0) for m in re.finditer(pat, body)]
+    order = order[:order.index("cp.async.commit_group") + 1]  # one iteration of the loop
+    # own copies of this k-tile landed, then everybody's (and everybody is done with the stage the
+    # copies refill), then fragments and math, with the next k-tiles' copies issued between them and
+    # committed as one group
+    assert order[:3] == ["cp.async.wait_group", "bar.sync", "ldmatrix"]
+    first_mma, copies = order.index("mma.sync"), [i for i, x in enumerate(order) if x == "cp.async.cg"]
+    assert len(copies) == 12 and copies[0] > first_mma
+    assert order[-1] == "cp.async.commit_group" and "bar.sync" not in order[2:]
 
 
 @pytest.mark.parametrize("name, consts", [("gemm", {}), ("attention_fwd", {}), ("attention_fwd", {"CAUSAL": 1})],

@@ -332,3 +332,12 @@ def test_a_corrupt_cache_entry_is_a_one_line_warning(tmp_path: Path) -> None:
     assert len(proc.stderr.splitlines()) == 1 and "Traceback" not in proc.stderr
     again, _ = tkc(*args, env=env)
     assert again.returncode == 0 and again.stderr == "" and again.stdout == first.stdout
+
+
+@pytest.mark.parametrize("args", [("passes",), ("compile", "examples/gemm.tk", "--print-after-all")])
+def test_a_reader_that_stops_early_gets_no_traceback(args: tuple[str, ...]) -> None:
+    """`tkc passes | head -3` closed the pipe under a print and showed BrokenPipeError's traceback."""
+    proc = subprocess.run(f"{sys.executable} -m tkir.cli {' '.join(args)} | head -1", shell=True, cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert len(proc.stdout.splitlines()) == 1
+    assert "Traceback" not in proc.stderr and "Error" not in proc.stderr, proc.stderr

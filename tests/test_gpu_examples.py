@@ -1,8 +1,10 @@
-"""Examples compiled by tkir and run on the GPU against their references (marked gpu).
+"""Examples compiled by tkir and run on the GPU against their references (marked gpu; no torch).
 
-Fresh random inputs every run, outputs poisoned with NaN, ||out - ref|| / ||ref|| under the
-example's bound, at three sizes each, including sizes that are not multiples of the block tile
-(TMA out-of-bounds fill on loads, masked stores).
+Fresh random inputs every run (the companion's numpy `make_inputs`), outputs poisoned with NaN, copied
+to the GPU as tkir DeviceArrays (tkir.check), and ||out - ref|| / ||ref|| against the companion's
+float64 numpy `reference` under the example's bound, at three sizes each, including sizes that are
+not multiples of the block tile (TMA out-of-bounds fill on loads, masked stores). The references are
+checked against the interpreter on the CPU for every configuration here (tests/test_check.py).
 """
 
 from __future__ import annotations
@@ -10,9 +12,10 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from tkir.bench import bench_one
+from tkir.check import check_example, check_kernel
 from tkir.examples import load_companion
 
 CASES = [
@@ -59,24 +62,19 @@ CASES = [
 @pytest.mark.parametrize("name, sizes, consts", CASES,
                          ids=[f"{n}-" + "-".join(f"{k}{v}" for k, v in {**s, **c}.items()) for n, s, c in CASES])
 def test_example_matches_reference_on_gpu(name: str, sizes: dict, consts: dict) -> None:
-    pytest.importorskip("torch")  # the GPU machine has torch; the checks build inputs with it
-    path = f"examples/{name}.tk"
-    row = bench_one(path, load_companion(path), sizes, consts, reps=1, warmup=0, peer=False)
-    assert row.ok, f"{name} {sizes} {consts}: rel_err {row.rel_err:.3e} > {row.bound}"
+    result = check_example(f"examples/{name}.tk", sizes, consts)
+    assert result.ok, str(result)
 
 
 @pytest.mark.gpu
 def test_one_consumer_warpgroup_stores_its_whole_128_row_tile_on_gpu(tmp_path: Path) -> None:
     """Issue 14: the staged epilogue's TMA box had 64 rows, so one warpgroup owning all 128 rows of
     the tile stored rows 0..63 only (the interpreter, which ignores boxes, could not see it)."""
-    pytest.importorskip("torch")
     src = Path("examples/gemm.tk").read_text().replace("kernel gemm", "@warpgroups(consumers=1)\nkernel gemm", 1)
     (tmp_path / "gemm.tk").write_text(src)
     shutil.copy("examples/gemm.py", tmp_path / "gemm.py")
-    path = str(tmp_path / "gemm.tk")
-    sizes, consts = dict(M=1000, N=512, K=256), {"BN": 128}
-    row = bench_one(path, load_companion(path), sizes, consts, reps=1, warmup=0, peer=False)
-    assert row.ok, f"rel_err {row.rel_err:.3e} > {row.bound}"
+    result = check_example(str(tmp_path / "gemm.tk"), dict(M=1000, N=512, K=256), {"BN": 128})
+    assert result.ok, str(result)
 
 
 # The sm_80 path (cp.async, ldmatrix, mma.sync; PTX for sm_80 runs on the H200 through the driver's
@@ -122,10 +120,8 @@ PATH_NAMES = {str(SM80): "sm80", str(NO_TMA): "notma", str(SWIZZLE_NONE): "swizz
                          ids=[f"{n}-{PATH_NAMES[str(kw)]}-" + "-".join(f"{k}{v}" for k, v in {**s, **c}.items())
                               for n, s, c, kw in PATH_CASES])
 def test_sm80_no_tma_and_unswizzled_paths_match_reference_on_gpu(name: str, sizes: dict, consts: dict, compile_kw: dict) -> None:
-    pytest.importorskip("torch")
-    path = f"examples/{name}.tk"
-    row = bench_one(path, load_companion(path), sizes, consts, reps=1, warmup=0, peer=False, compile_kw=compile_kw)
-    assert row.ok, f"{name} {sizes} {consts} {compile_kw}: rel_err {row.rel_err:.3e} > {row.bound}"
+    result = check_example(f"examples/{name}.tk", sizes, consts, compile_kw=compile_kw)
+    assert result.ok, f"{result} ({compile_kw})"
 
 
 # stream-K (passes/stream_k.py): shapes whose last partial wave is split along K over all 132 SMs,
@@ -142,7 +138,6 @@ STREAM_K_CASES = [
 @pytest.mark.parametrize("sizes, params", STREAM_K_CASES,
                          ids=["-".join(f"{k}{v}" for k, v in s.items()) for s, _ in STREAM_K_CASES])
 def test_stream_k_gemm_repeated_launches_on_gpu(sizes: dict, params: str) -> None:
-    torch = pytest.importorskip("torch")
     import tkir
 
     comp = load_companion("examples/gemm.tk")
@@ -151,10 +146,7 @@ def test_stream_k_gemm_repeated_launches_on_gpu(sizes: dict, params: str) -> Non
     k = tkir.compile("examples/gemm.tk", passes=[*pipeline[:at], f"stream-k{{{params}}}" if params else "stream-k",
                                                  *pipeline[at:]])
     assert "stream_k" in k.module.kernel.attrs
-    for _ in range(3):
-        a, b, c = comp.torch_inputs(sizes, {})
-        k(a, b, c)
-        torch.cuda.synchronize()
-        ref = comp.torch_reference([a, b, c], sizes, {})["C"]
-        err = float((c.double() - ref.double()).norm() / ref.double().norm())
-        assert err <= comp.TOLERANCE, f"{sizes} {params}: rel_err {err:.3e}"
+    rng = np.random.default_rng()
+    for launch in range(3):  # fresh inputs each time; the kernel's workspace and launch count carry over
+        result = check_kernel(k, comp, sizes, {}, rng=rng, name="gemm")
+        assert result.ok, f"launch {launch + 1}, stream-k{{{params}}}: {result}"

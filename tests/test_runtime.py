@@ -467,11 +467,13 @@ def test_missing_driver_is_a_clear_cuda_error(monkeypatch: pytest.MonkeyPatch) -
         raise RuntimeError('"cuda" is an NVIDIA driver library and can only be found via system search')
 
     monkeypatch.setattr(tkcuda.cu, "cuInit", no_driver)
+    tkcuda._driver.cache_clear()
     tkcuda._primary_context.cache_clear()
     try:
         with pytest.raises(tkcuda.CudaError, match="the CUDA driver is not available"):
             Kernel(".version 8.0", copy.deepcopy(GEMM_LAUNCH))(*gemm_args())
     finally:
+        tkcuda._driver.cache_clear()
         tkcuda._primary_context.cache_clear()
 
 

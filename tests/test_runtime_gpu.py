@@ -1,5 +1,9 @@
 """backend/runtime.py on a GPU: llvmlite PTX (and its ptxas cubin) loaded and launched through Kernel,
-with tkir.backend.cuda DeviceArrays and torch tensors; a TMA round trip through a launch-description tma entry."""
+with tkir.backend.cuda DeviceArrays and torch tensors; a TMA round trip through a launch-description tma entry;
+launches on the device the arguments live on (GPU 1 where there are two) and the caller's context kept.
+
+Tests about torch take the `torch_module` fixture (tests/conftest.py): they fail, not skip, where a GPU
+exists and torch does not. The two-GPU tests skip, saying so, on a machine with one."""
 
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ import numpy as np
 import pytest
 
 from tkir.backend import cuda as tkcuda
-from tkir.backend import toolchain
+from tkir.backend import runtime, toolchain
 from tkir.backend.runtime import Kernel, LaunchError
 
 pytestmark = pytest.mark.gpu
@@ -144,8 +148,8 @@ def test_vadd_on_a_stream(vadd_ptx: Callable[[str], str]) -> None:
         tkcuda.check(cu.cuStreamDestroy(stream), "cuStreamDestroy")
 
 
-def test_vadd_with_torch(vadd_ptx: Callable[[str], str]) -> None:
-    torch = pytest.importorskip("torch")  # torch is optional (the bench extra); DeviceArray covers the rest
+def test_vadd_with_torch(vadd_ptx: Callable[[str], str], torch_module: Any) -> None:
+    torch = torch_module
     kernel = Kernel(vadd_ptx("sm_90a"), copy.deepcopy(VADD_LAUNCH))
     a = torch.randn(5000, device="cuda")
     b = torch.randn(5000, device="cuda")
@@ -214,12 +218,12 @@ def test_tensor_map_buffer_is_aligned_and_filled() -> None:
     assert any(tmap.opaque)  # the driver wrote the descriptor
 
 
-def test_a_launch_is_ordered_with_torch_work_on_the_current_stream() -> None:
+def test_a_launch_is_ordered_with_torch_work_on_the_current_stream(torch_module: Any) -> None:
     """With torch tensors and no `stream=`, k(...) launches on torch's current stream (as Triton does):
     inside `with torch.cuda.stream(s)` it runs after the work queued on s before it. s is created
     non-blocking, so a launch on the legacy default stream would not wait for it and would read x
     while it is still zero (torch's own streams are blocking here: they cannot tell the two apart)."""
-    torch = pytest.importorskip("torch")
+    torch = torch_module
     from cuda.bindings import driver as cu
 
     import tkir
@@ -243,3 +247,157 @@ def test_a_launch_is_ordered_with_torch_work_on_the_current_stream() -> None:
     ref = torch.softmax(src.float(), dim=-1)
     err = float((y.float() - ref).norm() / ref.norm())
     assert err < 2e-2, f"rel_err {err:.3e}: the kernel did not wait for the work on the current stream"
+
+
+# --- the device of a launch ---------------------------------------------------------------------------
+
+
+class LaunchSpy:
+    """Wraps cuLaunchKernel to record, at each launch, the device of the current context, the current
+    context and the stream handle: what the launch really ran on."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch):
+        from cuda.bindings import driver as cu
+
+        self.cu, self.real = cu, cu.cuLaunchKernel
+        self.seen: list[tuple[int, int, int]] = []  # (device, context, stream)
+        monkeypatch.setattr(runtime.cu, "cuLaunchKernel", self)
+
+    def __call__(self, function: Any, *rest: Any) -> Any:
+        device = int(tkcuda.check(self.cu.cuCtxGetDevice(), "cuCtxGetDevice"))
+        ctx = int(tkcuda.check(self.cu.cuCtxGetCurrent(), "cuCtxGetCurrent"))
+        self.seen.append((device, ctx, int(rest[7])))  # gx gy gz bx by bz smem stream ...
+        return self.real(function, *rest)
+
+
+def pointer_device(ptr: int) -> int:
+    from cuda.bindings import driver as cu
+
+    attr = cu.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+    return int(tkcuda.check(cu.cuPointerGetAttribute(attr, ptr), "cuPointerGetAttribute"))
+
+
+def current_context() -> int:
+    from cuda.bindings import driver as cu
+
+    return int(tkcuda.check(cu.cuCtxGetCurrent(), "cuCtxGetCurrent"))
+
+
+def vadd_on(kernel: Kernel, device: int, n: int = 3000, seed: int = 0) -> None:
+    """c = a + b with DeviceArrays on `device`; checks the sum and where c lives."""
+    rng = np.random.default_rng(seed)
+    a, b = rng.standard_normal(n, dtype=np.float32), rng.standard_normal(n, dtype=np.float32)
+    da, db = tkcuda.to_device(a, device=device), tkcuda.to_device(b, device=device)
+    dc = tkcuda.to_device(np.full(n, np.nan, np.float32), device=device)
+    assert pointer_device(dc.ptr) == device and dc.__dlpack_device__() == (tkcuda.DLPACK_CUDA, device)
+    kernel(da, db, dc)
+    np.testing.assert_array_equal(dc.numpy(), a + b)
+
+
+def test_a_launch_keeps_the_callers_context(vadd_ptx: Callable[[str], str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A thread whose current context is not the device's primary one (here a context created on GPU
+    0) gets its launch in the primary context -- where the module was loaded and the arrays live --
+    and has its own context current again afterwards."""
+    from cuda.bindings import driver as cu
+
+    kernel = Kernel(vadd_ptx("sm_90a"), copy.deepcopy(VADD_LAUNCH))
+    spy = LaunchSpy(monkeypatch)
+    vadd_on(kernel, 0)
+    created = tkcuda.check(cu.cuCtxCreate(None, 0, tkcuda.check(cu.cuDeviceGet(0), "cuDeviceGet")), "cuCtxCreate")
+    try:
+        assert current_context() == int(created)
+        vadd_on(kernel, 0, seed=1)
+        assert current_context() == int(created)
+    finally:
+        tkcuda.check(cu.cuCtxDestroy(created), "cuCtxDestroy")
+    primary = int(tkcuda.primary_context(0))
+    assert [(d, c) for d, c, _ in spy.seen] == [(0, primary), (0, primary)]
+
+
+def test_launch_on_device_1_runs_on_gpu_1(vadd_ptx: Callable[[str], str], monkeypatch: pytest.MonkeyPatch,
+                                          two_gpus: None) -> None:
+    """Issue 14: tensors on GPU 1 launch on GPU 1 -- the same Kernel on GPU 0, then GPU 1, then GPU 0
+    (its module loaded once per device), each launch in that device's primary context, and the
+    caller's current context (GPU 0's) unchanged by a launch on GPU 1."""
+    kernel = Kernel(vadd_ptx("sm_90a"), copy.deepcopy(VADD_LAUNCH))
+    spy = LaunchSpy(monkeypatch)
+    tkcuda.context(0)
+    vadd_on(kernel, 0)
+    vadd_on(kernel, 1, seed=1)
+    assert current_context() == int(tkcuda.primary_context(0))
+    vadd_on(kernel, 0, seed=2)
+    assert [(d, c) for d, c, _ in spy.seen] == [(0, int(tkcuda.primary_context(0))),
+                                                 (1, int(tkcuda.primary_context(1))),
+                                                 (0, int(tkcuda.primary_context(0)))]
+    assert sorted(kernel._functions) == [0, 1]
+
+
+def test_mixed_devices_are_refused_on_two_gpus(vadd_ptx: Callable[[str], str], monkeypatch: pytest.MonkeyPatch,
+                                               two_gpus: None) -> None:
+    kernel = Kernel(vadd_ptx("sm_90a"), copy.deepcopy(VADD_LAUNCH))
+    spy = LaunchSpy(monkeypatch)
+    on0 = tkcuda.to_device(np.ones(256, np.float32), device=0)
+    on1 = tkcuda.to_device(np.ones(256, np.float32), device=1)
+    with pytest.raises(LaunchError, match=r"vadd: arguments are on different GPUs \('a' on GPU 0, 'b' on GPU 1, "
+                                          r"'c' on GPU 0\)"):
+        kernel(on0, on1, on0)
+
+    class Unsaid:  # a CUDA Array Interface without a device: the driver tells at launch
+        def __init__(self, arr: tkcuda.DeviceArray):
+            self.arr, self.__cuda_array_interface__ = arr, arr.__cuda_array_interface__
+
+    with pytest.raises(LaunchError, match=r"arguments are on different GPUs \('a' on GPU 0, 'b' on GPU 1, "
+                                          r"'c' on GPU 0\)"):
+        kernel(Unsaid(on0), Unsaid(on1), Unsaid(on0))
+    out1 = tkcuda.empty((256,), "f32", device=1)
+    kernel(Unsaid(on1), Unsaid(on1), Unsaid(out1))  # the driver places all three on GPU 1
+    np.testing.assert_array_equal(out1.numpy(), np.full(256, 2, np.float32))
+    assert [d for d, _, _ in spy.seen] == [1]
+
+
+def test_gemm_and_stream_k_on_device_1_match_numpy(monkeypatch: pytest.MonkeyPatch, two_gpus: None) -> None:
+    """The compiled gemm on GPU 1 through DeviceArrays: TMA descriptors, dynamic shared memory over
+    48 KB (the opt-in attribute is set per loaded function), a persistent grid of GPU 1's SM count;
+    and stream-K gemm alternating GPU 0 / 1 / 0 (a workspace per device, one launch counter)."""
+    import tkir
+    from tkir.examples import load_companion
+
+    comp = load_companion("examples/gemm.tk")
+    spy = LaunchSpy(monkeypatch)
+    pipeline = tkir.api.default_pipeline()
+    at = pipeline.index("persistent") + 1
+    plain = tkir.compile("examples/gemm.tk")
+    split = tkir.compile("examples/gemm.tk", passes=[*pipeline[:at], "stream-k{max_tail=100 min_iters=1}",
+                                                     *pipeline[at:]])
+    rng = np.random.default_rng(3)
+    for k, sizes, devices in ((plain, dict(M=1000, N=744, K=520), (1,)),
+                              (split, dict(M=2944, N=1792, K=1024), (0, 1, 0))):
+        for device in devices:
+            host = comp.make_inputs(rng, sizes, {})
+            args = [tkcuda.to_device(a, device=device) for a in host]
+            k(*args)
+            got = args[2].numpy().astype(np.float64)
+            want = comp.reference(host, sizes, {})["C"]
+            err = np.linalg.norm(got - want) / np.linalg.norm(want)
+            assert err <= comp.TOLERANCE, f"{sizes} on GPU {device}: rel err {err:.3e}"
+    assert [d for d, _, _ in spy.seen] == [1, 0, 1, 0]
+
+
+def test_torch_tensors_on_cuda_1_launch_on_gpu_1(vadd_ptx: Callable[[str], str], torch_module: Any,
+                                                 monkeypatch: pytest.MonkeyPatch, two_gpus: None) -> None:
+    """torch tensors on cuda:1: the launch runs on GPU 1, on torch's current stream of cuda:1, and
+    torch's current device stays cuda:0."""
+    torch = torch_module
+    kernel = Kernel(vadd_ptx("sm_90a"), copy.deepcopy(VADD_LAUNCH))
+    spy = LaunchSpy(monkeypatch)
+    torch.cuda.set_device(0)
+    a, b = torch.randn(5000, device="cuda:1"), torch.randn(5000, device="cuda:1")
+    c = torch.full_like(a, float("nan"))
+    side = torch.cuda.Stream(device=1)
+    with torch.cuda.stream(side):  # the current stream of cuda:1 (current streams are per device)
+        kernel(a, b, c)
+    side.synchronize()
+    assert torch.equal(c, a + b)
+    assert torch.cuda.current_device() == 0
+    ((device, ctx, stream),) = spy.seen
+    assert device == 1 and ctx == int(tkcuda.primary_context(1)) and stream == side.cuda_stream

@@ -14,6 +14,7 @@ torch_inputs(sizes, consts) -> list of tensors (outputs NaN), torch_reference(in
 -> {output: tensor}, peer(inputs, sizes, consts) -> a zero-argument callable, PEER (its name).
 Optional: EXTRA_PEERS (names) and extra_peer(name, inputs, sizes, consts) -> a zero-argument
 callable: more peers timed interleaved in the same run, each with its own ratio column.
+Correctness alone, without torch (tkir DeviceArrays, the numpy `make_inputs` and `reference`): tkir/check.py.
 """
 
 from __future__ import annotations
@@ -99,6 +100,19 @@ def _to_torch(torch, a):
     if a.dtype == ml_dtypes.bfloat16:
         return torch.from_numpy(np.ascontiguousarray(a).view(np.int16)).view(torch.bfloat16).cuda()
     return torch.from_numpy(np.ascontiguousarray(a)).cuda()
+
+
+_INDUCTOR: dict = {}
+
+
+def inductor(math):
+    """`torch.compile(math)` (Inductor), made once per function: the peer a user who fuses with the
+    compiler would pick (issue 15). Its guards recompile for new shapes; warm-up runs absorb that."""
+    import torch
+
+    if math not in _INDUCTOR:
+        _INDUCTOR[math] = torch.compile(math, dynamic=False)
+    return _INDUCTOR[math]
 
 
 def copy_bandwidth(torch, nbytes: int = 2**30, reps: int = 20) -> float:

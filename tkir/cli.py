@@ -156,6 +156,24 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--variant", default="tkir", help="a label for the rows (ablations)")
     _add_pass_flags(b)
 
+    t = sub.add_parser("tune", help="search a kernel's @tune space and cache the best point",
+                       description="Drop the points of the kernel's @tune(...) space that its where= "
+                                   "conditions, the compiler (shared memory, registers, tile divisibility, "
+                                   "spills) or the cost model rule out, saying why; check the rest against the "
+                                   "reference and time them on the GPU, interleaved; keep the best in the disk "
+                                   "cache for this size bucket and GPU (a second call times nothing).")
+    t.add_argument("file")
+    t.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME=VALUE",
+                   help="pin a const (its @tune list collapses to this value)")
+    t.add_argument("--size", action="append", default=[], metavar="NAME=VALUE", help="a problem size (all needed)")
+    t.add_argument("--reps", type=int, default=20, help="timed runs per point (median; default 20)")
+    t.add_argument("--jobs", type=int, default=None, metavar="N", help="compile processes (default: CPU count)")
+    t.add_argument("--force", action="store_true", help="time again even if the cache has this bucket")
+    t.add_argument("--dry-run", action="store_true", help="drop and predict only: no GPU, nothing timed")
+    t.add_argument("--json", metavar="OUT", help="write every point, its reason or its times, as JSON")
+    t.add_argument("--target", choices=("sm_90a", "sm_80"), default="sm_90a")
+    t.add_argument("--passes", default=None, metavar="PIPELINE", help="the pass pipeline (default: the default one)")
+
     ps = sub.add_parser("passes", help="list the passes, their parameters and the default pipeline",
                         description="List every registered pass with its typed parameters, and the default "
                                     "pipeline as --passes spells it.")
@@ -204,6 +222,10 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"tkc {args.cmd}: error: needs the '{e.name}' package ({OPTIONAL_PACKAGES[e.name]})", file=sys.stderr)
         return 1
+    except BrokenPipeError:  # `tkc passes | head -3`: the reader left; stop quietly, as cat does
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # Python's exit-time flush of stdout must not raise again
+        return 141  # 128 + SIGPIPE, what a shell reports for a writer killed by a closed pipe
     except TkirError as e:  # the interpreter, the launch, ptxas/nvdisasm, the driver: their own message
         print(f"tkc {args.cmd}: error: {e}", file=sys.stderr)
         if "no meaning for op 'pipe." in str(e) or "no meaning for op 'tk.role" in str(e):
@@ -232,7 +254,7 @@ def _one_line_warnings() -> Iterator[None]:
 
 def _dispatch(args: argparse.Namespace) -> int:
     return {"compile": cmd_compile, "opt": cmd_opt, "run": cmd_run, "report": cmd_report,
-            "bench": cmd_bench, "passes": cmd_passes, "cache": cmd_cache}[args.cmd](args)
+            "bench": cmd_bench, "passes": cmd_passes, "cache": cmd_cache, "tune": cmd_tune}[args.cmd](args)
 
 
 def _config(args: argparse.Namespace):
@@ -495,6 +517,66 @@ def cmd_bench(args: argparse.Namespace) -> int:
     rows = run_bench(args.file, sizes_list, consts_list, reps=args.reps, json_out=args.json, plot=args.plot,
                      compile_kw=kw, variant=args.variant)
     return 0 if all(r.ok for r in rows) else 1
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    from tkir import tune
+
+    if not Path(args.file).is_file():
+        raise UsageError(f"{args.file}: no such file")
+    if args.reps < 1:
+        raise UsageError(f"--reps {args.reps}: at least one timed run")
+    if args.jobs is not None and args.jobs < 1:
+        raise UsageError(f"--jobs {args.jobs}: at least one process")
+    if args.passes is not None:
+        from tkir.pass_pipeline import as_specs
+        from tkir.passes.registry import load_registry
+
+        if not args.passes.strip():
+            raise UsageError("--passes is empty: name the passes to run, or leave --passes out")
+        for spec in as_specs(args.passes):  # names and parameters checked before any work
+            if spec.name not in load_registry():
+                raise UsageError(f"unknown pass '{spec.name}' in --passes (tkc passes lists them)")
+    fixed = _kv(args.defines, "-D")
+    space = tune.read_space(args.file)
+    unknown = [n for n in fixed if n not in space.defaults]
+    if unknown:
+        raise UsageError(f"-D {unknown[0]}: not a const of kernel '{space.kernel}' "
+                         f"(consts: {', '.join(space.defaults)})")
+    sizes = _sizes(args.size)
+    from tkir.api import build_module
+    from tkir.diagnostics import CompileError
+
+    for point in space.points(fixed):  # the size names, from the first point the front end accepts
+        try:                          # (the header's own consts may not fit, e.g. 16 rows of D = 16384)
+            module = build_module(args.file, point.consts)
+        except CompileError:
+            continue
+        _check_sizes(module, sizes)
+        break
+    kw = dict(fixed=fixed, target=args.target, passes=args.passes, jobs=args.jobs, progress=_progress("compile"))
+    if args.dry_run:
+        result = tune.dry_run(args.file, sizes, **kw)
+    else:
+        result = tune.tune(args.file, sizes, reps=args.reps, force=args.force, **kw)
+    print(tune.format_result(result, dry_run=args.dry_run), flush=True)  # before --json: a bad path loses no timing
+    if args.json:
+        _write(args.json, json.dumps(result.as_dict(), indent=1, default=str) + "\n")
+    return 0 if (args.dry_run or result.best is not None) else 1
+
+
+def _progress(what: str):
+    """A progress bar (rich, when installed) or one stderr line per step."""
+    def show(items, total: int):
+        try:
+            from rich.progress import track
+
+            yield from track(items, description=what, total=total, transient=True)
+        except ImportError:
+            for i, x in enumerate(items, 1):
+                print(f"tkc tune: {what} {i}/{total}", file=sys.stderr, flush=True)
+                yield x
+    return show
 
 
 def cmd_passes(args: argparse.Namespace) -> int:

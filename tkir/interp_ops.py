@@ -193,6 +193,18 @@ register_handler("tk.cast", lambda op, args, frame: args[0])  # round_to_type co
 register_handler("tk.convert_layout", lambda op, args, frame: args[0])  # layouts do not change values
 register_handler("tk.transpose", lambda op, args, frame: args[0].T.copy())
 
+
+def _outer(op: Operation, args: list, frame: Frame) -> np.ndarray:
+    """Row-wise (face-splitting) or column-wise outer product, each product exact in f32 and rounded
+    once to the result's dtype by the frame (a product of two 16-bit floats fits f32's mantissa)."""
+    a, b = (np.asarray(x, np.float32) for x in args)
+    if str(op.attrs["axis"]) == "row":
+        return (a[:, :, None] * b[:, None, :]).reshape(a.shape[0], -1)
+    return (a[:, None, :] * b[None, :, :]).reshape(-1, a.shape[1])
+
+
+register_handler("tk.outer", _outer)
+
 _REDUCE = {"max": np.max, "min": np.min, "sum": np.sum}
 
 

@@ -4,11 +4,20 @@ Roles run as threads that meet at mbarriers, so the interpreter checks the pipel
 persistent loop around it) against the examples' references too: the first `tk.role` reached runs
 every role of its block concurrently; `pipe.wait` blocks its thread until the barrier's phase
 completes (`count` arrivals and all expected TMA bytes, HOPPER.md §5.1).
+
+cp.async copies (`pipe.async_copy`, `pipe.async_commit`, `pipe.async_wait`) land late, as on the
+GPU: a copy reads the global tile when it is issued, fills its stage with NaN (the stage holds
+nothing defined while the copy is in flight) and writes the tile there only when a wait covers its
+group. So a schedule that reads a stage before waiting for its copy, or issues a copy into a stage
+that is still to be read, computes NaN instead of the reference.
 """
 
 from __future__ import annotations
 
 import threading
+from collections import deque
+
+import numpy as np
 
 from tkir.interp_frame import Frame, InterpError, register_handler, where
 from tkir.interp_ops import load
@@ -123,6 +132,50 @@ def _role(op: Operation, args: list, frame: Frame) -> None:
     return _run_roles(op, args, frame)
 
 
+class AsyncCopies:
+    """One block's cp.async state (PTX ISA cp.async.commit_group / wait_group): the copies issued
+    since the last commit, and the committed groups still in flight, oldest first. Each copy is a
+    (destination stage, data) pair; the data lands when a wait retires its group."""
+
+    def __init__(self) -> None:
+        self.open: list[tuple[int, np.ndarray, np.ndarray]] = []  # (stage, destination, data)
+        self.groups: deque[list[tuple[int, np.ndarray, np.ndarray]]] = deque()
+
+    def commit(self, stage: int, where: str) -> None:
+        wrong = sorted({s for s, _, _ in self.open if s != stage})
+        if wrong:
+            raise InterpError(f"{where}pipe.async_commit of the group for stage {stage} closes copies into "
+                              f"stage {wrong[0]}")
+        self.groups.append(self.open)
+        self.open = []
+
+    def wait(self, pending: int) -> None:
+        """Retire the oldest groups until at most `pending` are in flight (copies not yet committed
+        are not waited for, as cp.async.wait_group does not)."""
+        while len(self.groups) > pending:
+            for _, dst, data in self.groups.popleft():
+                dst[...] = data
+
+
+def _async_copies(frame: Frame) -> AsyncCopies:
+    if getattr(frame, "cp_async", None) is None:
+        frame.cp_async = AsyncCopies()
+    return frame.cp_async
+
+
+def _async_copy(op: Operation, args: list, frame: Frame) -> None:
+    cond, buf, s, src, *coords = args
+    if not cond:
+        return
+    dst = buf[s]
+    data = np.zeros_like(dst)
+    tk_load = Operation("tk.load", [op.operands[1], op.operands[3], *op.operands[4:]])
+    load(tk_load, [data, src, *coords], frame)  # zero fill past the tensor's edge, as cp.async's src-size 0
+    if np.issubdtype(dst.dtype, np.floating):
+        dst.fill(np.nan)  # in flight: undefined until a wait covers the copy
+    _async_copies(frame).open.append((int(s), dst, data))
+
+
 register_handler("pipe.barriers", _barriers)
 register_handler("pipe.stage", _stage)
 register_handler("pipe.expect", lambda op, a, f: a[0].arrive(a[1], _arrivals(op, f), int(op.attrs["bytes"])))
@@ -135,3 +188,6 @@ register_handler("tk.role", _role)
 register_handler("tk.mma_wait", lambda op, a, f: a[0])  # the interpreter's mma is synchronous
 for _turn in ("pipe.turn_init", "pipe.turn_wait", "pipe.turn_pass"):  # a role's warpgroups run together here
     register_handler(_turn, lambda op, a, f: None)
+register_handler("pipe.async_copy", _async_copy)
+register_handler("pipe.async_commit", lambda op, a, f: _async_copies(f).commit(int(a[0]), where(op)))
+register_handler("pipe.async_wait", lambda op, a, f: _async_copies(f).wait(int(op.attrs["pending"])))

@@ -442,6 +442,37 @@ def _vector_fragment(kind: str, layout: RegisterLayout, n: int) -> np.ndarray:
     raise ValueError(f"unknown vector layout kind '{kind}'")
 
 
+# Register layouts whose thread holds, of each row it owns, the columns 8t + 2q + {0, 1} (t = 0, 1, ...)
+# whatever the width: the wgmma (HOPPER.md §1.5, §1.6) and mma.sync (§6.3) fragment maps.
+QUAD_COLUMN_KINDS = ("wgmma_acc", "wgmma_a", "mma_a", "mma_c")
+
+
+def outer_operand_layout(result: RegisterLayout, axis: str, shape: tuple[int, int],
+                         dtype: str) -> RegisterLayout | None:
+    """The layout of an operand of `tk.outer` (shape rows x cols) whose result has layout `result`,
+    chosen so that the backend finds both factors of every product in the product's own thread or
+    in its warp (shuffles), or None when no such layout is known (the caller takes `row`, and the
+    backend exchanges the factors through shared memory).
+
+    axis = row: r[i, p Cb + q] = a[i, p] b[i, q]. In a quad-column layout the result's row i is held
+    by the threads that hold row i of a tile of the same kind, and column p Cb + q (Cb a multiple of
+    8) sits at 2q' + {0, 1} + 8t like column q of b: the operands take the result's layout; b's
+    factor is the thread's own, a's is in the same quad (ThunderKittens' mul_slice_row).
+    axis = col: r[p Rb + q, j] = a[p, j] b[q, j]. With Rb = 16 (one m16 block) every result row
+    p Rb + q is g + 8h within its 16-row block, so a 16-row operand replicated in every warp in the
+    m16 fragment map (mma_a / mma_c of one warp: the backend repeats a layout of fewer threads
+    over the others) holds b's factor in the thread and a's in the same quad column of the warp
+    (ThunderKittens' mul_slice_col)."""
+    if result.kind not in QUAD_COLUMN_KINDS:
+        return None
+    rows, cols = shape
+    if axis == "row":
+        return result if cols % 8 == 0 else None
+    if rows != MMA_M:
+        return None
+    return make_layout("mma_a" if dtype_bytes(dtype) == 2 else "mma_c", warps=1)
+
+
 def conversion(src: RegisterLayout, dst: RegisterLayout, dtype: str, shape: tuple[int, ...]) -> tuple[str, int]:
     """How a value moves from layout `src` to `dst`: ("none", 0) when every thread already holds
     what it needs, ("shuffle", n) when every needed element is in the same warp (n = the most

@@ -315,6 +315,31 @@ def _select(op: Operation) -> None:
                    f"'tk.select' value {t} must match the result {r}")
 
 
+def _outer(op: Operation) -> None:
+    """%r = tk.outer %a, %b {axis = row|col}: the outer product of each row (col) pair.
+
+    axis = row: a rt<T, R, Ca>, b rt<T, R, Cb> -> rt<T, R, Ca*Cb>, r[i, p*Cb + q] = a[i, p] * b[i, q];
+    axis = col: a rt<T, Ra, C>, b rt<T, Rb, C> -> rt<T, Ra*Rb, C>, r[p*Rb + q, j] = a[p, j] * b[q, j]."""
+    n_operands(op, 2)
+    n_results(op, 1)
+    a, b = (v.type for v in op.operands)
+    r = op.result.type
+    for t in (a, b, r):
+        expect(isinstance(t, TileType) and t.space == "rt", f"'tk.outer' takes and yields register tiles, got {t}")
+    expect(a.dtype == b.dtype == r.dtype, f"'tk.outer' dtypes differ: {a.dtype}, {b.dtype} -> {r.dtype}")
+    expect(a.dtype in FLOAT_DTYPES, f"'tk.outer' multiplies float tiles, got {a}")
+    axis = str(op.attrs.get("axis"))
+    expect(axis in ("row", "col"), "'tk.outer' axis must be row or col")
+    if axis == "row":
+        expect(a.rows == b.rows, f"'tk.outer' {{axis = row}} needs operands of one row count: {a} and {b}")
+        want = (a.rows, a.cols * b.cols)
+    else:
+        expect(a.cols == b.cols, f"'tk.outer' {{axis = col}} needs operands of one column count: {a} and {b}")
+        want = (a.rows * b.rows, a.cols)
+    expect(r.shape == want, f"'tk.outer' {{axis = {axis}}} of {a.bare()} and {b.bare()} yields "
+                            f"rt<{a.dtype}, {want[0]}, {want[1]}>, not {r.bare()}")
+
+
 def _for(op: Operation) -> None:
     expect(len(op.operands) >= 3, "'scf.for' needs lower, upper, step")
     for v in op.operands[:3]:
@@ -422,6 +447,7 @@ register_op("tk.reduce", _reduce, summary="row or column reduction (max, min, su
 register_op("tk.mask_causal", _mask_causal,
             summary="fill elements with col0 + c > row0 + r (causal attention)")
 register_op("tk.transpose", _transpose, summary="register tile transpose")
+register_op("tk.outer", _outer, summary="outer product of each row (axis = row) or column (axis = col) pair")
 register_op("tk.index", _index, summary="i32 tile of each element's row (axis = row) or column index")
 register_op("tk.cmp", _tile_cmp, summary="elementwise comparison (pred = eq, ne, lt, le, gt, ge) -> i1 tile")
 register_op("tk.select", _select, summary="elementwise c ? a : b on an i1 tile; a, b tiles or scalars")

@@ -1,4 +1,4 @@
-"""Ops of the pipelined level (written by the `pipeline` pass, read by the backend).
+"""Ops of the pipelined level (written by the `pipeline` and `pipeline-cp-async` passes, read by the backend).
 
     %full = pipe.barriers {count = 1} : sv<i64, 4>        S mbarriers, each expecting `count` arrivals
     %as = pipe.stage %a, %s : st<bf16, 128, 64, ...>      stage s of a ring buffer st<..., stages=S>
@@ -11,6 +11,21 @@
                                                           once this iteration's async mma is issued
     tk.role {kind = producer, warpgroups = 1, regs = 40} { ... }   code run by those warpgroups only
 
+The cp.async pipeline of the mma.sync path (written by `pipeline-cp-async`, sm_80; PTX ISA
+§9.7.9.25, CUTLASS `MmaMultistage`); every thread issues, commits and waits for its own copies:
+
+    pipe.async_copy %more, %a, %s, %A, %bx, %k            if %more (i1): cp.async of tile (%bx, %k) of %A
+                                                          into stage s of ring buffer %a (in flight: the
+                                                          stage holds nothing defined until a wait covers
+                                                          it); if not, nothing
+    pipe.async_commit %s                                  close the copies issued since the last commit
+                                                          into one group (cp.async.commit_group): the
+                                                          group that fills stage s
+    pipe.async_wait {pending = 2}                         wait until at most 2 groups are in flight
+                                                          (cp.async.wait_group), then a block barrier:
+                                                          every thread's finished copies are visible and
+                                                          every thread is done reading earlier stages
+
 Semantics for the interpreter (tkir/interp_pipeline.py): roles run as threads that meet at
 `pipe.wait`; a barrier's phase completes when it has received `count` arrivals and all expected bytes.
 """
@@ -20,7 +35,7 @@ from __future__ import annotations
 from tkir.ir import Operation
 from tkir.opdef import expect, is_int_scalar, n_operands, n_results, register_op
 from tkir.target import SETMAXNREG_RANGE, SETMAXNREG_STEP
-from tkir.types import GlobalType, TileType, VectorType
+from tkir.types import GlobalType, ScalarType, TileType, VectorType
 
 
 def _is_bars(t: object) -> bool:
@@ -72,6 +87,35 @@ def _copy(op: Operation) -> None:
     expect("desc" in op.attrs, "'pipe.copy' needs desc = @tma_desc")
 
 
+def _async_copy(op: Operation) -> None:
+    n_results(op, 0)
+    expect(len(op.operands) >= 5,
+           "'pipe.async_copy' needs a condition, a ring buffer, a stage, a source and coordinates")
+    cond, buf, s, src = (v.type for v in op.operands[:4])
+    expect(cond == ScalarType("i1"), f"'pipe.async_copy' condition is i1, not {cond}")
+    expect(isinstance(buf, TileType) and buf.space == "st" and isinstance(buf.get("stages"), int),
+           f"'pipe.async_copy' writes a stage of a ring buffer st<..., stages=S>, not {buf}")
+    expect(is_int_scalar(s), "'pipe.async_copy' stage index is i32")
+    expect(isinstance(src, GlobalType) and len(op.operands) - 4 == src.rank,
+           f"'pipe.async_copy' needs {getattr(src, 'rank', '?')} coordinates of a gl source, got {src}")
+    expect(src.dtype == buf.dtype, f"'pipe.async_copy' copies {src} into {buf}: cp.async converts no dtypes")
+    expect(all(is_int_scalar(v.type) for v in op.operands[4:]), "'pipe.async_copy' coordinates are i32")
+
+
+def _async_commit(op: Operation) -> None:
+    n_operands(op, 1)
+    n_results(op, 0)
+    expect(is_int_scalar(op.operands[0].type), "'pipe.async_commit' names the stage its group fills (i32)")
+
+
+def _async_wait(op: Operation) -> None:
+    n_operands(op, 0)
+    n_results(op, 0)
+    pending = op.attrs.get("pending")
+    expect(isinstance(pending, int) and not isinstance(pending, bool) and pending >= 0,
+           "'pipe.async_wait' needs pending = N >= 0 (the cp.async groups that may stay in flight)")
+
+
 def _role(op: Operation) -> None:
     n_operands(op, 0)
     n_results(op, 0)
@@ -110,3 +154,7 @@ register_op("pipe.turn_init", _turn, pure=False, summary="consumer warpgroup 0 t
 register_op("pipe.turn_wait", _turn, pure=False, summary="wait for this warpgroup's turn to issue mmas (pingpong)")
 register_op("pipe.turn_pass", _turn, pure=False, summary="pass the turn to the next consumer warpgroup (pingpong)")
 register_op("tk.role", _role, pure=False, summary="code run by one warpgroup role")
+register_op("pipe.async_copy", _async_copy, pure=False, summary="cp.async of a tile into a stage of a ring buffer")
+register_op("pipe.async_commit", _async_commit, pure=False, summary="close the issued cp.async copies into a group")
+register_op("pipe.async_wait", _async_wait, pure=False,
+            summary="wait until at most `pending` cp.async groups are in flight, then a block barrier")

@@ -56,15 +56,12 @@ def kernel_requires(kernel: Operation, descs: list[Operation]) -> list[dict]:
             whys.append(why)
 
     for d, g in enumerate(kernel.attrs["grid"]):
-        floor = _floor_div(str(g))
-        if floor is not None:
-            size, tile = floor
-            need(f"{size} % {tile}", f"grid dim {d} is {g}: a partial last tile would not be computed")
+        for size, tile in _floor_divs(str(g)):  # anywhere in it: persistent grids count tiles in products
+            need(f"{size} % {tile}", f"grid dim {d} counts {size} / {tile} tiles: a partial last tile would not "
+                                     "be computed")
     for op in kernel.walk():
         if op.name == "scf.for":
-            floor = _floor_div_value(op.operands[1])
-            if floor is not None:
-                size, tile = floor
+            for size, tile in _floor_div_values(op.operands[1]):
                 need(f"{size} % {tile}", f"loop bound {size} / {tile} floors: a partial last tile is skipped")
         try:
             copy = _plain_copy(op)
@@ -131,28 +128,40 @@ def _shared_tile(tile: TileType | VectorType) -> bool:
     return isinstance(tile, TileType) and tile.space == "st"
 
 
-def _floor_div(expr: str) -> tuple[str, int] | None:
-    """('M', 128) for 'M / 128' or 'M // 128'; None for anything else (cdiv, products, ...)."""
+def _floor_divs(expr: str) -> list[tuple[str, int]]:
+    """Every floor division of a size by a constant in `expr`: [('M', 128)] for 'M / 128',
+    'M // 128' or 'cdiv((M / 128) * (cdiv(N, 256)), NUM_SMS)' (persistent's grid); none for cdiv."""
     try:
-        node = ast.parse(expr, mode="eval").body
+        tree = ast.parse(expr, mode="eval")
     except SyntaxError:
-        return None
-    if (isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Div, ast.FloorDiv))
-            and isinstance(node.left, ast.Name) and isinstance(node.right, ast.Constant)
-            and isinstance(node.right.value, int) and node.right.value > 1):
-        return node.left.id, node.right.value
-    return None
+        return []
+    found = []
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Div, ast.FloorDiv))
+                and isinstance(node.left, ast.Name) and isinstance(node.right, ast.Constant)
+                and isinstance(node.right.value, int) and node.right.value > 1):
+            found.append((node.left.id, node.right.value))
+    return found
 
 
-def _floor_div_value(v: Value) -> tuple[str, int] | None:
+ARITH_OF_COUNTS = ("arith.add", "arith.sub", "arith.mul", "arith.min", "arith.max", "arith.cdiv", "arith.div")
+
+
+def _floor_div_values(v: Value, depth: int = 0) -> list[tuple[str, int]]:
+    """Every `arith.div %size, %const` in the arithmetic that computes `v` (a loop bound): the tile
+    count of a persistent loop is a product of per-dim counts, each possibly floored."""
     op = v.owner
-    if not (isinstance(op, Operation) and op.name == "arith.div"):
-        return None
-    a, b = (x.owner for x in op.operands)
-    if (isinstance(a, Operation) and a.name == "tk.size" and isinstance(b, Operation)
-            and b.name == "arith.const" and isinstance(b.attrs["value"], int) and b.attrs["value"] > 1):
-        return a.attrs["name"], b.attrs["value"]
-    return None
+    if not isinstance(op, Operation) or op.name not in ARITH_OF_COUNTS or depth > 16:
+        return []
+    found = []
+    if op.name == "arith.div":
+        a, b = (x.owner for x in op.operands)
+        if (isinstance(a, Operation) and a.name == "tk.size" and isinstance(b, Operation)
+                and b.name == "arith.const" and isinstance(b.attrs["value"], int) and b.attrs["value"] > 1):
+            found.append((a.attrs["name"], b.attrs["value"]))
+    for x in op.operands:
+        found += _floor_div_values(x, depth + 1)
+    return found
 
 
 def _plain_copy(op: Operation) -> tuple[Value, TileType | VectorType] | None:
@@ -164,4 +173,6 @@ def _plain_copy(op: Operation) -> tuple[Value, TileType | VectorType] | None:
             return op.operands[1], op.operands[0].type
     if op.name == "tk.store" and isinstance(op.operands[0].type, GlobalType):
         return op.operands[0], op.operands[1].type
+    if op.name == "pipe.async_copy" and len(op.operands) > 3 and isinstance(op.operands[3].type, GlobalType):
+        return op.operands[3], op.operands[1].type  # cp.async into a ring buffer's stage (pipeline-cp-async)
     return None

@@ -56,6 +56,7 @@ class Construct:
     sizes: dict[str, int] = field(default_factory=dict)
     consts: str = ""             # const parameters, e.g. "W=16"
     note: str = ""
+    rows: int = TILE             # rows of the tile {r} counts: the grid (and the loop) is cdiv(N, rows)
 
 
 @dataclass(frozen=True)
@@ -128,12 +129,12 @@ def kernel_source(case: Case) -> str:
     body = _fill(c.body, case.dtype, r).strip("\n")
     params = _fill(c.params, case.dtype, r)
     shared = _fill(c.shared, case.dtype, r)
-    grid = "cdiv(N, 64)"
+    grid = f"cdiv(N, {c.rows})"
     if ctx == "top":
         stmts = body
     elif ctx == "loop":
         grid = "1"
-        stmts = "for i in 0 .. cdiv(N, 64) {\n" + _indent(body) + "\n}"
+        stmts = f"for i in 0 .. cdiv(N, {c.rows}) {{\n" + _indent(body) + "\n}"
     else:
         params = f"{params}, {GEMM_PARAMS}"
         shared = f"{shared}\n{GEMM_SHARED}"
@@ -462,6 +463,40 @@ construct(name="loop_step", family="control", params=_SUM_IO, outputs=("Y",), re
                "    reg t: rt<{dt}, 64, 64> = X[{r}, j]\n    s += f32(t)\n}\nY[{r}, 0] = {dt}(s)",
           note="NEW: for j in 0 .. n step 2")
 
+# outer products (tk.outer: row_outer / col_outer; Based linear attention's feature map) -------
+def _row_outer_ref(i: Arrays, dt: str) -> Arrays:
+    x = i["X"]
+    return {"Y": rnd(np.einsum("ri,rj->rij", x, x).reshape(x.shape[0], -1), dt)}
+
+
+def _col_outer_ref(i: Arrays, dt: str) -> Arrays:
+    x = i["X"]
+    return {"Y": rnd(np.einsum("ic,jc->ijc", x, x).reshape(-1, x.shape[1]), dt)}
+
+
+construct(name="row_outer", family="outer", params="X: gl<{dt}>[N, 16], Y: gl<{dt}>[N, 256]", outputs=("Y",),
+          reference=_row_outer_ref, body="reg x: rt<{dt}, 64, 16> = X[{r}, 0]\nY[{r}, 0] = row_outer(x, x)",
+          note="NEW: row_outer(x, x): r[i, 16p + q] = x[i, p] x[i, q], stored")
+construct(name="col_outer", family="outer", params="X: gl<{dt}>[16, N], Y: gl<{dt}>[256, N]", outputs=("Y",),
+          reference=_col_outer_ref, body="reg x: rt<{dt}, 16, 64> = X[0, {r}]\nY[0, {r}] = col_outer(x, x)",
+          note="NEW: col_outer(x, x): r[16p + q, j] = x[p, j] x[q, j], stored")
+construct(name="row_outer_mma", family="outer", params="A: gl<{dt}>[N, 16], B: gl<{dt}>[256, 64], Y: gl<{dt}>[N, 64]",
+          outputs=("Y",), shared="shared b: st<{dt}, 256, 64>", refused_dtypes=F32_REFUSED,
+          reference=lambda i, dt: {"Y": rnd(rnd(np.einsum("ri,rj->rij", i["A"], i["A"]).reshape(-1, 256), dt)
+                                            @ i["B"], dt)},
+          body="reg a: rt<{dt}, 64, 16> = A[{r}, 0]\nb = B[0, 0]\nreg acc: rt<f32, 64, 64> = 0\n"
+               "acc += row_outer(a, a) @ b\nY[{r}, 0] = {dt}(acc)",
+          note="NEW: a row_outer product as the register A of an mma (sliced wgmma, shuffles in the quad)")
+construct(name="col_outer_mma", family="outer", params="K: gl<{dt}>[N, 16], V: gl<{dt}>[N, 64], Y: gl<{dt}>[256, N]",
+          outputs=("Y",), shared="shared k: st<{dt}, 64, 16>\nshared v: st<{dt}, 64, 64>", refused_dtypes=F32_REFUSED,
+          contexts=("top", "loop"),
+          reference=lambda i, dt: {"Y": rnd(np.concatenate(
+              [rnd(np.einsum("ci,cj->ijc", kk, kk).reshape(256, -1), dt) @ vv
+               for kk, vv in zip(tiles(i["K"]), tiles(i["V"]), strict=True)], axis=1), dt)},
+          body="k = K[{r}, 0]\nv = V[{r}, 0]\nlet kt = k.T\nreg acc: rt<f32, 256, 64> = 0\n"
+               "acc += col_outer(kt, kt) @ v\nY[0, {r}] = {dt}(acc)",
+          note="NEW: col_outer of a transposed shared read as the A of a 256-row mma (Based's state update)")
+
 # dtypes --------------------------------------------------------------------------------------
 construct(name="fp8_mma", family="dtypes", params=f"{_MMA_IO}, Y: gl<bf16>[N, 64]",
           outputs=("Y",), shared=_ACC, dtypes=FP8_DTYPES, contexts=("top",),
@@ -478,3 +513,8 @@ def all_cases() -> list[Case]:
 
 def families() -> list[str]:
     return list(dict.fromkeys(c.family for c in CONSTRUCTS))
+
+
+# The swizzle family lives in its own module; importing it registers its constructs (it imports
+# `construct` from here, so it comes last).
+from conformance import cases_swizzle  # noqa: E402, F401

@@ -4,15 +4,20 @@ located error by the front end or a pass -- never a backend failure (tests/confo
 Cases that are backend failures today are listed in known_gaps.py (regenerate it with
 `python scripts/gen_coverage.py --write-known-gaps`) and marked xfail(strict=True): a gap that
 gets fixed fails here until it is taken off the list. Cases listed as WORKING must keep working.
+The swizzle family's cases must also take the TMA path they were written for (cases_swizzle.EXPECTED_TMA):
+the interpreter cannot see a layout, so a case that quietly lost its swizzle or boxes fails here.
 """
 
 from __future__ import annotations
 
+import tempfile
+
 import pytest
 
-from conformance.cases import Case, all_cases
+from conformance.cases import CONSTRUCTS, Case, all_cases
+from conformance.cases_swizzle import EXPECTED_TMA
 from conformance.known_gaps import KNOWN_BACKEND_GAPS, WORKING
-from conformance.run import BACKEND_FAILURE, REFUSED, WORKS, run_case
+from conformance.run import BACKEND_FAILURE, REFUSED, WORKS, compile_case, run_case
 
 pytestmark = pytest.mark.conformance
 
@@ -40,3 +45,23 @@ def test_case_is_not_a_backend_failure(case: Case) -> None:
         assert out.status == REFUSED, f"{case.id}: expected a refusal ({case.construct.refused_dtypes[case.dtype]})"
     if case.id in _WORKING:
         assert out.status == WORKS, f"{case.id} worked before and is now {out.status}: {out.message}"
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED_TMA))
+def test_swizzle_case_takes_its_tma_path(name: str) -> None:
+    """On sm_90a (top context, bf16): each tensor's descriptor has the pinned swizzle and the box, and
+    each copy through it the number of boxes, that the case is about; None: the copy stays off TMA."""
+    construct = next(c for c in CONSTRUCTS if c.name == name and "bf16" in c.dtypes)
+    with tempfile.TemporaryDirectory(prefix="tkir-conf-") as tmp:
+        k, _ = compile_case(Case(construct, "top", "bf16", "sm_90a"), tmp)
+    descs = {op.attrs["tensor"]: op for op in k.module.ops if op.name == "tma.desc"}
+    boxes = {str(op.attrs["desc"].name): op.attrs.get("boxes") for op in k.module.kernel.walk() if "desc" in op.attrs}
+    for tensor, want in EXPECTED_TMA[name].items():
+        if want is None:
+            assert tensor not in descs, f"{name}: {tensor} was not expected to get a tensor map"
+            continue
+        swizzle, box, per_copy = want
+        assert tensor in descs, f"{name}: no tensor map for {tensor}"
+        got = descs[tensor].attrs
+        assert (got["swizzle"], got["box"]) == (swizzle, box), f"{name}: {tensor}: {got}"
+        assert boxes[descs[tensor].symbol] == per_copy, f"{name}: {tensor}: {boxes}"

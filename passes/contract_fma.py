@@ -1,0 +1,60 @@
+"""contract-fma: an f32 element-wise multiply read only by an addition or subtraction is marked for
+contraction into one fused multiply-add per element (`fma.rn.f32`: one rounding instead of two, one
+instruction instead of two), as nvcc's default `--fmad=true` and Triton's `enable_fp_fusion` do.
+
+Matches `%y = tk.mul %a, %b` with an f32 register tile or vector result whose only reader is a
+`tk.add` or `tk.sub` of the same f32 type in the same block (either operand; broadcasts and scalar
+operands are fine: contraction is per element). Both ops get `contract = true`, and the multiply
+moves right before its reader so the product is never live on its own (a loop body `x = x * A + B`
+then needs one register per element, not two). The backend emits `fmul contract` / `fadd contract`
+and LLVM's NVPTX backend fuses each pair. bf16/f16 tiles are left alone: their element-wise math
+rounds to the tile's dtype after each op (docs/ir.md), so the pair is not one expression.
+
+fold-scale contracts its own multiply-subtract pairs (attention's `s * c - m`); this pass is the
+general rule. Ablation: leave `contract-fma` out of `--passes`.
+"""
+
+from __future__ import annotations
+
+from tkir.ir import Block, Module, Operation
+from tkir.passmanager import Options, Pass
+from tkir.types import TileType, VectorType
+
+ADDS = ("tk.add", "tk.sub")
+
+
+class ContractFma(Pass):
+    name = "contract-fma"
+
+    def run(self, module: Module, options: Options) -> None:
+        for kernel in module.kernels():
+            for op in list(kernel.walk()):
+                for r in op.regions:
+                    _contract_block(r.block)
+
+
+def _f32_register(t: object) -> bool:
+    return isinstance(t, TileType | VectorType) and t.space in ("rt", "rv") and t.dtype == "f32"
+
+
+def _contract_block(blk: Block) -> None:
+    readers: dict[int, list[Operation]] = {}
+    for op in blk.ops:
+        for inner in op.walk():
+            for v in inner.operands:
+                readers.setdefault(id(v), []).append(inner)
+    for mul in list(blk.ops):
+        if mul.name != "tk.mul" or not mul.results or not _f32_register(mul.result.type):
+            continue
+        users = readers.get(id(mul.result), [])
+        if len(users) != 1:
+            continue
+        add = users[0]
+        if add.name not in ADDS or add.parent is not blk or add.result.type != mul.result.type:
+            continue
+        if sum(v is mul.result for v in add.operands) != 1:
+            continue
+        mul.attrs["contract"] = True
+        add.attrs["contract"] = True
+        blk.remove(mul)
+        blk.insert_before(add, mul)

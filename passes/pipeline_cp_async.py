@@ -1,0 +1,245 @@
+"""pipeline-cp-async: the multi-stage cp.async main loop of the mma.sync path (sm_80).
+
+Ampere has no TMA and no mbarrier transaction counts: every thread copies its share of a tile with
+`cp.async` and waits for its own copies by group (PTX ISA §9.7.9.25). CUTLASS's sm80 mainloop
+(`MmaMultistage`) keeps S - 1 k-tiles in flight that way; this pass writes that schedule into the IR
+for a top-level `scf.for` of a kernel on the mma.sync path (infer-layouts wrote `warps = W`, no
+`tk.role`) that copies shared tiles from global memory with `tk.load` and reads them with `tk.mma`:
+
+* each loaded tile's `tk.alloc` becomes an S-stage ring buffer (`stages=S` in its type);
+* a prologue before the loop issues the copies of iterations 0 .. S-2 into stages 0 .. S-2, each
+  iteration's copies one group (`pipe.async_commit %s`), each copy conditional on the iteration existing
+  (`pipe.async_copy %pre0, ...`: index < upper bound);
+* the loop body starts with `pipe.async_wait {pending = S-2}` (its own group of iteration it has
+  landed: S-1 + it groups were committed, at most S-2 newer ones may be in flight) and a block
+  barrier (everybody's copies are visible, and everybody is done with iteration it-1), then issues
+  the copies of iteration it+S-1 into stage (it+S-1) % S = (it-1) % S, the stage iteration it-1
+  read, conditional on that iteration existing (past the last one the group stays empty, so the count
+  stays right), commits, and reads stage it % S through `pipe.stage` views where it read the tiles.
+
+So copies run S-1 iterations ahead of the math, and every iteration has one barrier. The copies are
+issued before the math of the iteration, not after it: with S = 2 a copy issued after the math would
+be waited for right away. S is the loop's `stages` (`@stages(n)`, or plan-occupancy's choice, which
+must run first); S = 1 leaves the loop as it is (the backend's load, wait, sync, compute, sync).
+The iteration number is (k - lo) / step, so a loop that split-masks later splits in two (the
+second continuing from the first's k) keeps one schedule, and the copies' condition compares the
+next index with the loop's upper bound as it is now, which split-masks keeps in both halves.
+
+Loops are left unchanged (the one-buffer schedule) when a loaded tile is also used outside the
+loop, read before its load in the body, written by anything else, loaded twice, or when the body
+loads a shared vector, loads in a nested region, or computes a coordinate from something other than
+the loop index, loop-invariant values and scalar arithmetic; also when the step is not a positive
+constant. Kernels with roles (the sm_90a warp-specialized pipeline) and sm_90a kernels (`--no-tma`
+too, whose wgmma reads shared memory through the async proxy) are not touched.
+
+`fragments_ahead` (unset by default) writes `frag_ahead = n` on the loop's `tk.mma`s: how many units
+(k16 step x two n8 blocks) ahead of their mma.sync the backend loads ldmatrix fragments (its default is
+backend/rules_sm80.py FRAG_AHEAD_UNITS = 1; 0: right before their own mma.sync, the ablation; 8 at
+gemm's BK = 64: a whole k16 step ahead). Leaving the pass out of `--passes` is the ablation of the
+whole schedule.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tkir.facts import OccupancyPlan
+from tkir.ir import Block, Module, Operation, Value
+from tkir.passes.builder import OpBuilder
+from tkir.passmanager import Options, ParamError, Pass, param
+from tkir.types import GlobalType, Ident, ScalarType, TileType, VectorType, is_shared
+
+I1 = ScalarType("i1")
+
+
+class PipelineCpAsync(Pass):
+    name = "pipeline-cp-async"
+    fragments_ahead: int | None = param(None, "units (k16 step x two n8 blocks) ahead of their mma.sync that the "
+                                              "backend loads ldmatrix fragments, written as frag_ahead on the loop's "
+                                              "tk.mma (unset: the backend's default, 1; 0: right before their own)")
+
+    def __post_init__(self) -> None:
+        if self.fragments_ahead is not None and self.fragments_ahead < 0:
+            raise ParamError("fragments_ahead", f"pipeline-cp-async: fragments_ahead={self.fragments_ahead} "
+                                                "must be >= 0")
+
+    def run(self, module: Module, options: Options) -> None:
+        for kernel in module.kernels():
+            if not _mma_sync_kernel(kernel):
+                continue
+            plan = OccupancyPlan.of(kernel)
+            for loop in [op for op in kernel.body.ops if op.name == "scf.for"]:
+                stages = loop.attrs.get("stages") or (plan.stages if plan is not None else None)
+                match = _match(kernel, loop) if isinstance(stages, int) and stages >= 2 else None
+                if match is not None:
+                    _pipeline(kernel, loop, match, stages)
+                    if self.fragments_ahead is not None:
+                        for op in loop.walk():
+                            if op.name == "tk.mma":
+                                op.attrs["frag_ahead"] = self.fragments_ahead
+
+
+def _mma_sync_kernel(kernel: Operation) -> bool:
+    """The mma.sync path: infer-layouts spread the tiles over `warps` (sm_80 only), and no pass split the
+    block into roles."""
+    return isinstance(kernel.attrs.get("warps"), int) and not any(op.name == "tk.role" for op in kernel.body.ops)
+
+
+@dataclass
+class _Match:
+    loads: list[Operation]   # the loop body's global -> shared tile copies, in order
+    step: int                # the loop's constant step (> 0)
+
+
+def _match(kernel: Operation, loop: Operation) -> _Match | None:
+    """The loop's tile loads if the schedule applies (module docstring), else None."""
+    step = _const(loop.operands[2])
+    if step is None or step <= 0:
+        return None
+    body = loop.body
+    loads = [op for op in body.ops if _is_shared_load(op)]
+    if not loads or not any(op.name == "tk.mma" for op in loop.walk()):
+        return None
+    top = {id(op) for op in body.ops}
+    for op in loop.walk():
+        if op is not loop and _copies_to_shared(op) and (id(op) not in top or not isinstance(op.operands[0].type,
+                                                                                               TileType)):
+            return None  # a shared vector, or a copy in a nested region: not ring-buffered
+    bufs = [ld.operands[0] for ld in loads]
+    if len(set(map(id, bufs))) != len(bufs):
+        return None
+    inside = {id(op) for op in loop.walk()}
+    for buf in bufs:
+        alloc = buf.owner
+        if not (isinstance(alloc, Operation) and alloc.name == "tk.alloc" and alloc.parent is kernel.body
+                and buf.type.get("stages") is None):
+            return None
+        for op in kernel.walk():
+            if op is not alloc and buf in op.operands and id(op) not in inside:
+                return None  # used before or after the loop: the ring buffer has no stage there
+    for ld in loads:
+        i = body.ops.index(ld)
+        for op in body.ops[:i]:
+            if any(ld.operands[0] in x.operands for x in op.walk()):
+                return None  # read before its load: that reads the previous iteration's tile
+    for op in loop.walk():
+        if op.name in ("tk.store", "tk.load") and op not in loads and op.operands and \
+                op.operands[0] in bufs and (op.name == "tk.store" or not op.results):
+            return None  # another writer of a loaded tile
+    for ld in loads:
+        if not all(_coordinate_ok(c, loop) for c in ld.operands[2:]):
+            return None
+    return _Match(loads, step)
+
+
+def _pipeline(kernel: Operation, loop: Operation, match: _Match, stages: int) -> None:
+    """The rewrite of the module docstring: ring buffers, the prologue, the loop's wait, copies and views."""
+    body = loop.body
+    lo, hi = loop.operands[0], loop.operands[1]
+    k = body.args[0]
+    for ld in match.loads:
+        buf = ld.operands[0]
+        buf.type = buf.type.with_attr("stages", stages)
+
+    # the prologue: iterations 0 .. S-2 into stages 0 .. S-2, one group each
+    pre = OpBuilder(kernel.body, loop)
+    nstages = pre.const(stages, "cp_stages")
+    lo_c = _const(lo)
+    for it in range(stages - 1):
+        k_it = pre.const(lo_c + it * match.step, f"k_pre{it}") if lo_c is not None else \
+            pre.op("arith.add", [lo, pre.const(it * match.step)], f"k_pre{it}")
+        stage = pre.const(it, f"s_pre{it}")
+        issue = pre.op("arith.cmp", [k_it, hi], f"pre{it}", {"pred": Ident("lt")}, I1)
+        _issue(pre, issue, match.loads, loop, k_it, stage, keep_access=False)
+        pre.void("pipe.async_commit", [stage])
+
+    # the loop: wait, issue iteration it+S-1 into the stage iteration it-1 read, views of stage it % S
+    original = list(body.ops)
+    b = OpBuilder(body, original[0])
+    b.void("pipe.async_wait", [], {"pending": stages - 2})
+    unit = lo_c == 0 and match.step == 1
+    it = k if unit else b.op("arith.div", [b.op("arith.sub", [k, lo], "k_off"), pre.const(match.step, "cp_step")],
+                             "k_iter")
+    s = b.op("arith.rem", [it, nstages], "s")
+    k_next = b.op("arith.add", [k, pre.const((stages - 1) * match.step, "cp_ahead")], "k_next")
+    issue = b.op("arith.cmp", [k_next, hi], "more", {"pred": Ident("lt")}, I1)
+    it_next = k_next if unit else b.op("arith.add", [it, pre.const(stages - 1, "cp_ahead_it")], "it_next")
+    s_next = b.op("arith.rem", [it_next, nstages], "s_next")
+    _issue(b, issue, match.loads, loop, k_next, s_next, keep_access=True)
+    b.void("pipe.async_commit", [s_next])
+    for ld in match.loads:
+        buf = ld.operands[0]
+        view = b.op("pipe.stage", [buf, s], f"{buf.name}_s", rtype=buf.type.with_attr("stages", None))
+        for op in original:
+            if op is not ld:
+                for inner in op.walk():  # uses in nested regions read the same stage
+                    inner.operands = [view if v is buf else v for v in inner.operands]
+    for ld in match.loads:
+        body.remove(ld)
+
+
+def _issue(b: OpBuilder, cond: Value, loads: list[Operation], loop: Operation, k: Value, stage: Value,
+           keep_access: bool) -> None:
+    """The loads' copies for loop index k into `stage`, each under `cond`, at b's insertion point; the
+    coordinates computed in the loop body are recomputed there from k."""
+    mapping: dict[Value, Value] = {loop.body.args[0]: k}
+    for ld in loads:
+        coords = [_clone_scalar_chain(c, loop, b, mapping) for c in ld.operands[2:]]
+        attrs = {key: val for key, val in ld.attrs.items() if keep_access or key != "access"}
+        b.add(Operation("pipe.async_copy", [cond, ld.operands[0], stage, ld.operands[1], *coords], [], attrs,
+                        loc=ld.loc))
+
+
+def _clone_scalar_chain(v: Value, loop: Operation, b: OpBuilder, mapping: dict[Value, Value]) -> Value:
+    """A coordinate computed in the loop body, recomputed at b with the loop index mapped."""
+    if v in mapping:
+        return mapping[v]
+    d = v.owner
+    if not isinstance(d, Operation) or d.parent is not loop.body:
+        return v  # defined before the loop
+    ops = [_clone_scalar_chain(x, loop, b, mapping) for x in d.operands]
+    mapping[v] = b.op(d.name, ops, d.result.name, dict(d.attrs), d.result.type)
+    return mapping[v]
+
+
+def _coordinate_ok(v: Value, loop: Operation) -> bool:
+    """v is the loop index, defined before the loop, or scalar arithmetic of those in the body."""
+    if v is loop.body.args[0]:
+        return True
+    d = v.owner
+    if isinstance(d, Block):
+        return d is not loop.body and not _inside(d, loop)
+    if not isinstance(d, Operation):
+        return False
+    if d.parent is not loop.body:
+        return not _inside_op(d, loop)
+    return d.name.startswith("arith.") and not d.regions and all(_coordinate_ok(x, loop) for x in d.operands)
+
+
+def _inside(blk: Block, loop: Operation) -> bool:
+    return any(r.block is blk for op in loop.walk() for r in op.regions)
+
+
+def _inside_op(op: Operation, loop: Operation) -> bool:
+    return any(x is op for x in loop.walk())
+
+
+def _is_shared_load(op: Operation) -> bool:
+    """tk.load %tile, %global, coords... (a cp.async copy on this path)."""
+    return (op.name == "tk.load" and not op.results and len(op.operands) >= 2
+            and isinstance(op.operands[0].type, TileType) and op.operands[0].type.space == "st"
+            and isinstance(op.operands[1].type, GlobalType))
+
+
+def _copies_to_shared(op: Operation) -> bool:
+    return (op.name in ("tk.load", "tma.load") and not op.results and len(op.operands) >= 2
+            and isinstance(op.operands[0].type, (TileType, VectorType)) and is_shared(op.operands[0].type)
+            and isinstance(op.operands[1].type, GlobalType))
+
+
+def _const(v: Value) -> int | None:
+    d = v.owner
+    if isinstance(d, Operation) and d.name == "arith.const" and isinstance(d.attrs.get("value"), int) \
+            and not isinstance(d.attrs.get("value"), bool):
+        return int(d.attrs["value"])
+    return None

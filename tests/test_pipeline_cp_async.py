@@ -1,0 +1,216 @@
+"""pipeline-cp-async (the mma.sync path's multi-stage cp.async main loop) without a GPU.
+
+* The interpreter runs gemm and attention compiled for sm_80 through the default pipeline (the IR
+  after the pass, ring buffers and all) at ragged sizes and matches the companions' references; its
+  cp.async model fills a stage with NaN while a copy is in flight, so a schedule that reads a stage
+  too early, or refills one that is still to be read, fails the check (tested by breaking the IR).
+* The IR round-trips through the printer and parser; the verifier refuses malformed async ops.
+* The SASS of the pipelined loop: one group of LDGSTS per iteration (and S-1 in the prologue),
+  `DEPBAR.LE SB0, S-2` then `BAR.SYNC` at the top of the loop, ldmatrix (LDSM) before the first
+  mma.sync (HMMA) and between them, the copies issued between the HMMAs, no local memory.
+* sm_90a (TMA, and `--no-tma` with wgmma) is not touched; the launch keeps cp.async's requirements.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+import tkir
+from tkir.backend.lower import compile_module
+from tkir.backend.toolchain import local_memory_ops, sass_count
+from tkir.backend.values import LoweringError
+from tkir.examples import check_interpreted, load_companion
+from tkir.parser import parse_module
+from tkir.passes.registry import DEFAULT_PIPELINE
+from tkir.passmanager import Options
+from tkir.printer import print_module
+from tkir.verifier import VerifyError, verify
+
+SM80 = {"target": "sm_80"}
+# The gemm shape recommended for mma.sync (docs/experiments.md): 8 warps of 32 x 128 accumulators.
+GEMM_SM80 = {"BM": 256, "BN": 128, "BK": 64, "STAGES": 3}
+NO_PIPE = ",".join(p for p in DEFAULT_PIPELINE if p != "pipeline-cp-async")
+
+INTERP_CASES = [
+    ("gemm", dict(M=1000, N=744, K=520), {}),                       # ragged M, N, K: zero-filled edges
+    ("gemm", dict(M=300, N=200, K=136), GEMM_SM80),
+    ("gemm", dict(M=128, N=256, K=40), {}),                         # one iteration: prologue groups 1, 2 empty
+    ("gemm", dict(M=256, N=128, K=200), {"BM": 256, "BN": 128, "BK": 32, "STAGES": 4}),
+    ("attention_fwd", dict(B=1, H=2, N=300), {}),                   # split-masks splits the pipelined loop
+    ("attention_fwd", dict(B=1, H=2, N=200), {"D": 64, "CAUSAL": 1}),
+    ("attention_fwd", dict(B=1, H=1, N=100), {"STAGES": 3, "CAUSAL": 1}),
+    ("linear", dict(M=200, N=136, K=520), {"ACT": 1}),
+]
+
+
+def _compile(name: str, consts: dict, **kw: object) -> tkir.api.CompiledKernel:
+    return tkir.compile(f"examples/{name}.tk", **SM80, **kw, **consts)
+
+
+@pytest.mark.parametrize("name, sizes, consts", INTERP_CASES,
+                         ids=[f"{n}-{'-'.join(f'{k}{v}' for k, v in {**s, **c}.items())}" for n, s, c in INTERP_CASES])
+def test_pipelined_sm80_ir_matches_reference(name: str, sizes: dict, consts: dict) -> None:
+    k = _compile(name, consts)
+    loops = [op for op in k.module.kernel.walk() if op.name == "scf.for"]
+    assert loops and all(op.body.ops[0].name == "pipe.async_wait" for op in loops)  # really pipelined:
+    assert not any(op.name == "tk.load" and not op.results for lp in loops for op in lp.walk())  # no in-place loads
+    for r in check_interpreted(k.module, load_companion(f"examples/{name}.tk"), sizes, consts, seed=3):
+        assert r.ok, f"{name} {sizes} {consts}: {r}"
+
+
+def _broken(text: str, old: str, new: str) -> list:
+    assert old in text
+    module = parse_module(text.replace(old, new))
+    return check_interpreted(module, load_companion("examples/gemm.tk"), dict(M=256, N=256, K=512), {}, seed=1)
+
+
+def test_a_stage_read_before_its_copy_lands_fails_the_check() -> None:
+    text = print_module(_compile("gemm", {}).module)
+    # wait for one group fewer: iteration k reads stage k % 4 while its copy is still in flight
+    assert not any(r.ok for r in _broken(text, "pipe.async_wait {pending = 2}", "pipe.async_wait {pending = 3}"))
+    assert all(r.ok for r in _broken(text, "pipe.async_wait {pending = 2}", "pipe.async_wait {pending = 1}"))
+
+
+def test_a_copy_into_the_stage_being_read_fails_the_check() -> None:
+    text = print_module(_compile("gemm", {}).module)
+    # refill the stage this iteration reads (instead of the one the previous iteration read)
+    text = text.replace("%s_next = arith.rem %k_next, %cp_stages", "%s_next = arith.rem %k, %cp_stages")
+    assert not any(r.ok for r in _broken(text, "pipe.async_wait {pending = 2}", "pipe.async_wait {pending = 2}"))
+
+
+def test_pipelined_ir_round_trips() -> None:
+    for name, consts in [("gemm", {}), ("attention_fwd", {"CAUSAL": 1})]:
+        text = print_module(_compile(name, consts).module)
+        again = parse_module(text)
+        verify(again)
+        assert print_module(again) == text
+
+
+@pytest.mark.parametrize("old, new, message", [
+    ("pipe.async_copy %more, %a,", "pipe.async_copy %k, %a,", "condition is i1"),
+    ("pipe.async_copy %more, %a, %s_next,", "pipe.async_copy %more, %a_s, %s_next,", "ring buffer"),
+    ("pipe.async_wait {pending = 2}", "pipe.async_wait {pending = -1}", "pending = N >= 0"),
+    ("pipe.async_copy %more, %a, %s_next, %A, %bx, %k_next", "pipe.async_copy %more, %a, %s_next, %A, %bx",
+     "coordinates"),
+])
+def test_verifier_refuses_malformed_async_ops(old: str, new: str, message: str) -> None:
+    text = print_module(_compile("gemm", {}).module)
+    assert old in text
+    if "%a_s," in new:  # the view is defined after the copies: define the copy's operand first
+        text = text.replace(old, "%a_s0 = pipe.stage %a, %s : st<bf16, 128, 64, swizzle=128, align=1024>\n    " + old)
+        new = new.replace("%a_s,", "%a_s0,")
+    with pytest.raises(VerifyError, match=re.escape(message)):
+        verify(parse_module(text.replace(old, new)))
+
+
+# --- SASS ---------------------------------------------------------------------------------------
+
+
+def _loop(sass: str, pending: int) -> list[str]:
+    """The opcodes of the pipelined loop's body: from its `DEPBAR.LE SB0, pending` to the back edge (a
+    one-shot copy before the loop, attention's Q, waits with DEPBAR too, but no HMMA follows it there)."""
+    lines = sass.splitlines()
+    starts = [i for i, ln in enumerate(lines) if re.search(rf"DEPBAR\.LE SB0, {pending:#x}\b", ln)]
+    for start in starts:
+        body = []
+        for ln in lines[start:]:
+            m = re.search(r"\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", ln)
+            if m:
+                body.append(m.group(1))
+                if m.group(1) in ("BRA", "CALL"):  # the back edge (ptxas may write it as CALL.REL.NOINC)
+                    break
+        if "HMMA" in body:
+            return body
+    raise AssertionError(f"no loop waits with DEPBAR.LE SB0, {pending}")
+
+
+@pytest.mark.parametrize("consts, stages, per_iter", [({}, 4, 12), (GEMM_SM80, 3, 12),
+                                                      ({"BM": 256, "BN": 128, "BK": 32, "STAGES": 4}, 4, 6)],
+                         ids=["default", "256x128x64", "256x128x32"])
+def test_sm80_gemm_loop_sass(consts: dict, stages: int, per_iter: int) -> None:
+    k = _compile("gemm", consts)
+    sass = k.asm["sass"]
+    # (BM + BN) x BK x 2 B of A and B per iteration in 16-byte chunks over 256 threads; S-1 groups ahead
+    assert sass_count(sass, "LDGSTS") == stages * per_iter
+    body = _loop(sass, stages - 2)
+    assert body.count("LDGSTS") == per_iter and body.count("LDGDEPBAR") == 1  # one commit per iteration
+    assert body.index("BAR") < body.index("LDSM") < body.index("HMMA")       # wait, barrier, then fragments
+    first, last = body.index("HMMA"), len(body) - 1 - body[::-1].index("HMMA")
+    inner = body[first:last]
+    assert inner.count("LDSM") >= body.count("LDSM") // 2   # fragments loaded between the mma.syncs
+    assert inner.count("LDGSTS") >= per_iter // 2           # the copies issued between the mma.syncs too
+    assert not local_memory_ops(sass) and k.asm["ptxas"].spill_stores == 0
+
+
+@pytest.mark.parametrize("consts", [{}, {"CAUSAL": 1}, {"D": 64}], ids=str)
+def test_sm80_attention_loop_sass(consts: dict) -> None:
+    k = _compile("attention_fwd", consts)
+    sass = k.asm["sass"]
+    body = _loop(sass, 0)  # 2 stages: wait_group 0
+    # K and V: 64 x D x 2 B each over 128 threads
+    per_iter = 2 * 64 * consts.get("D", 128) * 2 // 16 // 128
+    assert body.count("LDGSTS") == per_iter
+    assert body.index("BAR") < body.index("LDSM") < body.index("HMMA")
+    assert not local_memory_ops(sass)
+
+
+def test_frag_ahead_zero_loads_each_unit_right_before_its_mma() -> None:
+    passes = ",".join("pipeline-cp-async{fragments_ahead=0}" if p == "pipeline-cp-async" else p
+                      for p in DEFAULT_PIPELINE)
+    k = _compile("gemm", GEMM_SM80, passes=passes)
+    assert "frag_ahead = 0" in k.ir
+    ptx = k.asm["ptx"]
+    loop = ptx[ptx.index("cp.async.wait_group 1"):]
+    order = re.findall(r"ldmatrix|mma\.sync", loop)
+    # without prefetch the first mma.sync directly follows the first unit's ldmatrix (A of 2 m16 blocks,
+    # one B pair); with the default one unit ahead a second B pair comes first
+    assert order.index("mma.sync") == 3
+    default = _compile("gemm", GEMM_SM80).asm["ptx"]
+    order = re.findall(r"ldmatrix|mma\.sync", default[default.index("cp.async.wait_group 1"):])
+    assert order.index("mma.sync") == 4
+
+
+def test_bad_frag_ahead_is_a_located_backend_error() -> None:
+    text = print_module(_compile("gemm", {}).module).replace("tk.mma %a_s, %b_s, %acc.2 {",
+                                                              "tk.mma %a_s, %b_s, %acc.2 {frag_ahead = -1, ")
+    assert "frag_ahead = -1" in text
+    with pytest.raises(LoweringError, match="frag_ahead = -1"):
+        compile_module(parse_module(text), Options(target="sm_80"))
+
+
+# --- what stays as it was --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kw", [{}, {"no_tma": True}], ids=["tma", "no_tma"])
+def test_sm90a_is_not_touched(kw: dict) -> None:
+    k = tkir.compile("examples/gemm.tk", **kw)
+    assert "pipe.async" not in k.ir
+
+
+def test_launch_keeps_the_cp_async_row_alignment() -> None:
+    k = _compile("gemm", {})
+    assert {r["expr"] for r in k.launch["requires"]} == {"(K * 2) % 16", "(N * 2) % 16"}
+
+
+def test_without_the_pass_the_loop_loads_in_place() -> None:
+    k = _compile("gemm", GEMM_SM80, passes=NO_PIPE)
+    assert "pipe.async" not in k.ir and "stages=" not in k.ir.split("scf.for")[0]
+    assert sass_count(k.asm["sass"], "LDGSTS") == 12 and not local_memory_ops(k.asm["sass"])
+
+
+@pytest.mark.parametrize("bk, stages", [(64, 4), (128, 2)])
+def test_plan_occupancy_picks_the_stages_from_shared_memory(tmp_path, bk: int, stages: int) -> None:
+    """Without @stages, plan-occupancy gives the loop the most stages (up to 4) whose ring buffers fit the
+    227 KB a block may opt in to on the H200, and pipeline-cp-async keeps that many k-tiles in flight:
+    256 x 128 tiles take 48 KB per stage at BK = 64 (4 fit) and 96 KB at BK = 128 (2 fit)."""
+    src = open("examples/gemm.tk", encoding="utf-8").read()
+    assert "@stages(STAGES)" in src
+    path = tmp_path / "gemm.tk"
+    path.write_text(src.replace("@stages(STAGES)", ""), encoding="utf-8")
+    k = tkir.compile(str(path), target="sm_80", BM=256, BN=128, BK=bk)
+    plan = k.module.kernel.attrs["occupancy"]
+    assert plan["stages"] == stages and plan["smem_bytes"] <= 232_448
+    assert f"stages={stages}>" in k.ir and f"pipe.async_wait {{pending = {stages - 2}}}" in k.ir
+    assert k.ir.count("pipe.async_commit") == stages  # S - 1 in the prologue, one in the loop

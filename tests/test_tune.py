@@ -1,0 +1,257 @@
+"""Autotuning on CPU: the @tune space and its errors, the compiler's and the model's pruning with their
+reasons, the cost model, the rank statistics, the tuning cache (with the GPU timer replaced by a
+stand-in), `tkc tune --dry-run`, and TunedKernel's choice per size bucket."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import tkir
+from tkir import tune
+from tkir.api import build_module
+from tkir.diagnostics import CompileError
+from tkir.frontend import compile_source
+from tkir.frontend.tune import read_space
+from tkir.tune_model import predict, ranks, spearman
+
+ROOT = Path(__file__).parent.parent
+GEMM = str(ROOT / "examples/gemm.tk")
+BIG = dict(M=4096, N=4096, K=4096)
+
+KERNEL = """{ann}
+kernel g<BM=64, BN=128, BK=64, STAGES=3>(A: gl<bf16>[M, K], B: gl<bf16>[K, N], C: gl<bf16>[M, N])
+    grid(cdiv(M, BM), cdiv(N, BN))
+{{
+    shared a: st<bf16, BM, BK>
+    shared b: st<bf16, BK, BN>
+    reg acc: rt<f32, BM, BN> = 0
+    @stages(STAGES)
+    for k in 0 .. cdiv(K, BK) {{
+        a = A[block.x, k]
+        b = B[k, block.y]
+        acc += a @ b
+    }}
+    C[block.x, block.y] = bf16(acc)
+}}
+"""
+
+
+def _src(ann: str) -> str:
+    return KERNEL.format(ann=ann)
+
+
+def test_space_points_where_and_pins() -> None:
+    s = read_space(_src("@tune(BM=[64, 128], BN=[128, 256], where=BM * BN <= 16384, where=BN > 128)"), "g.tk")
+    pts = s.points()
+    assert [(p.consts["BM"], p.consts["BN"]) for p in pts] == [(64, 128), (64, 256), (128, 128), (128, 256)]
+    assert [p.dropped for p in pts] == ["where BN > 128 is false", None, "where BN > 128 is false",
+                                        "where BM * BN <= 16384 is false"]
+    assert all(p.consts["BK"] == 64 and p.consts["STAGES"] == 3 for p in pts)  # the header fills the rest
+    pinned = s.points({"BM": 128, "STAGES": 4})
+    assert [(p.consts["BM"], p.consts["BN"], p.consts["STAGES"]) for p in pinned] == [(128, 128, 4), (128, 256, 4)]
+    assert s.where[0][0] == "BM * BN <= 16384"
+
+
+@pytest.mark.parametrize("ann, msg", [
+    ("@tune(BX=[64])", "'@tune' names 'BX', which is not a const of kernel 'g'"),
+    ("@tune(BM=64)", "'@tune' needs a non-empty list of values for 'BM'"),
+    ("@tune(BM=[])", "'@tune' needs a non-empty list of values for 'BM'"),
+    ("@tune(BM=[64, 64])", "value 64 of 'BM' is listed twice"),
+    ("@tune(BM=[64.5])", "'BM' is an integer const: its values must be integers, got 64.5"),
+    ("@tune(BM=[64], BM=[128])", "'@tune' lists const 'BM' twice"),
+    ("@tune(BM=[64], where=BM < M)", "'M' in a 'where' condition is not a const"),
+    ("@tune(BM=[N])", "'N' in a value to try is not a const (write a number)"),
+    ("@tune(64)", "'@tune' takes named arguments"),
+    ("@tune(BM=[64], where=[1])", "'where' takes one condition"),
+])
+def test_bad_tune_annotations_are_located_errors(ann: str, msg: str) -> None:
+    with pytest.raises(CompileError) as e:
+        compile_source(_src(ann), "g.tk")  # every compile checks the annotation, not only tkc tune
+    text = e.value.format()
+    assert text.startswith("g.tk:1:") and msg in text, text
+
+
+def test_lists_are_annotation_arguments_only() -> None:
+    with pytest.raises(CompileError) as e:
+        compile_source(_src("@tune(BM=[64])").replace("@stages(STAGES)", "@stages([2, 3])"), "g.tk")
+    assert "expected a positive integer" in e.value.format()
+    with pytest.raises(CompileError):
+        compile_source(_src("").replace("let", "let").replace("acc += a @ b", "acc += [a] @ b"), "g.tk")
+
+
+def test_tune_annotation_leaves_the_ir_alone() -> None:
+    plain = tkir.compile(GEMM.replace("gemm.tk", "gemm.tk"))
+    src = Path(GEMM).read_text()
+    assert "@tune(" in src
+    untuned = compile_source("\n".join(ln for ln in src.splitlines() if not ln.startswith("@tune")), GEMM)
+    tuned = build_module(GEMM)
+    from tkir.printer import print_module
+
+    assert print_module(untuned) == print_module(tuned)
+    assert "tune" not in plain.ir
+
+
+def test_dry_run_drops_with_reasons_and_keeps_the_default_point() -> None:
+    r = tune.dry_run(GEMM, BIG, jobs=1, fixed={"BN": 256})
+    by = {c.label(): c for c in r.candidates}
+    assert len(r.candidates) == 8
+    big = by["BM=128 BN=256 STAGES=6"]
+    assert big.status == "dropped" and big.stage == "compile" and "shared memory" in big.reason
+    assert "232448" in big.reason  # the limit it broke, by number
+    default = by["BM=128 BN=256 STAGES=4"]
+    assert default.status == "kept" and default.predicted_ms > 0
+    assert default.prediction["blocks"] == 512 and default.prediction["waves"] == 4
+    # the model ranks the big tile first at 4096^3 (and says why the others are slower: more tiles)
+    kept = sorted((c for c in r.candidates if c.status == "kept"), key=lambda c: c.predicted_ms)
+    assert kept[0].consts["BM"] == 128 and kept[0].consts["BN"] == 256
+    text = tune.format_result(r, dry_run=True)
+    assert "4 dropped by compile" in text and "[compile] shared memory" in text
+
+
+def test_requires_drop_names_the_size(tmp_path: Path) -> None:
+    # grid M / BM floors: a size that is not a multiple of BM would lose rows, so the launch requires it
+    src = _src("@tune(BM=[64, 128])").replace("grid(cdiv(M, BM), cdiv(N, BN))", "grid(M / BM, cdiv(N, BN))")
+    f = tmp_path / "g.tk"
+    f.write_text(src)
+    r = tune.dry_run(str(f), dict(M=192, N=256, K=128), jobs=1)
+    by = {c.label(): c for c in r.candidates}
+    assert by["BM=64"].status == "kept"
+    assert by["BM=128"].status == "dropped" and by["BM=128"].stage == "requires" and "M" in by["BM=128"].reason
+
+
+def test_model_drop_says_blocks_and_waves(tmp_path: Path) -> None:
+    f = tmp_path / "g.tk"
+    f.write_text(_src("@tune(BM=[64, 128], BN=[128, 256])"))
+    # M = 64: 128-row tiles do twice the work of 64-row ones for the same output
+    r = tune.dry_run(str(f), dict(M=64, N=256, K=8192), jobs=1)
+    preds = {c.label(): c.predicted_ms for c in r.candidates if c.predicted_ms}
+    assert preds["BM=64 BN=128"] < preds["BM=128 BN=256"]
+    monkey = [c for c in r.candidates if c.stage == "model"]
+    for c in monkey:
+        assert "blocks" in c.reason and "wave" in c.reason
+
+
+def test_model_waves_and_work() -> None:
+    m = build_module(GEMM, {"BM": 128, "BN": 256})
+    one = predict(m, dict(M=128 * 132, N=256, K=1024), blocks_per_sm=1, stages=4)
+    more = predict(m, dict(M=128 * 133, N=256, K=1024), blocks_per_sm=1, stages=4)
+    assert (one.blocks, one.waves) == (132, 1) and (more.blocks, more.waves) == (133, 2)
+    assert more.ms == pytest.approx(2 * one.ms)
+    assert one.tensor_flops_per_block == 2 * 128 * 256 * 1024
+    assert one.bytes_per_block == (128 * 64 + 64 * 256) * 2 * 16 + 128 * 256 * 2  # A and B per k step, C once
+    unpipelined = predict(m, dict(M=128 * 132, N=256, K=1024), blocks_per_sm=1, stages=1)
+    assert unpipelined.ms > one.ms  # copies no longer overlap the math
+
+
+def test_rank_statistics() -> None:
+    assert ranks([3.0, 1.0, 2.0, 1.0]) == [4.0, 1.5, 3.0, 1.5]
+    assert spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    assert spearman([1, 2, 3], [1, 3, 2]) == pytest.approx(0.5)
+    assert spearman([1.0], [2.0]) is None and spearman([1, 1], [1, 2]) is None
+
+
+def test_size_bucket() -> None:
+    assert tune.size_bucket(dict(M=1, N=1000, K=4096, L=4097)) == dict(M=1, N=1024, K=4096, L=8192)
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    """The GPU's name and count, and a stand-in timer (the model's prediction, perturbed) instead of CUDA."""
+    monkeypatch.setenv("TKIR_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("TKIR_CACHE", "1")
+    monkeypatch.setattr(tune, "gpu_name", lambda: "Fake H200")
+    monkeypatch.setattr(tune, "gpu_count", lambda: 1)
+    calls = []
+
+    def fake_time(path, sizes, cands, *, target, passes, reps, device_index=None):
+        calls.append(len(cands))
+        for i, c in enumerate(x for x in cands if x.status == "kept"):
+            c.ms, c.status, c.rel_err, c.device = c.predicted_ms * (1 + 0.01 * (i % 3)), "timed", 1e-3, 0
+
+    monkeypatch.setattr(tune, "time_points", fake_time)
+    return calls
+
+
+def test_tune_caches_the_best_and_a_second_call_times_nothing(fake_gpu) -> None:
+    first = tune.tune(GEMM, BIG, jobs=1, fixed={"STAGES": 4})
+    assert fake_gpu == [len(first.candidates)] and not first.cached
+    assert first.best == {"BM": 128, "BN": 256, "BK": 64, "STAGES": 4}
+    second = tune.tune(GEMM, dict(M=3000, N=4096, K=4096), jobs=1, fixed={"STAGES": 4})  # same bucket
+    assert second.cached and fake_gpu == [len(first.candidates)]  # no timing the second time
+    assert second.best == first.best
+    text = tune.format_result(second)
+    assert "from the cache: nothing was timed" in text and "Spearman rho" in text
+    other = tune.tune(GEMM, dict(M=512, N=4096, K=4096), jobs=1, fixed={"STAGES": 4})  # another bucket
+    assert not other.cached and len(fake_gpu) == 2
+    assert tune.lookup(GEMM, dict(M=4000, N=4096, K=4096), fixed={"STAGES": 4}) == first.best
+    assert tune.lookup(GEMM, dict(M=4000, N=4096, K=4096), fixed={"STAGES": 3}) is None  # other pins: other key
+
+
+class _Cai:
+    """A stand-in device array (CUDA Array Interface) for launch-time shape checks without a GPU."""
+
+    def __init__(self, shape: tuple[int, ...]):
+        self.__cuda_array_interface__ = {"shape": shape, "typestr": "<V2", "data": (1 << 20, False),
+                                         "version": 3, "strides": None, "descr": [("", "<V2")]}
+
+
+def test_tuned_kernel_picks_per_bucket(fake_gpu) -> None:
+    tune.tune(GEMM, BIG, jobs=1, fixed={"STAGES": 4})
+    k = tkir.autotune(GEMM, STAGES=4)
+    assert k.config_for(dict(M=4000, N=4096, K=4096))["BN"] == 256  # cached bucket: the tuned point
+    assert k.config_for(dict(M=100, N=100, K=100)) == {"STAGES": 4}   # a miss: the kernel's defaults
+    assert len(fake_gpu) == 1  # looking up never times
+
+
+def test_autotune_refuses_a_kernel_without_space(tmp_path: Path) -> None:
+    f = tmp_path / "g.tk"
+    f.write_text(_src(""))
+    with pytest.raises(CompileError, match="no @tune"):
+        tkir.autotune(str(f))
+
+
+def test_cli_dry_run(tmp_path: Path) -> None:
+    out = tmp_path / "t.json"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    proc = subprocess.run([sys.executable, "-m", "tkir.cli", "tune", GEMM, "--size", "M=4096", "--size", "N=4096",
+                           "--size", "K=4096", "--dry-run", "--jobs", "2", "-D", "BM=128", "--json", str(out)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert "12 points: 1 dropped by model, 3 dropped by compile, 8 kept (not timed: --dry-run)" in proc.stdout
+    data = json.loads(out.read_text())
+    assert len(data["candidates"]) == 12 and data["best"] is None
+    bad = subprocess.run([sys.executable, "-m", "tkir.cli", "tune", GEMM, "--size", "M=64", "--dry-run"],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 1 and "missing --size for" in bad.stderr and "Traceback" not in bad.stderr
+    bad = subprocess.run([sys.executable, "-m", "tkir.cli", "tune", GEMM, "--size", "M=64", "--size", "N=64",
+                          "--size", "K=64", "-D", "BX=1", "--dry-run"], cwd=ROOT, env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert bad.returncode == 1 and "-D BX: not a const" in bad.stderr
+
+
+def test_model_ranks_stages_by_bytes_in_flight() -> None:
+    """Few stages of small tiles cannot keep the feed busy (Little's law): on call 4's skinny shape
+    (M = 64) the measured time fell from 34.6 to 21.6 us going from 3 to 6 stages of 64 x 64 tiles."""
+    sizes = dict(M=64, N=4096, K=4096)
+    ms = {s: predict(build_module(GEMM, {"BM": 64, "BN": 64, "STAGES": s}), sizes, 1, s).ms for s in (3, 4, 6)}
+    assert ms[3] > ms[4] > ms[6]
+    big = {s: predict(build_module(GEMM, {"BM": 128, "BN": 256, "STAGES": s}), BIG, 1, s).ms for s in (3, 4)}
+    assert big[3] == big[4]  # enough in flight either way: compute- or feed-bound, not latency-bound
+
+
+def test_cli_tune_where_the_header_point_does_not_fit() -> None:
+    """layernorm at D = 16384: its header's 16 rows overflow the register file, so the size check
+    must read the sizes off a point that compiles (call 5 on the H200 failed here)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    proc = subprocess.run([sys.executable, "-m", "tkir.cli", "tune", "examples/layernorm.tk", "-D", "D=16384",
+                           "--size", "N=4096", "--dry-run", "--jobs", "2"], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "15 points: 13 dropped by compile, 2 kept" in proc.stdout

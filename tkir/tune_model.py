@@ -1,0 +1,184 @@
+"""The cost model `tkc tune` ranks the points of a search space by before it times them.
+
+A roofline per block, times waves:
+
+* the work of one block, read off the front end's IR (before the passes, so loops are the ones the
+  user wrote): every `tk.mma` counts 2·M·N·K tensor-core FLOP, every element-wise op on a register
+  tile one FP32 FLOP per element, every copy between global memory and a tile its bytes; each
+  multiplied by the trip counts of the loops around it (loop bounds evaluated with the problem sizes;
+  block ids taken as 0; a bound the model cannot evaluate counts one trip);
+* the blocks: the product of the grid dims at these sizes (`blocks`), of which the occupancy plan
+  keeps `blocks_per_sm` on each of the NUM_SMS SMs at once: `waves = ceil(blocks / (SMs x per SM))`;
+* one wave lasts, per block, max(tensor time, FP32 time, feed time) when the loop is pipelined
+  (`stages` >= 2: copies overlap the math) and their sum when it is not; each resident block gets an
+  equal share of its SM's tensor cores, FP32 lanes and of the feed bandwidth;
+* an SM is fed no faster than the bytes it has in flight allow (Little's law): `stages` x the bytes
+  one loop iteration loads x the blocks on it, over FEED_LATENCY_S. This is what ranks STAGES.
+
+The feed bandwidth is the rate at which the SMs together can receive tiles: most of a GEMM's tile
+loads hit in L2, so it is not the HBM bandwidth. NVIDIA does not publish it; FEED_BYTES_PER_S is an
+estimate. The model is meant to rank, not to predict milliseconds: `tkc tune` prints the predicted
+next to the measured rank (and Spearman's rho) so that how good it is can be read off every run.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+from tkir import scalar, symexpr
+from tkir.ir import Module, Operation, Value
+from tkir.target import NUM_SMS
+from tkir.types import DTYPE_BYTES, GlobalType, TileType, VectorType
+
+PEAK_TENSOR_FLOPS = 989.4e12  # H200 SXM dense bf16/f16 tensor FLOP/s (NVIDIA H200 datasheet; 1,979 with sparsity)
+PEAK_FP32_FLOPS = 66.9e12     # 132 SMs x 128 FP32 lanes x 2 x 1.98 GHz (H100 whitepaper lanes; clock read on the
+#                              H200, docs/bench/latest/session6/call1/claims.json: an FMA loop reached 64.8)
+FEED_BYTES_PER_S = 10e12      # estimate: L2 -> SM tile traffic of all SMs together (about 2.3x the 4.26 TB/s
+#                              HBM copy rate measured here); not published by NVIDIA, not measured
+FEED_LATENCY_S = 1.5e-6       # a copy's round trip under load: an SM with B bytes in flight is fed at most
+#                              B / FEED_LATENCY_S (Little's law). Fitted to one H200 sweep (gemm M=64,
+#                              docs/bench/latest/session6/call4/tune_m64.json: STAGES 3 -> 6 took 34.6 -> 21.6 us)
+ELEMENTWISE = frozenset({"tk.add", "tk.sub", "tk.mul", "tk.div", "tk.max", "tk.min", "tk.exp", "tk.exp2",
+                         "tk.log", "tk.log2", "tk.sqrt", "tk.rsqrt", "tk.tanh", "tk.sigmoid", "tk.erf"})
+
+
+@dataclass
+class Prediction:
+    ms: float
+    blocks: int
+    blocks_per_sm: int
+    waves: int
+    wave_efficiency: float       # blocks / (waves x SMs x per SM): the last wave's idle share
+    tensor_flops_per_block: float
+    fp32_flops_per_block: float
+    bytes_per_block: float
+    inflight_bytes_per_sm: float  # stages x the bytes one iteration of the pipelined loop loads, x blocks per SM
+    bound: str                   # "tensor", "fp32" or "feed": what limits a block in the model
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def predict(front: Module, sizes: dict[str, int], blocks_per_sm: int, stages: int) -> Prediction:
+    """The model's time for the kernel of `front` (the front end's IR of one point) at `sizes`."""
+    kernel = next(iter(front.kernels()))
+    env = {**sizes, "NUM_SMS": NUM_SMS}
+    blocks = 1
+    for g in kernel.attrs.get("grid", []):
+        blocks *= max(1, symexpr.evaluate(g, env))
+    work = _Work()
+    _walk(kernel.body.ops, 1.0, sizes, work)
+    per_sm = max(1, blocks_per_sm)
+    share = NUM_SMS * per_sm
+    t_tensor = work.tensor / (PEAK_TENSOR_FLOPS / share)
+    t_fp32 = work.fp32 / (PEAK_FP32_FLOPS / share)
+    inflight = per_sm * max(1, stages) * work.iter_bytes
+    feed_per_sm = FEED_BYTES_PER_S / NUM_SMS
+    if inflight > 0:  # too few bytes in flight cannot keep the feed busy (Little's law)
+        feed_per_sm = min(feed_per_sm, inflight / FEED_LATENCY_S)
+    t_feed = work.bytes / (feed_per_sm / per_sm)
+    parts = {"tensor": t_tensor, "fp32": t_fp32, "feed": t_feed}
+    bound = max(parts, key=parts.get)
+    per_block = max(parts.values()) if stages >= 2 else sum(parts.values())
+    waves = math.ceil(blocks / share)
+    return Prediction(ms=waves * per_block * 1e3, blocks=blocks, blocks_per_sm=per_sm, waves=waves,
+                      wave_efficiency=blocks / (waves * share), tensor_flops_per_block=work.tensor,
+                      fp32_flops_per_block=work.fp32, bytes_per_block=work.bytes,
+                      inflight_bytes_per_sm=inflight, bound=bound)
+
+
+class _Work:
+    def __init__(self) -> None:
+        self.tensor = 0.0
+        self.fp32 = 0.0
+        self.bytes = 0.0
+        self.iter_bytes = 0.0  # the most bytes one iteration of a loop loads (what a pipeline stage holds)
+
+
+def _walk(ops: list[Operation], trips: float, sizes: dict[str, int], work: _Work) -> None:
+    for op in ops:
+        if op.name == "scf.for":
+            lo, hi, step = (_scalar(v, sizes) for v in op.operands[:3])
+            n = 1 if None in (lo, hi, step) or step <= 0 else max(0, -(-(hi - lo) // step))
+            _walk(op.regions[0].block.ops, trips * n, sizes, work)
+            loads = sum(_bytes(_tile_of(x)) for x in op.regions[0].block.ops
+                        if x.name == "tk.load" and any(isinstance(v.type, GlobalType) for v in x.operands))
+            work.iter_bytes = max(work.iter_bytes, loads)
+            continue
+        for r in op.regions:  # scf.if: both branches counted (an upper bound)
+            _walk(r.block.ops, trips, sizes, work)
+        if op.name == "tk.mma":
+            a, acc = op.operands[0].type, op.result.type
+            k = a.rows if op.attrs.get("trans_a") else a.cols
+            work.tensor += trips * 2 * acc.rows * acc.cols * k
+        elif op.name in ("tk.load", "tk.store") and any(isinstance(v.type, GlobalType) for v in op.operands):
+            work.bytes += trips * _bytes(_tile_of(op))
+        elif op.name in ELEMENTWISE and op.results and isinstance(op.result.type, TileType | VectorType):
+            work.fp32 += trips * _elements(op.result.type)
+
+
+def _tile_of(op: Operation) -> TileType | VectorType:
+    """The tile a global copy fills or reads."""
+    if op.results:
+        return op.result.type
+    return next(v.type for v in op.operands if isinstance(v.type, TileType | VectorType))
+
+
+def _elements(t: TileType | VectorType) -> int:
+    return t.rows * t.cols if isinstance(t, TileType) else t.n
+
+
+def _bytes(t: TileType | VectorType) -> int:
+    return _elements(t) * DTYPE_BYTES[t.dtype]
+
+
+def _scalar(v: Value, sizes: dict[str, int]) -> int | None:
+    """An i32 SSA value's number at these sizes (block ids 0), or None where the model cannot tell."""
+    op = v.owner
+    if not isinstance(op, Operation):
+        return None
+    if op.name == "arith.const":
+        c = op.attrs.get("value")
+        return c if isinstance(c, int) else None
+    if op.name == "tk.size":
+        return sizes.get(str(op.attrs.get("name")))
+    if op.name == "tk.block_id":
+        return 0
+    name = op.name.removeprefix("arith.")
+    if name in scalar.INT_BINARY and len(op.operands) == 2:
+        a, b = (_scalar(x, sizes) for x in op.operands)
+        if a is None or b is None:
+            return None
+        try:
+            return scalar.binary(name, a, b)
+        except ZeroDivisionError:
+            return None
+    return None
+
+
+def spearman(xs: list[float], ys: list[float]) -> float | None:
+    """Spearman's rank correlation (average ranks for ties); None for fewer than 2 points or no spread."""
+    if len(xs) < 2:
+        return None
+    rx, ry = ranks(xs), ranks(ys)
+    mx, my = sum(rx) / len(rx), sum(ry) / len(ry)
+    cov = sum((a - mx) * (b - my) for a, b in zip(rx, ry, strict=True))
+    vx = sum((a - mx) ** 2 for a in rx)
+    vy = sum((b - my) ** 2 for b in ry)
+    return None if vx == 0 or vy == 0 else cov / math.sqrt(vx * vy)
+
+
+def ranks(xs: list[float]) -> list[float]:
+    """1-based ranks, smallest first; tied values share their average rank."""
+    order = sorted(range(len(xs)), key=lambda i: xs[i])
+    out = [0.0] * len(xs)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and xs[order[j + 1]] == xs[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            out[order[k]] = (i + j) / 2 + 1
+        i = j + 1
+    return out
