@@ -1,22 +1,27 @@
 """CPU tests that give the backend's output a meaning, so single-line mutations of it fail (issue 14).
 
 Each test checks what the emitted code *does*, recomputed from the hardware's rules, not that an
-instruction appears (docs/mutation.md lists the mutations each one kills):
+instruction appears. The addresses, indices and predicates are evaluated from the LLVM text the
+backend writes (tests/llvm_eval_test_support.py), thread by thread; docs/mutation.md lists the
+mutations each test kills.
 
-* wgmma data path: TMA copies write global elements into shared memory (tensor map box and
-  swizzle, PTX ISA §5.5); each wgmma's 64-bit descriptors and trans immediates say which shared bytes
-  the tensor core reads (PTX ISA §9.7.15.5.1.2: canonical layouts, descriptor bit fields, layout-type
-  codes 0 none / 1 128B / 2 64B / 3 32B, imm-trans 0 = K-major, 1 = M/N-major). Composed, every wgmma
-  of a `tk.mma` must multiply A[m0 + i, k0 + j] by B[k0 + j, n0 + i'] and the instructions of one mma
-  must cover its M x N x K product exactly once. The addresses are evaluated from the LLVM text
-  (tests/llvm_eval_test_support.py) for every consumer warpgroup.
-* row reductions: the butterfly shuffles of each row (offsets, width, member mask) combine exactly the
-  lanes that hold that row in the tile's fragment layout (tkir.layout.fragment), each once.
-* swizzle masks: tkir.layout.swizzle and the backend's address builders against the PTX ISA's
-  description of the swizzle modes (16-byte chunk XOR line index).
-* create-tma at the TMA box limit (boxDim[i] <= 256, cuTensorMapEncodeTiled), bank-conflicts at a
-  2-way conflict, plan-occupancy at the shared-memory boundary of 2 vs 1 blocks per SM (1 KB reserved
-  per block, 128-B allocation unit), the mbarrier protocol of the pipeline (HOPPER.md §5.4).
+* wgmma data path: TMA copies write global elements into shared memory (tensor map box and swizzle,
+  PTX ISA §5.5), cp.async copies too (evaluated per thread); each wgmma's 64-bit descriptors and trans
+  immediates say which shared bytes the tensor core reads (PTX ISA §9.7.15.5.1.2: canonical layouts,
+  descriptor fields, layout types 0 none / 1 128B / 2 64B / 3 32B, imm-trans 0 = K-major). Composed,
+  every wgmma of a `tk.mma` must multiply A[m0 + i, k0 + j] by B[k0 + j, n0 + i] and one mma's
+  instructions must cover its M x N x K product exactly once, for every consumer warpgroup.
+* the staged epilogue: each bf16 pair reaches its accumulator element's global position through the
+  128B-swizzled stage and the TMA store; TMA coordinates move with the loop as the IR's do.
+* row reductions: the butterfly shuffles of each row (offsets, member mask, c, combine operation)
+  combine exactly the lanes that hold that row in the tile's fragment layout (tkir.layout.fragment).
+* the causal mask's compares, element by element; the swizzle formulas against the ISA's description
+  (16-byte chunk XOR line index).
+* the mbarrier pipeline (counts, expect_tx bytes, stage and parity per iteration, releases after
+  wgmma.wait_group), setmaxnreg directions, proxy fences before async reads, pingpong turn barriers.
+* pass decisions at their boundaries: create-tma at the TMA box limit (boxDim <= 256), bank-conflicts
+  at a 2-way conflict, plan-occupancy at the 1 KB-per-block shared-memory boundary, split-masks on
+  affine masks (results unchanged in the interpreter), overlap-mma only inside consumer roles.
 """
 
 from __future__ import annotations
