@@ -276,6 +276,27 @@ class LoweringContext:
             self._coord_cache[key] = slot_coords(lay, tile_shape(t), LLVMBuilder(self.w), tid)
         return self._coord_cache[key]
 
+    def coord_steps(self, t: TileType) -> list[tuple[int, int]] | None:
+        """Each slot's (row, col) minus slot 0's, when that difference is the same constant for every
+        thread of the role (evaluated with numpy at compile time), else None. A rule can then test a
+        slot with one compare against an immediate, instead of materializing every slot's coordinate:
+        LLVM hoists those loop-invariant values out of the loop, one register each for the whole loop."""
+        lay = register_layout(t)
+        tids = np.arange(self.role_threads())
+        if lay.threads < self.role_threads():
+            tids = tids % lay.threads
+        coords = slot_coords(lay, tile_shape(t), NumpyBuilder(), tids)
+        if not coords or any(rc is None for rc in coords):
+            return None
+        r0, c0 = (np.broadcast_to(np.asarray(v), tids.shape) for v in coords[0])
+        steps = []
+        for r, c in coords:
+            dr, dc = np.broadcast_to(np.asarray(r), tids.shape) - r0, np.broadcast_to(np.asarray(c), tids.shape) - c0
+            if not ((dr == dr[0]).all() and (dc == dc[0]).all()):
+                return None
+            steps.append((int(dr[0]), int(dc[0])))
+        return steps
+
     def nslots(self, t: TileType | VectorType) -> int:
         return len(numeric_slots(register_layout(t), tile_shape(t)))
 

@@ -57,6 +57,9 @@ class LLVMWriter:
         self.declares: set[str] = set()
         self.labels: set[str] = set()
         self.types: dict[str, str] = {}  # named struct types: name -> definition
+        # 16-bit halves unpacked from a b32 word (unpack_pair): half -> (word, 0 | 1), so that
+        # pack_pair of the same two halves is the word itself, with no copy
+        self.halves: dict[str, tuple[str, int]] = {}
 
     def fresh(self, hint: str = "t") -> str:
         self.counter += 1
@@ -124,8 +127,21 @@ class LLVMWriter:
         v = self.op(f"insertelement <2 x bfloat> {v}, bfloat {hi}, i32 1", "pk")
         return self.op(f"bitcast <2 x bfloat> {v} to i32", "bits")
 
+    def unpack_pair(self, word: str, dtype: str) -> tuple[str, str]:
+        """The two 16-bit floats (bf16 or f16) of a b32 register, low half first."""
+        ety = {"bf16": "bfloat", "f16": "half"}[dtype]
+        v = self.op(f"bitcast i32 {word} to <2 x {ety}>", "up")
+        lo, hi = (self.op(f"extractelement <2 x {ety}> {v}, i32 {k}", "half") for k in (0, 1))
+        self.halves[lo], self.halves[hi] = (word, 0), (word, 1)
+        return lo, hi
+
     def pack_pair(self, lo: str, hi: str, dtype: str) -> str:
-        """Two 16-bit floats (bf16 or f16) as one b32 register, low half = lo."""
+        """Two 16-bit floats (bf16 or f16) as one b32 register, low half = lo. The halves of one word
+        (unpack_pair) give that word back: no unpack-and-repack copies, which ptxas counts as writes
+        to a wgmma's A registers and answers by serializing the wgmmas (warning C7513)."""
+        a, b = self.halves.get(lo), self.halves.get(hi)
+        if a is not None and b is not None and a[0] == b[0] and (a[1], b[1]) == (0, 1):
+            return a[0]
         if dtype == "bf16":
             return self.pack_bf16x2(lo, hi)
         ety = {"f16": "half"}[dtype]

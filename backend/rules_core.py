@@ -232,11 +232,9 @@ def _pack_words(w, x: object) -> list[str]:
 
 
 def _unpack_words(w, words: list[str], dtype: str) -> list[str]:
-    ety = LLVM_TYPE[dtype]
-    out = []
+    out: list[str] = []
     for wd in words:
-        v = w.op(f"bitcast i32 {wd} to <2 x {ety}>", "up")
-        out += [w.op(f"extractelement <2 x {ety}> {v}, i32 {k}", "half") for k in (0, 1)]
+        out += w.unpack_pair(wd, dtype)
     return out
 
 

@@ -314,6 +314,18 @@ def _op_tk_mask_causal(cx: LoweringContext, op: Operation) -> None:
     ety = LLVM_TYPE[x.type.dtype]
     delta = w.op(f"sub i32 {col0}, {row0}", "dlt")  # masked where c - r > row0 - col0
     out = []
+    steps = cx.coord_steps(x.type)
+    if steps is not None:
+        # c - r = (c0 - r0) + k with a per-slot constant k: masked where t = c0 - r0 + delta > -k,
+        # one compare with an immediate per slot (no per-slot coordinate kept live)
+        r0, c0 = cx.coords(x.type)[0]
+        d0 = c0 - r0 if isinstance(c0, int) and isinstance(r0, int) else w.op(f"sub i32 {c0}, {r0}", "cr")
+        t = w.op(f"add i32 {d0}, {delta}", "cut")
+        for (dr, dc), v in zip(steps, x.values, strict=True):
+            masked = w.op(f"icmp sgt i32 {t}, {dr - dc}", "msk")
+            out.append(w.op(f"select i1 {masked}, {ety} {fill}, {ety} {v}", "mk"))
+        cx.set(op.result, Frag(op.result.type, out))
+        return
     for (r, c), v in zip(cx.coords(x.type), x.values, strict=True):
         cr = w.op(f"sub i32 {c}, {r}", "cr") if not (isinstance(c, int) and isinstance(r, int)) else c - r
         masked = w.op(f"icmp sgt i32 {cr}, {w.op(f'sub i32 0, {delta}', 'nd')}", "msk")

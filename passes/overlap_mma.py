@@ -29,11 +29,15 @@ first use with `wgmma.wait_group N`, N = the groups committed after it in the sa
 code. `tk.mma_wait %x` waits until the mma producing %x has completed.
 
 Loops that do not match are left unchanged (gemm's single accumulator chain, kernels without
-roles, sm_80), so are loops whose second accumulator is wider than `max_acc_cols` (64: measured
-faster at head dim 64, slower at 128 and 256; `overlap-mma{max_acc_cols=0}` rotates any), and so
-are loops that mask elements unless `overlap-mma{masked=true}`: after split-masks they run the last
-one or two key blocks, and rotating them only added live registers (ptxas spilled in causal
-attention at BKV = 128). Ablation: leave `overlap-mma` out of `--passes`.
+roles, sm_80). Two research switches narrow it: `max_acc_cols=N` rotates only loops whose second
+accumulator has at most N columns, `masked=false` leaves loops that mask elements alone (after
+split-masks, the last key blocks). Both were needed before session 7: ptxas serialized the rotated
+wgmmas (C7513: the carried bf16 p was unpacked and repacked, copies that count as writes to the
+in-flight p @ v's A registers) and the causal mask kept one coordinate register per element live
+(spills). With both fixed (backend/llvm_text.py unpack_pair, the mask's per-slot constants in
+backend/rules_registers.py) rotating every loop measured faster at head dim 64, 128 and 256,
+causal and not (docs/experiments.md). The bf16 conversion of p, read only by the next M2, is placed
+after M2's wait (FlashAttention-3's order). Ablation: leave `overlap-mma` out of `--passes`.
 """
 
 from __future__ import annotations
@@ -45,20 +49,20 @@ from tkir.types import Ident, ScalarType, TileType
 
 I1 = ScalarType("i1")
 MASK_OPS = frozenset({"tk.select", "tk.mask_causal"})
-# Rotate only when P V's accumulator is this narrow. Measured on the H200 (docs/experiments.md,
-# H200 call 6, with fold-scale, early-release and split-masks): D = 64 +14% / +6% (non-causal /
-# causal), D = 128 -2% / -1%, D = 256 -6% / -11%: the softmax weighs most against the mmas at small D.
-MAX_ACC_COLS = 64
-SINK_A = False
+# Rotate only when P V's accumulator is at most this wide; 0: any. Session 5 measured rotation slower
+# at head dim 128 and 256 and set 64; that was ptxas serializing the wgmmas (C7513). Without it,
+# rotation is faster at every head dim (docs/experiments.md, session 7), hence 0.
+MAX_ACC_COLS = 0
+# Conversions of M2's register A that run after M2's wait in the steady loop (_late_conversions).
+LATE_OPS = frozenset({"tk.cast", "tk.convert_layout"})
 # Element-wise ops that may sit on the accumulator chain between the carried value and M2.
 CHAIN_OPS = frozenset({"tk.mul", "tk.add", "tk.sub", "tk.div"})
 
 
 class OverlapMma(Pass):
     name = "overlap-mma"
-    masked: bool = param(False, "also rotate loops that mask elements (tk.select, tk.mask_causal): after "
-                                "split-masks those are the last key blocks, one or two iterations, where the "
-                                "rotation only adds live registers")
+    masked: bool = param(True, "also rotate loops that mask elements (tk.select, tk.mask_causal): after "
+                               "split-masks those are the last key blocks (false: leave them unrotated)")
     max_acc_cols: int = param(MAX_ACC_COLS, "rotate only when the second mma's accumulator has at most this many "
                                             "columns (attention's head dim); 0: any")
 
@@ -203,6 +207,24 @@ def _wait_and_release(blk: Block, plan: _Plan, mapping: dict[Value, Value]) -> V
     return done
 
 
+def _late_conversions(rest: list[Operation], cross: list[Value], term: Operation) -> list[Operation]:
+    """The conversions at the end of W that only feed the next iteration's M2 (`bf16(p)` and its
+    layout change): in the steady loop they go after M2's wait, as in FlashAttention-3 (convert P
+    after `warpgroup_wait<0>`). The register A M2 is still reading and the one being written are then
+    the same registers at different times, not two sets live at once."""
+    late: list[Operation] = []
+    for op in reversed(rest):
+        if op.name not in LATE_OPS or len(op.results) != 1:
+            continue
+        r = op.results[0]
+        readers = [x for x in rest if any(r in y.operands for y in x.walk())]
+        if r in term.operands:
+            continue
+        if all(x in late for x in readers) and (r in cross or readers):
+            late.insert(0, op)
+    return late
+
+
 def _rotate(loop: Operation, plan: _Plan) -> None:
     blk = loop.body
     _wait_before_first_use(blk, plan.m1)
@@ -258,13 +280,17 @@ def _rotate(loop: Operation, plan: _Plan) -> None:
     ms1: dict[Value, Value] = {plan.acc_arg: ncarried[acc_slot], **dict(zip(cross, nprev, strict=True))}
     head = stage0[:stage0.index(plan.m1) + 1]
     rest = stage0[stage0.index(plan.m1) + 1:]
+    late = _late_conversions(rest, cross, term)
     for op in head:
         body.append(clone_op(op, m))
     for op in plan.stage1:
         body.append(clone_op(op, ms1))
     for op in rest:
-        body.append(clone_op(op, m))
+        if op not in late:
+            body.append(clone_op(op, m))
     o_done = _wait_and_release(body, plan, ms1)
+    for op in late:
+        body.append(clone_op(op, m))
     new_yields = [m.get(y, y) for y in term.operands]
     new_yields[acc_slot] = o_done
     body.append(Operation("scf.yield", new_yields + [m.get(x, x) for x in cross]))

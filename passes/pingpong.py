@@ -10,13 +10,18 @@ code is bracketed by named-barrier turns:
                           // the accumulator's rescale), up to the last mma before other work
     pipe.turn_pass        // bar.arrive TURN_BARRIER + (wg + 1) % n, 2 x 128: the next one's turn
 
-and `pipe.turn_init` at the role's start lets warpgroup 0 go first. A section ends after an mma
-that waits for itself (no `defer_wait`), before any op that reads an mma's result or waits
-(`tk.mma_wait`). All consumer warpgroups run the same code with the same loop bounds, so their
-k-th sections alternate: the section order, not the execution, is serialised (wgmmas queue on the
-tensor cores in issue order). The interpreter runs a role's warpgroups together: the turns are
-no-ops there. Kernels with one consumer warpgroup are left unchanged. Ablation: leave `pingpong`
-out of `--passes`.
+and `pipe.turn_init` at the role's start lets warpgroup 0 go first. A section ends at an mma that
+waits for itself, before any op that reads an mma's result or waits (`tk.mma_wait`); such an mma is
+made `defer_wait` and its wait (`tk.mma_wait`) placed after `pipe.turn_pass`, so a warpgroup hands
+over the turn once its wgmmas are issued, not once they complete. Only blocks with element-wise work
+on an mma's result (the softmax) are bracketed: a GEMM main loop, whose accumulator feeds only the
+next mma, has nothing to hide under the other warpgroup's mmas and is left alone. All consumer
+warpgroups run the same code with the same loop bounds, so their k-th sections alternate: the section
+order, not the execution, is serialised (wgmmas queue on the tensor cores in issue order). The
+interpreter runs a role's warpgroups together: the turns are no-ops there. Kernels with one consumer
+warpgroup are left unchanged. Measured on the H200 with overlap-mma (docs/experiments.md, session 7):
++0-9% on attention, most where the softmax weighs most (causal, head dim 64 and 256). Ablation:
+leave `pingpong` out of `--passes`.
 """
 
 from __future__ import annotations
@@ -46,6 +51,8 @@ def _bracket(blk: Block) -> bool:
     for op in list(blk.ops):
         for r in op.regions:
             found |= _bracket(r.block)
+    if not _elementwise_on_mma(blk):
+        return found
     ops = list(blk.ops)
     i = 0
     while i < len(ops):
@@ -64,10 +71,42 @@ def _bracket(blk: Block) -> bool:
             else:
                 break
         blk.insert_before(ops[start], Operation("pipe.turn_wait"))
-        blk.insert_after(ops[end], Operation("pipe.turn_pass"))
+        turn_pass = Operation("pipe.turn_pass")
+        blk.insert_after(ops[end], turn_pass)
+        last = ops[end]
+        if not last.attrs.get("defer_wait") and not last.attrs.get("async_groups"):
+            _wait_after(blk, last, turn_pass)
         found = True
         i = end + 1
     return found
+
+
+def _wait_after(blk: Block, mma: Operation, anchor: Operation) -> None:
+    """`mma` waited for itself: commit it without waiting and wait (tk.mma_wait) after `anchor`."""
+    mma.attrs["defer_wait"] = True
+    done = Operation("tk.mma_wait", [mma.result], [mma.result.type],
+                     result_names=[(mma.result.name or "acc") + "_done"])
+    blk.insert_after(anchor, done)
+    for op in blk.ops[blk.ops.index(done) + 1:]:
+        for x in op.walk():
+            x.operands = [done.result if v is mma.result else v for v in x.operands]
+
+
+def _elementwise_on_mma(blk: Block) -> bool:
+    """Whether some op of `blk` other than an mma (as its accumulator), a wait or the terminator reads
+    an mma result of `blk` (directly or through tk.mma_wait): the work the turns let overlap."""
+    results = {id(op.result) for op in blk.ops if op.name == "tk.mma"}
+    for op in blk.ops:
+        if op.name == "tk.mma_wait" and id(op.operands[0]) in results:
+            results.add(id(op.result))
+    for op in blk.ops:
+        if op.name in ("tk.mma_wait", "scf.yield"):
+            continue
+        for x in op.walk():
+            for k, v in enumerate(x.operands):
+                if id(v) in results and not (x.name == "tk.mma" and k == 2):
+                    return True
+    return False
 
 
 def _reads_mma(op: Operation, earlier: list[Operation]) -> bool:

@@ -87,6 +87,11 @@ BARRIERS_PER_STAGE = 2             # full + empty (HOPPER.md §5.4)
 PLAIN_SMEM_ALIGN = 16              # 16-byte vector ld/st.shared
 TMA_SMEM_ALIGN = 128               # TMA shared address alignment (HOPPER.md §3.2)
 PRODUCER_REGS = (40, 24)           # CUTLASS producer setmaxnreg.dec values, preferred first
+# With three or more consumer warpgroups (512+ threads, 128 registers each at launch), 40 would leave
+# the consumers 152: ThunderKittens' attention and FlashAttention-3 (head dim 64) give the producer 32
+# and the consumers 160. Measured: attention at head dim 64 with overlap-mma spills 48 B and serializes
+# its wgmmas at 152 (ptxas C7512), neither at 160.
+PRODUCER_REGS_MANY = (32, 24)
 MAX_AUTO_STAGES = 4
 
 OVERHEAD_REGS = 16
@@ -219,7 +224,7 @@ def _split_registers(kernel: Operation, consumers: int, needed: int, budget: Reg
     launch_cap = min(REGS_PER_SM // threads // REG_ALLOC_UNIT * REG_ALLOC_UNIT, MAX_ROLE_REGS)
     pool = threads * launch_cap // THREADS_PER_WARPGROUP  # registers per thread, summed over warpgroups
     best = 0
-    for producer in PRODUCER_REGS:
+    for producer in (PRODUCER_REGS_MANY if consumers >= 3 else PRODUCER_REGS):
         if producer > launch_cap:
             continue
         consumer = min((pool - producer) // consumers // REG_ALLOC_UNIT * REG_ALLOC_UNIT, MAX_ROLE_REGS)

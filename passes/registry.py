@@ -51,11 +51,11 @@ DEFAULT_PIPELINE: list[str] = [
     "early-release",   # one ring per loaded tile: each stage released by the mma that read it last
     "persistent",      # one block per SM over output tiles, grouped order
     "split-masks",     # loops split so that element masks run only where they can mask
-    "overlap-mma",     # head dim <= 64: next block's q @ k.T issued before this block's softmax (FA3)
+    "overlap-mma",     # next block's q @ k.T issued before this block's softmax (FA3)
+    "pingpong",        # consumer warpgroups take turns issuing their mmas: one's softmax under the other's
     "canonicalize",    # clean up what the rewrites left
 ]
-# Not in it (research passes, measured slower on the H200; docs/experiments.md): pingpong (name it
-# after overlap-mma: 392.7 vs 536.5 TFLOP/s on attention (8, 16, 4096, 128)) and stream-k (after
+# Not in it (a research pass, measured slower on the H200; docs/experiments.md): stream-k (after
 # persistent; passes/stream_k.py says why).
 
 # deprecated `--pass-option KEY=VALUE` (tkir.compile(pass_options=...)) -> (pass, parameter)

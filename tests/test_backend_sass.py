@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 import tkir
@@ -72,3 +74,34 @@ def test_swizzle_none_uses_interleaved_operands(path: str, consts: dict) -> None
     shared = [op.result.type for op in k.module.kernel.walk() if op.name == "tk.alloc"]
     assert {int(t.get("swizzle") or 0) for t in shared} <= {0, 16}
     assert any(int(t.get("swizzle") or 0) == 16 for t in shared)
+
+
+# ptxas's "wgmma.mma_async instructions are serialized due to ..." notes (C7510-C7519: non-wgmma
+# instructions writing a wgmma's registers mid-pipeline, too few registers, ...): each one makes
+# ptxas wait for every wgmma before the next, which undoes the overlap of the attention schedule.
+_SERIALIZED = re.compile(r"\(C751\d\)")
+
+
+@pytest.mark.parametrize("consts", [dict(D=128, BQ=128, BKV=128, STAGES=2), dict(D=64, BQ=192, BKV=128, STAGES=2),
+                                    dict(D=256, BQ=128, BKV=64, STAGES=2)], ids=["d128", "d64", "d256"])
+@pytest.mark.parametrize("causal", [0, 1])
+def test_attention_bench_configs_keep_wgmma_async(consts: dict, causal: int) -> None:
+    """The bench configurations of examples/attention_fwd.py under the default pipeline (overlap-mma
+    and pingpong): ptxas neither serializes the wgmmas nor spills. Found in session 7: the carried
+    bf16 P was unpacked and repacked (copies ptxas counts as writes to the in-flight p @ v's A
+    registers, C7513), and 152 registers per consumer at head dim 64 were too few (C7512)."""
+    k = tkir.compile("examples/attention_fwd.tk", CAUSAL=causal, **consts)
+    res = k.asm["ptxas"]
+    assert not [w for w in res.warnings if _SERIALIZED.search(w)], res.warnings
+    assert res.spill_stores == 0 and res.spill_loads == 0
+    names = {op.name for op in k.module.kernel.walk()}
+    assert {"tk.mma_wait", "pipe.turn_pass"} <= names  # the schedule this guards is in place
+
+
+def test_carried_bf16_fragment_reaches_wgmma_without_copies() -> None:
+    """overlap-mma carries bf16(p) across the back edge as 32-bit words; the backend hands those
+    words to the next p @ v as they are (LLVMWriter.pack_pair of unpack_pair's halves), instead of
+    unpacking them into halves and packing them again: 64 copies per iteration at head dim 128."""
+    k = tkir.compile("examples/attention_fwd.tk", D=128, BQ=128, BKV=128, STAGES=2)
+    unpacks = re.findall(r"mov\.b32\s+\{%rs\d+, %rs\d+\}, %r\d+;", k.asm["ptx"])
+    assert unpacks == []
