@@ -27,6 +27,7 @@ PASS_TABLE: dict[str, str] = {
     "pipeline-cp-async": "pipeline_cp_async:PipelineCpAsync",  # sm_80: S-stage cp.async ring buffers, one role
     "plan-occupancy": "plan_occupancy:PlanOccupancy",  # registers, shared memory, stages, setmaxnreg
     "persistent": "persistent:Persistent",           # one block per SM looping over tiles, grouped order
+    "longest-first": "longest_first:LongestFirst",  # blocks whose loops grow with their index launched longest first
     "fold-scale": "fold_scale:FoldScale",            # x * c past masks and row max; x * c - m as one fma
     "contract-fma": "contract_fma:ContractFma",     # f32 x * y read once by + or -: one fma per element
     "early-release": "early_release:EarlyRelease",  # a barrier ring per tile: stages freed by their last reader
@@ -55,8 +56,9 @@ DEFAULT_PIPELINE: list[str] = [
     "pingpong",        # consumer warpgroups take turns issuing their mmas: one's softmax under the other's
     "canonicalize",    # clean up what the rewrites left
 ]
-# Not in it (a research pass, measured slower on the H200; docs/experiments.md): stream-k (after
-# persistent; passes/stream_k.py says why).
+# Not in it (research passes, measured slower on the H200; docs/experiments.md): stream-k (after
+# persistent; passes/stream_k.py says why) and longest-first (after persistent: causal attention
+# 0-8% slower reversed in place, up to 18% with move_last).
 
 # deprecated `--pass-option KEY=VALUE` (tkir.compile(pass_options=...)) -> (pass, parameter)
 LEGACY_OPTIONS: dict[str, tuple[str, str]] = {

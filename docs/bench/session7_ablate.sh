@@ -4,8 +4,8 @@
 DEFAULT=$(tkc passes | sed -n 's/^  --passes=//p' | head -1)
 drop() { echo "$DEFAULT" | tr ',' '\n' | grep -vx "$1" | paste -sd, -; }
 ROWS="default=$DEFAULT"
-for p in fold-scale early-release split-masks overlap-mma pingpong; do ROWS="$ROWS without-$p=$(drop $p)"; done
-ROWS="$ROWS without-all-five=$(echo "$DEFAULT" | tr ',' '\n' | grep -vxE 'fold-scale|early-release|split-masks|overlap-mma|pingpong' | paste -sd, -)"
+for p in fold-scale early-release split-masks overlap-mma pingpong longest-first; do ROWS="$ROWS without-$p=$(drop $p)"; done
+ROWS="$ROWS without-all-six=$(echo "$DEFAULT" | tr ',' '\n' | grep -vxE 'fold-scale|early-release|split-masks|overlap-mma|pingpong|longest-first' | paste -sd, -)"
 for row in $ROWS; do
   label=${row%%=*}; passes=${row#*=}
   for c in 0 1; do
