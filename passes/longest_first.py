@@ -18,10 +18,11 @@ then belong to different heads and each reads its own K and V from HBM. Block id
 so every block still runs exactly once: the interpreter, which runs all blocks, gives the same
 result. Not in the default pipeline: reversed in place it measured 0-8% slower on causal attention
 (same call, separate processes: (8, 16, 4096, 128) 570 vs 623, head dim 64 329 vs 359; the other
-rows within 1%), so the tail it shortens is not where the time goes. Left alone: 1-block-per-SM persistent kernels (no grid dim to reorder), kernels whose loop
-bounds do not depend monotonically on a block index (gemm), and, with move_last, kernels whose moved
-dim would exceed the CUDA limit of the last axis (65,535 blocks, checked at launch). Ablation: leave
-`longest-first` out of `--passes`.
+rows within 1%), so the tail it shortens is not where the time goes. Left alone: persistent
+kernels (one block per SM: no launch order to change), kernels whose loop bounds do not depend
+monotonically on a block index (gemm), and, with move_last, kernels whose moved dim would exceed
+the CUDA limit of the last axis (65,535 blocks, checked at launch). Ablation: leave `longest-first`
+out of `--passes` (it is not in the default one).
 """
 
 from __future__ import annotations
