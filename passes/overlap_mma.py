@@ -37,10 +37,18 @@ in-flight p @ v's A registers) and the causal mask kept one coordinate register 
 (spills). With both fixed (backend/llvm_text.py unpack_pair, the mask's per-slot constants in
 backend/rules_registers.py) rotating every loop measured faster at head dim 64, 128 and 256,
 causal and not (docs/experiments.md). The bf16 conversion of p, read only by the next M2, is placed
-after M2's wait (FlashAttention-3's order). Ablation: leave `overlap-mma` out of `--passes`.
+after M2's wait (FlashAttention-3's order).
+
+split-masks' two loops (lo..split unmasked, split..hi masked, the second starting from the first's
+results) are rotated as one software pipeline (`joint=true`): the first block's stage 0 comes from
+whichever loop owns block lo (`scf.if lo < split`), then the unmasked steady loop lo+1..split, the
+masked steady loop max(split, lo+1)..hi, and one epilogue, so no block drains its pipeline between
+them. `joint=false` rotates each loop on its own. Ablation: leave `overlap-mma` out of `--passes`.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from tkir.ir import Block, Module, Operation, Region, Value, clone_op, parent_op
 from tkir.passes.builder import OpBuilder
@@ -63,6 +71,8 @@ class OverlapMma(Pass):
     name = "overlap-mma"
     masked: bool = param(True, "also rotate loops that mask elements (tk.select, tk.mask_causal): after "
                                "split-masks those are the last key blocks (false: leave them unrotated)")
+    joint: bool = param(True, "rotate split-masks' unmasked and masked loops as one software pipeline (no "
+                              "drain between them); false: each loop on its own")
     max_acc_cols: int = param(MAX_ACC_COLS, "rotate only when the second mma's accumulator has at most this many "
                                             "columns (attention's head dim); 0: any")
 
@@ -72,12 +82,31 @@ class OverlapMma(Pass):
 
     def run(self, module: Module, options: Options) -> None:
         for kernel in module.kernels():
+            done: set[int] = set()
             for op in list(kernel.walk()):
-                if op.name == "scf.for" and _in_consumer_role(op) and (self.masked or not _masks(op)):
-                    plan = _match(op)
-                    cols = plan.m2.result.type.cols if plan is not None else 0
-                    if plan is not None and (self.max_acc_cols == 0 or cols <= self.max_acc_cols):
-                        _rotate(op, plan)
+                if id(op) in done or op.name != "scf.for" or not _in_consumer_role(op):
+                    continue
+                plan = self._plan(op)
+                if plan is None:
+                    continue
+                blk = op.parent
+                k = blk.ops.index(op)
+                nxt = blk.ops[k + 1] if k + 1 < len(blk.ops) else None
+                if self.joint and nxt is not None and nxt.name == "scf.for" and _pair(op, nxt):
+                    plan2 = self._plan(nxt)
+                    if plan2 is not None:
+                        done.add(id(nxt))
+                        _rotate_pair(op, plan, nxt, plan2)
+                        continue
+                _rotate(op, plan)
+
+    def _plan(self, loop: Operation) -> _Plan | None:
+        if not self.masked and _masks(loop):
+            return None
+        plan = _match(loop)
+        if plan is None or (self.max_acc_cols and plan.m2.result.type.cols > self.max_acc_cols):
+            return None
+        return plan
 
 
 def _masks(loop: Operation) -> bool:
@@ -225,98 +254,184 @@ def _late_conversions(rest: list[Operation], cross: list[Value], term: Operation
     return late
 
 
-def _rotate(loop: Operation, plan: _Plan) -> None:
-    blk = loop.body
-    _wait_before_first_use(blk, plan.m1)
-    term = blk.terminator
-    iv, carried = blk.args[0], list(blk.args[1:])
-    lo, hi, step = loop.operands[:3]
-    inits = list(loop.operands[3:])
-    s1_ids = {id(op) for op in plan.stage1}
-    if plan.arrive is not None:
-        s1_ids.add(id(plan.arrive))
-    stage0 = [op for op in blk.ops if id(op) not in s1_ids and op is not term]
-    # values stage 1 reads from stage 0 or the iteration (not the accumulator): carried as "prev"
-    cross: list[Value] = []
-    s1_all = plan.stage1 + ([plan.arrive] if plan.arrive is not None else [])
-    for op in s1_all:
-        for x in op.operands:
-            if x is plan.acc_arg or x in cross:
-                continue
-            if (_defined_in(blk, x) and id(x.owner) not in s1_ids) or x is iv:
-                cross.append(x)
-    for op in plan.stage1:
-        if op is plan.m2:
-            op.attrs.pop("async_groups", None)
-            op.attrs["defer_wait"] = True
-    plan.m1.attrs.pop("async_groups", None)
-    plan.m1.attrs["defer_wait"] = True
-    if plan.arrive is not None:
-        plan.arrive.attrs.pop("deferred", None)
-    acc_slot = carried.index(plan.acc_arg)
-    parent_blk = loop.parent
+class _Prep:
+    """A matched loop made ready for rotation: its body split into stage 0 (head = up to M1, rest =
+    after it, late = conversions moved behind M2's wait) and stage 1, and the values stage 1 reads
+    from stage 0 (`cross`), which the rotated loop carries."""
 
-    # the guard: scf.if lo < hi { prologue; loop; epilogue } else { inits }
-    b = OpBuilder(parent_blk, loop)
+    def __init__(self, loop: Operation, plan: _Plan):
+        blk = loop.body
+        _wait_before_first_use(blk, plan.m1)
+        self.loop, self.plan = loop, plan
+        self.term = blk.terminator
+        self.iv, self.carried = blk.args[0], list(blk.args[1:])
+        s1_ids = {id(op) for op in plan.stage1}
+        if plan.arrive is not None:
+            s1_ids.add(id(plan.arrive))
+        self.stage0 = [op for op in blk.ops if id(op) not in s1_ids and op is not self.term]
+        self.cross: list[Value] = []
+        s1_all = plan.stage1 + ([plan.arrive] if plan.arrive is not None else [])
+        for op in s1_all:
+            for x in op.operands:
+                if x is plan.acc_arg or x in self.cross:
+                    continue
+                if (_defined_in(blk, x) and id(x.owner) not in s1_ids) or x is self.iv:
+                    self.cross.append(x)
+        for op in plan.stage1:
+            if op is plan.m2:
+                op.attrs.pop("async_groups", None)
+                op.attrs["defer_wait"] = True
+        plan.m1.attrs.pop("async_groups", None)
+        plan.m1.attrs["defer_wait"] = True
+        if plan.arrive is not None:
+            plan.arrive.attrs.pop("deferred", None)
+        self.acc_slot = self.carried.index(plan.acc_arg)
+        self.head = self.stage0[:self.stage0.index(plan.m1) + 1]
+        self.rest = self.stage0[self.stage0.index(plan.m1) + 1:]
+        self.late = _late_conversions(self.rest, self.cross, self.term)
+
+    def prologue(self, blk: Block, iv: Value, inits: list[Value]) -> tuple[list[Value], list[Value]]:
+        """Stage 0 of the iteration `iv` appended to `blk`: (the carried values, the accumulator
+        untouched since stage 1 has not run; the cross values)."""
+        m: dict[Value, Value] = {self.iv: iv, **dict(zip(self.carried, inits, strict=True))}
+        for op in self.stage0:
+            blk.append(clone_op(op, m))
+        yields = [m.get(y, y) for y in self.term.operands]
+        yields[self.acc_slot] = inits[self.acc_slot]
+        return yields, [m.get(x, x) for x in self.cross]
+
+    def steady(self, lo: Value, hi: Value, step: Value, inits: list[Value], cross_in: list[Value]) -> Operation:
+        """The rotated loop lo..hi: M1 of block j, stage 1 of block j-1, the rest of stage 0 of block
+        j, M2's wait and release, the late conversions. Its results: the carried values, then the
+        cross values of its last iteration."""
+        body = Block()
+        niv = body.add_arg(Value(self.iv.type, self.iv.name))
+        ncarried = [body.add_arg(Value(c.type, c.name)) for c in self.carried]
+        nprev = [body.add_arg(Value(x.type, (x.name or "x") + "_prev")) for x in self.cross]
+        m = {self.iv: niv, **dict(zip(self.carried, ncarried, strict=True))}
+        ms1: dict[Value, Value] = {self.plan.acc_arg: ncarried[self.acc_slot],
+                                   **dict(zip(self.cross, nprev, strict=True))}
+        for op in self.head:
+            body.append(clone_op(op, m))
+        for op in self.plan.stage1:
+            body.append(clone_op(op, ms1))
+        for op in self.rest:
+            if op not in self.late:
+                body.append(clone_op(op, m))
+        o_done = _wait_and_release(body, self.plan, ms1)
+        for op in self.late:
+            body.append(clone_op(op, m))
+        new_yields = [m.get(y, y) for y in self.term.operands]
+        new_yields[self.acc_slot] = o_done
+        body.append(Operation("scf.yield", new_yields + [m.get(x, x) for x in self.cross]))
+        return Operation("scf.for", [lo, hi, step] + inits + cross_in,
+                         [v.type for v in self.carried] + [x.type for x in self.cross], dict(self.loop.attrs),
+                         regions=[Region(body)],
+                         result_names=[c.name for c in self.carried] + [None] * len(self.cross), loc=self.loop.loc)
+
+    def epilogue(self, blk: Block, results: list[Value], cross_out: list[Value]) -> list[Value]:
+        """Stage 1 of the last iteration appended to `blk`; the carried values with the accumulator
+        waited for."""
+        me: dict[Value, Value] = {self.plan.acc_arg: results[self.acc_slot],
+                                  **dict(zip(self.cross, cross_out, strict=True))}
+        for op in self.plan.stage1:
+            blk.append(clone_op(op, me))
+        out = list(results)
+        out[self.acc_slot] = _wait_and_release(blk, self.plan, me)
+        return out
+
+
+def _guarded(parent: Block, before: Operation, lo: Value, hi: Value, inits: list[Value], results: list[Value],
+             fill: Callable[[Block], list[Value]]) -> None:
+    """`scf.if lo < hi { fill } else { inits }` inserted before `before`; the uses of `results` (the
+    replaced loop's results) read the if's results instead."""
+    b = OpBuilder(parent, before)
     nonempty = b.op("arith.cmp", [lo, hi], "nonempty", {"pred": Ident("lt")}, I1)
     then_blk, else_blk = Block(), Block()
-
-    # prologue: stage 0 of the first iteration
-    m: dict[Value, Value] = {iv: lo, **dict(zip(carried, inits, strict=True))}
-    for op in stage0:
-        then_blk.append(clone_op(op, m))
-    yields = [m.get(y, y) for y in term.operands]
-    yields[acc_slot] = inits[acc_slot]  # stage 1 has not run: the accumulator is untouched
-    first_cross = [m.get(x, x) for x in cross]
-
-    # the steady loop from lo + step
-    tb = OpBuilder(then_blk)
-    lo1 = tb.op("arith.add", [lo, step], "lo_next")
-    body = Block()
-    niv = body.add_arg(Value(iv.type, iv.name))
-    ncarried = [body.add_arg(Value(c.type, c.name)) for c in carried]
-    nprev = [body.add_arg(Value(x.type, (x.name or "x") + "_prev")) for x in cross]
-    m = {iv: niv, **dict(zip(carried, ncarried, strict=True))}
-    ms1: dict[Value, Value] = {plan.acc_arg: ncarried[acc_slot], **dict(zip(cross, nprev, strict=True))}
-    head = stage0[:stage0.index(plan.m1) + 1]
-    rest = stage0[stage0.index(plan.m1) + 1:]
-    late = _late_conversions(rest, cross, term)
-    for op in head:
-        body.append(clone_op(op, m))
-    for op in plan.stage1:
-        body.append(clone_op(op, ms1))
-    for op in rest:
-        if op not in late:
-            body.append(clone_op(op, m))
-    o_done = _wait_and_release(body, plan, ms1)
-    for op in late:
-        body.append(clone_op(op, m))
-    new_yields = [m.get(y, y) for y in term.operands]
-    new_yields[acc_slot] = o_done
-    body.append(Operation("scf.yield", new_yields + [m.get(x, x) for x in cross]))
-    new_loop = Operation("scf.for", [lo1, hi, step] + yields + first_cross,
-                         [v.type for v in carried] + [x.type for x in cross], dict(loop.attrs),
-                         regions=[Region(body)], result_names=[c.name for c in carried] + [None] * len(cross),
-                         loc=loop.loc)
-    then_blk.append(new_loop)
-    results = list(new_loop.results[:len(carried)])
-    last_cross = list(new_loop.results[len(carried):])
-
-    # epilogue: stage 1 of the last iteration
-    me: dict[Value, Value] = {plan.acc_arg: results[acc_slot], **dict(zip(cross, last_cross, strict=True))}
-    for op in plan.stage1:
-        then_blk.append(clone_op(op, me))
-    results[acc_slot] = _wait_and_release(then_blk, plan, me)
-    then_blk.append(Operation("scf.yield", results))
+    then_blk.append(Operation("scf.yield", fill(then_blk)))
     else_blk.append(Operation("scf.yield", list(inits)))
-
-    guard = Operation("scf.if", [nonempty], [r.type for r in loop.results], {},
+    guard = Operation("scf.if", [nonempty], [r.type for r in results], {},
                       regions=[Region(then_blk), Region(else_blk)],
-                      result_names=[r.name for r in loop.results], loc=loop.loc)
-    parent_blk.insert_before(loop, guard)
-    for old, new in zip(loop.results, guard.results, strict=True):
-        for op in parent_blk.ops:
+                      result_names=[r.name for r in results], loc=before.loc)
+    parent.insert_before(before, guard)
+    for old, new in zip(results, guard.results, strict=True):
+        for op in parent.ops:
             for x in op.walk():
                 x.operands = [new if v is old else v for v in x.operands]
-    parent_blk.remove(loop)
 
+
+def _rotate(loop: Operation, plan: _Plan) -> None:
+    _rotate_prepared(_Prep(loop, plan))
+
+
+def _rotate_prepared(prep: _Prep) -> None:
+    """One loop, rotated: scf.if lo < hi { prologue (block lo); steady lo+1..hi; epilogue }."""
+    loop = prep.loop
+    lo, hi, step = loop.operands[:3]
+    inits = list(loop.operands[3:])
+    parent = loop.parent
+
+    def fill(blk: Block) -> list[Value]:
+        yields, first_cross = prep.prologue(blk, lo, inits)
+        lo1 = OpBuilder(blk).op("arith.add", [lo, step], "lo_next")
+        new_loop = prep.steady(lo1, hi, step, yields, first_cross)
+        blk.append(new_loop)
+        n = len(prep.carried)
+        return prep.epilogue(blk, list(new_loop.results[:n]), list(new_loop.results[n:]))
+
+    _guarded(parent, loop, lo, hi, inits, list(loop.results), fill)
+    parent.remove(loop)
+
+
+def _pair(first: Operation, second: Operation) -> bool:
+    """Whether `second` continues `first` (split-masks' unmasked and masked loops): it starts where
+    `first` ends, with the same step, from `first`'s results in order, right after it."""
+    blk = first.parent
+    if second.parent is not blk or blk.ops.index(second) != blk.ops.index(first) + 1:
+        return False
+    return (second.operands[0] is first.operands[1] and second.operands[2] is first.operands[2]
+            and list(second.operands[3:]) == list(first.results))
+
+
+def _rotate_pair(first: Operation, p1: _Plan, second: Operation, p2: _Plan) -> None:
+    """Two loops over lo..split and split..hi with the same stage 1 rotated as one software pipeline
+    (FA3 runs its masked and unmasked key blocks in one pipeline): the first block's stage 0 from
+    whichever loop owns it, the steady loops lo+1..split and max(split, lo+1)..hi, one epilogue.
+    The transition costs no drain: the masked loop's first iteration runs stage 1 of the last
+    unmasked block under its own M1. Loops whose stages do not line up are rotated each on its own."""
+    a, b = _Prep(first, p1), _Prep(second, p2)
+    if [x.type for x in a.cross] != [x.type for x in b.cross] or a.acc_slot != b.acc_slot \
+            or [c.type for c in a.carried] != [c.type for c in b.carried] \
+            or [op.name for op in a.plan.stage1] != [op.name for op in b.plan.stage1]:
+        _rotate_prepared(a)
+        _rotate_prepared(b)
+        return
+    lo, split, step = first.operands[:3]
+    hi = second.operands[1]
+    inits = list(first.operands[3:])
+    parent = first.parent
+    n = len(a.carried)
+
+    def fill(blk: Block) -> list[Value]:
+        ob = OpBuilder(blk)
+        in_first = ob.op("arith.cmp", [lo, split], "in_first", {"pred": Ident("lt")}, I1)
+        then_blk, else_blk = Block(), Block()
+        y1, c1 = a.prologue(then_blk, lo, inits)
+        then_blk.append(Operation("scf.yield", y1 + c1))
+        y2, c2 = b.prologue(else_blk, lo, inits)
+        else_blk.append(Operation("scf.yield", y2 + c2))
+        types = [v.type for v in y1 + c1]
+        pro = Operation("scf.if", [in_first], types, {}, regions=[Region(then_blk), Region(else_blk)],
+                        result_names=[c.name for c in a.carried] + [None] * len(a.cross), loc=first.loc)
+        blk.append(pro)
+        lo1 = ob.op("arith.add", [lo, step], "lo_next")
+        loop1 = a.steady(lo1, split, step, list(pro.results[:n]), list(pro.results[n:]))
+        blk.append(loop1)
+        start2 = ob.op("arith.max", [split, lo1], "masked_lo")
+        loop2 = b.steady(start2, hi, step, list(loop1.results[:n]), list(loop1.results[n:]))
+        blk.append(loop2)
+        return b.epilogue(blk, list(loop2.results[:n]), list(loop2.results[n:]))
+
+    _guarded(parent, first, lo, hi, inits, list(second.results), fill)
+    parent.remove(first)
+    parent.remove(second)
