@@ -152,12 +152,14 @@ class If(Stmt):
 
 # --- the kernel -------------------------------------------------------------------------------
 
+AUTO = "auto"  # a const's value the compiler chooses (`<BQ=auto>`, `-D BQ=auto`; tkir/auto_consts.py)
+
 
 @dataclass
 class ConstParam:
     loc: Loc
     name: str
-    value: int | float
+    value: int | float | str  # AUTO: chosen by the compiler from the kernel's @tune candidates
 
 
 @dataclass

@@ -230,6 +230,10 @@ class _Lowerer:
         consts: dict[str, int | float] = {}
         for c in k.consts:
             value = overrides.get(c.name, c.value)
+            if value == ast.AUTO:
+                raise self.error(c.loc, f"const '{c.name}' is auto: the compiler chooses it (tkir.compile, tkc), "
+                                        "and this entry point needs its value",
+                                 hint=f"pass -D {c.name}=<value>, or compile with tkir.compile / tkc")
             self.declare(_Sym("const", c.name, c.loc, const=value))
             consts[c.name] = value
         params = self.params(k.params)

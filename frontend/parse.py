@@ -125,6 +125,8 @@ class _Builder:
 
     def const_param(self, t: lark.Tree) -> ast.ConstParam:
         name, num = t.children
+        if isinstance(num, lark.Token) and num.type == "AUTO":
+            return ast.ConstParam(self.loc(name), str(name), ast.AUTO)
         minus, tok = num.children
         value: int | float = int(tok) if tok.type == "INT" else float(tok)
         return ast.ConstParam(self.loc(name), str(name), -value if minus else value)

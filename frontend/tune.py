@@ -105,7 +105,7 @@ def check_tune(kernel: ast.Kernel, a: ast.Annotation, source: str) -> TuneSpace:
         for item in e.items:
             _check_const_expr(item, {}, error, "a value to try")
             v = _eval(item, {})
-            if isinstance(defaults[key], int) and not isinstance(v, int):
+            if (defaults[key] == ast.AUTO or isinstance(defaults[key], int)) and not isinstance(v, int):
                 raise error(item.loc, f"'{key}' is an integer const: its values must be integers, got {v}")
             if v in vals:
                 raise error(item.loc, f"value {v} of '{key}' is listed twice")

@@ -218,12 +218,39 @@ def compile(
         pipeline = legacy_pipeline(pipeline, legacy, explicit=passes is not None)
     options = Options(target=target, swizzle=swizzle, no_tma=no_tma)
     pm = PassManager(registry, pipeline)  # names and parameters are checked before any work
+    choice: dict | None = None
+    if not str(path).endswith(".tkir"):
+        consts, choice = _resolve_auto(str(path), dict(consts), registry, pipeline, options)
     module = build_module(path, consts)
     pm.run(module, options, config, out)
+    if choice is not None:  # the decision, visible in the IR (tkir/auto_consts.py)
+        module.kernel.attrs["auto"] = choice["auto"]
+        if choice["refused"]:
+            module.kernel.attrs["auto_refused"] = choice["refused"]
     k = CompiledKernel(str(path), dict(consts), options, module, pm.pipeline, pm.snapshots, pm.timings,
                        pipeline_spec=pm.spec())
     k.asm["tkir"] = print_module(module)
     return k
+
+
+def _resolve_auto(path: str, consts: dict, registry: dict, pipeline: list,
+                  options: Options) -> tuple[dict, dict | None]:
+    """Consts set to `auto` chosen by tkir.auto_consts (the pipeline up to plan-occupancy decides)."""
+    from tkir import auto_consts
+
+    names = auto_consts.auto_names(path, consts)
+    if not names:
+        return consts, None
+    cut = next((i for i, s in enumerate(pipeline) if s.name == auto_consts.STOP_AFTER), len(pipeline) - 1)
+    prefix = PassManager(registry, pipeline[:cut + 1])
+
+    def trial(point: dict) -> Module:
+        m = build_module(path, point)
+        prefix.run(m, options, PipelineConfig(), io.StringIO())
+        return m
+
+    resolved, chosen, refused = auto_consts.resolve(path, consts, names, trial)
+    return {**consts, **{n: resolved[n] for n in names}}, {"auto": chosen, "refused": refused}
 
 
 def interpret(kernel: CompiledKernel | Module, *arrays: object, **sizes: int) -> None:

@@ -47,12 +47,15 @@ class _ArgumentParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
 
 
-def _kv(items: list[str], flag: str) -> dict[str, int | float]:
-    out: dict[str, int | float] = {}
+def _kv(items: list[str], flag: str) -> dict[str, int | float | str]:
+    out: dict[str, int | float | str] = {}
     for item in items:
         name, sep, value = item.partition("=")
         if not sep or not name.isidentifier():
             raise UsageError(f"{flag} expects NAME=VALUE, got '{item}'")
+        if flag == "-D" and value == "auto":  # the compiler chooses it (tkir/auto_consts.py)
+            out[name] = value
+            continue
         try:
             out[name] = int(value, 0)
         except ValueError:

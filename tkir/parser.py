@@ -6,6 +6,7 @@ Errors are `IRParseError`s carrying `file:line:col` of the offending token.
 from __future__ import annotations
 
 import math
+import re
 from functools import cache
 from pathlib import Path
 
@@ -37,6 +38,8 @@ SHARED_OVERSIZE = 16
 SHARED_TYPE_BYTES = SHARED_OVERSIZE * SMEM_PER_BLOCK
 COUNT_TYPE_ATTRS = {"align": 1, "stages": 1, "pad": 0}  # integer type attributes -> least value (align: 2**k)
 
+
+_RESULT_NAME = re.compile(r"%([A-Za-z0-9_.]+)")  # the names in an op's RESULTS token
 
 class IRParseError(CompileError):
     pass
@@ -88,7 +91,7 @@ class _Builder:
                 raise self.error(tok, f"use of undefined value '{tok}'")
             opnds.append(scope[key])
         rtypes = [self.type(x) for x in types.children] if types else []
-        rnames = [tok[1:] for tok in results.children] if results else []
+        rnames = _RESULT_NAME.findall(str(results)) if results else []
         if len(rnames) != len(rtypes):
             raise self.error(t, f"'{name}' names {len(rnames)} results but gives {len(rtypes)} types")
         op = Operation(
@@ -104,10 +107,10 @@ class _Builder:
         for r in regions:
             op.regions.append(self.region(r, inner))
             op.regions[-1].parent = op
-        for tok, v in zip(results.children if results else [], op.results, strict=True):
-            if tok[1:] in scope:
-                raise self.error(tok, f"redefinition of value '{tok}'")
-            scope[tok[1:]] = v
+        for rname, v in zip(rnames, op.results, strict=True):
+            if rname in scope:
+                raise self.error(results, f"redefinition of value '%{rname}'")
+            scope[rname] = v
         return op
 
     def region(self, t: lark.Tree, scope: dict[str, Value]) -> Region:

@@ -1,0 +1,107 @@
+"""`auto` consts (tkir/auto_consts.py): the compiler picks the largest tile that plan-occupancy's
+register and shared-memory budget accepts, from the kernel's @tune candidates, and says why it
+refused the larger ones."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import tkir
+from tkir.diagnostics import CompileError
+
+ATTN = "examples/attention_fwd.tk"
+
+
+@pytest.mark.parametrize("d, causal, want, refused", [
+    (64, 0, {"BQ": 192, "BKV": 128}, 0),
+    (128, 1, {"BQ": 128, "BKV": 128}, 1),    # 192 x 128: three consumer warpgroups need 176 registers > 160
+    (256, 0, {"BQ": 128, "BKV": 64}, 3),     # 192/128 x 128 and 192 x 64 overflow shared memory
+])
+def test_attention_tiles_chosen_by_the_budget(d: int, causal: int, want: dict, refused: int) -> None:
+    k = tkir.compile(ATTN, D=d, CAUSAL=causal)
+    attrs = k.module.kernel.attrs
+    assert attrs["auto"] == want
+    assert {n: attrs["consts"][n] for n in want} == want and {n: k.consts[n] for n in want} == want
+    reasons = attrs.get("auto_refused", [])
+    assert len(reasons) == refused
+    if d == 128:
+        assert reasons[0].startswith("BQ=192 BKV=128: registers: 3 consumer warpgroups")
+    if d == 256:
+        assert all("shared memory" in r for r in reasons)
+    assert "auto = {" in k.ir  # visible in the printed IR
+
+
+def test_auto_gives_the_same_ptx_as_the_explicit_tiles() -> None:
+    auto = tkir.compile(ATTN, D=128).asm["ptx"]
+    explicit = tkir.compile(ATTN, D=128, BQ=128, BKV=128).asm["ptx"]
+    assert hashlib.md5(auto.encode()).hexdigest() == hashlib.md5(explicit.encode()).hexdigest()
+
+
+def test_override_wins_over_auto() -> None:
+    k = tkir.compile(ATTN, D=128, BQ=64, BKV=64)
+    assert k.module.kernel.attrs["consts"]["BQ"] == 64 and "auto" not in k.module.kernel.attrs
+
+
+GEMM_AUTO = """@tune(BM=[128, 64], BN=[256, 128])
+kernel g<BM=64, BN=128, BK=64>(A: gl<bf16>[M, K], B: gl<bf16>[K, N], C: gl<bf16>[M, N])
+    grid(M / BM, N / BN)
+{
+    shared a: st<bf16, BM, BK>
+    shared b: st<bf16, BK, BN>
+    reg acc: rt<f32, BM, BN> = 0
+    for k in 0 .. K / BK {
+        a = A[block.x, k]
+        b = B[k, block.y]
+        acc += a @ b
+    }
+    C[block.x, block.y] = bf16(acc)
+}
+"""
+
+
+def test_dash_d_auto_on_a_numeric_const(tmp_path: Path) -> None:
+    p = tmp_path / "g.tk"
+    p.write_text(GEMM_AUTO)
+    k = tkir.compile(str(p), BM="auto", BN="auto")
+    assert k.module.kernel.attrs["auto"] == {"BM": 128, "BN": 256}
+    k = tkir.compile(str(p), BM="auto")  # BN pinned at its header value
+    assert k.module.kernel.attrs["auto"] == {"BM": 128} and k.module.kernel.attrs["consts"]["BN"] == 128
+
+
+def test_auto_without_candidates_is_a_located_error(tmp_path: Path) -> None:
+    p = tmp_path / "g.tk"
+    p.write_text(GEMM_AUTO.replace("<BM=64,", "<BM=64, X=auto,", 1))
+    with pytest.raises(CompileError) as e:
+        tkir.compile(str(p))
+    assert "const 'X' is auto but no @tune lists its candidates" in str(e.value)
+    assert f"{p}:2:" in str(e.value)
+
+
+def test_no_candidate_fits_is_a_located_error(tmp_path: Path) -> None:
+    p = tmp_path / "g.tk"
+    p.write_text(GEMM_AUTO.replace("BM=[128, 64]", "BM=[1024]", 1))
+    with pytest.raises(CompileError) as e:
+        tkir.compile(str(p), BM="auto")
+    assert "no value of the auto consts BM compiles: BM=1024:" in str(e.value)
+
+
+def test_frontend_alone_refuses_auto() -> None:
+    from tkir.frontend import compile_file
+
+    with pytest.raises(CompileError) as e:
+        compile_file(ATTN)
+    assert "const 'BQ' is auto" in str(e.value) and ":9:" in str(e.value)
+
+
+def test_cli_prints_the_choice() -> None:
+    r = subprocess.run([sys.executable, "-m", "tkir.cli", "compile", ATTN, "-D", "D=256"], capture_output=True,
+                       text=True, check=True)
+    assert "auto = {BQ = 128, BKV = 64}" in r.stdout
+    r = subprocess.run([sys.executable, "-m", "tkir.cli", "compile", ATTN, "-D", "BQ=auto", "-D", "BKV=64"],
+                       capture_output=True, text=True, check=True)
+    assert "auto = {BQ = 192}" in r.stdout
