@@ -15,6 +15,7 @@ import tkir
 from tkir.diagnostics import CompileError
 
 ATTN = "examples/attention_fwd.tk"
+AUTO = {"BQ": "auto", "BKV": "auto"}
 
 
 @pytest.mark.parametrize("d, causal, want, refused", [
@@ -23,7 +24,7 @@ ATTN = "examples/attention_fwd.tk"
     (256, 0, {"BQ": 128, "BKV": 64}, 3),     # 192/128 x 128 and 192 x 64 overflow shared memory
 ])
 def test_attention_tiles_chosen_by_the_budget(d: int, causal: int, want: dict, refused: int) -> None:
-    k = tkir.compile(ATTN, D=d, CAUSAL=causal)
+    k = tkir.compile(ATTN, D=d, CAUSAL=causal, **AUTO)
     attrs = k.module.kernel.attrs
     assert attrs["auto"] == want
     assert {n: attrs["consts"][n] for n in want} == want and {n: k.consts[n] for n in want} == want
@@ -37,13 +38,13 @@ def test_attention_tiles_chosen_by_the_budget(d: int, causal: int, want: dict, r
 
 
 def test_auto_gives_the_same_ptx_as_the_explicit_tiles() -> None:
-    auto = tkir.compile(ATTN, D=128).asm["ptx"]
+    auto = tkir.compile(ATTN, D=128, **AUTO).asm["ptx"]
     explicit = tkir.compile(ATTN, D=128, BQ=128, BKV=128).asm["ptx"]
     assert hashlib.md5(auto.encode()).hexdigest() == hashlib.md5(explicit.encode()).hexdigest()
 
 
-def test_override_wins_over_auto() -> None:
-    k = tkir.compile(ATTN, D=128, BQ=64, BKV=64)
+def test_header_values_without_auto() -> None:
+    k = tkir.compile(ATTN, D=128)
     assert k.module.kernel.attrs["consts"]["BQ"] == 64 and "auto" not in k.module.kernel.attrs
 
 
@@ -75,7 +76,7 @@ def test_dash_d_auto_on_a_numeric_const(tmp_path: Path) -> None:
 
 def test_auto_without_candidates_is_a_located_error(tmp_path: Path) -> None:
     p = tmp_path / "g.tk"
-    p.write_text(GEMM_AUTO.replace("<BM=64,", "<BM=64, X=auto,", 1))
+    p.write_text(GEMM_AUTO.replace("<BM=64,", "<BM=64, X=auto,", 1))  # auto in the header
     with pytest.raises(CompileError) as e:
         tkir.compile(str(p))
     assert "const 'X' is auto but no @tune lists its candidates" in str(e.value)
@@ -94,13 +95,13 @@ def test_frontend_alone_refuses_auto() -> None:
     from tkir.frontend import compile_file
 
     with pytest.raises(CompileError) as e:
-        compile_file(ATTN)
+        compile_file(ATTN, {"BQ": "auto"})
     assert "const 'BQ' is auto" in str(e.value) and ":9:" in str(e.value)
 
 
 def test_cli_prints_the_choice() -> None:
-    r = subprocess.run([sys.executable, "-m", "tkir.cli", "compile", ATTN, "-D", "D=256"], capture_output=True,
-                       text=True, check=True)
+    r = subprocess.run([sys.executable, "-m", "tkir.cli", "compile", ATTN, "-D", "D=256", "-D", "BQ=auto", "-D",
+                        "BKV=auto"], capture_output=True, text=True, check=True)
     assert "auto = {BQ = 128, BKV = 64}" in r.stdout
     r = subprocess.run([sys.executable, "-m", "tkir.cli", "compile", ATTN, "-D", "BQ=auto", "-D", "BKV=64"],
                        capture_output=True, text=True, check=True)

@@ -199,7 +199,8 @@ def bench_one(path: str, companion, sizes: dict, consts: dict, *, reps: int = 20
         extra = dict(zip(names, more, strict=True)) if names else None
     else:
         ms = time_ms(torch, mine, nsets, reps, warmup)
-    return Row(Path(path).stem, dict(sizes), dict(consts), variant, err, companion.TOLERANCE,
+    chosen = {n: k.consts.get(n, v) for n, v in consts.items()}  # `auto` consts: the values the compiler chose
+    return Row(Path(path).stem, dict(sizes), chosen, variant, err, companion.TOLERANCE,
                err <= companion.TOLERANCE, ms, peer_ms, companion.PEER, companion.flops(sizes, consts),
                nbytes, extra_ms=extra)
 
