@@ -14,7 +14,7 @@ from tkir.verifier import verify
 
 
 def test_attention_with_turns_round_trips() -> None:
-    k = tkir.compile("examples/attention_fwd.tk", D=128, CAUSAL=1)
+    k = tkir.compile("examples/attention_fwd.tk", D=128, CAUSAL=1, BQ=128, BKV=128)
     text = k.ir
     assert "pipe.turn_wait\n" in text
     m = parse_module(text)
