@@ -117,6 +117,47 @@ def test_ldmatrix_b_gives_the_mma_b_fragment(K: int, N: int, trans_b: bool, lay:
                 assert (got[:, list(regs)] == want).all(), (kk, nb)
 
 
+@pytest.mark.parametrize("M, K, N, warps, warps_n, trans_b, lay_a, lay_b",
+                         [(M, K, N, w, wn, t, la, lb) for M, K, N, w, wn, t in
+                          [(256, 64, 128, 8, 2, False), (128, 32, 256, 8, 4, True), (64, 32, 64, 4, 2, False)]
+                          for la, lb in [(SharedLayout("bf16", M, K, 64 if K == 32 else 128),
+                                          SharedLayout("bf16", *((N, K) if t else (K, N)), 64 if t and K == 32 else 128)),
+                                         (SharedLayout("bf16", M, K, 0, 16),
+                                          SharedLayout("bf16", *((N, K) if t else (K, N)), 0, 16))]], ids=str)
+def test_ldmatrix_of_a_warp_grid_reads_the_warps_rows_and_columns(M: int, K: int, N: int, warps: int, warps_n: int,
+                                                                  trans_b: bool, lay_a: SharedLayout,
+                                                                  lay_b: SharedLayout) -> None:
+    """warps_n > 1 (an mma_c accumulator over a (W/N) x N grid): warp w's A fragments are the mma_a
+    fragments of the rows of grid row w / N, and its B fragments the mma_b fragments of the columns
+    of grid column w % N."""
+    wm, width, tid = warps // warps_n, N // warps_n, np.arange(32 * warps)
+    slab = M // wm
+    mem_a = _stored(lay_a, np.arange(M * K).reshape(M, K))
+    a_table = fragment(make_layout("mma_a", warps=wm), "bf16", (M, K))
+    k, n = np.meshgrid(np.arange(K), np.arange(N), indexing="ij")
+    ids = k * N + n
+    mem_b = _stored(lay_b, ids.T if trans_b else ids)
+    for w in range(warps):
+        lanes = slice(32 * w, 32 * w + 32)
+        for kk in range(K // 16):
+            for mb in range(slab // 16):
+                offs = shared_offset(lay_a, *ldmatrix_a_position(NB, tid, slab, EB, mb, kk, warps_n), NB)
+                got = _ldmatrix(mem_a, np.broadcast_to(offs, tid.shape)[lanes], 4, trans=False)
+                gm = w // warps_n
+                s0 = mb * (K // 2) + 8 * kk
+                want = a_table[32 * gm:32 * gm + 32, s0:s0 + 8].reshape(32, 4, 2)
+                assert (got == want).all(), (w, mb, kk)
+            b_cols = ids[:, (w % warps_n) * width:(w % warps_n + 1) * width]  # the warp's columns of B
+            b_table = fragment(make_layout("mma_b", warps=1), "bf16", (K, width))  # numbered r * width + c
+            b_ids = b_cols.ravel()[b_table]
+            for n0 in range(0, width, 16):
+                offs = shared_offset(lay_b, *ldmatrix_b_position(NB, tid, trans_b, EB, kk, n0, warps_n, width), NB)
+                got = _ldmatrix(mem_b, np.broadcast_to(offs, tid.shape)[lanes], 4, trans=not trans_b)
+                for nb, regs in zip((n0 // 8, n0 // 8 + 1), B_PAIR_REGS, strict=True):
+                    s0 = (kk * (width // 8) + nb) * 4
+                    assert (got[:, list(regs)] == b_ids[:, s0:s0 + 4].reshape(32, 2, 2)).all(), (w, kk, nb)
+
+
 # --- cp.async -------------------------------------------------------------------------------------------
 
 
@@ -197,8 +238,8 @@ def _evaluate(lines: list[str], env: dict[str, object]) -> list[list[object]]:
     return calls
 
 
-EMITTED = [(what, SharedLayout("bf16", 64, 256 if what == "b" else 128, span, pad))
-           for what in ("a", "b", "b_trans", "cp_async") for span, pad in SHARED_KINDS]
+EMITTED = [(what, SharedLayout("bf16", 64, 256 if what in ("b", "b_grid") else 128, span, pad))
+           for what in ("a", "b", "b_trans", "cp_async", "a_grid", "b_grid", "b_trans_grid") for span, pad in SHARED_KINDS]
 # 24 chunks per row, 128 threads: a round moves 5 1/3 rows, neither a constant add nor a constant xor
 EMITTED += [("cp_async", SharedLayout("bf16", 64, 192, 128)), ("cp_async", SharedLayout("bf16", 64, 192, 64))]
 
@@ -207,15 +248,18 @@ EMITTED += [("cp_async", SharedLayout("bf16", 64, 192, 128)), ("cp_async", Share
 def test_emitted_shared_addresses_match_the_layout(what: str, lay: SharedLayout) -> None:
     threads = 128
     rows, cols = lay.rows, lay.cols
-    if what == "a":
+    grid = 2 if what.endswith("_grid") else 1  # a 2 x 2 warp grid: the warps_n = 2 positions
+    if what.startswith("a"):
         def pos(b, t, i):
-            return ldmatrix_a_position(b, t, rows // 4, EB, *i)
-        insts = [(mb, kk) for mb in range(1) for kk in range(cols // 16)]
-    elif what in ("b", "b_trans"):
+            return ldmatrix_a_position(b, t, rows * grid // 4, EB, *i, grid)
+        insts = [(mb, kk) for mb in range(grid) for kk in range(cols // 16)]
+    elif what.startswith("b"):
+        trans = what.startswith("b_trans")
+        n, k = (rows, cols) if trans else (cols, rows)
+
         def pos(b, t, i):
-            return ldmatrix_b_position(b, t, what == "b_trans", EB, *i)
-        n, k = (rows, cols) if what == "b_trans" else (cols, rows)
-        insts = [(kk, n0) for kk in range(k // 16) for n0 in range(0, n, 16)]
+            return ldmatrix_b_position(b, t, trans, EB, *i, grid, n // grid)
+        insts = [(kk, n0) for kk in range(k // 16) for n0 in range(0, n // grid, 16)]
     else:
         def pos(b, t, i):
             return cp_async_position(b, t, threads, cols * EB // 16, i)
