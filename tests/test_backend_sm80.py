@@ -34,6 +34,7 @@ from tkir.backend.toolchain import local_memory_ops, sass_count
 from tkir.backend.values import Global, Smem
 from tkir.layout import SharedLayout, fragment, make_layout
 from tkir.parser import parse_module
+from tkir.passes.registry import DEFAULT_PIPELINE
 from tkir.types import GlobalType, TileType
 
 EB = 2  # bf16
@@ -323,22 +324,28 @@ def test_sm80_mma_kernels_use_ldgsts_ldsm_hmma(name: str, consts: dict) -> None:
     assert ".target sm_80" in k.asm["ptx"]
     sass = k.asm["sass"]
     assert sass_count(sass, "HMMA") >= 64     # mma.sync m16n8k16
-    assert sass_count(sass, "LDSM") >= 36     # ldmatrix
+    assert sass_count(sass, "LDSM") >= 32     # ldmatrix
     assert sass_count(sass, "LDGSTS") >= 12   # cp.async
     assert "ZFILL" in sass                    # src-size operand: edge chunks are zero-filled
     assert not local_memory_ops(sass)
     assert k.launch["block"][0] == 32 * k.module.kernel.attrs["warps"]
 
 
-def test_sm80_gemm_counts() -> None:
-    k = tkir.compile("examples/gemm.tk", target="sm_80")
+ONE_D = ",".join("infer-layouts{mma_warps_n=1}" if p == "infer-layouts" else p for p in DEFAULT_PIPELINE)
+
+
+@pytest.mark.parametrize("passes, ldsm", [(None, 32), (ONE_D, 68)], ids=["grid", "one-d"])
+def test_sm80_gemm_counts(passes: str | None, ldsm: int) -> None:
+    k = tkir.compile("examples/gemm.tk", target="sm_80", passes=passes)
     sass = k.asm["sass"]
-    # 8 warps x 16 rows; per k-tile (BK = 64) a warp runs 4 k16 steps x 32 n8 blocks of mma.sync,
-    # 4 ldmatrix.x4 for A and 4 x 16 ldmatrix.x4.trans for B; 256 threads copy 128 x 64 x 2 B of A
+    # 8 warps in a 2 x 4 grid of 64 x 64 warp tiles; per k-tile (BK = 64) a warp runs 4 k16 steps x
+    # 4 m16 x 8 n8 blocks of mma.sync, 4 x 4 ldmatrix.x4 for A and 4 x 4 ldmatrix.x4.trans for B (the
+    # 1-D ablation: 16-row warps, 4 x 1 for A and 4 x 16 for B); 256 threads copy 128 x 64 x 2 B of A
     # and 64 x 256 x 2 B of B = 1024 + 2048 16-byte chunks: 12 cp.async each, in the loop and for each
     # of the 3 k-tiles the 4-stage pipeline issues ahead (pipeline-cp-async)
+    assert ("warps_n = 4" in k.ir) == (passes is None)
     assert sass_count(sass, "HMMA") == 128
-    assert sass_count(sass, "LDSM") == 68
+    assert sass_count(sass, "LDSM") == ldsm
     assert sass_count(sass, "LDGSTS") == 4 * 12
     assert k.launch["block"] == [256, 1, 1]
     # cp.async zero-fills every edge: a ragged M, N or K needs only 16-byte aligned rows

@@ -100,6 +100,24 @@ def test_sm80_block_is_32_threads_per_layout_warp(example: str, warps: int) -> N
     assert build_launch(module, "sm_80")["block"] == [32 * warps, 1, 1]
 
 
+@pytest.mark.parametrize("infer", ["infer-layouts", "infer-layouts{mma_warps_n=1}"], ids=["grid", "one-d"])
+@pytest.mark.parametrize("bm, bn", [(256, 128), (128, 256)])
+def test_sm80_gemm_registers_read_the_warp_grid(infer: str, bm: int, bn: int) -> None:
+    # a 256 x 128 (or 128 x 256) f32 accumulator over 8 warps is 128 registers per thread whether the
+    # warps own whole rows (32 x 128 / 16 x 256) or 64 x 64 blocks of a 4 x 2 (2 x 4) grid: plan-occupancy
+    # counts what tkir.layout's fragment map gives each thread (+ 3 pointers x 2, K / BK, k, bx, by and
+    # 4 for shared-operand descriptors, as on sm_90a, and 16 of overhead), so the plan is the same for
+    # both and one 256-thread block per SM
+    module = compile_file(str(EXAMPLES / "gemm.tk"), {"BM": bm, "BN": bn, "BK": 64, "STAGES": 4})
+    PassManager(load_registry(), [infer if p == "infer-layouts" else p for p in UP_TO_OCCUPANCY]).run(
+        module, Options(target="sm_80"))
+    acc = next(op for op in module.kernel.walk() if op.name == "tk.mma").result.type
+    assert ("warps_n" in str(acc)) == (infer == "infer-layouts")
+    occ = OccupancyPlan.of(module.kernel)
+    assert occ is not None and occ.budget == RegisterBudget(acc_regs=128, live_tile_regs=0, addr_regs=14, overhead=16)
+    assert occ.threads == 256 and occ.blocks_per_sm == 1
+
+
 def test_layernorm_hand_count() -> None:
     occ = plan_of("layernorm")
     # @warpgroups(consumers=4): row layout over 16 warps, one row each: a 16 x 1024 f32 tile is
