@@ -84,6 +84,12 @@ B_UNIT_WORDS = 4          # b32 registers of the B fragments of one k16 step x t
 # fragment loaded further ahead is a register the 2 warps per scheduler need for their own latency.
 # Attention (BQ=64, D=128): 284/291/293/283/288 at 0/1/2/4/8 (noise). docs/experiments.md.
 FRAG_AHEAD_UNITS = 1
+# A warp tile's A fragments of the next k16 step are loaded with the unit `ahead` of theirs (beside the
+# current step's) only when one step is at most this many registers: two m16 blocks (a 32-row warp).
+# The 64-row warp tiles of a 2-D warp grid hold 16 per step; loading the next step's beside them took
+# gemm 256 x 128 x 64 at STAGES = 3 to 255 registers and 32 bytes of spills, and x 128 at STAGES = 2 to
+# 44 bytes (ptxas 13.5); loaded right before the step's first mma.sync, neither spills (B stays ahead).
+A_AHEAD_MAX_REGS = 8
 # Registers kept free of prefetched fragments beyond the occupancy plan's budget: the plan counts
 # live tiles, scalars and a fixed overhead, not the shared addresses of the ldmatrix instances and
 # ptxas's temporaries.
@@ -433,10 +439,12 @@ def _op_tk_mma(cx: LoweringContext, op: Operation) -> None:
     vals = list(c.values)
     per_block = width // 2
     loaded: dict[int, tuple[list[list[str]] | None, list[tuple[int, list[str]]]]] = {}
+    # the next k16 step's A is loaded ahead with its unit only while two steps of it fit beside the rest
+    a_ahead = isinstance(a, Frag) or MMA_A_WORDS * mblocks <= A_AHEAD_MAX_REGS
 
     def fetch(i: int) -> None:
         kk, n0 = units[i]
-        loaded[i] = (a_frags(kk) if n0 == 0 else None, b_frags(i))
+        loaded[i] = (a_frags(kk) if n0 == 0 and (a_ahead or i == 0) else None, b_frags(i))
 
     copies = itertools.chain.from_iterable(cx.deferred_copies)  # handed over by pipe.async_copy
     cx.deferred_copies = []
@@ -444,6 +452,9 @@ def _op_tk_mma(cx: LoweringContext, op: Operation) -> None:
         fetch(i)
     a_now: list[list[str]] = []
     for i in range(len(units)):
+        kk, n0 = units[i]
+        if not a_ahead and n0 == 0 and i >= min(ahead, len(units)):
+            a_now = a_frags(kk)  # the step's A right before its first mma.sync: the last step's is dead
         if i + ahead < len(units):
             fetch(i + ahead)  # the fragments `ahead` units on are loaded before this unit's mma.sync
         a_next, b_pairs = loaded.pop(i)
