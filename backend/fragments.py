@@ -184,9 +184,10 @@ def row_groups(layout: RegisterLayout, shape: tuple[int, int]) -> tuple[int, int
     """
     kind = layout.kind
     if kind == "mma_c" and layout.col_warps > 1:
-        raise FactError(None, f"backend: a row reduction of a tile in layout {format_attr_value(layout.to_attr())} "
-                              f"would combine {layout.col_warps} warps' parts of each row; not supported (infer-layouts "
-                              "gives reduced accumulators whole rows per warp)")
+        spelled = format_attr_value(layout.to_attr())
+        raise FactError(None, f"backend: a row reduction of a tile in layout {spelled} would combine "
+                              f"{layout.col_warps} warps' parts of each row; not supported (infer-layouts gives "
+                              "reduced accumulators whole rows per warp)")
     if kind in ("wgmma_acc", "mma_c"):
         return QUAD, QUAD
     if kind == "row":  # the lanes of one warp (a row split over `parts` warps is combined after this)

@@ -193,7 +193,7 @@ def test_emitted_mma_sync_computes_the_product_in_the_layouts_slots(M: int, N: i
     lay_a = SharedLayout("bf16", *a_shape, span_a)
     lay_b = SharedLayout("bf16", *b_shape, span_b)
     layout = make_layout("mma_c", warps=warps, warps_n=warps_n)
-    acc_attr = "{kind = mma_c, warps = %d%s}" % (warps, f", warps_n = {warps_n}" if warps_n > 1 else "")
+    acc_attr = f"{{kind = mma_c, warps = {warps}{f', warps_n = {warps_n}' if warps_n > 1 else ''}}}"
     flags = ", ".join(f for f, on in (("trans_a = true", trans_a), ("trans_b = true", trans_b)) if on)
     text = f"""tk.kernel @k {{grid = ["1"], warps = {warps}}} {{
   ^()
@@ -243,7 +243,7 @@ def test_emitted_accumulator_store_writes_each_element_once(M: int, N: int, warp
     """The bf16 mma_c store into a rows x cols tensor, block (1, 1) (or (0, 0) when it is the only one):
     every in-bounds element of the block's tile is written once, with its value, and nothing else."""
     layout = make_layout("mma_c", warps=warps, warps_n=warps_n)
-    attr = "{kind = mma_c, warps = %d%s}" % (warps, f", warps_n = {warps_n}" if warps_n > 1 else "")
+    attr = f"{{kind = mma_c, warps = {warps}{f', warps_n = {warps_n}' if warps_n > 1 else ''}}}"
     text = f"""tk.kernel @k {{grid = ["1"], warps = {warps}}} {{
   ^(%C: gl<bf16>[R, S])
   %bx = tk.block_id {{dim = 0}} : i32

@@ -201,7 +201,8 @@ class RegisterLayout:
                                       f"warps, not {self.kind}{' of ' + self.of if self.of else ''}"
                                       f"{'' if self.warps is not None else ' over warpgroups'}")
             if self.warps_n < 2 or self.warps % self.warps_n:
-                raise FactError(None, f"'warps_n' must be 2 or more and divide warps = {self.warps}, not {self.warps_n}")
+                raise FactError(None, f"'warps_n' must be 2 or more and divide warps = {self.warps}, "
+                                      f"not {self.warps_n}")
 
     @property
     def threads(self) -> int:
