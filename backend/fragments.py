@@ -92,14 +92,20 @@ def slot_coords(layout: RegisterLayout, shape: tuple[int, ...], b: Builder, tid:
         return out
     if kind in ("mma_a", "mma_c"):
         # per warp, the m16n8k16 A (k16 blocks) or C (n8 blocks) fragment of HOPPER.md §6.3, repeated
-        # over the warp's m16 blocks; one formula serves both: row = g + 8((i>>1)&1), col = 2q + 8(i>>2) + (i&1)
+        # over the warp's m16 blocks; one formula serves both: row = g + 8((i>>1)&1), col = 2q + 8(i>>2) + (i&1).
+        # With warps_n = N, warp w's block is rows (w / N) slab, columns (w % N) width of a (W/N) x N grid.
         rows, cols = shape
-        slab = rows // layout.split  # over warps
-        base = b.add(b.mul(p["warp"], slab), p["g"])
-        col0 = b.mul(p["q"], 2)
+        wn = layout.col_warps
+        slab, width = rows // layout.row_warps, cols // wn
+        if wn > 1:
+            base = b.add(b.mul(b.div(p["warp"], wn), slab), p["g"])
+            col0 = b.add(b.mul(b.rem(p["warp"], wn), width), b.mul(p["q"], 2))
+        else:
+            base = b.add(b.mul(p["warp"], slab), p["g"])
+            col0 = b.mul(p["q"], 2)
         out = []
         for mb in range(slab // MMA_M):
-            for i in range(cols // 2):
+            for i in range(width // 2):
                 out.append((b.add(base, mb * MMA_M + 8 * ((i >> 1) & 1)), b.add(col0, 8 * (i >> 2) + (i & 1))))
         return out
     if kind == "mma_b":  # B (K x N), every warp holds all of it: k = 2q + (i&1) + 8(i>>1), n = g (§6.3)
@@ -132,9 +138,10 @@ def slot_coords(layout: RegisterLayout, shape: tuple[int, ...], b: Builder, tid:
         return out
     if kind == "acc_row_vec":  # the rows g and g + 8 of each m block an accumulator thread holds
         (n,) = shape
-        if layout.warps is not None:  # mma_c: warp w owns rows [w n/W, (w+1) n/W) in m16 blocks
-            slab, block = n // layout.warps, MMA_M
-            base = b.add(b.mul(p["warp"], slab), p["g"])
+        if layout.warps is not None:  # mma_c: warp w owns rows [w n/W, (w+1) n/W) in m16 blocks (w / N with warps_n)
+            slab, block = n // layout.row_warps, MMA_M
+            row_warp = b.div(p["warp"], layout.col_warps) if layout.col_warps > 1 else p["warp"]
+            base = b.add(b.mul(row_warp, slab), p["g"])
         else:
             slab, block = n // layout.split, WGMMA_M
             base = b.add(b.add(b.mul(p["wg"], slab), b.mul(p["wwg"], 16)), p["g"])
@@ -158,9 +165,14 @@ def slot_coords(layout: RegisterLayout, shape: tuple[int, ...], b: Builder, tid:
             return [(i,) if base is None else (b.add(base, i),) for i in range(width)]
         cols = [b.add(b.mul(c, vec), v) for c in chunks for v in range(vec)]
         return [(c,) if base is None else (b.add(base, c),) for c in cols]
-    if kind == "col_vec" and layout.of in ("wgmma_acc", "mma_c"):
+    if kind == "col_vec" and layout.of in ("wgmma_acc", "mma_c"):  # with warps_n: of the warp's columns
         (n,) = shape
-        return [(b.add(b.mul(p["q"], 2), 8 * j + e),) for j in range(n // 8) for e in (0, 1)]
+        wn = layout.col_warps
+        width = n // wn
+        col0 = b.mul(p["q"], 2)
+        if wn > 1:
+            col0 = b.add(b.mul(b.rem(p["warp"], wn), width), col0)
+        return [(b.add(col0, 8 * j + e),) for j in range(width // 8) for e in (0, 1)]
     raise NotImplementedError(f"backend: no slot formulas for layout '{kind}'")
 
 
@@ -171,6 +183,11 @@ def row_groups(layout: RegisterLayout, shape: tuple[int, int]) -> tuple[int, int
     a quad.
     """
     kind = layout.kind
+    if kind == "mma_c" and layout.col_warps > 1:
+        spelled = format_attr_value(layout.to_attr())
+        raise FactError(None, f"backend: a row reduction of a tile in layout {spelled} would combine "
+                              f"{layout.col_warps} warps' parts of each row; not supported (infer-layouts gives "
+                              "reduced accumulators whole rows per warp)")
     if kind in ("wgmma_acc", "mma_c"):
         return QUAD, QUAD
     if kind == "row":  # the lanes of one warp (a row split over `parts` warps is combined after this)

@@ -24,7 +24,12 @@ Rules of backend.rules' table, each for the operand forms its condition names:
   an `mma_a` register tile) with the first unit of its k16 step, one `ldmatrix.x4.trans` (B stored
   K x N) or `ldmatrix.x4` (B stored N x K, `trans_b`) per unit (`.x2` for a last odd n8 block), and
   `mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32` into the `mma_c` accumulator slots. The
-  fragments of unit i + ahead are loaded before the mma.syncs of unit i (`_fragments_ahead`).
+  fragments of unit i + ahead are loaded before the mma.syncs of unit i (`_fragments_ahead`). A warp's
+  tile is its block of the accumulator: whole rows (R/W of them), or with `warps_n = N` the R·N/W x
+  C/N block of a (W/N) x N warp grid, whose A rows (grid row w / N) and B columns (grid column w % N)
+  are all the warp loads: each A fragment then serves C/(8N) mma.syncs and each B pair 2·R·N/(16W)
+  (tests/test_sm80_mma_simulated.py runs the emitted code for both). Register A and B operands need
+  whole rows (their `mma_a` / `mma_b` layouts are per warp row).
 * `tk.store` of an `mma_c` tile: bf16 pairs (slots 2j, 2j+1 are adjacent columns of one row) as
   predicated 32-bit stores; rows and columns past the tensor's edge are skipped.
 
@@ -79,6 +84,12 @@ B_UNIT_WORDS = 4          # b32 registers of the B fragments of one k16 step x t
 # fragment loaded further ahead is a register the 2 warps per scheduler need for their own latency.
 # Attention (BQ=64, D=128): 284/291/293/283/288 at 0/1/2/4/8 (noise). docs/experiments.md.
 FRAG_AHEAD_UNITS = 1
+# A warp tile's A fragments of the next k16 step are loaded with the unit `ahead` of theirs (beside the
+# current step's) only when one step is at most this many registers: two m16 blocks (a 32-row warp).
+# The 64-row warp tiles of a 2-D warp grid hold 16 per step; loading the next step's beside them took
+# gemm 256 x 128 x 64 at STAGES = 3 to 255 registers and 32 bytes of spills, and x 128 at STAGES = 2 to
+# 44 bytes (ptxas 13.5); loaded right before the step's first mma.sync, neither spills (B stays ahead).
+A_AHEAD_MAX_REGS = 8
 # Registers kept free of prefetched fragments beyond the occupancy plan's budget: the plan counts
 # live tiles, scalars and a fixed overhead, not the shared addresses of the ldmatrix instances and
 # ptxas's temporaries.
@@ -95,17 +106,19 @@ def cp_async_position(b: Builder, tid: object, threads: int, chunks_per_row: int
     return b.div(e, chunks_per_row), b.mul(b.rem(e, chunks_per_row), CP_ASYNC_BYTES)
 
 
-def ldmatrix_a_position(b: Builder, tid: object, slab: int, eb: int, mb: int, kk: int) -> tuple[object, object]:
-    """A (M x K, K contiguous), m16 block mb of the thread's warp (slab rows per warp), k16 step kk:
-    ldmatrix.x4 with lane L at row m0 + L % 16, column k0 + 8 (L / 16), so r0..r3 = a0..a7 (§6.3)."""
+def ldmatrix_a_position(b: Builder, tid: object, slab: int, eb: int, mb: int, kk: int,
+                        warps_n: int = 1) -> tuple[object, object]:
+    """A (M x K, K contiguous), m16 block mb of the thread's warp (slab rows per warp; the warps of a
+    `warps_n`-wide grid row share them), k16 step kk: ldmatrix.x4 with lane L at row m0 + L % 16,
+    column k0 + 8 (L / 16), so r0..r3 = a0..a7 (§6.3)."""
     lane = b.rem(tid, WARP)
-    row = b.add(b.add(b.mul(b.div(tid, WARP), slab), b.rem(lane, LDMATRIX_ROWS)), mb * MMA_M)
+    row = b.add(b.add(b.mul(b.div(tid, WARP * warps_n), slab), b.rem(lane, LDMATRIX_ROWS)), mb * MMA_M)
     col = b.add(b.mul(b.div(lane, LDMATRIX_ROWS), LDMATRIX_ROW_BYTES), kk * MMA_K * eb)
     return row, col
 
 
 def ldmatrix_a_trans_position(b: Builder, tid: object, slab: int, eb: int, mb: int,
-                              kk: int) -> tuple[object, object]:
+                              kk: int, warps_n: int = 1) -> tuple[object, object]:
     """A stored K x M (M contiguous), m16 block mb, k16 step kk, with ldmatrix.x4.trans: matrix
     j = L / 8 is (m half j % 2, k half j / 2), lane L gives row k0 + 8 (j / 2) + L % 8 at column
     m0 + 8 (j % 2); .trans hands thread t rows 2(t%4), +1 of column t/4, i.e. A[g][2q, 2q+1], so
@@ -113,23 +126,28 @@ def ldmatrix_a_trans_position(b: Builder, tid: object, slab: int, eb: int, mb: i
     lane = b.rem(tid, WARP)
     j = b.div(lane, 8)
     row = b.add(b.add(b.mul(b.div(j, 2), 8), b.rem(lane, 8)), kk * MMA_K)
-    m = b.add(b.add(b.mul(b.div(tid, WARP), slab), b.mul(b.rem(j, 2), 8)), mb * MMA_M)
+    m = b.add(b.add(b.mul(b.div(tid, WARP * warps_n), slab), b.mul(b.rem(j, 2), 8)), mb * MMA_M)
     return row, b.mul(m, eb)
 
 
-def ldmatrix_b_position(b: Builder, tid: object, trans_b: bool, eb: int, kk: int, n0: int) -> tuple[object, object]:
-    """B for k16 step kk and the n8 blocks at columns n0 and n0 + 8: one ldmatrix.x4 whose matrices
+def ldmatrix_b_position(b: Builder, tid: object, trans_b: bool, eb: int, kk: int, n0: int,
+                        warps_n: int = 1, width: int = 0) -> tuple[object, object]:
+    """B for k16 step kk and the n8 blocks at columns n0 and n0 + 8 of the thread's warp (with
+    `warps_n` > 1, warp w's columns start at (w % warps_n) * width): one ldmatrix.x4 whose matrices
     are (n block, k half) = (0, 0), (0, 1), (1, 0), (1, 1), so r0 r1 = b0b1 b2b3 of the first n8
     block and r2 r3 those of the second (B_PAIR_REGS). Stored K x N (`.trans`): lane L at row
     k0 + L % 16, column n0 + 8 (L / 16); stored N x K (trans_b, no .trans): lane L at row
     n0 + L % 8 + 8 (L / 16), column k0 + 8 ((L / 8) % 2). `.x2` (a last odd n8 block) reads lanes
     0-15 of the same formulas."""
     lane = b.rem(tid, WARP)
+    warp_n0 = b.mul(b.rem(b.div(tid, WARP), warps_n), width) if warps_n > 1 else 0
     if not trans_b:
         row = b.add(b.rem(lane, LDMATRIX_ROWS), kk * MMA_K)
         col = b.add(b.mul(b.div(lane, LDMATRIX_ROWS), LDMATRIX_ROW_BYTES), n0 * eb)
+        col = b.add(col, b.mul(warp_n0, eb)) if warps_n > 1 else col
     else:
         row = b.add(b.add(b.rem(lane, 8), b.mul(b.div(lane, LDMATRIX_ROWS), 8)), n0)
+        row = b.add(row, warp_n0) if warps_n > 1 else row
         col = b.add(b.mul(b.rem(b.div(lane, 8), 2), LDMATRIX_ROW_BYTES), kk * MMA_K * eb)
     return row, col
 
@@ -403,23 +421,30 @@ def _op_tk_mma(cx: LoweringContext, op: Operation) -> None:
     M, K, N = tc.rows, (ta.rows if trans_a else ta.cols), tc.cols
     if (tb.cols, tb.rows) != ((K, N) if trans_b else (N, K)) or (ta.cols if trans_a else ta.rows) != M:
         raise LoweringError(op.loc, f"backend: mma shapes {ta} x {tb} -> {tc} do not match")
-    warps = c.layout.split  # mma_c: over warps
-    slab = M // warps
-    mblocks, ksteps, nblocks = slab // MMA_M, K // MMA_K, N // MMA_N
-    if slab % MMA_M or K % MMA_K or N % MMA_N:
-        raise LoweringError(op.loc, f"backend: {tc} over {warps} warps is not made of m16n8k16 blocks")
-    units = [(kk, n0) for kk in range(ksteps) for n0 in range(0, N, 2 * MMA_N)]
-    a_frags = _a_fragments(cx, a, slab, mblocks, ksteps, trans_a)
-    b_frags = _b_fragments(cx, b, trans_b, ksteps, nblocks, tb.dtype, units)
+    # mma_c: a (W/N) x N grid of warps (N = warps_n, 1: whole rows per warp); each warp computes its
+    # slab x width block from its own rows of A and its own columns of B
+    wm, wn = c.layout.row_warps, c.layout.col_warps
+    slab, width = M // wm, N // wn
+    mblocks, ksteps, nblocks = slab // MMA_M, K // MMA_K, width // MMA_N
+    if M % wm or N % wn or slab % MMA_M or K % MMA_K or width % MMA_N:
+        raise LoweringError(op.loc, f"backend: {tc} over {wm} x {wn} warps is not made of m16n8k16 blocks")
+    if wn > 1 and (isinstance(a, Frag) or isinstance(b, Frag)):
+        raise LoweringError(op.loc, f"backend: register operands of mma.sync need an accumulator whose warps own "
+                                    f"whole rows, not {tc} (warps_n = {wn}): infer-layouts{{mma_warps_n=1}}")
+    units = [(kk, n0) for kk in range(ksteps) for n0 in range(0, width, 2 * MMA_N)]
+    a_frags = _a_fragments(cx, a, slab, mblocks, ksteps, trans_a, wn)
+    b_frags = _b_fragments(cx, b, trans_b, ksteps, nblocks, tb.dtype, units, wn, width)
     per_k = len(units) // ksteps
     ahead = _fragments_ahead(cx, op, per_k, mblocks, isinstance(a, Smem))
     vals = list(c.values)
-    per_block = N // 2
+    per_block = width // 2
     loaded: dict[int, tuple[list[list[str]] | None, list[tuple[int, list[str]]]]] = {}
+    # the next k16 step's A is loaded ahead with its unit only while two steps of it fit beside the rest
+    a_ahead = isinstance(a, Frag) or MMA_A_WORDS * mblocks <= A_AHEAD_MAX_REGS
 
     def fetch(i: int) -> None:
         kk, n0 = units[i]
-        loaded[i] = (a_frags(kk) if n0 == 0 else None, b_frags(i))
+        loaded[i] = (a_frags(kk) if n0 == 0 and (a_ahead or i == 0) else None, b_frags(i))
 
     copies = itertools.chain.from_iterable(cx.deferred_copies)  # handed over by pipe.async_copy
     cx.deferred_copies = []
@@ -427,6 +452,9 @@ def _op_tk_mma(cx: LoweringContext, op: Operation) -> None:
         fetch(i)
     a_now: list[list[str]] = []
     for i in range(len(units)):
+        kk, n0 = units[i]
+        if not a_ahead and n0 == 0 and i >= min(ahead, len(units)):
+            a_now = a_frags(kk)  # the step's A right before its first mma.sync: the last step's is dead
         if i + ahead < len(units):
             fetch(i + ahead)  # the fragments `ahead` units on are loaded before this unit's mma.sync
         a_next, b_pairs = loaded.pop(i)
@@ -458,7 +486,7 @@ def _fragments_ahead(cx: LoweringContext, op: Operation, per_k: int, mblocks: in
 
 
 def _a_fragments(cx: LoweringContext, a: Smem | Frag, slab: int, mblocks: int, ksteps: int,
-                 trans_a: bool) -> Callable[[int], list[list[str]]]:
+                 trans_a: bool, warps_n: int = 1) -> Callable[[int], list[list[str]]]:
     """kk -> the A fragments (4 x b32 per m16 block) of k16 step kk: ldmatrix.x4 (A stored M x K) or
     ldmatrix.x4.trans (stored K x M, `trans_a`) of a shared A, emitted when asked for; the bf16 pairs of
     an `mma_a` register tile."""
@@ -468,14 +496,16 @@ def _a_fragments(cx: LoweringContext, a: Smem | Frag, slab: int, mblocks: int, k
     eb = dtype_bytes(a.type.dtype)
     insts = [(mb, kk) for kk in range(ksteps) for mb in range(mblocks)]
     position = ldmatrix_a_trans_position if trans_a else ldmatrix_a_position
-    addrs = dict(zip(insts, cx.shared_addresses(a, lambda b, tid, i: position(b, tid, slab, eb, *i), insts),
-                     strict=True))
+    addrs = dict(zip(insts, cx.shared_addresses(a, lambda b, tid, i: position(b, tid, slab, eb, *i, warps_n),
+                                                insts), strict=True))
     return lambda kk: [_ldmatrix(cx, addrs[mb, kk], 4, trans=trans_a) for mb in range(mblocks)]
 
 
 def _b_fragments(cx: LoweringContext, b: Smem | Frag, trans_b: bool, ksteps: int, nblocks: int, dtype: str,
-                 units: list[tuple[int, int]]) -> Callable[[int], list[tuple[int, list[str]]]]:
-    """unit i = (kk, n0) -> [(n8 block, its 2 x b32 B fragment)] for the one or two n8 blocks at column n0:
+                 units: list[tuple[int, int]], warps_n: int = 1,
+                 width: int = 0) -> Callable[[int], list[tuple[int, list[str]]]]:
+    """unit i = (kk, n0) -> [(n8 block, its 2 x b32 B fragment)] for the one or two n8 blocks at column n0
+    of the warp's `width` columns (its own with warps_n > 1, ldmatrix_b_position):
     one ldmatrix.x4(.trans) (`.x2` for a last odd block) of a shared B, emitted when asked for; the bf16
     pairs of an `mma_b` register tile (slots (kb, nb, i): b0b1 and b2b3, HOPPER.md §6.3)."""
     def blocks(n0: int) -> list[int]:
@@ -491,7 +521,8 @@ def _b_fragments(cx: LoweringContext, b: Smem | Frag, trans_b: bool, ksteps: int
             return out
         return packed
     eb = dtype_bytes(dtype)
-    addrs = cx.shared_addresses(b, lambda bd, tid, i: ldmatrix_b_position(bd, tid, trans_b, eb, *i), units)
+    addrs = cx.shared_addresses(b, lambda bd, tid, i: ldmatrix_b_position(bd, tid, trans_b, eb, *i, warps_n, width),
+                                units)
 
     def loaded(i: int) -> list[tuple[int, list[str]]]:
         bs = blocks(units[i][1])

@@ -9,6 +9,14 @@ Rewrites
   tk.mma accumulators `wgmma_acc` (sm_90a) / `mma_c` (sm_80), register A operands `wgmma_a` /
   `mma_a`, register B operands `mma_b` (sm_80 only), everything else `row`; row/column vectors
   take the layout that matches the tile they reduce or broadcast over;
+* sm_80 accumulators: the W warps form a (W/N) x N grid over the tile (`mma_c` with `warps_n = N`
+  when N > 1), each warp computing one block from its own rows of A and columns of B. `mma_warps_n`
+  = 0 (default) takes N from `tkir.layout.mma_warps_n` (the fewest ldmatrix loads per mma.sync) for
+  an accumulator whose values are only accumulated by mmas that read A and B from shared memory,
+  carried by loops, combined element-wise, cast, column-reduced and stored, and N = 1 (whole rows per
+  warp) for any other; 1 is the 1-D layout everywhere (the ablation); N > 1 forces N column warps and
+  is a located error at the first use that cannot have them (a row reduction, tk.outer, a register
+  mma operand, ...) or where the tile does not split;
 * tk.outer operands: the layout that puts the factors of each product in the product's thread or in
   its warp (`tkir.layout.outer_operand_layout`), so the backend multiplies in registers with shuffles;
 * where a value's layout differs from the one a consumer needs, a `tk.convert_layout` before the
@@ -27,21 +35,23 @@ from __future__ import annotations
 from tkir.ir import Module, Operation, Value
 from tkir.layout import (
     MMA_M,
+    MMA_N,
     WGMMA_M,
     RegisterLayout,
     auto_consumer_warpgroups,
     conversion,
     dtype_bytes,
     make_layout,
+    mma_warps_n,
     outer_operand_layout,
     row_layout_warps,
     row_split,
 )
 from tkir.ops import TILE_BINARY, TILE_UNARY
-from tkir.passmanager import Options, Pass, PassError
+from tkir.passmanager import Options, ParamError, Pass, PassError, param
 from tkir.target import MAX_THREADS_PER_BLOCK
 from tkir.target import WARP as WARP_SIZE
-from tkir.types import TileType, VectorType, is_register
+from tkir.types import TileType, VectorType, is_register, is_shared
 
 # tk.index only reads its operand's shape, but its indices must sit where that tile's elements do.
 ELEMENTWISE = ({f"tk.{n}" for n in (*TILE_BINARY, *TILE_UNARY)}
@@ -62,10 +72,16 @@ PREDICATE_BYTES = 4
 
 class InferLayouts(Pass):
     name = "infer-layouts"
+    mma_warps_n: int = param(0, "sm_80: warps along the columns of each mma.sync accumulator (0: chosen per "
+                                "accumulator; 1: whole rows per warp, the 1-D ablation; N: N column warps)")
+
+    def __post_init__(self) -> None:
+        if self.mma_warps_n < 0:
+            raise ParamError("mma_warps_n", f"infer-layouts: mma_warps_n={self.mma_warps_n} must be >= 0")
 
     def run(self, module: Module, options: Options) -> None:
         for kernel in module.kernels():
-            _KernelLayouts(kernel, options.target == "sm_80").run()
+            _KernelLayouts(kernel, options.target == "sm_80", self.mma_warps_n).run()
 
 
 class _UnionFind:
@@ -87,9 +103,10 @@ class _UnionFind:
 
 
 class _KernelLayouts:
-    def __init__(self, kernel: Operation, sm80: bool):
+    def __init__(self, kernel: Operation, sm80: bool, mma_warps_n: int = 0):
         self.kernel = kernel
         self.sm80 = sm80
+        self.mma_warps_n = mma_warps_n
         self.uf = _UnionFind()
         self.anchors: dict[int, RegisterLayout] = {}  # class -> layout fixed by an mma result
         self.tile_uses: list[tuple[Operation, int, RegisterLayout]] = []  # (consumer, operand, layout)
@@ -170,11 +187,11 @@ class _KernelLayouts:
     def _mma_demands(self, op: Operation) -> None:
         acc = op.result.type
         if self.sm80:
-            warps = self.compute_warps
-            if acc.rows % (MMA_M * warps):
+            warps, warps_n = self.compute_warps, self._warps_n(op)
+            if acc.rows % (MMA_M * (warps // warps_n)):
                 raise PassError(op.loc, f"accumulator {acc.bare()} cannot be split over {warps} warps "
                                 f"of {MMA_M}-row blocks", hint="set warps on the kernel or change the tile")
-            acc_layout = make_layout("mma_c", warps=warps)
+            acc_layout = make_layout("mma_c", warps=warps, warps_n=warps_n)
             a_layout = make_layout("mma_a", warps=warps)
         else:
             wg = self.wg
@@ -202,6 +219,49 @@ class _KernelLayouts:
             if op.attrs.get("trans_b"):
                 raise PassError(op.loc, "a register B operand cannot be transposed on the mma.sync path")
             self.tile_uses.append((op, 1, make_layout("mma_b", warps=self.compute_warps)))
+
+    def _warps_n(self, op: Operation) -> int:
+        """Column warps of the mma_c layout of op's accumulator (module docstring)."""
+        want, warps, acc = self.mma_warps_n, self.compute_warps, op.result.type
+        if want == 1:
+            return 1
+        blocker = self._grid_blocker(self.uf.find(op.result))
+        if want == 0:
+            return 1 if blocker is not None else mma_warps_n(acc.rows, acc.cols, warps)
+        if blocker is not None:
+            where, why = blocker
+            raise PassError(where.loc, f"{why}: the accumulator {acc.bare()} cannot be split over {want} column "
+                                       f"warps (infer-layouts{{mma_warps_n={want}}})",
+                            hint="mma_warps_n=0 chooses per accumulator; 1 gives every warp whole rows")
+        if warps % want or acc.rows % (MMA_M * (warps // want)) or acc.cols % (MMA_N * want):
+            raise PassError(op.loc, f"accumulator {acc.bare()} cannot be split over a {warps // want} x {want} grid of "
+                                    f"warps of m16 x n8 blocks (infer-layouts{{mma_warps_n={want}}})",
+                            hint=f"mma_warps_n must divide warps = {warps} and leave whole m16 and n8 blocks")
+        return want
+
+    def _grid_blocker(self, root: int) -> tuple[Operation, str] | None:
+        """The first use of a value of class `root` that a 2-D warp grid does not support, and why;
+        None when every use is one it does: element-wise ops, casts, column reductions, stores, loops,
+        and mmas that accumulate into it from shared A and B."""
+        for op in self.kernel.walk():
+            for idx, v in enumerate(op.operands):
+                if not is_register(v.type) or self.uf.find(v) != root:
+                    continue
+                name = op.name
+                if name in ELEMENTWISE or name in ("tk.store", "scf.for", "scf.yield"):
+                    continue
+                if name == "tk.reduce" and str(op.attrs.get("axis")) == "col":
+                    continue
+                if name == "tk.mma" and idx == 2:
+                    if all(is_shared(x.type) for x in op.operands[:2]):
+                        continue
+                    return op, "mma.sync reads a register operand here (its fragments follow whole-row warps)"
+                if name == "tk.mma":
+                    return op, "the accumulator is read as an mma operand here"
+                if name == "tk.reduce":
+                    return op, "a row reduction here would combine the parts of each row held by different warps"
+                return op, f"'{name}' is not lowered for a 2-D warp grid"
+        return None
 
     def _assign_tiles(self, values: list[Value]) -> None:
         """Classes with an mma result take the accumulator layout, then those with a demanding
@@ -296,13 +356,13 @@ def vector_layout(tile: RegisterLayout, axis: str) -> RegisterLayout:
     base = {"wgmma_a": "wgmma_acc", "mma_a": "mma_c"}.get(kind, kind)  # same rows/cols per thread
     if axis == "row":
         if base in ("wgmma_acc", "mma_c"):
-            return make_layout("acc_row_vec", wg=tile.wg, warps=tile.warps)
+            return make_layout("acc_row_vec", wg=tile.wg, warps=tile.warps, warps_n=tile.warps_n)
         return make_layout("row_vec", wg=tile.wg, warps=tile.warps, parts=tile.parts)
     if base == "row":
         return make_layout("col_vec", of="row", warps=tile.warps, vec=tile.vec, parts=tile.parts)
     if base == "mma_b":
         return make_layout("row_vec", warps=1)
-    return make_layout("col_vec", of=base, wg=tile.wg, warps=tile.warps)
+    return make_layout("col_vec", of=base, wg=tile.wg, warps=tile.warps, warps_n=tile.warps_n)
 
 
 def _check_threads(kernel: Operation, warps: int) -> None:

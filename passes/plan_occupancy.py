@@ -28,6 +28,9 @@ an op does not overlap that op's result, i.e. elementwise ops and mma update in 
   computed element by element inside that op (`x*x` feeding `row_sum`);
 * a tk.outer product read only as the A operand of the next tk.mma counts SLICED_A_REGS: the
   backend computes it slice by slice where the wgmma reads it;
+* an mma.sync (an `mma_c` accumulator, sm_80) adds, at the mma, the operand fragments it loads from
+  shared memory (`mma_sync_fragment_regs`): one k16 step of A for each m16 block of a warp's tile (4
+  each: 8 for a warp of 32 rows, 16 for the 64 rows of a 2-D warp grid's tile) and one B unit (4);
 * addr_regs: 2 per global pointer, 1 per live i32/f32 scalar (constants are immediates), and 4 for
   the two 64-bit wgmma descriptors of an mma reading shared memory;
 * overhead: OVERHEAD_REGS (thread/warp ids, stage and phase counters, predicates, ptxas temporaries).
@@ -101,6 +104,9 @@ QUAD = 4                           # lanes sharing one accumulator row (HOPPER.m
 # A tk.outer product feeding the next mma as A is live two slices at a time: 2 x 4 k16 steps x 4
 # b32 registers of a 16-bit A fragment (HOPPER.md §1.6; backend/rules_wgmma.py LAZY_SLICE_KSTEPS)
 SLICED_A_REGS = 2 * 4 * 4
+MMA_M = 16           # mma.sync.m16n8k16 (HOPPER.md §6.3)
+MMA_A_WORDS = 4      # b32 registers of one m16 x k16 A fragment (§6.3; backend/rules_sm80.py)
+B_UNIT_WORDS = 4     # b32 registers of one ldmatrix.x4 of B: two n8 blocks x one k16 step
 
 COPIES_TO_SHARED = ("tma.load", "tk.load")
 ELEMENTWISE = tuple(f"tk.{n}" for n in (*TILE_BINARY, *TILE_UNARY, "cast", "cmp", "select", "index"))
@@ -360,14 +366,16 @@ def _register_budget(kernel: Operation, threads: int) -> tuple[RegisterBudget, t
         lo, hi = defs[v], last_use[v]
         for i in range(lo, max(hi, lo + 1)):
             live_at[i].append(v)
-    peak = max(range(len(order)), key=lambda i: sum(regs[v] for v in live_at[i]))
+    frags = [mma_sync_fragment_regs(op) for op in order]
+    peak = max(range(len(order)), key=lambda i: sum(regs[v] for v in live_at[i]) + frags[i])
     live = live_at[peak]
 
     n_pointers = sum(1 for a in kernel.body.args if isinstance(a.type, GlobalType))
     mma_desc = any(o.name == "tk.mma" and any(is_shared(v.type) for v in o.operands[:2]) for o in order)
     budget = RegisterBudget(
         acc_regs=sum(regs[v] for v in live if v in accs),
-        live_tile_regs=sum(regs[v] for v in live if v not in accs and not isinstance(v.type, ScalarType)),
+        live_tile_regs=sum(regs[v] for v in live if v not in accs and not isinstance(v.type, ScalarType))
+        + frags[peak],
         addr_regs=POINTER_REGS * n_pointers + sum(regs[v] for v in live if isinstance(v.type, ScalarType))
         + (WGMMA_DESC_REGS if mma_desc else 0),
         overhead=OVERHEAD_REGS,
@@ -375,6 +383,24 @@ def _register_budget(kernel: Operation, threads: int) -> tuple[RegisterBudget, t
     tiles = [v for v in live if not isinstance(v.type, ScalarType)]
     biggest = max(tiles, key=lambda v: regs[v], default=None)
     return budget, (None if biggest is None else (biggest, regs[biggest]))
+
+
+def mma_sync_fragment_regs(op: Operation) -> int:
+    """Registers per thread of the operand fragments an mma.sync loads from shared memory while it runs
+    (backend/rules_sm80.py): one k16 step of A, MMA_A_WORDS per m16 block of the warp's tile, when A is
+    shared, and one ldmatrix.x4 unit of B, B_UNIT_WORDS, when B is; 0 for any other op (wgmma reads
+    its shared operands through descriptors, register operands are tiles counted as such)."""
+    if op.name != "tk.mma":
+        return 0
+    try:
+        layout = layout_of(op.result.type)
+    except ValueError:
+        return 0
+    if layout is None or layout.kind != "mma_c":
+        return 0
+    a, b = op.operands[0], op.operands[1]
+    m16_blocks = op.result.type.rows // layout.row_warps // MMA_M
+    return (MMA_A_WORDS * m16_blocks if is_shared(a.type) else 0) + (B_UNIT_WORDS if is_shared(b.type) else 0)
 
 
 def _def_loc(v: Value) -> Loc | None:

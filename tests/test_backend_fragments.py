@@ -35,6 +35,14 @@ CASES = [
     (make_layout("acc_row_vec", warps=4), "f32", (64,)),
     (make_layout("acc_row_vec", warps=2), "f32", (128,)),
     (make_layout("col_vec", of="mma_c", warps=4), "f32", (64,)),
+    # mma_c over a 2-D grid of warps (warps_n), and the vectors that pair with it
+    (make_layout("mma_c", warps=8, warps_n=2), "f32", (256, 128)),
+    (make_layout("mma_c", warps=8, warps_n=4), "bf16", (128, 256)),
+    (make_layout("mma_c", warps=4, warps_n=2), "f32", (64, 48)),
+    (make_layout("acc_row_vec", warps=8, warps_n=2), "f32", (256,)),
+    (make_layout("acc_row_vec", warps=8, warps_n=4), "f32", (128,)),
+    (make_layout("col_vec", of="mma_c", warps=8, warps_n=4), "f32", (256,)),
+    (make_layout("col_vec", of="mma_c", warps=4, warps_n=2), "f32", (48,)),
     # rows split over warps (`parts`): wide rows of short tiles
     (make_layout("row", warps=16, vec=8, parts=4), "f32", (4, 8192)),
     (make_layout("row", warps=4, vec=8, parts=4), "bf16", (1, 4096)),
@@ -63,6 +71,15 @@ def test_slot_formulas_match_layout_tables(layout: dict, dtype: str, shape: tupl
     got = np.stack(got, axis=1)
     assert got.shape == table.shape
     assert (got == table).all()
+
+
+def test_row_reduction_of_a_warp_grid_is_refused() -> None:
+    """A row of an mma_c tile over a 2-D warp grid is split over warps: the quad shuffle alone would
+    reduce a part of it, so the backend refuses (infer-layouts never gives reduced tiles a grid)."""
+    from tkir.facts import FactError
+
+    with pytest.raises(FactError, match="row reduction .* would combine 2 warps' parts of each row"):
+        row_groups(make_layout("mma_c", warps=8, warps_n=2), (256, 128))
 
 
 @pytest.mark.parametrize("kind", ["wgmma_acc", "mma_c"])

@@ -34,6 +34,7 @@ from tkir.backend.toolchain import local_memory_ops, sass_count
 from tkir.backend.values import Global, Smem
 from tkir.layout import SharedLayout, fragment, make_layout
 from tkir.parser import parse_module
+from tkir.passes.registry import DEFAULT_PIPELINE
 from tkir.types import GlobalType, TileType
 
 EB = 2  # bf16
@@ -117,6 +118,47 @@ def test_ldmatrix_b_gives_the_mma_b_fragment(K: int, N: int, trans_b: bool, lay:
                 assert (got[:, list(regs)] == want).all(), (kk, nb)
 
 
+@pytest.mark.parametrize("M, K, N, warps, warps_n, trans_b, lay_a, lay_b",
+                         [(M, K, N, w, wn, t, la, lb) for M, K, N, w, wn, t in
+                          [(256, 64, 128, 8, 2, False), (128, 32, 256, 8, 4, True), (64, 32, 64, 4, 2, False)]
+                          for la, lb in [(SharedLayout("bf16", M, K, 64 if K == 32 else 128),
+                                          SharedLayout("bf16", *((N, K) if t else (K, N)), 64 if t and K == 32 else 128)),
+                                         (SharedLayout("bf16", M, K, 0, 16),
+                                          SharedLayout("bf16", *((N, K) if t else (K, N)), 0, 16))]], ids=str)
+def test_ldmatrix_of_a_warp_grid_reads_the_warps_rows_and_columns(M: int, K: int, N: int, warps: int, warps_n: int,
+                                                                  trans_b: bool, lay_a: SharedLayout,
+                                                                  lay_b: SharedLayout) -> None:
+    """warps_n > 1 (an mma_c accumulator over a (W/N) x N grid): warp w's A fragments are the mma_a
+    fragments of the rows of grid row w / N, and its B fragments the mma_b fragments of the columns
+    of grid column w % N."""
+    wm, width, tid = warps // warps_n, N // warps_n, np.arange(32 * warps)
+    slab = M // wm
+    mem_a = _stored(lay_a, np.arange(M * K).reshape(M, K))
+    a_table = fragment(make_layout("mma_a", warps=wm), "bf16", (M, K))
+    k, n = np.meshgrid(np.arange(K), np.arange(N), indexing="ij")
+    ids = k * N + n
+    mem_b = _stored(lay_b, ids.T if trans_b else ids)
+    for w in range(warps):
+        lanes = slice(32 * w, 32 * w + 32)
+        for kk in range(K // 16):
+            for mb in range(slab // 16):
+                offs = shared_offset(lay_a, *ldmatrix_a_position(NB, tid, slab, EB, mb, kk, warps_n), NB)
+                got = _ldmatrix(mem_a, np.broadcast_to(offs, tid.shape)[lanes], 4, trans=False)
+                gm = w // warps_n
+                s0 = mb * (K // 2) + 8 * kk
+                want = a_table[32 * gm:32 * gm + 32, s0:s0 + 8].reshape(32, 4, 2)
+                assert (got == want).all(), (w, mb, kk)
+            b_cols = ids[:, (w % warps_n) * width:(w % warps_n + 1) * width]  # the warp's columns of B
+            b_table = fragment(make_layout("mma_b", warps=1), "bf16", (K, width))  # numbered r * width + c
+            b_ids = b_cols.ravel()[b_table]
+            for n0 in range(0, width, 16):
+                offs = shared_offset(lay_b, *ldmatrix_b_position(NB, tid, trans_b, EB, kk, n0, warps_n, width), NB)
+                got = _ldmatrix(mem_b, np.broadcast_to(offs, tid.shape)[lanes], 4, trans=not trans_b)
+                for nb, regs in zip((n0 // 8, n0 // 8 + 1), B_PAIR_REGS, strict=True):
+                    s0 = (kk * (width // 8) + nb) * 4
+                    assert (got[:, list(regs)] == b_ids[:, s0:s0 + 4].reshape(32, 2, 2)).all(), (w, kk, nb)
+
+
 # --- cp.async -------------------------------------------------------------------------------------------
 
 
@@ -197,8 +239,8 @@ def _evaluate(lines: list[str], env: dict[str, object]) -> list[list[object]]:
     return calls
 
 
-EMITTED = [(what, SharedLayout("bf16", 64, 256 if what == "b" else 128, span, pad))
-           for what in ("a", "b", "b_trans", "cp_async") for span, pad in SHARED_KINDS]
+EMITTED = [(what, SharedLayout("bf16", 64, 256 if what in ("b", "b_grid") else 128, span, pad))
+           for what in ("a", "b", "b_trans", "cp_async", "a_grid", "b_grid", "b_trans_grid") for span, pad in SHARED_KINDS]
 # 24 chunks per row, 128 threads: a round moves 5 1/3 rows, neither a constant add nor a constant xor
 EMITTED += [("cp_async", SharedLayout("bf16", 64, 192, 128)), ("cp_async", SharedLayout("bf16", 64, 192, 64))]
 
@@ -207,15 +249,18 @@ EMITTED += [("cp_async", SharedLayout("bf16", 64, 192, 128)), ("cp_async", Share
 def test_emitted_shared_addresses_match_the_layout(what: str, lay: SharedLayout) -> None:
     threads = 128
     rows, cols = lay.rows, lay.cols
-    if what == "a":
+    grid = 2 if what.endswith("_grid") else 1  # a 2 x 2 warp grid: the warps_n = 2 positions
+    if what.startswith("a"):
         def pos(b, t, i):
-            return ldmatrix_a_position(b, t, rows // 4, EB, *i)
-        insts = [(mb, kk) for mb in range(1) for kk in range(cols // 16)]
-    elif what in ("b", "b_trans"):
+            return ldmatrix_a_position(b, t, rows * grid // 4, EB, *i, grid)
+        insts = [(mb, kk) for mb in range(grid) for kk in range(cols // 16)]
+    elif what.startswith("b"):
+        trans = what.startswith("b_trans")
+        n, k = (rows, cols) if trans else (cols, rows)
+
         def pos(b, t, i):
-            return ldmatrix_b_position(b, t, what == "b_trans", EB, *i)
-        n, k = (rows, cols) if what == "b_trans" else (cols, rows)
-        insts = [(kk, n0) for kk in range(k // 16) for n0 in range(0, n, 16)]
+            return ldmatrix_b_position(b, t, trans, EB, *i, grid, n // grid)
+        insts = [(kk, n0) for kk in range(k // 16) for n0 in range(0, n // grid, 16)]
     else:
         def pos(b, t, i):
             return cp_async_position(b, t, threads, cols * EB // 16, i)
@@ -279,22 +324,28 @@ def test_sm80_mma_kernels_use_ldgsts_ldsm_hmma(name: str, consts: dict) -> None:
     assert ".target sm_80" in k.asm["ptx"]
     sass = k.asm["sass"]
     assert sass_count(sass, "HMMA") >= 64     # mma.sync m16n8k16
-    assert sass_count(sass, "LDSM") >= 36     # ldmatrix
+    assert sass_count(sass, "LDSM") >= 32     # ldmatrix
     assert sass_count(sass, "LDGSTS") >= 12   # cp.async
     assert "ZFILL" in sass                    # src-size operand: edge chunks are zero-filled
     assert not local_memory_ops(sass)
     assert k.launch["block"][0] == 32 * k.module.kernel.attrs["warps"]
 
 
-def test_sm80_gemm_counts() -> None:
-    k = tkir.compile("examples/gemm.tk", target="sm_80")
+ONE_D = ",".join("infer-layouts{mma_warps_n=1}" if p == "infer-layouts" else p for p in DEFAULT_PIPELINE)
+
+
+@pytest.mark.parametrize("passes, ldsm", [(None, 32), (ONE_D, 68)], ids=["grid", "one-d"])
+def test_sm80_gemm_counts(passes: str | None, ldsm: int) -> None:
+    k = tkir.compile("examples/gemm.tk", target="sm_80", passes=passes)
     sass = k.asm["sass"]
-    # 8 warps x 16 rows; per k-tile (BK = 64) a warp runs 4 k16 steps x 32 n8 blocks of mma.sync,
-    # 4 ldmatrix.x4 for A and 4 x 16 ldmatrix.x4.trans for B; 256 threads copy 128 x 64 x 2 B of A
+    # 8 warps in a 2 x 4 grid of 64 x 64 warp tiles; per k-tile (BK = 64) a warp runs 4 k16 steps x
+    # 4 m16 x 8 n8 blocks of mma.sync, 4 x 4 ldmatrix.x4 for A and 4 x 4 ldmatrix.x4.trans for B (the
+    # 1-D ablation: 16-row warps, 4 x 1 for A and 4 x 16 for B); 256 threads copy 128 x 64 x 2 B of A
     # and 64 x 256 x 2 B of B = 1024 + 2048 16-byte chunks: 12 cp.async each, in the loop and for each
     # of the 3 k-tiles the 4-stage pipeline issues ahead (pipeline-cp-async)
+    assert ("warps_n = 4" in k.ir) == (passes is None)
     assert sass_count(sass, "HMMA") == 128
-    assert sass_count(sass, "LDSM") == 68
+    assert sass_count(sass, "LDSM") == ldsm
     assert sass_count(sass, "LDGSTS") == 4 * 12
     assert k.launch["block"] == [256, 1, 1]
     # cp.async zero-fills every edge: a ragged M, N or K needs only 16-byte aligned rows

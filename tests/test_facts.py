@@ -23,7 +23,7 @@ from tkir.printer import print_module
 from tkir.types import Ident, TileType, VectorType, format_attr_value
 
 QUICK = settings(max_examples=60, deadline=None)
-LAYOUT_KEYS = ["kind", "of", "wg", "warps", "vec"]  # the order infer-layouts has always printed
+LAYOUT_KEYS = ["kind", "of", "wg", "warps", "vec", "parts", "warps_n"]  # the order infer-layouts has always printed
 PLAN_KEYS = ["stages", "blocks_per_sm", "smem_bytes", "threads", "roles", "budget", "smem"]
 
 # --- strategies: every layout / plan the passes can record -----------------------------------------
@@ -37,7 +37,11 @@ def register_layouts(draw: st.DrawFn) -> RegisterLayout:
                                  "row_vec", "col_vec"]))
     if kind in ("wgmma_acc", "wgmma_a"):
         return make_layout(kind, wg=draw(counts))
-    if kind in ("mma_a", "mma_b", "mma_c", "row_vec"):
+    if kind == "mma_c":  # whole rows per warp, or a (W/N) x N grid of warps
+        warps = draw(counts)
+        return make_layout(kind, warps=warps, warps_n=draw(st.sampled_from([n for n in range(1, warps + 1)
+                                                                            if warps % n == 0])))
+    if kind in ("mma_a", "mma_b", "row_vec"):
         return make_layout(kind, warps=draw(counts))
     if kind == "row":
         return make_layout(kind, warps=draw(counts), vec=draw(counts))
@@ -122,6 +126,12 @@ BAD_LAYOUTS = [
     ("{kind = col_vec, wg = 1}", "col_vec needs 'of'"),
     ("{kind = col_vec, of = mma_b, warps = 1}", "col_vec of 'mma_b' is not a layout"),
     ("{kind = mma_c, warps = 4, vec = 8}", "'vec' belongs to row"),
+    ("{kind = mma_c, warps = 8, warps_n = 3}", "'warps_n' must be 2 or more and divide warps = 8, not 3"),
+    ("{kind = mma_c, warps = 8, warps_n = 1}", "'warps_n' must be 2 or more"),
+    ("{kind = mma_a, warps = 8, warps_n = 2}", "'warps_n' belongs to mma_c, acc_row_vec and col_vec of mma_c"),
+    ("{kind = acc_row_vec, wg = 2, warps_n = 2}", "'warps_n' belongs to mma_c, acc_row_vec and col_vec of mma_c "
+                                                  "layouts over warps, not acc_row_vec over warpgroups"),
+    ("{kind = col_vec, of = row, warps = 4, vec = 8, warps_n = 2}", "'warps_n' belongs to mma_c"),
 ]
 
 

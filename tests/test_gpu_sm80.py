@@ -76,3 +76,49 @@ def test_sm80_gemm_matches_the_interpreter_on_gpu() -> None:
     k(*dev)
     got, want = dev[2].numpy().astype(np.float64), ref[2].astype(np.float64)
     assert relative_error(got, want) < 1e-2
+
+
+# The 2-D warp grid of mma.sync accumulators (infer-layouts: `mma_c` with `warps_n`, 64 x 64 warp tiles at
+# both 8-warp gemm tiles) against the references, with the 1-D layout (whole rows per warp) as the
+# ablation; linear's bias is a column vector of the warp's own columns.
+ONE_D = ",".join("infer-layouts{mma_warps_n=1}" if p == "infer-layouts" else p for p in DEFAULT_PIPELINE)
+FORCE_2 = ",".join("infer-layouts{mma_warps_n=2}" if p == "infer-layouts" else p for p in DEFAULT_PIPELINE)
+GRID_CASES = [
+    ("gemm", dict(M=4096, N=4096, K=4096), dict(BM=256, BN=128, BK=64, STAGES=4), None, "warps_n = 2"),
+    ("gemm", dict(M=4096, N=4096, K=4096), dict(BM=128, BN=256, BK=64, STAGES=4), None, "warps_n = 4"),
+    ("gemm", dict(M=1000, N=744, K=520), dict(BM=256, BN=128, BK=64, STAGES=4), None, "warps_n = 2"),  # ragged
+    ("gemm", dict(M=1000, N=744, K=520), {}, None, "warps_n = 4"),
+    ("gemm", dict(M=520, N=264, K=1000), dict(BM=256, BN=128, BK=32, STAGES=4), None, "warps_n = 2"),
+    ("gemm", dict(M=300, N=200, K=136), dict(BM=64, BN=64, BK=32, STAGES=3), None, "warps_n = 2"),   # 4 warps, 2 x 2
+    ("gemm", dict(M=1000, N=744, K=520), {}, FORCE_2, "warps_n = 2"),                                # 4 x 2 forced
+    ("gemm", dict(M=1000, N=744, K=520), dict(BM=256, BN=128, BK=64, STAGES=4), ONE_D, None),        # the ablation
+    ("linear", dict(M=256, N=512, K=192), {}, None, "warps_n = 4"),
+    ("linear", dict(M=1000, N=744, K=520), {"ACT": 1}, None, "warps_n = 4"),
+    ("linear", dict(M=1000, N=744, K=520), {"ACT": 2, "BM": 256, "BN": 128}, None, "warps_n = 2"),
+]
+
+
+def _grid_id(case: tuple) -> str:
+    name, sizes, consts, passes, _ = case
+    tag = {None: "", ONE_D: "-one-d", FORCE_2: "-force2"}[passes]
+    return f"{name}-" + "-".join(f"{k}{v}" for k, v in {**sizes, **consts}.items()) + tag
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name, sizes, consts, passes, grid", GRID_CASES, ids=[_grid_id(c) for c in GRID_CASES])
+def test_sm80_warp_grid_matches_reference_on_gpu(name: str, sizes: dict, consts: dict, passes: str | None,
+                                                 grid: str | None) -> None:
+    path = f"examples/{name}.tk"
+    comp = load_companion(path)
+    k = tkir.compile(path, target="sm_80", passes=passes, **consts)
+    acc = next(line for line in k.ir.splitlines() if "tk.mma" in line)
+    assert (grid in acc) if grid else ("warps_n" not in acc), acc
+    host = comp.make_inputs(np.random.default_rng(13), sizes, consts)  # outputs poisoned with NaN
+    want = comp.reference(host, sizes, consts)
+    dev = [tkcuda.to_device(a) for a in host]
+    k(*dev)
+    for out in comp.OUTPUTS:
+        got = dev[comp.PARAMS.index(out)].numpy().astype(np.float64)
+        assert not np.isnan(got).any(), f"{name} {sizes} {consts}: {out} not fully written"
+        err = relative_error(got, want[out])
+        assert err <= comp.TOLERANCE, f"{name} {sizes} {consts}: {out} rel err {err:.3e} > {comp.TOLERANCE}"

@@ -21,6 +21,7 @@ from tkir.layout import (
     fragment,
     ldmatrix_pattern,
     make_layout,
+    mma_warps_n,
     register_access,
     regs_per_thread,
     row_chunk_pattern,
@@ -83,6 +84,8 @@ TILE_LAYOUTS = [
     (make_layout("wgmma_a", wg=1), "f32", (64, 32)),
     (make_layout("wgmma_a", wg=2), "e4m3", (128, 64)),
     (make_layout("mma_c", warps=8), "f32", (128, 64)),
+    (make_layout("mma_c", warps=8, warps_n=2), "f32", (256, 128)),
+    (make_layout("mma_c", warps=8, warps_n=4), "bf16", (128, 256)),
     (make_layout("mma_a", warps=4), "bf16", (64, 32)),
     (make_layout("row", warps=4, vec=8), "bf16", (16, 1024)),
     (make_layout("row", warps=4, vec=8), "f32", (16, 64)),
@@ -106,6 +109,65 @@ def test_row_split_uses_every_warp_and_covers_the_tile(rows: int, cols: int, vec
     assert sorted(held.tolist()) == list(range(rows * cols))
     unsplit = rows * cols // (row_layout_warps(rows, cols, vec, warps) * 32)
     assert (f >= 0).sum(axis=1).max() < unsplit
+
+
+@st.composite
+def mma_warp_grids(draw: st.DrawFn) -> tuple[int, int, int, int]:
+    """(warps, warps_n, rows, cols) of an mma_c accumulator over a 2-D warp grid: any block of up to
+    16 warps, any grid of them with 2 or more columns, rows and cols multiples of 8 (some of which
+    the grid cannot split)."""
+    warps = draw(st.sampled_from([2, 4, 6, 8, 12, 16]))
+    warps_n = draw(st.sampled_from([n for n in range(2, warps + 1) if warps % n == 0]))
+    rows = 8 * draw(st.integers(1, 40))
+    cols = 8 * draw(st.integers(1, 48))
+    return warps, warps_n, rows, cols
+
+
+@settings(max_examples=150, deadline=None)
+@given(mma_warp_grids(), st.sampled_from(["f32", "bf16"]))
+def test_mma_warp_grid_is_a_bijection_onto_the_tile(grid: tuple[int, int, int, int], dtype: str) -> None:
+    """The 2-D mma_c layout accepts exactly the tiles its (W/N) x N grid splits into whole m16 x n8
+    blocks, and then maps (thread, slot) one-to-one onto the tile's elements, every slot used; each
+    warp holds exactly its block, and every thread's rows and columns are those its acc_row_vec and
+    col_vec of mma_c hold (what broadcasts and casts pair slot by slot). The backend's slot formulas
+    (backend.fragments.slot_coords) give the same map."""
+    from tkir.backend.fragments import NumpyBuilder, slot_coords
+
+    warps, warps_n, rows, cols = grid
+    wm = warps // warps_n
+    lay = make_layout("mma_c", warps=warps, warps_n=warps_n)
+    accepts = rows % (16 * wm) == 0 and cols % (8 * warps_n) == 0
+    if not accepts:
+        try:
+            fragment(lay, dtype, (rows, cols))
+        except ValueError:
+            return
+        raise AssertionError(f"{rows} x {cols} over a {wm} x {warps_n} grid should be refused")
+    f = fragment(lay, dtype, (rows, cols))
+    assert (f >= 0).all()                                          # every slot holds an element
+    assert np.array_equal(np.sort(f.ravel()), np.arange(rows * cols))  # each element exactly once
+    r, c = f // cols, f % cols
+    warp = np.arange(32 * warps) // 32
+    slab, width = rows // wm, cols // warps_n
+    assert ((r // slab) == (warp // warps_n)[:, None]).all() and ((c // width) == (warp % warps_n)[:, None]).all()
+    rv = fragment(make_layout("acc_row_vec", warps=warps, warps_n=warps_n), "f32", (rows,))
+    cv = fragment(make_layout("col_vec", of="mma_c", warps=warps, warps_n=warps_n), "f32", (cols,))
+    for t in range(0, 32 * warps, 7):
+        assert set(r[t].tolist()) == set(rv[t].tolist()) and set(c[t].tolist()) == set(cv[t].tolist())
+    tid = np.arange(32 * warps)
+    got = np.stack([np.broadcast_to(sr, tid.shape) * cols + np.broadcast_to(sc, tid.shape)
+                    for sr, sc in slot_coords(lay, (rows, cols), NumpyBuilder(), tid)], axis=1)
+    assert np.array_equal(got, f)
+
+
+def test_mma_warps_n_picks_the_fewest_loads_per_mma() -> None:
+    """infer-layouts' grid rule (tkir.layout.mma_warps_n): 64 x 64 warp tiles for both 8-warp gemm
+    tiles, the 1-D layout when no grid has whole n16 pairs, ties to fewer column warps."""
+    assert mma_warps_n(256, 128, 8) == 2 and mma_warps_n(128, 256, 8) == 4
+    assert mma_warps_n(64, 64, 4) == 2
+    assert mma_warps_n(128, 16, 8) == 1     # 16 columns: no pair for a second warp column
+    assert mma_warps_n(32, 32, 2) == 1      # 16 x 32 and 32 x 16 warp tiles load the same: keep rows
+    assert mma_warps_n(16, 64, 1) == 1
 
 
 def test_tile_fragments_cover_each_element_once() -> None:

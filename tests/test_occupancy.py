@@ -100,6 +100,43 @@ def test_sm80_block_is_32_threads_per_layout_warp(example: str, warps: int) -> N
     assert build_launch(module, "sm_80")["block"] == [32 * warps, 1, 1]
 
 
+@pytest.mark.parametrize("infer", ["infer-layouts", "infer-layouts{mma_warps_n=1}"], ids=["grid", "one-d"])
+@pytest.mark.parametrize("bm, bn", [(256, 128), (128, 256)])
+def test_sm80_gemm_registers_read_the_warp_grid(infer: str, bm: int, bn: int) -> None:
+    # a 256 x 128 (or 128 x 256) f32 accumulator over 8 warps is 128 registers per thread whether the
+    # warps own whole rows (32 x 128 / 16 x 256) or 64 x 64 blocks of a 4 x 2 (2 x 4) grid: plan-occupancy
+    # counts what tkir.layout's fragment map gives each thread; the peak is at the mma: + 3 pointers x 2,
+    # 4 for shared-operand descriptors (as on sm_90a) and the live scalars K / BK, bx, by; 16 of
+    # overhead; and the fragments it
+    # loads: one k16 step of A, 4 per m16 block of the warp's tile (4 blocks of the grid's 64 rows, 2 or
+    # 1 of whole-row warps' 32 or 16), and one B unit of 4. One 256-thread block per SM either way.
+    module = compile_file(str(EXAMPLES / "gemm.tk"), {"BM": bm, "BN": bn, "BK": 64, "STAGES": 4})
+    PassManager(load_registry(), [infer if p == "infer-layouts" else p for p in UP_TO_OCCUPANCY]).run(
+        module, Options(target="sm_80"))
+    acc = next(op for op in module.kernel.walk() if op.name == "tk.mma").result.type
+    assert ("warps_n" in str(acc)) == (infer == "infer-layouts")
+    occ = OccupancyPlan.of(module.kernel)
+    fragments = 4 * (64 if infer == "infer-layouts" else bm // 8) // 16 + 4
+    assert occ is not None
+    assert occ.budget == RegisterBudget(acc_regs=128, live_tile_regs=fragments, addr_regs=13, overhead=16)
+    assert occ.threads == 256 and occ.blocks_per_sm == 1
+
+
+@pytest.mark.parametrize("infer, regs, blocks", [("infer-layouts", 80, 6), ("infer-layouts{mma_warps_n=1}", 72, 7)],
+                         ids=["grid", "one-d"])
+def test_sm80_small_gemm_counts_its_fragments(infer: str, regs: int, blocks: int) -> None:
+    # 64 x 64 over 4 warps: 32 accumulator registers, 14 for addresses, 16 of overhead = 62; at the mma
+    # a 2 x 2 grid's 32-row warp tile loads 2 A fragments + 1 B unit (12), a 16-row warp 1 + 1 (8):
+    # 74 -> 80 registers (6 blocks of 128 threads per SM) or 70 -> 72 (7). Without the fragments the
+    # plan asked for 64 (8 blocks), and ptxas spilled the grid's kernel to fit.
+    module = compile_file(str(EXAMPLES / "gemm.tk"), {"BM": 64, "BN": 64, "BK": 32, "STAGES": 3})
+    PassManager(load_registry(), [infer if p == "infer-layouts" else p for p in UP_TO_OCCUPANCY]).run(
+        module, Options(target="sm_80"))
+    occ = OccupancyPlan.of(module.kernel)
+    assert occ is not None and occ.role("compute") == RolePlan(regs=regs, warps=4)
+    assert occ.blocks_per_sm == blocks
+
+
 def test_layernorm_hand_count() -> None:
     occ = plan_of("layernorm")
     # @warpgroups(consumers=4): row layout over 16 warps, one row each: a 16 x 1024 f32 tile is

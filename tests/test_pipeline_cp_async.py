@@ -164,12 +164,17 @@ def test_frag_ahead_zero_loads_each_unit_right_before_its_mma() -> None:
     ptx = k.asm["ptx"]
     loop = ptx[ptx.index("cp.async.wait_group 1"):]
     order = re.findall(r"ldmatrix|mma\.sync", loop)
-    # without prefetch the first mma.sync directly follows the first unit's ldmatrix (A of 2 m16 blocks,
-    # one B pair); with the default one unit ahead a second B pair comes first
-    assert order.index("mma.sync") == 3
+    # without prefetch the first mma.sync directly follows the first unit's ldmatrix (A of the 4 m16 blocks
+    # of a 64-row warp tile of infer-layouts' 4 x 2 warp grid, one B pair); with the default one unit
+    # ahead a second B pair comes first
+    assert order.index("mma.sync") == 5
     default = _compile("gemm", GEMM_SM80).asm["ptx"]
     order = re.findall(r"ldmatrix|mma\.sync", default[default.index("cp.async.wait_group 1"):])
-    assert order.index("mma.sync") == 4
+    assert order.index("mma.sync") == 6
+    # and the next k16 step's A (16 registers here) is loaded right before that step's first mma.sync,
+    # after the B pair of its second unit (rules_sm80.A_AHEAD_MAX_REGS): 4 units per step
+    units = [len(u) for u in "".join("A" if x == "ldmatrix" else "m" for x in order[:60]).split("m") if u]
+    assert units[:4] == [6, 1, 1, 1] and units[4] == 5
 
 
 def test_bad_frag_ahead_is_a_located_backend_error() -> None:

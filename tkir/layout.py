@@ -20,6 +20,7 @@ Used by the passes infer-layouts, select-swizzle and bank-conflicts (and by test
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -138,8 +139,11 @@ class SharedLayout:
 # (a col_vec of row has vec too). `row`, `row_vec` and `col_vec of row` may have `parts = P` (> 1):
 # P consecutive warps share each row group, warp w holding columns [(w % P) C/P, (w % P + 1) C/P) of
 # the rows of group w / P (wide rows: fewer registers per thread; row reductions then combine the P
-# warps' partial results through shared memory). `RegisterLayout` checks these; `layout_of(type)`
-# reads one.
+# warps' partial results through shared memory). `mma_c`, `acc_row_vec` over warps and `col_vec of
+# mma_c` may have `warps_n = N` (> 1): the warps form a (W/N) x N grid over the accumulator, warp w
+# owning the (R N/W) x (C/N) block at rows (w / N) R N/W, columns (w % N) C/N, in the m16n8 fragment
+# map (CUTLASS's warp tiles: each warp reads only its rows of A and its columns of B). `RegisterLayout`
+# checks these; `layout_of(type)` reads one.
 
 TILE_KINDS = ("wgmma_acc", "wgmma_a", "mma_a", "mma_b", "mma_c", "row")
 VECTOR_KINDS = ("acc_row_vec", "row_vec", "col_vec")
@@ -164,11 +168,12 @@ class RegisterLayout:
     warps: int | None = None
     vec: int | None = None
     parts: int | None = None  # warps sharing each row (row, row_vec, col_vec of row); None = 1
+    warps_n: int | None = None  # warps along the columns (mma_c, acc_row_vec, col_vec of mma_c); None = 1
 
     def __post_init__(self) -> None:
         if self.kind not in _SPLIT:
             raise FactError(None, f"unknown kind '{self.kind}' (expected {', '.join(TILE_KINDS + VECTOR_KINDS)})")
-        for name in ("wg", "warps", "vec", "parts"):
+        for name in ("wg", "warps", "vec", "parts", "warps_n"):
             v = getattr(self, name)
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
                 raise FactError(None, f"'{name}' must be a positive integer, not {v!r}")
@@ -190,6 +195,14 @@ class RegisterLayout:
                 raise FactError(None, f"'parts' belongs to row, row_vec and col_vec of row layouts, not {self.kind}")
             if self.parts < 2 or self.warps is None or self.warps % self.parts:
                 raise FactError(None, f"'parts' must be 2 or more and divide warps = {self.warps}, not {self.parts}")
+        if self.warps_n is not None:
+            if not (self.kind in ("mma_c", "acc_row_vec") or self.of == "mma_c") or self.warps is None:
+                raise FactError(None, f"'warps_n' belongs to mma_c, acc_row_vec and col_vec of mma_c layouts over "
+                                      f"warps, not {self.kind}{' of ' + self.of if self.of else ''}"
+                                      f"{'' if self.warps is not None else ' over warpgroups'}")
+            if self.warps_n < 2 or self.warps % self.warps_n:
+                raise FactError(None, f"'warps_n' must be 2 or more and divide warps = {self.warps}, "
+                                      f"not {self.warps_n}")
 
     @property
     def threads(self) -> int:
@@ -214,6 +227,16 @@ class RegisterLayout:
         return self.split // self.nparts
 
     @property
+    def col_warps(self) -> int:
+        """Warps along the columns (`warps_n`; 1 unless the warps form a 2-D grid)."""
+        return self.warps_n or 1
+
+    @property
+    def row_warps(self) -> int:
+        """Warps (or warpgroups) along the rows: split / col_warps."""
+        return self.split // self.col_warps
+
+    @property
     def chunk(self) -> int:
         """Elements per lane chunk (`vec`) of a row layout or a col_vec of one."""
         if self.vec is None:
@@ -225,7 +248,7 @@ class RegisterLayout:
         out: dict[str, object] = {"kind": Ident(self.kind)}
         if self.of is not None:
             out["of"] = Ident(self.of)
-        for k in ("wg", "warps", "vec", "parts"):
+        for k in ("wg", "warps", "vec", "parts", "warps_n"):
             if getattr(self, k) is not None:
                 out[k] = getattr(self, k)
         return out
@@ -235,13 +258,13 @@ class RegisterLayout:
         """The layout a `layout` attribute holds; FactError at `loc` when it is malformed."""
         try:
             d = table(attr)
-            check_keys(d, ("kind",), ("of", "wg", "warps", "vec", "parts"))
+            check_keys(d, ("kind",), ("of", "wg", "warps", "vec", "parts", "warps_n"))
             kind, of = d["kind"], d.get("of")
             for key, v in (("kind", kind), ("of", of)):
                 if v is not None and not isinstance(v, (Ident, str)):
                     raise FactError(None, f"'{key}' must be a layout name, not {v!r}")
             return cls(str(kind), None if of is None else str(of), count(d, "wg", 1), count(d, "warps", 1),
-                       count(d, "vec", 1), count(d, "parts", 1))
+                       count(d, "vec", 1), count(d, "parts", 1), count(d, "warps_n", 1))
         except FactError as e:
             raise malformed("layout", attr, e.message, loc) from None
 
@@ -256,9 +279,11 @@ def layout_of(t: object, loc: Loc | None = None) -> RegisterLayout | None:
 
 
 def make_layout(kind: str, *, of: str | None = None, wg: int | None = None, warps: int | None = None,
-                vec: int | None = None, parts: int | None = None) -> RegisterLayout:
-    """A register layout (keywords as printed): make_layout("row", warps=4, vec=8)."""
-    return RegisterLayout(kind, of, wg, warps, vec, parts if parts and parts > 1 else None)
+                vec: int | None = None, parts: int | None = None, warps_n: int | None = None) -> RegisterLayout:
+    """A register layout (keywords as printed): make_layout("row", warps=4, vec=8); parts and warps_n of 1
+    are left out (the 1-D layouts print as they always did)."""
+    return RegisterLayout(kind, of, wg, warps, vec, parts if parts and parts > 1 else None,
+                          warps_n if warps_n and warps_n > 1 else None)
 
 
 def row_layout_warps(rows: int, cols: int, vec: int, max_warps: int) -> int:
@@ -269,6 +294,25 @@ def row_layout_warps(rows: int, cols: int, vec: int, max_warps: int) -> int:
         if rows % w == 0 and (rows // w) * chunks_per_row % WARP == 0:
             return w
     return 1
+
+
+def mma_warps_n(rows: int, cols: int, warps: int) -> int:
+    """Warps along the columns of an `mma_c` accumulator (rows x cols over `warps` warps) that read the
+    fewest shared-memory bytes per mma.sync: a warp tile of mb m16 blocks x nb n8 blocks loads, per k16
+    step, mb A fragments and nb/2 B fragment pairs (one ldmatrix.x4 each) for mb * nb mma.syncs, i.e.
+    1/nb + 1/(2 mb) = 8 N/cols + 8 (W/N)/rows loads per mma.sync. Only grids whose warp tiles are whole
+    m16 blocks and whole n16 pairs count; ties go to fewer column warps; 1 when nothing else fits (the
+    1-D layout: whole rows per warp). 256 x 128 over 8 warps: 2 (64 x 64 warp tiles, 0.25 loads per
+    mma.sync against 0.31 for 32 x 128); 128 x 256: 4 (0.25 against 0.53 for 16 x 256)."""
+    best, best_cost = 1, None
+    for wn in range(1, warps + 1):
+        wm = warps // wn
+        if warps % wn or rows % (MMA_M * wm) or cols % (2 * MMA_N * wn):
+            continue
+        cost = Fraction(wn, cols) + Fraction(wm, rows)
+        if best_cost is None or cost < best_cost:
+            best, best_cost = wn, cost
+    return best
 
 
 def row_split(rows: int, cols: int, vec: int, warps: int, max_elems: int) -> tuple[int, int] | None:
@@ -349,19 +393,22 @@ def _tile_fragment(kind: str, layout: RegisterLayout, dtype: str, rows: int, col
         c = (q_mul * q)[:, None, None] + c_off[None, None, :] + 0 * blocks[None, :, None]
         return np.stack([r.reshape(threads, -1), c.reshape(threads, -1)], axis=-1)
     if kind in ("mma_a", "mma_c"):
-        warps = layout.split
-        if rows % (MMA_M * warps):
-            raise ValueError(f"{rows} rows do not split into {warps} warps of m16 blocks")
-        slab = rows // warps
+        # §6.3 C: row = g + 8(i>>1), col = 2q + (i&1), per n8 block; A: row = g + 8((i>>1)&1),
+        # col = 2q + (i&1) + 8(i>>2), per k16 block: the same formula. With warps_n = N the warps form a
+        # (W/N) x N grid and warp w repeats it over its own block (rows of w / N, columns of w % N).
+        wm, wn = layout.row_warps, layout.col_warps
+        if rows % (MMA_M * wm):
+            raise ValueError(f"{rows} rows do not split into {wm} warps of m16 blocks")
+        if wn > 1 and cols % (MMA_N * wn):
+            raise ValueError(f"{cols} columns do not split into {wn} warps of n8 blocks")
+        slab, width = rows // wm, cols // wn
         blocks = np.arange(slab // MMA_M) * MMA_M
-        if kind == "mma_c":  # §6.3 C: row = g + 8(i>>1), col = 2q + (i&1), per n8 block
-            i = np.arange(cols // 2)
-        else:  # §6.3 A: row = g + 8((i>>1)&1), col = 2q + (i&1) + 8(i>>2), per k16 block
-            i = np.arange(cols // 2)
-        r_off, c_off = 8 * ((i >> 1) & 1), 8 * (i >> 2) + (i & 1)  # the same formula for A and C
-        base = warp * slab + g
+        i = np.arange(width // 2)
+        r_off, c_off = 8 * ((i >> 1) & 1), 8 * (i >> 2) + (i & 1)
+        base = (warp // wn) * slab + g
+        col0 = (warp % wn) * width + 2 * q
         r = base[:, None, None] + blocks[None, :, None] + r_off[None, None, :]
-        c = (2 * q)[:, None, None] + c_off[None, None, :] + 0 * blocks[None, :, None]
+        c = col0[:, None, None] + c_off[None, None, :] + 0 * blocks[None, :, None]
         return np.stack([r.reshape(threads, -1), c.reshape(threads, -1)], axis=-1)
     if kind == "mma_b":  # §6.3 B (K x N): k = 2q + (i&1) + 8(i>>1), n = g; every warp holds all
         kb = np.arange(rows // MMA_K) * MMA_K
@@ -409,11 +456,13 @@ def _vector_fragment(kind: str, layout: RegisterLayout, n: int) -> np.ndarray:
             slab = n // wg
             blocks = np.arange(slab // WGMMA_M) * WGMMA_M
             base = (t // WARPGROUP) * slab + 16 * (warp % 4) + g
-        else:
-            warps = layout.split
-            slab = n // warps
+        else:  # mma_c; with warps_n, the warps of one grid row hold the same rows
+            wm, wn = layout.row_warps, layout.col_warps
+            if wn > 1 and n % (MMA_M * wm):
+                raise ValueError(f"{n} rows do not split into {wm} warps of m16 blocks")
+            slab = n // wm
             blocks = np.arange(slab // MMA_M) * MMA_M
-            base = warp * slab + g
+            base = (warp // wn) * slab + g
         h = np.array([0, 8])
         return (base[:, None, None] + blocks[None, :, None] + h[None, None, :]).reshape(threads, -1)
     if kind == "row_vec":  # every lane of warp w holds the values of w's rows (of its row group's)
@@ -423,8 +472,12 @@ def _vector_fragment(kind: str, layout: RegisterLayout, n: int) -> np.ndarray:
     if kind == "col_vec":
         of = str(layout.of)
         if of in ("wgmma_acc", "mma_c"):  # cols 8j + 2q + {0, 1}: what the thread's fragment covers
-            j = np.arange(n // 8) * 8
-            cols = (2 * q)[:, None, None] + j[None, :, None] + np.arange(2)[None, None, :]
+            wn = layout.col_warps  # of the warp's own columns, with warps_n
+            if wn > 1 and n % (MMA_N * wn):
+                raise ValueError(f"{n} columns do not split into {wn} warps of n8 blocks")
+            width = n // wn
+            j = np.arange(width // 8) * 8
+            cols = ((warp % wn) * width + 2 * q)[:, None, None] + j[None, :, None] + np.arange(2)[None, None, :]
             return cols.reshape(threads, -1)
         if of == "row":  # the columns the thread's chunks cover (of its warp's part of the row)
             vec, parts = layout.chunk, layout.nparts
