@@ -11,6 +11,7 @@ import pytest
 
 import tkir
 from tkir.backend import cuda as tkcuda
+from tkir.check import check_kernel
 from tkir.examples import load_companion, relative_error
 from tkir.passes.registry import DEFAULT_PIPELINE
 
@@ -51,15 +52,8 @@ def test_sm80_matches_reference_on_gpu(name: str, sizes: dict, consts: dict, pas
     comp = load_companion(path)
     k = tkir.compile(path, target="sm_80", passes=passes, **consts)
     assert ("pipe.async_wait" in k.ir) == (passes != NO_PIPE)
-    host = comp.make_inputs(np.random.default_rng(), sizes, consts)  # outputs poisoned with NaN
-    want = comp.reference(host, sizes, consts)
-    dev = [tkcuda.to_device(a) for a in host]
-    k(*dev)
-    for out in comp.OUTPUTS:
-        got = dev[comp.PARAMS.index(out)].numpy().astype(np.float64)
-        assert not np.isnan(got).any(), f"{name} {sizes} {consts}: {out} not fully written"
-        err = relative_error(got, want[out])
-        assert err <= comp.TOLERANCE, f"{name} {sizes} {consts}: {out} rel err {err:.3e} > {comp.TOLERANCE}"
+    result = check_kernel(k, comp, sizes, consts, name=name)  # outputs poisoned with NaN: unwritten fails
+    assert result.ok, result
 
 
 @pytest.mark.gpu
@@ -113,12 +107,5 @@ def test_sm80_warp_grid_matches_reference_on_gpu(name: str, sizes: dict, consts:
     k = tkir.compile(path, target="sm_80", passes=passes, **consts)
     acc = next(line for line in k.ir.splitlines() if "tk.mma" in line)
     assert (grid in acc) if grid else ("warps_n" not in acc), acc
-    host = comp.make_inputs(np.random.default_rng(13), sizes, consts)  # outputs poisoned with NaN
-    want = comp.reference(host, sizes, consts)
-    dev = [tkcuda.to_device(a) for a in host]
-    k(*dev)
-    for out in comp.OUTPUTS:
-        got = dev[comp.PARAMS.index(out)].numpy().astype(np.float64)
-        assert not np.isnan(got).any(), f"{name} {sizes} {consts}: {out} not fully written"
-        err = relative_error(got, want[out])
-        assert err <= comp.TOLERANCE, f"{name} {sizes} {consts}: {out} rel err {err:.3e} > {comp.TOLERANCE}"
+    result = check_kernel(k, comp, sizes, consts, rng=np.random.default_rng(13), name=name)
+    assert result.ok, result

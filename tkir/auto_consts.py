@@ -19,6 +19,7 @@ before it and why it was refused (`auto_refused`), so `tkc compile` output and `
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 
 from tkir.diagnostics import CompileError
@@ -26,6 +27,7 @@ from tkir.ir import Module
 
 AUTO = "auto"
 STOP_AFTER = "plan-occupancy"  # the last pass a candidate must survive
+_AUTO_WORD = re.compile(r"\bauto\b")
 
 
 def auto_names(path: str, overrides: dict[str, object]) -> list[str]:
@@ -33,7 +35,10 @@ def auto_names(path: str, overrides: dict[str, object]) -> list[str]:
     from tkir.frontend.parse import parse_source
     from tkir.source_text import read_source
 
-    kernel = parse_source(read_source(path), str(path))
+    text = read_source(path)
+    if AUTO not in overrides.values() and not _AUTO_WORD.search(text):
+        return []  # the common case: no extra parse on the compile path
+    kernel = parse_source(text, str(path))
     return [c.name for c in kernel.consts if overrides.get(c.name, c.value) == AUTO]
 
 
