@@ -22,12 +22,15 @@ from __future__ import annotations
 import json
 import math
 import statistics
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 L2_BYTES = 60 * 2**20        # H200 L2 (KINDS.md: PyTorch reported 60 MB)
 ROTATE_FACTOR = 3            # rotated input bytes >= 3 x L2
 MAX_ROTATE_SETS = 16
+WARMUP_S = 0.25             # seconds of warm-up runs per timed group (clocks ramp up; METHOD.md: warm up first)
+WARMUP_MAX_ROUNDS = 2000
 FLUSH_BYTES = 256 * 2**20    # zeroed before every timed run: > 4x the L2
 ROTATE_BUDGET = 24 * 2**30   # never allocate more than this for rotation
 
@@ -137,9 +140,16 @@ def time_pair_ms(torch, fns_for_set: list, nsets: int, reps: int, warmup: int) -
     kernel 1, ... each after its own L2 flush and with its own CUDA events, so clock and temperature
     drift during the run touch every kernel alike (METHOD.md: compare versions in one run)."""
     flush = _flush_buffer(torch)
-    for i in range(warmup):
+    # warm-up: at least `warmup` rounds and WARMUP_S seconds, so an idle GPU's clocks have ramped up
+    # before the first timed run (an H200 idles at 345 MHz; a few short kernels do not wake it)
+    start_s, i = time.perf_counter(), 0
+    while i < warmup or (time.perf_counter() - start_s < WARMUP_S and i < WARMUP_MAX_ROUNDS):
         for f in fns_for_set:
+            flush.zero_()
             f(i % nsets)()
+        i += 1
+        if i >= warmup:
+            torch.cuda.synchronize()
     torch.cuda.synchronize()
     times: list[list[float]] = [[] for _ in fns_for_set]
     for i in range(reps):
