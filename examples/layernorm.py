@@ -8,11 +8,12 @@ import numpy as np
 KERNEL = "layernorm.tk"
 PARAMS = ["X", "W", "Bias", "Y"]
 OUTPUTS = ["Y"]
-DEFAULT_CONSTS = dict(ROWS=16, D=1024)
+DEFAULT_CONSTS = dict(ROWS=16, D=1024, DC=1024)
 
-# N a multiple of ROWS=16; the second size also changes the row length D.
-CHECK_SIZES = [dict(N=256), dict(N=128)]
-CHECK_CONSTS = [{}, {"D": 512}]
+# N a multiple of ROWS=16; the second size also changes the row length D. The last two walk the
+# rows in chunks (D > DC, two passes): four chunks of 1024, and three of 512.
+CHECK_SIZES = [dict(N=256), dict(N=128), dict(N=32), dict(N=48)]
+CHECK_CONSTS = [{}, {"D": 512}, {"D": 4096, "DC": 1024}, {"D": 1536, "DC": 512}]
 BENCH_SIZES = [dict(N=16384), dict(N=65536)]
 BENCH_CONSTS = [{}, {}]
 PEER = "torch.nn.functional.layer_norm"
