@@ -53,8 +53,13 @@ CASES = [
     ("rmsnorm", dict(N=1001), {"D": 8192, "DC": 8192, "ROWS": 2, "WG": 2}),
     ("rmsnorm", dict(N=777), {"D": 8192, "DC": 8192, "ROWS": 1, "WG": 2}),   # the bench config
     ("rmsnorm", dict(N=301), {"D": 4096, "DC": 4096, "ROWS": 1, "WG": 1}),
-    ("softmax", dict(N=999), {"D": 8192, "ROWS": 1, "WG": 1}),
-    ("layernorm", dict(N=333), {"D": 4096, "ROWS": 2, "WG": 1}),
+    ("softmax", dict(N=999), {"D": 8192, "DC": 8192, "ROWS": 1, "WG": 1}),
+    ("layernorm", dict(N=333), {"D": 4096, "DC": 4096, "ROWS": 2, "WG": 1}),
+    # wide rows in chunks (D > DC, two passes): online max and sum; Chan's merge of mean and M2
+    ("softmax", dict(N=999), {"D": 16384, "DC": 8192, "ROWS": 1, "WG": 1}),
+    ("softmax", dict(N=300), {"D": 4096}),
+    ("layernorm", dict(N=333), {"D": 16384, "DC": 4096, "ROWS": 2, "WG": 1}),
+    ("layernorm", dict(N=300), {"D": 3072}),
 ]
 
 
