@@ -340,7 +340,8 @@ def tune(path: str, sizes: dict[str, int], *, fixed: dict | None = None, target:
     if ngpus > 1:
         _time_on_gpus(path, sizes, cands, target=target, passes=passes, reps=reps, ngpus=ngpus)
     else:
-        time_points(path, sizes, cands, target=target, passes=passes, reps=reps, device_index=0, companion=companion)
+        extra = {} if companion is None else {"companion": companion}
+        time_points(path, sizes, cands, target=target, passes=passes, reps=reps, device_index=0, **extra)
     timed = [c for c in cands if c.status == "timed"]
     best = min(timed, key=lambda c: c.ms).consts if timed else None
     from tkir.examples import load_companion
