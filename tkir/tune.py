@@ -199,15 +199,16 @@ def _message(e: CompileError) -> str:
 
 
 def time_points(path: str, sizes: dict[str, int], cands: list[Candidate], *, target: str, passes: str | None,
-                reps: int, device_index: int | None = None) -> None:
-    """Check every kept point against the companion's reference, then time them interleaved (torch)."""
+                reps: int, device_index: int | None = None, companion=None) -> None:
+    """Check every kept point against the companion's reference, then time them interleaved (torch).
+    `companion`: one to use instead of the kernel's own (e.g. with torch_inputs added)."""
     import torch
 
     import tkir
     from tkir.bench import _rel_err, _to_torch, time_pair_ms
     from tkir.examples import load_companion
 
-    comp = load_companion(path)
+    comp = companion if companion is not None else load_companion(path)
     kept = [c for c in cands if c.status == "kept"]
     if not kept:
         return
@@ -321,8 +322,9 @@ def gpu_count() -> int:
 
 def tune(path: str, sizes: dict[str, int], *, fixed: dict | None = None, target: str = "sm_90a",
          passes: str | None = None, reps: int = DEFAULT_REPS, jobs: int | None = None, force: bool = False,
-         progress=None) -> TuneResult:
-    """Steps 1-5 (see the module docstring); reads the cache first unless `force`."""
+         progress=None, companion=None) -> TuneResult:
+    """Steps 1-5 (see the module docstring); reads the cache first unless `force`. `companion`: time with
+    this companion instead of the kernel's own (one GPU; the multi-GPU workers load the kernel's own)."""
     from tkir.backend import cache
 
     device = gpu_name()
@@ -338,7 +340,8 @@ def tune(path: str, sizes: dict[str, int], *, fixed: dict | None = None, target:
     if ngpus > 1:
         _time_on_gpus(path, sizes, cands, target=target, passes=passes, reps=reps, ngpus=ngpus)
     else:
-        time_points(path, sizes, cands, target=target, passes=passes, reps=reps, device_index=0)
+        extra = {} if companion is None else {"companion": companion}
+        time_points(path, sizes, cands, target=target, passes=passes, reps=reps, device_index=0, **extra)
     timed = [c for c in cands if c.status == "timed"]
     best = min(timed, key=lambda c: c.ms).consts if timed else None
     from tkir.examples import load_companion
