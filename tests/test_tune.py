@@ -98,7 +98,7 @@ def test_tune_annotation_leaves_the_ir_alone() -> None:
 
 
 def test_dry_run_drops_with_reasons_and_keeps_the_default_point() -> None:
-    r = tune.dry_run(GEMM, BIG, jobs=1, fixed={"BN": 256})
+    r = tune.dry_run(GEMM, BIG, jobs=1, fixed={"BN": 256, "SK": 0})
     by = {c.label(): c for c in r.candidates}
     assert len(r.candidates) == 8
     big = by["BM=128 BN=256 STAGES=6"]
@@ -147,6 +147,25 @@ def test_model_waves_and_work() -> None:
     assert one.bytes_per_block == (128 * 64 + 64 * 256) * 2 * 16 + 128 * 256 * 2  # A and B per k step, C once
     unpipelined = predict(m, dict(M=128 * 132, N=256, K=1024), blocks_per_sm=1, stages=1)
     assert unpipelined.ms > one.ms  # copies no longer overlap the math
+
+
+def test_model_sees_the_stream_k_split() -> None:
+    """With the compiled kernel's stream_k attr the model follows the kernel's split: at M = 1 the 16
+    tiles of 128 x 256 spread over 132 blocks (about 8x less per block, at 75% of the rate, plus the
+    fix-up); at 4096^3 the last round (116 of 132 blocks) is too full to split: the same prediction."""
+    m = build_module(GEMM, {"BM": 128, "BN": 256})
+    attr = {"min_iters": 16, "max_tail_pct": 60}
+    skinny = dict(M=1, N=4096, K=14336)
+    plain, split = predict(m, skinny, 1, 4), predict(m, skinny, 1, 4, stream_k=attr)
+    assert (plain.blocks, plain.split_blocks) == (16, 0)
+    assert (split.blocks, split.split_blocks, split.split_tiles) == (132, 132, 16)
+    assert split.ms < plain.ms / 3
+    assert predict(m, BIG, 1, 4, stream_k=attr) == predict(m, BIG, 1, 4)
+    # 8192 x 8192: 2048 tiles, 15 rounds + 68 (52% of 132): the tail is split over all 132 blocks
+    tail = predict(m, dict(M=8192, N=8192, K=8192), 1, 4, stream_k=attr)
+    assert (tail.split_tiles, tail.split_blocks, tail.waves) == (68, 132, 16)
+    # short K: 16 tiles x 16 iterations / 16 = 16 blocks, no more than tiles: not split
+    assert predict(m, dict(M=1, N=4096, K=1024), 1, 4, stream_k=attr).split_blocks == 0
 
 
 def test_rank_statistics() -> None:
