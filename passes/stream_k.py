@@ -1,12 +1,15 @@
-"""stream-k: split the last partial wave of a persistent GEMM along K across every block.
+"""stream-k: split the K loops of a persistent GEMM's last partial round (or, with fewer tiles than
+blocks, of all its tiles) across the blocks.
 
 A persistent kernel (after `persistent`) over `T` output tiles on `P` blocks runs `ceil(T / P)`
 rounds; when `T % P` is not 0 the last round keeps only `T % P` blocks busy (4096^3 with 128x256
-tiles: 512 tiles on 132 SMs, 3.88 rounds of work in 4). This pass keeps the first `T - T % P` tiles
-data-parallel (whole tiles, as before) and spreads the K iterations of the remaining `T % P` tiles
-evenly over all `P` blocks (Stream-K, Osama et al., PPoPP 2023, "data-parallel + one-tile stream-K"):
-block `p` takes iterations `[p * S / P, (p + 1) * S / P)` of the `S = (T % P) * nk` left, which
-cross at most a few tiles.
+tiles: 512 tiles on 132 SMs, 3.88 rounds of work in 4), and with `T < P` (a skinny, decode-time GEMM:
+M = 1, N = 4096 is 16 tiles) most SMs idle. This pass keeps the first `T - R` tiles data-parallel
+(whole tiles, as before), `R = T % P` (all T when T < P), and spreads the K iterations of the
+remaining `R` tiles evenly over `Q` blocks (Stream-K, Osama et al., PPoPP 2023: "data-parallel +
+one-tile stream-K" after a full round, plain Stream-K when there is none): block `p < Q` takes
+iterations `[p * S / Q, (p + 1) * S / Q)` of the `S = R * nk` left. After a full round `Q = P`; with
+fewer tiles than blocks `Q = min(P, R * nk / min_iters)`, so each block gets at least `min_iters`.
 
 Rewrites, in each role of a kernel it applies to:
 * the persistent tile loop's upper bound becomes `%sk_dp_tiles`;
@@ -21,19 +24,22 @@ Rewrites, in each role of a kernel it applies to:
   rarely waits.
 Kernel-level ops compute the schedule and declare the workspace (`tk.workspace`, one f32 tile per
 block plus one flag per block and consumer warpgroup) and `tk.launch_count`. The kernel gains
-`stream_k = {min_iters = N, max_tail_pct = P}`.
+`stream_k = {min_iters = N, max_tail_pct = P}`, and its grid becomes stream_k_grid's: one block per SM
+when T >= NUM_SMS, else the Q blocks of the split (T when it does not split).
 
-It applies when the consumer's K loop carries exactly one value, an f32 accumulator that starts at
-0 (`tk.fill`) and is only updated by `tk.mma` (so partial sums over K add up to the whole), and the
-producer's K loop carries none. At run time the tail is split only if there is at least one full
-round, the tail fills at most `max_tail` percent of the blocks (`stream-k{max_tail=P}`, default
-MAX_TAIL_PCT) and every block gets at least `min_iters` iterations (`stream-k{min_iters=N}`, default
-MIN_ITERS); otherwise the schedule is the plain persistent one. The pass is not in the default
-pipeline (the measurements below say why): name it after `persistent`, e.g. `--passes=...,persistent,stream-k,
-canonicalize`. It runs one block per SM: a balanced persistent grid becomes `min(T, NUM_SMS)`
-(tkir.passes.persistent.one_block_per_sm), so the last round is the one it spreads. Requires every
-block to be resident at once (the persistent grid is at most one block per SM), since owners wait
-for other blocks.
+It applies when the consumer's K loop (from 0, step 1) carries exactly one value, an f32
+accumulator that starts at 0 (`tk.fill`) and is only updated by `tk.mma` (so partial sums over K add
+up to the whole), and the producer's K loop carries none. At run time the R tiles are split only if
+they fill at most `max_tail` percent of the Q blocks (`stream-k{max_tail=P}`, default MAX_TAIL_PCT)
+and every block gets at least `min_iters` iterations (`stream-k{min_iters=N}`, default MIN_ITERS);
+otherwise the schedule is the plain persistent one.
+
+The default pipeline runs `stream-k{opt_in=true}`: only kernels whose source asks (`@stream_k(1)`,
+the kernel attr `stream_k_requested`, which the rewrite consumes) change, so `@tune` can choose it
+per shape (examples/gemm.tk's SK). Named without opt_in (`--passes=...,persistent,stream-k,
+canonicalize`) it rewrites every kernel it applies to. On sm_80 there are no roles or persistent
+loop, so it leaves a kernel alone there. Requires every block to be resident at once (the grid is at
+most one block per SM), since owners wait for other blocks.
 """
 
 from __future__ import annotations
@@ -52,11 +58,11 @@ from tkir.types import I32, GlobalType, ScalarType, TileType
 # of the data-parallel rate (partials cost a 128 KB store and load each; blocks at different K offsets
 # share less of L2), so splitting a tail wave that is more than about 60% full loses (4096^3: 116 of
 # 132 tiles, -4%; 4096x4096x8192, -11%), while a tail near half full wins (8192^3: 68 of 132, +1.6%).
-# Off by default: the kernel that carries both schedules measured 1-4% slower where the split does
-# not happen (2048^3: 609 vs 637 TFLOP/s; its SASS is 2.6x longer) and 1-2% faster where it does
-# (8192^3), so it is a research pass, not in the default pipeline (passes/registry.py).
+# Opt-in: the kernel that carries both schedules measured 1-4% slower where the split does not happen
+# (2048^3: 609 vs 637 TFLOP/s; its SASS is 2.6x longer) and 1-2% faster where it does (8192^3), so the
+# default pipeline runs it only for kernels that ask (@stream_k(1); `tkc tune` chooses per shape).
 MIN_ITERS = 16       # K iterations per block below which the tail is not split (fix-up would dominate)
-MAX_TAIL_PCT = 60    # split only tails that fill at most this percentage of the blocks
+MAX_TAIL_PCT = 60    # split only tails that fill at most this percentage of the blocks they are split over
 I1 = ScalarType("i1")
 REQUEST_ATTR = "stream_k_requested"  # the kernel attr `@stream_k(1)` sets (frontend/lower.py STREAM_K_ATTR)
 
