@@ -69,7 +69,9 @@ FP8_DTYPES = ("e4m3", "e5m2")
 PREDICATE_DTYPE = "i1"  # tk.cmp results; tk.select conditions
 ALL_FUNCS = (*UNARY_FUNCS, *CAST_FUNCS, *REDUCTIONS, *OTHER_FUNCS)
 ANNOTATIONS = {"stages": "a for loop", "swizzle": "a shared declaration",
-               "no_tma": "a load statement", "warpgroups": "the kernel", "tune": "the kernel"}
+               "no_tma": "a load statement", "warpgroups": "the kernel", "tune": "the kernel",
+               "stream_k": "the kernel"}
+STREAM_K_ATTR = "stream_k_requested"  # what `@stream_k(1)` records; passes/stream_k.py reads it
 BINARY_NAMES = {"+": "add", "-": "sub", "*": "mul", "/": "div", "%": "rem", "max": "max", "min": "min"}
 # what the name check of an untaken compile-time branch knows (frontend/names.py)
 VOCABULARY = Vocabulary(
@@ -386,7 +388,7 @@ class _Lowerer:
     def annotations(self, anns: list[ast.Annotation], where: str) -> dict[str, dict[str, object]]:
         """Check annotations against the construct they precede; name -> the attrs they add."""
         out: dict[str, dict[str, object]] = {}
-        allowed = {"kernel": ("warpgroups", "tune"), "for": ("stages",), "shared": ("swizzle",),
+        allowed = {"kernel": ("warpgroups", "tune", "stream_k"), "for": ("stages",), "shared": ("swizzle",),
                    "load": ("no_tma",), "none": ()}[where]
         for a in anns:
             if a.name not in ANNOTATIONS:
@@ -430,6 +432,18 @@ class _Lowerer:
         """`@tune(...)`: checked here (frontend/tune.py); the search space adds nothing to the IR."""
         check_tune(self.kernel_ast, a, self.source)
         return {}
+
+    def ann_stream_k(self, a: ast.Annotation) -> dict[str, object]:
+        """`@stream_k(S)`: S a compile-time 0 or 1 (usually a const, so `@tune` can choose it); 1 asks
+        the stream-k pass for the Stream-K schedule (passes/stream_k.py), 0 adds nothing to the IR."""
+        if len(a.args) != 1 or a.kwargs:
+            raise self.error(a.loc, "'@stream_k' takes one argument",
+                             hint="write @stream_k(1), or @stream_k(SK) with a const SK = 0 or 1")
+        c = self.const_eval(a.args[0])
+        if c not in (0, 1) or isinstance(c, float):
+            raise self.error(a.args[0].loc, "bad argument to '@stream_k': expected 0 (off) or 1 (on)",
+                             hint="a compile-time 0 or 1, e.g. a const SK that @tune(SK=[0, 1]) chooses")
+        return {STREAM_K_ATTR: True} if c == 1 else {}
 
     def ann_warpgroups(self, a: ast.Annotation) -> dict[str, object]:
         if a.args or not a.kwargs:

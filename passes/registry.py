@@ -51,14 +51,16 @@ DEFAULT_PIPELINE: list[str] = [
     "pipeline-cp-async",  # the mma.sync path's (sm_80) cp.async ring buffers: copies S-1 k-tiles ahead
     "early-release",   # one ring per loaded tile: each stage released by the mma that read it last
     "persistent",      # one block per SM over output tiles, grouped order
+    "stream-k{opt_in=true}",  # Stream-K, only for kernels whose source asks (@stream_k(1)): tkc tune chooses
     "split-masks",     # loops split so that element masks run only where they can mask
     "overlap-mma",     # next block's q @ k.T issued before this block's softmax (FA3)
     "pingpong",        # consumer warpgroups take turns issuing their mmas: one's softmax under the other's
     "canonicalize",    # clean up what the rewrites left
 ]
-# Not in it (research passes, measured slower on the H200; docs/experiments.md): stream-k (after
-# persistent; passes/stream_k.py says why) and longest-first (after persistent: causal attention
-# 0-8% slower reversed in place, up to 18% with move_last).
+# stream-k runs opt-in only: for every kernel it can rewrite it measured slower on the H200 at square
+# sizes (passes/stream_k.py says why); `stream-k` without opt_in, named in a pipeline, forces it.
+# Not in it (a research pass, measured slower on the H200; docs/experiments.md): longest-first (after
+# persistent: causal attention 0-8% slower reversed in place, up to 18% with move_last).
 
 # deprecated `--pass-option KEY=VALUE` (tkir.compile(pass_options=...)) -> (pass, parameter)
 LEGACY_OPTIONS: dict[str, tuple[str, str]] = {
@@ -69,7 +71,7 @@ LEGACY_OPTIONS: dict[str, tuple[str, str]] = {
     "epilogue_chunk": ("create-tma", "epilogue_chunk"),
     "l2_promotion": ("create-tma", "l2_promotion"),
 }
-LEGACY_SWITCHES = {"stream_k": "adds stream-k after persistent (and persistent{balanced_grid=0})"}
+LEGACY_SWITCHES = {"stream_k": "forces stream-k after persistent (and persistent{balanced_grid=0})"}
 
 
 def _legacy_value(value: object) -> str:
@@ -80,8 +82,9 @@ def legacy_pipeline(pipeline: list[PassSpec] | str | list[str], options: dict[st
                     explicit: bool = False) -> list[PassSpec]:
     """The pipeline with the deprecated pass options applied as parameters of the passes in it.
 
-    `stream_k=1` sets `persistent{balanced_grid=0}` unless given, and adds `stream-k` after `persistent`
-    when the pipeline is the default one (`explicit` False), whose stream-k it used to switch on;
+    `stream_k=1` sets `persistent{balanced_grid=0}` unless given, and forces stream-k when the
+    pipeline is the default one (`explicit` False): its opt-in `stream-k{opt_in=true}` loses the
+    opt_in (a pipeline without stream-k gets `stream-k` after `persistent`);
     every other key sets a parameter of the pass it belongs to (LEGACY_OPTIONS), on each occurrence
     of that pass (an option for a pass the pipeline does not run changes nothing, as before).
     Emits one DeprecationWarning naming the new spelling."""
@@ -98,10 +101,14 @@ def legacy_pipeline(pipeline: list[PassSpec] | str | list[str], options: dict[st
         if key in LEGACY_OPTIONS:
             pass_name, name = LEGACY_OPTIONS[key]
             params.setdefault(pass_name, {})[name] = _legacy_value(value)
-    if _legacy_value(options.get("stream_k", 0)) in ("1", "true") and not any(s.name == "stream-k" for s in specs):
-        params.setdefault("persistent", {}).setdefault("balanced_grid", "false")
+    if _legacy_value(options.get("stream_k", 0)) in ("1", "true"):
+        named = [s for s in specs if s.name == "stream-k"]
+        if not named or all(s.params.get("opt_in") in ("true", "1") for s in named):
+            params.setdefault("persistent", {}).setdefault("balanced_grid", "false")
+        if not explicit and named and all(s.params.get("opt_in") in ("true", "1") for s in named):
+            params.setdefault("stream-k", {})["opt_in"] = "false"  # the default pipeline's opt-in entry, forced
         at = next((i + 1 for i, s in enumerate(specs) if s.name == "persistent"), None)
-        if at is not None and not explicit:
+        if at is not None and not explicit and not named:
             specs = [*specs[:at], PassSpec("stream-k"), *specs[at:]]
     out = [PassSpec(s.name, {**s.params, **params.get(s.name, {})}, s.col, s.param_cols, s.source) for s in specs]
     warnings.warn("pass options are deprecated; write the pipeline with pass parameters instead: "

@@ -1,12 +1,15 @@
-"""stream-k: split the last partial wave of a persistent GEMM along K across every block.
+"""stream-k: split the K loops of a persistent GEMM's last partial round (or, with fewer tiles than
+blocks, of all its tiles) across the blocks.
 
 A persistent kernel (after `persistent`) over `T` output tiles on `P` blocks runs `ceil(T / P)`
 rounds; when `T % P` is not 0 the last round keeps only `T % P` blocks busy (4096^3 with 128x256
-tiles: 512 tiles on 132 SMs, 3.88 rounds of work in 4). This pass keeps the first `T - T % P` tiles
-data-parallel (whole tiles, as before) and spreads the K iterations of the remaining `T % P` tiles
-evenly over all `P` blocks (Stream-K, Osama et al., PPoPP 2023, "data-parallel + one-tile stream-K"):
-block `p` takes iterations `[p * S / P, (p + 1) * S / P)` of the `S = (T % P) * nk` left, which
-cross at most a few tiles.
+tiles: 512 tiles on 132 SMs, 3.88 rounds of work in 4), and with `T < P` (a skinny, decode-time GEMM:
+M = 1, N = 4096 is 16 tiles) most SMs idle. This pass keeps the first `T - R` tiles data-parallel
+(whole tiles, as before), `R = T % P` (all T when T < P), and spreads the K iterations of the
+remaining `R` tiles evenly over `Q` blocks (Stream-K, Osama et al., PPoPP 2023: "data-parallel +
+one-tile stream-K" after a full round, plain Stream-K when there is none): block `p < Q` takes
+iterations `[p * S / Q, (p + 1) * S / Q)` of the `S = R * nk` left. After a full round `Q = P`; with
+fewer tiles than blocks `Q = min(P, R * nk / min_iters)`, so each block gets at least `min_iters`.
 
 Rewrites, in each role of a kernel it applies to:
 * the persistent tile loop's upper bound becomes `%sk_dp_tiles`;
@@ -21,23 +24,27 @@ Rewrites, in each role of a kernel it applies to:
   rarely waits.
 Kernel-level ops compute the schedule and declare the workspace (`tk.workspace`, one f32 tile per
 block plus one flag per block and consumer warpgroup) and `tk.launch_count`. The kernel gains
-`stream_k = {min_iters = N, max_tail_pct = P}`.
+`stream_k = {min_iters = N, max_tail_pct = P}`, and its grid becomes stream_k_grid's: one block per SM
+when T >= NUM_SMS, else the Q blocks of the split (T when it does not split).
 
-It applies when the consumer's K loop carries exactly one value, an f32 accumulator that starts at
-0 (`tk.fill`) and is only updated by `tk.mma` (so partial sums over K add up to the whole), and the
-producer's K loop carries none. At run time the tail is split only if there is at least one full
-round, the tail fills at most `max_tail` percent of the blocks (`stream-k{max_tail=P}`, default
-MAX_TAIL_PCT) and every block gets at least `min_iters` iterations (`stream-k{min_iters=N}`, default
-MIN_ITERS); otherwise the schedule is the plain persistent one. The pass is not in the default
-pipeline (the measurements below say why): name it after `persistent`, e.g. `--passes=...,persistent,stream-k,
-canonicalize`. It runs one block per SM: a balanced persistent grid becomes `min(T, NUM_SMS)`
-(tkir.passes.persistent.one_block_per_sm), so the last round is the one it spreads. Requires every
-block to be resident at once (the persistent grid is at most one block per SM), since owners wait
-for other blocks.
+It applies when the consumer's K loop (from 0, step 1) carries exactly one value, an f32
+accumulator that starts at 0 (`tk.fill`) and is only updated by `tk.mma` (so partial sums over K add
+up to the whole), and the producer's K loop carries none. At run time the R tiles are split only if
+they fill at most `max_tail` percent of the Q blocks (`stream-k{max_tail=P}`, default MAX_TAIL_PCT)
+and every block gets at least `min_iters` iterations (`stream-k{min_iters=N}`, default MIN_ITERS);
+otherwise the schedule is the plain persistent one.
+
+The default pipeline runs `stream-k{opt_in=true}`: only kernels whose source asks (`@stream_k(1)`,
+the kernel attr `stream_k_requested`, which the rewrite consumes) change, so `@tune` can choose it
+per shape (examples/gemm.tk's SK). Named without opt_in (`--passes=...,persistent,stream-k,
+canonicalize`) it rewrites every kernel it applies to. On sm_80 there are no roles or persistent
+loop, so it leaves a kernel alone there. Requires every block to be resident at once (the grid is at
+most one block per SM), since owners wait for other blocks.
 """
 
 from __future__ import annotations
 
+import ast as pyast
 from dataclasses import dataclass
 
 from tkir.ir import Block, Module, Operation, Region, Value, clone_op, uses_of
@@ -51,18 +58,21 @@ from tkir.types import I32, GlobalType, ScalarType, TileType
 # of the data-parallel rate (partials cost a 128 KB store and load each; blocks at different K offsets
 # share less of L2), so splitting a tail wave that is more than about 60% full loses (4096^3: 116 of
 # 132 tiles, -4%; 4096x4096x8192, -11%), while a tail near half full wins (8192^3: 68 of 132, +1.6%).
-# Off by default: the kernel that carries both schedules measured 1-4% slower where the split does
-# not happen (2048^3: 609 vs 637 TFLOP/s; its SASS is 2.6x longer) and 1-2% faster where it does
-# (8192^3), so it is a research pass, not in the default pipeline (passes/registry.py).
+# Opt-in: the kernel that carries both schedules measured 1-4% slower where the split does not happen
+# (2048^3: 609 vs 637 TFLOP/s; its SASS is 2.6x longer) and 1-2% faster where it does (8192^3), so the
+# default pipeline runs it only for kernels that ask (@stream_k(1); `tkc tune` chooses per shape).
 MIN_ITERS = 16       # K iterations per block below which the tail is not split (fix-up would dominate)
-MAX_TAIL_PCT = 60    # split only tails that fill at most this percentage of the blocks
+MAX_TAIL_PCT = 60    # split only tails that fill at most this percentage of the blocks they are split over
 I1 = ScalarType("i1")
+REQUEST_ATTR = "stream_k_requested"  # the kernel attr `@stream_k(1)` sets (frontend/lower.py STREAM_K_ATTR)
 
 
 class StreamK(Pass):
     name = "stream-k"
     min_iters: int = param(MIN_ITERS, "K iterations each block must get for the tail to be split")
     max_tail: int = param(MAX_TAIL_PCT, "split only tails that fill at most this percentage of the blocks")
+    opt_in: bool = param(False, "rewrite only kernels whose source asks (@stream_k(1)); false: every kernel "
+                                "the pass applies to (the default pipeline runs stream-k{opt_in=true})")
 
     def __post_init__(self) -> None:
         if self.min_iters < 1:
@@ -72,12 +82,69 @@ class StreamK(Pass):
 
     def run(self, module: Module, options: Options) -> None:
         for kernel in module.kernels():
+            if self.opt_in and not kernel.attrs.get(REQUEST_ATTR):
+                continue
             plan = match(kernel)
             if plan is not None:
                 grid = kernel.attrs.get("grid")
                 if isinstance(grid, list) and len(grid) == 1 and isinstance(grid[0], str):
-                    kernel.attrs["grid"] = [one_block_per_sm(grid[0])]
+                    kernel.attrs["grid"] = [stream_k_grid(grid[0], size_text(plan.nk), self.min_iters,
+                                                          self.max_tail)]
                 _rewrite(kernel, plan, self.min_iters, self.max_tail)
+                kernel.attrs.pop(REQUEST_ATTR, None)
+
+
+def stream_k_grid(grid: str, nk: str | None, min_iters: int, max_tail: int) -> str:
+    """The launch grid of the stream-K schedule over the persistent grid `grid`'s T tiles, with `nk`
+    K iterations per tile (a size expression; None: unknown).
+
+    T >= NUM_SMS: one block per SM (the last round is spread over all of them). T < NUM_SMS: the
+    blocks the split uses, Q = min(T * nk / min_iters, NUM_SMS) (each gets at least min_iters
+    iterations), when the T tiles fill at most max_tail percent of them; otherwise T blocks (no split).
+    The kernel computes the same Q from its grid (sk_blocks), so the two agree. With nk unknown the
+    grid is NUM_SMS and the kernel's own Q leaves the blocks past it idle."""
+    tiles = _persistent_tiles(grid)
+    if tiles is None:
+        return grid
+    if nk is None:
+        return "NUM_SMS"
+    q = f"min(({tiles}) * ({nk}) / {min_iters}, NUM_SMS)"
+    split = f"min(max({max_tail} * {q} - 100 * ({tiles}) + 1, 0), 1)"
+    return f"max(min({tiles}, NUM_SMS), {split} * {q})"
+
+
+def _persistent_tiles(grid: str) -> str | None:
+    """T of a persistent grid, `cdiv(T, cdiv(T, NUM_SMS))` (balanced) or `min(T, NUM_SMS)`; else None."""
+    try:
+        call = pyast.parse(one_block_per_sm(grid), mode="eval").body
+    except SyntaxError:
+        return None
+    if (isinstance(call, pyast.Call) and isinstance(call.func, pyast.Name) and call.func.id == "min"
+            and len(call.args) == 2 and isinstance(call.args[1], pyast.Name) and call.args[1].id == "NUM_SMS"):
+        return pyast.get_source_segment(one_block_per_sm(grid), call.args[0])
+    return None
+
+
+_SIZE_OPS = {"arith.add": "+", "arith.sub": "-", "arith.mul": "*", "arith.div": "/"}
+
+
+def size_text(v: Value, depth: int = 0) -> str | None:
+    """The size expression (tkir.symexpr) an i32 value computes from sizes and constants, or None."""
+    op = v.owner
+    if not isinstance(op, Operation) or depth > 16:
+        return None
+    if op.name == "arith.const" and isinstance(op.attrs.get("value"), int):
+        return str(op.attrs["value"])
+    if op.name == "tk.size":
+        return str(op.attrs["name"])
+    args = [size_text(x, depth + 1) for x in op.operands]
+    if len(args) != 2 or None in args:
+        return None
+    if op.name in _SIZE_OPS:
+        return f"({args[0]}) {_SIZE_OPS[op.name]} ({args[1]})"
+    if op.name in ("arith.cdiv", "arith.min", "arith.max"):
+        return f"{op.name.removeprefix('arith.')}({args[0]}, {args[1]})"
+    return None
 
 
 @dataclass
@@ -114,6 +181,8 @@ def match(kernel: Operation) -> Plan | None:
         if len(kloops) != 1:
             return None
         kloop = kloops[0]
+        if not (_const_is(kloop.operands[0], 0) and _const_is(kloop.operands[2], 1)):
+            return None  # the schedule counts iterations from 0 in steps of 1
         consumer = str(role.attrs.get("kind")) == "consumer"
         if consumer:
             acc = _summed_accumulator(kloop)
@@ -129,6 +198,11 @@ def match(kernel: Operation) -> Plan | None:
     if any(p.tiles.operands[:3] != [pid, ntiles, nprog] or p.kloop.operands[1] is not nk for p in plans):
         return None
     return Plan(plans, pid, ntiles, nprog, nk, acc)
+
+
+def _const_is(v: Value, want: int) -> bool:
+    d = v.owner
+    return isinstance(d, Operation) and d.name == "arith.const" and d.attrs.get("value") == want
 
 
 def _summed_accumulator(kloop: Operation) -> TileType | None:
@@ -157,20 +231,27 @@ def _rewrite(kernel: Operation, plan: Plan, min_iters: int, max_tail: int) -> No
     b = OpBuilder(body, plan.roles[0].role)
     nk, pid, nprog, ntiles = plan.nk, plan.pid, plan.nprog, plan.ntiles
     c0, c1 = b.const(0, "sk_zero"), b.const(1, "sk_one")
-    rem = b.op("arith.rem", [ntiles, nprog], "sk_rem")
+    rem = b.op("arith.rem", [ntiles, nprog], "sk_rem")  # the last round's tiles; all T when T < P
     full = b.op("arith.min", [b.op("arith.div", [ntiles, nprog]), c1], "sk_full_round")
-    floor = b.op("arith.mul", [nprog, b.const(min_iters, "sk_min_iters")], "sk_floor")
-    enough = b.op("arith.min", [b.op("arith.div", [b.op("arith.mul", [rem, nk]), floor]), c1], "sk_enough")
-    # 100 * rem <= max_tail * nprog, as 0 or 1: min(max(max_tail * nprog - 100 * rem + 1, 0), 1)
-    room = b.op("arith.sub", [b.op("arith.mul", [nprog, b.const(max_tail, "sk_max_tail")]),
+    work = b.op("arith.mul", [rem, nk], "sk_tail_iters")
+    mi = b.const(min_iters, "sk_min_iters")
+    # the blocks the split uses: all P after a full round; else (T < P) as many as get min_iters each
+    want = b.op("arith.max", [b.op("arith.div", [work, mi]), b.op("arith.mul", [full, nprog])], "sk_want")
+    blocks = b.op("arith.max", [b.op("arith.min", [nprog, want]), c1], "sk_blocks")
+    floor = b.op("arith.mul", [blocks, mi], "sk_floor")
+    enough = b.op("arith.min", [b.op("arith.div", [work, floor]), c1], "sk_enough")
+    # 100 * rem <= max_tail * blocks, as 0 or 1: min(max(max_tail * blocks - 100 * rem + 1, 0), 1)
+    room = b.op("arith.sub", [b.op("arith.mul", [blocks, b.const(max_tail, "sk_max_tail")]),
                               b.op("arith.mul", [rem, b.const(100)])])
     small = b.op("arith.min", [b.op("arith.max", [b.op("arith.add", [room, c1]), c0]), c1], "sk_small_tail")
-    sk_tiles = b.op("arith.mul", [b.op("arith.mul", [b.op("arith.mul", [rem, full]), enough]), small],
-                    "sk_tiles")
+    sk_tiles = b.op("arith.mul", [b.op("arith.mul", [rem, enough]), small], "sk_tiles")
     dp_tiles = b.op("arith.sub", [ntiles, sk_tiles], "sk_dp_tiles")
     total = b.op("arith.mul", [sk_tiles, nk], "sk_iters")
-    begin = b.op("arith.div", [b.op("arith.mul", [pid, total]), nprog], "sk_begin")
-    end = b.op("arith.div", [b.op("arith.mul", [b.op("arith.add", [pid, c1]), total]), nprog], "sk_end")
+    # blocks past sk_blocks get the empty range [total, total)
+    lo = b.op("arith.min", [pid, blocks], "sk_slot")
+    hi = b.op("arith.min", [b.op("arith.add", [pid, c1]), blocks], "sk_slot_end")
+    begin = b.op("arith.div", [b.op("arith.mul", [lo, total]), blocks], "sk_begin")
+    end = b.op("arith.div", [b.op("arith.mul", [hi, total]), blocks], "sk_end")
     first = b.op("arith.div", [begin, nk], "sk_first_tile")
     nonempty = b.op("arith.min", [b.op("arith.sub", [end, begin]), c1], "sk_nonempty")
     nsegs = b.op("arith.mul", [nonempty, b.op("arith.sub", [b.op("arith.cdiv", [end, nk]), first])], "sk_segments")
@@ -182,7 +263,7 @@ def _rewrite(kernel: Operation, plan: Plan, min_iters: int, max_tail: int) -> No
     flags = b.op("tk.workspace", [], "sk_flags", {"name": "sk_flags"}, GlobalType("i32", ("NUM_SMS", wg)))
     epoch = b.op("tk.launch_count", [], "sk_epoch", {"name": "sk_epoch"})
     sched = dict(c0=c0, c1=c1, dp_tiles=dp_tiles, total=total, begin=begin, end=end, first=first, nk=nk,
-                 pid=pid, nprog=nprog, part=part, flags=flags, epoch=epoch)
+                 pid=pid, blocks=blocks, part=part, flags=flags, epoch=epoch)
     for rp in plan.roles:
         _add_segment_loop(rp, nsegs, sched)
     kernel.attrs["stream_k"] = {"min_iters": min_iters, "max_tail_pct": max_tail}
@@ -262,7 +343,7 @@ def _owner_epilogue(blk: Block, kloop: Operation, epilogue: list[Operation], kb:
     ob = OpBuilder(own)
     p0 = ob.op("arith.add", [s["pid"], s["c1"]], "sk_peer0")
     span = ob.op("arith.mul", [ob.op("arith.mul", [ob.op("arith.add", [t_local, s["c1"]]), s["nk"]]),
-                                s["nprog"]])
+                                s["blocks"]])
     last = ob.op("arith.div", [ob.op("arith.sub", [span, s["c1"]]), s["total"]], "sk_last_peer")
     stop = ob.op("arith.add", [last, s["c1"]], "sk_peer_end")
     red = Block()

@@ -7,6 +7,9 @@ add one or two partials. Every K iteration must be summed exactly once for C to 
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -14,7 +17,9 @@ from test_runtime import FAKE_BASE, bf16  # tests/ is on sys.path under pytest
 
 import tkir
 import tkir.interp as interp
+from tkir import symexpr
 from tkir.backend.runtime import bind
+from tkir.diagnostics import CompileError
 from tkir.examples import check_interpreted, load_companion
 
 GEMM = "examples/gemm.tk"
@@ -35,10 +40,9 @@ def _count_partials(monkeypatch) -> dict[str, int]:
 
 
 def with_stream_k(params: str = "") -> list[str]:
-    """The default pipeline with stream-k (and its parameters) after persistent."""
-    p = tkir.api.default_pipeline()
-    at = p.index("persistent") + 1
-    return [*p[:at], "stream-k" + (f"{{{params}}}" if params else ""), *p[at:]]
+    """The default pipeline with its opt-in stream-k forced (every kernel it applies to), with `params`."""
+    return ["stream-k" + (f"{{{params}}}" if params else "") if p.startswith("stream-k") else p
+            for p in tkir.api.default_pipeline()]
 
 
 ON = with_stream_k()
@@ -87,6 +91,80 @@ def test_stream_k_covers_every_iteration_once(tm, tn, kt, num_sms, ragged):
     assert res.ok, (sizes, num_sms, res)
 
 
+# Skinny (decode-time) GEMMs: fewer tiles than blocks, so stream-K spreads the K loops of *all* tiles
+# over the blocks (no data-parallel phase). K = 1000 and 3000 are not multiples of BK = 64 (the last
+# iteration is TMA zero-filled past K); M = 1 and 17 leave most rows of a 64- or 128-row tile
+# zero-filled, and the stores clip them. (consts, sizes, pipeline params or None for @stream_k(1) with
+# the default pipeline, blocks, partial tiles stored).
+SKINNY = [
+    (dict(BM=64, BN=64), dict(M=1, N=256, K=3000), None, 11, 10),    # 4 tiles x 47 its / 16: 11 blocks
+    (dict(BM=128, BN=128), dict(M=17, N=200, K=3000), None, 5, 4),   # 2 tiles (N ragged) on 5 blocks
+    (dict(BM=64, BN=128), dict(M=64, N=256, K=3000), None, 5, 4),
+    (dict(BM=64, BN=64), dict(M=17, N=192, K=1000), None, 3, 0),     # 3 x 16 / 16 = 3 blocks: not split
+    (dict(BM=64, BN=64), dict(M=17, N=192, K=1000), "min_iters=4", 12, 9),  # 3 tiles over 12 blocks
+    (dict(BM=64, BN=128), dict(M=1, N=128, K=1000), "min_iters=4", 4, 3),   # 1 tile over 4 blocks
+    (dict(BM=128, BN=256), dict(M=64, N=256, K=3000), "min_iters=4", 11, 10),  # 1 tile, 47 its, 11 blocks
+    (dict(BM=64, BN=64), dict(M=64, N=256, K=1000), "min_iters=4 max_tail=100", 16, 12),  # 4 its each
+]
+
+
+@pytest.mark.parametrize("consts, sizes, params, blocks, stores", SKINNY)
+def test_skinny_gemm_splits_every_tile(monkeypatch, consts, sizes, params, blocks, stores):
+    if params is None:
+        k = tkir.compile(GEMM, SK=1, **consts)
+    else:
+        k = tkir.compile(GEMM, passes=with_stream_k(params), **consts)
+    assert "stream_k" in k.module.kernel.attrs
+    assert symexpr.evaluate(k.module.kernel.attrs["grid"][0], {**sizes, "NUM_SMS": 132}) == blocks
+    counts = _count_partials(monkeypatch)
+    (res,) = check_interpreted(k.module, COMP, sizes, consts, seed=1)
+    assert res.ok, res
+    assert counts["tk.partial_store"] == stores == counts["tk.partial_add"]
+
+
+def test_skinny_split_on_a_grid_wider_than_it_needs():
+    """A grid of NUM_SMS blocks (what the pass launches when it cannot write the K trip count as a
+    size expression) over 2 tiles: the kernel's own sk_blocks uses 5 of them, the rest stay idle."""
+    k = tkir.compile(GEMM, SK=1, BM=64, BN=128)
+    k.module.kernel.attrs["grid"] = ["NUM_SMS"]
+    (res,) = check_interpreted(k.module, COMP, dict(M=64, N=256, K=3000), dict(BM=64, BN=128), seed=2, num_sms=16)
+    assert res.ok, res
+
+
+def test_stream_k_annotation_is_a_kernel_switch():
+    """@stream_k(SK): 0 adds nothing to the IR (the same PTX as no annotation), 1 records the request
+    that the default pipeline's stream-k{opt_in=true} consumes; on sm_80 (no warp-specialized roles,
+    no persistent tile loop) the pass leaves the kernel alone and it compiles as it would without."""
+    assert tkir.api.build_module(GEMM, {"SK": 1}).kernel.attrs["stream_k_requested"] is True
+    assert "stream_k_requested" not in tkir.api.build_module(GEMM).kernel.attrs
+    off = tkir.compile(GEMM)
+    assert "stream_k" not in off.module.kernel.attrs
+    sm80 = tkir.compile(GEMM, SK=1, target="sm_80")
+    assert "stream_k" not in sm80.module.kernel.attrs
+    assert sm80.asm["ptx"] == tkir.compile(GEMM, SK=0, target="sm_80").asm["ptx"]
+
+
+@pytest.mark.parametrize("ann, msg", [
+    ("@stream_k(2)", "bad argument to '@stream_k': expected 0 (off) or 1 (on)"),
+    ("@stream_k", "'@stream_k' takes one argument"),
+    ("@stream_k(on=1)", "'@stream_k' takes one argument"),
+    ("@stream_k(M)", "bad argument to '@stream_k'"),
+])
+def test_bad_stream_k_annotations_are_located_errors(tmp_path, ann, msg):
+    f = tmp_path / "g.tk"
+    f.write_text(Path(GEMM).read_text().replace("@stream_k(SK)", ann))
+    with pytest.raises(CompileError, match=re.escape(msg)) as e:
+        tkir.compile(str(f))
+    assert e.value.loc is not None and e.value.loc.line == 3
+
+
+def test_misplaced_stream_k_annotation(tmp_path):
+    f = tmp_path / "g.tk"
+    f.write_text(Path(GEMM).read_text().replace("@stages(STAGES)", "@stream_k(1)"))
+    with pytest.raises(CompileError, match="'@stream_k' applies to the kernel, not here"):
+        tkir.compile(str(f))
+
+
 def test_owner_waiting_for_an_unwritten_partial_is_an_error():
     k = tkir.compile(GEMM, passes=SPLIT_ALWAYS)
     k.module.kernel.attrs.pop("stream_k")  # blocks now run first to last: owners come before helpers
@@ -124,14 +202,26 @@ def test_ptx_orders_partials_with_release_and_acquire():
     assert "fence.acq_rel.gpu" in ptx and "ld.global.cg.v4.f32" in ptx
 
 
-def test_stream_k_is_not_in_the_default_pipeline_and_sets_one_block_per_sm() -> None:
-    """stream-k runs only where named; after a balanced persistent grid it makes one block per SM."""
-    assert "stream-k" not in tkir.api.default_pipeline()
+def test_stream_k_is_opt_in_in_the_default_pipeline_and_sets_its_grid() -> None:
+    """The default pipeline runs stream-k{opt_in=true}: only kernels that ask (@stream_k(1)) change.
+    Forced (named without opt_in), it applies to every kernel it can rewrite, as before; its grid is
+    one block per SM when there are at least NUM_SMS tiles, else the blocks the split uses."""
+    assert "stream-k{opt_in=true}" in tkir.api.default_pipeline()
     assert "stream_k" not in tkir.compile(GEMM).module.kernel.attrs
-    balanced = tkir.compile(GEMM).module.kernel.attrs["grid"]
-    assert balanced[0].startswith("cdiv(")
-    assert tkir.compile(GEMM, passes=ON).module.kernel.attrs["grid"] == [balanced[0].replace(
-        "cdiv(", "min(", 1).split(", cdiv(")[0] + ", NUM_SMS)"]
+    assert tkir.compile(GEMM).module.kernel.attrs["grid"][0].startswith("cdiv(")  # balanced, untouched
+    forced, asked = tkir.compile(GEMM, passes=ON), tkir.compile(GEMM, SK=1)
+    assert forced.module.kernel.attrs["grid"] == asked.module.kernel.attrs["grid"]
+    assert forced.asm["ptx"] == asked.asm["ptx"]
+    assert "stream_k_requested" not in asked.module.kernel.attrs  # the request is consumed
+    grid = asked.module.kernel.attrs["grid"][0]
+    for sizes, blocks in [(dict(M=4096, N=4096, K=4096), 132),   # 512 tiles: one block per SM
+                          (dict(M=128 * 133, N=256, K=64), 132),  # 133 tiles, 1 iteration each
+                          (dict(M=1, N=4096, K=14336), 132),      # 16 tiles x 224 iterations / 16 > 132
+                          (dict(M=64, N=4096, K=2048), 32),       # 16 x 32 / 16 = 32 blocks of 16
+                          (dict(M=64, N=4096, K=1024), 16),       # 16 x 16 / 16 = 16: no split, 16 blocks
+                          (dict(M=64, N=100 * 256, K=4096), 100),  # 100 tiles fill 76% of 132 > 60%: no split
+                          (dict(M=256, N=512, K=512), 4)]:        # 4 x 8 / 16 = 2 < 4 tiles: no split
+        assert symexpr.evaluate(grid, {**sizes, "NUM_SMS": 132}) == blocks, sizes
 
 
 def test_deprecated_pass_option_spells_the_same_pipeline() -> None:

@@ -98,13 +98,13 @@ def test_tune_annotation_leaves_the_ir_alone() -> None:
 
 
 def test_dry_run_drops_with_reasons_and_keeps_the_default_point() -> None:
-    r = tune.dry_run(GEMM, BIG, jobs=1, fixed={"BN": 256})
+    r = tune.dry_run(GEMM, BIG, jobs=1, fixed={"BN": 256, "SK": 0})
     by = {c.label(): c for c in r.candidates}
     assert len(r.candidates) == 8
-    big = by["BM=128 BN=256 STAGES=6"]
+    big = by["BM=128 BN=256 STAGES=6 SK=0"]
     assert big.status == "dropped" and big.stage == "compile" and "shared memory" in big.reason
     assert "232448" in big.reason  # the limit it broke, by number
-    default = by["BM=128 BN=256 STAGES=4"]
+    default = by["BM=128 BN=256 STAGES=4 SK=0"]
     assert default.status == "kept" and default.predicted_ms > 0
     assert default.prediction["blocks"] == 512 and default.prediction["waves"] == 4
     # the model ranks the big tile first at 4096^3 (and says why the others are slower: more tiles)
@@ -149,6 +149,25 @@ def test_model_waves_and_work() -> None:
     assert unpipelined.ms > one.ms  # copies no longer overlap the math
 
 
+def test_model_sees_the_stream_k_split() -> None:
+    """With the compiled kernel's stream_k attr the model follows the kernel's split: at M = 1 the 16
+    tiles of 128 x 256 spread over 132 blocks (about 8x less per block, at 75% of the rate, plus the
+    fix-up); at 4096^3 the last round (116 of 132 blocks) is too full to split: the same prediction."""
+    m = build_module(GEMM, {"BM": 128, "BN": 256})
+    attr = {"min_iters": 16, "max_tail_pct": 60}
+    skinny = dict(M=1, N=4096, K=14336)
+    plain, split = predict(m, skinny, 1, 4), predict(m, skinny, 1, 4, stream_k=attr)
+    assert (plain.blocks, plain.split_blocks) == (16, 0)
+    assert (split.blocks, split.split_blocks, split.split_tiles) == (132, 132, 16)
+    assert split.ms < plain.ms / 3
+    assert predict(m, BIG, 1, 4, stream_k=attr) == predict(m, BIG, 1, 4)
+    # 8192 x 8192: 2048 tiles, 15 rounds + 68 (52% of 132): the tail is split over all 132 blocks
+    tail = predict(m, dict(M=8192, N=8192, K=8192), 1, 4, stream_k=attr)
+    assert (tail.split_tiles, tail.split_blocks, tail.waves) == (68, 132, 16)
+    # short K: 16 tiles x 16 iterations / 16 = 16 blocks, no more than tiles: not split
+    assert predict(m, dict(M=1, N=4096, K=1024), 1, 4, stream_k=attr).split_blocks == 0
+
+
 def test_rank_statistics() -> None:
     assert ranks([3.0, 1.0, 2.0, 1.0]) == [4.0, 1.5, 3.0, 1.5]
     assert spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
@@ -180,17 +199,17 @@ def fake_gpu(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
 
 
 def test_tune_caches_the_best_and_a_second_call_times_nothing(fake_gpu) -> None:
-    first = tune.tune(GEMM, BIG, jobs=1, fixed={"STAGES": 4})
+    first = tune.tune(GEMM, BIG, jobs=1, fixed={"STAGES": 4, "SK": 0})
     assert fake_gpu == [len(first.candidates)] and not first.cached
-    assert first.best == {"BM": 128, "BN": 256, "BK": 64, "STAGES": 4}
-    second = tune.tune(GEMM, dict(M=3000, N=4096, K=4096), jobs=1, fixed={"STAGES": 4})  # same bucket
+    assert first.best == {"BM": 128, "BN": 256, "BK": 64, "STAGES": 4, "SK": 0}
+    second = tune.tune(GEMM, dict(M=3000, N=4096, K=4096), jobs=1, fixed={"STAGES": 4, "SK": 0})  # same bucket
     assert second.cached and fake_gpu == [len(first.candidates)]  # no timing the second time
     assert second.best == first.best
     text = tune.format_result(second)
     assert "from the cache: nothing was timed" in text and "Spearman rho" in text
-    other = tune.tune(GEMM, dict(M=512, N=4096, K=4096), jobs=1, fixed={"STAGES": 4})  # another bucket
+    other = tune.tune(GEMM, dict(M=512, N=4096, K=4096), jobs=1, fixed={"STAGES": 4, "SK": 0})  # another bucket
     assert not other.cached and len(fake_gpu) == 2
-    assert tune.lookup(GEMM, dict(M=4000, N=4096, K=4096), fixed={"STAGES": 4}) == first.best
+    assert tune.lookup(GEMM, dict(M=4000, N=4096, K=4096), fixed={"STAGES": 4, "SK": 0}) == first.best
     assert tune.lookup(GEMM, dict(M=4000, N=4096, K=4096), fixed={"STAGES": 3}) is None  # other pins: other key
 
 
@@ -221,7 +240,7 @@ def test_cli_dry_run(tmp_path: Path) -> None:
     out = tmp_path / "t.json"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     proc = subprocess.run([sys.executable, "-m", "tkir.cli", "tune", GEMM, "--size", "M=4096", "--size", "N=4096",
-                           "--size", "K=4096", "--dry-run", "--jobs", "2", "-D", "BM=128", "--json", str(out)],
+                           "--size", "K=4096", "--dry-run", "--jobs", "2", "-D", "BM=128", "-D", "SK=0", "--json", str(out)],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     assert "12 points: 1 dropped by model, 3 dropped by compile, 8 kept (not timed: --dry-run)" in proc.stdout

@@ -63,7 +63,8 @@ def parse_pipeline(text: str) -> list[PassSpec]:
             i += 1
         if i < n and text[i] == "{":
             close = text.find("}", i)
-            if close < 0:
+            reopened = text.find("{", i + 1)
+            if close < 0 or 0 <= reopened < close:  # `a{k=1,b{k=2}`: a's brace is the one left open
                 raise _error(text, i + 1, f"'{{' after '{name}' is never closed")
             j = i + 1
             while j < close:

@@ -150,7 +150,9 @@ def plan(path: str, sizes: dict[str, int], *, fixed: dict | None = None, target:
                 c.status, c.stage = "dropped", "model"
                 c.reason = (f"model: {c.predicted_ms:.4f} ms predicted, {c.predicted_ms / best:.1f}x the best "
                             f"({p['blocks']} blocks, {p['waves']} wave(s) at {p['blocks_per_sm']}/SM, "
-                            f"{100 * p['wave_efficiency']:.0f}% of the last wave busy, {p['bound']}-bound)")
+                            f"{100 * p['wave_efficiency']:.0f}% of the last wave busy, {p['bound']}-bound"
+                            + (f", {p['split_tiles']} tile(s) split over {p['split_blocks']} blocks"
+                               if p.get("split_blocks") else "") + ")")
     return cands
 
 
@@ -185,7 +187,8 @@ def check_point(path: str, consts: dict, sizes: dict, target: str, passes: str |
         return dropped("ptxas", f"ptxas: {stats.registers} registers, {stats.spill_stores} bytes spilled to "
                                 f"local memory")
     occ = kernel.attrs.get("occupancy") or {}
-    pred = predict(build_module(path, consts), sizes, int(occ.get("blocks_per_sm", 1)), int(occ.get("stages", 1)))
+    pred = predict(build_module(path, consts), sizes, int(occ.get("blocks_per_sm", 1)), int(occ.get("stages", 1)),
+                   stream_k=kernel.attrs.get("stream_k"))
     return {"stage": "", "reason": None, "prediction": pred.as_dict()}
 
 

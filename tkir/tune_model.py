@@ -15,6 +15,13 @@ A roofline per block, times waves:
 * an SM is fed no faster than the bytes it has in flight allow (Little's law): `stages` x the bytes
   one loop iteration loads x the blocks on it, over FEED_LATENCY_S. This is what ranks STAGES.
 
+Stream-K (`stream_k`: the compiled kernel's attr, passes/stream_k.py): the model follows the
+kernel's own decision. With T tiles of nk K iterations on P = NUM_SMS blocks, the last round's R
+tiles (all T when T < P) are split over Q blocks (P after a full round, else min(P, R·nk/min_iters))
+when each gets at least min_iters iterations and R fills at most max_tail percent of them; the split
+part then takes (R / Q) of a tile's time at SK_PHASE_RATE of the data-parallel rate, plus the fix-up:
+one f32 partial tile stored and about Q / R read by each owner, at an SM's share of the feed.
+
 The feed bandwidth is the rate at which the SMs together can receive tiles: most of a GEMM's tile
 loads hit in L2, so it is not the HBM bandwidth. NVIDIA does not publish it; FEED_BYTES_PER_S is an
 estimate. The model is meant to rank, not to predict milliseconds: `tkc tune` prints the predicted
@@ -39,6 +46,9 @@ FEED_BYTES_PER_S = 10e12      # estimate: L2 -> SM tile traffic of all SMs toget
 FEED_LATENCY_S = 1.5e-6       # a copy's round trip under load: an SM with B bytes in flight is fed at most
 #                              B / FEED_LATENCY_S (Little's law). Fitted to one H200 sweep (gemm M=64,
 #                              docs/bench/latest/session6/call4/tune_m64.json: STAGES 3 -> 6 took 34.6 -> 21.6 us)
+SK_PHASE_RATE = 0.75          # stream-K iterations ran at about 75% of the data-parallel rate on the H200
+#                              (partials, less L2 sharing between blocks at different K offsets;
+#                              docs/experiments.md, the stream-k measurements)
 ELEMENTWISE = frozenset({"tk.add", "tk.sub", "tk.mul", "tk.div", "tk.max", "tk.min", "tk.exp", "tk.exp2",
                          "tk.log", "tk.log2", "tk.sqrt", "tk.rsqrt", "tk.tanh", "tk.sigmoid", "tk.erf"})
 
@@ -55,13 +65,18 @@ class Prediction:
     bytes_per_block: float
     inflight_bytes_per_sm: float  # stages x the bytes one iteration of the pipelined loop loads, x blocks per SM
     bound: str                   # "tensor", "fp32" or "feed": what limits a block in the model
+    split_blocks: int = 0        # stream-K: the blocks the split tiles are spread over (0: no split)
+    split_tiles: int = 0         # stream-K: the tiles split along K (the last round, or all when few)
 
     def as_dict(self) -> dict:
         return asdict(self)
 
 
-def predict(front: Module, sizes: dict[str, int], blocks_per_sm: int, stages: int) -> Prediction:
-    """The model's time for the kernel of `front` (the front end's IR of one point) at `sizes`."""
+def predict(front: Module, sizes: dict[str, int], blocks_per_sm: int, stages: int,
+            stream_k: dict | None = None) -> Prediction:
+    """The model's time for the kernel of `front` (the front end's IR of one point) at `sizes`;
+    `stream_k` is the compiled kernel's `stream_k` attr ({min_iters, max_tail_pct}) when the stream-k
+    pass rewrote it."""
     kernel = next(iter(front.kernels()))
     env = {**sizes, "NUM_SMS": NUM_SMS}
     blocks = 1
@@ -82,10 +97,32 @@ def predict(front: Module, sizes: dict[str, int], blocks_per_sm: int, stages: in
     bound = max(parts, key=parts.get)
     per_block = max(parts.values()) if stages >= 2 else sum(parts.values())
     waves = math.ceil(blocks / share)
-    return Prediction(ms=waves * per_block * 1e3, blocks=blocks, blocks_per_sm=per_sm, waves=waves,
+    ms = waves * per_block * 1e3
+    split = _stream_k_split(stream_k, blocks, work.k_trips) if stream_k else None
+    if split is not None:
+        rounds, tiles, q = split
+        fixup = (1 + q / tiles) * work.acc_elems * 4 / (FEED_BYTES_PER_S / NUM_SMS)
+        ms = (rounds * per_block + tiles / q * per_block / SK_PHASE_RATE + fixup) * 1e3
+        launched = NUM_SMS if rounds else q
+        return Prediction(ms=ms, blocks=launched, blocks_per_sm=per_sm, waves=rounds + 1,
+                          wave_efficiency=1.0, tensor_flops_per_block=work.tensor,  # the split fills the round
+                          fp32_flops_per_block=work.fp32, bytes_per_block=work.bytes,
+                          inflight_bytes_per_sm=inflight, bound=bound, split_blocks=q, split_tiles=tiles)
+    return Prediction(ms=ms, blocks=blocks, blocks_per_sm=per_sm, waves=waves,
                       wave_efficiency=blocks / (waves * share), tensor_flops_per_block=work.tensor,
                       fp32_flops_per_block=work.fp32, bytes_per_block=work.bytes,
                       inflight_bytes_per_sm=inflight, bound=bound)
+
+
+def _stream_k_split(attr: dict, tiles: int, nk: int) -> tuple[int, int, int] | None:
+    """(full rounds, split tiles, blocks they are split over) as the stream-K kernel decides at run
+    time (passes/stream_k.py, one block per SM), or None when it does not split."""
+    min_iters, max_tail = int(attr.get("min_iters", 16)), int(attr.get("max_tail_pct", 60))
+    rounds, rem = divmod(tiles, NUM_SMS)
+    q = NUM_SMS if rounds else max(1, min(NUM_SMS, rem * nk // min_iters))
+    if rem == 0 or nk < 1 or rem * nk < q * min_iters or 100 * rem > max_tail * q:
+        return None
+    return rounds, rem, q
 
 
 class _Work:
@@ -94,6 +131,8 @@ class _Work:
         self.fp32 = 0.0
         self.bytes = 0.0
         self.iter_bytes = 0.0  # the most bytes one iteration of a loop loads (what a pipeline stage holds)
+        self.k_trips = 0       # trips of the loop around the (first) tk.mma: the K loop
+        self.acc_elems = 0     # elements of the largest mma accumulator (a stream-K partial tile)
 
 
 def _walk(ops: list[Operation], trips: float, sizes: dict[str, int], work: _Work) -> None:
@@ -101,6 +140,8 @@ def _walk(ops: list[Operation], trips: float, sizes: dict[str, int], work: _Work
         if op.name == "scf.for":
             lo, hi, step = (_scalar(v, sizes) for v in op.operands[:3])
             n = 1 if None in (lo, hi, step) or step <= 0 else max(0, -(-(hi - lo) // step))
+            if not work.k_trips and any(x.name == "tk.mma" for x in op.regions[0].block.ops):
+                work.k_trips = n
             _walk(op.regions[0].block.ops, trips * n, sizes, work)
             loads = sum(_bytes(_tile_of(x)) for x in op.regions[0].block.ops
                         if x.name == "tk.load" and any(isinstance(v.type, GlobalType) for v in x.operands))
@@ -112,6 +153,7 @@ def _walk(ops: list[Operation], trips: float, sizes: dict[str, int], work: _Work
             a, acc = op.operands[0].type, op.result.type
             k = a.rows if op.attrs.get("trans_a") else a.cols
             work.tensor += trips * 2 * acc.rows * acc.cols * k
+            work.acc_elems = max(work.acc_elems, acc.rows * acc.cols)
         elif op.name in ("tk.load", "tk.store") and any(isinstance(v.type, GlobalType) for v in op.operands):
             work.bytes += trips * _bytes(_tile_of(op))
         elif op.name in ELEMENTWISE and op.results and isinstance(op.result.type, TileType | VectorType):
