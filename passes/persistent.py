@@ -9,7 +9,7 @@ rows and columns of the output):
   132 blocks of which 16 do 3. Same makespan in tiles, 4 SMs idle: measured 0.7-1.0% faster on the
   H200 at 4096^3, 6144^3, 8192^3 and 8192x8192x1024 (less power and L2 traffic for the same
   rounds; docs/experiments.md). `persistent{balanced_grid=0}` gives `["min(T, NUM_SMS)"]`, one block
-  per SM (stream-k, which spreads the last round over every SM, sets that grid itself);
+  per SM (stream-k starts from that grid and then builds its own: passes/stream_k.py);
 * each role's body is wrapped in `scf.for %t = block.x to TM*TN step grid.x`, carrying the pipeline's
   iteration count across tiles so that ring-buffer stages and barrier phases continue (each role
   recomputes the same sequence, so producer and consumers stay in step);
@@ -252,7 +252,7 @@ def persistent_grid(tiles: str, balanced: bool) -> str:
 
 def one_block_per_sm(grid: str) -> str:
     """A balanced persistent grid (persistent_grid(T, True)) as the one-block-per-SM grid over the same
-    tiles (stream-k's schedule spreads the last round over every SM); any other grid unchanged."""
+    tiles (stream-k starts from it, then sizes its own grid); any other grid unchanged."""
     call = ast.parse(grid, mode="eval").body
     if (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "cdiv"
             and len(call.args) == 2 and isinstance(inner := call.args[1], ast.Call)
