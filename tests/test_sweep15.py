@@ -165,8 +165,13 @@ def test_report_on_a_synthetic_sweep(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert "80%✗ · 0.97×✗ · 0.97×✗" in md
     assert "4231 GB/s" in md and "## Errors" in md and "`gemm M=16 N=4096 K=4096` [tune]" in md
     assert "5 of 76 points recorded" in md
-    pytest.importorskip("matplotlib")
-    assert (tmp_path / sw.PLOT_GEMM).stat().st_size > 0 and (tmp_path / sw.PLOT_ROWS).stat().st_size > 0
+    import importlib.util
+
+    plots = [tmp_path / sw.PLOT_GEMM, tmp_path / sw.PLOT_ROWS]
+    if importlib.util.find_spec("matplotlib") is not None:  # the `bench` extra: the plots are drawn
+        assert all(p.stat().st_size > 0 for p in plots)
+    else:  # the test extra alone (CI): the tables are written, the plots left out
+        assert not any(p.exists() for p in plots)
 
 
 def test_chunked_rel_err_matches_the_whole_tensor_value() -> None:
