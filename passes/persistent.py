@@ -22,8 +22,8 @@ rows and columns of the output):
 * one-shot loads before the K loop (pipeline's `once` barrier: attention's Q tile) are refilled per
   tile: the consumers wait for the n-th fill at parity n mod 2 and release the buffer on a new
   `once_empty` barrier after their K loop; the producer waits for that release before the next fill,
-  so the next tile's loads run under this tile's epilogue (before, a second tile waited on a
-  completed phase and read the previous tile's data);
+  so the next tile's loads run under this tile's epilogue (before, the producer refilled the buffer
+  without waiting and the consumers waited on an already completed phase: a race);
 * `persistent{linear_grids=true}` also rewrites 1-D and 3-D grids, tiles in launch order (x fastest).
   Off by default: on the H200 (session 8) attention at B = H = 16, D = 128 gained 10% at N = 768
   (fewer prologue/epilogue stalls) but lost 3-6% at N >= 3072, because ptxas keeps the wgmma
@@ -165,7 +165,7 @@ def _wrap_roles(kernel: Operation, roles: list[Operation], decode, ntiles: Value
                 c0: Value) -> None:
     body = kernel.body
     old_ids = {op.attrs["dim"]: op for op in body.ops if op.name == "tk.block_id" and op.result is not pid}
-    once = _once_barriers(kernel, roles)
+    once = _once_barriers(roles)
     empty = None
     if once:
         consumers = sum(int(r.attrs.get("warpgroups") or 1) for r in roles if str(r.attrs.get("kind")) == "consumer")
@@ -179,7 +179,7 @@ def _wrap_roles(kernel: Operation, roles: list[Operation], decode, ntiles: Value
             body.remove(op)
 
 
-def _once_barriers(kernel: Operation, roles: list[Operation]) -> set[Value]:
+def _once_barriers(roles: list[Operation]) -> set[Value]:
     """The barriers of the one-shot loads before the K loop (pipeline's `once`: attention's Q tile):
     those a producer expects bytes on outside its loops."""
     return {op.operands[0] for r in roles if str(r.attrs.get("kind")) == "producer"
