@@ -15,6 +15,7 @@ importing works on machines without a GPU.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import functools
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -120,6 +121,30 @@ def device_attribute(name: str, device: int = DEFAULT_DEVICE) -> int:
     (needs the driver, not a current context)."""
     attr = getattr(cu.CUdevice_attribute, f"CU_DEVICE_ATTRIBUTE_{name}")
     return int(check(cu.cuDeviceGetAttribute(attr, _cu_device(device)), f"cuDeviceGetAttribute({name})"))
+
+
+def pointer_device(ptr: int) -> int:
+    """The ordinal of the GPU whose memory `ptr` points into (CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL).
+
+    Asked of libcuda through ctypes, not through cuda.bindings: on the two-GPU H200 machine
+    (2026-12-01, cuda-bindings 13.3 there, 13.4 here) the binding's cuPointerGetAttribute and
+    cuPointerGetAttributes both returned 0 for memory allocated in GPU 1's context, while the C
+    call returned 1 and CU_POINTER_ATTRIBUTE_CONTEXT named GPU 1's context (docs/runtime.md)."""
+    value = ctypes.c_int(-1)
+    attr = int(cu.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL)
+    err = _c_pointer_get_attribute()(ctypes.byref(value), attr, int(ptr))
+    check(cu.CUresult(err), f"cuPointerGetAttribute(DEVICE_ORDINAL, {int(ptr):#x})")
+    return int(value.value)
+
+
+@functools.cache
+def _c_pointer_get_attribute() -> Any:
+    """CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr)."""
+    _driver()
+    fn = ctypes.CDLL("libcuda.so.1").cuPointerGetAttribute
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint64]
+    fn.restype = ctypes.c_int
+    return fn
 
 
 def numpy_dtype(dtype: str | np.dtype | type) -> np.dtype:

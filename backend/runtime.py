@@ -798,8 +798,7 @@ def _check_device_pointer(kernel: str, name: str, arr: ArrayArg) -> int:
         raise LaunchError(f"{what}: address {arr.ptr:#x} is not memory CUDA knows ({err.name})")
     if int(kind) not in DEVICE_MEMORY_TYPES:
         raise LaunchError(f"{what}: address {arr.ptr:#x} is host memory, not device memory")
-    attr = cu.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
-    ordinal = int(check(cu.cuPointerGetAttribute(attr, arr.ptr), "cuPointerGetAttribute"))
+    ordinal = tkcuda.pointer_device(arr.ptr)
     if arr.device_index is not None and ordinal != arr.device_index:
         raise LaunchError(f"{what} says it is on GPU {arr.device_index} (__dlpack_device__), but its "
                           f"address {arr.ptr:#x} is memory of GPU {ordinal}")

@@ -60,6 +60,8 @@ class FakeDriver:
                      "cuMemAlloc", "cuMemsetD8", "cuMemFree", "cuCtxSynchronize", "cuMemcpyHtoD", "cuMemcpyDtoH"):
             monkeypatch.setattr(cu, name, getattr(self, name))
         monkeypatch.setattr(runtime, "_driver_encode_tiled", lambda: None)  # no tensor maps here
+        # tkcuda.pointer_device asks libcuda through ctypes (the binding's answer is wrong on 2 GPUs)
+        monkeypatch.setattr(tkcuda, "pointer_device", lambda ptr: self.pointer_device(ptr))
         tkcuda._driver.cache_clear()
         tkcuda._primary_context.cache_clear()
 
@@ -119,11 +121,14 @@ class FakeDriver:
         return (OK,)
 
     def cuPointerGetAttribute(self, attr: Any, ptr: int) -> tuple:
-        device = 1 if ptr < DEVICE_BASE[0] else 0  # GPU 1's fake addresses sit below GPU 0's
         if attr == cu.CUpointer_attribute.CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
             return OK, cu.CUmemorytype.CU_MEMORYTYPE_DEVICE
-        assert attr == cu.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
-        return OK, device
+        raise AssertionError("the device ordinal is asked through tkcuda.pointer_device, not the binding "
+                             "(cuda-bindings answered 0 for GPU 1's memory on the H200 x2 machine)")
+
+    def pointer_device(self, ptr: int) -> int:
+        self.log.append(("pointer_device", self._device(), ptr))
+        return 1 if ptr < DEVICE_BASE[0] else 0  # GPU 1's fake addresses sit below GPU 0's
 
     def cuMemAlloc(self, nbytes: int) -> tuple:
         device = self._device()

@@ -271,10 +271,25 @@ class LaunchSpy:
 
 
 def pointer_device(ptr: int) -> int:
+    """The GPU of `ptr`'s memory, from the context it was allocated in (CU_POINTER_ATTRIBUTE_CONTEXT,
+    which the binding answers correctly): independent of tkcuda.pointer_device, which it checks."""
     from cuda.bindings import driver as cu
 
-    attr = cu.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
-    return int(tkcuda.check(cu.cuPointerGetAttribute(attr, ptr), "cuPointerGetAttribute"))
+    attr = cu.CUpointer_attribute.CU_POINTER_ATTRIBUTE_CONTEXT
+    ctx = int(tkcuda.check(cu.cuPointerGetAttribute(attr, ptr), "cuPointerGetAttribute"))
+    owners = [d for d in range(tkcuda.device_count()) if int(tkcuda.primary_context(d)) == ctx]
+    assert len(owners) == 1, f"{ptr:#x} belongs to no primary context"
+    return owners[0]
+
+
+def test_pointer_device_names_the_gpu_of_the_memory(two_gpus: None) -> None:
+    """Regression (session 9, the H200 x2 machine): cuda-bindings' cuPointerGetAttribute answered 0
+    for DEVICE_ORDINAL of GPU 1's memory, so arrays on GPU 1 given by CUDA Array Interface were
+    launched on GPU 0 (an illegal address). tkcuda.pointer_device must agree with the allocation's
+    context on every GPU."""
+    for device in range(tkcuda.device_count()):
+        arr = tkcuda.empty((1024,), "f32", device=device)
+        assert tkcuda.pointer_device(arr.ptr) == device == pointer_device(arr.ptr)
 
 
 def current_context() -> int:
