@@ -78,3 +78,65 @@ def test_run_check_needs_neither_the_cli_nor_torch() -> None:
             "assert 'tkir.cli' not in sys.modules, 'tkir.cli'; assert 'torch' not in sys.modules, 'torch'")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert proc.returncode == 0, proc.stderr
+
+
+class _FakeCudaTorch:
+    """Just enough of torch for tkir.bench.time_pair_ms and host_us_per_call: records the order in which
+    the GPU work would be enqueued."""
+
+    def __init__(self) -> None:
+        self.log: list[str] = []
+        outer = self
+
+        class Event:
+            def __init__(self, enable_timing: bool = False) -> None:
+                self.name = ""
+
+            def record(self) -> None:
+                outer.log.append("event")
+
+            def synchronize(self) -> None:
+                pass
+
+            def elapsed_time(self, other: object) -> float:
+                return 1.0
+
+        class Buffer:
+            def zero_(self) -> None:
+                outer.log.append("flush")
+
+        class Cuda:
+            @staticmethod
+            def synchronize() -> None:
+                pass
+
+            @staticmethod
+            def _sleep(cycles: int) -> None:
+                outer.log.append(f"sleep {cycles}")
+
+        self.cuda = Cuda()
+        self.cuda.Event = Event
+        self.buffer = Buffer()
+
+
+def test_each_timed_run_waits_behind_flush_and_host_lead(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every timed run is flush, then the GPU-side lead (torch.cuda._sleep), then the start event, the
+    kernel and the end event: the host enqueues the kernel while the GPU is still busy, so its launch
+    path is not timed (session 8 measured Python launch time as kernel time without it)."""
+    torch = _FakeCudaTorch()
+    monkeypatch.setattr(bench, "_FLUSH", [torch.buffer])
+    monkeypatch.setattr(bench, "WARMUP_S", 0.0)
+    ran = lambda name: (lambda i: (lambda: torch.log.append(name)))  # noqa: E731
+    ms = bench.time_pair_ms(torch, [ran("tkir"), ran("peer")], nsets=2, reps=3, warmup=1)
+    assert ms == [1.0, 1.0]
+    timed = torch.log[torch.log.index("event") - 2:]  # after the warm-up round
+    lead = f"sleep {bench.HOST_LEAD_CYCLES}"
+    assert timed == ["flush", lead, "event", "tkir", "event", "flush", lead, "event", "peer", "event"] * 3
+
+
+def test_host_time_per_call_is_measured_per_kernel() -> None:
+    torch = _FakeCudaTorch()
+    us = bench.host_us_per_call(torch, [lambda i: (lambda: torch.log.append("a")),
+                                        lambda i: (lambda: torch.log.append("b"))], nsets=3, calls=4)
+    assert len(us) == 2 and all(u >= 0 for u in us)
+    assert torch.log == ["a"] * 4 + ["b"] * 4

@@ -32,6 +32,12 @@ MAX_ROTATE_SETS = 16
 WARMUP_S = 0.25             # seconds of warm-up runs per timed group (clocks ramp up; METHOD.md: warm up first)
 WARMUP_MAX_ROUNDS = 2000
 FLUSH_BYTES = 256 * 2**20    # zeroed before every timed run: > 4x the L2
+# GPU-side lead before each timed run's start event: torch.cuda._sleep spins this many SM clock
+# cycles (~100 us at the H200's 1.98 GHz boost), so the host has flush + lead (~175 us of GPU work)
+# to enqueue the timed call. Session 8 saw tkir's small kernels at 6-9 us in one run and 14-37 us in
+# another: Python launch paths that outran the ~75 us flush were timed as kernel time (METHOD.md:
+# shrink launch gaps out of the measurement; every peer gets the same lead).
+HOST_LEAD_CYCLES = 200_000
 ROTATE_BUDGET = 24 * 2**30   # never allocate more than this for rotation
 
 
@@ -51,6 +57,7 @@ class Row:
     bytes: int
     copy_gbps: float | None = None  # memory-bound kernels: copy bandwidth measured in the same run
     extra_ms: dict | None = None    # EXTRA_PEERS: name -> median ms, timed in the same run
+    host_us: dict | None = None     # host time per call to enqueue (tkir, the peer, extra peers): not in `ms`
 
     def extra_ratio(self, name: str) -> float | None:
         """How many times faster than the extra peer `name` (its ms / ours)."""
@@ -129,8 +136,9 @@ def copy_bandwidth(torch, nbytes: int = 2**30, reps: int = 20) -> float:
 def time_ms(torch, fn_for_set, nsets: int, reps: int, warmup: int) -> float:
     """Median milliseconds of fn_for_set(i % nsets)() over `reps` runs, each timed with CUDA events.
 
-    Before each run a 256 MB buffer is zeroed (as triton.testing.do_bench does): it evicts the L2 and
-    keeps the GPU busy while the host enqueues the timed call, so host launch overhead is not timed.
+    Before each run a 256 MB buffer is zeroed (as triton.testing.do_bench does), which evicts the L2,
+    and the GPU then spins HOST_LEAD_CYCLES: both keep it busy while the host enqueues the timed call,
+    so host launch overhead is not timed (it is GPU time per launch, for tkir and peers alike).
     """
     return time_pair_ms(torch, [fn_for_set], nsets, reps, warmup)[0]
 
@@ -157,12 +165,40 @@ def time_pair_ms(torch, fns_for_set: list, nsets: int, reps: int, warmup: int) -
             fn = f(i % nsets)
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             flush.zero_()
+            _host_lead(torch)
             start.record()
             fn()
             end.record()
             end.synchronize()
             times[k].append(start.elapsed_time(end))
     return [statistics.median(t) for t in times]
+
+
+HOST_CALLS = 50  # calls per kernel when measuring host time per launch
+
+
+def host_us_per_call(torch, fns_for_set: list, nsets: int, calls: int = HOST_CALLS) -> list[float]:
+    """Microseconds of host time per call of each kernel (enqueue only: the calls run back to back
+    without a synchronize, the GPU drains them afterwards). The timings above leave this out, for
+    every side alike; it is reported beside them, since a launch-bound problem pays it."""
+    out = []
+    for f in fns_for_set:
+        fns = [f(i % nsets) for i in range(calls)]
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for fn in fns:
+            fn()
+        out.append((time.perf_counter() - t0) / calls * 1e6)
+        torch.cuda.synchronize()
+    return out
+
+
+def _host_lead(torch) -> None:
+    """Keep the GPU busy for HOST_LEAD_CYCLES after the flush, so the start event is reached only after
+    the host has enqueued the timed call (its Python launch path is then not in the timing)."""
+    sleep = getattr(torch.cuda, "_sleep", None)
+    if sleep is not None:
+        sleep(HOST_LEAD_CYCLES)
 
 
 def bench_one(path: str, companion, sizes: dict, consts: dict, *, reps: int = 20, warmup: int = 5,
@@ -207,12 +243,14 @@ def bench_one(path: str, companion, sizes: dict, consts: dict, *, reps: int = 20
         fns += [(lambda i, n=n: companion.extra_peer(n, sets[i], sizes, consts)) for n in names]
         ms, peer_ms, *more = time_pair_ms(torch, fns, nsets, reps, warmup)
         extra = dict(zip(names, more, strict=True)) if names else None
+        host_time = dict(zip(["tkir", companion.PEER, *names], host_us_per_call(torch, fns, nsets), strict=True))
     else:
         ms = time_ms(torch, mine, nsets, reps, warmup)
+        host_time = dict(zip(["tkir"], host_us_per_call(torch, [mine], nsets), strict=True))
     chosen = {n: k.consts.get(n, v) for n, v in consts.items()}  # `auto` consts: the values the compiler chose
     return Row(Path(path).stem, dict(sizes), chosen, variant, err, companion.TOLERANCE,
                err <= companion.TOLERANCE, ms, peer_ms, companion.PEER, companion.flops(sizes, consts),
-               nbytes, extra_ms=extra)
+               nbytes, extra_ms=extra, host_us=host_time)
 
 
 def format_rows(rows: list[Row], memory_bound: bool = False) -> str:

@@ -573,7 +573,8 @@ def measure(p: Point, ctx: Context) -> dict:
     rec["bench_s"] = round(time.time() - t0, 2)
     rec["peak_gpu_gb"] = round(torch.cuda.max_memory_allocated() / 1e9, 2)
     rec.update(status="ok", consts=row.consts, ms=row.ms, peer=row.peer, peer_ms=row.peer_ms, rel_err=row.rel_err,
-               tolerance=row.bound, correct=bool(row.ok), flops=row.flops, bytes=row.bytes)
+               tolerance=row.bound, correct=bool(row.ok), flops=row.flops, bytes=row.bytes,
+               host_us=row.host_us, timing="flush + host lead (tkir.bench.HOST_LEAD_CYCLES)")
     if p.part == "gemm":
         rec.update(ratio=row.ratio, tflops=row.tflops, peer_tflops=row.peer_tflops)
     else:
@@ -814,8 +815,11 @@ def write_markdown(sd: SweepDir, records: dict[str, dict], state: dict) -> str:
     missing = [p.id for p in pts if p.id not in records]
     if missing:
         lines += ["## Not run yet", "", ", ".join(f"`{i}`" for i in missing), ""]
-    lines += ["## Tuned configurations", "", "| point | consts | survivors / points | rho | tkir ms | peer ms |",
-              "|---|---|---|---|---|---|"]
+    lines += ["## Tuned configurations", "",
+              "Host us per call: enqueue time of one launch (tkir / peer / torch.compile), measured apart from the "
+              "GPU timings, which leave it out for every side (tkir.bench.host_us_per_call).", "",
+              "| point | consts | survivors / points | rho | tkir ms | peer ms | host us per call |",
+              "|---|---|---|---|---|---|---|"]
     for p in pts:
         r = records.get(p.id)
         if r is None or r.get("status") != "ok":
@@ -823,7 +827,8 @@ def write_markdown(sd: SweepDir, records: dict[str, dict], state: dict) -> str:
         t = r.get("tune") or {}
         consts = " ".join(f"{k}={v}" for k, v in (r.get("consts") or {}).items() if k not in p.fixed)
         lines.append(f"| {p.id} | {consts} | {t.get('survivors', '-')} / {t.get('points', '-')} | "
-                     f"{_fmt(t.get('rho'), '.2f')} | {_fmt(r.get('ms'), '.4f')} | {_fmt(r.get('peer_ms'), '.4f')} |")
+                     f"{_fmt(t.get('rho'), '.2f')} | {_fmt(r.get('ms'), '.4f')} | {_fmt(r.get('peer_ms'), '.4f')} | "
+                     f"{' / '.join(f'{v:.0f}' for v in (r.get('host_us') or {}).values()) or '-'} |")
     text = "\n".join(lines) + "\n"
     (sd.path / REPORT_MD).write_text(text)
     return text
