@@ -347,6 +347,7 @@ class Plan:
     gpu_timeouts: list[float] = field(default_factory=list)
     md5: str | None = None  # the unmutated copy's scripts/ptx_md5.py listing
     gpu_always: bool = False  # also run the GPU runs on mutants the CPU run killed (gpu_verdict)
+    cpu_verdicts: dict[str, str] | None = None  # --gpu-after: id -> the earlier CPU run's summary (not rerun)
 
 
 def ptx_md5(tree: Path) -> str:
@@ -370,7 +371,10 @@ def run_mutant(tree: Path, m: Mutation, plan: Plan) -> Result:
     res.diff = _diff(original, mutated)
     try:
         target.write_text(mutated, encoding="utf-8")
-        status, secs, first, last = run_tests(tree, plan.cpu, plan.cpu_timeout)
+        if plan.cpu_verdicts is not None:  # survived the CPU tests in an earlier run (--gpu-after)
+            status, secs, first, last = "passed", 0.0, "", f"earlier CPU run: {plan.cpu_verdicts[m.id]}"
+        else:
+            status, secs, first, last = run_tests(tree, plan.cpu, plan.cpu_timeout)
         res.stage, res.seconds, res.killed_by, res.summary = "cpu", secs, first, last
         for i, (args, limit) in enumerate(zip(plan.gpu, plan.gpu_timeouts, strict=True)):
             if status != "passed":
@@ -435,7 +439,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=0, help="seconds per CPU run (default: 3 x baseline + 60)")
     ap.add_argument("--json", default=None, help="write the results as JSON here")
     ap.add_argument("--keep", action="store_true", help="keep the temporary copy (its path is printed)")
+    ap.add_argument("--gpu-after", default=None, metavar="JSON",
+                    help="with --gpu: only the mutants that survived the CPU run recorded in JSON (an earlier "
+                         "--json of the same mode, seed and sample), without rerunning their CPU tests")
     args = ap.parse_args(argv)
+    if args.gpu_after and not args.gpu:
+        ap.error("--gpu-after goes with --gpu")
 
     if args.list:
         for m in NAMED:
@@ -463,6 +472,17 @@ def main(argv: list[str] | None = None) -> int:
         cpu = ["-n", str(args.jobs), *cpu]
     gpu = [shlex.split(g) for g in args.gpu_tests] if args.gpu_tests else [list(r) for r in GPU_RUNS]
     plan = Plan(cpu, gpu if args.gpu else [], gpu_always=args.gpu and args.gpu_always)
+    if args.gpu_after:
+        earlier = {r["id"]: r for r in json.loads(Path(args.gpu_after).read_text())["results"]}
+        plan.cpu_verdicts = {i: r["summary"] for i, r in earlier.items()
+                             if r["status"] == "survived" and r["stage"] == "cpu"}
+        if not plan.cpu_verdicts:
+            ap.error(f"{args.gpu_after} records no mutant that survived its CPU run")
+        by_id = {m.id: m for m in (NAMED if args.named else auto_candidates(expand(args.auto)))}
+        missing = sorted(set(plan.cpu_verdicts) - set(by_id))
+        if missing:
+            ap.error(f"mutants of {args.gpu_after} that do not apply to this code: {', '.join(missing)}")
+        mutants = [by_id[i] for i in plan.cpu_verdicts]
 
     tmp = Path(tempfile.mkdtemp(prefix="tkir-mutate-"))
     results: list[Result] = []
@@ -471,12 +491,13 @@ def main(argv: list[str] | None = None) -> int:
         tree = copy_tree(tmp / "tree")
         if plan.gpu and gpu_count(tree) == 0:
             raise SystemExit("--gpu needs a CUDA device (the GPU tests would only skip)")
-        status, secs, first, last = run_tests(tree, plan.cpu, 3600)
-        print(f"baseline CPU (unmutated copy): {status} in {secs:.0f} s: {last}", file=sys.stderr)
-        if status != "passed":
-            raise SystemExit(f"the unmutated copy fails the CPU tests ({first}); fix that first")
-        baseline["cpu"] = secs
-        plan.cpu_timeout = args.timeout or 3 * secs + 60
+        if plan.cpu_verdicts is None:
+            status, secs, first, last = run_tests(tree, plan.cpu, 3600)
+            print(f"baseline CPU (unmutated copy): {status} in {secs:.0f} s: {last}", file=sys.stderr)
+            if status != "passed":
+                raise SystemExit(f"the unmutated copy fails the CPU tests ({first}); fix that first")
+            baseline["cpu"] = secs
+            plan.cpu_timeout = args.timeout or 3 * secs + 60
         if args.md5:
             plan.md5 = ptx_md5(tree)
         for i, g in enumerate(plan.gpu, 1):
@@ -499,7 +520,8 @@ def main(argv: list[str] | None = None) -> int:
     print(table(results))
     if args.json:
         meta = {"mode": "named" if args.named else "auto", "files": args.auto, "max": args.max, "seed": args.seed,
-                "cpu_tests": plan.cpu, "gpu_runs": plan.gpu,
+                "cpu_tests": plan.cpu if plan.cpu_verdicts is None else f"not rerun: {args.gpu_after}",
+                "gpu_runs": plan.gpu,
                 "baseline_s": {k: round(v, 1) for k, v in baseline.items()}}
         Path(args.json).write_text(json.dumps({"run": meta, "results": [asdict(r) for r in results]}, indent=1))
     return 0

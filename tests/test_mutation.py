@@ -114,3 +114,18 @@ def test_gpu_runs_refuse_to_start_without_a_device(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(mutate, "gpu_count", lambda tree: 0)
     with pytest.raises(SystemExit, match="needs a CUDA device"):
         mutate.main(["--named", "--only", "desc-code-bit-61", "--gpu"])
+
+
+def test_gpu_after_skips_the_cpu_run_of_earlier_cpu_survivors(tree: Path, tmp_path: Path) -> None:
+    """--gpu-after: the CPU verdict comes from an earlier --json and is not rerun; a mutant the earlier
+    run killed is not taken."""
+    unseen = mutate.Mutation("lbo", "backend/wgmma_desc.py", "UNUSED_LBO = 16", "UNUSED_LBO = 32", "")
+    plan = mutate.Plan(["tests/does_not_exist.py"], [], cpu_verdicts={"lbo": "275 passed"})
+    r = mutate.run_mutant(tree, unseen, plan)
+    assert (r.status, r.stage, r.seconds) == ("survived", "cpu", 0.0) and "earlier CPU run: 275 passed" in r.summary
+    earlier = tmp_path / "cpu.json"
+    earlier.write_text('{"results": [{"id": "x", "status": "killed", "stage": "cpu", "summary": ""}]}')
+    with pytest.raises(SystemExit):
+        mutate.main(["--named", "--gpu", "--gpu-after", str(earlier)])
+    with pytest.raises(SystemExit):
+        mutate.main(["--named", "--gpu-after", str(earlier)])
