@@ -441,7 +441,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", action="store_true", help="keep the temporary copy (its path is printed)")
     ap.add_argument("--gpu-after", default=None, metavar="JSON",
                     help="with --gpu: only the mutants that survived the CPU run recorded in JSON (an earlier "
-                         "--json of the same mode, seed and sample), without rerunning their CPU tests")
+                         "--json of the same mode, seed and sample; --only narrows them further), without "
+                         "rerunning their CPU tests")
     args = ap.parse_args(argv)
     if args.gpu_after and not args.gpu:
         ap.error("--gpu-after goes with --gpu")
@@ -482,7 +483,11 @@ def main(argv: list[str] | None = None) -> int:
         missing = sorted(set(plan.cpu_verdicts) - set(by_id))
         if missing:
             ap.error(f"mutants of {args.gpu_after} that do not apply to this code: {', '.join(missing)}")
-        mutants = [by_id[i] for i in plan.cpu_verdicts]
+        only = set(filter(None, args.only.split(",")))
+        if only - set(plan.cpu_verdicts):
+            ap.error(f"--only names mutants that did not survive the CPU run of {args.gpu_after}: "
+                     f"{', '.join(sorted(only - set(plan.cpu_verdicts)))}")
+        mutants = [by_id[i] for i in plan.cpu_verdicts if not only or i in only]
 
     tmp = Path(tempfile.mkdtemp(prefix="tkir-mutate-"))
     results: list[Result] = []
