@@ -24,7 +24,7 @@ from tkir.backend.context import LoweringContext, SharedPlan, plan_shared, tile_
 from tkir.backend.llvm_text import param_names
 from tkir.backend.rules import load_rules
 from tkir.backend.values import HEADER, LLVM_TYPE, REGS_PER_SM, SMEM_ALIGN, Global, LoweringError
-from tkir.facts import OccupancyPlan
+from tkir.facts import OccupancyPlan, requested_blocks_per_sm
 from tkir.ir import Module, Operation
 from tkir.target import SMEM_PER_BLOCK
 from tkir.types import GlobalType
@@ -109,11 +109,19 @@ def min_blocks_per_sm(kernel: Operation, threads: int) -> int:
     """`.minnctapersm`: warp-specialized kernels run one block per SM (setmaxnreg redistributes
     its registers); other kernels ask ptxas for at least two resident blocks
     (MIN_BLOCKS_STREAMING) so one block's loads overlap another's math and stores, or for the
-    plan's count if higher. ptxas then caps registers accordingly; tests check it never spills."""
+    plan's count if higher. ptxas then caps registers accordingly; tests check it never spills.
+    A kernel with `@blocks_per_sm(B)` (attr `min_blocks_per_sm = B`) asks for the plan's count, which
+    plan-occupancy made at least B (B itself in IR without a plan), in place of that heuristic."""
+    requested = requested_blocks_per_sm(kernel)
     if any(op.name == "tk.role" for op in kernel.body.ops):
+        if requested is not None and requested > 1:  # IR text past plan-occupancy's refusal
+            raise LoweringError(kernel.loc, f"backend: min_blocks_per_sm = {requested} on a warp-specialized kernel "
+                                            "(tk.role): it runs one block per SM")
         return 1
     plan = OccupancyPlan.of(kernel)
     planned = (plan.blocks_per_sm if plan is not None else None) or 1
+    if requested is not None:
+        return max(planned, requested)
     budget = plan.budget if plan is not None else None  # accumulators (mma.sync tiles) cannot be squeezed
     floor = max(MIN_REGS_STREAMING, budget.acc_regs + budget.overhead if budget is not None else 0)
     fits = REGS_PER_SM // (threads * floor)

@@ -21,11 +21,12 @@ from dataclasses import dataclass
 
 from tkir import scalar, symexpr
 from tkir.diagnostics import CompileError
+from tkir.facts import MIN_BLOCKS_ATTR
 from tkir.frontend import ast
 from tkir.frontend.names import Vocabulary, check_untaken
 from tkir.frontend.tune import check_tune
 from tkir.ir import Block, Loc, Module, Operation, Region, Value
-from tkir.target import REGS_PER_SM, SMEM_PER_BLOCK
+from tkir.target import MAX_BLOCKS_PER_SM, REGS_PER_SM, SMEM_PER_BLOCK
 from tkir.types import (
     DTYPE_BYTES,
     FLOAT_DTYPES,
@@ -70,7 +71,7 @@ PREDICATE_DTYPE = "i1"  # tk.cmp results; tk.select conditions
 ALL_FUNCS = (*UNARY_FUNCS, *CAST_FUNCS, *REDUCTIONS, *OTHER_FUNCS)
 ANNOTATIONS = {"stages": "a for loop", "swizzle": "a shared declaration",
                "no_tma": "a load statement", "warpgroups": "the kernel", "tune": "the kernel",
-               "stream_k": "the kernel"}
+               "stream_k": "the kernel", "blocks_per_sm": "the kernel"}
 STREAM_K_ATTR = "stream_k_requested"  # what `@stream_k(1)` records; passes/stream_k.py reads it
 BINARY_NAMES = {"+": "add", "-": "sub", "*": "mul", "/": "div", "%": "rem", "max": "max", "min": "min"}
 # what the name check of an untaken compile-time branch knows (frontend/names.py)
@@ -388,8 +389,8 @@ class _Lowerer:
     def annotations(self, anns: list[ast.Annotation], where: str) -> dict[str, dict[str, object]]:
         """Check annotations against the construct they precede; name -> the attrs they add."""
         out: dict[str, dict[str, object]] = {}
-        allowed = {"kernel": ("warpgroups", "tune", "stream_k"), "for": ("stages",), "shared": ("swizzle",),
-                   "load": ("no_tma",), "none": ()}[where]
+        allowed = {"kernel": ("warpgroups", "tune", "stream_k", "blocks_per_sm"), "for": ("stages",),
+                   "shared": ("swizzle",), "load": ("no_tma",), "none": ()}[where]
         for a in anns:
             if a.name not in ANNOTATIONS:
                 raise self.error(a.loc, f"unknown annotation '@{a.name}'",
@@ -444,6 +445,22 @@ class _Lowerer:
             raise self.error(a.args[0].loc, "bad argument to '@stream_k': expected 0 (off) or 1 (on)",
                              hint="a compile-time 0 or 1, e.g. a const SK that @tune(SK=[0, 1]) chooses")
         return {STREAM_K_ATTR: True} if c == 1 else {}
+
+    def ann_blocks_per_sm(self, a: ast.Annotation) -> dict[str, object]:
+        """`@blocks_per_sm(B)`: B a compile-time integer 0..MAX_BLOCKS_PER_SM (usually a const, so `@tune`
+        can choose it), CUDA's __launch_bounds__ minBlocksPerMultiprocessor: B >= 1 records
+        `min_blocks_per_sm = B`, the floor of resident blocks ptxas is asked for (plan-occupancy checks
+        that B fit, the backend emits `.minnctapersm`); 0 adds nothing (the planner decides)."""
+        form = "write @blocks_per_sm(4), or @blocks_per_sm(OCC) with a const OCC that @tune(OCC=[0, 4]) chooses"
+        if len(a.args) != 1 or a.kwargs:
+            raise self.error(a.loc, "'@blocks_per_sm' takes one argument", hint=form)
+        c = self.const_eval(a.args[0])
+        if isinstance(c, bool) or not isinstance(c, int) or not 0 <= c <= MAX_BLOCKS_PER_SM:
+            got = "a value known only at run time" if c is None else f"{c}"
+            raise self.error(a.args[0].loc, f"bad argument to '@blocks_per_sm': expected a compile-time integer "
+                             f"0..{MAX_BLOCKS_PER_SM} (resident blocks per SM; 0: the planner decides), got {got}",
+                             hint=form)
+        return {MIN_BLOCKS_ATTR: c} if c else {}
 
     def ann_warpgroups(self, a: ast.Annotation) -> dict[str, object]:
         if a.args or not a.kwargs:

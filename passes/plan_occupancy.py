@@ -51,6 +51,14 @@ the most that fit in 232,448 B, capped at MAX_AUTO_STAGES = 4 (more stages hide 
 loads run 3 iterations ahead of a 128x256x64 wgmma step, and cost blocks per SM). A kernel without
 a pipelined loop gets stages = 1. blocks_per_sm = min(228 KB / (smem + 1 KB reserved, in 128-B
 units), 65536 / (threads * regs), 64 warps / warps per block, 32).
+
+`@blocks_per_sm(B)` (kernel attr `min_blocks_per_sm = B`, B >= 1) is a floor: blocks_per_sm =
+max(the count above, B), and the backend asks ptxas for exactly that many (`.minnctapersm`), so ptxas
+fits each thread in 65536 / (B * threads) registers; the roles keep the planner's register estimate
+(conservative: the layernorm of D = 8192 on 256 threads is estimated at 96, ptxas needs 64 at B = 4).
+B is refused (a CompileError at the kernel) when B blocks cannot be resident: B > 1 on a
+warp-specialized kernel, B * threads > 2048, B * (smem + 1 KB, in 128-B units) > 228 KB, or fewer
+than acc_regs + overhead registers per thread.
 Nothing fits -> a located CompileError naming the largest consumer of the budget.
 """
 
@@ -59,7 +67,7 @@ from __future__ import annotations
 import math
 
 from tkir.diagnostics import CompileError
-from tkir.facts import OccupancyPlan, RegisterBudget, RolePlan, SharedBreakdown
+from tkir.facts import OccupancyPlan, RegisterBudget, RolePlan, SharedBreakdown, requested_blocks_per_sm
 from tkir.ir import Block, Loc, Module, Operation, Value, parent_op
 from tkir.layout import auto_consumer_warpgroups, layout_of
 from tkir.layout import regs_per_thread as layout_regs
@@ -167,13 +175,60 @@ def plan_kernel(kernel: Operation) -> OccupancyPlan:
         regs_for_blocks = needed
 
     blocks = min(
-        SMEM_PER_SM // _round_up(smem_bytes + SMEM_RESERVED_PER_BLOCK, SMEM_ALLOC_UNIT),
+        SMEM_PER_SM // _block_smem(smem_bytes),
         REGS_PER_SM // (threads * regs_for_blocks),
         MAX_WARPS_PER_SM // (threads // WARP_SIZE),
         MAX_BLOCKS_PER_SM,
     )
+    requested = requested_blocks_per_sm(kernel)
+    if requested is not None:  # @blocks_per_sm(B): the floor ptxas is asked for, if B blocks can be resident
+        _check_requested(kernel, requested, ws_loop is not None, threads, smem_bytes, budget)
+        blocks = max(blocks, requested)
     return OccupancyPlan(stages=stages, roles=roles, blocks_per_sm=blocks, smem_bytes=smem_bytes,
                          threads=threads, budget=budget, smem=smem.breakdown(loops, stages))
+
+
+def _block_smem(smem_bytes: int) -> int:
+    """What one block takes of an SM's shared memory: its bytes plus the 1 KB the system reserves per
+    block, in the occupancy calculator's 128-B units."""
+    return _round_up(smem_bytes + SMEM_RESERVED_PER_BLOCK, SMEM_ALLOC_UNIT)
+
+
+def _check_requested(kernel: Operation, b: int, warp_specialized: bool, threads: int, smem_bytes: int,
+                     budget: RegisterBudget) -> None:
+    """`@blocks_per_sm(B)` asks for B resident blocks per SM: refused (a CompileError at the kernel) where
+    B blocks cannot be resident whatever ptxas does with the registers: a warp-specialized kernel with
+    B > 1 (setmaxnreg hands one block the SM's whole register file), more threads or shared memory than
+    an SM has, or fewer registers per thread than the accumulators and OVERHEAD_REGS need (they cannot
+    be squeezed; ptxas would spill them)."""
+    who = f"@blocks_per_sm({b}) on kernel '{kernel.symbol}'"
+    if warp_specialized and b > 1:
+        raise CompileError(kernel.loc, f"{who}: a warp-specialized kernel runs one block per SM (its producer "
+                           "and consumer warpgroups share the SM's registers through setmaxnreg)",
+                           hint="use @blocks_per_sm(1), or 0 to let plan-occupancy decide")
+    sm_threads = MAX_WARPS_PER_SM * WARP_SIZE
+    if b * threads > sm_threads:
+        raise CompileError(kernel.loc, f"{who}: {b} blocks x {threads} threads = {b * threads} threads, more than "
+                           f"the {sm_threads} an SM holds",
+                           hint=f"ask for at most {_blocks(sm_threads // threads)}, or use fewer warpgroups "
+                                "(@warpgroups(consumers=N))")
+    per_block = _block_smem(smem_bytes)
+    if b * per_block > SMEM_PER_SM:
+        raise CompileError(kernel.loc, f"{who}: {b} blocks x {per_block} B of shared memory ({smem_bytes} B + "
+                           f"{SMEM_RESERVED_PER_BLOCK} B reserved, in {SMEM_ALLOC_UNIT}-B units) = {b * per_block} B, "
+                           f"more than the {SMEM_PER_SM} B of an SM",
+                           hint=f"ask for at most {_blocks(SMEM_PER_SM // per_block)}, or use fewer stages or smaller "
+                                "tiles")
+    regs = REGS_PER_SM // (b * threads) // REG_ALLOC_UNIT * REG_ALLOC_UNIT
+    floor = budget.acc_regs + budget.overhead
+    if regs < floor:
+        raise CompileError(kernel.loc, f"{who}: {b} blocks x {threads} threads leave {regs} registers per thread, "
+                           f"fewer than the {floor} its accumulators ({budget.acc_regs}) and overhead "
+                           f"({budget.overhead}) need", hint="ask for fewer blocks, or use smaller tiles")
+
+
+def _blocks(n: int) -> str:
+    return f"{n} block{'' if n == 1 else 's'}"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -13,6 +13,9 @@ by hand may hold anything).
   the roles (`RolePlan`), the register budget of the computing role (`RegisterBudget`) and the shared
   memory breakdown (`SharedBreakdown`). Hand-written IR may leave out everything but `stages` and
   `roles`; plan-occupancy always writes all of it.
+* `min_blocks_per_sm = B` (kernel attr, from `@blocks_per_sm(B)` with B >= 1; read with
+  `requested_blocks_per_sm(kernel)`): the floor of resident blocks per SM the user asks ptxas for
+  (`.minnctapersm`); plan-occupancy checks that B blocks fit and the backend emits it.
 * `RegisterLayout` (type attr `layout` of register tiles and vectors) is in tkir/layout.py, beside
   the fragment math that interprets it.
 """
@@ -23,13 +26,14 @@ from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, ClassVar, Self
 
 from tkir.diagnostics import CompileError
-from tkir.target import WARP, WARPGROUP
+from tkir.target import MAX_BLOCKS_PER_SM, WARP, WARPGROUP
 from tkir.types import format_attr_value
 
 if TYPE_CHECKING:
     from tkir.ir import Loc, Operation
 
 ROLE_NAMES = ("producer", "consumer", "compute")  # plan-occupancy's roles (docs/passes.md)
+MIN_BLOCKS_ATTR = "min_blocks_per_sm"  # kernel attr: what `@blocks_per_sm(B)`, B >= 1, records
 
 
 class FactError(CompileError, ValueError):
@@ -82,6 +86,30 @@ def table(attr: object, key: str | None = None) -> dict:
     if not isinstance(attr, dict):
         raise FactError(None, ("" if key is None else f"'{key}' is ") + "not a {key = value, ...} dict")
     return attr
+
+
+# --- the blocks per SM the user asks for ------------------------------------------------------------
+
+
+def blocks_per_sm_problem(v: object) -> str | None:
+    """Why `v` cannot be a kernel's `min_blocks_per_sm` (an integer 1..MAX_BLOCKS_PER_SM), or None."""
+    if isinstance(v, bool) or not isinstance(v, int):
+        return f"'{MIN_BLOCKS_ATTR}' must be an integer, not {format_attr_value(v)}"
+    if not 1 <= v <= MAX_BLOCKS_PER_SM:
+        return f"'{MIN_BLOCKS_ATTR}' must be 1..{MAX_BLOCKS_PER_SM} (resident blocks per SM), not {v}"
+    return None
+
+
+def requested_blocks_per_sm(kernel: Operation) -> int | None:
+    """The kernel's `min_blocks_per_sm` (`@blocks_per_sm(B)`, B >= 1), None when it asks for nothing;
+    a FactError located at the kernel when the attribute is not an integer 1..MAX_BLOCKS_PER_SM."""
+    v = kernel.attrs.get(MIN_BLOCKS_ATTR)
+    if v is None:
+        return None
+    problem = blocks_per_sm_problem(v)
+    if problem:
+        raise FactError(kernel.loc, problem)
+    return v
 
 
 # --- the occupancy plan ---------------------------------------------------------------------------

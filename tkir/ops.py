@@ -21,6 +21,7 @@ Conventions
 from __future__ import annotations
 
 from tkir import ops_pipeline, ops_streamk, ops_tma, scalar  # noqa: F401  (ops_*: register the later levels' ops)
+from tkir.facts import MIN_BLOCKS_ATTR, blocks_per_sm_problem
 from tkir.ir import Operation
 from tkir.opdef import (
     OPS,
@@ -406,6 +407,9 @@ def _kernel(op: Operation) -> None:
     grid = op.attrs.get("grid")
     expect(isinstance(grid, list) and 1 <= len(grid) <= 3 and all(isinstance(g, str) for g in grid),
            "'tk.kernel' needs grid = [\"expr\", ...] (1 to 3 size expressions)")
+    if MIN_BLOCKS_ATTR in op.attrs:  # `@blocks_per_sm(B)`
+        problem = blocks_per_sm_problem(op.attrs[MIN_BLOCKS_ATTR])
+        expect(problem is None, f"'tk.kernel': {problem}")
 
 
 CONVERT_VIA = ("none", "shuffle", "smem")  # register relabel, warp shuffles, shared round trip
