@@ -276,3 +276,35 @@ def test_cli_tune_where_the_header_point_does_not_fit() -> None:
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "15 points: 13 dropped by compile, 2 kept" in proc.stdout
+
+
+FAKE_WORKER = r"""
+import json, os, sys
+spec = json.loads(open(sys.argv[-1]).read())
+gpu = int(os.environ["CUDA_VISIBLE_DEVICES"])
+assert spec["device"] == gpu, (spec["device"], gpu)
+out = [dict(c, ms=1.0 + gpu + 0.01 * i, status="timed", rel_err=1e-3, device=gpu)
+       for i, c in enumerate(spec["candidates"])]
+print(json.dumps(out))
+"""
+
+
+def test_points_are_split_over_the_gpus_and_merged_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two GPUs: one worker per GPU, all started before any is waited for, each seeing only its GPU
+    (CUDA_VISIBLE_DEVICES) and its share of the points; results land on the right candidates. (The
+    real worker is `python -m tkir.tune --worker SPEC`; session 9's first two-GPU run failed in this
+    plumbing with "I/O operation on closed file".)"""
+    monkeypatch.setattr(tune, "WORKER_CMD", [sys.executable, "-c", FAKE_WORKER])
+    cands = [tune.Candidate({"BM": m}, {"BM": m}) for m in (64, 128, 192, 256, 320)]
+    cands[2].status = "dropped"
+    tune._time_on_gpus(GEMM, BIG, cands, target="sm_90a", passes=None, reps=3, ngpus=2)
+    assert [(c.consts["BM"], c.status, c.device) for c in cands] == [
+        (64, "timed", 0), (128, "timed", 1), (192, "dropped", None), (256, "timed", 0), (320, "timed", 1)]
+    assert [c.ms for c in cands if c.status == "timed"] == [1.0, 2.0, 1.01, 2.01]
+
+
+def test_a_failing_worker_names_its_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tune, "WORKER_CMD", [sys.executable, "-c", "import sys; sys.exit('no CUDA here')"])
+    cands = [tune.Candidate({"BM": m}, {"BM": m}) for m in (64, 128)]
+    with pytest.raises(tkir.diagnostics.TkirError, match="tune worker on GPU 0 failed: no CUDA here"):
+        tune._time_on_gpus(GEMM, BIG, cands, target="sm_90a", passes=None, reps=3, ngpus=2)

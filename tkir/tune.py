@@ -32,6 +32,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -260,27 +261,34 @@ def _time_on_gpus(path: str, sizes: dict, cands: list[Candidate], *, target: str
     kept = [c for c in cands if c.status == "kept"]
     groups = [kept[g::ngpus] for g in range(ngpus)]
     procs = []
-    for g, group in enumerate(groups):
-        if not group:
-            continue
-        spec = json.dumps({"path": path, "sizes": sizes, "target": target, "passes": passes, "reps": reps,
-                           "device": g, "candidates": [asdict(c) for c in group]})
-        env = dict(os.environ, CUDA_VISIBLE_DEVICES=str(g))
-        p = subprocess.Popen([sys.executable, "-m", "tkir.tune", "--worker"], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-        p.stdin.write(spec)
-        p.stdin.close()
-        procs.append((p, group))
-    for p, group in procs:
-        out, err = p.communicate()
-        if p.returncode != 0:
-            raise TkirError(f"tune worker on GPU {group[0].device} failed: {err.strip()[-2000:]}")
-        for c, d in zip(group, json.loads(out), strict=True):
-            c.__dict__.update(d)
+    with tempfile.TemporaryDirectory(prefix="tkir-tune-") as tmp:
+        for g, group in enumerate(groups):
+            if not group:
+                continue
+            # the spec goes in a file, not a pipe: every worker must start before any is waited for
+            # (session 9: writing stdin, closing it, then communicate() raised "I/O operation on
+            # closed file" on the first two-GPU machine tkir ran on)
+            spec = Path(tmp) / f"gpu{g}.json"
+            spec.write_text(json.dumps({"path": path, "sizes": sizes, "target": target, "passes": passes,
+                                        "reps": reps, "device": g, "candidates": [asdict(c) for c in group]}))
+            env = dict(os.environ, CUDA_VISIBLE_DEVICES=str(g))
+            p = subprocess.Popen([*WORKER_CMD, str(spec)], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True, env=env)
+            procs.append((g, p, group))
+        for g, p, group in procs:
+            out, err = p.communicate()
+            if p.returncode != 0:
+                raise TkirError(f"tune worker on GPU {g} failed: {err.strip()[-2000:]}")
+            for c, d in zip(group, json.loads(out), strict=True):
+                c.__dict__.update(d)
+
+
+# The command of a timing worker (one per GPU); the spec file's path is appended.
+WORKER_CMD = [sys.executable, "-m", "tkir.tune", "--worker"]
 
 
 def _worker() -> int:
-    spec = json.loads(sys.stdin.read())
+    spec = json.loads(Path(sys.argv[sys.argv.index("--worker") + 1]).read_text())
     cands = [Candidate(**c) for c in spec["candidates"]]
     time_points(spec["path"], spec["sizes"], cands, target=spec["target"], passes=spec["passes"],
                 reps=spec["reps"], device_index=spec["device"])
