@@ -817,7 +817,23 @@ class _Lowerer:
             if r is None:
                 raise self.error(e.loc, "division by zero in a compile-time expression")
             return r
+        if isinstance(e, ast.Call) and (e.func in UNARY_FUNCS or e.func in CAST_FUNCS) and len(e.args) == 1:
+            c = self.const_eval(e.args[0])
+            return None if c is None else self.fold_call(e.func, c, e.loc)
         return None
+
+    def fold_call(self, f: str, c: int | float, loc: Loc) -> int | float:
+        """A math function or cast of a compile-time number (`sqrt(D)`, `f32(BM)`, `i32(x)`)."""
+        if f == "i32":
+            if not math.isfinite(c):
+                raise self.error(loc, f"'i32({c})' is not an integer", hint="i32(x) needs a finite x")
+            return int(c)
+        if f in CAST_FUNCS:
+            return float(c)
+        try:
+            return float(UNARY_FUNCS[f](c))
+        except (ValueError, OverflowError, ZeroDivisionError):
+            raise self.error(loc, f"'{f}({c})' is undefined") from None
 
     def expr(self, e: ast.Expr) -> _E:
         c = self.const_eval(e)
@@ -1123,11 +1139,8 @@ class _Lowerer:
         return self.mask_causal(x, args[1], args[2], args[3] if len(args) > 3 else None, e.loc)
 
     def unary(self, f: str, x: _E, loc: Loc) -> _E:
-        if x.is_const:
-            try:
-                return _E(loc, const=float(UNARY_FUNCS[f](x.const)))
-            except (ValueError, OverflowError, ZeroDivisionError):
-                raise self.error(loc, f"'{f}({x.const})' is undefined") from None
+        if x.is_const:  # pragma: no cover - const_eval folds a call of a compile-time number
+            return _E(loc, const=self.fold_call(f, x.const, loc))
         t = x.value.type
         self.shaped_kind(x, f)
         if t.dtype not in FLOAT_DTYPES:
@@ -1136,8 +1149,8 @@ class _Lowerer:
         return _E(loc, value=self.emit(f"tk.{f}", [x.value], [rtype], loc).result, axis=x.axis)
 
     def cast(self, f: str, x: _E, loc: Loc) -> _E:
-        if x.is_const:
-            return _E(loc, const=int(x.const) if f == "i32" else float(x.const))
+        if x.is_const:  # pragma: no cover - const_eval folds a call of a compile-time number
+            return _E(loc, const=self.fold_call(f, x.const, loc))
         t = x.value.type
         if isinstance(t, ScalarType):
             if t.dtype == f:

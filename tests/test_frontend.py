@@ -145,6 +145,22 @@ def test_compile_time_lets_fold() -> None:
     assert "sqrt" not in text
 
 
+def test_compile_time_calls_fold_in_conditions() -> None:
+    """A math function or cast of compile-time numbers is compile-time wherever it is written: `let`
+    folded it, but an `if` condition did not (`if sqrt(BM) > 4` was a KeyError of the run-time `if`),
+    nor did `i32(inf)` (an OverflowError)."""
+    assert "tk.exp" in lower("reg x: rt<f32, BM, BM> = 0\nif sqrt(BM) > 4 { x = exp(x) } else { x = log(x) }")
+    assert "tk.log" in lower("reg x: rt<f32, BM, BM> = 0\nif i32(f32(BM) / 3.0) == 21 { x = log(x) }")
+    assert 'grid = ["cdiv(M, 8)"]' in print_module(compile_source(
+        "kernel k(A: gl<bf16>[M]) grid(cdiv(M, i32(sqrt(64)))) {\n}\n", "g.tk"))
+    for bad, words in [("let z = i32(inf)", "'i32(inf)' is not an integer"),
+                       ("let z = i32(-inf * 0)", "'i32(nan)' is not an integer"),
+                       ("if log(0.0) > 1 { }", "'log(0.0)' is undefined")]:
+        with pytest.raises(CompileError) as info:
+            lower(bad)
+        assert info.value.message == words and info.value.loc.line == 2, info.value.format()
+
+
 def test_compile_time_if_folds_and_else_if_chains() -> None:
     body = ("reg x: rt<f32, BM, BM> = 0\n"
             "if CAUSAL == 1 { x = exp(x) } else if BM > 32 { x = log(x) } else { x = abs(x) }")
