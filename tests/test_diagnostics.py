@@ -136,6 +136,14 @@ def test_deep_nesting_is_refused_where_the_limit_is_passed(kind: str) -> None:
     compile_source(shallow, "ok.tk")  # real programs are far below the limit
 
 
+def test_strings_do_not_count_as_nesting() -> None:
+    """A static_assert message is text: its brackets and minus signs are not nesting, and a `//` in it
+    does not start a comment that would hide the `)` after it."""
+    head = "kernel k<C=1>(A: gl<f32>[N]) grid(1) {\n"
+    text = head + 'static_assert(C > 0, "' + "(-" * 200 + '")\n' + 'static_assert(C > 0, "//")\n' * 200 + "}\n"
+    compile_source(text, "s.tk")
+
+
 def test_deeply_nested_ir_text_is_refused() -> None:
     from tkir.parser import parse_module
 
