@@ -62,7 +62,7 @@ def test_row_kernels_refuse_a_row_that_is_not_whole_chunks(name: str, capsys: py
     from tkir.cli import main
 
     path = EXAMPLES / f"{name}.tk"
-    line = next(i for i, t in enumerate(path.read_text().splitlines(), 1) if "static_assert" in t)
+    line = next(i for i, t in enumerate(path.read_text().splitlines(), 1) if t.lstrip().startswith("static_assert("))
     assert main(["compile", str(path), "-D", "D=1000", "-D", "DC=512"]) == 1
     err = capsys.readouterr().err
     assert err.startswith(f"{path}:{line}:9: error: static_assert failed: "), err
