@@ -150,6 +150,15 @@ class If(Stmt):
     orelse: list[Stmt] | None
 
 
+@dataclass
+class StaticAssert(Stmt):
+    """`static_assert(cond, "message")`: a compile-time condition checked where the statement is
+    compiled (not in an untaken compile-time branch); nothing in the IR."""
+
+    cond: Expr
+    message: str
+
+
 # --- the kernel -------------------------------------------------------------------------------
 
 AUTO = "auto"  # a const's value the compiler chooses (`<BQ=auto>`, `-D BQ=auto`; tkir/auto_consts.py)

@@ -662,6 +662,71 @@ class _Lowerer:
             if sym not in carried:  # assigned only inside a branch: no value after it
                 sym.current = None
 
+    def stmt_staticassert(self, s: ast.StaticAssert) -> None:
+        """`static_assert(cond, "message")`: `cond` must fold, as a compile-time `if`'s condition does
+        (nonzero is true); false is an error at the statement with the consts it reads. Nothing is
+        emitted. In an untaken compile-time branch it is only name-checked (frontend/names.py)."""
+        self.annotations(s.annotations, "none")
+        cond = self.const_eval(s.cond)
+        if cond is None:
+            self.check_names(s.cond)  # a misspelt name is that error, not "not compile-time"
+            at, why = self.runtime_part(s.cond)
+            raise self.error(at.loc, "static_assert needs a compile-time condition",
+                             hint=f"{why}; a static_assert tests what is known when the kernel is compiled: "
+                                  "consts, numbers and `let`s of them")
+        if not cond:
+            values = ", ".join(f"{n} = {v}" for n, v in self.consts_read(s.cond).items())
+            msg = f"static_assert failed: {s.message}" if s.message else "static_assert failed"
+            raise self.error(s.loc, msg + (f" ({values})" if values else ""))
+
+    def check_names(self, e: ast.Expr) -> None:
+        """The name errors of `e` (unknown names, functions, attributes, argument counts), emitting nothing."""
+        if isinstance(e, ast.Name) and self.lookup(e.id) is None and e.id != "inf":
+            self.expr_name(e)  # raises: unknown name (a note if an untaken branch declares it)
+        if isinstance(e, ast.Attr):
+            if isinstance(e.base, ast.Name) and e.base.id == "block" and self.lookup("block") is None:
+                if e.name not in BLOCK_DIMS:
+                    raise self.error(e.loc, f"unknown block index 'block.{e.name}'", hint="use block.x, .y or .z")
+                return
+            if e.name != "T":
+                raise self.error(e.loc, f"unknown attribute '.{e.name}'", hint="tiles have .T (transpose)")
+        if isinstance(e, ast.Call):
+            self.check_call(e)
+        for x in _parts(e):
+            self.check_names(x)
+
+    def runtime_part(self, e: ast.Expr) -> tuple[ast.Expr, str]:
+        """The innermost part of `e` that is not compile-time (all of its own parts are), and why."""
+        if isinstance(e, ast.Attr) and isinstance(e.base, ast.Name) and e.base.id == "block" \
+                and self.lookup("block") is None:
+            return e, f"'block.{e.name}' is known only when the kernel runs"
+        for x in _parts(e):
+            if self.const_eval(x) is None:
+                return self.runtime_part(x)
+        if isinstance(e, ast.Name):
+            sym = self.lookup(e.id)
+            if sym.kind == "size":
+                return e, f"'{e.id}' is a size, known only when the kernel is launched"
+            if sym.kind == "scalar":
+                return e, f"'{e.id}' is a run-time value"
+            return e, f"'{e.id}' is a {_KIND_WORDS[sym.kind]}"
+        if isinstance(e, ast.Call):
+            return e, f"'{e.func}' computes at run time"
+        if isinstance(e, ast.BinOp) and e.op == "@":
+            return e, "'@' multiplies tiles at run time"
+        return e, "this is known only at run time"
+
+    def consts_read(self, e: ast.Expr) -> dict[str, int | float]:
+        """The consts (and compile-time `let`s) that `e` names, in the order written."""
+        out: dict[str, int | float] = {}
+        if isinstance(e, ast.Name):
+            sym = self.lookup(e.id)
+            if sym is not None and sym.kind == "const":
+                out[e.id] = sym.const
+        for x in _parts(e):
+            out.update((k, v) for k, v in self.consts_read(x).items() if k not in out)
+        return out
+
     def if_condition(self, e: ast.Expr) -> Value:
         """A run-time `if` condition: one comparison of two scalars of one dtype -> arith.cmp (i1)."""
         if not isinstance(e, ast.Compare):
@@ -834,7 +899,23 @@ class _Lowerer:
             if r is None:
                 raise self.error(e.loc, "division by zero in a compile-time expression")
             return r
+        if isinstance(e, ast.Call) and (e.func in UNARY_FUNCS or e.func in CAST_FUNCS) and len(e.args) == 1:
+            c = self.const_eval(e.args[0])
+            return None if c is None else self.fold_call(e.func, c, e.loc)
         return None
+
+    def fold_call(self, f: str, c: int | float, loc: Loc) -> int | float:
+        """A math function or cast of a compile-time number (`sqrt(D)`, `f32(BM)`, `i32(x)`)."""
+        if f == "i32":
+            if not math.isfinite(c):
+                raise self.error(loc, f"'i32({c})' is not an integer", hint="i32(x) needs a finite x")
+            return int(c)
+        if f in CAST_FUNCS:
+            return float(c)
+        try:
+            return float(UNARY_FUNCS[f](c))
+        except (ValueError, OverflowError, ZeroDivisionError):
+            raise self.error(loc, f"'{f}({c})' is undefined") from None
 
     def expr(self, e: ast.Expr) -> _E:
         c = self.const_eval(e)
@@ -1101,7 +1182,8 @@ class _Lowerer:
 
     # --- calls ---------------------------------------------------------------------------------
 
-    def expr_call(self, e: ast.Call) -> _E:
+    def check_call(self, e: ast.Call) -> None:
+        """The function exists and gets an argument count it takes."""
         f = e.func
         if f not in ALL_FUNCS:
             close = difflib.get_close_matches(f, ALL_FUNCS, n=1)
@@ -1112,6 +1194,10 @@ class _Lowerer:
                 raise self.error(e.loc, f"'mask_causal' takes 3 or 4 arguments, got {len(e.args)}")
         elif len(e.args) != (nargs := N_ARGS.get(f, 1)):
             raise self.error(e.loc, f"'{f}' takes {nargs} argument{'s' * (nargs > 1)}, got {len(e.args)}")
+
+    def expr_call(self, e: ast.Call) -> _E:
+        f = e.func
+        self.check_call(e)
         args = [self.expr(x) for x in e.args]
         if f == "where":
             return self.where(*args, e.loc)
@@ -1140,11 +1226,8 @@ class _Lowerer:
         return self.mask_causal(x, args[1], args[2], args[3] if len(args) > 3 else None, e.loc)
 
     def unary(self, f: str, x: _E, loc: Loc) -> _E:
-        if x.is_const:
-            try:
-                return _E(loc, const=float(UNARY_FUNCS[f](x.const)))
-            except (ValueError, OverflowError, ZeroDivisionError):
-                raise self.error(loc, f"'{f}({x.const})' is undefined") from None
+        if x.is_const:  # pragma: no cover - const_eval folds a call of a compile-time number
+            return _E(loc, const=self.fold_call(f, x.const, loc))
         t = x.value.type
         self.shaped_kind(x, f)
         if t.dtype not in FLOAT_DTYPES:
@@ -1153,8 +1236,8 @@ class _Lowerer:
         return _E(loc, value=self.emit(f"tk.{f}", [x.value], [rtype], loc).result, axis=x.axis)
 
     def cast(self, f: str, x: _E, loc: Loc) -> _E:
-        if x.is_const:
-            return _E(loc, const=int(x.const) if f == "i32" else float(x.const))
+        if x.is_const:  # pragma: no cover - const_eval folds a call of a compile-time number
+            return _E(loc, const=self.fold_call(f, x.const, loc))
         t = x.value.type
         if isinstance(t, ScalarType):
             if t.dtype == f:
@@ -1281,6 +1364,21 @@ def _assigned_names(stmts: list[ast.Stmt]) -> list[str]:
         for body in nested:
             out.extend(n for n in _assigned_names(body) if n not in out)
     return out
+
+
+def _parts(e: ast.Expr) -> list[ast.Expr]:
+    """The subexpressions of `e`."""
+    if isinstance(e, (ast.BinOp, ast.Compare)):
+        return [e.lhs, e.rhs]
+    if isinstance(e, ast.Neg):
+        return [e.operand]
+    if isinstance(e, ast.Attr):
+        return [e.base]
+    if isinstance(e, ast.Index):
+        return [e.base, *e.indices]
+    if isinstance(e, ast.Call):
+        return list(e.args)
+    return []
 
 
 def _shape(t: Type) -> tuple[int, ...]:

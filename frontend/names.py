@@ -8,7 +8,8 @@ What it checks does not depend on the consts' values:
   earlier in the branch, or one declared in an untaken branch of an earlier compile-time `if`);
 * every called function exists and gets an argument count it takes;
 * `block.x|y|z` and `.T` are the only attributes; types and dtypes are known kinds, and so are
-  annotations.
+  annotations;
+* a `static_assert`'s condition is read for its names only: it does not fire in untaken code.
 
 What depends on the consts (shapes, dtypes, whether a nested `if` is compile-time, duplicate names
 that only collide under some consts) stays with the lowering of the taken branch. The check is
@@ -120,6 +121,10 @@ class _Checker:
         self.expr(s.cond)
         for body in (s.then, s.orelse or []):
             self.scopes[-1].update(self.nested(body))
+
+    def stmt_staticassert(self, s: ast.StaticAssert) -> None:
+        # its names only: whether it holds depends on the consts, and this branch is not compiled
+        self.expr(s.cond)
 
     def type(self, t: ast.TypeExpr) -> None:
         if t.kind not in self.words.type_kinds:

@@ -25,6 +25,7 @@ _TERMINAL_WORDS = {
     "INT": "an integer",
     "FLOAT": "a number",
     "ANNOT": "an annotation",
+    "STRING": "a string",
     "$END": "end of file",
 }
 # Beyond this many alternatives a list of expected tokens stops helping.
@@ -42,7 +43,7 @@ def parse_source(text: str, filename: str = "<string>") -> ast.Kernel:
         tree = _parser().parse(text)
     except lark.exceptions.UnexpectedInput as e:
         raise _syntax_error(e, text, filename) from None
-    return _Builder(filename).kernel(tree)
+    return _Builder(filename, text).kernel(tree)
 
 
 # --- friendly syntax errors -------------------------------------------------------------------
@@ -70,7 +71,8 @@ def _expected_text(expected: set[str]) -> str:
 def _syntax_error(e: lark.exceptions.UnexpectedInput, text: str, filename: str) -> CompileError:
     line, col = max(e.line, 1), max(e.column, 1)
     if isinstance(e, lark.exceptions.UnexpectedCharacters):
-        return CompileError(Loc(filename, line, col), f"unexpected character '{e.char}'", text)
+        hint = "a string ends with '\"' on the line it starts" if e.char == '"' else None
+        return CompileError(Loc(filename, line, col), f"unexpected character '{e.char}'", text, hint=hint)
     if isinstance(e, lark.exceptions.UnexpectedToken):
         tok = e.token
         found = "end of file" if tok.type == "$END" else f"'{tok}'"
@@ -100,8 +102,9 @@ def _end_position(text: str) -> tuple[int, int]:
 
 
 class _Builder:
-    def __init__(self, filename: str):
+    def __init__(self, filename: str, source: str = ""):
         self.filename = filename
+        self.source = source
 
     def loc(self, node: lark.Tree | lark.Token) -> Loc:
         if isinstance(node, lark.Token):
@@ -199,6 +202,13 @@ class _Builder:
             else:
                 other = [self.simple(orelse, [])]
             return ast.If(loc, annotations, self.expr(cond), self.body(then), other)
+        if kind == "static_assert":
+            cond, message = c
+            if message is None:
+                raise CompileError(loc, "static_assert needs a message", self.source,
+                                   hint='write static_assert(COND, "what must hold"): the message is what a '
+                                        "compile with bad consts prints")
+            return ast.StaticAssert(loc, annotations, self.expr(cond), str(message)[1:-1])
         raise AssertionError(f"unhandled statement {kind}")  # the grammar has no other kinds
 
     def exprs(self, t: lark.Tree | None) -> list[ast.Expr]:

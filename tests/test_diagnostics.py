@@ -55,6 +55,22 @@ def test_override_that_breaks_a_rule_is_reported() -> None:
     assert "multiples of 16" in info.value.message
 
 
+@pytest.mark.parametrize("name", ["layernorm", "softmax", "rmsnorm"])
+def test_row_kernels_refuse_a_row_that_is_not_whole_chunks(name: str, capsys: pytest.CaptureFixture) -> None:
+    """Issue 14: -D D=1000 -D DC=512 compiled a chunked path that never processed the tail columns;
+    the kernels' static_assert makes it a located error (exit 1). Whole chunks and D <= DC compile."""
+    from tkir.cli import main
+
+    path = EXAMPLES / f"{name}.tk"
+    line = next(i for i, t in enumerate(path.read_text().splitlines(), 1) if t.lstrip().startswith("static_assert("))
+    assert main(["compile", str(path), "-D", "D=1000", "-D", "DC=512"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"{path}:{line}:9: error: static_assert failed: "), err
+    assert "D must be a multiple of DC (D = 1000, DC = 512)" in err.splitlines()[0] and "Traceback" not in err
+    for consts in ({"D": 2048, "DC": 1024}, {"D": 768, "DC": 1024}):
+        compile_file(str(path), consts=consts)
+
+
 def test_syntax_errors_name_tokens_not_terminals() -> None:
     with pytest.raises(CompileError) as info:
         compile_source("kernel k(A: gl<bf16>[M]) grid(M) {\n  reg x rt<f32, 16, 16>\n}\n", "s.tk")
@@ -134,6 +150,14 @@ def test_deep_nesting_is_refused_where_the_limit_is_passed(kind: str) -> None:
     assert "nested too deeply" in info.value.message
     shallow = head + "  let x = " + "-" * 20 + "C\n" + "if C > 0 {\n" * 20 + "let y = (((C)))\n" + "}\n" * 21
     compile_source(shallow, "ok.tk")  # real programs are far below the limit
+
+
+def test_strings_do_not_count_as_nesting() -> None:
+    """A static_assert message is text: its brackets and minus signs are not nesting, and a `//` in it
+    does not start a comment that would hide the `)` after it."""
+    head = "kernel k<C=1>(A: gl<f32>[N]) grid(1) {\n"
+    text = head + 'static_assert(C > 0, "' + "(-" * 200 + '")\n' + 'static_assert(C > 0, "//")\n' * 200 + "}\n"
+    compile_source(text, "s.tk")
 
 
 def test_deeply_nested_ir_text_is_refused() -> None:

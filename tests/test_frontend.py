@@ -145,6 +145,22 @@ def test_compile_time_lets_fold() -> None:
     assert "sqrt" not in text
 
 
+def test_compile_time_calls_fold_in_conditions() -> None:
+    """A math function or cast of compile-time numbers is compile-time wherever it is written: `let`
+    folded it, but an `if` condition did not (`if sqrt(BM) > 4` was a KeyError of the run-time `if`),
+    nor did `i32(inf)` (an OverflowError)."""
+    assert "tk.exp" in lower("reg x: rt<f32, BM, BM> = 0\nif sqrt(BM) > 4 { x = exp(x) } else { x = log(x) }")
+    assert "tk.log" in lower("reg x: rt<f32, BM, BM> = 0\nif i32(f32(BM) / 3.0) == 21 { x = log(x) }")
+    assert 'grid = ["cdiv(M, 8)"]' in print_module(compile_source(
+        "kernel k(A: gl<bf16>[M]) grid(cdiv(M, i32(sqrt(64)))) {\n}\n", "g.tk"))
+    for bad, words in [("let z = i32(inf)", "'i32(inf)' is not an integer"),
+                       ("let z = i32(-inf * 0)", "'i32(nan)' is not an integer"),
+                       ("if log(0.0) > 1 { }", "'log(0.0)' is undefined")]:
+        with pytest.raises(CompileError) as info:
+            lower(bad)
+        assert info.value.message == words and info.value.loc.line == 2, info.value.format()
+
+
 def test_compile_time_if_folds_and_else_if_chains() -> None:
     body = ("reg x: rt<f32, BM, BM> = 0\n"
             "if CAUSAL == 1 { x = exp(x) } else if BM > 32 { x = log(x) } else { x = abs(x) }")
@@ -181,6 +197,37 @@ def test_untaken_branch_names_are_checked_but_not_its_types() -> None:
             lower(bad)
         assert words in info.value.message, (bad, info.value.format())
         assert "does not take this branch" in info.value.hint
+
+
+def test_static_assert_emits_nothing_and_is_checked_where_compiled() -> None:
+    """`static_assert(cond, "msg")` folds its condition like a compile-time `if`: a true one leaves the IR
+    as it was; a false one is an error wherever the statement is compiled (a loop body, a run-time `if`),
+    but not in an untaken compile-time branch, whose names only are checked."""
+    body = "reg x: rt<f32, BM, BM> = 0\nx = exp(x)\n"
+    assert lower(body + 'static_assert(BM % 16 == 0 - CAUSAL, "tiles")') == lower(body)
+    assert lower('let H = BM / 2\nstatic_assert(max(H, sqrt(BM)) >= 32, "h")\nfor i in 0 .. 4 '
+                 '{ static_assert(H, "nonzero") }') == lower("for i in 0 .. 4 { }")
+    assert lower('if CAUSAL { static_assert(0, "untaken") } else { static_assert(1, "taken") }') == lower("")
+    for bad, where, words in [
+            ('for i in 0 .. 4 {\n static_assert(BM < 64, "small") }', (3, 2),
+             "static_assert failed: small (BM = 64)"),
+            ('if block.x == 0 {\n static_assert(CAUSAL, "causal") }', (3, 2),
+             "static_assert failed: causal (CAUSAL = 0)"),
+            ('let H = BM * 0.5\nstatic_assert(H > BM, "")', (3, 1), "static_assert failed (H = 32.0, BM = 64)"),
+            ('static_assert(1.0 / 2 < inf, "x")\nstatic_assert(K > 0, "x")', (3, 15),
+             "static_assert needs a compile-time condition"),
+            ('for i in 0 .. 4 { static_assert(i * BM < M, "x") }', (2, 33),
+             "static_assert needs a compile-time condition"),
+            ('static_assert(BN > 0, "x")', (2, 15), "unknown name 'BN'"),
+            ('if CAUSAL { static_assert(0, "x")\n static_assert(cdv(BM, 2), "x") }', (3, 16),
+             "unknown function 'cdv'")]:
+        with pytest.raises(CompileError) as info:
+            lower(bad)
+        e = info.value
+        assert e.message == words and (e.loc.line, e.loc.col) == where, (bad, e.format())
+    with pytest.raises(CompileError) as info:
+        lower('static_assert(eps > 0, "x")')
+    assert info.value.hint.startswith("'eps' is a run-time value; a static_assert tests")
 
 
 def test_swizzle_and_no_tma_and_warpgroups_attrs() -> None:

@@ -34,17 +34,22 @@ def read_source(path: str | Path) -> str:
 
 
 def check_nesting(text: str, filename: str, comment: str = "//") -> None:
-    """Refuse text nested deeper than MAX_NESTING (comments are skipped)."""
+    """Refuse text nested deeper than MAX_NESTING (comments and "strings" are skipped: a string ends at
+    its closing quote or with its line)."""
     depth, run, line, col = 0, 0, 1, 0
-    in_comment = False
+    in_comment = in_string = False
     prev = ""
     for ch in text:
         if ch == "\n":
-            line, col, in_comment, run = line + 1, 0, False, 0
+            line, col, in_comment, in_string, run = line + 1, 0, False, False, 0
             prev = ch
             continue
         col += 1
         if in_comment:
+            continue
+        if in_string or ch == '"':
+            in_string = not in_string if ch == '"' else in_string
+            prev = ch
             continue
         if ch == comment[-1] and prev == comment[0] and len(comment) == 2:
             in_comment = True

@@ -31,6 +31,7 @@ VAR_NAMES = ("a", "b", "acc", "x", "s", "M", "N", "K", "BM", "BN", "BK", "D", "b
 ANNOTATIONS = ("@stages", "@swizzle", "@no_tma", "@warpgroups", "@unroll")
 INTS = ("0", "1", "2", "4", "16", "32", "64", "128", "256", "3", "1024", "2147483648", "99999999999999999999")
 FLOATS = ("0.0", "1.5", "1e-5", "2.0", "1e400", "0.5", "1.4426950408889634")
+STRINGS = ('"D must be a multiple of DC"', '""', '"x // y"', '"{ ( -"')  # static_assert messages
 NEWLINE_AFTER = ("{", "}")
 
 
@@ -83,6 +84,8 @@ def _terminal(name: str, context: str, position: int, rng: random.Random, litera
         return rng.choice(ANNOTATIONS)
     if name == "MINUS":
         return "-"
+    if name == "STRING":
+        return rng.choice(STRINGS)
     return "x"
 
 

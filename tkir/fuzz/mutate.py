@@ -30,7 +30,8 @@ BOUNDARY_NUMBERS = ("0", "-1", "1", "2", "3", "15", "17", "255", "65536", "21474
                     "0.5", "1e10")
 KEYWORDS = ("kernel", "grid", "shared", "reg", "let", "for", "in", "if", "else", "step", "block", "inf",
             "gl", "st", "sv", "rt", "rv", "bf16", "f16", "f32", "i32", "u32", "i1", "e4m3", "T", "x", "y", "z",
-            "true", "false", "scf.for", "scf.yield", "tk.kernel", "tk.mma", "tk.load", "tk.store", "pipe.stage")
+            "true", "false", "scf.for", "scf.yield", "tk.kernel", "tk.mma", "tk.load", "tk.store", "pipe.stage",
+            "static_assert")
 PUNCTUATION = ("(", ")", "[", "]", "{", "}", "<", ">", ",", ":", "=", "+", "-", "*", "/", "%", "@", ".", "..",
                "+=", "==", "^(", "!", "\"", ";", "$")
 STRAY = ("\x00", "\t", "\r", "\u00e9", "\u00a0", "\u200b", "\ufeff", "\\", "#", "'", "`", "\U0001f600")
