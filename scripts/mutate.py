@@ -480,14 +480,15 @@ def main(argv: list[str] | None = None) -> int:
         if not plan.cpu_verdicts:
             ap.error(f"{args.gpu_after} records no mutant that survived its CPU run")
         by_id = {m.id: m for m in (NAMED if args.named else auto_candidates(expand(args.auto)))}
-        missing = sorted(set(plan.cpu_verdicts) - set(by_id))
-        if missing:
-            ap.error(f"mutants of {args.gpu_after} that do not apply to this code: {', '.join(missing)}")
         only = set(filter(None, args.only.split(",")))
         if only - set(plan.cpu_verdicts):
             ap.error(f"--only names mutants that did not survive the CPU run of {args.gpu_after}: "
                      f"{', '.join(sorted(only - set(plan.cpu_verdicts)))}")
-        mutants = [by_id[i] for i in plan.cpu_verdicts if not only or i in only]
+        chosen = [i for i in plan.cpu_verdicts if not only or i in only]
+        missing = sorted(set(chosen) - set(by_id))
+        if missing:  # the id holds path:line:col: code edited since the earlier run moves it
+            ap.error(f"mutants of {args.gpu_after} that do not apply to this code: {', '.join(missing)}")
+        mutants = [by_id[i] for i in chosen]
 
     tmp = Path(tempfile.mkdtemp(prefix="tkir-mutate-"))
     results: list[Result] = []
