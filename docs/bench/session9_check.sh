@@ -13,7 +13,7 @@ source docs/bench/device_setup.sh
 export PATH=/usr/local/cuda/bin:$PATH
 nvidia-smi -L >"$R/gpus.txt" 2>&1
 t0=$(date +%s)
-timeout 300 python3 -m pytest -q -m gpu --timeout 250 -p no:cacheprovider -n ${WORKERS:-16} -rfE tests \
+timeout 200 python3 -m pytest -q -m gpu --timeout 150 -p no:cacheprovider -n ${WORKERS:-16} -rfE tests \
   >"$R/gpu_tests.log" 2>&1
 t1=$(date +%s)
 if [ -f docs/bench/latest/session9/auto_cpu.json ]; then
@@ -22,7 +22,7 @@ if [ -f docs/bench/latest/session9/auto_cpu.json ]; then
   ONLY=${ONLY:-"backend/context.py:140:91:2->3,backend/fragments.py:259:36:&->|,backend/rules_wgmma.py:234:36:+->-,backend/launch.py:107:35:0->1"}
   G1="-n 16 tests/test_mutation_gpu.py tests/test_gpu_pass_kernels.py tests/test_gpu_examples.py tests/test_runtime_gpu.py"
   G2="-n 16 tests/conformance/test_conformance_gpu.py -k 'row_ or mask'"
-  timeout ${MUTATE_TIMEOUT:-330} python3 scripts/mutate.py --auto passes backend --max 40 --seed 1 --gpu \
+  timeout ${MUTATE_TIMEOUT:-250} python3 scripts/mutate.py --auto passes backend --max 40 --seed 1 --gpu \
     --gpu-after docs/bench/latest/session9/auto_cpu.json --only "$ONLY" --gpu-tests "$G1" --gpu-tests "$G2" \
     --json "$R/auto_gpu.json" >"$R/auto_gpu.txt" 2>&1
 fi
@@ -30,7 +30,7 @@ t2=$(date +%s)
 export TKIR_CACHE=1 TKIR_CACHE_DIR=/tmp/tune-cache
 for i in 1 2; do
   s=$(date +%s.%N)
-  timeout 170 tkc tune examples/gemm.tk --size M=4096 --size N=4096 --size K=4096 --json "$R/tune$i.json" \
+  timeout 100 tkc tune examples/gemm.tk --size M=4096 --size N=4096 --size K=4096 --json "$R/tune$i.json" \
     >"$R/tune$i.txt" 2>&1
   rc=$?
   echo "tune call $i: $(python3 -c "import time; print(round(time.time() - $s, 1))") s wall, rc $rc" >>"$R/tune_times.txt"
