@@ -304,9 +304,16 @@ def copy_tree(dest: Path) -> Path:
     return dest
 
 
+def _pythonpath(tree: Path) -> str:
+    """The copy first, then whatever PYTHONPATH already held (the device machines put the carried wheels
+    there: replacing it left the copy without lark, and every GPU test of the baseline failed)."""
+    return os.pathsep.join(filter(None, [str(tree), os.environ.get("PYTHONPATH", "")]))
+
+
 def run_tests(tree: Path, args: list[str], timeout: float, gpu: bool = False) -> tuple[str, float, str, str]:
     """(passed | failed | timeout, seconds, first failing test, last line) of pytest in `tree`."""
-    env = dict(os.environ, PYTHONPATH=str(tree), PYTHONDONTWRITEBYTECODE="1", TKIR_CACHE_DIR=str(tree / ".tkir-cache"))
+    env = dict(os.environ, PYTHONPATH=_pythonpath(tree), PYTHONDONTWRITEBYTECODE="1",
+               TKIR_CACHE_DIR=str(tree / ".tkir-cache"))
     shutil.rmtree(tree / ".tkir-cache", ignore_errors=True)  # a mutant never reads an unmutated compile
     shutil.rmtree(tree / ".hypothesis", ignore_errors=True)  # nor replays another mutant's examples
     cmd = [sys.executable, "-m", "pytest", *PYTEST, *(["-m", "gpu"] if gpu else []), *args]
@@ -352,7 +359,7 @@ class Plan:
 
 def ptx_md5(tree: Path) -> str:
     """scripts/ptx_md5.py in the copy: one md5 (or ERROR line) per example configuration."""
-    env = dict(os.environ, PYTHONPATH=str(tree), PYTHONDONTWRITEBYTECODE="1", TKIR_CACHE="0")
+    env = dict(os.environ, PYTHONPATH=_pythonpath(tree), PYTHONDONTWRITEBYTECODE="1", TKIR_CACHE="0")
     r = subprocess.run([sys.executable, "scripts/ptx_md5.py", "-j", "1"], cwd=tree, env=env, capture_output=True,
                        text=True, timeout=900)
     return r.stdout if r.returncode == 0 else f"exit {r.returncode}\n{r.stdout}"

@@ -129,3 +129,10 @@ def test_gpu_after_skips_the_cpu_run_of_earlier_cpu_survivors(tree: Path, tmp_pa
         mutate.main(["--named", "--gpu", "--gpu-after", str(earlier)])
     with pytest.raises(SystemExit):
         mutate.main(["--named", "--gpu-after", str(earlier)])
+
+
+def test_the_copy_comes_first_and_the_callers_pythonpath_stays(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYTHONPATH", "/tmp/site")
+    assert mutate._pythonpath(Path("/tmp/tree")) == "/tmp/tree:/tmp/site"
+    monkeypatch.delenv("PYTHONPATH")
+    assert mutate._pythonpath(Path("/tmp/tree")) == "/tmp/tree"
