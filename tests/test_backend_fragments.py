@@ -116,3 +116,25 @@ def test_swizzle_in_panel_is_the_layouts_swizzle(span: int) -> None:
     got = swizzle_in_panel(row, byte, span, NumpyBuilder())
     assert (got == swizzle(row * span + byte, span)).all()
     assert len(np.unique(got)) == got.size  # a bijection on the panel
+
+
+@pytest.mark.parametrize("b", [2, 3, 4, 5, 6, 8, 12, 16, 64, 96, 128, 1000])
+def test_index_builder_arithmetic_by_constants(b: int) -> None:
+    """LLVMBuilder (the index arithmetic of every rule) strength-reduces by powers of two: mul, div and
+    rem of a run-time value by a constant b, evaluated from the emitted LLVM, equal the integer results
+    for powers of two and for other b alike. (Session 9's mutation sample: `and` -> `or` in mul's
+    power-of-two test, shifting by b.bit_length() - 1 for any constant b, left every example's PTX as
+    it was -- they only scale by powers of two -- and no test saw it.)"""
+    from llvm_eval_test_support import LLVMText
+
+    from tkir.backend.fragments import LLVMBuilder
+    from tkir.backend.llvm_text import LLVMWriter
+
+    w = LLVMWriter()
+    ib = LLVMBuilder(w)
+    x = w.op("add i32 %n, 7", "x")  # a run-time value: the evaluator gives parameters 4096
+    got = {name: getattr(ib, name)(x, b) for name in ("mul", "div", "rem")}
+    text = LLVMText("define void @k(i32 %n) {\n" + "\n".join(w.lines) + "\n}\n")
+    xv = 4096 + 7
+    assert {n: text.value(v, 0) for n, v in got.items()} == {"mul": xv * b, "div": xv // b, "rem": xv % b}
+    assert ib.mul(5, b) == 5 * b and ib.div(500, b) == 500 // b and ib.rem(500, b) == 500 % b  # folded
