@@ -71,6 +71,7 @@ DEFAULT_TESTS = [
     "tests/test_layout_props.py",
     "tests/test_occupancy.py",
     "tests/test_launch.py",
+    "tests/test_toolchain.py",
     "tests/test_pipeline_interp.py",
     "tests/test_filecheck.py",
 ]
