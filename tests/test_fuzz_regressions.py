@@ -258,3 +258,18 @@ def test_non_integral_i32_constant_and_zero_warps(tmp_path: Path, capsys: pytest
     rc, _, err = tkc(capsys, "opt", str(ir), "--target=sm_80", "--passes=plan-occupancy")
     assert rc == 1
     assert located(err, ir)[0] == 1 and "0 threads per block" in err
+
+
+@pytest.mark.parametrize("dim", ["-0.0", "1.0", "true"])
+def test_block_id_dim_must_be_an_int(dim: str, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Session 9's long run: IR text with `tk.block_id {dim = -0.0}` passed the verifier (-0.0 == 0) and
+    the backend indexed "xyz" with a float (TypeError). A float or bool dim is now a located error."""
+    ir = tmp_path / "gemm.tkir"
+    ir.write_text(dump(capsys, "gemm.tk", "canonicalize"))
+    text = ir.read_text()
+    assert "tk.block_id {dim = 1}" in text
+    ir.write_text(text.replace("tk.block_id {dim = 1}", f"tk.block_id {{dim = {dim}}}", 1))
+    rc, _, err = tkc(capsys, "compile", str(ir), "--emit", "ptx")
+    line, _, msg = located(err, ir)
+    assert rc == 1 and "needs dim = 0, 1 or 2" in msg
+    assert "tk.block_id" in ir.read_text().splitlines()[line - 1]
