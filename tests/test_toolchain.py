@@ -123,3 +123,17 @@ def test_missing_tool_names_the_pip_package(monkeypatch: pytest.MonkeyPatch) -> 
             toolchain.find_tool("nvdisasm")
     finally:
         toolchain.find_tool.cache_clear()
+
+
+@pytest.mark.parametrize("writes_output", [True, False])
+def test_a_failing_ptxas_is_an_error_even_if_it_left_a_cubin(writes_output: bool, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Exit status and output file are both checked: a ptxas that fails after writing (part of) its
+    output must not hand that file on as a cubin (a mutant that required both to fail survived)."""
+    fake = tmp_path / "ptxas"
+    write = 'out=""; while [ $# -gt 0 ]; do [ "$1" = -o ] && out=$2; shift; done; echo partial > "$out"; '
+    fake.write_text("#!/bin/sh\n" + (write if writes_output else "") + "echo 'ptxas fatal : boom' >&2; exit 255\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(toolchain, "find_tool", lambda name: str(fake))
+    with pytest.raises(toolchain.ToolchainError, match="ptxas failed for sm_90a:\nptxas fatal : boom"):
+        toolchain.assemble(".version 8.0\n", "sm_90a")
