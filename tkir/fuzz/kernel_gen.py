@@ -68,6 +68,8 @@ def row_kernel(rng: random.Random) -> str:
     dt = rng.choice(IO_DTYPES)
     wg = rng.choice((1, 1, 2, 4))
     head = f"@warpgroups(consumers={wg})\n" if rng.random() < 0.5 else ""
+    if rng.random() < 0.2:  # a resident-block floor, some of which cannot fit (a located refusal)
+        head += f"@blocks_per_sm({rng.choice((0, 1, 2, 4, 8, 33))})\n"
     params = [f"X: gl<{dt}>[N, D]", f"Y: gl<{dt}>[N, D]"]
     has_w = rng.random() < 0.4
     if has_w:
@@ -107,6 +109,10 @@ def mma_kernel(rng: random.Random) -> str:
     head = ""
     if rng.random() < 0.3:
         head = f"@warpgroups(consumers={rng.choice((1, 2, 3))})\n"
+    if rng.random() < 0.2:
+        head += f"@stream_k({rng.choice((0, 1))})\n"
+    if rng.random() < 0.15:
+        head += f"@blocks_per_sm({rng.choice((0, 1, 2, 4))})\n"
     b_dims = "[N, K]" if trans_b else "[K, N]"
     params = f"A: gl<{dt}>[M, K], B: gl<{dt}>{b_dims}, C: gl<{out}>[M, N]"
     if rng.random() < 0.2:
