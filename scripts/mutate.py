@@ -72,6 +72,7 @@ DEFAULT_TESTS = [
     "tests/test_occupancy.py",
     "tests/test_launch.py",
     "tests/test_toolchain.py",
+    "tests/test_sm80_mma_simulated.py",
     "tests/test_pipeline_interp.py",
     "tests/test_filecheck.py",
 ]

@@ -284,3 +284,49 @@ def test_emitted_accumulator_store_writes_each_element_once(M: int, N: int, warp
     assert (out.reshape(rows, cols) == want).all()
     assert written.sum() == part.size
 
+
+
+@pytest.mark.parametrize("M, N, K, warps, warps_n", [(64, 64, 32, 4, 1), (64, 64, 16, 4, 1), (128, 64, 32, 8, 1),
+                                                     (64, 48, 16, 4, 1)], ids=str)
+def test_emitted_mma_sync_with_a_register_b(M: int, N: int, K: int, warps: int, warps_n: int) -> None:
+    """B from registers (an `mma_b` tile: every warp holds all of B, HOPPER.md §6.3; register operands
+    need whole-row warps, warps_n = 1) instead of shared memory: the rule packs each n8 block's b0b1 / b2b3 pairs from the tile's slots. (Session 9's
+    mutation sample: reading slot s0 - j instead of s0 + j changed no example's PTX and no test saw
+    it; no example has a register B on sm_80.)"""
+    rng = np.random.default_rng(M + N + K + warps_n)
+    span_a = _span(K, 64)
+    lay_a = SharedLayout("bf16", M, K, span_a)
+    layout = make_layout("mma_c", warps=warps, warps_n=warps_n)
+    acc_attr = f"{{kind = mma_c, warps = {warps}{f', warps_n = {warps_n}' if warps_n > 1 else ''}}}"
+    text = f"""tk.kernel @k {{grid = ["1"], warps = {warps}}} {{
+  ^()
+  %a = tk.alloc : st<bf16, {M}, {K}, swizzle={span_a}>
+  %b = tk.fill {{value = 0.0}} : rt<bf16, {K}, {N}, layout={{kind = mma_b, warps = {warps}}}>
+  %z = tk.fill {{value = 0.0}} : rt<f32, {M}, {N}, layout={acc_attr}>
+  %c = tk.mma %a, %b, %z : rt<f32, {M}, {N}, layout={acc_attr}>
+}}
+"""
+    kernel = parse_module(text, "k.tkir").kernel
+    alloc_a, fill_b, fill, mma = kernel.body.ops
+    threads = WARP * warps
+    a = rng.integers(-3, 4, size=(M, K)).astype(float)
+    b = rng.integers(-3, 4, size=(K, N)).astype(float)
+    c0 = rng.integers(-8, 9, size=(M, N)).astype(float)
+    table = fragment(layout, "f32", (M, N))
+    b_table = fragment(make_layout("mma_b", warps=warps), "bf16", (K, N))
+    env: dict[str, object] = {"%tid": np.arange(threads), "%a_s": 0}
+    acc_names = [f"%acc_{s}" for s in range(table.shape[1])]
+    b_names = [f"%b_{s}" for s in range(b_table.shape[1])]
+    for s, name in enumerate(acc_names):
+        env[name] = c0.ravel()[table[:, s]]
+    for s, name in enumerate(b_names):
+        env[name] = np.where(b_table[:, s] >= 0, b.ravel()[np.maximum(b_table[:, s], 0)], np.nan)
+    vals = {id(alloc_a.result): Smem("%a_s", alloc_a.result.type), id(fill_b.result): Frag(fill_b.result.type, b_names),
+            id(fill.result): Frag(fill.result.type, acc_names)}
+    cx = _Cx(threads, vals, None)
+    _op_tk_mma(cx, mma)
+    sim = _Simt(threads, _stored(lay_a, a), env)
+    sim.run(cx.w.lines)
+    got = np.stack([np.broadcast_to(sim.env[v], (threads,)) for v in cx.get(mma.result).values], axis=1)
+    want = (a @ b + c0).ravel()[table]
+    assert (got == want).all(), np.argwhere(got != want)[:5]
