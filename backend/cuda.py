@@ -138,10 +138,17 @@ def pointer_device(ptr: int) -> int:
 
 
 @functools.cache
+def libcuda() -> ctypes.CDLL:
+    """The driver library itself, initialised, for the calls made through ctypes rather than
+    cuda.bindings (cuTensorMapEncodeTiled into an aligned buffer, cuPointerGetAttribute)."""
+    _driver()
+    return ctypes.CDLL("libcuda.so.1")
+
+
+@functools.cache
 def _c_pointer_get_attribute() -> Any:
     """CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr)."""
-    _driver()
-    fn = ctypes.CDLL("libcuda.so.1").cuPointerGetAttribute
+    fn = libcuda().cuPointerGetAttribute
     fn.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint64]
     fn.restype = ctypes.c_int
     return fn

@@ -777,9 +777,7 @@ def encode_tensor_map(t: TmaArgs) -> TensorMap:
 def _driver_encode_tiled() -> Any:
     """cuTensorMapEncodeTiled from the driver library through ctypes, so it writes our aligned buffer
     (it encodes host memory and needs an initialised driver, not a current context)."""
-    tkcuda.device_count()
-    lib = ctypes.CDLL("libcuda.so.1")
-    fn = lib.cuTensorMapEncodeTiled
+    fn = tkcuda.libcuda().cuTensorMapEncodeTiled
     p64, p32 = ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint32)
     fn.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_void_p, p64, p64, p32, p32,
                    ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int]
