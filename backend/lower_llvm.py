@@ -90,6 +90,10 @@ def _lower_function(cx: LoweringContext) -> str:
     raw = w.op("ptrtoint ptr addrspace(3) @smem to i32", "smem_raw")
     bumped = w.op(f"add i32 {raw}, {SMEM_ALIGN - 1}", "smem_b")
     cx.smem = w.op(f"and i32 {bumped}, {-SMEM_ALIGN}", "smem")
+    if cx.kernel.attrs.get("tma_prefetch") and cx.tmaps:  # create-tma's choice (passes/create_tma.py)
+        first = w.op(f"icmp eq i32 {cx.tid}, 0", "t0")
+        cx.if_then(first, lambda: [w.asm("void", ["prefetch.tensormap [$0];"], ["l"], [("ptr", cx.tmaps[n])])
+                                   for n in sorted(cx.tmaps)])
     for op in cx.kernel.body.ops:
         cx.lower_op(op)
     if cx.staged_stores:  # TMA stores outside roles must finish reading shared memory before exit

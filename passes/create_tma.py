@@ -30,6 +30,12 @@ Copies that stay as they are, with `no_tma_reason = "..."` saying why (the repor
   writes one half while the copy engine reads the other; `create-tma{epilogue_chunk=128}` (one
   buffer) is the single-buffered ablation. Other register
   copies use the backend's vectorised ld/st.global, which already moves full 16-byte sectors.
+
+A kernel with TMA copies gets the attr `tma_prefetch = true`: at launch one thread issues
+`prefetch.tensormap` for each of its descriptors (kernel parameters, `__grid_constant__`), so their
+128 bytes are on chip before the first copy needs them, as CUTLASS's `prefetch_tma_descriptor` does
+at the start of its kernels. `create-tma{prefetch=false}` is the ablation.
+
 Assumes select-swizzle has run if swizzles are wanted (an st without `swizzle=` is unswizzled).
 """
 
@@ -54,6 +60,8 @@ EPILOGUE_COLS = 128           # staging tile: 64 rows x 128 bf16 per warpgroup =
 EPILOGUE_CHUNK = 64           # columns written and stored at a time: two 8 KB buffers per warpgroup
 EPILOGUE_PANEL_COLS = 64      # one 128-byte swizzle panel of bf16: the TMA store box width
 
+TMA_COPY_OPS = ("tma.load", "tma.store", "tk.store_staged")  # the ops that read a descriptor
+
 REGISTER_LOAD_REASON = "register tile: loaded with ld.global (create-tma stages no register copies)"
 REGISTER_STORE_REASON = "register tile: stored with st.global (create-tma stages no register copies)"
 
@@ -65,6 +73,8 @@ class CreateTma(Pass):
                                                 f"(a multiple of {EPILOGUE_PANEL_COLS}; 128: one buffer)")
     l2_promotion: int = param(L2_PROMOTION_BYTES, "the descriptors' L2 promotion in bytes: "
                                                   + ", ".join(map(str, L2_PROMOTIONS)))
+    prefetch: bool = param(True, "prefetch the kernel's TMA descriptors at launch (kernel attr tma_prefetch: "
+                                 "one thread issues prefetch.tensormap for each before the barriers are set up)")
 
     def __post_init__(self) -> None:
         if self.epilogue_chunk < EPILOGUE_PANEL_COLS or self.epilogue_chunk % EPILOGUE_PANEL_COLS:
@@ -77,6 +87,8 @@ class CreateTma(Pass):
     def run(self, module: Module, options: Options) -> None:
         for kernel in module.kernels():
             _Rewriter(module, kernel, options, self).run()
+            if self.prefetch and any(op.name in TMA_COPY_OPS for op in kernel.walk()):
+                kernel.attrs["tma_prefetch"] = True
 
 
 class _Rewriter:
