@@ -12,7 +12,7 @@ import numpy as np
 KERNEL = "attention_fwd.tk"
 PARAMS = ["Q", "K", "V", "O", "L"]
 OUTPUTS = ["O", "L"]
-DEFAULT_CONSTS = dict(BQ=64, BKV=64, D=128, CAUSAL=0, STAGES=2)
+DEFAULT_CONSTS = dict(BQ=64, BKV=64, D=128, CAUSAL=0, STAGES=2, PERSIST=0)
 
 # N not a multiple of the tiles (the masks and clipped stores are exercised). Head dim 128
 # non-causal, and head dim 64 causal.

@@ -71,8 +71,9 @@ PREDICATE_DTYPE = "i1"  # tk.cmp results; tk.select conditions
 ALL_FUNCS = (*UNARY_FUNCS, *CAST_FUNCS, *REDUCTIONS, *OTHER_FUNCS)
 ANNOTATIONS = {"stages": "a for loop", "swizzle": "a shared declaration",
                "no_tma": "a load statement", "warpgroups": "the kernel", "tune": "the kernel",
-               "stream_k": "the kernel", "blocks_per_sm": "the kernel"}
+               "stream_k": "the kernel", "blocks_per_sm": "the kernel", "persistent": "the kernel"}
 STREAM_K_ATTR = "stream_k_requested"  # what `@stream_k(1)` records; passes/stream_k.py reads it
+PERSISTENT_ATTR = "persistent_requested"  # what `@persistent(1)` records; passes/persistent.py reads it
 BINARY_NAMES = {"+": "add", "-": "sub", "*": "mul", "/": "div", "%": "rem", "max": "max", "min": "min"}
 # what the name check of an untaken compile-time branch knows (frontend/names.py)
 VOCABULARY = Vocabulary(
@@ -389,7 +390,7 @@ class _Lowerer:
     def annotations(self, anns: list[ast.Annotation], where: str) -> dict[str, dict[str, object]]:
         """Check annotations against the construct they precede; name -> the attrs they add."""
         out: dict[str, dict[str, object]] = {}
-        allowed = {"kernel": ("warpgroups", "tune", "stream_k", "blocks_per_sm"), "for": ("stages",),
+        allowed = {"kernel": ("warpgroups", "tune", "stream_k", "blocks_per_sm", "persistent"), "for": ("stages",),
                    "shared": ("swizzle",), "load": ("no_tma",), "none": ()}[where]
         for a in anns:
             if a.name not in ANNOTATIONS:
@@ -445,6 +446,19 @@ class _Lowerer:
             raise self.error(a.args[0].loc, "bad argument to '@stream_k': expected 0 (off) or 1 (on)",
                              hint="a compile-time 0 or 1, e.g. a const SK that @tune(SK=[0, 1]) chooses")
         return {STREAM_K_ATTR: True} if c == 1 else {}
+
+    def ann_persistent(self, a: ast.Annotation) -> dict[str, object]:
+        """`@persistent(P)`: P a compile-time 0 or 1 (usually a const, so `@tune` can choose it per shape);
+        1 asks the persistent pass to loop each block over the tiles of a 1-D or 3-D grid too, in launch
+        order (passes/persistent.py; 2-D grids are made persistent either way), 0 adds nothing."""
+        if len(a.args) != 1 or a.kwargs:
+            raise self.error(a.loc, "'@persistent' takes one argument",
+                             hint="write @persistent(1), or @persistent(P) with a const P = 0 or 1")
+        c = self.const_eval(a.args[0])
+        if c not in (0, 1) or isinstance(c, float):
+            raise self.error(a.args[0].loc, "bad argument to '@persistent': expected 0 (off) or 1 (on)",
+                             hint="a compile-time 0 or 1, e.g. a const P that @tune(P=[0, 1]) chooses")
+        return {PERSISTENT_ATTR: True} if c == 1 else {}
 
     def ann_blocks_per_sm(self, a: ast.Annotation) -> dict[str, object]:
         """`@blocks_per_sm(B)`: B a compile-time integer 0..MAX_BLOCKS_PER_SM (usually a const, so `@tune`

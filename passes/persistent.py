@@ -24,7 +24,9 @@ rows and columns of the output):
   `once_empty` barrier after their K loop; the producer waits for that release before the next fill,
   so the next tile's loads run under this tile's epilogue (before, the producer refilled the buffer
   without waiting and the consumers waited on an already completed phase: a race);
-* `persistent{linear_grids=true}` also rewrites 1-D and 3-D grids, tiles in launch order (x fastest).
+* `persistent{linear_grids=true}`, or the kernel attr `persistent_requested` (the source's
+  `@persistent(1)`, usually `@persistent(P)` with `P` in the kernel's `@tune` space, so that `tkc tune`
+  chooses it per shape), also rewrites 1-D and 3-D grids, tiles in launch order (x fastest).
   Off by default: on the H200 (session 8) attention at B = H = 16, D = 128 gained 10% at N = 768
   (fewer prologue/epilogue stalls) but lost 3-6% at N >= 3072, because ptxas keeps the wgmma
   descriptors of a loop nested in the tile loop in per-thread registers (one R2UR per wgmma, +5%
@@ -47,6 +49,7 @@ from tkir.passmanager import Options, ParamError, Pass, param
 from tkir.target import WARPS_PER_WARPGROUP
 from tkir.types import I32, VectorType
 
+REQUEST_ATTR = "persistent_requested"  # the kernel attr `@persistent(1)` sets (frontend/lower.py PERSISTENT_ATTR)
 DEFAULT_GROUP = 8  # Triton's matmul tutorial and CUTLASS's raster swizzle use 8
 BALANCED_GRID = 1  # the fewest blocks that give the same number of rounds (balanced_grid=0: min(T, NUM_SMS))
 
@@ -69,7 +72,7 @@ class Persistent(Pass):
             grid = kernel.attrs.get("grid")
             if not roles or not isinstance(grid, list) or not 1 <= len(grid) <= 3:
                 continue
-            if len(grid) != 2 and not self.linear_grids:
+            if len(grid) != 2 and not (self.linear_grids or kernel.attrs.get(REQUEST_ATTR)):
                 continue
             reason = _not_persistent_reason(kernel, roles)
             if reason:

@@ -140,3 +140,43 @@ def test_host_time_per_call_is_measured_per_kernel() -> None:
                                         lambda i: (lambda: torch.log.append("b"))], nsets=3, calls=4)
     assert len(us) == 2 and all(u >= 0 for u in us)
     assert torch.log == ["a"] * 4 + ["b"] * 4
+
+
+ATTENTION = str(ROOT / "examples" / "attention_fwd.tk")
+
+
+def test_bench_tune_chooses_the_named_consts_per_row_with_the_rest_pinned(
+        calls: list[dict], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """`tkc bench --tune PERSIST`: each row asks the tuner with every other const pinned (the row's `auto`
+    tiles resolved by the compiler first, the space's other consts at their header values) and benches
+    the point it returns; the choice and the tuner's timings are printed."""
+    from tkir import tune
+
+    asked: list[dict] = []
+
+    def fake_tune(path: str, sizes: dict, *, fixed: dict, **kw: object) -> tune.TuneResult:
+        asked.append(dict(sizes=sizes, fixed=fixed, kw=kw))
+        best = {**fixed, "PERSIST": 1 if sizes["N"] < 1024 else 0}
+        cands = [tune.Candidate({**fixed, "PERSIST": p}, {"PERSIST": p}) for p in (0, 1)]
+        for c, ms in zip(cands, (2.0, 1.0) if best["PERSIST"] else (1.0, 2.0), strict=True):
+            c.status, c.ms = "timed", ms
+        return tune.TuneResult(path, sizes, sizes, best, cands, "key", False, "gpu", 1, [])
+
+    monkeypatch.setattr(tune, "tune", fake_tune)
+    rc = main(["bench", ATTENTION, "--tune", "PERSIST", "-D", "D=128", "-D", "BQ=auto", "-D", "BKV=auto",
+               "--size", "B=1", "--size", "H=1", "--size", "N=768"])
+    assert rc == 0
+    (ask,) = asked
+    assert ask["fixed"] == {"BQ": 128, "BKV": 128, "STAGES": 2, "D": 128, "CAUSAL": 0}  # auto resolved, rest pinned
+    assert "PERSIST" not in ask["fixed"]
+    (call,) = calls
+    assert call["consts"]["PERSIST"] == 1 and call["consts"]["BQ"] == 128
+    out = capsys.readouterr().out
+    assert "B=1 H=1 N=768: PERSIST=1: 1.0000 ms, PERSIST=0: 2.0000 ms" in out
+
+
+def test_bench_tune_refuses_names_outside_the_space_and_pinned_ones(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", ATTENTION, "--tune", "D", "--size", "N=64"]) == 1
+    assert "--tune D: not in the @tune space of kernel 'attention_fwd'" in capsys.readouterr().err
+    assert main(["bench", ATTENTION, "--tune", "PERSIST", "-D", "PERSIST=1", "--size", "N=64"]) == 1
+    assert "a const is either pinned or tuned" in capsys.readouterr().err

@@ -26,6 +26,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from tkir.diagnostics import TkirError
+
 L2_BYTES = 60 * 2**20        # H200 L2 (KINDS.md: PyTorch reported 60 MB)
 ROTATE_FACTOR = 3            # rotated input bytes >= 3 x L2
 MAX_ROTATE_SETS = 16
@@ -58,6 +60,7 @@ class Row:
     copy_gbps: float | None = None  # memory-bound kernels: copy bandwidth measured in the same run
     extra_ms: dict | None = None    # EXTRA_PEERS: name -> median ms, timed in the same run
     host_us: dict | None = None     # host time per call to enqueue (tkir, the peer, extra peers): not in `ms`
+    tune_note: str | None = None    # `tkc bench --tune`: the consts the tuner chose and its timings
 
     def extra_ratio(self, name: str) -> float | None:
         """How many times faster than the extra peer `name` (its ms / ours)."""
@@ -315,16 +318,46 @@ def progress(items: list, what: str):
         return items
 
 
+def tuned_consts(path: str, sizes: dict, consts: dict, names: list[str], *, compile_kw: dict,
+                 tune_kw: dict) -> tuple[dict, str]:
+    """The row's consts with `names` chosen by the tuner (tkir.tune: the cached result for these sizes'
+    bucket, or a tuning run), the row's other consts pinned (`auto` ones resolved by the compiler first);
+    and a note naming the choice and what it was measured against."""
+    import tkir
+    from tkir import tune
+
+    resolved = tkir.compile(path, **compile_kw, **{n: v for n, v in consts.items() if n not in names}).consts
+    space = tune.read_space(path)  # every other const of the space pinned: only `names` vary
+    fixed = {**{n: space.defaults[n] for n in space.values if n not in names},
+             **{n: v for n, v in resolved.items() if n not in names}}
+    result = tune.tune(path, sizes, fixed=fixed, **tune_kw)
+    if result.best is None:
+        raise TkirError(f"{Path(path).name} at {sizes}: no point of the tune space over {', '.join(names)} "
+                        "compiled and checked; `tkc tune` with the same -D and --size says why")
+    timed = sorted(result.timed(), key=lambda c: c.ms)
+    note = ", ".join(f"{' '.join(f'{n}={c.consts[n]}' for n in names)}: {c.ms:.4f} ms" for c in timed)
+    return {**fixed, **{n: result.best[n] for n in names}}, ("cached " if result.cached else "") + note
+
+
 def run_bench(path: str, sizes_list: list[dict], consts_list: list[dict], *, reps: int, json_out: str | None,
-              plot: str | None, compile_kw: dict, variant: str) -> list[Row]:
+              plot: str | None, compile_kw: dict, variant: str, tuned: list[str] | None = None,
+              tune_kw: dict | None = None) -> list[Row]:
     from tkir.examples import load_companion
 
     companion = load_companion(path)
     rows = []
     cases = list(zip(sizes_list, consts_list, strict=True))
+    notes = []
     for sizes, consts in progress(cases, f"bench {Path(path).name}"):
-        rows.append(bench_one(path, companion, sizes, consts, reps=reps, compile_kw=compile_kw,
-                              variant=variant))
+        note = None
+        if tuned:
+            consts, note = tuned_consts(path, sizes, consts, tuned, compile_kw=compile_kw, tune_kw=tune_kw or {})
+            notes.append(f"  {' '.join(f'{k}={v}' for k, v in sizes.items())}: {note}")
+        row = bench_one(path, companion, sizes, consts, reps=reps, compile_kw=compile_kw, variant=variant)
+        row.tune_note = note
+        rows.append(row)
+    if tuned:
+        print("\n".join([f"tuned per row ({', '.join(tuned)}; the tuner's own timings, fastest first):", *notes]))
     memory_bound = bool(getattr(companion, "MEMORY_BOUND", False))
     print(format_rows(rows, memory_bound))
     if memory_bound:

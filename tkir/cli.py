@@ -157,6 +157,9 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--json", metavar="OUT", help="write the rows as JSON")
     b.add_argument("--plot", metavar="OUT.png", help="plot tkir vs peer (matplotlib)")
     b.add_argument("--variant", default="tkir", help="a label for the rows (ablations)")
+    b.add_argument("--tune", metavar="NAME[,NAME]",
+                   help="consts of the kernel's @tune space chosen per row by tkc tune's search (the cached "
+                        "result, or a tuning run first) with the row's other consts pinned, e.g. --tune PERSIST")
     _add_pass_flags(b)
 
     t = sub.add_parser("tune", help="search a kernel's @tune space and cache the best point",
@@ -517,9 +520,32 @@ def cmd_bench(args: argparse.Namespace) -> int:
         consts_list = [dict(c, **extra) for c in companion.BENCH_CONSTS]
     kw = dict(target=args.target, swizzle=args.swizzle, no_tma=args.no_tma, load_passes=args.load_pass,
               passes=_pipeline(args))
+    tuned = _names(args.tune)
+    if args.tune is not None:
+        _check_bench_tune(args, tuned)
     rows = run_bench(args.file, sizes_list, consts_list, reps=args.reps, json_out=args.json, plot=args.plot,
-                     compile_kw=kw, variant=args.variant)
+                     compile_kw=kw, variant=args.variant, tuned=tuned,
+                     tune_kw=dict(target=args.target, passes=args.passes))
     return 0 if all(r.ok for r in rows) else 1
+
+
+def _check_bench_tune(args: argparse.Namespace, names: list[str]) -> None:
+    """`tkc bench --tune NAMES`: every name is a const that the kernel's @tune space lists, not pinned by
+    -D, and the options are ones the tuner's compiles can reproduce (a pass pipeline, a target)."""
+    from tkir import tune
+
+    if not names:
+        raise UsageError("--tune is empty: name the consts to choose per row, e.g. --tune PERSIST")
+    if args.swizzle or args.no_tma or args.load_pass:
+        raise UsageError("--tune with --swizzle, --no-tma or --load-pass: the tuner compiles with --passes "
+                         "and --target only")
+    space = tune.read_space(args.file)
+    for n in names:
+        if n not in space.values:
+            raise UsageError(f"--tune {n}: not in the @tune space of kernel '{space.kernel}' "
+                             f"(it lists: {', '.join(space.values) or 'nothing'})")
+        if any(d.split("=", 1)[0].strip() == n for d in args.defines):
+            raise UsageError(f"--tune {n} and -D {n}: a const is either pinned or tuned")
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
