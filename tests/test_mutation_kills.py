@@ -17,6 +17,8 @@ mutations each test kills.
   combine exactly the lanes that hold that row in the tile's fragment layout (tkir.layout.fragment).
 * the causal mask's compares, element by element; the swizzle formulas against the ISA's description
   (16-byte chunk XOR line index).
+* tk.outer's bf16 factors held in a different slot by each warp: the products of every thread (the
+  emitted LLVM run by tests/test_based.py's evaluator), packed pairs moved only with one half per warp.
 * the mbarrier pipeline (counts, expect_tx bytes, stage and parity per iteration, releases after
   wgmma.wait_group), setmaxnreg directions, proxy fences before async reads, pingpong turn barriers.
 * pass decisions at their boundaries: create-tma at the TMA box limit (boxDim <= 256), bank-conflicts
@@ -36,13 +38,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from llvm_eval_test_support import LLVMText, ref_swizzle
+from test_based import BF16, _Eval, _FakeCx
 from test_wgmma_desc import canonical_k_major, canonical_mn_major
 
 import tkir
 import tkir.layout
+from tkir.backend.fragments import gather_plan, numeric_slots
+from tkir.backend.rules_registers import outer_product
+from tkir.backend.values import Frag
 from tkir.facts import OccupancyPlan
 from tkir.ir import Operation, parent_op
+from tkir.layout import layout_of
+from tkir.parser import parse_module
 from tkir.types import DTYPE_BYTES
+from tkir.verifier import verify
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -1220,3 +1229,84 @@ def test_shared_accesses_through_the_scratch_area_are_aligned(dtype: str, cols: 
             assert addr % width == 0, f"{c.asm.split(';')[0]} at {addr} (thread {tid}), line {c.line}"
             checked += 1
     assert checked >= 128 * 2, "the transpose went through shared memory in both directions"
+
+
+# --- tk.outer's packed 16-bit factors ----------------------------------------------------------------
+
+
+def _row(warps: int, vec: int) -> str:
+    return f"kind = row, warps = {warps}, vec = {vec}"
+
+
+# (a, b, result: (shape, layout)), the shfl.sync.idx count. Hand-written layouts: those infer-layouts
+# gives bf16 tk.outer operands (quad-column, or `row` of 8-wide chunks) put a column in a slot of the
+# column's parity in every warp; 1- and 4-wide chunks over different warp counts do not.
+OUTER_PAIR_CASES = {
+    # a: slot 0 in warp 0, slot 1 in warp 1 (its own slots, a select by warp); b: shuffles
+    "local-slots-0-1": (((32, 2), _row(1, 1)), ((32, 8), _row(1, 4)), ((32, 16), _row(2, 8)), 4),
+    # b: lane (lane & 28) | c, slot 0 in warp 0 and slot 1 in warp 1 (one 16-bit value per shuffle)
+    "shuffled-slots-0-1": (((16, 4), _row(1, 1)), ((16, 4), _row(1, 1)), ((16, 16), _row(2, 4)), 4),
+    # b: slots 0 / 2 (and 1 / 3) in warps 0 / 1: one packed register per warp holds both halves
+    "shuffled-slots-0-2": (((32, 4), _row(1, 1)), ((32, 4), _row(1, 1)), ((32, 16), _row(2, 4)), 4),
+}
+
+
+@pytest.mark.parametrize("case", list(OUTER_PAIR_CASES))
+def test_outer_product_moves_packed_pairs_only_with_one_half_in_every_warp(case: str) -> None:
+    """tk.outer of bf16 tiles whose factors sit in a different slot in each warp (a select by warp, or
+    a shuffle of slot ks[w] in warp w). The rule may move the 32-bit register of the slot pair k & ~1,
+    k | 1 only when every warp takes the same half (k & 1). Its LLVM, evaluated for every thread
+    (tests/test_based.py's evaluator), must give every slot round_bf16(a * b) of its element, with one
+    shuffle per packed register where the warps' slots share a half (slots 0 / 2: 4 shuffles, not 8).
+    Session 9's mutation sample: `k & 1` -> `k & 2` in that condition (backend/rules_registers.py,
+    `pairs`) takes slots 0 / 1 as a pair, so warp 1 reads slot 0's half, and misses the 0 / 2 pair;
+    it changed no example's PTX and no test saw it."""
+    (sa, la), (sb, lb), (sr, lr), n_shfl = OUTER_PAIR_CASES[case]
+    text = f"""tk.kernel @k {{grid = ["1"], warps = 2}} {{
+  ^()
+  %a = tk.fill {{value = 0.0}} : rt<bf16, {sa[0]}, {sa[1]}, layout={{{la}}}>
+  %b = tk.fill {{value = 0.0}} : rt<bf16, {sb[0]}, {sb[1]}, layout={{{lb}}}>
+  %r = tk.outer %a, %b {{axis = row}} : rt<bf16, {sr[0]}, {sr[1]}, layout={{{lr}}}>
+}}
+"""
+    module = parse_module(text, "outer.tkir")
+    verify(module)
+    op = module.kernel.body.ops[-1]
+    threads = 64
+    tid = np.arange(threads)
+
+    def per_thread(layout, shape):  # (row, col) arrays of every slot, the layout repeated over 64 threads
+        return [tuple(np.asarray(x)[tid % layout.threads] for x in s) for s in numeric_slots(layout, shape)]
+
+    # the case is what it says: some factor's slot differs between the warps in bit 0 (or only in bit 1)
+    rl = layout_of(op.result.type)
+    res = per_thread(rl, sr)
+    need = ([(r, c // sb[1]) for r, c in res], [(r, c % sb[1]) for r, c in res])  # a[i, p], b[i, q]
+    ks = [p[1] if p[0] == "local" else p[2] for x, nd in zip(op.operands, need, strict=True)
+          for p in gather_plan(layout_of(x.type), x.type.shape, nd, threads)]
+    bit = 2 if case.endswith("0-2") else 1
+    assert any(len({k & bit for k in w}) > 1 and len({k & (3 - bit) for k in w}) == 1 for w in ks)
+
+    rng = np.random.default_rng(14)
+    env: dict[str, object] = {"%tid": tid}
+    vals: dict = {}
+    data = []
+    for n, v in enumerate(op.operands):
+        m = rng.standard_normal(v.type.shape).astype(BF16).astype(np.float32)
+        data.append(m)
+        names = [f"%in{n}_{k}" for k in range(len(numeric_slots(layout_of(v.type), v.type.shape)))]
+        for name, (r, c) in zip(names, per_thread(layout_of(v.type), v.type.shape), strict=True):
+            env[name] = m[r, c]
+        vals[id(v)] = Frag(v.type, names)
+    cx = _FakeCx(threads, vals)
+    outer_product(cx, op)
+    out = cx.get(op.result)
+    out_names = [out.values[i] for i in range(len(out.values))]
+    ev = _Eval(threads, env)
+    ev.run(cx.w.lines)
+    a, b = data
+    want = np.einsum("ri,rj->rij", a, b).reshape(sr).astype(BF16).astype(np.float32)
+    for s, (name, (r, c)) in enumerate(zip(out_names, res, strict=True)):
+        wrong = np.flatnonzero(ev.env[name] != want[r, c])
+        assert not len(wrong), f"slot {s}: threads {wrong[:8].tolist()} hold the wrong product"
+    assert sum("shfl.sync.idx" in ln for ln in cx.w.lines) == n_shfl
