@@ -32,10 +32,18 @@ rows and columns of the output):
   descriptors of a loop nested in the tile loop in per-thread registers (one R2UR per wgmma, +5%
   instructions in the main loop).
 
-Kernels without `tk.role`s (not pipelined), with 1-D/3-D grids (unless `linear_grids`), or that read
-block indices outside their roles (causal attention's key-block count: tiles of unequal work, which a
-static round-robin balances worse than the hardware's scheduler) are left unchanged; the last get the
-attr `persistent_skipped` with the reason.
+* a 3-D grid whose tiles differ in work (scalar arithmetic outside the roles reads block indices:
+  causal attention's key-block count, `min(cdiv((block.x + 1) * BQ, BKV), ...)`), when asked for
+  (`@persistent(1)` or `linear_grids`): each role recomputes that arithmetic from its tile's
+  coordinates, and the tiles go in the *rotated* order (`tile_order = {rotated = 1}`): the grid is
+  whole x-rows, `min(T, max(NUM_SMS / X, 1) * X)` blocks, and round r (the next G tiles, head-major)
+  hands block pid its tile (pid + r) mod (the round's tiles), so a block's x goes up by one a round and
+  the blocks end up with about the same work (launch order would give a block the same x every round),
+  while one round's (y, z) pairs are read side by side (their K and V from L2).
+
+Kernels without `tk.role`s (not pipelined), with 1-D/3-D grids (unless asked for), or that read block
+indices outside their roles in any other way (a 1-D or 2-D grid, or an op that is not scalar arithmetic)
+are left unchanged; the last get the attr `persistent_skipped` with the reason.
 """
 
 from __future__ import annotations
@@ -43,7 +51,7 @@ from __future__ import annotations
 import ast
 
 from tkir.diagnostics import CompileError
-from tkir.ir import Block, Module, Operation, Region, Value, uses_of
+from tkir.ir import Block, Module, Operation, Region, Value, clone_op, uses_of
 from tkir.passes.builder import OpBuilder
 from tkir.passmanager import Options, ParamError, Pass, param
 from tkir.target import WARPS_PER_WARPGROUP
@@ -74,12 +82,14 @@ class Persistent(Pass):
                 continue
             if len(grid) != 2 and not (self.linear_grids or kernel.attrs.get(REQUEST_ATTR)):
                 continue
-            reason = _not_persistent_reason(kernel, roles)
-            if reason:
-                kernel.attrs["persistent_skipped"] = reason
+            chain = _outside_chain(kernel, roles)
+            if chain is None or (chain and len(grid) != 3):
+                kernel.attrs["persistent_skipped"] = _not_persistent_reason(kernel, roles) or UNEQUAL_REASON
                 continue
             if len(grid) == 2:
                 _make_persistent(kernel, roles, grid, self.group_m, self.balanced_grid)
+            elif chain:
+                _make_persistent_rotated(kernel, roles, grid, chain)
             else:
                 _make_persistent_linear(kernel, roles, grid, self.balanced_grid)
 
@@ -149,6 +159,67 @@ def _make_persistent_linear(kernel: Operation, roles: list[Operation], grid: lis
     kernel.attrs["tile_order"] = {"group": 1}
 
 
+UNEQUAL_REASON = "block indices used outside the roles (tiles of unequal work)"
+
+
+def _outside_chain(kernel: Operation, roles: list[Operation]) -> list[Operation] | None:
+    """The top-level ops outside the roles that read block indices, directly or through each other, in
+    program order (causal attention's key-block count: `min(cdiv((block.x + 1) * BQ, BKV), ...)`), when
+    every one is scalar arithmetic with one result (each role can then recompute them per tile); None when
+    another kind of op reads them (or one nested in a region)."""
+    ids = {op.result for op in kernel.body.ops if op.name == "tk.block_id"}
+    tainted = set(ids)
+    chain: list[Operation] = []
+    for op in kernel.body.ops:
+        if op.name in ("tk.role", "tk.block_id"):
+            continue
+        if not any(v in tainted for inner in op.walk() for v in inner.operands):
+            continue
+        if op.regions or len(op.results) != 1 or not op.name.startswith("arith."):
+            return None
+        chain.append(op)
+        tainted.add(op.result)
+    return chain
+
+
+def _make_persistent_rotated(kernel: Operation, roles: list[Operation], grid: list[str],
+                             chain: list[Operation]) -> None:
+    """A 3-D grid whose tiles differ in work (block indices read outside the roles: causal attention, where
+    query tile x does x + 1 key blocks). Static round-robin in launch order would give a block the same x
+    in every round; here the grid is a whole number of x-rows, G = max(NUM_SMS / X, 1) * X blocks
+    (X = grid[0]), and round r (tiles r*G .. r*G + n_r - 1, head-major: one round covers G / X (y, z)
+    pairs, whose K and V are read by their X tiles side by side, from L2) hands its tile (pid + r) mod n_r
+    to block pid, so a block's x advances by one every round and each block does about the same work.
+    The arithmetic outside the roles that read block indices is recomputed in each role per tile."""
+    body = kernel.body
+    b = OpBuilder(body, roles[0])
+    sizes = {op.attrs["name"]: op.result for op in body.ops if op.name == "tk.size"}
+    ex, ey, ez = (b.expr(g, sizes) for g in grid)
+    heads = b.op("arith.mul", [ey, ez], rname="heads")
+    ntiles = b.op("arith.mul", [ex, heads], rname="ntiles")
+    pid = b.op("tk.block_id", [], "pid", {"dim": 0})
+    nprog = b.op("tk.grid_dim", [], "nprog", {"dim": 0})
+    c0 = b.const(0, "zero")
+
+    def decode(bb: OpBuilder, t: Value) -> dict[int, Value]:
+        rnd = bb.op("arith.div", [t, nprog], rname="round")
+        start = bb.op("arith.mul", [rnd, nprog], rname="round_start")
+        left = bb.op("arith.sub", [ntiles, start], rname="round_left")
+        n_r = bb.op("arith.min", [nprog, left], rname="round_tiles")
+        q = bb.op("arith.rem", [bb.op("arith.add", [pid, rnd], rname="rotated"), n_r], rname="in_round")
+        tile = bb.op("arith.add", [start, q], rname="tile_id")
+        x = bb.op("arith.rem", [tile, ex], rname="tile_x")
+        head = bb.op("arith.div", [tile, ex], rname="tile_head")
+        y = bb.op("arith.rem", [head, ey], rname="tile_y")
+        z = bb.op("arith.div", [head, ey], rname="tile_z")
+        return {0: x, 1: y, 2: z}
+
+    _wrap_roles(kernel, roles, decode, ntiles, pid, nprog, c0, chain)
+    tiles = " * ".join(f"({g})" for g in grid)
+    kernel.attrs["grid"] = [f"min({tiles}, max(NUM_SMS / ({grid[0]}), 1) * ({grid[0]}))"]
+    kernel.attrs["tile_order"] = {"rotated": 1}
+
+
 def _not_persistent_reason(kernel: Operation, roles: list[Operation]) -> str | None:
     """Why the kernel keeps its grid, or None. Block indices read outside the roles (attention's causal
     key-block count, `min(cdiv((block.x + 1) * BQ, BKV), ...)`) would have to be recomputed per tile,
@@ -165,7 +236,7 @@ def _not_persistent_reason(kernel: Operation, roles: list[Operation]) -> str | N
 
 
 def _wrap_roles(kernel: Operation, roles: list[Operation], decode, ntiles: Value, pid: Value, nprog: Value,
-                c0: Value) -> None:
+                c0: Value, chain: list[Operation] | None = None) -> None:
     body = kernel.body
     old_ids = {op.attrs["dim"]: op for op in body.ops if op.name == "tk.block_id" and op.result is not pid}
     once = _once_barriers(roles)
@@ -176,8 +247,8 @@ def _wrap_roles(kernel: Operation, roles: list[Operation], decode, ntiles: Value
             "pipe.barriers", [], "once_empty", {"count": WARPS_PER_WARPGROUP * consumers},
             VectorType("sv", "i64", 1))
     for role in roles:
-        _wrap_role(role, decode, ntiles, pid, nprog, c0, old_ids, once, empty)
-    for op in old_ids.values():
+        _wrap_role(role, decode, ntiles, pid, nprog, c0, old_ids, once, empty, chain or [])
+    for op in [*reversed(chain or []), *old_ids.values()]:  # what the roles now recompute per tile
         if not uses_of(kernel, op.result):
             body.remove(op)
 
@@ -190,7 +261,8 @@ def _once_barriers(roles: list[Operation]) -> set[Value]:
 
 
 def _wrap_role(role: Operation, decode, ntiles: Value, pid: Value, nprog: Value, c0: Value,
-               old_ids: dict[int, Operation], once: set[Value], once_empty: Value | None) -> None:
+               old_ids: dict[int, Operation], once: set[Value], once_empty: Value | None,
+               chain: list[Operation]) -> None:
     inner_ops = list(role.body.ops)
     for op in inner_ops:
         role.body.remove(op)
@@ -200,6 +272,14 @@ def _wrap_role(role: Operation, decode, ntiles: Value, pid: Value, nprog: Value,
     b = OpBuilder(blk)
     ids = decode(b, t)
     mapping = {old.result: ids[d] for d, old in old_ids.items() if d in ids}
+    used = {v for op in inner_ops for inner in op.walk() for v in inner.operands}
+    needed = {op.result for op in chain if op.result in used}
+    for op in reversed(chain):  # what the role reads, and what that reads
+        if op.result in needed:
+            needed.update(op.operands)
+    for op in chain:  # recomputed from this tile's coordinates, before the role's own ops
+        if op.result in needed:
+            blk.append(clone_op(op, mapping))
     for op in inner_ops:
         op.operands = [mapping.get(v, v) for v in op.operands]
         for inner in op.walk():
