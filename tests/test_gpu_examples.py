@@ -40,6 +40,9 @@ CASES = [
     # any sequence length (issue 12): TMA zero fill, the key-length mask, clipped O and L stores
     *[("attention_fwd", dict(B=2, H=2, N=n), {"D": d, "CAUSAL": causal, "BQ": "auto", "BKV": "auto"})
       for n in (1, 100, 1000, 4097) for d in (64, 128, 256) for causal in (0, 1)],
+    # the same lengths with persistent blocks (@persistent(PERSIST)): launch order, and causal's rotated order
+    *[("attention_fwd", dict(B=2, H=3, N=n), {"D": d, "CAUSAL": causal, "BQ": "auto", "BKV": "auto", "PERSIST": 1})
+      for n in (1, 100, 1000, 4097) for d in (64, 128, 256) for causal in (0, 1)],
     ("linear", dict(M=256, N=512, K=256), {"ACT": 0}),
     ("linear", dict(M=1000, N=744, K=520), {"ACT": 1}),   # ragged; tanh-GELU
     ("linear", dict(M=512, N=512, K=512), {"ACT": 2}),    # SiLU
