@@ -70,6 +70,8 @@ def row_kernel(rng: random.Random) -> str:
     head = f"@warpgroups(consumers={wg})\n" if rng.random() < 0.5 else ""
     if rng.random() < 0.2:  # a resident-block floor, some of which cannot fit (a located refusal)
         head += f"@blocks_per_sm({rng.choice((0, 1, 2, 4, 8, 33))})\n"
+    if rng.random() < 0.1:  # a 1-D grid without roles: the persistent pass leaves it
+        head += f"@persistent({rng.choice((0, 1))})\n"
     params = [f"X: gl<{dt}>[N, D]", f"Y: gl<{dt}>[N, D]"]
     has_w = rng.random() < 0.4
     if has_w:
@@ -113,6 +115,8 @@ def mma_kernel(rng: random.Random) -> str:
         head += f"@stream_k({rng.choice((0, 1))})\n"
     if rng.random() < 0.15:
         head += f"@blocks_per_sm({rng.choice((0, 1, 2, 4))})\n"
+    if rng.random() < 0.1:  # 2-D grids are persistent either way: the request changes nothing
+        head += f"@persistent({rng.choice((0, 1))})\n"
     b_dims = "[N, K]" if trans_b else "[K, N]"
     params = f"A: gl<{dt}>[M, K], B: gl<{dt}>{b_dims}, C: gl<{out}>[M, N]"
     if rng.random() < 0.2:
@@ -156,7 +160,9 @@ def attention_kernel(rng: random.Random) -> str:
     stages = rng.choice((1, 2, 3))
     mask = "        s = mask_causal(s, block.x * BQ, j * BKV)\n" if causal else ""
     blocks = "cdiv((block.x + 1) * BQ, BKV)" if causal else "N / BKV"
-    return (f"kernel attn<BQ={bq}, BKV={bkv}, D={d}>(Q: gl<bf16>[B, H, N, D], K: gl<bf16>[B, H, N, D], "
+    # persistent blocks over the 3-D grid: launch order, or (causal: unequal tiles) the rotated order; 2 is refused
+    head = f"@persistent({rng.choice((0, 1, 1, 2))})\n" if rng.random() < 0.4 else ""
+    return (f"{head}kernel attn<BQ={bq}, BKV={bkv}, D={d}>(Q: gl<bf16>[B, H, N, D], K: gl<bf16>[B, H, N, D], "
             "V: gl<bf16>[B, H, N, D], O: gl<bf16>[B, H, N, D])\n    grid(N / BQ, H, B)\n{\n"
             "    shared q: st<bf16, BQ, D>\n    shared k: st<bf16, BKV, D>\n    shared v: st<bf16, BKV, D>\n"
             "    reg o: rt<f32, BQ, D> = 0\n    reg m: rv<f32, BQ> = -inf\n    reg l: rv<f32, BQ> = 0\n"
