@@ -8,11 +8,18 @@ some slack for noise and for Python's garbage collector, plus a generous absolut
 
 LLVM's code generator is not linear at optimisation level 3 (GVN, see tkir.backend.ptx): kernels above
 O3_MAX_LLVM_LINES lines of LLVM IR are generated at level 2, which keeps it within 2.5x per line.
+
+The fixed cost of a small compile (`tkc compile examples/gemm.tk --emit ptx`, about 0.4 s) is mostly
+imports; the checks at the top keep out of it what the command does not use.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
+import os
+import subprocess
+import sys
 import time
 from functools import cache
 from pathlib import Path
@@ -70,6 +77,28 @@ def _front_to_llvm(path: str, target: str = "sm_90a", **consts: int) -> tuple[Mo
 @cache
 def _llvm_ir(path: str, target: str = "sm_90a", **consts: int) -> str:
     return _front_to_llvm(path, target, **consts)[1]
+
+
+def _fresh_process(code: str, env: dict[str, str] | None = None) -> object:
+    """Run `code` in a new interpreter (this one has long since imported everything); its last line of
+    output is JSON, returned."""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120,
+                          env={**os.environ, "TKIR_CACHE": "0", **(env or {})})
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
+def test_compile_command_imports_no_ml_dtypes(tmp_path: Path) -> None:
+    """`tkc compile --emit ptx` loads only what it uses (docs/experiments.md, "Compile time"): the numpy
+    dtype table of the interpreter and the runtime (tkir.types.NUMPY_DTYPES, which needs ml_dtypes for
+    bf16 and fp8) is built on first use, not when tkir.types is imported."""
+    code = ("import json, sys\nfrom tkir.cli import main\n"
+            f"rc = main(['compile', 'examples/gemm.tk', '--emit', 'ptx', '-o', {str(tmp_path / 'g.ptx')!r}])\n"
+            "loaded = 'ml_dtypes' in sys.modules\n"
+            "from tkir.types import NUMPY_DTYPES\n"
+            "print(json.dumps([rc, loaded, str(NUMPY_DTYPES['bf16']), 'ml_dtypes' in sys.modules]))")
+    assert _fresh_process(code) == [0, False, "bfloat16", True]
+    assert ".entry gemm" in (tmp_path / "g.ptx").read_text()
 
 
 @pytest.fixture(scope="module")
