@@ -101,6 +101,29 @@ def test_compile_command_imports_no_ml_dtypes(tmp_path: Path) -> None:
     assert ".entry gemm" in (tmp_path / "g.ptx").read_text()
 
 
+def test_import_tkir_loads_no_numpy() -> None:
+    """numpy loads when the passes first need it, after tkc has chosen how OpenBLAS starts (below)."""
+    code = "import json, sys\nimport tkir, tkir.cli\nprint(json.dumps('numpy' in sys.modules))"
+    assert _fresh_process(code) is False
+
+
+def test_tkc_compile_loads_openblas_with_one_thread(tmp_path: Path) -> None:
+    """tkc compile (as the program: tkir.cli.main() without arguments) imports numpy with
+    OPENBLAS_NUM_THREADS=1 (tkir.cli NO_BLAS_COMMANDS): no OpenBLAS threads start, so none spin while
+    the compile runs. A value set in the environment is kept."""
+    argv = ["tkc", "compile", "examples/gemm.tk", "--emit", "ptx", "-o", str(tmp_path / "g.ptx")]
+    code = ("import json, os, sys\nfrom tkir.cli import main\n"
+            f"sys.argv = {argv!r}\nrc = main()\n"
+            "tasks = len(os.listdir('/proc/self/task')) if os.path.isdir('/proc/self/task') else 1\n"
+            "print(json.dumps([rc, 'numpy' in sys.modules, os.environ.get('OPENBLAS_NUM_THREADS'), tasks]))")
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120,
+                          env={**env, "TKIR_CACHE": "0"})
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.splitlines()[-1]) == [0, True, "1", 1]  # one thread: the interpreter's
+    assert _fresh_process(code, env={"OPENBLAS_NUM_THREADS": "2"})[2] == "2"
+
+
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("compile_time")
