@@ -124,6 +124,26 @@ def test_tkc_compile_loads_openblas_with_one_thread(tmp_path: Path) -> None:
     assert _fresh_process(code, env={"OPENBLAS_NUM_THREADS": "2"})[2] == "2"
 
 
+def test_verifier_parses_each_size_expression_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The verifier runs after every pass and re-reads the grid and the TMA dims and strides: their
+    text is parsed once per process (tkir.symexpr), which was a sixth of the verifier's time on gemm."""
+    import ast
+
+    from tkir.symexpr import SymExprError, evaluate
+    from tkir.verifier import verify
+
+    k = tkir.compile(str(ROOT / "examples" / "gemm.tk"))
+    parse = ast.parse
+    calls: list[str] = []
+    monkeypatch.setattr(ast, "parse", lambda src, *a, **kw: (calls.append(src), parse(src, *a, **kw))[1])
+    verify(k.module)
+    assert calls == []
+    for _ in range(2):  # an expression that does not parse is not remembered: it fails every time
+        with pytest.raises(SymExprError, match="bad size expression"):
+            evaluate("M +", {"M": 1})
+    assert calls == ["M +", "M +"]
+
+
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("compile_time")
