@@ -20,7 +20,6 @@ Used by the passes infer-layouts, select-swizzle and bank-conflicts (and by test
 from __future__ import annotations
 
 from dataclasses import dataclass
-from fractions import Fraction
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -309,7 +308,7 @@ def mma_warps_n(rows: int, cols: int, warps: int) -> int:
         wm = warps // wn
         if warps % wn or rows % (MMA_M * wm) or cols % (2 * MMA_N * wn):
             continue
-        cost = Fraction(wn, cols) + Fraction(wm, rows)
+        cost = wn * rows + wm * cols  # (wn / cols + wm / rows) * rows * cols: exact, in integers
         if best_cost is None or cost < best_cost:
             best, best_cost = wn, cost
     return best
