@@ -112,21 +112,29 @@ def test_import_tkir_loads_no_numpy() -> None:
     assert _fresh_process(code) is False
 
 
-def test_tkc_compile_loads_openblas_with_one_thread(tmp_path: Path) -> None:
-    """tkc compile (as the program: tkir.cli.main() without arguments) imports numpy with
-    OPENBLAS_NUM_THREADS=1 (tkir.cli NO_BLAS_COMMANDS): no OpenBLAS threads start, so none spin while
-    the compile runs. A value set in the environment is kept."""
+def test_tkc_compile_starts_lean(tmp_path: Path) -> None:
+    """tkc compile as the program (tkir.cli.main() without arguments; tkir.cli ONE_SHOT_COMMANDS) imports
+    numpy with OPENBLAS_NUM_THREADS=1, so no OpenBLAS thread starts and spins while the compile runs
+    (a value set in the environment is kept), and runs without the cyclic garbage collector. Called from
+    Python with arguments, main() changes neither."""
     argv = ["tkc", "compile", "examples/gemm.tk", "--emit", "ptx", "-o", str(tmp_path / "g.ptx")]
-    code = ("import json, os, sys\nfrom tkir.cli import main\n"
+    code = ("import gc, json, os, sys\nfrom tkir.cli import main\n"
             f"sys.argv = {argv!r}\nrc = main()\n"
             "tasks = len(os.listdir('/proc/self/task')) if os.path.isdir('/proc/self/task') else 1\n"
-            "print(json.dumps([rc, 'numpy' in sys.modules, os.environ.get('OPENBLAS_NUM_THREADS'), tasks]))")
+            "print(json.dumps([rc, 'numpy' in sys.modules, os.environ.get('OPENBLAS_NUM_THREADS'), tasks, "
+            "gc.isenabled()]))")
     env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120,
                           env={**env, "TKIR_CACHE": "0"})
     assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout.splitlines()[-1]) == [0, True, "1", 1]  # one thread: the interpreter's
+    assert json.loads(proc.stdout.splitlines()[-1]) == [0, True, "1", 1, False]  # one thread: the interpreter's
     assert _fresh_process(code, env={"OPENBLAS_NUM_THREADS": "2"})[2] == "2"
+    in_python = code.replace("rc = main()", f"rc = main({argv[1:]!r})")
+    proc = subprocess.run([sys.executable, "-c", in_python], capture_output=True, text=True, cwd=ROOT, timeout=120,
+                          env={**env, "TKIR_CACHE": "0"})
+    assert proc.returncode == 0, proc.stderr
+    rc, _, blas, _, gc_on = json.loads(proc.stdout.splitlines()[-1])
+    assert (rc, blas, gc_on) == (0, None, True)
 
 
 def test_verifier_parses_each_size_expression_once(monkeypatch: pytest.MonkeyPatch) -> None:
