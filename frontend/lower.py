@@ -15,7 +15,6 @@ error points at the construct that caused it. What it produces:
 
 from __future__ import annotations
 
-import difflib
 import math
 from dataclasses import dataclass
 
@@ -23,7 +22,7 @@ from tkir import scalar, symexpr
 from tkir.diagnostics import CompileError
 from tkir.facts import MIN_BLOCKS_ATTR
 from tkir.frontend import ast
-from tkir.frontend.names import Vocabulary, check_untaken
+from tkir.frontend.names import Vocabulary, check_untaken, close_matches
 from tkir.frontend.tune import check_tune
 from tkir.ir import Block, Loc, Module, Operation, Region, Value
 from tkir.target import MAX_BLOCKS_PER_SM, REGS_PER_SM, SMEM_PER_BLOCK
@@ -945,7 +944,7 @@ class _Lowerer:
         if sym is None:
             if e.id == "block":
                 raise self.error(e.loc, "'block' needs .x, .y or .z")
-            close = difflib.get_close_matches(e.id, [n for s in self.scopes for n in s], n=1)
+            close = close_matches(e.id, [n for s in self.scopes for n in s], n=1)
             untaken = self.untaken_names().get(e.id)
             if untaken is not None:
                 raise self.error(e.loc, f"unknown name '{e.id}'", hint=f"'{e.id}' is declared at line "
@@ -1200,7 +1199,7 @@ class _Lowerer:
         """The function exists and gets an argument count it takes."""
         f = e.func
         if f not in ALL_FUNCS:
-            close = difflib.get_close_matches(f, ALL_FUNCS, n=1)
+            close = close_matches(f, ALL_FUNCS, n=1)
             raise self.error(e.loc, f"unknown function '{f}'",
                              hint=f"did you mean '{close[0]}'?" if close else None)
         if f == "mask_causal":

@@ -19,13 +19,20 @@ declared them. docs/language.md states the rule.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from tkir.diagnostics import CompileError
 from tkir.frontend import ast
 from tkir.ir import Loc
+
+
+def close_matches(word: str, candidates: Collection[str], n: int = 1) -> list[str]:
+    """difflib.get_close_matches, for "did you mean" hints; difflib is imported here, on the first
+    error that needs it, not with the front end."""
+    import difflib
+
+    return difflib.get_close_matches(word, candidates, n=n)
 
 
 @dataclass(frozen=True)
@@ -140,7 +147,7 @@ class _Checker:
 
     def close(self, name: str, among: Collection[str] | None = None) -> str | None:
         pool = among if among is not None else [*self.visible, *(n for s in self.scopes for n in s)]
-        found = difflib.get_close_matches(name, list(pool), n=1)
+        found = close_matches(name, list(pool), n=1)
         return found[0] if found else None
 
     def expr(self, e: ast.Expr) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import tkir
+from tkir import auto_consts
 from tkir.diagnostics import CompileError
 
 ATTN = "examples/attention_fwd.tk"
@@ -107,3 +108,24 @@ def test_cli_prints_the_choice() -> None:
     r = subprocess.run([sys.executable, "-m", "tkir.cli", "compile", ATTN, "-D", "BQ=auto", "-D", "BKV=64"],
                        capture_output=True, text=True, check=True)
     assert "auto = {BQ = 192}" in r.stdout
+
+
+@pytest.mark.parametrize("text, mentions", [
+    ("kernel k<A=auto>(x: f32) grid(1) {}", True),
+    ("// A=auto picks the tile\nkernel k<A=64>(x: f32) grid(1) {}", False),   # a comment
+    ('kernel k<A=64>(x: f32) grid(1) { static_assert(A > 0, "not auto") }', False),  # a string
+    ('kernel k<A=64, B=auto>() grid(1) { static_assert(A > 0, "a // b") }', True),  # '//' in a string
+    ("kernel k<A=64>(x_auto: f32) grid(1) {}", False),
+])
+def test_mentions_auto_skips_comments_and_strings(text: str, mentions: bool) -> None:
+    assert auto_consts.mentions_auto(text) is mentions
+
+
+def test_auto_in_comments_costs_no_extra_parse(monkeypatch: pytest.MonkeyPatch) -> None:
+    """attention_fwd.tk's comments say `auto`: with no auto const the compile parses the file once."""
+    import tkir.frontend.parse as fp
+
+    parse, calls = fp.parse_source, []
+    monkeypatch.setattr(fp, "parse_source", lambda *a: (calls.append(a), parse(*a))[1])
+    assert auto_consts.auto_names(ATTN, {"D": 64}) == [] and calls == []
+    assert auto_consts.auto_names(ATTN, {"BQ": "auto"}) == ["BQ"] and len(calls) == 1

@@ -8,11 +8,18 @@ some slack for noise and for Python's garbage collector, plus a generous absolut
 
 LLVM's code generator is not linear at optimisation level 3 (GVN, see tkir.backend.ptx): kernels above
 O3_MAX_LLVM_LINES lines of LLVM IR are generated at level 2, which keeps it within 2.5x per line.
+
+The fixed cost of a small compile (`tkc compile examples/gemm.tk --emit ptx`, about 0.4 s) is mostly
+imports; the checks at the top keep out of it what the command does not use.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
+import os
+import subprocess
+import sys
 import time
 from functools import cache
 from pathlib import Path
@@ -70,6 +77,84 @@ def _front_to_llvm(path: str, target: str = "sm_90a", **consts: int) -> tuple[Mo
 @cache
 def _llvm_ir(path: str, target: str = "sm_90a", **consts: int) -> str:
     return _front_to_llvm(path, target, **consts)[1]
+
+
+def _fresh_process(code: str, env: dict[str, str] | None = None) -> object:
+    """Run `code` in a new interpreter (this one has long since imported everything); its last line of
+    output is JSON, returned."""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120,
+                          env={**os.environ, "TKIR_CACHE": "0", **(env or {})})
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
+# modules `tkc compile --emit ptx` does not use, with what does: ml_dtypes (the interpreter's and the
+# runtime's dtype table, tkir.types.NUMPY_DTYPES, built on first use), difflib (frontend "did you mean"
+# hints), the interpreter, the GPU runtime, the tuner, torch
+NOT_ON_COMPILE_PATH = ("ml_dtypes", "difflib", "fractions", "tkir.interp", "tkir.backend.runtime",
+                       "tkir.backend.cuda", "tkir.tune", "tkir.bench", "torch")
+
+
+def test_compile_command_imports_only_what_it_uses(tmp_path: Path) -> None:
+    """`tkc compile --emit ptx` loads only what it uses (docs/experiments.md, "Compile time")."""
+    code = ("import json, sys\nfrom tkir.cli import main\n"
+            f"rc = main(['compile', 'examples/gemm.tk', '--emit', 'ptx', '-o', {str(tmp_path / 'g.ptx')!r}])\n"
+            f"loaded = [m for m in {NOT_ON_COMPILE_PATH!r} if m in sys.modules]\n"
+            "from tkir.types import NUMPY_DTYPES\n"
+            "print(json.dumps([rc, loaded, str(NUMPY_DTYPES['bf16']), 'ml_dtypes' in sys.modules]))")
+    assert _fresh_process(code) == [0, [], "bfloat16", True]
+    assert ".entry gemm" in (tmp_path / "g.ptx").read_text()
+
+
+def test_import_tkir_loads_no_numpy() -> None:
+    """numpy loads when the passes first need it, after tkc has chosen how OpenBLAS starts (below)."""
+    code = "import json, sys\nimport tkir, tkir.cli\nprint(json.dumps('numpy' in sys.modules))"
+    assert _fresh_process(code) is False
+
+
+def test_tkc_compile_starts_lean(tmp_path: Path) -> None:
+    """tkc compile as the program (tkir.cli.main() without arguments; tkir.cli ONE_SHOT_COMMANDS) imports
+    numpy with OPENBLAS_NUM_THREADS=1, so no OpenBLAS thread starts and spins while the compile runs
+    (a value set in the environment is kept), and runs without the cyclic garbage collector. Called from
+    Python with arguments, main() changes neither."""
+    argv = ["tkc", "compile", "examples/gemm.tk", "--emit", "ptx", "-o", str(tmp_path / "g.ptx")]
+    code = ("import gc, json, os, sys\nfrom tkir.cli import main\n"
+            f"sys.argv = {argv!r}\nrc = main()\n"
+            "tasks = len(os.listdir('/proc/self/task')) if os.path.isdir('/proc/self/task') else 1\n"
+            "print(json.dumps([rc, 'numpy' in sys.modules, os.environ.get('OPENBLAS_NUM_THREADS'), tasks, "
+            "gc.isenabled()]))")
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120,
+                          env={**env, "TKIR_CACHE": "0"})
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.splitlines()[-1]) == [0, True, "1", 1, False]  # one thread: the interpreter's
+    assert _fresh_process(code, env={"OPENBLAS_NUM_THREADS": "2"})[2] == "2"
+    in_python = code.replace("rc = main()", f"rc = main({argv[1:]!r})")
+    proc = subprocess.run([sys.executable, "-c", in_python], capture_output=True, text=True, cwd=ROOT, timeout=120,
+                          env={**env, "TKIR_CACHE": "0"})
+    assert proc.returncode == 0, proc.stderr
+    rc, _, blas, _, gc_on = json.loads(proc.stdout.splitlines()[-1])
+    assert (rc, blas, gc_on) == (0, None, True)
+
+
+def test_verifier_parses_each_size_expression_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The verifier runs after every pass and re-reads the grid and the TMA dims and strides: their
+    text is parsed once per process (tkir.symexpr), which was a sixth of the verifier's time on gemm."""
+    import ast
+
+    from tkir.symexpr import SymExprError, evaluate
+    from tkir.verifier import verify
+
+    k = tkir.compile(str(ROOT / "examples" / "gemm.tk"))
+    parse = ast.parse
+    calls: list[str] = []
+    monkeypatch.setattr(ast, "parse", lambda src, *a, **kw: (calls.append(src), parse(src, *a, **kw))[1])
+    verify(k.module)
+    assert calls == []
+    for _ in range(2):  # an expression that does not parse is not remembered: it fails every time
+        with pytest.raises(SymExprError, match="bad size expression"):
+            evaluate("M +", {"M": 1})
+    assert calls == ["M +", "M +"]
 
 
 @pytest.fixture(scope="module")

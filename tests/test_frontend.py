@@ -306,3 +306,31 @@ def test_more_errors(body: str, words: str) -> None:
 def test_inf_literal_and_negation() -> None:
     text = lower("reg m: rv<f32, BM> = -inf\nm = -m")
     assert "{value = -inf}" in text and "tk.neg %m" in text
+
+
+def test_syntax_tree_nodes_behave_as_dataclasses() -> None:
+    """frontend/ast.py's nodes are plain classes (cheaper to define than dataclasses, docs/experiments.md
+    "Compile time") with a dataclass's behaviour: fields in order, base fields first, defaults (a new
+    list per node), ==, repr, unhashable, and a TypeError for a missing or unknown argument."""
+    import dataclasses
+
+    from tkir.frontend import ast
+    from tkir.frontend.parse import parse_source
+    from tkir.ir import Loc
+
+    loc = Loc("k.tk", 1, 2)
+    assert ast.SharedDecl._fields == ("loc", "annotations", "name", "type")
+    a, b = ast.Annotation(loc, "tune"), ast.Annotation(loc, "tune")
+    a.args.append(ast.Num(loc, 1))
+    assert b.args == [] and a != b and b == ast.Annotation(loc, "tune", [], [])
+    assert ast.For(loc, [], "k", ast.Num(loc, 0), ast.Num(loc, 4), []).step is None
+    assert repr(ast.Num(loc, 1)) == "Num(loc=Loc(file='k.tk', line=1, col=2), value=1)"
+    assert ast.Num(loc, 1) == ast.Num(loc=loc, value=1) and ast.Num(loc, 1) != ast.Name(loc, "x")
+    with pytest.raises(TypeError, match="unhashable"):
+        hash(ast.Num(loc, 1))
+    for bad in (lambda: ast.Num(loc), lambda: ast.Num(loc, 1, 2), lambda: ast.Num(loc, 1, x=2)):
+        with pytest.raises(TypeError):
+            bad()
+    text = (EXAMPLES / "gemm.tk").read_text()
+    assert parse_source(text, "gemm.tk") == parse_source(text, "gemm.tk")
+    assert not dataclasses.is_dataclass(ast.Kernel)

@@ -264,3 +264,39 @@ def test_the_classic_cases() -> None:
     # brute force: 32 lanes reading the same word is a broadcast, 32 lanes down one bank are 32-way
     assert brute_force_wavefronts([0] * 32, 4) == [1]
     assert brute_force_wavefronts([128 * i for i in range(32)], 4) == [32]
+
+
+def _per_instruction(instructions: list[tuple[list[int], list[int]]]) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, bytecols) arrays built one warp instruction at a time (the access patterns' definition)."""
+    rows = np.array([r for r, _ in instructions], dtype=np.int64).reshape(-1, 32)
+    cols = np.array([c for _, c in instructions], dtype=np.int64).reshape(-1, 32)
+    return rows, cols
+
+
+@QUICK
+@given(st.sampled_from([0, 1, 7, 8, 16, 24, 33, 64, 128]), st.sampled_from([16, 32, 48, 64, 128, 256, 512]),
+       st.sampled_from([None, 16, 32, 64, 128]), st.sampled_from([4, 8]))
+def test_vectorised_patterns_match_their_per_instruction_definition(rows: int, row_bytes: int, box: int | None,
+                                                                    pair: int) -> None:
+    """tma_pattern, core_matrix_pattern and the accumulator pair patterns are built with whole-array
+    numpy (the select-swizzle and bank-conflicts passes call them on every shared tile); each must equal
+    the instruction-by-instruction construction its docstring describes."""
+    if box is not None and row_bytes % box:
+        box = None
+    b = box or row_bytes
+    cpb, total = b // 16, rows * (b // 16) * (row_bytes // b)
+    want = _per_instruction([([(e % (rows * cpb)) // cpb if e < total else -1 for e in range(e0, e0 + 32)],
+                              [(e // (rows * cpb)) * b + (e % (rows * cpb)) % cpb * 16 if e < total else -1
+                               for e in range(e0, e0 + 32)]) for e0 in range(0, total, 32)])
+    got = tma_pattern(rows, row_bytes, box)
+    assert (got.rows == want[0]).all() and (got.bytecols == want[1]).all() and got.rows.shape == want[0].shape
+    want = _per_instruction([([r0 + lane if r0 + lane < rows else -1 for lane in range(32)], [c0] * 32)
+                             for c0 in range(0, row_bytes, 16) for r0 in range(0, rows, 32)])
+    got = core_matrix_pattern(rows, row_bytes)
+    assert (got.rows == want[0]).all() and (got.bytecols == want[1]).all() and got.rows.shape == want[0].shape
+    pattern = acc_pair_pattern if pair == 8 else bf16_pair_pattern
+    want = _per_instruction([([r0 + lane // 4 for lane in range(32)], [c0 + pair * (lane % 4) for lane in range(32)])
+                             for r0 in range(0, rows - 7, 8) for c0 in range(0, row_bytes - 4 * pair + 1, 4 * pair)])
+    got = pattern("st.shared", rows, row_bytes)
+    assert (got.rows == want[0]).all() and (got.bytecols == want[1]).all() and got.rows.shape == want[0].shape
+    assert got.rows.flags.writeable and got.rows.dtype == np.int64

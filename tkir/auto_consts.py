@@ -27,7 +27,8 @@ from tkir.ir import Module
 
 AUTO = "auto"
 STOP_AFTER = "plan-occupancy"  # the last pass a candidate must survive
-_AUTO_WORD = re.compile(r"\bauto\b")
+# the word `auto` outside comments and strings (which the first two alternatives consume)
+_AUTO_WORD = re.compile(r'"[^"\n]*"|//[^\n]*|\bauto\b')
 
 
 def auto_names(path: str, overrides: dict[str, object]) -> list[str]:
@@ -36,10 +37,16 @@ def auto_names(path: str, overrides: dict[str, object]) -> list[str]:
     from tkir.source_text import read_source
 
     text = read_source(path)
-    if AUTO not in overrides.values() and not _AUTO_WORD.search(text):
+    if AUTO not in overrides.values() and not mentions_auto(text):
         return []  # the common case: no extra parse on the compile path
     kernel = parse_source(text, str(path))
     return [c.name for c in kernel.consts if overrides.get(c.name, c.value) == AUTO]
+
+
+def mentions_auto(text: str) -> bool:
+    """Whether .tk source text has the word `auto` outside its comments and strings: where it has not,
+    no const is auto (attention_fwd.tk's comments mention it)."""
+    return any(m.group() == AUTO for m in _AUTO_WORD.finditer(text))
 
 
 def resolve(path: str, overrides: dict[str, object], names: list[str],

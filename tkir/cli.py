@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import json
 import os
 import sys
@@ -34,6 +35,19 @@ EMIT_KINDS = ("tkir", "llvm", "ptx", "cubin", "sass", "launch", "c")
 OPTIONAL_PACKAGES = {"torch": "tkc bench and tkc run on the GPU compare with torch",
                      "matplotlib": "tkc bench --plot draws with matplotlib"}
 TARGETS = ("sm_90a", "sm_80")
+# One-shot commands that start lean when tkc is the program (`tkc`, `python -m tkir.cli`; not
+# tkir.cli.main(argv) called from Python), for a short compile's sake (docs/experiments.md, "Compile
+# time"; `tkc compile examples/gemm.tk --emit ptx` takes about 0.4 s):
+# - numpy's OpenBLAS loads with one thread (OPENBLAS_NUM_THREADS=1, unless the environment sets it).
+#   Their numpy work is small arrays (layouts, bank conflicts, fragments), never linear algebra, and
+#   by default OpenBLAS starts a thread per core when numpy is imported, which spin waiting for work:
+#   about 0.07 s of CPU, and on a busy 2-core machine about 0.06 s of wall time. This needs `import
+#   tkir.cli` not to import numpy (it does not). `run --interpret`, bench and tune keep the default:
+#   the interpreter multiplies matrices.
+# - Python's cyclic garbage collector is off: it ran about 80 times during a gemm compile (13-16 ms)
+#   and found nothing to free that matters in a process that exits right after (the peak memory of a
+#   400-loop compile was the same with it off).
+ONE_SHOT_COMMANDS = ("compile", "opt", "report", "passes", "cache")
 
 
 class UsageError(TkirError):
@@ -208,6 +222,10 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if argv is None and args.cmd in ONE_SHOT_COMMANDS:
+        gc.disable()
+        if "numpy" not in sys.modules:
+            os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # read once, when numpy loads OpenBLAS
     try:
         with _one_line_warnings():
             return _dispatch(args)

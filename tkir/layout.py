@@ -20,7 +20,6 @@ Used by the passes infer-layouts, select-swizzle and bank-conflicts (and by test
 from __future__ import annotations
 
 from dataclasses import dataclass
-from fractions import Fraction
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -309,7 +308,7 @@ def mma_warps_n(rows: int, cols: int, warps: int) -> int:
         wm = warps // wn
         if warps % wn or rows % (MMA_M * wm) or cols % (2 * MMA_N * wn):
             continue
-        cost = Fraction(wn, cols) + Fraction(wm, rows)
+        cost = wn * rows + wm * cols  # (wn / cols + wm / rows) * rows * cols: exact, in integers
         if best_cost is None or cost < best_cost:
             best, best_cost = wn, cost
     return best
@@ -662,12 +661,11 @@ def _quad_pair_pattern(op: str, rows: int, row_bytes: int, pair_bytes: int) -> A
     """The accumulator fragment's pair access: the 4 lanes of a quad cover one row's 8 columns."""
     lane = np.arange(WARP)
     block = QUAD * pair_bytes
-    rs, cs = [], []
-    for r0 in range(0, rows - 7, 8):
-        for c0 in range(0, row_bytes - block + 1, block):
-            rs.append(r0 + lane // QUAD)
-            cs.append(c0 + pair_bytes * (lane % QUAD))
-    r, c = _pack(rs, cs)
+    r0 = np.arange(0, rows - 7, 8)[:, None, None]  # one instruction per (8-row half, block), rows outer
+    c0 = np.arange(0, row_bytes - block + 1, block)[None, :, None]
+    shape = (r0.shape[0], c0.shape[1], WARP)
+    r = np.broadcast_to(r0 + lane // QUAD, shape).reshape(-1, WARP).copy()
+    c = np.broadcast_to(c0 + pair_bytes * (lane % QUAD), shape).reshape(-1, WARP).copy()
     return Access(op, pair_bytes, r, c)
 
 
@@ -695,13 +693,11 @@ def core_matrix_pattern(rows: int, row_bytes: int) -> Access:
     """wgmma descriptor reads: core matrices of 8 consecutive stored rows x 16 bytes at the same
     byte column (HOPPER §2.2, §3.3), four per modelled instruction."""
     lane = np.arange(WARP)
-    rs, cs = [], []
-    for c0 in range(0, row_bytes, CHUNK_BYTES):
-        for r0 in range(0, rows, WARP):
-            rr = r0 + lane
-            rs.append(np.where(rr < rows, rr, -1))
-            cs.append(np.full(WARP, c0))
-    r, c = _pack(rs, cs)
+    c0 = np.arange(0, row_bytes, CHUNK_BYTES)[:, None, None]  # one instruction per (column, 32 rows)
+    rr = np.arange(0, rows, WARP)[None, :, None] + lane
+    shape = (c0.shape[0], rr.shape[1], WARP)
+    r = np.broadcast_to(np.where(rr < rows, rr, -1), shape).reshape(-1, WARP).copy()
+    c = np.broadcast_to(c0, shape).reshape(-1, WARP).copy()
     return Access("wgmma.desc", CHUNK_BYTES, r, c, hardware=True)
 
 
@@ -712,15 +708,14 @@ def tma_pattern(rows: int, row_bytes: int, box_bytes: int | None = None) -> Acce
     cpb = box // CHUNK_BYTES
     per_box = rows * cpb
     total = per_box * (row_bytes // box)
-    lane = np.arange(WARP)
-    rs, cs = [], []
-    for e0 in range(0, total, WARP):
-        e = e0 + lane
-        ok = e < total
-        p, i = e // per_box, e % per_box
-        rs.append(np.where(ok, i // cpb, -1))
-        cs.append(np.where(ok, p * box + (i % cpb) * CHUNK_BYTES, -1))
-    r, c = _pack(rs, cs)
+    if total <= 0:
+        r, c = _pack([], [])
+        return Access("tma", CHUNK_BYTES, r, c, hardware=True)
+    e = np.arange(-(-total // WARP) * WARP).reshape(-1, WARP)  # chunk e: instruction e // WARP, lane e % WARP
+    ok = e < total
+    p, i = e // per_box, e % per_box
+    r = np.where(ok, i // cpb, -1)
+    c = np.where(ok, p * box + (i % cpb) * CHUNK_BYTES, -1)
     return Access("tma", CHUNK_BYTES, r, c, hardware=True)
 
 

@@ -59,6 +59,17 @@ def check(expr: str | int) -> set[str]:
 
 
 def _parse(expr: str) -> ast.AST:
+    """The expression's syntax tree (never modified: `_check` and `_eval` only read it). Text is parsed
+    once per process: the verifier, after every pass, re-reads the same grid, TMA dims and strides."""
+    return _parse_text(expr) if type(expr) is str else _parse_uncached(expr)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_text(expr: str) -> ast.AST:
+    return _parse_uncached(expr)
+
+
+def _parse_uncached(expr: str) -> ast.AST:
     try:
         return ast.parse(expr, mode="eval").body
     except (SyntaxError, ValueError, RecursionError, MemoryError) as e:

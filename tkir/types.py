@@ -17,9 +17,10 @@ that passes can record decisions in the type without changing this module.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import ml_dtypes
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 # dtype name -> size in bytes. fp8 names follow PTX (e4m3, e5m2).
 DTYPE_BYTES: dict[str, int] = {
@@ -33,18 +34,33 @@ DTYPE_BYTES: dict[str, int] = {
     "u32": 4,
     "i1": 1,
 }
-# dtype name -> the numpy dtype of arrays holding it (bf16 and fp8 from ml_dtypes; e4m3 is PTX's
-# e4m3, finite with NaN only: "fn").
-NUMPY_DTYPES: dict[str, np.dtype] = {
-    "bf16": np.dtype(ml_dtypes.bfloat16),
-    "f16": np.dtype(np.float16),
-    "f32": np.dtype(np.float32),
-    "e4m3": np.dtype(ml_dtypes.float8_e4m3fn),
-    "e5m2": np.dtype(ml_dtypes.float8_e5m2),
-    "i32": np.dtype(np.int32),
-    "u32": np.dtype(np.uint32),
-    "i1": np.dtype(np.bool_),
-}
+# NUMPY_DTYPES: dtype name -> the numpy dtype of arrays holding it (bf16 and fp8 from ml_dtypes; e4m3
+# is PTX's e4m3, finite with NaN only: "fn"). Built on first use by the module's __getattr__: only the
+# interpreter and the runtime need it, and `import tkir` / `tkc compile` need not import ml_dtypes.
+if TYPE_CHECKING:
+    NUMPY_DTYPES: dict[str, np.dtype]
+
+
+def __getattr__(name: str) -> dict[str, np.dtype]:
+    if name != "NUMPY_DTYPES":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import ml_dtypes
+    import numpy as np
+
+    table = {
+        "bf16": np.dtype(ml_dtypes.bfloat16),
+        "f16": np.dtype(np.float16),
+        "f32": np.dtype(np.float32),
+        "e4m3": np.dtype(ml_dtypes.float8_e4m3fn),
+        "e5m2": np.dtype(ml_dtypes.float8_e5m2),
+        "i32": np.dtype(np.int32),
+        "u32": np.dtype(np.uint32),
+        "i1": np.dtype(np.bool_),
+    }
+    globals()[name] = table  # later lookups find it without this function
+    return table
+
+
 FLOAT_DTYPES = frozenset({"bf16", "f16", "f32", "e4m3", "e5m2"})
 INT_DTYPES = frozenset({"i32", "u32", "i1"})
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 from tkir import symexpr
 from tkir.diagnostics import CompileError
 from tkir.ir import Module, Operation, Value
-from tkir.layout import SharedLayout, layout_of, tma_box, tma_swizzle
 from tkir.types import DTYPE_BYTES, GlobalType, Symbol, TileType, VectorType
 from tkir.verify_sizes import kernel_sizes, size_names
 
@@ -93,6 +92,9 @@ def _check_copy(op: Operation, kernel: Operation, descs: dict[str, Operation], e
     assert isinstance(t, (TileType, VectorType))  # the op's own check
     if t.get("swizzle") is None and not decided:
         return
+    # imported here: tkir.layout imports numpy, which `import tkir` (the verifier's importers) need not load
+    from tkir.layout import SharedLayout, layout_of, tma_box, tma_swizzle
+
     span = int(t.get("swizzle", 0) or 0)
     if desc.attrs["swizzle"] != tma_swizzle(span):
         raise error(op.loc, f"'{op.name}': @{sym} has swizzle {desc.attrs['swizzle']}, but the shared tile "
