@@ -484,6 +484,9 @@ class _Lowerer:
             if key not in ("consumers", "producers"):
                 raise self.error(e.loc, f"bad argument to '@warpgroups': unknown role '{key}'",
                                  hint="roles are consumers and producers")
+            if key == "producers" and self.const_eval(e) == 0 and not isinstance(self.const_eval(e), float):
+                roles[key] = 0  # no producer warpgroup: the compute warpgroups copy with cp.async (ring buffers)
+                continue
             roles[key] = self.ann_positive(a, e, "@warpgroups(consumers=2)")
         return {"warpgroups": roles}
 

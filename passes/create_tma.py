@@ -17,6 +17,10 @@ one box `[N]`. Leading dims of a rank > 2 tensor get box 1.
 
 Copies that stay as they are, with `no_tma_reason = "..."` saying why (the report shows it):
 * `@no_tma` on the copy, `--no-tma` (Options.no_tma), a target without TMA (below sm_90);
+* loads into shared tiles of a kernel without a producer warpgroup (`@warpgroups(consumers=N, producers=0)`):
+  nobody would issue the TMA copies ahead; the compute warpgroups copy with cp.async into
+  pipeline-cp-async's ring buffers, and with no producer registers held back the block can be
+  small enough for two per SM (ThunderKittens' Based: two one-warpgroup blocks per SM);
 * the hardware's limits: box dim > 256, inner box bytes not a multiple of 16 B, a row that is not a
   whole number of swizzle panels, row padding (`pad=`, TMA writes dense rows), rank > 5, and byte
   strides that are fixed and not a multiple of 16 B (strides that depend on run-time sizes are
@@ -61,6 +65,16 @@ EPILOGUE_CHUNK = 64           # columns written and stored at a time: two 8 KB b
 EPILOGUE_PANEL_COLS = 64      # one 128-byte swizzle panel of bf16: the TMA store box width
 
 TMA_COPY_OPS = ("tma.load", "tma.store", "tk.store_staged")  # the ops that read a descriptor
+
+NO_PRODUCER_REASON = ("the kernel has no producer warpgroup (@warpgroups(producers=0)): its compute warpgroups copy "
+                      "with cp.async (pipeline-cp-async's ring buffers)")
+
+
+def no_producer(kernel: Operation) -> bool:
+    """The source asked for no producer warpgroup: `@warpgroups(consumers=N, producers=0)`."""
+    wg = kernel.attrs.get("warpgroups")
+    return isinstance(wg, dict) and wg.get("producers") == 0
+
 
 REGISTER_LOAD_REASON = "register tile: loaded with ld.global (create-tma stages no register copies)"
 REGISTER_STORE_REASON = "register tile: stored with st.global (create-tma stages no register copies)"
@@ -116,7 +130,8 @@ class _Rewriter:
                     continue
                 op.attrs["no_tma_reason"] = REGISTER_LOAD_REASON if load else REGISTER_STORE_REASON
                 continue
-            reason = self.why_not(op, g_val.type, s_val.type)
+            reason = NO_PRODUCER_REASON if op.name == "tk.load" and no_producer(self.kernel) else None
+            reason = reason or self.why_not(op, g_val.type, s_val.type)
             if reason is None:
                 box, boxes = _box(s_val.type, g_val.type.rank)
                 reason = _stride_problem(g_val.type, g_val.name)

@@ -29,8 +29,14 @@ Loops are left unchanged (the one-buffer schedule) when a loaded tile is also us
 loop, read before its load in the body, written by anything else, loaded twice, or when the body
 loads a shared vector, loads in a nested region, or computes a coordinate from something other than
 the loop index, loop-invariant values and scalar arithmetic; also when the step is not a positive
-constant. Kernels with roles (the sm_90a warp-specialized pipeline) and sm_90a kernels (`--no-tma`
-too, whose wgmma reads shared memory through the async proxy) are not touched.
+constant. Kernels with roles (the sm_90a warp-specialized pipeline) are not touched, nor sm_90a kernels
+in general, except those planned as one compute role whose source asks for no producer warpgroup
+(`@warpgroups(consumers=N, producers=0)`; `pipeline-cp-async{hopper=true}` takes every sm_90a compute
+role, e.g. `--no-tma` kernels; `hopper=false` none): the same schedule, with a proxy fence after each
+wait (the backend's pipe.async_wait), because wgmma reads shared memory through the async proxy. On
+the H200 that is ThunderKittens' Based shape, two one-warpgroup blocks per SM: examples/based.tk at
+B = H = 16 went from 139.5 / 155.1 TFLOP/s (warp-specialized, one block per SM) to 209.9 / 217.9 at
+N = 4096 / 16384 (docs/experiments.md).
 
 `fragments_ahead` (unset by default) writes `frag_ahead = n` on the loop's `tk.mma`s: how many units
 (k16 step x two n8 blocks) ahead of their mma.sync the backend loads ldmatrix fragments (its default is
@@ -46,6 +52,7 @@ from dataclasses import dataclass
 from tkir.facts import OccupancyPlan
 from tkir.ir import Block, Module, Operation, Value
 from tkir.passes.builder import OpBuilder
+from tkir.passes.create_tma import no_producer
 from tkir.passmanager import Options, ParamError, Pass, param
 from tkir.types import GlobalType, Ident, ScalarType, TileType, VectorType, is_shared
 
@@ -63,9 +70,14 @@ class PipelineCpAsync(Pass):
             raise ParamError("fragments_ahead", f"pipeline-cp-async: fragments_ahead={self.fragments_ahead} "
                                                 "must be >= 0")
 
+    hopper: bool | None = param(None, "sm_90a kernels planned as one compute role (no producer warpgroup): unset, "
+                                      "those whose source asks for no producer (@warpgroups(producers=0)); true, "
+                                      "every one (e.g. --no-tma kernels); false, none")
+
     def run(self, module: Module, options: Options) -> None:
         for kernel in module.kernels():
-            if not _mma_sync_kernel(kernel):
+            hopper = _compute_role_kernel(kernel) and (no_producer(kernel) if self.hopper is None else self.hopper)
+            if not (_mma_sync_kernel(kernel) or hopper):
                 continue
             plan = OccupancyPlan.of(kernel)
             for loop in [op for op in kernel.body.ops if op.name == "scf.for"]:
@@ -83,6 +95,13 @@ def _mma_sync_kernel(kernel: Operation) -> bool:
     """The mma.sync path: infer-layouts spread the tiles over `warps` (sm_80 only), and no pass split the
     block into roles."""
     return isinstance(kernel.attrs.get("warps"), int) and not any(op.name == "tk.role" for op in kernel.body.ops)
+
+
+def _compute_role_kernel(kernel: Operation) -> bool:
+    """An sm_90a kernel that plan-occupancy planned as one compute role (no producer) and no pass split."""
+    plan = OccupancyPlan.of(kernel)
+    return (plan is not None and plan.role("compute") is not None and plan.role("producer") is None
+            and not any(op.name == "tk.role" for op in kernel.body.ops))
 
 
 @dataclass

@@ -89,20 +89,39 @@ def test_frontend_ir_matches_reference(comp, sizes: dict) -> None:
         assert r.rel_err < 1e-2
 
 
+def _warp_specialized_based(tmp_path: Path) -> str:
+    """based.tk with a producer warpgroup (the source's `producers=0` taken out): TMA ring buffers, roles,
+    one block per SM, a persistent grid: the schedule before session 10, still a valid program."""
+    src = Path(BASED).read_text()
+    assert "@warpgroups(consumers=1, producers=0)" in src
+    out = tmp_path / "based.tk"
+    out.write_text(src.replace("@warpgroups(consumers=1, producers=0)", "@warpgroups(consumers=1)"))
+    (tmp_path / "based.py").write_text((ROOT / "examples" / "based.py").read_text())
+    return str(out)
+
+
 @pytest.mark.parametrize("target", ["sm_90a", "sm_80"])
 @pytest.mark.parametrize("sizes", SMALL, ids=["1x1x64", "2x4x1000"])
 def test_pipelined_ir_matches_reference(comp, sizes: dict, target: str) -> None:
     k = tkir.compile(BASED, target=target)
-    if target == "sm_90a":
-        assert "tk.role" in k.ir and "pipe.wait" in k.ir  # the warp-specialized level really runs
+    if target == "sm_90a":  # no producer: one compute warpgroup, cp.async ring buffers, two blocks per SM
+        assert "tk.role" not in k.ir and "pipe.async_wait" in k.ir
+        assert k.module.kernel.attrs["occupancy"]["blocks_per_sm"] == 2
     for r in check_interpreted(k.module, comp, sizes, {}, seed=1):
         assert r.ok, str(r)
 
 
-def test_persistent_blocks_reset_the_states(comp) -> None:
-    """The persistent grid gives a block several (batch, head) pairs in turn (NUM_SMS = 2 here: three
-    each): the states must start from zero for every pair."""
-    k = tkir.compile(BASED)
+def test_warp_specialized_based_matches_reference(comp, tmp_path: Path) -> None:
+    k = tkir.compile(_warp_specialized_based(tmp_path))
+    assert "tk.role" in k.ir and "pipe.wait" in k.ir  # the warp-specialized level really runs
+    for r in check_interpreted(k.module, comp, dict(B=2, H=4, N=1000), {}, seed=1):
+        assert r.ok, str(r)
+
+
+def test_persistent_blocks_reset_the_states(comp, tmp_path: Path) -> None:
+    """The persistent grid (of the warp-specialized variant) gives a block several (batch, head) pairs in
+    turn (NUM_SMS = 2 here: three each): the states must start from zero for every pair."""
+    k = tkir.compile(_warp_specialized_based(tmp_path))
     assert "NUM_SMS" in k.launch["grid"][0]
     for r in check_interpreted(k.module, comp, dict(B=2, H=3, N=200), {}, seed=2, num_sms=2):
         assert r.ok, str(r)
@@ -352,10 +371,13 @@ def test_based_assembles_without_local_memory(target: str) -> None:
     assert sass.count("SHFL.IDX") >= 48  # 16 + 32 factor shuffles per chunk
     if target == "sm_90a":
         assert sass.count("HGMMA") == 42  # per chunk: 1 + 4 + 1 + 16 + 4 + 16 wgmma k-steps
-        assert "UTMALDG" in sass and "USETMAXREG" in sass
+        # no producer warpgroup: cp.async loads (LDGSTS) into two stages, no setmaxnreg, two blocks per SM
+        assert "LDGSTS" in sass and "UTMALDG" not in sass and "USETMAXREG" not in sass
+        assert "UTMASTG" in sass  # O still leaves through the staged TMA store
         assert not [w for w in res.warnings if any(c in w for c in ("C7514", "C7515", "C7511"))]
         plan = OccupancyPlan.of(k.module.kernel)
-        assert plan.role("consumer").warpgroups == 1 and plan.stages == 2
+        assert plan.role("compute").warpgroups == 1 and plan.stages == 2 and plan.blocks_per_sm == 2
+        assert res.registers <= 65536 // (2 * 128)  # two blocks of 128 threads fit the register file
     else:
         assert "HMMA" in sass
 
