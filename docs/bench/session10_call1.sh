@@ -4,7 +4,7 @@
 # - attention at the short sequences: the default pipeline (descriptor prefetch on), create-tma's
 #   prefetch off, and persistent{linear_grids=true} (non-causal), each `tkc bench` against cuDNN and FA2;
 # - row kernels at the launch-bound sizes (N = 1, 128; D = 768): the examples against variants that load
-#   W (and Bias) before the reductions (scratch_s10/*_wfirst.tk), each against eager torch and
+#   W (and Bias) before the reductions (docs/bench/variants/rows_wfirst/*_wfirst.tk), each against eager torch and
 #   torch.compile in its own `tkc bench`.
 set -uo pipefail
 DEF=canonicalize,legalize-mma,fold-scale,infer-layouts,select-swizzle,bank-conflicts,create-tma,plan-occupancy,pipeline,pipeline-cp-async,early-release,persistent,stream-k{opt_in=true},split-masks,overlap-mma,pingpong,canonicalize
@@ -23,7 +23,7 @@ R="-D D=768 -D DC=1024 -D ROWS=1 -D WG=2"
 for k in rmsnorm layernorm; do
   for n in 1 128; do
     timeout 120 tkc bench examples/$k.tk $R --size N=$n --reps 50 2>&1 | grep -E "^$k " | cut -c1-200
-    timeout 120 tkc bench scratch_s10/${k}_wfirst.tk $R --size N=$n --reps 50 --variant wfirst 2>&1 | grep -E "^${k}_wfirst " | cut -c1-200
+    timeout 120 tkc bench docs/bench/variants/rows_wfirst/${k}_wfirst.tk $R --size N=$n --reps 50 --variant wfirst 2>&1 | grep -E "^${k}_wfirst " | cut -c1-200
   done
 done'
 export TAIL=20
