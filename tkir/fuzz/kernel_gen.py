@@ -109,8 +109,9 @@ def mma_kernel(rng: random.Random) -> str:
     reg_a = rng.random() < 0.2
     stages = rng.choice((1, 2, 3, 4))
     head = ""
-    if rng.random() < 0.3:
-        head = f"@warpgroups(consumers={rng.choice((1, 2, 3))})\n"
+    if rng.random() < 0.3:  # producers=0: no producer warpgroup, cp.async ring buffers (sm_90a)
+        producers = rng.choice(("", "", ", producers=0"))
+        head = f"@warpgroups(consumers={rng.choice((1, 2, 3))}{producers})\n"
     if rng.random() < 0.2:
         head += f"@stream_k({rng.choice((0, 1))})\n"
     if rng.random() < 0.15:
