@@ -25,6 +25,8 @@ from typing import Literal
 import numpy as np
 
 from tkir.access_report import AccessReport
+from tkir.diagnostics import CompileError
+from tkir.facts import FactError
 from tkir.ir import Operation, Value, uses_of
 from tkir.layout import (
     BANK_BYTES,
@@ -79,7 +81,33 @@ def _no_producer(root: Operation) -> bool:
 
 
 def tile_uses(root: Operation, tile: Value, options: Options) -> list[TileUse]:
-    """Every access to shared `tile` under `root`, in program order."""
+    """Every access to shared `tile` under `root`, in program order. A register layout that does not fit
+    its tile (IR text can say anything) is a located error at the op that reads or writes the tile."""
+    try:
+        return _tile_uses(root, tile, options)
+    except FactError:
+        raise
+    except ValueError as e:
+        op = next((o for o, _ in uses_of(root, tile) if _misfit(o) is not None), None)
+        why = _misfit(op) if op is not None else str(e)
+        raise CompileError(op.loc if op is not None else None, f"shared tile '{tile.name}': {why}") from None
+
+
+def _misfit(op: Operation) -> str | None:
+    """Why a register operand or result of `op` does not fit its layout, or None."""
+    for v in (*op.operands, *op.results):
+        t = v.type
+        lay = layout_of(t) if isinstance(t, (TileType, VectorType)) and is_register(t) else None
+        if lay is None:
+            continue
+        try:
+            fragment(lay, t.dtype, t.shape if isinstance(t, TileType) else (t.n,))
+        except ValueError as e:
+            return f"layout of {v.name or 'a value'} does not fit {t.bare()}: {e}"
+    return None
+
+
+def _tile_uses(root: Operation, tile: Value, options: Options) -> list[TileUse]:
     t = tile.type
     shape = t.shape if isinstance(t, TileType) else (t.n,)
     lay = shared_layout(t)

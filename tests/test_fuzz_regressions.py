@@ -88,6 +88,23 @@ def test_layout_that_does_not_fit_its_tile_is_located(tmp_path: Path, capsys: py
     assert "does not fit rt<bf16, 16, 1024>" in msg
 
 
+def test_misfit_register_layout_of_a_shared_tile_read_is_located(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture) -> None:
+    """Fuzzer find (session 10, seed 20261210, input 775): transpose's register copy of its shared tile
+    with `vec = 2**64` in IR text, given to bank-conflicts: the access model of the copy raised a bare
+    ValueError. Now the op that reads the tile is named, with the layout's problem."""
+    text = dump(capsys, "transpose.tk", "select-swizzle", "-D", "SHARED_T=0")
+    old = "layout={kind = row, warps = 4, vec = 8}>\n  %t = tk.transpose"
+    assert old in text, text
+    ir = tmp_path / "transpose.tkir"
+    ir.write_text(text.replace(old, old.replace("vec = 8", "vec = 18446744073709551616"), 1))
+    rc, _, err = tkc(capsys, "opt", str(ir), "--passes=bank-conflicts,create-tma")
+    assert rc == 1 and "Traceback" not in err
+    line, _, msg = located(err, ir)
+    assert "vec = 18446744073709551616" in ir.read_text().splitlines()[line - 1]
+    assert msg.startswith("shared tile 'a': layout of r does not fit rt<bf16, 32, 128>")
+
+
 @pytest.mark.parametrize("consumers", ["9", "2147483648"])
 def test_too_many_warpgroups_is_refused_before_layouts(consumers: str, capsys: pytest.CaptureFixture) -> None:
     """-D WG=2147483648 made infer-layouts try every warp count down from 2**33 (a hang)."""
