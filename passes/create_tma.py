@@ -35,10 +35,11 @@ Copies that stay as they are, with `no_tma_reason = "..."` saying why (the repor
   buffer) is the single-buffered ablation. Other register
   copies use the backend's vectorised ld/st.global, which already moves full 16-byte sectors.
 
-A kernel with TMA copies gets the attr `tma_prefetch = true`: at launch one thread issues
-`prefetch.tensormap` for each of its descriptors (kernel parameters, `__grid_constant__`), so their
-128 bytes are on chip before the first copy needs them, as CUTLASS's `prefetch_tma_descriptor` does
-at the start of its kernels. `create-tma{prefetch=false}` is the ablation.
+`create-tma{prefetch=true}` gives a kernel with TMA copies the attr `tma_prefetch = true`: at launch
+one thread issues `prefetch.tensormap` for each of its descriptors (kernel parameters,
+`__grid_constant__`), so their 128 bytes are on chip before the first copy needs them, as CUTLASS's
+`prefetch_tma_descriptor` does at the start of its kernels. Off by default: on the H200 it changed no
+attention timing (docs/experiments.md, "Attention, session 10"), and it changes every TMA kernel's PTX.
 
 Assumes select-swizzle has run if swizzles are wanted (an st without `swizzle=` is unswizzled).
 """
@@ -87,8 +88,8 @@ class CreateTma(Pass):
                                                 f"(a multiple of {EPILOGUE_PANEL_COLS}; 128: one buffer)")
     l2_promotion: int = param(L2_PROMOTION_BYTES, "the descriptors' L2 promotion in bytes: "
                                                   + ", ".join(map(str, L2_PROMOTIONS)))
-    prefetch: bool = param(True, "prefetch the kernel's TMA descriptors at launch (kernel attr tma_prefetch: "
-                                 "one thread issues prefetch.tensormap for each before the barriers are set up)")
+    prefetch: bool = param(False, "prefetch the kernel's TMA descriptors at launch (kernel attr tma_prefetch: one "
+                                  "thread issues prefetch.tensormap for each; measured no effect on attention, off)")
 
     def __post_init__(self) -> None:
         if self.epilogue_chunk < EPILOGUE_PANEL_COLS or self.epilogue_chunk % EPILOGUE_PANEL_COLS:
