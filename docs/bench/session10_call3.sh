@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 10, call 3: the whole GPU suite (after create-tma's descriptor prefetch and @persistent), then
+# Session 10, calls 3 and 5: the whole GPU suite (after create-tma's descriptor prefetch and @persistent), then
 # issue 12's bench with the persistent choice tuned per row: `tkc bench examples/attention_fwd.tk --tune
 # PERSIST` (every configuration of the issue, cuDNN and FA2 in the same run). The compile cache is on
 # for the bench (a fresh folder), so the tuner's compiles are reused by the timing and the bench.
