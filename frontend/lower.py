@@ -484,7 +484,7 @@ class _Lowerer:
             if key not in ("consumers", "producers"):
                 raise self.error(e.loc, f"bad argument to '@warpgroups': unknown role '{key}'",
                                  hint="roles are consumers and producers")
-            if key == "producers" and self.const_eval(e) == 0 and not isinstance(self.const_eval(e), float):
+            if key == "producers" and _is_int_zero(self.const_eval(e)):
                 roles[key] = 0  # no producer warpgroup: the compute warpgroups copy with cp.async (ring buffers)
                 continue
             roles[key] = self.ann_positive(a, e, "@warpgroups(consumers=2)")
@@ -1399,3 +1399,8 @@ def _parts(e: ast.Expr) -> list[ast.Expr]:
 
 def _shape(t: Type) -> tuple[int, ...]:
     return t.shape if isinstance(t, TileType) else (t.n,)
+
+
+def _is_int_zero(c: object) -> bool:
+    """A compile-time integer 0 (not 0.0, not False): `@warpgroups(producers=0)`."""
+    return type(c) is int and c == 0

@@ -52,7 +52,14 @@ from tkir.access_report import add_report
 from tkir.ir import Module, Operation
 from tkir.layout import SharedLayout, layout_of, tma_box, tma_swizzle
 from tkir.ops_tma import TMA_INNER_BYTES_ALIGN, TMA_MAX_BOX, TMA_MAX_RANK, TMA_STRIDE_ALIGN
-from tkir.passes.shared_access import access_report, choose_swizzle, shared_layout, staged_store_uses, with_layout
+from tkir.passes.shared_access import (
+    access_report,
+    choose_swizzle,
+    no_producer,
+    shared_layout,
+    staged_store_uses,
+    with_layout,
+)
 from tkir.passmanager import Options, ParamError, Pass, param
 from tkir.types import DTYPE_BYTES, GlobalType, Symbol, TileType, VectorType, is_register, is_shared
 
@@ -69,12 +76,6 @@ TMA_COPY_OPS = ("tma.load", "tma.store", "tk.store_staged")  # the ops that read
 
 NO_PRODUCER_REASON = ("the kernel has no producer warpgroup (@warpgroups(producers=0)): its compute warpgroups copy "
                       "with cp.async (pipeline-cp-async's ring buffers)")
-
-
-def no_producer(kernel: Operation) -> bool:
-    """The source asked for no producer warpgroup: `@warpgroups(consumers=N, producers=0)`."""
-    wg = kernel.attrs.get("warpgroups")
-    return isinstance(wg, dict) and wg.get("producers") == 0
 
 
 REGISTER_LOAD_REASON = "register tile: loaded with ld.global (create-tma stages no register copies)"

@@ -84,7 +84,7 @@ class Persistent(Pass):
                 continue
             chain = _outside_chain(kernel, roles)
             if chain is None or (chain and len(grid) != 3):
-                kernel.attrs["persistent_skipped"] = _not_persistent_reason(kernel, roles) or UNEQUAL_REASON
+                kernel.attrs["persistent_skipped"] = UNEQUAL_REASON
                 continue
             if len(grid) == 2:
                 _make_persistent(kernel, roles, grid, self.group_m, self.balanced_grid)
@@ -218,21 +218,6 @@ def _make_persistent_rotated(kernel: Operation, roles: list[Operation], grid: li
     tiles = " * ".join(f"({g})" for g in grid)
     kernel.attrs["grid"] = [f"min({tiles}, max(NUM_SMS / ({grid[0]}), 1) * ({grid[0]}))"]
     kernel.attrs["tile_order"] = {"rotated": 1}
-
-
-def _not_persistent_reason(kernel: Operation, roles: list[Operation]) -> str | None:
-    """Why the kernel keeps its grid, or None. Block indices read outside the roles (attention's causal
-    key-block count, `min(cdiv((block.x + 1) * BQ, BKV), ...)`) would have to be recomputed per tile,
-    and they give the tiles different amounts of work, which a static round-robin over tiles balances
-    worse than the hardware's block scheduler."""
-    ids = {op.result for op in kernel.body.ops if op.name == "tk.block_id"}
-    in_roles = {id(x) for r in roles for x in r.walk()}
-    for op in kernel.walk():
-        if op is kernel or id(op) in in_roles:
-            continue
-        if any(v in ids for v in op.operands):
-            return "block indices used outside the roles (tiles of unequal work)"
-    return None
 
 
 def _wrap_roles(kernel: Operation, roles: list[Operation], decode, ntiles: Value, pid: Value, nprog: Value,

@@ -52,7 +52,7 @@ from dataclasses import dataclass
 from tkir.facts import OccupancyPlan
 from tkir.ir import Block, Module, Operation, Value
 from tkir.passes.builder import OpBuilder
-from tkir.passes.create_tma import no_producer
+from tkir.passes.shared_access import no_producer
 from tkir.passmanager import Options, ParamError, Pass, param
 from tkir.types import GlobalType, Ident, ScalarType, TileType, VectorType, is_shared
 

@@ -73,10 +73,11 @@ class TileUse:
     major: str | None = None  # wgmma operands: "K" or "MN"
 
 
-def _no_producer(root: Operation) -> bool:
-    """The kernel asks for no producer warpgroup (`@warpgroups(producers=0)`): its loads into shared
-    memory stay cp.async copies (passes/create_tma.py), so that is how they write the tile."""
-    wg = root.attrs.get("warpgroups") if root.name == "tk.kernel" else None
+def no_producer(kernel: Operation) -> bool:
+    """The source asked for no producer warpgroup, `@warpgroups(consumers=N, producers=0)`: create-tma leaves
+    its loads into shared memory as cp.async copies (pipeline-cp-async rings them), so that is also how
+    they write the tile here."""
+    wg = kernel.attrs.get("warpgroups") if kernel.name == "tk.kernel" else None
     return isinstance(wg, dict) and wg.get("producers") == 0
 
 
@@ -119,7 +120,7 @@ def _tile_uses(root: Operation, tile: Value, options: Options) -> list[TileUse]:
         drain = name in ("tk.store", "tma.store") and idx == 1 and isinstance(op.operands[0].type, GlobalType)
         if fill or drain:
             acc = tma_pattern(rows, row_bytes, lay.box_bytes)
-            if options.no_tma or op.attrs.get("no_tma") or (fill and _no_producer(root)):
+            if options.no_tma or op.attrs.get("no_tma") or (fill and no_producer(root)):
                 acc.op, acc.hardware = "cp.async", False
             out.append(TileUse(op, acc, "tma" if acc.hardware else "ldst"))
         elif name == "tk.load" and op.results and op.attrs.get("trans") is True:
