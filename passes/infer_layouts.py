@@ -4,7 +4,9 @@ Rewrites
 * the kernel's thread shape: `warpgroups = {consumers = N}` on sm_90a (kept when the front end set it
   from `@warpgroups(...)`, else N = min(max(accumulator rows / 64, 1), 2) for kernels with tk.mma and
   1 otherwise); on sm_80 `warps = W` (kept when set, else 4 * consumers when `warpgroups` is given,
-  else min(max(accumulator rows / 16, 1), 8) with tk.mma and 4 otherwise);
+  else, with tk.mma, min(max(accumulator rows / 32, 4), 8) when an accumulator needs whole rows per
+  warp and that leaves each at most 128 registers per thread (WHOLE_ROW_WARP_ROWS), or else
+  min(max(accumulator rows / 16, 1), 8); 4 without tk.mma);
 * every `rt`/`rv` type gains `layout={kind = ..., ...}` (kinds in tkir/layout.py, docs/passes.md):
   tk.mma accumulators `wgmma_acc` (sm_90a) / `mma_c` (sm_80), register A operands `wgmma_a` /
   `mma_a`, register B operands `mma_b` (sm_80 only), everything else `row`; row/column vectors
@@ -58,6 +60,14 @@ ELEMENTWISE = ({f"tk.{n}" for n in (*TILE_BINARY, *TILE_UNARY)}
                | {"tk.cast", "tk.mask_causal", "tk.cmp", "tk.select", "tk.index"})
 MAX_AUTO_WARPS_SM80 = 8  # 8 warps of m16 rows: a 128-row block tile on the mma.sync path
 DEFAULT_WARPS = 4       # one warpgroup's worth of warps for kernels without tk.mma
+# sm_80 kernels whose accumulators need whole rows per warp (attention: row max and row sum) give each
+# warp 32 rows, two m16 blocks, as FlashAttention-2 does (4 warps over a 128-row tile: every K and V
+# fragment a warp loads with ldmatrix feeds two mma.sync), where that keeps the largest accumulator at
+# or under half of a thread's 255 registers (HOPPER.md §1): O of a 128 x 128 f32 tile over 4 warps is 128.
+# Measured on the H200 (docs/experiments.md, "sm_80: the pipelined mma.sync path"): attention at
+# BQ = 128, BKV = 64, head dim 128 ran 1.03-1.04x FA2 with 4 warps of 32 rows, 0.82x at 4 warps of 16.
+WHOLE_ROW_WARP_ROWS = 32
+WHOLE_ROW_MAX_ACC_REGS = 128
 VEC_BYTES = 16          # `row` layouts: each lane owns 16-byte column chunks (one v4 access)
 # A `row` tile whose rows give a thread more elements than this is split over more warps per row
 # (`parts`): 64 f32 values are 64 registers, a quarter of the 255 a thread may have (HOPPER.md §1),
@@ -114,10 +124,9 @@ class _KernelLayouts:
 
     def run(self) -> None:
         mmas = [op for op in self.kernel.walk() if op.name == "tk.mma"]
-        acc_rows = max((op.result.type.rows for op in mmas), default=0)
-        self.compute_warps, self.wg = self._thread_shape(acc_rows, bool(mmas))
         values = self._register_values()
         self._connect()
+        self.compute_warps, self.wg = self._thread_shape(mmas)
         for op in mmas:
             self._mma_demands(op)
         self._assign_tiles(values)
@@ -129,8 +138,10 @@ class _KernelLayouts:
 
     # --- thread shape ------------------------------------------------------------------------
 
-    def _thread_shape(self, acc_rows: int, has_mma: bool) -> tuple[int, int]:
+    def _thread_shape(self, mmas: list[Operation]) -> tuple[int, int]:
         """(compute warps, consumer warpgroups) after recording the choice on the kernel."""
+        acc_rows = max((op.result.type.rows for op in mmas), default=0)
+        has_mma = bool(mmas)
         attrs = self.kernel.attrs
         given = attrs.get("warpgroups")
         consumers = None
@@ -145,7 +156,7 @@ class _KernelLayouts:
                 if consumers is not None:
                     warps = 4 * consumers
                 elif has_mma:
-                    warps = min(max(acc_rows // MMA_M, 1), MAX_AUTO_WARPS_SM80)
+                    warps = self._whole_row_warps(mmas) or min(max(acc_rows // MMA_M, 1), MAX_AUTO_WARPS_SM80)
                 else:
                     warps = DEFAULT_WARPS
             attrs["warps"] = warps
@@ -156,6 +167,23 @@ class _KernelLayouts:
             attrs["warpgroups"] = {**(given if isinstance(given, dict) else {}), "consumers": consumers}
         _check_threads(self.kernel, 4 * consumers)
         return 4 * consumers, consumers
+
+    def _whole_row_warps(self, mmas: list[Operation]) -> int | None:
+        """sm_80 warps when some accumulator must give each warp whole rows (a row reduction, a register
+        operand: `_grid_blocker`): WHOLE_ROW_WARP_ROWS rows per warp, at least DEFAULT_WARPS warps and at
+        most MAX_AUTO_WARPS_SM80, where every accumulator splits into whole m16 blocks that way and the
+        largest holds at most WHOLE_ROW_MAX_ACC_REGS registers per thread; None (the m16-row rule) otherwise.
+        A warp of 32 rows issues two mma.sync per B fragment it loads, where a warp of 16 issues one. The
+        mma_warps_n=1 ablation keeps the m16-row rule, so it builds what was measured before the grid."""
+        if self.mma_warps_n == 1 or all(self._grid_blocker(self.uf.find(op.result)) is None for op in mmas):
+            return None
+        acc_rows = max(op.result.type.rows for op in mmas)
+        warps = min(max(acc_rows // WHOLE_ROW_WARP_ROWS, DEFAULT_WARPS), MAX_AUTO_WARPS_SM80)
+        for op in mmas:
+            acc = op.result.type
+            if acc.rows % (MMA_M * warps) or acc.rows * acc.cols // (warps * WARP_SIZE) > WHOLE_ROW_MAX_ACC_REGS:
+                return None
+        return warps
 
     # --- classes -----------------------------------------------------------------------------
 

@@ -109,3 +109,30 @@ def test_sm80_warp_grid_matches_reference_on_gpu(name: str, sizes: dict, consts:
     assert (grid in acc) if grid else ("warps_n" not in acc), acc
     result = check_kernel(k, comp, sizes, consts, rng=np.random.default_rng(13), name=name)
     assert result.ok, result
+
+
+# Whole-row warps of 32 rows (infer-layouts' WHOLE_ROW_WARP_ROWS): attention's accumulators need whole
+# rows per warp (row max, row sum), and a 128- or 192-row query tile gives each warp two m16 blocks,
+# FlashAttention-2's shape; 64 rows stay 4 warps of 16. Ragged and causal sequences included.
+ROW_WARP_CASES = [
+    (dict(B=2, H=2, N=300), dict(BQ=128, BKV=64), "warps = 4"),
+    (dict(B=1, H=2, N=1000), dict(BQ=128, BKV=64, CAUSAL=1), "warps = 4"),
+    (dict(B=1, H=2, N=4097), dict(BQ=128, BKV=32, STAGES=3), "warps = 4"),
+    (dict(B=2, H=1, N=777), dict(BQ=192, BKV=64), "warps = 6"),
+    (dict(B=2, H=1, N=777), dict(BQ=192, BKV=64, CAUSAL=1), "warps = 6"),
+    (dict(B=2, H=2, N=500), dict(BQ=128, BKV=128, D=64), "warps = 4"),
+    (dict(B=1, H=2, N=300), dict(BQ=128, BKV=64, D=256), "warps = 8"),   # O would be 256 registers at 4 warps
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("sizes, consts, warps", ROW_WARP_CASES,
+                         ids=["-".join(f"{k}{v}" for k, v in {**s, **c}.items()) for s, c, _ in ROW_WARP_CASES])
+def test_sm80_whole_row_warps_match_reference_on_gpu(sizes: dict, consts: dict, warps: str) -> None:
+    path = "examples/attention_fwd.tk"
+    comp = load_companion(path)
+    k = tkir.compile(path, target="sm_80", **consts)
+    head = next(line for line in k.ir.splitlines() if "tk.kernel" in line)
+    assert warps in head, head
+    result = check_kernel(k, comp, sizes, consts, rng=np.random.default_rng(17), name="attention_fwd")
+    assert result.ok, result

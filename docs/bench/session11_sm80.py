@@ -1,0 +1,134 @@
+"""Session 11, issue 13 item 4: the mma.sync path on the H200, one process, every kernel checked first.
+
+    python3 docs/bench/session11_sm80.py --json OUT.json [--reps 20] [--only gemm,attn,ceiling]
+
+* ceiling: docs/bench/claims/mma_ceiling.tk (mma.sync on register operands, no memory traffic in the loop)
+  with 132 x BPS blocks of 4 warps, BPS = 1, 2, 4 (4, 8, 16 warps per SM), and mma_smem_ceiling.tk (the
+  gemm's k-tile, ldmatrix + mma.sync from shared memory, 8 warps of 64 x 64, one block per SM);
+* gemm at 4096^3: gemm.tk on sm_80 in several tile shapes and warp counts (docs/bench/variants/gemm_warps:
+  @warpgroups(consumers=WG) gives 4 x WG warps), beside the wgmma gemm (sm_90a), each against torch.matmul;
+* attention at (8, 16, 4096, 128): attention_fwd.tk on sm_80 at BQ x BKV, against SDPA's cuDNN backend
+  and FA2 (its flash backend), interleaved.
+Prints a table last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+GEMM_SIZES = dict(M=4096, N=4096, K=4096)
+GEMM_ROWS = [  # (label, path, target, consts)
+    ("wgmma gemm (sm_90a default)", "examples/gemm.tk", "sm_90a", {}),
+    ("sm_80 256x128x64 S4, 8 warps", "examples/gemm.tk", "sm_80", dict(BM=256, BN=128, BK=64, STAGES=4)),
+    ("sm_80 128x256x64 S4, 8 warps", "examples/gemm.tk", "sm_80", dict(BM=128, BN=256, BK=64, STAGES=4)),
+    ("sm_80 256x128x64 S3, 16 warps", "docs/bench/variants/gemm_warps/gemm_wg.tk", "sm_80",
+     dict(BM=256, BN=128, BK=64, STAGES=3, WG=4)),
+    ("sm_80 256x128x64 S4, 16 warps", "docs/bench/variants/gemm_warps/gemm_wg.tk", "sm_80",
+     dict(BM=256, BN=128, BK=64, STAGES=4, WG=4)),
+    ("sm_80 128x256x64 S4, 16 warps", "docs/bench/variants/gemm_warps/gemm_wg.tk", "sm_80",
+     dict(BM=128, BN=256, BK=64, STAGES=4, WG=4)),
+    ("sm_80 128x128x64 S3, 4 warps", "docs/bench/variants/gemm_warps/gemm_wg.tk", "sm_80",
+     dict(BM=128, BN=128, BK=64, STAGES=3, WG=1)),
+    ("sm_80 128x128x32 S4, 4 warps", "docs/bench/variants/gemm_warps/gemm_wg.tk", "sm_80",
+     dict(BM=128, BN=128, BK=32, STAGES=4, WG=1)),
+]
+ATTN_SIZES = dict(B=8, H=16, N=4096)
+ATTN_ROWS = [
+    ("sm_80 BQ=64 BKV=64 (default)", dict(D=128)),
+    ("sm_80 BQ=128 BKV=64", dict(D=128, BQ=128, BKV=64)),
+    ("sm_80 BQ=128 BKV=32", dict(D=128, BQ=128, BKV=32)),
+    ("sm_80 BQ=192 BKV=64", dict(D=128, BQ=192, BKV=64)),
+    ("sm_80 BQ=128 BKV=64 S3", dict(D=128, BQ=128, BKV=64, STAGES=3)),
+    ("sm_80 BQ=128 BKV=64 causal", dict(D=128, BQ=128, BKV=64, CAUSAL=1)),
+    ("sm_80 BQ=64 BKV=64 causal", dict(D=128, CAUSAL=1)),
+]
+
+
+def ceiling_rows(torch, reps: int) -> list[dict]:
+    import numpy as np
+
+    import tkir
+    from tkir.bench import _to_torch, time_ms
+    from tkir.examples import load_companion
+
+    out = []
+    cases = [("mma_ceiling.tk", dict(BM=128, BN=64, ITERS=4096), bps, 128) for bps in (1, 2, 4)]
+    cases.append(("mma_smem_ceiling.tk", dict(BM=256, BN=128, BK=64, ITERS=512), 1, 256))
+    for name, consts, bps, bm in cases:
+        path = str(ROOT / "docs/bench/claims" / name)
+        comp = load_companion(path)
+        k = tkir.compile(path, target="sm_80", **consts)
+        sizes = dict(M=132 * bps * bm, N=consts["BN"])
+        host = comp.make_inputs(np.random.default_rng(), sizes, consts)
+        dev = [_to_torch(torch, a) for a in host]
+        k(*dev)
+        torch.cuda.synchronize()
+        ref = comp.reference(host, sizes, consts)["C"]
+        got = dev[2].cpu().numpy().astype(np.float64)
+        err = float(np.linalg.norm(got - ref) / np.linalg.norm(ref))
+        ms = time_ms(torch, lambda i, k=k, dev=dev: (lambda: k(*dev)), 1, reps, 5)
+        warps = int(k.ir.split("warps = ", 1)[1].split("}", 1)[0].split(",")[0])
+        out.append(dict(kind="ceiling", label=f"{name} {consts} x{bps}/SM ({warps * bps} warps/SM)", ok=err <= 1e-6,
+                        err=err, tflops=comp.flops(sizes, consts) / ms / 1e9, peer_tflops=None))
+        print(out[-1], flush=True)
+    return out
+
+
+def bench_rows(rows, sizes: dict, reps: int, kind: str) -> list[dict]:
+    from tkir.bench import bench_one
+    from tkir.examples import load_companion
+
+    out = []
+    for label, path, target, consts in rows:
+        full = str(ROOT / path)
+        try:
+            r = bench_one(full, load_companion(full), sizes, consts, reps=reps, compile_kw={"target": target})
+        except Exception as e:  # noqa: BLE001 - a failing configuration is a row, not the end of the run
+            out.append(dict(kind=kind, label=label, ok=False, err=None, tflops=0.0, error=f"{type(e).__name__}: {e}"))
+            print(out[-1], flush=True)
+            continue
+        extra = {n: r.flops / ms / 1e9 for n, ms in (r.extra_ms or {}).items()}
+        out.append(dict(kind=kind, label=label, ok=r.ok, err=r.rel_err, tflops=r.tflops, peer=r.peer,
+                        peer_tflops=r.peer_tflops, extra=extra))
+        print(out[-1], flush=True)
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--json")
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--only", default="ceiling,gemm,attn")
+    args = ap.parse_args()
+    import torch
+
+    only = args.only.split(",")
+    rows: list[dict] = []
+    if "ceiling" in only:
+        rows += ceiling_rows(torch, args.reps)
+    if "gemm" in only:
+        rows += bench_rows(GEMM_ROWS, GEMM_SIZES, args.reps, "gemm")
+    if "attn" in only:
+        rows += bench_rows([(lab, "examples/attention_fwd.tk", "sm_80", c) for lab, c in ATTN_ROWS], ATTN_SIZES,
+                           args.reps, "attn")
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+    wgmma = next((r["tflops"] for r in rows if r["label"].startswith("wgmma")), None)
+    print(f"\n{'row':58} {'ok':>3} {'TFLOP/s':>8} {'peer':>8} {'x wgmma':>8} {'x FA2':>6}")
+    for r in rows:
+        fa2 = (r.get("extra") or {}).get("FA2")
+        xw = f"{r['tflops'] / wgmma:.3f}" if wgmma and r["kind"] != "attn" else ""
+        xf = f"{r['tflops'] / fa2:.3f}" if fa2 else ""
+        print(f"{r['label'][:58]:58} {('ok' if r['ok'] else 'BAD'):>3} {r['tflops']:8.1f} "
+              f"{(r.get('peer_tflops') or 0):8.1f} {xw:>8} {xf:>6}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
