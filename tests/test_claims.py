@@ -35,3 +35,26 @@ def test_fma_ceiling_loop_is_ffma_only() -> None:
     plain = tkir.compile(FMA, passes=_claims().FMA_PIPELINE.replace("contract-fma,", ""))
     s2 = plain.asm["sass"]
     assert "FFMA" not in s2 and re.search(r"\bFMUL\b", s2)
+
+
+MMA = str(ROOT / "docs/bench/claims/mma_ceiling.tk")
+MMA_SMEM = str(ROOT / "docs/bench/claims/mma_smem_ceiling.tk")
+
+
+def test_mma_ceilings_are_correct_in_the_interpreter() -> None:
+    for path, sizes, consts in ((MMA, dict(M=256, N=64), {"ITERS": 3}), (MMA_SMEM, dict(M=512, N=128), {"ITERS": 2})):
+        k = tkir.compile(path, target="sm_80", **consts)
+        res = check_interpreted(k.module, load_companion(path), sizes, consts, seed=2)
+        assert all(r.ok for r in res), (path, res)
+
+
+def test_mma_ceiling_loops_are_mma_sync_only() -> None:
+    """The register ceiling's loop is mma.sync and loop control only (no ldmatrix, no memory); the shared
+    one loads the gemm's fragments (ldmatrix) but copies nothing and never waits at a barrier."""
+    sass = tkir.compile(MMA, target="sm_80").asm["sass"]
+    body = sass[sass.index("HMMA"):sass.rindex("HMMA")]
+    assert not re.search(r"\b(LDSM|LDS|LDG|STS|STG|LDGSTS|BAR)\b", body)
+    assert len(re.findall(r"\bHMMA\.16816\.F32\.BF16\b", sass)) % 16 == 0   # 2 m16 x 8 n8 blocks per step
+    smem = tkir.compile(MMA_SMEM, target="sm_80").asm["sass"]
+    body = smem[smem.index("HMMA"):smem.rindex("HMMA")]
+    assert re.search(r"\bLDSM\b", body) and not re.search(r"\b(LDGSTS|BAR)\b", body)

@@ -6,6 +6,9 @@ Rows (each measured in this one process, every kernel checked against its refere
   (a) "without wgmma (mma.sync) a GEMM reaches about 63% of peak": tkir's gemm.tk compiled for
       sm_80 (mma.sync) and for sm_90a (wgmma) at 4096^3, timed interleaved with torch.matmul;
       % of the H200's dense bf16 peak (989.4 TFLOP/s, NVIDIA H200 datasheet, SXM) and x the wgmma GEMM.
+      Beside it the mma.sync ceilings, both .tk kernels built for sm_80: mma_ceiling.tk (register operands,
+      no memory traffic in the loop; 132 x BPS blocks of 4 warps) and mma_smem_ceiling.tk (the gemm's k-tile
+      from shared memory: ldmatrix + mma.sync, 8 warps of 64 x 64, one block per SM).
   (b) "the flash attention forward is about 30% faster than FlashAttention-2": attention_fwd.tk at
       B8 H16 N4096 D128 non-causal against SDPA's flash backend (FA2) and cuDNN, in the same run;
       also the sm_80 build against FA2.
@@ -92,6 +95,39 @@ def fma_row(torch, reps: int) -> dict:
                 clock_mhz=clock_khz / 1e3)
 
 
+MMA_CEILINGS = [("mma_ceiling.tk", dict(BM=128, BN=64, ITERS=4096), bps, 128) for bps in (1, 2, 4)]
+MMA_CEILINGS.append(("mma_smem_ceiling.tk", dict(BM=256, BN=128, BK=64, ITERS=512), 1, 256))
+
+
+def mma_ceiling_rows(torch, reps: int, cases=tuple(MMA_CEILINGS)) -> list[dict]:
+    """(name, consts, blocks per SM, rows per block) -> TFLOP/s of docs/bench/claims/NAME on sm_80, with
+    132 x BPS blocks (all resident at once), checked against its reference first (exact: see its companion)."""
+    import numpy as np
+
+    import tkir
+    from tkir.bench import _to_torch, time_ms
+    from tkir.examples import load_companion
+
+    out = []
+    for name, consts, bps, bm in cases:
+        path = str(ROOT / "docs/bench/claims" / name)
+        comp = load_companion(path)
+        k = tkir.compile(path, target="sm_80", **consts)
+        sizes = dict(M=132 * bps * bm, N=consts["BN"])
+        host = comp.make_inputs(np.random.default_rng(), sizes, consts)
+        dev = [_to_torch(torch, a) for a in host]
+        k(*dev)
+        torch.cuda.synchronize()
+        ref = comp.reference(host, sizes, consts)["C"]
+        got = dev[2].cpu().numpy().astype(np.float64)
+        err = float(np.linalg.norm(got - ref) / np.linalg.norm(ref))
+        ms = time_ms(torch, lambda i, k=k, dev=dev: (lambda: k(*dev)), 1, reps, 5)
+        warps = int(k.ir.split("warps = ", 1)[1].split("}", 1)[0].split(",")[0])
+        out.append(dict(kernel=name, consts=consts, blocks_per_sm=bps, warps_per_sm=warps * bps, err=err,
+                        ok=err <= comp.TOLERANCE, tflops=comp.flops(sizes, consts) / ms / 1e9))
+    return out
+
+
 def bench_row(torch, path: str, sizes: dict, consts: dict, reps: int, **compile_kw) -> dict:
     from tkir.bench import bench_one
     from tkir.examples import load_companion
@@ -117,6 +153,8 @@ def main() -> int:
     out: dict = {"device": torch.cuda.get_device_name()}
     if "a" not in skip or "d" not in skip:
         out["gemm"] = gemm_rows(torch, _consts(args.sm80), args.reps)
+    if "a" not in skip:
+        out["mma_ceiling"] = mma_ceiling_rows(torch, args.reps)
     if "b" not in skip:
         attn = dict(B=8, H=16, N=4096)
         out["attention_sm90a"] = bench_row(torch, "examples/attention_fwd.tk", attn,
@@ -135,6 +173,10 @@ def main() -> int:
                      f"{g['tflops_sm80']:.0f} TFLOP/s = {100 * g['tflops_sm80'] / H200_BF16_DENSE_PEAK_TFLOPS:.0f}% of "
                      f"{H200_BF16_DENSE_PEAK_TFLOPS:.0f}; {g['tflops_sm80'] / g['tflops_sm90a']:.2f}x wgmma "
                      f"({g['tflops_sm90a']:.0f}; cuBLAS {g['tflops_cublas']:.0f}); err {g['err_sm80']:.1e}"))
+        for c in out.get("mma_ceiling", []):
+            rows.append((f"    ceiling: {c['kernel']}, {c['warps_per_sm']} warps/SM", "",
+                         f"{c['tflops']:.0f} TFLOP/s = {100 * c['tflops'] / H200_BF16_DENSE_PEAK_TFLOPS:.0f}% of peak, "
+                         f"{c['tflops'] / g['tflops_sm90a']:.2f}x wgmma GEMM ({'ok' if c['ok'] else 'WRONG'})"))
     if "attention_sm90a" in out:
         a, a80 = out["attention_sm90a"], out["attention_sm80"]
         fa2 = a["extra"].get("FA2")

@@ -17,8 +17,10 @@ TOP_LINES = 25
 
 
 def _rows(path: Path) -> list[dict]:
+    """The CSV table of an ncu page export: from its header line (the source page starts with a
+    "Kernel Name" line before it)."""
     text = path.read_text(errors="replace").splitlines()
-    start = next((i for i, line in enumerate(text) if line.startswith('"')), None)
+    start = next((i for i, line in enumerate(text) if line.startswith(('"ID"', '"Address"'))), None)
     return [] if start is None else list(csv.DictReader(text[start:]))
 
 
@@ -50,7 +52,7 @@ def summarise(stem: str) -> None:
     key = next((c for c in numeric if "Sampling (All" in c), None) or (numeric[0] if numeric else None)
     if key is None:
         return
-    reasons = [c for c in numeric if c.lower().startswith("stall") or "stall_" in c.lower()]
+    reasons = [c for c in numeric if c and (c.lower().startswith("stall") or "stall_" in c.lower())]
     print(f"  top {TOP_LINES} SASS lines by {key!r}:")
     text_col = next((c for c in cols if c.lower() == "source"), cols[1])
     for r in sorted(src, key=lambda r: -(_num(r[key]) or 0.0))[:TOP_LINES]:

@@ -39,7 +39,7 @@ GEMM_ROWS = [  # (label, path, target, consts)
      dict(BM=128, BN=128, BK=32, STAGES=4, WG=1)),
 ]
 ATTN_SIZES = dict(B=8, H=16, N=4096)
-ATTN_ROWS = [
+ATTN_ROWS = [  # call 1's rows
     ("sm_80 BQ=64 BKV=64 (default)", dict(D=128)),
     ("sm_80 BQ=128 BKV=64", dict(D=128, BQ=128, BKV=64)),
     ("sm_80 BQ=128 BKV=32", dict(D=128, BQ=128, BKV=32)),
@@ -48,34 +48,21 @@ ATTN_ROWS = [
     ("sm_80 BQ=128 BKV=64 causal", dict(D=128, BQ=128, BKV=64, CAUSAL=1)),
     ("sm_80 BQ=64 BKV=64 causal", dict(D=128, CAUSAL=1)),
 ]
+ATTN_ROWS_CALL3 = [  # call 3: BKV = 48 (255 registers, no spills) against 64 (76 bytes of spills), three times each
+    *[(f"sm_80 BQ=128 BKV={bkv} #{i}", dict(D=128, BQ=128, BKV=bkv)) for i in (1, 2, 3) for bkv in (64, 48)],
+    ("sm_80 BQ=128 BKV=48 causal", dict(D=128, BQ=128, BKV=48, CAUSAL=1)),
+    ("sm_80 BQ=128 BKV=64 causal", dict(D=128, BQ=128, BKV=64, CAUSAL=1)),
+]
 
 
 def ceiling_rows(torch, reps: int) -> list[dict]:
-    import numpy as np
-
-    import tkir
-    from tkir.bench import _to_torch, time_ms
-    from tkir.examples import load_companion
+    sys.path.insert(0, str(ROOT / "docs/bench"))
+    from claims import mma_ceiling_rows
 
     out = []
-    cases = [("mma_ceiling.tk", dict(BM=128, BN=64, ITERS=4096), bps, 128) for bps in (1, 2, 4)]
-    cases.append(("mma_smem_ceiling.tk", dict(BM=256, BN=128, BK=64, ITERS=512), 1, 256))
-    for name, consts, bps, bm in cases:
-        path = str(ROOT / "docs/bench/claims" / name)
-        comp = load_companion(path)
-        k = tkir.compile(path, target="sm_80", **consts)
-        sizes = dict(M=132 * bps * bm, N=consts["BN"])
-        host = comp.make_inputs(np.random.default_rng(), sizes, consts)
-        dev = [_to_torch(torch, a) for a in host]
-        k(*dev)
-        torch.cuda.synchronize()
-        ref = comp.reference(host, sizes, consts)["C"]
-        got = dev[2].cpu().numpy().astype(np.float64)
-        err = float(np.linalg.norm(got - ref) / np.linalg.norm(ref))
-        ms = time_ms(torch, lambda i, k=k, dev=dev: (lambda: k(*dev)), 1, reps, 5)
-        warps = int(k.ir.split("warps = ", 1)[1].split("}", 1)[0].split(",")[0])
-        out.append(dict(kind="ceiling", label=f"{name} {consts} x{bps}/SM ({warps * bps} warps/SM)", ok=err <= 1e-6,
-                        err=err, tflops=comp.flops(sizes, consts) / ms / 1e9, peer_tflops=None))
+    for c in mma_ceiling_rows(torch, reps):
+        out.append(dict(kind="ceiling", label=f"{c['kernel']} {c['consts']} ({c['warps_per_sm']} warps/SM)",
+                        ok=c["ok"], err=c["err"], tflops=c["tflops"], peer_tflops=None))
         print(out[-1], flush=True)
     return out
 
@@ -104,7 +91,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--json")
     ap.add_argument("--reps", type=int, default=20)
-    ap.add_argument("--only", default="ceiling,gemm,attn")
+    ap.add_argument("--only", default="ceiling,gemm,attn", help="comma-separated: ceiling, gemm, attn, attn3")
     args = ap.parse_args()
     import torch
 
@@ -114,9 +101,10 @@ def main() -> int:
         rows += ceiling_rows(torch, args.reps)
     if "gemm" in only:
         rows += bench_rows(GEMM_ROWS, GEMM_SIZES, args.reps, "gemm")
-    if "attn" in only:
-        rows += bench_rows([(lab, "examples/attention_fwd.tk", "sm_80", c) for lab, c in ATTN_ROWS], ATTN_SIZES,
-                           args.reps, "attn")
+    for key, table in (("attn", ATTN_ROWS), ("attn3", ATTN_ROWS_CALL3)):
+        if key in only:
+            rows += bench_rows([(lab, "examples/attention_fwd.tk", "sm_80", c) for lab, c in table], ATTN_SIZES,
+                               args.reps, "attn")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     wgmma = next((r["tflops"] for r in rows if r["label"].startswith("wgmma")), None)
