@@ -303,16 +303,16 @@ def _cp_async_rows(cx: LoweringContext, op: Operation, dst: Smem, src: Global, c
     r, c = pos(lb, cx.thread_index(), 0)
     row = w.op(f"add i32 {w.op(f'mul i32 {r_tile}, {t.rows}', 'r0')}, {r}", "row")
     col = w.op(f"add i32 {w.op(f'mul i32 {c_tile}, {t.cols}', 'c0')}, {lb.div(c, eb)}", "col")
-    left = w.op(f"mul i32 {w.op(f'sub i32 {ncols}, {col}', 'left')}, {eb}", "left")  # bytes left in the row
-    n = w.call("i32", "llvm.smin.i32", [("i32", left), ("i32", str(CP_ASYNC_BYTES))], hint="n")
-    n = w.call("i32", "llvm.smax.i32", [("i32", n), ("i32", "0")], hint="n")
+    # the launch requires 16-byte rows (tkir.requires: cp.async sources), and every chunk starts at a
+    # multiple of 16 bytes, so a chunk is wholly inside its row or wholly past its end: 16 bytes or none
+    cok = w.op(f"icmp slt i32 {col}, {ncols}", "cok")
     ncols64 = w.op(f"sext i32 {ncols} to i64", "ld")
     idx0 = w.op(f"mul i64 {w.op(f'sext i32 {row} to i64', 'row64')}, {ncols64}", "idx")
     idx0 = w.op(f"add i64 {idx0}, {w.op(f'sext i32 {col} to i64', 'col64')}", "idx")
     for k, (saddr, dr) in enumerate(zip(addrs, drows, strict=True)):
         row_k = w.op(f"add i32 {row}, {dr}", "row") if dr else row
         rok = w.op(f"icmp slt i32 {row_k}, {nrows}", "rok")
-        nk = w.op(f"select i1 {rok}, i32 {n}, i32 0", "srcsz")
+        nk = w.op(f"select i1 {w.op(f'and i1 {rok}, {cok}', 'ok')}, i32 {CP_ASYNC_BYTES}, i32 0", "srcsz")
         # at src-size 0 nothing is read, so the address of a chunk past the edge is never used (CUTLASS's
         # cp_async_zfill passes such addresses too)
         idx = w.op(f"add i64 {idx0}, {w.op(f'mul i64 {ncols64}, {dr}', 'drow')}", "idx") if dr else idx0

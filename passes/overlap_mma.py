@@ -84,7 +84,7 @@ class OverlapMma(Pass):
         for kernel in module.kernels():
             done: set[int] = set()
             for op in list(kernel.walk()):
-                if id(op) in done or op.name != "scf.for" or not _in_consumer_role(op):
+                if id(op) in done or op.name != "scf.for" or not (_in_consumer_role(op) or op.attrs.get("cp_hold")):
                     continue
                 plan = self._plan(op)
                 if plan is None:
@@ -107,6 +107,12 @@ class OverlapMma(Pass):
         if plan is None or (self.max_acc_cols and plan.m2.result.type.cols > self.max_acc_cols):
             return None
         return plan
+
+
+def rotatable(loop: Operation) -> bool:
+    """Whether the loop has the shape this pass rotates (two chained mmas, the second's accumulator carried):
+    pipeline-cp-async asks, to keep a stage for the rotated second mma (its `hold`)."""
+    return _match(loop) is not None
 
 
 def _masks(loop: Operation) -> bool:

@@ -52,11 +52,15 @@ from dataclasses import dataclass
 from tkir.facts import OccupancyPlan
 from tkir.ir import Block, Module, Operation, Value
 from tkir.passes.builder import OpBuilder
+from tkir.passes.overlap_mma import rotatable
 from tkir.passes.shared_access import no_producer
 from tkir.passmanager import Options, ParamError, Pass, param
 from tkir.types import GlobalType, Ident, ScalarType, TileType, VectorType, is_shared
 
 I1 = ScalarType("i1")
+# overlap-mma's rotation on the mma.sync path keeps one stage (the one its second mma reads) a whole
+# iteration longer than the loop's own: the copies then run S - 2 iterations ahead, not S - 1.
+ROTATED_HOLD = 1
 
 
 class PipelineCpAsync(Pass):
@@ -69,7 +73,12 @@ class PipelineCpAsync(Pass):
         if self.fragments_ahead is not None and self.fragments_ahead < 0:
             raise ParamError("fragments_ahead", f"pipeline-cp-async: fragments_ahead={self.fragments_ahead} "
                                                 "must be >= 0")
+        if self.hold is not None and self.hold not in (0, 1):
+            raise ParamError("hold", f"pipeline-cp-async: hold={self.hold} must be 0 or 1")
 
+    hold: int | None = param(None, "stages a loop keeps past its own iteration, so copies run S-1-hold iterations "
+                                   "ahead: unset, 1 on the mma.sync path for loops overlap-mma rotates (two "
+                                   "chained mmas, S >= 3), else 0")
     hopper: bool | None = param(None, "sm_90a kernels planned as one compute role (no producer warpgroup): unset, "
                                       "those whose source asks for no producer (@warpgroups(producers=0)); true, "
                                       "every one (e.g. --no-tma kernels); false, none")
@@ -84,7 +93,12 @@ class PipelineCpAsync(Pass):
                 stages = loop.attrs.get("stages") or (plan.stages if plan is not None else None)
                 match = _match(kernel, loop) if isinstance(stages, int) and stages >= 2 else None
                 if match is not None:
-                    _pipeline(kernel, loop, match, stages)
+                    hold = self.hold
+                    if hold is None:
+                        hold = int(_mma_sync_kernel(kernel) and stages >= 2 + ROTATED_HOLD and rotatable(loop))
+                    if stages < 2 + hold:
+                        hold = 0  # hold=1 asked of a two-stage loop: nothing would be in flight
+                    _pipeline(kernel, loop, match, stages, hold)
                     if self.fragments_ahead is not None:
                         for op in loop.walk():
                             if op.name == "tk.mma":
@@ -151,8 +165,9 @@ def _match(kernel: Operation, loop: Operation) -> _Match | None:
     return _Match(loads, step)
 
 
-def _pipeline(kernel: Operation, loop: Operation, match: _Match, stages: int) -> None:
-    """The rewrite of the module docstring: ring buffers, the prologue, the loop's wait, copies and views."""
+def _pipeline(kernel: Operation, loop: Operation, match: _Match, stages: int, hold: int = 0) -> None:
+    """The rewrite of the module docstring: ring buffers, the prologue, the loop's wait, copies and views;
+    with `hold` = 1 copies run one iteration less ahead (S-2) and the loop is marked `cp_hold = 1`."""
     body = loop.body
     lo, hi = loop.operands[0], loop.operands[1]
     k = body.args[0]
@@ -164,7 +179,10 @@ def _pipeline(kernel: Operation, loop: Operation, match: _Match, stages: int) ->
     pre = OpBuilder(kernel.body, loop)
     nstages = pre.const(stages, "cp_stages")
     lo_c = _const(lo)
-    for it in range(stages - 1):
+    ahead = stages - 1 - hold
+    if hold:
+        loop.attrs["cp_hold"] = hold
+    for it in range(ahead):
         k_it = pre.const(lo_c + it * match.step, f"k_pre{it}") if lo_c is not None else \
             pre.op("arith.add", [lo, pre.const(it * match.step)], f"k_pre{it}")
         stage = pre.const(it, f"s_pre{it}")
@@ -175,14 +193,14 @@ def _pipeline(kernel: Operation, loop: Operation, match: _Match, stages: int) ->
     # the loop: wait, issue iteration it+S-1 into the stage iteration it-1 read, views of stage it % S
     original = list(body.ops)
     b = OpBuilder(body, original[0])
-    b.void("pipe.async_wait", [], {"pending": stages - 2})
+    b.void("pipe.async_wait", [], {"pending": ahead - 1})
     unit = lo_c == 0 and match.step == 1
     it = k if unit else b.op("arith.div", [b.op("arith.sub", [k, lo], "k_off"), pre.const(match.step, "cp_step")],
                              "k_iter")
     s = b.op("arith.rem", [it, nstages], "s")
-    k_next = b.op("arith.add", [k, pre.const((stages - 1) * match.step, "cp_ahead")], "k_next")
+    k_next = b.op("arith.add", [k, pre.const(ahead * match.step, "cp_ahead")], "k_next")
     issue = b.op("arith.cmp", [k_next, hi], "more", {"pred": Ident("lt")}, I1)
-    it_next = k_next if unit else b.op("arith.add", [it, pre.const(stages - 1, "cp_ahead_it")], "it_next")
+    it_next = k_next if unit else b.op("arith.add", [it, pre.const(ahead, "cp_ahead_it")], "it_next")
     s_next = b.op("arith.rem", [it_next, nstages], "s_next")
     _issue(b, issue, match.loads, loop, k_next, s_next, keep_access=True)
     b.void("pipe.async_commit", [s_next])

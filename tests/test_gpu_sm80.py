@@ -122,6 +122,12 @@ ROW_WARP_CASES = [
     (dict(B=2, H=1, N=777), dict(BQ=192, BKV=64, CAUSAL=1), "warps = 6"),
     (dict(B=2, H=2, N=500), dict(BQ=128, BKV=128, D=64), "warps = 4"),
     (dict(B=1, H=2, N=300), dict(BQ=128, BKV=64, D=256), "warps = 8"),   # O would be 256 registers at 4 warps
+    # overlap-mma on the mma.sync path (S >= 3: pipeline-cp-async holds the stage the rotated P V reads)
+    (dict(B=2, H=2, N=1000), dict(BQ=128, BKV=32, STAGES=3), "warps = 4"),
+    (dict(B=1, H=2, N=4097), dict(BQ=128, BKV=32, STAGES=4), "warps = 4"),
+    (dict(B=2, H=1, N=777), dict(BQ=128, BKV=32, STAGES=3, CAUSAL=1), "warps = 4"),
+    (dict(B=1, H=1, N=31), dict(BQ=128, BKV=32, STAGES=3), "warps = 4"),     # one key block: prologue, epilogue
+    (dict(B=2, H=2, N=500), dict(BQ=128, BKV=64, STAGES=3, D=64), "warps = 4"),
 ]
 
 
@@ -134,5 +140,6 @@ def test_sm80_whole_row_warps_match_reference_on_gpu(sizes: dict, consts: dict, 
     k = tkir.compile(path, target="sm_80", **consts)
     head = next(line for line in k.ir.splitlines() if "tk.kernel" in line)
     assert warps in head, head
+    assert ("cp_hold = 1" in k.ir) == (consts.get("STAGES", 2) >= 3), "rotated exactly where a stage is held"
     result = check_kernel(k, comp, sizes, consts, rng=np.random.default_rng(17), name="attention_fwd")
     assert result.ok, result

@@ -48,6 +48,18 @@ ATTN_ROWS = [  # call 1's rows
     ("sm_80 BQ=128 BKV=64 causal", dict(D=128, BQ=128, BKV=64, CAUSAL=1)),
     ("sm_80 BQ=64 BKV=64 causal", dict(D=128, CAUSAL=1)),
 ]
+NO_ROTATE = None  # set in main(): the default pipeline with pipeline-cp-async{hold=0} (overlap-mma rotates nothing)
+ATTN_ROWS_CALL4 = [  # call 4: overlap-mma on the mma.sync path (a held stage: S >= 3), twice each, interleaved
+    *[row for i in (1, 2) for row in (
+        (f"BQ=128 BKV=64 S2 (call 1's best) #{i}", dict(D=128, BQ=128, BKV=64)),
+        (f"BQ=128 BKV=32 S3 rotated #{i}", dict(D=128, BQ=128, BKV=32, STAGES=3)),
+        (f"BQ=128 BKV=32 S3 not rotated #{i}", dict(D=128, BQ=128, BKV=32, STAGES=3), "norot"),
+        (f"BQ=128 BKV=32 S4 rotated #{i}", dict(D=128, BQ=128, BKV=32, STAGES=4)))],
+    ("BQ=128 BKV=32 S3 rotated causal", dict(D=128, BQ=128, BKV=32, STAGES=3, CAUSAL=1)),
+    ("BQ=128 BKV=64 S2 causal", dict(D=128, BQ=128, BKV=64, CAUSAL=1)),
+    ("D=64 BQ=128 BKV=64 S3 rotated", dict(D=64, BQ=128, BKV=64, STAGES=3)),
+    ("D=64 BQ=128 BKV=64 S2", dict(D=64, BQ=128, BKV=64)),
+]
 ATTN_ROWS_CALL3 = [  # call 3: BKV = 48 (255 registers, no spills) against 64 (76 bytes of spills), three times each
     *[(f"sm_80 BQ=128 BKV={bkv} #{i}", dict(D=128, BQ=128, BKV=bkv)) for i in (1, 2, 3) for bkv in (64, 48)],
     ("sm_80 BQ=128 BKV=48 causal", dict(D=128, BQ=128, BKV=48, CAUSAL=1)),
@@ -72,10 +84,11 @@ def bench_rows(rows, sizes: dict, reps: int, kind: str) -> list[dict]:
     from tkir.examples import load_companion
 
     out = []
-    for label, path, target, consts in rows:
+    for label, path, target, consts, *how in rows:
         full = str(ROOT / path)
+        kw = {"target": target, **({"passes": NO_ROTATE} if how == ["norot"] else {})}
         try:
-            r = bench_one(full, load_companion(full), sizes, consts, reps=reps, compile_kw={"target": target})
+            r = bench_one(full, load_companion(full), sizes, consts, reps=reps, compile_kw=kw)
         except Exception as e:  # noqa: BLE001 - a failing configuration is a row, not the end of the run
             out.append(dict(kind=kind, label=label, ok=False, err=None, tflops=0.0, error=f"{type(e).__name__}: {e}"))
             print(out[-1], flush=True)
@@ -91,7 +104,8 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--json")
     ap.add_argument("--reps", type=int, default=20)
-    ap.add_argument("--only", default="ceiling,gemm,attn", help="comma-separated: ceiling, gemm, attn, attn3")
+    ap.add_argument("--only", default="ceiling,gemm,attn",
+                    help="comma-separated: ceiling, gemm, attn, attn3, attn4, gemm4")
     args = ap.parse_args()
     import torch
 
@@ -101,9 +115,16 @@ def main() -> int:
         rows += ceiling_rows(torch, args.reps)
     if "gemm" in only:
         rows += bench_rows(GEMM_ROWS, GEMM_SIZES, args.reps, "gemm")
-    for key, table in (("attn", ATTN_ROWS), ("attn3", ATTN_ROWS_CALL3)):
+    if "gemm4" in only:  # call 4: the wgmma gemm and the two 8-warp sm_80 shapes
+        rows += bench_rows(GEMM_ROWS[:3], GEMM_SIZES, args.reps, "gemm")
+    global NO_ROTATE
+    import tkir
+
+    NO_ROTATE = ",".join("pipeline-cp-async{hold=0}" if p == "pipeline-cp-async" else p
+                         for p in tkir.api.default_pipeline())
+    for key, table in (("attn", ATTN_ROWS), ("attn3", ATTN_ROWS_CALL3), ("attn4", ATTN_ROWS_CALL4)):
         if key in only:
-            rows += bench_rows([(lab, "examples/attention_fwd.tk", "sm_80", c) for lab, c in table], ATTN_SIZES,
+            rows += bench_rows([(r[0], "examples/attention_fwd.tk", "sm_80", *r[1:]) for r in table], ATTN_SIZES,
                                args.reps, "attn")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
