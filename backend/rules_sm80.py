@@ -358,12 +358,9 @@ def _cp_async_tile(cx: LoweringContext, op: Operation, dst: Smem, src: Global, c
         row = w.op(f"add i32 {row0}, {r}", "row")
         col = w.op(f"add i32 {col0}, {lb.div(c, eb)}", "col")
         rok = w.op(f"icmp slt i32 {row}, {nrows}", "rok")
-        left = w.op(f"sub i32 {ncols}, {col}", "left")      # elements left in the row
-        left = w.op(f"mul i32 {left}, {eb}", "left")
-        n = w.call("i32", "llvm.smin.i32", [("i32", left), ("i32", str(CP_ASYNC_BYTES))], hint="n")
-        n = w.call("i32", "llvm.smax.i32", [("i32", n), ("i32", "0")], hint="n")
-        n = w.op(f"select i1 {rok}, i32 {n}, i32 0", "srcsz")
-        ok = w.op(f"icmp sgt i32 {n}, 0", "ok")
+        # 16 bytes or nothing, as in _cp_async_rows: the launch requires 16-byte rows
+        ok = w.op(f"and i1 {rok}, {w.op(f'icmp slt i32 {col}, {ncols}', 'cok')}", "ok")
+        n = w.op(f"select i1 {ok}, i32 {CP_ASYNC_BYTES}, i32 0", "srcsz")
         row64 = w.op(f"sext i32 {row} to i64", "row64")
         idx = w.op(f"mul i64 {row64}, {ncols64}", "idx")
         idx = w.op(f"add i64 {idx}, {w.op(f'sext i32 {col} to i64', 'col64')}", "idx")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pytest
 
 import tkir
@@ -219,3 +220,33 @@ def test_plan_occupancy_picks_the_stages_from_shared_memory(tmp_path, bk: int, s
     assert plan["stages"] == stages and plan["smem_bytes"] <= 232_448
     assert f"stages={stages}>" in k.ir and f"pipe.async_wait {{pending = {stages - 2}}}" in k.ir
     assert k.ir.count("pipe.async_commit") == stages  # S - 1 in the prologue, one in the loop
+
+
+# --- the held stage of overlap-mma's rotated loop on the mma.sync path --------------------------------------
+
+def test_rotated_sm80_attention_matches_reference_and_needs_the_held_stage(monkeypatch) -> None:
+    """attention on sm_80 at STAGES = 3 is rotated by overlap-mma (its P V reads block j-1's V stage during
+    iteration j) and matches the reference in the interpreter at ragged N, causal and not. Rotated without
+    the held stage (copies S-1 ahead, as for an unrotated loop), a copy refills that stage while it is still
+    to be read: the interpreter's in-flight stages are NaN, so O is NaN."""
+    from tkir.examples import check_interpreted, load_companion
+    from tkir.passes import pipeline_cp_async as pca
+
+    path = "examples/attention_fwd.tk"
+    comp = load_companion(path)
+    for consts, n in ((dict(BQ=128, BKV=32, STAGES=3), 300), (dict(BQ=128, BKV=32, STAGES=4, CAUSAL=1), 200)):
+        k = tkir.compile(path, target="sm_80", **consts)
+        assert "cp_hold = 1" in k.ir and "%nonempty" in k.ir
+        res = check_interpreted(k.module, comp, dict(B=1, H=1, N=n), consts, seed=4)
+        assert all(r.ok for r in res), (consts, res)
+    real = pca._pipeline
+
+    def no_hold(kernel, loop, match, stages, hold=0):
+        real(kernel, loop, match, stages, 0)
+        loop.attrs["cp_hold"] = 1   # overlap-mma rotates it, but no stage was held
+    monkeypatch.setattr(pca, "_pipeline", no_hold)
+    consts = dict(BQ=128, BKV=32, STAGES=3)
+    monkeypatch.setenv("TKIR_CACHE", "0")  # a cached compile would be the held one
+    k = tkir.compile(path, target="sm_80", **consts)
+    res = {r.output: r for r in check_interpreted(k.module, comp, dict(B=1, H=1, N=300), consts, seed=4)}
+    assert not res["O"].ok and np.isnan(res["O"].rel_err)

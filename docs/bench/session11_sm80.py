@@ -60,6 +60,17 @@ ATTN_ROWS_CALL4 = [  # call 4: overlap-mma on the mma.sync path (a held stage: S
     ("D=64 BQ=128 BKV=64 S3 rotated", dict(D=64, BQ=128, BKV=64, STAGES=3)),
     ("D=64 BQ=128 BKV=64 S2", dict(D=64, BQ=128, BKV=64)),
 ]
+ATTN_ROWS_CALL5 = [  # call 5: the rotation's ablation at equal stages, and the bar's row again
+    *[row for i in (1, 2) for row in (
+        (f"BQ=128 BKV=64 S2 #{i}", dict(D=128, BQ=128, BKV=64)),
+        (f"D=64 BQ=128 BKV=64 S3 rotated #{i}", dict(D=64, BQ=128, BKV=64, STAGES=3)),
+        (f"D=64 BQ=128 BKV=64 S3 not rotated #{i}", dict(D=64, BQ=128, BKV=64, STAGES=3), "norot"),
+        (f"BQ=128 BKV=32 S4 rotated #{i}", dict(D=128, BQ=128, BKV=32, STAGES=4)),
+        (f"BQ=128 BKV=32 S4 not rotated #{i}", dict(D=128, BQ=128, BKV=32, STAGES=4), "norot"))],
+    ("BQ=128 BKV=64 S2 causal", dict(D=128, BQ=128, BKV=64, CAUSAL=1)),
+    ("D=64 BQ=128 BKV=64 S3 rotated causal", dict(D=64, BQ=128, BKV=64, STAGES=3, CAUSAL=1)),
+    ("D=64 BQ=128 BKV=64 S3 not rotated causal", dict(D=64, BQ=128, BKV=64, STAGES=3, CAUSAL=1), "norot"),
+]
 ATTN_ROWS_CALL3 = [  # call 3: BKV = 48 (255 registers, no spills) against 64 (76 bytes of spills), three times each
     *[(f"sm_80 BQ=128 BKV={bkv} #{i}", dict(D=128, BQ=128, BKV=bkv)) for i in (1, 2, 3) for bkv in (64, 48)],
     ("sm_80 BQ=128 BKV=48 causal", dict(D=128, BQ=128, BKV=48, CAUSAL=1)),
@@ -105,7 +116,7 @@ def main() -> int:
     ap.add_argument("--json")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--only", default="ceiling,gemm,attn",
-                    help="comma-separated: ceiling, gemm, attn, attn3, attn4, gemm4")
+                    help="comma-separated: ceiling, gemm, gemm4, attn, attn3, attn4, attn5")
     args = ap.parse_args()
     import torch
 
@@ -122,7 +133,8 @@ def main() -> int:
 
     NO_ROTATE = ",".join("pipeline-cp-async{hold=0}" if p == "pipeline-cp-async" else p
                          for p in tkir.api.default_pipeline())
-    for key, table in (("attn", ATTN_ROWS), ("attn3", ATTN_ROWS_CALL3), ("attn4", ATTN_ROWS_CALL4)):
+    for key, table in (("attn", ATTN_ROWS), ("attn3", ATTN_ROWS_CALL3), ("attn4", ATTN_ROWS_CALL4),
+                       ("attn5", ATTN_ROWS_CALL5)):
         if key in only:
             rows += bench_rows([(r[0], "examples/attention_fwd.tk", "sm_80", *r[1:]) for r in table], ATTN_SIZES,
                                args.reps, "attn")
