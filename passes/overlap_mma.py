@@ -109,10 +109,12 @@ class OverlapMma(Pass):
         return plan
 
 
-def rotatable(loop: Operation) -> bool:
-    """Whether the loop has the shape this pass rotates (two chained mmas, the second's accumulator carried):
-    pipeline-cp-async asks, to keep a stage for the rotated second mma (its `hold`)."""
-    return _match(loop) is not None
+def rotatable(loop: Operation) -> TileType | None:
+    """The register A operand of the second mma (what rotation carries into the next iteration, beside
+    alpha) if the loop has the shape this pass rotates (two chained mmas, the second's accumulator
+    carried), else None: pipeline-cp-async asks, to keep a stage for the rotated second mma (its `hold`)."""
+    plan = _match(loop)
+    return None if plan is None else plan.m2.operands[0].type
 
 
 def _masks(loop: Operation) -> bool:

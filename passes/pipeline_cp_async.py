@@ -55,7 +55,8 @@ from tkir.passes.builder import OpBuilder
 from tkir.passes.overlap_mma import rotatable
 from tkir.passes.shared_access import no_producer
 from tkir.passmanager import Options, ParamError, Pass, param
-from tkir.types import GlobalType, Ident, ScalarType, TileType, VectorType, is_shared
+from tkir.target import MAX_REGS_PER_THREAD
+from tkir.types import GlobalType, Ident, ScalarType, TileType, VectorType, dtype_bytes, is_shared
 
 I1 = ScalarType("i1")
 # overlap-mma's rotation on the mma.sync path keeps one stage (the one its second mma reads) a whole
@@ -95,7 +96,8 @@ class PipelineCpAsync(Pass):
                 if match is not None:
                     hold = self.hold
                     if hold is None:
-                        hold = int(_mma_sync_kernel(kernel) and stages >= 2 + ROTATED_HOLD and rotatable(loop))
+                        hold = int(_mma_sync_kernel(kernel) and stages >= 2 + ROTATED_HOLD
+                                   and _rotation_fits(loop, plan))
                     if stages < 2 + hold:
                         hold = 0  # hold=1 asked of a two-stage loop: nothing would be in flight
                     _pipeline(kernel, loop, match, stages, hold)
@@ -109,6 +111,20 @@ def _mma_sync_kernel(kernel: Operation) -> bool:
     """The mma.sync path: infer-layouts spread the tiles over `warps` (sm_80 only), and no pass split the
     block into roles."""
     return isinstance(kernel.attrs.get("warps"), int) and not any(op.name == "tk.role" for op in kernel.body.ops)
+
+
+def _rotation_fits(loop: Operation, plan: OccupancyPlan | None) -> bool:
+    """Whether overlap-mma would rotate the loop (`rotatable`) and the registers allow it: the occupancy
+    plan's predicted count plus the carried register A of the rotated mma (p, one more copy live across
+    the iteration) within MAX_REGS_PER_THREAD. Measured on the H200 at head dim 128, BQ = 128: BKV = 64
+    rotated spills 956 bytes (the plan predicts 248 + 32 carried), BKV = 32 fits (216 + 16) and gains."""
+    carried = rotatable(loop)
+    if carried is None:
+        return False
+    if plan is None or plan.budget is None or not plan.threads:
+        return True
+    words = carried.rows * carried.cols * dtype_bytes(carried.dtype) // 4 // plan.threads
+    return plan.budget.total + words <= MAX_REGS_PER_THREAD
 
 
 def _compute_role_kernel(kernel: Operation) -> bool:
