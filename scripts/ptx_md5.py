@@ -1,7 +1,7 @@
 """md5 of the PTX (and of the tile IR after the passes) of every example configuration and every
 conformance case, on both targets: the proof that a refactor changed nothing.
 
-    python3 scripts/ptx_md5.py > before.txt          # the 23 example configurations
+    python3 scripts/ptx_md5.py > before.txt          # the example configurations (37 lines)
     python3 scripts/ptx_md5.py --conformance -j 2 > before_conf.txt   # + every conformance case
     ... refactor ...
     python3 scripts/ptx_md5.py [...] > after.txt && diff before.txt after.txt
@@ -41,6 +41,9 @@ CONFIGS.append(("examples/attention_fwd.tk", {"D": 128}, {"swizzle": "none"}))
 # the examples issue 10 added (listed after the original 23, so older listings still diff line by line)
 CONFIGS += [("examples/linear.tk", {}, {}), ("examples/transpose.tk", {}, {}), ("examples/rmsnorm.tk", {}, {}),
             ("examples/rmsnorm.tk", {"D": 8192, "DC": 8192, "ROWS": 1, "WG": 2}, {})]
+# session 11: Based (issue 13) and the sm_80 attention tiles the bench uses (32-row warps; rotated at STAGES = 3)
+CONFIGS += [("examples/based.tk", {}, {}), ("examples/attention_fwd.tk", {"BQ": 128, "BKV": 64}, {}),
+            ("examples/attention_fwd.tk", {"BQ": 128, "BKV": 32, "STAGES": 3}, {})]
 
 
 def _md5(text: str) -> str:
