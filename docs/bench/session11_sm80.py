@@ -77,6 +77,8 @@ ATTN_ROWS_CALL8 = [  # call 8: the example's own tile (BQ = 64, 4 warps of 16 ro
         (f"BQ=64 BKV=64 S3 not rotated #{i}", dict(D=128, STAGES=3), "norot"),
         (f"BQ=128 BKV=64 S2 #{i}", dict(D=128, BQ=128, BKV=64)))],
 ]
+ATTN_ROWS_CALL9 = [(f"BQ=128 BKV=64 S2 #{i}", dict(D=128, BQ=128, BKV=64)) for i in (1, 2)]
+ATTN_ROWS_CALL9.append(("BQ=128 BKV=64 S2 causal", dict(D=128, BQ=128, BKV=64, CAUSAL=1)))
 ATTN_ROWS_CALL3 = [  # call 3: BKV = 48 (255 registers, no spills) against 64 (76 bytes of spills), three times each
     *[(f"sm_80 BQ=128 BKV={bkv} #{i}", dict(D=128, BQ=128, BKV=bkv)) for i in (1, 2, 3) for bkv in (64, 48)],
     ("sm_80 BQ=128 BKV=48 causal", dict(D=128, BQ=128, BKV=48, CAUSAL=1)),
@@ -122,7 +124,7 @@ def main() -> int:
     ap.add_argument("--json")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--only", default="ceiling,gemm,attn",
-                    help="comma-separated: ceiling, gemm, gemm4, attn, attn3, attn4, attn5, attn8")
+                    help="comma-separated: ceiling, gemm, gemm4, attn, attn3, attn4, attn5, attn8, attn9")
     args = ap.parse_args()
     import torch
 
@@ -140,7 +142,8 @@ def main() -> int:
     NO_ROTATE = ",".join("pipeline-cp-async{hold=0}" if p == "pipeline-cp-async" else p
                          for p in tkir.api.default_pipeline())
     for key, table in (("attn", ATTN_ROWS), ("attn3", ATTN_ROWS_CALL3), ("attn4", ATTN_ROWS_CALL4),
-                       ("attn5", ATTN_ROWS_CALL5), ("attn8", ATTN_ROWS_CALL8)):
+                       ("attn5", ATTN_ROWS_CALL5), ("attn8", ATTN_ROWS_CALL8),
+                       ("attn9", ATTN_ROWS_CALL9)):
         if key in only:
             rows += bench_rows([(r[0], "examples/attention_fwd.tk", "sm_80", *r[1:]) for r in table], ATTN_SIZES,
                                args.reps, "attn")
