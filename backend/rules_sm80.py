@@ -309,21 +309,14 @@ def _cp_async_rows(cx: LoweringContext, op: Operation, dst: Smem, src: Global, c
     ncols64 = w.op(f"sext i32 {ncols} to i64", "ld")
     idx0 = w.op(f"mul i64 {w.op(f'sext i32 {row} to i64', 'row64')}, {ncols64}", "idx")
     idx0 = w.op(f"add i64 {idx0}, {w.op(f'sext i32 {col} to i64', 'col64')}", "idx")
-    # round k's address is round k-1's plus (its rows - k-1's) whole rows: one 64-bit add per copy, the
-    # row pitch in bytes computed once (rather than k's row index times the run-time pitch per copy)
-    pitch = w.op(f"mul i64 {ncols64}, {eb}", "pitch")
-    g = w.op(f"getelementptr i8, ptr addrspace(1) {plane}, i64 {w.op(f'mul i64 {idx0}, {eb}', 'ib')}", "g")
-    prev = 0
     for k, (saddr, dr) in enumerate(zip(addrs, drows, strict=True)):
         row_k = w.op(f"add i32 {row}, {dr}", "row") if dr else row
         rok = w.op(f"icmp slt i32 {row_k}, {nrows}", "rok")
         nk = w.op(f"select i1 {w.op(f'and i1 {rok}, {cok}', 'ok')}, i32 {CP_ASYNC_BYTES}, i32 0", "srcsz")
         # at src-size 0 nothing is read, so the address of a chunk past the edge is never used (CUTLASS's
         # cp_async_zfill passes such addresses too)
-        if dr != prev:
-            g = w.op(f"getelementptr i8, ptr addrspace(1) {g}, i64 {w.op(f'mul i64 {pitch}, {dr - prev}', 'drow')}",
-                     "g")
-            prev = dr
+        idx = w.op(f"add i64 {idx0}, {w.op(f'mul i64 {ncols64}, {dr}', 'drow')}", "idx") if dr else idx0
+        g = w.op(f"getelementptr i8, ptr addrspace(1) {plane}, i64 {w.op(f'mul i64 {idx}, {eb}', 'ib')}", "g")
         on = cond
         if steps * threads > total and k == steps - 1:  # the last round: some threads have no chunk
             e = lb.add(cx.thread_index(), k * threads)
