@@ -11,7 +11,7 @@ source docs/bench/device_setup.sh
 export PATH=/usr/local/cuda/bin:$PATH
 prof() {  # name, then the tkc run arguments
   local n=$1; shift
-  timeout 150 ncu --set full --import-source no -k regex:"$KNAME" -c 1 -f -o "$R/$n" tkc run "$@" >"$R/$n.run.txt" 2>&1
+  timeout 150 ncu --clock-control none --set full --import-source no -k regex:"$KNAME" -c 1 -f -o "$R/$n" tkc run "$@" >"$R/$n.run.txt" 2>&1
   ncu -i "$R/$n.ncu-rep" --page details --csv >"$R/$n.details.csv" 2>&1
   ncu -i "$R/$n.ncu-rep" --page source --csv --print-source sass >"$R/$n.source.csv" 2>&1
 }
