@@ -3,7 +3,8 @@
 # (--set full, one launch each) on gemm.tk sm_80 256x128x64 STAGES=4 at 4096^3, on mma_smem_ceiling.tk (the
 # same k-tile with no copies, waits or barriers) and on attention_fwd.tk sm_80 BQ=128 BKV=64 at
 # (8, 16, 4096, 128); per kernel the headline metrics, the warp stall breakdown and the SASS lines with the
-# most stall samples. Results under $OUT.
+# most stall samples. Results under $OUT. (Call 2 ran without --clock-control none: ncu then locked the SM clock
+# to base while profiling; the flag is there so a re-run leaves the clocks alone.)
 set -uo pipefail
 OUT=${OUT:-/tmp/tkir-out}
 R="$OUT/r"; mkdir -p "$R"
