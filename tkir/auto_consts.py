@@ -12,6 +12,14 @@ check before it. It is the largest tile the register and shared-memory budget al
 running anything: the same rule ThunderKittens and FlashAttention-3 apply by hand (FA3's tile table
 per head dim). Measured faster tiles come from `tkc tune`, which times the same space.
 
+A point the pipeline accepts but that plans fewer than MIN_WARPS_PER_SM resident warps per SM (blocks
+per SM x warps per block) is passed over for the next one that plans at least that many; it is kept
+only when no later point does. One warp per scheduler issues mma.sync at half the rate two do (the
+register-operand ceiling on the H200: 309 TFLOP/s at 4 warps per SM, 597 at 8; docs/experiments.md,
+"Session 11"). On sm_80, attention at head dim 128 then takes BQ 128 x BKV 64 (4 warps, 2 blocks per
+SM: 1.00x FA2) over 192 x 64 (6 warps, one block per SM: 0.71x). Warp-specialized sm_90a kernels plan
+12 or more warps per block, so their choice does not change.
+
 The decision is recorded on the kernel, `auto = {BQ = 128, BKV = 128}`, with every point tried
 before it and why it was refused (`auto_refused`), so `tkc compile` output and `tkc report` show it.
 """
@@ -27,6 +35,7 @@ from tkir.ir import Module
 
 AUTO = "auto"
 STOP_AFTER = "plan-occupancy"  # the last pass a candidate must survive
+MIN_WARPS_PER_SM = 8  # two per scheduler (4 schedulers per SM, HOPPER.md §1): see the module docstring
 # the word `auto` outside comments and strings (which the first two alternatives consume)
 _AUTO_WORD = re.compile(r'"[^"\n]*"|//[^\n]*|\bauto\b')
 
@@ -47,6 +56,16 @@ def mentions_auto(text: str) -> bool:
     """Whether .tk source text has the word `auto` outside its comments and strings: where it has not,
     no const is auto (attention_fwd.tk's comments mention it)."""
     return any(m.group() == AUTO for m in _AUTO_WORD.finditer(text))
+
+
+def _warps_per_sm(module: Module) -> int | None:
+    """Resident warps per SM that plan-occupancy planned for the module's kernel (None: no plan)."""
+    from tkir.facts import OccupancyPlan
+
+    plan = OccupancyPlan.of(module.kernel)
+    if plan is None or not plan.threads or not plan.blocks_per_sm:
+        return None
+    return plan.blocks_per_sm * plan.threads // 32
 
 
 def resolve(path: str, overrides: dict[str, object], names: list[str],
@@ -75,15 +94,24 @@ def resolve(path: str, overrides: dict[str, object], names: list[str],
     points = [p for p in space.points(fixed) if p.dropped is None]
     order = sorted(range(len(points)), key=lambda i: -math.prod(float(points[i].consts[n]) for n in names))
     refused: list[str] = []
+    few: tuple[dict, dict, list[str]] | None = None  # the first accepted point with too few warps per SM
     for i in order:
         consts = points[i].consts
         label = " ".join(f"{n}={consts[n]}" for n in names)
         try:
-            trial(dict(consts))
+            module = trial(dict(consts))
         except CompileError as e:
             refused.append(f"{label}: {e.message.splitlines()[0]}")
             continue
+        warps = _warps_per_sm(module)
+        if warps is not None and warps < MIN_WARPS_PER_SM:
+            if few is None:
+                few = (dict(consts), {n: consts[n] for n in names}, list(refused))
+            refused.append(f"{label}: compiles, but plans {warps} warps per SM (fewer than {MIN_WARPS_PER_SM})")
+            continue
         return dict(consts), {n: consts[n] for n in names}, refused
+    if few is not None:
+        return few
     why = "; ".join(refused) or "every point is dropped by the @tune 'where' conditions"
     raise CompileError(const_loc.get(names[0], kernel.loc),
                        f"no value of the auto consts {', '.join(names)} compiles: {why}", text,
