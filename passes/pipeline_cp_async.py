@@ -38,6 +38,12 @@ the H200 that is ThunderKittens' Based shape, two one-warpgroup blocks per SM: e
 B = H = 16 went from 139.5 / 155.1 TFLOP/s (warp-specialized, one block per SM) to 209.9 / 217.9 at
 N = 4096 / 16384 (docs/experiments.md).
 
+`hold` (unset by default: 1 on the mma.sync path for a loop overlap-mma will rotate, at S >= 3, when the
+plan's predicted registers plus the carried P fit 255): the rotated `o += p @ v` of block j-1 reads its
+V stage during iteration j, so that stage is held an iteration longer: the prologue issues S-2
+iterations, the wait is `pending = S-3`, copies run S-2 iterations ahead, and the loop is marked
+`cp_hold = 1` (what overlap-mma rotates on sm_80). `hold=0` is the rotation's ablation.
+
 `fragments_ahead` (unset by default) writes `frag_ahead = n` on the loop's `tk.mma`s: how many units
 (k16 step x two n8 blocks) ahead of their mma.sync the backend loads ldmatrix fragments (its default is
 backend/rules_sm80.py FRAG_AHEAD_UNITS = 1; 0: right before their own mma.sync, the ablation; 8 at
@@ -79,7 +85,8 @@ class PipelineCpAsync(Pass):
 
     hold: int | None = param(None, "stages a loop keeps past its own iteration, so copies run S-1-hold iterations "
                                    "ahead: unset, 1 on the mma.sync path for loops overlap-mma rotates (two "
-                                   "chained mmas, S >= 3), else 0")
+                                   "chained mmas, S >= 3) whose predicted registers plus the carried P fit "
+                                   "255, else 0")
     hopper: bool | None = param(None, "sm_90a kernels planned as one compute role (no producer warpgroup): unset, "
                                       "those whose source asks for no producer (@warpgroups(producers=0)); true, "
                                       "every one (e.g. --no-tma kernels); false, none")
