@@ -32,7 +32,8 @@ Loops that do not match are left unchanged (gemm's single accumulator chain, ker
 roles). On the mma.sync path (sm_80: no roles) it rotates the loops pipeline-cp-async marked
 `cp_hold = 1`, whose copies run one iteration less ahead so that the stage the rotated M2 reads is not
 refilled under it; mma.sync is synchronous, so `defer_wait` and `tk.mma_wait` lower to nothing there,
-and the gain is that M2 of block j-1 and W of block j share a basic block for ptxas to interleave. Two research switches narrow it: `max_acc_cols=N` rotates only loops whose second
+and the gain is that M2 of block j-1 and W of block j share a basic block for ptxas to interleave.
+Two research switches narrow it: `max_acc_cols=N` rotates only loops whose second
 accumulator has at most N columns, `masked=false` leaves loops that mask elements alone (after
 split-masks, the last key blocks). Both were needed before session 7: ptxas serialized the rotated
 wgmmas (C7513: the carried bf16 p was unpacked and repacked, copies that count as writes to the
