@@ -96,6 +96,7 @@ class _Generator:
         for n in [t["name"] for t in self.tensors] + [s["name"] for s in self.scalars] + self.sizes:
             self.cname[n] = _unique_ident(n, taken)
         self.tma_tensors = {t["tensor"] for t in launch["tma"]}
+        self.aligned = {a["tensor"]: a for a in launch.get("aligned", [])}
         self.workspaces = [p for p in launch["params"] if p["kind"] == "workspace"]
         self.counts = any(p["kind"] == "launch_count" for p in launch["params"])
 
@@ -162,7 +163,8 @@ class _Generator:
         ]
         for t in self.tensors:
             dims = ", ".join(str(d) for d in t["dims"])
-            tma = ", 16-byte aligned (a TMA tensor map)" if t["name"] in self.tma_tensors else ""
+            tma = (", 16-byte aligned (a TMA tensor map)" if t["name"] in self.tma_tensors
+                   else f", {self.aligned[t['name']]['bytes']}-byte aligned" if t["name"] in self.aligned else "")
             lines.append(f" *   {self.cname[t['name']]}: {t['dtype']}[{_comment(dims)}], C-contiguous (row-major) "
                          f"device memory{tma}")
         for s in self.scalars:
@@ -372,6 +374,10 @@ class _Generator:
             if tma:
                 why = f"argument {name!r} is read by TMA, which needs a {runtime.TMA_ALIGN}-byte aligned address"
                 out += [f"    if ({c} % {runtime.TMA_ALIGN} != 0) {{", f"        return {self.msg(why)};", "    }"]
+            elif name in self.aligned:  # runtime._check_memory's `aligned` check
+                a = self.aligned[name]
+                why = f"argument {name!r} is {a['why']}, which needs a {a['bytes']}-byte aligned address"
+                out += [f"    if ({c} % {int(a['bytes'])} != 0) {{", f"        return {self.msg(why)};", "    }"]
             if not self._needs_bytes(t):
                 continue
             # C-contiguous: the byte stride of dim i is itemsize x the dims after it; after the loop,

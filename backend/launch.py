@@ -1,7 +1,7 @@
 """The launch description (`tkc compile --emit launch`): what another toolchain needs to launch the PTX.
 
     build_launch(module, "sm_90a") -> {"kernel", "target", "tensors", "scalars", "params", "grid",
-                                       "block", "dynamic_smem", "requires", "tma"}
+                                       "block", "dynamic_smem", "requires", "aligned", "tma"}
 
 The format is the one the runtime reads (docs/runtime.md, "Launch description"). Sizes (grid, TMA
 dims and strides, requirements) are `tkir.symexpr` expressions of the kernel's size names.
@@ -18,7 +18,9 @@ PTX parameter order (the backend declares its kernel parameters in exactly this 
    i32 `launch_count` per `tk.launch_count` (1 on the first launch of the kernel, then 2, ...).
 
 `requires` lists the run-time conditions the kernel refuses to run without (the runtime checks
-them); tkir.requires computes them from the IR, and the interpreter checks the same list.
+them); tkir.requires computes them from the IR, and the interpreter checks the same list. `aligned`
+lists the tensors whose base address must be 16-byte aligned because they are copied in 16-byte pieces
+without TMA (cp.async chunks, ld/st.global.v4): `{"tensor", "bytes", "why"}` (tkir.requires.kernel_alignments).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import json
 from tkir.diagnostics import CompileError
 from tkir.facts import OccupancyPlan
 from tkir.ir import Module, Operation
-from tkir.requires import kernel_requires
+from tkir.requires import kernel_alignments, kernel_requires
 from tkir.target import WARPGROUP as THREADS_PER_WARPGROUP
 from tkir.types import DTYPE_BYTES, GlobalType, ScalarType, TileType
 from tkir.verify_tma import verify_tma
@@ -84,6 +86,7 @@ def build_launch(module: Module, target: str) -> dict:
         "block": [threads, 1, 1],
         "dynamic_smem": smem,
         "requires": kernel_requires(kernel, descs),
+        "aligned": kernel_alignments(kernel),
         "tma": [{"param": d.symbol, "tensor": d.attrs["tensor"], **{k: d.attrs[k] for k in DESC_FIELDS}}
                 for d in descs],
     }

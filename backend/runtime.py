@@ -354,8 +354,8 @@ def _check_launch(launch: dict) -> dict:
     for key in ("kernel", "params", "grid", "block"):
         if key not in launch:
             raise bad(f"missing '{key}'")
-    out = {"tensors": [], "scalars": [], "requires": [], "tma": [], "dynamic_smem": 0, "target": "sm_90a",
-           **launch}
+    out = {"tensors": [], "scalars": [], "requires": [], "aligned": [], "tma": [], "dynamic_smem": 0,
+           "target": "sm_90a", **launch}
     out["grid"] = [g if isinstance(g, int) else str(g) for g in out["grid"]] + [1] * (3 - len(out["grid"]))
     out["block"] = [int(b) for b in out["block"]] + [1] * (3 - len(out["block"]))
     if len(out["grid"]) != 3 or len(out["block"]) != 3:
@@ -399,6 +399,12 @@ def _check_launch(launch: dict) -> dict:
     for req in out["requires"]:
         if "expr" not in req or not isinstance(req.get("equals"), int):
             raise bad(f"requirement {req} needs an 'expr' and an integer 'equals'")
+    for a in out["aligned"]:
+        if not isinstance(a, dict) or a.get("tensor") not in tensors:
+            raise bad(f"aligned entry {a} names no tensor of the kernel")
+        b = a.get("bytes")
+        if isinstance(b, bool) or not isinstance(b, int) or b < 1 or b & (b - 1):
+            raise bad(f"aligned entry {a} needs 'bytes', a power of two")
     for i, t in enumerate(out["tma"]):
         _check_tma_spec(t, tensors, lambda msg, i=i: bad(f"tma[{i}]: {msg}"))
     return out
@@ -481,8 +487,9 @@ def bind(launch: dict, args: tuple[Any, ...], num_sms: int = DEFAULT_NUM_SMS) ->
         if failure:
             raise LaunchError(failure)
     tma_tensors = {t["tensor"] for t in launch["tma"]}
+    aligned = {a["tensor"]: a for a in launch["aligned"]}
     for spec in tensors:
-        _check_memory(kernel, spec, arrays[spec["name"]], spec["name"] in tma_tensors)
+        _check_memory(kernel, spec, arrays[spec["name"]], spec["name"] in tma_tensors, aligned.get(spec["name"]))
     device = _common_device(kernel, {name: arr.device_index for name, arr in arrays.items()})
     user_scalars = {s["name"]: _check_scalar(kernel, s, arg)
                     for s, arg in zip(scalars, args[len(tensors):], strict=True)}
@@ -658,7 +665,7 @@ def _bind_sizes(kernel: str, tensors: list[dict], arrays: dict[str, ArrayArg]) -
     return sizes
 
 
-def _check_memory(kernel: str, spec: dict, arr: ArrayArg, tma: bool) -> None:
+def _check_memory(kernel: str, spec: dict, arr: ArrayArg, tma: bool, aligned: dict | None = None) -> None:
     what = f"{kernel}: argument '{spec['name']}'"
     if arr.on_device is False:
         raise LaunchError(f"{what} is in host memory; move it to the GPU first")
@@ -669,6 +676,10 @@ def _check_memory(kernel: str, spec: dict, arr: ArrayArg, tma: bool) -> None:
                           f"{list(want)}); pass a contiguous copy")
     if arr.ptr % itemsize:
         raise LaunchError(f"{what} address {arr.ptr:#x} is not aligned to its {itemsize}-byte elements")
+    if aligned is not None and not tma and arr.ptr % int(aligned["bytes"]):
+        raise LaunchError(f"{what} is {aligned.get('why', 'copied in 16-byte pieces')}, which needs a "
+                          f"{aligned['bytes']}-byte aligned address; {arr.ptr:#x} is not (a sliced view? pass a "
+                          "fresh tensor)")
     if tma:
         if arr.ptr % TMA_ALIGN:
             raise LaunchError(f"{what} is read by TMA, which needs a 16-byte aligned address; "

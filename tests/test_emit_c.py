@@ -212,6 +212,8 @@ KERNELS: dict[str, Any] = {
     "softmax": (lambda: _example_launch("softmax"), [
         ("N 1000", dict(N=1000), {}, [], 132, None),
         ("X odd address", dict(N=64), {0: 1}, [], 132, "is not aligned to its 2-byte elements"),
+        # rows read with 16-byte vector loads: one element into a buffer is refused (the `aligned` list)
+        ("X one element in", dict(N=64), {0: 2}, [], 132, "vector accesses, which needs a 16-byte aligned address"),
     ]),
     "transpose": (lambda: _example_launch("transpose"), [
         ("ragged N", dict(M=1024, N=744), {}, [], 132, None),

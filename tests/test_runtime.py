@@ -196,6 +196,29 @@ def test_tma_tensor_alignment(gemm: Kernel) -> None:
         gemm.validate(*args)
 
 
+def test_tensors_copied_in_16_byte_pieces_need_an_aligned_base() -> None:
+    """The launch description's `aligned` list (tkir.requires.kernel_alignments): the sm_80 gemm copies A
+    and B with cp.async (16-byte chunks), softmax reads and writes rows with 16-byte vector accesses. A
+    contiguous view that starts one element into a buffer has the right element alignment and row pitch,
+    and is still refused before the launch (the copy would fault on the misaligned address)."""
+    import tkir
+
+    k = tkir.compile("examples/gemm.tk", target="sm_80")
+    assert {a["tensor"] for a in k.launch["aligned"]} == {"A", "B"}
+    fake = Kernel("", copy.deepcopy(k.launch))
+    args = [bf16(256, 128), bf16(128, 512, ptr=FAKE_BASE + 2**24), bf16(256, 512, ptr=FAKE_BASE + 2**26)]
+    fake.validate(*args)
+    args[0] = bf16(256, 128, ptr=FAKE_BASE + 2)
+    with pytest.raises(LaunchError, match="argument 'A' is copied to shared memory in 16-byte cp.async chunks, "
+                                          "which needs a 16-byte aligned address"):
+        fake.validate(*args)
+    args[0] = bf16(256, 128)
+    args[2] = bf16(256, 512, ptr=FAKE_BASE + 2**26 + 2)  # C: stored from registers element by element
+    fake.validate(*args)
+    sm = tkir.compile("examples/softmax.tk")
+    assert [a["tensor"] for a in sm.launch["aligned"]] == ["X", "Y"]
+
+
 def test_tma_row_stride_multiple_of_16() -> None:
     launch = copy.deepcopy(GEMM_LAUNCH)
     launch["requires"] = []
@@ -295,6 +318,9 @@ def test_f32_scalar_accepts_int(gemm: Kernel) -> None:
     (lambda d: d.update(grid=["2**31"]), "unsupported size expression"),
     (lambda d: d.update(grid=[0]), "grid dim 0 is 0 blocks"),
     (lambda d: d.update(dynamic_smem=300_000), "dynamic_smem 300000 is not 0..232448 bytes"),
+    (lambda d: d.update(aligned=[{"tensor": "Z", "bytes": 16}]), "aligned entry .* names no tensor"),
+    (lambda d: d.update(aligned=[{"tensor": "C", "bytes": 12}]), "needs 'bytes', a power of two"),
+    (lambda d: d.update(aligned=["C"]), "aligned entry C names no tensor"),
 ])
 def test_bad_launch_descriptions(edit: Any, message: str) -> None:
     launch = copy.deepcopy(GEMM_LAUNCH)

@@ -93,6 +93,38 @@ def kernel_requires(kernel: Operation, descs: list[Operation]) -> list[dict]:
     return [{"expr": e, "equals": 0, "why": "; ".join(w)} for e, w in req.items()]
 
 
+def module_alignments(module: Module) -> list[dict]:
+    """The `aligned` list of the module's kernel (what the launch description writes)."""
+    return kernel_alignments(module.kernel)
+
+
+def kernel_alignments(kernel: Operation) -> list[dict]:
+    """[{"tensor": name, "bytes": 16, "why": ...}] for each tensor the kernel reads or writes in 16-byte
+    pieces without TMA: shared tiles filled with cp.async (16-byte source chunks) and register tiles in
+    16-byte vector accesses (ld/st.global.v4). Both need the tensor's base address 16-byte aligned, as its
+    row pitch is (`kernel_requires`): a contiguous view that starts one element into a buffer passes
+    every other check and would fault. TMA tensors have their own check (the `tma` list)."""
+    out: dict[str, list[str]] = {}
+    for op in kernel.walk():
+        try:
+            copy = _plain_copy(op)
+        except FactError:
+            continue  # located by kernel_requires, which runs first
+        if copy is None:
+            continue
+        g, tile = copy
+        if _shared_tile(tile):
+            why = f"copied to shared memory in {CP_ASYNC_BYTES}-byte cp.async chunks"
+        elif _chunk_aligned(tile):
+            why = f"copied to or from registers in {CHUNK_BYTES}-byte vector accesses"
+        else:
+            continue
+        whys = out.setdefault(g.name, [])
+        if why not in whys:
+            whys.append(why)
+    return [{"tensor": name, "bytes": CHUNK_BYTES, "why": " and ".join(w)} for name, w in out.items()]
+
+
 def _masked(tile: TileType | VectorType, dim: int) -> bool:
     """Whether the backend masks partial tiles along `dim` of a plain (non-TMA) copy:
     * shared tiles and vectors: cp.async zero-fills rows and columns past the edge, element-wise
