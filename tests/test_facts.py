@@ -64,11 +64,13 @@ def occupancy_plans(draw: st.DrawFn) -> OccupancyPlan:
     else:
         roles = (("compute", RolePlan(draw(regs), warps=draw(counts))),)
     small = st.integers(min_value=0, max_value=1 << 18)
-    maybe = st.none() | small
     budget = draw(st.none() | st.builds(RegisterBudget, small, small, small, small))
     smem = draw(st.none() | st.builds(SharedBreakdown, small, small, small, small))
-    return OccupancyPlan(stages=draw(counts), roles=roles, blocks_per_sm=draw(maybe), smem_bytes=draw(maybe),
-                         threads=draw(st.none() | counts), budget=budget, smem=smem)
+    threads = st.none() | st.integers(min_value=1, max_value=32).map(lambda w: 32 * w)  # whole warps, <= 1024
+    return OccupancyPlan(stages=draw(counts), roles=roles,
+                         blocks_per_sm=draw(st.none() | st.integers(min_value=0, max_value=32)),
+                         smem_bytes=draw(st.none() | st.integers(min_value=0, max_value=232_448)),
+                         threads=draw(threads), budget=budget, smem=smem)
 
 
 def _kernel_text(attrs: str, body: str = "") -> str:

@@ -290,3 +290,26 @@ def test_block_id_dim_must_be_an_int(dim: str, tmp_path: Path, capsys: pytest.Ca
     line, _, msg = located(err, ir)
     assert rc == 1 and "needs dim = 0, 1 or 2" in msg
     assert "tk.block_id" in ir.read_text().splitlines()[line - 1]
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("threads", "9223372036854775808", "'threads' must be whole warps, at most 1024"),
+    ("threads", "100", "'threads' must be whole warps"),
+    ("blocks_per_sm", "33", "'blocks_per_sm' must be at most 32"),
+    ("smem_bytes", "300000", "'smem_bytes' must be at most 232448"),
+])
+def test_occupancy_plan_limits(field: str, value: str, message: str, tmp_path: Path,
+                               capsys: pytest.CaptureFixture) -> None:
+    """Session 11's long run: an IR mutant of transpose (--no-tma, after plan-occupancy) wrote
+    `threads = 9223372036854775808` into the occupancy plan; the cp.async rule's numpy address model took
+    it as the block's thread count (TypeError in bitwise_xor). A plan whose threads, blocks per SM or
+    shared memory no block can have is now a located error where the attribute is read."""
+    ir = tmp_path / "transpose.tkir"
+    text = dump(capsys, "transpose.tk", "plan-occupancy", "--target=sm_90a", "--no-tma")
+    head = text.splitlines()[0]
+    assert f"{field} = " in head
+    ir.write_text(text.replace(head, re.sub(rf"{field} = \d+", f"{field} = {value}", head), 1))
+    rc, _, err = tkc(capsys, "compile", str(ir), "--target=sm_90a", "--no-tma", "--emit", "ptx",
+                     "--passes=pipeline,pipeline-cp-async,canonicalize")
+    line, _, msg = located(err, ir)
+    assert rc == 1 and line == 1 and message in msg, err

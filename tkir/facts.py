@@ -26,7 +26,7 @@ from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, ClassVar, Self
 
 from tkir.diagnostics import CompileError
-from tkir.target import MAX_BLOCKS_PER_SM, WARP, WARPGROUP
+from tkir.target import MAX_BLOCKS_PER_SM, MAX_THREADS_PER_BLOCK, SMEM_PER_BLOCK, WARP, WARPGROUP
 from tkir.types import format_attr_value
 
 if TYPE_CHECKING:
@@ -218,6 +218,12 @@ class OccupancyPlan:
                 raise FactError(None, f"unknown role '{n}' (expected {', '.join(ROLE_NAMES)})")
         if len(set(names)) != len(names):
             raise FactError(None, "a role appears twice")
+        if self.threads is not None and (self.threads > MAX_THREADS_PER_BLOCK or self.threads % WARP):
+            raise FactError(None, f"'threads' must be whole warps, at most {MAX_THREADS_PER_BLOCK}, not {self.threads}")
+        if self.blocks_per_sm is not None and self.blocks_per_sm > MAX_BLOCKS_PER_SM:
+            raise FactError(None, f"'blocks_per_sm' must be at most {MAX_BLOCKS_PER_SM}, not {self.blocks_per_sm}")
+        if self.smem_bytes is not None and self.smem_bytes > SMEM_PER_BLOCK:
+            raise FactError(None, f"'smem_bytes' must be at most {SMEM_PER_BLOCK}, not {self.smem_bytes}")
 
     def role(self, name: str) -> RolePlan | None:
         return next((r for n, r in self.roles if n == name), None)

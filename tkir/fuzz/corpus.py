@@ -27,6 +27,9 @@ DUMP_CONFIGS: tuple[tuple[dict[str, int], str, tuple[str, ...]], ...] = (
 EXTRA_DUMPS = (("attention_fwd.tk", {"D": 64, "CAUSAL": 1}), ("rmsnorm.tk", {"ROWS": 1, "WG": 2, "D": 8192,
                                                                              "DC": 8192}),
                ("transpose.tk", {"SHARED_T": 0}), ("linear.tk", {"ACT": 1}))
+# sm_80 dumps beyond the defaults (session 11): attention with 32-row warps and a held stage, so the IR of
+# the rotated mma.sync loop (`cp_hold = 1`, overlap-mma on sm_80) seeds the mutants too
+EXTRA_SM80_DUMPS = (("attention_fwd.tk", {"BQ": 128, "BKV": 32, "STAGES": 3}),)
 CONST_PARAM = re.compile(r"([A-Za-z_]\w*)\s*=\s*(-?[\d.eE+-]+)")
 HEADER_SPLIT = re.compile(r"^// -----// IR Dump After (\S+) //----- //\n", re.MULTILINE)
 
@@ -71,9 +74,10 @@ def const_params(text: str) -> dict[str, str]:
 
 @cache
 def dumps() -> tuple[Dump, ...]:
-    """Every example's IR after every pass, for each of DUMP_CONFIGS and EXTRA_DUMPS."""
+    """Every example's IR after every pass, for each of DUMP_CONFIGS, EXTRA_DUMPS and EXTRA_SM80_DUMPS."""
     jobs = [(p.name, {}, target, sw) for p in sorted(EXAMPLES.glob("*.tk")) for _, target, sw in DUMP_CONFIGS]
     jobs += [(name, consts, "sm_90a", ()) for name, consts in EXTRA_DUMPS]
+    jobs += [(name, consts, "sm_80", ()) for name, consts in EXTRA_SM80_DUMPS]
     out: list[Dump] = []
     for name, consts, target, switches in jobs:
         out += _dumps_of(name, consts, target, switches)
