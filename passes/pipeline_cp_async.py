@@ -65,9 +65,6 @@ from tkir.target import MAX_REGS_PER_THREAD
 from tkir.types import GlobalType, Ident, ScalarType, TileType, VectorType, dtype_bytes, is_shared
 
 I1 = ScalarType("i1")
-# overlap-mma's rotation on the mma.sync path keeps one stage (the one its second mma reads) a whole
-# iteration longer than the loop's own: the copies then run S - 2 iterations ahead, not S - 1.
-ROTATED_HOLD = 1
 
 
 class PipelineCpAsync(Pass):
@@ -103,10 +100,9 @@ class PipelineCpAsync(Pass):
                 if match is not None:
                     hold = self.hold
                     if hold is None:
-                        hold = int(_mma_sync_kernel(kernel) and stages >= 2 + ROTATED_HOLD
-                                   and _rotation_fits(loop, plan))
+                        hold = int(_mma_sync_kernel(kernel) and _rotation_fits(loop, plan))
                     if stages < 2 + hold:
-                        hold = 0  # hold=1 asked of a two-stage loop: nothing would be in flight
+                        hold = 0  # a held stage in a two-stage loop would leave no copy in flight
                     _pipeline(kernel, loop, match, stages, hold)
                     if self.fragments_ahead is not None:
                         for op in loop.walk():

@@ -61,11 +61,12 @@ def mentions_auto(text: str) -> bool:
 def _warps_per_sm(module: Module) -> int | None:
     """Resident warps per SM that plan-occupancy planned for the module's kernel (None: no plan)."""
     from tkir.facts import OccupancyPlan
+    from tkir.target import WARP
 
     plan = OccupancyPlan.of(module.kernel)
     if plan is None or not plan.threads or not plan.blocks_per_sm:
         return None
-    return plan.blocks_per_sm * plan.threads // 32
+    return plan.blocks_per_sm * plan.threads // WARP
 
 
 def resolve(path: str, overrides: dict[str, object], names: list[str],

@@ -64,6 +64,18 @@ def load_companion(tk_path: str) -> types.ModuleType:
     return mod
 
 
+def reuse_companion(namespace: dict, path: str | Path, **overrides: object) -> None:
+    """Define in `namespace` (a companion's `globals()`) everything the companion at `path` defines, then
+    `overrides`: the companion of a variant kernel (docs/bench/variants) in a few lines. The other
+    companion's code runs in this namespace, so its functions read the overridden constants (a variant
+    with other DEFAULT_CONSTS gets references computed with them)."""
+    src = Path(path)
+    keep = {k: namespace[k] for k in ("__name__", "__doc__", "__file__") if k in namespace}
+    exec(compile(src.read_text(), str(src), "exec"), namespace)  # noqa: S102 - a companion file of this repo
+    namespace.update(keep)
+    namespace.update(overrides)
+
+
 def check_interpreted(module: Module, companion: types.ModuleType, sizes: dict, consts: dict,
                       seed: int | None = None, num_sms: int = NUM_SMS) -> list[CheckResult]:
     """Interpret `module` on fresh random inputs; compare each output with the reference.
