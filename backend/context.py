@@ -53,6 +53,12 @@ class RoleCtx:
     wg: str = ""       # warpgroup index within the role
     lane: str = ""
     warp: str = ""     # warp index within its warpgroup
+    warps: int = 0     # a role sized in warps (sm_80: no warpgroup granularity); 0: warpgroups
+
+    @property
+    def threads(self) -> int:
+        """Threads that run the role: its warps, or its warpgroups' 128 each."""
+        return 32 * self.warps if self.warps else 128 * self.warpgroups
 
 
 @dataclass
@@ -117,7 +123,7 @@ class LoweringContext:
         self.occupancy: OccupancyPlan | None = OccupancyPlan.of(kernel)
         self.tid = ""
         self.smem = ""
-        self.next_wg = 0            # first warpgroup of the next tk.role
+        self.next_warp = 0          # first warp of the next tk.role
         self.staged_stores = False  # TMA stores issued in the current role (waited for at its end)
         self.deferred: dict | None = None  # a loop's deferred stage release (pipe.arrive {deferred})
         self.deferred_copies: list = []  # cp.async steps the next mma.sync interleaves (backend/rules_sm80.py)
@@ -257,7 +263,7 @@ class LoweringContext:
 
     def role_threads(self) -> int:
         """Threads that run the current code: the role's warpgroups, or the whole block."""
-        return self.role.warpgroups * 128 if self.role is not None else self.threads
+        return self.role.threads if self.role is not None else self.threads
 
     # --- register layouts ------------------------------------------------------------------------
 

@@ -10,6 +10,10 @@ from tkir.diagnostics import CompileError
 
 # PTX ISA feature level per target: wgmma/setmaxnreg need PTX 8.0 (HOPPER.md §0, §7.1).
 PTX_FEATURES = {"sm_90a": "+ptx80", "sm_80": "+ptx70"}
+# sm_80 kernels that wait on an mbarrier phase (the cp.async producer of `pipeline`) declare PTX 7.1:
+# mbarrier.test_wait.parity needs it (PTX ISA §9.7.13.15.16); the others keep 7.0 (and their PTX).
+PARITY_WAIT = "mbarrier.test_wait.parity"
+PTX_FEATURES_PARITY_WAIT = "+ptx71"
 
 # The code generator's optimisation level is 3 up to this many lines of LLVM IR, 2 above. At 3 the
 # NVPTX code generator runs GVN where 2 runs EarlyCSE, and llvmlite's LLVM is built with assertions:
@@ -33,10 +37,10 @@ def _init() -> None:
 
 
 @cache
-def _machine(target: str, level: int = 3) -> llvm.TargetMachine:
+def _machine(target: str, level: int = 3, features: str | None = None) -> llvm.TargetMachine:
     _init()
     t = llvm.Target.from_triple("nvptx64-nvidia-cuda")
-    return t.create_target_machine(cpu=target, features=PTX_FEATURES[target], opt=level)
+    return t.create_target_machine(cpu=target, features=features or PTX_FEATURES[target], opt=level)
 
 
 def llvm_to_ptx(ir: str, target: str) -> str:
@@ -45,4 +49,5 @@ def llvm_to_ptx(ir: str, target: str) -> str:
         mod.verify()
     except RuntimeError as e:
         raise CompileError(None, f"backend produced invalid LLVM IR: {e}") from None
-    return _machine(target, codegen_level(ir)).emit_assembly(mod)
+    features = PTX_FEATURES_PARITY_WAIT if target == "sm_80" and PARITY_WAIT in ir else None
+    return _machine(target, codegen_level(ir), features).emit_assembly(mod)

@@ -56,7 +56,7 @@ def sync(cx: LoweringContext) -> None:
     if cx.role is None:
         cx.w.call("void", "llvm.nvvm.barrier0", [])
         return
-    cx.w.asm("void", [f"bar.sync {ROLE_BARRIER}, {cx.role.warpgroups * 128};"], [], [])
+    cx.w.asm("void", [f"bar.sync {ROLE_BARRIER}, {cx.role.threads};"], [], [])
 
 
 def fence_async(cx: LoweringContext) -> None:

@@ -16,8 +16,10 @@ from typing import TYPE_CHECKING
 from tkir.backend.context import RoleCtx, tile_stage_bytes
 from tkir.backend.rules import rule
 from tkir.backend.rules_memory import fence_async, sync
-from tkir.backend.values import THREADS_PER_WARPGROUP, LoweringError, Smem
+from tkir.backend.rules_sm80 import cp_async_rows
+from tkir.backend.values import LoweringError, Smem
 from tkir.ir import Operation, Value
+from tkir.target import WARP, WARPS_PER_WARPGROUP
 from tkir.types import GlobalType, TileType, dtype_bytes
 
 if TYPE_CHECKING:
@@ -41,13 +43,28 @@ def _op_pipe_barriers(cx: LoweringContext, op: Operation) -> None:
     w.start_block(init)
     for s in range(op.result.type.n):
         a = w.op(f"add i32 {addr}, {8 * s}", "b")
-        w.asm("void", ["mbarrier.init.shared::cta.b64 [$0], $1;"], ["r", "r"],
+        w.asm("void", [f"mbarrier.init.{_shared(cx)}.b64 [$0], $1;"], ["r", "r"],
               [("i32", a), ("i32", str(op.attrs["count"]))])
-    w.asm("void", ["fence.mbarrier_init.release.cluster;"], [], [])
-    w.asm("void", ["fence.proxy.async.shared::cta;"], [], [])
+    if cx.target == "sm_90a":  # sm_90 instructions; on sm_80 the block barrier below orders the init
+        w.asm("void", ["fence.mbarrier_init.release.cluster;"], [], [])
+        w.asm("void", ["fence.proxy.async.shared::cta;"], [], [])
     w.br(done)
     w.start_block(done)
     cx.pending_sync = True
+
+
+def _shared(cx: LoweringContext) -> str:
+    """The state space of a barrier operand: `.shared::cta` needs PTX ISA 7.8, which sm_80 kernels do
+    not declare; plain `.shared` is the same space (PTX ISA §9.7.13.15)."""
+    return "shared::cta" if cx.target == "sm_90a" else "shared"
+
+
+def _arrive_asm(cx: LoweringContext) -> list[str]:
+    """mbarrier.arrive on [$0], its state discarded: the sink `_` on sm_90, a scratch register on sm_80
+    (ptxas refuses the discard form there)."""
+    if cx.target == "sm_90a":
+        return ["mbarrier.arrive.shared::cta.b64 _, [$0];"]
+    return ["{", ".reg .b64 state;", "mbarrier.arrive.shared.b64 state, [$0];", "}"]
 
 
 def _bar_addr(cx: LoweringContext, bars: Value, s: Value) -> str:
@@ -74,7 +91,9 @@ def _op_pipe_wait(cx: LoweringContext, op: Operation) -> None:
     loop, ready = w.label("wait"), w.label("ready")
     w.br(loop)
     w.start_block(loop)
-    done = w.asm("i32", ["{", ".reg .pred p;", "mbarrier.try_wait.parity.shared::cta.b64 p, [$1], $2;",
+    # try_wait (sm_90) suspends the thread for a while; sm_80 has only the test (PTX ISA mbarrier.test_wait)
+    test = "try_wait" if cx.target == "sm_90a" else "test_wait"
+    done = w.asm("i32", ["{", ".reg .pred p;", f"mbarrier.{test}.parity.{_shared(cx)}.b64 p, [$1], $2;",
                          "selp.u32 $0, 1, 0, p;", "}"], ["=r", "r", "r"],
                  [("i32", bar), ("i32", parity)], "done")
     again = w.op(f"icmp eq i32 {done}, 0", "again")
@@ -102,14 +121,14 @@ def _op_pipe_arrive(cx: LoweringContext, op: Operation) -> None:
         return
     bar = _bar_addr(cx, op.operands[0], op.operands[1])
     if cx.role is not None and cx.role.single_thread:
-        w.asm("void", ["mbarrier.arrive.shared::cta.b64 _, [$0];"], ["r"], [("i32", bar)])
+        w.asm("void", _arrive_asm(cx), ["r"], [("i32", bar)])
         return
     # one arrival per warp (the barrier counts 4 per consumer warpgroup)
     first = w.op(f"icmp eq i32 {cx.role.lane}, 0", "lane0")  # type: ignore[union-attr]
     go, done = w.label("arrive"), w.label("arrived")
     w.cond_br(first, go, done)
     w.start_block(go)
-    w.asm("void", ["mbarrier.arrive.shared::cta.b64 _, [$0];"], ["r"], [("i32", bar)])
+    w.asm("void", _arrive_asm(cx), ["r"], [("i32", bar)])
     w.br(done)
     w.start_block(done)
 
@@ -127,7 +146,7 @@ def arrive_prev(cx: LoweringContext, prev: str, bars: Value) -> None:
     assert isinstance(base, Smem)
     off = w.op(f"shl i32 {prev}, 3", "boff")
     bar = w.op(f"add i32 {base.addr}, {off}", "bar")
-    w.asm("void", ["mbarrier.arrive.shared::cta.b64 _, [$0];"], ["r"], [("i32", bar)])
+    w.asm("void", _arrive_asm(cx), ["r"], [("i32", bar)])
     w.br(done)
     w.start_block(done)
 
@@ -138,6 +157,9 @@ def _op_pipe_copy(cx: LoweringContext, op: Operation) -> None:
     dst = cx.get(op.operands[0])
     assert isinstance(dst, Smem)
     bar = _bar_addr(cx, op.operands[1], op.operands[2])
+    if op.attrs.get("cp_async"):
+        copy_by_threads(cx, op, dst, bar)
+        return
     desc_sym = op.attrs["desc"].name
     desc = cx.module.lookup(desc_sym)
     if desc is None:
@@ -170,6 +192,17 @@ def _op_pipe_copy(cx: LoweringContext, op: Operation) -> None:
                        f"[$0], [$1, {{{regs}}}], [$2];"],
               ["r", "l", "r"] + ["r"] * rank,
               [("i32", d), ("ptr", tmap), ("i32", bar)] + [("i32", e) for e in [x0, *elem[1:]]])
+
+
+def copy_by_threads(cx: LoweringContext, op: Operation, dst: Smem, bar: str) -> None:
+    """`pipe.copy {cp_async = true}`: every thread of the role copies its 16-byte chunks with cp.async
+    (zero-filling past the tensor's edge, as the cp.async pipeline does), then arrives on the barrier
+    once they have landed: cp.async.mbarrier.arrive.noinc (PTX ISA §9.7.9.25.3; sm_80), counted in the
+    barrier's `count`, so waiting on the barrier also makes the copies visible."""
+    src = cx.get(op.operands[3])
+    for _ in cp_async_rows(cx, op, dst, src, [cx.scalar(v) for v in op.operands[4:]], "1"):
+        pass
+    cx.w.asm("void", [f"cp.async.mbarrier.arrive.noinc.{_shared(cx)}.b64 [$0];"], ["r"], [("i32", bar)])
 
 
 @rule("tma.store", targets=("sm_90a",), when=lambda cx, op: isinstance(op.operands[1].type, TileType))
@@ -257,34 +290,51 @@ def _op_turn_pass(cx: LoweringContext, op: Operation) -> None:
 
 @rule("tk.role")
 def _op_tk_role(cx: LoweringContext, op: Operation) -> None:
+    """A branch on the warp index into the role's warps (roles take consecutive warps in IR order):
+    warpgroups on sm_90a, with setmaxnreg; `warps = N` on sm_80, which has no setmaxnreg (every thread
+    keeps the launch's registers). A TMA producer runs on one thread; a cp.async producer (sm_80) on all
+    of its threads, which wait for their last copies before they exit."""
     w = cx.w
     if cx.pending_sync:
         w.call("void", "llvm.nvvm.barrier0", [])
         cx.pending_sync = False
     kind = str(op.attrs["kind"])
-    first_wg = cx.next_wg
-    n = int(op.attrs["warpgroups"])
-    cx.next_wg += n
-    if (first_wg + n) * THREADS_PER_WARPGROUP > cx.threads:  # a role no thread would run
-        raise LoweringError(op.loc, f"backend: role '{op.attrs['kind']}' needs warpgroups {first_wg}.."
-                                    f"{first_wg + n - 1} but the block has {cx.threads} threads "
+    by_warps = isinstance(op.attrs.get("warps"), int)
+    n = int(op.attrs["warps"]) if by_warps else int(op.attrs["warpgroups"])
+    n_warps = n if by_warps else n * WARPS_PER_WARPGROUP
+    first_warp = cx.next_warp
+    cx.next_warp += n_warps
+    if (first_warp + n_warps) * WARP > cx.threads:  # a role no thread would run
+        raise LoweringError(op.loc, f"backend: role '{op.attrs['kind']}' needs warps {first_warp}.."
+                                    f"{first_warp + n_warps - 1} but the block has {cx.threads} threads "
                                     "(plan-occupancy and pipeline disagree)")
-    wg_all = w.op(f"lshr i32 {cx.tid}, 7", "wg")
-    ge = w.op(f"icmp uge i32 {wg_all}, {first_wg}", "ge")
-    lt = w.op(f"icmp ult i32 {wg_all}, {first_wg + n}", "lt")
+    if not by_warps and first_warp % WARPS_PER_WARPGROUP:
+        raise LoweringError(op.loc, f"backend: role '{kind}' of warpgroups starts at warp {first_warp}, inside a "
+                                    "warpgroup")
+    if by_warps:
+        warp_all = w.op(f"lshr i32 {cx.tid}, 5", "warp_all")
+        ge = w.op(f"icmp uge i32 {warp_all}, {first_warp}", "ge")
+        lt = w.op(f"icmp ult i32 {warp_all}, {first_warp + n_warps}", "lt")
+    else:
+        wg_all = w.op(f"lshr i32 {cx.tid}, 7", "wg")
+        first_wg = first_warp // WARPS_PER_WARPGROUP
+        ge = w.op(f"icmp uge i32 {wg_all}, {first_wg}", "ge")
+        lt = w.op(f"icmp ult i32 {wg_all}, {first_wg + n}", "lt")
     inside = w.op(f"and i1 {ge}, {lt}", "in_role")
     body, after = w.label(f"role_{kind}"), w.label(f"after_{kind}")
     w.cond_br(inside, body, after)
     w.start_block(body)
     regs = int(op.attrs.get("regs") or 0)
-    if regs:
+    if regs and cx.target == "sm_90a":
         which = "dec" if regs < cx.init_cap else "inc"
         w.call("void", f"llvm.nvvm.setmaxnreg.{which}.sync.aligned.u32", [("i32", str(regs))])
-    ctx = RoleCtx(kind, first_wg, n, single_thread=(kind == "producer"))
-    ctx.tid = w.op(f"sub i32 {cx.tid}, {first_wg * THREADS_PER_WARPGROUP}", "rtid")
+    cp_async = kind == "producer" and _copies_by_threads(op)
+    ctx = RoleCtx(kind, first_warp // WARPS_PER_WARPGROUP, n if not by_warps else -(-n // WARPS_PER_WARPGROUP),
+                  single_thread=(kind == "producer" and not cp_async), warps=n if by_warps else 0)
+    ctx.tid = w.op(f"sub i32 {cx.tid}, {first_warp * WARP}", "rtid")
     ctx.wg = w.op(f"lshr i32 {ctx.tid}, 7", "rwg")
     ctx.lane = w.op(f"and i32 {cx.tid}, 31", "lane")
-    t128 = w.op(f"and i32 {cx.tid}, 127", "t128")
+    t128 = w.op(f"and i32 {ctx.tid if by_warps else cx.tid}, 127", "t128")
     ctx.warp = w.op(f"lshr i32 {t128}, 5", "warp")
     cx.role = ctx
     end = w.label(f"end_{kind}")
@@ -296,6 +346,8 @@ def _op_tk_role(cx: LoweringContext, op: Operation) -> None:
     with cx.scope():  # a role's thread index differs from the next role's
         for inner in op.body.ops:
             cx.lower_op(inner)
+    if cp_async:  # the block's shared memory must outlive this thread's last copies
+        w.asm("void", ["cp.async.wait_all;"], [], [])
     if cx.staged_stores:  # TMA stores must finish reading shared memory before the block exits
         lead = w.op(f"icmp eq i32 {w.op(f'and i32 {ctx.tid}, 127', 't')}, 0", "wglead")
         cx.if_then(lead, lambda: w.asm("void", ["cp.async.bulk.wait_group 0;"], [], []))
@@ -305,3 +357,8 @@ def _op_tk_role(cx: LoweringContext, op: Operation) -> None:
     w.emit("ret void")
     cx.role = None
     w.start_block(after)
+
+
+def _copies_by_threads(role: Operation) -> bool:
+    """A role whose copies are cp.async (`pipe.copy {cp_async = true}`): every thread issues its share."""
+    return any(o.name == "pipe.copy" and o.attrs.get("cp_async") for o in role.walk())

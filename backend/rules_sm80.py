@@ -247,7 +247,7 @@ def _async_copy_steps(cx: LoweringContext, op: Operation) -> Iterator[None]:
     stage = Smem(cx.w.op(f"add i32 {buf.addr}, {off}", "stage"), buf.type.with_attr("stages", None))
     src = cx.get(op.operands[3])
     assert isinstance(src, Global)
-    yield from _cp_async_rows(cx, op, stage, src, [cx.scalar(v) for v in op.operands[4:]], cond)
+    yield from cp_async_rows(cx, op, stage, src, [cx.scalar(v) for v in op.operands[4:]], cond)
 
 
 @rule("pipe.async_wait")
@@ -262,7 +262,7 @@ def _op_pipe_async_wait(cx: LoweringContext, op: Operation) -> None:
     _barrier(cx)
 
 
-def _cp_async_rows(cx: LoweringContext, op: Operation, dst: Smem, src: Global, coords: list[str],
+def cp_async_rows(cx: LoweringContext, op: Operation, dst: Smem, src: Global, coords: list[str],
                    cond: str) -> Iterator[None]:
     """A tile copy whose rounds differ by whole rows (the block's threads cover a whole number of tile
     rows per round, checked for every thread with numpy): round 0's global index and edge tests are
@@ -571,8 +571,8 @@ def _op_tk_store(cx: LoweringContext, op: Operation) -> None:
     plane, nrows, ncols = _plane(cx, ptr, gty, coords)
     r_tile, c_tile = coords[-2:]
     lay = val.layout
-    slots = slot_coords(lay, t.shape, LLVMBuilder(w), cx.tid)
-    tids = np.arange(cx.threads)
+    slots = slot_coords(lay, t.shape, LLVMBuilder(w), cx.thread_index())  # a consumer role's own index
+    tids = np.arange(cx.role_threads())
     num = [[np.broadcast_to(x, tids.shape) for x in sl] for sl in slot_coords(lay, t.shape, NumpyBuilder(), tids)]
     row0 = w.op(f"mul i32 {r_tile}, {t.rows}", "r0")
     col0 = w.op(f"mul i32 {c_tile}, {t.cols}", "c0")

@@ -19,7 +19,17 @@ into the warp-specialized form (HOPPER.md §5.4, §7.2; CUTLASS `PipelineTmaAsyn
 S is the loop's `stages` attribute (`@stages(n)`) or the kernel's `occupancy.stages` chosen by
 plan-occupancy (which must run first); roles and their registers come from `occupancy.roles`.
 Kernels without such a loop are left unchanged. Assumes `create-tma` turned the loads into
-`tma.load`. Loops with another lower bound or step count stages by the iteration number
+`tma.load`.
+
+sm_80 (no TMA, no transaction counts, no setmaxnreg; CUTLASS's sm90 `KernelCpAsyncWarpSpecialized`
+schedule on the mma.sync path): where plan-occupancy planned a producer role of `warps = P`
+(`plan-occupancy{producer_warps}`), the loop's `tk.load`s of shared tiles (pipeline-cp-async's
+conditions) become `pipe.copy {cp_async = true}`: every producer thread copies its 16-byte chunks and
+arrives on `full[s]` when they land, so `full` counts 32 P x copies per stage and there is no
+`pipe.expect`; `empty` counts the consumer warps; the mma is synchronous (mma.sync), so each consumer
+warp releases the stage right after its last read, not deferred. Roles are sized in warps.
+
+Loops with another lower bound or step count stages by the iteration number
 (k - lo) / step.
 """
 
@@ -31,8 +41,10 @@ from tkir.diagnostics import CompileError
 from tkir.facts import OccupancyPlan, RolePlan
 from tkir.ir import Block, Module, Operation, Region, Value
 from tkir.passes.builder import OpBuilder
+from tkir.passes.pipeline_cp_async import cp_async_loop_loads
 from tkir.passmanager import Options, Pass
-from tkir.types import I32, Ident, TileType, VectorType
+from tkir.target import WARP
+from tkir.types import I32, GlobalType, Ident, TileType, VectorType
 
 WARPS_PER_WARPGROUP = 4  # HOPPER.md §1.1
 
@@ -56,6 +68,9 @@ def _pipelinable_loop(kernel: Operation) -> Operation | None:
     plan = OccupancyPlan.of(kernel)
     if plan is not None and plan.role("producer") is None:
         return None  # plan-occupancy chose no warp specialization: one role runs the whole block
+    if _cp_async_plan(plan):  # sm_80: the loads are tk.load, under pipeline-cp-async's conditions
+        return next((op for op in kernel.body.ops if op.name == "scf.for"
+                     and cp_async_loop_loads(kernel, op) is not None), None)
     for op in kernel.body.ops:
         loads = [i for i in op.body.ops if i.name == "tma.load"] if op.name == "scf.for" else []
         tiles = [i for i in loads if isinstance(i.operands[0].type, TileType)]
@@ -68,6 +83,12 @@ def _pipelinable_loop(kernel: Operation) -> Operation | None:
                                             "before the loop")
             return op
     return None
+
+
+def _cp_async_plan(plan: OccupancyPlan | None) -> bool:
+    """A producer role sized in warps: plan-occupancy's sm_80 cp.async producer."""
+    prod = plan.role("producer") if plan is not None else None
+    return prod is not None and prod.warps is not None
 
 
 @dataclass(frozen=True)
@@ -85,6 +106,8 @@ class _Ring:
     lo: Value
     step: Value
     unit: bool   # the loop runs from 0 with step 1: the iteration number is its index
+    cp_async: bool = False  # the producer's threads copy with cp.async (sm_80); else one thread, TMA
+    copiers: int = 1        # threads that arrive on `full` per copy (cp.async: the producer's)
 
 
 def _pipeline(kernel: Operation, loop: Operation) -> None:
@@ -96,14 +119,21 @@ def _pipeline(kernel: Operation, loop: Operation) -> None:
     unplanned = RolePlan(regs=0, warpgroups=1)
     consumer = (plan.role("consumer") if plan is not None else None) or unplanned
     producer = (plan.role("producer") if plan is not None else None) or unplanned
-    n_consumers = consumer.warpgroups or 1
+    cp_async = _cp_async_plan(plan)
+    if cp_async:
+        loads = cp_async_loop_loads(kernel, loop) or []
+        size = "warps"
+    else:
+        loads = [op for op in loop.body.ops if op.name == "tma.load"]
+        size = "warpgroups"
+    n_consumers = (consumer.warps if cp_async else consumer.warpgroups) or 1
+    n_producers = (producer.warps if cp_async else producer.warpgroups) or 1
 
-    loads = [op for op in loop.body.ops if op.name == "tma.load"]
     buffers = _ring_buffers(kernel, loop, loads, stages)
-    ring = _barriers(kernel.body, loop, stages, n_consumers)
-    prod_role = Operation("tk.role", attrs={"kind": Ident("producer"), "warpgroups": producer.warpgroups or 1,
+    ring = _barriers(kernel.body, loop, stages, n_consumers, n_producers * WARP * len(loads) if cp_async else 0)
+    prod_role = Operation("tk.role", attrs={"kind": Ident("producer"), size: n_producers,
                                             "regs": producer.regs}, regions=[Region()])
-    cons_role = Operation("tk.role", attrs={"kind": Ident("consumer"), "warpgroups": n_consumers,
+    cons_role = Operation("tk.role", attrs={"kind": Ident("consumer"), size: n_consumers,
                                             "regs": consumer.regs}, regions=[Region()])
     _split_roles(kernel.body, loop, prod_role, cons_role, ring)
     prod_role.body.append(_producer_loop(loop, loads, ring))
@@ -123,18 +153,22 @@ def _ring_buffers(kernel: Operation, loop: Operation, loads: list[Operation], st
     return buffers
 
 
-def _barriers(body: Block, loop: Operation, stages: int, n_consumers: int) -> _Ring:
+def _barriers(body: Block, loop: Operation, stages: int, n_consumers: int, cp_async_arrivals: int = 0) -> _Ring:
     """Step 2: the `full` and `empty` barrier arrays and the constants of the stage/phase arithmetic,
-    right before the loop."""
+    right before the loop. `n_consumers` counts warpgroups (TMA) or, with cp_async_arrivals (the
+    producer threads' arrivals per stage, sm_80), warps."""
     b = OpBuilder(body, loop)
     bars_t = VectorType("sv", "i64", stages)
-    full = b.op("pipe.barriers", [], "full", {"count": 1}, bars_t)
-    empty = b.op("pipe.barriers", [], "empty", {"count": WARPS_PER_WARPGROUP * n_consumers}, bars_t)
+    cp_async = cp_async_arrivals > 0
+    full = b.op("pipe.barriers", [], "full", {"count": cp_async_arrivals if cp_async else 1}, bars_t)
+    consumer_warps = n_consumers if cp_async else WARPS_PER_WARPGROUP * n_consumers
+    empty = b.op("pipe.barriers", [], "empty", {"count": consumer_warps}, bars_t)
     nstages, one, two = b.const(stages, "nstages"), b.const(1, "one"), b.const(2, "two")
     lo, _, step = loop.operands[:3]
     unit = _is_const(lo, 0) and _is_const(step, 1)
     zero = lo if unit else b.const(0, "zero")
-    return _Ring(stages, full, empty, nstages, one, two, zero, lo, step, unit)
+    copiers = cp_async_arrivals // max(1, sum(1 for op in loop.body.ops if _is_tile_copy(op))) if cp_async else 1
+    return _Ring(stages, full, empty, nstages, one, two, zero, lo, step, unit, cp_async, copiers)
 
 
 def _split_roles(body: Block, loop: Operation, prod_role: Operation, cons_role: Operation, ring: _Ring) -> None:
@@ -143,7 +177,7 @@ def _split_roles(body: Block, loop: Operation, prod_role: Operation, cons_role: 
     TMA loads outside the loop (e.g. attention's Q tile) get a barrier of their own: the producer
     issues them before its loop, the consumers wait for them before theirs."""
     idx = body.ops.index(loop)
-    single = [op for op in body.ops[:idx] if op.name == "tma.load"]
+    single = [op for op in body.ops[:idx] if (_is_tile_copy(op) if ring.cp_async else op.name == "tma.load")]
     consumer_ops = [op for i, op in enumerate(body.ops) if i >= idx or _is_register_work(op)]
     for op in consumer_ops + single:
         body.remove(op)
@@ -153,11 +187,13 @@ def _split_roles(body: Block, loop: Operation, prod_role: Operation, cons_role: 
         cons_role.body.append(op)
     if not single:
         return
-    once = OpBuilder(body, prod_role).op("pipe.barriers", [], "once", {"count": 1}, VectorType("sv", "i64", 1))
+    count = ring.copiers * len(single) if ring.cp_async else 1
+    once = OpBuilder(body, prod_role).op("pipe.barriers", [], "once", {"count": count}, VectorType("sv", "i64", 1))
     prod = OpBuilder(prod_role.body)
-    prod.void("pipe.expect", [once, ring.zero], {"bytes": _bytes(single)})
+    if not ring.cp_async:
+        prod.void("pipe.expect", [once, ring.zero], {"bytes": _bytes(single)})
     for ld in single:
-        prod.void("pipe.copy", [ld.operands[0], once, ring.zero, *ld.operands[1:]], dict(ld.attrs))
+        prod.void("pipe.copy", [ld.operands[0], once, ring.zero, *ld.operands[1:]], _copy_attrs(ld, ring))
     cons_role.body.insert(0, Operation("pipe.wait", [once, ring.zero, ring.zero]))
 
 
@@ -170,13 +206,14 @@ def _producer_loop(loop: Operation, loads: list[Operation], ring: _Ring) -> Oper
     s, phase = _stage_and_phase(b, k, ring)
     free = b.op("arith.sub", [ring.one, phase], "free_phase")
     b.void("pipe.wait", [ring.empty, s, free])
-    b.void("pipe.expect", [ring.full, s], {"bytes": _bytes(loads)})
+    if not ring.cp_async:  # cp.async copies arrive themselves, one arrival per producer thread and copy
+        b.void("pipe.expect", [ring.full, s], {"bytes": _bytes(loads)})
     mapping: dict[Value, Value] = {loop.body.args[0]: k}
     for ld in loads:
         coords = [_clone_scalar_chain(c, loop, b, mapping) for c in ld.operands[2:]]
         buf = ld.operands[0]
         view = b.op("pipe.stage", [buf, s], f"{buf.name}_s", rtype=buf.type.with_attr("stages", None))
-        b.void("pipe.copy", [view, ring.full, s, ld.operands[1], *coords], dict(ld.attrs))
+        b.void("pipe.copy", [view, ring.full, s, ld.operands[1], *coords], _copy_attrs(ld, ring))
     b.void("scf.yield", [])
     return Operation("scf.for", loop.operands[:3], [], dict(loop.attrs), regions=[Region(blk)], loc=loop.loc)
 
@@ -201,12 +238,24 @@ def _consume_stages(loop: Operation, loads: list[Operation], buffers: list[Value
     # keep one wgmma group in flight: the stage read by iteration k is released after iteration k+1
     # has issued its mma and waited for k's (CUTLASS's K_PIPE_MMAS = 1; HOPPER.md §1.4)
     # (needs two stages or more: with one, the next iteration's load waits for this release)
-    defer = ring.stages >= 2
+    defer = ring.stages >= 2 and not ring.cp_async  # mma.sync has read its stage when it returns
     users = _block_users(lb) if defer else {}
     for op in lb.ops:
         if defer and op.name == "tk.mma" and _feeds_only_yield(op, users):
             op.attrs["async_groups"] = 1
     lb.insert_after(last_use, Operation("pipe.arrive", [ring.empty, s], attrs={"deferred": True} if defer else {}))
+
+
+def _copy_attrs(ld: Operation, ring: _Ring) -> dict[str, object]:
+    """The attrs of the pipe.copy that replaces load `ld`: its own, and on sm_80 `cp_async = true`."""
+    return {**ld.attrs, "cp_async": True} if ring.cp_async else dict(ld.attrs)
+
+
+def _is_tile_copy(op: Operation) -> bool:
+    """A copy of a global tensor into a shared tile (tk.load or tma.load)."""
+    return (op.name in ("tk.load", "tma.load") and not op.results and len(op.operands) >= 2
+            and isinstance(op.operands[0].type, TileType) and op.operands[0].type.space == "st"
+            and isinstance(op.operands[1].type, GlobalType))
 
 
 def _stage_and_phase(b: OpBuilder, k: Value, ring: _Ring) -> tuple[Value, Value]:

@@ -143,6 +143,13 @@ class _Match:
     step: int                # the loop's constant step (> 0)
 
 
+def cp_async_loop_loads(kernel: Operation, loop: Operation) -> list[Operation] | None:
+    """The loop's tile loads if this schedule (or the sm_80 producer warps of plan-occupancy and
+    `pipeline`, which share its conditions) applies to it, else None."""
+    m = _match(kernel, loop) if loop.parent is kernel.body else None
+    return m.loads if m is not None else None
+
+
 def _match(kernel: Operation, loop: Operation) -> _Match | None:
     """The loop's tile loads if the schedule applies (module docstring), else None."""
     step = _const(loop.operands[2])

@@ -72,7 +72,8 @@ from tkir.ir import Block, Loc, Module, Operation, Value, parent_op
 from tkir.layout import auto_consumer_warpgroups, layout_of
 from tkir.layout import regs_per_thread as layout_regs
 from tkir.ops import TILE_BINARY, TILE_UNARY
-from tkir.passmanager import Options, Pass
+from tkir.passes.shared_access import no_producer
+from tkir.passmanager import Options, ParamError, Pass, param
 from tkir.target import (
     MAX_BLOCKS_PER_SM,
     MAX_REGS_PER_THREAD,
@@ -103,6 +104,15 @@ PRODUCER_REGS = (40, 24)           # CUTLASS producer setmaxnreg.dec values, pre
 # and the consumers 160. Measured: attention at head dim 64 with overlap-mma spills 48 B and serializes
 # its wgmmas at 152 (ptxas C7512), neither at 160.
 PRODUCER_REGS_MANY = (32, 24)
+# sm_80 cp.async producer warps (plan-occupancy{producer_warps}): one per scheduler, so that each issues a
+# quarter of the copies beside its two consumer warps; 9 warps cost the registers of 12 (SCHEDULERS_PER_SM).
+# Measured on the H200, gemm 256x128x64 S4 at 4096^3 (docs/experiments.md, session 12): 1 warp 291-294
+# TFLOP/s, 2 warps 350, 4 warps 370-376, the one-role loop (0) 353-355.
+# warp schedulers (SM sub-partitions) per SM, each with 16384 registers (HOPPER.md, the occupancy table:
+# "registers split over 4 SM sub-partitions"; ptxas caps 288 threads at 168 registers, not 224)
+SCHEDULERS_PER_SM = 4
+AUTO_PRODUCER_WARPS = SCHEDULERS_PER_SM
+MAX_PRODUCER_WARPS = 8
 MAX_AUTO_STAGES = 4
 
 OVERHEAD_REGS = 16
@@ -122,17 +132,32 @@ ELEMENTWISE = tuple(f"tk.{n}" for n in (*TILE_BINARY, *TILE_UNARY, "cast", "cmp"
 
 class PlanOccupancy(Pass):
     name = "plan-occupancy"
+    producer_warps: int | None = param(
+        None, "sm_80 (mma.sync path): copy warps added to the block for a loop that loads shared tiles and feeds "
+              "tk.mma, which `pipeline` turns into a cp.async producer role (unset: 4, one per scheduler, for a "
+              "loop that only copies and multiplies, when the registers fit, else 0; 0: none, the ablation)")
+
+    def __post_init__(self) -> None:
+        if self.producer_warps is not None and not 0 <= self.producer_warps <= MAX_PRODUCER_WARPS:
+            raise ParamError("producer_warps", f"plan-occupancy: producer_warps={self.producer_warps} must be "
+                                               f"0..{MAX_PRODUCER_WARPS}")
 
     def run(self, module: Module, options: Options) -> None:
         for kernel in module.kernels():
-            kernel.attrs[OccupancyPlan.ATTR] = plan_kernel(kernel).to_attr()
+            kernel.attrs[OccupancyPlan.ATTR] = plan_kernel(kernel, self.producer_warps).to_attr()
 
 
-def plan_kernel(kernel: Operation) -> OccupancyPlan:
-    """The occupancy plan of one kernel (also sets `stages` on its pipelined loops)."""
+def plan_kernel(kernel: Operation, producer_warps: int | None = None) -> OccupancyPlan:
+    """The occupancy plan of one kernel (also sets `stages` on its pipelined loops). `producer_warps`:
+    PlanOccupancy's parameter (sm_80 copy warps; None: the automatic choice)."""
     rings = _ring_buffers(kernel)
     loops = list(dict.fromkeys(rings.values()))
     ws_loop = next((lp for lp in loops if _is_warp_specialized(lp, rings)), None)
+    if ws_loop is None and isinstance(kernel.attrs.get("warps"), int) and producer_warps != 0 \
+            and not (producer_warps is None and no_producer(kernel)):
+        plan = _plan_cp_async_producer(kernel, rings, loops, producer_warps)
+        if plan is not None:
+            return plan
 
     if ws_loop is not None:
         consumers = _consumer_warpgroups(kernel, ws_loop)
@@ -186,6 +211,73 @@ def plan_kernel(kernel: Operation) -> OccupancyPlan:
         blocks = max(blocks, requested)
     return OccupancyPlan(stages=stages, roles=roles, blocks_per_sm=blocks, smem_bytes=smem_bytes,
                          threads=threads, budget=budget, smem=smem.breakdown(loops, stages))
+
+
+def _plan_cp_async_producer(kernel: Operation, rings: dict[Value, Operation], loops: list[Operation],
+                            producer_warps: int | None) -> OccupancyPlan | None:
+    """sm_80 warp specialization without TMA (CUTLASS's sm90 `KernelCpAsyncWarpSpecialized` schedule, on
+    the mma.sync path): P producer warps copy every k-tile with cp.async and arrive on the stage's
+    mbarrier when their copies land; the W warps of the layouts only wait, multiply and release. No
+    setmaxnreg on sm_80, so every thread gets the launch's registers, a quarter of the register file over
+    the warps of the busiest scheduler (SCHEDULERS_PER_SM): the consumers' need must fit that. Measured
+    reason (docs/experiments.md, session 12): in the one-role cp.async loop the mma warps stall on the
+    copies' address arithmetic and on the per-k-tile block barrier; with the producer warps the gemm
+    256x128x64 runs 3-5% faster on the H200, 128x256x64 the same.
+
+    None (plan as before: one compute role) when the source asks for no producer
+    (`@warpgroups(producers=0)`, unless producer_warps says otherwise) or for more than one block per SM,
+    when no loop qualifies (`pipeline-cp-async`'s conditions: its loads are ring-bufferable tiles at the
+    top of the loop, and it feeds tk.mma), or, with the automatic choice, when the loop does more than copy
+    and multiply (attention's softmax: measured 0.82-0.95x of its one-role loop), or the consumers'
+    registers do not fit. An explicit `producer_warps` is planned whatever the registers: the roles get
+    the fit, and ptxas spills what does not (`tkc report` shows it)."""
+    from tkir.passes.pipeline_cp_async import cp_async_loop_loads  # noqa: PLC0415 (pass imports pass)
+
+    loop = next((lp for lp in loops if cp_async_loop_loads(kernel, lp) is not None), None)
+    if loop is None:
+        return None
+    explicit = producer_warps is not None
+    requested = requested_blocks_per_sm(kernel)
+    if producer_warps is None:
+        if not _only_copies_and_mma(loop) or (requested or 1) > 1:
+            return None  # producer warps are planned for one block per SM (@blocks_per_sm(B > 1) asks for more)
+        producer_warps = AUTO_PRODUCER_WARPS
+    warps = int(kernel.attrs["warps"])
+    threads = WARP_SIZE * (warps + producer_warps)
+    if threads > MAX_THREADS_PER_BLOCK:
+        return None
+    budget, largest = _register_budget(kernel, WARP_SIZE * warps)
+    # the consumers compute no copy addresses (the producer does): of the kernel's pointers and scalars
+    # they keep the output's pointer (measured: the 256x128x64 gemm's consumers fit ptxas's 168 without
+    # spills, where the one-role budget predicts 184)
+    needed = _round_up(budget.total - budget.addr_regs + POINTER_REGS, REG_ALLOC_UNIT)
+    # warps are spread round-robin over the SM's 4 schedulers, each with a quarter of the register file,
+    # so 9 warps (3 on one scheduler) get what 12 get: 65536 / 4 / (3 x 32) -> 168 (ptxas's cap at 288 threads)
+    per_scheduler = -(-(warps + producer_warps) // SCHEDULERS_PER_SM)
+    fit = min(REGS_PER_SM // SCHEDULERS_PER_SM // (per_scheduler * WARP_SIZE) // REG_ALLOC_UNIT * REG_ALLOC_UNIT,
+              MAX_ROLE_REGS)
+    if needed > fit and not explicit:
+        return None  # asked for explicitly, it is planned anyway: ptxas fits the registers (tkc report: spills)
+    needed = min(needed, fit)
+    smem = _SharedMemory(kernel, rings, barrier_loops={loop})
+    stages = smem.choose_stages(loops)
+    for lp in loops:
+        lp.attrs.setdefault("stages", stages)
+    smem_bytes = smem.total(loops, stages)
+    roles = (("producer", RolePlan(needed, warps=producer_warps)), ("consumer", RolePlan(needed, warps=warps)))
+    blocks = min(SMEM_PER_SM // _block_smem(smem_bytes), REGS_PER_SM // (threads * needed),
+                 MAX_WARPS_PER_SM // (threads // WARP_SIZE), MAX_BLOCKS_PER_SM)
+    if requested is not None:
+        _check_requested(kernel, requested, True, threads, smem_bytes, budget)
+        blocks = max(blocks, requested)
+    return OccupancyPlan(stages=stages, roles=roles, blocks_per_sm=blocks, smem_bytes=smem_bytes,
+                         threads=threads, budget=budget, smem=smem.breakdown(loops, stages))
+
+
+def _only_copies_and_mma(loop: Operation) -> bool:
+    """A loop body of copies into shared tiles, tk.mma and scalar arithmetic (a GEMM's k-loop)."""
+    return all(op.name in (*COPIES_TO_SHARED, "tk.mma", "scf.yield") or op.name.startswith("arith.")
+               for op in loop.body.ops)
 
 
 def _block_smem(smem_bytes: int) -> int:
@@ -472,12 +564,14 @@ def _def_loc(v: Value) -> Loc | None:
 
 
 class _SharedMemory:
-    def __init__(self, kernel: Operation, rings: dict[Value, Operation]):
+    def __init__(self, kernel: Operation, rings: dict[Value, Operation],
+                 barrier_loops: set[Operation] | None = None):
         self.kernel = kernel
         self.rings = rings
         tma_dsts = {o.operands[0] for o in kernel.walk() if o.name == "tma.load"}
         tma_dsts |= {o.operands[1] for o in kernel.walk() if o.name == "tma.store"}
-        self.tma_loops = {rings[v] for v in tma_dsts if v in rings}
+        # loops whose stages get full/empty mbarriers: TMA loops, and sm_80 cp.async producer loops
+        self.tma_loops = {rings[v] for v in tma_dsts if v in rings} | (barrier_loops or set())
         self.tiles: list[tuple[Operation, int, int]] = []  # (alloc, slot bytes, align)
         for op in kernel.walk():
             if op.name != "tk.alloc":

@@ -105,3 +105,20 @@ def test_carried_bf16_fragment_reaches_wgmma_without_copies() -> None:
     k = tkir.compile("examples/attention_fwd.tk", D=128, BQ=128, BKV=128, STAGES=2)
     unpacks = re.findall(r"mov\.b32\s+\{%rs\d+, %rs\d+\}, %r\d+;", k.asm["ptx"])
     assert unpacks == []
+
+
+@pytest.mark.parametrize("consts", [{}, {"BM": 256, "BN": 128, "BK": 64, "STAGES": 4}])
+def test_sm80_gemm_producer_warps_sass(consts: dict) -> None:
+    """The sm_80 gemm's default schedule: 4 cp.async producer warps and 8 mma warps, 384 threads at ptxas's
+    168-register cap without spills; the copies are LDGSTS with mbarrier arrivals (ARRIVES.LDGSTSBAR; the
+    phase tests are shared loads in sm_80 SASS, SYNCS.PHASECHK once the driver builds it for sm_90), and the
+    only block barrier follows the mbarrier init."""
+    k = tkir.compile("examples/gemm.tk", target="sm_80", **consts)
+    sass = k.asm["sass"]
+    assert k.launch["block"] == [384, 1, 1]
+    assert "HMMA.16816.F32.BF16" in sass and "LDGSTS" in sass and "LDSM" in sass
+    assert "ARRIVES.LDGSTSBAR" in sass
+    assert "USETMAXREG" not in sass and "HGMMA" not in sass
+    assert len(re.findall(r"\bBAR\.SYNC", sass)) == 1
+    assert not local_memory_ops(sass)
+    assert k.asm["ptxas"].registers <= 168

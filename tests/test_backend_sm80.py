@@ -32,6 +32,7 @@ from tkir.backend.rules_sm80 import (
 )
 from tkir.backend.toolchain import local_memory_ops, sass_count
 from tkir.backend.values import Global, Smem
+from tkir.facts import OccupancyPlan
 from tkir.layout import SharedLayout, fragment, make_layout
 from tkir.parser import parse_module
 from tkir.passes.registry import DEFAULT_PIPELINE
@@ -331,13 +332,18 @@ def test_sm80_mma_kernels_use_ldgsts_ldsm_hmma(name: str, consts: dict) -> None:
     assert re.search(r"LDGSTS\.E\.BYPASS\.128 \[[^]]*\], \[[^]]*\], !?P\d", sass)
     assert "ZFILL" not in sass
     assert not local_memory_ops(sass)
-    assert k.launch["block"][0] == 32 * k.module.kernel.attrs["warps"]
+    producer = OccupancyPlan.of(k.module.kernel).role("producer")   # a gemm's cp.async producer warps
+    assert (producer is not None) == (name == "gemm")
+    assert k.launch["block"][0] == 32 * (k.module.kernel.attrs["warps"] + (producer.warps if producer else 0))
 
 
-ONE_D = ",".join("infer-layouts{mma_warps_n=1}" if p == "infer-layouts" else p for p in DEFAULT_PIPELINE)
+# the one-role cp.async loop (a gemm's loop would otherwise get producer warps: plan-occupancy{producer_warps})
+ONE_ROLE = ",".join("plan-occupancy{producer_warps=0}" if p == "plan-occupancy" else p for p in DEFAULT_PIPELINE)
+ONE_D = ",".join({"infer-layouts": "infer-layouts{mma_warps_n=1}",
+                  "plan-occupancy": "plan-occupancy{producer_warps=0}"}.get(p, p) for p in DEFAULT_PIPELINE)
 
 
-@pytest.mark.parametrize("passes, ldsm", [(None, 32), (ONE_D, 68)], ids=["grid", "one-d"])
+@pytest.mark.parametrize("passes, ldsm", [(ONE_ROLE, 32), (ONE_D, 68)], ids=["grid", "one-d"])
 def test_sm80_gemm_counts(passes: str | None, ldsm: int) -> None:
     k = tkir.compile("examples/gemm.tk", target="sm_80", passes=passes)
     sass = k.asm["sass"]
@@ -346,7 +352,7 @@ def test_sm80_gemm_counts(passes: str | None, ldsm: int) -> None:
     # 1-D ablation: 16-row warps, 4 x 1 for A and 4 x 16 for B); 256 threads copy 128 x 64 x 2 B of A
     # and 64 x 256 x 2 B of B = 1024 + 2048 16-byte chunks: 12 cp.async each, in the loop and for each
     # of the 3 k-tiles the 4-stage pipeline issues ahead (pipeline-cp-async)
-    assert ("warps_n = 4" in k.ir) == (passes is None)
+    assert ("warps_n = 4" in k.ir) == (passes == ONE_ROLE)
     assert sass_count(sass, "HMMA") == 128
     assert sass_count(sass, "LDSM") == ldsm
     assert sass_count(sass, "LDGSTS") == 4 * 12
@@ -357,7 +363,7 @@ def test_sm80_gemm_counts(passes: str | None, ldsm: int) -> None:
 
 
 def test_sm80_loop_orders_barriers_around_the_copies() -> None:
-    ptx = tkir.compile("examples/gemm.tk", target="sm_80").asm["ptx"]
+    ptx = tkir.compile("examples/gemm.tk", target="sm_80", passes=ONE_ROLE).asm["ptx"]
     body = ptx[ptx.index("cp.async.wait_group 2"):]
     pat = r"bar\.sync|cp\.async\.cg|cp\.async\.commit_group|cp\.async\.wait_group|mma\.sync|ldmatrix"
     order = [m.group(0) for m in re.finditer(pat, body)]

@@ -1,5 +1,6 @@
 """The pipelined mma.sync path (`--target sm_80`: pipeline-cp-async, cp.async ring buffers, fragments
-loaded ahead of their mma.sync) on the GPU against the examples' numpy references (marked gpu; no
+loaded ahead of their mma.sync; for a loop that only copies and multiplies, cp.async producer warps and
+consumer warps meeting at mbarriers, plan-occupancy{producer_warps} and pipeline) on the GPU against the examples' numpy references (marked gpu; no
 torch: tkir's own device arrays). Sizes include ragged M, N, K and sequence lengths, a K shorter than
 the pipeline's prologue, the tile shape recommended for mma.sync (BM=256 BN=128 BK=64), and the
 ablations (without the pass; fragments loaded right before their mma.sync)."""
@@ -16,9 +17,15 @@ from tkir.examples import load_companion, relative_error
 from tkir.passes.registry import DEFAULT_PIPELINE
 
 GEMM_SM80 = {"BM": 256, "BN": 128, "BK": 64, "STAGES": 3}
-NO_PIPE = ",".join(p for p in DEFAULT_PIPELINE if p != "pipeline-cp-async")
-AHEAD0 = ",".join("pipeline-cp-async{fragments_ahead=0}" if p == "pipeline-cp-async" else p
+# a gemm's loop gets cp.async producer warps by default (plan-occupancy{producer_warps}); the one-role
+# cp.async loop of pipeline-cp-async is its ablation, and NO_PIPE / AHEAD0 ablate that loop
+_PW0 = "plan-occupancy{producer_warps=0}"
+PW0 = ",".join(_PW0 if p == "plan-occupancy" else p for p in DEFAULT_PIPELINE)
+NO_PIPE = ",".join(_PW0 if p == "plan-occupancy" else p for p in DEFAULT_PIPELINE if p != "pipeline-cp-async")
+AHEAD0 = ",".join({"pipeline-cp-async": "pipeline-cp-async{fragments_ahead=0}", "plan-occupancy": _PW0}.get(p, p)
                   for p in DEFAULT_PIPELINE)
+PW1 = ",".join("plan-occupancy{producer_warps=1}" if p == "plan-occupancy" else p for p in DEFAULT_PIPELINE)
+ROLES = "tk.role {kind = producer, warps"
 
 CASES = [
     ("gemm", dict(M=256, N=512, K=192), {}, None),
@@ -29,6 +36,11 @@ CASES = [
     ("gemm", dict(M=520, N=264, K=1000), {"BM": 256, "BN": 128, "BK": 32, "STAGES": 4}, None),
     ("gemm", dict(M=1000, N=744, K=520), GEMM_SM80, NO_PIPE),
     ("gemm", dict(M=1000, N=744, K=520), GEMM_SM80, AHEAD0),
+    ("gemm", dict(M=1000, N=744, K=520), GEMM_SM80, PW0),          # the producer warps' ablation
+    ("gemm", dict(M=128, N=256, K=40), {}, PW0),
+    ("gemm", dict(M=1000, N=744, K=520), GEMM_SM80, PW1),          # one producer warp
+    ("gemm", dict(M=77, N=24, K=8), {"BM": 64, "BN": 64, "BK": 32}, None),   # a k-loop of one partial tile
+    ("linear", dict(M=1000, N=744, K=520), {"ACT": 1}, None),      # an epilogue in the consumer role
     ("attention_fwd", dict(B=2, H=2, N=512), {}, None),
     ("attention_fwd", dict(B=2, H=2, N=300), {}, None),              # a ragged last key block
     ("attention_fwd", dict(B=1, H=2, N=1000), {"CAUSAL": 1}, None),
@@ -41,7 +53,7 @@ CASES = [
 
 def _id(case: tuple) -> str:
     name, sizes, consts, passes = case
-    tag = "" if passes is None else ("-no-pipe" if passes == NO_PIPE else "-ahead0")
+    tag = {None: "", NO_PIPE: "-no-pipe", AHEAD0: "-ahead0", PW0: "-pw0", PW1: "-pw1"}[passes]
     return f"{name}-" + "-".join(f"{k}{v}" for k, v in {**sizes, **consts}.items()) + tag
 
 
@@ -51,7 +63,9 @@ def test_sm80_matches_reference_on_gpu(name: str, sizes: dict, consts: dict, pas
     path = f"examples/{name}.tk"
     comp = load_companion(path)
     k = tkir.compile(path, target="sm_80", passes=passes, **consts)
-    assert ("pipe.async_wait" in k.ir) == (passes != NO_PIPE)
+    roles = name in ("gemm", "linear") and passes in (None, PW1)
+    assert (ROLES in k.ir) == roles
+    assert ("pipe.async_wait" in k.ir) == (not roles and passes != NO_PIPE)
     result = check_kernel(k, comp, sizes, consts, name=name)  # outputs poisoned with NaN: unwritten fails
     assert result.ok, result
 
@@ -63,6 +77,7 @@ def test_sm80_gemm_matches_the_interpreter_on_gpu() -> None:
     path, sizes = "examples/gemm.tk", dict(M=300, N=200, K=136)
     comp = load_companion(path)
     k = tkir.compile(path, target="sm_80", **GEMM_SM80)
+    assert ROLES in k.ir
     host = comp.make_inputs(np.random.default_rng(5), sizes, GEMM_SM80)
     ref = [a.copy() for a in host]
     tkir.interpret(k, *ref)

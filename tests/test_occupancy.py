@@ -21,6 +21,8 @@ from tkir.passmanager import Options, PassManager
 
 UP_TO_OCCUPANCY = ["canonicalize", "infer-layouts", "select-swizzle", "bank-conflicts", "create-tma",
                    "plan-occupancy"]
+# sm_80 plans of one compute role: a gemm's loop would otherwise get cp.async producer warps
+ONE_ROLE = [*UP_TO_OCCUPANCY[:-1], "plan-occupancy{producer_warps=0}"]
 
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -90,7 +92,7 @@ def test_sm80_block_is_32_threads_per_layout_warp(example: str, warps: int) -> N
     # on sm_80 infer-layouts spreads the tiles over `warps = W` (gemm: 128 accumulator rows / 16 = 8
     # warps of m16 blocks); the block must have exactly those 32 * W threads
     module = compile_file(str(EXAMPLES / f"{example}.tk"), {})
-    PassManager(load_registry(), UP_TO_OCCUPANCY).run(module, Options(target="sm_80"))
+    PassManager(load_registry(), ONE_ROLE).run(module, Options(target="sm_80"))
     kernel = module.kernel
     assert kernel.attrs["warps"] == warps
     occ = OccupancyPlan.of(kernel)
@@ -111,7 +113,7 @@ def test_sm80_gemm_registers_read_the_warp_grid(infer: str, bm: int, bn: int) ->
     # loads: one k16 step of A, 4 per m16 block of the warp's tile (4 blocks of the grid's 64 rows, 2 or
     # 1 of whole-row warps' 32 or 16), and one B unit of 4. One 256-thread block per SM either way.
     module = compile_file(str(EXAMPLES / "gemm.tk"), {"BM": bm, "BN": bn, "BK": 64, "STAGES": 4})
-    PassManager(load_registry(), [infer if p == "infer-layouts" else p for p in UP_TO_OCCUPANCY]).run(
+    PassManager(load_registry(), [infer if p == "infer-layouts" else p for p in ONE_ROLE]).run(
         module, Options(target="sm_80"))
     acc = next(op for op in module.kernel.walk() if op.name == "tk.mma").result.type
     assert ("warps_n" in str(acc)) == (infer == "infer-layouts")
@@ -130,11 +132,54 @@ def test_sm80_small_gemm_counts_its_fragments(infer: str, regs: int, blocks: int
     # 74 -> 80 registers (6 blocks of 128 threads per SM) or 70 -> 72 (7). Without the fragments the
     # plan asked for 64 (8 blocks), and ptxas spilled the grid's kernel to fit.
     module = compile_file(str(EXAMPLES / "gemm.tk"), {"BM": 64, "BN": 64, "BK": 32, "STAGES": 3})
-    PassManager(load_registry(), [infer if p == "infer-layouts" else p for p in UP_TO_OCCUPANCY]).run(
+    PassManager(load_registry(), [infer if p == "infer-layouts" else p for p in ONE_ROLE]).run(
         module, Options(target="sm_80"))
     occ = OccupancyPlan.of(module.kernel)
     assert occ is not None and occ.role("compute") == RolePlan(regs=regs, warps=4)
     assert occ.blocks_per_sm == blocks
+
+
+def _sm80_plan(example: str, consts: dict, occupancy: str = "plan-occupancy") -> OccupancyPlan:
+    module = compile_file(str(EXAMPLES / f"{example}.tk"), consts)
+    PassManager(load_registry(), [*UP_TO_OCCUPANCY[:-1], occupancy]).run(module, Options(target="sm_80"))
+    plan = OccupancyPlan.of(module.kernel)
+    assert plan is not None
+    return plan
+
+
+@pytest.mark.parametrize("bm, bn", [(256, 128), (128, 256)])
+def test_sm80_gemm_gets_four_producer_warps(bm: int, bn: int) -> None:
+    # a loop that only copies and multiplies: 4 producer warps (one per scheduler) beside the 8 of the
+    # layouts, 384 threads = 3 warps per scheduler -> 65536 / 4 / 96 = 170 -> 168 registers; the
+    # consumers' need is the one-role budget without the copy addresses (177 - 13 + 2 pointer = 166 -> 168)
+    plan = _sm80_plan("gemm", {"BM": bm, "BN": bn, "BK": 64, "STAGES": 4})
+    assert plan.roles == (("producer", RolePlan(regs=168, warps=4)), ("consumer", RolePlan(regs=168, warps=8)))
+    assert plan.threads == 384 and plan.blocks_per_sm == 1
+    assert plan.smem is not None and plan.smem.barrier_bytes == 4 * 2 * 8  # full + empty per stage
+
+
+@pytest.mark.parametrize("pw, threads, regs", [(1, 288, 168), (2, 320, 168), (4, 384, 168)])
+def test_sm80_producer_warps_share_the_schedulers_registers(pw: int, threads: int, regs: int) -> None:
+    # 9, 10 and 12 warps all put 3 on some scheduler: the same 168-register cap (65536 / 288 would be 224)
+    plan = _sm80_plan("gemm", {"BM": 256, "BN": 128, "BK": 64, "STAGES": 4}, f"plan-occupancy{{producer_warps={pw}}}")
+    assert plan.threads == threads and plan.role("producer") == RolePlan(regs=regs, warps=pw)
+
+
+def test_sm80_attention_keeps_one_role_unless_asked() -> None:
+    # attention's loop does more than copy and multiply (softmax): no producer warps by default;
+    # asked for, 4 producer and 4 consumer warps (2 per scheduler: 248 registers)
+    assert _sm80_plan("attention_fwd", {"BQ": 128, "BKV": 64}).role("producer") is None
+    plan = _sm80_plan("attention_fwd", {"BQ": 128, "BKV": 64}, "plan-occupancy{producer_warps=4}")
+    assert plan.role("producer") == RolePlan(regs=plan.role("consumer").regs, warps=4)
+    assert plan.threads == 256 and plan.role("consumer").regs <= 248
+
+
+@pytest.mark.parametrize("pw", ["-1", "9"])
+def test_producer_warps_out_of_range_is_refused(pw: str) -> None:
+    from tkir.passmanager import PassError
+
+    with pytest.raises(PassError, match=r"producer_warps=-?\d+ must be 0..8"):
+        PassManager(load_registry(), [f"plan-occupancy{{producer_warps={pw}}}"])
 
 
 def test_layernorm_hand_count() -> None:

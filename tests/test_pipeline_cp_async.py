@@ -29,10 +29,14 @@ from tkir.passmanager import Options
 from tkir.printer import print_module
 from tkir.verifier import VerifyError, verify
 
+# the one-role cp.async loop this file tests: a gemm's loop would otherwise get cp.async producer warps
+# (plan-occupancy{producer_warps}; tests/passes/pipeline-sm80-producer.tk, tests/test_gpu_sm80.py)
+PIPELINE = ["plan-occupancy{producer_warps=0}" if p == "plan-occupancy" else p for p in DEFAULT_PIPELINE]
+ONE_ROLE = ",".join(PIPELINE)
 SM80 = {"target": "sm_80"}
 # The gemm shape recommended for mma.sync (docs/experiments.md): 8 warps of 32 x 128 accumulators.
 GEMM_SM80 = {"BM": 256, "BN": 128, "BK": 64, "STAGES": 3}
-NO_PIPE = ",".join(p for p in DEFAULT_PIPELINE if p != "pipeline-cp-async")
+NO_PIPE = ",".join(p for p in PIPELINE if p != "pipeline-cp-async")
 
 INTERP_CASES = [
     ("gemm", dict(M=1000, N=744, K=520), {}),                       # ragged M, N, K: zero-filled edges
@@ -47,7 +51,7 @@ INTERP_CASES = [
 
 
 def _compile(name: str, consts: dict, **kw: object) -> tkir.api.CompiledKernel:
-    return tkir.compile(f"examples/{name}.tk", **SM80, **kw, **consts)
+    return tkir.compile(f"examples/{name}.tk", **SM80, **{"passes": ONE_ROLE, **kw}, **consts)
 
 
 @pytest.mark.parametrize("name, sizes, consts", INTERP_CASES,
@@ -159,7 +163,7 @@ def test_sm80_attention_loop_sass(consts: dict) -> None:
 
 def test_frag_ahead_zero_loads_each_unit_right_before_its_mma() -> None:
     passes = ",".join("pipeline-cp-async{fragments_ahead=0}" if p == "pipeline-cp-async" else p
-                      for p in DEFAULT_PIPELINE)
+                      for p in PIPELINE)
     k = _compile("gemm", GEMM_SM80, passes=passes)
     assert "frag_ahead = 0" in k.ir
     ptx = k.asm["ptx"]
@@ -215,7 +219,7 @@ def test_plan_occupancy_picks_the_stages_from_shared_memory(tmp_path, bk: int, s
     assert "@stages(STAGES)" in src
     path = tmp_path / "gemm.tk"
     path.write_text(src.replace("@stages(STAGES)", ""), encoding="utf-8")
-    k = tkir.compile(str(path), target="sm_80", BM=256, BN=128, BK=bk)
+    k = tkir.compile(str(path), target="sm_80", passes=ONE_ROLE, BM=256, BN=128, BK=bk)
     plan = k.module.kernel.attrs["occupancy"]
     assert plan["stages"] == stages and plan["smem_bytes"] <= 232_448
     assert f"stages={stages}>" in k.ir and f"pipe.async_wait {{pending = {stages - 2}}}" in k.ir

@@ -22,7 +22,7 @@ import numpy as np
 from tkir.interp_frame import Frame, InterpError, register_handler, where
 from tkir.interp_ops import load
 from tkir.ir import Operation
-from tkir.target import WARPS_PER_WARPGROUP
+from tkir.target import WARP, WARPS_PER_WARPGROUP
 
 ROLE_TIMEOUT_S = 60.0  # a role blocked this long on a barrier phase that never completes: deadlock
 
@@ -78,18 +78,34 @@ def _stage(op: Operation, args: list, frame: Frame) -> object:
     return buf[s]
 
 
-def _arrivals(op: Operation, frame: Frame) -> int:
-    """A consumer role arrives once per warp on hardware: count its warps; a producer is one thread."""
-    role = getattr(frame, "pipe_role", {}).get(threading.get_ident())
-    if role is None or str(role.attrs.get("kind")) == "producer":
-        return 1
+def _role_of(frame: Frame) -> Operation | None:
+    return getattr(frame, "pipe_role", {}).get(threading.get_ident())
+
+
+def _role_warps(role: Operation) -> int:
+    if isinstance(role.attrs.get("warps"), int):
+        return int(role.attrs["warps"])
     return WARPS_PER_WARPGROUP * int(role.attrs.get("warpgroups", 1))
 
 
+def _arrivals(op: Operation, frame: Frame) -> int:
+    """A consumer role arrives once per warp on hardware: count its warps; a producer is one thread."""
+    role = _role_of(frame)
+    if role is None or str(role.attrs.get("kind")) == "producer":
+        return 1
+    return _role_warps(role)
+
+
 def _copy(op: Operation, args: list, frame: Frame) -> None:
+    """TMA: the bytes complete the barrier's transaction count. cp.async (`cp_async = true`): every
+    thread of the role arrives once its chunks have landed (the interpreter's copy lands at once)."""
     dst, bars, s, src, *coords = args
     tk_load = Operation("tk.load", [op.operands[0], op.operands[3], *op.operands[4:]])
     load(tk_load, [dst, src, *coords], frame)
+    if op.attrs.get("cp_async"):
+        role = _role_of(frame)
+        bars.arrive(s, WARP * (_role_warps(role) if role is not None else 1))
+        return
     bars.complete_tx(s, int(op.attrs.get("bytes", op.operands[0].type.nbytes)))
 
 

@@ -6,10 +6,15 @@
     pipe.expect %full, %s {bytes = 49152}                 arrive on bars[s], expecting that many TMA bytes
     pipe.copy %as, %full, %s, %A, %bx, %k {desc = @A_tma, boxes = 1, bytes = 16384}
                                                           TMA global->shared into a stage, completing on bars[s]
+    pipe.copy %as, %full, %s, %A, %bx, %k {cp_async = true}
+                                                          sm_80 (no TMA): every thread of the role copies its
+                                                          16-byte chunks with cp.async and arrives on bars[s]
+                                                          once they land (count: threads x copies per stage)
     pipe.arrive %empty, %s                                one arrival on bars[s] (per consumer warp)
     pipe.arrive %empty, %s {deferred = true}              ... for the previous iteration's stage instead,
                                                           once this iteration's async mma is issued
     tk.role {kind = producer, warpgroups = 1, regs = 40} { ... }   code run by those warpgroups only
+    tk.role {kind = producer, warps = 1, regs = 200} { ... }       sm_80: sized in warps, no setmaxnreg
 
 The cp.async pipeline of the mma.sync path (written by `pipeline-cp-async`, sm_80; PTX ISA
 §9.7.9.25, CUTLASS `MmaMultistage`); every thread issues, commits and waits for its own copies:
@@ -84,7 +89,8 @@ def _copy(op: Operation) -> None:
     expect(_is_bars(bars) and is_int_scalar(s), "'pipe.copy' completes on barriers[stage]")
     expect(isinstance(src, GlobalType) and len(op.operands) - 4 == src.rank,
            f"'pipe.copy' needs {getattr(src, 'rank', '?')} coordinates")
-    expect("desc" in op.attrs, "'pipe.copy' needs desc = @tma_desc")
+    expect(("desc" in op.attrs) != bool(op.attrs.get("cp_async")),
+           "'pipe.copy' needs desc = @tma_desc (TMA) or cp_async = true (every thread of the role copies)")
 
 
 def _async_copy(op: Operation) -> None:
@@ -121,7 +127,8 @@ def _role(op: Operation) -> None:
     n_results(op, 0)
     expect(len(op.regions) == 1, "'tk.role' has one region")
     expect(str(op.attrs.get("kind")) in ("producer", "consumer", "compute"), "'tk.role' kind")
-    expect(isinstance(op.attrs.get("warpgroups"), int), "'tk.role' needs warpgroups = N")
+    sizes = [k for k in ("warpgroups", "warps") if isinstance(op.attrs.get(k), int) and op.attrs[k] >= 1]
+    expect(len(sizes) == 1, "'tk.role' needs warpgroups = N or (sm_80) warps = N, one of them")
     regs, (lo, hi) = op.attrs.get("regs"), SETMAXNREG_RANGE  # the role's setmaxnreg (absent or 0: none)
     expect(regs in (None, 0) or (isinstance(regs, int) and not isinstance(regs, bool) and lo <= regs <= hi
                                  and regs % SETMAXNREG_STEP == 0),

@@ -9,7 +9,7 @@ Keys of `build_report(module)` (absent when the IR has nothing for them):
   (32-bit registers per thread, from tkir.layout);
 * `tma`: per module-level `tma.desc`: name, tensor, dtype, dims, strides, box, swizzle, oob_fill;
 * `occupancy`: the kernel's `occupancy` attribute: stages, blocks_per_sm, smem_bytes and roles
-  (role, warpgroups, regs_per_thread).
+  (role, warpgroups or warps, regs_per_thread; an sm_80 role is sized in warps, a Hopper one in warpgroups).
 
 `register_comparison(module, ptxas, sass)` (the CLI adds it as `registers` once ptxas has run) puts
 plan-occupancy's prediction for the computing role (consumer or compute) beside ptxas's count:
@@ -83,8 +83,10 @@ def format_report(report: dict) -> str:
         occ = report["occupancy"]
         out.append(f"occupancy: stages {occ.get('stages')}, blocks/SM {occ.get('blocks_per_sm')}, "
                    f"shared memory {occ.get('smem_bytes')} bytes")
-        out += _section("roles", ["role", "warpgroups", "regs/thread"],
-                        [[r["role"], r["warpgroups"], r["regs_per_thread"]] for r in occ.get("roles", [])])
+        roles = occ.get("roles", [])
+        sizes = [k for k in ("warpgroups", "warps") if any(k in r for r in roles)]  # sm_80 roles: warps
+        out += _section("roles", ["role", *sizes, "regs/thread"],
+                        [[r["role"], *(r.get(k, "-") for k in sizes), r["regs_per_thread"]] for r in roles])
     if "registers" in report:
         out.append(_registers_line(report["registers"]))
     for key, val in report.items():  # keys later stages add (e.g. the CLI's ptxas summary)
@@ -104,10 +106,11 @@ def register_comparison(module: Module, ptxas: int | None, sass: int | None = No
         if not computing:
             continue
         role, predicted = computing[0][0], computing[0][1].regs
+        setmaxnreg = role == "consumer" and computing[0][1].warpgroups is not None  # sm_80 roles: none
         within = None if ptxas is None else abs(ptxas - predicted) <= REGISTER_TOLERANCE * predicted
         return {"role": role, "predicted": predicted,
                 "predicted_total": plan.budget.total if plan.budget is not None else 0,
-                "budget": plan.budget.to_attr() if plan.budget is not None else {}, "setmaxnreg": role == "consumer",
+                "budget": plan.budget.to_attr() if plan.budget is not None else {}, "setmaxnreg": setmaxnreg,
                 "ptxas": ptxas, "sass_regs": sass, "sass_live_peak": live_peak, "within_10pct": within}
     return None
 
@@ -187,7 +190,8 @@ def _tma(op: Operation) -> dict:
 
 def _occupancy(plan: OccupancyPlan) -> dict:
     return {"stages": plan.stages, "blocks_per_sm": plan.blocks_per_sm, "smem_bytes": plan.smem_bytes,
-            "roles": [{"role": name, "warpgroups": r.warpgroups, "regs_per_thread": r.regs}
+            "roles": [{"role": name, **({"warps": r.warps} if r.warps is not None else {"warpgroups": r.warpgroups}),
+                       "regs_per_thread": r.regs}
                       for name, r in plan.roles]}
 
 
