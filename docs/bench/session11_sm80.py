@@ -38,6 +38,26 @@ GEMM_ROWS = [  # (label, path, target, consts)
     ("sm_80 128x128x32 S4, 4 warps", "docs/bench/variants/gemm_warps/gemm_wg.tk", "sm_80",
      dict(BM=128, BN=128, BK=32, STAGES=4, WG=1)),
 ]
+# session 12: the cp.async producer warps (plan-occupancy{producer_warps=P}, pipeline's sm_80 roles);
+# "pwP" rows run the default pipeline with that parameter, "pwPnp" also without `persistent`
+_G = "examples/gemm.tk"
+GEMM_ROWS_S12 = [
+    GEMM_ROWS[0],
+    *[(f"sm_80 {bm}x{bn}x64 S4 {v}", _G, "sm_80", dict(BM=bm, BN=bn, BK=64, STAGES=4), v)
+      for bm, bn in ((256, 128), (128, 256)) for v in ("pw0", "pw1", "pw4", "pw4np")],
+]
+GEMM_ROWS_S12B = [  # call 3: BK = 32 (half the copies and ldmatrix addresses per k-tile), 2 producer warps
+    GEMM_ROWS[0],
+    *[(f"sm_80 {bm}x{bn}x{bk} S{st} {v}", _G, "sm_80", dict(BM=bm, BN=bn, BK=bk, STAGES=st), v)
+      for bm, bn, bk, st, v in ((256, 128, 32, 4, "pw0"), (256, 128, 32, 6, "pw0"), (256, 128, 32, 4, "pw4np"),
+                                (256, 128, 32, 6, "pw4np"), (128, 256, 32, 4, "pw0"), (128, 256, 32, 6, "pw4np"),
+                                (256, 128, 64, 4, "pw2np"), (256, 128, 64, 4, "pw0"), (256, 128, 64, 4, "pw4np"))],
+]
+GEMM_ROWS_S12C = [  # call 4: the new default (4 producer warps, not persistent) against its ablation, twice
+    GEMM_ROWS[0],
+    *[(f"sm_80 {bm}x{bn}x64 S4 {v or 'default'} #{i}", _G, "sm_80", dict(BM=bm, BN=bn, BK=64, STAGES=4),
+       *([v] if v else [])) for i in (1, 2) for bm, bn in ((256, 128), (128, 256)) for v in (None, "pw0")],
+]
 ATTN_SIZES = dict(B=8, H=16, N=4096)
 ATTN_ROWS = [  # call 1's rows
     ("sm_80 BQ=64 BKV=64 (default)", dict(D=128)),
@@ -48,7 +68,20 @@ ATTN_ROWS = [  # call 1's rows
     ("sm_80 BQ=128 BKV=64 causal", dict(D=128, BQ=128, BKV=64, CAUSAL=1)),
     ("sm_80 BQ=64 BKV=64 causal", dict(D=128, CAUSAL=1)),
 ]
-NO_ROTATE = None  # set in main(): the default pipeline with pipeline-cp-async{hold=0} (overlap-mma rotates nothing)
+def _with(replace: dict[str, str], drop: tuple[str, ...] = ()) -> str:
+    """The default pipeline with some passes replaced (name -> entry) and some left out."""
+    import tkir
+
+    return ",".join(replace.get(p, p) for p in tkir.api.default_pipeline() if p not in drop)
+
+
+PASS_VARIANTS = {  # a row's optional last field -> its pass pipeline
+    "norot": lambda: _with({"pipeline-cp-async": "pipeline-cp-async{hold=0}"}),
+    **{f"pw{n}": (lambda n=n: _with({"plan-occupancy": f"plan-occupancy{{producer_warps={n}}}"}))
+       for n in (0, 1, 2, 4)},
+    **{f"pw{n}np": (lambda n=n: _with({"plan-occupancy": f"plan-occupancy{{producer_warps={n}}}"}, ("persistent",)))
+       for n in (1, 2, 4)},
+}
 ATTN_ROWS_CALL4 = [  # call 4: overlap-mma on the mma.sync path (a held stage: S >= 3), twice each, interleaved
     *[row for i in (1, 2) for row in (
         (f"BQ=128 BKV=64 S2 (call 1's best) #{i}", dict(D=128, BQ=128, BKV=64)),
@@ -79,6 +112,13 @@ ATTN_ROWS_CALL8 = [  # call 8: the example's own tile (BQ = 64, 4 warps of 16 ro
 ]
 ATTN_ROWS_CALL9 = [(f"BQ=128 BKV=64 S2 #{i}", dict(D=128, BQ=128, BKV=64)) for i in (1, 2)]
 ATTN_ROWS_CALL9.append(("BQ=128 BKV=64 S2 causal", dict(D=128, BQ=128, BKV=64, CAUSAL=1)))
+ATTN_ROWS_S12 = [  # session 12: attention with producer warps asked for (the default keeps one role)
+    ("BQ=128 BKV=64 S2", dict(D=128, BQ=128, BKV=64)),
+    ("BQ=128 BKV=64 S2 pw4", dict(D=128, BQ=128, BKV=64), "pw4"),
+    ("BQ=128 BKV=64 S3 pw4", dict(D=128, BQ=128, BKV=64, STAGES=3), "pw4"),
+    ("D=64 BQ=128 BKV=64 S3", dict(D=64, BQ=128, BKV=64, STAGES=3)),
+    ("D=64 BQ=128 BKV=64 S3 pw4", dict(D=64, BQ=128, BKV=64, STAGES=3), "pw4"),
+]
 ATTN_ROWS_CALL3 = [  # call 3: BKV = 48 (255 registers, no spills) against 64 (76 bytes of spills), three times each
     *[(f"sm_80 BQ=128 BKV={bkv} #{i}", dict(D=128, BQ=128, BKV=bkv)) for i in (1, 2, 3) for bkv in (64, 48)],
     ("sm_80 BQ=128 BKV=48 causal", dict(D=128, BQ=128, BKV=48, CAUSAL=1)),
@@ -105,7 +145,7 @@ def bench_rows(rows, sizes: dict, reps: int, kind: str) -> list[dict]:
     out = []
     for label, path, target, consts, *how in rows:
         full = str(ROOT / path)
-        kw = {"target": target, **({"passes": NO_ROTATE} if how == ["norot"] else {})}
+        kw = {"target": target, **({"passes": PASS_VARIANTS[how[0]]()} if how else {})}
         try:
             r = bench_one(full, load_companion(full), sizes, consts, reps=reps, compile_kw=kw)
         except Exception as e:  # noqa: BLE001 - a failing configuration is a row, not the end of the run
@@ -124,7 +164,7 @@ def main() -> int:
     ap.add_argument("--json")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--only", default="ceiling,gemm,attn",
-                    help="comma-separated: ceiling, gemm, gemm4, attn, attn3, attn4, attn5, attn8, attn9")
+                    help="comma-separated: ceiling, gemm, gemm4, gemm12, attn, attn3, attn4, attn5, attn8, attn9")
     args = ap.parse_args()
     import torch
 
@@ -134,16 +174,17 @@ def main() -> int:
         rows += ceiling_rows(torch, args.reps)
     if "gemm" in only:
         rows += bench_rows(GEMM_ROWS, GEMM_SIZES, args.reps, "gemm")
+    if "gemm12" in only:  # session 12: producer warps
+        rows += bench_rows(GEMM_ROWS_S12, GEMM_SIZES, args.reps, "gemm")
+    if "gemm12b" in only:
+        rows += bench_rows(GEMM_ROWS_S12B, GEMM_SIZES, args.reps, "gemm")
+    if "gemm12c" in only:
+        rows += bench_rows(GEMM_ROWS_S12C, GEMM_SIZES, args.reps, "gemm")
     if "gemm4" in only:  # call 4: the wgmma gemm and the two 8-warp sm_80 shapes
         rows += bench_rows(GEMM_ROWS[:3], GEMM_SIZES, args.reps, "gemm")
-    global NO_ROTATE
-    import tkir
-
-    NO_ROTATE = ",".join("pipeline-cp-async{hold=0}" if p == "pipeline-cp-async" else p
-                         for p in tkir.api.default_pipeline())
     for key, table in (("attn", ATTN_ROWS), ("attn3", ATTN_ROWS_CALL3), ("attn4", ATTN_ROWS_CALL4),
                        ("attn5", ATTN_ROWS_CALL5), ("attn8", ATTN_ROWS_CALL8),
-                       ("attn9", ATTN_ROWS_CALL9)):
+                       ("attn9", ATTN_ROWS_CALL9), ("attn12", ATTN_ROWS_S12)):
         if key in only:
             rows += bench_rows([(r[0], "examples/attention_fwd.tk", "sm_80", *r[1:]) for r in table], ATTN_SIZES,
                                args.reps, "attn")
