@@ -325,7 +325,7 @@ def _op_tk_role(cx: LoweringContext, op: Operation) -> None:
     w.cond_br(inside, body, after)
     w.start_block(body)
     regs = int(op.attrs.get("regs") or 0)
-    if regs and cx.target == "sm_90a":
+    if regs and cx.target == "sm_90a" and not by_warps:  # setmaxnreg.sync.aligned: whole warpgroups only
         which = "dec" if regs < cx.init_cap else "inc"
         w.call("void", f"llvm.nvvm.setmaxnreg.{which}.sync.aligned.u32", [("i32", str(regs))])
     cp_async = kind == "producer" and _copies_by_threads(op)
