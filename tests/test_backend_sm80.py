@@ -410,3 +410,22 @@ def test_shared_plan_counts_row_padding() -> None:
     plan = plan_shared(kernel)
     a_bytes = SharedLayout("bf16", 64, 40, 0, 16).size_bytes  # 64 x (80 + 16)
     assert plan.offsets[id(allocs[1].result)] >= a_bytes
+
+
+@pytest.mark.parametrize("name, consts", [("gemm", {}), ("linear", {"ACT": 1}), ("gemm", {"BM": 64, "BN": 64})],
+                         ids=str)
+def test_sm80_roles_address_by_their_own_thread_index(name: str, consts: dict) -> None:
+    """Inside a role (the cp.async producer warps and the mma warps after them) every layout, copy and
+    store addresses by the role's thread index: the block's %tid.x defines only the role's index and
+    lane. (Session 12: the sm_80 accumulator store used the block's index, so the consumers, after 4
+    producer warps, stored their rows 128 threads off; only the GPU check saw it.)"""
+    llvm = tkir.compile(f"examples/{name}.tk", target="sm_80", **consts).asm["llvm"]
+    tid = re.search(r"(%tid_x[.\w]*) = call i32 @llvm\.nvvm\.read\.ptx\.sreg\.tid\.x", llvm).group(1)
+    roles = re.findall(r"^role_(producer|consumer)[.\d]*:\n(.*?)^end_\1", llvm, re.S | re.M)
+    assert [r for r, _ in roles] == ["producer", "consumer"]
+    for role, body in roles:
+        uses = [line.strip() for line in body.splitlines() if re.search(re.escape(tid) + r"\b", line)]
+        assert len(uses) == 2 and all(re.match(r"%(rtid|lane)[.\d]* = ", u) for u in uses), (role, uses)
+    # the roles take consecutive warps: the producers' 4 warps first, so the consumers' index starts at 128
+    firsts = [int(m) for m in re.findall(r"%rtid[.\d]* = sub i32 " + re.escape(tid) + r", (\d+)", llvm)]
+    assert firsts == [0, 32 * 4]

@@ -165,6 +165,14 @@ def test_sm80_producer_warps_share_the_schedulers_registers(pw: int, threads: in
     assert plan.threads == threads and plan.role("producer") == RolePlan(regs=regs, warps=pw)
 
 
+def test_sm80_explicit_producer_warps_get_the_busiest_schedulers_registers() -> None:
+    # asked for 1 producer warp beside attention's 8 warps at head dim 256 (consumers need more than 168):
+    # 9 warps put 3 on one scheduler, so the plan gives the fit, 168, not 65536 / 288 -> 224 (or 248)
+    plan = _sm80_plan("attention_fwd", {"BQ": 128, "BKV": 64, "D": 256}, "plan-occupancy{producer_warps=1}")
+    assert plan.threads == 288
+    assert plan.role("producer") == RolePlan(regs=168, warps=1) and plan.role("consumer") == RolePlan(regs=168, warps=8)
+
+
 def test_sm80_attention_keeps_one_role_unless_asked() -> None:
     # attention's loop does more than copy and multiply (softmax): no producer warps by default;
     # asked for, 4 producer and 4 consumer warps (2 per scheduler: 248 registers)
