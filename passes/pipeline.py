@@ -41,10 +41,10 @@ from tkir.diagnostics import CompileError
 from tkir.facts import OccupancyPlan, RolePlan
 from tkir.ir import Block, Module, Operation, Region, Value
 from tkir.passes.builder import OpBuilder
-from tkir.passes.pipeline_cp_async import cp_async_loop_loads
+from tkir.passes.pipeline_cp_async import copies_to_shared, cp_async_loop_loads
 from tkir.passmanager import Options, Pass
 from tkir.target import WARP
-from tkir.types import I32, GlobalType, Ident, TileType, VectorType
+from tkir.types import I32, Ident, TileType, VectorType
 
 WARPS_PER_WARPGROUP = 4  # HOPPER.md §1.1
 
@@ -130,7 +130,7 @@ def _pipeline(kernel: Operation, loop: Operation) -> None:
     n_producers = (producer.warps if cp_async else producer.warpgroups) or 1
 
     buffers = _ring_buffers(kernel, loop, loads, stages)
-    ring = _barriers(kernel.body, loop, stages, n_consumers, n_producers * WARP * len(loads) if cp_async else 0)
+    ring = _barriers(kernel.body, loop, stages, n_consumers, WARP * n_producers if cp_async else 0, len(loads))
     prod_role = Operation("tk.role", attrs={"kind": Ident("producer"), size: n_producers,
                                             "regs": producer.regs}, regions=[Region()])
     cons_role = Operation("tk.role", attrs={"kind": Ident("consumer"), size: n_consumers,
@@ -153,22 +153,22 @@ def _ring_buffers(kernel: Operation, loop: Operation, loads: list[Operation], st
     return buffers
 
 
-def _barriers(body: Block, loop: Operation, stages: int, n_consumers: int, cp_async_arrivals: int = 0) -> _Ring:
+def _barriers(body: Block, loop: Operation, stages: int, n_consumers: int, copiers: int = 0,
+              copies: int = 0) -> _Ring:
     """Step 2: the `full` and `empty` barrier arrays and the constants of the stage/phase arithmetic,
-    right before the loop. `n_consumers` counts warpgroups (TMA) or, with cp_async_arrivals (the
-    producer threads' arrivals per stage, sm_80), warps."""
+    right before the loop. `n_consumers` counts warpgroups (TMA) or, on sm_80, where `copiers` producer
+    threads each arrive once per copy (`copies` per stage), warps."""
     b = OpBuilder(body, loop)
     bars_t = VectorType("sv", "i64", stages)
-    cp_async = cp_async_arrivals > 0
-    full = b.op("pipe.barriers", [], "full", {"count": cp_async_arrivals if cp_async else 1}, bars_t)
+    cp_async = copiers > 0
+    full = b.op("pipe.barriers", [], "full", {"count": copiers * copies if cp_async else 1}, bars_t)
     consumer_warps = n_consumers if cp_async else WARPS_PER_WARPGROUP * n_consumers
     empty = b.op("pipe.barriers", [], "empty", {"count": consumer_warps}, bars_t)
     nstages, one, two = b.const(stages, "nstages"), b.const(1, "one"), b.const(2, "two")
     lo, _, step = loop.operands[:3]
     unit = _is_const(lo, 0) and _is_const(step, 1)
     zero = lo if unit else b.const(0, "zero")
-    copiers = cp_async_arrivals // max(1, sum(1 for op in loop.body.ops if _is_tile_copy(op))) if cp_async else 1
-    return _Ring(stages, full, empty, nstages, one, two, zero, lo, step, unit, cp_async, copiers)
+    return _Ring(stages, full, empty, nstages, one, two, zero, lo, step, unit, cp_async, max(copiers, 1))
 
 
 def _split_roles(body: Block, loop: Operation, prod_role: Operation, cons_role: Operation, ring: _Ring) -> None:
@@ -177,7 +177,8 @@ def _split_roles(body: Block, loop: Operation, prod_role: Operation, cons_role: 
     TMA loads outside the loop (e.g. attention's Q tile) get a barrier of their own: the producer
     issues them before its loop, the consumers wait for them before theirs."""
     idx = body.ops.index(loop)
-    single = [op for op in body.ops[:idx] if (_is_tile_copy(op) if ring.cp_async else op.name == "tma.load")]
+    single = [op for op in body.ops[:idx] if (copies_to_shared(op) and isinstance(op.operands[0].type, TileType)
+                                              if ring.cp_async else op.name == "tma.load")]
     consumer_ops = [op for i, op in enumerate(body.ops) if i >= idx or _is_register_work(op)]
     for op in consumer_ops + single:
         body.remove(op)
@@ -249,13 +250,6 @@ def _consume_stages(loop: Operation, loads: list[Operation], buffers: list[Value
 def _copy_attrs(ld: Operation, ring: _Ring) -> dict[str, object]:
     """The attrs of the pipe.copy that replaces load `ld`: its own, and on sm_80 `cp_async = true`."""
     return {**ld.attrs, "cp_async": True} if ring.cp_async else dict(ld.attrs)
-
-
-def _is_tile_copy(op: Operation) -> bool:
-    """A copy of a global tensor into a shared tile (tk.load or tma.load)."""
-    return (op.name in ("tk.load", "tma.load") and not op.results and len(op.operands) >= 2
-            and isinstance(op.operands[0].type, TileType) and op.operands[0].type.space == "st"
-            and isinstance(op.operands[1].type, GlobalType))
 
 
 def _stage_and_phase(b: OpBuilder, k: Value, ring: _Ring) -> tuple[Value, Value]:

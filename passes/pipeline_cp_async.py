@@ -161,7 +161,7 @@ def _match(kernel: Operation, loop: Operation) -> _Match | None:
         return None
     top = {id(op) for op in body.ops}
     for op in loop.walk():
-        if op is not loop and _copies_to_shared(op) and (id(op) not in top or not isinstance(op.operands[0].type,
+        if op is not loop and copies_to_shared(op) and (id(op) not in top or not isinstance(op.operands[0].type,
                                                                                                TileType)):
             return None  # a shared vector, or a copy in a nested region: not ring-buffered
     bufs = [ld.operands[0] for ld in loads]
@@ -294,7 +294,8 @@ def _is_shared_load(op: Operation) -> bool:
             and isinstance(op.operands[1].type, GlobalType))
 
 
-def _copies_to_shared(op: Operation) -> bool:
+def copies_to_shared(op: Operation) -> bool:
+    """tk.load / tma.load of a global tensor into a shared tile or vector."""
     return (op.name in ("tk.load", "tma.load") and not op.results and len(op.operands) >= 2
             and isinstance(op.operands[0].type, (TileType, VectorType)) and is_shared(op.operands[0].type)
             and isinstance(op.operands[1].type, GlobalType))

@@ -199,12 +199,7 @@ def plan_kernel(kernel: Operation, producer_warps: int | None = None) -> Occupan
         roles = (("compute", role),)
         regs_for_blocks = needed
 
-    blocks = min(
-        SMEM_PER_SM // _block_smem(smem_bytes),
-        REGS_PER_SM // (threads * regs_for_blocks),
-        MAX_WARPS_PER_SM // (threads // WARP_SIZE),
-        MAX_BLOCKS_PER_SM,
-    )
+    blocks = _resident_blocks(smem_bytes, threads, regs_for_blocks)
     requested = requested_blocks_per_sm(kernel)
     if requested is not None:  # @blocks_per_sm(B): the floor ptxas is asked for, if B blocks can be resident
         _check_requested(kernel, requested, ws_loop is not None, threads, smem_bytes, budget)
@@ -265,8 +260,7 @@ def _plan_cp_async_producer(kernel: Operation, rings: dict[Value, Operation], lo
         lp.attrs.setdefault("stages", stages)
     smem_bytes = smem.total(loops, stages)
     roles = (("producer", RolePlan(needed, warps=producer_warps)), ("consumer", RolePlan(needed, warps=warps)))
-    blocks = min(SMEM_PER_SM // _block_smem(smem_bytes), REGS_PER_SM // (threads * needed),
-                 MAX_WARPS_PER_SM // (threads // WARP_SIZE), MAX_BLOCKS_PER_SM)
+    blocks = _resident_blocks(smem_bytes, threads, needed)
     if requested is not None:
         _check_requested(kernel, requested, True, threads, smem_bytes, budget)
         blocks = max(blocks, requested)
@@ -278,6 +272,12 @@ def _only_copies_and_mma(loop: Operation) -> bool:
     """A loop body of copies into shared tiles, tk.mma and scalar arithmetic (a GEMM's k-loop)."""
     return all(op.name in (*COPIES_TO_SHARED, "tk.mma", "scf.yield") or op.name.startswith("arith.")
                for op in loop.body.ops)
+
+
+def _resident_blocks(smem_bytes: int, threads: int, regs: int) -> int:
+    """Blocks per SM that shared memory, registers (`regs` per thread), warps and the block limit allow."""
+    return min(SMEM_PER_SM // _block_smem(smem_bytes), REGS_PER_SM // (threads * regs),
+               MAX_WARPS_PER_SM // (threads // WARP_SIZE), MAX_BLOCKS_PER_SM)
 
 
 def _block_smem(smem_bytes: int) -> int:
