@@ -240,6 +240,10 @@ def _plan_cp_async_producer(kernel: Operation, rings: dict[Value, Operation], lo
     warps = int(kernel.attrs["warps"])
     threads = WARP_SIZE * (warps + producer_warps)
     if threads > MAX_THREADS_PER_BLOCK:
+        if explicit:  # asked for, not silently dropped
+            raise CompileError(kernel.loc, f"plan-occupancy: {warps} warps + producer_warps={producer_warps} is "
+                                           f"{threads} threads per block, more than the {MAX_THREADS_PER_BLOCK} a "
+                                           "block may have", hint="ask for fewer producer warps")
         return None
     budget, largest = _register_budget(kernel, WARP_SIZE * warps)
     # the consumers compute no copy addresses (the producer does): of the kernel's pointers and scalars

@@ -182,6 +182,19 @@ def test_sm80_attention_keeps_one_role_unless_asked() -> None:
     assert plan.threads == 256 and plan.role("consumer").regs <= 248
 
 
+def test_sm80_producer_warps_past_1024_threads_is_a_located_error(tmp_path: Path) -> None:
+    # a gemm loop over 8 warpgroups' worth of mma warps (32 warps, 1024 threads) leaves no room for
+    # producer warps: asked for, that is an error at the kernel, not a silent fallback to one role
+    src = (EXAMPLES / "gemm.tk").read_text(encoding="utf-8").replace("@stream_k(SK)", "@warpgroups(consumers=8)")
+    path = tmp_path / "gemm32.tk"
+    path.write_text(src, encoding="utf-8")
+    module = compile_file(str(path), {"BM": 512, "BN": 128, "BK": 32, "STAGES": 2})
+    with pytest.raises(CompileError, match=r"32 warps \+ producer_warps=4 is 1152 threads per block") as e:
+        PassManager(load_registry(), [*UP_TO_OCCUPANCY[:-1], "plan-occupancy{producer_warps=4}"]).run(
+            module, Options(target="sm_80"))
+    assert e.value.loc is not None and e.value.loc.line > 0
+
+
 @pytest.mark.parametrize("pw", ["-1", "9"])
 def test_producer_warps_out_of_range_is_refused(pw: str) -> None:
     from tkir.passmanager import PassError
