@@ -158,3 +158,27 @@ def test_sm80_whole_row_warps_match_reference_on_gpu(sizes: dict, consts: dict, 
     assert ("cp_hold = 1" in k.ir) == (consts.get("STAGES", 2) >= 3), "rotated exactly where a stage is held"
     result = check_kernel(k, comp, sizes, consts, rng=np.random.default_rng(17), name="attention_fwd")
     assert result.ok, result
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("target, consts", [("sm_80", {}), ("sm_80", {"ACT": 1}), ("sm_90a", {"STAGES": 3}),
+                                            ("sm_90a", {"STAGES": 3, "ACT": 1})], ids=str)
+def test_producer_filecheck_kernel_matches_numpy_on_gpu(target: str, consts: dict) -> None:
+    """The kernel of tests/passes/pipeline-sm80-producer.tk (not an example: a gemm with an optional SiLU
+    epilogue) on both targets, ragged sizes, against numpy in float64 (sm_90a needs 3 stages: its staged
+    epilogue does not fit beside 4)."""
+    import ml_dtypes
+
+    k = tkir.compile("tests/passes/pipeline-sm80-producer.tk", target=target, **consts)
+    assert (ROLES in k.ir) == (target == "sm_80")
+    rng = np.random.default_rng(23)
+    m, n, kk = 1000, 264, 520
+    a = rng.standard_normal((m, kk)).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal((kk, n)).astype(ml_dtypes.bfloat16)
+    c = np.full((m, n), np.nan, ml_dtypes.bfloat16)
+    dev = [tkcuda.to_device(x) for x in (a, b, c)]
+    k(*dev)
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    if consts.get("ACT"):
+        ref = ref / (1.0 + np.exp(-ref))
+    assert relative_error(dev[2].numpy().astype(np.float64), ref) < 1e-2
