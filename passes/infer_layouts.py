@@ -21,6 +21,9 @@ Rewrites
   mma operand, ...) or where the tile does not split;
 * tk.outer operands: the layout that puts the factors of each product in the product's thread or in
   its warp (`tkir.layout.outer_operand_layout`), so the backend multiplies in registers with shuffles;
+* `row` tiles: whole rows per warp, split over several warps (`parts`) where a thread would hold more
+  than ROW_ELEMS_PER_THREAD elements, or (`split_idle_warps`, default) where whole rows per warp would
+  leave warps repeating the others' rows;
 * where a value's layout differs from the one a consumer needs, a `tk.convert_layout` before the
   consumer with `via` = "none" (same registers, relabel), "shuffle" (within warps; `shuffles` = the
   most 32-bit shuffles one thread issues) or "smem" (`smem_bytes` = the round trip's buffer).
@@ -53,7 +56,7 @@ from tkir.ops import TILE_BINARY, TILE_UNARY
 from tkir.passmanager import Options, ParamError, Pass, PassError, param
 from tkir.target import MAX_THREADS_PER_BLOCK
 from tkir.target import WARP as WARP_SIZE
-from tkir.types import TileType, VectorType, is_register, is_shared
+from tkir.types import GlobalType, TileType, VectorType, is_register, is_shared
 
 # tk.index only reads its operand's shape, but its indices must sit where that tile's elements do.
 ELEMENTWISE = ({f"tk.{n}" for n in (*TILE_BINARY, *TILE_UNARY)}
@@ -75,6 +78,13 @@ VEC_BYTES = 16          # `row` layouts: each lane owns 16-byte column chunks (o
 # changes (every example's row tiles are at or under it: softmax/layernorm 16 x 1024 over 16 warps
 # hold 32 each).
 ROW_ELEMS_PER_THREAD = 64
+# A `row` tile with fewer rows than the block has warps (ROWS = 1 over 8 or 16 warps) gets whole rows
+# per warp and the other warps repeat them (the same loads and arithmetic, their results unused). With
+# `split_idle_warps` (default) such a tile is split over the repeating warps too, where a split keeps
+# every lane busy in whole 16-byte steps (tkir.layout.row_split): a thread holds 1/P of the row, and row
+# reductions combine the P warps through shared memory. Session 13 (docs/experiments.md): the element-wise
+# Welford accumulators of layernorm's chunk loop (1 x 2048 f32 over 16 warps) went from 64 registers per
+# thread repeated in every warp to 4.
 # i1 tiles are never loaded from or stored to memory, so the 16-byte chunk rule means nothing for
 # them; a class that starts with one takes the vec of the 4-byte (f32/i32) tiles it is compared from.
 PREDICATE_BYTES = 4
@@ -84,6 +94,8 @@ class InferLayouts(Pass):
     name = "infer-layouts"
     mma_warps_n: int = param(0, "sm_80: warps along the columns of each mma.sync accumulator (0: chosen per "
                                 "accumulator; 1: whole rows per warp, the 1-D ablation; N: N column warps)")
+    split_idle_warps: bool = param(True, "split a `row` tile whose rows leave warps repeating them over those "
+                                         "warps too (false: only rows over ROW_ELEMS_PER_THREAD, the ablation)")
 
     def __post_init__(self) -> None:
         if self.mma_warps_n < 0:
@@ -91,7 +103,7 @@ class InferLayouts(Pass):
 
     def run(self, module: Module, options: Options) -> None:
         for kernel in module.kernels():
-            _KernelLayouts(kernel, options.target == "sm_80", self.mma_warps_n).run()
+            _KernelLayouts(kernel, options.target == "sm_80", self.mma_warps_n, self.split_idle_warps).run()
 
 
 class _UnionFind:
@@ -113,8 +125,9 @@ class _UnionFind:
 
 
 class _KernelLayouts:
-    def __init__(self, kernel: Operation, sm80: bool, mma_warps_n: int = 0):
+    def __init__(self, kernel: Operation, sm80: bool, mma_warps_n: int = 0, split_idle_warps: bool = True):
         self.kernel = kernel
+        self.split_idle_warps = split_idle_warps
         self.sm80 = sm80
         self.mma_warps_n = mma_warps_n
         self.uf = _UnionFind()
@@ -316,20 +329,40 @@ class _KernelLayouts:
                     or self._row_layout(v.type)
                 self.layouts.setdefault(self.uf.find(v), want)
                 self.tile_uses.append((op, idx, want))
+        # the rest are `row`, with the chunk width of the class's first tile that is loaded from or stored
+        # to global memory (its copies are the 16-byte chunks), else of its narrowest tile: a bf16 tile
+        # widened into an f32 accumulator declared before it keeps bf16's 8-element chunks
+        touches = {id(v) for op in self.kernel.walk() for v in _global_copy_tiles(op)}
+        chosen: dict[int, TileType] = {}
+        settled: set[int] = set()   # classes whose choice is a global-memory tile
         for v in values:
             root = self.uf.find(v)
-            if isinstance(v.type, TileType) and root not in self.layouts:
-                self.layouts[root] = self._row_layout(v.type)
+            if not isinstance(v.type, TileType) or root in self.layouts or root in settled:
+                continue
+            if id(v) in touches:
+                chosen[root] = v.type
+                settled.add(root)
+            elif root not in chosen or _chunk_bytes(v.type) < _chunk_bytes(chosen[root]):
+                chosen[root] = v.type
+        for root, t in chosen.items():
+            self.layouts[root] = self._row_layout(t)
 
     def _row_layout(self, t: TileType) -> RegisterLayout:
-        eb = PREDICATE_BYTES if t.dtype == "i1" else dtype_bytes(t.dtype)
+        eb = _chunk_bytes(t)
         vec = max(VEC_BYTES // eb, 1)
         warps = row_layout_warps(t.rows, t.cols, vec, self.compute_warps)
-        if t.rows * t.cols // (warps * WARP_SIZE) > ROW_ELEMS_PER_THREAD:  # wide rows: share them
+        idle = self.split_idle_warps and warps < self.compute_warps
+        if idle or t.rows * t.cols // (warps * WARP_SIZE) > ROW_ELEMS_PER_THREAD:  # wide rows: share them
             split = row_split(t.rows, t.cols, vec, self.compute_warps, ROW_ELEMS_PER_THREAD)
             if split is not None:
                 groups, parts = split
                 return make_layout("row", warps=groups * parts, vec=vec, parts=parts)
+            if idle:  # narrower chunks where 16-byte ones leave lanes without a whole step (1 x 768 bf16)
+                for v in _narrower(vec):
+                    split = row_split(t.rows, t.cols, v, self.compute_warps, ROW_ELEMS_PER_THREAD)
+                    if split is not None:
+                        groups, parts = split
+                        return make_layout("row", warps=groups * parts, vec=v, parts=parts)
         return make_layout("row", warps=warps, vec=vec)
 
     def _assign_vectors(self, values: list[Value]) -> list[tuple[Operation, int, RegisterLayout]]:
@@ -376,6 +409,29 @@ class _KernelLayouts:
         )
         op.parent.insert_before(op, cvt)
         op.operands[idx] = cvt.result
+
+
+def _global_copy_tiles(op: Operation) -> list[Value]:
+    """The register tile a tk.load from / tk.store to a global tensor copies (none for other ops)."""
+    if op.name == "tk.load" and op.results and op.operands and isinstance(op.operands[0].type, GlobalType):
+        return [op.result]
+    if op.name == "tk.store" and len(op.operands) > 1 and isinstance(op.operands[0].type, GlobalType):
+        return [op.operands[1]]
+    return []
+
+
+def _chunk_bytes(t: TileType) -> int:
+    """Bytes per element that decide a `row` layout's chunk width (i1 tiles count as PREDICATE_BYTES)."""
+    return PREDICATE_BYTES if t.dtype == "i1" else dtype_bytes(t.dtype)
+
+
+def _narrower(vec: int) -> list[int]:
+    """Chunk widths below `vec` elements, widest first, down to 1."""
+    out = []
+    while vec > 1:
+        vec //= 2
+        out.append(vec)
+    return out
 
 
 def vector_layout(tile: RegisterLayout, axis: str) -> RegisterLayout:

@@ -57,6 +57,26 @@ def test_row_kernels_assemble_without_local_memory(name: str, target: str) -> No
     assert "LDG.E.128" in sass and not local_memory_ops(sass)  # 16-byte global loads, no spills
 
 
+def test_chunk_loop_loads_bf16_in_16_byte_chunks() -> None:
+    """rmsnorm's chunk loop declares its f32 accumulator before the bf16 tile it adds: the class's chunk
+    width is the bf16 tile's (8 elements, one LDG.E.128), not the accumulator's (session 13: 4 elements,
+    which the backend copies element by element, 8 LDG.E.U16 a thread)."""
+    k = tkir.compile("examples/rmsnorm.tk", D=8192, DC=2048, ROWS=1, WG=2)
+    sass = k.asm["sass"]
+    assert "LDG.E.128" in sass and "LDG.E.U16" not in sass and not local_memory_ops(sass)
+
+
+def test_class_of_copied_f32_and_bf16_tiles_loads_the_first_in_16_byte_chunks(tmp_path) -> None:
+    """A class with an f32 tile loaded from global memory and a bf16 tile stored there: the first copied
+    tile (the f32 load) decides the chunk width, so the loads are 16-byte vectors; taking the narrowest
+    tile (bf16's 8 elements) would make the f32 loads 32-byte chunks, copied one element at a time."""
+    src = tmp_path / "cast.tk"
+    src.write_text("kernel cast(X: gl<f32>[N, 64], Y: gl<bf16>[N, 64]) grid(N / 16) {\n"
+                   "    reg x: rt<f32, 16, 64> = X[block.x, 0]\n    Y[block.x, 0] = bf16(x + x)\n}\n")
+    sass = tkir.compile(str(src)).asm["sass"]
+    assert "LDG.E.128" in sass and not re.search(r"LDG\.E\s", sass)
+
+
 @pytest.mark.parametrize("path, consts", [("examples/gemm.tk", {}), ("examples/attention_fwd.tk", {}),
                                           ("examples/attention_fwd.tk", {"D": 64, "CAUSAL": 1})])
 def test_swizzle_none_uses_interleaved_operands(path: str, consts: dict) -> None:
