@@ -70,9 +70,11 @@ PREDICATE_DTYPE = "i1"  # tk.cmp results; tk.select conditions
 ALL_FUNCS = (*UNARY_FUNCS, *CAST_FUNCS, *REDUCTIONS, *OTHER_FUNCS)
 ANNOTATIONS = {"stages": "a for loop", "swizzle": "a shared declaration",
                "no_tma": "a load statement", "warpgroups": "the kernel", "tune": "the kernel",
-               "stream_k": "the kernel", "blocks_per_sm": "the kernel", "persistent": "the kernel"}
+               "stream_k": "the kernel", "blocks_per_sm": "the kernel", "persistent": "the kernel",
+               "hoist_loads": "the kernel"}
 STREAM_K_ATTR = "stream_k_requested"  # what `@stream_k(1)` records; passes/stream_k.py reads it
 PERSISTENT_ATTR = "persistent_requested"  # what `@persistent(1)` records; passes/persistent.py reads it
+HOIST_LOADS_ATTR = "hoist_loads_requested"  # what `@hoist_loads(1)` records; passes/hoist_loads.py reads it
 BINARY_NAMES = {"+": "add", "-": "sub", "*": "mul", "/": "div", "%": "rem", "max": "max", "min": "min"}
 # what the name check of an untaken compile-time branch knows (frontend/names.py)
 VOCABULARY = Vocabulary(
@@ -389,7 +391,8 @@ class _Lowerer:
     def annotations(self, anns: list[ast.Annotation], where: str) -> dict[str, dict[str, object]]:
         """Check annotations against the construct they precede; name -> the attrs they add."""
         out: dict[str, dict[str, object]] = {}
-        allowed = {"kernel": ("warpgroups", "tune", "stream_k", "blocks_per_sm", "persistent"), "for": ("stages",),
+        allowed = {"kernel": ("warpgroups", "tune", "stream_k", "blocks_per_sm", "persistent", "hoist_loads"),
+                   "for": ("stages",),
                    "shared": ("swizzle",), "load": ("no_tma",), "none": ()}[where]
         for a in anns:
             if a.name not in ANNOTATIONS:
@@ -458,6 +461,19 @@ class _Lowerer:
             raise self.error(a.args[0].loc, "bad argument to '@persistent': expected 0 (off) or 1 (on)",
                              hint="a compile-time 0 or 1, e.g. a const P that @tune(P=[0, 1]) chooses")
         return {PERSISTENT_ATTR: True} if c == 1 else {}
+
+    def ann_hoist_loads(self, a: ast.Annotation) -> dict[str, object]:
+        """`@hoist_loads(H)`: H a compile-time 0 or 1 (usually a const, so `@tune` can choose it per shape);
+        1 asks the hoist-loads pass to issue the kernel's later global loads right after its first one
+        (passes/hoist_loads.py), 0 adds nothing."""
+        if len(a.args) != 1 or a.kwargs:
+            raise self.error(a.loc, "'@hoist_loads' takes one argument",
+                             hint="write @hoist_loads(1), or @hoist_loads(H) with a const H = 0 or 1")
+        c = self.const_eval(a.args[0])
+        if c not in (0, 1) or isinstance(c, float):
+            raise self.error(a.args[0].loc, "bad argument to '@hoist_loads': expected 0 (off) or 1 (on)",
+                             hint="a compile-time 0 or 1, e.g. a const H that @tune(H=[0, 1]) chooses")
+        return {HOIST_LOADS_ATTR: True} if c == 1 else {}
 
     def ann_blocks_per_sm(self, a: ast.Annotation) -> dict[str, object]:
         """`@blocks_per_sm(B)`: B a compile-time integer 0..MAX_BLOCKS_PER_SM (usually a const, so `@tune`

@@ -29,6 +29,7 @@ PASS_TABLE: dict[str, str] = {
     "persistent": "persistent:Persistent",           # one block per SM looping over tiles, grouped order
     "longest-first": "longest_first:LongestFirst",  # blocks whose loops grow with their index launched longest first
     "fold-scale": "fold_scale:FoldScale",            # x * c past masks and row max; x * c - m as one fma
+    "hoist-loads": "hoist_loads:HoistLoads",        # later global loads issued right after the first (@hoist_loads)
     "contract-fma": "contract_fma:ContractFma",     # f32 x * y read once by + or -: one fma per element
     "early-release": "early_release:EarlyRelease",  # a barrier ring per tile: stages freed by their last reader
     "pingpong": "pingpong:Pingpong",                # consumer warpgroups take turns issuing mmas (named barriers)
@@ -42,6 +43,7 @@ DEFAULT_PIPELINE: list[str] = [
     "canonicalize",    # fold shapes and sizes first: every later decision reads constants
     "legalize-mma",    # mma operands the instructions can read (before layouts are chosen)
     "fold-scale",      # a positive scale moved past masks and row max/min, fused with the subtraction
+    "hoist-loads",     # only kernels that ask (@hoist_loads(1)): later global loads right after the first
     "infer-layouts",   # register fragments decide how many warpgroups compute
     "select-swizzle",  # shared layouts from the consumers the layouts imply
     "bank-conflicts",  # check (and fix) every shared access under those layouts

@@ -63,6 +63,13 @@ CASES = [
     ("softmax", dict(N=300), {"D": 4096}),
     ("layernorm", dict(N=333), {"D": 16384, "DC": 4096, "ROWS": 2, "WG": 1}),
     ("layernorm", dict(N=300), {"D": 3072}),
+    # session 13: one row over the warps that would repeat it (infer-layouts' split_idle_warps: 2- and
+    # 4-byte chunks at D = 768, 8-byte at 1 x 2048 over 16 warps), W and Bias hoisted (@hoist_loads(1))
+    *[(k, dict(N=n), {"D": d, "DC": max(d, 1024), "ROWS": 1, "WG": wg, "HOIST": h})
+      for k in ("layernorm", "rmsnorm") for n, d, wg, h in ((1, 768, 2, 1), (129, 768, 1, 1), (130, 768, 2, 0),
+                                                            (77, 2048, 4, 1), (3, 16384, 4, 1))],
+    ("softmax", dict(N=129), {"D": 768, "DC": 1024, "ROWS": 1, "WG": 2}),
+    ("softmax", dict(N=5), {"D": 768, "DC": 1024, "ROWS": 1, "WG": 1}),
 ]
 
 
