@@ -134,6 +134,19 @@ def test_each_timed_run_waits_behind_flush_and_host_lead(monkeypatch: pytest.Mon
     assert timed == ["flush", lead, "event", "tkir", "event", "flush", lead, "event", "peer", "event"] * 3
 
 
+def test_without_torch_sleep_the_lead_is_more_flushes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch.cuda._sleep is private: where it is missing, the lead is FALLBACK_LEAD_FLUSHES more
+    zeroings of the flush buffer, still before the start event (not no lead at all)."""
+    torch = _FakeCudaTorch()
+    del type(torch.cuda)._sleep
+    monkeypatch.setattr(bench, "_FLUSH", [torch.buffer])
+    monkeypatch.setattr(bench, "WARMUP_S", 0.0)
+    ms = bench.time_pair_ms(torch, [lambda i: (lambda: torch.log.append("k"))], nsets=1, reps=2, warmup=1)
+    assert ms == [1.0]
+    timed = torch.log[torch.log.index("event") - 1 - bench.FALLBACK_LEAD_FLUSHES:]
+    assert timed == (["flush"] * (1 + bench.FALLBACK_LEAD_FLUSHES) + ["event", "k", "event"]) * 2
+
+
 def test_host_time_per_call_is_measured_per_kernel() -> None:
     torch = _FakeCudaTorch()
     us = bench.host_us_per_call(torch, [lambda i: (lambda: torch.log.append("a")),

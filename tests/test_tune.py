@@ -149,6 +149,24 @@ def test_model_waves_and_work() -> None:
     assert unpipelined.ms > one.ms  # copies no longer overlap the math
 
 
+def test_model_lone_blocks_have_their_sm_and_no_kernel_beats_the_floor() -> None:
+    """Session 13: one block (a row kernel at N = 1) shares its SM with nobody, whatever blocks per SM the
+    plan allows, and no prediction is under KERNEL_FLOOR_S; before, layernorm's 4-warp points at N = 1
+    were put at 12x the 16-warp ones and dropped untimed, though they measured fastest."""
+    from tkir import tune_model
+
+    m = build_module(GEMM, {"BM": 128, "BN": 256})
+    lone = [predict(m, dict(M=128, N=256, K=65536), blocks_per_sm=b, stages=4) for b in (1, 2)]
+    assert lone[0].blocks == 1 and lone[0].blocks_per_sm == lone[1].blocks_per_sm == 1
+    assert lone[0].ms == pytest.approx(lone[1].ms)
+    tiny = predict(m, dict(M=1, N=1, K=64), blocks_per_sm=1, stages=4)
+    assert tiny.ms == pytest.approx(tune_model.KERNEL_FLOOR_S * 1e3)
+    ln = str(ROOT / "examples" / "layernorm.tk")
+    r = tune.dry_run(ln, dict(N=1), fixed=dict(D=768, ROWS=1, OCC=0, HOIST=1), jobs=1)
+    kept = {c.consts["WG"] for c in r.candidates if c.status == "kept"}
+    assert kept == {1, 2, 4}, [(c.label(), c.reason) for c in r.candidates]
+
+
 def test_model_sees_the_stream_k_split() -> None:
     """With the compiled kernel's stream_k attr the model follows the kernel's split: at M = 1 the 16
     tiles of 128 x 256 spread over 132 blocks (about 8x less per block, at 75% of the rate, plus the
@@ -269,10 +287,11 @@ def test_cli_tune_where_the_header_point_does_not_fit() -> None:
     """layernorm at D = 16384 in one read (DC = D): its header's 16 rows overflow the register file, so
     the size check must read the sizes off a point that compiles (call 5 on the H200 failed here). The
     header's DC = 1024 would walk the row in chunks, which fits. OCC (@blocks_per_sm) is pinned to 0:
-    the point here is the size check, not ptxas's spills at 4 blocks per SM (tests/test_blocks_per_sm.py)."""
+    the point here is the size check, not ptxas's spills at 4 blocks per SM (tests/test_blocks_per_sm.py);
+    HOIST too (the hoisted points are the same size check)."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     proc = subprocess.run([sys.executable, "-m", "tkir.cli", "tune", "examples/layernorm.tk", "-D", "D=16384",
-                           "-D", "DC=16384", "-D", "OCC=0", "--size", "N=4096", "--dry-run", "--jobs", "2"], cwd=ROOT, env=env, capture_output=True,
+                           "-D", "DC=16384", "-D", "OCC=0", "-D", "HOIST=0", "--size", "N=4096", "--dry-run", "--jobs", "2"], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "15 points: 13 dropped by compile, 2 kept" in proc.stdout

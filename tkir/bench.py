@@ -38,8 +38,13 @@ FLUSH_BYTES = 256 * 2**20    # zeroed before every timed run: > 4x the L2
 # cycles (~100 us at the H200's 1.98 GHz boost), so the host has flush + lead (~175 us of GPU work)
 # to enqueue the timed call. Session 8 saw tkir's small kernels at 6-9 us in one run and 14-37 us in
 # another: Python launch paths that outran the ~75 us flush were timed as kernel time (METHOD.md:
-# shrink launch gaps out of the measurement; every peer gets the same lead).
-HOST_LEAD_CYCLES = 200_000
+# shrink launch gaps out of the measurement; every peer gets the same lead). Session 13 raised it from
+# 200,000 to 1,000,000 (~0.5 ms): torch.compile's host path took 50-270 us per call on that machine, and
+# its timings at N = 1 and 128 came out at about that host time (a 3.8 us kernel timed at 63 us).
+HOST_LEAD_CYCLES = 1_000_000
+# Without torch.cuda._sleep (a private API) the lead is this many more zeroings of the flush buffer
+# (~75 us each on the H200).
+FALLBACK_LEAD_FLUSHES = 6
 ROTATE_BUDGET = 24 * 2**30   # never allocate more than this for rotation
 
 
@@ -168,7 +173,7 @@ def time_pair_ms(torch, fns_for_set: list, nsets: int, reps: int, warmup: int) -
             fn = f(i % nsets)
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             flush.zero_()
-            _host_lead(torch)
+            _host_lead(torch, flush)
             start.record()
             fn()
             end.record()
@@ -196,12 +201,16 @@ def host_us_per_call(torch, fns_for_set: list, nsets: int, calls: int = HOST_CAL
     return out
 
 
-def _host_lead(torch) -> None:
+def _host_lead(torch, flush) -> None:
     """Keep the GPU busy for HOST_LEAD_CYCLES after the flush, so the start event is reached only after
-    the host has enqueued the timed call (its Python launch path is then not in the timing)."""
+    the host has enqueued the timed call (its Python launch path is then not in the timing); without
+    torch.cuda._sleep, FALLBACK_LEAD_FLUSHES more zeroings of the flush buffer."""
     sleep = getattr(torch.cuda, "_sleep", None)
     if sleep is not None:
         sleep(HOST_LEAD_CYCLES)
+    else:
+        for _ in range(FALLBACK_LEAD_FLUSHES):
+            flush.zero_()
 
 
 def bench_one(path: str, companion, sizes: dict, consts: dict, *, reps: int = 20, warmup: int = 5,

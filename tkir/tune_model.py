@@ -11,7 +11,10 @@ A roofline per block, times waves:
   keeps `blocks_per_sm` on each of the NUM_SMS SMs at once: `waves = ceil(blocks / (SMs x per SM))`;
 * one wave lasts, per block, max(tensor time, FP32 time, feed time) when the loop is pipelined
   (`stages` >= 2: copies overlap the math) and their sum when it is not; each resident block gets an
-  equal share of its SM's tensor cores, FP32 lanes and of the feed bandwidth;
+  equal share of its SM's tensor cores, FP32 lanes and of the feed bandwidth (resident: at most
+  ceil(blocks / SMs) per SM, so a lone block has its SM to itself);
+* no kernel takes less than KERNEL_FLOOR_S (launch and memory latency: the one-block kernels of a
+  decode step all sit there, so the model leaves their choice to the timings);
 * an SM is fed no faster than the bytes it has in flight allow (Little's law): `stages` x the bytes
   one loop iteration loads x the blocks on it, over FEED_LATENCY_S. This is what ranks STAGES.
 
@@ -46,6 +49,9 @@ FEED_BYTES_PER_S = 10e12      # estimate: L2 -> SM tile traffic of all SMs toget
 FEED_LATENCY_S = 1.5e-6       # a copy's round trip under load: an SM with B bytes in flight is fed at most
 #                              B / FEED_LATENCY_S (Little's law). Fitted to one H200 sweep (gemm M=64,
 #                              docs/bench/latest/session6/call4/tune_m64.json: STAGES 3 -> 6 took 34.6 -> 21.6 us)
+KERNEL_FLOOR_S = 3.3e-6       # no kernel is timed faster than this: a block that copies one 768-wide bf16 row
+#                              through registers took 3.33-3.36 us under tkir.bench's timing on the H200
+#                              (launch, one DRAM round trip each way; docs/bench/latest/session13/call1)
 SK_PHASE_RATE = 0.75          # stream-K iterations ran at about 75% of the data-parallel rate on the H200
 #                              (partials, less L2 sharing between blocks at different K offsets;
 #                              docs/experiments.md, the stream-k measurements)
@@ -84,7 +90,9 @@ def predict(front: Module, sizes: dict[str, int], blocks_per_sm: int, stages: in
         blocks *= max(1, symexpr.evaluate(g, env))
     work = _Work()
     _walk(kernel.body.ops, 1.0, sizes, work)
-    per_sm = max(1, blocks_per_sm)
+    # blocks share an SM only with blocks that are there: fewer blocks than the plan's SMs x per SM (one
+    # partial wave: N = 1 rows) each get an SM's share divided among the blocks actually on it
+    per_sm = max(1, min(blocks_per_sm, math.ceil(blocks / NUM_SMS)))
     share = NUM_SMS * per_sm
     t_tensor = work.tensor / (PEAK_TENSOR_FLOPS / share)
     t_fp32 = work.fp32 / (PEAK_FP32_FLOPS / share)
@@ -97,7 +105,7 @@ def predict(front: Module, sizes: dict[str, int], blocks_per_sm: int, stages: in
     bound = max(parts, key=parts.get)
     per_block = max(parts.values()) if stages >= 2 else sum(parts.values())
     waves = math.ceil(blocks / share)
-    ms = waves * per_block * 1e3
+    ms = max(waves * per_block, KERNEL_FLOOR_S) * 1e3
     split = _stream_k_split(stream_k, blocks, work.k_trips) if stream_k else None
     if split is not None:
         rounds, tiles, q = split
