@@ -437,43 +437,32 @@ class _Lowerer:
         check_tune(self.kernel_ast, a, self.source)
         return {}
 
-    def ann_stream_k(self, a: ast.Annotation) -> dict[str, object]:
-        """`@stream_k(S)`: S a compile-time 0 or 1 (usually a const, so `@tune` can choose it); 1 asks
-        the stream-k pass for the Stream-K schedule (passes/stream_k.py), 0 adds nothing to the IR."""
+    def ann_switch(self, a: ast.Annotation, var: str, attr: str) -> dict[str, object]:
+        """A kernel annotation that is a compile-time 0 or 1 (usually a const `var`, so `@tune` can choose
+        it per shape): 1 records `attr = true` for the pass that reads it, 0 adds nothing."""
+        name = a.name
         if len(a.args) != 1 or a.kwargs:
-            raise self.error(a.loc, "'@stream_k' takes one argument",
-                             hint="write @stream_k(1), or @stream_k(SK) with a const SK = 0 or 1")
+            raise self.error(a.loc, f"'@{name}' takes one argument",
+                             hint=f"write @{name}(1), or @{name}({var}) with a const {var} = 0 or 1")
         c = self.const_eval(a.args[0])
         if c not in (0, 1) or isinstance(c, float):
-            raise self.error(a.args[0].loc, "bad argument to '@stream_k': expected 0 (off) or 1 (on)",
-                             hint="a compile-time 0 or 1, e.g. a const SK that @tune(SK=[0, 1]) chooses")
-        return {STREAM_K_ATTR: True} if c == 1 else {}
+            raise self.error(a.args[0].loc, f"bad argument to '@{name}': expected 0 (off) or 1 (on)",
+                             hint=f"a compile-time 0 or 1, e.g. a const {var} that @tune({var}=[0, 1]) chooses")
+        return {attr: True} if c == 1 else {}
+
+    def ann_stream_k(self, a: ast.Annotation) -> dict[str, object]:
+        """`@stream_k(S)`: 1 asks the stream-k pass for the Stream-K schedule (passes/stream_k.py)."""
+        return self.ann_switch(a, "SK", STREAM_K_ATTR)
 
     def ann_persistent(self, a: ast.Annotation) -> dict[str, object]:
-        """`@persistent(P)`: P a compile-time 0 or 1 (usually a const, so `@tune` can choose it per shape);
-        1 asks the persistent pass to loop each block over the tiles of a 1-D or 3-D grid too, in launch
-        order (passes/persistent.py; 2-D grids are made persistent either way), 0 adds nothing."""
-        if len(a.args) != 1 or a.kwargs:
-            raise self.error(a.loc, "'@persistent' takes one argument",
-                             hint="write @persistent(1), or @persistent(P) with a const P = 0 or 1")
-        c = self.const_eval(a.args[0])
-        if c not in (0, 1) or isinstance(c, float):
-            raise self.error(a.args[0].loc, "bad argument to '@persistent': expected 0 (off) or 1 (on)",
-                             hint="a compile-time 0 or 1, e.g. a const P that @tune(P=[0, 1]) chooses")
-        return {PERSISTENT_ATTR: True} if c == 1 else {}
+        """`@persistent(P)`: 1 asks the persistent pass to loop each block over the tiles of a 1-D or 3-D
+        grid too, in launch order (passes/persistent.py; 2-D grids are made persistent either way)."""
+        return self.ann_switch(a, "P", PERSISTENT_ATTR)
 
     def ann_hoist_loads(self, a: ast.Annotation) -> dict[str, object]:
-        """`@hoist_loads(H)`: H a compile-time 0 or 1 (usually a const, so `@tune` can choose it per shape);
-        1 asks the hoist-loads pass to issue the kernel's later global loads right after its first one
-        (passes/hoist_loads.py), 0 adds nothing."""
-        if len(a.args) != 1 or a.kwargs:
-            raise self.error(a.loc, "'@hoist_loads' takes one argument",
-                             hint="write @hoist_loads(1), or @hoist_loads(H) with a const H = 0 or 1")
-        c = self.const_eval(a.args[0])
-        if c not in (0, 1) or isinstance(c, float):
-            raise self.error(a.args[0].loc, "bad argument to '@hoist_loads': expected 0 (off) or 1 (on)",
-                             hint="a compile-time 0 or 1, e.g. a const H that @tune(H=[0, 1]) chooses")
-        return {HOIST_LOADS_ATTR: True} if c == 1 else {}
+        """`@hoist_loads(H)`: 1 asks the hoist-loads pass to issue the kernel's later global loads right
+        after its first one (passes/hoist_loads.py)."""
+        return self.ann_switch(a, "H", HOIST_LOADS_ATTR)
 
     def ann_blocks_per_sm(self, a: ast.Annotation) -> dict[str, object]:
         """`@blocks_per_sm(B)`: B a compile-time integer 0..MAX_BLOCKS_PER_SM (usually a const, so `@tune`

@@ -34,12 +34,10 @@ M = [  # (name, file, snippet, its mutation, tests)
      "ms = max(waves * per_block, KERNEL_FLOOR_S) * 1e3", "ms = waves * per_block * 1e3", "tune"),
     ("lead-fallback-none", "tkir/bench.py", "for _ in range(FALLBACK_LEAD_FLUSHES):", "for _ in range(0):", "bench"),
     ("annotation-drops-request", "frontend/lower.py",
-     "return {HOIST_LOADS_ATTR: True} if c == 1 else {}", "return {}", "filecheck"),
+     'return self.ann_switch(a, "H", HOIST_LOADS_ATTR)', "return {}", "filecheck"),
     ("annotation-accepts-2", "frontend/lower.py",
-     "if c not in (0, 1) or isinstance(c, float):\n"
-     "            raise self.error(a.args[0].loc, \"bad argument to '@hoist_loads'",
-     "if c not in (0, 1, 2) or isinstance(c, float):\n"
-     "            raise self.error(a.args[0].loc, \"bad argument to '@hoist_loads'",
+     "if c not in (0, 1) or isinstance(c, float):\n            raise self.error(a.args[0].loc, f\"bad argument",
+     "if c not in (0, 1, 2) or isinstance(c, float):\n            raise self.error(a.args[0].loc, f\"bad argument",
      "diagnostics"),
     ("rmsnorm-sum-not-squares", "examples/rmsnorm.tk", "sq += xcf * xcf", "sq += xcf", "examples"),
 ]
