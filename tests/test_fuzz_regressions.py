@@ -313,3 +313,18 @@ def test_occupancy_plan_limits(field: str, value: str, message: str, tmp_path: P
                      "--passes=pipeline,pipeline-cp-async,canonicalize")
     line, _, msg = located(err, ir)
     assert rc == 1 and line == 1 and message in msg, err
+
+
+def test_module_without_a_kernel_is_a_located_error_at_the_backend(tmp_path: Path, capsys) -> None:
+    """Session 13's fuzz run (seed 20261301, input 1376): attention's IR after create-tma, truncated to its
+    tma.desc lines, went through the passes (nothing to rewrite) and raised a ValueError in the backend's
+    launch description."""
+    f = tmp_path / "descs_only.tkir"
+    f.write_text('tma.desc @Q_tma {tensor = "Q", param = 0, dtype = "bf16", rank = 2, dims = [128, "N"], '
+                 'strides = [256], box = [64, 64], elem_strides = [1, 1], swizzle = 128, l2_promotion = 128, '
+                 'oob_fill = "zero"}\n')
+    rc, out, err = tkc(capsys, "compile", str(f), REST, "--emit", "ptx")
+    assert rc != 0 and "Traceback" not in err
+    assert located(err, f) == (1, 1, "the backend compiles a module with exactly one tk.kernel; this one has 0")
+    rc, out, err = tkc(capsys, "compile", str(f), REST, "--emit", "tkir")  # the passes alone are fine
+    assert rc == 0, err

@@ -80,6 +80,14 @@ class CompiledKernel:
         """Run the backend (or read its output from the disk cache); adds a 'backend' timing row."""
         if dict.__contains__(self.asm, "ptx"):
             return
+        n = len(self.module.kernels())
+        if n != 1:  # hand-written IR with only descriptors, or two kernels: PTX holds one entry
+            from tkir.diagnostics import CompileError
+            from tkir.ir import Loc
+
+            raise CompileError(Loc(self.path, 1, 1), f"the backend compiles a module with exactly one tk.kernel; "
+                                                     f"this one has {n}",
+                               hint="tkc opt runs passes on any module; --emit tkir stops before the backend")
         from tkir.backend import cache
 
         t0 = time.perf_counter()
