@@ -122,7 +122,7 @@ class _Rewriter:
 
     def run(self) -> None:
         for op in list(self.kernel.walk()):
-            copy = _classify(op)
+            copy = classify_copy(op)
             if copy is None:
                 continue
             kind, g_val, s_val = copy
@@ -231,8 +231,10 @@ class _Rewriter:
         return name
 
 
-def _classify(op: Operation):
-    """('shared' | 'register', global value, shared-or-register value) for a global copy, else None."""
+def classify_copy(op: Operation):
+    """('shared' | 'register', global value, shared-or-register value) for a tk.load / tk.store that
+    copies between global memory and a tile or vector, else None (also used by infer-layouts and
+    hoist-loads)."""
     if op.name == "tk.load":
         if not op.results and isinstance(op.operands[1].type, GlobalType):
             return "shared", op.operands[1], op.operands[0]

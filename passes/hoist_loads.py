@@ -25,8 +25,9 @@ Ablation: `hoist-loads` left out of `--passes`, or `@hoist_loads(0)`.
 from __future__ import annotations
 
 from tkir.ir import Block, Module, Operation
+from tkir.passes.create_tma import classify_copy
 from tkir.passmanager import Options, Pass, param
-from tkir.types import GlobalType, is_register
+from tkir.types import GlobalType
 
 REQUEST_ATTR = "hoist_loads_requested"  # frontend/lower.py HOIST_LOADS_ATTR
 DONE_ATTR = "hoisted_loads"             # on the kernel: how many loads moved (visible in --emit tkir)
@@ -40,19 +41,15 @@ class HoistLoads(Pass):
         for kernel in module.kernels():
             if not (self.all or kernel.attrs.get(REQUEST_ATTR)):
                 continue
-            moved = _hoist_block(kernel.regions[0].block) if kernel.regions else 0
-            for op in list(kernel.walk()):
-                if op is kernel:
-                    continue
-                for r in op.regions:
-                    moved += _hoist_block(r.block)
+            moved = sum(_hoist_block(r.block) for op in list(kernel.walk()) for r in op.regions)
             if moved:
                 kernel.attrs[DONE_ATTR] = moved
 
 
 def _global_load(op: Operation) -> bool:
-    return (op.name == "tk.load" and bool(op.results) and bool(op.operands)
-            and isinstance(op.operands[0].type, GlobalType) and is_register(op.result.type))
+    """A tk.load from a global tensor into registers."""
+    c = classify_copy(op)
+    return op.name == "tk.load" and c is not None and c[0] == "register"
 
 
 def _global_store(op: Operation) -> bool:

@@ -53,10 +53,11 @@ from tkir.layout import (
     row_split,
 )
 from tkir.ops import TILE_BINARY, TILE_UNARY
+from tkir.passes.create_tma import classify_copy
 from tkir.passmanager import Options, ParamError, Pass, PassError, param
 from tkir.target import MAX_THREADS_PER_BLOCK
 from tkir.target import WARP as WARP_SIZE
-from tkir.types import GlobalType, TileType, VectorType, is_register, is_shared
+from tkir.types import TileType, VectorType, is_register, is_shared
 
 # tk.index only reads its operand's shape, but its indices must sit where that tile's elements do.
 ELEMENTWISE = ({f"tk.{n}" for n in (*TILE_BINARY, *TILE_UNARY)}
@@ -332,7 +333,7 @@ class _KernelLayouts:
         # the rest are `row`, with the chunk width of the class's first tile that is loaded from or stored
         # to global memory (its copies are the 16-byte chunks), else of its narrowest tile: a bf16 tile
         # widened into an f32 accumulator declared before it keeps bf16's 8-element chunks
-        touches = {id(v) for op in self.kernel.walk() for v in _global_copy_tiles(op)}
+        touches = {id(c[2]) for op in self.kernel.walk() if (c := classify_copy(op)) and c[0] == "register"}
         chosen: dict[int, TileType] = {}
         settled: set[int] = set()   # classes whose choice is a global-memory tile
         for v in values:
@@ -409,15 +410,6 @@ class _KernelLayouts:
         )
         op.parent.insert_before(op, cvt)
         op.operands[idx] = cvt.result
-
-
-def _global_copy_tiles(op: Operation) -> list[Value]:
-    """The register tile a tk.load from / tk.store to a global tensor copies (none for other ops)."""
-    if op.name == "tk.load" and op.results and op.operands and isinstance(op.operands[0].type, GlobalType):
-        return [op.result]
-    if op.name == "tk.store" and len(op.operands) > 1 and isinstance(op.operands[0].type, GlobalType):
-        return [op.operands[1]]
-    return []
 
 
 def _chunk_bytes(t: TileType) -> int:

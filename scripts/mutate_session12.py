@@ -4,11 +4,9 @@ back. `python3 scripts/mutate_session12.py [NAME ...]` from the repository root;
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
 import sys
-import tempfile
+
+from hand_mutants import try_mutant
 
 M = [  # (name, file, snippet, its mutation)
     (
@@ -109,26 +107,5 @@ TESTS = [
 SELECT = "sm80 or producer or pipeline or interp or aligned or occupancy or persistent or deadlock"
 sel = sys.argv[1:] or [m[0] for m in M]
 for name, path, old, new in M:
-    if name not in sel:
-        continue
-    src = open(path).read()
-    if src.count(old) != 1:
-        print(f"{name}: snippet occurs {src.count(old)} times")
-        continue
-    bak = os.path.join(tempfile.mkdtemp(), "bak")
-    shutil.copy(path, bak)
-    open(path, "w").write(src.replace(old, new))
-    try:
-        env = dict(os.environ, TKIR_CACHE="0")
-        r = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *TESTS, "-k", SELECT],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=900,
-        )
-        killed = r.returncode != 0
-        first = next((l for l in r.stdout.splitlines() if l.startswith("FAILED") or l.startswith("ERROR")), "")
-        print(f"{name}: {'killed' if killed else 'SURVIVED'} {first[:150]}", flush=True)
-    finally:
-        shutil.copy(bak, path)
+    if name in sel:
+        try_mutant(name, path, old, new, [*TESTS, "-k", SELECT])
