@@ -10,8 +10,9 @@ against tkir.layout's tables in tests), so every rule is written once for all la
 * a row reduction combines the slots of one row in the thread, then across the lanes that share the
   row with butterfly shuffles (`shfl.sync.bfly`): the quad for wgmma accumulators, up to 32 lanes
   for `row` tiles;
-* `row` tiles move between registers and global memory in 16-byte chunks (one `ld/st.global.v4`
-  per chunk); rows past the tensor's edge are clamped on load and skipped on store.
+* `row` tiles move between registers and global memory one lane chunk per access, 4, 8 or 16 bytes
+  (`ld/st.global` .b32, .v2.b32, .v4.b32; tkir.layout.VECTOR_ACCESS_BYTES); chunks past the tensor's
+  edge are clamped on load and skipped on store.
 """
 
 from __future__ import annotations
@@ -21,12 +22,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from tkir.backend.bounds import dim_in_bounds
 from tkir.backend.fragments import LazyValues, gather_plan, numeric_slots, row_groups, tile_shape
 from tkir.backend.llvm_text import f32_literal
 from tkir.backend.rules import rule
 from tkir.backend.values import LLVM_TYPE, Frag, Global, LoweringError, register_layout
 from tkir.ir import Operation
-from tkir.layout import layout_of
+from tkir.layout import layout_of, vector_access_bytes
 from tkir.ops import TILE_BINARY, TILE_UNARY
 from tkir.types import ScalarType, TileType, VectorType, dtype_bytes
 
@@ -35,7 +37,6 @@ if TYPE_CHECKING:
 
 LOG2E = 1.4426950408889634   # exp(x) = 2^(x log2 e): PTX has ex2.approx only
 LN2 = 0.6931471805599453      # log(x) = lg2(x) ln 2
-CHUNK_BYTES = 16              # one v4.b32 global access
 
 
 def combine(cx: LoweringContext, op: str, a: str, b: str, contract: bool = False) -> str:
@@ -111,6 +112,10 @@ INT_BINARY = {"add": "add", "sub": "sub", "mul": "mul"}
 def to_f32(cx: LoweringContext, v: str, dtype: str) -> str:
     if dtype == "f32":
         return v
+    if dtype == "bf16":
+        w = cx.w
+        bits = w.op(f"zext i16 {w.op(f'bitcast bfloat {v} to i16', 'bb')} to i32", "bz")
+        return w.op(f"bitcast i32 {w.op(f'shl i32 {bits}, 16', 'bs')} to float", "up")
     return cx.w.op(f"fpext {LLVM_TYPE[dtype]} {v} to float", "up")
 
 
@@ -564,7 +569,8 @@ def _op_tk_reduce(cx: LoweringContext, op: Operation) -> None:
 
 def _global_chunks(cx: LoweringContext, op: Operation, gl: Global, coords: list[str],
                    t) -> list[tuple[str, str, list[int]]]:
-    """(element offset (i64), in-bounds i1, slots) per 16-byte chunk of a row-layout tile/vector."""
+    """(element offset (i64), in-bounds i1, slots) per lane chunk (one vector access) of a row-layout
+    tile/vector."""
     gty = gl.type
     lay = register_layout(t)
     kind = lay.kind
@@ -572,8 +578,8 @@ def _global_chunks(cx: LoweringContext, op: Operation, gl: Global, coords: list[
         raise LoweringError(op.loc, f"backend: global access of a '{kind}' register tile is not "
                                     "implemented yet")
     vec = lay.chunk
-    if vec * dtype_bytes(t.dtype) != CHUNK_BYTES:
-        raise LoweringError(op.loc, f"backend: chunks of {vec} x {t.dtype} are not 16 bytes")
+    if vector_access_bytes(lay, t.dtype) is None:
+        raise LoweringError(op.loc, f"backend: chunks of {vec} x {t.dtype} are not 4, 8 or 16 bytes")
     w = cx.w
     dims = [cx.dim(d) for d in gty.dims]
     strides: list[str] = []
@@ -588,40 +594,46 @@ def _global_chunks(cx: LoweringContext, op: Operation, gl: Global, coords: list[
         base = w.op(f"add i64 {base}, {w.op(f'mul i64 {cx.i64(coords[k])}, {strides[k]}', 'lo')}", "lb")
     slots = cx.coords(t)
     out = []
+    # edge tests that can never fail are left out (backend/bounds.py); the rest test every chunk
+    idx = op.operands[2:] if op.name == "tk.store" else op.operands[1:]
     if is_tile:
         r0 = w.op(f"mul i32 {coords[nlead]}, {t.rows}", "r0")
         c0 = w.op(f"mul i32 {coords[nlead + 1]}, {t.cols}", "c0")
+        rows_in = dim_in_bounds(idx[nlead], t.rows, gty.dims[nlead], cx.kernel)
+        cols_in = dim_in_bounds(idx[nlead + 1], t.cols, gty.dims[nlead + 1], cx.kernel)
     else:
         c0 = w.op(f"mul i32 {coords[nlead]}, {t.n}", "c0")
+        cols_in = dim_in_bounds(idx[nlead], t.n, gty.dims[nlead], cx.kernel)
     for first in range(0, len(slots), vec):
         s = slots[first]
-        # a chunk starts at a multiple of vec and the launch requires rows of whole 16-byte chunks
+        # a chunk starts at a multiple of vec and the launch requires rows of whole chunks
         # (tkir.requires), so a chunk is either wholly inside the tensor or wholly outside
         if is_tile:
             row = w.op(f"add i32 {r0}, {s[0]}", "row")
             col = w.op(f"add i32 {c0}, {s[1]}", "col")
-            rok = w.op(f"icmp slt i32 {row}, {dims[nlead]}", "ok")
-            cok = w.op(f"icmp slt i32 {col}, {dims[nlead + 1]}", "cok")
-            ok = w.op(f"and i1 {rok}, {cok}", "ok")
-            last = w.op(f"sub i32 {dims[nlead]}, 1", "last")
-            safe = w.op(f"select i1 {rok}, i32 {row}, i32 {last}", "rowc")
-            safe_col = w.op(f"select i1 {cok}, i32 {col}, i32 0", "colc")
+            rok = "true" if rows_in else w.op(f"icmp slt i32 {row}, {dims[nlead]}", "ok")
+            cok = "true" if cols_in else w.op(f"icmp slt i32 {col}, {dims[nlead + 1]}", "cok")
+            ok = rok if cols_in else cok if rows_in else w.op(f"and i1 {rok}, {cok}", "ok")
+            if rows_in:
+                safe = row
+            else:
+                last = w.op(f"sub i32 {dims[nlead]}, 1", "last")
+                safe = w.op(f"select i1 {rok}, i32 {row}, i32 {last}", "rowc")
+            safe_col = col if cols_in else w.op(f"select i1 {cok}, i32 {col}, i32 0", "colc")
             off = w.op(f"mul i64 {cx.i64(safe)}, {strides[nlead]}", "ro")
             off = w.op(f"add i64 {off}, {cx.i64(safe_col)}", "off")
         else:
             col = w.op(f"add i32 {c0}, {s[0]}", "col")
-            ok = w.op(f"icmp slt i32 {col}, {dims[nlead]}", "ok")
-            off = cx.i64(w.op(f"select i1 {ok}, i32 {col}, i32 0", "colc"))
+            ok = "true" if cols_in else w.op(f"icmp slt i32 {col}, {dims[nlead]}", "ok")
+            off = cx.i64(col if cols_in else w.op(f"select i1 {ok}, i32 {col}, i32 0", "colc"))
         off = w.op(f"add i64 {off}, {base}", "off")
         out.append((off, ok, list(range(first, first + vec))))
     return out
 
 
 def chunked(t: object) -> bool:
-    """A `row` tile or vector whose lanes own whole 16-byte chunks (one v4 access each)."""
-    lay = layout_of(t)
-    return (lay is not None and lay.kind in ("row", "col_vec") and lay.vec is not None
-            and isinstance(t, (TileType, VectorType)) and lay.vec * dtype_bytes(t.dtype) == CHUNK_BYTES)
+    """A `row` tile or vector whose lanes own whole chunks of 4, 8 or 16 bytes (one access each)."""
+    return isinstance(t, (TileType, VectorType)) and vector_access_bytes(layout_of(t), t.dtype) is not None
 
 
 def _global_to_chunked_regs(cx: LoweringContext, op: Operation) -> bool:
@@ -639,12 +651,14 @@ def _op_tk_load(cx: LoweringContext, op: Operation) -> None:
     w = cx.w
     coords = [cx.scalar(v) for v in op.operands[1:]]
     ety = LLVM_TYPE[t.dtype]
+    align = vector_access_bytes(layout_of(t), t.dtype)
     vals: list[str] = [""] * cx.nslots(t)
     for off, ok, members in _global_chunks(cx, op, src, coords, t):
         p = w.op(f"getelementptr {ety}, ptr addrspace(1) {src.ptr}, i64 {off}", "p")
         vt = f"<{len(members)} x {ety}>"
-        v = w.op(f"load {vt}, ptr addrspace(1) {p}, align 16", "ld")
-        v = w.op(f"select i1 {ok}, {vt} {v}, {vt} zeroinitializer", "ldz")  # zero outside, as TMA fills
+        v = w.op(f"load {vt}, ptr addrspace(1) {p}, align {align}", "ld")
+        if ok != "true":  # zero outside, as TMA fills
+            v = w.op(f"select i1 {ok}, {vt} {v}, {vt} zeroinitializer", "ldz")
         for k, m in enumerate(members):
             vals[m] = w.op(f"extractelement {vt} {v}, i32 {k}", "e")
     cx.set(op.result, Frag(t, vals))
@@ -667,9 +681,14 @@ def _op_tk_store(cx: LoweringContext, op: Operation) -> None:
         nwords = len(members) * dtype_bytes(t.dtype) // 4
         words = w.op(f"bitcast {vt} {v} to <{nwords} x i32>", "wd")
         regs = [w.op(f"extractelement <{nwords} x i32> {words}, i32 {k}", "r") for k in range(nwords)]
+        if ok == "true":  # inside the tensor wherever it runs (backend/bounds.py): no predicate
+            lst = ", ".join(f"${k + 1}" for k in range(nwords))
+            st = f"st.global.v{nwords}.b32 [$0], {{{lst}}};" if nwords > 1 else "st.global.b32 [$0], $1;"
+            w.asm("void", [st], ["l"] + ["r"] * nwords, [("ptr addrspace(1)", p)] + [("i32", r) for r in regs])
+            continue
         okz = w.op(f"zext i1 {ok} to i32", "okz")
         lst = ", ".join(f"${k + 2}" for k in range(nwords))
-        w.asm("void", ["{", ".reg .pred p;", "setp.ne.b32 p, $1, 0;",
-                       f"@p st.global.v{nwords}.b32 [$0], {{{lst}}};", "}"],
+        st = f"st.global.v{nwords}.b32 [$0], {{{lst}}};" if nwords > 1 else "st.global.b32 [$0], $2;"
+        w.asm("void", ["{", ".reg .pred p;", "setp.ne.b32 p, $1, 0;", f"@p {st}", "}"],
               ["l", "r"] + ["r"] * nwords,
               [("ptr addrspace(1)", p), ("i32", okz)] + [("i32", r) for r in regs])

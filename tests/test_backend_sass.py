@@ -66,6 +66,18 @@ def test_chunk_loop_loads_bf16_in_16_byte_chunks() -> None:
     assert "LDG.E.128" in sass and "LDG.E.U16" not in sass and not local_memory_ops(sass)
 
 
+@pytest.mark.parametrize("name, d", [("layernorm", 16384), ("rmsnorm", 8192), ("softmax", 16384)])
+def test_chunk_loops_of_2048_over_16_warps_use_8_byte_vector_accesses(name: str, d: int) -> None:
+    """A 1 x 2048 bf16 chunk over 16 warps leaves 4 elements a lane: 8-byte chunks (session 14), loaded
+    and stored as one LDG.E.64 / STG.E.64 each, where session 13 copied them element by element
+    (LDG.E.U16). (rmsnorm at D = 16384 spills 40 bytes there: plan-occupancy does not count the eight
+    chunk loads that ptxas unrolls and keeps in flight; `tkc tune` times or drops such points.)"""
+    k = tkir.compile(f"examples/{name}.tk", D=d, DC=2048, ROWS=1, WG=4)
+    sass = k.asm["sass"]
+    assert "LDG.E.64" in sass and "STG.E.64" in sass
+    assert not re.search(r"(LDG|STG)\.E\.(U16|128)", sass) and not local_memory_ops(sass)
+
+
 def test_class_of_copied_f32_and_bf16_tiles_loads_the_first_in_16_byte_chunks(tmp_path) -> None:
     """A class with an f32 tile loaded from global memory and a bf16 tile stored there: the first copied
     tile (the f32 load) decides the chunk width, so the loads are 16-byte vectors; taking the narrowest

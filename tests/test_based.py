@@ -260,11 +260,22 @@ class _Eval:
             self.env[name] = self.eval(text)
 
     def eval(self, text: str) -> object:
-        if m := re.match(r"(and|or|add|mul|lshr) i32 (\S+), (\S+)$", text):
+        if m := re.match(r"(and|or|add|mul|lshr|shl) i32 (\S+), (\S+)$", text):
             op, a, b = m.groups()
             x, y = self.val(a.rstrip(",")), self.val(b)
             return {"and": np.bitwise_and, "or": np.bitwise_or, "add": np.add, "mul": np.multiply,
-                    "lshr": np.right_shift}[op](x, y)
+                    "lshr": np.right_shift, "shl": np.left_shift}[op](x, y)
+        # bf16 -> f32 as bits (backend to_f32): bfloat -> i16 pattern, zext, shl 16, i32 -> float
+        if m := re.match(r"bitcast bfloat (\S+) to i16$", text):
+            return np.asarray(self.val(m.group(1))).astype(BF16).view(np.uint16).astype(np.int64)
+        if m := re.match(r"zext i16 (\S+) to i32$", text):
+            return self.val(m.group(1))
+        # 32-bit words as bits where both sides are scalars (a float moved through an i32 shuffle or
+        # select, the bf16 -> f32 shift above); packed pairs (<2 x bfloat>) stay pairs of values
+        if m := re.match(r"bitcast float (\S+) to i32$", text):
+            return np.asarray(self.val(m.group(1)), np.float32).view(np.uint32).astype(np.int64)
+        if m := re.match(r"bitcast i32 (\S+) to float$", text):
+            return np.asarray(self.val(m.group(1)), np.int64).astype(np.uint32).view(np.float32)
         if m := re.match(r"icmp eq i32 (\S+), (\S+)$", text):
             return self.val(m.group(1).rstrip(",")) == self.val(m.group(2))
         if m := re.match(r"select i1 (\S+), \S+ (\S+), \S+ (\S+)$", text):

@@ -43,6 +43,20 @@ WAVEFRONT_BYTES = NUM_BANKS * BANK_BYTES  # 128 bytes served per wavefront
 CHUNK_BYTES = 16          # one ldmatrix row / core-matrix row / v4 access
 MMA_M, MMA_N, MMA_K = 16, 8, 16  # mma.sync.m16n8k16 (§6.3)
 QUAD = 4                  # lanes sharing one accumulator row (g = lane / 4)
+# A `row` / `col_vec` register tile moves to and from global memory one lane chunk (`vec` elements) per
+# access when the chunk is one of these sizes: ld/st.global .b32, .v2.b32, .v4.b32, each needing an
+# address aligned to its size (PTX ISA, "Data Movement and Conversion Instructions: ld", vector
+# operands); narrower chunks (one bf16) are copied element by element.
+VECTOR_ACCESS_BYTES = (4, 8, 16)
+
+
+def vector_access_bytes(layout: RegisterLayout | None, dtype: str) -> int | None:
+    """Bytes of one global access of a lane chunk of a `row` / `col_vec` layout (VECTOR_ACCESS_BYTES),
+    None where the layout's copies are element by element."""
+    if layout is None or layout.kind not in ("row", "col_vec") or layout.vec is None:
+        return None
+    n = layout.vec * dtype_bytes(dtype)
+    return n if n in VECTOR_ACCESS_BYTES else None
 
 
 def swizzle(offset: int | np.ndarray, span: int) -> int | np.ndarray:

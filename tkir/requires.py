@@ -22,12 +22,11 @@ import ast
 from tkir import symexpr
 from tkir.facts import FactError
 from tkir.ir import Module, Operation, Value
-from tkir.layout import LAYOUT_ATTR, RegisterLayout, layout_of
+from tkir.layout import LAYOUT_ATTR, RegisterLayout, layout_of, vector_access_bytes
 from tkir.types import DTYPE_BYTES, GlobalType, TileType, VectorType
 
 CP_ASYNC_BYTES = 16               # cp.async.cg copies 16-byte chunks: 16-B aligned sources (PTX ISA cp.async)
 TMA_STRIDE_ALIGN = 16             # cuTensorMapEncodeTiled: strides multiple of 16 B (HOPPER.md §4.1)
-CHUNK_BYTES = 16                  # one ld/st.global.v4 of a `row`-layout register tile (backend rules_registers)
 
 
 def module_requires(module: Module) -> list[dict]:
@@ -77,10 +76,11 @@ def kernel_requires(kernel: Operation, descs: list[Operation]) -> list[dict]:
                     need(f"{dim} % {ext}", f"%{g.name} is copied without TMA, and the backend masks only "
                                            "the rows of register tiles (and both dims of accumulators)")
             last = g.type.dims[-1]
-            if _chunk_aligned(tile) and isinstance(last, str):
-                need(f"({last} * {DTYPE_BYTES[g.type.dtype]}) % {CHUNK_BYTES}",
-                     f"%{g.name} is copied to or from registers in {CHUNK_BYTES}-byte vector accesses: its "
-                     f"rows must start {CHUNK_BYTES}-byte aligned")
+            cb = _chunk_bytes(tile)
+            if cb and isinstance(last, str):
+                need(f"({last} * {DTYPE_BYTES[g.type.dtype]}) % {cb}",
+                     f"%{g.name} is copied to or from registers in {cb}-byte vector accesses: its "
+                     f"rows must start {cb}-byte aligned")
             if _shared_tile(tile) and isinstance(last, str):
                 need(f"({last} * {DTYPE_BYTES[g.type.dtype]}) % {CP_ASYNC_BYTES}",
                      f"%{g.name} is copied to shared memory in {CP_ASYNC_BYTES}-byte cp.async chunks: its rows "
@@ -99,12 +99,14 @@ def module_alignments(module: Module) -> list[dict]:
 
 
 def kernel_alignments(kernel: Operation) -> list[dict]:
-    """[{"tensor": name, "bytes": 16, "why": ...}] for each tensor the kernel reads or writes in 16-byte
+    """[{"tensor": name, "bytes": 16, "why": ...}] for each tensor the kernel reads or writes in vector
     pieces without TMA: shared tiles filled with cp.async (16-byte source chunks) and register tiles in
-    16-byte vector accesses (ld/st.global.v4). Both need the tensor's base address 16-byte aligned, as its
-    row pitch is (`kernel_requires`): a contiguous view that starts one element into a buffer passes
-    every other check and would fault. TMA tensors have their own check (the `tma` list)."""
+    4-, 8- or 16-byte vector accesses (ld/st.global .b32/.v2/.v4). Both need the tensor's base address
+    aligned to the widest piece, as its row pitch is (`kernel_requires`): a contiguous view that starts
+    one element into a buffer passes every other check and would fault. TMA tensors have their own
+    check (the `tma` list)."""
     out: dict[str, list[str]] = {}
+    widest: dict[str, int] = {}
     for op in kernel.walk():
         try:
             copy = _plain_copy(op)
@@ -114,24 +116,25 @@ def kernel_alignments(kernel: Operation) -> list[dict]:
             continue
         g, tile = copy
         if _shared_tile(tile):
-            why = f"copied to shared memory in {CP_ASYNC_BYTES}-byte cp.async chunks"
-        elif _chunk_aligned(tile):
-            why = f"copied to or from registers in {CHUNK_BYTES}-byte vector accesses"
+            nbytes, why = CP_ASYNC_BYTES, f"copied to shared memory in {CP_ASYNC_BYTES}-byte cp.async chunks"
+        elif cb := _chunk_bytes(tile):
+            nbytes, why = cb, f"copied to or from registers in {cb}-byte vector accesses"
         else:
             continue
         whys = out.setdefault(g.name, [])
         if why not in whys:
             whys.append(why)
-    return [{"tensor": name, "bytes": CHUNK_BYTES, "why": " and ".join(w)} for name, w in out.items()]
+        widest[g.name] = max(widest.get(g.name, 0), nbytes)
+    return [{"tensor": name, "bytes": widest[name], "why": " and ".join(w)} for name, w in out.items()]
 
 
 def _masked(tile: TileType | VectorType, dim: int) -> bool:
     """Whether the backend masks partial tiles along `dim` of a plain (non-TMA) copy:
     * shared tiles and vectors: cp.async zero-fills rows and columns past the edge, element-wise
       copies (shared vectors, shared -> global stores) test every element (backend/rules_memory.py);
-    * register tiles and vectors in a layout of whole 16-byte chunks (`row`, `col_vec` with `vec`):
-      each chunk is tested (loads read zeros, stores are predicated), given rows of whole chunks
-      (`_chunk_aligned`, a requirement of its own);
+    * register tiles and vectors in a layout of whole 4-, 8- or 16-byte chunks (`row`, `col_vec` with
+      `vec`): each chunk is tested (loads read zeros, stores are predicated), given rows of whole
+      chunks (`_chunk_bytes`, a requirement of its own);
     * every other register layout (accumulators, accumulator-shaped vectors) is copied element by
       element with both dims tested."""
     if tile.space in ("st", "sv"):
@@ -147,12 +150,12 @@ def _register_layout(tile: TileType | VectorType) -> RegisterLayout | None:
     return layout_of(tile) if isinstance(tile.get(LAYOUT_ATTR), dict) else None
 
 
-def _chunk_aligned(tile: TileType | VectorType) -> bool:
-    """A register tile or vector whose global copies are 16-byte vector accesses (backend
-    rules_registers: `row` / `col_vec` layouts with a `vec` of 16 bytes)."""
-    lay = _register_layout(tile)
-    return (tile.space in ("rt", "rv") and lay is not None and lay.kind in ("row", "col_vec")
-            and lay.vec is not None and lay.vec * DTYPE_BYTES[tile.dtype] == CHUNK_BYTES)
+def _chunk_bytes(tile: TileType | VectorType) -> int | None:
+    """The bytes of one global access of a register tile or vector copied in vector pieces (backend
+    rules_registers: `row` / `col_vec` layouts with a `vec` of 4, 8 or 16 bytes), else None."""
+    if tile.space not in ("rt", "rv"):
+        return None
+    return vector_access_bytes(_register_layout(tile), tile.dtype)
 
 
 def _shared_tile(tile: TileType | VectorType) -> bool:
