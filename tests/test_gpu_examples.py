@@ -58,7 +58,7 @@ CASES = [
     ("rmsnorm", dict(N=301), {"D": 4096, "DC": 4096, "ROWS": 1, "WG": 1}),
     ("softmax", dict(N=999), {"D": 8192, "DC": 8192, "ROWS": 1, "WG": 1}),
     ("layernorm", dict(N=333), {"D": 4096, "DC": 4096, "ROWS": 2, "WG": 1}),
-    # wide rows in chunks (D > DC, two passes): online max and sum; Chan's merge of mean and M2
+    # wide rows in chunks (D > DC, two passes): online max and sum; shifted per-position sums (layernorm)
     ("softmax", dict(N=999), {"D": 16384, "DC": 8192, "ROWS": 1, "WG": 1}),
     ("softmax", dict(N=300), {"D": 4096}),
     ("layernorm", dict(N=333), {"D": 16384, "DC": 4096, "ROWS": 2, "WG": 1}),
@@ -70,6 +70,13 @@ CASES = [
                                                             (77, 2048, 4, 1), (3, 16384, 4, 1))],
     ("softmax", dict(N=129), {"D": 768, "DC": 1024, "ROWS": 1, "WG": 2}),
     ("softmax", dict(N=5), {"D": 768, "DC": 1024, "ROWS": 1, "WG": 1}),
+    # session 14: 8-byte vector accesses (2048-wide chunks over 16 warps, 512 over 4) in the chunk loops,
+    # layernorm's shifted per-position sums (an odd chunk count: 1536 = 3 x 512); 4-byte at 768 over 4 warps
+    ("layernorm", dict(N=333), {"D": 16384, "DC": 2048, "ROWS": 1, "WG": 4, "OCC": 4}),
+    ("layernorm", dict(N=77), {"D": 8192, "DC": 4096, "ROWS": 1, "WG": 4}),
+    ("layernorm", dict(N=5), {"D": 1536, "DC": 512, "ROWS": 1, "WG": 1}),
+    ("rmsnorm", dict(N=129), {"D": 8192, "DC": 2048, "ROWS": 1, "WG": 4, "OCC": 4}),
+    ("softmax", dict(N=33), {"D": 16384, "DC": 2048, "ROWS": 1, "WG": 4}),
 ]
 
 
@@ -108,6 +115,7 @@ PATH_CASES = [
     ("softmax", dict(N=4096), {}, SM80),
     ("softmax", dict(N=777), {"D": 512}, SM80),
     ("layernorm", dict(N=1001), {}, SM80),
+    ("layernorm", dict(N=333), {"D": 16384, "DC": 2048, "ROWS": 1, "WG": 4}, SM80),   # 8-byte accesses
     ("layernorm", dict(N=4096), {}, SM80),
     ("layernorm", dict(N=300), {"D": 512}, SM80),
     ("rotary", dict(T=999), {}, SM80),
