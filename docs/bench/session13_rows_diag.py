@@ -7,7 +7,10 @@ sweep's tuned consts and a few variants against eager torch and torch.compile; i
 generated Triton code (TORCHINDUCTOR_CACHE_DIR / TRITON_CACHE_DIR) for reading; and (--ncu) it
 profiles tkir's and Inductor's kernels at two points with Nsight Compute.
 
-    python3 docs/bench/session13_rows_diag.py --out DIR [--only NAME,...]
+    python3 docs/bench/session13_rows_diag.py --out DIR [--only NAME,...] [--set 1|2|3|4]
+
+Set 4 is session 14's (docs/bench/session14_call1.sh): the wide-row misses with layernorm's shifted
+per-position chunk loop and 8-byte vector accesses (2048-wide chunks over 16 warps).
 """
 
 from __future__ import annotations
@@ -99,6 +102,32 @@ def variants3(kernel: str, n: int, d: int, consts: dict) -> list[tuple[str, Path
     return out
 
 
+# session 14, call 1 (--set 4): the wide-row misses of session 13's sweep (its tuned consts first), against
+# chunk loops of 2048 / 4096 / 8192 columns over 8 or 16 warps, ptxas asked for 4 blocks or not
+POINTS4 = [
+    ("ln_4096_8192", "layernorm", 4096, 8192, dict(ROWS=1, DC=8192, WG=2, OCC=4, HOIST=0)),
+    ("ln_4096_16384", "layernorm", 4096, 16384, dict(ROWS=1, DC=16384, WG=2, OCC=0, HOIST=0)),
+    ("ln_65536_16384", "layernorm", 65536, 16384, dict(ROWS=1, DC=16384, WG=2, OCC=0, HOIST=0)),
+    ("rms_4096_8192", "rmsnorm", 4096, 8192, dict(ROWS=1, DC=8192, WG=4, OCC=0, HOIST=1)),
+    ("rms_4096_16384", "rmsnorm", 4096, 16384, dict(ROWS=1, DC=16384, WG=4, OCC=0, HOIST=0)),
+    ("rms_65536_768", "rmsnorm", 65536, 768, dict(ROWS=16, DC=8192, WG=4, OCC=0, HOIST=1)),
+]
+
+
+def variants4(kernel: str, n: int, d: int, consts: dict) -> list[tuple[str, Path, dict]]:
+    ex = ROOT / "examples" / f"{kernel}.tk"
+    out = [("tuned", ex, consts)]
+    if d == 768:
+        for rows, wg, occ in ((4, 1, 4), (8, 2, 4), (8, 1, 0), (2, 1, 4)):
+            out.append((f"R{rows}w{wg}o{occ}", ex, {**consts, "ROWS": rows, "WG": wg, "OCC": occ, "HOIST": 0}))
+        return out
+    for dc, wg, occ in ((2048, 4, 4), (2048, 4, 0), (4096, 4, 4), (4096, 4, 0), (2048, 2, 4), (4096, 2, 4),
+                        (1024, 2, 4), (8192, 4, 0)):
+        if dc < d:
+            out.append((f"c{dc}w{wg}o{occ}", ex, {**consts, "DC": dc, "WG": wg, "OCC": occ, "HOIST": 0}))
+    return out
+
+
 def variants(kernel: str, n: int, d: int, consts: dict) -> list[tuple[str, Path, dict]]:
     ex = ROOT / "examples" / f"{kernel}.tk"
     out = [("tuned", ex, consts)]
@@ -118,7 +147,8 @@ def main() -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--only", default="")
     ap.add_argument("--reps", type=int, default=30)
-    ap.add_argument("--set", type=int, default=1, help="1, 2, 3: the points and variants of calls 1, 2, 3")
+    ap.add_argument("--set", type=int, default=1, help="1, 2, 3: the points and variants of session 13's calls "
+                                                      "1, 2, 3; 4: session 14's call 1")
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -139,7 +169,8 @@ def main() -> int:
     only = set(filter(None, a.only.split(",")))
     recs = []
     lines = [f"copy {copy:.0f} GB/s"]
-    points, var = {1: (POINTS, variants), 2: (POINTS2, variants2), 3: (POINTS3, variants3)}[a.set]
+    points, var = {1: (POINTS, variants), 2: (POINTS2, variants2), 3: (POINTS3, variants3),
+                   4: (POINTS4, variants4)}[a.set]
     for name, kernel, n, d, consts in points:
         if only and name not in only:
             continue
