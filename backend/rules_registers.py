@@ -22,11 +22,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tkir.backend.bounds import dim_in_bounds
 from tkir.backend.fragments import LazyValues, gather_plan, numeric_slots, row_groups, tile_shape
 from tkir.backend.llvm_text import f32_literal
 from tkir.backend.rules import rule
 from tkir.backend.values import LLVM_TYPE, Frag, Global, LoweringError, register_layout
+from tkir.bounds import dim_in_bounds
 from tkir.ir import Operation
 from tkir.layout import layout_of, vector_access_bytes
 from tkir.ops import TILE_BINARY, TILE_UNARY
@@ -594,7 +594,7 @@ def _global_chunks(cx: LoweringContext, op: Operation, gl: Global, coords: list[
         base = w.op(f"add i64 {base}, {w.op(f'mul i64 {cx.i64(coords[k])}, {strides[k]}', 'lo')}", "lb")
     slots = cx.coords(t)
     out = []
-    # edge tests that can never fail are left out (backend/bounds.py); the rest test every chunk
+    # edge tests that can never fail are left out (tkir/bounds.py); the rest test every chunk
     idx = op.operands[2:] if op.name == "tk.store" else op.operands[1:]
     if is_tile:
         r0 = w.op(f"mul i32 {coords[nlead]}, {t.rows}", "r0")
@@ -681,7 +681,7 @@ def _op_tk_store(cx: LoweringContext, op: Operation) -> None:
         nwords = len(members) * dtype_bytes(t.dtype) // 4
         words = w.op(f"bitcast {vt} {v} to <{nwords} x i32>", "wd")
         regs = [w.op(f"extractelement <{nwords} x i32> {words}, i32 {k}", "r") for k in range(nwords)]
-        if ok == "true":  # inside the tensor wherever it runs (backend/bounds.py): no predicate
+        if ok == "true":  # inside the tensor wherever it runs (tkir/bounds.py): no predicate
             lst = ", ".join(f"${k + 1}" for k in range(nwords))
             st = f"st.global.v{nwords}.b32 [$0], {{{lst}}};" if nwords > 1 else "st.global.b32 [$0], $1;"
             w.asm("void", [st], ["l"] + ["r"] * nwords, [("ptr addrspace(1)", p)] + [("i32", r) for r in regs])

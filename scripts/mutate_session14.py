@@ -1,5 +1,5 @@
 """Session 14's hand mutants (docs/mutation.md, "Session 14"): the edge tests left out of register-tile
-copies (backend/bounds.py and its use in rules_registers), 4- and 8-byte vector accesses (tkir.layout,
+copies (tkir/bounds.py and its use in rules_registers), 4- and 8-byte vector accesses (tkir.layout,
 the backend, tkir.requires), bf16 -> f32 as a shift, and layernorm's shifted chunk loop. Each is applied,
 the tests that touch it are run (TKIR_CACHE=0, stop at the first failure) and the file is put back.
 `python3 scripts/mutate_session14.py [NAME ...]` from the repository root; prints killed/SURVIVED."""
@@ -11,17 +11,17 @@ import sys
 from hand_mutants import try_mutant
 
 M = [  # (name, file, snippet, its mutation, tests)
-    ("loop-last-is-hi", "backend/bounds.py", "return lo + (hi - 1 - lo) // step * step", "return hi - 1", "bounds"),
-    ("loop-ignores-step", "backend/bounds.py", "if lo is None or hi is None or step is None or lo < 0 or step <= 0:",
+    ("loop-last-is-hi", "tkir/bounds.py", "return lo + (hi - 1 - lo) // step * step", "return hi - 1", "bounds"),
+    ("loop-ignores-step", "tkir/bounds.py", "if lo is None or hi is None or step is None or lo < 0 or step <= 0:",
      "if lo is None or hi is None or lo < 0:", "bounds"),
-    ("fits-strict", "backend/bounds.py", "return top is not None and extent * (top + 1) <= dim",
+    ("fits-strict", "tkir/bounds.py", "return top is not None and extent * (top + 1) <= dim",
      "return top is not None and extent * top <= dim", "bounds"),
-    ("grid-any-size", "backend/bounds.py", "return d < len(grid) and _same_size(str(grid[d]), dim)",
+    ("grid-any-size", "tkir/bounds.py", "return d < len(grid) and _same_size(str(grid[d]), dim)",
      "return d < len(grid)", "bounds"),
-    ("one-row-any-extent", "backend/bounds.py",
+    ("one-row-any-extent", "tkir/bounds.py",
      'if extent != 1 or not isinstance(coord.owner, Operation) or coord.owner.name != "tk.block_id":',
      'if not isinstance(coord.owner, Operation) or coord.owner.name != "tk.block_id":', "bounds"),
-    ("sub-is-add", "backend/bounds.py", 'if owner.name in ("arith.add", "arith.mul"):',
+    ("sub-is-add", "tkir/bounds.py", 'if owner.name in ("arith.add", "arith.mul"):',
      'if owner.name in ("arith.add", "arith.mul", "arith.sub"):', "bounds"),
     ("rows-never-tested", "backend/rules_registers.py",
      "rows_in = dim_in_bounds(idx[nlead], t.rows, gty.dims[nlead], cx.kernel)", "rows_in = True", "edge"),

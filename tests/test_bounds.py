@@ -1,4 +1,4 @@
-"""backend/bounds.py: the edge tests of a register tile's global copy that are left out must be the
+"""tkir/bounds.py: the edge tests of a register tile's global copy that are left out must be the
 ones that cannot fail. Each proof is checked against the values the index really takes, and the
 cases it must not prove (sizes, subtractions, divisions, grids of a size) are unknown."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tkir.backend.bounds import dim_in_bounds, largest
+from tkir.bounds import dim_in_bounds, largest
 from tkir.frontend import compile_file
 
 

@@ -222,3 +222,22 @@ def test_access_report_round_trips_through_its_attribute(report: AccessReport) -
 def test_access_report_refuses_malformed_entries(attr: object, words: str) -> None:
     with pytest.raises(ValueError, match=re.escape(words)):
         AccessReport.from_attr(attr)
+
+
+def test_register_copies_say_which_edge_tests_are_left_out() -> None:
+    """tkc report's `register_copies` (tkir/bounds.py's proofs): one row at block.x of grid(N) and chunk
+    indices of a constant-bound loop need no tests; 16 rows per block of N rows do; a copy the backend
+    makes element by element is reported as such, with every dim tested."""
+    import tkir
+    from tkir.report import build_report
+
+    chunked = build_report(tkir.compile("examples/layernorm.tk", D=16384, DC=2048, ROWS=1, WG=4).module)
+    by_tile = {c["tile"]: c for c in chunked["register_copies"]}
+    assert by_tile["xc"] == {"op": "load", "tensor": "X", "tile": "xc", "access": "8-byte vectors",
+                             "rows": "one row at block.x of grid cdiv(N, 1)",
+                             "cols": "index <= 7: 2048 x 8 <= 16384"}
+    assert by_tile["ws"]["rows"] == "-" and by_tile["ws"]["cols"].startswith("index <= 7")
+    header = build_report(tkir.compile("examples/layernorm.tk").module)
+    assert {c["rows"] for c in header["register_copies"] if c["rows"] != "-"} == {"tested"}
+    gemm = build_report(tkir.compile("examples/gemm.tk", target="sm_80").module)
+    assert all(c["access"] == "element-wise" and c["cols"] == "tested" for c in gemm["register_copies"])

@@ -121,7 +121,7 @@ def test_naive_chunked_variance_fails_the_large_mean_check(monkeypatch: pytest.M
     assert np.max(np.abs(got / var - 1)) > 1e-3
 
 
-# Session 14: with the column tests gone (backend/bounds.py) ptxas unrolls these loops whole and issues
+# Session 14: with the column tests gone (tkir/bounds.py) ptxas unrolls these loops whole and issues
 # every chunk's loads first; plan-occupancy's register count does not include the unrolled loads, so
 # two of the configurations now spill (softmax 4096 / 2 rows / 1 warpgroup: 76 bytes; layernorm's
 # header, 16 rows of 1024 over 4 warpgroups: 28 bytes). Known gap, strict: a fix makes them pass.

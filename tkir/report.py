@@ -8,6 +8,10 @@ Keys of `build_report(module)` (absent when the IR has nothing for them):
 * `register_tiles`: per rt/rv value: name, dtype, shape, layout (its IR text), regs_per_thread
   (32-bit registers per thread, from tkir.layout);
 * `tma`: per module-level `tma.desc`: name, tensor, dtype, dims, strides, box, swizzle, oob_fill;
+* `register_copies`: per tk.load / tk.store between a register tile or vector and global memory (not
+  TMA): op, tensor, tile, access (`16-byte vectors`, `8-byte`, `4-byte`, or `element-wise`), and for its
+  rows and columns either `tested` or the proof that the index stays inside (tkir/bounds.py; the
+  backend leaves those tests out, and only for vector copies);
 * `occupancy`: the kernel's `occupancy` attribute: stages, blocks_per_sm, smem_bytes and roles
   (role, warpgroups or warps, regs_per_thread; an sm_80 role is sized in warps, a Hopper one in warpgroups).
 
@@ -27,10 +31,11 @@ from __future__ import annotations
 import re
 
 from tkir.access_report import reports_of
+from tkir.bounds import why_in_bounds
 from tkir.facts import OccupancyPlan
 from tkir.ir import Module, Operation, Value
-from tkir.layout import SWIZZLE_ALIGN, layout_of, regs_per_thread
-from tkir.types import TileType, VectorType, format_attr_value, is_register, is_shared
+from tkir.layout import SWIZZLE_ALIGN, layout_of, regs_per_thread, vector_access_bytes
+from tkir.types import GlobalType, TileType, VectorType, format_attr_value, is_register, is_shared
 
 TMA_KEYS = ("tensor", "dtype", "dims", "strides", "box", "swizzle", "oob_fill")
 REGISTER_TOLERANCE = 0.10  # a prediction within 10% of ptxas counts as right (docs/passes.md, plan-occupancy)
@@ -41,10 +46,13 @@ _LIFE_RANGE_COUNT = re.compile(r"^\s*/\*[0-9a-fA-F]+\*/.*//\s*\|\s*(\d+)\s*\|") 
 
 def build_report(module: Module) -> dict:
     """The report of an already-compiled module (run the passes first)."""
-    rep: dict[str, object] = {"shared_tiles": [], "accesses": [], "register_tiles": []}
+    rep: dict[str, object] = {"shared_tiles": [], "accesses": [], "register_tiles": [], "register_copies": []}
     for kernel in module.kernels():
         names = _printed_names(kernel)
         for op in kernel.walk():
+            copy = _register_copy(op, kernel, names)
+            if copy is not None:
+                rep["register_copies"].append(copy)
             if op.name == "tk.alloc" and is_shared(op.result.type):
                 rep["shared_tiles"].append(_shared_tile(op.result, names))
             for a in reports_of(op.attrs):
@@ -76,6 +84,9 @@ def format_report(report: dict) -> str:
     out += _section("register tiles", ["name", "type", "layout", "regs/thread"],
                     [[r["name"], f"{r['dtype']}[{'x'.join(map(str, r['shape']))}]", r["layout"],
                       r["regs_per_thread"]] for r in report.get("register_tiles", [])])
+    out += _section("register copies (global memory)", ["op", "tensor", "tile", "access", "rows", "cols"],
+                    [[c["op"], c["tensor"], c["tile"], c["access"], c["rows"], c["cols"]]
+                     for c in report.get("register_copies", [])])
     if "tma" in report:
         out += _section("tma descriptors", ["name", *TMA_KEYS],
                         [[d["name"], *(_cell(d[k]) for k in TMA_KEYS)] for d in report["tma"]])
@@ -90,7 +101,8 @@ def format_report(report: dict) -> str:
     if "registers" in report:
         out.append(_registers_line(report["registers"]))
     for key, val in report.items():  # keys later stages add (e.g. the CLI's ptxas summary)
-        if key not in ("shared_tiles", "accesses", "register_tiles", "tma", "occupancy", "registers"):
+        if key not in ("shared_tiles", "accesses", "register_tiles", "register_copies", "tma", "occupancy",
+                       "registers"):
             out.append(f"{key}: {_cell(val)}")
     return "\n".join(out).rstrip() + "\n"
 
@@ -179,6 +191,29 @@ def _register_tile(v: Value, names: dict[int, str]) -> dict:
         pass
     return {"name": names[id(v)], "dtype": t.dtype, "shape": shape,
             "layout": format_attr_value(t.get("layout")), "regs_per_thread": regs}
+
+
+def _register_copy(op: Operation, kernel: Operation, names: dict[int, str]) -> dict | None:
+    """A tk.load / tk.store between global memory and a register tile or vector (not TMA): its access
+    width and, per dim the backend tests, `tested` or the proof that the test cannot fail."""
+    if op.name not in ("tk.load", "tk.store") or not op.operands or not isinstance(op.operands[0].type, GlobalType):
+        return None
+    tile = op.result.type if op.name == "tk.load" else op.operands[1].type
+    if not (is_register(tile) and isinstance(tile, (TileType, VectorType))) or tile.get("layout") is None:
+        return None
+    g = op.operands[0]
+    idx = op.operands[2:] if op.name == "tk.store" else op.operands[1:]
+    nbytes = vector_access_bytes(layout_of(tile), tile.dtype)
+    extents = (tile.rows, tile.cols) if isinstance(tile, TileType) else (tile.n,)
+    dims = g.type.dims[-len(extents):]
+    coords = idx[len(idx) - len(extents):]
+    proofs = [why_in_bounds(c, e, d, kernel) if nbytes else None
+              for c, e, d in zip(coords, extents, dims, strict=True)]
+    rows, cols = (proofs if len(proofs) == 2 else [None, proofs[0]])
+    value = op.result if op.name == "tk.load" else op.operands[1]
+    return {"op": op.name.removeprefix("tk."), "tensor": g.name, "tile": names.get(id(value), value.name or "?"),
+            "access": f"{nbytes}-byte vectors" if nbytes else "element-wise",
+            "rows": "-" if len(proofs) == 1 else (rows or "tested"), "cols": cols or "tested"}
 
 
 def _tma(op: Operation) -> dict:

@@ -19,6 +19,8 @@ Proofs are small and exact, no heuristics:
   itself (`grid(N)`, `grid(cdiv(N, 1))`) reads row block.x < N.
 
 Nothing else changes: the chunk's offset computation is the same, and every unproven test stays.
+`why_in_bounds` says which proof holds, in words; `tkc report` lists it for every such copy
+(tkir/report.py, "register copies").
 """
 
 from __future__ import annotations
@@ -63,14 +65,23 @@ def largest(v: Value, kernel: Operation, depth: int = 0) -> int | None:
 def dim_in_bounds(coord: Value, extent: int, dim: int | str, kernel: Operation) -> bool:
     """Whether a tile dim of `extent` elements at tile coordinate `coord` (elements extent * coord ..)
     stays inside a tensor dim of `dim` elements (an int, or a size name)."""
+    return why_in_bounds(coord, extent, dim, kernel) is not None
+
+
+def why_in_bounds(coord: Value, extent: int, dim: int | str, kernel: Operation) -> str | None:
+    """The proof that `dim_in_bounds` holds, in words (None when it does not)."""
     if isinstance(dim, int):
         top = largest(coord, kernel)
-        return top is not None and extent * (top + 1) <= dim
+        if top is None or extent * (top + 1) > dim:
+            return None
+        return f"index <= {top}: {extent} x {top + 1} <= {dim}"
     if extent != 1 or not isinstance(coord.owner, Operation) or coord.owner.name != "tk.block_id":
-        return False
+        return None
     grid = kernel.attrs.get("grid") or []
     d = int(coord.owner.attrs["dim"])
-    return d < len(grid) and _same_size(str(grid[d]), dim)
+    if d < len(grid) and _same_size(str(grid[d]), dim):
+        return f"one row at block.{'xyz'[d]} of grid {grid[d]}"
+    return None
 
 
 def _same_size(expr: str, name: str) -> bool:
