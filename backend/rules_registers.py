@@ -26,7 +26,7 @@ from tkir.backend.fragments import LazyValues, gather_plan, numeric_slots, row_g
 from tkir.backend.llvm_text import f32_literal
 from tkir.backend.rules import rule
 from tkir.backend.values import LLVM_TYPE, Frag, Global, LoweringError, register_layout
-from tkir.bounds import dim_in_bounds
+from tkir.bounds import copy_edge_proofs
 from tkir.ir import Operation
 from tkir.layout import layout_of, vector_access_bytes
 from tkir.ops import TILE_BINARY, TILE_UNARY
@@ -595,15 +595,13 @@ def _global_chunks(cx: LoweringContext, op: Operation, gl: Global, coords: list[
     slots = cx.coords(t)
     out = []
     # edge tests that can never fail are left out (tkir/bounds.py); the rest test every chunk
-    idx = op.operands[2:] if op.name == "tk.store" else op.operands[1:]
+    proven = [p is not None for p in copy_edge_proofs(op, cx.kernel)]
+    rows_in, cols_in = proven if is_tile else (False, proven[0])
     if is_tile:
         r0 = w.op(f"mul i32 {coords[nlead]}, {t.rows}", "r0")
         c0 = w.op(f"mul i32 {coords[nlead + 1]}, {t.cols}", "c0")
-        rows_in = dim_in_bounds(idx[nlead], t.rows, gty.dims[nlead], cx.kernel)
-        cols_in = dim_in_bounds(idx[nlead + 1], t.cols, gty.dims[nlead + 1], cx.kernel)
     else:
         c0 = w.op(f"mul i32 {coords[nlead]}, {t.n}", "c0")
-        cols_in = dim_in_bounds(idx[nlead], t.n, gty.dims[nlead], cx.kernel)
     for first in range(0, len(slots), vec):
         s = slots[first]
         # a chunk starts at a multiple of vec and the launch requires rows of whole chunks
@@ -681,14 +679,11 @@ def _op_tk_store(cx: LoweringContext, op: Operation) -> None:
         nwords = len(members) * dtype_bytes(t.dtype) // 4
         words = w.op(f"bitcast {vt} {v} to <{nwords} x i32>", "wd")
         regs = [w.op(f"extractelement <{nwords} x i32> {words}, i32 {k}", "r") for k in range(nwords)]
-        if ok == "true":  # inside the tensor wherever it runs (tkir/bounds.py): no predicate
-            lst = ", ".join(f"${k + 1}" for k in range(nwords))
-            st = f"st.global.v{nwords}.b32 [$0], {{{lst}}};" if nwords > 1 else "st.global.b32 [$0], $1;"
-            w.asm("void", [st], ["l"] + ["r"] * nwords, [("ptr addrspace(1)", p)] + [("i32", r) for r in regs])
-            continue
-        okz = w.op(f"zext i1 {ok} to i32", "okz")
-        lst = ", ".join(f"${k + 2}" for k in range(nwords))
-        st = f"st.global.v{nwords}.b32 [$0], {{{lst}}};" if nwords > 1 else "st.global.b32 [$0], $2;"
-        w.asm("void", ["{", ".reg .pred p;", "setp.ne.b32 p, $1, 0;", f"@p {st}", "}"],
-              ["l", "r"] + ["r"] * nwords,
-              [("ptr addrspace(1)", p), ("i32", okz)] + [("i32", r) for r in regs])
+        # predicated on the chunk's edge test, unless it cannot fail (tkir/bounds.py)
+        pred = [] if ok == "true" else [("i32", w.op(f"zext i1 {ok} to i32", "okz"))]
+        first = 1 + len(pred)  # $0 is the address, then the predicate's operand, then the words
+        lst = ", ".join(f"${k + first}" for k in range(nwords))
+        st = f"st.global.v{nwords}.b32 [$0], {{{lst}}};" if nwords > 1 else f"st.global.b32 [$0], ${first};"
+        lines = ["{", ".reg .pred p;", "setp.ne.b32 p, $1, 0;", f"@p {st}", "}"] if pred else [st]
+        w.asm("void", lines, ["l"] + ["r"] * (len(pred) + nwords),
+              [("ptr addrspace(1)", p), *pred] + [("i32", r) for r in regs])

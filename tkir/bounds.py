@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from tkir import symexpr
 from tkir.ir import Block, Operation, Value
+from tkir.types import TileType
 
 MAX_TERMS = 64  # sums and products deeper than this are not followed (hand-written IR)
 
@@ -60,6 +61,17 @@ def largest(v: Value, kernel: Operation, depth: int = 0) -> int | None:
             return None
         return a + b if owner.name == "arith.add" else a * b
     return None
+
+
+def copy_edge_proofs(op: Operation, kernel: Operation) -> list[str | None]:
+    """Per dim of the register tile (rows, cols) or vector (its one dim) that a tk.load / tk.store
+    copies from or to global memory: the proof that the dim's edge test cannot fail, else None."""
+    tile = op.result.type if op.name == "tk.load" else op.operands[1].type
+    idx = op.operands[2:] if op.name == "tk.store" else op.operands[1:]
+    extents = (tile.rows, tile.cols) if isinstance(tile, TileType) else (tile.n,)
+    dims = op.operands[0].type.dims[-len(extents):]
+    coords = idx[len(idx) - len(extents):]
+    return [why_in_bounds(c, e, d, kernel) for c, e, d in zip(coords, extents, dims, strict=True)]
 
 
 def dim_in_bounds(coord: Value, extent: int, dim: int | str, kernel: Operation) -> bool:

@@ -31,7 +31,7 @@ from __future__ import annotations
 import re
 
 from tkir.access_report import reports_of
-from tkir.bounds import why_in_bounds
+from tkir.bounds import copy_edge_proofs
 from tkir.facts import OccupancyPlan
 from tkir.ir import Module, Operation, Value
 from tkir.layout import SWIZZLE_ALIGN, layout_of, regs_per_thread, vector_access_bytes
@@ -202,13 +202,9 @@ def _register_copy(op: Operation, kernel: Operation, names: dict[int, str]) -> d
     if not (is_register(tile) and isinstance(tile, (TileType, VectorType))) or tile.get("layout") is None:
         return None
     g = op.operands[0]
-    idx = op.operands[2:] if op.name == "tk.store" else op.operands[1:]
     nbytes = vector_access_bytes(layout_of(tile), tile.dtype)
-    extents = (tile.rows, tile.cols) if isinstance(tile, TileType) else (tile.n,)
-    dims = g.type.dims[-len(extents):]
-    coords = idx[len(idx) - len(extents):]
-    proofs = [why_in_bounds(c, e, d, kernel) if nbytes else None
-              for c, e, d in zip(coords, extents, dims, strict=True)]
+    # element-wise copies test every element (backend/rules_memory.py): the proofs count for vector ones
+    proofs = copy_edge_proofs(op, kernel) if nbytes else [None] * (2 if isinstance(tile, TileType) else 1)
     rows, cols = (proofs if len(proofs) == 2 else [None, proofs[0]])
     value = op.result if op.name == "tk.load" else op.operands[1]
     return {"op": op.name.removeprefix("tk."), "tensor": g.name, "tile": names.get(id(value), value.name or "?"),
