@@ -4,6 +4,8 @@ cases it must not prove (sizes, subtractions, divisions, grids of a size) are un
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tkir.bounds import dim_in_bounds, largest
@@ -64,3 +66,23 @@ def test_a_loop_with_a_runtime_step_is_unknown(tmp_path) -> None:
                           "        reg x: rt<bf16, 1, 512> = X[block.x, c]\n        Y[block.x, c] = x\n    }")
     (ld,) = _loads(k)
     assert largest(ld.operands[2], k) is None and not dim_in_bounds(ld.operands[2], 512, 4096, k)
+
+
+@pytest.mark.parametrize("target", ["sm_90a", "sm_80"])
+@pytest.mark.parametrize("rows, hi", [(1, 8), (2, 8), (1, 9)])
+def test_edge_test_kernel_copies_rows_on_both_targets(target: str, rows: int, hi: int) -> None:
+    """tests/filecheck/backend-edge-tests.tk (tests left out, rows tested, columns tested past the end):
+    ptxas assembles it for both targets and the interpreter copies X to Y on a ragged N; the chunk past
+    D (hi = 9) reads zeros and stores nothing."""
+    import ml_dtypes
+    import numpy as np
+
+    import tkir
+
+    k = tkir.compile(str(Path(__file__).parent / "filecheck" / "backend-edge-tests.tk"), target=target,
+                     ROWS=rows, HI=hi)
+    assert k.asm["ptxas"].spill_stores == 0 and f".target {target}" in k.asm["ptx"]
+    x = np.random.default_rng(14).standard_normal((5, 8192), np.float32).astype(ml_dtypes.bfloat16)
+    y = np.full_like(x, np.nan)
+    tkir.interpret(k, x, y)
+    assert np.array_equal(x.view(np.uint16), y.view(np.uint16))
