@@ -34,6 +34,10 @@ POINTS = [
     ("rmsnorm", 65536, dict(D=8192, DC=4096, ROWS=1, WG=4, OCC=4, HOIST=0)),
     ("layernorm", 65536, dict(D=4096, DC=4096, ROWS=2, WG=2, OCC=4, HOIST=0)),   # passes: a control
     ("softmax", 65536, dict(D=8192, DC=8192, ROWS=1, WG=2, OCC=0)),              # not run in session 14
+    # chunk loops (two reads of X), which an evict_last first pass may favour
+    ("layernorm", 65536, dict(D=16384, DC=4096, ROWS=1, WG=4, OCC=4, HOIST=0)),
+    ("layernorm", 4096, dict(D=16384, DC=2048, ROWS=1, WG=4, OCC=4, HOIST=0)),
+    ("rmsnorm", 4096, dict(D=16384, DC=4096, ROWS=1, WG=4, OCC=0, HOIST=0)),
 ]
 
 POLICY = "%tkhint"
@@ -84,6 +88,49 @@ def rewrite_split(ptx: str) -> str:
     return _ST.sub(lambda m: f"st.global.L1::evict_first.L2::cache_hint.{m[1]} {m[2]}, {first};", ptx)
 
 
+PRIORITIES = ("evict_last", "evict_first", "evict_normal", "evict_unchanged")
+
+
+def rewrite_policies(ptx: str, before: str | None, after: str | None, store: str | None,
+                     ld_l1: str = "") -> str:
+    """L2 policies by position: loads before the first block barrier get priority `before`, loads after
+    it `after`, stores `store` (None: no hint); `ld_l1` an L1 qualifier for the loads (e.g.
+    'L1::no_allocate.'). Call 2's decomposition of call 1's `split`."""
+    regs = {p: f"%tkhint_{p}" for p in PRIORITIES}
+    i = ptx.index("{", ptx.index(".entry"))
+    decl = "".join(f"\n\t.reg .b64 {r};\n\tcreatepolicy.fractional.L2::{p}.b64 {r}, 1.0;"
+                   for p, r in regs.items() if p in (before, after, store))
+    ptx = ptx[:i + 1] + decl + "\n" + ptx[i + 1:]
+    cut = ptx.find("bar.sync")
+    cut = len(ptx) if cut < 0 else cut
+
+    def ld(m: re.Match) -> str:
+        pol = before if m.start() < cut else after
+        if pol is None:
+            return f"ld.global.{ld_l1}{m[1]} {m[2]};"
+        return f"ld.global.{ld_l1}L2::cache_hint.{m[1]} {m[2]}, {regs[pol]};"
+
+    ptx = _LD.sub(ld, ptx)
+    if store:
+        ptx = _ST.sub(lambda m: f"st.global.L2::cache_hint.{m[1]} {m[2]}, {regs[store]};", ptx)
+    return ptx
+
+
+# call 2's variants: name -> (contract-fma, before, after, store, ld_l1)
+POLICY_VARIANTS = {
+    "base": (False, None, None, None, ""),
+    "split": (False, "evict_last", "evict_first", "evict_first", ""),
+    "ld_el": (False, "evict_last", "evict_last", None, ""),
+    "ld_el_st_ef": (False, "evict_last", "evict_last", "evict_first", ""),
+    "split_st_none": (False, "evict_last", "evict_first", None, ""),
+    "ld_en": (False, "evict_normal", "evict_normal", None, ""),
+    "ld_eu": (False, "evict_unchanged", "evict_unchanged", None, ""),
+    "pre_el": (False, "evict_last", None, None, ""),
+    "post_ef": (False, None, "evict_first", None, ""),
+    "split_na": (False, "evict_last", "evict_first", "evict_first", "L1::no_allocate."),
+    "fma_split": (True, "evict_last", "evict_first", "evict_first", ""),
+}
+
 # variant -> (pipeline has contract-fma, ld qualifier, st qualifier, L2 policy priority)
 VARIANTS = {
     "base": (False, None, None, None),
@@ -104,6 +151,7 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--only", default="")
     ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--policies", action="store_true", help="call 2: POLICY_VARIANTS instead of VARIANTS")
     ap.add_argument("--ab-fma", action="store_true", help="instead: the examples contract-fma changes, "
                     "default pipeline against default + contract-fma, ABAB")
     a = ap.parse_args()
@@ -120,7 +168,7 @@ def main() -> int:
     sweep15.patch_rel_err(tb)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    names = a.variants.split(",")
+    names = list(POLICY_VARIANTS) if a.policies else a.variants.split(",")
     only = {int(x) for x in a.only.split(",") if x}
     pipe = default_pipeline()
     fma_pipe = pipe[:pipe.index("fold-scale") + 1] + ["contract-fma"] + pipe[pipe.index("fold-scale") + 1:]
@@ -134,6 +182,15 @@ def main() -> int:
         kernels, ptx_dir = {}, out / f"p{idx}"
         ptx_dir.mkdir(exist_ok=True)
         for v in names:
+            if a.policies:
+                fma, *spec = POLICY_VARIANTS[v]
+                k = tkir.compile(path, passes=fma_pipe if fma else pipe, **consts)
+                k.lower()
+                if any(spec[:3]) or spec[3]:
+                    k.asm["ptx"] = rewrite_policies(k.asm["ptx"], *spec)
+                (ptx_dir / f"{v}.ptx").write_text(k.asm["ptx"])
+                kernels[v] = k
+                continue
             fma, ld, st, pol = VARIANTS[v]
             k = tkir.compile(path, passes=fma_pipe if fma else pipe, **consts)
             k.lower()
