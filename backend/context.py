@@ -123,6 +123,7 @@ class LoweringContext:
         self.occupancy: OccupancyPlan | None = OccupancyPlan.of(kernel)
         self.tid = ""
         self.smem = ""
+        self.l2_policies: dict[str, str] = {}  # L2 priority -> its policy register (backend/cache_policy.py)
         self.next_warp = 0          # first warp of the next tk.role
         self.staged_stores = False  # TMA stores issued in the current role (waited for at its end)
         self.deferred: dict | None = None  # a loop's deferred stage release (pipe.arrive {deferred})

@@ -20,6 +20,7 @@ An op without a rule is a located error naming the op, the target and the operan
 
 from __future__ import annotations
 
+from tkir.backend.cache_policy import create_policies
 from tkir.backend.context import LoweringContext, SharedPlan, plan_shared, tile_stage_bytes
 from tkir.backend.llvm_text import param_names
 from tkir.backend.rules import load_rules
@@ -90,6 +91,7 @@ def _lower_function(cx: LoweringContext) -> str:
     raw = w.op("ptrtoint ptr addrspace(3) @smem to i32", "smem_raw")
     bumped = w.op(f"add i32 {raw}, {SMEM_ALIGN - 1}", "smem_b")
     cx.smem = w.op(f"and i32 {bumped}, {-SMEM_ALIGN}", "smem")
+    create_policies(cx)  # the L2 policies of hinted loads (passes/cache_policy.py), made once here
     if cx.kernel.attrs.get("tma_prefetch") and cx.tmaps:  # create-tma's choice (passes/create_tma.py)
         first = w.op(f"icmp eq i32 {cx.tid}, 0", "t0")
         cx.if_then(first, lambda: [w.asm("void", ["prefetch.tensormap [$0];"], ["l"], [("ptr", cx.tmaps[n])])

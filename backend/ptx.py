@@ -14,6 +14,10 @@ PTX_FEATURES = {"sm_90a": "+ptx80", "sm_80": "+ptx70"}
 # mbarrier.test_wait.parity needs it (PTX ISA §9.7.13.15.16); the others keep 7.0 (and their PTX).
 PARITY_WAIT = "mbarrier.test_wait.parity"
 PTX_FEATURES_PARITY_WAIT = "+ptx71"
+# sm_80 kernels with L2 cache hints (passes/cache_policy.py: createpolicy and ld.global.L2::cache_hint)
+# declare PTX 7.4, where both appear (PTX ISA, createpolicy); 7.4 also has the parity wait.
+CACHE_HINT = "L2::cache_hint"
+PTX_FEATURES_CACHE_HINT = "+ptx74"
 
 # The code generator's optimisation level is 3 up to this many lines of LLVM IR, 2 above. At 3 the
 # NVPTX code generator runs GVN where 2 runs EarlyCSE, and llvmlite's LLVM is built with assertions:
@@ -49,5 +53,9 @@ def llvm_to_ptx(ir: str, target: str) -> str:
         mod.verify()
     except RuntimeError as e:
         raise CompileError(None, f"backend produced invalid LLVM IR: {e}") from None
-    features = PTX_FEATURES_PARITY_WAIT if target == "sm_80" and PARITY_WAIT in ir else None
+    features = None
+    if target == "sm_80" and CACHE_HINT in ir:
+        features = PTX_FEATURES_CACHE_HINT
+    elif target == "sm_80" and PARITY_WAIT in ir:
+        features = PTX_FEATURES_PARITY_WAIT
     return _machine(target, codegen_level(ir), features).emit_assembly(mod)

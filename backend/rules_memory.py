@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from tkir.backend.cache_policy import hinted_load, policy_of
 from tkir.backend.fragments import BitLLVMBuilder, NumpyBuilder, numeric_slots, shared_offset, tile_shape
 from tkir.backend.llvm_text import f32_literal
 from tkir.backend.rules import rule
@@ -304,18 +305,24 @@ def load_registers_elementwise(cx: LoweringContext, op: Operation) -> None:
     ety = LLVM_TYPE[t.dtype]
     zero = "0" if t.dtype in ("i32", "u32") else from_f32(cx, f32_literal(0.0), t.dtype)
     vals = []
+    policy = policy_of(cx, op)  # an L2 cache hint (passes/cache_policy.py), or None
     for slot in cx.coords(t):
         idx, ok = _element_index(cx, g, coords, t, slot)
-        vals.append(_load_global_element(cx, g.ptr, ety, idx, ok, zero))
+        vals.append(_load_global_element(cx, g.ptr, ety, idx, ok, zero, policy, dtype_bytes(t.dtype)))
     cx.set(op.result, Frag(t, vals))
 
 
-def _load_global_element(cx: LoweringContext, ptr: str, ety: str, idx: str, ok: str, zero: str) -> str:
-    """One element, or `zero` outside the tensor (the index is clamped: nothing is read out there)."""
+def _load_global_element(cx: LoweringContext, ptr: str, ety: str, idx: str, ok: str, zero: str,
+                         policy: str | None = None, nbytes: int = 0) -> str:
+    """One element, or `zero` outside the tensor (the index is clamped: nothing is read out there);
+    with `policy`, an L2 cache hint (backend/cache_policy.py) on a load of `nbytes`."""
     w = cx.w
     idx = w.op(f"select i1 {ok}, i64 {idx}, i64 0", "ix")
     p = w.op(f"getelementptr {ety}, ptr addrspace(1) {ptr}, i64 {idx}", "p")
-    v = w.op(f"load {ety}, ptr addrspace(1) {p}", "ld")
+    if policy is None:
+        v = w.op(f"load {ety}, ptr addrspace(1) {p}", "ld")
+    else:
+        v = hinted_load(cx, p, ety, nbytes, policy, nbytes)
     return w.op(f"select i1 {ok}, {ety} {v}, {ety} {zero}", "v")
 
 

@@ -89,6 +89,41 @@ def test_class_of_copied_f32_and_bf16_tiles_loads_the_first_in_16_byte_chunks(tm
     assert "LDG.E.128" in sass and not re.search(r"LDG\.E\s", sass)
 
 
+def _ldg_descriptors(sass: str) -> list[str]:
+    """For each LDG, in address order, whether its memory descriptor register last held the default
+    descriptor (loaded from c[0x0][0x208]: 'default') or one the kernel built ('built'), from a
+    straight-line scan of the writes to uniform registers (the kernels checked have no branch between)."""
+    state: dict[str, str] = {}
+    out = []
+    for line in sass.splitlines():
+        m = re.search(r"\*/\s+(?:@!?U?P\w+\s+)?(U[A-Z0-9]*)(\.64)?[.\w]*\s+UR(\d+),", line)
+        if m:
+            n = int(m[3])
+            kind = "default" if "c[0x0][0x208]" in line else "built"
+            for r in ((n, n + 1) if m[2] else (n,)):
+                state[f"UR{r}"] = kind
+        d = re.search(r"LDG\.E[.\w]*\s+R\d+, desc\[(UR\d+)\]", line)
+        if d:
+            out.append(state.get(d[1], "unknown"))
+    return out
+
+
+@pytest.mark.parametrize("path, consts", [("tests/passes/cache-policy.tk", {}), ("examples/rmsnorm.tk", {}),
+                                          ("examples/layernorm.tk", {"D": 16384, "DC": 4096, "WG": 4, "ROWS": 1}),
+                                          ("examples/softmax.tk", {})])
+def test_cache_policy_reaches_the_loads_memory_descriptor(path: str, consts: dict) -> None:
+    """cache-policy (session 15): ptxas folds the createpolicy into the memory descriptor of the hinted
+    loads, so every LDG uses a descriptor the kernel builds, none the default one from the constant bank;
+    with the pass left out every LDG uses the default (and the kernel builds none)."""
+    from tkir.api import default_pipeline
+
+    kinds = _ldg_descriptors(tkir.compile(path, **consts).asm["sass"])
+    assert kinds and set(kinds) == {"built"}, kinds
+    ablated = [p for p in default_pipeline() if p != "cache-policy"]
+    kinds = _ldg_descriptors(tkir.compile(path, passes=ablated, **consts).asm["sass"])
+    assert kinds and set(kinds) == {"default"}, kinds
+
+
 @pytest.mark.parametrize("path, consts", [("examples/gemm.tk", {}), ("examples/attention_fwd.tk", {}),
                                           ("examples/attention_fwd.tk", {"D": 64, "CAUSAL": 1})])
 def test_swizzle_none_uses_interleaved_operands(path: str, consts: dict) -> None:

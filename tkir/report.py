@@ -9,7 +9,8 @@ Keys of `build_report(module)` (absent when the IR has nothing for them):
   (32-bit registers per thread, from tkir.layout);
 * `tma`: per module-level `tma.desc`: name, tensor, dtype, dims, strides, box, swizzle, oob_fill;
 * `register_copies`: per tk.load / tk.store between a register tile or vector and global memory (not
-  TMA): op, tensor, tile, access (`16-byte vectors`, `8-byte`, `4-byte`, or `element-wise`), and for its
+  TMA): op, tensor, tile, access (`16-byte vectors`, `8-byte`, `4-byte`, or `element-wise`), l2 (the L2
+  priority cache-policy gave a load, `-` for none), and for its
   rows and columns either `tested` or the proof that the index stays inside (tkir/bounds.py; the
   backend leaves those tests out, and only for vector copies);
 * `occupancy`: the kernel's `occupancy` attribute: stages, blocks_per_sm, smem_bytes and roles
@@ -84,8 +85,8 @@ def format_report(report: dict) -> str:
     out += _section("register tiles", ["name", "type", "layout", "regs/thread"],
                     [[r["name"], f"{r['dtype']}[{'x'.join(map(str, r['shape']))}]", r["layout"],
                       r["regs_per_thread"]] for r in report.get("register_tiles", [])])
-    out += _section("register copies (global memory)", ["op", "tensor", "tile", "access", "rows", "cols"],
-                    [[c["op"], c["tensor"], c["tile"], c["access"], c["rows"], c["cols"]]
+    out += _section("register copies (global memory)", ["op", "tensor", "tile", "access", "L2", "rows", "cols"],
+                    [[c["op"], c["tensor"], c["tile"], c["access"], c.get("l2", "-"), c["rows"], c["cols"]]
                      for c in report.get("register_copies", [])])
     if "tma" in report:
         out += _section("tma descriptors", ["name", *TMA_KEYS],
@@ -195,7 +196,8 @@ def _register_tile(v: Value, names: dict[int, str]) -> dict:
 
 def _register_copy(op: Operation, kernel: Operation, names: dict[int, str]) -> dict | None:
     """A tk.load / tk.store between global memory and a register tile or vector (not TMA): its access
-    width and, per dim the backend tests, `tested` or the proof that the test cannot fail."""
+    width, its L2 priority (cache-policy; `-`: none) and, per dim the backend tests, `tested` or the proof
+    that the test cannot fail."""
     if op.name not in ("tk.load", "tk.store") or not op.operands or not isinstance(op.operands[0].type, GlobalType):
         return None
     tile = op.result.type if op.name == "tk.load" else op.operands[1].type
@@ -209,6 +211,7 @@ def _register_copy(op: Operation, kernel: Operation, names: dict[int, str]) -> d
     value = op.result if op.name == "tk.load" else op.operands[1]
     return {"op": op.name.removeprefix("tk."), "tensor": g.name, "tile": names.get(id(value), value.name or "?"),
             "access": f"{nbytes}-byte vectors" if nbytes else "element-wise",
+            "l2": str(op.attrs.get("l2", "-")),  # cache-policy's L2 priority (passes/cache_policy.py)
             "rows": "-" if len(proofs) == 1 else (rows or "tested"), "cols": cols or "tested"}
 
 

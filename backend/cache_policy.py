@@ -1,0 +1,79 @@
+"""Global loads with an L2 cache hint: the `l2` attribute that passes/cache_policy.py sets on `tk.load`.
+
+`create_policies` makes one policy register per priority the kernel's loads ask for, with
+`createpolicy.fractional.L2::<priority>.b64 %p, 1.0` (the whole access gets the priority) in the
+entry block, so it dominates every load that uses it. `hinted_load` emits
+`ld.global.L2::cache_hint{.v2,.v4}.b32` (or `.b16`) with that register as the last operand (PTX ISA:
+ld, createpolicy; sm_80 and later) and returns the loaded value in the type a plain LLVM load of the
+same bytes would give, so the rules that call it convert and extract exactly as before.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from tkir.backend.values import LoweringError
+from tkir.ir import Operation
+
+if TYPE_CHECKING:
+    from tkir.backend.context import LoweringContext
+
+ATTR = "l2"  # passes/cache_policy.py ATTR
+PRIORITIES = ("evict_last", "evict_normal", "evict_first", "evict_unchanged")
+WORD = 4
+
+
+def create_policies(cx: LoweringContext) -> None:
+    """The kernel's policy registers (cx.l2_policies), created in the entry block."""
+    asked = sorted({str(op.attrs[ATTR]) for op in cx.kernel.walk() if op.name == "tk.load" and ATTR in op.attrs})
+    for p in asked:
+        if p not in PRIORITIES:
+            op = next(o for o in cx.kernel.walk() if o.name == "tk.load" and o.attrs.get(ATTR) == p)
+            raise LoweringError(op.loc, f"backend: tk.load {{{ATTR} = \"{p}\"}}: not an L2 priority "
+                                        f"({', '.join(PRIORITIES)})")
+        cx.l2_policies[p] = cx.w.asm("i64", [f"createpolicy.fractional.L2::{p}.b64 $0, 1.0;"], ["=l"], [],
+                                     "l2pol")
+
+
+def policy_of(cx: LoweringContext, op: Operation) -> str | None:
+    """The policy register of a load's `l2` attribute, or None (a plain load)."""
+    p = op.attrs.get(ATTR)
+    return None if p is None else cx.l2_policies[str(p)]
+
+
+def hinted_load(cx: LoweringContext, ptr: str, vt: str, nbytes: int, policy: str, elem_bytes: int = WORD) -> str:
+    """`nbytes` (2, 4, 8 or 16) at `ptr` (ptr addrspace(1)) loaded with the L2 policy `policy`, as a
+    value of LLVM type `vt` (`<8 x bfloat>`, `float`, ...): what `load vt, ptr` would give. The access
+    is the one LLVM's NVPTX backend picks for that load: 8 bytes of 16-bit elements as `.v4.b16`
+    (no unpacking of words afterwards), whole 32-bit words otherwise."""
+    w = cx.w
+    args = [("ptr addrspace(1)", ptr), ("i64", policy)]
+    if nbytes == 8 and elem_bytes == 2:
+        ret = "{i16, i16, i16, i16}"
+        r = w.asm(ret, ["ld.global.L2::cache_hint.v4.b16 {$0, $1, $2, $3}, [$4], $5;"], ["=h"] * 4 + ["l", "l"],
+                  args, "ldq")
+        ety = vt.split(" x ")[1].rstrip(">")  # <4 x bfloat> -> bfloat: built from its elements, so
+        vec = "poison"                         # that LLVM extracts each as the i16 it was loaded as
+        for j in range(4):
+            half = w.op(f"bitcast i16 {w.op(f'extractvalue {ret} {r}, {j}', 'lh')} to {ety}", "le")
+            vec = w.op(f"insertelement {vt} {vec}, {ety} {half}, i32 {j}", "lq")
+        return vec
+    if nbytes == 2:
+        h = w.asm("i16", ["ld.global.L2::cache_hint.b16 $0, [$1], $2;"], ["=h", "l", "l"],
+                  [("ptr addrspace(1)", ptr), ("i64", policy)], "ldh")
+        return w.op(f"bitcast i16 {h} to {vt}", "ld")
+    if nbytes % WORD or nbytes // WORD not in (1, 2, 4):
+        raise LoweringError(None, f"backend: no hinted global load of {nbytes} bytes")
+    n = nbytes // WORD
+    if n == 1:
+        word = w.asm("i32", ["ld.global.L2::cache_hint.b32 $0, [$1], $2;"], ["=r", "l", "l"], args, "ldw")
+        return word if vt == "i32" else w.op(f"bitcast i32 {word} to {vt}", "ld")
+    ret = "{" + ", ".join(["i32"] * n) + "}"
+    regs = ", ".join(f"${j}" for j in range(n))
+    r = w.asm(ret, [f"ld.global.L2::cache_hint.v{n}.b32 {{{regs}}}, [${n}], ${n + 1};"],
+              ["=r"] * n + ["l", "l"], args, "ldv")
+    vec = "poison"
+    for j in range(n):
+        word = w.op(f"extractvalue {ret} {r}, {j}", "lw")
+        vec = w.op(f"insertelement <{n} x i32> {vec}, i32 {word}, i32 {j}", "lv")
+    return w.op(f"bitcast <{n} x i32> {vec} to {vt}", "ld")
