@@ -5,9 +5,11 @@ instruction instead of two), as nvcc's default `--fmad=true` and Triton's `enabl
 Matches `%y = tk.mul %a, %b` with an f32 register tile or vector result whose only reader is a
 `tk.add` or `tk.sub` of the same f32 type in the same block (either operand; broadcasts and scalar
 operands are fine: contraction is per element). Both ops get `contract = true`, and the multiply
-moves right before its reader so the product is never live on its own (a loop body `x = x * A + B`
-then needs one register per element, not two). The backend emits `fmul contract` / `fadd contract`
-and LLVM's NVPTX backend fuses each pair. bf16/f16 tiles are left alone: their element-wise math
+moves right before its reader where that lengthens no register tile's life (every tile it reads is
+read again at or after the add): the product is then never live on its own. Where an operand would
+live longer, the multiply stays (LLVM fuses the pair all the same; only the order of the tk ops, and
+so plan-occupancy's count of live registers, would change). The backend emits `fmul contract` /
+`fadd contract` and LLVM's NVPTX backend fuses each pair. bf16/f16 tiles are left alone: their element-wise math
 rounds to the tile's dtype after each op (docs/ir.md), so the pair is not one expression.
 
 fold-scale contracts its own multiply-subtract pairs (attention's `s * c - m`); this pass is the
@@ -39,8 +41,10 @@ def _f32_register(t: object) -> bool:
 
 def _contract_block(blk: Block) -> None:
     readers: dict[int, list[Operation]] = {}
-    for op in blk.ops:
+    top: dict[int, int] = {}  # reader -> position in blk of the op that holds it
+    for i, op in enumerate(blk.ops):
         for inner in op.walk():
+            top[id(inner)] = i
             for v in inner.operands:
                 readers.setdefault(id(v), []).append(inner)
     for mul in list(blk.ops):
@@ -56,5 +60,20 @@ def _contract_block(blk: Block) -> None:
             continue
         mul.attrs["contract"] = True
         add.attrs["contract"] = True
-        blk.remove(mul)
-        blk.insert_before(add, mul)
+        if _move_is_free(mul, top[id(add)], readers, top):
+            blk.remove(mul)
+            blk.insert_before(add, mul)
+            top = {id(inner): i for i, op in enumerate(blk.ops) for inner in op.walk()}
+
+
+def _move_is_free(mul: Operation, at: int, readers: dict[int, list[Operation]], top: dict[int, int]) -> bool:
+    """Moving `mul` down to position `at` (its add) lengthens no register tile's life: every register
+    tile it reads is read again at or after `at`. (Moving shortens the product's life by as much as it
+    lengthens an operand's that dies at the multiply: no gain, and plan-occupancy would count the
+    operand longer; conformance wide_rows2 on sm_80 went over 255 registers that way.)"""
+    for v in mul.operands:
+        t = v.type
+        if isinstance(t, TileType) and t.space == "rt" and not any(
+                top[id(r)] >= at for r in readers.get(id(v), []) if r is not mul):
+            return False
+    return True
