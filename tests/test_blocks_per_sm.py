@@ -275,12 +275,15 @@ def test_interpreter_ignores_it() -> None:
 
 @pytest.mark.parametrize("name", ["layernorm", "softmax", "rmsnorm"])
 def test_row_examples_tune_occ(name: str) -> None:
-    """OCC = [0, 4] in each row kernel's space; the where-clause keeps OCC x WG x 128 <= 2048."""
+    """OCC = [0, 4, 8] in each row kernel's space (8 since session 15); the where-clause keeps
+    OCC x WG x 128 <= 2048 (8 blocks of 4 warpgroups are dropped, of 2 kept)."""
     path = EXAMPLES / f"{name}.tk"
     space = read_space(path.read_text(encoding="utf-8"), str(path))
-    assert space.values["OCC"] == [0, 4] and space.defaults["OCC"] == 0
+    assert space.values["OCC"] == [0, 4, 8] and space.defaults["OCC"] == 0
     pts = space.points({"D": 1024})
-    assert {p.consts["OCC"] for p in pts if p.dropped is None} == {0, 4}
+    assert {p.consts["OCC"] for p in pts if p.dropped is None} == {0, 4, 8}
+    occ8 = {p.consts["WG"]: p.dropped for p in space.points({"D": 1024, "DC": 1024, "ROWS": 16}) if p.consts["OCC"] == 8}
+    assert occ8[4] == "where OCC * WG * 128 <= 2048 is false" and occ8[2] is None and occ8[1] is None
     wider = path.read_text(encoding="utf-8").replace("WG=[1, 2, 4]", "WG=[1, 2, 4, 8]")
     space = read_space(wider, str(path))
     dropped = {(p.consts["WG"], p.consts["OCC"]): p.dropped for p in space.points({"D": 1024, "DC": 1024, "ROWS": 16})}
