@@ -214,12 +214,15 @@ def _host_lead(torch, flush) -> None:
 
 
 def bench_one(path: str, companion, sizes: dict, consts: dict, *, reps: int = 20, warmup: int = 5,
-              variant: str = "tkir", compile_kw: dict | None = None, peer: bool = True) -> Row:
+              variant: str = "tkir", compile_kw: dict | None = None, peer: bool = True,
+              kernel: object | None = None) -> Row:
+    """`kernel`: a compiled kernel to time in place of compiling `path` (anything callable on the inputs
+    with a `consts` dict: an A/B of PTX another compiler made, docs/bench/session15_ab.py)."""
     import torch
 
     import tkir
 
-    k = tkir.compile(path, **(compile_kw or {}), **consts)
+    k = kernel if kernel is not None else tkir.compile(path, **(compile_kw or {}), **consts)
     nbytes = companion.bytes_moved(sizes, consts)
     nsets = max(2, min(MAX_ROTATE_SETS, math.ceil(ROTATE_FACTOR * L2_BYTES / max(nbytes, 1)),
                        max(1, ROTATE_BUDGET // max(nbytes, 1))))
