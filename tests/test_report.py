@@ -234,9 +234,14 @@ def test_register_copies_say_which_edge_tests_are_left_out() -> None:
     chunked = build_report(tkir.compile("examples/layernorm.tk", D=16384, DC=2048, ROWS=1, WG=4).module)
     by_tile = {c["tile"]: c for c in chunked["register_copies"]}
     assert by_tile["xc"] == {"op": "load", "tensor": "X", "tile": "xc", "access": "8-byte vectors",
-                             "rows": "one row at block.x of grid cdiv(N, 1)",
+                             "l2": "evict_last", "rows": "one row at block.x of grid cdiv(N, 1)",
                              "cols": "index <= 7: 2048 x 8 <= 16384"}
     assert by_tile["ws"]["rows"] == "-" and by_tile["ws"]["cols"].startswith("index <= 7")
+    stores = [c for c in chunked["register_copies"] if c["op"] == "store"]
+    assert stores and {c["l2"] for c in stores} == {"-"}  # cache-policy marks loads only
+    ablated = tkir.compile("examples/layernorm.tk", D=16384, DC=2048, ROWS=1, WG=4,
+                           passes="canonicalize,infer-layouts,plan-occupancy,canonicalize")
+    assert {c["l2"] for c in build_report(ablated.module)["register_copies"]} == {"-"}
     header = build_report(tkir.compile("examples/layernorm.tk").module)
     assert {c["rows"] for c in header["register_copies"] if c["rows"] != "-"} == {"tested"}
     gemm = build_report(tkir.compile("examples/gemm.tk", target="sm_80").module)
