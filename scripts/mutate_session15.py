@@ -35,7 +35,7 @@ M = [  # (name, file, snippet, its mutation, tests)
 TESTS = {
     "pass": ["tests/test_filecheck.py", "-k", "cache-policy"],
     "backend": ["tests/test_filecheck.py", "tests/test_backend_sass.py", "tests/test_runtime.py", "-k",
-                "cache-policy or cache_policy or 4_and_8"],
+                "cache-policy or cache_policy or 4_and_8 or sm80_with_ptx"],
     "fma": ["tests/test_filecheck.py", "-k", "contract"],
     "occ": ["tests/test_blocks_per_sm.py", "-k", "tune_occ"],
 }

@@ -124,6 +124,19 @@ def test_cache_policy_reaches_the_loads_memory_descriptor(path: str, consts: dic
     assert kinds and set(kinds) == {"default"}, kinds
 
 
+def test_cache_hints_assemble_for_sm80_with_ptx_74() -> None:
+    """createpolicy and ld.global.L2::cache_hint need PTX 7.4: an sm_80 kernel with hints declares it and
+    ptxas assembles it (sm_80 kernels without hints keep 7.0, and their PTX)."""
+    from tkir.api import default_pipeline
+
+    k = tkir.compile("tests/passes/cache-policy.tk", target="sm_80")
+    assert ".version 7.4" in k.asm["ptx"] and "ld.global.L2::cache_hint" in k.asm["ptx"]
+    assert "LDG" in k.asm["sass"] and not local_memory_ops(k.asm["sass"])
+    plain = tkir.compile("tests/passes/cache-policy.tk", target="sm_80",
+                         passes=[p for p in default_pipeline() if p != "cache-policy"])
+    assert ".version 7.0" in plain.asm["ptx"] and "cache_hint" not in plain.asm["ptx"]
+
+
 @pytest.mark.parametrize("path, consts", [("examples/gemm.tk", {}), ("examples/attention_fwd.tk", {}),
                                           ("examples/attention_fwd.tk", {"D": 64, "CAUSAL": 1})])
 def test_swizzle_none_uses_interleaved_operands(path: str, consts: dict) -> None:
