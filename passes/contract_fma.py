@@ -41,12 +41,15 @@ def _f32_register(t: object) -> bool:
 
 def _contract_block(blk: Block) -> None:
     readers: dict[int, list[Operation]] = {}
-    top: dict[int, int] = {}  # reader -> position in blk of the op that holds it
+    holder: dict[int, Operation] = {}  # reader -> the op of blk that holds it
+    pos: dict[int, int] = {}           # op of blk -> its position
     for i, op in enumerate(blk.ops):
+        pos[id(op)] = i
         for inner in op.walk():
-            top[id(inner)] = i
+            holder[id(inner)] = op
             for v in inner.operands:
                 readers.setdefault(id(v), []).append(inner)
+    top = _Positions(holder, pos)
     for mul in list(blk.ops):
         if mul.name != "tk.mul" or not mul.results or not _f32_register(mul.result.type):
             continue
@@ -61,12 +64,24 @@ def _contract_block(blk: Block) -> None:
         mul.attrs["contract"] = True
         add.attrs["contract"] = True
         if _move_is_free(mul, top[id(add)], readers, top):
+            first = pos[id(mul)]
             blk.remove(mul)
             blk.insert_before(add, mul)
-            top = {id(inner): i for i, op in enumerate(blk.ops) for inner in op.walk()}
+            for k in range(first, pos[id(add)] + 1):  # only the ops between moved
+                pos[id(blk.ops[k])] = k
 
 
-def _move_is_free(mul: Operation, at: int, readers: dict[int, list[Operation]], top: dict[int, int]) -> bool:
+class _Positions:
+    """Position in the block of the op that holds a reader (kept current as multiplies move)."""
+
+    def __init__(self, holder: dict[int, Operation], pos: dict[int, int]):
+        self._holder, self._pos = holder, pos
+
+    def __getitem__(self, reader_id: int) -> int:
+        return self._pos[id(self._holder[reader_id])]
+
+
+def _move_is_free(mul: Operation, at: int, readers: dict[int, list[Operation]], top: _Positions) -> bool:
     """Moving `mul` down to position `at` (its add) lengthens no register tile's life: every register
     tile it reads is read again at or after `at`. (Moving shortens the product's life by as much as it
     lengthens an operand's that dies at the multiply: no gain, and plan-occupancy would count the
