@@ -1,6 +1,7 @@
 """The kernels the attention-schedule FileCheck tests are written in (tests/passes/*.tk, not examples)
 run on the GPU, on both targets, and match the interpreter running the same compiled IR (marked gpu;
-no torch needed: tkir's own device arrays)."""
+no torch needed: tkir's own device arrays). Session 15's cache-policy.tk and contract-fma.tk too, and
+their interpreter runs are checked against numpy on the CPU (both targets' compiled IR)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,18 @@ def _inputs(name: str, rng: np.random.Generator) -> tuple[list[np.ndarray], list
     if name == "fold-scale.tk":
         x = (rng.standard_normal((256, 64)) * 8).astype(np.float32)
         return [x, np.full_like(x, np.nan)], [1]
+    if name == "cache-policy.tk":  # X, S, A, Y
+        m = 64
+        return [rng.standard_normal((m, 256)).astype(BF16), rng.standard_normal(m).astype(np.float32),
+                rng.standard_normal((m, 256)).astype(BF16), np.full((m, 256), np.nan, BF16)], [3]
+    if name == "contract-fma.tk":  # X, Y, Z, W, G, V, U, F, T (W is read and written)
+        def f32() -> np.ndarray:
+            return rng.standard_normal((64, 64)).astype(np.float32)
+
+        def nan() -> np.ndarray:
+            return np.full((64, 64), np.nan, np.float32)
+
+        return [f32(), nan(), nan(), f32().astype(BF16), f32(), nan(), nan(), f32(), nan()], [1, 2, 3, 5, 6, 8]
     n = 300 if name == "split-masks.tk" else 256  # split-masks: a ragged last key block
     q, k, v = (rng.standard_normal((n, 64)).astype(BF16) for _ in range(3))
     return [q, k, v, np.full((n, 64), np.nan, BF16)], [3]
@@ -29,7 +42,8 @@ def _inputs(name: str, rng: np.random.Generator) -> tuple[list[np.ndarray], list
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("target", ["sm_90a", "sm_80"])
-@pytest.mark.parametrize("name", ["fold-scale.tk", "split-masks.tk", "overlap-mma.tk"])
+@pytest.mark.parametrize("name", ["fold-scale.tk", "split-masks.tk", "overlap-mma.tk", "cache-policy.tk",
+                                  "contract-fma.tk"])
 def test_pass_kernel_matches_interpreter_on_gpu(name: str, target: str) -> None:
     k = tkir.compile(str(PASSES / name), target=target)
     host, outs = _inputs(name, np.random.default_rng(7))
@@ -42,3 +56,31 @@ def test_pass_kernel_matches_interpreter_on_gpu(name: str, target: str) -> None:
         assert not np.isnan(got).any(), f"{name} {target}: output {i} not fully written"
         err = np.linalg.norm(got - want) / np.linalg.norm(want)
         assert err < 1e-2, f"{name} {target}: rel err {err:.3e}"
+
+
+def _numpy_reference(name: str, a: list[np.ndarray]) -> dict[int, np.ndarray]:
+    """The session-15 kernels' outputs in float64 (bf16 ops rounded as the kernel rounds them)."""
+    if name == "cache-policy.tk":
+        x, s, aa = (v.astype(np.float64) for v in a[:3])
+        return {3: x * s[:, None] + aa}
+    x, h, g, f = (a[i].astype(np.float64) for i in (0, 3, 4, 7))
+    hh = (a[3] * a[3]).astype(BF16)
+    return {1: x * 3 + 0.5, 2: x * x - x * x * 2, 3: (hh + a[3]).astype(np.float64), 5: g * 4 + np.exp(x),
+            6: x, 8: f * 5 + f + np.exp(x)}
+
+
+@pytest.mark.parametrize("target", ["sm_90a", "sm_80"])
+@pytest.mark.parametrize("name", ["cache-policy.tk", "contract-fma.tk"])
+def test_session15_kernels_match_numpy_in_the_interpreter(name: str, target: str) -> None:
+    """cache-policy.tk and contract-fma.tk (tests/passes/; not examples) through the default pipeline for
+    each target: the interpreter's outputs against numpy (the hints and contractions change no value
+    beyond rounding)."""
+    k = tkir.compile(str(PASSES / name), target=target)
+    host, outs = _inputs(name, np.random.default_rng(11))
+    want = _numpy_reference(name, [v.copy() for v in host])
+    tkir.interpret(k, *host)
+    assert sorted(want) == outs
+    for i in outs:
+        got = host[i].astype(np.float64)
+        err = np.linalg.norm(got - want[i]) / np.linalg.norm(want[i])
+        assert err < 1e-2, f"{name} {target}: output {i} rel err {err:.3e}"
