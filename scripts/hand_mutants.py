@@ -1,4 +1,4 @@
-"""The runner the session mutation scripts share (scripts/mutate_session12.py, mutate_session13.py): apply
+"""The runner the session mutation scripts share (scripts/mutate_session12.py ... mutate_session15.py): apply
 one hand mutant (a snippet that occurs exactly once, replaced), run the pytest arguments that should kill
 it (TKIR_CACHE=0, stop at the first failure), put the file back, and print killed/SURVIVED."""
 
@@ -30,3 +30,12 @@ def try_mutant(name: str, path: str, old: str, new: str, pytest_args: list[str])
         return killed
     finally:
         shutil.copy(bak, path)
+
+
+def run_named(mutants: list[tuple[str, str, str, str, str]], tests: dict[str, list[str]], argv: list[str]) -> None:
+    """Each (name, file, snippet, mutation, test group) of `mutants` named in `argv` (all of them when
+    `argv` is empty), tried against the pytest arguments `tests[group]`."""
+    sel = argv or [m[0] for m in mutants]
+    for name, path, old, new, which in mutants:
+        if name in sel:
+            try_mutant(name, path, old, new, tests[which])

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 
-from hand_mutants import try_mutant
+from hand_mutants import run_named
 
 M = [  # (name, file, snippet, its mutation, tests)
     ("hoist-ignores-request", "passes/hoist_loads.py",
@@ -47,7 +47,4 @@ TESTS = {
     "diagnostics": ["tests/test_diagnostics.py", "-k", "hoist"],
     "examples": ["tests/test_examples_interp.py", "-k", "rmsnorm"],
 }
-sel = sys.argv[1:] or [m[0] for m in M]
-for name, path, old, new, which in M:
-    if name in sel:
-        try_mutant(name, path, old, new, TESTS[which])
+run_named(M, TESTS, sys.argv[1:])

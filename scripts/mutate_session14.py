@@ -8,16 +8,16 @@ from __future__ import annotations
 
 import sys
 
-from hand_mutants import try_mutant
+from hand_mutants import run_named
 
 M = [  # (name, file, snippet, its mutation, tests)
     ("loop-last-is-hi", "tkir/bounds.py", "return lo + (hi - 1 - lo) // step * step", "return hi - 1", "bounds"),
     ("loop-ignores-step", "tkir/bounds.py", "if lo is None or hi is None or step is None or lo < 0 or step <= 0:",
      "if lo is None or hi is None or lo < 0:", "bounds"),
-    ("fits-strict", "tkir/bounds.py", "return top is not None and extent * (top + 1) <= dim",
-     "return top is not None and extent * top <= dim", "bounds"),
-    ("grid-any-size", "tkir/bounds.py", "return d < len(grid) and _same_size(str(grid[d]), dim)",
-     "return d < len(grid)", "bounds"),
+    ("fits-strict", "tkir/bounds.py", "if top is None or extent * (top + 1) > dim:",
+     "if top is None or extent * top > dim:", "bounds"),
+    ("grid-any-size", "tkir/bounds.py", "if d < len(grid) and _same_size(str(grid[d]), dim):",
+     "if d < len(grid):", "bounds"),
     ("one-row-any-extent", "tkir/bounds.py",
      'if extent != 1 or not isinstance(coord.owner, Operation) or coord.owner.name != "tk.block_id":',
      'if not isinstance(coord.owner, Operation) or coord.owner.name != "tk.block_id":', "bounds"),
@@ -46,7 +46,4 @@ TESTS = {
     "shift": ["tests/test_based.py", "-k", "emitted_outer"],
     "wide": ["tests/test_wide_rows.py"],
 }
-sel = sys.argv[1:] or [m[0] for m in M]
-for name, path, old, new, which in M:
-    if name in sel:
-        try_mutant(name, path, old, new, TESTS[which])
+run_named(M, TESTS, sys.argv[1:])

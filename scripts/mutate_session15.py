@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 
-from hand_mutants import try_mutant
+from hand_mutants import run_named
 
 M = [  # (name, file, snippet, its mutation, tests)
     ("marks-shared-loads-too", "passes/cache_policy.py",
@@ -15,7 +15,8 @@ M = [  # (name, file, snippet, its mutation, tests)
      "return (isinstance(t, TileType | VectorType)", "pass"),
     ("marks-stores", "passes/cache_policy.py", "    if op.name != \"tk.load\" or not op.results or not op.operands:",
      "    if op.name not in (\"tk.load\", \"tk.store\") or not op.operands:", "pass"),
-    ("none-marks-anyway", "passes/cache_policy.py", "        if self.loads == \"none\":\n            return\n", "", "pass"),
+    ("none-marks-anyway", "passes/cache_policy.py", "        if self.loads == \"none\":\n            return\n", "",
+     "pass"),
     ("backend-ignores-hint", "backend/cache_policy.py", "    return None if p is None else cx.l2_policies[str(p)]",
      "    return None", "backend"),
     ("policy-evict-first", "backend/cache_policy.py", "[f\"createpolicy.fractional.L2::{p}.b64 $0, 1.0;\"]",
@@ -28,7 +29,8 @@ M = [  # (name, file, snippet, its mutation, tests)
      "        if True:", "fma"),
     ("move-never", "passes/contract_fma.py", "        if _move_is_free(mul, top[id(add)], readers, top):",
      "        if False:", "fma"),
-    ("move-ignores-later-reads", "passes/contract_fma.py", "top[id(r)] >= at for r in readers.get(id(v), []) if r is not mul",
+    ("move-ignores-later-reads", "passes/contract_fma.py",
+     "top[id(r)] >= at for r in readers.get(id(v), []) if r is not mul",
      "top[id(r)] > at for r in readers.get(id(v), []) if r is not mul", "fma"),
     ("no-occ-8", "examples/layernorm.tk", "OCC=[0, 4, 8],", "OCC=[0, 4],", "occ"),
 ]
@@ -39,7 +41,4 @@ TESTS = {
     "fma": ["tests/test_filecheck.py", "-k", "contract"],
     "occ": ["tests/test_blocks_per_sm.py", "-k", "tune_occ"],
 }
-sel = sys.argv[1:] or [m[0] for m in M]
-for name, path, old, new, which in M:
-    if name in sel:
-        try_mutant(name, path, old, new, TESTS[which])
+run_named(M, TESTS, sys.argv[1:])
