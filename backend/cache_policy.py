@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING
 
 from tkir.backend.values import LoweringError
 from tkir.ir import Operation
+from tkir.ops import L2_ATTR as ATTR
+from tkir.ops import L2_PRIORITIES as PRIORITIES
 
 if TYPE_CHECKING:
     from tkir.backend.context import LoweringContext
 
-ATTR = "l2"  # passes/cache_policy.py ATTR
-PRIORITIES = ("evict_last", "evict_normal", "evict_first", "evict_unchanged")
 WORD = 4
 
 
@@ -41,19 +41,22 @@ def policy_of(cx: LoweringContext, op: Operation) -> str | None:
     return None if p is None else cx.l2_policies[str(p)]
 
 
-def hinted_load(cx: LoweringContext, ptr: str, vt: str, nbytes: int, policy: str, elem_bytes: int = WORD) -> str:
-    """`nbytes` (2, 4, 8 or 16) at `ptr` (ptr addrspace(1)) loaded with the L2 policy `policy`, as a
-    value of LLVM type `vt` (`<8 x bfloat>`, `float`, ...): what `load vt, ptr` would give. The access
-    is the one LLVM's NVPTX backend picks for that load: 8 bytes of 16-bit elements as `.v4.b16`
-    (no unpacking of words afterwards), whole 32-bit words otherwise."""
+def hinted_load(cx: LoweringContext, ptr: str, ety: str, n: int, elem_bytes: int, policy: str,
+                vector: bool = True) -> str:
+    """`n` elements of LLVM type `ety` (`elem_bytes` each; 2, 4, 8 or 16 bytes in all) at `ptr` (ptr
+    addrspace(1)) loaded with the L2 policy `policy`, as the `<n x ety>` (with `vector=False`, one `ety`)
+    a plain `load` of that type would give. The access is the one LLVM's NVPTX backend
+    picks for that load: 8 bytes of 16-bit elements as `.v4.b16` (no unpacking of words afterwards),
+    whole 32-bit words otherwise."""
     w = cx.w
+    nbytes = n * elem_bytes
+    vt = f"<{n} x {ety}>" if vector else ety
     args = [("ptr addrspace(1)", ptr), ("i64", policy)]
     if nbytes == 8 and elem_bytes == 2:
         ret = "{i16, i16, i16, i16}"
         r = w.asm(ret, ["ld.global.L2::cache_hint.v4.b16 {$0, $1, $2, $3}, [$4], $5;"], ["=h"] * 4 + ["l", "l"],
                   args, "ldq")
-        ety = vt.split(" x ")[1].rstrip(">")  # <4 x bfloat> -> bfloat: built from its elements, so
-        vec = "poison"                         # that LLVM extracts each as the i16 it was loaded as
+        vec = "poison"  # built from its elements, so that LLVM extracts each as the i16 it was loaded as
         for j in range(4):
             half = w.op(f"bitcast i16 {w.op(f'extractvalue {ret} {r}, {j}', 'lh')} to {ety}", "le")
             vec = w.op(f"insertelement {vt} {vec}, {ety} {half}, i32 {j}", "lq")

@@ -322,7 +322,7 @@ def _load_global_element(cx: LoweringContext, ptr: str, ety: str, idx: str, ok: 
     if policy is None:
         v = w.op(f"load {ety}, ptr addrspace(1) {p}", "ld")
     else:
-        v = hinted_load(cx, p, ety, nbytes, policy, nbytes)
+        v = hinted_load(cx, p, ety, 1, nbytes, policy, vector=False)
     return w.op(f"select i1 {ok}, {ety} {v}, {ety} {zero}", "v")
 
 

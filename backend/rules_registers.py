@@ -659,7 +659,7 @@ def _op_tk_load(cx: LoweringContext, op: Operation) -> None:
         if policy is None:
             v = w.op(f"load {vt}, ptr addrspace(1) {p}, align {align}", "ld")
         else:  # an L2 cache hint (passes/cache_policy.py)
-            v = hinted_load(cx, p, vt, len(members) * dtype_bytes(t.dtype), policy, dtype_bytes(t.dtype))
+            v = hinted_load(cx, p, ety, len(members), dtype_bytes(t.dtype), policy)
         if ok != "true":  # zero outside, as TMA fills
             v = w.op(f"select i1 {ok}, {vt} {v}, {vt} zeroinitializer", "ldz")
         for k, m in enumerate(members):

@@ -22,12 +22,10 @@ evict_last on the loads a later pass reads again.
 from __future__ import annotations
 
 from tkir.ir import Module, Operation
+from tkir.ops import L2_ATTR as ATTR
+from tkir.ops import L2_PRIORITIES as PRIORITIES
 from tkir.passmanager import Options, ParamError, Pass, param
 from tkir.types import GlobalType, TileType, VectorType
-
-ATTR = "l2"  # on tk.load: the L2 eviction priority of its cache hint (backend/cache_policy.py)
-# the priorities of createpolicy.fractional (PTX ISA, createpolicy)
-PRIORITIES = ("evict_last", "evict_normal", "evict_first", "evict_unchanged")
 
 
 class CachePolicy(Pass):

@@ -413,6 +413,10 @@ def _kernel(op: Operation) -> None:
         expect(problem is None, f"'tk.kernel': {problem}")
 
 
+# tk.load's `l2`: the L2 eviction priority of a global -> register load (set by passes/cache_policy.py,
+# emitted by backend/cache_policy.py as createpolicy.fractional.L2::<priority> + ld.global.L2::cache_hint)
+L2_ATTR = "l2"
+L2_PRIORITIES = ("evict_last", "evict_normal", "evict_first", "evict_unchanged")
 CONVERT_VIA = ("none", "shuffle", "smem")  # register relabel, warp shuffles, shared round trip
 
 
