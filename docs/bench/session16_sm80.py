@@ -1,0 +1,215 @@
+"""Session 16, issue 13 item 4: how fast can a mature compiler's mma.sync GEMM go on this GPU?
+
+Triton compiles `tl.dot` to mma.sync (its "MMA v2", the Ampere path) instead of wgmma when the
+environment has DISABLE_MMA_V3=1; its loads become a cp.async ring of `num_stages` buffers. This
+script times such a Triton GEMM (the kernel below, written for this comparison) in several tile
+configurations beside tkir's sm_80 gemm (examples/gemm.tk --target sm_80, with pass variants), tkir's
+wgmma gemm (sm_90a) and cuBLAS (torch.matmul), all at 4096^3 bf16, interleaved in one process with
+tkir.bench.time_pair_ms (L2 flushed before every run, inputs rotated past the L2, medians). Every
+kernel is checked against torch.matmul on fresh random inputs first; each Triton kernel's PTX is
+checked for mma.sync and for the absence of wgmma (a row that used wgmma is marked so).
+
+    DISABLE_MMA_V3=1 python3 docs/bench/session16_sm80.py --out DIR [--reps 20] [--rows LIST] [--set call1|call2]
+
+Writes DIR/sm80_peer.json, the best Triton kernel's PTX and cubin (DIR/triton_best.*), and prints a
+table last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+SIZE = dict(M=4096, N=4096, K=4096)
+# (BM, BN, BK, num_stages, num_warps): the Ampere configurations of Triton's own matmul tutorial and
+# of torch.compile's mm templates, plus the 8-warp 64 x 64-per-warp tiles tkir uses
+TRITON_CONFIGS = [
+    (128, 256, 64, 3, 8), (256, 128, 64, 3, 8), (128, 256, 32, 3, 8), (256, 128, 32, 3, 8),
+    (128, 256, 32, 4, 8), (256, 128, 32, 4, 8), (128, 128, 64, 4, 4), (128, 128, 32, 4, 4),
+    (128, 128, 64, 3, 8), (128, 256, 64, 4, 8),
+]
+_G = "examples/gemm.tk"
+_W = "docs/bench/variants/gemm_warps/gemm_wg_occ.tk"   # @warpgroups(consumers=WG) @blocks_per_sm(OCC)
+_ONE = {"plan-occupancy": "plan-occupancy{producer_warps=0}"}
+
+
+def _fa(n: int) -> dict:
+    return {"plan-occupancy": "plan-occupancy{producer_warps=0}",
+            "pipeline-cp-async": f"pipeline-cp-async{{fragments_ahead={n}}}"}
+
+
+TKIR_ROWS = {  # row set -> [(label, file, target, consts, pass replacements)]
+    "call1": [
+        ("tkir wgmma (sm_90a default)", _G, "sm_90a", {}, {}),
+        ("tkir sm_80 128x256x64 S4 (default, 4 producer warps)", _G, "sm_80",
+         dict(BM=128, BN=256, BK=64, STAGES=4), {}),
+        ("tkir sm_80 256x128x64 S4 (4 producer warps)", _G, "sm_80", dict(BM=256, BN=128, BK=64, STAGES=4), {}),
+        ("tkir sm_80 256x128x64 S4 one role", _G, "sm_80", dict(BM=256, BN=128, BK=64, STAGES=4), _ONE),
+        ("tkir sm_80 128x256x64 S4 one role", _G, "sm_80", dict(BM=128, BN=256, BK=64, STAGES=4), _ONE),
+    ],
+    # call 2: Triton's fastest mma.sync shape (call 1: 128 x 128 blocks of 4 warps, two per SM) in tkir
+    "call2": [
+        ("tkir wgmma (sm_90a default)", _G, "sm_90a", {}, {}),
+        ("tkir sm_80 128x256x64 S4 (default, 4 producer warps)", _G, "sm_80",
+         dict(BM=128, BN=256, BK=64, STAGES=4), {}),
+        *[(f"tkir sm_80 4w 128x128x{bk} S{st} one role", _W, "sm_80",
+           dict(BM=128, BN=128, BK=bk, STAGES=st, WG=1), _ONE)
+          for bk, st in ((32, 3), (32, 4), (32, 6), (64, 3), (64, 4))],
+        *[(f"tkir sm_80 4w 128x128x32 S4 fragments_ahead={n}", _W, "sm_80",
+           dict(BM=128, BN=128, BK=32, STAGES=4, WG=1), _fa(n)) for n in (0, 2, 4, 8)],
+        ("tkir sm_80 4w 128x128x32 S4 4 producer warps (default plan)", _W, "sm_80",
+         dict(BM=128, BN=128, BK=32, STAGES=4, WG=1), {}),
+        ("tkir sm_80 4w 128x128x32 S4 OCC=3", _W, "sm_80", dict(BM=128, BN=128, BK=32, STAGES=4, WG=1, OCC=3), {}),
+        ("tkir sm_80 4w 128x128x32 S4 OCC=3 fragments_ahead=0", _W, "sm_80",
+         dict(BM=128, BN=128, BK=32, STAGES=4, WG=1, OCC=3), _fa(0)),
+    ],
+}
+TRITON_SETS = {"call1": TRITON_CONFIGS,
+               "call2": [(128, 128, 32, 4, 4), (128, 128, 64, 4, 4), (256, 128, 64, 3, 8), (128, 128, 32, 3, 4)]}
+
+
+def triton_kernel():
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def mm(a_ptr, b_ptr, c_ptr, M, N, K, sam, sak, sbk, sbn, scm, scn,
+           BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr):
+        pid = tl.program_id(0)
+        num_m = tl.cdiv(M, BM)
+        num_n = tl.cdiv(N, BN)
+        in_group = GROUP_M * num_n
+        first_m = (pid // in_group) * GROUP_M
+        size_m = min(num_m - first_m, GROUP_M)
+        pid_m = first_m + (pid % in_group) % size_m
+        pid_n = (pid % in_group) // size_m
+        rm = pid_m * BM + tl.arange(0, BM)
+        rn = pid_n * BN + tl.arange(0, BN)
+        rk = tl.arange(0, BK)
+        a_ptrs = a_ptr + (rm % M)[:, None] * sam + rk[None, :] * sak
+        b_ptrs = b_ptr + rk[:, None] * sbk + (rn % N)[None, :] * sbn
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        for _ in range(0, tl.cdiv(K, BK)):   # K % BK == 0 at the sizes timed here
+            acc = tl.dot(tl.load(a_ptrs), tl.load(b_ptrs), acc)
+            a_ptrs += BK * sak
+            b_ptrs += BK * sbk
+        c_ptrs = c_ptr + rm[:, None] * scm + rn[None, :] * scn
+        tl.store(c_ptrs, acc.to(tl.bfloat16), mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+    return mm, triton
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--rows", default="triton,tkir")
+    ap.add_argument("--set", default="call1", choices=sorted(TKIR_ROWS))
+    args = ap.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    import torch
+
+    import tkir
+    from tkir.bench import L2_BYTES, MAX_ROTATE_SETS, ROTATE_FACTOR, _rel_err, time_pair_ms
+
+    M, N, K = SIZE["M"], SIZE["N"], SIZE["K"]
+    flops = 2 * M * N * K
+    nbytes = 2 * (M * K + K * N + M * N)
+    nsets = max(2, min(MAX_ROTATE_SETS, math.ceil(ROTATE_FACTOR * L2_BYTES / nbytes)))
+    sets = [(torch.randn(M, K, device="cuda").bfloat16(), torch.randn(K, N, device="cuda").bfloat16(),
+             torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)) for _ in range(nsets)]
+    ref = (sets[0][0].float() @ sets[0][1].float())
+    rows: list[dict] = []
+    fns: list = []
+
+    def add(label: str, run_for_set, info: dict) -> None:
+        a, b, c = sets[0]
+        c.fill_(float("nan"))
+        run_for_set(0)()
+        torch.cuda.synchronize()
+        err = _rel_err(torch, c.float(), ref)
+        info = dict(label=label, err=err, ok=err <= 2e-2, **info)
+        rows.append(info)
+        fns.append(run_for_set)
+        print(info, flush=True)
+
+    add("cuBLAS (torch.matmul)", lambda i: (lambda: torch.matmul(sets[i][0], sets[i][1], out=sets[i][2])), {})
+    if "tkir" in args.rows:
+        for label, path, target, consts, repl in TKIR_ROWS[args.set]:
+            passes = ",".join(repl.get(p, p) for p in tkir.api.default_pipeline()) if repl else None
+            try:
+                k = tkir.compile(str(ROOT / path), target=target, **({"passes": passes} if passes else {}), **consts)
+            except Exception as e:  # noqa: BLE001 - a configuration that does not compile is a row
+                rows.append(dict(label=label, error=f"{type(e).__name__}: {e}"))
+                print(rows[-1], flush=True)
+                continue
+            add(label, lambda i, k=k: (lambda: k(*sets[i])), dict(target=target))
+    if "triton" in args.rows:
+        mm, triton = triton_kernel()
+        best_ptx = {}
+        for bm, bn, bk, st, nw in TRITON_SETS[args.set]:
+            label = f"triton mma.sync {bm}x{bn}x{bk} S{st} W{nw}"
+            grid = (triton.cdiv(M, bm) * triton.cdiv(N, bn),)
+
+            def launch(i, bm=bm, bn=bn, bk=bk, st=st, nw=nw, grid=grid):
+                a, b, c = sets[i]
+                return lambda: mm[grid](a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+                                        c.stride(0), c.stride(1), BM=bm, BN=bn, BK=bk, GROUP_M=8,
+                                        num_stages=st, num_warps=nw)
+            try:
+                compiled = launch(0)()
+                torch.cuda.synchronize()
+            except Exception as e:  # noqa: BLE001 - e.g. out of shared memory
+                rows.append(dict(label=label, error=f"{type(e).__name__}: {str(e)[:200]}"))
+                print(rows[-1], flush=True)
+                continue
+            ptx = getattr(compiled, "asm", {}).get("ptx", "")
+            info = dict(mma_sync="mma.sync" in ptx, wgmma="wgmma" in ptx, regs=getattr(compiled, "n_regs", None),
+                        spills=getattr(compiled, "n_spills", None), cp_async="cp.async" in ptx,
+                        ldmatrix="ldmatrix" in ptx)
+            best_ptx[label] = compiled
+            add(label, launch, info)
+    print(f"timing {len(fns)} kernels interleaved, {args.reps} reps, {nsets} input sets", flush=True)
+    ms = time_pair_ms(torch, fns, nsets, args.reps, 5)
+    for r, t in zip([r for r in rows if "error" not in r], ms, strict=True):
+        r["ms"] = t
+        r["tflops"] = flops / t / 1e9
+    by = {r["label"]: r for r in rows}
+    wg = by.get("tkir wgmma (sm_90a default)", {}).get("tflops")
+    for r in rows:
+        if wg and "tflops" in r:
+            r["x_wgmma"] = r["tflops"] / wg
+    if "triton" in args.rows:
+        tri = [r for r in rows if r["label"].startswith("triton") and "tflops" in r and r.get("ok")]
+        if tri:
+            best = max(tri, key=lambda r: r["tflops"])
+            compiled = best_ptx[best["label"]]
+            (out / "triton_best.ptx").write_text(compiled.asm["ptx"])
+            (out / "triton_best.cubin").write_bytes(compiled.asm["cubin"])
+            (out / "triton_best.txt").write_text(best["label"] + "\n")
+    (out / "sm80_peer.json").write_text(json.dumps(dict(size=SIZE, reps=args.reps, rows=rows), indent=1))
+    print(f"\n== 4096^3 bf16, TFLOP/s (median of {args.reps}, interleaved; x_wgmma: x tkir's wgmma gemm)")
+    for r in rows:
+        if "error" in r:
+            print(f"{r['label']:58s} ERROR {r['error'][:90]}")
+            continue
+        flags = "" if not r["label"].startswith("triton") else (
+            f" regs={r['regs']} spills={r['spills']} mma.sync={r['mma_sync']} wgmma={r['wgmma']}")
+        print(f"{r['label']:58s} {r['tflops']:7.1f}  x_wgmma={r.get('x_wgmma', 0):.3f}  err={r['err']:.1e} "
+              f"{'ok' if r['ok'] else 'FAIL'}{flags}")
+    return 0
+
+
+if __name__ == "__main__":
+    if os.environ.get("DISABLE_MMA_V3") != "1":
+        print("set DISABLE_MMA_V3=1 (Triton then compiles tl.dot to mma.sync)", file=sys.stderr)
+        sys.exit(2)
+    sys.exit(main())
