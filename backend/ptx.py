@@ -18,6 +18,11 @@ PTX_FEATURES_PARITY_WAIT = "+ptx71"
 # declare PTX 7.4, where both appear (PTX ISA, createpolicy); 7.4 also has the parity wait.
 CACHE_HINT = "L2::cache_hint"
 PTX_FEATURES_CACHE_HINT = "+ptx74"
+# sm_80 kernels whose cp.async copies zero-fill by predicate (`cp.async ... 16, ignore_src;`,
+# backend/rules_sm80.py cp_async_rows) declare PTX 7.5, where the ignore-src operand appears (PTX ISA,
+# cp.async); 7.5 also has the parity wait and the cache hints. The predicate register's name marks them.
+IGNORE_SRC = "ignore_src"
+PTX_FEATURES_IGNORE_SRC = "+ptx75"
 
 # The code generator's optimisation level is 3 up to this many lines of LLVM IR, 2 above. At 3 the
 # NVPTX code generator runs GVN where 2 runs EarlyCSE, and llvmlite's LLVM is built with assertions:
@@ -54,7 +59,9 @@ def llvm_to_ptx(ir: str, target: str) -> str:
     except RuntimeError as e:
         raise CompileError(None, f"backend produced invalid LLVM IR: {e}") from None
     features = None
-    if target == "sm_80" and CACHE_HINT in ir:
+    if target == "sm_80" and IGNORE_SRC in ir:
+        features = PTX_FEATURES_IGNORE_SRC
+    elif target == "sm_80" and CACHE_HINT in ir:
         features = PTX_FEATURES_CACHE_HINT
     elif target == "sm_80" and PARITY_WAIT in ir:
         features = PTX_FEATURES_PARITY_WAIT

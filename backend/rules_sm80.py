@@ -6,7 +6,8 @@ Rules of backend.rules' table, each for the operand forms its condition names:
 * `tk.load` global -> shared (no result): the tile's 16-byte chunks, in row-major order, are spread
   over all the block's threads (chunk tid + k * threads) and copied with `cp.async.cg.shared.global`
   to the tile's physical offset (tkir.layout.SharedLayout, through backend.fragments.shared_offset);
-  chunks past the tensor's last row or column are zero-filled (src-size 0, HOPPER-style OOB fill),
+  chunks past the tensor's last row or column are zero-filled (src-size 0, or in a pipelined loop the
+  ignore-src predicate, PTX 7.5; HOPPER-style OOB fill),
   so ragged edge tiles work. A run of consecutive loads is committed as one group, then
   `cp.async.wait_group 0`, on sm_90a `fence.proxy.async.shared::cta` (wgmma reads shared memory
   through the async proxy, HOPPER.md §8.1) and `bar.sync 0`. The IR has no barriers of its own, so
@@ -47,6 +48,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from tkir.backend import ptx as backend_ptx
 from tkir.backend.context import tile_stage_bytes
 from tkir.backend.fragments import (
     MMA_K,
@@ -70,6 +72,7 @@ if TYPE_CHECKING:
     from tkir.backend.context import LoweringContext
 
 CP_ASYNC_BYTES = 16       # cp.async.cg copies 16 bytes per instruction (PTX ISA §9.7.9.25)
+IGNORE_SRC = backend_ptx.IGNORE_SRC  # cp.async's ignore-src predicate register (PTX 7.5; backend/ptx.py)
 LDMATRIX_ROWS = 16        # ldmatrix.x4 over a 16 x 16 b16 block: lane L addresses row L % 16 (§6.3)
 LDMATRIX_ROW_BYTES = 16   # one 8 x 8 b16 matrix row
 MMA_DTYPES = ("bf16", "f16")  # mma.m16n8k16.row.col.{bf16, f16} with f32 accumulators (HOPPER.md §8.1)
@@ -238,8 +241,8 @@ def _next_mma_takes_copies(cx: LoweringContext, op: Operation) -> bool:
 
 
 def _async_copy_steps(cx: LoweringContext, op: Operation) -> Iterator[None]:
-    """The code of one `pipe.async_copy`, emitted one cp.async at a time (a generator: the mma.sync rule
-    advances it between its units)."""
+    """The code of one `pipe.async_copy`, emitted as one run of cp.async (a generator: the mma.sync rule
+    advances it after one of its units)."""
     cond = cx.w.op(f"zext i1 {cx.scalar(op.operands[0])} to i32", "cp_on")
     buf = cx.get(op.operands[1])
     assert isinstance(buf, Smem)
@@ -265,11 +268,14 @@ def _op_pipe_async_wait(cx: LoweringContext, op: Operation) -> None:
 def cp_async_rows(cx: LoweringContext, op: Operation, dst: Smem, src: Global, coords: list[str],
                    cond: str) -> Iterator[None]:
     """A tile copy whose rounds differ by whole rows (the block's threads cover a whole number of tile
-    rows per round, checked for every thread with numpy): round 0's global index and edge tests are
-    computed once, round k adds k rows to them, so a round costs an add, a compare and two selects
-    instead of `_cp_async_tile`'s full index and edge arithmetic (the copies of a pipelined loop run
-    every iteration, beside the mma.sync). Each copy is predicated on `cond` (an i32, 0 or 1); it
-    yields after each cp.async. Other tiles take `_cp_async_tile`, under a branch on `cond`."""
+    rows per round, checked for every thread with numpy): round 0's address and edge tests are computed
+    once, round k's address is round 0's plus k row pitches and its edge test one compare, so a round
+    costs a 64-bit add, a compare and a predicate instead of `_cp_async_tile`'s full index and edge
+    arithmetic (the copies of a pipelined loop run every iteration, beside the mma.sync). A chunk past
+    the edge is copied with its source ignored (`ignore-src`: LDGSTS's own zero-fill predicate). Each
+    copy is predicated on `cond` (an i32, 0 or 1); it yields once, after the tile's last cp.async (a
+    run of LDGSTS after ldmatrix costs ptxas's three-instruction separation once, not per copy:
+    docs/backend.md). Other tiles take `_cp_async_tile`, under a branch on `cond`."""
     t = dst.type
     assert isinstance(t, TileType)
     eb = dtype_bytes(t.dtype)
@@ -309,23 +315,28 @@ def cp_async_rows(cx: LoweringContext, op: Operation, dst: Smem, src: Global, co
     ncols64 = w.op(f"sext i32 {ncols} to i64", "ld")
     idx0 = w.op(f"mul i64 {w.op(f'sext i32 {row} to i64', 'row64')}, {ncols64}", "idx")
     idx0 = w.op(f"add i64 {idx0}, {w.op(f'sext i32 {col} to i64', 'col64')}", "idx")
+    g0 = w.op(f"getelementptr i8, ptr addrspace(1) {plane}, i64 {w.op(f'mul i64 {idx0}, {eb}', 'ib')}", "g")
     for k, (saddr, dr) in enumerate(zip(addrs, drows, strict=True)):
         row_k = w.op(f"add i32 {row}, {dr}", "row") if dr else row
         rok = w.op(f"icmp slt i32 {row_k}, {nrows}", "rok")
-        nk = w.op(f"select i1 {w.op(f'and i1 {rok}, {cok}', 'ok')}, i32 {CP_ASYNC_BYTES}, i32 0", "srcsz")
-        # at src-size 0 nothing is read, so the address of a chunk past the edge is never used (CUTLASS's
-        # cp_async_zfill passes such addresses too)
-        idx = w.op(f"add i64 {idx0}, {w.op(f'mul i64 {ncols64}, {dr}', 'drow')}", "idx") if dr else idx0
-        g = w.op(f"getelementptr i8, ptr addrspace(1) {plane}, i64 {w.op(f'mul i64 {idx}, {eb}', 'ib')}", "g")
+        ok = w.op(f"zext i1 {w.op(f'and i1 {rok}, {cok}', 'ok')} to i32", "ok")
+        # a chunk past the edge is copied with its source ignored (zeros written: cp.async's ignore-src
+        # predicate, PTX 7.5), so its address is never used (CUTLASS's cp_async_zfill passes such addresses
+        # too); LDGSTS takes that predicate itself, where a src-size of 16 or 0 cost a select and a compare
+        # per copy. Round k's address is round 0's plus dr rows of bytes: one 64-bit add (or multiply-add)
+        # per copy instead of an index multiply and a scaled add
+        g = (w.op(f"getelementptr i8, ptr addrspace(1) {g0}, i64 {w.op(f'mul i64 {ncols64}, {dr * eb}', 'drow')}",
+                  "g") if dr else g0)
         on = cond
         if steps * threads > total and k == steps - 1:  # the last round: some threads have no chunk
             e = lb.add(cx.thread_index(), k * threads)
             have = w.op(f"zext i1 {w.op(f'icmp ult i32 {e}, {total}', 'have')} to i32", "have")
             on = w.op(f"and i32 {cond}, {have}", "cp_on")
-        w.asm("void", ["{", ".reg .pred p;", "setp.ne.b32 p, $3, 0;",
-                       "@p cp.async.cg.shared.global [$0], [$1], 16, $2;", "}"],
-              ["r", "l", "r", "r"], [("i32", saddr), ("ptr addrspace(1)", g), ("i32", nk), ("i32", on)])
-        yield
+        w.asm("void", ["{", f".reg .pred p, {IGNORE_SRC};", "setp.ne.b32 p, $3, 0;",
+                       f"setp.eq.b32 {IGNORE_SRC}, $2, 0;",
+                       f"@p cp.async.cg.shared.global [$0], [$1], 16, {IGNORE_SRC};", "}"],
+              ["r", "l", "r", "r"], [("i32", saddr), ("ptr addrspace(1)", g), ("i32", ok), ("i32", on)])
+    yield  # the tile's copies as one run: ptxas separates a run of LDGSTS from earlier ldmatrix once, not per copy
 
 
 def _cp_async_tile(cx: LoweringContext, op: Operation, dst: Smem, src: Global, coords: list[str]) -> None:
@@ -460,7 +471,7 @@ def _op_tk_mma(cx: LoweringContext, op: Operation) -> None:
             for mb in range(mblocks):
                 lo = mb * per_block + 4 * nb
                 vals[lo:lo + 4] = _mma_sync(cx, a_now[mb], words, vals[lo:lo + 4], ta.dtype)
-        next(copies, None)  # one cp.async after each unit's mma.sync
+        next(copies, None)  # one tile's copies after each unit's mma.syncs
     for _ in copies:
         pass
     cx.set(op.result, Frag(tc, vals))

@@ -27,6 +27,7 @@ from tkir.backend.rules_sm80 import (
     CP_ASYNC_BYTES,
     _cp_async_tile,
     cp_async_position,
+    cp_async_rows,
     ldmatrix_a_position,
     ldmatrix_b_position,
 )
@@ -312,6 +313,42 @@ def test_emitted_cp_async_copies_a_ragged_tile_with_zero_fill(lay: SharedLayout)
     want[:part.shape[0], :part.shape[1]] = part
     assert part.shape != want.shape  # the tile is ragged in at least one dim
     assert (mem == _stored(lay, want)).all()
+
+
+@pytest.mark.parametrize("lay, r_tile, c_tile", [
+    (SharedLayout("bf16", 64, 64, 128), 1, 1), (SharedLayout("bf16", 32, 128, 64), 3, 0),
+    (SharedLayout("bf16", 64, 64, 128), 0, 1), (SharedLayout("bf16", 48, 32, 0, 16), 2, 2)], ids=str)
+def test_emitted_pipelined_copy_of_a_ragged_tile(lay: SharedLayout, r_tile: int, c_tile: int) -> None:
+    # the pipelined loop's copy (cp_async_rows: round k's address is round 0's plus k row pitches, chunks
+    # past the edge copied with their source ignored): tile (r_tile, c_tile) of plane 1 of a [2, 100, 72]
+    # tensor, ragged in rows, columns or both; a copy whose condition is 0 writes nothing
+    threads, M, N = 128, 100, 72
+    rows, cols = lay.rows, lay.cols
+    h = _Harness(threads)
+    tile = TileType("st", "bf16", rows, cols, (("swizzle", lay.swizzle), ("pad", lay.pad)))
+    g = np.arange(2 * M * N).reshape(2, M, N) + 1  # element ids, 0 = zero fill
+    for on in (1, 0):
+        h.w = LLVMWriter()
+        list(cp_async_rows(h, None, Smem("%base", tile), Global("%A", GlobalType("bf16", ("P", "M", "N"))),
+                           ["%p", "%tr", "%tc"], "%on"))
+        tid = np.arange(threads)
+        env: dict[str, object] = {"%tid": tid, "%base": 0, "%A": 0, "%P": 2, "%M": M, "%N": N, "%p": 1,
+                                  "%tr": r_tile, "%tc": c_tile, "%on": on}
+        calls = _evaluate(h.w.lines, env)
+        assert calls and all(len(c) == 4 for c in calls)  # (shared address, source, copy the source?, on)
+        mem = np.full(lay.size_bytes // EB, -1, dtype=np.int64)
+        flat = g.ravel()
+        for saddr, src, ok, cond in ((np.broadcast_to(x, tid.shape) for x in call) for call in calls):
+            for t in np.flatnonzero(cond):
+                mem[saddr[t] // EB:saddr[t] // EB + 8] = flat[src[t] // EB:src[t] // EB + 8] if ok[t] else 0
+        if not on:
+            assert (mem == -1).all()
+            continue
+        r0, c0 = r_tile * rows, c_tile * cols
+        want = np.zeros((rows, cols), dtype=np.int64)
+        part = g[1, r0:r0 + rows, c0:c0 + cols]
+        want[:part.shape[0], :part.shape[1]] = part
+        assert (mem == _stored(lay, want)).all()
 
 
 # --- whole kernels: PTX that ptxas assembles, the instructions the path is made of ------------------------

@@ -70,9 +70,24 @@ TKIR_ROWS = {  # row set -> [(label, file, target, consts, pass replacements)]
         ("tkir sm_80 4w 128x128x32 S4 OCC=3 fragments_ahead=0", _W, "sm_80",
          dict(BM=128, BN=128, BK=32, STAGES=4, WG=1, OCC=3), _fa(0)),
     ],
+    # call 5: after the cp.async changes (ignore-src, round addresses by one add, a tile's copies as one run)
+    "call5": [
+        ("tkir wgmma (sm_90a default)", _G, "sm_90a", {}, {}),
+        ("tkir sm_80 128x256x64 S4 (default, 4 producer warps)", _G, "sm_80",
+         dict(BM=128, BN=256, BK=64, STAGES=4), {}),
+        ("tkir sm_80 256x128x64 S4 one role", _G, "sm_80", dict(BM=256, BN=128, BK=64, STAGES=4), _ONE),
+        *[(f"tkir sm_80 4w 128x128x{bk} S{st} one role", _W, "sm_80",
+           dict(BM=128, BN=128, BK=bk, STAGES=st, WG=1), _ONE)
+          for bk, st in ((32, 3), (32, 4), (32, 5), (64, 3))],
+        *[(f"tkir sm_80 4w 128x128x32 S4 fragments_ahead={n}", _W, "sm_80",
+           dict(BM=128, BN=128, BK=32, STAGES=4, WG=1), _fa(n)) for n in (0, 2, 8)],
+        *[(f"tkir sm_80 4w 128x128x64 S3 fragments_ahead={n}", _W, "sm_80",
+           dict(BM=128, BN=128, BK=64, STAGES=3, WG=1), _fa(n)) for n in (0, 2)],
+    ],
 }
 TRITON_SETS = {"call1": TRITON_CONFIGS,
-               "call2": [(128, 128, 32, 4, 4), (128, 128, 64, 4, 4), (256, 128, 64, 3, 8), (128, 128, 32, 3, 4)]}
+               "call2": [(128, 128, 32, 4, 4), (128, 128, 64, 4, 4), (256, 128, 64, 3, 8), (128, 128, 32, 3, 4)],
+               "call5": [(128, 128, 32, 4, 4), (128, 128, 64, 3, 4), (128, 128, 32, 3, 4)]}
 
 
 def triton_kernel():
