@@ -155,10 +155,42 @@ def plan_kernel(kernel: Operation, producer_warps: int | None = None) -> Occupan
     ws_loop = next((lp for lp in loops if _is_warp_specialized(lp, rings)), None)
     if ws_loop is None and isinstance(kernel.attrs.get("warps"), int) and producer_warps != 0 \
             and not (producer_warps is None and no_producer(kernel)):
+        preset = [(lp, lp.attrs.get("stages")) for lp in loops]
         plan = _plan_cp_async_producer(kernel, rings, loops, producer_warps)
-        if plan is not None:
+        if plan is not None and producer_warps is not None:
             return plan
+        if plan is not None:  # the automatic choice: producers only where they keep the mma warps per SM
+            _restore_stages(preset)  # plan the one-role loop from the same starting point
+            one = _plan_roles(kernel, rings, loops, None)
+            if _mma_warps_per_sm(one) > _mma_warps_per_sm(plan):
+                return one
+            for lp, st in preset:
+                lp.attrs["stages"] = plan.stages if st is None else st
+            return plan
+    return _plan_roles(kernel, rings, loops, ws_loop)
 
+
+def _restore_stages(preset: list[tuple[Operation, object]]) -> None:
+    """Put back the loops' `stages` attrs as they were before a plan set them."""
+    for lp, st in preset:
+        if st is None:
+            lp.attrs.pop("stages", None)
+        else:
+            lp.attrs["stages"] = st
+
+
+def _mma_warps_per_sm(plan: OccupancyPlan) -> int:
+    """The warps that issue mma.sync resident on one SM: the consumers' (or the one role's) warps times
+    the blocks per SM."""
+    role = plan.role("consumer") or plan.role("compute")
+    assert role is not None and role.warps is not None  # sm_80 plans size their roles in warps
+    return role.warps * plan.blocks_per_sm
+
+
+def _plan_roles(kernel: Operation, rings: dict[Value, Operation], loops: list[Operation],
+                ws_loop: Operation | None) -> OccupancyPlan:
+    """The plan without sm_80 producer warps: a warp-specialized (TMA) kernel's producer and consumer
+    warpgroups, or one compute role."""
     if ws_loop is not None:
         consumers = _consumer_warpgroups(kernel, ws_loop)
         threads = THREADS_PER_WARPGROUP * (1 + consumers)
@@ -217,7 +249,10 @@ def _plan_cp_async_producer(kernel: Operation, rings: dict[Value, Operation], lo
     the warps of the busiest scheduler (SCHEDULERS_PER_SM): the consumers' need must fit that. Measured
     reason (docs/experiments.md, session 12): in the one-role cp.async loop the mma warps stall on the
     copies' address arithmetic and on the per-k-tile block barrier; with the producer warps the gemm
-    256x128x64 runs 3-5% faster on the H200, 128x256x64 the same.
+    256x128x64 runs 3-5% faster on the H200, 128x256x64 the same. With the automatic choice the
+    producers are kept only where the mma warps resident per SM are not fewer than the one-role plan's
+    (plan_kernel): a 4-warp 128x128 block with producers is one block per SM (4 mma warps), where the
+    one-role loop fits two (8); measured 283 against 374 TFLOP/s (session 16, call 2).
 
     None (plan as before: one compute role) when the source asks for no producer
     (`@warpgroups(producers=0)`, unless producer_warps says otherwise) or for more than one block per SM,
