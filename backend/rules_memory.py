@@ -60,6 +60,13 @@ def sync(cx: LoweringContext) -> None:
     cx.w.asm("void", [f"bar.sync {ROLE_BARRIER}, {cx.role.threads};"], [], [])
 
 
+@rule("tk.fence")
+def _op_tk_fence(cx: LoweringContext, op: Operation) -> None:
+    """`fence.acq_rel.cta` (PTX ISA 6.0, sm_70+): ptxas issues every memory access before it first, so
+    loads placed before it are not sunk below the code after it (passes/fence_loads.py)."""
+    cx.w.asm("void", ["fence.acq_rel.cta;"], [], [])
+
+
 def fence_async(cx: LoweringContext) -> None:
     """Generic-proxy shared writes become visible to wgmma and TMA (HOPPER.md §8.1)."""
     if cx.target == "sm_90a":

@@ -31,6 +31,7 @@ PASS_TABLE: dict[str, str] = {
     "fold-scale": "fold_scale:FoldScale",            # x * c past masks and row max; x * c - m as one fma
     "hoist-loads": "hoist_loads:HoistLoads",        # later global loads issued right after the first (@hoist_loads)
     "contract-fma": "contract_fma:ContractFma",     # f32 x * y read once by + or -: one fma per element
+    "fence-loads": "fence_loads:FenceLoads",        # a kernel's first register loads issued before its first reduction
     "cache-policy": "cache_policy:CachePolicy",     # global -> register loads get an L2 eviction priority
     "early-release": "early_release:EarlyRelease",  # a barrier ring per tile: stages freed by their last reader
     "pingpong": "pingpong:Pingpong",                # consumer warpgroups take turns issuing mmas (named barriers)
@@ -64,8 +65,10 @@ DEFAULT_PIPELINE: list[str] = [
 ]
 # stream-k runs opt-in only: for every kernel it can rewrite it measured slower on the H200 at square
 # sizes (passes/stream_k.py says why); `stream-k` without opt_in, named in a pipeline, forces it.
-# Not in it (a research pass, measured slower on the H200; docs/experiments.md): longest-first (after
-# persistent: causal attention 0-8% slower reversed in place, up to 18% with move_last).
+# Not in it (research passes, measured no faster on the H200; docs/experiments.md): longest-first (after
+# persistent: causal attention 0-8% slower reversed in place, up to 18% with move_last); fence-loads
+# (after hoist-loads: the small row kernels' 5-15% of a fixed-order screen was the timing order, session
+# 16; in an A/B with both orders 0.94-1.05x, and -2% on some large rmsnorm rows).
 
 # deprecated `--pass-option KEY=VALUE` (tkir.compile(pass_options=...)) -> (pass, parameter)
 LEGACY_OPTIONS: dict[str, tuple[str, str]] = {

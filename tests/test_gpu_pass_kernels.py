@@ -1,7 +1,8 @@
 """The kernels the attention-schedule FileCheck tests are written in (tests/passes/*.tk, not examples)
 run on the GPU, on both targets, and match the interpreter running the same compiled IR (marked gpu;
-no torch needed: tkir's own device arrays). Session 15's cache-policy.tk and contract-fma.tk too, and
-their interpreter runs are checked against numpy on the CPU (both targets' compiled IR)."""
+no torch needed: tkir's own device arrays). Session 15's cache-policy.tk and contract-fma.tk and session
+16's fence-loads.tk too, and their interpreter runs are checked against numpy on the CPU (both targets'
+compiled IR)."""
 
 from __future__ import annotations
 
@@ -35,17 +36,31 @@ def _inputs(name: str, rng: np.random.Generator) -> tuple[list[np.ndarray], list
             return np.full((64, 64), np.nan, np.float32)
 
         return [f32(), nan(), nan(), f32().astype(BF16), f32(), nan(), nan(), f32(), nan()], [1, 2, 3, 5, 6, 8]
+    if name == "fence-loads.tk":  # X, W, Bias, Y, Z (Z unused at STORE_FIRST = 0)
+        n, d = 5, 768
+        return [rng.standard_normal((n, d)).astype(BF16), rng.standard_normal(d).astype(BF16),
+                rng.standard_normal(d).astype(BF16), np.full((n, d), np.nan, BF16),
+                rng.standard_normal(d).astype(BF16)], [3]
     n = 300 if name == "split-masks.tk" else 256  # split-masks: a ragged last key block
     q, k, v = (rng.standard_normal((n, 64)).astype(BF16) for _ in range(3))
     return [q, k, v, np.full((n, 64), np.nan, BF16)], [3]
 
 
+def _compile(name: str, target: str) -> tkir.CompiledKernel:
+    """The default pipeline; fence-loads.tk with its research pass added after hoist-loads."""
+    passes = None
+    if name == "fence-loads.tk":
+        pipe = tkir.api.default_pipeline()
+        passes = pipe[:pipe.index("hoist-loads") + 1] + ["fence-loads"] + pipe[pipe.index("hoist-loads") + 1:]
+    return tkir.compile(str(PASSES / name), target=target, passes=passes)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("target", ["sm_90a", "sm_80"])
 @pytest.mark.parametrize("name", ["fold-scale.tk", "split-masks.tk", "overlap-mma.tk", "cache-policy.tk",
-                                  "contract-fma.tk"])
+                                  "contract-fma.tk", "fence-loads.tk"])
 def test_pass_kernel_matches_interpreter_on_gpu(name: str, target: str) -> None:
-    k = tkir.compile(str(PASSES / name), target=target)
+    k = _compile(name, target)
     host, outs = _inputs(name, np.random.default_rng(7))
     ref = [a.copy() for a in host]
     tkir.interpret(k, *ref)
@@ -63,6 +78,10 @@ def _numpy_reference(name: str, a: list[np.ndarray]) -> dict[int, np.ndarray]:
     if name == "cache-policy.tk":
         x, s, aa = (v.astype(np.float64) for v in a[:3])
         return {3: x * s[:, None] + aa}
+    if name == "fence-loads.tk":  # layernorm of each row (session 16)
+        x, w, b = (v.astype(np.float64) for v in a[:3])
+        xc = x - x.mean(axis=1, keepdims=True)
+        return {3: xc / np.sqrt((xc * xc).mean(axis=1, keepdims=True) + 1e-5) * w + b}
     x, h, g, f = (a[i].astype(np.float64) for i in (0, 3, 4, 7))
     hh = (a[3] * a[3]).astype(BF16)
     return {1: x * 3 + 0.5, 2: x * x - x * x * 2, 3: (hh + a[3]).astype(np.float64), 5: g * 4 + np.exp(x),
@@ -70,12 +89,13 @@ def _numpy_reference(name: str, a: list[np.ndarray]) -> dict[int, np.ndarray]:
 
 
 @pytest.mark.parametrize("target", ["sm_90a", "sm_80"])
-@pytest.mark.parametrize("name", ["cache-policy.tk", "contract-fma.tk"])
+@pytest.mark.parametrize("name", ["cache-policy.tk", "contract-fma.tk", "fence-loads.tk"])
 def test_session15_kernels_match_numpy_in_the_interpreter(name: str, target: str) -> None:
     """cache-policy.tk and contract-fma.tk (tests/passes/; not examples) through the default pipeline for
     each target: the interpreter's outputs against numpy (the hints and contractions change no value
     beyond rounding)."""
-    k = tkir.compile(str(PASSES / name), target=target)
+    k = _compile(name, target)
+    assert ("tk.fence" in k.ir) == (name == "fence-loads.tk")
     host, outs = _inputs(name, np.random.default_rng(11))
     want = _numpy_reference(name, [v.copy() for v in host])
     tkir.interpret(k, *host)

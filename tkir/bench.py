@@ -151,10 +151,18 @@ def time_ms(torch, fn_for_set, nsets: int, reps: int, warmup: int) -> float:
     return time_pair_ms(torch, [fn_for_set], nsets, reps, warmup)[0]
 
 
-def time_pair_ms(torch, fns_for_set: list, nsets: int, reps: int, warmup: int) -> list[float]:
-    """Median milliseconds of each of several kernels, timed *interleaved*: rep i runs kernel 0, then
-    kernel 1, ... each after its own L2 flush and with its own CUDA events, so clock and temperature
-    drift during the run touch every kernel alike (METHOD.md: compare versions in one run)."""
+def time_pair_ms(torch, fns_for_set: list, nsets: int, reps: int, warmup: int, rotate: bool = True) -> list[float]:
+    """Median milliseconds of each of several kernels, timed *interleaved*: each rep runs every kernel
+    once, each after its own L2 flush and with its own CUDA events, so clock and temperature drift
+    during the run touch every kernel alike (METHOD.md: compare versions in one run).
+
+    The order rotates from rep to rep (rep i starts with kernel i mod K) and the reps are rounded up to a
+    multiple of K, so every kernel runs equally often in every position. Measured on the H200 (session 16,
+    docs/bench/session16_position.py): the same ~4 us row kernel timed twice per rep in a fixed order ran
+    1.11-1.15x faster second than first (0.999x at 68 us); rotated, 1.004-1.021x. The kernels of one rep
+    read the same input set, so the likely cause is the first one warming what the L2 flush does not
+    evict (address translations). `rotate=False` is the fixed order of sessions 8-15, which put tkir
+    first against its peers in every comparison."""
     flush = _flush_buffer(torch)
     # warm-up: at least `warmup` rounds and WARMUP_S seconds, so an idle GPU's clocks have ramped up
     # before the first timed run (an H200 idles at 345 MHz; a few short kernels do not wake it)
@@ -168,8 +176,13 @@ def time_pair_ms(torch, fns_for_set: list, nsets: int, reps: int, warmup: int) -
             torch.cuda.synchronize()
     torch.cuda.synchronize()
     times: list[list[float]] = [[] for _ in fns_for_set]
+    count = len(fns_for_set)
+    if rotate:
+        reps = -(-reps // count) * count
     for i in range(reps):
-        for k, f in enumerate(fns_for_set):
+        order = [(i + j) % count for j in range(count)] if rotate else range(count)
+        for k in order:
+            f = fns_for_set[k]
             fn = f(i % nsets)
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             flush.zero_()

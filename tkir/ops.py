@@ -365,6 +365,11 @@ def _yield(op: Operation) -> None:
     n_results(op, 0)
 
 
+def _fence(op: Operation) -> None:
+    n_operands(op, 0)
+    n_results(op, 0)
+
+
 CMP_PREDICATES = tuple(scalar.COMPARE)  # eq ne lt le gt ge: signed for integers, ordered for floats
 
 
@@ -462,6 +467,8 @@ register_op("tk.cmp", _tile_cmp, summary="elementwise comparison (pred = eq, ne,
 register_op("tk.select", _select, summary="elementwise c ? a : b on an i1 tile; a, b tiles or scalars")
 register_op("tk.convert_layout", _convert_layout,
             summary="move a register tile/vector to another layout (via none, shuffle or smem)")
+register_op("tk.fence", _fence, pure=False,
+            summary="memory accesses before it are issued (and ordered at block scope) before those after it")
 register_op("scf.for", _for, pure=False, summary="counted loop with loop-carried values")
 register_op("scf.yield", _yield, pure=False, terminator=True, summary="loop body terminator")
 register_op("arith.cmp", _cmp, summary="scalar comparison (pred = eq, ne, lt, le, gt, ge) -> i1")

@@ -6,6 +6,7 @@ the peer; checked against the reference on fresh inputs first).
     PYTHONPATH=/tmp/basesite python3 docs/bench/session16_ab.py dump --label base --root .base --out .ab16
     python3 docs/bench/session16_ab.py dump --label head --out .ab16
     python3 docs/bench/session16_ab.py run --dir .ab16 --out DIR      # on the GPU
+    (--set fence: fence-loads' A/B, row kernels large and small; .ab16f)
 """
 
 from __future__ import annotations
@@ -39,12 +40,21 @@ CONFIGS = [
 ]
 
 
+# the fence-loads A/B: session 15's row configurations (large rows: the memory-bound side) and issue 15's
+# small-row points (docs/bench/session16_small.py, the latency-bound side), against the commit before it
+FENCE_CONFIGS = [(*c, {}) for c in ab.CONFIGS if c[1] in ab.ROW_KERNELS] + [
+    (f"small_{k}_{n}x{c['D']}", k, {"N": n}, c, "sm_90a", {}) for k, n, c in __import__("session16_small").POINTS]
+# Based (sm_90a: its loads are a cp.async ring, so the session's cp.async changes reach it)
+BASED_CONFIGS = [(f"based_{n}", "based", dict(B=16, H=16, N=n), {}, "sm_90a", {}) for n in (4096, 16384)]
+SETS = {"sm80": CONFIGS, "fence": FENCE_CONFIGS, "based": BASED_CONFIGS}
+
+
 def dump(a: argparse.Namespace) -> int:
     import tkir
 
     out = Path(a.out) / a.label
     out.mkdir(parents=True, exist_ok=True)
-    for label, name, _sizes, consts, target, repl in CONFIGS:
+    for label, name, _sizes, consts, target, repl in SETS[a.set]:
         kw: dict = {"target": target}
         if repl:
             kw["passes"] = ",".join(repl.get(p, p) for p in tkir.api.default_pipeline())
@@ -63,15 +73,17 @@ def main() -> int:
     d.add_argument("--label", required=True)
     d.add_argument("--root", default=str(ROOT))
     d.add_argument("--out", required=True)
+    d.add_argument("--set", default="sm80", choices=sorted(SETS))
     r = sub.add_parser("run")
     r.add_argument("--dir", required=True)
     r.add_argument("--out", required=True)
     r.add_argument("--reps", type=int, default=30)
     r.add_argument("--only", default="")
+    r.add_argument("--set", default="sm80", choices=sorted(SETS))
     a = ap.parse_args()
     if a.cmd == "dump":
         return dump(a)
-    ab.CONFIGS = [c[:5] for c in CONFIGS]
+    ab.CONFIGS = [c[:5] for c in SETS[a.set]]
     return ab.run(a)
 
 
