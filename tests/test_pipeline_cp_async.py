@@ -149,6 +149,9 @@ def test_sm80_gemm_loop_sass(consts: dict, stages: int, per_iter: int) -> None:
     # LDGSTS from the ldmatrix before it once, not each copy), handed out after a unit's mma.syncs; ptxas
     # may lift the first run above the first HMMA, which waits for its fragments anyway
     assert inner.count("LDGSTS") >= 1
+    # ptxas's three dead `@!PT LDS RZ, [RZ]` before an LDGSTS that follows an ldmatrix: once per run, so
+    # 3 per tile (A and B), not 3 per copy (session 16: 21 of them in a 4-warp loop with one copy per unit)
+    assert body.count("LDS") <= 3 * 2
     assert not local_memory_ops(sass) and k.asm["ptxas"].spill_stores == 0
 
 
