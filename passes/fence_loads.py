@@ -24,8 +24,9 @@ from __future__ import annotations
 
 from tkir.ir import Block, Module, Operation
 from tkir.passes.cache_policy import register_load_from_global
+from tkir.passes.hoist_loads import global_store
 from tkir.passmanager import Options, Pass
-from tkir.types import GlobalType, TileType, VectorType, is_shared
+from tkir.types import TileType, VectorType, is_shared
 
 FENCE = "tk.fence"
 REDUCTION = "tk.reduce"
@@ -55,8 +56,7 @@ def _fence_block(blk: Block) -> bool:
     """Insert the fence in `blk` (see the module docstring); whether one was inserted."""
     last_load: Operation | None = None
     for op in blk.ops:
-        if any(inner.name == "tk.store" and inner.operands and isinstance(inner.operands[0].type, GlobalType)
-               for inner in op.walk()):
+        if any(global_store(inner) for inner in op.walk()):
             return False  # a store before the reduction: the fence would wait for it
         if register_load_from_global(op):
             last_load = op

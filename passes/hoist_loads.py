@@ -52,7 +52,8 @@ def _global_load(op: Operation) -> bool:
     return op.name == "tk.load" and c is not None and c[0] == "register"
 
 
-def _global_store(op: Operation) -> bool:
+def global_store(op: Operation) -> bool:
+    """A tk.store to a global tensor."""
     return op.name == "tk.store" and bool(op.operands) and isinstance(op.operands[0].type, GlobalType)
 
 
@@ -66,7 +67,7 @@ def _hoist_block(blk: Block) -> int:
     defined_after = {id(v) for v in anchor.results}  # values defined at or after the first load so far
     moved = 0
     for op in ops[first + 1:]:
-        if any(_global_store(inner) for inner in op.walk()):  # a store here, or in a loop or branch here
+        if any(global_store(inner) for inner in op.walk()):  # a store here, or in a loop or branch here
             break
         if _global_load(op) and not any(id(v) in defined_after for v in op.operands):
             blk.remove(op)

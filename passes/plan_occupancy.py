@@ -164,8 +164,9 @@ def plan_kernel(kernel: Operation, producer_warps: int | None = None) -> Occupan
             one = _plan_roles(kernel, rings, loops, None)
             if _mma_warps_per_sm(one) > _mma_warps_per_sm(plan):
                 return one
-            for lp, st in preset:
-                lp.attrs["stages"] = plan.stages if st is None else st
+            _restore_stages(preset)
+            for lp in loops:
+                lp.attrs.setdefault("stages", plan.stages)
             return plan
     return _plan_roles(kernel, rings, loops, ws_loop)
 
