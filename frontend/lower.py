@@ -71,10 +71,11 @@ ALL_FUNCS = (*UNARY_FUNCS, *CAST_FUNCS, *REDUCTIONS, *OTHER_FUNCS)
 ANNOTATIONS = {"stages": "a for loop", "swizzle": "a shared declaration",
                "no_tma": "a load statement", "warpgroups": "the kernel", "tune": "the kernel",
                "stream_k": "the kernel", "blocks_per_sm": "the kernel", "persistent": "the kernel",
-               "hoist_loads": "the kernel"}
+               "hoist_loads": "the kernel", "fence_loads": "the kernel"}
 STREAM_K_ATTR = "stream_k_requested"  # what `@stream_k(1)` records; passes/stream_k.py reads it
 PERSISTENT_ATTR = "persistent_requested"  # what `@persistent(1)` records; passes/persistent.py reads it
 HOIST_LOADS_ATTR = "hoist_loads_requested"  # what `@hoist_loads(1)` records; passes/hoist_loads.py reads it
+FENCE_LOADS_ATTR = "fence_loads_requested"  # what `@fence_loads(1)` records; passes/fence_loads.py reads it
 BINARY_NAMES = {"+": "add", "-": "sub", "*": "mul", "/": "div", "%": "rem", "max": "max", "min": "min"}
 # what the name check of an untaken compile-time branch knows (frontend/names.py)
 VOCABULARY = Vocabulary(
@@ -391,7 +392,8 @@ class _Lowerer:
     def annotations(self, anns: list[ast.Annotation], where: str) -> dict[str, dict[str, object]]:
         """Check annotations against the construct they precede; name -> the attrs they add."""
         out: dict[str, dict[str, object]] = {}
-        allowed = {"kernel": ("warpgroups", "tune", "stream_k", "blocks_per_sm", "persistent", "hoist_loads"),
+        allowed = {"kernel": ("warpgroups", "tune", "stream_k", "blocks_per_sm", "persistent", "hoist_loads",
+                              "fence_loads"),
                    "for": ("stages",),
                    "shared": ("swizzle",), "load": ("no_tma",), "none": ()}[where]
         for a in anns:
@@ -463,6 +465,11 @@ class _Lowerer:
         """`@hoist_loads(H)`: 1 asks the hoist-loads pass to issue the kernel's later global loads right
         after its first one (passes/hoist_loads.py)."""
         return self.ann_switch(a, "H", HOIST_LOADS_ATTR)
+
+    def ann_fence_loads(self, a: ast.Annotation) -> dict[str, object]:
+        """`@fence_loads(F)`: 1 asks the fence-loads pass to keep the kernel's first global register loads
+        issued before its first reduction (passes/fence_loads.py)."""
+        return self.ann_switch(a, "F", FENCE_LOADS_ATTR)
 
     def ann_blocks_per_sm(self, a: ast.Annotation) -> dict[str, object]:
         """`@blocks_per_sm(B)`: B a compile-time integer 0..MAX_BLOCKS_PER_SM (usually a const, so `@tune`

@@ -13,11 +13,20 @@ latencies, and ptxas issues loads the reduction does not need (layernorm's W and
 by hoist-loads) after the reduction's first shuffles, i.e. after X has arrived (the SASS of session 15).
 With the fence every LDG is issued before the first SHFL.
 
-A research pass, not in the default pipeline (add it after hoist-loads): measured on the H200 (session
-16, docs/experiments.md), the 5-15% a first screen showed at issue 15's ten latency-bound row points was
-the timing order (the screen always timed the unfenced kernel first; tkir.bench now rotates the order).
-In an A/B with each build timed in both positions it was 0.94-1.05x there, and 0.975-0.984x on three
-large rmsnorm configurations.
+In the default pipeline as `fence-loads{opt_in=true}`: only kernels whose source asks
+(`@fence_loads(1)`, the kernel attr `fence_loads_requested`) are rewritten, and the row examples offer
+`FENCE = [0, 1]` to `tkc tune` where the row is narrow (D <= 1024), which picks per shape. Named without
+opt_in (`--passes=...,hoist-loads,fence-loads,...`) it rewrites every kernel it applies to.
+
+Measured on the H200 (docs/experiments.md): session 16's first screen (5-15% at issue 15's ten
+latency-bound row points) was the timing order (it always timed the unfenced kernel first; tkir.bench
+now rotates the order); its A/B with each build timed in both positions gave 0.94-1.05x there and
+0.975-0.984x on three large rmsnorm configurations, so the pass stayed out of the default pipeline.
+Session 17 (docs/bench/session17_rows.py: the tuned kernel and the fenced one timed in one rotated
+run beside eager torch and torch.compile, 40 reps) measured it faster at all six points with D = 768
+(layernorm N = 1 / 128 / 4096: 3.94 -> 3.68, 4.38 -> 3.97, 7.18 -> 6.91 us; rmsnorm N = 1 / 128: 3.68 ->
+3.46, 4.16 -> 3.74; softmax N = 1: 3.71 -> 3.52) and slower at both with D = 4096 (layernorm N = 1 / 128:
+4.00 -> 4.16, 4.42 -> 4.48): a per-shape choice, hence a tune-space switch rather than a default.
 """
 
 from __future__ import annotations
@@ -25,20 +34,25 @@ from __future__ import annotations
 from tkir.ir import Block, Module, Operation
 from tkir.passes.cache_policy import register_load_from_global
 from tkir.passes.hoist_loads import global_store
-from tkir.passmanager import Options, Pass
+from tkir.passmanager import Options, Pass, param
 from tkir.types import TileType, VectorType, is_shared
 
 FENCE = "tk.fence"
 REDUCTION = "tk.reduce"
+REQUEST_ATTR = "fence_loads_requested"  # frontend/lower.py FENCE_LOADS_ATTR
 # ops that may lie between the last load and the reduction: register computation only
 _EFFECTS = ("tk.load", "tk.store", "tk.alloc", "tk.mma", FENCE)
 
 
 class FenceLoads(Pass):
     name = "fence-loads"
+    opt_in: bool = param(False, "rewrite only kernels whose source asks (@fence_loads(1)); false: every kernel "
+                                "the pass applies to (the default pipeline runs fence-loads{opt_in=true})")
 
     def run(self, module: Module, options: Options) -> None:
         for kernel in module.kernels():
+            if self.opt_in and not kernel.attrs.get(REQUEST_ATTR):
+                continue
             for r in kernel.regions:
                 _fence_block(r.block)
 

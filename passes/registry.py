@@ -47,6 +47,7 @@ DEFAULT_PIPELINE: list[str] = [
     "fold-scale",      # a positive scale moved past masks and row max/min, fused with the subtraction
     "contract-fma",    # f32 multiply read once by an add or subtract: one fma (nvcc's and Triton's default)
     "hoist-loads",     # only kernels that ask (@hoist_loads(1)): later global loads right after the first
+    "fence-loads{opt_in=true}",  # only kernels that ask (@fence_loads(1)): loads issued before the 1st reduction
     "infer-layouts",   # register fragments decide how many warpgroups compute
     "select-swizzle",  # shared layouts from the consumers the layouts imply
     "bank-conflicts",  # check (and fix) every shared access under those layouts
@@ -66,9 +67,9 @@ DEFAULT_PIPELINE: list[str] = [
 # stream-k runs opt-in only: for every kernel it can rewrite it measured slower on the H200 at square
 # sizes (passes/stream_k.py says why); `stream-k` without opt_in, named in a pipeline, forces it.
 # Not in it (research passes, measured no faster on the H200; docs/experiments.md): longest-first (after
-# persistent: causal attention 0-8% slower reversed in place, up to 18% with move_last); fence-loads
-# (after hoist-loads: the small row kernels' 5-15% of a fixed-order screen was the timing order, session
-# 16; in an A/B with both orders 0.94-1.05x, and -2% on some large rmsnorm rows).
+# persistent: causal attention 0-8% slower reversed in place, up to 18% with move_last). fence-loads runs
+# opt-in only: faster at the narrow small row points, slower at wider ones (session 17), so tkc tune
+# chooses it per shape (@fence_loads(FENCE) in the row examples).
 
 # deprecated `--pass-option KEY=VALUE` (tkir.compile(pass_options=...)) -> (pass, parameter)
 LEGACY_OPTIONS: dict[str, tuple[str, str]] = {

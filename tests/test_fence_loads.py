@@ -1,6 +1,8 @@
-"""fence-loads (a research pass, passes/fence_loads.py) on the example row kernels: a fence right after the
-loads of a one-read kernel, none where a loop lies between the loads and the first reduction (the chunk
-loops: a fence there would wait for a load before issuing the loop's) or where there is no reduction."""
+"""fence-loads (passes/fence_loads.py; opt-in in the default pipeline) on the example row kernels: a fence
+right after the loads of a one-read kernel, none where a loop lies between the loads and the first
+reduction (the chunk loops: a fence there would wait for a load before issuing the loop's) or where there
+is no reduction; in the default pipeline only for kernels that ask (@fence_loads(1)), which the row
+examples' tune spaces offer for narrow rows only."""
 
 from __future__ import annotations
 
@@ -29,3 +31,36 @@ def test_chunk_loop_gets_no_fence() -> None:
 
 def test_kernel_without_a_reduction_gets_no_fence() -> None:
     assert "tk.fence" not in _ops("examples/rotary.tk")
+
+
+# --- opt-in: the default pipeline's fence-loads{opt_in=true} and @fence_loads(F) --------------------------
+
+def _default_ops(path: str, **consts: int) -> list[str]:
+    ir = tkir.compile(path, **consts).ir
+    return [ln.split("=", 1)[-1].split()[0] for ln in ir.splitlines() if " tk." in ln or ln.strip().startswith("tk.")]
+
+
+def test_default_pipeline_fences_only_kernels_that_ask() -> None:
+    assert "fence-loads{opt_in=true}" in tkir.api.default_pipeline()
+    for k in ("layernorm", "rmsnorm", "softmax"):
+        asked = _default_ops(f"examples/{k}.tk", D=768, DC=1024, ROWS=1, WG=1, FENCE=1)
+        assert asked.count("tk.fence") == 1, k
+        assert "tk.fence" not in _default_ops(f"examples/{k}.tk", D=768, DC=1024, ROWS=1, WG=1, FENCE=0), k
+
+
+def test_fence_loads_annotation_records_the_request() -> None:
+    ir = tkir.compile("examples/softmax.tk", D=768, DC=1024, ROWS=1, WG=1, FENCE=1,
+                      passes=["canonicalize"]).ir
+    assert "fence_loads_requested = true" in ir
+    ir0 = tkir.compile("examples/softmax.tk", D=768, DC=1024, ROWS=1, WG=1, FENCE=0, passes=["canonicalize"]).ir
+    assert "fence_loads_requested" not in ir0
+
+
+def test_tune_spaces_offer_the_fence_only_for_narrow_rows() -> None:
+    from tkir.tune import read_space
+
+    for k in ("layernorm", "rmsnorm", "softmax"):
+        space = read_space(f"examples/{k}.tk")
+        narrow = {p.consts["FENCE"] for p in space.points({"D": 768}) if p.dropped is None}
+        wide = {p.consts["FENCE"] for p in space.points({"D": 4096}) if p.dropped is None}
+        assert narrow == {0, 1} and wide == {0}, k
