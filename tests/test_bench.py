@@ -152,6 +152,22 @@ def test_every_kernel_runs_equally_often_in_every_position(monkeypatch: pytest.M
         assert sorted(firsts) == sorted(names * 2)  # each kernel twice in each position
 
 
+def test_a_large_group_rotates_without_rounding_the_reps_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tune space's group (more than ROTATE_FULL_MAX kernels): the reps stay as asked (rounding 20 up to
+    the 132 kernels of layernorm's D = 768 space cost ~10 s a point), and the order still rotates, so no
+    kernel is first in more than ceil(reps / K) of its reps."""
+    torch = _FakeCudaTorch()
+    monkeypatch.setattr(bench, "_FLUSH", [torch.buffer])
+    monkeypatch.setattr(bench, "WARMUP_S", 0.0)
+    k = bench.ROTATE_FULL_MAX + 3
+    names = [f"k{j}" for j in range(k)]
+    ran = lambda name: (lambda i: (lambda: torch.log.append(name)))  # noqa: E731
+    bench.time_pair_ms(torch, [ran(n) for n in names], nsets=2, reps=4, warmup=1)
+    timed = [x for x in torch.log[torch.log.index("event"):] if x in names]
+    assert len(timed) == k * 4
+    assert [timed[r * k] for r in range(4)] == names[:4]  # rep r starts with kernel r
+
+
 def test_without_torch_sleep_the_lead_is_more_flushes(monkeypatch: pytest.MonkeyPatch) -> None:
     """torch.cuda._sleep is private: where it is missing, the lead is FALLBACK_LEAD_FLUSHES more
     zeroings of the flush buffer, still before the start event (not no lead at all)."""

@@ -327,3 +327,17 @@ def test_a_failing_worker_names_its_gpu(monkeypatch: pytest.MonkeyPatch) -> None
     cands = [tune.Candidate({"BM": m}, {"BM": m}) for m in (64, 128)]
     with pytest.raises(tkir.diagnostics.TkirError, match="tune worker on GPU 0 failed: no CUDA here"):
         tune._time_on_gpus(GEMM, BIG, cands, target="sm_90a", passes=None, reps=3, ngpus=2)
+
+
+def test_points_with_the_same_code_are_timed_once(tmp_path: Path) -> None:
+    """A const the kernel never reads (U) doubles the space but not the kernels: of each pair the second
+    is dropped as "same", naming the first; the kept points all differ in code."""
+    f = tmp_path / "g.tk"
+    f.write_text(_src("@tune(BM=[64, 128], U=[0, 1])").replace("STAGES=3>", "STAGES=3, U=0>"))
+    r = tune.dry_run(str(f), BIG, jobs=1)
+    by = {c.label(): c for c in r.candidates}
+    assert by["BM=64 U=0"].status == by["BM=128 U=0"].status == "kept"
+    assert by["BM=64 U=0"].code != by["BM=128 U=0"].code
+    for bm in (64, 128):
+        c = by[f"BM={bm} U=1"]
+        assert c.status == "dropped" and c.stage == "same" and f"BM={bm} U=0" in c.reason

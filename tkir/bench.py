@@ -46,6 +46,12 @@ HOST_LEAD_CYCLES = 1_000_000
 # (~75 us each on the H200).
 FALLBACK_LEAD_FLUSHES = 6
 ROTATE_BUDGET = 24 * 2**30   # never allocate more than this for rotation
+# With up to this many kernels in one interleaved group the reps round up to a multiple of them, so each
+# runs equally often in each position (a bench: tkir and its peers). A tune space times tens or hundreds
+# of kernels in one group: rounding 20 reps up to 132 (layernorm at D = 768, session 17's sweep) cost
+# ~10 s a point in host leads and flushes and ~10 minutes at 600 kernels, where the rotation alone
+# already puts each kernel first in at most one of its 20 reps, which no median notices.
+ROTATE_FULL_MAX = 8
 
 
 @dataclass
@@ -156,8 +162,9 @@ def time_pair_ms(torch, fns_for_set: list, nsets: int, reps: int, warmup: int, r
     once, each after its own L2 flush and with its own CUDA events, so clock and temperature drift
     during the run touch every kernel alike (METHOD.md: compare versions in one run).
 
-    The order rotates from rep to rep (rep i starts with kernel i mod K) and the reps are rounded up to a
-    multiple of K, so every kernel runs equally often in every position. Measured on the H200 (session 16,
+    The order rotates from rep to rep (rep i starts with kernel i mod K) and, for K <= ROTATE_FULL_MAX, the
+    reps are rounded up to a multiple of K, so every kernel runs equally often in every position (with
+    more kernels each is first in at most ceil(reps / K) of its reps). Measured on the H200 (session 16,
     docs/bench/session16_position.py): the same ~4 us row kernel timed twice per rep in a fixed order ran
     1.11-1.15x faster second than first (0.999x at 68 us); rotated, 1.004-1.021x. The kernels of one rep
     read the same input set, so the likely cause is the first one warming what the L2 flush does not
@@ -177,7 +184,7 @@ def time_pair_ms(torch, fns_for_set: list, nsets: int, reps: int, warmup: int, r
     torch.cuda.synchronize()
     times: list[list[float]] = [[] for _ in fns_for_set]
     count = len(fns_for_set)
-    if rotate:
+    if rotate and count <= ROTATE_FULL_MAX:
         reps = -(-reps // count) * count
     for i in range(reps):
         order = [(i + j) % count for j in range(count)] if rotate else range(count)

@@ -11,7 +11,10 @@
    spills more than SPILL_LIMIT_BYTES is dropped: that much local memory means a mis-planned point).
    Each dropped point keeps the first line of its error as the reason.
 3. The model (tkir.tune_model): a predicted time per surviving point; a point predicted slower than
-   MODEL_PRUNE_FACTOR x the best prediction is dropped (the reason names its blocks and waves).
+   MODEL_PRUNE_FACTOR x the best prediction is dropped (the reason names its blocks and waves). Points
+   whose PTX and launch description are identical to an earlier point's (a const the kernel does not
+   read at these values, e.g. a row kernel's chunk width DC once DC >= D) are dropped as "same", naming
+   that point: one kernel is timed once.
 4. Timing, on the GPU: fresh inputs from the kernel's companion, every point checked against the
    reference first (a wrong point is dropped), then all timed interleaved (tkir.bench.time_pair_ms:
    L2 flushed, medians). With several GPUs, the points are split over them, one process each.
@@ -58,6 +61,7 @@ class Candidate:
     ms: float | None = None
     rel_err: float | None = None
     device: int | None = None
+    code: str | None = None                # digest of the point's PTX and launch description
 
     def label(self) -> str:
         return " ".join(f"{k}={v}" for k, v in self.tuned.items())
@@ -140,8 +144,17 @@ def plan(path: str, sizes: dict[str, int], *, fixed: dict | None = None, target:
         else:
             c.prediction = r["prediction"]
             c.predicted_ms = r["prediction"]["ms"]
+            c.code = r.get("code")
     if jobs > 1:
         pool.shutdown()
+    first: dict[str, Candidate] = {}
+    for c in cands:
+        if c.status == "kept" and c.code is not None:
+            if c.code in first:
+                c.status, c.stage = "dropped", "same"
+                c.reason = f"same PTX and launch as {first[c.code].label()} (timed once)"
+            else:
+                first[c.code] = c
     kept = [c for c in cands if c.status == "kept"]
     if kept:
         best = min(c.predicted_ms for c in kept)
@@ -190,7 +203,9 @@ def check_point(path: str, consts: dict, sizes: dict, target: str, passes: str |
     occ = kernel.attrs.get("occupancy") or {}
     pred = predict(build_module(path, consts), sizes, int(occ.get("blocks_per_sm", 1)), int(occ.get("stages", 1)),
                    stream_k=kernel.attrs.get("stream_k"))
-    return {"stage": "", "reason": None, "prediction": pred.as_dict()}
+    launch = json.dumps(k.asm["launch"], sort_keys=True)
+    code = hashlib.sha256((k.asm["ptx"] + "\0" + launch).encode()).hexdigest()
+    return {"stage": "", "reason": None, "prediction": pred.as_dict(), "code": code}
 
 
 def _message(e: CompileError) -> str:
