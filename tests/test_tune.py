@@ -341,3 +341,66 @@ def test_points_with_the_same_code_are_timed_once(tmp_path: Path) -> None:
     for bm in (64, 128):
         c = by[f"BM={bm} U=1"]
         assert c.status == "dropped" and c.stage == "same" and f"BM={bm} U=0" in c.reason
+
+
+class _FakeTensor:
+    def __init__(self) -> None:
+        self.device = type("D", (), {"type": "cuda"})()
+
+    def fill_(self, _v: float) -> _FakeTensor:
+        return self
+
+
+def test_the_points_nearest_the_best_are_timed_again_and_decide(monkeypatch: pytest.MonkeyPatch) -> None:
+    """time_points: a first round over every point, then the points within REFINE_WITHIN of its best
+    (here A = 0, 1, 2; A = 3 is 10% off) timed again in a group of their own with REFINE_REPS_FACTOR x
+    the reps; the second round decides (A = 1), and the table says so. CPU only: torch, the compiler and
+    the timer are fakes that record what they are asked."""
+    import types
+
+    import tkir.bench as bench
+
+    ran: list[int] = []
+    first = {0: 1.00, 1: 1.01, 2: 1.02, 3: 1.10}
+    second = {0: 1.05, 1: 0.99, 2: 1.03}
+    groups: list[tuple[list[int], int]] = []
+
+    def fake_time(_torch, fns, _nsets, reps, _warmup, rotate=True):
+        ids = []
+        for f in fns:
+            f(0)()
+            ids.append(ran[-1])
+        groups.append((ids, reps))
+        table = first if len(groups) == 1 else second
+        return [table[i] for i in ids]
+
+    class Kernel:
+        def __init__(self, a: int) -> None:
+            self.a = a
+
+        def __call__(self, *_args) -> None:
+            ran.append(self.a)
+
+    comp = types.SimpleNamespace(PARAMS=["X", "Y"], TOLERANCE=1e-2,
+                                 torch_inputs=lambda sizes, consts: [_FakeTensor(), _FakeTensor()],
+                                 torch_reference=lambda sets, sizes, consts: {"Y": _FakeTensor()})
+    fake_torch = types.SimpleNamespace(cuda=types.SimpleNamespace(synchronize=lambda: None))
+    monkeypatch.setitem(sys.modules, "torch", fake_torch)
+    monkeypatch.setattr(bench, "time_pair_ms", fake_time)
+    monkeypatch.setattr(bench, "_rel_err", lambda _t, _o, _r: 1e-3)
+    monkeypatch.setattr(tkir, "compile", lambda path, target, passes, **consts: Kernel(consts["A"]))
+    cands = [tune.Candidate({"A": a}, {"A": a}) for a in range(4)]
+    tune.time_points("k.tk", {"N": 1}, cands, target="sm_90a", passes=None, reps=20, companion=comp)
+    assert groups[0] == ([0, 1, 2, 3], 20)
+    assert groups[1] == ([0, 1, 2], tune.REFINE_REPS_FACTOR * 20)
+    assert [c.first_ms for c in cands] == [1.00, 1.01, 1.02, None]
+    assert tune.best_candidate(cands).consts == {"A": 1}
+    r = tune.TuneResult("k.tk", {"N": 1}, {"N": 1}, {"A": 1}, cands, None)
+    for c in cands:
+        c.predicted_ms = 1.0
+    assert "timed again" in tune.format_result(r) and "A=1 1.0100 -> 0.9900" in tune.format_result(r)
+    # a worker of the multi-GPU path sees only its share: it does not refine
+    groups.clear()
+    cands = [tune.Candidate({"A": a}, {"A": a}) for a in range(4)]
+    tune.time_points("k.tk", {"N": 1}, cands, target="sm_90a", passes=None, reps=20, companion=comp, refine=False)
+    assert len(groups) == 1 and all(c.first_ms is None for c in cands)

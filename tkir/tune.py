@@ -17,7 +17,11 @@
    that point: one kernel is timed once.
 4. Timing, on the GPU: fresh inputs from the kernel's companion, every point checked against the
    reference first (a wrong point is dropped), then all timed interleaved (tkir.bench.time_pair_ms:
-   L2 flushed, medians). With several GPUs, the points are split over them, one process each.
+   L2 flushed, medians). Then the points within REFINE_WITHIN of the best median (at most REFINE_TOP)
+   are timed again, together, with REFINE_REPS_FACTOR x the reps, and the best is chosen among them by
+   that second run: at a few microseconds one round's medians tie or differ by less than their noise
+   (session 17: 11 of layernorm's N = 1, D = 768 points at the same 3.6 us, the first of them taken).
+   With several GPUs, the points are split over them, one process each.
 5. The best point is kept in the disk cache (tkir.backend.cache) under a key of the kernel source,
    the pinned consts, target and pipeline, the size bucket (each size rounded up to a power of two),
    the GPU's name and the tool versions; a second `tune` for the same key reads it and times nothing.
@@ -46,6 +50,9 @@ MODEL_PRUNE_FACTOR = 3.0   # drop a point the model predicts at more than 3x the
 SPILL_LIMIT_BYTES = 64     # drop a point whose ptxas spills more than this: a few spilled words (plan-occupancy's
 #                            register budget a little under ptxas's need) cost little; more means a mis-planned point
 DEFAULT_REPS = 20
+REFINE_WITHIN = 1.03       # points within 3% of the best median of the first round are timed again...
+REFINE_TOP = 8             # ...at most 8 (tkir.bench.ROTATE_FULL_MAX: each then runs first equally often)...
+REFINE_REPS_FACTOR = 3     # ...with 3x the reps, in one group of their own
 CACHE_ARTIFACT = "tune"
 
 
@@ -62,6 +69,7 @@ class Candidate:
     rel_err: float | None = None
     device: int | None = None
     code: str | None = None                # digest of the point's PTX and launch description
+    first_ms: float | None = None          # the first round's median, where the point was timed again
 
     def label(self) -> str:
         return " ".join(f"{k}={v}" for k, v in self.tuned.items())
@@ -218,9 +226,10 @@ def _message(e: CompileError) -> str:
 
 
 def time_points(path: str, sizes: dict[str, int], cands: list[Candidate], *, target: str, passes: str | None,
-                reps: int, device_index: int | None = None, companion=None) -> None:
-    """Check every kept point against the companion's reference, then time them interleaved (torch).
-    `companion`: one to use instead of the kernel's own (e.g. with torch_inputs added)."""
+                reps: int, device_index: int | None = None, companion=None, refine: bool = True) -> None:
+    """Check every kept point against the companion's reference, then time them interleaved (torch),
+    and time the nearest to the best again (`refine`; the multi-GPU workers do not: each sees only its
+    share of the points). `companion`: one to use instead of the kernel's own (e.g. with torch_inputs)."""
     import torch
 
     import tkir
@@ -268,6 +277,29 @@ def time_points(path: str, sizes: dict[str, int], cands: list[Candidate], *, tar
     fns = [launcher(kernels[id(c)]) for c in good]
     for c, ms in zip(good, time_pair_ms(torch, fns, nsets, reps, 3) if fns else [], strict=True):
         c.ms, c.status, c.device = ms, "timed", device_index
+    near = refine_candidates(good) if refine else []
+    if near:
+        again = time_pair_ms(torch, [launcher(kernels[id(c)]) for c in near], nsets, REFINE_REPS_FACTOR * reps, 3)
+        for c, ms in zip(near, again, strict=True):
+            c.first_ms, c.ms = c.ms, ms
+
+
+def refine_candidates(timed: list[Candidate]) -> list[Candidate]:
+    """The points of a first round to time again: those within REFINE_WITHIN of the best median, the
+    fastest REFINE_TOP of them; none where fewer than two qualify."""
+    if not timed:
+        return []
+    best = min(c.ms for c in timed)
+    near = sorted((c for c in timed if c.ms <= REFINE_WITHIN * best), key=lambda c: c.ms)[:REFINE_TOP]
+    return near if len(near) > 1 else []
+
+
+def best_candidate(timed: list[Candidate]) -> Candidate | None:
+    """The fastest point: among those timed again (first_ms set), by the second round; else by the first."""
+    if not timed:
+        return None
+    again = [c for c in timed if c.first_ms is not None]
+    return min(again or timed, key=lambda c: c.ms)
 
 
 def _time_on_gpus(path: str, sizes: dict, cands: list[Candidate], *, target: str, passes: str | None,
@@ -306,7 +338,7 @@ def _worker() -> int:
     spec = json.loads(Path(sys.argv[sys.argv.index("--worker") + 1]).read_text())
     cands = [Candidate(**c) for c in spec["candidates"]]
     time_points(spec["path"], spec["sizes"], cands, target=spec["target"], passes=spec["passes"],
-                reps=spec["reps"], device_index=spec["device"])
+                reps=spec["reps"], device_index=spec["device"], refine=False)
     print(json.dumps([asdict(c) for c in cands]))
     return 0
 
@@ -369,7 +401,8 @@ def tune(path: str, sizes: dict[str, int], *, fixed: dict | None = None, target:
         extra = {} if companion is None else {"companion": companion}
         time_points(path, sizes, cands, target=target, passes=passes, reps=reps, device_index=0, **extra)
     timed = [c for c in cands if c.status == "timed"]
-    best = min(timed, key=lambda c: c.ms).consts if timed else None
+    chosen = best_candidate(timed)
+    best = chosen.consts if chosen else None
     from tkir.examples import load_companion
 
     flops = load_companion(path).flops(sizes, best or cands[0].consts)
@@ -431,6 +464,11 @@ def format_result(r: TuneResult, *, dry_run: bool = False) -> str:
         rho = r.rho()
         lines.append("model vs measurement: Spearman rho " + (f"{rho:.2f}" if rho is not None else "n/a")
                      + f" over {len(timed)} timed points")
+        again = [c for c in timed if c.first_ms is not None]
+        if again:
+            lines.append(f"timed again (within {100 * (REFINE_WITHIN - 1):.0f}% of the best, {REFINE_REPS_FACTOR}x the "
+                         "runs; the best is chosen by this run): "
+                         + ", ".join(f"{c.label()} {c.first_ms:.4f} -> {c.ms:.4f}" for c in again))
         if r.best:
             best = next(c for c in timed if c.consts == r.best)
             where = f", cached under {r.key[:16]}..." if r.key else ""
