@@ -1,0 +1,38 @@
+"""Session 17's hand mutants (docs/mutation.md, "Session 17"): fence-loads' opt-in, the row examples'
+FENCE spaces, the tuner's `same` stage and its re-timing of near-best points, and time_pair_ms's rounding
+of the reps for small groups only. Each is applied, the tests that touch it are run (TKIR_CACHE=0, stop at
+the first failure) and the file is put back. `python3 scripts/mutate_session17.py [NAME ...]` from the
+repository root; prints killed/SURVIVED."""
+
+from __future__ import annotations
+
+import sys
+
+from hand_mutants import run_named
+
+M = [  # (name, file, snippet, its mutation, tests)
+    ("opt-in-ignored", "passes/fence_loads.py", "            if self.opt_in and not kernel.attrs.get(REQUEST_ATTR):",
+     "            if False:", "fence-py"),
+    ("annotation-records-nothing", "frontend/lower.py", '        return self.ann_switch(a, "F", FENCE_LOADS_ATTR)',
+     "        return {}", "fence-py"),
+    ("fence-space-for-wide-rows", "examples/layernorm.tk", "FENCE=[0, 1], where=FENCE * D <= 1024)",
+     "FENCE=[0, 1], where=FENCE * D <= 16384)", "fence-py"),
+    ("same-never", "tkir/tune.py", "            if c.code in first:", "            if False:", "tune"),
+    ("same-ignores-launch", "tkir/tune.py", 'code = hashlib.sha256((k.asm["ptx"] + "\\0" + launch).encode())',
+     'code = hashlib.sha256((k.asm["ptx"]).encode())', "tune-same"),
+    ("refine-never", "tkir/tune.py", "    near = refine_candidates(good) if refine else []",
+     "    near = []", "tune"),
+    ("refine-decides-not", "tkir/tune.py", "    return min(again or timed, key=lambda c: c.ms)",
+     "    return min(timed, key=lambda c: c.first_ms or c.ms)", "tune"),
+    ("refine-everything", "tkir/tune.py", "c.ms <= REFINE_WITHIN * best), key=lambda c: c.ms)[:REFINE_TOP]",
+     "True), key=lambda c: c.ms)", "tune"),
+    ("reps-rounded-always", "tkir/bench.py", "    if rotate and count <= ROTATE_FULL_MAX:", "    if rotate:", "bench"),
+    ("reps-rounded-never", "tkir/bench.py", "    if rotate and count <= ROTATE_FULL_MAX:", "    if False:", "bench"),
+]
+TESTS = {
+    "fence-py": ["tests/test_fence_loads.py"],
+    "tune": ["tests/test_tune.py", "-k", "timed_again or same_code"],
+    "tune-same": ["tests/test_tune.py", "-k", "same_code or another_launch"],
+    "bench": ["tests/test_bench.py"],
+}
+run_named(M, TESTS, sys.argv[1:])
