@@ -155,14 +155,6 @@ def plan(path: str, sizes: dict[str, int], *, fixed: dict | None = None, target:
             c.code = r.get("code")
     if jobs > 1:
         pool.shutdown()
-    first: dict[str, Candidate] = {}
-    for c in cands:
-        if c.status == "kept" and c.code is not None:
-            if c.code in first:
-                c.status, c.stage = "dropped", "same"
-                c.reason = f"same PTX and launch as {first[c.code].label()} (timed once)"
-            else:
-                first[c.code] = c
     kept = [c for c in cands if c.status == "kept"]
     if kept:
         best = min(c.predicted_ms for c in kept)
@@ -175,6 +167,16 @@ def plan(path: str, sizes: dict[str, int], *, fixed: dict | None = None, target:
                             f"{100 * p['wave_efficiency']:.0f}% of the last wave busy, {p['bound']}-bound"
                             + (f", {p['split_tiles']} tile(s) split over {p['split_blocks']} blocks"
                                if p.get("split_blocks") else "") + ")")
+    # after the model (whose prediction can differ for the same code: it reads the consts), so that a
+    # group of identical kernels keeps its first survivor
+    first: dict[str, Candidate] = {}
+    for c in cands:
+        if c.status == "kept" and c.code is not None:
+            if c.code in first:
+                c.status, c.stage = "dropped", "same"
+                c.reason = f"same PTX and launch as {first[c.code].label()} (timed once)"
+            else:
+                first[c.code] = c
     return cands
 
 
