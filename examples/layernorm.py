@@ -12,8 +12,10 @@ DEFAULT_CONSTS = dict(ROWS=16, D=1024, DC=1024)
 
 # N a multiple of ROWS=16; the second size also changes the row length D. The last two walk the
 # rows in chunks (D > DC, two passes): four chunks of 1024, and three of 512.
-CHECK_SIZES = [dict(N=256), dict(N=128), dict(N=32), dict(N=48)]
-CHECK_CONSTS = [{}, {"D": 512}, {"D": 4096, "DC": 1024}, {"D": 1536, "DC": 512}]
+CHECK_SIZES = [dict(N=256), dict(N=128), dict(N=32), dict(N=48), dict(N=64)]
+CHECK_CONSTS = [{}, {"D": 512}, {"D": 4096, "DC": 1024}, {"D": 1536, "DC": 512},
+                {"D": 2048, "DC": 512, "REREAD": 1}]
+# The last: statistics from the whole row, then the output in chunks from a second read of X (REREAD).
 # The third: issue 15's wide rows (D = 16384) in chunks, a point the tune space keeps that ptxas
 # assembles without spills (its speed on the GPU is not measured yet; `tkc tune -D D=16384` picks).
 BENCH_SIZES = [dict(N=16384), dict(N=65536), dict(N=4096)]

@@ -288,10 +288,11 @@ def test_cli_tune_where_the_header_point_does_not_fit() -> None:
     the size check must read the sizes off a point that compiles (call 5 on the H200 failed here). The
     header's DC = 1024 would walk the row in chunks, which fits. OCC (@blocks_per_sm) is pinned to 0:
     the point here is the size check, not ptxas's spills at 4 blocks per SM (tests/test_blocks_per_sm.py);
-    HOIST and FENCE too (the hoisted and fenced points are the same size check)."""
+    HOIST, FENCE and REREAD too (the hoisted, fenced and re-reading points are the same size check)."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     proc = subprocess.run([sys.executable, "-m", "tkir.cli", "tune", "examples/layernorm.tk", "-D", "D=16384",
-                           "-D", "DC=16384", "-D", "OCC=0", "-D", "HOIST=0", "-D", "FENCE=0", "--size", "N=4096", "--dry-run", "--jobs", "2"], cwd=ROOT, env=env, capture_output=True,
+                           "-D", "DC=16384", "-D", "OCC=0", "-D", "HOIST=0", "-D", "FENCE=0", "-D", "REREAD=0",
+                           "--size", "N=4096", "--dry-run", "--jobs", "2"], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "15 points: 13 dropped by compile, 2 kept" in proc.stdout

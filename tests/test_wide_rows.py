@@ -44,7 +44,7 @@ def test_check_consts_take_the_chunked_path(name: str) -> None:
         c = {**comp.DEFAULT_CONSTS, **consts}
         text = print_module(compile_file(str(EXAMPLES / f"{name}.tk"), consts))
         loops.append(text.count("scf.for"))
-        assert loops[-1] == (0 if c["D"] <= c["DC"] else 2), (consts, loops[-1])
+        assert loops[-1] == (0 if c["D"] <= c["DC"] else 1 if c.get("REREAD") else 2), (consts, loops[-1])
     assert 0 in loops and 2 in loops
     assert any(c.get("D", 0) == 3 * c.get("DC", 1) for c in comp.CHECK_CONSTS)  # an odd chunk count
 
@@ -68,6 +68,32 @@ def test_chunked_equals_one_read(name: str) -> None:
     comp = load_companion(str(path))
     ref = comp.reference([*inputs, chunked], {"N": n}, {"D": d})["Y"]
     assert relative_error(chunked, ref) < comp.TOLERANCE
+
+
+def test_layernorm_reread_equals_one_read() -> None:
+    """REREAD = 1: the statistics of the whole row in registers, then the output in DC-wide chunks read
+    again; the same f32 sums in the same order as one read, so the same bits."""
+    rng = np.random.default_rng(17)
+    n, d = 4, 2048
+    inputs = [(rng.standard_normal((n, d), np.float32) + 3.0).astype(BF16)]
+    inputs += [rng.standard_normal(d, np.float32).astype(BF16) for _ in range(2)]
+    path = EXAMPLES / "layernorm.tk"
+    reread = _run(path, inputs, D=d, DC=512, ROWS=4, WG=1, REREAD=1)
+    one = _run(path, inputs, D=d, DC=2048, ROWS=4, WG=1)
+    assert np.isfinite(reread).all()
+    assert np.array_equal(reread, one)
+    text = print_module(compile_file(str(path), dict(D=d, DC=512, ROWS=4, WG=1, REREAD=1)))
+    assert text.count("scf.for") == 1  # the output pass only
+
+
+def test_layernorm_reread_needs_fewer_registers_than_one_read() -> None:
+    """The point of REREAD: the row is not live across the output pass. D = 16384 over 8 warps: one read
+    takes 128 registers (2 blocks of 256 threads per SM), REREAD with DC = 2048 80 (3 blocks)."""
+    path = str(EXAMPLES / "layernorm.tk")
+    one = tkir.compile(path, D=16384, DC=16384, ROWS=1, WG=2).asm["ptxas"]
+    reread = tkir.compile(path, D=16384, DC=2048, ROWS=1, WG=2, REREAD=1).asm["ptxas"]
+    assert reread.registers <= 80 < one.registers, (reread.registers, one.registers)
+    assert reread.spill_stores == reread.spill_loads == 0
 
 
 def _layernorm_variance(path: Path | str, x: np.ndarray, monkeypatch: pytest.MonkeyPatch, **consts: int) -> np.ndarray:
@@ -98,6 +124,8 @@ def test_chunked_layernorm_variance_of_rows_with_a_large_mean(monkeypatch: pytes
     for dc in (64, 512, 2048):  # chunked (32 and 4 values a column position, shifted sums) and one read
         got = _layernorm_variance(EXAMPLES / "layernorm.tk", x, monkeypatch, DC=dc, ROWS=4, WG=1)
         assert np.all(np.abs(got / var - 1) < 1e-3), (dc, got, var)
+    got = _layernorm_variance(EXAMPLES / "layernorm.tk", x, monkeypatch, DC=512, ROWS=4, WG=1, REREAD=1)
+    assert np.all(np.abs(got / var - 1) < 1e-3), ("reread", got, var)  # centred in registers, as one read
 
 
 def test_naive_chunked_variance_fails_the_large_mean_check(monkeypatch: pytest.MonkeyPatch,
@@ -131,6 +159,8 @@ CHUNKED = [("softmax", {}), ("softmax", {"DC": 8192, "ROWS": 1, "WG": 1}),
            pytest.param("softmax", {"DC": 4096, "ROWS": 2, "WG": 1}, marks=UNROLL_SPILLS),
            pytest.param("layernorm", {}, marks=UNROLL_SPILLS), ("layernorm", {"DC": 8192, "ROWS": 1, "WG": 1}),
            ("layernorm", {"DC": 4096, "ROWS": 2, "WG": 1}), ("layernorm", {"DC": 2048, "ROWS": 1, "WG": 4}),
+           ("layernorm", {"DC": 2048, "ROWS": 1, "WG": 2, "REREAD": 1}),
+           ("layernorm", {"DC": 1024, "ROWS": 1, "WG": 4, "REREAD": 1}),
            ("rmsnorm", {"DC": 4096, "ROWS": 1, "WG": 4})]
 
 
