@@ -11,8 +11,8 @@ OUTPUTS = ["Y"]
 DEFAULT_CONSTS = dict(ROWS=16, D=1024, DC=1024)
 
 # N a multiple of ROWS=16; the second size walks rows of D=512 in four DC=128 chunks (two passes).
-CHECK_SIZES = [dict(N=256), dict(N=128)]
-CHECK_CONSTS = [{}, {"D": 512, "DC": 128}]
+CHECK_SIZES = [dict(N=256), dict(N=128), dict(N=64)]
+CHECK_CONSTS = [{}, {"D": 512, "DC": 128}, {"D": 2048, "DC": 512, "REREAD": 1}]
 # The issue's bandwidth targets: 8192 rows of 8192 and 65536 rows of 4096 (both 128 MiB of X),
 # and layernorm's default width for comparison with its table.
 # Wide rows: one row per block of 2 warpgroups, the row split over its 8 warps (infer-layouts'

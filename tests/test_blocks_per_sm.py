@@ -284,11 +284,12 @@ def test_row_examples_tune_occ(name: str) -> None:
     assert space.values["OCC"] == [0, 4, 8] and space.defaults["OCC"] == 0
     pts = space.points({"D": 1024})
     assert {p.consts["OCC"] for p in pts if p.dropped is None} == {0, 4, 8}
-    occ8 = {p.consts["WG"]: p.dropped for p in space.points({"D": 1024, "DC": 1024, "ROWS": 16}) if p.consts["OCC"] == 8}
+    pin = {"D": 1024, "DC": 1024, "ROWS": 16, "REREAD": 0, "FENCE": 0}  # the other switches: one value each
+    occ8 = {p.consts["WG"]: p.dropped for p in space.points(pin) if p.consts["OCC"] == 8}
     assert occ8[4] == "where OCC * WG * 128 <= 2048 is false" and occ8[2] is None and occ8[1] is None
     wider = path.read_text(encoding="utf-8").replace("WG=[1, 2, 4]", "WG=[1, 2, 4, 8]")
     space = read_space(wider, str(path))
-    dropped = {(p.consts["WG"], p.consts["OCC"]): p.dropped for p in space.points({"D": 1024, "DC": 1024, "ROWS": 16})}
+    dropped = {(p.consts["WG"], p.consts["OCC"]): p.dropped for p in space.points(pin)}
     assert dropped[(8, 4)] == "where OCC * WG * 128 <= 2048 is false"
     assert dropped[(4, 4)] is None and dropped[(8, 0)] is None
 

@@ -86,6 +86,16 @@ def test_layernorm_reread_equals_one_read() -> None:
     assert text.count("scf.for") == 1  # the output pass only
 
 
+def test_rmsnorm_reread_equals_one_read() -> None:
+    rng = np.random.default_rng(18)
+    n, d = 4, 2048
+    inputs = [rng.standard_normal((n, d), np.float32).astype(BF16), rng.standard_normal(d, np.float32).astype(BF16)]
+    path = EXAMPLES / "rmsnorm.tk"
+    reread = _run(path, inputs, D=d, DC=512, ROWS=4, WG=1, REREAD=1)
+    one = _run(path, inputs, D=d, DC=2048, ROWS=4, WG=1)
+    assert np.isfinite(reread).all() and np.array_equal(reread, one)
+
+
 def test_layernorm_reread_needs_fewer_registers_than_one_read() -> None:
     """The point of REREAD: the row is not live across the output pass. D = 16384 over 8 warps: one read
     takes 128 registers (2 blocks of 256 threads per SM), REREAD with DC = 2048 80 (3 blocks)."""
@@ -161,7 +171,8 @@ CHUNKED = [("softmax", {}), ("softmax", {"DC": 8192, "ROWS": 1, "WG": 1}),
            ("layernorm", {"DC": 4096, "ROWS": 2, "WG": 1}), ("layernorm", {"DC": 2048, "ROWS": 1, "WG": 4}),
            ("layernorm", {"DC": 2048, "ROWS": 1, "WG": 2, "REREAD": 1}),
            ("layernorm", {"DC": 1024, "ROWS": 1, "WG": 4, "REREAD": 1}),
-           ("rmsnorm", {"DC": 4096, "ROWS": 1, "WG": 4})]
+           ("rmsnorm", {"DC": 4096, "ROWS": 1, "WG": 4}),
+           ("rmsnorm", {"DC": 2048, "ROWS": 1, "WG": 2, "REREAD": 1})]
 
 
 def _ids(c: object) -> str:
