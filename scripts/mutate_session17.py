@@ -1,8 +1,8 @@
 """Session 17's hand mutants (docs/mutation.md, "Session 17"): fence-loads' opt-in, the row examples'
-FENCE spaces, the tuner's `same` stage and its re-timing of near-best points, and time_pair_ms's rounding
-of the reps for small groups only. Each is applied, the tests that touch it are run (TKIR_CACHE=0, stop at
-the first failure) and the file is put back. `python3 scripts/mutate_session17.py [NAME ...]` from the
-repository root; prints killed/SURVIVED."""
+FENCE spaces, the tuner's `same` stage and its re-timing of near-best points, time_pair_ms's rounding
+of the reps for small groups only, and the row examples' REREAD path and space. Each is applied, the
+tests that touch it are run (TKIR_CACHE=0, stop at the first failure) and the file is put back.
+`python3 scripts/mutate_session17.py [NAME ...]` from the repository root; prints killed/SURVIVED."""
 
 from __future__ import annotations
 
@@ -10,6 +10,12 @@ import sys
 
 from hand_mutants import run_named
 
+# rmsnorm's REREAD branch stores through the same line as its chunk loop: name the branch's
+_RMS_REREAD_STORE = ("            let rstd = rsqrt(row_sum(f32(x) * f32(x)) / D + EPS)\n"
+                     "            for c in 0 .. D / DC {\n"
+                     "                reg xs: rt<bf16, ROWS, DC> = X[block.x, c]\n"
+                     "                reg ws: rv<bf16, DC> = W[c]\n"
+                     "                Y[block.x, c] = bf16(f32(xs) * row(rstd) * col(f32(ws)))")
 M = [  # (name, file, snippet, its mutation, tests)
     ("opt-in-ignored", "passes/fence_loads.py", "            if self.opt_in and not kernel.attrs.get(REQUEST_ATTR):",
      "            if False:", "fence-py"),
@@ -26,6 +32,13 @@ M = [  # (name, file, snippet, its mutation, tests)
      "    return min(timed, key=lambda c: c.first_ms or c.ms)", "tune"),
     ("refine-everything", "tkir/tune.py", "c.ms <= REFINE_WITHIN * best), key=lambda c: c.ms)[:REFINE_TOP]",
      "True), key=lambda c: c.ms)", "tune"),
+    ("reread-space-everywhere", "examples/layernorm.tk", "REREAD=[0, 1], where=REREAD * DC < REREAD * D + 1 - REREAD)",
+     "REREAD=[0, 1])", "reread"),
+    ("reread-uncentred", "examples/layernorm.tk",
+     "            let rstd = rsqrt(row_sum(xc * xc) / D + EPS)\n            for c in 0 .. D / DC {",
+     "            let rstd = rsqrt(row_sum(xf * xf) / D + EPS)\n            for c in 0 .. D / DC {", "reread"),
+    ("rms-reread-skips-w", "examples/rmsnorm.tk", _RMS_REREAD_STORE, _RMS_REREAD_STORE.replace(" * col(f32(ws))", ""),
+     "reread"),
     ("reps-rounded-always", "tkir/bench.py", "    if rotate and count <= ROTATE_FULL_MAX:", "    if rotate:", "bench"),
     ("reps-rounded-never", "tkir/bench.py", "    if rotate and count <= ROTATE_FULL_MAX:", "    if False:", "bench"),
 ]
@@ -34,5 +47,6 @@ TESTS = {
     "tune": ["tests/test_tune.py", "-k", "timed_again or same_code"],
     "tune-same": ["tests/test_tune.py", "-k", "same_code or another_launch"],
     "bench": ["tests/test_bench.py"],
+    "reread": ["tests/test_wide_rows.py", "-k", "reread"],
 }
 run_named(M, TESTS, sys.argv[1:])

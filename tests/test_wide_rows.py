@@ -190,3 +190,18 @@ def test_chunked_rows_assemble_without_local_memory(name: str, consts: dict) -> 
     assert res.spill_stores == res.spill_loads == res.stack_frame == 0 and not local_memory_ops(k.asm["sass"]), res
     ptx = tkir.compile(path, D=16384, target="sm_80", **consts).asm["ptx"]
     assert ".target sm_80" in ptx and "ld.global" in ptx and "st.global" in ptx
+
+
+@pytest.mark.parametrize("name", ["layernorm", "rmsnorm"])
+def test_tune_space_offers_reread_only_for_chunked_rows(name: str) -> None:
+    """REREAD = 1 changes only the D > DC path: the space keeps it there and drops it where one read holds
+    the row (D <= DC), which would compile the same kernel twice."""
+    from tkir.tune import read_space
+
+    space = read_space(str(EXAMPLES / f"{name}.tk"))
+    for p in space.points({"D": 4096, "ROWS": 1, "WG": 2, "OCC": 0, "HOIST": 0, "FENCE": 0}):
+        if p.consts["REREAD"] == 1 and p.dropped is None:
+            assert p.consts["DC"] < 4096, p.consts
+    kept = {(p.consts["DC"], p.consts["REREAD"]) for p in space.points({"D": 4096, "ROWS": 1, "WG": 2, "OCC": 0,
+                                                                        "HOIST": 0, "FENCE": 0}) if p.dropped is None}
+    assert (1024, 1) in kept and (4096, 0) in kept and (4096, 1) not in kept
