@@ -97,6 +97,7 @@ class _Generator:
             self.cname[n] = _unique_ident(n, taken)
         self.tma_tensors = {t["tensor"] for t in launch["tma"]}
         self.aligned = {a["tensor"]: a for a in launch.get("aligned", [])}
+        self.readonly = list(launch.get("readonly", []))
         self.workspaces = [p for p in launch["params"] if p["kind"] == "workspace"]
         self.counts = any(p["kind"] == "launch_count" for p in launch["params"])
 
@@ -338,6 +339,7 @@ class _Generator:
             why = f"{r.get('why', 'requirement failed')} ({r['expr']} must be {r['equals']})"
             out += [f"    if (tkir_v != {_int64(r['equals'])}) {{", f"        return {self.msg(why)};", "    }"]
         out += self.memory_checks()
+        out += self.overlap_checks()
         limits = runtime.MAX_GRID
         for axis, g in enumerate(L["grid"]):
             out += self._eval("tkir_v", g, num_sms="tkir_num_sms")
@@ -400,7 +402,28 @@ class _Generator:
         return out
 
     def _needs_bytes(self, t: dict) -> bool:
-        return t["name"] in self.tma_tensors
+        return t["name"] in self.tma_tensors or bool(self.readonly)
+
+    def overlap_checks(self) -> list[str]:
+        """runtime._check_readonly_overlap: a tensor read through ld.global.nc shares no byte with any
+        tensor that is not read-only (the sizes in bytes are memory_checks'). Null pointers are not
+        compared: a check made with sizes only, before any memory exists, passes."""
+        out: list[str] = []
+        for r in self.readonly:
+            tr = next(x for x in self.tensors if x["name"] == r)
+            for t in self.tensors:
+                if t["name"] in self.readonly:
+                    continue
+                a, b = self.cname[r], self.cname[t["name"]]
+                na, nb = self._bytes_local(tr), self._bytes_local(t)
+                why = (f"argument {t['name']!r} overlaps {r!r}, which the kernel only reads, through the read-only "
+                       "data path (ld.global.nc): pass tensors that do not share memory")
+                cond = (f"{a} != 0 && {b} != 0 && {na} > 0 && {nb} > 0 && {a} < {b} + (CUdeviceptr){nb} && "
+                        f"{b} < {a} + (CUdeviceptr){na}")
+                out += [f"    if ({cond}) {{",
+                        f"        return {self.msg(why)};",
+                        "    }"]
+        return out
 
     def _bytes_local(self, t: dict) -> str:
         return f"tkir_bytes{[x['name'] for x in self.tensors].index(t['name'])}"

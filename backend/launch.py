@@ -87,6 +87,8 @@ def build_launch(module: Module, target: str) -> dict:
         "dynamic_smem": smem,
         "requires": kernel_requires(kernel, descs),
         "aligned": kernel_alignments(kernel),
+        # tensors read through ld.global.nc (passes/readonly_loads.py): no other argument may overlap them
+        "readonly": [str(n) for n in kernel.attrs.get("readonly_params", [])],
         "tma": [{"param": d.symbol, "tensor": d.attrs["tensor"], **{k: d.attrs[k] for k in DESC_FIELDS}}
                 for d in descs],
     }

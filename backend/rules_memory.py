@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tkir.backend.cache_policy import hinted_load, policy_of
+from tkir.backend.cache_policy import hinted_load, policy_of, readonly_of
 from tkir.backend.fragments import BitLLVMBuilder, NumpyBuilder, numeric_slots, shared_offset, tile_shape
 from tkir.backend.llvm_text import f32_literal
 from tkir.backend.rules import rule
@@ -315,21 +315,23 @@ def load_registers_elementwise(cx: LoweringContext, op: Operation) -> None:
     policy = policy_of(cx, op)  # an L2 cache hint (passes/cache_policy.py), or None
     for slot in cx.coords(t):
         idx, ok = _element_index(cx, g, coords, t, slot)
-        vals.append(_load_global_element(cx, g.ptr, ety, idx, ok, zero, policy, dtype_bytes(t.dtype)))
+        vals.append(_load_global_element(cx, g.ptr, ety, idx, ok, zero, policy, dtype_bytes(t.dtype),
+                                         readonly_of(op)))
     cx.set(op.result, Frag(t, vals))
 
 
 def _load_global_element(cx: LoweringContext, ptr: str, ety: str, idx: str, ok: str, zero: str,
-                         policy: str | None = None, nbytes: int = 0) -> str:
+                         policy: str | None = None, nbytes: int = 0, nc: str | None = None) -> str:
     """One element, or `zero` outside the tensor (the index is clamped: nothing is read out there);
-    with `policy`, an L2 cache hint (backend/cache_policy.py) on a load of `nbytes`."""
+    with `policy`, an L2 cache hint (backend/cache_policy.py) on a load of `nbytes`; with `nc`, through
+    the read-only path (passes/readonly_loads.py)."""
     w = cx.w
     idx = w.op(f"select i1 {ok}, i64 {idx}, i64 0", "ix")
     p = w.op(f"getelementptr {ety}, ptr addrspace(1) {ptr}, i64 {idx}", "p")
-    if policy is None:
+    if policy is None and not nc:
         v = w.op(f"load {ety}, ptr addrspace(1) {p}", "ld")
     else:
-        v = hinted_load(cx, p, ety, 1, nbytes, policy, vector=False)
+        v = hinted_load(cx, p, ety, 1, nbytes, policy, vector=False, nc=nc)
     return w.op(f"select i1 {ok}, {ety} {v}, {ety} {zero}", "v")
 
 

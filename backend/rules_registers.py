@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tkir.backend.cache_policy import hinted_load, policy_of
+from tkir.backend.cache_policy import hinted_load, policy_of, readonly_of
 from tkir.backend.fragments import LazyValues, gather_plan, numeric_slots, row_groups, tile_shape
 from tkir.backend.llvm_text import f32_literal
 from tkir.backend.rules import rule
@@ -652,14 +652,14 @@ def _op_tk_load(cx: LoweringContext, op: Operation) -> None:
     ety = LLVM_TYPE[t.dtype]
     align = vector_access_bytes(layout_of(t), t.dtype)
     vals: list[str] = [""] * cx.nslots(t)
-    policy = policy_of(cx, op)
+    policy, nc = policy_of(cx, op), readonly_of(op)
     for off, ok, members in _global_chunks(cx, op, src, coords, t):
         p = w.op(f"getelementptr {ety}, ptr addrspace(1) {src.ptr}, i64 {off}", "p")
         vt = f"<{len(members)} x {ety}>"
-        if policy is None:
+        if policy is None and not nc:
             v = w.op(f"load {vt}, ptr addrspace(1) {p}, align {align}", "ld")
-        else:  # an L2 cache hint (passes/cache_policy.py)
-            v = hinted_load(cx, p, ety, len(members), dtype_bytes(t.dtype), policy)
+        else:  # an L2 cache hint (passes/cache_policy.py), the read-only path (passes/readonly_loads.py)
+            v = hinted_load(cx, p, ety, len(members), dtype_bytes(t.dtype), policy, nc=nc)
         if ok != "true":  # zero outside, as TMA fills
             v = w.op(f"select i1 {ok}, {vt} {v}, {vt} zeroinitializer", "ldz")
         for k, m in enumerate(members):

@@ -354,8 +354,8 @@ def _check_launch(launch: dict) -> dict:
     for key in ("kernel", "params", "grid", "block"):
         if key not in launch:
             raise bad(f"missing '{key}'")
-    out = {"tensors": [], "scalars": [], "requires": [], "aligned": [], "tma": [], "dynamic_smem": 0,
-           "target": "sm_90a", **launch}
+    out = {"tensors": [], "scalars": [], "requires": [], "aligned": [], "tma": [], "readonly": [],
+           "dynamic_smem": 0, "target": "sm_90a", **launch}
     out["grid"] = [g if isinstance(g, int) else str(g) for g in out["grid"]] + [1] * (3 - len(out["grid"]))
     out["block"] = [int(b) for b in out["block"]] + [1] * (3 - len(out["block"]))
     if len(out["grid"]) != 3 or len(out["block"]) != 3:
@@ -407,6 +407,9 @@ def _check_launch(launch: dict) -> dict:
             raise bad(f"aligned entry {a} needs 'bytes', a power of two")
     for i, t in enumerate(out["tma"]):
         _check_tma_spec(t, tensors, lambda msg, i=i: bad(f"tma[{i}]: {msg}"))
+    ro = out["readonly"]
+    if not isinstance(ro, list) or any(n not in tensors for n in ro):
+        raise bad(f"readonly {ro!r} must list tensors of the kernel")
     return out
 
 
@@ -490,6 +493,7 @@ def bind(launch: dict, args: tuple[Any, ...], num_sms: int = DEFAULT_NUM_SMS) ->
     aligned = {a["tensor"]: a for a in launch["aligned"]}
     for spec in tensors:
         _check_memory(kernel, spec, arrays[spec["name"]], spec["name"] in tma_tensors, aligned.get(spec["name"]))
+    _check_readonly_overlap(kernel, launch.get("readonly", []), arrays)
     device = _common_device(kernel, {name: arr.device_index for name, arr in arrays.items()})
     user_scalars = {s["name"]: _check_scalar(kernel, s, arg)
                     for s, arg in zip(scalars, args[len(tensors):], strict=True)}
@@ -688,6 +692,24 @@ def _check_memory(kernel: str, spec: dict, arr: ArrayArg, tma: bool, aligned: di
         if bad:
             raise LaunchError(f"{what} is read by TMA, which needs row strides that are multiples of 16 "
                               f"bytes; byte strides are {list(arr.strides)} (pad the innermost dim)")
+
+
+def _check_readonly_overlap(kernel: str, readonly: list[str], arrays: dict[str, ArrayArg]) -> None:
+    """A tensor the kernel reads through ld.global.nc (the launch's `readonly`, passes/readonly_loads.py)
+    may not share a byte with any other tensor argument: the kernel may write that one while the
+    non-coherent path still serves the old bytes, and ptxas has moved the reads above the writes (the
+    contract of `const T *__restrict__`). Two read-only tensors may overlap. Arguments are C-contiguous
+    here (_check_memory), so each covers [ptr, ptr + nbytes)."""
+    for r in readonly:
+        a = arrays[r]
+        for name, b in arrays.items():
+            if name == r or name in readonly or not a.nbytes or not b.nbytes:
+                continue
+            if a.ptr < b.ptr + b.nbytes and b.ptr < a.ptr + a.nbytes:
+                raise LaunchError(f"{kernel}: argument '{name}' overlaps '{r}', which the kernel only reads, "
+                                  "through the read-only data path (ld.global.nc, passes/readonly_loads.py): "
+                                  "pass tensors that do not share memory, or compile without readonly-loads "
+                                  "for an in-place call")
 
 
 def _check_scalar(kernel: str, spec: dict, value: Any) -> int | float:

@@ -60,9 +60,16 @@ def test_row_kernels_assemble_without_local_memory(name: str, target: str) -> No
 def test_chunk_loop_loads_bf16_in_16_byte_chunks() -> None:
     """rmsnorm's chunk loop declares its f32 accumulator before the bf16 tile it adds: the class's chunk
     width is the bf16 tile's (8 elements, one LDG.E.128), not the accumulator's (session 13: 4 elements,
-    which the backend copies element by element, 8 LDG.E.U16 a thread)."""
-    k = tkir.compile("examples/rmsnorm.tk", D=8192, DC=2048, ROWS=1, WG=2)
-    sass = k.asm["sass"]
+    which the backend copies element by element, 8 LDG.E.U16 a thread). Through ld.global.nc
+    (readonly-loads) the loads are LDG.E.128.CONSTANT; the pass left out, plain LDG.E.128, no spill.
+    (With it, ptxas issues the output loop's loads above its stores and spills 4 bytes at the 40
+    registers plan-occupancy allows: tests/test_wide_rows.py's HOISTED_SPILLS, session 18.)"""
+    from tkir.api import default_pipeline
+
+    sass = tkir.compile("examples/rmsnorm.tk", D=8192, DC=2048, ROWS=1, WG=2).asm["sass"]
+    assert "LDG.E.128.CONSTANT" in sass and "LDG.E.U16" not in sass and "LDG.E.U16.CONSTANT" not in sass
+    plain = [p for p in default_pipeline() if p != "readonly-loads"]
+    sass = tkir.compile("examples/rmsnorm.tk", passes=plain, D=8192, DC=2048, ROWS=1, WG=2).asm["sass"]
     assert "LDG.E.128" in sass and "LDG.E.U16" not in sass and not local_memory_ops(sass)
 
 
@@ -130,7 +137,7 @@ def test_cache_hints_assemble_for_sm80_with_ptx_74() -> None:
     from tkir.api import default_pipeline
 
     k = tkir.compile("tests/passes/cache-policy.tk", target="sm_80")
-    assert ".version 7.4" in k.asm["ptx"] and "ld.global.L2::cache_hint" in k.asm["ptx"]
+    assert ".version 7.4" in k.asm["ptx"] and "ld.global.nc.L2::cache_hint" in k.asm["ptx"]
     assert "LDG" in k.asm["sass"] and not local_memory_ops(k.asm["sass"])
     plain = tkir.compile("tests/passes/cache-policy.tk", target="sm_80",
                          passes=[p for p in default_pipeline() if p != "cache-policy"])
@@ -202,3 +209,28 @@ def test_sm80_gemm_producer_warps_sass(consts: dict) -> None:
     assert len(re.findall(r"\bBAR\.SYNC", sass)) == 1
     assert not local_memory_ops(sass)
     assert k.asm["ptxas"].registers <= 168
+
+
+@pytest.mark.parametrize("wg", [2, 4])
+def test_readonly_loads_are_issued_above_the_chunk_loops_stores(wg: int) -> None:
+    """readonly-loads (session 18): layernorm at D = 8192 in chunks of 2048 re-reads X, W and Bias in its
+    output loop, which stores Y. Through ld.global.nc ptxas issues every chunk's loads before the first
+    store (the re-reads of X as LDG.E.NA...CONSTANT: .L1::no_allocate keeps them loads), with no spill;
+    with plain ld.global (the pass left out) 9 loads wait behind stores, one chunk after another."""
+    import re
+
+    from tkir.api import default_pipeline
+
+    def order(passes: list[str] | None) -> tuple[list[str], str]:
+        k = tkir.compile("examples/layernorm.tk", passes=passes, D=8192, DC=2048, ROWS=1, WG=wg, OCC=4)
+        assert not local_memory_ops(k.asm["sass"])
+        return re.findall(r"\b(LDG\S*|STG\S*)", k.asm["sass"]), k.asm["ptx"]
+
+    ops, ptx = order(None)
+    first_store = next(i for i, o in enumerate(ops) if o.startswith("STG"))
+    assert ops[:first_store] and all(o.startswith("LDG") and o.endswith(".CONSTANT") for o in ops[:first_store])
+    assert not any(o.startswith("LDG") for o in ops[first_store:])
+    assert any(".NA." in o for o in ops) and "ld.global.nc.L1::no_allocate" in ptx
+    ops, ptx = order([p for p in default_pipeline() if p != "readonly-loads"])
+    first_store = next(i for i, o in enumerate(ops) if o.startswith("STG"))
+    assert sum(o.startswith("LDG") for o in ops[first_store:]) == 9 and "ld.global.nc" not in ptx

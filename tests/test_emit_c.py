@@ -214,6 +214,10 @@ KERNELS: dict[str, Any] = {
         ("X odd address", dict(N=64), {0: 1}, [], 132, "is not aligned to its 2-byte elements"),
         # rows read with 16-byte vector loads: one element into a buffer is refused (the `aligned` list)
         ("X one element in", dict(N=64), {0: 2}, [], 132, "vector accesses, which needs a 16-byte aligned address"),
+        # X is read through ld.global.nc (readonly-loads): an in-place call is refused, an adjacent Y is not
+        ("Y on X (in place)", dict(N=64), {1: -2**32}, [], 132, "argument 'Y' overlaps 'X'"),
+        ("Y one row into X", dict(N=64), {1: -2**32 + 2 * 1024}, [], 132, "argument 'Y' overlaps 'X'"),
+        ("Y right after X", dict(N=64), {1: -2**32 + 64 * 1024 * 2}, [], 132, None),
     ]),
     "transpose": (lambda: _example_launch("transpose"), [
         ("ragged N", dict(M=1024, N=744), {}, [], 132, None),

@@ -229,8 +229,8 @@ def test_rows_copied_in_4_and_8_byte_pieces_need_that_alignment(tmp_path: Any) -
 
     import tkir
 
-    for cols, warps, piece, ptx in ((2048, 4, 8, r"ld\.global\.L2::cache_hint\.v4\.b16 "),
-                                    (768, 1, 4, r"ld\.global\.L2::cache_hint\.b32 ")):
+    for cols, warps, piece, ptx in ((2048, 4, 8, r"ld\.global\.nc\.L2::cache_hint\.v4\.b16 "),
+                                    (768, 1, 4, r"ld\.global\.nc\.L2::cache_hint\.b32 ")):
         src = tmp_path / f"copy{cols}.tk"
         src.write_text(f"@warpgroups(consumers={warps})\n"
                        f"kernel rowcopy(X: gl<bf16>[N, D], Y: gl<bf16>[N, D])\n    grid(N, D / {cols})\n{{\n"
@@ -549,3 +549,30 @@ def test_wrong_arguments_are_reported_before_the_driver_is_needed() -> None:
         k(x)
     with pytest.raises(LaunchError, match="argument 'X' is a host array"):
         k(x, x)
+
+
+def test_a_tensor_read_through_the_readonly_path_may_not_overlap_another_argument() -> None:
+    """readonly-loads (session 18): layernorm reads X, W and Bias with ld.global.nc, so the launch lists
+    them under `readonly` and bind refuses a call where Y shares a byte with any of them (in place, or a
+    view one row in), before anything reaches the GPU; Y right after X is fine, and so are two read-only
+    tensors on the same memory (W is Bias). The launch description itself must name real tensors."""
+    import tkir
+
+    k = tkir.compile("examples/layernorm.tk")
+    assert k.launch["readonly"] == ["X", "W", "Bias"]
+    fake = Kernel("", copy.deepcopy(k.launch))
+    n, d = 64, 1024
+    x, w, b = bf16(n, d), bf16(d, ptr=FAKE_BASE + 2**24), bf16(d, ptr=FAKE_BASE + 2**25)
+    row = d * 2
+    with pytest.raises(LaunchError, match="argument 'Y' overlaps 'X', which the kernel only reads"):
+        fake.validate(x, w, b, bf16(n, d))                                  # in place
+    with pytest.raises(LaunchError, match="argument 'Y' overlaps 'X'"):
+        fake.validate(x, w, b, bf16(n, d, ptr=FAKE_BASE + row))            # one row in
+    with pytest.raises(LaunchError, match="argument 'Y' overlaps 'Bias'"):
+        fake.validate(x, w, b, bf16(n, d, ptr=FAKE_BASE + 2**25 - row))    # ends inside Bias
+    fake.validate(x, w, b, bf16(n, d, ptr=FAKE_BASE + n * row))            # right after X
+    fake.validate(x, w, w, bf16(n, d, ptr=FAKE_BASE + 2**26))               # W is Bias: both read only
+    bad = copy.deepcopy(k.launch)
+    bad["readonly"] = ["Z"]
+    with pytest.raises(LaunchError, match="readonly"):
+        Kernel("", bad)

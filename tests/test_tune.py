@@ -363,7 +363,7 @@ def test_the_points_nearest_the_best_are_timed_again_and_decide(monkeypatch: pyt
 
     ran: list[int] = []
     first = {0: 1.00, 1: 1.01, 2: 1.02, 3: 1.10}
-    second = {0: 1.05, 1: 0.99, 2: 1.03}
+    second = {0: 1.15, 1: 1.12, 2: 1.13}   # the clocks drifted: every point slower than A = 3's first round
     groups: list[tuple[list[int], int]] = []
 
     def fake_time(_torch, fns, _nsets, reps, _warmup, rotate=True):
@@ -394,17 +394,22 @@ def test_the_points_nearest_the_best_are_timed_again_and_decide(monkeypatch: pyt
     tune.time_points("k.tk", {"N": 1}, cands, target="sm_90a", passes=None, reps=20, companion=comp)
     assert groups[0] == ([0, 1, 2, 3], 20)
     assert groups[1] == ([0, 1, 2], tune.REFINE_REPS_FACTOR * 20)
-    assert [c.first_ms for c in cands] == [1.00, 1.01, 1.02, None]
+    assert [c.ms for c in cands] == [1.00, 1.01, 1.02, 1.10]      # the first round's, for the table's ranks
+    assert [c.again_ms for c in cands] == [1.15, 1.12, 1.13, None]
     assert tune.best_candidate(cands).consts == {"A": 1}
     r = tune.TuneResult("k.tk", {"N": 1}, {"N": 1}, {"A": 1}, cands, None)
     for c in cands:
         c.predicted_ms = 1.0
-    assert "timed again" in tune.format_result(r) and "A=1 1.0100 -> 0.9900" in tune.format_result(r)
+    assert "timed again" in tune.format_result(r) and "A=1 1.0100 -> 1.1200" in tune.format_result(r)
+    assert "best: A=1 (1.0100 ms; 1.1200 ms when timed again)" in tune.format_result(r)
+    # the table ranks by the first round: A = 0 first, A = 3 last (not above the drifted second round)
+    rows = [ln.split()[0] for ln in tune.format_result(r).splitlines() if ln.startswith("A=")]
+    assert rows == ["A=0", "A=1", "A=2", "A=3"]
     # a worker of the multi-GPU path sees only its share: it does not refine
     groups.clear()
     cands = [tune.Candidate({"A": a}, {"A": a}) for a in range(4)]
     tune.time_points("k.tk", {"N": 1}, cands, target="sm_90a", passes=None, reps=20, companion=comp, refine=False)
-    assert len(groups) == 1 and all(c.first_ms is None for c in cands)
+    assert len(groups) == 1 and all(c.again_ms is None for c in cands)
 
 
 def test_same_code_but_another_launch_is_not_a_duplicate(tmp_path: Path) -> None:

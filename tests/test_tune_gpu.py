@@ -16,6 +16,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from tkir import tune
+
 ROOT = Path(__file__).parent.parent
 TUNE_LIMIT_S = 120  # issue 15: "finishes in under 2 minutes on the H200"
 
@@ -40,7 +42,16 @@ def test_tkc_tune_gemm_then_cached(tmp_path: Path) -> None:
     data = json.loads((tmp_path / "first.json").read_text())
     timed = [c for c in data["candidates"] if c["status"] == "timed"]
     assert len(timed) >= 4 and all(c["rel_err"] < 2e-2 and c["ms"] > 0 for c in timed)
-    assert data["best"] == min(timed, key=lambda c: c["ms"])["consts"]
+    # the best: the fastest of the second round where points were timed again (the rounds are not
+    # compared: session 18 measured a 4096^3 second round 7-10% slower), else of the first
+    again = [c for c in timed if c["again_ms"] is not None]
+    assert len(again) != 1
+    if again:
+        fastest = min(timed, key=lambda c: c["ms"])
+        assert fastest in again and all(c["ms"] <= tune.REFINE_WITHIN * fastest["ms"] for c in again)
+        assert data["best"] == min(again, key=lambda c: c["again_ms"])["consts"]
+    else:
+        assert data["best"] == min(timed, key=lambda c: c["ms"])["consts"]
     second, wall2 = _tkc(args, env)
     print(second.stdout, f"\nwall {wall2:.1f} s")
     assert second.returncode == 0 and "from the cache: nothing was timed" in second.stdout

@@ -126,6 +126,11 @@ def _load(op: Operation) -> None:
         expect(src.dtype == res.dtype, f"'tk.load' dtype mismatch: {src} -> {res}")
     expect(op.attrs.get("trans") in (None, False) or not isinstance(src, GlobalType),
            "'tk.load' {trans = true} reads a shared tile")
+    expect(op.attrs.get(READONLY_ATTR) in (None, True, False), f"'tk.load' {READONLY_ATTR} is true or false")
+    expect(not op.attrs.get(READONLY_ATTR) or isinstance(src, GlobalType),
+           f"'tk.load' {{{READONLY_ATTR} = true}} reads a gl into registers")
+    expect(op.attrs.get(REREAD_ATTR) in (None, False) or op.attrs.get(READONLY_ATTR) is True,
+           f"'tk.load' {{{REREAD_ATTR} = true}} needs {READONLY_ATTR} = true")
 
 
 def _store(op: Operation) -> None:
@@ -421,6 +426,10 @@ def _kernel(op: Operation) -> None:
 # tk.load's `l2`: the L2 eviction priority of a global -> register load (set by passes/cache_policy.py,
 # emitted by backend/cache_policy.py as createpolicy.fractional.L2::<priority> + ld.global.L2::cache_hint)
 L2_ATTR = "l2"
+# tk.load's `readonly`: a global -> register load of a tensor the kernel never writes (set by
+# passes/readonly_loads.py, emitted as ld.global.nc)
+READONLY_ATTR = "readonly"
+REREAD_ATTR = "reread"   # with readonly: a second read of what an earlier pass read (ld.global.nc.L1::no_allocate)
 L2_PRIORITIES = ("evict_last", "evict_normal", "evict_first", "evict_unchanged")
 CONVERT_VIA = ("none", "shuffle", "smem")  # register relabel, warp shuffles, shared round trip
 

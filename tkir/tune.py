@@ -21,6 +21,8 @@
    are timed again, together, with REFINE_REPS_FACTOR x the reps, and the best is chosen among them by
    that second run: at a few microseconds one round's medians tie or differ by less than their noise
    (session 17: 11 of layernorm's N = 1, D = 768 points at the same 3.6 us, the first of them taken).
+   The table ranks by the first round (every point timed together) and shows the second beside it;
+   the two rounds are not compared with each other (clocks drift between them).
    With several GPUs, the points are split over them, one process each.
 5. The best point is kept in the disk cache (tkir.backend.cache) under a key of the kernel source,
    the pinned consts, target and pipeline, the size bucket (each size rounded up to a power of two),
@@ -40,7 +42,7 @@ import os
 import subprocess
 import sys
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from tkir.diagnostics import CompileError, TkirError
@@ -69,7 +71,8 @@ class Candidate:
     rel_err: float | None = None
     device: int | None = None
     code: str | None = None                # digest of the point's PTX and launch description
-    first_ms: float | None = None          # the first round's median, where the point was timed again
+    again_ms: float | None = None          # the second round's median, where the point was timed again (`ms`
+                                           # stays the first round's: every point of the table timed together)
 
     def label(self) -> str:
         return " ".join(f"{k}={v}" for k, v in self.tuned.items())
@@ -104,7 +107,8 @@ class TuneResult:
     def from_dict(cls, d: dict) -> TuneResult:
         d = dict(d)
         d.pop("rho", None)
-        d["candidates"] = [Candidate(**c) for c in d["candidates"]]
+        names = {f.name for f in fields(Candidate)}   # a result cached by an older tkir may carry other fields
+        d["candidates"] = [Candidate(**{k: v for k, v in c.items() if k in names}) for c in d["candidates"]]
         return cls(**d)
 
 
@@ -283,7 +287,7 @@ def time_points(path: str, sizes: dict[str, int], cands: list[Candidate], *, tar
     if near:
         again = time_pair_ms(torch, [launcher(kernels[id(c)]) for c in near], nsets, REFINE_REPS_FACTOR * reps, 3)
         for c, ms in zip(near, again, strict=True):
-            c.first_ms, c.ms = c.ms, ms
+            c.again_ms = ms
 
 
 def refine_candidates(timed: list[Candidate]) -> list[Candidate]:
@@ -297,11 +301,15 @@ def refine_candidates(timed: list[Candidate]) -> list[Candidate]:
 
 
 def best_candidate(timed: list[Candidate]) -> Candidate | None:
-    """The fastest point: among those timed again (first_ms set), by the second round; else by the first."""
+    """The fastest point: among those timed again (again_ms set), by the second round; else by the first.
+    The rounds are not compared with each other: the clocks drift between them (session 18: a 4096^3 GEMM's
+    second round measured 7-10% slower than its first)."""
     if not timed:
         return None
-    again = [c for c in timed if c.first_ms is not None]
-    return min(again or timed, key=lambda c: c.ms)
+    again = [c for c in timed if c.again_ms is not None]
+    if again:
+        return min(again, key=lambda c: c.again_ms)
+    return min(timed, key=lambda c: c.ms)
 
 
 def _time_on_gpus(path: str, sizes: dict, cands: list[Candidate], *, target: str, passes: str | None,
@@ -466,15 +474,16 @@ def format_result(r: TuneResult, *, dry_run: bool = False) -> str:
         rho = r.rho()
         lines.append("model vs measurement: Spearman rho " + (f"{rho:.2f}" if rho is not None else "n/a")
                      + f" over {len(timed)} timed points")
-        again = [c for c in timed if c.first_ms is not None]
+        again = [c for c in timed if c.again_ms is not None]
         if again:
             lines.append(f"timed again (within {100 * (REFINE_WITHIN - 1):.0f}% of the best, {REFINE_REPS_FACTOR}x the "
-                         "runs; the best is chosen by this run): "
-                         + ", ".join(f"{c.label()} {c.first_ms:.4f} -> {c.ms:.4f}" for c in again))
+                         "runs, in a group of their own; the best is chosen by this run): "
+                         + ", ".join(f"{c.label()} {c.ms:.4f} -> {c.again_ms:.4f}" for c in again))
         if r.best:
             best = next(c for c in timed if c.consts == r.best)
             where = f", cached under {r.key[:16]}..." if r.key else ""
-            lines.append(f"best: {best.label()} ({best.ms:.4f} ms){where}")
+            second = f"; {best.again_ms:.4f} ms when timed again" if best.again_ms is not None else ""
+            lines.append(f"best: {best.label()} ({best.ms:.4f} ms{second}){where}")
     lines += r.notes
     return "\n".join(lines)
 
