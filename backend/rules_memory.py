@@ -556,6 +556,47 @@ def combine_row_parts(cx: LoweringContext, fop: str, rows: list, partials: list[
     return out
 
 
+def combine_row_stats(cx: LoweringContext, rows: list, means: list[str], m2s: list[str], nrows: int, parts: int,
+                      n: int) -> tuple[list[str], list[str]]:
+    """combine_row_parts for a row mean and M2 (rules_registers._row_stats): each warp part writes its
+    (mean, M2) of `n` elements per row to scratch[row][part], and after one barrier every thread merges
+    the `parts` pairs in part order (equal counts: mean = the parts' mean, M2 = sum M2_p + n sum
+    (m_p - mean)^2), so every warp of a row group holds the same bits."""
+    w = cx.w
+    base = cx.scratch(nrows * parts * 2 * WORD)
+    warp = w.op(f"lshr i32 {cx.thread_index()}, 5", "warp")
+    part = w.op(f"urem i32 {warp}, {parts}", "part")
+
+    def slot(row: object, p: object, k: int) -> str:
+        r = str(row * parts * 2) if isinstance(row, int) else w.op(f"mul i32 {row}, {parts * 2}", "rp")
+        pk = str(p * 2 + k) if isinstance(p, int) else w.op(f"add i32 {w.op(f'shl i32 {p}, 1', 'p2')}, {k}", "pk")
+        return _word_addr(w, base, w.op(f"add i32 {r}, {pk}", "ri"))
+
+    sync(cx)  # earlier users of the scratch area are done
+    for row, m, m2 in zip(rows, means, m2s, strict=True):
+        _st_f32(w, slot(row, part, 0), m)
+        _st_f32(w, slot(row, part, 1), m2)
+    sync(cx)
+    out_m, out_m2 = [], []
+    for row in rows:
+        ms = [_ld_f32(w, slot(row, p, 0), "rm") for p in range(parts)]
+        qs = [_ld_f32(w, slot(row, p, 1), "rq") for p in range(parts)]
+        total = ms[0]
+        for v in ms[1:]:
+            total = combine(cx, "add", total, v)
+        mean = w.op(f"fmul float {total}, {f32_literal(1.0 / parts)}", "pm")
+        m2 = qs[0]
+        for v in qs[1:]:
+            m2 = combine(cx, "add", m2, v)
+        dev = None
+        for v in ms:
+            d = combine(cx, "sub", v, mean)
+            dev = combine(cx, "mul", d, d) if dev is None else combine(cx, "add", dev, combine(cx, "mul", d, d))
+        out_m.append(mean)
+        out_m2.append(combine(cx, "add", m2, w.op(f"fmul float {dev}, {f32_literal(float(n))}", "pq")))
+    return out_m, out_m2
+
+
 # --- global -> shared vectors ---------------------------------------------------------------------
 
 

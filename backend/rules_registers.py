@@ -30,7 +30,7 @@ from tkir.backend.values import LLVM_TYPE, Frag, Global, LoweringError, register
 from tkir.bounds import copy_edge_proofs
 from tkir.ir import Operation
 from tkir.layout import layout_of, vector_access_bytes
-from tkir.ops import TILE_BINARY, TILE_UNARY
+from tkir.ops import STATS_ATTR, TILE_BINARY, TILE_UNARY
 from tkir.types import ScalarType, TileType, VectorType, dtype_bytes
 
 if TYPE_CHECKING:
@@ -517,20 +517,17 @@ def _irem(cx: LoweringContext, v: object, n: int) -> object:
 
 @rule("tk.reduce", when=lambda cx, op: str(op.attrs["axis"]) == "row")
 def _op_tk_reduce(cx: LoweringContext, op: Operation) -> None:
+    if cx.peek(op.result) is not None:  # a fused row mean / var, lowered with its partner (below)
+        return
     x = cx.get(op.operands[0])
     assert isinstance(x, Frag)
     kind = str(op.attrs["kind"])
-    rt = op.result.type
-    fop = {"max": "max", "min": "min", "sum": "add"}[kind]
-    slots = numeric_slots(x.layout, tile_shape(x.type))
-    groups: list[tuple[np.ndarray, list[int]]] = []
-    for i, s in enumerate(slots):
-        for rows, members in groups:
-            if np.array_equal(rows, s[0]):
-                members.append(i)
-                break
-        else:
-            groups.append((s[0], [i]))
+    group = op.attrs.get(STATS_ATTR)
+    if kind == "var" or group is not None:
+        _row_stats(cx, op, x, group)
+        return
+    fop = {"max": "max", "min": "min", "sum": "add", "mean": "add"}[kind]
+    groups = _row_slot_groups(x)
     lanes, _ = row_groups(x.layout, tile_shape(x.type))
     partial = []
     for rows, members in groups:
@@ -539,31 +536,118 @@ def _op_tk_reduce(cx: LoweringContext, op: Operation) -> None:
             acc = combine(cx, fop, acc, to_f32(cx, x.values[m], x.type.dtype))
         step = 1
         while step < lanes:
-            other = cx.w.call("float", "llvm.nvvm.shfl.sync.bfly.f32",
-                                [("i32", "-1"), ("float", acc), ("i32", str(step)), ("i32", "31")],
-                                hint="sh")
-            acc = combine(cx, fop, acc, other)
+            acc = combine(cx, fop, acc, _shfl_bfly_f32(cx, acc, step))
             step *= 2
         partial.append((rows, acc))
     if x.layout.kind == "row" and x.layout.nparts > 1:  # each warp holds part of its rows: combine them
         from tkir.backend.rules_memory import combine_row_parts
 
-        coords = cx.coords(x.type)
-        firsts = [coords[members[0]][0] for _, members in groups]
-        combined = combine_row_parts(cx, fop, firsts, [v for _, v in partial], x.type.rows, x.layout.nparts)
+        combined = combine_row_parts(cx, fop, _first_rows(cx, x, groups), [v for _, v in partial], x.type.rows,
+                                     x.layout.nparts)
         partial = [(rows, v) for (rows, _), v in zip(partial, combined, strict=True)]
+    if kind == "mean":
+        inv = f32_literal(1.0 / x.type.cols)
+        partial = [(rows, cx.w.op(f"fmul float {v}, {inv}", "mean")) for rows, v in partial]
+    _set_row_result(cx, op, x, groups, partial)
+
+
+def _row_slot_groups(x: Frag) -> list[tuple[np.ndarray, list[int]]]:
+    """The thread's slots of x grouped by the rows they hold: (rows, slot indices) per group."""
+    groups: list[tuple[np.ndarray, list[int]]] = []
+    for i, s in enumerate(numeric_slots(x.layout, tile_shape(x.type))):
+        for rows, members in groups:
+            if np.array_equal(rows, s[0]):
+                members.append(i)
+                break
+        else:
+            groups.append((s[0], [i]))
+    return groups
+
+
+def _first_rows(cx: LoweringContext, x: Frag, groups: list) -> list:
+    coords = cx.coords(x.type)
+    return [coords[members[0]][0] for _, members in groups]
+
+
+def _shfl_bfly_f32(cx: LoweringContext, v: str, step: int) -> str:
+    return cx.w.call("float", "llvm.nvvm.shfl.sync.bfly.f32", [("i32", "-1"), ("float", v), ("i32", str(step)),
+                                                                 ("i32", "31")], hint="sh")
+
+
+def _set_row_result(cx: LoweringContext, op: Operation, x: Frag, groups: list, partial: list) -> None:
+    """op's rv from (rows, f32 value) per slot group: read in place where the result layout holds the
+    same rows in the same thread, else exchanged through shared memory (gather_rows)."""
+    rt = op.result.type
     out = []
     for vs in numeric_slots(register_layout(rt), tile_shape(rt)):
         hit = next((v for rows, v in partial if np.array_equal(rows, vs[0])), None)
         if hit is None:  # the result layout spreads the rows differently: exchange through shared memory
             from tkir.backend.rules_memory import gather_rows
 
-            coords = cx.coords(x.type)
-            firsts = [coords[members[0]][0] for _, members in groups]
-            cx.set(op.result, gather_rows(cx, firsts, [v for _, v in partial], x.type.rows, rt))
+            cx.set(op.result, gather_rows(cx, _first_rows(cx, x, groups), [v for _, v in partial], x.type.rows, rt))
             return
         out.append(from_f32(cx, hit, rt.dtype))
     cx.set(op.result, Frag(rt, out))
+
+
+def _row_stats(cx: LoweringContext, op: Operation, x: Frag, group: object) -> None:
+    """A row variance (kind var), or a row mean and variance of one operand grouped by fuse-row-stats
+    (`stats = N`): both from one pass of Chan et al.'s pairwise update. Each thread takes the mean and
+    the sum of squared deviations M2 of its own elements of a row (two passes over registers), the lanes
+    that share the row merge theirs in a butterfly (equal counts n: d = m_b - m_a, m = m_a + d / 2,
+    M2 = M2_a + M2_b + d^2 n / 2), and the warps that split the row merge theirs through shared memory
+    in one exchange (rules_memory.combine_row_stats). var = M2 / row length: the population variance,
+    as layernorm wants. Stable where E[x^2] - E[x]^2 is not (a large mean): each thread's sums are
+    shifted by its first element, the merges carry means and deviations."""
+    w = cx.w
+    groups = _row_slot_groups(x)
+    lanes, _ = row_groups(x.layout, tile_shape(x.type))
+    means, m2s = [], []
+    count = len(groups[0][1])
+    if any(len(m) != count for _, m in groups):  # every layout tkir makes holds whole rows evenly
+        raise LoweringError(op.loc, "backend: a row mean/var over a layout whose threads hold unequal parts of "
+                                    "their rows is not implemented")
+    for _, members in groups:
+        # one pass, shifted by the thread's first element k (the shifted-data algorithm: x - k is of the
+        # order of the row's spread, so s2 - s1^2 / n keeps M2 where E[x^2] - E[x]^2 would not)
+        vals = [to_f32(cx, x.values[m], x.type.dtype) for m in members]
+        k = vals[0]
+        s1 = s2 = None
+        for v in vals[1:]:
+            d = combine(cx, "sub", v, k)
+            s1 = d if s1 is None else combine(cx, "add", s1, d)
+            s2 = combine(cx, "mul", d, d) if s2 is None else cx.w.call(
+                "float", "llvm.fma.f32", [("float", d), ("float", d), ("float", s2)], hint="s2")
+        inv_n = f32_literal(1.0 / len(vals))
+        if s1 is None:  # one element: its own mean, no spread
+            mean, m2 = k, f32_literal(0.0)
+        else:
+            mean = combine(cx, "add", k, w.op(f"fmul float {s1}, {inv_n}", "s1n"))
+            m2 = combine(cx, "sub", s2, w.op(f"fmul float {combine(cx, 'mul', s1, s1)}, {inv_n}", "s1q"))
+        n, step = len(vals), 1
+        while step < lanes:
+            mo, m2o = _shfl_bfly_f32(cx, mean, step), _shfl_bfly_f32(cx, m2, step)
+            d = combine(cx, "sub", mo, mean)
+            mean = w.op(f"fadd float {mean}, {w.op(f'fmul float {d}, {f32_literal(0.5)}', 'hd')}", "wm")
+            m2 = combine(cx, "add", combine(cx, "add", m2, m2o),
+                         w.op(f"fmul float {combine(cx, 'mul', d, d)}, {f32_literal(n / 2)}", "dd"))
+            n, step = 2 * n, 2 * step
+        means.append(mean)
+        m2s.append(m2)
+    per_part = count * lanes
+    if x.layout.kind == "row" and x.layout.nparts > 1:
+        from tkir.backend.rules_memory import combine_row_stats
+
+        means, m2s = combine_row_stats(cx, _first_rows(cx, x, groups), means, m2s, x.type.rows, x.layout.nparts,
+                                       per_part)
+    inv = f32_literal(1.0 / x.type.cols)
+    var = [(rows, w.op(f"fmul float {m2}, {inv}", "var")) for (rows, _), m2 in zip(groups, m2s, strict=True)]
+    mean = [(rows, m) for (rows, _), m in zip(groups, means, strict=True)]
+    members = [op] if group is None else [o for o in op.parent.ops
+                                          if o.name == "tk.reduce" and o.attrs.get(STATS_ATTR) == group]
+    for o in members:
+        _set_row_result(cx, o, x, groups, var if str(o.attrs["kind"]) == "var" else mean)
+
 
 # --- global memory ---------------------------------------------------------------------------
 

@@ -58,6 +58,7 @@ UNARY_FUNCS = {n: f for n, f in scalar.FLOAT_UNARY.items() if n != "neg"}  # `-x
 CAST_FUNCS = ("bf16", "f16", "f32", "i32")
 REDUCTIONS = {
     "row_max": ("max", "row"), "row_sum": ("sum", "row"), "row_min": ("min", "row"),
+    "row_mean": ("mean", "row"), "row_var": ("var", "row"),   # var: the population (biased) variance
     "col_max": ("max", "col"), "col_sum": ("sum", "col"), "col_min": ("min", "col"),
 }
 INDEX_FUNCS = {"row_index": "row", "col_index": "col"}

@@ -31,6 +31,7 @@ PASS_TABLE: dict[str, str] = {
     "fold-scale": "fold_scale:FoldScale",            # x * c past masks and row max; x * c - m as one fma
     "hoist-loads": "hoist_loads:HoistLoads",        # later global loads issued right after the first (@hoist_loads)
     "contract-fma": "contract_fma:ContractFma",     # f32 x * y read once by + or -: one fma per element
+    "fuse-row-stats": "fuse_row_stats:FuseRowStats",  # a row mean and var of one tile: one pass, one exchange
     "fence-loads": "fence_loads:FenceLoads",        # a kernel's first register loads issued before its first reduction
     "cache-policy": "cache_policy:CachePolicy",     # global -> register loads get an L2 eviction priority
     "readonly-loads": "readonly_loads:ReadonlyLoads",  # tensors never written read through ld.global.nc
@@ -47,6 +48,7 @@ DEFAULT_PIPELINE: list[str] = [
     "legalize-mma",    # mma operands the instructions can read (before layouts are chosen)
     "fold-scale",      # a positive scale moved past masks and row max/min, fused with the subtraction
     "contract-fma",    # f32 multiply read once by an add or subtract: one fma (nvcc's and Triton's default)
+    "fuse-row-stats",  # row_mean and row_var of one tile: one Welford pass and one exchange
     "hoist-loads",     # only kernels that ask (@hoist_loads(1)): later global loads right after the first
     "fence-loads{opt_in=true}",  # only kernels that ask (@fence_loads(1)): loads issued before the 1st reduction
     "infer-layouts",   # register fragments decide how many warpgroups compute

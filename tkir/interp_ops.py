@@ -206,7 +206,10 @@ def _outer(op: Operation, args: list, frame: Frame) -> np.ndarray:
 
 register_handler("tk.outer", _outer)
 
-_REDUCE = {"max": np.max, "min": np.min, "sum": np.sum}
+_REDUCE = {"max": np.max, "min": np.min, "sum": np.sum,
+           # mean and the population variance in f64, rounded once to the result's dtype by the frame
+           "mean": lambda a, axis: np.mean(np.asarray(a, np.float64), axis=axis),
+           "var": lambda a, axis: np.var(np.asarray(a, np.float64), axis=axis)}
 
 
 def _reduce(op: Operation, args: list, frame: Frame) -> np.ndarray:

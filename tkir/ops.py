@@ -248,14 +248,26 @@ def _cast(op: Operation) -> None:
     expect(is_register(a) and is_register(r) and same_shape(a, r), f"'tk.cast' from {a} to {r}")
 
 
+# tk.reduce kinds: mean and var (the population variance, sum((x - mean)^2) / n) reduce rows only;
+# `stats = N` groups a mean and a var of one operand computed in one exchange (passes/fuse_row_stats.py)
+REDUCE_KINDS = ("max", "min", "sum", "mean", "var")
+ROW_ONLY_KINDS = ("mean", "var")
+STATS_ATTR = "stats"
+
+
 def _reduce(op: Operation) -> None:
     n_operands(op, 1)
     n_results(op, 1)
     a, r = op.operands[0].type, op.result.type
     expect(isinstance(a, TileType) and a.space == "rt", f"'tk.reduce' reduces an rt, got {a}")
-    expect(str(op.attrs.get("kind")) in ("max", "sum", "min"), "'tk.reduce' kind must be max, min or sum")
+    kind = str(op.attrs.get("kind"))
+    expect(kind in REDUCE_KINDS, "'tk.reduce' kind must be max, min, sum, mean or var")
     axis = str(op.attrs.get("axis"))
     expect(axis in ("row", "col"), "'tk.reduce' axis must be row or col")
+    expect(kind not in ROW_ONLY_KINDS or axis == "row", f"'tk.reduce' {{kind = {kind}}} reduces rows only")
+    stats = op.attrs.get(STATS_ATTR)
+    expect(stats is None or (isinstance(stats, int) and not isinstance(stats, bool) and kind in ROW_ONLY_KINDS),
+           f"'tk.reduce' {STATS_ATTR} = N (an int) marks a row mean or var (passes/fuse_row_stats.py)")
     want = a.rows if axis == "row" else a.cols
     expect(isinstance(r, VectorType) and r.space == "rv" and r.n == want,
            f"'tk.reduce' over {axis}s of {a} yields rv of {want}, got {r}")

@@ -1,0 +1,54 @@
+"""fuse-row-stats: compute a row mean and a row variance of the same tile in one pass and one exchange.
+
+Matches, in each block, a `tk.reduce {kind = mean, axis = row}` and a `tk.reduce {kind = var, axis =
+row}` of the same operand, and marks both `stats = N` (N numbers the pairs of the kernel). The backend
+(rules_registers._row_stats) then lowers the pair once, where the first of the two is: each thread's
+mean and sum of squared deviations of its elements, merged over the lanes of a row by butterfly
+shuffles (Chan et al.'s pairwise update, two values a step) and over the warps that split the row by
+one round trip through shared memory (rules_memory.combine_row_stats), and both results read off the
+same merge. Unfused, the mean is a row sum (its own shuffles and its own shared-memory round trip with
+two barriers) and the variance a second such exchange.
+
+Why: layernorm's statistics were a chain: the mean's exchange, then the centred values, then the
+variance's exchange (two shuffle trees and four barriers a row, one after the other). At a few rows
+(N = 1, 128) the kernel is that chain of latencies; at long rows (D = 16384, one row a block) the
+block holds its registers through both while the SM waits for the next block's loads. Welford's
+update is what torch's layer_norm and Inductor's welford reductions compute, and stays exact for rows
+with a large mean, unlike E[x^2] - E[x]^2.
+
+Ablation: leave the pass out of `--passes` (the two reductions are then lowered apart, still each
+stable). FileCheck test: tests/passes/fuse-row-stats.tk.
+"""
+
+from __future__ import annotations
+
+from tkir.ir import Module, Operation
+from tkir.ops import STATS_ATTR
+from tkir.passmanager import Options, Pass
+
+
+class FuseRowStats(Pass):
+    name = "fuse-row-stats"
+
+    def run(self, module: Module, options: Options) -> None:
+        for kernel in module.kernels():
+            group = 0
+            for op in list(kernel.walk()):
+                for region in op.regions:
+                    group = _fuse_block(region.block.ops, group)
+
+
+def _row(op: Operation, kind: str) -> bool:
+    return op.name == "tk.reduce" and str(op.attrs.get("kind")) == kind and str(op.attrs.get("axis")) == "row" \
+        and STATS_ATTR not in op.attrs
+
+
+def _fuse_block(ops: list[Operation], group: int) -> int:
+    """Pair each row var of the block with a row mean of the same operand; the next free group number."""
+    for var in [o for o in ops if _row(o, "var")]:
+        mean = next((o for o in ops if _row(o, "mean") and o.operands[0] is var.operands[0]), None)
+        if mean is None:
+            continue
+        mean.attrs[STATS_ATTR] = var.attrs[STATS_ATTR] = group
+        group += 1
+    return group
