@@ -9,12 +9,16 @@ one round trip through shared memory (rules_memory.combine_row_stats), and both 
 same merge. Unfused, the mean is a row sum (its own shuffles and its own shared-memory round trip with
 two barriers) and the variance a second such exchange.
 
-Why: layernorm's statistics were a chain: the mean's exchange, then the centred values, then the
-variance's exchange (two shuffle trees and four barriers a row, one after the other). At a few rows
-(N = 1, 128) the kernel is that chain of latencies; at long rows (D = 16384, one row a block) the
-block holds its registers through both while the SM waits for the next block's loads. Welford's
-update is what torch's layer_norm and Inductor's welford reductions compute, and stays exact for rows
-with a large mean, unlike E[x^2] - E[x]^2.
+Why: a row mean and a row variance of one tile are two exchanges (shuffle trees, and with the row
+split over warps a shared-memory round trip with two barriers each); one Welford merge yields both.
+Measured on the H200 (session 18, docs/bench/session18_fuse.py; layernorm written with row_mean and
+row_var, docs/bench/variants/layernorm_welford.tk; speed = unfused ms / fused ms): 1.206 and 1.274 at
+one row of 16384 a block (N = 4096, 65536), but 0.941 / 0.955 / 0.986 / 0.876 at the latency-bound
+points (1 x 768, 128 x 768, 128 x 4096, 4096 x 768), where the fused butterfly's two shuffles and
+merge arithmetic a step are longer than the sum's. It stays in the default pipeline for the long rows.
+examples/layernorm.tk does not use row_mean / row_var at all: its mean's exchange followed by the
+centred values' measured faster than either (the fused form at 0.863-0.996x its speed at these six
+points; 0.854-1.039x at eleven configurations in call 3, faster only at 128 x 4096).
 
 Ablation: leave the pass out of `--passes` (the two reductions are then lowered apart, still each
 stable). FileCheck test: tests/passes/fuse-row-stats.tk.
