@@ -570,8 +570,8 @@ def _first_rows(cx: LoweringContext, x: Frag, groups: list) -> list:
 
 
 def _shfl_bfly_f32(cx: LoweringContext, v: str, step: int) -> str:
-    return cx.w.call("float", "llvm.nvvm.shfl.sync.bfly.f32", [("i32", "-1"), ("float", v), ("i32", str(step)),
-                                                                 ("i32", "31")], hint="sh")
+    args = [("i32", "-1"), ("float", v), ("i32", str(step)), ("i32", "31")]
+    return cx.w.call("float", "llvm.nvvm.shfl.sync.bfly.f32", args, hint="sh")
 
 
 def _set_row_result(cx: LoweringContext, op: Operation, x: Frag, groups: list, partial: list) -> None:
@@ -625,7 +625,7 @@ def _row_stats(cx: LoweringContext, op: Operation, x: Frag, group: object) -> No
             mean = combine(cx, "add", k, w.op(f"fmul float {s1}, {inv_n}", "s1n"))
             m2 = combine(cx, "sub", s2, w.op(f"fmul float {combine(cx, 'mul', s1, s1)}, {inv_n}", "s1q"))
         n, step = len(vals), 1
-        while step < lanes:
+        while lanes > step:  # the lanes that share the row, as the sum's butterfly
             mo, m2o = _shfl_bfly_f32(cx, mean, step), _shfl_bfly_f32(cx, m2, step)
             d = combine(cx, "sub", mo, mean)
             mean = w.op(f"fadd float {mean}, {w.op(f'fmul float {d}, {f32_literal(0.5)}', 'hd')}", "wm")

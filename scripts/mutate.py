@@ -220,8 +220,9 @@ NAMED: list[Mutation] = [
     M("causal-mask-diagonal", "backend/rules_registers.py", 'f"icmp sgt i32 {t}, {dr - dc}"',
       'f"icmp sge i32 {t}, {dr - dc}"',
       "the causal mask also hides the diagonal (a query's own key)"),
-    M("row-reduce-max-min", "backend/rules_registers.py", 'fop = {"max": "max", "min": "min", "sum": "add"}[kind]',
-      'fop = {"max": "min", "min": "max", "sum": "add"}[kind]', "row_max computes the row minimum"),
+    M("row-reduce-max-min", "backend/rules_registers.py",
+      'fop = {"max": "max", "min": "min", "sum": "add", "mean": "add"}[kind]',
+      'fop = {"max": "min", "min": "max", "sum": "add", "mean": "add"}[kind]', "row_max computes the row minimum"),
 ]
 
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Session 18, call 4: the GPU tests changed since call 2 (tkc tune's choice by the second round,
-# the C launcher's overlap check), then issue 15's row sweep (48 points, every one tuned afresh with
+# Session 18, call 4 (written, not run in session 18: the device time ran out; the next session's rows
+# sweep): the GPU tests changed since call 2 (tkc tune's choice by the second round, the C launcher's
+# overlap check), then issue 15's row sweep (48 points, every one tuned afresh with
 # readonly-loads in the default pipeline) in one call, as far as the budget goes.
 set -uo pipefail
 OUT=${OUT:-/tmp/tkir-out}

@@ -23,8 +23,8 @@ TOKEN_BUDGET = 150
 
 TYPE_NAMES = ("gl", "st", "sv", "rt", "rv", "bf16", "f16", "f32", "i32", "u32", "e4m3", "i1", "tile")
 FUNC_NAMES = ("exp", "exp2", "log", "sqrt", "rsqrt", "abs", "tanh", "sigmoid", "erf", "bf16", "f16", "f32", "i32",
-              "row_max", "row_sum", "row_min", "col_max", "col_sum", "col_min", "row_index", "col_index", "max",
-              "min", "cdiv", "mask_causal", "row", "col", "where", "expp")
+              "row_max", "row_sum", "row_min", "row_mean", "row_var", "col_max", "col_sum", "col_min", "row_index",
+              "col_index", "max", "min", "cdiv", "mask_causal", "row", "col", "where", "expp")
 ATTR_NAMES = ("T", "x", "y", "z", "w")
 VAR_NAMES = ("a", "b", "acc", "x", "s", "M", "N", "K", "BM", "BN", "BK", "D", "block", "inf", "k", "i", "A", "B",
              "C", "X", "Y", "eps")

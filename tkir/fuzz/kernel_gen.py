@@ -56,7 +56,8 @@ class _Expr:
         return f"f32(bf16({self.tile(depth - 1)}))"
 
     def rowvec(self, depth: int) -> str:
-        return f"{self.rng.choice(('row_max', 'row_sum', 'row_min'))}({self.tile(depth - 1)})"
+        red = self.rng.choice(("row_max", "row_sum", "row_min", "row_mean", "row_var"))
+        return f"{red}({self.tile(depth - 1)})"
 
     def colvec(self, depth: int) -> str:
         return f"{self.rng.choice(('col_max', 'col_sum', 'col_min'))}({self.tile(depth - 1)})"
