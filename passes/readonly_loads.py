@@ -1,7 +1,7 @@
 """readonly-loads: read the tensors a kernel never writes through the non-coherent read-only path.
 
 Matches each kernel's `gl` parameters whose every use is a `tk.load` into registers (`rt` / `rv`):
-no store, no copy into shared memory (TMA or cp.async), no TMA descriptor naming it. Each of those
+no store, no copy into shared memory (a TMA copy or cp.async names the tensor as an operand too). Each of those
 loads gets `readonly = true`, and the kernel `readonly_params = ["X", ...]` (the parameters, in order).
 The backend then emits the loads as `ld.global.nc` (PTX ISA: ld.global.nc, sm_32 and later; with
 `.L2::cache_hint` when cache-policy also marked them, sm_80 and later: both targets), and the launch
@@ -48,7 +48,6 @@ class ReadonlyLoads(Pass):
     name = "readonly-loads"
 
     def run(self, module: Module, options: Options) -> None:
-        named = {str(op.attrs.get("tensor")) for op in module.ops if op.name == "tma.desc"}
         for kernel in module.kernels():
             params = [a for a in kernel.body.args if isinstance(a.type, GlobalType)]
             uses: dict[int, list[Operation]] = {id(a): [] for a in params}
@@ -56,7 +55,7 @@ class ReadonlyLoads(Pass):
                 for v in op.operands:
                     if id(v) in uses:
                         uses[id(v)].append(op)
-            readonly = [a for a in params if a.name not in named and uses[id(a)]
+            readonly = [a for a in params if uses[id(a)]
                         and all(_reads_only(op, a) for op in uses[id(a)])]
             for a in readonly:
                 for op in uses[id(a)]:
