@@ -303,7 +303,7 @@ def refine_candidates(timed: list[Candidate]) -> list[Candidate]:
 def best_candidate(timed: list[Candidate]) -> Candidate | None:
     """The fastest point: among those timed again (again_ms set), by the second round; else by the first.
     The rounds are not compared with each other: the clocks drift between them (session 18: a 4096^3 GEMM's
-    second round measured 7-10% slower than its first)."""
+    re-timed points ran about 11% slower in the second round than in the first)."""
     if not timed:
         return None
     again = [c for c in timed if c.again_ms is not None]
