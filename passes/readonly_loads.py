@@ -33,7 +33,7 @@ writes. Kernels that must run in place: leave the pass out (`--passes`), which i
 
 from __future__ import annotations
 
-from tkir.ir import Module, Operation
+from tkir.ir import Module, Operation, parent_op
 from tkir.passes.cache_policy import register_load_from_global
 from tkir.passes.hoist_loads import global_store
 from tkir.passmanager import Options, Pass
@@ -83,10 +83,7 @@ def _rereads(op: Operation, loads: list[Operation]) -> bool:
 
 
 def _enclosing_loop(op: Operation) -> Operation | None:
-    blk = op.parent
-    while blk is not None and blk.parent is not None and blk.parent.parent is not None:
-        owner = blk.parent.parent
-        if owner.name == "scf.for":
-            return owner
-        blk = owner.parent
-    return None
+    p = parent_op(op)
+    while p is not None and p.name != "scf.for":
+        p = parent_op(p)
+    return p

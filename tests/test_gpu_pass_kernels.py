@@ -36,6 +36,11 @@ def _inputs(name: str, rng: np.random.Generator) -> tuple[list[np.ndarray], list
             return np.full((64, 64), np.nan, np.float32)
 
         return [f32(), nan(), nan(), f32().astype(BF16), f32(), nan(), nan(), f32(), nan()], [1, 2, 3, 5, 6, 8]
+    if name == "readonly-loads.tk":  # X, S, A, Acc (read and written), Y
+        m = 64
+        return [rng.standard_normal((m, 512)).astype(BF16), rng.standard_normal(m).astype(np.float32),
+                rng.standard_normal((m, 256)).astype(BF16), rng.standard_normal((m, 256)).astype(np.float32),
+                np.full((m, 512), np.nan, BF16)], [3, 4]
     if name == "fence-loads.tk":  # X, W, Bias, Y, Z (Z unused at STORE_FIRST = 0)
         n, d = 5, 768
         return [rng.standard_normal((n, d)).astype(BF16), rng.standard_normal(d).astype(BF16),
@@ -58,7 +63,7 @@ def _compile(name: str, target: str) -> tkir.CompiledKernel:
 @pytest.mark.gpu
 @pytest.mark.parametrize("target", ["sm_90a", "sm_80"])
 @pytest.mark.parametrize("name", ["fold-scale.tk", "split-masks.tk", "overlap-mma.tk", "cache-policy.tk",
-                                  "contract-fma.tk", "fence-loads.tk"])
+                                  "contract-fma.tk", "fence-loads.tk", "readonly-loads.tk"])
 def test_pass_kernel_matches_interpreter_on_gpu(name: str, target: str) -> None:
     k = _compile(name, target)
     host, outs = _inputs(name, np.random.default_rng(7))
@@ -78,6 +83,9 @@ def _numpy_reference(name: str, a: list[np.ndarray]) -> dict[int, np.ndarray]:
     if name == "cache-policy.tk":
         x, s, aa = (v.astype(np.float64) for v in a[:3])
         return {3: x * s[:, None] + aa}
+    if name == "readonly-loads.tk":  # Acc += X's first half; Y = (X * S + A) per 256-column half
+        x, sc, aa, acc = (v.astype(np.float64) for v in a[:4])
+        return {3: acc + x[:, :256], 4: x * sc[:, None] + np.concatenate([aa, aa], axis=1)}
     if name == "fence-loads.tk":  # layernorm of each row (session 16)
         x, w, b = (v.astype(np.float64) for v in a[:3])
         xc = x - x.mean(axis=1, keepdims=True)
@@ -89,11 +97,11 @@ def _numpy_reference(name: str, a: list[np.ndarray]) -> dict[int, np.ndarray]:
 
 
 @pytest.mark.parametrize("target", ["sm_90a", "sm_80"])
-@pytest.mark.parametrize("name", ["cache-policy.tk", "contract-fma.tk", "fence-loads.tk"])
+@pytest.mark.parametrize("name", ["cache-policy.tk", "contract-fma.tk", "fence-loads.tk", "readonly-loads.tk"])
 def test_session15_kernels_match_numpy_in_the_interpreter(name: str, target: str) -> None:
     """cache-policy.tk and contract-fma.tk (tests/passes/; not examples) through the default pipeline for
     each target: the interpreter's outputs against numpy (the hints and contractions change no value
-    beyond rounding)."""
+    beyond rounding). Session 18's readonly-loads.tk too (its marks change no value either)."""
     k = _compile(name, target)
     assert ("tk.fence" in k.ir) == (name == "fence-loads.tk")
     host, outs = _inputs(name, np.random.default_rng(11))
