@@ -118,8 +118,12 @@ class LoweringContext:
         self.sizes: dict[str, str] = {}
         self.tmaps: dict[str, str] = {}
         self.pending_sync = False
-        self.threads = int(launch["block"][0])
-        self.init_cap = min(255, (REGS_PER_SM // self.threads) // 8 * 8)
+        # cluster-rows (passes/cluster_rows.py): a block runs as `cluster` CTAs of cta_threads threads each;
+        # `threads` counts the whole block (the layouts spread the tiles over all of them)
+        self.cluster = int(kernel.attrs.get("cluster") or 1)
+        self.cta_threads = int(launch["block"][0])
+        self.threads = self.cta_threads * self.cluster
+        self.init_cap = min(255, (REGS_PER_SM // self.cta_threads) // 8 * 8)
         self.occupancy: OccupancyPlan | None = OccupancyPlan.of(kernel)
         self.tid = ""
         self.smem = ""
@@ -345,9 +349,15 @@ class LoweringContext:
                 out.append(w.op(f"add i32 {smem.addr}, {emitted(inst)}", "sa"))
         return out
 
-    def scratch(self, nbytes: int) -> str:
+    def scratch(self, nbytes: int, cluster_wide: bool = False) -> str:
         """The address of a scratch area of `nbytes` after the planned allocations (one area, reused:
-        the rules that use it put barriers around their use)."""
+        the rules that use it put barriers around their use). In a cluster kernel only a rule that
+        exchanges through every CTA's copy (`cluster_wide`) may use it: cluster-rows refuses the others'
+        ops, and this catches IR text that bypassed it."""
+        if self.cluster > 1 and not cluster_wide:
+            raise LoweringError(self.kernel.loc, f"backend: cluster = {self.cluster}: an exchange through one CTA's "
+                                                 "shared memory cannot reach the warps of the other CTAs",
+                                hint="cluster-rows accepts kernels whose values live in registers and global memory")
         self.scratch_bytes = max(self.scratch_bytes, nbytes)
         return self.w.op(f"add i32 {self.smem}, {self.scratch_offset}", "scratch")
 

@@ -69,6 +69,9 @@ def build_launch(module: Module, target: str) -> dict:
             ptx_params.append({"name": op.attrs["name"], "kind": "launch_count", "dtype": "i32"})
 
     grid = [str(g) for g in kernel.attrs["grid"]]
+    cluster = kernel.attrs.get("cluster")  # cluster-rows: a block is `cluster` CTAs along x
+    if isinstance(cluster, int) and cluster > 1:
+        grid[0] = f"{cluster} * ({grid[0]})"
     plan = OccupancyPlan.of(kernel)
     if plan is not None:
         warpgroups = sum(r.warpgroups if r.warpgroups is not None else 1 for _, r in plan.roles) or 1
@@ -76,7 +79,7 @@ def build_launch(module: Module, target: str) -> dict:
         smem = plan.smem_bytes if plan.smem_bytes is not None else _alloc_bytes(kernel)
     else:
         threads, smem = THREADS_PER_WARPGROUP, _alloc_bytes(kernel)
-    return {
+    out = {
         "kernel": kernel.symbol,
         "target": target,
         "tensors": [{"name": t.name, "dtype": t.type.dtype, "dims": list(t.type.dims)} for t in tensors],
@@ -92,6 +95,9 @@ def build_launch(module: Module, target: str) -> dict:
         "tma": [{"param": d.symbol, "tensor": d.attrs["tensor"], **{k: d.attrs[k] for k in DESC_FIELDS}}
                 for d in descs],
     }
+    if isinstance(cluster, int) and cluster > 1:  # the PTX says .reqnctapercluster: a plain launch forms them
+        out["cluster"] = [cluster, 1, 1]
+    return out
 
 
 def launch_json(module: Module, target: str) -> str:

@@ -88,6 +88,9 @@ def _lower_function(cx: LoweringContext) -> str:
             cx.set(a, cx.params[a.name])
     w.start_block("entry")
     cx.tid = w.sreg("tid.x")
+    if cx.cluster > 1:  # cluster-rows: the block's thread index, CTA rank-major (passes/cluster_rows.py)
+        rank = w.sreg("cluster.ctarank")
+        cx.tid = w.op(f"add i32 {w.op(f'mul i32 {rank}, {cx.cta_threads}', 'rank_base')}, {cx.tid}", "btid")
     raw = w.op("ptrtoint ptr addrspace(3) @smem to i32", "smem_raw")
     bumped = w.op(f"add i32 {raw}, {SMEM_ALIGN - 1}", "smem_b")
     cx.smem = w.op(f"and i32 {bumped}, {-SMEM_ALIGN}", "smem")
@@ -105,8 +108,9 @@ def _lower_function(cx: LoweringContext) -> str:
     name = cx.launch["kernel"]
     body = "\n".join(w.lines)
     decls = "".join(t + "\n" for t in sorted(w.types.values())) + "\n".join(sorted(w.declares))
-    attrs = (f'attributes #0 = {{ "nvvm.maxntid"="{cx.threads}" '
-             f'"nvvm.minctasm"="{min_blocks_per_sm(cx.kernel, cx.threads)}" }}')
+    cluster = f' "nvvm.cluster_dim"="{cx.cluster},1,1"' if cx.cluster > 1 else ""  # .reqnctapercluster
+    attrs = (f'attributes #0 = {{ "nvvm.maxntid"="{cx.cta_threads}" '
+             f'"nvvm.minctasm"="{min_blocks_per_sm(cx.kernel, cx.cta_threads)}"{cluster} }}')
     return (f"{HEADER}{decls}\n\ndefine ptx_kernel void @{name}({', '.join(sig)}) #0 {{\n{body}\n}}\n\n"
             f"{attrs}\n")
 

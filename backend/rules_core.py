@@ -107,12 +107,15 @@ def _op_tk_size(cx: LoweringContext, op: Operation) -> None:
 
 @rule("tk.block_id")
 def _op_tk_block_id(cx: LoweringContext, op: Operation) -> None:
-    cx.set(op.result, cx.w.sreg("ctaid." + "xyz"[op.attrs["dim"]]))
+    """%ctaid; in a cluster kernel (cluster-rows: clusters of C x 1 x 1 CTAs, one per block) %clusterid."""
+    sreg = "clusterid." if cx.cluster > 1 else "ctaid."
+    cx.set(op.result, cx.w.sreg(sreg + "xyz"[op.attrs["dim"]]))
 
 
 @rule("tk.grid_dim")
 def _op_tk_grid_dim(cx: LoweringContext, op: Operation) -> None:
-    cx.set(op.result, cx.w.sreg("nctaid." + "xyz"[op.attrs["dim"]]))
+    sreg = "nclusterid." if cx.cluster > 1 else "nctaid."
+    cx.set(op.result, cx.w.sreg(sreg + "xyz"[op.attrs["dim"]]))
 
 
 @rule("scf.if", when=lambda cx, op: len(op.regions) == 2)

@@ -38,6 +38,7 @@ from tkir.backend.rules_registers import chunked, combine, from_f32, to_f32
 from tkir.backend.values import LLVM_TYPE, Frag, Global, LoweringError, Smem, register_layout
 from tkir.ir import Operation
 from tkir.layout import SharedLayout
+from tkir.target import WARP as WARP_THREADS
 from tkir.types import TileType, VectorType, dtype_bytes
 
 if TYPE_CHECKING:
@@ -526,15 +527,47 @@ def gather_rows(cx: LoweringContext, rows: list, values: list[str], n: int, rt: 
     return Frag(rt, res)
 
 
+def _spans_ctas(cx: LoweringContext, parts: int) -> bool:
+    """Whether a row's `parts` warp parts lie in different CTAs of a cluster kernel (cluster-rows): the
+    warps of a row group are `parts` consecutive warps, so they share a CTA when its warps are a
+    multiple of `parts`."""
+    return cx.cluster > 1 and (cx.cta_threads // WARP_THREADS) % parts != 0
+
+
+def cluster_sync(cx: LoweringContext) -> None:
+    """Every thread of the cluster's CTAs meets; shared-memory writes before it, remote ones included,
+    are visible after it (PTX ISA 7.8, barrier.cluster: arrive has release, wait acquire semantics)."""
+    cx.w.asm("void", ["barrier.cluster.arrive.release;", "barrier.cluster.wait.acquire;"], [], [])
+
+
+def _exchange_sync(cx: LoweringContext, across: bool) -> None:
+    cluster_sync(cx) if across else sync(cx)
+
+
+def _st_f32_everywhere(cx: LoweringContext, addr: str, v: str, across: bool) -> None:
+    """Store v at scratch address `addr` of this CTA, or (across) of every CTA of the cluster: mapa gives
+    the address of the same offset in CTA r's shared memory (PTX ISA 7.8, sm_90)."""
+    w = cx.w
+    if not across:
+        _st_f32(w, addr, v)
+        return
+    for r in range(cx.cluster):
+        remote = w.asm("i32", ["mapa.shared::cluster.u32 $0, $1, $2;"], ["=r", "r", "r"],
+                       [("i32", addr), ("i32", str(r))], "dsmem")
+        w.asm("void", ["st.shared::cluster.f32 [$0], $1;"], ["r", "f"], [("i32", remote), ("float", v)])
+
+
 def combine_row_parts(cx: LoweringContext, fop: str, rows: list, partials: list[str], nrows: int,
                       parts: int) -> list[str]:
     """The whole-row results of a reduction over a `row` tile whose rows are split over `parts` warps
     (layout `parts`): every thread writes its f32 partial of each of its rows to scratch[row][part]
     (the lanes that share a row write the same value), and after a barrier reads the `parts` partials
     of its rows back and combines them in part order, so every warp of a row group holds the same
-    result bit for bit."""
+    result bit for bit. Where the parts span the CTAs of a cluster, each partial is written to every
+    CTA's scratch and the barriers are the cluster's."""
     w = cx.w
-    base = cx.scratch(nrows * parts * WORD)
+    across = _spans_ctas(cx, parts)
+    base = cx.scratch(nrows * parts * WORD, cluster_wide=True)
     warp = w.op(f"lshr i32 {cx.thread_index()}, 5", "warp")
     part = w.op(f"urem i32 {warp}, {parts}", "part")
 
@@ -542,10 +575,10 @@ def combine_row_parts(cx: LoweringContext, fop: str, rows: list, partials: list[
         r = str(row * parts) if isinstance(row, int) else w.op(f"mul i32 {row}, {parts}", "rp")
         return _word_addr(w, base, w.op(f"add i32 {r}, {p}", "ri"))
 
-    sync(cx)  # earlier users of the scratch area are done
+    _exchange_sync(cx, across)  # earlier users of the scratch area are done
     for row, v in zip(rows, partials, strict=True):
-        _st_f32(w, slot(row, part), v)
-    sync(cx)
+        _st_f32_everywhere(cx, slot(row, part), v, across)
+    _exchange_sync(cx, across)
     out = []
     for row in rows:
         acc = None
@@ -563,7 +596,8 @@ def combine_row_stats(cx: LoweringContext, rows: list, means: list[str], m2s: li
     the `parts` pairs in part order (equal counts: mean = the parts' mean, M2 = sum M2_p + n sum
     (m_p - mean)^2), so every warp of a row group holds the same bits."""
     w = cx.w
-    base = cx.scratch(nrows * parts * 2 * WORD)
+    across = _spans_ctas(cx, parts)
+    base = cx.scratch(nrows * parts * 2 * WORD, cluster_wide=True)
     warp = w.op(f"lshr i32 {cx.thread_index()}, 5", "warp")
     part = w.op(f"urem i32 {warp}, {parts}", "part")
 
@@ -572,11 +606,11 @@ def combine_row_stats(cx: LoweringContext, rows: list, means: list[str], m2s: li
         pk = str(p * 2 + k) if isinstance(p, int) else w.op(f"add i32 {w.op(f'shl i32 {p}, 1', 'p2')}, {k}", "pk")
         return _word_addr(w, base, w.op(f"add i32 {r}, {pk}", "ri"))
 
-    sync(cx)  # earlier users of the scratch area are done
+    _exchange_sync(cx, across)  # earlier users of the scratch area are done
     for row, m, m2 in zip(rows, means, m2s, strict=True):
-        _st_f32(w, slot(row, part, 0), m)
-        _st_f32(w, slot(row, part, 1), m2)
-    sync(cx)
+        _st_f32_everywhere(cx, slot(row, part, 0), m, across)
+        _st_f32_everywhere(cx, slot(row, part, 1), m2, across)
+    _exchange_sync(cx, across)
     out_m, out_m2 = [], []
     for row in rows:
         ms = [_ld_f32(w, slot(row, p, 0), "rm") for p in range(parts)]

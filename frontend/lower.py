@@ -72,11 +72,14 @@ ALL_FUNCS = (*UNARY_FUNCS, *CAST_FUNCS, *REDUCTIONS, *OTHER_FUNCS)
 ANNOTATIONS = {"stages": "a for loop", "swizzle": "a shared declaration",
                "no_tma": "a load statement", "warpgroups": "the kernel", "tune": "the kernel",
                "stream_k": "the kernel", "blocks_per_sm": "the kernel", "persistent": "the kernel",
-               "hoist_loads": "the kernel", "fence_loads": "the kernel"}
+               "hoist_loads": "the kernel", "fence_loads": "the kernel", "cluster": "the kernel"}
 STREAM_K_ATTR = "stream_k_requested"  # what `@stream_k(1)` records; passes/stream_k.py reads it
 PERSISTENT_ATTR = "persistent_requested"  # what `@persistent(1)` records; passes/persistent.py reads it
 HOIST_LOADS_ATTR = "hoist_loads_requested"  # what `@hoist_loads(1)` records; passes/hoist_loads.py reads it
 FENCE_LOADS_ATTR = "fence_loads_requested"  # what `@fence_loads(1)` records; passes/fence_loads.py reads it
+CLUSTER_ATTR = "cluster_requested"  # what `@cluster(C)` with C > 1 records; passes/cluster_rows.py reads it
+CLUSTER_SIZES = (1, 2, 4, 8)  # CTAs per cluster: powers of two up to the portable maximum, 8 (HOPPER.md; CUDA
+                              # C Programming Guide, "Thread Block Clusters")
 BINARY_NAMES = {"+": "add", "-": "sub", "*": "mul", "/": "div", "%": "rem", "max": "max", "min": "min"}
 # what the name check of an untaken compile-time branch knows (frontend/names.py)
 VOCABULARY = Vocabulary(
@@ -394,7 +397,7 @@ class _Lowerer:
         """Check annotations against the construct they precede; name -> the attrs they add."""
         out: dict[str, dict[str, object]] = {}
         allowed = {"kernel": ("warpgroups", "tune", "stream_k", "blocks_per_sm", "persistent", "hoist_loads",
-                              "fence_loads"),
+                              "fence_loads", "cluster"),
                    "for": ("stages",),
                    "shared": ("swizzle",), "load": ("no_tma",), "none": ()}[where]
         for a in anns:
@@ -487,6 +490,21 @@ class _Lowerer:
                              f"0..{MAX_BLOCKS_PER_SM} (resident blocks per SM; 0: the planner decides), got {got}",
                              hint=form)
         return {MIN_BLOCKS_ATTR: c} if c else {}
+
+    def ann_cluster(self, a: ast.Annotation) -> dict[str, object]:
+        """`@cluster(C)`: C a compile-time 1, 2, 4 or 8 (usually a const, so `@tune` can choose it): C > 1
+        records `cluster_requested = C`, the request that the cluster-rows pass spread each block's warps
+        over a cluster of C CTAs (C SMs) on sm_90a; 1 adds nothing (one CTA per block)."""
+        form = "write @cluster(2), or @cluster(CL) with a const CL that @tune(CL=[1, 2]) chooses"
+        if len(a.args) != 1 or a.kwargs:
+            raise self.error(a.loc, "'@cluster' takes one argument", hint=form)
+        c = self.const_eval(a.args[0])
+        if isinstance(c, bool) or c not in CLUSTER_SIZES or isinstance(c, float):
+            got = "a value known only at run time" if c is None else f"{c}"
+            raise self.error(a.args[0].loc, "bad argument to '@cluster': expected a compile-time "
+                             f"{', '.join(map(str, CLUSTER_SIZES[:-1]))} or {CLUSTER_SIZES[-1]} (CTAs per cluster), "
+                             f"got {got}", hint=form)
+        return {CLUSTER_ATTR: c} if c > 1 else {}
 
     def ann_warpgroups(self, a: ast.Annotation) -> dict[str, object]:
         if a.args or not a.kwargs:

@@ -72,6 +72,7 @@ from tkir.ir import Block, Loc, Module, Operation, Value, parent_op
 from tkir.layout import auto_consumer_warpgroups, layout_of
 from tkir.layout import regs_per_thread as layout_regs
 from tkir.ops import TILE_BINARY, TILE_UNARY
+from tkir.passes.cluster_rows import CLUSTER_ATTR
 from tkir.passes.shared_access import no_producer
 from tkir.passmanager import Options, ParamError, Pass, param
 from tkir.target import (
@@ -204,6 +205,10 @@ def _plan_roles(kernel: Operation, rings: dict[Value, Operation], loops: list[Op
         consumers = _compute_warpgroups(kernel)
         threads = THREADS_PER_WARPGROUP * consumers
         reg_threads = threads
+    # cluster-rows: the block's threads hold the tiles (reg_threads), C CTAs of threads / C each run them
+    cluster = kernel.attrs.get(CLUSTER_ATTR)
+    if isinstance(cluster, int) and cluster > 1 and ws_loop is None:
+        threads //= cluster
     if threads < 1:  # hand-written IR: `warps = 0` (or no consumer warpgroups)
         raise CompileError(kernel.loc, f"{threads} threads per block: a block needs at least one warp")
     if threads > MAX_THREADS_PER_BLOCK:  # the launch would fail (or, before this check, be attempted)

@@ -216,7 +216,7 @@ def check_point(path: str, consts: dict, sizes: dict, target: str, passes: str |
                                 f"local memory")
     occ = kernel.attrs.get("occupancy") or {}
     pred = predict(build_module(path, consts), sizes, int(occ.get("blocks_per_sm", 1)), int(occ.get("stages", 1)),
-                   stream_k=kernel.attrs.get("stream_k"))
+                   stream_k=kernel.attrs.get("stream_k"), cluster=int(kernel.attrs.get("cluster") or 1))
     launch = json.dumps(k.asm["launch"], sort_keys=True)
     code = hashlib.sha256((k.asm["ptx"] + "\0" + launch).encode()).hexdigest()
     return {"stage": "", "reason": None, "prediction": pred.as_dict(), "code": code}

@@ -79,17 +79,19 @@ class Prediction:
 
 
 def predict(front: Module, sizes: dict[str, int], blocks_per_sm: int, stages: int,
-            stream_k: dict | None = None) -> Prediction:
+            stream_k: dict | None = None, cluster: int = 1) -> Prediction:
     """The model's time for the kernel of `front` (the front end's IR of one point) at `sizes`;
     `stream_k` is the compiled kernel's `stream_k` attr ({min_iters, max_tail_pct}) when the stream-k
-    pass rewrote it."""
+    pass rewrote it; `cluster` its `cluster` attr (cluster-rows: each block runs as that many CTAs, each
+    doing an equal share of the block's work, and `blocks_per_sm` counts CTAs)."""
     kernel = next(iter(front.kernels()))
     env = {**sizes, "NUM_SMS": NUM_SMS}
-    blocks = 1
+    blocks = max(1, cluster)
     for g in kernel.attrs.get("grid", []):
         blocks *= max(1, symexpr.evaluate(g, env))
     work = _Work()
-    _walk(kernel.body.ops, 1.0, sizes, work)
+    _walk(kernel.body.ops, 1.0 / max(1, cluster), sizes, work)
+    work.iter_bytes /= max(1, cluster)
     # blocks share an SM only with blocks that are there: fewer blocks than the plan's SMs x per SM (one
     # partial wave: N = 1 rows) each get an SM's share divided among the blocks actually on it
     per_sm = max(1, min(blocks_per_sm, math.ceil(blocks / NUM_SMS)))

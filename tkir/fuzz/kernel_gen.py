@@ -73,6 +73,8 @@ def row_kernel(rng: random.Random) -> str:
         head += f"@blocks_per_sm({rng.choice((0, 1, 2, 4, 8, 33))})\n"
     if rng.random() < 0.1:  # a 1-D grid without roles: the persistent pass leaves it
         head += f"@persistent({rng.choice((0, 1))})\n"
+    if rng.random() < 0.15:  # a block over a cluster of CTAs (refused where the warps do not split, 3 at the argument)
+        head += f"@cluster({rng.choice((1, 2, 4, 3))})\n"
     params = [f"X: gl<{dt}>[N, D]", f"Y: gl<{dt}>[N, D]"]
     has_w = rng.random() < 0.4
     if has_w:
@@ -119,6 +121,8 @@ def mma_kernel(rng: random.Random) -> str:
         head += f"@blocks_per_sm({rng.choice((0, 1, 2, 4))})\n"
     if rng.random() < 0.1:  # 2-D grids are persistent either way: the request changes nothing
         head += f"@persistent({rng.choice((0, 1))})\n"
+    if rng.random() < 0.05:  # shared tiles and mma: cluster-rows refuses at the op (sm_80 skips)
+        head += "@cluster(2)\n"
     b_dims = "[N, K]" if trans_b else "[K, N]"
     params = f"A: gl<{dt}>[M, K], B: gl<{dt}>{b_dims}, C: gl<{out}>[M, N]"
     if rng.random() < 0.2:
