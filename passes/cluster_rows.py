@@ -31,14 +31,15 @@ from __future__ import annotations
 from tkir.diagnostics import CompileError
 from tkir.ir import Module, Operation
 from tkir.passmanager import Options, Pass
-from tkir.types import TileType, VectorType, is_shared
 
 REQUEST_ATTR = "cluster_requested"  # frontend/lower.py CLUSTER_ATTR
 CLUSTER_ATTR = "cluster"            # what the backend, plan-occupancy and the launch description read
 SKIPPED_ATTR = "cluster_skipped"
 WARPS_PER_WARPGROUP = 4
-# ops whose lowering exchanges data between warps through one CTA's shared memory, or that need roles
-_REFUSED = {"tk.alloc": "a shared allocation", "tk.mma": "a matrix product", "tk.convert_layout": "a layout conversion",
+# ops whose lowering exchanges data between warps through one CTA's shared memory, or that need roles (every
+# shared tile or vector is a tk.alloc's)
+_REFUSED = {"tk.alloc": "a shared allocation",
+            "tk.mma": "a matrix product", "tk.convert_layout": "a layout conversion",
             "tk.transpose": "a register transpose", "tk.outer": "an outer product", "tk.role": "warp roles",
             "tk.workspace": "a Stream-K workspace", "tk.partial_store": "a Stream-K partial",
             "tk.partial_add": "a Stream-K partial", "tk.store_staged": "a staged store"}
@@ -67,9 +68,6 @@ def _check(kernel: Operation, c: int) -> None:
         why = _REFUSED.get(op.name) or ("a pipeline or TMA op" if op.name.startswith(("pipe.", "tma.")) else None)
         if why is None and op.name == "tk.reduce" and str(op.attrs.get("axis")) == "col":
             why = "a column reduction"
-        if why is None and any(isinstance(v.type, TileType | VectorType) and is_shared(v.type)
-                               for v in (*op.operands, *op.results)):
-            why = "a shared tile or vector"
         if why is not None:
             raise CompileError(op.loc, f"cluster-rows: @cluster({c}) with {why} ({op.name}): its exchange between "
                                        "warps goes through one CTA's shared memory", hint=hint)
