@@ -7,6 +7,8 @@ tests/test_mutation_kills.py checks the parities statically.)"""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 import tkir
@@ -16,6 +18,7 @@ from tkir.passes.registry import DEFAULT_PIPELINE
 ATT = "examples/attention_fwd.tk"
 CONSTS = dict(D=64, BQ=64, BKV=64, STAGES=2)
 SIZES = dict(B=2, H=1, N=200)   # 4 query tiles of 64 rows per head, 8 tiles on 2 blocks
+CONSUMER_LAG_S = 0.005          # per interpreted mma in the race test (it then takes about 1 s longer)
 
 
 def _pipeline() -> str:
@@ -48,7 +51,20 @@ def _mutated(kind: str):
     raise AssertionError(f"no op to mutate for {kind}")
 
 
-def test_producer_that_does_not_wait_for_the_release_gives_wrong_results(comp) -> None:
+def test_producer_that_does_not_wait_for_the_release_gives_wrong_results(comp, monkeypatch) -> None:
+    """The race shows only when the producer's refill of q comes before the consumers' last reads of it.
+    Under a loaded machine (CI's two busy workers) the threads' interleaving hid it (session 19: one
+    failure in a full local run, none alone), so every interpreted mma here first sleeps a little: the
+    consumers lag behind the producer, as on the GPU, and the overwrite happens on every run."""
+    from tkir import interp_frame
+
+    mma = interp_frame.HANDLERS["tk.mma"]
+
+    def slow_mma(*args, **kwargs):
+        time.sleep(CONSUMER_LAG_S)
+        return mma(*args, **kwargs)
+
+    monkeypatch.setitem(interp_frame.HANDLERS, "tk.mma", slow_mma)
     k = _mutated("no-release-wait")
     results = check_interpreted(k.module, comp, SIZES, CONSTS, seed=1, num_sms=2)
     assert not all(r.ok for r in results)
