@@ -328,3 +328,19 @@ def test_module_without_a_kernel_is_a_located_error_at_the_backend(tmp_path: Pat
     assert located(err, f) == (1, 1, "the backend compiles a module with exactly one tk.kernel; this one has 0")
     rc, out, err = tkc(capsys, "compile", str(f), REST, "--emit", "tkir")  # the passes alone are fine
     assert rc == 0, err
+
+
+def test_col_vec_chunks_wider_than_the_vector(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Session 19's fuzz run (seed 20261901, input 2067): layernorm's IR after readonly-loads with Bias's
+    layout `col_vec of row, vec = 9223372036854775808`: 0 chunks per part, and a ZeroDivisionError in the
+    layout's fragment (plan-occupancy). A col_vec of row whose columns do not split into its chunks is now
+    a located error at the value, as the row tile's own check was."""
+    ir = tmp_path / "layernorm.tkir"
+    text = dump(capsys, "layernorm.tk", "readonly-loads")
+    old = "rv<bf16, 1024, layout={kind = col_vec, of = row, warps = 16, vec = 8}>"
+    assert old in text
+    ir.write_text(text.replace(old, old.replace("vec = 8", "vec = 9223372036854775808"), 1))
+    rc, _, err = tkc(capsys, "compile", str(ir), "--emit", "ptx", "--passes=cluster-rows,plan-occupancy,canonicalize")
+    line, _, msg = located(err, ir)
+    assert rc == 1 and "does not fit rv<bf16, 1024>" in msg and "vec = 9223372036854775808" in msg, err
+    assert "9223372036854775808" in ir.read_text().splitlines()[line - 1]

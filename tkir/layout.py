@@ -494,6 +494,8 @@ def _vector_fragment(kind: str, layout: RegisterLayout, n: int) -> np.ndarray:
             return cols.reshape(threads, -1)
         if of == "row":  # the columns the thread's chunks cover (of its warp's part of the row)
             vec, parts = layout.chunk, layout.nparts
+            if n % (vec * parts):  # as for the row tile it broadcasts along (_row_fragment)
+                raise ValueError(f"{n} columns do not split into {parts} part(s) of {vec}-wide chunks")
             width = n // parts
             base = ((warp % parts) * width)[:, None]
             cpr = width // vec
