@@ -29,6 +29,7 @@ kernel). Test: tests/passes/cluster-rows.tk; the GPU and interpreter checks in t
 from __future__ import annotations
 
 from tkir.diagnostics import CompileError
+from tkir.facts import compute_warpgroups
 from tkir.ir import Module, Operation
 from tkir.passmanager import Options, Pass
 
@@ -71,17 +72,8 @@ def _check(kernel: Operation, c: int) -> None:
         if why is not None:
             raise CompileError(op.loc, f"cluster-rows: @cluster({c}) with {why} ({op.name}): its exchange between "
                                        "warps goes through one CTA's shared memory", hint=hint)
-    warps = _block_warps(kernel)
+    warps = WARPS_PER_WARPGROUP * compute_warpgroups(kernel)  # sm_90a: no `warps` attr (sm_80 is skipped)
     if warps % c:
         raise CompileError(kernel.loc, f"cluster-rows: @cluster({c}) needs the block's {warps} warps to split into "
                                        f"{c} CTAs of equal whole warps",
                            hint="use more warpgroups or a smaller cluster")
-
-
-def _block_warps(kernel: Operation) -> int:
-    """The block's warps as infer-layouts spread the tiles: `warps` (sm_80) or 4 per compute warpgroup."""
-    if isinstance(kernel.attrs.get("warps"), int):
-        return int(kernel.attrs["warps"])
-    wg = kernel.attrs.get("warpgroups")
-    n = sum(v for v in wg.values() if isinstance(v, int)) if isinstance(wg, dict) else 0
-    return WARPS_PER_WARPGROUP * (n or 1)

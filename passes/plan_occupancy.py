@@ -67,7 +67,14 @@ from __future__ import annotations
 import math
 
 from tkir.diagnostics import CompileError
-from tkir.facts import OccupancyPlan, RegisterBudget, RolePlan, SharedBreakdown, requested_blocks_per_sm
+from tkir.facts import (
+    OccupancyPlan,
+    RegisterBudget,
+    RolePlan,
+    SharedBreakdown,
+    compute_warpgroups,
+    requested_blocks_per_sm,
+)
 from tkir.ir import Block, Loc, Module, Operation, Value, parent_op
 from tkir.layout import auto_consumer_warpgroups, layout_of
 from tkir.layout import regs_per_thread as layout_regs
@@ -202,7 +209,7 @@ def _plan_roles(kernel: Operation, rings: dict[Value, Operation], loops: list[Op
         threads = WARP_SIZE * kernel.attrs["warps"]
         reg_threads = threads
     else:
-        consumers = _compute_warpgroups(kernel)
+        consumers = compute_warpgroups(kernel)
         threads = THREADS_PER_WARPGROUP * consumers
         reg_threads = threads
     # cluster-rows: the block's threads hold the tiles (reg_threads), C CTAs of threads / C each run them
@@ -405,15 +412,6 @@ def _consumer_warpgroups(kernel: Operation, loop: Operation) -> int:
         return wg["consumers"]
     rows = max(o.result.type.rows for o in loop.walk() if o.name == "tk.mma")
     return auto_consumer_warpgroups(rows)
-
-
-def _compute_warpgroups(kernel: Operation) -> int:
-    wg = kernel.attrs.get("warpgroups")
-    if isinstance(wg, dict):
-        n = sum(v for v in wg.values() if isinstance(v, int))
-        if n > 0:
-            return n
-    return 1
 
 
 def _split_registers(kernel: Operation, consumers: int, needed: int, budget: RegisterBudget,

@@ -112,6 +112,17 @@ def requested_blocks_per_sm(kernel: Operation) -> int | None:
     return v
 
 
+def compute_warpgroups(kernel: Operation) -> int:
+    """The warpgroups of a kernel without roles (`@warpgroups(...)`'s counts summed; 1 without any): the
+    block that infer-layouts spreads its tiles over (plan-occupancy, cluster-rows)."""
+    wg = kernel.attrs.get("warpgroups")
+    if isinstance(wg, dict):
+        n = sum(v for v in wg.values() if isinstance(v, int))
+        if n > 0:
+            return n
+    return 1
+
+
 # --- the occupancy plan ---------------------------------------------------------------------------
 
 
