@@ -74,6 +74,8 @@ ANNOTATIONS = {"stages": "a for loop", "swizzle": "a shared declaration",
                "stream_k": "the kernel", "blocks_per_sm": "the kernel", "persistent": "the kernel",
                "hoist_loads": "the kernel", "fence_loads": "the kernel", "cluster": "the kernel"}
 STREAM_K_ATTR = "stream_k_requested"  # what `@stream_k(1)` records; passes/stream_k.py reads it
+STREAM_K_MIN_ITERS_ATTR = "stream_k_min_iters"  # what `@stream_k(1, min_iters=I)` adds; passes/stream_k.py
+MAX_STREAM_K_MIN_ITERS = 1 << 20  # a sanity bound: more K iterations per block than any split would ask
 PERSISTENT_ATTR = "persistent_requested"  # what `@persistent(1)` records; passes/persistent.py reads it
 HOIST_LOADS_ATTR = "hoist_loads_requested"  # what `@hoist_loads(1)` records; passes/hoist_loads.py reads it
 FENCE_LOADS_ATTR = "fence_loads_requested"  # what `@fence_loads(1)` records; passes/fence_loads.py reads it
@@ -457,8 +459,26 @@ class _Lowerer:
         return {attr: True} if c == 1 else {}
 
     def ann_stream_k(self, a: ast.Annotation) -> dict[str, object]:
-        """`@stream_k(S)`: 1 asks the stream-k pass for the Stream-K schedule (passes/stream_k.py)."""
-        return self.ann_switch(a, "SK", STREAM_K_ATTR)
+        """`@stream_k(S)` or `@stream_k(S, min_iters=I)`: S = 1 asks the stream-k pass for the Stream-K
+        schedule (passes/stream_k.py); I, a compile-time integer >= 1 (usually a const, so `@tune` can
+        choose it), is the K iterations each block of the split must get, in place of the pass's
+        `min_iters` (recorded as `stream_k_min_iters` only when S = 1)."""
+        form = "write @stream_k(SK) or @stream_k(SK, min_iters=SKI) with consts SK = 0 or 1 and SKI >= 1"
+        kwargs = dict(a.kwargs)
+        if len(a.args) != 1 or set(kwargs) - {"min_iters"} or len(kwargs) != len(a.kwargs):
+            raise self.error(a.loc, "'@stream_k' takes one argument and an optional min_iters=", hint=form)
+        attrs = self.ann_switch(ast.Annotation(a.loc, a.name, a.args, []), "SK", STREAM_K_ATTR)
+        if "min_iters" in kwargs:
+            e = kwargs["min_iters"]
+            c = self.const_eval(e)
+            if isinstance(c, bool) or not isinstance(c, int) or not 1 <= c <= MAX_STREAM_K_MIN_ITERS:
+                got = "a value known only at run time" if c is None else f"{c}"
+                raise self.error(e.loc, "bad argument to '@stream_k': min_iters expects a compile-time integer "
+                                 f"1..{MAX_STREAM_K_MIN_ITERS} (K iterations per block of the split), got {got}",
+                                 hint=form)
+            if attrs:
+                attrs[STREAM_K_MIN_ITERS_ATTR] = c
+        return attrs
 
     def ann_persistent(self, a: ast.Annotation) -> dict[str, object]:
         """`@persistent(P)`: 1 asks the persistent pass to loop each block over the tiles of a 1-D or 3-D

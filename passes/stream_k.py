@@ -31,8 +31,9 @@ It applies when the consumer's K loop (from 0, step 1) carries exactly one value
 accumulator that starts at 0 (`tk.fill`) and is only updated by `tk.mma` (so partial sums over K add
 up to the whole), and the producer's K loop carries none. At run time the R tiles are split only if
 they fill at most `max_tail` percent of the Q blocks (`stream-k{max_tail=P}`, default MAX_TAIL_PCT)
-and every block gets at least `min_iters` iterations (`stream-k{min_iters=N}`, default MIN_ITERS);
-otherwise the schedule is the plain persistent one.
+and every block gets at least `min_iters` iterations (`stream-k{min_iters=N}`, default MIN_ITERS; a
+kernel's own `@stream_k(1, min_iters=I)`, the attr `stream_k_min_iters`, takes its place, so `@tune` can
+choose it per shape); otherwise the schedule is the plain persistent one.
 
 The default pipeline runs `stream-k{opt_in=true}`: only kernels whose source asks (`@stream_k(1)`,
 the kernel attr `stream_k_requested`, which the rewrite consumes) change, so `@tune` can choose it
@@ -65,6 +66,7 @@ MIN_ITERS = 16       # K iterations per block below which the tail is not split 
 MAX_TAIL_PCT = 60    # split only tails that fill at most this percentage of the blocks they are split over
 I1 = ScalarType("i1")
 REQUEST_ATTR = "stream_k_requested"  # the kernel attr `@stream_k(1)` sets (frontend/lower.py STREAM_K_ATTR)
+MIN_ITERS_ATTR = "stream_k_min_iters"  # `@stream_k(1, min_iters=I)` (frontend/lower.py STREAM_K_MIN_ITERS_ATTR)
 
 
 class StreamK(Pass):
@@ -86,12 +88,22 @@ class StreamK(Pass):
                 continue
             plan = match(kernel)
             if plan is not None:
+                min_iters = kernel_min_iters(kernel, self.min_iters)
                 grid = kernel.attrs.get("grid")
                 if isinstance(grid, list) and len(grid) == 1 and isinstance(grid[0], str):
-                    kernel.attrs["grid"] = [stream_k_grid(grid[0], size_text(plan.nk), self.min_iters,
-                                                          self.max_tail)]
-                _rewrite(kernel, plan, self.min_iters, self.max_tail)
+                    kernel.attrs["grid"] = [stream_k_grid(grid[0], size_text(plan.nk), min_iters, self.max_tail)]
+                _rewrite(kernel, plan, min_iters, self.max_tail)
                 kernel.attrs.pop(REQUEST_ATTR, None)
+                kernel.attrs.pop(MIN_ITERS_ATTR, None)
+
+
+def kernel_min_iters(kernel: Operation, default: int) -> int:
+    """The kernel's own `stream_k_min_iters` (`@stream_k(1, min_iters=I)`) where it has one, else the
+    pass's `min_iters`."""
+    value = kernel.attrs.get(MIN_ITERS_ATTR, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ParamError("min_iters", f"stream-k: the kernel's {MIN_ITERS_ATTR} = {value!r}: must be an integer >= 1")
+    return value
 
 
 def stream_k_grid(grid: str, nk: str | None, min_iters: int, max_tail: int) -> str:

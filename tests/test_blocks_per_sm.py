@@ -113,7 +113,7 @@ def test_only_on_the_kernel(tmp_path: Path) -> None:
     text = Path(GEMM).read_text(encoding="utf-8").replace("@stages(STAGES)", "@blocks_per_sm(2)")
     with pytest.raises(CompileError, match="'@blocks_per_sm' applies to the kernel, not here") as e:
         tkir.compile(_write(tmp_path, text))
-    assert e.value.loc.line == 11
+    assert e.value.loc.line == 13
 
 
 def test_twice_is_an_error(tmp_path: Path) -> None:
@@ -210,8 +210,8 @@ def test_too_much_shared_memory_is_refused(tmp_path: Path) -> None:
 
 
 def test_warp_specialized_kernels_run_one_block(tmp_path: Path) -> None:
-    text = Path(GEMM).read_text(encoding="utf-8").replace("@stream_k(SK)", "@stream_k(SK) @blocks_per_sm(OCC)")
-    text = text.replace("SK=0>(", "SK=0, OCC=2>(")
+    text = Path(GEMM).read_text(encoding="utf-8").replace("@stream_k(SK, min_iters=SKI)", "@stream_k(SK, min_iters=SKI) @blocks_per_sm(OCC)")
+    text = text.replace("SKI=16>(", "SKI=16, OCC=2>(")
     path = _write(tmp_path, text, "gemm.tk")
     with pytest.raises(CompileError, match=re.escape("@blocks_per_sm(2) on kernel 'gemm': a warp-specialized "
                                                      "kernel runs one block per SM")):
@@ -224,8 +224,8 @@ def test_warp_specialized_kernels_run_one_block(tmp_path: Path) -> None:
 def test_accumulators_that_do_not_fit_are_refused(tmp_path: Path) -> None:
     """sm_80 gemm 128 x 128 on 8 warps: 64 accumulator registers + 16 of overhead a thread; 4 blocks
     of 256 threads leave 64."""
-    text = Path(GEMM).read_text(encoding="utf-8").replace("@stream_k(SK)", "@blocks_per_sm(OCC)")
-    text = text.replace("SK=0>(", "SK=0, OCC=4>(")
+    text = Path(GEMM).read_text(encoding="utf-8").replace("@stream_k(SK, min_iters=SKI)", "@blocks_per_sm(OCC)")
+    text = text.replace("SKI=16>(", "SKI=16, OCC=4>(")
     path = _write(tmp_path, text, "gemm.tk")
     consts = dict(BN=128, STAGES=1)
     with pytest.raises(CompileError) as e:

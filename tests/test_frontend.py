@@ -62,7 +62,7 @@ def test_gemm_shape() -> None:
     module, text = compile_example("gemm")
     k = module.kernel
     assert k.attrs["grid"] == ["cdiv(M, 128)", "cdiv(N, 256)"]
-    assert k.attrs["consts"] == {"BM": 128, "BN": 256, "BK": 64, "STAGES": 4, "SK": 0}  # SK: @stream_k, off
+    assert k.attrs["consts"] == {"BM": 128, "BN": 256, "BK": 64, "STAGES": 4, "SK": 0, "SKI": 16}  # SK: @stream_k, off
     assert [str(a.type) for a in k.body.args] == ["gl<bf16>[M, K]", "gl<bf16>[K, N]", "gl<bf16>[M, N]"]
     assert "%a = tk.alloc : st<bf16, 128, 64>" in text
     assert "%acc = tk.fill {value = 0.0} : rt<f32, 128, 256>" in text

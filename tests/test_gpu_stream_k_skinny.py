@@ -20,6 +20,10 @@ GEMM = "examples/gemm.tk"
 CASES = [(dict(M=m, N=4096, K=14336), c) for m in (1, 16, 64)
          for c in ({}, {"BM": 64, "BN": 128, "STAGES": 6}, {"BM": 64, "BN": 64, "STAGES": 8})]
 CASES += [(dict(M=1, N=4096, K=14376), {"BM": 64, "BN": 128}), (dict(M=17, N=4104, K=14336), {})]
+# the kernel's own min_iters (@stream_k(SK, min_iters=SKI)): N = K = 4096 with 64 x 64 tiles, each tile in
+# two halves (128 blocks); 64 x 128 tiles over 64 blocks; K = 4000 leaves a ragged last iteration
+CASES += [(dict(M=m, N=4096, K=k), {"BM": 64, "BN": bn, "STAGES": 8, "SKI": 32})
+          for m, bn, k in ((64, 64, 4096), (16, 128, 4096), (1, 128, 4096), (33, 64, 4000))]
 
 
 @pytest.mark.gpu

@@ -221,7 +221,7 @@ def test_sm80_attention_keeps_one_role_unless_asked() -> None:
 def test_sm80_producer_warps_past_1024_threads_is_a_located_error(tmp_path: Path) -> None:
     # a gemm loop over 8 warpgroups' worth of mma warps (32 warps, 1024 threads) leaves no room for
     # producer warps: asked for, that is an error at the kernel, not a silent fallback to one role
-    src = (EXAMPLES / "gemm.tk").read_text(encoding="utf-8").replace("@stream_k(SK)", "@warpgroups(consumers=8)")
+    src = (EXAMPLES / "gemm.tk").read_text(encoding="utf-8").replace("@stream_k(SK, min_iters=SKI)", "@warpgroups(consumers=8)")
     path = tmp_path / "gemm32.tk"
     path.write_text(src, encoding="utf-8")
     module = compile_file(str(path), {"BM": 512, "BN": 128, "BK": 32, "STAGES": 2})

@@ -147,15 +147,46 @@ def test_stream_k_annotation_is_a_kernel_switch():
 @pytest.mark.parametrize("ann, msg", [
     ("@stream_k(2)", "bad argument to '@stream_k': expected 0 (off) or 1 (on)"),
     ("@stream_k", "'@stream_k' takes one argument"),
-    ("@stream_k(on=1)", "'@stream_k' takes one argument"),
+    ("@stream_k(on=1)", "'@stream_k' takes one argument and an optional min_iters="),
     ("@stream_k(M)", "bad argument to '@stream_k'"),
+    ("@stream_k(1, min_iters=0)", "min_iters expects a compile-time integer 1..1048576"),
+    ("@stream_k(1, min_iters=M)", "min_iters expects a compile-time integer 1..1048576 (K iterations per block "
+                                  "of the split), got a value known only at run time"),
+    ("@stream_k(1, min_iters=2.5)", "min_iters expects a compile-time integer"),
+    ("@stream_k(1, min_iters=4, min_iters=8)", "'@stream_k' takes one argument and an optional min_iters="),
+    ("@stream_k(1, tail=8)", "'@stream_k' takes one argument and an optional min_iters="),
 ])
 def test_bad_stream_k_annotations_are_located_errors(tmp_path, ann, msg):
     f = tmp_path / "g.tk"
-    f.write_text(Path(GEMM).read_text().replace("@stream_k(SK)", ann))
+    f.write_text(Path(GEMM).read_text().replace("@stream_k(SK, min_iters=SKI)", ann))
     with pytest.raises(CompileError, match=re.escape(msg)) as e:
         tkir.compile(str(f))
-    assert e.value.loc is not None and e.value.loc.line == 3
+    assert e.value.loc is not None and e.value.loc.line == 5
+
+
+def test_min_iters_annotation_sets_the_split():
+    """`@stream_k(1, min_iters=I)` replaces the pass's min_iters for this kernel: the grid, the kernel's
+    stream_k attr and its block count follow it (M = 64, N = K = 4096 with 64 x 64 tiles: 64 tiles of 64
+    iterations; at 16 each the split takes all 132 blocks, at 32 it takes 128, each tile in two halves);
+    with SK = 0 the value records nothing (the same PTX for every SKI), and a named pass parameter stays
+    the default for kernels that do not say."""
+    assert "stream_k_min_iters" not in tkir.api.build_module(GEMM, {"SK": 0, "SKI": 32}).kernel.attrs
+    assert tkir.api.build_module(GEMM, {"SK": 1, "SKI": 32}).kernel.attrs["stream_k_min_iters"] == 32
+    blocks = {}
+    for ski in (16, 32):
+        k = tkir.compile(GEMM, BM=64, BN=64, SK=1, SKI=ski)
+        assert k.module.kernel.attrs["stream_k"] == {"min_iters": ski, "max_tail_pct": 60}
+        assert "stream_k_min_iters" not in k.module.kernel.attrs
+        blocks[ski] = bind(k.launch, (bf16(64, 4096), bf16(4096, 4096, ptr=FAKE_BASE + 2**24),
+                                      bf16(64, 4096, ptr=FAKE_BASE + 2**26)), num_sms=132).grid[0]
+    assert blocks == {16: 132, 32: 128}
+    assert (tkir.compile(GEMM, BM=64, BN=64, SK=0, SKI=32).asm["ptx"]
+            == tkir.compile(GEMM, BM=64, BN=64, SK=0, SKI=16).asm["ptx"])
+    named = tkir.compile(GEMM, BM=64, BN=64, SK=1, SKI=32, passes=with_stream_k("min_iters=4 opt_in=true"))
+    assert named.module.kernel.attrs["stream_k"]["min_iters"] == 32
+    (res,) = check_interpreted(tkir.compile(GEMM, BM=64, BN=64, SK=1, SKI=4).module, COMP,
+                               dict(M=64, N=128, K=1000), dict(BM=64, BN=64), seed=3, num_sms=8)
+    assert res.ok, res
 
 
 def test_misplaced_stream_k_annotation(tmp_path):

@@ -98,13 +98,13 @@ def test_tune_annotation_leaves_the_ir_alone() -> None:
 
 
 def test_dry_run_drops_with_reasons_and_keeps_the_default_point() -> None:
-    r = tune.dry_run(GEMM, BIG, jobs=1, fixed={"BN": 256, "SK": 0})
+    r = tune.dry_run(GEMM, BIG, jobs=1, fixed={"BN": 256, "SK": 0, "SKI": 16})
     by = {c.label(): c for c in r.candidates}
     assert len(r.candidates) == 8
-    big = by["BM=128 BN=256 STAGES=6 SK=0"]
+    big = by["BM=128 BN=256 STAGES=6 SK=0 SKI=16"]
     assert big.status == "dropped" and big.stage == "compile" and "shared memory" in big.reason
     assert "232448" in big.reason  # the limit it broke, by number
-    default = by["BM=128 BN=256 STAGES=4 SK=0"]
+    default = by["BM=128 BN=256 STAGES=4 SK=0 SKI=16"]
     assert default.status == "kept" and default.predicted_ms > 0
     assert default.prediction["blocks"] == 512 and default.prediction["waves"] == 4
     # the model ranks the big tile first at 4096^3 (and says why the others are slower: more tiles)
@@ -217,17 +217,17 @@ def fake_gpu(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
 
 
 def test_tune_caches_the_best_and_a_second_call_times_nothing(fake_gpu) -> None:
-    first = tune.tune(GEMM, BIG, jobs=1, fixed={"STAGES": 4, "SK": 0})
+    first = tune.tune(GEMM, BIG, jobs=1, fixed={"STAGES": 4, "SK": 0, "SKI": 16})
     assert fake_gpu == [len(first.candidates)] and not first.cached
-    assert first.best == {"BM": 128, "BN": 256, "BK": 64, "STAGES": 4, "SK": 0}
-    second = tune.tune(GEMM, dict(M=3000, N=4096, K=4096), jobs=1, fixed={"STAGES": 4, "SK": 0})  # same bucket
+    assert first.best == {"BM": 128, "BN": 256, "BK": 64, "STAGES": 4, "SK": 0, "SKI": 16}
+    second = tune.tune(GEMM, dict(M=3000, N=4096, K=4096), jobs=1, fixed={"STAGES": 4, "SK": 0, "SKI": 16})  # same bucket
     assert second.cached and fake_gpu == [len(first.candidates)]  # no timing the second time
     assert second.best == first.best
     text = tune.format_result(second)
     assert "from the cache: nothing was timed" in text and "Spearman rho" in text
-    other = tune.tune(GEMM, dict(M=512, N=4096, K=4096), jobs=1, fixed={"STAGES": 4, "SK": 0})  # another bucket
+    other = tune.tune(GEMM, dict(M=512, N=4096, K=4096), jobs=1, fixed={"STAGES": 4, "SK": 0, "SKI": 16})  # another bucket
     assert not other.cached and len(fake_gpu) == 2
-    assert tune.lookup(GEMM, dict(M=4000, N=4096, K=4096), fixed={"STAGES": 4, "SK": 0}) == first.best
+    assert tune.lookup(GEMM, dict(M=4000, N=4096, K=4096), fixed={"STAGES": 4, "SK": 0, "SKI": 16}) == first.best
     assert tune.lookup(GEMM, dict(M=4000, N=4096, K=4096), fixed={"STAGES": 3}) is None  # other pins: other key
 
 
@@ -258,7 +258,7 @@ def test_cli_dry_run(tmp_path: Path) -> None:
     out = tmp_path / "t.json"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     proc = subprocess.run([sys.executable, "-m", "tkir.cli", "tune", GEMM, "--size", "M=4096", "--size", "N=4096",
-                           "--size", "K=4096", "--dry-run", "--jobs", "2", "-D", "BM=128", "-D", "SK=0", "--json", str(out)],
+                           "--size", "K=4096", "--dry-run", "--jobs", "2", "-D", "BM=128", "-D", "SK=0", "-D", "SKI=16", "--json", str(out)],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     assert "12 points: 1 dropped by model, 3 dropped by compile, 8 kept (not timed: --dry-run)" in proc.stdout
