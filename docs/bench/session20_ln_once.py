@@ -31,7 +31,7 @@ def main() -> int:
         k = tkir.compile(src, ROWS=1, DC=16384, WG=2, OCC=0, HOIST=1, D=d)
         run = lambda: k(*x)  # noqa: E731
     else:
-        run = lambda: comp.extra_peer("compiled", x, sizes, consts)  # noqa: E731
+        run = comp.extra_peer("compiled", x, sizes, consts)   # a callable that runs the compiled peer once
     for _ in range(5):
         run()
     torch.cuda.synchronize()
