@@ -277,13 +277,14 @@ def test_interpreter_ignores_it() -> None:
 
 @pytest.mark.parametrize("name", ["layernorm", "softmax", "rmsnorm"])
 def test_row_examples_tune_occ(name: str) -> None:
-    """OCC = [0, 4, 8] in each row kernel's space (8 since session 15); the where-clause keeps
-    OCC x WG x 128 <= 2048 (8 blocks of 4 warpgroups are dropped, of 2 kept)."""
+    """OCC = [0, 4, 8] in each row kernel's space (8 since session 15; layernorm also 3, session 20);
+    the where-clause keeps OCC x WG x 128 <= 2048 (8 blocks of 4 warpgroups are dropped, of 2 kept)."""
     path = EXAMPLES / f"{name}.tk"
     space = read_space(path.read_text(encoding="utf-8"), str(path))
-    assert space.values["OCC"] == [0, 4, 8] and space.defaults["OCC"] == 0
+    want = [0, 3, 4, 8] if name == "layernorm" else [0, 4, 8]
+    assert space.values["OCC"] == want and space.defaults["OCC"] == 0
     pts = space.points({"D": 1024})
-    assert {p.consts["OCC"] for p in pts if p.dropped is None} == {0, 4, 8}
+    assert {p.consts["OCC"] for p in pts if p.dropped is None} == set(want)
     pin = {"D": 1024, "DC": 1024, "ROWS": 16, "REREAD": 0, "FENCE": 0}  # the other switches: one value each
     occ8 = {p.consts["WG"]: p.dropped for p in space.points(pin) if p.consts["OCC"] == 8}
     assert occ8[4] == "where OCC * WG * 128 <= 2048 is false" and occ8[2] is None and occ8[1] is None

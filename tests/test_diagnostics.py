@@ -45,7 +45,7 @@ def test_unknown_const_override_is_located_at_the_kernel_name() -> None:
     with pytest.raises(CompileError) as info:
         compile_file(str(EXAMPLES / "gemm.tk"), consts={"BX": 64})
     out = info.value.format()
-    assert out.startswith(f"{EXAMPLES / 'gemm.tk'}:4:8: error: unknown const 'BX'"), out
+    assert out.startswith(f"{EXAMPLES / 'gemm.tk'}:6:8: error: unknown const 'BX'"), out
     assert "BM, BN, BK" in out
 
 
