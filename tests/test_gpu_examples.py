@@ -77,6 +77,10 @@ CASES = [
     ("layernorm", dict(N=5), {"D": 1536, "DC": 512, "ROWS": 1, "WG": 1}),
     ("rmsnorm", dict(N=129), {"D": 8192, "DC": 2048, "ROWS": 1, "WG": 4, "OCC": 4}),
     ("softmax", dict(N=33), {"D": 16384, "DC": 2048, "ROWS": 1, "WG": 4}),
+    # session 20: three blocks per SM (@blocks_per_sm(3)), the statistics from the whole row and the output
+    # re-reading X in two chunks: what the tuner picks for layernorm at D = 16384 (ragged N: 333 blocks)
+    ("layernorm", dict(N=333), {"D": 16384, "DC": 8192, "ROWS": 1, "WG": 2, "OCC": 3, "REREAD": 1}),
+    ("layernorm", dict(N=7), {"D": 16384, "DC": 8192, "ROWS": 1, "WG": 2, "OCC": 3, "REREAD": 1}),
 ]
 
 
