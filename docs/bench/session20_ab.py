@@ -1,6 +1,7 @@
-"""Session 20: the stream-K partial hand-off without a per-thread fence (backend/rules_streamk.py: the
-warpgroup barrier, then the leader's release, as CUTLASS's generic barrier), as the commit before it
-(`base`) and the change (`head`) compile the skinny GEMMs the tuner picked Stream-K for, timed
+"""Session 20: the stream-K partial hand-off without a per-thread fence (a variant of
+backend/rules_streamk.py's tk.partial_store: the warpgroup barrier, then the leader's release, as
+CUTLASS's generic barrier; measured 0.970-1.040x and not landed, docs/experiments.md "Session 20"), as
+the commit before it (`base`) and the variant (`head`) compile the skinny GEMMs the tuner picked Stream-K for, timed
 interleaved on the GPU by docs/bench/session15_ab.py's `run` (each configuration benched twice, each
 build once as tkir and once as the peer, both checked against the reference on fresh inputs first).
 
