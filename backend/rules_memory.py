@@ -42,6 +42,8 @@ from tkir.target import WARP as WARP_THREADS
 from tkir.types import TileType, VectorType, dtype_bytes
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from tkir.backend.context import LoweringContext
 
 ROLE_BARRIER = 8          # named barrier for a role's threads (1..4: per-warpgroup epilogue barriers)
@@ -557,33 +559,53 @@ def _st_f32_everywhere(cx: LoweringContext, addr: str, v: str, across: bool) -> 
         w.asm("void", ["st.shared::cluster.f32 [$0], $1;"], ["r", "f"], [("i32", remote), ("float", v)])
 
 
-def combine_row_parts(cx: LoweringContext, fop: str, rows: list, partials: list[str], nrows: int,
-                      parts: int) -> list[str]:
-    """The whole-row results of a reduction over a `row` tile whose rows are split over `parts` warps
-    (layout `parts`): every thread writes its f32 partial of each of its rows to scratch[row][part]
-    (the lanes that share a row write the same value), and after a barrier reads the `parts` partials
-    of its rows back and combines them in part order, so every warp of a row group holds the same
-    result bit for bit. Where the parts span the CTAs of a cluster, each partial is written to every
-    CTA's scratch and the barriers are the cluster's."""
+def _exchange_row_values(cx: LoweringContext, rows: list, values: list[list[str]], nrows: int,
+                         parts: int) -> Callable[[object, int, int], str]:
+    """The exchange both row combines share: each thread writes the k f32 values of each of its rows
+    (values[i] for rows[i], the same k for every row) to scratch[row][part][0..k) (the lanes that share
+    a row write the same values), between barriers (the cluster's, with each value written to every
+    CTA's scratch, where the parts span the CTAs of a cluster). Returns load(row, p, j): this thread's
+    read of part p's value j of `row`, emitted where the caller asks, so each caller keeps its order."""
     w = cx.w
+    k = len(values[0]) if values else 1
+    if k & (k - 1):
+        raise LoweringError(None, f"backend: a row exchange of {k} values per row (1 or a power of two)")
     across = _spans_ctas(cx, parts)
-    base = cx.scratch(nrows * parts * WORD, cluster_wide=True)
+    base = cx.scratch(nrows * parts * k * WORD, cluster_wide=True)
     warp = w.op(f"lshr i32 {cx.thread_index()}, 5", "warp")
     part = w.op(f"urem i32 {warp}, {parts}", "part")
 
-    def slot(row: object, p: object) -> str:
-        r = str(row * parts) if isinstance(row, int) else w.op(f"mul i32 {row}, {parts}", "rp")
-        return _word_addr(w, base, w.op(f"add i32 {r}, {p}", "ri"))
+    def slot(row: object, p: object, j: int) -> str:
+        r = str(row * parts * k) if isinstance(row, int) else w.op(f"mul i32 {row}, {parts * k}", "rp")
+        if k == 1:
+            pk = p
+        elif isinstance(p, int):
+            pk = str(p * k + j)
+        else:  # k a power of two (1 or 2 today): p * k + j as a shift and an add
+            pk = w.op(f"add i32 {w.op(f'shl i32 {p}, {k.bit_length() - 1}', 'p2')}, {j}", "pk")
+        return _word_addr(w, base, w.op(f"add i32 {r}, {pk}", "ri"))
 
     _exchange_sync(cx, across)  # earlier users of the scratch area are done
-    for row, v in zip(rows, partials, strict=True):
-        _st_f32_everywhere(cx, slot(row, part), v, across)
+    for row, vs in zip(rows, values, strict=True):
+        for j, v in enumerate(vs):
+            _st_f32_everywhere(cx, slot(row, part, j), v, across)
     _exchange_sync(cx, across)
+    names = ("rp",) if k == 1 else ("rm", "rq", *(f"r{j}" for j in range(2, k)))
+    return lambda row, p, j: _ld_f32(w, slot(row, p, j), names[j])
+
+
+def combine_row_parts(cx: LoweringContext, fop: str, rows: list, partials: list[str], nrows: int,
+                      parts: int) -> list[str]:
+    """The whole-row results of a reduction over a `row` tile whose rows are split over `parts` warps
+    (layout `parts`): every thread writes its f32 partial of each of its rows to scratch[row][part],
+    and after a barrier reads the `parts` partials of its rows back and combines them in part order, so
+    every warp of a row group holds the same result bit for bit (_exchange_row_values)."""
+    load = _exchange_row_values(cx, rows, [[v] for v in partials], nrows, parts)
     out = []
     for row in rows:
         acc = None
         for p in range(parts):
-            v = _ld_f32(w, slot(row, p), "rp")
+            v = load(row, p, 0)
             acc = v if acc is None else combine(cx, fop, acc, v)
         out.append(acc)
     return out
@@ -596,25 +618,11 @@ def combine_row_stats(cx: LoweringContext, rows: list, means: list[str], m2s: li
     the `parts` pairs in part order (equal counts: mean = the parts' mean, M2 = sum M2_p + n sum
     (m_p - mean)^2), so every warp of a row group holds the same bits."""
     w = cx.w
-    across = _spans_ctas(cx, parts)
-    base = cx.scratch(nrows * parts * 2 * WORD, cluster_wide=True)
-    warp = w.op(f"lshr i32 {cx.thread_index()}, 5", "warp")
-    part = w.op(f"urem i32 {warp}, {parts}", "part")
-
-    def slot(row: object, p: object, k: int) -> str:
-        r = str(row * parts * 2) if isinstance(row, int) else w.op(f"mul i32 {row}, {parts * 2}", "rp")
-        pk = str(p * 2 + k) if isinstance(p, int) else w.op(f"add i32 {w.op(f'shl i32 {p}, 1', 'p2')}, {k}", "pk")
-        return _word_addr(w, base, w.op(f"add i32 {r}, {pk}", "ri"))
-
-    _exchange_sync(cx, across)  # earlier users of the scratch area are done
-    for row, m, m2 in zip(rows, means, m2s, strict=True):
-        _st_f32_everywhere(cx, slot(row, part, 0), m, across)
-        _st_f32_everywhere(cx, slot(row, part, 1), m2, across)
-    _exchange_sync(cx, across)
+    load = _exchange_row_values(cx, rows, [[m, m2] for m, m2 in zip(means, m2s, strict=True)], nrows, parts)
     out_m, out_m2 = [], []
     for row in rows:
-        ms = [_ld_f32(w, slot(row, p, 0), "rm") for p in range(parts)]
-        qs = [_ld_f32(w, slot(row, p, 1), "rq") for p in range(parts)]
+        ms = [load(row, p, 0) for p in range(parts)]
+        qs = [load(row, p, 1) for p in range(parts)]
         total = ms[0]
         for v in ms[1:]:
             total = combine(cx, "add", total, v)
