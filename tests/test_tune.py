@@ -186,6 +186,20 @@ def test_model_sees_the_stream_k_split() -> None:
     assert predict(m, dict(M=1, N=4096, K=1024), 1, 4, stream_k=attr).split_blocks == 0
 
 
+def test_model_follows_the_kernels_own_min_iters() -> None:
+    """@stream_k(1, min_iters=SKI) reaches the model through the compiled kernel's stream_k attr: at M = 64,
+    N = K = 4096 with 64 x 64 tiles (64 tiles of 64 iterations) SKI = 16 splits them over all 132 blocks,
+    SKI = 32 over 128 (each tile in two halves, session 20's faster split)."""
+    sizes = dict(M=64, N=4096, K=4096)
+    got = {}
+    for ski in (16, 32):
+        k = tkir.compile(GEMM, BM=64, BN=64, SK=1, SKI=ski)
+        got[ski] = predict(build_module(GEMM, {"BM": 64, "BN": 64}), sizes, 1, 8,
+                           stream_k=k.module.kernel.attrs["stream_k"])
+    assert (got[16].blocks, got[16].split_blocks, got[16].split_tiles) == (132, 132, 64)
+    assert (got[32].blocks, got[32].split_blocks, got[32].split_tiles) == (128, 128, 64)
+
+
 def test_rank_statistics() -> None:
     assert ranks([3.0, 1.0, 2.0, 1.0]) == [4.0, 1.5, 3.0, 1.5]
     assert spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
