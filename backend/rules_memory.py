@@ -561,15 +561,15 @@ def _st_f32_everywhere(cx: LoweringContext, addr: str, v: str, across: bool) -> 
 
 def _exchange_row_values(cx: LoweringContext, rows: list, values: list[list[str]], nrows: int,
                          parts: int) -> Callable[[object, int, int], str]:
-    """The exchange both row combines share: each thread writes the k f32 values of each of its rows
-    (values[i] for rows[i], the same k for every row) to scratch[row][part][0..k) (the lanes that share
+    """The exchange both row combines share: each thread writes the k f32 values (k = 1 or 2) of each of its
+    rows (values[i] for rows[i]) to scratch[row][part][0..k) (the lanes that share
     a row write the same values), between barriers (the cluster's, with each value written to every
     CTA's scratch, where the parts span the CTAs of a cluster). Returns load(row, p, j): this thread's
     read of part p's value j of `row`, emitted where the caller asks, so each caller keeps its order."""
     w = cx.w
     k = len(values[0]) if values else 1
-    if k & (k - 1):
-        raise LoweringError(None, f"backend: a row exchange of {k} values per row (1 or a power of two)")
+    if k not in (1, 2):
+        raise LoweringError(None, f"backend: a row exchange of {k} values per row (1 or 2)")
     across = _spans_ctas(cx, parts)
     base = cx.scratch(nrows * parts * k * WORD, cluster_wide=True)
     warp = w.op(f"lshr i32 {cx.thread_index()}, 5", "warp")
@@ -580,9 +580,9 @@ def _exchange_row_values(cx: LoweringContext, rows: list, values: list[list[str]
         if k == 1:
             pk = p
         elif isinstance(p, int):
-            pk = str(p * k + j)
-        else:  # k a power of two (1 or 2 today): p * k + j as a shift and an add
-            pk = w.op(f"add i32 {w.op(f'shl i32 {p}, {k.bit_length() - 1}', 'p2')}, {j}", "pk")
+            pk = str(p * 2 + j)
+        else:
+            pk = w.op(f"add i32 {w.op(f'shl i32 {p}, 1', 'p2')}, {j}", "pk")
         return _word_addr(w, base, w.op(f"add i32 {r}, {pk}", "ri"))
 
     _exchange_sync(cx, across)  # earlier users of the scratch area are done
@@ -590,7 +590,7 @@ def _exchange_row_values(cx: LoweringContext, rows: list, values: list[list[str]
         for j, v in enumerate(vs):
             _st_f32_everywhere(cx, slot(row, part, j), v, across)
     _exchange_sync(cx, across)
-    names = ("rp",) if k == 1 else ("rm", "rq", *(f"r{j}" for j in range(2, k)))
+    names = ("rp",) if k == 1 else ("rm", "rq")
     return lambda row, p, j: _ld_f32(w, slot(row, p, j), names[j])
 
 

@@ -41,6 +41,12 @@ def main() -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--reps", type=int, default=30)
     a = ap.parse_args()
+    return run_points(POINTS, Path(a.out), a.reps, "cluster19.json", "session 19 cluster-rows")
+
+
+def run_points(points: list, out: Path, reps: int, json_name: str, title: str) -> int:
+    """Each (kernel, N, D, configurations) point: every configuration checked on fresh inputs, then all
+    timed in one rotated group beside eager torch and torch.compile; a table per point, JSON records."""
     import sweep15
     import torch
 
@@ -50,12 +56,11 @@ def main() -> int:
     from tkir.examples import load_companion
 
     sweep15.patch_rel_err(tb)
-    out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     copy = tb.copy_bandwidth(torch)
     recs, lines = [], [f"copy bandwidth, same run: {copy:.0f} GB/s"]
     print(lines[0], flush=True)
-    for kern, n, d, configs in POINTS:
+    for kern, n, d, configs in points:
         src = str(ROOT / "examples" / f"{kern}.tk")
         comp = sweep15.GpuRowInputs(load_companion(src), kern)
         sizes = {"N": n}
@@ -84,7 +89,7 @@ def main() -> int:
         fns = [(lambda i, s=sets, k=k: (lambda: k(*s[i]))) for k in variants.values()]
         fns += [lambda i, s=sets, c=comp, z=sizes, q=consts0: c.peer(s[i], z, q),
                 lambda i, s=sets, c=comp, z=sizes, q=consts0: c.extra_peer("compiled", s[i], z, q)]
-        ms = tb.time_pair_ms(torch, fns, nsets, a.reps, 5, rotate=True)
+        ms = tb.time_pair_ms(torch, fns, nsets, reps, 5, rotate=True)
         t = dict(zip([*variants, "eager", "compiled"], ms, strict=True))
         ok = all(e < 1e-2 for e in errs.values())
         xb = 2 * n * d * 2   # X read, Y written
@@ -101,8 +106,8 @@ def main() -> int:
         recs.append(dict(kernel=kern, N=n, D=d, ms=t, rel_err=errs, copy_gbps=copy))
         del sets, fns, variants
         torch.cuda.empty_cache()
-    (out / "cluster19.json").write_text(json.dumps(recs, indent=1))
-    print(f"\n== session 19 cluster-rows: medians of {a.reps} rotated reps")
+    (out / json_name).write_text(json.dumps(recs, indent=1))
+    print(f"\n== {title}: medians of {reps} rotated reps")
     print("\n".join(lines))
     return 0
 

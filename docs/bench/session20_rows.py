@@ -11,17 +11,13 @@ measured in the same run (bytes = read X + write Y).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "docs" / "bench"))
 
-
-def _cfgs(*cs: str) -> list[dict]:
-    return [dict(kv.split("=") for kv in c.split()) for c in cs]
-
+from session19_cluster import _cfgs, run_points  # noqa: E402 - session 19's measurement, these points
 
 # the tuned point of session 19's sweep first, then three blocks per SM (OCC = 3, outside the tune spaces'
 # OCC = [0, 4, 8]): statistics from the whole row, the output pass re-reading X in DC chunks (79-80
@@ -45,70 +41,7 @@ def main() -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--reps", type=int, default=30)
     a = ap.parse_args()
-    import sweep15
-    import torch
-
-    torch._dynamo.config.cache_size_limit = 64   # one compiled peer per shape
-    import tkir
-    import tkir.bench as tb
-    from tkir.examples import load_companion
-
-    sweep15.patch_rel_err(tb)
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
-    copy = tb.copy_bandwidth(torch)
-    recs, lines = [], [f"copy bandwidth, same run: {copy:.0f} GB/s"]
-    print(lines[0], flush=True)
-    for kern, n, d, configs in POINTS:
-        src = str(ROOT / "examples" / f"{kern}.tk")
-        comp = sweep15.GpuRowInputs(load_companion(src), kern)
-        sizes = {"N": n}
-        variants = {}
-        for cfg in configs:
-            consts = {"ROWS": 1, **{k: int(v) for k, v in cfg.items()}, "D": d}
-            label = " ".join(f"{k}={v}" for k, v in cfg.items())
-            try:
-                variants[label] = tkir.compile(src, **consts)
-                variants[label].asm["ptx"]  # noqa: B018 - compile now: a refused point is left out here
-            except Exception as e:  # noqa: BLE001 - reported, the point goes on
-                print(f"  {label}: not compiled: {str(e).splitlines()[0]}", flush=True)
-                variants.pop(label, None)
-        consts0 = {"ROWS": 1, "D": d}
-        nbytes = comp.bytes_moved(sizes, {**consts0, "DC": d})
-        nsets = max(2, min(tb.MAX_ROTATE_SETS, -(-int(tb.ROTATE_FACTOR * tb.L2_BYTES) // nbytes),
-                           max(1, tb.ROTATE_BUDGET // nbytes)))
-        sets = [comp.torch_inputs(sizes, consts0) for _ in range(nsets)]
-        ref = comp.torch_reference(sets[0], sizes, consts0)["Y"]
-        errs = {}
-        for key, k in variants.items():
-            sets[0][-1].fill_(float("nan"))
-            k(*sets[0])
-            torch.cuda.synchronize()
-            errs[key] = float(tb._rel_err(torch, sets[0][-1], ref))
-        fns = [(lambda i, s=sets, k=k: (lambda: k(*s[i]))) for k in variants.values()]
-        fns += [lambda i, s=sets, c=comp, z=sizes, q=consts0: c.peer(s[i], z, q),
-                lambda i, s=sets, c=comp, z=sizes, q=consts0: c.extra_peer("compiled", s[i], z, q)]
-        ms = tb.time_pair_ms(torch, fns, nsets, a.reps, 5, rotate=True)
-        t = dict(zip([*variants, "eager", "compiled"], ms, strict=True))
-        ok = all(e < 1e-2 for e in errs.values())
-        xb = 2 * n * d * 2   # X read, Y written
-        head = (f"{kern} {n}x{d}: eager {1e3 * t['eager']:.2f} us, compiled {1e3 * t['compiled']:.2f} us "
-                f"({100 * xb / t['compiled'] / 1e6 / copy:.1f}% of copy), max err {max(errs.values()):.1e} "
-                f"{'ok' if ok else 'WRONG'}")
-        print(head, flush=True)
-        lines.append(head)
-        for key in variants:
-            line = (f"  {key:36s} {1e3 * t[key]:9.2f} us  x compiled {t['compiled'] / t[key]:.3f}  "
-                    f"{100 * xb / t[key] / 1e6 / copy:5.1f}% of copy  err {errs[key]:.1e}")
-            print(line, flush=True)
-            lines.append(line)
-        recs.append(dict(kernel=kern, N=n, D=d, ms=t, rel_err=errs, copy_gbps=copy))
-        del sets, fns, variants
-        torch.cuda.empty_cache()
-    (out / "rows20.json").write_text(json.dumps(recs, indent=1))
-    print(f"\n== session 20 three blocks per SM: medians of {a.reps} rotated reps")
-    print("\n".join(lines))
-    return 0
+    return run_points(POINTS, Path(a.out), a.reps, "rows20.json", "session 20 three blocks per SM")
 
 
 if __name__ == "__main__":
