@@ -25,7 +25,7 @@ from tkir.frontend import ast
 from tkir.frontend.names import Vocabulary, check_untaken, close_matches
 from tkir.frontend.tune import check_tune
 from tkir.ir import Block, Loc, Module, Operation, Region, Value
-from tkir.target import MAX_BLOCKS_PER_SM, REGS_PER_SM, SMEM_PER_BLOCK
+from tkir.target import MAX_BLOCKS_PER_SM, MAX_THREADS_PER_BLOCK, REGS_PER_SM, SMEM_PER_BLOCK, WARP
 from tkir.types import (
     DTYPE_BYTES,
     FLOAT_DTYPES,
@@ -72,7 +72,8 @@ ALL_FUNCS = (*UNARY_FUNCS, *CAST_FUNCS, *REDUCTIONS, *OTHER_FUNCS)
 ANNOTATIONS = {"stages": "a for loop", "swizzle": "a shared declaration",
                "no_tma": "a load statement", "warpgroups": "the kernel", "tune": "the kernel",
                "stream_k": "the kernel", "blocks_per_sm": "the kernel", "persistent": "the kernel",
-               "hoist_loads": "the kernel", "fence_loads": "the kernel", "cluster": "the kernel"}
+               "hoist_loads": "the kernel", "fence_loads": "the kernel", "cluster": "the kernel",
+               "warps": "the kernel"}
 STREAM_K_ATTR = "stream_k_requested"  # what `@stream_k(1)` records; passes/stream_k.py reads it
 STREAM_K_MIN_ITERS_ATTR = "stream_k_min_iters"  # what `@stream_k(1, min_iters=I)` adds; passes/stream_k.py
 MAX_STREAM_K_MIN_ITERS = 1 << 20  # a sanity bound: more K iterations per block than any split would ask
@@ -80,6 +81,8 @@ PERSISTENT_ATTR = "persistent_requested"  # what `@persistent(1)` records; passe
 HOIST_LOADS_ATTR = "hoist_loads_requested"  # what `@hoist_loads(1)` records; passes/hoist_loads.py reads it
 FENCE_LOADS_ATTR = "fence_loads_requested"  # what `@fence_loads(1)` records; passes/fence_loads.py reads it
 CLUSTER_ATTR = "cluster_requested"  # what `@cluster(C)` with C > 1 records; passes/cluster_rows.py reads it
+WARPS_ATTR = "warps"  # what `@warps(W)` with W >= 1 records; passes/infer_layouts.py reads it
+MAX_BLOCK_WARPS = MAX_THREADS_PER_BLOCK // WARP  # 32: a block's 1024 threads
 CLUSTER_SIZES = (1, 2, 4, 8)  # CTAs per cluster: powers of two up to the portable maximum, 8 (HOPPER.md; CUDA
                               # C Programming Guide, "Thread Block Clusters")
 BINARY_NAMES = {"+": "add", "-": "sub", "*": "mul", "/": "div", "%": "rem", "max": "max", "min": "min"}
@@ -399,7 +402,7 @@ class _Lowerer:
         """Check annotations against the construct they precede; name -> the attrs they add."""
         out: dict[str, dict[str, object]] = {}
         allowed = {"kernel": ("warpgroups", "tune", "stream_k", "blocks_per_sm", "persistent", "hoist_loads",
-                              "fence_loads", "cluster"),
+                              "fence_loads", "cluster", "warps"),
                    "for": ("stages",),
                    "shared": ("swizzle",), "load": ("no_tma",), "none": ()}[where]
         for a in anns:
@@ -525,6 +528,23 @@ class _Lowerer:
                              f"{', '.join(map(str, CLUSTER_SIZES[:-1]))} or {CLUSTER_SIZES[-1]} (CTAs per cluster), "
                              f"got {got}", hint=form)
         return {CLUSTER_ATTR: c} if c > 1 else {}
+
+    def ann_warps(self, a: ast.Annotation) -> dict[str, object]:
+        """`@warps(W)`: W a compile-time integer 0..MAX_BLOCK_WARPS (usually a const, so `@tune` can choose
+        it): W >= 1 records `warps = W`, the block's compute warps, in place of `@warpgroups`' consumers
+        (infer-layouts spreads the tiles over them; on sm_90a, W not a multiple of 4 only for kernels
+        without `@`, whose wgmma needs whole warpgroups); 0 adds nothing (`@warpgroups` or the default
+        sizes the block)."""
+        form = "write @warps(2), or @warps(NW) with a const NW that @tune(NW=[0, 1, 2]) chooses"
+        if len(a.args) != 1 or a.kwargs:
+            raise self.error(a.loc, "'@warps' takes one argument", hint=form)
+        c = self.const_eval(a.args[0])
+        if isinstance(c, bool) or not isinstance(c, int) or not 0 <= c <= MAX_BLOCK_WARPS:
+            got = "a value known only at run time" if c is None else f"{c}"
+            raise self.error(a.args[0].loc, f"bad argument to '@warps': expected a compile-time integer "
+                             f"0..{MAX_BLOCK_WARPS} (the block's warps; 0: @warpgroups decides), got {got}",
+                             hint=form)
+        return {WARPS_ATTR: c} if c else {}
 
     def ann_warpgroups(self, a: ast.Annotation) -> dict[str, object]:
         if a.args or not a.kwargs:

@@ -2,7 +2,7 @@
 
 Rewrites nothing but the kernel's attrs: a kernel whose source asks (`@cluster(C)`, C > 1, the kernel attr
 `cluster_requested = C`) gets `cluster = C` when it qualifies. The block stays the unit of the IR: its
-W warps (`@warpgroups`) hold its tiles as before, and the interpreter runs it as one block. The backend
+W warps (`@warpgroups` or `@warps`) hold its tiles as before, and the interpreter runs it as one block. The backend
 then launches C CTAs of W / C warps per block, `.reqnctapercluster C, 1, 1`: logical thread t is
 thread t mod (32 W / C) of CTA rank t div (32 W / C) of the block's cluster, `block.x` is the cluster's
 index, and a row reduction whose parts span CTAs exchanges them through distributed shared memory
@@ -72,8 +72,10 @@ def _check(kernel: Operation, c: int) -> None:
         if why is not None:
             raise CompileError(op.loc, f"cluster-rows: @cluster({c}) with {why} ({op.name}): its exchange between "
                                        "warps goes through one CTA's shared memory", hint=hint)
-    warps = WARPS_PER_WARPGROUP * compute_warpgroups(kernel)  # sm_90a: no `warps` attr (sm_80 is skipped)
+    warps = kernel.attrs.get("warps")  # @warps(W) with W not a multiple of 4 (infer-layouts keeps it)
+    if not isinstance(warps, int):
+        warps = WARPS_PER_WARPGROUP * compute_warpgroups(kernel)
     if warps % c:
         raise CompileError(kernel.loc, f"cluster-rows: @cluster({c}) needs the block's {warps} warps to split into "
                                        f"{c} CTAs of equal whole warps",
-                           hint="use more warpgroups or a smaller cluster")
+                           hint="use more warps or warpgroups, or a smaller cluster")

@@ -55,7 +55,7 @@ from tkir.layout import (
 from tkir.ops import TILE_BINARY, TILE_UNARY
 from tkir.passes.create_tma import classify_copy
 from tkir.passmanager import Options, ParamError, Pass, PassError, param
-from tkir.target import MAX_THREADS_PER_BLOCK
+from tkir.target import MAX_THREADS_PER_BLOCK, WARPS_PER_WARPGROUP
 from tkir.target import WARP as WARP_SIZE
 from tkir.types import TileType, VectorType, is_register, is_shared
 
@@ -176,6 +176,21 @@ class _KernelLayouts:
             attrs["warps"] = warps
             _check_threads(self.kernel, warps)
             return warps, 0
+        warps = attrs.get("warps")
+        if isinstance(warps, int):  # @warps(W)
+            if warps < 1:
+                raise PassError(self.kernel.loc, f"warps must be a positive count, got {warps}")
+            if warps % WARPS_PER_WARPGROUP == 0:  # whole warpgroups: the same block as @warpgroups(consumers=W/4)
+                del attrs["warps"]
+                consumers = warps // WARPS_PER_WARPGROUP
+                attrs["warpgroups"] = {**(given if isinstance(given, dict) else {}), "consumers": consumers}
+            elif has_mma:
+                raise PassError(self.kernel.loc, f"@warps({warps}): on sm_90a a kernel with '@' (tile matmul) runs "
+                                "wgmma, which needs whole warpgroups of 4 warps",
+                                hint="use @warps(W) with W a multiple of 4, or @warpgroups(consumers=N)")
+            else:  # a register-only kernel: its tiles are spread over W warps, as on sm_80
+                _check_threads(self.kernel, warps)
+                return warps, 0
         if consumers is None:
             consumers = auto_consumer_warpgroups(acc_rows) if has_mma else 1
             attrs["warpgroups"] = {**(given if isinstance(given, dict) else {}), "consumers": consumers}

@@ -266,3 +266,37 @@ def test_dry_run_calls_tune_dry_run(monkeypatch: pytest.MonkeyPatch, capsys: pyt
     assert seen == [("softmax.tk", {"N": 65536}, {"D": 16384})]
     out = capsys.readouterr().out
     assert "softmax N=65536 D=16384: 2 points, 1 kept, dropped 1 by compile; model's first: ROWS=1" in out
+
+
+def test_consts_from_reads_ok_records_of_a_directory_or_a_gzipped_file(tmp_path: Path) -> None:
+    """--consts-from: point id -> recorded consts, from ok records only, out of a sweep directory (plain or
+    gzipped sweep.jsonl) or the file itself; a truncated last line is skipped."""
+    import gzip
+
+    pts = sw.all_points()
+    good = {**_ok_record(pts[0]), "consts": {"BM": 64, "BN": 128}}
+    bad = sw.error_record(pts[1], "bench", "boom")
+    text = json.dumps(good) + "\n" + json.dumps(bad) + "\n" + '{"id": "trunc'
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / sw.JSONL).write_text(text)
+    zipped = tmp_path / "zipped"
+    zipped.mkdir()
+    with gzip.open(zipped / (sw.JSONL + ".gz"), "wt") as f:
+        f.write(text)
+    want = {pts[0].id: {"BM": 64, "BN": 128}}
+    assert sw.load_given_consts(plain) == want
+    assert sw.load_given_consts(zipped) == want
+    assert sw.load_given_consts(zipped / (sw.JSONL + ".gz")) == want
+    ctx = sw.Context(types.SimpleNamespace(consts_from=None), sw.SweepDir(tmp_path / "d"))
+    assert ctx.given_consts() == {}
+    ctx = sw.Context(types.SimpleNamespace(consts_from=str(plain)), sw.SweepDir(tmp_path / "e"))
+    assert ctx.given_consts() == want
+
+
+def test_consts_from_the_committed_merged_sweep_covers_every_point() -> None:
+    """The one-call sweep (session 21) benches session 20's merged records: every point has consts."""
+    merged = ROOT / "docs" / "bench" / "latest" / "session20" / "sweep_merged"
+    given = sw.load_given_consts(merged)
+    assert sorted(given) == sorted(p.id for p in sw.all_points())
+    assert sw.parse_args(["--consts-from", str(merged)]).consts_from == str(merged)

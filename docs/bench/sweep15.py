@@ -60,6 +60,11 @@ reference). The sweep gives tune and bench (tkir.tune.tune's `companion=` hook) 
 the same distributions on the GPU and computes the reference in f32 there (GpuRowInputs); timing is
 unaffected. --host-inputs uses the companions' own path.
 
+--consts-from SWEEP: each point an earlier sweep (its directory or sweep.jsonl[.gz]) recorded as ok is
+benched with the consts its tuner chose there, without tuning (the record says `"tune": {"from": ...}`);
+points it lacks are tuned. The tuning is most of a sweep's device time (891 of 1004 s in session 20's
+records), so all 76 points fit one device call this way, measured in one run with one copy bandwidth.
+
 --dry-run (no GPU, no torch): for each selected point, tkir.tune.dry_run (the space through the
 compiler, ptxas and the cost model), with the memory plan and time estimate; nothing is recorded.
 Exit status: 0 when every point run so far in DIR passed its bars, 1 otherwise, 2 for usage errors.
@@ -68,6 +73,7 @@ Exit status: 0 when every point run so far in DIR passed its bars, 1 otherwise, 
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import math
 import os
@@ -459,6 +465,13 @@ class Context:
         self.args, self.sd = args, sd
         self._torch: Any = None
         self.copy_gbps: float | None = None
+        self._given: dict[str, dict] | None = None
+
+    def given_consts(self) -> dict[str, dict]:
+        """--consts-from's table (empty without it), read once."""
+        if self._given is None:
+            self._given = load_given_consts(self.args.consts_from) if self.args.consts_from else {}
+        return self._given
 
     def torch(self) -> Any:
         if self._torch is None:
@@ -510,6 +523,26 @@ class Context:
             return False
 
 
+def load_given_consts(path: str | Path) -> dict[str, dict]:
+    """--consts-from: point id -> the consts of each ok record of an earlier sweep (its directory or its
+    sweep.jsonl[.gz]); those points are benched with them instead of tuned (the tuning that chose them is in
+    that sweep's records)."""
+    f = Path(path)
+    if f.is_dir():
+        f = next((f / n for n in (JSONL, JSONL + ".gz") if (f / n).exists()), f / JSONL)
+    opener = gzip.open if f.suffix == ".gz" else open
+    out: dict[str, dict] = {}
+    with opener(f, "rt") as fh:
+        for line in fh:
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if rec.get("status") == "ok" and isinstance(rec.get("consts"), dict):
+                out[rec["id"]] = rec["consts"]
+    return out
+
+
 def tune_summary(res: Any) -> dict:
     from tkir.tune import format_result
 
@@ -546,17 +579,23 @@ def measure(p: Point, ctx: Context) -> dict:
     if p.part == "rows":
         comp, rec["inputs"] = row_companion(comp, p.kernel, a.host_inputs)
     t0 = time.time()
-    try:
-        res = tune(str(p.path), dict(p.sizes), fixed=dict(p.fixed) or None, reps=a.tune_reps, jobs=a.jobs,
-                   force=a.force_tune, companion=comp)
-    except Exception as e:  # noqa: BLE001
-        raise PointError("tune", f"{type(e).__name__}: {e}\n{traceback.format_exc()}") from e
-    rec["tune"] = tune_summary(res)
-    rec["tune_s"] = round(time.time() - t0, 2)
-    if res.best is None:
-        why = "; ".join(f"{n} by {s}" for s, n in rec["tune"]["dropped"].items())
-        raise PointError("tune", f"no point of the space survived ({why})")
-    consts = dict(res.best)
+    given = ctx.given_consts().get(p.id)
+    if given is not None:  # --consts-from: the consts an earlier sweep's tuner chose here, benched again
+        rec["tune"] = {"from": a.consts_from, "best": given, "cached": True}
+        rec["tune_s"] = 0.0
+        consts = dict(given)
+    else:
+        try:
+            res = tune(str(p.path), dict(p.sizes), fixed=dict(p.fixed) or None, reps=a.tune_reps, jobs=a.jobs,
+                       force=a.force_tune, companion=comp)
+        except Exception as e:  # noqa: BLE001
+            raise PointError("tune", f"{type(e).__name__}: {e}\n{traceback.format_exc()}") from e
+        rec["tune"] = tune_summary(res)
+        rec["tune_s"] = round(time.time() - t0, 2)
+        if res.best is None:
+            why = "; ".join(f"{n} by {s}" for s, n in rec["tune"]["dropped"].items())
+            raise PointError("tune", f"no point of the space survived ({why})")
+        consts = dict(res.best)
     rec["consts"] = consts
     import gc
 
@@ -962,6 +1001,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="row kernels: the companions' numpy inputs and float64 reference (slow at large N x D)")
     ap.add_argument("--redo-errors", action="store_true", help="run again the points recorded with an error")
     ap.add_argument("--force-tune", action="store_true", help="time the tune space again (ignore the tune cache)")
+    ap.add_argument("--consts-from", metavar="SWEEP", default=None,
+                    help="bench each point with the consts an earlier sweep recorded for it (its directory or "
+                         "sweep.jsonl[.gz]) instead of tuning it; points it lacks are tuned")
     ap.add_argument("--dry-run", action="store_true", help="no GPU: tune --dry-run of each selected point")
     ap.add_argument("--report-only", metavar="DIR", help="print the table and write sweep.md and the plots of DIR")
     ap.add_argument("--in-process", action="store_true", help="run the points in this process (no supervisor)")
