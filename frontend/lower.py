@@ -259,6 +259,14 @@ class _Lowerer:
         attrs["grid"] = grid
         for ann in self.annotations(k.annotations, "kernel").values():
             attrs.update(ann)
+        wg = attrs.get("warpgroups")
+        if WARPS_ATTR in attrs and isinstance(wg, dict) and "consumers" in wg:
+            # @warps(W >= 1) sizes the block in place of @warpgroups' consumers (a producers= stays)
+            rest = {r: n for r, n in wg.items() if r != "consumers"}
+            if rest:
+                attrs["warpgroups"] = rest
+            else:
+                del attrs["warpgroups"]
         for p in params:
             self.kblock.add_arg(p)
         op = Operation("tk.kernel", [], [], attrs, [Region(self.kblock)], symbol=k.name, loc=k.loc)
