@@ -81,6 +81,11 @@ CASES = [
     # re-reading X in two chunks: what the tuner picks for layernorm at D = 16384 (ragged N: 333 blocks)
     ("layernorm", dict(N=333), {"D": 16384, "DC": 8192, "ROWS": 1, "WG": 2, "OCC": 3, "REREAD": 1}),
     ("layernorm", dict(N=7), {"D": 16384, "DC": 8192, "ROWS": 1, "WG": 2, "OCC": 3, "REREAD": 1}),
+    # sessions 21-22: blocks of 1, 2 or 3 warps (@warps(NW)), rows split over the warps or a warp per row
+    # (ROWS = 2 over 2 warps), ragged N; the 1-warp blocks exchange nothing through shared memory
+    *[(k, dict(N=n), {"D": d, "DC": max(d, 1024), "ROWS": r, "NW": nw, **({"HOIST": h} if k != "softmax" else {})})
+      for k in ("layernorm", "rmsnorm", "softmax")
+      for n, d, r, nw, h in ((1, 768, 1, 1, 1), (129, 768, 2, 2, 0), (33, 768, 1, 3, 0), (5, 2048, 1, 2, 1))],
 ]
 
 
@@ -137,6 +142,8 @@ PATH_CASES = [
     ("attention_fwd", dict(B=2, H=4, N=512), {}, SWIZZLE_NONE),
     ("attention_fwd", dict(B=2, H=2, N=256), {"D": 64, "CAUSAL": 1}, SWIZZLE_NONE),
     ("attention_fwd", dict(B=1, H=2, N=1024), {"BQ": 128, "STAGES": 3, "CAUSAL": 1}, SWIZZLE_NONE),
+    ("layernorm", dict(N=129), {"D": 768, "DC": 1024, "ROWS": 2, "NW": 2}, SM80),   # @warps(2) on sm_80
+    ("rmsnorm", dict(N=33), {"D": 768, "DC": 1024, "ROWS": 1, "NW": 3}, SM80),
 ]
 PATH_NAMES = {str(SM80): "sm80", str(NO_TMA): "notma", str(SWIZZLE_NONE): "swizzle_none",
               str({**SWIZZLE_NONE, **NO_TMA}): "swizzle_none-notma"}
