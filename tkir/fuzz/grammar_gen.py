@@ -29,7 +29,7 @@ ATTR_NAMES = ("T", "x", "y", "z", "w")
 VAR_NAMES = ("a", "b", "acc", "x", "s", "M", "N", "K", "BM", "BN", "BK", "D", "block", "inf", "k", "i", "A", "B",
              "C", "X", "Y", "eps")
 ANNOTATIONS = ("@stages", "@swizzle", "@no_tma", "@warpgroups", "@unroll", "@stream_k", "@tune", "@blocks_per_sm",
-               "@persistent", "@cluster")
+               "@persistent", "@cluster", "@warps")
 INTS = ("0", "1", "2", "4", "16", "32", "64", "128", "256", "3", "1024", "2147483648", "99999999999999999999")
 FLOATS = ("0.0", "1.5", "1e-5", "2.0", "1e400", "0.5", "1.4426950408889634")
 STRINGS = ('"D must be a multiple of DC"', '""', '"x // y"', '"{ ( -"')  # static_assert messages
