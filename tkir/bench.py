@@ -233,6 +233,14 @@ def _host_lead(torch, flush) -> None:
             flush.zero_()
 
 
+def rotation_sets(nbytes: int) -> int:
+    """Input sets a timing rotates through for a kernel that moves `nbytes`: enough that the sets together
+    are ROTATE_FACTOR x the L2 (each run then reads inputs the previous runs did not leave in L2), at least
+    2, at most MAX_ROTATE_SETS and ROTATE_BUDGET bytes."""
+    return max(2, min(MAX_ROTATE_SETS, math.ceil(ROTATE_FACTOR * L2_BYTES / max(nbytes, 1)),
+                      max(1, ROTATE_BUDGET // max(nbytes, 1))))
+
+
 def bench_one(path: str, companion, sizes: dict, consts: dict, *, reps: int = 20, warmup: int = 5,
               variant: str = "tkir", compile_kw: dict | None = None, peer: bool = True,
               kernel: object | None = None) -> Row:
@@ -244,8 +252,7 @@ def bench_one(path: str, companion, sizes: dict, consts: dict, *, reps: int = 20
 
     k = kernel if kernel is not None else tkir.compile(path, **(compile_kw or {}), **consts)
     nbytes = companion.bytes_moved(sizes, consts)
-    nsets = max(2, min(MAX_ROTATE_SETS, math.ceil(ROTATE_FACTOR * L2_BYTES / max(nbytes, 1)),
-                       max(1, ROTATE_BUDGET // max(nbytes, 1))))
+    nsets = rotation_sets(nbytes)
     if hasattr(companion, "torch_inputs"):
         sets = [companion.torch_inputs(sizes, consts) for _ in range(nsets)]
         host = None

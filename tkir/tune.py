@@ -58,6 +58,7 @@ REFINE_WITHIN = 1.06       # points within 6% of the best median of the first ro
 #                            again in a group of 6 it was 6-7% faster, as the sweep's bench harness measures)
 REFINE_TOP = 8             # ...at most 8 (tkir.bench.ROTATE_FULL_MAX: each then runs first equally often)...
 REFINE_REPS_FACTOR = 3     # ...with 3x the reps, in one group of their own
+TUNE_SETS = 3              # input sets the tuner's timings rotate through
 CACHE_ARTIFACT = "tune"
 
 
@@ -234,6 +235,11 @@ def _message(e: CompileError) -> str:
 # --- 4: timing -----------------------------------------------------------------------------------
 
 
+def tune_sets(comp, sizes: dict[str, int], consts: dict) -> int:
+    """Input sets the tuner rotates through: TUNE_SETS."""
+    return TUNE_SETS
+
+
 def time_points(path: str, sizes: dict[str, int], cands: list[Candidate], *, target: str, passes: str | None,
                 reps: int, device_index: int | None = None, companion=None, refine: bool = True) -> None:
     """Check every kept point against the companion's reference, then time them interleaved (torch),
@@ -250,7 +256,7 @@ def time_points(path: str, sizes: dict[str, int], cands: list[Candidate], *, tar
     if not kept:
         return
     consts0 = kept[0].consts
-    nsets = 3
+    nsets = tune_sets(comp, sizes, consts0)
     if hasattr(comp, "torch_inputs"):
         sets = [comp.torch_inputs(sizes, consts0) for _ in range(nsets)]
         ref = comp.torch_reference(sets[0], sizes, consts0)

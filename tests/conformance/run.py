@@ -67,25 +67,27 @@ def _strip_location(text: str) -> str:
     return f"{m[1]}:{m[2]}: {m[3]}" if m else first
 
 
-def compile_case(case: Case, tmp: str) -> tuple[object, str]:
-    """(CompiledKernel, source): the front end and the passes, no backend yet."""
+def compile_case(case: Case, tmp: str, header: str = "") -> tuple[object, str]:
+    """(CompiledKernel, source): the front end and the passes, no backend yet. `header`: lines put before
+    the kernel (kernel annotations, e.g. "@warps(2)\n")."""
     import tkir
 
-    source = kernel_source(case)
+    source = header + kernel_source(case)
     path = Path(tmp) / f"{case.construct.name}.tk"
     path.write_text(source, encoding="utf-8")
     return tkir.compile(str(path), target=case.target), source
 
 
-def run_case(case: Case, target: str | None = None) -> Outcome:
-    """The outcome of one case on its target (or on `target`, overriding the case's)."""
+def run_case(case: Case, target: str | None = None, header: str = "") -> Outcome:
+    """The outcome of one case on its target (or on `target`, overriding the case's); `header` as in
+    compile_case."""
     from tkir.diagnostics import CompileError
 
     if target is not None and target != case.target:
         case = Case(case.construct, case.context, case.dtype, target)
     with tempfile.TemporaryDirectory(prefix="tkir-conf-") as tmp, _no_cache():
         try:
-            k, source = compile_case(case, tmp)
+            k, source = compile_case(case, tmp, header)
         except CompileError as e:
             text = e.format()
             if LOCATED.match(text):
