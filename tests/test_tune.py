@@ -317,8 +317,12 @@ import json, os, sys
 spec = json.loads(open(sys.argv[-1]).read())
 gpu = int(os.environ["CUDA_VISIBLE_DEVICES"])
 assert spec["device"] == gpu, (spec["device"], gpu)
-out = [dict(c, ms=1.0 + gpu + 0.01 * i, status="timed", rel_err=1e-3, device=gpu)
-       for i, c in enumerate(spec["candidates"])]
+if spec.get("refine_only"):   # the second round: every point given was timed by a worker; all on GPU 0
+    assert gpu == 0 and all(c["status"] == "timed" for c in spec["candidates"])
+    out = [dict(c, again_ms=5.0 - 0.1 * i) for i, c in enumerate(spec["candidates"])]
+else:
+    out = [dict(c, ms=1.0 + gpu + 0.01 * i, status="timed", rel_err=1e-3, device=gpu)
+           for i, c in enumerate(spec["candidates"])]
 print(json.dumps(out))
 """
 
@@ -335,6 +339,10 @@ def test_points_are_split_over_the_gpus_and_merged_back(monkeypatch: pytest.Monk
     assert [(c.consts["BM"], c.status, c.device) for c in cands] == [
         (64, "timed", 0), (128, "timed", 1), (192, "dropped", None), (256, "timed", 0), (320, "timed", 1)]
     assert [c.ms for c in cands if c.status == "timed"] == [1.0, 2.0, 1.01, 2.01]
+    # the second round: the points within REFINE_WITHIN of the best first round (BM = 64 and 256, from GPU 0's
+    # share; GPU 1's are 2x slower) timed again together on GPU 0, and that round picks
+    assert [c.again_ms for c in cands] == [5.0, None, None, 4.9, None]
+    assert tune.best_candidate([c for c in cands if c.status == "timed"]).consts == {"BM": 256}
 
 
 def test_a_failing_worker_names_its_gpu(monkeypatch: pytest.MonkeyPatch) -> None:

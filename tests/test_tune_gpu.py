@@ -79,3 +79,20 @@ def test_autotune_launches_the_tuned_point(tmp_path: Path, monkeypatch: pytest.M
     ref = a.astype(np.float32) @ b.astype(np.float32)
     out = c.numpy().astype(np.float32)
     assert np.linalg.norm(out - ref) / np.linalg.norm(ref) < 1e-2
+
+
+@pytest.mark.gpu
+def test_the_gpu_workers_and_their_second_round_on_one_gpu() -> None:
+    """The multi-GPU path (_time_on_gpus: real `python -m tkir.tune --worker` processes) run with one GPU:
+    the worker times every kept point, then the points near the best are timed again together on GPU 0
+    by a second worker (first_round=False), whose round picks the best, as tune() does on one GPU."""
+    gemm = str(ROOT / "examples/gemm.tk")
+    sizes = dict(M=1024, N=1024, K=1024)
+    cands = tune.plan(gemm, sizes, fixed={"BK": 64, "SK": 0})
+    tune._time_on_gpus(gemm, sizes, cands, target="sm_90a", passes=None, reps=5, ngpus=1)
+    timed = [c for c in cands if c.status == "timed"]
+    assert len(timed) >= 2 and all(c.device == 0 and c.ms > 0 and c.rel_err < 2e-2 for c in timed)
+    near = tune.refine_candidates(timed)
+    assert near and all(c.again_ms is not None and c.again_ms > 0 for c in near)
+    assert all(c.again_ms is None for c in timed if c not in near)
+    assert tune.best_candidate(timed) is min(near, key=lambda c: c.again_ms)

@@ -23,7 +23,8 @@
    (session 17: 11 of layernorm's N = 1, D = 768 points at the same 3.6 us, the first of them taken).
    The table ranks by the first round (every point timed together) and shows the second beside it;
    the two rounds are not compared with each other (clocks drift between them).
-   With several GPUs, the points are split over them, one process each.
+   With several GPUs, the points are split over them, one process each, for the first round; the
+   second round (the points near the best of all of them) runs on GPU 0, one more process.
 5. The best point is kept in the disk cache (tkir.backend.cache) under a key of the kernel source,
    the pinned consts, target and pipeline, the size bucket (each size rounded up to a power of two),
    the GPU's name and the tool versions; a second `tune` for the same key reads it and times nothing.
@@ -241,10 +242,13 @@ def tune_sets(comp, sizes: dict[str, int], consts: dict) -> int:
 
 
 def time_points(path: str, sizes: dict[str, int], cands: list[Candidate], *, target: str, passes: str | None,
-                reps: int, device_index: int | None = None, companion=None, refine: bool = True) -> None:
+                reps: int, device_index: int | None = None, companion=None, refine: bool = True,
+                first_round: bool = True) -> None:
     """Check every kept point against the companion's reference, then time them interleaved (torch),
     and time the nearest to the best again (`refine`; the multi-GPU workers do not: each sees only its
-    share of the points). `companion`: one to use instead of the kernel's own (e.g. with torch_inputs)."""
+    share of the points). `companion`: one to use instead of the kernel's own (e.g. with torch_inputs).
+    `first_round=False`: the points given are already timed (status "timed", by the multi-GPU workers) and
+    are all timed again, as one group on this GPU (_time_on_gpus' second round)."""
     import torch
 
     import tkir
@@ -252,7 +256,7 @@ def time_points(path: str, sizes: dict[str, int], cands: list[Candidate], *, tar
     from tkir.examples import load_companion
 
     comp = companion if companion is not None else load_companion(path)
-    kept = [c for c in cands if c.status == "kept"]
+    kept = [c for c in cands if c.status == ("kept" if first_round else "timed")]
     if not kept:
         return
     consts0 = kept[0].consts
@@ -285,14 +289,17 @@ def time_points(path: str, sizes: dict[str, int], cands: list[Candidate], *, tar
             c.reason = f"wrong result: rel err {c.rel_err:.2e} > {comp.TOLERANCE}"
             continue
         kernels[id(c)] = k
-    good = [c for c in kept if c.status == "kept"]
+    good = [c for c in kept if id(c) in kernels]
     def launcher(k):
         return lambda i: (lambda: k(*sets[i]))
 
-    fns = [launcher(kernels[id(c)]) for c in good]
-    for c, ms in zip(good, time_pair_ms(torch, fns, nsets, reps, 3) if fns else [], strict=True):
-        c.ms, c.status, c.device = ms, "timed", device_index
-    near = refine_candidates(good) if refine else []
+    if first_round:
+        fns = [launcher(kernels[id(c)]) for c in good]
+        for c, ms in zip(good, time_pair_ms(torch, fns, nsets, reps, 3) if fns else [], strict=True):
+            c.ms, c.status, c.device = ms, "timed", device_index
+        near = refine_candidates(good) if refine else []
+    else:
+        near = good if len(good) > 1 else []
     if near:
         again = time_pair_ms(torch, [launcher(kernels[id(c)]) for c in near], nsets, REFINE_REPS_FACTOR * reps, 3)
         for c, ms in zip(near, again, strict=True):
@@ -347,6 +354,22 @@ def _time_on_gpus(path: str, sizes: dict, cands: list[Candidate], *, target: str
                 raise TkirError(f"tune worker on GPU {g} failed: {err.strip()[-2000:]}")
             for c, d in zip(group, json.loads(out), strict=True):
                 c.__dict__.update(d)
+        # the second round, as on one GPU: the points near the best of all the workers' first rounds, timed
+        # again together on GPU 0 (each worker saw only its share, and a first round is a screen: session 22)
+        near = refine_candidates([c for c in kept if c.status == "timed"])
+        if near:
+            spec = Path(tmp) / "refine.json"
+            spec.write_text(json.dumps({"path": path, "sizes": sizes, "target": target, "passes": passes,
+                                        "reps": reps, "device": 0, "refine_only": True,
+                                        "candidates": [asdict(c) for c in near]}))
+            p = subprocess.run([*WORKER_CMD, str(spec)], stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                               env=dict(os.environ, CUDA_VISIBLE_DEVICES="0"))
+            if p.returncode != 0:
+                raise TkirError(f"tune worker (second round, GPU 0) failed: {p.stderr.strip()[-2000:]}")
+            for c, d in zip(near, json.loads(p.stdout), strict=True):
+                c.again_ms = d.get("again_ms")
+                if d.get("status") == "dropped":
+                    c.status, c.stage, c.reason = "dropped", d.get("stage"), d.get("reason")
 
 
 # The command of a timing worker (one per GPU); the spec file's path is appended.
@@ -356,8 +379,9 @@ WORKER_CMD = [sys.executable, "-m", "tkir.tune", "--worker"]
 def _worker() -> int:
     spec = json.loads(Path(sys.argv[sys.argv.index("--worker") + 1]).read_text())
     cands = [Candidate(**c) for c in spec["candidates"]]
+    second = bool(spec.get("refine_only"))
     time_points(spec["path"], spec["sizes"], cands, target=spec["target"], passes=spec["passes"],
-                reps=spec["reps"], device_index=spec["device"], refine=False)
+                reps=spec["reps"], device_index=spec["device"], refine=second, first_round=not second)
     print(json.dumps([asdict(c) for c in cands]))
     return 0
 
