@@ -341,9 +341,7 @@ def _time_on_gpus(path: str, sizes: dict, cands: list[Candidate], *, target: str
             # the spec goes in a file, not a pipe: every worker must start before any is waited for
             # (session 9: writing stdin, closing it, then communicate() raised "I/O operation on
             # closed file" on the first two-GPU machine tkir ran on)
-            spec = Path(tmp) / f"gpu{g}.json"
-            spec.write_text(json.dumps({"path": path, "sizes": sizes, "target": target, "passes": passes,
-                                        "reps": reps, "device": g, "candidates": [asdict(c) for c in group]}))
+            spec = _write_spec(Path(tmp) / f"gpu{g}.json", path, sizes, target, passes, reps, g, group)
             env = dict(os.environ, CUDA_VISIBLE_DEVICES=str(g))
             p = subprocess.Popen([*WORKER_CMD, str(spec)], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, text=True, env=env)
@@ -358,10 +356,8 @@ def _time_on_gpus(path: str, sizes: dict, cands: list[Candidate], *, target: str
         # again together on GPU 0 (each worker saw only its share, and a first round is a screen: session 22)
         near = refine_candidates([c for c in kept if c.status == "timed"])
         if near:
-            spec = Path(tmp) / "refine.json"
-            spec.write_text(json.dumps({"path": path, "sizes": sizes, "target": target, "passes": passes,
-                                        "reps": reps, "device": 0, "refine_only": True,
-                                        "candidates": [asdict(c) for c in near]}))
+            spec = _write_spec(Path(tmp) / "refine.json", path, sizes, target, passes, reps, 0, near,
+                               refine_only=True)
             p = subprocess.run([*WORKER_CMD, str(spec)], stdin=subprocess.DEVNULL, capture_output=True, text=True,
                                env=dict(os.environ, CUDA_VISIBLE_DEVICES="0"))
             if p.returncode != 0:
@@ -370,6 +366,15 @@ def _time_on_gpus(path: str, sizes: dict, cands: list[Candidate], *, target: str
                 c.again_ms = d.get("again_ms")
                 if d.get("status") == "dropped":
                     c.status, c.stage, c.reason = "dropped", d.get("stage"), d.get("reason")
+
+
+def _write_spec(spec: Path, path: str, sizes: dict, target: str, passes: str | None, reps: int, device: int,
+                cands: list[Candidate], refine_only: bool = False) -> Path:
+    """A timing worker's spec file (its points and how to time them), for `WORKER_CMD spec`."""
+    spec.write_text(json.dumps({"path": path, "sizes": sizes, "target": target, "passes": passes, "reps": reps,
+                                "device": device, "refine_only": refine_only,
+                                "candidates": [asdict(c) for c in cands]}))
+    return spec
 
 
 # The command of a timing worker (one per GPU); the spec file's path is appended.

@@ -10,7 +10,7 @@ import pytest
 
 from conformance.cases import TOLERANCE, Case, all_cases, global_params, kernel_source
 from conformance.known_gaps import WORKING
-from conformance.run import WORKS, mismatch, run_case
+from conformance.run import WORKS, Outcome, mismatch, run_case
 
 pytestmark = [pytest.mark.gpu, pytest.mark.conformance]
 
@@ -32,10 +32,16 @@ CASES = [c for c in all_cases() if c.id in _WORKING]
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_case_on_gpu_matches_interpreter(case: Case) -> None:
-    from tkir.backend import cuda as tkcuda
-
     out = run_case(case)
     assert out.status == WORKS, f"{case.id}: {out.status}: {out.message}"
+    assert_gpu_matches_interpreter(case, out, case.id)
+
+
+def assert_gpu_matches_interpreter(case: Case, out: Outcome, label: str) -> None:
+    """Launch a working case's kernel on the GPU with the interpreter's inputs; its outputs must equal
+    the interpreter's, within gpu_tolerance."""
+    from tkir.backend import cuda as tkcuda
+
     device = {n: tkcuda.to_device(np.ascontiguousarray(a)) for n, a in out.inputs.items()}
     out.kernel(*device.values())
     # DeviceArray.numpy() synchronizes the context before copying back
@@ -43,4 +49,4 @@ def test_case_on_gpu_matches_interpreter(case: Case) -> None:
     bad = [mismatch(n, device[n].numpy(), want, gpu_tolerance(case, dtypes.get(n, case.dtype)))
            for n, want in out.outputs.items()]
     bad = [b for b in bad if b]
-    assert not bad, f"{case.id}: GPU vs interpreter: {bad}"
+    assert not bad, f"{label}: GPU vs interpreter: {bad}"

@@ -42,21 +42,10 @@ def test_case_with_warps_is_not_a_backend_failure(case: Case, warps: int) -> Non
 @pytest.mark.parametrize("case, warps", [pytest.param(c, w, id=f"{c.id}-warps{w}") for c, w in SAMPLE])
 def test_case_with_warps_on_gpu_matches_interpreter(case: Case, warps: int) -> None:
     """The sample's working cases launched on the GPU: the outputs equal the interpreter's."""
-    import numpy as np
-
-    from conformance.cases import global_params, kernel_source
-    from conformance.run import mismatch
-    from conformance.test_conformance_gpu import gpu_tolerance
-    from tkir.backend import cuda as tkcuda
+    from conformance.test_conformance_gpu import assert_gpu_matches_interpreter
 
     out = run_case(case, header=f"@warps({warps})\n")
     if out.status == REFUSED:
         pytest.skip(f"refused on the CPU, as it should be: {out.message}")
     assert out.status == WORKS, f"{case.id} @warps({warps}): {out.status}: {out.message}"
-    device = {n: tkcuda.to_device(np.ascontiguousarray(a)) for n, a in out.inputs.items()}
-    out.kernel(*device.values())
-    dtypes = {name: dt for name, dt, _ in global_params(kernel_source(case))}
-    bad = [mismatch(n, device[n].numpy(), want, gpu_tolerance(case, dtypes.get(n, case.dtype)))
-           for n, want in out.outputs.items()]
-    bad = [b for b in bad if b]
-    assert not bad, f"{case.id} @warps({warps}): GPU vs interpreter: {bad}"
+    assert_gpu_matches_interpreter(case, out, f"{case.id} @warps({warps})")
