@@ -132,6 +132,7 @@ class LoweringContext:
         self.staged_stores = False  # TMA stores issued in the current role (waited for at its end)
         self.deferred: dict | None = None  # a loop's deferred stage release (pipe.arrive {deferred})
         self.deferred_copies: list = []  # cp.async steps the next mma.sync interleaves (backend/rules_sm80.py)
+        self.frag_rotation = None  # the rotated loop being lowered (backend/rules_sm80.py FragRotation)
         self.groups = 0        # wgmma groups committed so far in the code being lowered
         self.group_floor = 0   # groups numbered below this were committed before a branch or loop edge
         self._coord_cache: dict[tuple, list[tuple]] = {}

@@ -21,11 +21,10 @@ import numpy as np
 
 from tkir.facts import FactError
 from tkir.layout import SWIZZLE_MASK, RegisterLayout, SharedLayout
-from tkir.target import WARP, WARPGROUP, WGMMA_M
+from tkir.target import MMA_K, MMA_M, MMA_N, WARP, WARPGROUP, WGMMA_M
 from tkir.types import TileType, VectorType, format_attr_value
 
 QUAD = 4
-MMA_M, MMA_N, MMA_K = 16, 8, 16  # mma.sync.m16n8k16 (HOPPER.md §6.3)
 SWIZZLE_SHIFT = 3  # byte-address swizzle: o ^ ((o >> 3) & mask) (HOPPER.md §3.1)
 
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from tkir.backend.llvm_text import f32_literal
 from tkir.backend.rules import rule
 from tkir.backend.rules_pipe import arrive_prev
+from tkir.backend.rules_sm80 import rotation_prologue
 from tkir.backend.values import LLVM_TYPE, Frag, LoweringError
 from tkir.ir import Operation
 from tkir.ops import SCALAR_BINARY
@@ -155,6 +156,7 @@ def _op_scf_for(cx: LoweringContext, op: Operation) -> None:
     lo, hi, step = (cx.scalar(v) for v in op.operands[:3])
     inits = [cx.get(v) for v in op.operands[3:]]
     init_flat = [_pack_words(w, x) if _carried_packed(x) else _flatten(x) for x in inits]
+    rot = rotation_prologue(cx, op)  # sm_80: the block barrier moved into the mma (pipeline-cp-async{rotate})
     pre = w.block
     hdr, body, exit_ = w.label("for_hdr"), w.label("for_body"), w.label("for_exit")
     w.br(hdr)
@@ -168,6 +170,12 @@ def _op_scf_for(cx: LoweringContext, op: Operation) -> None:
             names.append(w.fresh((arg.name or "c") + f"_{k}"))
             idxs.append(w.emit(""))
         carried.append((idxs, names))
+    rot_lines: list[int] = []
+    if rot is not None:
+        rot_pre = rot.words_in
+        rot.words_in = [w.fresh("rot") for _ in rot_pre]
+        rot_lines = [w.emit("") for _ in rot_pre]
+    saved_rot, cx.frag_rotation = cx.frag_rotation, rot
     cx.set(op.body.args[0], iv)
     deferred = any(i.name == "pipe.arrive" and i.attrs.get("deferred") for i in op.body.ops)
     saved = cx.deferred
@@ -212,6 +220,12 @@ def _op_scf_for(cx: LoweringContext, op: Operation) -> None:
     if deferred:
         d = cx.deferred
         w.lines[prev_line] = f"  {prev} = phi i32 [ -1, %{pre} ], [ {d['next']}, %{latch} ]"
+    if rot is not None:
+        if rot.words_out is None or len(rot.words_out) != len(rot_pre):
+            raise LoweringError(op.loc, "backend: the rotated loop's mma did not load the next fragments")
+        for i, n_, a, b in zip(rot_lines, rot.words_in, rot_pre, rot.words_out, strict=True):
+            w.lines[i] = f"  {n_} = phi i32 [ {a}, %{pre} ], [ {b}, %{latch} ]"
+    cx.frag_rotation = saved_rot
     w.start_block(exit_)
     cx.cut_groups()
     for res, x in zip(op.results, entry_vals, strict=True):

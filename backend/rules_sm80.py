@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -63,7 +64,7 @@ from tkir.backend.fragments import (
 )
 from tkir.backend.rules import rule
 from tkir.backend.rules_memory import sync
-from tkir.backend.values import LLVM_TYPE, Frag, Global, LoweringError, Smem
+from tkir.backend.values import LLVM_TYPE, Frag, Global, LoweringError, Smem, register_layout
 from tkir.ir import Operation, parent_op
 from tkir.target import MAX_REGS_PER_THREAD
 from tkir.types import GlobalType, TileType, dtype_bytes
@@ -259,6 +260,8 @@ def _op_pipe_async_wait(cx: LoweringContext, op: Operation) -> None:
     barrier that makes every thread's copies visible to all and frees the stages read before it."""
     if cx.deferred_copies:  # handed to an mma that never took them (an internal error)
         raise LoweringError(op.loc, "backend: cp.async copies handed to a tk.mma were never issued")
+    if cx.frag_rotation is not None and op.parent is cx.frag_rotation.loop.body:
+        return  # the rotated loop waited for these groups in the previous iteration (FragRotation)
     cx.w.asm("void", [f"cp.async.wait_group {int(op.attrs['pending'])};"], [], [])
     if cx.target == "sm_90a":
         cx.w.asm("void", ["fence.proxy.async.shared::cta;"], [], [])  # wgmma reads via the async proxy
@@ -406,6 +409,52 @@ def _plane(cx: LoweringContext, ptr: str, gty: GlobalType, coords: list[str]) ->
 # --- mma.sync ----------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class _MmaShape:
+    """How one tk.mma on sm_80 splits into mma.sync units (one k16 step x one pair of n8 blocks) per warp."""
+
+    slab: int          # rows of the warp's block of the accumulator
+    width: int         # its columns
+    warps_n: int       # columns of the warp grid
+    mblocks: int       # m16 blocks in the slab
+    ksteps: int        # k16 steps
+    nblocks: int       # n8 blocks in the width
+    trans_a: bool
+    trans_b: bool
+    dtype: str
+    units: tuple[tuple[int, int], ...]   # (k16 step, first column) per unit, step-major
+
+    @property
+    def per_k(self) -> int:
+        return len(self.units) // self.ksteps
+
+    def unit_blocks(self, n0: int) -> list[int]:
+        """The one or two n8 blocks of the unit at column n0."""
+        return [n0 // MMA_N + j for j in range(2) if n0 // MMA_N + j < self.nblocks]
+
+    def a_ahead(self, a_shared: bool) -> bool:
+        """Whether the next k16 step's A is loaded ahead with its unit (A_AHEAD_MAX_REGS)."""
+        return not a_shared or MMA_A_WORDS * self.mblocks <= A_AHEAD_MAX_REGS
+
+
+def _mma_shape(op: Operation) -> _MmaShape:
+    """The unit split of a tk.mma (its operand types: the accumulator's mma_c layout gives the warp grid)."""
+    ta, tb, tc = (v.type for v in op.operands)
+    trans_a, trans_b = bool(op.attrs.get("trans_a")), bool(op.attrs.get("trans_b"))
+    M, K, N = tc.rows, (ta.rows if trans_a else ta.cols), tc.cols
+    if (tb.cols, tb.rows) != ((K, N) if trans_b else (N, K)) or (ta.cols if trans_a else ta.rows) != M:
+        raise LoweringError(op.loc, f"backend: mma shapes {ta} x {tb} -> {tc} do not match")
+    # mma_c: a (W/N) x N grid of warps (N = warps_n, 1: whole rows per warp); each warp computes its
+    # slab x width block from its own rows of A and its own columns of B
+    layout = register_layout(tc)
+    wm, wn = layout.row_warps, layout.col_warps
+    slab, width = M // wm, N // wn
+    if M % wm or N % wn or slab % MMA_M or K % MMA_K or width % MMA_N:
+        raise LoweringError(op.loc, f"backend: {tc} over {wm} x {wn} warps is not made of m16n8k16 blocks")
+    units = tuple((kk, n0) for kk in range(K // MMA_K) for n0 in range(0, width, 2 * MMA_N))
+    return _MmaShape(slab, width, wn, slab // MMA_M, K // MMA_K, width // MMA_N, trans_a, trans_b, ta.dtype, units)
+
+
 @rule("tk.mma", targets=("sm_80",))
 def _op_tk_mma(cx: LoweringContext, op: Operation) -> None:
     a, b, c = (cx.get(v) for v in op.operands)
@@ -418,42 +467,44 @@ def _op_tk_mma(cx: LoweringContext, op: Operation) -> None:
         raise LoweringError(op.loc, f"backend: the mma.sync accumulator needs an f32 mma_c layout, not {c.type}")
     if isinstance(a, Frag) and a.kind != "mma_a":
         raise LoweringError(op.loc, f"backend: register A of mma.sync needs the mma_a layout, not {a.kind}")
-    trans_a = bool(op.attrs.get("trans_a"))
-    if trans_a and isinstance(a, Frag):
+    if op.attrs.get("trans_a") and isinstance(a, Frag):
         raise LoweringError(op.loc, "backend: a transposed register A reaches mma.sync (legalize-mma transposes it)")
     ta, tb, tc = a.type, b.type, c.type
     if ta.dtype not in MMA_DTYPES or tb.dtype != ta.dtype:
         raise LoweringError(op.loc, f"backend: mma.sync multiplies {' or '.join(MMA_DTYPES)} tiles, not "
                                     f"{ta.dtype} x {tb.dtype}")
-    trans_b = bool(op.attrs.get("trans_b"))
-    M, K, N = tc.rows, (ta.rows if trans_a else ta.cols), tc.cols
-    if (tb.cols, tb.rows) != ((K, N) if trans_b else (N, K)) or (ta.cols if trans_a else ta.rows) != M:
-        raise LoweringError(op.loc, f"backend: mma shapes {ta} x {tb} -> {tc} do not match")
-    # mma_c: a (W/N) x N grid of warps (N = warps_n, 1: whole rows per warp); each warp computes its
-    # slab x width block from its own rows of A and its own columns of B
-    wm, wn = c.layout.row_warps, c.layout.col_warps
-    slab, width = M // wm, N // wn
-    mblocks, ksteps, nblocks = slab // MMA_M, K // MMA_K, width // MMA_N
-    if M % wm or N % wn or slab % MMA_M or K % MMA_K or width % MMA_N:
-        raise LoweringError(op.loc, f"backend: {tc} over {wm} x {wn} warps is not made of m16n8k16 blocks")
-    if wn > 1 and (isinstance(a, Frag) or isinstance(b, Frag)):
+    g = _mma_shape(op)
+    if g.warps_n > 1 and (isinstance(a, Frag) or isinstance(b, Frag)):
         raise LoweringError(op.loc, f"backend: register operands of mma.sync need an accumulator whose warps own "
-                                    f"whole rows, not {tc} (warps_n = {wn}): infer-layouts{{mma_warps_n=1}}")
-    units = [(kk, n0) for kk in range(ksteps) for n0 in range(0, width, 2 * MMA_N)]
-    a_frags = _a_fragments(cx, a, slab, mblocks, ksteps, trans_a, wn)
-    b_frags = _b_fragments(cx, b, trans_b, ksteps, nblocks, tb.dtype, units, wn, width)
-    per_k = len(units) // ksteps
-    ahead = _fragments_ahead(cx, op, per_k, mblocks, isinstance(a, Smem))
+                                    f"whole rows, not {tc} (warps_n = {g.warps_n}): infer-layouts{{mma_warps_n=1}}")
+    units, mblocks = list(g.units), g.mblocks
+    a_frags = _a_fragments(cx, a, g.slab, mblocks, g.ksteps, g.trans_a, g.warps_n)
+    b_frags = _b_fragments(cx, b, g.trans_b, g.ksteps, g.nblocks, tb.dtype, units, g.warps_n, g.width)
+    ahead = _fragments_ahead(cx, op, g.per_k, mblocks, isinstance(a, Smem))
     vals = list(c.values)
-    per_block = width // 2
+    per_block = g.width // 2
     loaded: dict[int, tuple[list[list[str]] | None, list[tuple[int, list[str]]]]] = {}
     # the next k16 step's A is loaded ahead with its unit only while two steps of it fit beside the rest
-    a_ahead = isinstance(a, Frag) or MMA_A_WORDS * mblocks <= A_AHEAD_MAX_REGS
+    a_ahead = g.a_ahead(isinstance(a, Smem))
+    if isinstance(op.attrs.get("a_ahead"), bool):  # pipeline-cp-async{a_ahead}: the research switch
+        a_ahead = op.attrs["a_ahead"] or isinstance(a, Frag)
+    a_early: dict[int, list[list[str]]] = {}  # a step's A loaded before a rotated loop's barrier
+    rot = cx.frag_rotation if cx.frag_rotation is not None and cx.frag_rotation.mma is op else None
+    barrier_at = len(units) + 1  # the unit before whose mma.syncs a rotated loop waits (none otherwise)
+    if rot is not None:
+        # the first k16 step's fragments came over the back edge (loaded after the previous barrier)
+        a0, b0 = _unflatten_first_step(g, rot.words_in)
+        for i in range(g.per_k):
+            loaded[i] = (a0 if i == 0 else None, b0[i])
+        barrier_at = max(0, len(units) - rot.units)
 
     def fetch(i: int) -> None:
+        if i in loaded or i in done:
+            return
         kk, n0 = units[i]
         loaded[i] = (a_frags(kk) if n0 == 0 and (a_ahead or i == 0) else None, b_frags(i))
 
+    done: set[int] = set()
     copies = itertools.chain.from_iterable(cx.deferred_copies)  # handed over by pipe.async_copy
     cx.deferred_copies = []
     for i in range(min(ahead, len(units))):
@@ -461,11 +512,15 @@ def _op_tk_mma(cx: LoweringContext, op: Operation) -> None:
     a_now: list[list[str]] = []
     for i in range(len(units)):
         kk, n0 = units[i]
-        if not a_ahead and n0 == 0 and i >= min(ahead, len(units)):
-            a_now = a_frags(kk)  # the step's A right before its first mma.sync: the last step's is dead
+        if i == barrier_at:
+            rot.words_out = _rotate(cx, op, rot, g, a_ahead, i, fetch, a_early, a_frags, copies)
+        if not a_ahead and n0 == 0 and i >= min(ahead, len(units)) and not (rot is not None and kk == 0):
+            # the step's A right before its first mma.sync: the last step's is dead
+            a_now = a_early.pop(kk) if kk in a_early else a_frags(kk)
         if i + ahead < len(units):
             fetch(i + ahead)  # the fragments `ahead` units on are loaded before this unit's mma.sync
         a_next, b_pairs = loaded.pop(i)
+        done.add(i)
         a_now = a_next if a_next is not None else a_now
         for nb, words in b_pairs:
             for mb in range(mblocks):
@@ -475,6 +530,137 @@ def _op_tk_mma(cx: LoweringContext, op: Operation) -> None:
     for _ in copies:
         pass
     cx.set(op.result, Frag(tc, vals))
+
+
+# --- the rotated loop (pipeline-cp-async{rotate=R}) -------------------------------------------------
+
+
+@dataclass
+class FragRotation:
+    """A loop whose block barrier moved into its mma (CUTLASS MmaMultistage's order): the next
+    iteration's copies are waited for and the block synchronised `units` units before the end of the
+    mma.syncs, and the next iteration's first k16 step of fragments is loaded then, across the back
+    edge as phis (`words_in` in the body, `words_out` from it); the loop's own `pipe.async_wait` emits
+    nothing, since the previous iteration (or the prologue) waited for the same groups."""
+
+    loop: Operation
+    mma: Operation
+    units: int
+    pending: int
+    words_in: list[str]
+    words_out: list[str] | None = None
+
+
+def rotated_mma(loop: Operation) -> tuple[Operation, Operation] | None:
+    """(the loop's pipe.async_wait, its tk.mma) if pipeline-cp-async marked it `frag_rotate` and it has
+    the form the rotation needs: the wait first, one tk.mma of two stage views of the index's stage
+    (`arith.rem %k, S`) and nothing else that reads shared memory; else None."""
+    if not loop.attrs.get("frag_rotate"):
+        return None
+    ops = [op for op in loop.body.ops if op.name != "scf.yield"]
+    mmas = [op for op in ops if op.name == "tk.mma"]
+    if not ops or ops[0].name != "pipe.async_wait" or len(mmas) != 1 or ops[-1] is not mmas[0]:
+        return None
+    allowed = ("pipe.async_wait", "pipe.async_copy", "pipe.async_commit", "pipe.stage", "tk.mma")
+    if any(op.regions or not (op.name in allowed or op.name.startswith("arith.")) for op in ops):
+        return None
+    mma = mmas[0]
+    views = [v.owner for v in mma.operands[:2]]
+    if not all(isinstance(d, Operation) and d.name == "pipe.stage" and d.parent is loop.body for d in views):
+        return None
+    s = views[0].operands[1]
+    rem = s.owner
+    if views[1].operands[1] is not s or not (isinstance(rem, Operation) and rem.name == "arith.rem"
+                                             and rem.operands[0] is loop.body.args[0]):
+        return None
+    stages = {d.operands[0].type.get("stages") for d in views}
+    n = rem.operands[1].owner
+    if len(stages) != 1 or not (isinstance(n, Operation) and n.name == "arith.const"
+                                and n.attrs.get("value") == next(iter(stages))):
+        return None
+    return ops[0], mma
+
+
+def rotation_prologue(cx: LoweringContext, loop: Operation) -> FragRotation | None:
+    """Before a rotated loop (`rotated_mma`): wait for the first iteration's copies, synchronise the
+    block and load its first k16 step of fragments from its stage (lo % S). The words are the phis'
+    values from the preheader; the caller makes the phis and passes their names as `words_in`."""
+    found = rotated_mma(loop) if cx.target == "sm_80" and cx.role is None else None
+    if found is None:
+        return None
+    wait, mma = found
+    if not all(isinstance(cx.get(v.owner.operands[0]), Smem) for v in mma.operands[:2]):
+        return None
+    g = _mma_shape(mma)
+    w = cx.w
+    pending = int(wait.attrs["pending"])
+    w.asm("void", [f"cp.async.wait_group {pending};"], [], [])
+    _barrier(cx)
+    n_stages = int(mma.operands[0].owner.operands[0].type.get("stages"))
+    s0 = w.op(f"srem i32 {cx.scalar(loop.operands[0])}, {n_stages}", "rot_s0")
+    a, b = (_stage_view(cx, v.owner, s0) for v in mma.operands[:2])
+    words = _first_step_words(cx, g, a, b)
+    return FragRotation(loop, mma, int(loop.attrs["frag_rotate"]), pending, words)
+
+
+def _stage_view(cx: LoweringContext, view: Operation, s: str) -> Smem:
+    """Stage s of the ring buffer a pipe.stage op views."""
+    buf = cx.get(view.operands[0])
+    assert isinstance(buf, Smem)
+    off = cx.w.op(f"mul i32 {s}, {tile_stage_bytes(buf.type)}", "soff")
+    return Smem(cx.w.op(f"add i32 {buf.addr}, {off}", "rot_st"), view.result.type)
+
+
+def _first_step_words(cx: LoweringContext, g: _MmaShape, a: Smem, b: Smem) -> list[str]:
+    """The A fragments of the first k16 step (mblocks x 4 words) then its units' B pairs, flat."""
+    a_words = _a_fragments(cx, a, g.slab, g.mblocks, 1, g.trans_a, g.warps_n)(0)
+    b_frags = _b_fragments(cx, b, g.trans_b, 1, g.nblocks, g.dtype, list(g.units[:g.per_k]), g.warps_n, g.width)
+    flat = [x for frag in a_words for x in frag]
+    for i in range(g.per_k):
+        for _nb, pair in b_frags(i):
+            flat += pair
+    return flat
+
+
+def _unflatten_first_step(g: _MmaShape, words: list[str]) -> tuple[list[list[str]], list[list[tuple[int, list[str]]]]]:
+    """_first_step_words' layout back: (A per m16 block, [B pairs] per unit of the first step)."""
+    n_a = MMA_A_WORDS * g.mblocks
+    a = [words[i:i + MMA_A_WORDS] for i in range(0, n_a, MMA_A_WORDS)]
+    b, at = [], n_a
+    for _kk, n0 in g.units[:g.per_k]:
+        pairs = []
+        for nb in g.unit_blocks(n0):
+            pairs.append((nb, words[at:at + 2]))
+            at += 2
+        b.append(pairs)
+    assert at == len(words)
+    return a, b
+
+
+def _rotate(cx: LoweringContext, op: Operation, rot: FragRotation, g: _MmaShape, a_ahead: bool, at: int,
+            fetch: Callable[[int], None], a_early: dict[int, list[list[str]]],
+            a_frags: Callable[[int], list[list[str]]], copies: Iterator[None]) -> list[str]:
+    """At unit `at` of a rotated loop's mma: load every fragment of this iteration still to come (the
+    stage may be overwritten once the block passes the barrier), issue the remaining copies and the
+    commit, wait for the next iteration's group, synchronise, and load the next stage's first k16 step
+    (stage s + 1 mod S, whatever the loop's next index: past the last iteration the words are dead)."""
+    for i in range(at, len(g.units)):
+        fetch(i)
+        kk, n0 = g.units[i]
+        if not a_ahead and n0 == 0 and kk != 0 and kk not in a_early:
+            a_early[kk] = a_frags(kk)
+    for _ in copies:
+        pass
+    w = cx.w
+    w.asm("void", [f"cp.async.wait_group {rot.pending};"], [], [])
+    _barrier(cx)
+    views = [v.owner for v in op.operands[:2]]
+    s = cx.scalar(views[0].operands[1])
+    n_stages = int(views[0].operands[0].type.get("stages"))
+    last = w.op(f"icmp eq i32 {s}, {n_stages - 1}", "rot_last")
+    nxt = w.op(f"select i1 {last}, i32 0, i32 {w.op(f'add i32 {s}, 1', 'rot_s')}", "rot_next")
+    a, b = (_stage_view(cx, d, nxt) for d in views)
+    return _first_step_words(cx, g, a, b)
 
 
 def _fragments_ahead(cx: LoweringContext, op: Operation, per_k: int, mblocks: int, a_shared: bool) -> int:

@@ -57,14 +57,22 @@ from dataclasses import dataclass
 
 from tkir.facts import OccupancyPlan
 from tkir.ir import Block, Module, Operation, Value
+from tkir.layout import layout_of
 from tkir.passes.builder import OpBuilder
 from tkir.passes.overlap_mma import rotatable
 from tkir.passes.shared_access import no_producer
 from tkir.passmanager import Options, ParamError, Pass, param
-from tkir.target import MAX_REGS_PER_THREAD
+from tkir.target import MAX_REGS_PER_THREAD, MMA_M, MMA_N, REG_ALLOC_UNIT, REGS_PER_SM
 from tkir.types import GlobalType, Ident, ScalarType, TileType, VectorType, dtype_bytes, is_shared
 
 I1 = ScalarType("i1")
+# `rotate`: the default count of units before the end of the mma at which the rotated loop waits (0: off)
+ROTATE_UNITS = 1
+A_WORDS_PER_M16 = 4     # b32 registers of one m16 x k16 A fragment (HOPPER.md §6.3)
+B_WORDS_PER_UNIT = 4    # b32 registers of one k16 x two n8 B fragment pair (one ldmatrix.x4)
+# registers the carried fragments must leave free beyond the plan's budget: the backend's
+# FRAG_SLACK_REGS (backend/rules_sm80.py), the ldmatrix addresses and ptxas's temporaries
+ROTATE_SLACK_REGS = 24
 
 
 class PipelineCpAsync(Pass):
@@ -77,6 +85,8 @@ class PipelineCpAsync(Pass):
         if self.fragments_ahead is not None and self.fragments_ahead < 0:
             raise ParamError("fragments_ahead", f"pipeline-cp-async: fragments_ahead={self.fragments_ahead} "
                                                 "must be >= 0")
+        if self.rotate is not None and self.rotate < 0:
+            raise ParamError("rotate", f"pipeline-cp-async: rotate={self.rotate} must be >= 0")
         if self.hold is not None and self.hold not in (0, 1):
             raise ParamError("hold", f"pipeline-cp-async: hold={self.hold} must be 0 or 1")
 
@@ -84,6 +94,13 @@ class PipelineCpAsync(Pass):
                                    "ahead: unset, 1 on the mma.sync path for loops overlap-mma rotates (two "
                                    "chained mmas, S >= 3) whose predicted registers plus the carried P fit "
                                    "255, else 0")
+    a_ahead: bool | None = param(None, "load a k16 step's A fragments with the unit fragments_ahead before its first, "
+                                       "written as a_ahead on the loop's tk.mma (unset: the backend's rule, only "
+                                       "while one step of A is at most 8 registers: 32-row warp tiles)")
+    rotate: int | None = param(None, "mma.sync units (k16 step x two n8 blocks) before the end of the loop's mma at "
+                                     "which the block waits for the next iteration's copies and loads its first "
+                                     "k16 step of fragments, carried over the back edge (CUTLASS's order); unset: "
+                                     f"{ROTATE_UNITS}; 0: the barrier at the top of the iteration")
     hopper: bool | None = param(None, "sm_90a kernels planned as one compute role (no producer warpgroup): unset, "
                                       "those whose source asks for no producer (@warpgroups(producers=0)); true, "
                                       "every one (e.g. --no-tma kernels); false, none")
@@ -104,10 +121,14 @@ class PipelineCpAsync(Pass):
                     if stages < 2 + hold:
                         hold = 0  # a held stage in a two-stage loop would leave no copy in flight
                     _pipeline(kernel, loop, match, stages, hold)
-                    if self.fragments_ahead is not None:
-                        for op in loop.walk():
-                            if op.name == "tk.mma":
-                                op.attrs["frag_ahead"] = self.fragments_ahead
+                    rotate = ROTATE_UNITS if self.rotate is None else self.rotate
+                    if rotate and not hold and _mma_sync_kernel(kernel) and _rotatable(loop, match, plan):
+                        loop.attrs["frag_rotate"] = rotate
+                    for op in loop.walk():
+                        if op.name == "tk.mma" and self.fragments_ahead is not None:
+                            op.attrs["frag_ahead"] = self.fragments_ahead
+                        if op.name == "tk.mma" and self.a_ahead is not None:
+                            op.attrs["a_ahead"] = self.a_ahead
 
 
 def _mma_sync_kernel(kernel: Operation) -> bool:
@@ -128,6 +149,37 @@ def _rotation_fits(loop: Operation, plan: OccupancyPlan | None) -> bool:
         return True
     words = carried.rows * carried.cols * dtype_bytes(carried.dtype) // 4 // plan.threads
     return plan.budget.total + words <= MAX_REGS_PER_THREAD
+
+
+def _rotatable(loop: Operation, match: _Match, plan: OccupancyPlan | None) -> bool:
+    """Whether the pipelined loop takes the rotated order (`rotate`): index from 0 by 1 (its stage is
+    `k % S`), a body of the wait, scalar arithmetic, copies, commit and stage views before one tk.mma
+    of two stage views as its last op, and the registers of one k16 step of fragments carried over
+    the back edge within the plan's room: the registers per thread at its blocks per SM (at most
+    MAX_REGS_PER_THREAD) less its budget and ROTATE_SLACK_REGS (a 64 x 64 gemm tile at 6 blocks of 4 warps
+    has 80, and rotated it spilled)."""
+    if _const(loop.operands[0]) != 0 or match.step != 1:
+        return False
+    ops = [op for op in loop.body.ops if op.name != "scf.yield"]
+    mma = ops[-1] if ops else None
+    before = ("pipe.async_wait", "pipe.async_copy", "pipe.async_commit", "pipe.stage")
+    if mma is None or mma.name != "tk.mma" or any(op.regions or not (op.name in before or op.name.startswith("arith."))
+                                                   for op in ops[:-1]):
+        return False
+    if not all(isinstance(v.owner, Operation) and v.owner.name == "pipe.stage" for v in mma.operands[:2]):
+        return False
+    acc = mma.operands[2].type
+    layout = layout_of(acc)
+    if layout is None or layout.kind != "mma_c":
+        return False
+    rows, cols = acc.rows // layout.row_warps, acc.cols // layout.col_warps
+    words = A_WORDS_PER_M16 * (rows // MMA_M) + B_WORDS_PER_UNIT * -(-cols // (2 * MMA_N))
+    if plan is None or plan.budget is None:
+        return True
+    cap = MAX_REGS_PER_THREAD  # what ptxas may use at the plan's blocks per SM (the backend's .minnctapersm)
+    if plan.blocks_per_sm and plan.threads:
+        cap = min(cap, REGS_PER_SM // (plan.blocks_per_sm * plan.threads) // REG_ALLOC_UNIT * REG_ALLOC_UNIT)
+    return plan.budget.total + words + ROTATE_SLACK_REGS <= cap
 
 
 def _compute_role_kernel(kernel: Operation) -> bool:

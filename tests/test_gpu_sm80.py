@@ -26,6 +26,15 @@ AHEAD0 = ",".join({"pipeline-cp-async": "pipeline-cp-async{fragments_ahead=0}", 
                   for p in DEFAULT_PIPELINE)
 PW1 = ",".join("plan-occupancy{producer_warps=1}" if p == "plan-occupancy" else p for p in DEFAULT_PIPELINE)
 PW4 = ",".join("plan-occupancy{producer_warps=4}" if p == "plan-occupancy" else p for p in DEFAULT_PIPELINE)
+# the rotated loop (pipeline-cp-async{rotate=R}): the barrier R units before the end of the mma, the next
+# iteration's first k16 step of fragments loaded then and carried over the back edge
+ROT1 = ",".join({"pipeline-cp-async": "pipeline-cp-async{rotate=1}", "plan-occupancy": _PW0}.get(p, p)
+                for p in DEFAULT_PIPELINE)
+ROT8 = ",".join({"pipeline-cp-async": "pipeline-cp-async{rotate=8}", "plan-occupancy": _PW0}.get(p, p)
+                for p in DEFAULT_PIPELINE)
+ROT0 = ",".join({"pipeline-cp-async": "pipeline-cp-async{rotate=0}", "plan-occupancy": _PW0}.get(p, p)
+                for p in DEFAULT_PIPELINE)
+ROTATED = (ROT1, ROT8)
 ROLES = "tk.role {kind = producer, warps"
 # a 64 x 64 tile: the one-role loop keeps more mma warps per SM (6 blocks of 4) than producer warps would,
 # so plan-occupancy's automatic choice is one role there (session 16)
@@ -45,6 +54,15 @@ CASES = [
     ("gemm", dict(M=1000, N=744, K=520), GEMM_SM80, PW1),          # one producer warp
     ("gemm", dict(M=77, N=24, K=8), SMALL_TILE, PW4),               # a k-loop of one partial tile, producers
     ("gemm", dict(M=77, N=24, K=8), SMALL_TILE, None),              # the same, one role (the default there)
+    ("gemm", dict(M=1000, N=744, K=520), GEMM_SM80, ROT1),         # the rotated loop, 8 warps of 64 x 64
+    ("gemm", dict(M=1000, N=744, K=520), GEMM_SM80, ROT8),         # its barrier a whole k16 step before the end
+    ("gemm", dict(M=1000, N=744, K=520), GEMM_SM80, ROT0),         # the rotation's ablation
+    ("gemm", dict(M=1000, N=744, K=520), {**GEMM_SM80, "STAGES": 2}, ROT1),   # two stages: wait_group 0
+    ("gemm", dict(M=520, N=264, K=1000), {"BM": 256, "BN": 128, "BK": 32, "STAGES": 4}, ROT1),
+    ("gemm", dict(M=128, N=256, K=40), {}, ROT1),                   # one iteration: the carried words are dead
+    ("gemm", dict(M=77, N=24, K=8), SMALL_TILE, ROT1),              # 32-row warps: A loaded with its unit
+    ("gemm", dict(M=300, N=520, K=1000), {"BM": 128, "BN": 128, "BK": 32, "STAGES": 4}, ROT1),
+    ("linear", dict(M=1000, N=744, K=520), {"ACT": 1}, ROT1),
     ("linear", dict(M=1000, N=744, K=520), {"ACT": 1}, None),      # an epilogue in the consumer role
     ("attention_fwd", dict(B=2, H=2, N=512), {}, None),
     ("attention_fwd", dict(B=2, H=2, N=300), {}, None),              # a ragged last key block
@@ -58,7 +76,8 @@ CASES = [
 
 def _id(case: tuple) -> str:
     name, sizes, consts, passes = case
-    tag = {None: "", NO_PIPE: "-no-pipe", AHEAD0: "-ahead0", PW0: "-pw0", PW1: "-pw1", PW4: "-pw4"}[passes]
+    tag = {None: "", NO_PIPE: "-no-pipe", AHEAD0: "-ahead0", PW0: "-pw0", PW1: "-pw1", PW4: "-pw4",
+           ROT1: "-rot1", ROT8: "-rot8", ROT0: "-rot0"}[passes]
     return f"{name}-" + "-".join(f"{k}{v}" for k, v in {**sizes, **consts}.items()) + tag
 
 
@@ -71,6 +90,8 @@ def test_sm80_matches_reference_on_gpu(name: str, sizes: dict, consts: dict, pas
     roles = name in ("gemm", "linear") and (passes in (PW1, PW4) or (passes is None and consts != SMALL_TILE))
     assert (ROLES in k.ir) == roles
     assert ("pipe.async_wait" in k.ir) == (not roles and passes != NO_PIPE)
+    if passes in ROTATED or passes == ROT0:
+        assert ("frag_rotate" in k.ir) == (passes in ROTATED)
     result = check_kernel(k, comp, sizes, consts, name=name)  # outputs poisoned with NaN: unwritten fails
     assert result.ok, result
 

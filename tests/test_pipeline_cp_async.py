@@ -37,6 +37,8 @@ SM80 = {"target": "sm_80"}
 # The gemm shape recommended for mma.sync (docs/experiments.md): 8 warps of 32 x 128 accumulators.
 GEMM_SM80 = {"BM": 256, "BN": 128, "BK": 64, "STAGES": 3}
 NO_PIPE = ",".join(p for p in PIPELINE if p != "pipeline-cp-async")
+# the rotated loop's ablation (pipeline-cp-async{rotate=0}): the barrier at the top of the iteration
+NO_ROTATE = ",".join("pipeline-cp-async{rotate=0}" if p == "pipeline-cp-async" else p for p in PIPELINE)
 
 INTERP_CASES = [
     ("gemm", dict(M=1000, N=744, K=520), {}),                       # ragged M, N, K: zero-filled edges
@@ -135,7 +137,7 @@ def _loop(sass: str, pending: int) -> list[str]:
                                                       ({"BM": 256, "BN": 128, "BK": 32, "STAGES": 4}, 4, 6)],
                          ids=["default", "256x128x64", "256x128x32"])
 def test_sm80_gemm_loop_sass(consts: dict, stages: int, per_iter: int) -> None:
-    k = _compile("gemm", consts)
+    k = _compile("gemm", consts, passes=NO_ROTATE)
     sass = k.asm["sass"]
     # (BM + BN) x BK x 2 B of A and B per iteration in 16-byte chunks over 256 threads; S-1 groups ahead
     assert sass_count(sass, "LDGSTS") == stages * per_iter
@@ -155,6 +157,53 @@ def test_sm80_gemm_loop_sass(consts: dict, stages: int, per_iter: int) -> None:
     assert not local_memory_ops(sass) and k.asm["ptxas"].spill_stores == 0
 
 
+def _back_edge_loop(sass: str) -> tuple[list[str], list[str]]:
+    """(the opcodes before the loop, the opcodes of the loop body) of the SASS loop that holds HMMAs: from
+    its label to the branch back to it."""
+    lines = sass.splitlines()
+    ops: list[tuple[int, str, str]] = []  # (line, opcode, text)
+    for i, ln in enumerate(lines):
+        m = re.search(r"\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", ln)
+        if m:
+            ops.append((i, m.group(1), ln))
+    for i, ln in enumerate(lines):
+        lab = re.match(r"\s*(\.L_x_\d+):", ln)
+        if not lab:
+            continue
+        back = [j for j, (n, op, text) in enumerate(ops) if n > i and op == "BRA" and f"({lab.group(1)})" in text]
+        first = next(j for j, (n, _, _) in enumerate(ops) if n > i)
+        if back and "HMMA" in [op for _, op, _ in ops[first:back[0]]]:
+            return [op for _, op, _ in ops[:first]], [op for _, op, _ in ops[first:back[0] + 1]]
+    raise AssertionError("no loop with HMMAs and a back edge")
+
+
+@pytest.mark.parametrize("consts, stages", [({}, 4), (GEMM_SM80, 3), ({"BM": 256, "BN": 128, "BK": 32, "STAGES": 4}, 4)],
+                         ids=["default", "256x128x64", "256x128x32"])
+def test_sm80_gemm_rotated_loop_sass(consts: dict, stages: int) -> None:
+    """The rotated loop (pipeline-cp-async's default rotate=1): the wait and the barrier inside the body,
+    between mma.syncs, every copy of the iteration issued before the wait, the next k-tile's fragments
+    loaded after the barrier; before the loop the first iteration's wait, barrier and fragments."""
+    k = _compile("gemm", consts)
+    assert "frag_rotate = 1" in k.ir
+    sass = k.asm["sass"]
+    pre, body = _back_edge_loop(sass)
+    assert body.count("BAR") == 1 and body.count("DEPBAR") == 1
+    bar, dep = body.index("BAR"), body.index("DEPBAR")
+    assert dep < bar
+    assert "HMMA" in body[:bar] and "HMMA" in body[bar:]          # mma.syncs on both sides of the barrier
+    assert "LDSM" in body[bar:]                                   # the next k-tile's first fragments
+    assert "LDGSTS" not in body[dep:] and body[:dep].count("LDGDEPBAR") == 1  # copies and commit first
+    pre_bar = len(pre) - 1 - pre[::-1].index("BAR")
+    assert "DEPBAR" in pre[:pre_bar] and "LDSM" in pre[pre_bar:]  # the prologue's wait, barrier, fragments
+    assert not local_memory_ops(sass) and k.asm["ptxas"].spill_stores == 0
+
+
+def test_bad_rotate_is_a_parameter_error() -> None:
+    passes = ",".join("pipeline-cp-async{rotate=-1}" if p == "pipeline-cp-async" else p for p in PIPELINE)
+    with pytest.raises(Exception, match="rotate=-1 must be >= 0"):
+        _compile("gemm", {}, passes=passes)
+
+
 @pytest.mark.parametrize("consts", [{}, {"CAUSAL": 1}, {"D": 64}], ids=str)
 def test_sm80_attention_loop_sass(consts: dict) -> None:
     k = _compile("attention_fwd", consts)
@@ -170,7 +219,7 @@ def test_sm80_attention_loop_sass(consts: dict) -> None:
 def test_frag_ahead_zero_loads_each_unit_right_before_its_mma() -> None:
     passes = ",".join("pipeline-cp-async{fragments_ahead=0}" if p == "pipeline-cp-async" else p
                       for p in PIPELINE)
-    k = _compile("gemm", GEMM_SM80, passes=passes)
+    k = _compile("gemm", GEMM_SM80, passes=passes.replace("pipeline-cp-async{", "pipeline-cp-async{rotate=0,"))
     assert "frag_ahead = 0" in k.ir
     ptx = k.asm["ptx"]
     loop = ptx[ptx.index("cp.async.wait_group 1"):]
@@ -179,7 +228,7 @@ def test_frag_ahead_zero_loads_each_unit_right_before_its_mma() -> None:
     # of a 64-row warp tile of infer-layouts' 4 x 2 warp grid, one B pair); with the default one unit
     # ahead a second B pair comes first
     assert order.index("mma.sync") == 5
-    default = _compile("gemm", GEMM_SM80).asm["ptx"]
+    default = _compile("gemm", GEMM_SM80, passes=NO_ROTATE).asm["ptx"]
     order = re.findall(r"ldmatrix|mma\.sync", default[default.index("cp.async.wait_group 1"):])
     assert order.index("mma.sync") == 6
     # and the next k16 step's A (16 registers here) is loaded right before that step's first mma.sync,

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from tkir.facts import FactError, check_keys, count, malformed, table
-from tkir.target import MAX_THREADS_PER_BLOCK, WARP, WARPGROUP, WGMMA_M
+from tkir.target import MAX_THREADS_PER_BLOCK, MMA_K, MMA_M, MMA_N, WARP, WARPGROUP, WGMMA_M
 from tkir.types import DTYPE_BYTES, Ident, TileType, VectorType
 
 if TYPE_CHECKING:
@@ -41,7 +41,6 @@ NUM_BANKS = 32            # shared memory banks
 BANK_BYTES = 4            # bytes per bank word
 WAVEFRONT_BYTES = NUM_BANKS * BANK_BYTES  # 128 bytes served per wavefront
 CHUNK_BYTES = 16          # one ldmatrix row / core-matrix row / v4 access
-MMA_M, MMA_N, MMA_K = 16, 8, 16  # mma.sync.m16n8k16 (§6.3)
 QUAD = 4                  # lanes sharing one accumulator row (g = lane / 4)
 # A `row` / `col_vec` register tile moves to and from global memory one lane chunk (`vec` elements) per
 # access when the chunk is one of these sizes: ld/st.global .b32, .v2.b32, .v4.b32, each needing an

@@ -10,6 +10,7 @@ WARP = 32                      # threads per warp
 WARPGROUP = 128                # threads per warpgroup: 4 consecutive warps (HOPPER.md §1.1)
 WARPS_PER_WARPGROUP = WARPGROUP // WARP
 WGMMA_M = 64                   # every wgmma has M = 64 (HOPPER.md §1.2)
+MMA_M, MMA_N, MMA_K = 16, 8, 16  # mma.sync.m16n8k16 (HOPPER.md §6.3)
 WGMMA_MAX_N = 256              # the largest wgmma N (PTX ISA wgmma.mma_async shapes)
 REGS_PER_SM = 65_536           # 32-bit registers per SM (HOPPER.md §7.3)
 MAX_REGS_PER_THREAD = 255      # HOPPER.md §7.3

@@ -45,6 +45,15 @@ def _fa(n: int) -> dict:
             "pipeline-cp-async": f"pipeline-cp-async{{fragments_ahead={n}}}"}
 
 
+def _rot(n: int, extra: str = "") -> dict:
+    return {"plan-occupancy": "plan-occupancy{producer_warps=0}",
+            "pipeline-cp-async": f"pipeline-cp-async{{rotate={n}{extra}}}"}
+
+
+# session 23, call 2: a k16 step's A fragments loaded with the unit before its first (a_ahead), B two units ahead
+_AHEAD = {"a_ahead": ",a_ahead=true", "a_ahead f2": ",a_ahead=true,fragments_ahead=2", "f2": ",fragments_ahead=2"}
+
+
 TKIR_ROWS = {  # row set -> [(label, file, target, consts, pass replacements)]
     "call1": [
         ("tkir wgmma (sm_90a default)", _G, "sm_90a", {}, {}),
@@ -84,8 +93,45 @@ TKIR_ROWS = {  # row set -> [(label, file, target, consts, pass replacements)]
         *[(f"tkir sm_80 4w 128x128x64 S3 fragments_ahead={n}", _W, "sm_80",
            dict(BM=128, BN=128, BK=64, STAGES=3, WG=1), _fa(n)) for n in (0, 2)],
     ],
+    # session 23: the rotated loop (pipeline-cp-async{rotate=R}: the barrier R units before the end of the
+    # mma, the next k-tile's first k16 step of fragments carried over the back edge); rotate=0 is the old order
+    "session23": [
+        ("tkir wgmma (sm_90a default)", _G, "sm_90a", {}, {}),
+        *[(f"tkir sm_80 4w 128x128x32 S4 rotate={r}", _W, "sm_80", dict(BM=128, BN=128, BK=32, STAGES=4, WG=1),
+           _rot(r)) for r in (0, 1, 2, 4, 8)],
+        *[(f"tkir sm_80 4w 128x128x32 S3 rotate={r}", _W, "sm_80", dict(BM=128, BN=128, BK=32, STAGES=3, WG=1),
+           _rot(r)) for r in (0, 1)],
+        *[(f"tkir sm_80 4w 128x128x64 S3 rotate={r}", _W, "sm_80", dict(BM=128, BN=128, BK=64, STAGES=3, WG=1),
+           _rot(r)) for r in (0, 1, 4)],
+        *[(f"tkir sm_80 4w 128x128x64 S4 rotate={r}", _W, "sm_80", dict(BM=128, BN=128, BK=64, STAGES=4, WG=1),
+           _rot(r)) for r in (0, 1)],
+        *[(f"tkir sm_80 256x128x64 S4 one role rotate={r}", _G, "sm_80", dict(BM=256, BN=128, BK=64, STAGES=4),
+           _rot(r)) for r in (0, 1, 8)],
+        *[(f"tkir sm_80 256x128x32 S4 one role rotate={r}", _G, "sm_80", dict(BM=256, BN=128, BK=32, STAGES=4),
+           _rot(r)) for r in (0, 1)],
+    ],
+    # session 23, call 2: the rotated loop's default (rotate=1) over 8-warp tiles, stages and BK; other R
+    "session23b": [
+        ("tkir wgmma (sm_90a default)", _G, "sm_90a", {}, {}),
+        *[(f"tkir sm_80 256x128x64 S{st} one role rotate={r}", _G, "sm_80", dict(BM=256, BN=128, BK=64, STAGES=st),
+           _rot(r)) for st, r in ((3, 1), (4, 1), (4, 2), (4, 4), (4, 16), (4, 0))],
+        *[(f"tkir sm_80 256x128x32 S{st} one role rotate=1", _G, "sm_80", dict(BM=256, BN=128, BK=32, STAGES=st),
+           _rot(1)) for st in (4, 6, 8)],
+        *[(f"tkir sm_80 128x256x{bk} S{st} one role rotate=1", _G, "sm_80", dict(BM=128, BN=256, BK=bk, STAGES=st),
+           _rot(1)) for bk, st in ((64, 3), (64, 4), (32, 4), (32, 6))],
+        *[(f"tkir sm_80 4w 128x128x32 S4 rotate={r}", _W, "sm_80", dict(BM=128, BN=128, BK=32, STAGES=4, WG=1),
+           _rot(r)) for r in (0, 1, 4)],
+        ("tkir sm_80 4w 128x128x64 S3 rotate=1", _W, "sm_80", dict(BM=128, BN=128, BK=64, STAGES=3, WG=1), _rot(1)),
+        *[(f"tkir sm_80 256x128x64 S4 one role rotate=1 {n}", _G, "sm_80", dict(BM=256, BN=128, BK=64, STAGES=4),
+           _rot(1, x)) for n, x in _AHEAD.items()],
+        *[(f"tkir sm_80 4w 128x128x32 S4 rotate=1 {n}", _W, "sm_80", dict(BM=128, BN=128, BK=32, STAGES=4, WG=1),
+           _rot(1, x)) for n, x in _AHEAD.items()],
+        *[(f"tkir sm_80 4w 128x128x64 S3 rotate=1 {n}", _W, "sm_80", dict(BM=128, BN=128, BK=64, STAGES=3, WG=1),
+           _rot(1, x)) for n, x in _AHEAD.items()],
+    ],
 }
-TRITON_SETS = {"call1": TRITON_CONFIGS,
+TRITON_SETS = {"call1": TRITON_CONFIGS, "session23": [(128, 128, 32, 4, 4), (128, 128, 64, 4, 4)],
+               "session23b": [(128, 128, 32, 4, 4)],
                "call2": [(128, 128, 32, 4, 4), (128, 128, 64, 4, 4), (256, 128, 64, 3, 8), (128, 128, 32, 3, 4)],
                "call5": [(128, 128, 32, 4, 4), (128, 128, 64, 3, 4), (128, 128, 32, 3, 4)]}
 
