@@ -309,3 +309,19 @@ def test_rotated_sm80_attention_matches_reference_and_needs_the_held_stage(monke
     k = tkir.compile(path, target="sm_80", **consts)
     res = {r.output: r for r in check_interpreted(k.module, comp, dict(B=1, H=1, N=300), consts, seed=4)}
     assert not res["O"].ok and np.isnan(res["O"].rel_err)
+
+
+@pytest.mark.parametrize("a_ahead, mmas_before", [(None, 32), (True, 24)], ids=["default", "a_ahead"])
+def test_a_ahead_loads_the_next_steps_a_with_the_unit_before(a_ahead: bool | None, mmas_before: int) -> None:
+    """pipeline-cp-async{a_ahead=true} (a research switch): a 64-row warp tile's next k16 step of A (4 ldmatrix)
+    is loaded with the unit `ahead` of its first (before the step's last unit of 8 mma.sync), not right
+    before its first mma.sync (the backend's rule for steps of A over A_AHEAD_MAX_REGS registers)."""
+    opt = "" if a_ahead is None else "{a_ahead=true}"
+    passes = ",".join(f"pipeline-cp-async{opt}" if p == "pipeline-cp-async" else p for p in PIPELINE)
+    k = _compile("gemm", GEMM_SM80, passes=passes)
+    assert ("a_ahead = true" in k.ir) == bool(a_ahead)
+    ptx = k.asm["ptx"]
+    toks = re.findall(r"ldmatrix\.sync\.aligned\.m8n8\.x4(?:\.trans)?|mma\.sync|bar\.sync", ptx)
+    loop = toks[toks.index("mma.sync"):]  # the rotated loop starts on the first k16 step carried in
+    first_a = loop.index("ldmatrix.sync.aligned.m8n8.x4")  # A (M x K): no .trans
+    assert loop[:first_a].count("mma.sync") == mmas_before
