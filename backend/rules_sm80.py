@@ -89,10 +89,15 @@ B_UNIT_WORDS = 4          # b32 registers of the B fragments of one k16 step x t
 # Attention (BQ=64, D=128): 284/291/293/283/288 at 0/1/2/4/8 (noise). docs/experiments.md.
 FRAG_AHEAD_UNITS = 1
 # A warp tile's A fragments of the next k16 step are loaded with the unit `ahead` of theirs (beside the
-# current step's) only when one step is at most this many registers: two m16 blocks (a 32-row warp).
-# The 64-row warp tiles of a 2-D warp grid hold 16 per step; loading the next step's beside them took
-# gemm 256 x 128 x 64 at STAGES = 3 to 255 registers and 32 bytes of spills, and x 128 at STAGES = 2 to
-# 44 bytes (ptxas 13.5); loaded right before the step's first mma.sync, neither spills (B stays ahead).
+# current step's) when one step is at most this many registers (two m16 blocks: a 32-row warp), or when
+# the mma says so (`a_ahead`: pipeline-cp-async writes it where two steps fit the registers the occupancy
+# plan leaves). Session 8: the 64-row warp tiles
+# of a 2-D warp grid hold 16 per step, and loading the next step's beside them took gemm 256 x 128 x 64
+# at STAGES = 3 to 255 registers and 32 bytes of spills (ptxas 13.5), so they were loaded right before
+# the step's first mma.sync. Session 23 (after the cp.async rewrite of session 16 and the rotated loop):
+# 230-236 registers and no spills at 256 x 128 x 64, STAGES 2-4, and 411.4 -> 423.0 TFLOP/s at STAGES = 4
+# on the H200; the four-warp 128 x 128 x 32 / x 64 tiles, two blocks per SM, 402.6 / 400.7 -> 401.6 /
+# 398.8 (docs/experiments.md, "Session 23").
 A_AHEAD_MAX_REGS = 8
 # Registers kept free of prefetched fragments beyond the occupancy plan's budget: the plan counts
 # live tiles, scalars and a fixed overhead, not the shared addresses of the ldmatrix instances and
@@ -432,9 +437,6 @@ class _MmaShape:
         """The one or two n8 blocks of the unit at column n0."""
         return [n0 // MMA_N + j for j in range(2) if n0 // MMA_N + j < self.nblocks]
 
-    def a_ahead(self, a_shared: bool) -> bool:
-        """Whether the next k16 step's A is loaded ahead with its unit (A_AHEAD_MAX_REGS)."""
-        return not a_shared or MMA_A_WORDS * self.mblocks <= A_AHEAD_MAX_REGS
 
 
 def _mma_shape(op: Operation) -> _MmaShape:
@@ -485,9 +487,7 @@ def _op_tk_mma(cx: LoweringContext, op: Operation) -> None:
     per_block = g.width // 2
     loaded: dict[int, tuple[list[list[str]] | None, list[tuple[int, list[str]]]]] = {}
     # the next k16 step's A is loaded ahead with its unit only while two steps of it fit beside the rest
-    a_ahead = g.a_ahead(isinstance(a, Smem))
-    if isinstance(op.attrs.get("a_ahead"), bool):  # pipeline-cp-async{a_ahead}: the research switch
-        a_ahead = op.attrs["a_ahead"] or isinstance(a, Frag)
+    a_ahead = _a_ahead(op, g, isinstance(a, Smem))
     a_early: dict[int, list[list[str]]] = {}  # a step's A loaded before a rotated loop's barrier
     rot = cx.frag_rotation if cx.frag_rotation is not None and cx.frag_rotation.mma is op else None
     barrier_at = len(units) + 1  # the unit before whose mma.syncs a rotated loop waits (none otherwise)
@@ -661,6 +661,16 @@ def _rotate(cx: LoweringContext, op: Operation, rot: FragRotation, g: _MmaShape,
     nxt = w.op(f"select i1 {last}, i32 0, i32 {w.op(f'add i32 {s}, 1', 'rot_s')}", "rot_next")
     a, b = (_stage_view(cx, d, nxt) for d in views)
     return _first_step_words(cx, g, a, b)
+
+
+def _a_ahead(op: Operation, g: _MmaShape, a_shared: bool) -> bool:
+    """Whether the next k16 step's A is loaded ahead with its unit: the mma's `a_ahead` (pipeline-cp-async
+    writes it where two steps fit the plan's registers), else a register A or a step of at most
+    A_AHEAD_MAX_REGS."""
+    if not a_shared:
+        return True
+    want = op.attrs.get("a_ahead")
+    return want if isinstance(want, bool) else MMA_A_WORDS * g.mblocks <= A_AHEAD_MAX_REGS
 
 
 def _fragments_ahead(cx: LoweringContext, op: Operation, per_k: int, mblocks: int, a_shared: bool) -> int:

@@ -73,6 +73,7 @@ B_WORDS_PER_UNIT = 4    # b32 registers of one k16 x two n8 B fragment pair (one
 # registers the carried fragments must leave free beyond the plan's budget: the backend's
 # FRAG_SLACK_REGS (backend/rules_sm80.py), the ldmatrix addresses and ptxas's temporaries
 ROTATE_SLACK_REGS = 24
+A_AHEAD_BACKEND_REGS = 8  # the backend's own rule loads a step of A ahead up to this (rules_sm80.A_AHEAD_MAX_REGS)
 
 
 class PipelineCpAsync(Pass):
@@ -95,8 +96,9 @@ class PipelineCpAsync(Pass):
                                    "chained mmas, S >= 3) whose predicted registers plus the carried P fit "
                                    "255, else 0")
     a_ahead: bool | None = param(None, "load a k16 step's A fragments with the unit fragments_ahead before its first, "
-                                       "written as a_ahead on the loop's tk.mma (unset: the backend's rule, only "
-                                       "while one step of A is at most 8 registers: 32-row warp tiles)")
+                                       "written as a_ahead on the loop's tk.mma (unset: true for a shared A of more "
+                                       "than 8 registers a step where two steps fit the plan's registers; false: "
+                                       "the backend's rule, only steps of at most 8 registers)")
     rotate: int | None = param(None, "mma.sync units (k16 step x two n8 blocks) before the end of the loop's mma at "
                                      "which the block waits for the next iteration's copies and loads its first "
                                      "k16 step of fragments, carried over the back edge (CUTLASS's order); unset: "
@@ -127,8 +129,10 @@ class PipelineCpAsync(Pass):
                     for op in loop.walk():
                         if op.name == "tk.mma" and self.fragments_ahead is not None:
                             op.attrs["frag_ahead"] = self.fragments_ahead
-                        if op.name == "tk.mma" and self.a_ahead is not None:
-                            op.attrs["a_ahead"] = self.a_ahead
+                        if op.name == "tk.mma" and _mma_sync_kernel(kernel):
+                            a_ahead = _a_ahead_fits(op, plan) if self.a_ahead is None else self.a_ahead
+                            if a_ahead is not None:
+                                op.attrs["a_ahead"] = a_ahead
 
 
 def _mma_sync_kernel(kernel: Operation) -> bool:
@@ -176,10 +180,30 @@ def _rotatable(loop: Operation, match: _Match, plan: OccupancyPlan | None) -> bo
     words = A_WORDS_PER_M16 * (rows // MMA_M) + B_WORDS_PER_UNIT * -(-cols // (2 * MMA_N))
     if plan is None or plan.budget is None:
         return True
-    cap = MAX_REGS_PER_THREAD  # what ptxas may use at the plan's blocks per SM (the backend's .minnctapersm)
-    if plan.blocks_per_sm and plan.threads:
-        cap = min(cap, REGS_PER_SM // (plan.blocks_per_sm * plan.threads) // REG_ALLOC_UNIT * REG_ALLOC_UNIT)
-    return plan.budget.total + words + ROTATE_SLACK_REGS <= cap
+    return plan.budget.total + words + ROTATE_SLACK_REGS <= _reg_cap(plan)
+
+
+def _reg_cap(plan: OccupancyPlan) -> int:
+    """The registers per thread ptxas may use at the plan's blocks per SM (the backend's .minnctapersm), at
+    most MAX_REGS_PER_THREAD."""
+    if not plan.blocks_per_sm or not plan.threads:
+        return MAX_REGS_PER_THREAD
+    return min(MAX_REGS_PER_THREAD, REGS_PER_SM // (plan.blocks_per_sm * plan.threads) // REG_ALLOC_UNIT
+               * REG_ALLOC_UNIT)
+
+
+def _a_ahead_fits(mma: Operation, plan: OccupancyPlan | None) -> bool | None:
+    """`a_ahead`'s default: True for a warp tile of more than two m16 blocks (over the backend's
+    A_AHEAD_MAX_REGS = 8 registers a step) whose A is a shared tile, when two k16 steps of A beside the
+    plan's budget and ROTATE_SLACK_REGS fit `_reg_cap`; None (the backend's rule) otherwise. Session 23 on the
+    H200: 256 x 128 x 64 S4 (64-row warps, one block per SM) 411.4 -> 423.0 TFLOP/s, no spills at S 2-4."""
+    layout = layout_of(mma.operands[2].type)
+    if layout is None or layout.kind != "mma_c" or not is_shared(mma.operands[0].type):
+        return None
+    step = A_WORDS_PER_M16 * (mma.operands[2].type.rows // layout.row_warps // MMA_M)
+    if step <= A_AHEAD_BACKEND_REGS or plan is None or plan.budget is None:
+        return None
+    return True if plan.budget.total + 2 * step + ROTATE_SLACK_REGS <= _reg_cap(plan) else None
 
 
 def _compute_role_kernel(kernel: Operation) -> bool:

@@ -219,7 +219,8 @@ def test_sm80_attention_loop_sass(consts: dict) -> None:
 def test_frag_ahead_zero_loads_each_unit_right_before_its_mma() -> None:
     passes = ",".join("pipeline-cp-async{fragments_ahead=0}" if p == "pipeline-cp-async" else p
                       for p in PIPELINE)
-    k = _compile("gemm", GEMM_SM80, passes=passes.replace("pipeline-cp-async{", "pipeline-cp-async{rotate=0,"))
+    # the loop's old order: not rotated, a step's A right before its first mma.sync (a_ahead=false)
+    k = _compile("gemm", GEMM_SM80, passes=passes.replace("pipeline-cp-async{", "pipeline-cp-async{rotate=0,a_ahead=false,"))
     assert "frag_ahead = 0" in k.ir
     ptx = k.asm["ptx"]
     loop = ptx[ptx.index("cp.async.wait_group 1"):]
@@ -228,7 +229,7 @@ def test_frag_ahead_zero_loads_each_unit_right_before_its_mma() -> None:
     # of a 64-row warp tile of infer-layouts' 4 x 2 warp grid, one B pair); with the default one unit
     # ahead a second B pair comes first
     assert order.index("mma.sync") == 5
-    default = _compile("gemm", GEMM_SM80, passes=NO_ROTATE).asm["ptx"]
+    default = _compile("gemm", GEMM_SM80, passes=NO_ROTATE.replace("{rotate=0}", "{rotate=0,a_ahead=false}")).asm["ptx"]
     order = re.findall(r"ldmatrix|mma\.sync", default[default.index("cp.async.wait_group 1"):])
     assert order.index("mma.sync") == 6
     # and the next k16 step's A (16 registers here) is loaded right before that step's first mma.sync,
@@ -311,17 +312,26 @@ def test_rotated_sm80_attention_matches_reference_and_needs_the_held_stage(monke
     assert not res["O"].ok and np.isnan(res["O"].rel_err)
 
 
-@pytest.mark.parametrize("a_ahead, mmas_before", [(None, 32), (True, 24)], ids=["default", "a_ahead"])
+@pytest.mark.parametrize("a_ahead, mmas_before", [(None, 24), (True, 24), (False, 32)],
+                         ids=["default", "a_ahead", "a_ahead-off"])
 def test_a_ahead_loads_the_next_steps_a_with_the_unit_before(a_ahead: bool | None, mmas_before: int) -> None:
-    """pipeline-cp-async{a_ahead=true} (a research switch): a 64-row warp tile's next k16 step of A (4 ldmatrix)
-    is loaded with the unit `ahead` of its first (before the step's last unit of 8 mma.sync), not right
-    before its first mma.sync (the backend's rule for steps of A over A_AHEAD_MAX_REGS registers)."""
-    opt = "" if a_ahead is None else "{a_ahead=true}"
+    """pipeline-cp-async{a_ahead}: a 64-row warp tile's next k16 step of A (4 ldmatrix) is loaded with the unit
+    `ahead` of its first (before the step's last unit of 8 mma.sync), not right before its first mma.sync (the
+    backend's own rule for steps of A over A_AHEAD_MAX_REGS registers, a_ahead=false). Unset, the pass asks for
+    it where two steps of A fit the plan's registers (256 x 128 x 64, one block of 8 warps: 255)."""
+    opt = "" if a_ahead is None else f"{{a_ahead={str(a_ahead).lower()}}}"
     passes = ",".join(f"pipeline-cp-async{opt}" if p == "pipeline-cp-async" else p for p in PIPELINE)
     k = _compile("gemm", GEMM_SM80, passes=passes)
-    assert ("a_ahead = true" in k.ir) == bool(a_ahead)
+    assert f"a_ahead = {'false' if a_ahead is False else 'true'}" in k.ir
     ptx = k.asm["ptx"]
     toks = re.findall(r"ldmatrix\.sync\.aligned\.m8n8\.x4(?:\.trans)?|mma\.sync|bar\.sync", ptx)
     loop = toks[toks.index("mma.sync"):]  # the rotated loop starts on the first k16 step carried in
     first_a = loop.index("ldmatrix.sync.aligned.m8n8.x4")  # A (M x K): no .trans
     assert loop[:first_a].count("mma.sync") == mmas_before
+
+
+def test_a_ahead_is_left_to_the_backend_without_register_room() -> None:
+    """Two blocks of 8 warps per SM (128 registers a thread) leave no room for a second step of A: no a_ahead
+    (the 32-row warps of gemm's default 128 x 256 tile over 8 warps take the backend's own rule anyway)."""
+    k = _compile("gemm", {"BM": 128, "BN": 128, "BK": 32, "STAGES": 3})
+    assert "blocks_per_sm = 2" in k.ir and "a_ahead" not in k.ir

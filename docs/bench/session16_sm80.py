@@ -129,8 +129,26 @@ TKIR_ROWS = {  # row set -> [(label, file, target, consts, pass replacements)]
         *[(f"tkir sm_80 4w 128x128x64 S3 rotate=1 {n}", _W, "sm_80", dict(BM=128, BN=128, BK=64, STAGES=3, WG=1),
            _rot(1, x)) for n, x in _AHEAD.items()],
     ],
+    # session 23, call 3: after a_ahead became the backend's rule where the registers allow, the producer warps
+    # of gemm.tk's default plan against the one-role (rotated) loop
+    "session23c": [
+        ("tkir wgmma (sm_90a default)", _G, "sm_90a", {}, {}),
+        ("tkir sm_80 128x256x64 S4 (default, 4 producer warps)", _G, "sm_80",
+         dict(BM=128, BN=256, BK=64, STAGES=4), {}),
+        ("tkir sm_80 128x256x64 S4 one role (rotated)", _G, "sm_80", dict(BM=128, BN=256, BK=64, STAGES=4), _ONE),
+        ("tkir sm_80 256x128x64 S4 4 producer warps", _G, "sm_80", dict(BM=256, BN=128, BK=64, STAGES=4), {}),
+        ("tkir sm_80 256x128x64 S4 one role (rotated)", _G, "sm_80", dict(BM=256, BN=128, BK=64, STAGES=4), _ONE),
+        ("tkir sm_80 256x128x64 S3 one role (rotated)", _G, "sm_80", dict(BM=256, BN=128, BK=64, STAGES=3), _ONE),
+        ("tkir sm_80 256x128x64 S4 one role a_ahead=false", _G, "sm_80", dict(BM=256, BN=128, BK=64, STAGES=4),
+         _rot(1, ",a_ahead=false")),
+        ("tkir sm_80 256x128x64 S4 one role rotate=0 a_ahead=false", _G, "sm_80",
+         dict(BM=256, BN=128, BK=64, STAGES=4), _rot(0, ",a_ahead=false")),
+        ("tkir sm_80 4w 128x128x32 S4 one role (rotated)", _W, "sm_80", dict(BM=128, BN=128, BK=32, STAGES=4, WG=1),
+         _ONE),
+    ],
 }
 TRITON_SETS = {"call1": TRITON_CONFIGS, "session23": [(128, 128, 32, 4, 4), (128, 128, 64, 4, 4)],
+               "session23c": [(128, 128, 32, 4, 4)],
                "session23b": [(128, 128, 32, 4, 4)],
                "call2": [(128, 128, 32, 4, 4), (128, 128, 64, 4, 4), (256, 128, 64, 3, 8), (128, 128, 32, 3, 4)],
                "call5": [(128, 128, 32, 4, 4), (128, 128, 64, 3, 4), (128, 128, 32, 3, 4)]}
