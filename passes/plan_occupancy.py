@@ -170,8 +170,8 @@ def plan_kernel(kernel: Operation, producer_warps: int | None = None) -> Occupan
         if plan is not None:  # the automatic choice: producers only where they keep the mma warps per SM
             _restore_stages(preset)  # plan the one-role loop from the same starting point
             one = _plan_roles(kernel, rings, loops, None)
-            if _mma_warps_per_sm(one) > _mma_warps_per_sm(plan):
-                return one
+            if _mma_warps_per_sm(one) >= _mma_warps_per_sm(plan):
+                return one  # session 23: the rotated one-role loop beats producers at equal mma warps
             _restore_stages(preset)
             for lp in loops:
                 lp.attrs.setdefault("stages", plan.stages)
@@ -263,9 +263,12 @@ def _plan_cp_async_producer(kernel: Operation, rings: dict[Value, Operation], lo
     reason (docs/experiments.md, session 12): in the one-role cp.async loop the mma warps stall on the
     copies' address arithmetic and on the per-k-tile block barrier; with the producer warps the gemm
     256x128x64 runs 3-5% faster on the H200, 128x256x64 the same. With the automatic choice the
-    producers are kept only where the mma warps resident per SM are not fewer than the one-role plan's
+    producers are kept only where the mma warps resident per SM are more than the one-role plan's
     (plan_kernel): a 4-warp 128x128 block with producers is one block per SM (4 mma warps), where the
-    one-role loop fits two (8); measured 283 against 374 TFLOP/s (session 16, call 2).
+    one-role loop fits two (8); measured 283 against 374 TFLOP/s (session 16, call 2). At equal mma warps
+    the one-role loop is kept since session 23: pipeline-cp-async rotates it (and loads A a unit ahead),
+    and it measured 412.0 against 391.6 TFLOP/s at gemm.tk's 128x256x64 S4 and 420.3 against 391.0 at
+    256x128x64 S4 (4096^3, H200, docs/experiments.md "Session 23"); unrotated (rotate=0) 387.5 against 391.0.
 
     None (plan as before: one compute role) when the source asks for no producer
     (`@warpgroups(producers=0)`, unless producer_warps says otherwise) or for more than one block per SM,

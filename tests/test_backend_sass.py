@@ -9,6 +9,7 @@ import pytest
 import tkir
 from tkir.backend.toolchain import local_memory_ops
 from tkir.facts import OccupancyPlan
+from tkir.passes.registry import DEFAULT_PIPELINE
 
 
 @pytest.fixture(scope="module")
@@ -196,11 +197,13 @@ def test_carried_bf16_fragment_reaches_wgmma_without_copies() -> None:
 
 @pytest.mark.parametrize("consts", [{}, {"BM": 256, "BN": 128, "BK": 64, "STAGES": 4}])
 def test_sm80_gemm_producer_warps_sass(consts: dict) -> None:
-    """The sm_80 gemm's default schedule: 4 cp.async producer warps and 8 mma warps, 384 threads at ptxas's
+    """The producer-warp schedule (plan-occupancy{producer_warps=4}, the sm_80 gemm's default until session 23):
+    4 cp.async producer warps and 8 mma warps, 384 threads at ptxas's
     168-register cap without spills; the copies are LDGSTS with mbarrier arrivals (ARRIVES.LDGSTSBAR; the
     phase tests are shared loads in sm_80 SASS, SYNCS.PHASECHK once the driver builds it for sm_90), and the
     only block barrier follows the mbarrier init."""
-    k = tkir.compile("examples/gemm.tk", target="sm_80", **consts)
+    passes = ",".join("plan-occupancy{producer_warps=4}" if p == "plan-occupancy" else p for p in DEFAULT_PIPELINE)
+    k = tkir.compile("examples/gemm.tk", target="sm_80", passes=passes, **consts)
     sass = k.asm["sass"]
     assert k.launch["block"] == [384, 1, 1]
     assert "HMMA.16816.F32.BF16" in sass and "LDGSTS" in sass and "LDSM" in sass

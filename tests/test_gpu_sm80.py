@@ -17,7 +17,8 @@ from tkir.examples import load_companion, relative_error
 from tkir.passes.registry import DEFAULT_PIPELINE
 
 GEMM_SM80 = {"BM": 256, "BN": 128, "BK": 64, "STAGES": 3}
-# a gemm's loop gets cp.async producer warps by default (plan-occupancy{producer_warps}); the one-role
+# a gemm's loop is one role by default (since session 23: the rotated loop); cp.async producer warps are
+# asked for with plan-occupancy{producer_warps=N} (PW1, PW4); the one-role
 # cp.async loop of pipeline-cp-async is its ablation, and NO_PIPE / AHEAD0 ablate that loop
 _PW0 = "plan-occupancy{producer_warps=0}"
 PW0 = ",".join(_PW0 if p == "plan-occupancy" else p for p in DEFAULT_PIPELINE)
@@ -52,6 +53,8 @@ CASES = [
     ("gemm", dict(M=1000, N=744, K=520), GEMM_SM80, PW0),          # the producer warps' ablation
     ("gemm", dict(M=128, N=256, K=40), {}, PW0),
     ("gemm", dict(M=1000, N=744, K=520), GEMM_SM80, PW1),          # one producer warp
+    ("gemm", dict(M=1000, N=744, K=520), GEMM_SM80, PW4),          # four producer warps (the default until session 23)
+    ("gemm", dict(M=1000, N=744, K=520), {}, PW4),
     ("gemm", dict(M=77, N=24, K=8), SMALL_TILE, PW4),               # a k-loop of one partial tile, producers
     ("gemm", dict(M=77, N=24, K=8), SMALL_TILE, None),              # the same, one role (the default there)
     ("gemm", dict(M=1000, N=744, K=520), GEMM_SM80, ROT1),         # the rotated loop, 8 warps of 64 x 64
@@ -63,7 +66,8 @@ CASES = [
     ("gemm", dict(M=77, N=24, K=8), SMALL_TILE, ROT1),              # 6 blocks per SM: no room, not rotated
     ("gemm", dict(M=300, N=520, K=1000), {"BM": 128, "BN": 256, "BK": 32, "STAGES": 4}, ROT1),
     ("linear", dict(M=1000, N=744, K=520), {"ACT": 1}, ROT1),
-    ("linear", dict(M=1000, N=744, K=520), {"ACT": 1}, None),      # an epilogue in the consumer role
+    ("linear", dict(M=1000, N=744, K=520), {"ACT": 1}, None),      # the epilogue after the rotated loop
+    ("linear", dict(M=1000, N=744, K=520), {"ACT": 1}, PW4),       # an epilogue in the consumer role
     ("attention_fwd", dict(B=2, H=2, N=512), {}, None),
     ("attention_fwd", dict(B=2, H=2, N=300), {}, None),              # a ragged last key block
     ("attention_fwd", dict(B=1, H=2, N=1000), {"CAUSAL": 1}, None),
@@ -87,7 +91,7 @@ def test_sm80_matches_reference_on_gpu(name: str, sizes: dict, consts: dict, pas
     path = f"examples/{name}.tk"
     comp = load_companion(path)
     k = tkir.compile(path, target="sm_80", passes=passes, **consts)
-    roles = name in ("gemm", "linear") and (passes in (PW1, PW4) or (passes is None and consts != SMALL_TILE))
+    roles = name in ("gemm", "linear") and passes in (PW1, PW4)
     assert (ROLES in k.ir) == roles
     assert ("pipe.async_wait" in k.ir) == (not roles and passes != NO_PIPE)
     if passes in ROTATED or passes == ROT0:  # a 64 x 64 tile at 6 blocks per SM has no registers for the rotation

@@ -54,6 +54,7 @@ def _rot(n: int, extra: str = "") -> dict:
 _AHEAD = {"a_ahead": ",a_ahead=true", "a_ahead f2": ",a_ahead=true,fragments_ahead=2", "f2": ",fragments_ahead=2"}
 
 
+_PW4 = {"plan-occupancy": "plan-occupancy{producer_warps=4}"}  # session 23: the old default's producer warps
 TKIR_ROWS = {  # row set -> [(label, file, target, consts, pass replacements)]
     "call1": [
         ("tkir wgmma (sm_90a default)", _G, "sm_90a", {}, {}),
@@ -146,8 +147,21 @@ TKIR_ROWS = {  # row set -> [(label, file, target, consts, pass replacements)]
         ("tkir sm_80 4w 128x128x32 S4 one role (rotated)", _W, "sm_80", dict(BM=128, BN=128, BK=32, STAGES=4, WG=1),
          _ONE),
     ],
+    # session 23, call 4: the defaults after plan-occupancy's automatic choice became one role at equal mma warps
+    # (gemm.tk on sm_80 as it compiles with no options, and at BM = 64) against the producer warps they had
+    "session23d": [
+        ("tkir wgmma (sm_90a default)", _G, "sm_90a", {}, {}),
+        ("tkir sm_80 gemm.tk default (128x256x64 S4, one role, rotated)", _G, "sm_80", {}, {}),
+        ("tkir sm_80 gemm.tk default, producer_warps=4 (the old default)", _G, "sm_80", {}, _PW4),
+        ("tkir sm_80 gemm.tk BM=64 (one role, rotated)", _G, "sm_80", dict(BM=64), {}),
+        ("tkir sm_80 gemm.tk BM=64 producer_warps=4 (the old default)", _G, "sm_80", dict(BM=64), _PW4),
+        ("tkir sm_80 256x128x64 S4 (one role, rotated)", _G, "sm_80", dict(BM=256, BN=128, BK=64, STAGES=4), {}),
+        ("tkir sm_80 256x128x64 S4 rotate=0 a_ahead=false", _G, "sm_80", dict(BM=256, BN=128, BK=64, STAGES=4),
+         {"pipeline-cp-async": "pipeline-cp-async{rotate=0,a_ahead=false}"}),
+    ],
 }
 TRITON_SETS = {"call1": TRITON_CONFIGS, "session23": [(128, 128, 32, 4, 4), (128, 128, 64, 4, 4)],
+               "session23d": [(128, 128, 32, 4, 4)],
                "session23c": [(128, 128, 32, 4, 4)],
                "session23b": [(128, 128, 32, 4, 4)],
                "call2": [(128, 128, 32, 4, 4), (128, 128, 64, 4, 4), (256, 128, 64, 3, 8), (128, 128, 32, 3, 4)],
