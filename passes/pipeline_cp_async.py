@@ -44,6 +44,16 @@ V stage during iteration j, so that stage is held an iteration longer: the prolo
 iterations, the wait is `pending = S-3`, copies run S-2 iterations ahead, and the loop is marked
 `cp_hold = 1` (what overlap-mma rotates on sm_80). `hold=0` is the rotation's ablation.
 
+`rotate` (default ROTATE_UNITS = 1; session 23) marks a loop indexed from 0 by 1 whose body is the wait,
+the copies and one `tk.mma` of two stage views `frag_rotate = R` when one k16 step of fragments fits the
+plan's registers (`_rotatable`): the backend moves the wait and the block barrier R mma.sync units before
+the end of the k-tile's mma and carries the next k-tile's first k16 step of fragments over the back edge
+(CUTLASS MmaMultistage's order; backend/rules_sm80.py FragRotation). The IR's meaning is unchanged (the
+interpreter runs the marked loop as before). H200, 4096^3: 256 x 128 x 64 S4 389.9 -> 410.6 TFLOP/s.
+`rotate=0` is the ablation. `a_ahead` (unset: true where two k16 steps of a shared A fit the plan's
+registers, `_a_ahead_fits`) writes `a_ahead` on the loop's `tk.mma`: the backend loads a step's A with the
+unit `ahead` of its first instead of right before it (256 x 128 x 64 S4: 411.4 -> 423.0 TFLOP/s).
+
 `fragments_ahead` (unset by default) writes `frag_ahead = n` on the loop's `tk.mma`s: how many units
 (k16 step x two n8 blocks) ahead of their mma.sync the backend loads ldmatrix fragments (its default is
 backend/rules_sm80.py FRAG_AHEAD_UNITS = 1; 0: right before their own mma.sync, the ablation; 8 at

@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
+import tkir
 from tkir.access_report import AccessReport, reports_of
 from tkir.api import build_module
 from tkir.parser import parse_module
-from tkir.passes.registry import load_registry
+from tkir.passes.registry import DEFAULT_PIPELINE, load_registry
 from tkir.passmanager import Options, PassManager
 from tkir.report import build_report, format_report, highest_register, peak_live_registers, register_comparison
 from tkir.types import format_attr_value
@@ -246,3 +247,19 @@ def test_register_copies_say_which_edge_tests_are_left_out() -> None:
     assert {c["rows"] for c in header["register_copies"] if c["rows"] != "-"} == {"tested"}
     gemm = build_report(tkir.compile("examples/gemm.tk", target="sm_80").module)
     assert all(c["access"] == "element-wise" and c["cols"] == "tested" for c in gemm["register_copies"])
+
+
+def test_cp_async_loops_show_the_rotation_and_a_ahead() -> None:
+    """sm_80's cp.async main loops in the report: gemm's is rotated one unit before the end with A a unit
+    ahead; with pipeline-cp-async{rotate=0,a_ahead=false} neither; attention's two loops (split-masks) keep
+    the top-of-loop barrier and the backend's rule."""
+    def loops(path: str, **kw: object) -> list[dict]:
+        return build_report(tkir.compile(path, target="sm_80", **kw).module)["cp_async_loops"]
+
+    assert loops("examples/gemm.tk") == [{"stages": 4, "ahead": 3, "rotate": 1, "a_ahead": True}]
+    off = ",".join("pipeline-cp-async{rotate=0,a_ahead=false}" if p == "pipeline-cp-async" else p
+                   for p in DEFAULT_PIPELINE)
+    assert loops("examples/gemm.tk", passes=off) == [{"stages": 4, "ahead": 3, "rotate": 0, "a_ahead": False}]
+    assert all(lp["rotate"] == 0 and lp["a_ahead"] == "rule" for lp in loops("examples/attention_fwd.tk"))
+    text = format_report(build_report(tkir.compile("examples/gemm.tk", target="sm_80").module))
+    assert re.search(r"cp\.async main loops:\n\s+stages\s+ahead\s+rotate\s+a_ahead\n\s+4\s+3\s+1\s+true", text)

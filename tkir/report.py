@@ -13,6 +13,10 @@ Keys of `build_report(module)` (absent when the IR has nothing for them):
   priority cache-policy gave a load, `-` for none), and for its
   rows and columns either `tested` or the proof that the index stays inside (tkir/bounds.py; the
   backend leaves those tests out, and only for vector copies);
+* `cp_async_loops`: per loop pipeline-cp-async rewrote (sm_80's cp.async main loop): stages, ahead (the
+  k-tiles in flight: S-1, or S-2 with a held stage), rotate (the mma.sync units before the end of the
+  k-tile at which the rotated loop waits, 0: at the top), a_ahead (a k16 step's A loaded a unit ahead:
+  true, false, or `rule` for the backend's own);
 * `occupancy`: the kernel's `occupancy` attribute: stages, blocks_per_sm, smem_bytes and roles
   (role, warpgroups or warps, regs_per_thread; an sm_80 role is sized in warps, a Hopper one in warpgroups).
 
@@ -62,6 +66,10 @@ def build_report(module: Module) -> dict:
             for v in op.results:
                 if is_register(v.type) and v.type.get("layout") is not None:
                     rep["register_tiles"].append(_register_tile(v, names))
+        loops = [_cp_async_loop(op) for op in kernel.walk()
+                 if op.name == "scf.for" and op.body.ops and op.body.ops[0].name == "pipe.async_wait"]
+        if loops:
+            rep.setdefault("cp_async_loops", []).extend(loops)
         plan = OccupancyPlan.of(kernel)
         if plan is not None:
             rep["occupancy"] = _occupancy(plan)
@@ -91,6 +99,11 @@ def format_report(report: dict) -> str:
     if "tma" in report:
         out += _section("tma descriptors", ["name", *TMA_KEYS],
                         [[d["name"], *(_cell(d[k]) for k in TMA_KEYS)] for d in report["tma"]])
+    if report.get("cp_async_loops"):  # sm_80's cp.async main loops only: no "none" section elsewhere
+        out += _section("cp.async main loops", ["stages", "ahead", "rotate", "a_ahead"],
+                        [[lp["stages"], lp["ahead"], lp["rotate"],
+                          {True: "true", False: "false"}.get(lp["a_ahead"], lp["a_ahead"])]
+                         for lp in report["cp_async_loops"]])
     if "occupancy" in report:
         occ = report["occupancy"]
         out.append(f"occupancy: stages {occ.get('stages')}, blocks/SM {occ.get('blocks_per_sm')}, "
@@ -103,9 +116,20 @@ def format_report(report: dict) -> str:
         out.append(_registers_line(report["registers"]))
     for key, val in report.items():  # keys later stages add (e.g. the CLI's ptxas summary)
         if key not in ("shared_tiles", "accesses", "register_tiles", "register_copies", "tma", "occupancy",
-                       "registers"):
+                       "registers", "cp_async_loops"):
             out.append(f"{key}: {_cell(val)}")
     return "\n".join(out).rstrip() + "\n"
+
+
+def _cp_async_loop(loop: Operation) -> dict:
+    """A loop pipeline-cp-async rewrote: its stages, the k-tiles its copies run ahead, its rotation and
+    whether its mma loads a k16 step's A a unit ahead."""
+    stages = loop.attrs.get("stages")
+    pending = int(loop.body.ops[0].attrs.get("pending", 0))
+    mmas = [op for op in loop.walk() if op.name == "tk.mma"]
+    a_ahead = mmas[0].attrs.get("a_ahead", "rule") if mmas else "-"
+    return {"stages": stages, "ahead": pending + 1, "rotate": int(loop.attrs.get("frag_rotate", 0)),
+            "a_ahead": a_ahead}
 
 
 def register_comparison(module: Module, ptxas: int | None, sass: int | None = None,
