@@ -66,7 +66,7 @@ from tkir.backend.rules import rule
 from tkir.backend.rules_memory import sync
 from tkir.backend.values import LLVM_TYPE, Frag, Global, LoweringError, Smem, register_layout
 from tkir.ir import Operation, parent_op
-from tkir.target import MAX_REGS_PER_THREAD
+from tkir.target import MAX_REGS_PER_THREAD, MMA_A_WORDS, MMA_B_UNIT_WORDS
 from tkir.types import GlobalType, TileType, dtype_bytes
 
 if TYPE_CHECKING:
@@ -79,8 +79,6 @@ LDMATRIX_ROW_BYTES = 16   # one 8 x 8 b16 matrix row
 MMA_DTYPES = ("bf16", "f16")  # mma.m16n8k16.row.col.{bf16, f16} with f32 accumulators (HOPPER.md §8.1)
 
 B_PAIR_REGS = ((0, 1), (2, 3))  # ldmatrix.x4 registers holding the two n8 blocks' B fragments
-MMA_A_WORDS = 4           # b32 registers of one m16 x k16 A fragment (HOPPER.md §6.3)
-B_UNIT_WORDS = 4          # b32 registers of the B fragments of one k16 step x two n8 blocks (one ldmatrix.x4)
 # Fragments are loaded this many units (k16 step x two n8 blocks) ahead of their mma.sync. Measured
 # on the H200 (gemm 4096^3, BM=256 BN=128 BK=64, STAGES=2/3/4, TFLOP/s): 0 units 360/354/358, 1 unit
 # 361/360/362, 2 units 355/349/356, 4 units 352/336/349, a whole k16 step (8 units) 293/331/299
@@ -686,7 +684,7 @@ def _fragments_ahead(cx: LoweringContext, op: Operation, per_k: int, mblocks: in
         return 0
     a_regs = MMA_A_WORDS * mblocks if a_shared else 0  # two k16 steps of A live at once
     room = MAX_REGS_PER_THREAD - plan.budget.total - FRAG_SLACK_REGS - 2 * a_regs
-    return max(0, min(want, per_k, room // B_UNIT_WORDS))
+    return max(0, min(want, per_k, room // MMA_B_UNIT_WORDS))
 
 
 def _a_fragments(cx: LoweringContext, a: Smem | Frag, slab: int, mblocks: int, ksteps: int,

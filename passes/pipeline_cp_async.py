@@ -72,14 +72,20 @@ from tkir.passes.builder import OpBuilder
 from tkir.passes.overlap_mma import rotatable
 from tkir.passes.shared_access import no_producer
 from tkir.passmanager import Options, ParamError, Pass, param
-from tkir.target import MAX_REGS_PER_THREAD, MMA_M, MMA_N, REG_ALLOC_UNIT, REGS_PER_SM
+from tkir.target import (
+    MAX_REGS_PER_THREAD,
+    MMA_A_WORDS,
+    MMA_B_UNIT_WORDS,
+    MMA_M,
+    MMA_N,
+    REG_ALLOC_UNIT,
+    REGS_PER_SM,
+)
 from tkir.types import GlobalType, Ident, ScalarType, TileType, VectorType, dtype_bytes, is_shared
 
 I1 = ScalarType("i1")
 # `rotate`: the default count of units before the end of the mma at which the rotated loop waits (0: off)
 ROTATE_UNITS = 1
-A_WORDS_PER_M16 = 4     # b32 registers of one m16 x k16 A fragment (HOPPER.md §6.3)
-B_WORDS_PER_UNIT = 4    # b32 registers of one k16 x two n8 B fragment pair (one ldmatrix.x4)
 # registers the carried fragments must leave free beyond the plan's budget: the backend's
 # FRAG_SLACK_REGS (backend/rules_sm80.py), the ldmatrix addresses and ptxas's temporaries
 ROTATE_SLACK_REGS = 24
@@ -187,7 +193,7 @@ def _rotatable(loop: Operation, match: _Match, plan: OccupancyPlan | None) -> bo
     if layout is None or layout.kind != "mma_c":
         return False
     rows, cols = acc.rows // layout.row_warps, acc.cols // layout.col_warps
-    words = A_WORDS_PER_M16 * (rows // MMA_M) + B_WORDS_PER_UNIT * -(-cols // (2 * MMA_N))
+    words = MMA_A_WORDS * (rows // MMA_M) + MMA_B_UNIT_WORDS * -(-cols // (2 * MMA_N))
     if plan is None or plan.budget is None:
         return True
     return plan.budget.total + words + ROTATE_SLACK_REGS <= _reg_cap(plan)
@@ -210,7 +216,7 @@ def _a_ahead_fits(mma: Operation, plan: OccupancyPlan | None) -> bool | None:
     layout = layout_of(mma.operands[2].type)
     if layout is None or layout.kind != "mma_c" or not is_shared(mma.operands[0].type):
         return None
-    step = A_WORDS_PER_M16 * (mma.operands[2].type.rows // layout.row_warps // MMA_M)
+    step = MMA_A_WORDS * (mma.operands[2].type.rows // layout.row_warps // MMA_M)
     if step <= A_AHEAD_BACKEND_REGS or plan is None or plan.budget is None:
         return None
     return True if plan.budget.total + 2 * step + ROTATE_SLACK_REGS <= _reg_cap(plan) else None

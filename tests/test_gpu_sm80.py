@@ -199,12 +199,29 @@ def test_producer_filecheck_kernel_matches_numpy_on_gpu(target: str, consts: dic
     """The kernel of tests/passes/pipeline-sm80-producer.tk (not an example: a gemm with an optional SiLU
     epilogue) on both targets, ragged sizes, against numpy in float64 (sm_90a needs 3 stages: its staged
     epilogue does not fit beside 4)."""
-    import ml_dtypes
-
     # the file's subject, the producer warps, asked for on sm_80 (one role is the default since session 23)
     k = tkir.compile("tests/passes/pipeline-sm80-producer.tk", target=target,
                      passes=PW4 if target == "sm_80" else None, **consts)
     assert (ROLES in k.ir) == (target == "sm_80")
+    _gemm_matches_numpy(k, silu=bool(consts.get("ACT")))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("target, consts", [("sm_80", {}), ("sm_80", {"EPI": 1}), ("sm_80", {"BK": 64}),
+                                            ("sm_90a", {}), ("sm_90a", {"EPI": 1})], ids=str)
+def test_rotate_filecheck_kernel_matches_numpy_on_gpu(target: str, consts: dict) -> None:
+    """The kernel of tests/passes/pipeline-cp-async-rotate.tk (not an example: a 4-warp 128 x 128 gemm, two
+    blocks per SM on sm_80, with an optional scale inside the loop that keeps it unrotated) on both targets,
+    ragged sizes, against numpy in float64."""
+    k = tkir.compile("tests/passes/pipeline-cp-async-rotate.tk", target=target, **consts)
+    assert ("frag_rotate = 1" in k.ir) == (target == "sm_80" and not consts.get("EPI"))
+    _gemm_matches_numpy(k, silu=False)
+
+
+def _gemm_matches_numpy(k: tkir.api.CompiledKernel, silu: bool) -> None:
+    """C = A @ B (then SiLU) at a ragged 1000 x 264 x 520, bf16 in, against numpy in float64; C starts NaN."""
+    import ml_dtypes
+
     rng = np.random.default_rng(23)
     m, n, kk = 1000, 264, 520
     a = rng.standard_normal((m, kk)).astype(ml_dtypes.bfloat16)
@@ -213,6 +230,6 @@ def test_producer_filecheck_kernel_matches_numpy_on_gpu(target: str, consts: dic
     dev = [tkcuda.to_device(x) for x in (a, b, c)]
     k(*dev)
     ref = a.astype(np.float64) @ b.astype(np.float64)
-    if consts.get("ACT"):
+    if silu:
         ref = ref / (1.0 + np.exp(-ref))
     assert relative_error(dev[2].numpy().astype(np.float64), ref) < 1e-2

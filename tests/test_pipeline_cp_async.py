@@ -335,3 +335,15 @@ def test_a_ahead_is_left_to_the_backend_without_register_room() -> None:
     (the 32-row warps of gemm's default 128 x 256 tile over 8 warps take the backend's own rule anyway)."""
     k = _compile("gemm", {"BM": 128, "BN": 128, "BK": 32, "STAGES": 3})
     assert "blocks_per_sm = 2" in k.ir and "a_ahead" not in k.ir
+
+
+@pytest.mark.parametrize("target, consts", [("sm_80", {}), ("sm_80", {"EPI": 1}), ("sm_90a", {}), ("sm_90a", {"EPI": 1})],
+                         ids=str)
+def test_rotate_filecheck_kernel_assembles_on_both_targets(target: str, consts: dict) -> None:
+    """tests/passes/pipeline-cp-async-rotate.tk's kernel (written for the rotated loop, not an example) through
+    ptxas on both targets, without local memory; rotated only on sm_80 and only without the in-loop scale
+    (tests/test_gpu_sm80.py runs it on the GPU)."""
+    k = tkir.compile("tests/passes/pipeline-cp-async-rotate.tk", target=target, **consts)
+    assert ("frag_rotate = 1" in k.ir) == (target == "sm_80" and not consts.get("EPI"))
+    assert ("HMMA" if target == "sm_80" else "HGMMA") in k.asm["sass"]
+    assert not local_memory_ops(k.asm["sass"]) and k.asm["ptxas"].spill_stores == 0

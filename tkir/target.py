@@ -11,6 +11,8 @@ WARPGROUP = 128                # threads per warpgroup: 4 consecutive warps (HOP
 WARPS_PER_WARPGROUP = WARPGROUP // WARP
 WGMMA_M = 64                   # every wgmma has M = 64 (HOPPER.md §1.2)
 MMA_M, MMA_N, MMA_K = 16, 8, 16  # mma.sync.m16n8k16 (HOPPER.md §6.3)
+MMA_A_WORDS = 4                # b32 registers of one m16 x k16 A fragment (HOPPER.md §6.3)
+MMA_B_UNIT_WORDS = 4           # b32 registers of one k16 x two n8 B fragment pair (one ldmatrix.x4)
 WGMMA_MAX_N = 256              # the largest wgmma N (PTX ISA wgmma.mma_async shapes)
 REGS_PER_SM = 65_536           # 32-bit registers per SM (HOPPER.md §7.3)
 MAX_REGS_PER_THREAD = 255      # HOPPER.md §7.3
