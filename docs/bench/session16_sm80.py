@@ -10,6 +10,10 @@ kernel is checked against torch.matmul on fresh random inputs first; each Triton
 checked for mma.sync and for the absence of wgmma (a row that used wgmma is marked so).
 
     DISABLE_MMA_V3=1 python3 docs/bench/session16_sm80.py --out DIR [--reps 20] [--rows LIST] [--set call1|call2]
+        [--cutlass-lib .cutlass/libcutlass_sm80.so]
+
+With --cutlass-lib (session 24), CUTLASS 2.x's Ampere GEMMs (docs/bench/cutlass_sm80/: cp.async multistage,
+ldmatrix, mma.sync; built for sm_90a by its build.sh) are timed too, one row per configuration in its names.txt.
 
 Writes DIR/sm80_peer.json, the best Triton kernel's PTX and cubin (DIR/triton_best.*), and prints a
 table last.
@@ -159,8 +163,18 @@ TKIR_ROWS = {  # row set -> [(label, file, target, consts, pass replacements)]
         ("tkir sm_80 256x128x64 S4 rotate=0 a_ahead=false", _G, "sm_80", dict(BM=256, BN=128, BK=64, STAGES=4),
          {"pipeline-cp-async": "pipeline-cp-async{rotate=0,a_ahead=false}"}),
     ],
+    # session 24: CUTLASS's Ampere GEMMs (--cutlass-lib) beside tkir's best sm_80 tiles
+    "session24": [
+        ("tkir wgmma (sm_90a default)", _G, "sm_90a", {}, {}),
+        ("tkir sm_80 gemm.tk default (128x256x64 S4, one role, rotated)", _G, "sm_80", {}, {}),
+        ("tkir sm_80 256x128x64 S4 (one role, rotated)", _G, "sm_80", dict(BM=256, BN=128, BK=64, STAGES=4), {}),
+        ("tkir sm_80 256x128x64 S3 (one role, rotated)", _G, "sm_80", dict(BM=256, BN=128, BK=64, STAGES=3), {}),
+        ("tkir sm_80 4w 128x128x32 S4 one role (rotated)", _W, "sm_80", dict(BM=128, BN=128, BK=32, STAGES=4, WG=1),
+         _ONE),
+    ],
 }
-TRITON_SETS = {"call1": TRITON_CONFIGS, "session23": [(128, 128, 32, 4, 4), (128, 128, 64, 4, 4)],
+TRITON_SETS = {"call1": TRITON_CONFIGS, "session24": [(128, 128, 32, 4, 4), (128, 128, 64, 4, 4)],
+               "session23": [(128, 128, 32, 4, 4), (128, 128, 64, 4, 4)],
                "session23d": [(128, 128, 32, 4, 4)],
                "session23c": [(128, 128, 32, 4, 4)],
                "session23b": [(128, 128, 32, 4, 4)],
@@ -205,6 +219,7 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--rows", default="triton,tkir")
     ap.add_argument("--set", default="call1", choices=sorted(TKIR_ROWS))
+    ap.add_argument("--cutlass-lib", default=None, help="libcutlass_sm80.so from docs/bench/cutlass_sm80/build.sh")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -270,6 +285,29 @@ def main() -> int:
                         ldmatrix="ldmatrix" in ptx)
             best_ptx[label] = compiled
             add(label, launch, info)
+    if args.cutlass_lib:
+        import ctypes
+        lib = ctypes.CDLL(str(Path(args.cutlass_lib).resolve()))
+        names = (Path(args.cutlass_lib).parent / "names.txt").read_text().split()
+        for name in names:
+            fn = getattr(lib, name)
+            fn.restype = ctypes.c_int
+            fn.argtypes = [ctypes.c_int] * 3 + [ctypes.c_void_p] * 4
+
+            def launch(i, fn=fn):
+                a, b, c = sets[i]
+                ptrs = (a.data_ptr(), b.data_ptr(), c.data_ptr(), torch.cuda.current_stream().cuda_stream)
+
+                def go():
+                    rc = fn(M, N, K, *ptrs)
+                    if rc:
+                        raise RuntimeError(f"{fn.__name__}: status {rc}")
+                return go
+            try:
+                add(name.replace("cutlass_", "cutlass mma.sync "), launch, dict(cutlass=name))
+            except Exception as e:  # noqa: BLE001 - a configuration that cannot run is a row
+                rows.append(dict(label=name, error=f"{type(e).__name__}: {str(e)[:200]}"))
+                print(rows[-1], flush=True)
     print(f"timing {len(fns)} kernels interleaved, {args.reps} reps, {nsets} input sets", flush=True)
     ms = time_pair_ms(torch, fns, nsets, args.reps, 5)
     for r, t in zip([r for r in rows if "error" not in r], ms, strict=True):
