@@ -10,10 +10,12 @@ kernel is checked against torch.matmul on fresh random inputs first; each Triton
 checked for mma.sync and for the absence of wgmma (a row that used wgmma is marked so).
 
     DISABLE_MMA_V3=1 python3 docs/bench/session16_sm80.py --out DIR [--reps 20] [--rows LIST] [--set call1|call2]
-        [--cutlass-lib .cutlass/libcutlass_sm80.so]
+        [--cutlass-lib .cutlass/libcutlass_sm80.so [--cutlass-names a,b]] [--size M,N,K]
 
 With --cutlass-lib (session 24), CUTLASS 2.x's Ampere GEMMs (docs/bench/cutlass_sm80/: cp.async multistage,
-ldmatrix, mma.sync; built for sm_90a by its build.sh) are timed too, one row per configuration in its names.txt.
+ldmatrix, mma.sync; built for sm_90a by its build.sh) are timed too, one row per configuration in its names.txt
+(or those of --cutlass-names). A tkir row may name a PTX rewrite (PTX_REWRITES, a screen: the compiled kernel's PTX
+changed as text before it is loaded; not a product path).
 
 Writes DIR/sm80_peer.json, the best Triton kernel's PTX and cubin (DIR/triton_best.*), and prints a
 table last.
@@ -58,6 +60,12 @@ def _rot(n: int, extra: str = "") -> dict:
 _AHEAD = {"a_ahead": ",a_ahead=true", "a_ahead f2": ",a_ahead=true,fragments_ahead=2", "f2": ",fragments_ahead=2"}
 
 
+def _l2_128b(ptx: str) -> str:
+    """cp.async with the L2 prefetch-size hint CUTLASS's Ampere copies carry (`.L2::128B`, PTX 7.4; SASS LTC128B)."""
+    return ptx.replace("cp.async.cg.shared.global [", "cp.async.cg.shared.global.L2::128B [")
+
+
+PTX_REWRITES = {"l2_128b": _l2_128b}
 _PW4 = {"plan-occupancy": "plan-occupancy{producer_warps=4}"}  # session 23: the old default's producer warps
 TKIR_ROWS = {  # row set -> [(label, file, target, consts, pass replacements)]
     "call1": [
@@ -172,8 +180,18 @@ TKIR_ROWS = {  # row set -> [(label, file, target, consts, pass replacements)]
         ("tkir sm_80 4w 128x128x32 S4 one role (rotated)", _W, "sm_80", dict(BM=128, BN=128, BK=32, STAGES=4, WG=1),
          _ONE),
     ],
+    # session 24, call 2: tkir at CUTLASS's fastest tiles (128 x 256 x 32 S4, 128 x 256 x 64 S3), the L2::128B screen
+    "session24b": [
+        ("tkir wgmma (sm_90a default)", _G, "sm_90a", {}, {}),
+        ("tkir sm_80 256x128x64 S4 (one role, rotated)", _G, "sm_80", dict(BM=256, BN=128, BK=64, STAGES=4), {}),
+        ("tkir sm_80 256x128x64 S4 +L2::128B", _G, "sm_80", dict(BM=256, BN=128, BK=64, STAGES=4), {}, "l2_128b"),
+        ("tkir sm_80 128x256x32 S4 (one role, rotated)", _G, "sm_80", dict(BM=128, BN=256, BK=32, STAGES=4), {}),
+        ("tkir sm_80 128x256x32 S4 +L2::128B", _G, "sm_80", dict(BM=128, BN=256, BK=32, STAGES=4), {}, "l2_128b"),
+        ("tkir sm_80 128x256x64 S3 (one role, rotated)", _G, "sm_80", dict(BM=128, BN=256, BK=64, STAGES=3), {}),
+    ],
 }
-TRITON_SETS = {"call1": TRITON_CONFIGS, "session24": [(128, 128, 32, 4, 4), (128, 128, 64, 4, 4)],
+TRITON_SETS = {"session24b": [(128, 128, 32, 4, 4)], "call1": TRITON_CONFIGS,
+               "session24": [(128, 128, 32, 4, 4), (128, 128, 64, 4, 4)],
                "session23": [(128, 128, 32, 4, 4), (128, 128, 64, 4, 4)],
                "session23d": [(128, 128, 32, 4, 4)],
                "session23c": [(128, 128, 32, 4, 4)],
@@ -220,6 +238,8 @@ def main() -> int:
     ap.add_argument("--rows", default="triton,tkir")
     ap.add_argument("--set", default="call1", choices=sorted(TKIR_ROWS))
     ap.add_argument("--cutlass-lib", default=None, help="libcutlass_sm80.so from docs/bench/cutlass_sm80/build.sh")
+    ap.add_argument("--cutlass-names", default=None, help="comma-separated configurations (default: all of names.txt)")
+    ap.add_argument("--size", default="4096,4096,4096", help="M,N,K")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -228,6 +248,7 @@ def main() -> int:
     import tkir
     from tkir.bench import L2_BYTES, MAX_ROTATE_SETS, ROTATE_FACTOR, _rel_err, time_pair_ms
 
+    SIZE.update(zip("MNK", (int(v) for v in args.size.split(",")), strict=True))
     M, N, K = SIZE["M"], SIZE["N"], SIZE["K"]
     flops = 2 * M * N * K
     nbytes = 2 * (M * K + K * N + M * N)
@@ -251,10 +272,16 @@ def main() -> int:
 
     add("cuBLAS (torch.matmul)", lambda i: (lambda: torch.matmul(sets[i][0], sets[i][1], out=sets[i][2])), {})
     if "tkir" in args.rows:
-        for label, path, target, consts, repl in TKIR_ROWS[args.set]:
+        for label, path, target, consts, repl, *rewrite in TKIR_ROWS[args.set]:
             passes = ",".join(repl.get(p, p) for p in tkir.api.default_pipeline()) if repl else None
             try:
                 k = tkir.compile(str(ROOT / path), target=target, **({"passes": passes} if passes else {}), **consts)
+                if rewrite:
+                    k.lower()
+                    new = PTX_REWRITES[rewrite[0]](k.asm["ptx"])
+                    if new == k.asm["ptx"]:
+                        raise ValueError(f"PTX rewrite {rewrite[0]} changed nothing")
+                    k.asm["ptx"] = new
             except Exception as e:  # noqa: BLE001 - a configuration that does not compile is a row
                 rows.append(dict(label=label, error=f"{type(e).__name__}: {e}"))
                 print(rows[-1], flush=True)
@@ -288,7 +315,8 @@ def main() -> int:
     if args.cutlass_lib:
         import ctypes
         lib = ctypes.CDLL(str(Path(args.cutlass_lib).resolve()))
-        names = (Path(args.cutlass_lib).parent / "names.txt").read_text().split()
+        names = (args.cutlass_names.split(",") if args.cutlass_names
+                 else (Path(args.cutlass_lib).parent / "names.txt").read_text().split())
         for name in names:
             fn = getattr(lib, name)
             fn.restype = ctypes.c_int
@@ -327,7 +355,7 @@ def main() -> int:
             (out / "triton_best.cubin").write_bytes(compiled.asm["cubin"])
             (out / "triton_best.txt").write_text(best["label"] + "\n")
     (out / "sm80_peer.json").write_text(json.dumps(dict(size=SIZE, reps=args.reps, rows=rows), indent=1))
-    print(f"\n== 4096^3 bf16, TFLOP/s (median of {args.reps}, interleaved; x_wgmma: x tkir's wgmma gemm)")
+    print(f"\n== {M}x{N}x{K} bf16, TFLOP/s (median of {args.reps}, interleaved; x_wgmma: x tkir's wgmma gemm)")
     for r in rows:
         if "error" in r:
             print(f"{r['label']:58s} ERROR {r['error'][:90]}")

@@ -35,5 +35,5 @@ gzip -f "$R"/*.source.csv "$R/cutlass.sass"
 cp -r "$R" "$OUT/"
 cat "$OUT/cutlass_sass_counts.txt"
 grep -E "^====|Duration|SM Frequency|Issue Slots|Instructions Executed  |Registers Per|Waves|stall_(wait|selected|math|long_sb|barrier|short_sb|dispatch|not_selected|mio) " "$R/summary.txt"
-sed -n '/^== 4096/,$p' "$OUT/sm80_session24.txt"; grep -E "Error|Traceback" "$OUT/sm80_session24.txt" | head -5
+sed -n '/^== /,$p' "$OUT/sm80_session24.txt"; grep -E "Error|Traceback" "$OUT/sm80_session24.txt" | head -5
 true
