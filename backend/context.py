@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -33,6 +33,7 @@ from tkir.facts import FactError, OccupancyPlan
 from tkir.ir import Module, Operation, Value
 from tkir.layout import SharedLayout, fragment, layout_of
 from tkir.ops import TILE_BINARY, TILE_UNARY
+from tkir.shared_plan import SharedPlan, plan_shared, tile_stage_bytes  # noqa: F401  (re-exported)
 from tkir.types import TileType, VectorType, format_attr_value
 
 # ops whose register operands of the result's kind share its layout (infer-layouts' ELEMENTWISE)
@@ -68,35 +69,6 @@ class ThreadParts:
     wg: str
     warp: str
     lane: str
-
-
-@dataclass
-class SharedPlan:
-    offsets: dict[int, int] = field(default_factory=dict)  # id(Value) -> byte offset
-    total: int = 0
-
-
-def tile_stage_bytes(t: TileType | VectorType) -> int:
-    """Bytes of one stage of a shared tile: padded rows (bank-conflicts' fix where no swizzle fits)
-    take rows * (row bytes + pad), rounded up to the tile's alignment."""
-    size = t.nbytes + (t.rows if isinstance(t, TileType) else 1) * int(t.get("pad") or 0)
-    align = int(t.get("align") or 16)
-    return -(-size // align) * align
-
-
-def plan_shared(kernel: Operation) -> SharedPlan:
-    """Byte offsets of every shared allocation and barrier array in the block's dynamic shared memory."""
-    plan = SharedPlan()
-    off = 0
-    for op in kernel.walk():
-        if op.name in ("tk.alloc", "pipe.barriers"):
-            t = op.result.type
-            align = int(t.get("align") or (8 if op.name == "pipe.barriers" else 16))
-            off = -(-off // align) * align
-            plan.offsets[id(op.result)] = off
-            off += tile_stage_bytes(t) * int(t.get("stages") or 1) if op.name == "tk.alloc" else t.nbytes
-    plan.total = off
-    return plan
 
 
 def shared_layout(t: TileType) -> SharedLayout:

@@ -24,8 +24,8 @@ if TYPE_CHECKING:
     from tkir.ir import Operation
 
 TARGETS = ("sm_90a", "sm_80")
-RULE_MODULES = ("rules_core", "rules_pipe", "rules_registers", "rules_memory", "rules_sm80", "rules_wgmma",
-                "rules_streamk")
+RULE_MODULES = ("rules_core", "rules_pipe", "rules_registers", "rules_memory", "rules_sm80", "rules_epilogue",
+                "rules_wgmma", "rules_streamk")
 
 RuleFn = Callable[["LoweringContext", "Operation"], None]
 Condition = Callable[["LoweringContext", "Operation"], bool]

@@ -41,6 +41,7 @@ PASS_TABLE: dict[str, str] = {
     "split-masks": "split_masks:SplitMasks",        # masks only on the iterations that can mask
     "overlap-mma": "overlap_mma:OverlapMma",        # next block's wgmma issued before this block's softmax
     "stream-k": "stream_k:StreamK",                  # split the last partial wave along K over every block
+    "stage-epilogue": "stage_epilogue:StageEpilogue",  # mma.sync accumulator stores: per-warp shared rows, 16 B
 }
 
 # The tk-level pipeline `tkc compile` runs before the backend (in order).
@@ -68,6 +69,7 @@ DEFAULT_PIPELINE: list[str] = [
     "split-masks",     # loops split so that element masks run only where they can mask
     "overlap-mma",     # next block's q @ k.T issued before this block's softmax (FA3)
     "pingpong",        # consumer warpgroups take turns issuing their mmas: one's softmax under the other's
+    "stage-epilogue",  # mma.sync accumulator stores through per-warp shared rows, 16 bytes a lane (the plan is final)
     "canonicalize",    # clean up what the rewrites left
 ]
 # stream-k runs opt-in only: for every kernel it can rewrite it measured slower on the H200 at square

@@ -36,6 +36,8 @@ ROT8 = ",".join({"pipeline-cp-async": "pipeline-cp-async{rotate=8}", "plan-occup
 ROT0 = ",".join({"pipeline-cp-async": "pipeline-cp-async{rotate=0}", "plan-occupancy": _PW0}.get(p, p)
                 for p in DEFAULT_PIPELINE)
 ROTATED = (ROT1, ROT8)
+# stage-epilogue's ablation: the accumulator stored with 4-byte pairs straight from registers
+NO_STAGE = ",".join(p for p in DEFAULT_PIPELINE if p != "stage-epilogue")
 ROLES = "tk.role {kind = producer, warps"
 # a 64 x 64 tile: the one-role loop keeps more mma warps per SM (6 blocks of 4) than producer warps would,
 # so plan-occupancy's automatic choice is one role there (session 16)
@@ -65,6 +67,8 @@ CASES = [
     ("gemm", dict(M=128, N=256, K=40), {}, ROT1),                   # one iteration: the carried words are dead
     ("gemm", dict(M=77, N=24, K=8), SMALL_TILE, ROT1),              # 6 blocks per SM: no room, not rotated
     ("gemm", dict(M=300, N=520, K=1000), {"BM": 128, "BN": 256, "BK": 32, "STAGES": 4}, ROT1),
+    ("gemm", dict(M=1000, N=744, K=520), GEMM_SM80, NO_STAGE),     # stage-epilogue's ablation
+    ("gemm", dict(M=1000, N=744, K=520), {"BM": 64, "BN": 16, "BK": 32}, None),  # 16-column warps: not staged
     ("linear", dict(M=1000, N=744, K=520), {"ACT": 1}, ROT1),
     ("linear", dict(M=1000, N=744, K=520), {"ACT": 1}, None),      # the epilogue after the rotated loop
     ("linear", dict(M=1000, N=744, K=520), {"ACT": 1}, PW4),       # an epilogue in the consumer role
@@ -81,7 +85,7 @@ CASES = [
 def _id(case: tuple) -> str:
     name, sizes, consts, passes = case
     tag = {None: "", NO_PIPE: "-no-pipe", AHEAD0: "-ahead0", PW0: "-pw0", PW1: "-pw1", PW4: "-pw4",
-           ROT1: "-rot1", ROT8: "-rot8", ROT0: "-rot0"}[passes]
+           ROT1: "-rot1", ROT8: "-rot8", ROT0: "-rot0", NO_STAGE: "-no-stage"}[passes]
     return f"{name}-" + "-".join(f"{k}{v}" for k, v in {**sizes, **consts}.items()) + tag
 
 
@@ -96,6 +100,8 @@ def test_sm80_matches_reference_on_gpu(name: str, sizes: dict, consts: dict, pas
     assert ("pipe.async_wait" in k.ir) == (not roles and passes != NO_PIPE)
     if passes in ROTATED or passes == ROT0:  # a 64 x 64 tile at 6 blocks per SM has no registers for the rotation
         assert ("frag_rotate" in k.ir) == (passes in ROTATED and consts != SMALL_TILE)
+    if name in ("gemm", "linear"):  # stage-epilogue: every gemm epilogue here but the 16-column warps'
+        assert ("tk.store_warp_staged" in k.ir) == (passes != NO_STAGE and consts.get("BN") != 16)
     result = check_kernel(k, comp, sizes, consts, name=name)  # outputs poisoned with NaN: unwritten fails
     assert result.ok, result
 

@@ -18,6 +18,13 @@ in tile units). A tile wider than its swizzle span is `boxes` boxes, one per col
 shared tile (panel p at byte offset p * rows * span, global column p * box[0]); `bytes` is the whole
 tile (what `mbarrier.expect_tx` counts; out-of-bounds elements are filled and still counted).
 For the interpreter they mean exactly the tk op they replaced (tkir/interp_tma.py).
+
+The staged stores live here too: `tk.store_staged` (create-tma: a wgmma accumulator through a staging
+tile and TMA stores) and `tk.store_warp_staged` (stage-epilogue, the mma.sync path: each warp writes
+`rows` rows of its `mma_c` accumulator block into its own rows of the staging tile, reads them back
+16 bytes a lane and stores them to global 16 bytes a lane):
+
+    tk.store_warp_staged %C, %v, %C_stage, %bx, %by {rows = 16}
 """
 
 from __future__ import annotations
@@ -122,8 +129,26 @@ def _store_staged(op: Operation) -> None:
            f"'tk.store_staged': chunk_cols x buffers must be the staging tile's {st.cols} columns")
 
 
+def _store_warp_staged(op: Operation) -> None:
+    n_results(op, 0)
+    expect(len(op.operands) >= 5, "'tk.store_warp_staged' needs dst, value, staging tile and coordinates")
+    g, v, st = (x.type for x in op.operands[:3])
+    coords = op.operands[3:]
+    expect(isinstance(g, GlobalType) and g.rank >= 2, f"'tk.store_warp_staged' writes a gl of rank >= 2, not {g}")
+    expect(isinstance(v, TileType) and v.space == "rt", f"'tk.store_warp_staged' stores an rt, not {v}")
+    expect(isinstance(st, TileType) and st.space == "st" and st.dtype == v.dtype == g.dtype,
+           f"'tk.store_warp_staged' stages {v} through {st} into {g}: dtypes must agree")
+    rows = op.attrs.get("rows")
+    expect(isinstance(rows, int) and rows > 0 and st.rows % rows == 0,
+           f"'tk.store_warp_staged' needs rows = N dividing the staging tile's {st.rows} rows")
+    expect(len(coords) == g.rank and all(is_int_scalar(c.type) for c in coords),
+           f"'tk.store_warp_staged' needs {g.rank} i32 coordinates")
+
+
 register_op("tma.desc", _desc, pure=False, summary="a TMA descriptor spec (cuTensorMapEncodeTiled arguments)")
 register_op("tma.load", _copy, pure=False, summary="TMA copy global -> shared (one box per column panel)")
 register_op("tma.store", _copy, pure=False, summary="TMA copy shared -> global (one box per column panel)")
 register_op("tk.store_staged", _store_staged, pure=False,
             summary="register tile -> global through a shared staging tile and TMA stores, in column chunks")
+register_op("tk.store_warp_staged", _store_warp_staged, pure=False,
+            summary="mma_c register tile -> global through per-warp rows of a shared tile, 16-byte stores")

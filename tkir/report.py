@@ -222,6 +222,11 @@ def _register_copy(op: Operation, kernel: Operation, names: dict[int, str]) -> d
     """A tk.load / tk.store between global memory and a register tile or vector (not TMA): its access
     width, its L2 priority (cache-policy; `-`: none) and, per dim the backend tests, `tested` or the proof
     that the test cannot fail."""
+    if op.name == "tk.store_warp_staged":  # stage-epilogue: per-warp shared rows, then 16-byte stores
+        v = op.operands[1]
+        return {"op": "store", "tensor": op.operands[0].name, "tile": names.get(id(v), v.name or "?"),
+                "access": "16-byte vectors via shared (stage-epilogue)", "l2": str(op.attrs.get("l2", "-")),
+                "rows": "tested", "cols": "tested"}
     if op.name not in ("tk.load", "tk.store") or not op.operands or not isinstance(op.operands[0].type, GlobalType):
         return None
     tile = op.result.type if op.name == "tk.load" else op.operands[1].type

@@ -66,6 +66,7 @@ def _l2_128b(ptx: str) -> str:
 
 
 PTX_REWRITES = {"l2_128b": _l2_128b}
+_NOSTAGE = {"stage-epilogue": ""}  # session 24: the pipeline without stage-epilogue (its ablation)
 _PW4 = {"plan-occupancy": "plan-occupancy{producer_warps=4}"}  # session 23: the old default's producer warps
 TKIR_ROWS = {  # row set -> [(label, file, target, consts, pass replacements)]
     "call1": [
@@ -189,8 +190,34 @@ TKIR_ROWS = {  # row set -> [(label, file, target, consts, pass replacements)]
         ("tkir sm_80 128x256x32 S4 +L2::128B", _G, "sm_80", dict(BM=128, BN=256, BK=32, STAGES=4), {}, "l2_128b"),
         ("tkir sm_80 128x256x64 S3 (one role, rotated)", _G, "sm_80", dict(BM=128, BN=256, BK=64, STAGES=3), {}),
     ],
+    # session 24, call 3: stage-epilogue (the accumulator store through per-warp shared rows, 16-byte stores)
+    # against its ablation (the pass left out: "" drops it from the pipeline)
+    "session24c": [
+        ("tkir wgmma (sm_90a default)", _G, "sm_90a", {}, {}),
+        ("tkir sm_80 gemm.tk default (128x256x64 S4), staged", _G, "sm_80", {}, {}),
+        ("tkir sm_80 gemm.tk default, no stage-epilogue", _G, "sm_80", {}, _NOSTAGE),
+        ("tkir sm_80 256x128x64 S4, staged", _G, "sm_80", dict(BM=256, BN=128, BK=64, STAGES=4), {}),
+        ("tkir sm_80 256x128x64 S4, no stage-epilogue", _G, "sm_80", dict(BM=256, BN=128, BK=64, STAGES=4), _NOSTAGE),
+        ("tkir sm_80 128x256x32 S4, staged", _G, "sm_80", dict(BM=128, BN=256, BK=32, STAGES=4), {}),
+        ("tkir sm_80 128x256x32 S4, no stage-epilogue", _G, "sm_80", dict(BM=128, BN=256, BK=32, STAGES=4), _NOSTAGE),
+        ("tkir sm_80 256x128x32 S6, staged", _G, "sm_80", dict(BM=256, BN=128, BK=32, STAGES=6), {}),
+        ("tkir sm_80 4w 128x128x32 S4, staged", _W, "sm_80", dict(BM=128, BN=128, BK=32, STAGES=4, WG=1), _ONE),
+        ("tkir sm_80 4w 128x128x32 S4, no stage-epilogue", _W, "sm_80", dict(BM=128, BN=128, BK=32, STAGES=4, WG=1),
+         {**_ONE, **_NOSTAGE}),
+    ],
+    # session 24, call 4: the main loop's switches again, now that the epilogue is staged
+    "session24d": [
+        ("tkir wgmma (sm_90a default)", _G, "sm_90a", {}, {}),
+        ("tkir sm_80 256x128x64 S4, staged", _G, "sm_80", dict(BM=256, BN=128, BK=64, STAGES=4), {}),
+        *[(f"tkir sm_80 256x128x64 S4, staged, pipeline-cp-async{{{x}}}", _G, "sm_80",
+           dict(BM=256, BN=128, BK=64, STAGES=4), {"pipeline-cp-async": f"pipeline-cp-async{{{x}}}"})
+          for x in ("rotate=2", "rotate=4", "a_ahead=false", "fragments_ahead=2", "rotate=0")],
+        ("tkir sm_80 256x128x64 S3, staged", _G, "sm_80", dict(BM=256, BN=128, BK=64, STAGES=3), {}),
+        ("tkir sm_80 128x256x64 S3, staged", _G, "sm_80", dict(BM=128, BN=256, BK=64, STAGES=3), {}),
+    ],
 }
-TRITON_SETS = {"session24b": [(128, 128, 32, 4, 4)], "call1": TRITON_CONFIGS,
+TRITON_SETS = {"session24d": [(128, 128, 32, 4, 4)], "session24c": [(128, 128, 32, 4, 4)],
+               "session24b": [(128, 128, 32, 4, 4)], "call1": TRITON_CONFIGS,
                "session24": [(128, 128, 32, 4, 4), (128, 128, 64, 4, 4)],
                "session23": [(128, 128, 32, 4, 4), (128, 128, 64, 4, 4)],
                "session23d": [(128, 128, 32, 4, 4)],
@@ -273,7 +300,7 @@ def main() -> int:
     add("cuBLAS (torch.matmul)", lambda i: (lambda: torch.matmul(sets[i][0], sets[i][1], out=sets[i][2])), {})
     if "tkir" in args.rows:
         for label, path, target, consts, repl, *rewrite in TKIR_ROWS[args.set]:
-            passes = ",".join(repl.get(p, p) for p in tkir.api.default_pipeline()) if repl else None
+            passes = ",".join(x for x in (repl.get(p, p) for p in tkir.api.default_pipeline()) if x) if repl else None
             try:
                 k = tkir.compile(str(ROOT / path), target=target, **({"passes": passes} if passes else {}), **consts)
                 if rewrite:
