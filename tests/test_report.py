@@ -246,7 +246,11 @@ def test_register_copies_say_which_edge_tests_are_left_out() -> None:
     header = build_report(tkir.compile("examples/layernorm.tk").module)
     assert {c["rows"] for c in header["register_copies"] if c["rows"] != "-"} == {"tested"}
     gemm = build_report(tkir.compile("examples/gemm.tk", target="sm_80").module)
-    assert all(c["access"] == "element-wise" and c["cols"] == "tested" for c in gemm["register_copies"])
+    assert [(c["op"], c["access"], c["cols"]) for c in gemm["register_copies"]] == [
+        ("store", "16-byte vectors via shared (stage-epilogue)", "tested")]
+    no_stage = ",".join(p for p in tkir.api.default_pipeline() if p != "stage-epilogue")
+    plain = build_report(tkir.compile("examples/gemm.tk", target="sm_80", passes=no_stage).module)
+    assert all(c["access"] == "element-wise" and c["cols"] == "tested" for c in plain["register_copies"])
 
 
 def test_cp_async_loops_show_the_rotation_and_a_ahead() -> None:
