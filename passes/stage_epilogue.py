@@ -30,10 +30,12 @@ block is narrower than 32 columns. The ablation is a pipeline without the pass.
 
 from __future__ import annotations
 
-from tkir.facts import OccupancyPlan, SharedBreakdown
+from dataclasses import replace
+
+from tkir.facts import OccupancyPlan
 from tkir.ir import Module, Operation
 from tkir.layout import layout_of
-from tkir.passes.plan_occupancy import SMEM_ALLOC_UNIT, SMEM_RESERVED_PER_BLOCK
+from tkir.passes.plan_occupancy import _block_smem  # the block's share of an SM, as the plan counts it
 from tkir.passmanager import Options, Pass
 from tkir.shared_plan import plan_shared
 from tkir.target import SMEM_PER_BLOCK, SMEM_PER_SM
@@ -84,12 +86,8 @@ def _stage(kernel: Operation, op: Operation) -> None:
         op.attrs["stage_epilogue_skipped"] = reason
         return
     if plan is not None and plan.smem_bytes is not None:
-        smem = plan.smem
-        if smem is not None:
-            smem = SharedBreakdown(smem.stage_bytes, smem.fixed_bytes + grow, smem.barrier_bytes, smem.align_pad)
-        kernel.attrs[OccupancyPlan.ATTR] = OccupancyPlan(plan.stages, plan.roles, plan.blocks_per_sm,
-                                                         plan.smem_bytes + grow, plan.threads, plan.budget,
-                                                         smem).to_attr()
+        smem = plan.smem and replace(plan.smem, fixed_bytes=plan.smem.fixed_bytes + grow)
+        kernel.attrs[OccupancyPlan.ATTR] = replace(plan, smem_bytes=plan.smem_bytes + grow, smem=smem).to_attr()
     op.name = "tk.store_warp_staged"
     op.operands = [op.operands[0], op.operands[1], alloc.result, *op.operands[2:]]
     op.attrs.pop("no_tma_reason", None)
@@ -103,8 +101,7 @@ def _does_not_fit(plan: OccupancyPlan | None, grow: int) -> str | None:
     if smem > SMEM_PER_BLOCK:
         return f"the stage ({grow} B) would take the block to {smem} B of shared memory, over {SMEM_PER_BLOCK}"
     blocks = plan.blocks_per_sm or 1
-    per_block = -(-(smem + SMEM_RESERVED_PER_BLOCK) // SMEM_ALLOC_UNIT) * SMEM_ALLOC_UNIT
-    if blocks * per_block > SMEM_PER_SM:
+    if blocks * _block_smem(smem) > SMEM_PER_SM:
         return (f"the stage ({grow} B) would leave room for fewer than the plan's {blocks} blocks per SM "
                 f"({smem} B each)")
     return None

@@ -198,15 +198,25 @@ def test_pass_leaves_the_wgmma_epilogue_to_create_tma() -> None:
     assert not [o for o in _ops(k) if o.name == "tk.store_warp_staged"]
 
 
-@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
-def test_staged_gemm_through_ptxas_stores_16_bytes(target: str) -> None:
-    """The staged epilogue's SASS: 16-byte global stores (STG.E.128), the shared rows written with 4-byte
-    stores and read back with 16-byte loads, on both targets' ptxas (sm_80 PTX runs on sm_90a too)."""
-    k = _compile(BM=256, BN=128)
-    sass = k.asm["sass"]
+def test_staged_gemm_through_ptxas_stores_16_bytes() -> None:
+    """The staged epilogue's SASS: 16-byte global stores (STG.E.128), the shared rows read back with 16-byte
+    loads, and the element stores of ragged / unaligned chunks."""
+    sass = _compile(BM=256, BN=128).asm["sass"]
     assert len(re.findall(r"STG\.E\.128", sass)) == 16
     assert len(re.findall(r"LDS\.128", sass)) == 16
-    assert "STG.E.U16" in sass  # the element stores of ragged / unaligned chunks
+    assert "STG.E.U16" in sass
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+def test_filecheck_kernel_compiles_on_both_targets(target: str) -> None:
+    """tests/passes/stage-epilogue.tk through ptxas on both targets: staged on sm_80; on sm_90a the wgmma
+    accumulator's epilogue stays create-tma's (tk.store_staged), and stage-epilogue leaves it alone. (On sm_90a
+    4 stages of its 256 x 128 x 64 tile and the TMA epilogue's staging do not fit: a located error; 3 do.)"""
+    k = tkir.compile("tests/passes/stage-epilogue.tk", target=target, **({"S": 3} if target == "sm_90a" else {}))
+    names = {o.name for o in k.module.kernel.walk()}
+    assert ("tk.store_warp_staged" in names) == (target == "sm_80")
+    assert ("tk.store_staged" in names) == (target == "sm_90a")
+    assert "STG.E.128" in k.asm["sass"] if target == "sm_80" else "UTMASTG" in k.asm["sass"]
 
 
 @pytest.mark.parametrize("consts, sizes", [(dict(BM=64, BN=64, BK=32, STAGES=2), dict(M=70, N=88, K=40)),
