@@ -275,7 +275,12 @@ def cp_async_rows(cx: LoweringContext, op: Operation, dst: Smem, src: Global, co
                    cond: str) -> Iterator[None]:
     """A tile copy whose rounds differ by whole rows (the block's threads cover a whole number of tile
     rows per round, checked for every thread with numpy): round 0's address and edge tests are computed
-    once, round k's address is round 0's plus k row pitches and its edge test one compare, so a round
+    once, round k's address is round 0's plus k row pitches and its edge test one compare. Round 0's
+    address is the thread's part (its row and column within the tile, the same in every iteration of a
+    loop: computed once before it) plus the tile's part (the same for every thread: a uniform multiply-add
+    per iteration), and the edge tests compare the thread's row and column with the rows and columns left
+    after the tile's start (session 25: with step_ahead, gemm.tk's sm_80 default 463.8 -> 486.7 TFLOP/s on
+    the H200; docs/experiments.md), so a round
     costs a 64-bit add, a compare and a predicate instead of `_cp_async_tile`'s full index and edge
     arithmetic (the copies of a pipelined loop run every iteration, beside the mma.sync). A chunk past
     the edge is copied with its source ignored (`ignore-src`: LDGSTS's own zero-fill predicate). Each
@@ -312,19 +317,30 @@ def cp_async_rows(cx: LoweringContext, op: Operation, dst: Smem, src: Global, co
     plane, nrows, ncols = _plane(cx, src.ptr, src.type, coords)
     r_tile, c_tile = coords[-2:]
     lb = LLVMBuilder(w)
+    # The address is split into the thread's part (its row r and column c within the tile: the same in
+    # every iteration of a loop, so computed once before it) and the tile's part (its first row and
+    # column: the same for every thread, so one uniform multiply-add per iteration); the edge tests
+    # compare the thread's row and column against the rows and columns left after the tile's start
     r, c = pos(lb, cx.thread_index(), 0)
-    row = w.op(f"add i32 {w.op(f'mul i32 {r_tile}, {t.rows}', 'r0')}, {r}", "row")
-    col = w.op(f"add i32 {w.op(f'mul i32 {c_tile}, {t.cols}', 'c0')}, {lb.div(c, eb)}", "col")
+    ce = lb.div(c, eb)
+    row0 = w.op(f"mul i32 {r_tile}, {t.rows}", "r0")
+    col0 = w.op(f"mul i32 {c_tile}, {t.cols}", "c0")
+    rows_left = w.op(f"sub i32 {nrows}, {row0}", "rows_left")
     # the launch requires 16-byte rows (tkir.requires: cp.async sources), and every chunk starts at a
     # multiple of 16 bytes, so a chunk is wholly inside its row or wholly past its end: 16 bytes or none
-    cok = w.op(f"icmp slt i32 {col}, {ncols}", "cok")
+    cok = w.op(f"icmp slt i32 {ce}, {w.op(f'sub i32 {ncols}, {col0}', 'cols_left')}", "cok")
     ncols64 = w.op(f"sext i32 {ncols} to i64", "ld")
-    idx0 = w.op(f"mul i64 {w.op(f'sext i32 {row} to i64', 'row64')}, {ncols64}", "idx")
-    idx0 = w.op(f"add i64 {idx0}, {w.op(f'sext i32 {col} to i64', 'col64')}", "idx")
-    g0 = w.op(f"getelementptr i8, ptr addrspace(1) {plane}, i64 {w.op(f'mul i64 {idx0}, {eb}', 'ib')}", "g")
+
+    def flat(row: str, col: str) -> str:  # (row * ncols + col) * eb, in i64
+        idx = w.op(f"mul i64 {w.op(f'sext i32 {row} to i64', 'row64')}, {ncols64}", "idx")
+        idx = w.op(f"add i64 {idx}, {w.op(f'sext i32 {col} to i64', 'col64')}", "idx")
+        return w.op(f"mul i64 {idx}, {eb}", "ib")
+
+    g_thread = w.op(f"getelementptr i8, ptr addrspace(1) {plane}, i64 {flat(str(r), str(ce))}", "gt")
+    g0 = w.op(f"getelementptr i8, ptr addrspace(1) {g_thread}, i64 {flat(row0, col0)}", "g")
     for k, (saddr, dr) in enumerate(zip(addrs, drows, strict=True)):
-        row_k = w.op(f"add i32 {row}, {dr}", "row") if dr else row
-        rok = w.op(f"icmp slt i32 {row_k}, {nrows}", "rok")
+        row_k = w.op(f"add i32 {r}, {dr}", "row") if dr else str(r)
+        rok = w.op(f"icmp slt i32 {row_k}, {rows_left}", "rok")
         ok = w.op(f"zext i1 {w.op(f'and i1 {rok}, {cok}', 'ok')} to i32", "ok")
         # a chunk past the edge is copied with its source ignored (zeros written: cp.async's ignore-src
         # predicate, PTX 7.5), so its address is never used (CUTLASS's cp_async_zfill passes such addresses
