@@ -24,16 +24,15 @@ from tkir.backend.cache_policy import create_policies
 from tkir.backend.context import LoweringContext, SharedPlan, plan_shared, tile_stage_bytes
 from tkir.backend.llvm_text import param_names
 from tkir.backend.rules import load_rules
-from tkir.backend.values import HEADER, LLVM_TYPE, REGS_PER_SM, SMEM_ALIGN, Global, LoweringError
-from tkir.facts import OccupancyPlan, requested_blocks_per_sm
+from tkir.backend.values import HEADER, LLVM_TYPE, SMEM_ALIGN, Global, LoweringError
+from tkir.facts import requested_blocks_per_sm
 from tkir.ir import Module, Operation
+from tkir.launch_bounds import streaming_blocks_per_sm
 from tkir.target import SMEM_PER_BLOCK
 from tkir.types import GlobalType
 
 __all__ = ["SharedPlan", "lower_kernel", "plan_shared", "tile_stage_bytes"]
 
-MIN_BLOCKS_STREAMING = 2   # resident blocks asked for kernels without warp specialization
-MIN_REGS_STREAMING = 32    # ... unless that would leave fewer registers than this per thread
 
 
 def lower_kernel(module: Module, launch: dict, target: str) -> tuple[str, int]:
@@ -117,22 +116,13 @@ def _lower_function(cx: LoweringContext) -> str:
 
 def min_blocks_per_sm(kernel: Operation, threads: int) -> int:
     """`.minnctapersm`: warp-specialized kernels run one block per SM (setmaxnreg redistributes
-    its registers); other kernels ask ptxas for at least two resident blocks
-    (MIN_BLOCKS_STREAMING) so one block's loads overlap another's math and stores, or for the
-    plan's count if higher. ptxas then caps registers accordingly; tests check it never spills.
-    A kernel with `@blocks_per_sm(B)` (attr `min_blocks_per_sm = B`) asks for the plan's count, which
-    plan-occupancy made at least B (B itself in IR without a plan), in place of that heuristic."""
+    its registers); other kernels ask ptxas for at least two resident blocks, or the plan's or the
+    source's count (tkir.launch_bounds.streaming_blocks_per_sm). ptxas then caps registers accordingly;
+    tests check it never spills."""
     requested = requested_blocks_per_sm(kernel)
     if any(op.name == "tk.role" for op in kernel.body.ops):
         if requested is not None and requested > 1:  # IR text past plan-occupancy's refusal
             raise LoweringError(kernel.loc, f"backend: min_blocks_per_sm = {requested} on a warp-specialized kernel "
                                             "(tk.role): it runs one block per SM")
         return 1
-    plan = OccupancyPlan.of(kernel)
-    planned = (plan.blocks_per_sm if plan is not None else None) or 1
-    if requested is not None:
-        return max(planned, requested)
-    budget = plan.budget if plan is not None else None  # accumulators (mma.sync tiles) cannot be squeezed
-    floor = max(MIN_REGS_STREAMING, budget.acc_regs + budget.overhead if budget is not None else 0)
-    fits = REGS_PER_SM // (threads * floor)
-    return max(planned, min(MIN_BLOCKS_STREAMING, fits))
+    return streaming_blocks_per_sm(kernel, threads)

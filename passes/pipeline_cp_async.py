@@ -54,6 +54,14 @@ interpreter runs the marked loop as before). H200, 4096^3: 256 x 128 x 64 S4 389
 registers, `_a_ahead_fits`) writes `a_ahead` on the loop's `tk.mma`: the backend loads a step's A with the
 unit `ahead` of its first instead of right before it (256 x 128 x 64 S4: 411.4 -> 423.0 TFLOP/s).
 
+`step_ahead` (unset: true; session 25) sets both for a rotatable loop whose two k16 steps of shared fragments
+fit the registers ptxas may use at the blocks per SM the backend asks for (`_step_units`): `frag_rotate` and
+`frag_ahead` = the units of one k16 step, so every fragment is loaded a whole step before its mma.syncs and the
+next k-tile's first step right after the barrier a whole step before the end (CUTLASS MmaMultistage's
+double-buffered warp fragments). H200, 4096^3 (docs/experiments.md, "Session 25"): gemm.tk's sm_80 default
+447.9 -> 486.7 TFLOP/s, 128 x 256 x 32 S4 432.1 -> 481.6, 256 x 128 x 64 S4 449.6 -> 480.5. An explicit
+`rotate` or `fragments_ahead` wins for its own quantity; `step_ahead=false` is the ablation.
+
 `fragments_ahead` (unset by default) writes `frag_ahead = n` on the loop's `tk.mma`s: how many units
 (k16 step x two n8 blocks) ahead of their mma.sync the backend loads ldmatrix fragments (its default is
 backend/rules_sm80.py FRAG_AHEAD_UNITS = 1; 0: right before their own mma.sync, the ablation; 8 at
@@ -67,9 +75,11 @@ from dataclasses import dataclass
 
 from tkir.facts import OccupancyPlan
 from tkir.ir import Block, Module, Operation, Value
+from tkir.launch_bounds import streaming_reg_cap
 from tkir.layout import layout_of
 from tkir.passes.builder import OpBuilder
 from tkir.passes.overlap_mma import rotatable
+from tkir.passes.plan_occupancy import mma_sync_fragment_regs
 from tkir.passes.shared_access import no_producer
 from tkir.passmanager import Options, ParamError, Pass, param
 from tkir.target import (
@@ -89,6 +99,12 @@ ROTATE_UNITS = 1
 # registers the carried fragments must leave free beyond the plan's budget: the backend's
 # FRAG_SLACK_REGS (backend/rules_sm80.py), the ldmatrix addresses and ptxas's temporaries
 ROTATE_SLACK_REGS = 24
+# step_ahead: at most this many 16-byte cp.async rounds per thread per iteration. Session 25: 12 (256 x 128 x 64
+# and 128 x 256 x 64 on 8 warps) fit without spills; 20 (gemm.tk BM = 64: 64 x 256 x 64 on 4 warps) took 255
+# registers, ran 347.1 against 353.5 TFLOP/s without step_ahead on the H200, and spilled 4 bytes with the
+# split cp.async addresses of backend/rules_sm80.py cp_async_rows
+STEP_AHEAD_MAX_COPY_ROUNDS = 12
+CP_ASYNC_CHUNK_BYTES = 16  # cp.async.cg copies 16 bytes (backend/rules_sm80.py CP_ASYNC_BYTES)
 A_AHEAD_BACKEND_REGS = 8  # the backend's own rule loads a step of A ahead up to this (rules_sm80.A_AHEAD_MAX_REGS)
 
 
@@ -96,7 +112,8 @@ class PipelineCpAsync(Pass):
     name = "pipeline-cp-async"
     fragments_ahead: int | None = param(None, "units (k16 step x two n8 blocks) ahead of their mma.sync that the "
                                               "backend loads ldmatrix fragments, written as frag_ahead on the loop's "
-                                              "tk.mma (unset: the backend's default, 1; 0: right before their own)")
+                                              "tk.mma (unset: a whole k16 step where step_ahead applies, else the "
+                                              "backend's default, 1; 0: right before their own)")
 
     def __post_init__(self) -> None:
         if self.fragments_ahead is not None and self.fragments_ahead < 0:
@@ -117,8 +134,15 @@ class PipelineCpAsync(Pass):
                                        "the backend's rule, only steps of at most 8 registers)")
     rotate: int | None = param(None, "mma.sync units (k16 step x two n8 blocks) before the end of the loop's mma at "
                                      "which the block waits for the next iteration's copies and loads its first "
-                                     "k16 step of fragments, carried over the back edge (CUTLASS's order); unset: "
-                                     f"{ROTATE_UNITS}; 0: the barrier at the top of the iteration")
+                                     "k16 step of fragments, carried over the back edge (CUTLASS's order); unset: a "
+                                     f"whole k16 step where step_ahead applies, else {ROTATE_UNITS}; 0: the barrier "
+                                     "at the top of the iteration")
+    step_ahead: bool | None = param(None, "load every k16 step's fragments one whole step ahead of its mma.syncs and "
+                                          "rotate the loop by a whole step (rotate = fragments_ahead = the units of "
+                                          "a step: CUTLASS's double-buffered warp fragments) where two steps of "
+                                          "fragments fit the plan's registers; unset: true; an explicit rotate or "
+                                          "fragments_ahead wins; false: the ablation (rotate 1, the backend's "
+                                          "fragment distance)")
     hopper: bool | None = param(None, "sm_90a kernels planned as one compute role (no producer warpgroup): unset, "
                                       "those whose source asks for no producer (@warpgroups(producers=0)); true, "
                                       "every one (e.g. --no-tma kernels); false, none")
@@ -139,12 +163,17 @@ class PipelineCpAsync(Pass):
                     if stages < 2 + hold:
                         hold = 0  # a held stage in a two-stage loop would leave no copy in flight
                     _pipeline(kernel, loop, match, stages, hold)
-                    rotate = ROTATE_UNITS if self.rotate is None else self.rotate
-                    if rotate and not hold and _mma_sync_kernel(kernel) and _rotatable(loop, match, plan):
+                    rotatable = not hold and _mma_sync_kernel(kernel) and _rotatable(loop, match, plan)
+                    step = None
+                    if rotatable and self.step_ahead is not False:
+                        step = _step_units(kernel, loop, match, plan)
+                    rotate = (step or ROTATE_UNITS) if self.rotate is None else self.rotate
+                    if rotate and rotatable:
                         loop.attrs["frag_rotate"] = rotate
+                    ahead = step if self.fragments_ahead is None else self.fragments_ahead
                     for op in loop.walk():
-                        if op.name == "tk.mma" and self.fragments_ahead is not None:
-                            op.attrs["frag_ahead"] = self.fragments_ahead
+                        if op.name == "tk.mma" and ahead is not None:
+                            op.attrs["frag_ahead"] = ahead
                         if op.name == "tk.mma" and _mma_sync_kernel(kernel):
                             a_ahead = _a_ahead_fits(op, plan) if self.a_ahead is None else self.a_ahead
                             if a_ahead is not None:
@@ -206,6 +235,38 @@ def _reg_cap(plan: OccupancyPlan) -> int:
         return MAX_REGS_PER_THREAD
     return min(MAX_REGS_PER_THREAD, REGS_PER_SM // (plan.blocks_per_sm * plan.threads) // REG_ALLOC_UNIT
                * REG_ALLOC_UNIT)
+
+
+def _step_units(kernel: Operation, loop: Operation, match: _Match, plan: OccupancyPlan | None) -> int | None:
+    """`step_ahead`'s distance: the mma.sync units of one k16 step of the rotatable loop's tk.mma (its last
+    op), if two k16 steps of its shared fragments (A and B, double-buffered) fit beside the plan's budget
+    (which counts one step of A and one B unit, `mma_sync_fragment_regs`) and ROTATE_SLACK_REGS within the
+    registers ptxas may use at the blocks per SM the backend asks for (tkir.launch_bounds.streaming_reg_cap:
+    a 128 x 128 x 64 gemm tile asks for two blocks, 128 registers, and spilled 40 bytes), and at most
+    STEP_AHEAD_MAX_COPY_ROUNDS cp.async rounds per thread per iteration (each keeps its addresses and edge
+    predicate in registers the budget does not count); else None.
+    Measured on the H200 at 4096^3 (docs/experiments.md, "Session 25", call 1): 128 x 256 x 32 S4 434.1 -> 483.3
+    TFLOP/s with rotate = fragments_ahead = 4, where rotate = 4 alone gave 466.1 and fragments_ahead = 4 alone
+    423.8 (the next k-tile's first step, loaded after a barrier one unit before the end, is then late).
+    """
+    mma = [op for op in loop.body.ops if op.name != "scf.yield"][-1]
+    acc = mma.operands[2].type
+    layout = layout_of(acc)
+    if layout is None or layout.kind != "mma_c":
+        return None
+    units = -(-(acc.cols // layout.col_warps) // (2 * MMA_N))
+    a_step = MMA_A_WORDS * (acc.rows // layout.row_warps // MMA_M) if is_shared(mma.operands[0].type) else 0
+    b_step = MMA_B_UNIT_WORDS * units if is_shared(mma.operands[1].type) else 0
+    if plan is None or plan.budget is None:
+        return units
+    extra = 2 * (a_step + b_step) - mma_sync_fragment_regs(mma)
+    cap = streaming_reg_cap(kernel, plan.threads) if plan.threads else MAX_REGS_PER_THREAD
+    if plan.threads:
+        rounds = sum(-(-t.rows * t.cols * dtype_bytes(t.dtype) // CP_ASYNC_CHUNK_BYTES // plan.threads)
+                     for t in (ld.operands[0].type for ld in match.loads))
+        if rounds > STEP_AHEAD_MAX_COPY_ROUNDS:
+            return None
+    return units if plan.budget.total + extra + ROTATE_SLACK_REGS <= cap else None
 
 
 def _a_ahead_fits(mma: Operation, plan: OccupancyPlan | None) -> bool | None:

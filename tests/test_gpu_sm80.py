@@ -107,7 +107,7 @@ def test_sm80_matches_reference_on_gpu(name: str, sizes: dict, consts: dict, pas
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("passes, mark", [(None, "frag_rotate = 1"), (PW4, ROLES)], ids=["rotated", "pw4"])
+@pytest.mark.parametrize("passes, mark", [(None, "frag_rotate = "), (PW4, ROLES)], ids=["rotated", "pw4"])
 def test_sm80_gemm_matches_the_interpreter_on_gpu(passes: str | None, mark: str) -> None:
     """The GPU and the interpreter run the same pipelined IR: their outputs agree to bf16 rounding
     (each sums the same products in f32, in another order). The default (the rotated one-role loop) and the
@@ -220,7 +220,7 @@ def test_rotate_filecheck_kernel_matches_numpy_on_gpu(target: str, consts: dict)
     blocks per SM on sm_80, with an optional scale inside the loop that keeps it unrotated) on both targets,
     ragged sizes, against numpy in float64."""
     k = tkir.compile("tests/passes/pipeline-cp-async-rotate.tk", target=target, **consts)
-    assert ("frag_rotate = 1" in k.ir) == (target == "sm_80" and not consts.get("EPI"))
+    assert ("frag_rotate = " in k.ir) == (target == "sm_80" and not consts.get("EPI"))
     _gemm_matches_numpy(k, silu=False)
 
 

@@ -38,7 +38,11 @@ SM80 = {"target": "sm_80"}
 GEMM_SM80 = {"BM": 256, "BN": 128, "BK": 64, "STAGES": 3}
 NO_PIPE = ",".join(p for p in PIPELINE if p != "pipeline-cp-async")
 # the rotated loop's ablation (pipeline-cp-async{rotate=0}): the barrier at the top of the iteration
-NO_ROTATE = ",".join("pipeline-cp-async{rotate=0}" if p == "pipeline-cp-async" else p for p in PIPELINE)
+# the loop without the rotation and without step_ahead (the fragment distance of the backend's default)
+NO_ROTATE = ",".join("pipeline-cp-async{rotate=0,step_ahead=false}" if p == "pipeline-cp-async" else p
+                     for p in PIPELINE)
+# the session 24 default: rotated by one unit, fragments one unit ahead (step_ahead's ablation)
+NO_STEP_AHEAD = ",".join("pipeline-cp-async{step_ahead=false}" if p == "pipeline-cp-async" else p for p in PIPELINE)
 
 INTERP_CASES = [
     ("gemm", dict(M=1000, N=744, K=520), {}),                       # ragged M, N, K: zero-filled edges
@@ -180,11 +184,12 @@ def _back_edge_loop(sass: str) -> tuple[list[str], list[str]]:
 @pytest.mark.parametrize("consts, stages", [({}, 4), (GEMM_SM80, 3), ({"BM": 256, "BN": 128, "BK": 32, "STAGES": 4}, 4)],
                          ids=["default", "256x128x64", "256x128x32"])
 def test_sm80_gemm_rotated_loop_sass(consts: dict, stages: int) -> None:
-    """The rotated loop (pipeline-cp-async's default rotate=1): the wait and the barrier inside the body,
-    between mma.syncs, every copy of the iteration issued before the wait, the next k-tile's fragments
-    loaded after the barrier; before the loop the first iteration's wait, barrier and fragments."""
+    """The rotated loop (pipeline-cp-async's default: rotated by a whole k16 step, 4 units of a 64-column warp
+    tile, step_ahead): the wait and the barrier inside the body, between mma.syncs, every copy of the iteration
+    issued before the wait, the next k-tile's fragments loaded after the barrier; before the loop the first
+    iteration's wait, barrier and fragments."""
     k = _compile("gemm", consts)
-    assert "frag_rotate = 1" in k.ir
+    assert "frag_rotate = 4" in k.ir and "frag_ahead = 4" in k.ir
     sass = k.asm["sass"]
     pre, body = _back_edge_loop(sass)
     assert body.count("BAR") == 1 and body.count("DEPBAR") == 1
@@ -229,7 +234,7 @@ def test_frag_ahead_zero_loads_each_unit_right_before_its_mma() -> None:
     # of a 64-row warp tile of infer-layouts' 4 x 2 warp grid, one B pair); with the default one unit
     # ahead a second B pair comes first
     assert order.index("mma.sync") == 5
-    default = _compile("gemm", GEMM_SM80, passes=NO_ROTATE.replace("{rotate=0}", "{rotate=0,a_ahead=false}")).asm["ptx"]
+    default = _compile("gemm", GEMM_SM80, passes=NO_ROTATE.replace("{rotate=0,", "{rotate=0,a_ahead=false,")).asm["ptx"]
     order = re.findall(r"ldmatrix|mma\.sync", default[default.index("cp.async.wait_group 1"):])
     assert order.index("mma.sync") == 6
     # and the next k16 step's A (16 registers here) is loaded right before that step's first mma.sync,
@@ -239,7 +244,7 @@ def test_frag_ahead_zero_loads_each_unit_right_before_its_mma() -> None:
 
 
 def test_bad_frag_ahead_is_a_located_backend_error() -> None:
-    text = print_module(_compile("gemm", {}).module).replace("tk.mma %a_s, %b_s, %acc.2 {",
+    text = print_module(_compile("gemm", {}, passes=NO_STEP_AHEAD).module).replace("tk.mma %a_s, %b_s, %acc.2 {",
                                                               "tk.mma %a_s, %b_s, %acc.2 {frag_ahead = -1, ")
     assert "frag_ahead = -1" in text
     with pytest.raises(LoweringError, match="frag_ahead = -1"):
@@ -318,8 +323,10 @@ def test_a_ahead_loads_the_next_steps_a_with_the_unit_before(a_ahead: bool | Non
     """pipeline-cp-async{a_ahead}: a 64-row warp tile's next k16 step of A (4 ldmatrix) is loaded with the unit
     `ahead` of its first (before the step's last unit of 8 mma.sync), not right before its first mma.sync (the
     backend's own rule for steps of A over A_AHEAD_MAX_REGS registers, a_ahead=false). Unset, the pass asks for
-    it where two steps of A fit the plan's registers (256 x 128 x 64, one block of 8 warps: 255)."""
-    opt = "" if a_ahead is None else f"{{a_ahead={str(a_ahead).lower()}}}"
+    it where two steps of A fit the plan's registers (256 x 128 x 64, one block of 8 warps: 255). Without
+    step_ahead (its ablation): step_ahead loads every fragment a whole step ahead, A with it
+    (test_step_ahead_loads_a_whole_step_ahead)."""
+    opt = "{step_ahead=false}" if a_ahead is None else f"{{step_ahead=false,a_ahead={str(a_ahead).lower()}}}"
     passes = ",".join(f"pipeline-cp-async{opt}" if p == "pipeline-cp-async" else p for p in PIPELINE)
     k = _compile("gemm", GEMM_SM80, passes=passes)
     assert f"a_ahead = {'false' if a_ahead is False else 'true'}" in k.ir
@@ -344,6 +351,6 @@ def test_rotate_filecheck_kernel_assembles_on_both_targets(target: str, consts: 
     ptxas on both targets, without local memory; rotated only on sm_80 and only without the in-loop scale
     (tests/test_gpu_sm80.py runs it on the GPU)."""
     k = tkir.compile("tests/passes/pipeline-cp-async-rotate.tk", target=target, **consts)
-    assert ("frag_rotate = 1" in k.ir) == (target == "sm_80" and not consts.get("EPI"))
+    assert ("frag_rotate = " in k.ir) == (target == "sm_80" and not consts.get("EPI"))
     assert ("HMMA" if target == "sm_80" else "HGMMA") in k.asm["sass"]
     assert not local_memory_ops(k.asm["sass"]) and k.asm["ptxas"].spill_stores == 0
