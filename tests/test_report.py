@@ -254,16 +254,24 @@ def test_register_copies_say_which_edge_tests_are_left_out() -> None:
 
 
 def test_cp_async_loops_show_the_rotation_and_a_ahead() -> None:
-    """sm_80's cp.async main loops in the report: gemm's is rotated one unit before the end with A a unit
-    ahead; with pipeline-cp-async{rotate=0,a_ahead=false} neither; attention's two loops (split-masks) keep
-    the top-of-loop barrier and the backend's rule."""
+    """sm_80's cp.async main loops in the report: gemm's is rotated a whole k16 step (4 units) before the end,
+    its fragments loaded a step ahead (pipeline-cp-async's step_ahead) and A with them; with step_ahead=false,
+    one unit and the backend's distance; with pipeline-cp-async{rotate=0,a_ahead=false,step_ahead=false} none
+    of it; attention's two loops (split-masks) keep the top-of-loop barrier and the backend's rules."""
     def loops(path: str, **kw: object) -> list[dict]:
         return build_report(tkir.compile(path, target="sm_80", **kw).module)["cp_async_loops"]
 
-    assert loops("examples/gemm.tk") == [{"stages": 4, "ahead": 3, "rotate": 1, "a_ahead": True}]
-    off = ",".join("pipeline-cp-async{rotate=0,a_ahead=false}" if p == "pipeline-cp-async" else p
-                   for p in DEFAULT_PIPELINE)
-    assert loops("examples/gemm.tk", passes=off) == [{"stages": 4, "ahead": 3, "rotate": 0, "a_ahead": False}]
-    assert all(lp["rotate"] == 0 and lp["a_ahead"] == "rule" for lp in loops("examples/attention_fwd.tk"))
+    def with_cp(params: str) -> str:
+        return ",".join(f"pipeline-cp-async{{{params}}}" if p == "pipeline-cp-async" else p for p in DEFAULT_PIPELINE)
+
+    assert loops("examples/gemm.tk") == [{"stages": 4, "ahead": 3, "rotate": 4, "fragments": 4, "a_ahead": True}]
+    assert loops("examples/gemm.tk", passes=with_cp("step_ahead=false")) == [
+        {"stages": 4, "ahead": 3, "rotate": 1, "fragments": "rule", "a_ahead": True}]
+    off = with_cp("rotate=0,a_ahead=false,step_ahead=false")
+    assert loops("examples/gemm.tk", passes=off) == [
+        {"stages": 4, "ahead": 3, "rotate": 0, "fragments": "rule", "a_ahead": False}]
+    assert all(lp["rotate"] == 0 and lp["a_ahead"] == "rule" and lp["fragments"] == "rule"
+               for lp in loops("examples/attention_fwd.tk"))
     text = format_report(build_report(tkir.compile("examples/gemm.tk", target="sm_80").module))
-    assert re.search(r"cp\.async main loops:\n\s+stages\s+ahead\s+rotate\s+a_ahead\n\s+4\s+3\s+1\s+true", text)
+    assert re.search(r"cp\.async main loops:\n\s+stages\s+ahead\s+rotate\s+fragments\s+a_ahead\n\s+4\s+3\s+4\s+4\s+true",
+                     text)

@@ -15,8 +15,9 @@ Keys of `build_report(module)` (absent when the IR has nothing for them):
   backend leaves those tests out, and only for vector copies);
 * `cp_async_loops`: per loop pipeline-cp-async rewrote (sm_80's cp.async main loop): stages, ahead (the
   k-tiles in flight: S-1, or S-2 with a held stage), rotate (the mma.sync units before the end of the
-  k-tile at which the rotated loop waits, 0: at the top), a_ahead (a k16 step's A loaded a unit ahead:
-  true, false, or `rule` for the backend's own);
+  k-tile at which the rotated loop waits, 0: at the top), fragments (the units ahead of their mma.syncs its
+  ldmatrix fragments are loaded: the mma's `frag_ahead`, or `rule` for the backend's default), a_ahead (a k16
+  step's A loaded a unit ahead: true, false, or `rule` for the backend's own);
 * `occupancy`: the kernel's `occupancy` attribute: stages, blocks_per_sm, smem_bytes and roles
   (role, warpgroups or warps, regs_per_thread; an sm_80 role is sized in warps, a Hopper one in warpgroups).
 
@@ -100,8 +101,8 @@ def format_report(report: dict) -> str:
         out += _section("tma descriptors", ["name", *TMA_KEYS],
                         [[d["name"], *(_cell(d[k]) for k in TMA_KEYS)] for d in report["tma"]])
     if report.get("cp_async_loops"):  # sm_80's cp.async main loops only: no "none" section elsewhere
-        out += _section("cp.async main loops", ["stages", "ahead", "rotate", "a_ahead"],
-                        [[lp["stages"], lp["ahead"], lp["rotate"],
+        out += _section("cp.async main loops", ["stages", "ahead", "rotate", "fragments", "a_ahead"],
+                        [[lp["stages"], lp["ahead"], lp["rotate"], lp["fragments"],
                           {True: "true", False: "false"}.get(lp["a_ahead"], lp["a_ahead"])]
                          for lp in report["cp_async_loops"]])
     if "occupancy" in report:
@@ -122,14 +123,15 @@ def format_report(report: dict) -> str:
 
 
 def _cp_async_loop(loop: Operation) -> dict:
-    """A loop pipeline-cp-async rewrote: its stages, the k-tiles its copies run ahead, its rotation and
-    whether its mma loads a k16 step's A a unit ahead."""
+    """A loop pipeline-cp-async rewrote: its stages, the k-tiles its copies run ahead, its rotation, how far
+    ahead its mma loads fragments and whether it loads a k16 step's A a unit ahead."""
     stages = loop.attrs.get("stages")
     pending = int(loop.body.ops[0].attrs.get("pending", 0))
     mmas = [op for op in loop.walk() if op.name == "tk.mma"]
     a_ahead = mmas[0].attrs.get("a_ahead", "rule") if mmas else "-"
+    fragments = mmas[0].attrs.get("frag_ahead", "rule") if mmas else "-"
     return {"stages": stages, "ahead": pending + 1, "rotate": int(loop.attrs.get("frag_rotate", 0)),
-            "a_ahead": a_ahead}
+            "fragments": fragments, "a_ahead": a_ahead}
 
 
 def register_comparison(module: Module, ptxas: int | None, sass: int | None = None,
