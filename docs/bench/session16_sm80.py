@@ -66,6 +66,24 @@ def _l2_128b(ptx: str) -> str:
 
 
 PTX_REWRITES = {"l2_128b": _l2_128b}
+# session 25: a row whose rewrite is "file:PATH" loads the PTX in PATH (relative to the repository) in place of
+# the compiled kernel's: the same kernel compiled by an earlier commit (its launch must be the same), so the
+# commit's change and its parent are timed in one process
+
+
+def _rewrite(name: str, ptx: str) -> str:
+    if name.startswith("file:"):
+        return (ROOT / name[5:]).read_text()
+    return PTX_REWRITES[name](ptx)
+
+
+_S25 = "docs/bench/variants/session25"  # the parent commit's PTX of session 25's rows (made by session25_base.py)
+_MM = dict(BM=128, BN=256, BK=32, STAGES=4)
+_MM64 = dict(BM=256, BN=128, BK=64, STAGES=4)
+
+
+def _cp(**kw: object) -> dict:
+    return {"pipeline-cp-async": "pipeline-cp-async{" + ",".join(f"{k}={v}" for k, v in kw.items()) + "}"}
 _NOSTAGE = {"stage-epilogue": ""}  # session 24: the pipeline without stage-epilogue (its ablation)
 _PW4 = {"plan-occupancy": "plan-occupancy{producer_warps=4}"}  # session 23: the old default's producer warps
 TKIR_ROWS = {  # row set -> [(label, file, target, consts, pass replacements)]
@@ -216,7 +234,68 @@ TKIR_ROWS = {  # row set -> [(label, file, target, consts, pass replacements)]
         ("tkir sm_80 128x256x64 S3, staged", _G, "sm_80", dict(BM=128, BN=256, BK=64, STAGES=3), {}),
     ],
 }
-TRITON_SETS = {"session24d": [(128, 128, 32, 4, 4)], "session24c": [(128, 128, 32, 4, 4)],
+# session 25, call 1: the cp.async addresses split into a thread part (before the loop) and a uniform tile part,
+# against the parent commit's PTX (file:), and the fragment distance at CUTLASS's best tile (128 x 256 x 32 S4)
+TKIR_ROWS["session25a"] = [
+    ("tkir wgmma (sm_90a default)", _G, "sm_90a", {}, {}),
+    ("tkir sm_80 128x256x32 S4", _G, "sm_80", _MM, {}),
+    ("tkir sm_80 128x256x32 S4 parent", _G, "sm_80", _MM, {}, f"file:{_S25}/mm32.ptx"),
+    *[(f"tkir sm_80 128x256x32 S4 {k}={v}", _G, "sm_80", _MM, _cp(**{k: v}))
+      for k, v in (("fragments_ahead", 2), ("fragments_ahead", 4), ("fragments_ahead", 8), ("rotate", 2),
+                   ("rotate", 4), ("a_ahead", "false"))],
+    ("tkir sm_80 128x256x32 S4 rotate=4,fragments_ahead=4", _G, "sm_80", _MM, _cp(rotate=4, fragments_ahead=4)),
+    ("tkir sm_80 128x256x32 S4 rotate=2,fragments_ahead=4", _G, "sm_80", _MM, _cp(rotate=2, fragments_ahead=4)),
+    ("tkir sm_80 128x256x32 S5", _G, "sm_80", dict(_MM, STAGES=5), {}),
+    ("tkir sm_80 128x256x32 S4 fragments_ahead=4 parent", _G, "sm_80", _MM, _cp(fragments_ahead=4),
+     f"file:{_S25}/mm32_fa4.ptx"),
+    ("tkir sm_80 128x256x64 S3", _G, "sm_80", dict(BM=128, BN=256, BK=64, STAGES=3), {}),
+    ("tkir sm_80 128x256x64 S3 fragments_ahead=4", _G, "sm_80", dict(BM=128, BN=256, BK=64, STAGES=3),
+     _cp(fragments_ahead=4)),
+    ("tkir sm_80 256x128x64 S4", _G, "sm_80", _MM64, {}),
+    ("tkir sm_80 256x128x64 S4 parent", _G, "sm_80", _MM64, {}, f"file:{_S25}/mm64.ptx"),
+    ("tkir sm_80 256x128x64 S4 fragments_ahead=4", _G, "sm_80", _MM64, _cp(fragments_ahead=4)),
+]
+# session 25, call 2: pipeline-cp-async's step_ahead default (fragments a whole k16 step ahead, rotated by a whole
+# step) against its ablation (step_ahead=false: the session 24 default) and the rotate=1 variant measured in call 1
+_SA0 = _cp(step_ahead="false")
+TKIR_ROWS["session25b"] = [
+    ("tkir wgmma (sm_90a default)", _G, "sm_90a", {}, {}),
+    ("tkir sm_80 gemm.tk default (128x256x64 S4)", _G, "sm_80", {}, {}),
+    ("tkir sm_80 gemm.tk default, step_ahead=false", _G, "sm_80", {}, _SA0),
+    ("tkir sm_80 128x256x32 S4", _G, "sm_80", _MM, {}),
+    ("tkir sm_80 128x256x32 S4 step_ahead=false", _G, "sm_80", _MM, _SA0),
+    ("tkir sm_80 256x128x64 S4", _G, "sm_80", _MM64, {}),
+    ("tkir sm_80 256x128x64 S4 rotate=1 (fragments a step ahead)", _G, "sm_80", _MM64, _cp(rotate=1)),
+    ("tkir sm_80 256x128x64 S4 step_ahead=false", _G, "sm_80", _MM64, _SA0),
+    ("tkir sm_80 128x256x64 S3", _G, "sm_80", dict(BM=128, BN=256, BK=64, STAGES=3), {}),
+    ("tkir sm_80 256x128x32 S4", _G, "sm_80", dict(BM=256, BN=128, BK=32, STAGES=4), {}),
+    ("tkir sm_80 256x128x32 S4 rotate=1", _G, "sm_80", dict(BM=256, BN=128, BK=32, STAGES=4), _cp(rotate=1)),
+    ("tkir sm_80 gemm.tk BM=64 (64x256x64 S4)", _G, "sm_80", dict(BM=64), {}),
+    ("tkir sm_80 gemm.tk BM=64, step_ahead=false", _G, "sm_80", dict(BM=64), _SA0),
+    ("tkir sm_80 4w 128x128x32 S4", _W, "sm_80", dict(BM=128, BN=128, BK=32, STAGES=4, WG=1), _ONE),
+    ("tkir sm_80 4w 128x128x32 S4 step_ahead=false", _W, "sm_80", dict(BM=128, BN=128, BK=32, STAGES=4, WG=1),
+     {**_ONE, **_SA0}),
+]
+# session 25, call 3: step_ahead with the split cp.async addresses (rules_sm80.py cp_async_rows) against the same
+# defaults without the split (file: PTX made by session25_base.py call3 before it), and step_ahead's ablation
+TKIR_ROWS["session25c"] = [
+    ("tkir wgmma (sm_90a default)", _G, "sm_90a", {}, {}),
+    ("tkir sm_80 gemm.tk default (128x256x64 S4)", _G, "sm_80", {}, {}),
+    ("tkir sm_80 gemm.tk default, addresses unsplit", _G, "sm_80", {}, {}, f"file:{_S25}/sa_default.ptx"),
+    ("tkir sm_80 gemm.tk default, step_ahead=false", _G, "sm_80", {}, _SA0),
+    ("tkir sm_80 128x256x32 S4", _G, "sm_80", _MM, {}),
+    ("tkir sm_80 128x256x32 S4, addresses unsplit", _G, "sm_80", _MM, {}, f"file:{_S25}/sa_mm32.ptx"),
+    ("tkir sm_80 128x256x32 S4 step_ahead=false", _G, "sm_80", _MM, _SA0),
+    ("tkir sm_80 256x128x64 S4", _G, "sm_80", _MM64, {}),
+    ("tkir sm_80 256x128x64 S4, addresses unsplit", _G, "sm_80", _MM64, {}, f"file:{_S25}/sa_mm64.ptx"),
+    ("tkir sm_80 256x128x64 S4 step_ahead=false", _G, "sm_80", _MM64, _SA0),
+    ("tkir sm_80 128x256x64 S3", _G, "sm_80", dict(BM=128, BN=256, BK=64, STAGES=3), {}),
+    ("tkir sm_80 gemm.tk BM=64 (64x256x64 S4)", _G, "sm_80", dict(BM=64), {}),
+    ("tkir sm_80 4w 128x128x32 S4", _W, "sm_80", dict(BM=128, BN=128, BK=32, STAGES=4, WG=1), _ONE),
+]
+TRITON_SETS = {"session25c": [(128, 128, 32, 4, 4)], "session25b": [(128, 128, 32, 4, 4)],
+               "session25a": [(128, 128, 32, 4, 4)], "session24d": [(128, 128, 32, 4, 4)],
+               "session24c": [(128, 128, 32, 4, 4)],
                "session24b": [(128, 128, 32, 4, 4)], "call1": TRITON_CONFIGS,
                "session24": [(128, 128, 32, 4, 4), (128, 128, 64, 4, 4)],
                "session23": [(128, 128, 32, 4, 4), (128, 128, 64, 4, 4)],
@@ -305,7 +384,7 @@ def main() -> int:
                 k = tkir.compile(str(ROOT / path), target=target, **({"passes": passes} if passes else {}), **consts)
                 if rewrite:
                     k.lower()
-                    new = PTX_REWRITES[rewrite[0]](k.asm["ptx"])
+                    new = _rewrite(rewrite[0], k.asm["ptx"])
                     if new == k.asm["ptx"]:
                         raise ValueError(f"PTX rewrite {rewrite[0]} changed nothing")
                     k.asm["ptx"] = new
