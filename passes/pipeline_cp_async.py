@@ -82,6 +82,7 @@ from tkir.passes.overlap_mma import rotatable
 from tkir.passes.plan_occupancy import mma_sync_fragment_regs
 from tkir.passes.shared_access import no_producer
 from tkir.passmanager import Options, ParamError, Pass, param
+from tkir.requires import CP_ASYNC_BYTES
 from tkir.target import (
     MAX_REGS_PER_THREAD,
     MMA_A_WORDS,
@@ -104,7 +105,6 @@ ROTATE_SLACK_REGS = 24
 # registers, ran 347.1 against 353.5 TFLOP/s without step_ahead on the H200, and spilled 4 bytes with the
 # split cp.async addresses of backend/rules_sm80.py cp_async_rows
 STEP_AHEAD_MAX_COPY_ROUNDS = 12
-CP_ASYNC_CHUNK_BYTES = 16  # cp.async.cg copies 16 bytes (backend/rules_sm80.py CP_ASYNC_BYTES)
 A_AHEAD_BACKEND_REGS = 8  # the backend's own rule loads a step of A ahead up to this (rules_sm80.A_AHEAD_MAX_REGS)
 
 
@@ -217,15 +217,38 @@ def _rotatable(loop: Operation, match: _Match, plan: OccupancyPlan | None) -> bo
         return False
     if not all(isinstance(v.owner, Operation) and v.owner.name == "pipe.stage" for v in mma.operands[:2]):
         return False
+    step = _k16_step(mma)
+    if step is None:
+        return False
+    if plan is None or plan.budget is None:
+        return True
+    return plan.budget.total + step.words + ROTATE_SLACK_REGS <= _reg_cap(plan)
+
+
+@dataclass(frozen=True)
+class _K16Step:
+    """One k16 step of a warp's mma.sync work: its units (k16 step x two n8 blocks) and the registers of its
+    shared A fragments (MMA_A_WORDS per m16 block) and B fragments (MMA_B_UNIT_WORDS per unit)."""
+
+    units: int
+    a_words: int
+    b_words: int
+
+    @property
+    def words(self) -> int:
+        return self.a_words + self.b_words
+
+
+def _k16_step(mma: Operation) -> _K16Step | None:
+    """The k16 step of a tk.mma with an `mma_c` accumulator (None otherwise); a register operand has no
+    fragments to load (0 words)."""
     acc = mma.operands[2].type
     layout = layout_of(acc)
     if layout is None or layout.kind != "mma_c":
-        return False
-    rows, cols = acc.rows // layout.row_warps, acc.cols // layout.col_warps
-    words = MMA_A_WORDS * (rows // MMA_M) + MMA_B_UNIT_WORDS * -(-cols // (2 * MMA_N))
-    if plan is None or plan.budget is None:
-        return True
-    return plan.budget.total + words + ROTATE_SLACK_REGS <= _reg_cap(plan)
+        return None
+    units = -(-(acc.cols // layout.col_warps) // (2 * MMA_N))
+    a_words = MMA_A_WORDS * (acc.rows // layout.row_warps // MMA_M) if is_shared(mma.operands[0].type) else 0
+    return _K16Step(units, a_words, MMA_B_UNIT_WORDS * units if is_shared(mma.operands[1].type) else 0)
 
 
 def _reg_cap(plan: OccupancyPlan) -> int:
@@ -250,23 +273,17 @@ def _step_units(kernel: Operation, loop: Operation, match: _Match, plan: Occupan
     423.8 (the next k-tile's first step, loaded after a barrier one unit before the end, is then late).
     """
     mma = [op for op in loop.body.ops if op.name != "scf.yield"][-1]
-    acc = mma.operands[2].type
-    layout = layout_of(acc)
-    if layout is None or layout.kind != "mma_c":
+    step = _k16_step(mma)
+    if step is None:
         return None
-    units = -(-(acc.cols // layout.col_warps) // (2 * MMA_N))
-    a_step = MMA_A_WORDS * (acc.rows // layout.row_warps // MMA_M) if is_shared(mma.operands[0].type) else 0
-    b_step = MMA_B_UNIT_WORDS * units if is_shared(mma.operands[1].type) else 0
     if plan is None or plan.budget is None:
-        return units
-    extra = 2 * (a_step + b_step) - mma_sync_fragment_regs(mma)
-    cap = streaming_reg_cap(kernel, plan.threads) if plan.threads else MAX_REGS_PER_THREAD
-    if plan.threads:
-        rounds = sum(-(-t.rows * t.cols * dtype_bytes(t.dtype) // CP_ASYNC_CHUNK_BYTES // plan.threads)
-                     for t in (ld.operands[0].type for ld in match.loads))
-        if rounds > STEP_AHEAD_MAX_COPY_ROUNDS:
-            return None
-    return units if plan.budget.total + extra + ROTATE_SLACK_REGS <= cap else None
+        return step.units
+    threads = plan.threads
+    rounds = sum(-(-t.rows * t.cols * dtype_bytes(t.dtype) // CP_ASYNC_BYTES // threads)
+                 for t in (ld.operands[0].type for ld in match.loads)) if threads else 0
+    cap = streaming_reg_cap(kernel, threads) if threads else MAX_REGS_PER_THREAD
+    fits = plan.budget.total + 2 * step.words - mma_sync_fragment_regs(mma) + ROTATE_SLACK_REGS <= cap
+    return step.units if fits and rounds <= STEP_AHEAD_MAX_COPY_ROUNDS else None
 
 
 def _a_ahead_fits(mma: Operation, plan: OccupancyPlan | None) -> bool | None:
@@ -274,13 +291,11 @@ def _a_ahead_fits(mma: Operation, plan: OccupancyPlan | None) -> bool | None:
     A_AHEAD_MAX_REGS = 8 registers a step) whose A is a shared tile, when two k16 steps of A beside the
     plan's budget and ROTATE_SLACK_REGS fit `_reg_cap`; None (the backend's rule) otherwise. Session 23 on the
     H200: 256 x 128 x 64 S4 (64-row warps, one block per SM) 411.4 -> 423.0 TFLOP/s, no spills at S 2-4."""
-    layout = layout_of(mma.operands[2].type)
-    if layout is None or layout.kind != "mma_c" or not is_shared(mma.operands[0].type):
+    step = _k16_step(mma)
+    a_words = step.a_words if step is not None else 0  # 0 for a register A
+    if a_words <= A_AHEAD_BACKEND_REGS or plan is None or plan.budget is None:
         return None
-    step = MMA_A_WORDS * (mma.operands[2].type.rows // layout.row_warps // MMA_M)
-    if step <= A_AHEAD_BACKEND_REGS or plan is None or plan.budget is None:
-        return None
-    return True if plan.budget.total + 2 * step + ROTATE_SLACK_REGS <= _reg_cap(plan) else None
+    return True if plan.budget.total + 2 * a_words + ROTATE_SLACK_REGS <= _reg_cap(plan) else None
 
 
 def _compute_role_kernel(kernel: Operation) -> bool:
