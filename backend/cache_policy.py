@@ -19,11 +19,11 @@ from tkir.ops import L2_ATTR as ATTR
 from tkir.ops import L2_PRIORITIES as PRIORITIES
 from tkir.ops import READONLY_ATTR as READONLY
 from tkir.ops import REREAD_ATTR as REREAD
+from tkir.target import REG_BYTES as WORD
 
 if TYPE_CHECKING:
     from tkir.backend.context import LoweringContext
 
-WORD = 4
 
 
 def create_policies(cx: LoweringContext) -> None:

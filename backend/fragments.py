@@ -21,10 +21,9 @@ import numpy as np
 
 from tkir.facts import FactError
 from tkir.layout import SWIZZLE_MASK, RegisterLayout, SharedLayout
-from tkir.target import MMA_K, MMA_M, MMA_N, WARP, WARPGROUP, WGMMA_M
+from tkir.target import MMA_K, MMA_M, MMA_N, QUAD, WARP, WARPGROUP, WGMMA_M
 from tkir.types import TileType, VectorType, format_attr_value
 
-QUAD = 4
 SWIZZLE_SHIFT = 3  # byte-address swizzle: o ^ ((o >> 3) & mask) (HOPPER.md §3.1)
 
 

@@ -31,11 +31,11 @@ from tkir.diagnostics import CompileError
 from tkir.facts import OccupancyPlan
 from tkir.ir import Module, Operation
 from tkir.requires import kernel_alignments, kernel_requires
+from tkir.target import PLAIN_SMEM_ALIGN
 from tkir.target import WARPGROUP as THREADS_PER_WARPGROUP
 from tkir.types import DTYPE_BYTES, GlobalType, ScalarType, TileType
 from tkir.verify_tma import verify_tma
 
-PLAIN_SMEM_ALIGN = 16
 DESC_FIELDS = ("dtype", "rank", "dims", "strides", "box", "elem_strides", "swizzle", "l2_promotion",
                "oob_fill")
 

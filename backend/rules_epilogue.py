@@ -29,11 +29,11 @@ from tkir.backend.rules import rule
 from tkir.backend.rules_sm80 import _plane
 from tkir.backend.values import Frag, Global, LoweringError, Smem
 from tkir.ir import Operation
+from tkir.target import VECTOR_BYTES as CHUNK_BYTES  # one ld.shared.v4 / st.global.v4 per lane
 
 if TYPE_CHECKING:
     from tkir.backend.context import LoweringContext
 
-CHUNK_BYTES = 16          # one ld.shared.v4 / st.global.v4 per lane
 BF16_BYTES = 2
 CHUNK_ELEMS = CHUNK_BYTES // BF16_BYTES
 WARP_SYNC = "bar.warp.sync -1;"

@@ -38,6 +38,7 @@ from tkir.backend.rules_registers import chunked, combine, from_f32, to_f32
 from tkir.backend.values import LLVM_TYPE, Frag, Global, LoweringError, Smem, register_layout
 from tkir.ir import Operation
 from tkir.layout import SharedLayout
+from tkir.target import REG_BYTES as WORD
 from tkir.target import WARP as WARP_THREADS
 from tkir.types import TileType, VectorType, dtype_bytes
 
@@ -48,7 +49,6 @@ if TYPE_CHECKING:
 
 ROLE_BARRIER = 8          # named barrier for a role's threads (1..4: per-warpgroup epilogue barriers)
 MAX_VECTOR_BYTES = 16     # ld/st.shared.v4.b32
-WORD = 4
 SCRATCH_ALIGN = 128
 
 

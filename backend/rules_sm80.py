@@ -66,13 +66,12 @@ from tkir.backend.rules import rule
 from tkir.backend.rules_memory import sync
 from tkir.backend.values import LLVM_TYPE, Frag, Global, LoweringError, Smem, register_layout
 from tkir.ir import Operation, parent_op
-from tkir.target import MAX_REGS_PER_THREAD, MMA_A_WORDS, MMA_B_UNIT_WORDS
+from tkir.target import CP_ASYNC_BYTES, MAX_REGS_PER_THREAD, MMA_A_WORDS, MMA_B_UNIT_WORDS
 from tkir.types import GlobalType, TileType, dtype_bytes
 
 if TYPE_CHECKING:
     from tkir.backend.context import LoweringContext
 
-CP_ASYNC_BYTES = 16       # cp.async.cg copies 16 bytes per instruction (PTX ISA §9.7.9.25)
 IGNORE_SRC = backend_ptx.IGNORE_SRC  # cp.async's ignore-src predicate register (PTX 7.5; backend/ptx.py)
 LDMATRIX_ROWS = 16        # ldmatrix.x4 over a 16 x 16 b16 block: lane L addresses row L % 16 (§6.3)
 LDMATRIX_ROW_BYTES = 16   # one 8 x 8 b16 matrix row

@@ -36,16 +36,21 @@ from tkir.backend import cuda as tkcuda
 from tkir.backend.cuda import CudaError, check
 from tkir.diagnostics import TkirError
 from tkir.requires import requirement_failure
-from tkir.target import MAX_GRID, MAX_THREADS_PER_BLOCK, NUM_SMS, SMEM_PER_BLOCK
+from tkir.target import (
+    MAX_GRID,
+    MAX_THREADS_PER_BLOCK,
+    NUM_SMS,
+    SMEM_PER_BLOCK,
+    TMA_MAX_BOX,
+    TMA_MAX_DIM,
+    TMA_MAX_ELEM_STRIDE,
+    TMA_MAX_STRIDE,
+)
+from tkir.target import TMA_STRIDE_ALIGN as TMA_ALIGN
 from tkir.types import DTYPE_BYTES
 
 # --- limits (CUDA driver API / HOPPER.md §0, §4.1, §7.3) ------------------------------------------
 STATIC_SMEM_LIMIT = 48 * 1024  # bytes of dynamic smem a kernel may use without the opt-in attribute
-TMA_ALIGN = 16  # global address and strides of a TMA tensor: multiples of 16 bytes (§4.1)
-TMA_MAX_STRIDE = 2**40
-TMA_MAX_DIM = 2**32
-TMA_MAX_BOX = 256
-TMA_MAX_ELEM_STRIDE = 8
 TENSOR_MAP_BYTES = 128  # CU_TENSOR_MAP_NUM_QWORDS * 8
 TENSOR_MAP_ALIGN = 128  # the driver asks 64; CUDA 13 headers declare alignas(128), so satisfy both
 I32_RANGE = (-(2**31), 2**31 - 1)

@@ -25,7 +25,7 @@ from tkir.frontend import ast
 from tkir.frontend.names import Vocabulary, check_untaken, close_matches
 from tkir.frontend.tune import check_tune
 from tkir.ir import Block, Loc, Module, Operation, Region, Value
-from tkir.target import MAX_BLOCKS_PER_SM, MAX_THREADS_PER_BLOCK, REGS_PER_SM, SMEM_PER_BLOCK, WARP
+from tkir.target import MAX_BLOCKS_PER_SM, MAX_THREADS_PER_BLOCK, REGISTER_FILE_BYTES, SMEM_PER_BLOCK, WARP
 from tkir.types import (
     DTYPE_BYTES,
     FLOAT_DTYPES,
@@ -45,7 +45,6 @@ from tkir.verifier import verify
 from tkir.verify_sizes import grid_limit_problem
 
 MAX_GRID_DIMS = 3  # CUDA grids have x, y, z
-REGISTER_FILE_BYTES = REGS_PER_SM * 4  # no register tile or vector can be larger than an SM's registers
 SWIZZLE_CHOICES = {"128": 128, "64": 64, "32": 32, "none": 0}  # bytes; 0 = unswizzled
 SCALAR_DTYPES = ("i32", "u32", "f32")  # dtypes a scalar kernel parameter may have
 TENSOR_DTYPES = tuple(d for d in DTYPE_BYTES if d != "i1")

@@ -51,7 +51,6 @@ import re
 from tkir.access_report import add_report
 from tkir.ir import Module, Operation
 from tkir.layout import SharedLayout, layout_of, tma_box, tma_swizzle
-from tkir.ops_tma import TMA_INNER_BYTES_ALIGN, TMA_MAX_BOX, TMA_MAX_RANK, TMA_STRIDE_ALIGN
 from tkir.passes.shared_access import (
     access_report,
     choose_swizzle,
@@ -61,6 +60,7 @@ from tkir.passes.shared_access import (
     with_layout,
 )
 from tkir.passmanager import Options, ParamError, Pass, param
+from tkir.target import TMA_INNER_BYTES_ALIGN, TMA_MAX_BOX, TMA_MAX_RANK, TMA_STRIDE_ALIGN
 from tkir.types import DTYPE_BYTES, GlobalType, Symbol, TileType, VectorType, is_register, is_shared
 
 TMA_MIN_SM = 90                # cp.async.bulk.tensor: sm_90 and later (HOPPER.md §4.4)

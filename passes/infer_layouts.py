@@ -59,7 +59,7 @@ from tkir.layout import (
 from tkir.ops import TILE_BINARY, TILE_UNARY
 from tkir.passes.create_tma import classify_copy
 from tkir.passmanager import Options, ParamError, Pass, PassError, param
-from tkir.target import MAX_THREADS_PER_BLOCK, WARPS_PER_WARPGROUP
+from tkir.target import DEFAULT_WARPS, MAX_THREADS_PER_BLOCK, WARPS_PER_WARPGROUP
 from tkir.target import WARP as WARP_SIZE
 from tkir.types import TileType, VectorType, is_register, is_shared
 
@@ -67,7 +67,6 @@ from tkir.types import TileType, VectorType, is_register, is_shared
 ELEMENTWISE = ({f"tk.{n}" for n in (*TILE_BINARY, *TILE_UNARY)}
                | {"tk.cast", "tk.mask_causal", "tk.cmp", "tk.select", "tk.index"})
 MAX_AUTO_WARPS_SM80 = 8  # 8 warps of m16 rows: a 128-row block tile on the mma.sync path
-DEFAULT_WARPS = 4       # one warpgroup's worth of warps for kernels without tk.mma
 # sm_80 kernels whose accumulators need whole rows per warp (attention: row max and row sum) give each
 # warp 32 rows, two m16 blocks, as FlashAttention-2 does (4 warps over a 128-row tile: every K and V
 # fragment a warp loads with ldmatrix feeds two mma.sync), where that keeps the largest accumulator at

@@ -43,10 +43,8 @@ from tkir.ir import Block, Module, Operation, Region, Value
 from tkir.passes.builder import OpBuilder
 from tkir.passes.pipeline_cp_async import copies_to_shared, cp_async_loop_loads
 from tkir.passmanager import Options, Pass
-from tkir.target import WARP
+from tkir.target import WARP, WARPS_PER_WARPGROUP
 from tkir.types import I32, Ident, TileType, VectorType
-
-WARPS_PER_WARPGROUP = 4  # HOPPER.md §1.1
 
 
 class Pipeline(Pass):

@@ -82,8 +82,8 @@ from tkir.passes.overlap_mma import rotatable
 from tkir.passes.plan_occupancy import mma_sync_fragment_regs
 from tkir.passes.shared_access import no_producer
 from tkir.passmanager import Options, ParamError, Pass, param
-from tkir.requires import CP_ASYNC_BYTES
 from tkir.target import (
+    CP_ASYNC_BYTES,
     MAX_REGS_PER_THREAD,
     MMA_A_WORDS,
     MMA_B_UNIT_WORDS,

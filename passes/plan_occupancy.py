@@ -87,24 +87,29 @@ from tkir.target import (
     MAX_REGS_PER_THREAD,
     MAX_THREADS_PER_BLOCK,
     MAX_WARPS_PER_SM,
+    MMA_A_WORDS,
+    MMA_M,
+    PLAIN_SMEM_ALIGN,
+    QUAD,
     REG_ALLOC_UNIT,
     REGS_PER_SM,
+    SETMAXNREG_RANGE,
     SMEM_PER_BLOCK,
     SMEM_PER_SM,
 )
+from tkir.target import MMA_B_UNIT_WORDS as B_UNIT_WORDS
 from tkir.target import WARP as WARP_SIZE
 from tkir.target import WARPGROUP as THREADS_PER_WARPGROUP
 from tkir.types import DTYPE_BYTES, GlobalType, ScalarType, TileType, VectorType, is_shared
 
 # Limits of compute capability 9.0 (HOPPER.md §7.1, §7.3).
-SETMAXNREG_MIN = 24                # setmaxnreg immediates: 24..256, multiples of 8
+SETMAXNREG_MIN = SETMAXNREG_RANGE[0]
 MAX_ROLE_REGS = 248                # largest multiple of 8 within 255 registers per thread
 SMEM_RESERVED_PER_BLOCK = 1024     # 1 KB per block reserved for the system
 SMEM_ALLOC_UNIT = 128              # occupancy calculator granularity
 
 MBARRIER_BYTES = 8                 # HOPPER.md §5.1
 BARRIERS_PER_STAGE = 2             # full + empty (HOPPER.md §5.4)
-PLAIN_SMEM_ALIGN = 16              # 16-byte vector ld/st.shared
 TMA_SMEM_ALIGN = 128               # TMA shared address alignment (HOPPER.md §3.2)
 PRODUCER_REGS = (40, 24)           # CUTLASS producer setmaxnreg.dec values, preferred first
 # With three or more consumer warpgroups (512+ threads, 128 registers each at launch), 40 would leave
@@ -126,13 +131,9 @@ MAX_AUTO_STAGES = 4
 OVERHEAD_REGS = 16
 POINTER_REGS = 2                   # a 64-bit global address
 WGMMA_DESC_REGS = 4                # two 64-bit shared-memory matrix descriptors (HOPPER.md §2)
-QUAD = 4                           # lanes sharing one accumulator row (HOPPER.md §1.5)
 # A tk.outer product feeding the next mma as A is live two slices at a time: 2 x 4 k16 steps x 4
 # b32 registers of a 16-bit A fragment (HOPPER.md §1.6; backend/rules_wgmma.py LAZY_SLICE_KSTEPS)
 SLICED_A_REGS = 2 * 4 * 4
-MMA_M = 16           # mma.sync.m16n8k16 (HOPPER.md §6.3)
-MMA_A_WORDS = 4      # b32 registers of one m16 x k16 A fragment (§6.3; backend/rules_sm80.py)
-B_UNIT_WORDS = 4     # b32 registers of one ldmatrix.x4 of B: two n8 blocks x one k16 step
 
 COPIES_TO_SHARED = ("tma.load", "tk.load")
 ELEMENTWISE = tuple(f"tk.{n}" for n in (*TILE_BINARY, *TILE_UNARY, "cast", "cmp", "select", "index"))

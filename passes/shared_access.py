@@ -51,9 +51,9 @@ from tkir.layout import (
     tma_pattern,
 )
 from tkir.passmanager import Options, PassError
+from tkir.target import DEFAULT_WARPS
 from tkir.types import GlobalType, TileType, VectorType, is_register
 
-DEFAULT_WARPS = 4     # register tiles without a layout: one warpgroup of `row`
 STAGED_SWIZZLE = 128  # the backend writes tk.store_staged's stage as 128B-swizzled 64-column panels
                       # (backend/rules_wgmma.py), one TMA store box each
 

@@ -171,7 +171,7 @@ NAMED: list[Mutation] = [
       "a 257..272-row box is given to TMA", "TMA box-size boundary"),
     M("tma-box-inner-plus-8", "passes/create_tma.py", "if inner > TMA_MAX_BOX:", "if inner > TMA_MAX_BOX + 8:",
       "an inner box of 257..264 elements is given to TMA", "TMA box-size boundary"),
-    M("tma-box-limit-512", "tkir/ops_tma.py", "TMA_MAX_BOX = 256 ", "TMA_MAX_BOX = 512 ",
+    M("tma-box-limit-512", "tkir/target.py", "TMA_MAX_BOX = 256 ", "TMA_MAX_BOX = 512 ",
       "the box limit itself doubled (create-tma and the verifier)", "TMA box-size boundary"),
     # bank conflicts: fix every access above degree 1
     M("bank-threshold-2", "passes/bank_conflicts.py", "max(degrees, default=1) > 1", "max(degrees, default=1) > 2",

@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from tkir.facts import FactError, check_keys, count, malformed, table
-from tkir.target import MAX_THREADS_PER_BLOCK, MMA_K, MMA_M, MMA_N, WARP, WARPGROUP, WGMMA_M
+from tkir.target import MAX_THREADS_PER_BLOCK, MMA_K, MMA_M, MMA_N, QUAD, WARP, WARPGROUP, WGMMA_M
+from tkir.target import VECTOR_BYTES as CHUNK_BYTES  # one ldmatrix row / core-matrix row / v4 access
 from tkir.types import DTYPE_BYTES, Ident, TileType, VectorType
 
 if TYPE_CHECKING:
@@ -40,8 +41,6 @@ SWIZZLE_ALIGN = {0: 128, 16: 128, 32: 256, 64: 512, 128: 1024}  # pattern period
 NUM_BANKS = 32            # shared memory banks
 BANK_BYTES = 4            # bytes per bank word
 WAVEFRONT_BYTES = NUM_BANKS * BANK_BYTES  # 128 bytes served per wavefront
-CHUNK_BYTES = 16          # one ldmatrix row / core-matrix row / v4 access
-QUAD = 4                  # lanes sharing one accumulator row (g = lane / 4)
 # A `row` / `col_vec` register tile moves to and from global memory one lane chunk (`vec` elements) per
 # access when the chunk is one of these sizes: ld/st.global .b32, .v2.b32, .v4.b32, each needing an
 # address aligned to its size (PTX ISA, "Data Movement and Conversion Instructions: ld", vector

@@ -31,15 +31,17 @@ from __future__ import annotations
 
 from tkir.ir import Operation
 from tkir.opdef import expect, is_int_scalar, n_results, register_op
+from tkir.target import (
+    TMA_INNER_BYTES_ALIGN,
+    TMA_MAX_BOX,
+    TMA_MAX_ELEM_STRIDE,
+    TMA_MAX_RANK,
+    TMA_MAX_STRIDE,
+    TMA_STRIDE_ALIGN,
+)
 from tkir.types import DTYPE_BYTES, GlobalType, Symbol, TileType, VectorType, is_shared
 
-# cuTensorMapEncodeTiled limits (HOPPER.md §4.1, CUDA Driver API §6.30).
-TMA_MAX_RANK = 5
-TMA_MAX_BOX = 256             # boxDim[i] in [1, 256]
-TMA_MAX_ELEM_STRIDE = 8       # elementStrides[i] in [1, 8]
-TMA_STRIDE_ALIGN = 16         # globalStrides[i] multiple of 16 B
-TMA_MAX_STRIDE = 1 << 40      # globalStrides[i] < 2^40
-TMA_INNER_BYTES_ALIGN = 16    # boxDim[0] * elemsize multiple of 16 B (INTERLEAVE_NONE)
+# cuTensorMapEncodeTiled's enumerations, in bytes (the limits are in tkir/target.py)
 TMA_SWIZZLES = (0, 32, 64, 128)        # SWIZZLE_NONE/32B/64B/128B, in bytes
 TMA_L2_PROMOTIONS = (0, 64, 128, 256)  # L2_PROMOTION_NONE/64B/128B/256B, in bytes
 TMA_OOB_FILLS = ("zero", "nan")

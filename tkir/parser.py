@@ -17,7 +17,7 @@ from tkir.ir import Block, Loc, Module, Operation, Region, Value
 from tkir.lark_tables import lalr_parser
 from tkir.layout import SWIZZLE_MASK
 from tkir.source_text import check_nesting
-from tkir.target import REGS_PER_SM, SMEM_PER_BLOCK
+from tkir.target import REGISTER_FILE_BYTES, SMEM_PER_BLOCK
 from tkir.types import (
     DTYPE_BYTES,
     GlobalType,
@@ -31,7 +31,6 @@ from tkir.types import (
 )
 
 GRAMMAR = Path(__file__).with_name("ir_grammar.lark")
-REGISTER_FILE_BYTES = REGS_PER_SM * 4  # the largest register tile or vector a block could hold
 # Shared types are refused here only when absurd (plan-occupancy and the backend report real overflows,
 # naming stages and totals): 2**31 mbarriers in one sv<i64, N> took the backend hours.
 SHARED_OVERSIZE = 16

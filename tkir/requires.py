@@ -23,10 +23,8 @@ from tkir import symexpr
 from tkir.facts import FactError
 from tkir.ir import Module, Operation, Value
 from tkir.layout import LAYOUT_ATTR, RegisterLayout, layout_of, vector_access_bytes
+from tkir.target import CP_ASYNC_BYTES, TMA_STRIDE_ALIGN
 from tkir.types import DTYPE_BYTES, GlobalType, TileType, VectorType
-
-CP_ASYNC_BYTES = 16               # cp.async.cg copies 16-byte chunks: 16-B aligned sources (PTX ISA cp.async)
-TMA_STRIDE_ALIGN = 16             # cuTensorMapEncodeTiled: strides multiple of 16 B (HOPPER.md §4.1)
 
 
 def module_requires(module: Module) -> list[dict]:
