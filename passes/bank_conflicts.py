@@ -1,10 +1,10 @@
 """bank-conflicts: the conflict degree of every shared-memory access, and fixes for the excess.
 
 For each shared tile (`tk.alloc` of an st or sv) it lists the warp-wide instructions that touch
-it (passes/shared_access.py `tile_uses`: ldmatrix/stmatrix, ld/st.shared vectors, the staged
+it (passes/analysis.py `tile_uses`: ldmatrix/stmatrix, ld/st.shared vectors, the staged
 epilogue's bf16 pairs, and the hardware paths `wgmma.desc` and `tma`). Each gets its degree
 (wavefronts per 128-byte phase of the worst instruction, 32 banks x 4 bytes) under the tile's
-layout, and under the plain unswizzled, unpadded layout as `degree_before` (shared_access
+layout, and under the plain unswizzled, unpadded layout as `degree_before` (analysis
 `access_report`, recorded as tkir/access_report.py AccessReports).
 
 Rewrites
@@ -24,7 +24,7 @@ from __future__ import annotations
 from tkir.access_report import ACCESS_ATTR, add_report
 from tkir.ir import Module, Operation
 from tkir.layout import SWIZZLE_SPANS, SharedLayout, conflict_degree
-from tkir.passes.shared_access import TileUse, access_report, shared_layout, swizzle_problem, tile_uses, with_layout
+from tkir.passes.analysis import TileUse, access_report, shared_layout, swizzle_problem, tile_uses, with_layout
 from tkir.passmanager import Options, Pass
 from tkir.types import TileType
 

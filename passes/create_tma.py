@@ -51,7 +51,7 @@ import re
 from tkir.access_report import add_report
 from tkir.ir import Module, Operation
 from tkir.layout import SharedLayout, layout_of, tma_box, tma_swizzle
-from tkir.passes.shared_access import (
+from tkir.passes.analysis import (
     access_report,
     choose_swizzle,
     no_producer,
@@ -151,7 +151,7 @@ class _Rewriter:
         warpgroup writes its rows swizzled (conflict-free), one thread issues the TMA stores, and the
         warpgroup goes on to its next tile while the copy engine writes C (HOPPER.md §4.4).
         The staging tile's swizzle is select-swizzle's rule applied to its uses and its accesses are
-        reported as bank-conflicts reports them (passes/shared_access.py): both passes ran before it
+        reported as bank-conflicts reports them (passes/analysis.py): both passes ran before it
         existed."""
         v = v_val.type
         g: GlobalType = g_val.type

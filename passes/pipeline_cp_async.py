@@ -77,10 +77,10 @@ from tkir.facts import OccupancyPlan
 from tkir.ir import Block, Module, Operation, Value
 from tkir.launch_bounds import streaming_reg_cap
 from tkir.layout import layout_of
+from tkir.passes.analysis import no_producer
 from tkir.passes.builder import OpBuilder
 from tkir.passes.overlap_mma import rotatable
 from tkir.passes.plan_occupancy import mma_sync_fragment_regs
-from tkir.passes.shared_access import no_producer
 from tkir.passmanager import Options, ParamError, Pass, param
 from tkir.target import (
     CP_ASYNC_BYTES,

@@ -79,8 +79,8 @@ from tkir.ir import Block, Loc, Module, Operation, Value, parent_op
 from tkir.layout import auto_consumer_warpgroups, layout_of
 from tkir.layout import regs_per_thread as layout_regs
 from tkir.ops import TILE_BINARY, TILE_UNARY
+from tkir.passes.analysis import no_producer
 from tkir.passes.cluster_rows import CLUSTER_ATTR
-from tkir.passes.shared_access import no_producer
 from tkir.passmanager import Options, ParamError, Pass, param
 from tkir.target import (
     MAX_BLOCKS_PER_SM,

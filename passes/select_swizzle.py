@@ -21,7 +21,7 @@ Decision rule, per tile:
    bank-conflict degree over the tile's accesses (bank-conflicts' model) wins.
    A consumer that accepts one span only leaves that one: the staged epilogue (`tk.store_staged`)
    writes its staging tile as 128B-swizzled panels.
-The rule is passes/shared_access.py `choose_swizzle`: create-tma applies it to the epilogue staging
+The rule is passes/analysis.py `choose_swizzle`: create-tma applies it to the epilogue staging
 tile it creates after this pass ran, so every shared tile's swizzle is this rule's decision.
 Assumes infer-layouts has run (register layouts decide the ld/st.shared patterns).
 """
@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from tkir.ir import Module
 from tkir.layout import SharedLayout
-from tkir.passes.shared_access import choose_swizzle, tile_uses, with_layout
+from tkir.passes.analysis import choose_swizzle, tile_uses, with_layout
 from tkir.passmanager import Options, Pass
 from tkir.types import TileType
 

@@ -349,7 +349,7 @@ def test_transposed_load_checker() -> None:
 
 def test_bank_conflicts_models_the_transposed_read() -> None:
     from tkir.layout import SharedLayout, conflict_degree, make_layout
-    from tkir.passes.shared_access import transposed_load_access
+    from tkir.passes.analysis import transposed_load_access
 
     row = make_layout("row", warps=4, vec=4)
     acc = transposed_load_access(row, "f32", (64, 32))

@@ -12,8 +12,8 @@ from tkir.examples import check_interpreted, load_companion
 from tkir.ir import Module, Operation
 from tkir.layout import SharedLayout
 from tkir.parser import parse_module
+from tkir.passes.analysis import STAGED_SWIZZLE, choose_swizzle, swizzle_problem, tile_uses
 from tkir.passes.registry import load_registry
-from tkir.passes.shared_access import STAGED_SWIZZLE, choose_swizzle, swizzle_problem, tile_uses
 from tkir.passmanager import Options, PassManager
 from tkir.printer import print_module
 
@@ -95,14 +95,14 @@ def test_bank_conflicts_rerun_keeps_the_staging_tile_entries() -> None:
 
 
 def test_layout_passes_share_an_analysis_not_each_other() -> None:
-    """select-swizzle and bank-conflicts import passes/shared_access.py, never one another."""
+    """select-swizzle and bank-conflicts import passes/analysis.py, never one another."""
     import ast
 
     passes = Path(__file__).resolve().parent.parent / "passes"
     for name, other in (("select_swizzle", "bank_conflicts"), ("bank_conflicts", "select_swizzle")):
         tree = ast.parse((passes / f"{name}.py").read_text(encoding="utf-8"))
         modules = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
-        assert "tkir.passes.shared_access" in modules and f"tkir.passes.{other}" not in modules
+        assert "tkir.passes.analysis" in modules and f"tkir.passes.{other}" not in modules
 
 
 WIDE_ROWS = """kernel wide<R=2, D=4096>(X: gl<bf16>[N, D], Y: gl<bf16>[N, D])

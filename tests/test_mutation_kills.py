@@ -568,7 +568,7 @@ def test_bank_conflicts_fixes_two_way_conflicts() -> None:
     from tkir.access_report import reports_of
     from tkir.layout import addresses, brute_force_wavefronts
     from tkir.parser import parse_module
-    from tkir.passes.shared_access import shared_layout, tile_uses
+    from tkir.passes.analysis import shared_layout, tile_uses
     from tkir.passmanager import Options
 
     text = """tk.kernel @two {grid = ["M / 64"]} {
