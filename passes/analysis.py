@@ -1,6 +1,25 @@
-"""Shared-access analysis: who touches a shared tile, how, and what that allows (an analysis, not a pass).
+"""The analyses several passes read (a module of the passes, not a pass; STYLE.md: "A pass should not import
+another pass").
 
-For a shared tile (`tk.alloc` of an st or sv) it computes
+A pass module imports the IR core (tkir.*), tkir.passes.builder and this module, never another pass; what two
+passes both need to know is computed here, and this module imports no pass (tests/test_pass_imports.py keeps
+both rules). So no pass depends on the code, or the order, of another, and passes/registry.py alone imports
+the passes. In this module, in order:
+
+* attribute names one pass writes and another reads (CLUSTER_ATTR, CP_HOLD_ATTR);
+* shared accesses: who touches a shared tile, how, and what that allows (select-swizzle, bank-conflicts and
+  create-tma; below);
+* copies between global memory and tiles: `classify_copy` (create-tma, infer-layouts, hoist-loads),
+  `register_load_from_global` (cache-policy, readonly-loads, fence-loads), `global_store`, `copies_to_shared`;
+* cp.async loops: `match_cp_async` / `cp_async_loop_loads`, the loops pipeline-cp-async rings, which are
+  also the loops plan-occupancy and `pipeline` give sm_80 cp.async producer warps;
+* rotation: `match_rotation` / `rotatable`, the loops overlap-mma rotates (pipeline-cp-async holds a stage
+  for them);
+* occupancy: `mma_sync_fragment_regs` (plan-occupancy's register budget, pipeline-cp-async's step_ahead) and
+  `block_smem`, a block's share of an SM's shared memory (plan-occupancy, stage-epilogue);
+* grids: `persistent_grid` and `one_block_per_sm` (persistent, stream-k).
+
+Shared accesses. For a shared tile (`tk.alloc` of an st or sv) this module computes
 * `tile_uses`: every warp-wide access to it, in program order, as a TileUse: the op, the
   instruction's address pattern (tkir/layout.py) and the kind of consumer (`ldmatrix.x4`/
   `stmatrix.x4` for 16-bit mma fragments, `ld/st.shared.v2` for f32 accumulators, `ld/st.shared.v4`
@@ -19,6 +38,7 @@ Register layouts come from infer-layouts; a register tile without one counts as 
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass
 from typing import Literal
 
@@ -27,7 +47,7 @@ import numpy as np
 from tkir.access_report import AccessReport
 from tkir.diagnostics import CompileError
 from tkir.facts import FactError
-from tkir.ir import Operation, Value, uses_of
+from tkir.ir import Block, Operation, Value, uses_of
 from tkir.layout import (
     BANK_BYTES,
     CHUNK_BYTES,
@@ -51,8 +71,12 @@ from tkir.layout import (
     tma_pattern,
 )
 from tkir.passmanager import Options, PassError
-from tkir.target import DEFAULT_WARPS
-from tkir.types import GlobalType, TileType, VectorType, is_register
+from tkir.target import DEFAULT_WARPS, MMA_A_WORDS, MMA_B_UNIT_WORDS, MMA_M
+from tkir.types import GlobalType, TileType, VectorType, is_register, is_shared
+
+# Attributes one pass writes and another reads.
+CLUSTER_ATTR = "cluster"  # cluster-rows writes it on a kernel; the backend, plan-occupancy and the launch read it
+CP_HOLD_ATTR = "cp_hold"  # pipeline-cp-async writes it on a loop that holds a stage; overlap-mma rotates those
 
 STAGED_SWIZZLE = 128  # the backend writes tk.store_staged's stage as 128B-swizzled 64-column panels
                       # (backend/rules_wgmma.py), one TMA store box each
@@ -266,3 +290,311 @@ def reg_layout(v: Value) -> RegisterLayout:
     if isinstance(t, TileType):
         return make_layout("row", warps=row_layout_warps(t.rows, t.cols, vec, DEFAULT_WARPS), vec=vec)
     return make_layout("row_vec", warps=1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Copies between global memory and tiles.
+
+
+def classify_copy(op: Operation) -> tuple[str, Value, Value] | None:
+    """('shared' | 'register', global value, shared-or-register value) for a tk.load / tk.store that
+    copies between global memory and a tile or vector, else None (create-tma's classification, also used
+    by infer-layouts and hoist-loads)."""
+    if op.name == "tk.load":
+        if not op.results and isinstance(op.operands[1].type, GlobalType):
+            return "shared", op.operands[1], op.operands[0]
+        if op.results and isinstance(op.operands[0].type, GlobalType):
+            return "register", op.operands[0], op.result
+    if op.name == "tk.store" and isinstance(op.operands[0].type, GlobalType):
+        v = op.operands[1]
+        if is_shared(v.type):
+            return "shared", op.operands[0], v
+        if is_register(v.type):
+            return "register", op.operands[0], v
+    return None
+
+
+def register_load_from_global(op: Operation) -> bool:
+    """A tk.load whose source is a global tensor and whose result is a register tile or vector."""
+    if op.name != "tk.load" or not op.results or not op.operands:
+        return False
+    t = op.results[0].type
+    return (isinstance(op.operands[0].type, GlobalType) and isinstance(t, TileType | VectorType)
+            and t.space in ("rt", "rv"))
+
+
+def global_store(op: Operation) -> bool:
+    """A tk.store to a global tensor."""
+    return op.name == "tk.store" and bool(op.operands) and isinstance(op.operands[0].type, GlobalType)
+
+
+def copies_to_shared(op: Operation) -> bool:
+    """tk.load / tma.load of a global tensor into a shared tile or vector."""
+    return (op.name in ("tk.load", "tma.load") and not op.results and len(op.operands) >= 2
+            and isinstance(op.operands[0].type, (TileType, VectorType)) and is_shared(op.operands[0].type)
+            and isinstance(op.operands[1].type, GlobalType))
+
+
+# ---------------------------------------------------------------------------------------------
+# cp.async loops: the loops pipeline-cp-async rings (passes/pipeline_cp_async.py says when).
+
+
+@dataclass
+class CpAsyncMatch:
+    """A loop pipeline-cp-async's schedule applies to (`match_cp_async`)."""
+
+    loads: list[Operation]   # the loop body's global -> shared tile copies, in order
+    step: int                # the loop's constant step (> 0)
+
+
+def cp_async_loop_loads(kernel: Operation, loop: Operation) -> list[Operation] | None:
+    """The loop's tile loads if pipeline-cp-async's schedule (or the sm_80 producer warps of plan-occupancy
+    and `pipeline`, which share its conditions) applies to it, else None."""
+    m = match_cp_async(kernel, loop) if loop.parent is kernel.body else None
+    return m.loads if m is not None else None
+
+
+def match_cp_async(kernel: Operation, loop: Operation) -> CpAsyncMatch | None:
+    """The loop's tile loads if pipeline-cp-async's schedule applies (its module docstring), else None."""
+    step = const_int(loop.operands[2])
+    if step is None or step <= 0:
+        return None
+    body = loop.body
+    loads = [op for op in body.ops if _is_shared_load(op)]
+    if not loads or not any(op.name == "tk.mma" for op in loop.walk()):
+        return None
+    top = {id(op) for op in body.ops}
+    for op in loop.walk():
+        if op is not loop and copies_to_shared(op) and (id(op) not in top or not isinstance(op.operands[0].type,
+                                                                                               TileType)):
+            return None  # a shared vector, or a copy in a nested region: not ring-buffered
+    bufs = [ld.operands[0] for ld in loads]
+    if len(set(map(id, bufs))) != len(bufs):
+        return None
+    inside = {id(op) for op in loop.walk()}
+    for buf in bufs:
+        alloc = buf.owner
+        if not (isinstance(alloc, Operation) and alloc.name == "tk.alloc" and alloc.parent is kernel.body
+                and buf.type.get("stages") is None):
+            return None
+        for op in kernel.walk():
+            if op is not alloc and buf in op.operands and id(op) not in inside:
+                return None  # used before or after the loop: the ring buffer has no stage there
+    for ld in loads:
+        i = body.ops.index(ld)
+        for op in body.ops[:i]:
+            if any(ld.operands[0] in x.operands for x in op.walk()):
+                return None  # read before its load: that reads the previous iteration's tile
+    for op in loop.walk():
+        if op.name in ("tk.store", "tk.load") and op not in loads and op.operands and \
+                op.operands[0] in bufs and (op.name == "tk.store" or not op.results):
+            return None  # another writer of a loaded tile
+    for ld in loads:
+        if not all(_coordinate_ok(c, loop) for c in ld.operands[2:]):
+            return None
+    return CpAsyncMatch(loads, step)
+
+
+def _coordinate_ok(v: Value, loop: Operation) -> bool:
+    """v is the loop index, defined before the loop, or scalar arithmetic of those in the body."""
+    if v is loop.body.args[0]:
+        return True
+    d = v.owner
+    if isinstance(d, Block):
+        return d is not loop.body and not _inside(d, loop)
+    if not isinstance(d, Operation):
+        return False
+    if d.parent is not loop.body:
+        return not _inside_op(d, loop)
+    return d.name.startswith("arith.") and not d.regions and all(_coordinate_ok(x, loop) for x in d.operands)
+
+
+def _inside(blk: Block, loop: Operation) -> bool:
+    return any(r.block is blk for op in loop.walk() for r in op.regions)
+
+
+def _inside_op(op: Operation, loop: Operation) -> bool:
+    return any(x is op for x in loop.walk())
+
+
+def _is_shared_load(op: Operation) -> bool:
+    """tk.load %tile, %global, coords... (a cp.async copy on this path)."""
+    return (op.name == "tk.load" and not op.results and len(op.operands) >= 2
+            and isinstance(op.operands[0].type, TileType) and op.operands[0].type.space == "st"
+            and isinstance(op.operands[1].type, GlobalType))
+
+
+def const_int(v: Value) -> int | None:
+    """The integer an `arith.const` defines `v` as, else None."""
+    d = v.owner
+    if isinstance(d, Operation) and d.name == "arith.const" and isinstance(d.attrs.get("value"), int) \
+            and not isinstance(d.attrs.get("value"), bool):
+        return int(d.attrs["value"])
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Rotation: the loops overlap-mma rotates (passes/overlap_mma.py says how).
+
+# Element-wise ops that may sit on the accumulator chain between the carried value and M2.
+CHAIN_OPS = frozenset({"tk.mul", "tk.add", "tk.sub", "tk.div"})
+
+
+class RotationPlan:
+    """overlap-mma's split of a loop body: M1, M2 and stage 1 (M2, its accumulator chain, its stage views and
+    waits), the release of M2's stage, and the carried accumulator M2 updates."""
+
+    def __init__(self, m1: Operation, m2: Operation, stage1: list[Operation], arrive: Operation | None,
+                 acc_arg: Value):
+        self.m1, self.m2, self.stage1, self.arrive, self.acc_arg = m1, m2, stage1, arrive, acc_arg
+
+
+def _users(blk: Block, v: Value) -> list[Operation]:
+    return [op for op in blk.ops for x in op.walk() if v in x.operands]
+
+
+def defined_in(blk: Block, v: Value) -> bool:
+    """`v` is the result of an op of `blk` itself (not of a nested region, not a block argument)."""
+    return isinstance(v.owner, Operation) and v.owner.parent is blk
+
+
+def _depends_on(v: Value, target: Operation, blk: Block, seen: set[int] | None = None) -> bool:
+    """Whether `v` is computed (inside `blk`) from `target`'s result."""
+    seen = seen if seen is not None else set()
+    d = v.owner
+    if not isinstance(d, Operation) or d.parent is not blk or id(d) in seen:
+        return False
+    if d is target:
+        return True
+    seen.add(id(d))
+    return any(_depends_on(x, target, blk, seen) for x in d.operands)
+
+
+def match_rotation(loop: Operation) -> RotationPlan | None:
+    """The two chained mmas of a loop body overlap-mma rotates and the split of the body around them
+    (passes/overlap_mma.py's docstring), or None when the loop does not have that shape."""
+    blk = loop.body
+    term = blk.terminator
+    if term is None or any(op.regions for op in blk.ops if op is not term):
+        return None  # nested control flow in the body: not rotated
+    mmas = [op for op in blk.ops if op.name == "tk.mma"]
+    for m2 in mmas:
+        users = _users(blk, m2.result)
+        if users != [term]:
+            continue
+        # the accumulator chain: carried arg -> element-wise ops (each read once) -> M2
+        chain: list[Operation] = []
+        v = m2.operands[2]
+        while defined_in(blk, v) and v.owner.name in CHAIN_OPS and len(_users(blk, v)) == 1:
+            chain.append(v.owner)
+            v = v.owner.operands[0]
+        if v not in blk.args[1:]:
+            continue
+        acc_arg = v
+        a, bop = m2.operands[0], m2.operands[1]
+        if not (isinstance(a.type, TileType) and a.type.space == "rt" and defined_in(blk, a)):
+            continue
+        m1s = [m for m in mmas if m is not m2 and m.operands[2].owner is not None
+               and getattr(m.operands[2].owner, "name", "") == "tk.fill" and _depends_on(a, m, blk)]
+        if not m1s:
+            continue
+        m1 = m1s[0]
+        if blk.ops.index(m1) > blk.ops.index(m2):
+            continue
+        views = []
+        if defined_in(blk, bop) and bop.owner.name == "pipe.stage" and _users(blk, bop) == [m2]:
+            views = [bop.owner]
+        # the release (and, after early-release, the wait) of the stage M2 reads go with M2
+        tile = views[0].operands[0].name if views else None
+        arrives = [op for op in blk.ops if op.name == "pipe.arrive"]
+        tagged = [op for op in arrives if op.attrs.get("tile") is not None]
+        if tagged:
+            arrives = [op for op in tagged if op.attrs.get("tile") == tile]
+        if len(arrives) > 1:
+            continue
+        waits = [op for op in blk.ops if op.name == "pipe.wait" and tile is not None
+                 and op.attrs.get("tile") == tile]
+        stage1 = [op for op in blk.ops if op in chain or op is m2 or op in views or op in waits]
+        s1 = {id(op) for op in stage1} | {id(op) for op in arrives}
+        # stage 0 must not read stage 1's results (other than through the yield) nor the accumulator
+        ok = True
+        for op in blk.ops:
+            if id(op) in s1 or op is term:
+                continue
+            for x in op.operands:
+                if x is acc_arg or (isinstance(x.owner, Operation) and id(x.owner) in s1):
+                    ok = False
+        if not ok:
+            continue
+        return RotationPlan(m1, m2, stage1, arrives[0] if arrives else None, acc_arg)
+    return None
+
+
+def rotatable(loop: Operation) -> TileType | None:
+    """The register A operand of the second mma (what rotation carries into the next iteration, beside
+    alpha) if the loop has the shape overlap-mma rotates (two chained mmas, the second's accumulator
+    carried), else None: pipeline-cp-async asks, to keep a stage for the rotated second mma (its `hold`)."""
+    plan = match_rotation(loop)
+    return None if plan is None else plan.m2.operands[0].type
+
+
+# ---------------------------------------------------------------------------------------------
+# Occupancy: what plan-occupancy counts that other passes count the same way.
+
+# Shared memory per block as the CUDA occupancy calculator counts it (HOPPER.md §7.3).
+SMEM_RESERVED_PER_BLOCK = 1024     # 1 KB per block reserved for the system
+SMEM_ALLOC_UNIT = 128              # occupancy calculator granularity
+
+
+def round_up(x: int, unit: int) -> int:
+    """`x` rounded up to a multiple of `unit`."""
+    return -(-x // unit) * unit
+
+
+def block_smem(smem_bytes: int) -> int:
+    """What one block takes of an SM's shared memory: its bytes plus the 1 KB the system reserves per
+    block, in the occupancy calculator's 128-B units."""
+    return round_up(smem_bytes + SMEM_RESERVED_PER_BLOCK, SMEM_ALLOC_UNIT)
+
+
+def mma_sync_fragment_regs(op: Operation) -> int:
+    """Registers per thread of the operand fragments an mma.sync loads from shared memory while it runs
+    (backend/rules_sm80.py): one k16 step of A, MMA_A_WORDS per m16 block of the warp's tile, when A is
+    shared, and one ldmatrix.x4 unit of B, MMA_B_UNIT_WORDS, when B is; 0 for any other op (wgmma reads
+    its shared operands through descriptors, register operands are tiles counted as such)."""
+    if op.name != "tk.mma":
+        return 0
+    try:
+        layout = layout_of(op.result.type)
+    except ValueError:
+        return 0
+    if layout is None or layout.kind != "mma_c":
+        return 0
+    a, b = op.operands[0], op.operands[1]
+    m16_blocks = op.result.type.rows // layout.row_warps // MMA_M
+    return (MMA_A_WORDS * m16_blocks if is_shared(a.type) else 0) + (MMA_B_UNIT_WORDS if is_shared(b.type) else 0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Grids of persistent kernels (persistent writes them, stream-k reads them).
+
+
+def persistent_grid(tiles: str, balanced: bool) -> str:
+    """The persistent grid over T = `tiles` output tiles: R = cdiv(T, NUM_SMS) rounds either way; balanced,
+    cdiv(T, R) blocks are enough for them; otherwise one block per SM, min(T, NUM_SMS)."""
+    return f"cdiv({tiles}, cdiv({tiles}, NUM_SMS))" if balanced else f"min({tiles}, NUM_SMS)"
+
+
+def one_block_per_sm(grid: str) -> str:
+    """A balanced persistent grid (persistent_grid(T, True)) as the one-block-per-SM grid over the same
+    tiles (stream-k starts from it, then sizes its own grid); any other grid unchanged."""
+    call = ast.parse(grid, mode="eval").body
+    if (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "cdiv"
+            and len(call.args) == 2 and isinstance(inner := call.args[1], ast.Call)
+            and isinstance(inner.func, ast.Name) and inner.func.id == "cdiv" and len(inner.args) == 2
+            and ast.dump(inner.args[0]) == ast.dump(call.args[0])
+            and isinstance(inner.args[1], ast.Name) and inner.args[1].id == "NUM_SMS"):
+        tiles = ast.get_source_segment(grid, call.args[0])
+        if tiles is not None and persistent_grid(tiles, True) == grid:
+            return persistent_grid(tiles, False)
+    return grid

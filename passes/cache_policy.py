@@ -21,11 +21,11 @@ evict_last on the loads a later pass reads again.
 
 from __future__ import annotations
 
-from tkir.ir import Module, Operation
+from tkir.ir import Module
 from tkir.ops import L2_ATTR as ATTR
 from tkir.ops import L2_PRIORITIES as PRIORITIES
+from tkir.passes.analysis import register_load_from_global
 from tkir.passmanager import Options, ParamError, Pass, param
-from tkir.types import GlobalType, TileType, VectorType
 
 
 class CachePolicy(Pass):
@@ -44,12 +44,3 @@ class CachePolicy(Pass):
             for op in kernel.walk():
                 if register_load_from_global(op):
                     op.attrs[ATTR] = self.loads
-
-
-def register_load_from_global(op: Operation) -> bool:
-    """A tk.load whose source is a global tensor and whose result is a register tile or vector."""
-    if op.name != "tk.load" or not op.results or not op.operands:
-        return False
-    t = op.results[0].type
-    return (isinstance(op.operands[0].type, GlobalType) and isinstance(t, TileType | VectorType)
-            and t.space in ("rt", "rv"))

@@ -31,11 +31,11 @@ from __future__ import annotations
 from tkir.diagnostics import CompileError
 from tkir.facts import compute_warpgroups
 from tkir.ir import Module, Operation
+from tkir.passes.analysis import CLUSTER_ATTR
 from tkir.passmanager import Options, Pass
 from tkir.target import WARPS_PER_WARPGROUP
 
 REQUEST_ATTR = "cluster_requested"  # frontend/lower.py CLUSTER_ATTR
-CLUSTER_ATTR = "cluster"            # what the backend, plan-occupancy and the launch description read
 SKIPPED_ATTR = "cluster_skipped"
 # ops whose lowering exchanges data between warps through one CTA's shared memory, or that need roles (every
 # shared tile or vector is a tk.alloc's)

@@ -54,6 +54,7 @@ from tkir.layout import SharedLayout, layout_of, tma_box, tma_swizzle
 from tkir.passes.analysis import (
     access_report,
     choose_swizzle,
+    classify_copy,
     no_producer,
     shared_layout,
     staged_store_uses,
@@ -61,7 +62,7 @@ from tkir.passes.analysis import (
 )
 from tkir.passmanager import Options, ParamError, Pass, param
 from tkir.target import TMA_INNER_BYTES_ALIGN, TMA_MAX_BOX, TMA_MAX_RANK, TMA_STRIDE_ALIGN
-from tkir.types import DTYPE_BYTES, GlobalType, Symbol, TileType, VectorType, is_register, is_shared
+from tkir.types import DTYPE_BYTES, GlobalType, Symbol, TileType, VectorType
 
 TMA_MIN_SM = 90                # cp.async.bulk.tensor: sm_90 and later (HOPPER.md §4.4)
 L2_PROMOTION_BYTES = 128       # CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CUTLASS's default (HOPPER.md §4.1)
@@ -229,24 +230,6 @@ class _Rewriter:
         self.module.insert_before(self.kernel, desc)
         self.descs[key] = name
         return name
-
-
-def classify_copy(op: Operation):
-    """('shared' | 'register', global value, shared-or-register value) for a tk.load / tk.store that
-    copies between global memory and a tile or vector, else None (also used by infer-layouts and
-    hoist-loads)."""
-    if op.name == "tk.load":
-        if not op.results and isinstance(op.operands[1].type, GlobalType):
-            return "shared", op.operands[1], op.operands[0]
-        if op.results and isinstance(op.operands[0].type, GlobalType):
-            return "register", op.operands[0], op.result
-    if op.name == "tk.store" and isinstance(op.operands[0].type, GlobalType):
-        v = op.operands[1]
-        if is_shared(v.type):
-            return "shared", op.operands[0], v
-        if is_register(v.type):
-            return "register", op.operands[0], v
-    return None
 
 
 def _sm(target: str) -> int:

@@ -32,8 +32,7 @@ run beside eager torch and torch.compile, 40 reps) measured it faster at all six
 from __future__ import annotations
 
 from tkir.ir import Block, Module, Operation
-from tkir.passes.cache_policy import register_load_from_global
-from tkir.passes.hoist_loads import global_store
+from tkir.passes.analysis import global_store, register_load_from_global
 from tkir.passmanager import Options, Pass, param
 from tkir.types import TileType, VectorType, is_shared
 

@@ -25,9 +25,8 @@ Ablation: `hoist-loads` left out of `--passes`, or `@hoist_loads(0)`.
 from __future__ import annotations
 
 from tkir.ir import Block, Module, Operation
-from tkir.passes.create_tma import classify_copy
+from tkir.passes.analysis import classify_copy, global_store
 from tkir.passmanager import Options, Pass, param
-from tkir.types import GlobalType
 
 REQUEST_ATTR = "hoist_loads_requested"  # frontend/lower.py HOIST_LOADS_ATTR
 DONE_ATTR = "hoisted_loads"             # on the kernel: how many loads moved (visible in --emit tkir)
@@ -50,11 +49,6 @@ def _global_load(op: Operation) -> bool:
     """A tk.load from a global tensor into registers."""
     c = classify_copy(op)
     return op.name == "tk.load" and c is not None and c[0] == "register"
-
-
-def global_store(op: Operation) -> bool:
-    """A tk.store to a global tensor."""
-    return op.name == "tk.store" and bool(op.operands) and isinstance(op.operands[0].type, GlobalType)
 
 
 def _hoist_block(blk: Block) -> int:

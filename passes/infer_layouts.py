@@ -57,7 +57,7 @@ from tkir.layout import (
     row_split,
 )
 from tkir.ops import TILE_BINARY, TILE_UNARY
-from tkir.passes.create_tma import classify_copy
+from tkir.passes.analysis import classify_copy
 from tkir.passmanager import Options, ParamError, Pass, PassError, param
 from tkir.target import DEFAULT_WARPS, MAX_THREADS_PER_BLOCK, WARPS_PER_WARPGROUP
 from tkir.target import WARP as WARP_SIZE

@@ -55,9 +55,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from tkir.ir import Block, Module, Operation, Region, Value, clone_op, parent_op
+from tkir.passes.analysis import CP_HOLD_ATTR, RotationPlan, defined_in, match_rotation
 from tkir.passes.builder import OpBuilder
 from tkir.passmanager import Options, ParamError, Pass, param
-from tkir.types import Ident, ScalarType, TileType
+from tkir.types import Ident, ScalarType
 
 I1 = ScalarType("i1")
 MASK_OPS = frozenset({"tk.select", "tk.mask_causal"})
@@ -67,8 +68,6 @@ MASK_OPS = frozenset({"tk.select", "tk.mask_causal"})
 MAX_ACC_COLS = 0
 # Conversions of M2's register A that run after M2's wait in the steady loop (_late_conversions).
 LATE_OPS = frozenset({"tk.cast", "tk.convert_layout"})
-# Element-wise ops that may sit on the accumulator chain between the carried value and M2.
-CHAIN_OPS = frozenset({"tk.mul", "tk.add", "tk.sub", "tk.div"})
 
 
 class OverlapMma(Pass):
@@ -88,7 +87,7 @@ class OverlapMma(Pass):
         for kernel in module.kernels():
             done: set[int] = set()
             for op in list(kernel.walk()):
-                if id(op) in done or op.name != "scf.for" or not (_in_consumer_role(op) or op.attrs.get("cp_hold")):
+                if id(op) in done or op.name != "scf.for" or not (_in_consumer_role(op) or op.attrs.get(CP_HOLD_ATTR)):
                     continue
                 plan = self._plan(op)
                 if plan is None:
@@ -104,21 +103,13 @@ class OverlapMma(Pass):
                         continue
                 _rotate(op, plan)
 
-    def _plan(self, loop: Operation) -> _Plan | None:
+    def _plan(self, loop: Operation) -> RotationPlan | None:
         if not self.masked and _masks(loop):
             return None
-        plan = _match(loop)
+        plan = match_rotation(loop)
         if plan is None or (self.max_acc_cols and plan.m2.result.type.cols > self.max_acc_cols):
             return None
         return plan
-
-
-def rotatable(loop: Operation) -> TileType | None:
-    """The register A operand of the second mma (what rotation carries into the next iteration, beside
-    alpha) if the loop has the shape this pass rotates (two chained mmas, the second's accumulator
-    carried), else None: pipeline-cp-async asks, to keep a stage for the rotated second mma (its `hold`)."""
-    plan = _match(loop)
-    return None if plan is None else plan.m2.operands[0].type
 
 
 def _masks(loop: Operation) -> bool:
@@ -132,90 +123,6 @@ def _in_consumer_role(op: Operation) -> bool:
             return str(p.attrs.get("kind")) == "consumer"
         p = parent_op(p)
     return False
-
-
-class _Plan:
-    def __init__(self, m1: Operation, m2: Operation, stage1: list[Operation], arrive: Operation | None,
-                 acc_arg: Value):
-        self.m1, self.m2, self.stage1, self.arrive, self.acc_arg = m1, m2, stage1, arrive, acc_arg
-
-
-def _users(blk: Block, v: Value) -> list[Operation]:
-    return [op for op in blk.ops for x in op.walk() if v in x.operands]
-
-
-def _defined_in(blk: Block, v: Value) -> bool:
-    return isinstance(v.owner, Operation) and v.owner.parent is blk
-
-
-def _depends_on(v: Value, target: Operation, blk: Block, seen: set[int] | None = None) -> bool:
-    """Whether `v` is computed (inside `blk`) from `target`'s result."""
-    seen = seen if seen is not None else set()
-    d = v.owner
-    if not isinstance(d, Operation) or d.parent is not blk or id(d) in seen:
-        return False
-    if d is target:
-        return True
-    seen.add(id(d))
-    return any(_depends_on(x, target, blk, seen) for x in d.operands)
-
-
-def _match(loop: Operation) -> _Plan | None:
-    blk = loop.body
-    term = blk.terminator
-    if term is None or any(op.regions for op in blk.ops if op is not term):
-        return None  # nested control flow in the body: not rotated
-    mmas = [op for op in blk.ops if op.name == "tk.mma"]
-    for m2 in mmas:
-        users = _users(blk, m2.result)
-        if users != [term]:
-            continue
-        # the accumulator chain: carried arg -> element-wise ops (each read once) -> M2
-        chain: list[Operation] = []
-        v = m2.operands[2]
-        while _defined_in(blk, v) and v.owner.name in CHAIN_OPS and len(_users(blk, v)) == 1:
-            chain.append(v.owner)
-            v = v.owner.operands[0]
-        if v not in blk.args[1:]:
-            continue
-        acc_arg = v
-        a, bop = m2.operands[0], m2.operands[1]
-        if not (isinstance(a.type, TileType) and a.type.space == "rt" and _defined_in(blk, a)):
-            continue
-        m1s = [m for m in mmas if m is not m2 and m.operands[2].owner is not None
-               and getattr(m.operands[2].owner, "name", "") == "tk.fill" and _depends_on(a, m, blk)]
-        if not m1s:
-            continue
-        m1 = m1s[0]
-        if blk.ops.index(m1) > blk.ops.index(m2):
-            continue
-        views = []
-        if _defined_in(blk, bop) and bop.owner.name == "pipe.stage" and _users(blk, bop) == [m2]:
-            views = [bop.owner]
-        # the release (and, after early-release, the wait) of the stage M2 reads go with M2
-        tile = views[0].operands[0].name if views else None
-        arrives = [op for op in blk.ops if op.name == "pipe.arrive"]
-        tagged = [op for op in arrives if op.attrs.get("tile") is not None]
-        if tagged:
-            arrives = [op for op in tagged if op.attrs.get("tile") == tile]
-        if len(arrives) > 1:
-            continue
-        waits = [op for op in blk.ops if op.name == "pipe.wait" and tile is not None
-                 and op.attrs.get("tile") == tile]
-        stage1 = [op for op in blk.ops if op in chain or op is m2 or op in views or op in waits]
-        s1 = {id(op) for op in stage1} | {id(op) for op in arrives}
-        # stage 0 must not read stage 1's results (other than through the yield) nor the accumulator
-        ok = True
-        for op in blk.ops:
-            if id(op) in s1 or op is term:
-                continue
-            for x in op.operands:
-                if x is acc_arg or (isinstance(x.owner, Operation) and id(x.owner) in s1):
-                    ok = False
-        if not ok:
-            continue
-        return _Plan(m1, m2, stage1, arrives[0] if arrives else None, acc_arg)
-    return None
 
 
 def _wait_before_first_use(blk: Block, m1: Operation) -> None:
@@ -238,7 +145,7 @@ def _wait_before_first_use(blk: Block, m1: Operation) -> None:
         blk.insert_after(done, a)
 
 
-def _wait_and_release(blk: Block, plan: _Plan, mapping: dict[Value, Value]) -> Value:
+def _wait_and_release(blk: Block, plan: RotationPlan, mapping: dict[Value, Value]) -> Value:
     """After a copy of stage 1 in `blk`: wait for its M2 (tk.mma_wait), then release the stage it
     read (the copy of the arrive). Returns the waited accumulator."""
     issued = mapping[plan.m2.result]
@@ -271,7 +178,7 @@ class _Prep:
     after it, late = conversions moved behind M2's wait) and stage 1, and the values stage 1 reads
     from stage 0 (`cross`), which the rotated loop carries."""
 
-    def __init__(self, loop: Operation, plan: _Plan):
+    def __init__(self, loop: Operation, plan: RotationPlan):
         blk = loop.body
         _wait_before_first_use(blk, plan.m1)
         self.loop, self.plan = loop, plan
@@ -287,7 +194,7 @@ class _Prep:
             for x in op.operands:
                 if x is plan.acc_arg or x in self.cross:
                     continue
-                if (_defined_in(blk, x) and id(x.owner) not in s1_ids) or x is self.iv:
+                if (defined_in(blk, x) and id(x.owner) not in s1_ids) or x is self.iv:
                     self.cross.append(x)
         for op in plan.stage1:
             if op is plan.m2:
@@ -372,7 +279,7 @@ def _guarded(parent: Block, before: Operation, lo: Value, hi: Value, inits: list
                 x.operands = [new if v is old else v for v in x.operands]
 
 
-def _rotate(loop: Operation, plan: _Plan) -> None:
+def _rotate(loop: Operation, plan: RotationPlan) -> None:
     _rotate_prepared(_Prep(loop, plan))
 
 
@@ -405,7 +312,7 @@ def _pair(first: Operation, second: Operation) -> bool:
             and list(second.operands[3:]) == list(first.results))
 
 
-def _rotate_pair(first: Operation, p1: _Plan, second: Operation, p2: _Plan) -> None:
+def _rotate_pair(first: Operation, p1: RotationPlan, second: Operation, p2: RotationPlan) -> None:
     """Two loops over lo..split and split..hi with the same stage 1 rotated as one software pipeline
     (FA3 runs its masked and unmasked key blocks in one pipeline): the first block's stage 0 from
     whichever loop owns it, the steady loops lo+1..split and max(split, lo+1)..hi, one epilogue.

@@ -51,10 +51,9 @@ are left unchanged; the last get the attr `persistent_skipped` with the reason.
 
 from __future__ import annotations
 
-import ast
-
 from tkir.diagnostics import CompileError
 from tkir.ir import Block, Module, Operation, Region, Value, clone_op, uses_of
+from tkir.passes.analysis import persistent_grid
 from tkir.passes.builder import OpBuilder
 from tkir.passmanager import Options, ParamError, Pass, param
 from tkir.target import WARPS_PER_WARPGROUP
@@ -319,27 +318,6 @@ def _once_per_tile(role: Operation, blk: Block, kloop: Operation, t: Value, pid:
         w.operands = [w.operands[0], w.operands[1], phase]
     if str(role.attrs.get("kind")) == "consumer":
         blk.insert_after(kloop, Operation("pipe.arrive", [once_empty, c0]))
-
-
-def persistent_grid(tiles: str, balanced: bool) -> str:
-    """The persistent grid over T = `tiles` output tiles: R = cdiv(T, NUM_SMS) rounds either way; balanced,
-    cdiv(T, R) blocks are enough for them; otherwise one block per SM, min(T, NUM_SMS)."""
-    return f"cdiv({tiles}, cdiv({tiles}, NUM_SMS))" if balanced else f"min({tiles}, NUM_SMS)"
-
-
-def one_block_per_sm(grid: str) -> str:
-    """A balanced persistent grid (persistent_grid(T, True)) as the one-block-per-SM grid over the same
-    tiles (stream-k starts from it, then sizes its own grid); any other grid unchanged."""
-    call = ast.parse(grid, mode="eval").body
-    if (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "cdiv"
-            and len(call.args) == 2 and isinstance(inner := call.args[1], ast.Call)
-            and isinstance(inner.func, ast.Name) and inner.func.id == "cdiv" and len(inner.args) == 2
-            and ast.dump(inner.args[0]) == ast.dump(call.args[0])
-            and isinstance(inner.args[1], ast.Name) and inner.args[1].id == "NUM_SMS"):
-        tiles = ast.get_source_segment(grid, call.args[0])
-        if tiles is not None and persistent_grid(tiles, True) == grid:
-            return persistent_grid(tiles, False)
-    return grid
 
 
 def _trip_count(b: OpBuilder, kloop: Operation, c0: Value) -> Value:

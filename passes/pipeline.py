@@ -40,8 +40,8 @@ from dataclasses import dataclass
 from tkir.diagnostics import CompileError
 from tkir.facts import OccupancyPlan, RolePlan
 from tkir.ir import Block, Module, Operation, Region, Value
+from tkir.passes.analysis import copies_to_shared, cp_async_loop_loads
 from tkir.passes.builder import OpBuilder
-from tkir.passes.pipeline_cp_async import copies_to_shared, cp_async_loop_loads
 from tkir.passmanager import Options, Pass
 from tkir.target import WARP, WARPS_PER_WARPGROUP
 from tkir.types import I32, Ident, TileType, VectorType

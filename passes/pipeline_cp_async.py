@@ -74,13 +74,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tkir.facts import OccupancyPlan
-from tkir.ir import Block, Module, Operation, Value
+from tkir.ir import Module, Operation, Value
 from tkir.launch_bounds import streaming_reg_cap
 from tkir.layout import layout_of
-from tkir.passes.analysis import no_producer
+from tkir.passes.analysis import (
+    CP_HOLD_ATTR,
+    CpAsyncMatch,
+    const_int,
+    match_cp_async,
+    mma_sync_fragment_regs,
+    no_producer,
+    rotatable,
+)
 from tkir.passes.builder import OpBuilder
-from tkir.passes.overlap_mma import rotatable
-from tkir.passes.plan_occupancy import mma_sync_fragment_regs
 from tkir.passmanager import Options, ParamError, Pass, param
 from tkir.target import (
     CP_ASYNC_BYTES,
@@ -92,7 +98,7 @@ from tkir.target import (
     REG_ALLOC_UNIT,
     REGS_PER_SM,
 )
-from tkir.types import GlobalType, Ident, ScalarType, TileType, VectorType, dtype_bytes, is_shared
+from tkir.types import Ident, ScalarType, dtype_bytes, is_shared
 
 I1 = ScalarType("i1")
 # `rotate`: the default count of units before the end of the mma at which the rotated loop waits (0: off)
@@ -155,7 +161,7 @@ class PipelineCpAsync(Pass):
             plan = OccupancyPlan.of(kernel)
             for loop in [op for op in kernel.body.ops if op.name == "scf.for"]:
                 stages = loop.attrs.get("stages") or (plan.stages if plan is not None else None)
-                match = _match(kernel, loop) if isinstance(stages, int) and stages >= 2 else None
+                match = match_cp_async(kernel, loop) if isinstance(stages, int) and stages >= 2 else None
                 if match is not None:
                     hold = self.hold
                     if hold is None:
@@ -200,14 +206,14 @@ def _rotation_fits(loop: Operation, plan: OccupancyPlan | None) -> bool:
     return plan.budget.total + words <= MAX_REGS_PER_THREAD
 
 
-def _rotatable(loop: Operation, match: _Match, plan: OccupancyPlan | None) -> bool:
+def _rotatable(loop: Operation, match: CpAsyncMatch, plan: OccupancyPlan | None) -> bool:
     """Whether the pipelined loop takes the rotated order (`rotate`): index from 0 by 1 (its stage is
     `k % S`), a body of the wait, scalar arithmetic, copies, commit and stage views before one tk.mma
     of two stage views as its last op, and the registers of one k16 step of fragments carried over
     the back edge within the plan's room: the registers per thread at its blocks per SM (at most
     MAX_REGS_PER_THREAD) less its budget and ROTATE_SLACK_REGS (a 64 x 64 gemm tile at 6 blocks of 4 warps
     has 80, and rotated it spilled)."""
-    if _const(loop.operands[0]) != 0 or match.step != 1:
+    if const_int(loop.operands[0]) != 0 or match.step != 1:
         return False
     ops = [op for op in loop.body.ops if op.name != "scf.yield"]
     mma = ops[-1] if ops else None
@@ -260,7 +266,7 @@ def _reg_cap(plan: OccupancyPlan) -> int:
                * REG_ALLOC_UNIT)
 
 
-def _step_units(kernel: Operation, loop: Operation, match: _Match, plan: OccupancyPlan | None) -> int | None:
+def _step_units(kernel: Operation, loop: Operation, match: CpAsyncMatch, plan: OccupancyPlan | None) -> int | None:
     """`step_ahead`'s distance: the mma.sync units of one k16 step of the rotatable loop's tk.mma (its last
     op), if two k16 steps of its shared fragments (A and B, double-buffered) fit beside the plan's budget
     (which counts one step of A and one B unit, `mma_sync_fragment_regs`) and ROTATE_SLACK_REGS within the
@@ -305,61 +311,7 @@ def _compute_role_kernel(kernel: Operation) -> bool:
             and not any(op.name == "tk.role" for op in kernel.body.ops))
 
 
-@dataclass
-class _Match:
-    loads: list[Operation]   # the loop body's global -> shared tile copies, in order
-    step: int                # the loop's constant step (> 0)
-
-
-def cp_async_loop_loads(kernel: Operation, loop: Operation) -> list[Operation] | None:
-    """The loop's tile loads if this schedule (or the sm_80 producer warps of plan-occupancy and
-    `pipeline`, which share its conditions) applies to it, else None."""
-    m = _match(kernel, loop) if loop.parent is kernel.body else None
-    return m.loads if m is not None else None
-
-
-def _match(kernel: Operation, loop: Operation) -> _Match | None:
-    """The loop's tile loads if the schedule applies (module docstring), else None."""
-    step = _const(loop.operands[2])
-    if step is None or step <= 0:
-        return None
-    body = loop.body
-    loads = [op for op in body.ops if _is_shared_load(op)]
-    if not loads or not any(op.name == "tk.mma" for op in loop.walk()):
-        return None
-    top = {id(op) for op in body.ops}
-    for op in loop.walk():
-        if op is not loop and copies_to_shared(op) and (id(op) not in top or not isinstance(op.operands[0].type,
-                                                                                               TileType)):
-            return None  # a shared vector, or a copy in a nested region: not ring-buffered
-    bufs = [ld.operands[0] for ld in loads]
-    if len(set(map(id, bufs))) != len(bufs):
-        return None
-    inside = {id(op) for op in loop.walk()}
-    for buf in bufs:
-        alloc = buf.owner
-        if not (isinstance(alloc, Operation) and alloc.name == "tk.alloc" and alloc.parent is kernel.body
-                and buf.type.get("stages") is None):
-            return None
-        for op in kernel.walk():
-            if op is not alloc and buf in op.operands and id(op) not in inside:
-                return None  # used before or after the loop: the ring buffer has no stage there
-    for ld in loads:
-        i = body.ops.index(ld)
-        for op in body.ops[:i]:
-            if any(ld.operands[0] in x.operands for x in op.walk()):
-                return None  # read before its load: that reads the previous iteration's tile
-    for op in loop.walk():
-        if op.name in ("tk.store", "tk.load") and op not in loads and op.operands and \
-                op.operands[0] in bufs and (op.name == "tk.store" or not op.results):
-            return None  # another writer of a loaded tile
-    for ld in loads:
-        if not all(_coordinate_ok(c, loop) for c in ld.operands[2:]):
-            return None
-    return _Match(loads, step)
-
-
-def _pipeline(kernel: Operation, loop: Operation, match: _Match, stages: int, hold: int = 0) -> None:
+def _pipeline(kernel: Operation, loop: Operation, match: CpAsyncMatch, stages: int, hold: int = 0) -> None:
     """The rewrite of the module docstring: ring buffers, the prologue, the loop's wait, copies and views;
     with `hold` = 1 copies run one iteration less ahead (S-2) and the loop is marked `cp_hold = 1`."""
     body = loop.body
@@ -372,10 +324,10 @@ def _pipeline(kernel: Operation, loop: Operation, match: _Match, stages: int, ho
     # the prologue: iterations 0 .. S-2 into stages 0 .. S-2, one group each
     pre = OpBuilder(kernel.body, loop)
     nstages = pre.const(stages, "cp_stages")
-    lo_c = _const(lo)
+    lo_c = const_int(lo)
     ahead = stages - 1 - hold
     if hold:
-        loop.attrs["cp_hold"] = hold
+        loop.attrs[CP_HOLD_ATTR] = hold
     for it in range(ahead):
         k_it = pre.const(lo_c + it * match.step, f"k_pre{it}") if lo_c is not None else \
             pre.op("arith.add", [lo, pre.const(it * match.step)], f"k_pre{it}")
@@ -431,47 +383,3 @@ def _clone_scalar_chain(v: Value, loop: Operation, b: OpBuilder, mapping: dict[V
     ops = [_clone_scalar_chain(x, loop, b, mapping) for x in d.operands]
     mapping[v] = b.op(d.name, ops, d.result.name, dict(d.attrs), d.result.type)
     return mapping[v]
-
-
-def _coordinate_ok(v: Value, loop: Operation) -> bool:
-    """v is the loop index, defined before the loop, or scalar arithmetic of those in the body."""
-    if v is loop.body.args[0]:
-        return True
-    d = v.owner
-    if isinstance(d, Block):
-        return d is not loop.body and not _inside(d, loop)
-    if not isinstance(d, Operation):
-        return False
-    if d.parent is not loop.body:
-        return not _inside_op(d, loop)
-    return d.name.startswith("arith.") and not d.regions and all(_coordinate_ok(x, loop) for x in d.operands)
-
-
-def _inside(blk: Block, loop: Operation) -> bool:
-    return any(r.block is blk for op in loop.walk() for r in op.regions)
-
-
-def _inside_op(op: Operation, loop: Operation) -> bool:
-    return any(x is op for x in loop.walk())
-
-
-def _is_shared_load(op: Operation) -> bool:
-    """tk.load %tile, %global, coords... (a cp.async copy on this path)."""
-    return (op.name == "tk.load" and not op.results and len(op.operands) >= 2
-            and isinstance(op.operands[0].type, TileType) and op.operands[0].type.space == "st"
-            and isinstance(op.operands[1].type, GlobalType))
-
-
-def copies_to_shared(op: Operation) -> bool:
-    """tk.load / tma.load of a global tensor into a shared tile or vector."""
-    return (op.name in ("tk.load", "tma.load") and not op.results and len(op.operands) >= 2
-            and isinstance(op.operands[0].type, (TileType, VectorType)) and is_shared(op.operands[0].type)
-            and isinstance(op.operands[1].type, GlobalType))
-
-
-def _const(v: Value) -> int | None:
-    d = v.owner
-    if isinstance(d, Operation) and d.name == "arith.const" and isinstance(d.attrs.get("value"), int) \
-            and not isinstance(d.attrs.get("value"), bool):
-        return int(d.attrs["value"])
-    return None

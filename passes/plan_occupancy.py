@@ -79,16 +79,22 @@ from tkir.ir import Block, Loc, Module, Operation, Value, parent_op
 from tkir.layout import auto_consumer_warpgroups, layout_of
 from tkir.layout import regs_per_thread as layout_regs
 from tkir.ops import TILE_BINARY, TILE_UNARY
-from tkir.passes.analysis import no_producer
-from tkir.passes.cluster_rows import CLUSTER_ATTR
+from tkir.passes.analysis import (
+    CLUSTER_ATTR,
+    SMEM_ALLOC_UNIT,
+    SMEM_RESERVED_PER_BLOCK,
+    block_smem,
+    cp_async_loop_loads,
+    mma_sync_fragment_regs,
+    no_producer,
+    round_up,
+)
 from tkir.passmanager import Options, ParamError, Pass, param
 from tkir.target import (
     MAX_BLOCKS_PER_SM,
     MAX_REGS_PER_THREAD,
     MAX_THREADS_PER_BLOCK,
     MAX_WARPS_PER_SM,
-    MMA_A_WORDS,
-    MMA_M,
     PLAIN_SMEM_ALIGN,
     QUAD,
     REG_ALLOC_UNIT,
@@ -97,7 +103,6 @@ from tkir.target import (
     SMEM_PER_BLOCK,
     SMEM_PER_SM,
 )
-from tkir.target import MMA_B_UNIT_WORDS as B_UNIT_WORDS
 from tkir.target import WARP as WARP_SIZE
 from tkir.target import WARPGROUP as THREADS_PER_WARPGROUP
 from tkir.types import DTYPE_BYTES, GlobalType, ScalarType, TileType, VectorType, is_shared
@@ -105,8 +110,6 @@ from tkir.types import DTYPE_BYTES, GlobalType, ScalarType, TileType, VectorType
 # Limits of compute capability 9.0 (HOPPER.md §7.1, §7.3).
 SETMAXNREG_MIN = SETMAXNREG_RANGE[0]
 MAX_ROLE_REGS = 248                # largest multiple of 8 within 255 registers per thread
-SMEM_RESERVED_PER_BLOCK = 1024     # 1 KB per block reserved for the system
-SMEM_ALLOC_UNIT = 128              # occupancy calculator granularity
 
 MBARRIER_BYTES = 8                 # HOPPER.md §5.1
 BARRIERS_PER_STAGE = 2             # full + empty (HOPPER.md §5.4)
@@ -224,7 +227,7 @@ def _plan_roles(kernel: Operation, rings: dict[Value, Operation], loops: list[Op
                                     "may have", hint="use fewer warpgroups (@warpgroups(consumers=N)) or warps")
 
     budget, largest = _register_budget(kernel, reg_threads)
-    needed = _round_up(budget.total, REG_ALLOC_UNIT)
+    needed = round_up(budget.total, REG_ALLOC_UNIT)
 
     smem = _SharedMemory(kernel, rings)
     stages = smem.choose_stages(loops)
@@ -278,8 +281,6 @@ def _plan_cp_async_producer(kernel: Operation, rings: dict[Value, Operation], lo
     and multiply (attention's softmax: measured 0.82-0.95x of its one-role loop), or the consumers'
     registers do not fit. An explicit `producer_warps` is planned whatever the registers: the roles get
     the fit, and ptxas spills what does not (`tkc report` shows it)."""
-    from tkir.passes.pipeline_cp_async import cp_async_loop_loads  # noqa: PLC0415 (pass imports pass)
-
     loop = next((lp for lp in loops if cp_async_loop_loads(kernel, lp) is not None), None)
     if loop is None:
         return None
@@ -301,7 +302,7 @@ def _plan_cp_async_producer(kernel: Operation, rings: dict[Value, Operation], lo
     # the consumers compute no copy addresses (the producer does): of the kernel's pointers and scalars
     # they keep the output's pointer (measured: the 256x128x64 gemm's consumers fit ptxas's 168 without
     # spills, where the one-role budget predicts 184)
-    needed = _round_up(budget.total - budget.addr_regs + POINTER_REGS, REG_ALLOC_UNIT)
+    needed = round_up(budget.total - budget.addr_regs + POINTER_REGS, REG_ALLOC_UNIT)
     # warps are spread round-robin over the SM's 4 schedulers, each with a quarter of the register file,
     # so 9 warps (3 on one scheduler) get what 12 get: 65536 / 4 / (3 x 32) -> 168 (ptxas's cap at 288 threads)
     per_scheduler = -(-(warps + producer_warps) // SCHEDULERS_PER_SM)
@@ -332,14 +333,8 @@ def _only_copies_and_mma(loop: Operation) -> bool:
 
 def _resident_blocks(smem_bytes: int, threads: int, regs: int) -> int:
     """Blocks per SM that shared memory, registers (`regs` per thread), warps and the block limit allow."""
-    return min(SMEM_PER_SM // _block_smem(smem_bytes), REGS_PER_SM // (threads * regs),
+    return min(SMEM_PER_SM // block_smem(smem_bytes), REGS_PER_SM // (threads * regs),
                MAX_WARPS_PER_SM // (threads // WARP_SIZE), MAX_BLOCKS_PER_SM)
-
-
-def _block_smem(smem_bytes: int) -> int:
-    """What one block takes of an SM's shared memory: its bytes plus the 1 KB the system reserves per
-    block, in the occupancy calculator's 128-B units."""
-    return _round_up(smem_bytes + SMEM_RESERVED_PER_BLOCK, SMEM_ALLOC_UNIT)
 
 
 def _check_requested(kernel: Operation, b: int, warp_specialized: bool, threads: int, smem_bytes: int,
@@ -360,7 +355,7 @@ def _check_requested(kernel: Operation, b: int, warp_specialized: bool, threads:
                            f"the {sm_threads} an SM holds",
                            hint=f"ask for at most {_blocks(sm_threads // threads)}, or use fewer warpgroups "
                                 "(@warpgroups(consumers=N))")
-    per_block = _block_smem(smem_bytes)
+    per_block = block_smem(smem_bytes)
     if b * per_block > SMEM_PER_SM:
         raise CompileError(kernel.loc, f"{who}: {b} blocks x {per_block} B of shared memory ({smem_bytes} B + "
                            f"{SMEM_RESERVED_PER_BLOCK} B reserved, in {SMEM_ALLOC_UNIT}-B units) = {b * per_block} B, "
@@ -579,24 +574,6 @@ def _register_budget(kernel: Operation, threads: int) -> tuple[RegisterBudget, t
     return budget, (None if biggest is None else (biggest, regs[biggest]))
 
 
-def mma_sync_fragment_regs(op: Operation) -> int:
-    """Registers per thread of the operand fragments an mma.sync loads from shared memory while it runs
-    (backend/rules_sm80.py): one k16 step of A, MMA_A_WORDS per m16 block of the warp's tile, when A is
-    shared, and one ldmatrix.x4 unit of B, B_UNIT_WORDS, when B is; 0 for any other op (wgmma reads
-    its shared operands through descriptors, register operands are tiles counted as such)."""
-    if op.name != "tk.mma":
-        return 0
-    try:
-        layout = layout_of(op.result.type)
-    except ValueError:
-        return 0
-    if layout is None or layout.kind != "mma_c":
-        return 0
-    a, b = op.operands[0], op.operands[1]
-    m16_blocks = op.result.type.rows // layout.row_warps // MMA_M
-    return (MMA_A_WORDS * m16_blocks if is_shared(a.type) else 0) + (B_UNIT_WORDS if is_shared(b.type) else 0)
-
-
 def _def_loc(v: Value) -> Loc | None:
     owner = v.owner
     if isinstance(owner, Operation):
@@ -627,7 +604,7 @@ class _SharedMemory:
             align = int(t.get("align", 0) or 0) or PLAIN_SMEM_ALIGN
             if op.result in tma_dsts:
                 align = max(align, TMA_SMEM_ALIGN)
-            self.tiles.append((op, _round_up(_shared_bytes(t), align), align))
+            self.tiles.append((op, round_up(_shared_bytes(t), align), align))
 
     def _per_loop(self, loop: Operation) -> int:
         return sum(slot for op, slot, _ in self.tiles if self.rings.get(op.result) is loop)
@@ -703,7 +680,3 @@ def _shared_bytes(t: TileType | VectorType) -> int:
     if isinstance(t, TileType):
         return t.rows * (t.cols * eb + pad)
     return t.n * eb + pad
-
-
-def _round_up(x: int, unit: int) -> int:
-    return -(-x // unit) * unit

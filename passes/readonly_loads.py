@@ -34,8 +34,7 @@ writes. Kernels that must run in place: leave the pass out (`--passes`), which i
 from __future__ import annotations
 
 from tkir.ir import Module, Operation, parent_op
-from tkir.passes.cache_policy import register_load_from_global
-from tkir.passes.hoist_loads import global_store
+from tkir.passes.analysis import global_store, register_load_from_global
 from tkir.passmanager import Options, Pass
 from tkir.types import GlobalType
 

@@ -35,7 +35,7 @@ from dataclasses import replace
 from tkir.facts import OccupancyPlan
 from tkir.ir import Module, Operation
 from tkir.layout import layout_of
-from tkir.passes.plan_occupancy import _block_smem  # the block's share of an SM, as the plan counts it
+from tkir.passes.analysis import block_smem  # the block's share of an SM, as plan-occupancy counts it
 from tkir.passmanager import Options, Pass
 from tkir.shared_plan import plan_shared
 from tkir.target import SMEM_PER_BLOCK, SMEM_PER_SM
@@ -101,7 +101,7 @@ def _does_not_fit(plan: OccupancyPlan | None, grow: int) -> str | None:
     if smem > SMEM_PER_BLOCK:
         return f"the stage ({grow} B) would take the block to {smem} B of shared memory, over {SMEM_PER_BLOCK}"
     blocks = plan.blocks_per_sm or 1
-    if blocks * _block_smem(smem) > SMEM_PER_SM:
+    if blocks * block_smem(smem) > SMEM_PER_SM:
         return (f"the stage ({grow} B) would leave room for fewer than the plan's {blocks} blocks per SM "
                 f"({smem} B each)")
     return None

@@ -50,8 +50,8 @@ from dataclasses import dataclass
 
 from tkir.ir import Block, Module, Operation, Region, Value, clone_op, uses_of
 from tkir.layout import layout_of
+from tkir.passes.analysis import one_block_per_sm
 from tkir.passes.builder import OpBuilder
-from tkir.passes.persistent import one_block_per_sm
 from tkir.passmanager import Options, ParamError, Pass, param
 from tkir.types import I32, GlobalType, ScalarType, TileType
 

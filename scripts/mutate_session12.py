@@ -48,8 +48,8 @@ M = [  # (name, file, snippet, its mutation)
     (
         "consumer-budget-full",
         "passes/plan_occupancy.py",
-        "needed = _round_up(budget.total - budget.addr_regs + POINTER_REGS, REG_ALLOC_UNIT)",
-        "needed = _round_up(budget.total, REG_ALLOC_UNIT)",
+        "needed = round_up(budget.total - budget.addr_regs + POINTER_REGS, REG_ALLOC_UNIT)",
+        "needed = round_up(budget.total, REG_ALLOC_UNIT)",
     ),
     ("no-wait-all", "backend/rules_pipe.py", 'w.asm("void", ["cp.async.wait_all;"], [], [])', "pass"),
     (

@@ -10,10 +10,10 @@ import sys
 from hand_mutants import run_named
 
 M = [  # (name, file, snippet, its mutation, tests)
-    ("marks-shared-loads-too", "passes/cache_policy.py",
+    ("marks-shared-loads-too", "passes/analysis.py",
      "return (isinstance(op.operands[0].type, GlobalType) and isinstance(t, TileType | VectorType)",
      "return (isinstance(t, TileType | VectorType)", "pass"),
-    ("marks-stores", "passes/cache_policy.py", "    if op.name != \"tk.load\" or not op.results or not op.operands:",
+    ("marks-stores", "passes/analysis.py", "    if op.name != \"tk.load\" or not op.results or not op.operands:",
      "    if op.name not in (\"tk.load\", \"tk.store\") or not op.operands:", "pass"),
     ("none-marks-anyway", "passes/cache_policy.py", "        if self.loads == \"none\":\n            return\n", "",
      "pass"),
