@@ -71,7 +71,7 @@ from tkir.layout import (
     tma_pattern,
 )
 from tkir.passmanager import Options, PassError
-from tkir.target import DEFAULT_WARPS, MMA_A_WORDS, MMA_B_UNIT_WORDS, MMA_M
+from tkir.target import DEFAULT_WARPS, MMA_A_WORDS, MMA_B_UNIT_WORDS, MMA_M, SMEM_ALLOC_UNIT, SMEM_RESERVED_PER_BLOCK
 from tkir.types import GlobalType, TileType, VectorType, is_register, is_shared
 
 # Attributes one pass writes and another reads.
@@ -542,8 +542,6 @@ def rotatable(loop: Operation) -> TileType | None:
 # Occupancy: what plan-occupancy counts that other passes count the same way.
 
 # Shared memory per block as the CUDA occupancy calculator counts it (HOPPER.md §7.3).
-SMEM_RESERVED_PER_BLOCK = 1024     # 1 KB per block reserved for the system
-SMEM_ALLOC_UNIT = 128              # occupancy calculator granularity
 
 
 def round_up(x: int, unit: int) -> int:

@@ -177,10 +177,10 @@ NAMED: list[Mutation] = [
     M("bank-threshold-2", "passes/bank_conflicts.py", "max(degrees, default=1) > 1", "max(degrees, default=1) > 2",
       "2-way conflicts are left unfixed", "bank-conflict threshold"),
     # shared memory reserved per block (1 KB, CUDA occupancy calculator / HOPPER.md §7.3)
-    M("smem-reserve-512", "passes/analysis.py", "SMEM_RESERVED_PER_BLOCK = 1024",
+    M("smem-reserve-512", "tkir/target.py", "SMEM_RESERVED_PER_BLOCK = 1024",
       "SMEM_RESERVED_PER_BLOCK = 512", "512 B reserved per block: one block too many at the boundary",
       "shared-memory reserve"),
-    M("smem-reserve-2k", "passes/analysis.py", "SMEM_RESERVED_PER_BLOCK = 1024",
+    M("smem-reserve-2k", "tkir/target.py", "SMEM_RESERVED_PER_BLOCK = 1024",
       "SMEM_RESERVED_PER_BLOCK = 2048", "2 KB reserved per block: one block too few at the boundary",
       "shared-memory reserve"),
     # --- beyond the list -------------------------------------------------------------------

@@ -28,6 +28,8 @@ SETMAXNREG_STEP = 8            # (PTX ISA §9.7.19.5; HOPPER.md §7.1)
 REG_ALLOC_UNIT = 8             # registers per thread are allocated in units of 8 (256 per warp)
 SMEM_PER_BLOCK = 232_448       # 227 KB opt-in maximum per block (HOPPER.md §7.3; CUTLASS sm90_smem_capacity_bytes)
 SMEM_PER_SM = 233_472          # 228 KB per SM (HOPPER.md §7.3)
+SMEM_RESERVED_PER_BLOCK = 1024  # 1 KB per block reserved for the system (HOPPER.md §7.3; CUDA occupancy calculator)
+SMEM_ALLOC_UNIT = 128          # shared memory is allocated per block in 128-byte units (CUDA occupancy calculator)
 # Resident blocks per SM (the bound of @blocks_per_sm): HOPPER.md §7.3; CUDA C Programming Guide, "Technical
 # Specifications per Compute Capability" (maximum number of resident blocks per SM: 32 for 8.0 and 9.0)
 MAX_BLOCKS_PER_SM = 32
