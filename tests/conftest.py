@@ -2,14 +2,28 @@
 
 A test marked `@pytest.mark.gpu` runs when the CUDA driver initialises and reports at least one
 device. It is skipped only then -- never because a tool or package is missing (those fail loudly).
+With `TKIR_REQUIRE_GPU=1` (set it on a machine that has a GPU) a driver that does not initialise
+fails the run instead of skipping the GPU tests. Each GPU test runs under a time limit
+(GPU_TEST_TIMEOUT_S, pytest-timeout), so a hung kernel fails that test by name.
+
+Hypothesis runs without its per-example deadline: a wall-clock limit fails on a loaded CI machine
+and says nothing about correctness.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable
 
 import pytest
+from hypothesis import settings
+
+settings.register_profile("tkir", deadline=None)
+settings.load_profile("tkir")
+
+# A GPU test's time limit: the longest GPU tests (tune, the largest attention sizes) take ~2 minutes.
+GPU_TEST_TIMEOUT_S = 600
 
 
 @functools.cache
@@ -57,7 +71,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     count, why = cuda_device_count()
     if count > 0:
+        # thread method: a kernel that never finishes blocks inside the driver, where a signal is not seen
+        for item in gpu_items:
+            if not item.get_closest_marker("timeout"):
+                item.add_marker(pytest.mark.timeout(GPU_TEST_TIMEOUT_S, method="thread"))
         return
+    if os.environ.get("TKIR_REQUIRE_GPU", "").strip() not in ("", "0"):
+        raise pytest.UsageError(f"TKIR_REQUIRE_GPU is set but the GPU tests cannot run: {why}")
     skip = pytest.mark.skip(reason=f"needs a CUDA GPU: {why}")
     for item in gpu_items:
         item.add_marker(skip)
