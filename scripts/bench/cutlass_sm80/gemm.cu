@@ -1,6 +1,6 @@
 // CUTLASS 2.x's Ampere GEMM (cp.async multistage main loop, ldmatrix, mma.sync m16n8k16) for one tile
 // configuration, built for sm_90a so that it runs on the H200 beside tkir's sm_80 path: the reference for
-// "how fast does the best hand-written mma.sync GEMM go on this GPU" (issue 13, item 4). bf16 row-major
+// "how fast does the best hand-written mma.sync GEMM go on this GPU" (scripts/bench/sm80_gemm.py --cutlass-lib). bf16 row-major
 // A [M, K], B [K, N], C [M, N]; f32 accumulation; C = A @ B.
 // The configuration comes from the compiler's -D flags (build.sh): TBM TBN TBK (block tile), WM WN WK
 // (warp tile), STAGES, SWZ (GemmIdentityThreadblockSwizzle<SWZ>), NAME (the exported symbol).

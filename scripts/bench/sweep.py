@@ -1,4 +1,4 @@
-"""Issue 15's benchmark sweep: every point tuned at its size, then benched against its peers in one run.
+"""The benchmark sweep: every point tuned at its size, then benched against its peers in one run.
 
 What it measures (on one H200; each point is `tkc tune` at that size, then `tkc bench` of the tuned
 configuration, in the same process):
@@ -20,12 +20,12 @@ yields (sizes, tuned consts, the tune table with its survivors and Spearman rho,
 peer, ratios, TFLOP/s or GB/s, % of copy, rel_err, each bar, or the error as text) is one JSON line
 appended to DIR/sweep.jsonl as soon as the point finishes.
 
-Run (on the GPU machine; docs/bench/sweep15.sh wraps it for a device call):
+Run (on the GPU machine; scripts/bench/sweep.sh wraps it for a device call):
 
-    python3 docs/bench/sweep15.py --part gemm --out DIR --budget-s 480
-    python3 docs/bench/sweep15.py --part rows --out DIR --budget-s 480      # resumes in the same DIR
-    python3 docs/bench/sweep15.py --report-only DIR                         # the tables and plots again
-    python3 docs/bench/sweep15.py --dry-run --m 1,256 --nk 4096x4096        # no GPU: tune --dry-run
+    python3 scripts/bench/sweep.py --part gemm --out DIR --budget-s 480
+    python3 scripts/bench/sweep.py --part rows --out DIR --budget-s 480      # resumes in the same DIR
+    python3 scripts/bench/sweep.py --report-only DIR                         # the tables and plots again
+    python3 scripts/bench/sweep.py --dry-run --m 1,256 --nk 4096x4096        # no GPU: tune --dry-run
 
 Options: --part gemm|rows|all; filters --m, --nk NxK, --kernel, --rows, --d (comma lists); --reps
 (bench), --tune-reps, --jobs (parallel compiles); --budget-s: no point starts unless its estimated
@@ -62,8 +62,9 @@ unaffected. --host-inputs uses the companions' own path.
 
 --consts-from SWEEP: each point an earlier sweep (its directory or sweep.jsonl[.gz]) recorded as ok is
 benched with the consts its tuner chose there, without tuning (the record says `"tune": {"from": ...}`);
-points it lacks are tuned. The tuning is most of a sweep's device time (891 of 1004 s in session 20's
-records), so all 76 points fit one device call this way, measured in one run with one copy bandwidth.
+points it lacks are tuned. The tuning is most of a sweep's device time (891 of 1004 s in the
+sweep of 2026-12-02), so all 76 points fit one device call this way, measured in one run with one copy
+bandwidth. scripts/bench/sweep_consts.jsonl holds the consts of the last whole sweep (76 of 76 points passed).
 
 --dry-run (no GPU, no torch): for each selected point, tkir.tune.dry_run (the space through the
 compiler, ptxas and the cost model), with the memory plan and time estimate; nothing is recorded.
@@ -110,7 +111,7 @@ EXIT_CUDA_DEAD = 3               # a worker's exit status: the CUDA context is g
 
 
 def gemm_bar(m: int) -> float:
-    """The issue's bar for cuBLAS ms / tkir ms at this M."""
+    """The sweep's bar for cuBLAS ms / tkir ms at this M."""
     return 0.95 if m >= 256 else 0.85 if m >= 16 else 0.8
 
 
@@ -323,7 +324,7 @@ def run_points(points: list[Point], sd: SweepDir, ctx: Context, measure: Measure
             continue
         budget.calibrate(r for r in sd.records().values() if r.get("part") == p.part and r.get("status") == "ok")
         if not budget.fits(p):
-            log(f"sweep15: {p.id}: not started, estimated {budget.estimate(p):.0f} s > {budget.left():.0f} s left")
+            log(f"sweep: {p.id}: not started, estimated {budget.estimate(p):.0f} s > {budget.left():.0f} s left")
             continue
         st = sd.state()
         attempts = dict(st.get("attempts", {}))
@@ -333,13 +334,13 @@ def run_points(points: list[Point], sd: SweepDir, ctx: Context, measure: Measure
             sd.append(rec)
             attempts.pop(p.id)
             sd.update_state(attempts=attempts)
-            log(f"sweep15: {p.id}: ERROR {rec['error']}")
+            log(f"sweep: {p.id}: ERROR {rec['error']}")
             continue
         attempts[p.id] = attempts.get(p.id, 0) + 1
         est = budget.estimate(p)
         sd.update_state(attempts=attempts, inflight={"id": p.id, "started": time.time(), "pid": os.getpid(),
                                                       "estimate_s": round(est, 1)})
-        log(f"sweep15: {p.id}: start (estimated {est:.0f} s)")
+        log(f"sweep: {p.id}: start (estimated {est:.0f} s)")
         t0 = time.time()
         try:
             rec = measure(p, ctx)
@@ -357,7 +358,7 @@ def run_points(points: list[Point], sd: SweepDir, ctx: Context, measure: Measure
         log(format_line(p, rec))
         ctx.after_point(rec)
         if fatal:
-            log("sweep15: the CUDA context is unusable after this point; a new worker goes on")
+            log("sweep: the CUDA context is unusable after this point; a new worker goes on")
             return EXIT_CUDA_DEAD
     return 0
 
@@ -392,7 +393,7 @@ def patch_rel_err(bench_module: Any, chunk: int = REL_ERR_CHUNK) -> None:
     """Make tkir.bench._rel_err (bench_one and tune's checks read it at call time) walk large tensors
     in slices; small ones keep the original."""
     orig = bench_module._rel_err
-    if getattr(orig, "sweep15", False):
+    if getattr(orig, "sweep_chunked", False):
         return
 
     def rel_err(torch: Any, out: Any, ref: Any) -> float:
@@ -400,7 +401,7 @@ def patch_rel_err(bench_module: Any, chunk: int = REL_ERR_CHUNK) -> None:
             return orig(torch, out, ref)
         return chunked_rel_err(torch, out, ref, chunk)
 
-    rel_err.sweep15 = True  # type: ignore[attr-defined]
+    rel_err.sweep_chunked = True  # type: ignore[attr-defined]
     bench_module._rel_err = rel_err
 
 
@@ -630,7 +631,7 @@ def measure(p: Point, ctx: Context) -> dict:
 
 
 def bars(p: Point, rec: dict) -> dict[str, bool]:
-    """Each bar of issue 15 that applies to this point, and whether the record meets it."""
+    """Each bar of the sweep that applies to this point, and whether the record meets it."""
     out = {"correct": bool(rec.get("correct"))}
     if p.part == "gemm":
         b = gemm_bar(p.sizes["M"])
@@ -735,14 +736,14 @@ def supervise(args: argparse.Namespace, points: list[Point], sd: SweepDir, start
             if stopped == "timeout":
                 sd.append(error_record(pt, "timeout", f"still running after {args.point_timeout_s:.0f} s "
                                                       "(--point-timeout-s): stopped, a fresh worker goes on"))
-                log(f"sweep15: {pt.id}: ERROR timed out after {args.point_timeout_s:.0f} s")
+                log(f"sweep: {pt.id}: ERROR timed out after {args.point_timeout_s:.0f} s")
             elif stopped == "budget":
-                log(f"sweep15: {pt.id}: stopped at the budget (+{args.grace_s:.0f} s grace); it runs again next call")
+                log(f"sweep: {pt.id}: stopped at the budget (+{args.grace_s:.0f} s grace); it runs again next call")
             else:
                 why = f"exit status {rc}" + (f", {signal.Signals(-rc).name}" if rc < 0 else "")
                 sd.append(error_record(pt, "crash", f"the worker died ({why}) during this point; the log has "
                                                     "its output"))
-                log(f"sweep15: {pt.id}: ERROR the worker died ({why})")
+                log(f"sweep: {pt.id}: ERROR the worker died ({why})")
             attempts.pop(pt.id, None)  # recorded, or stopped by the budget: not an unexplained interruption
         sd.update_state(inflight=None, attempts=attempts)
         if stopped == "budget" or rc == 0:
@@ -750,7 +751,7 @@ def supervise(args: argparse.Namespace, points: list[Point], sd: SweepDir, start
         after = sum(float(r.get("finished_at", 0)) >= start for r in sd.records().values())
         no_progress = 0 if after > before else no_progress + 1
         if no_progress >= 2:
-            log(f"sweep15: the worker failed twice without finishing a point (status {rc}); giving up")
+            log(f"sweep: the worker failed twice without finishing a point (status {rc}); giving up")
             return
 
 
@@ -817,7 +818,7 @@ def _cell_rows(p: Point, rec: dict | None) -> str:
 def write_markdown(sd: SweepDir, records: dict[str, dict], state: dict) -> str:
     pts = all_points()
     by_id = {p.id: p for p in pts}
-    lines = ["# Issue 15 sweep", ""]
+    lines = ["# Benchmark sweep", ""]
     env = state.get("env") or {}
     if env:
         lines += [f"GPU: {env.get('gpu', '?')}, torch {env.get('torch', '?')}.", ""]
@@ -936,11 +937,11 @@ def report(sd: SweepDir, points: list[Point], log: Callable[[str], None] | None 
         log(format_line(p, records.get(p.id)))
     not_run = [p.id for p in points if p.id not in records]
     sel = [records[p.id] for p in points if p.id in records]
-    log(f"sweep15: {len(sel)} of {len(points)} selected points recorded ({len(records)} in {sd.path / JSONL}); "
+    log(f"sweep: {len(sel)} of {len(points)} selected points recorded ({len(records)} in {sd.path / JSONL}); "
         f"{sum(bool(r.get('pass')) for r in sel)} pass every bar; {len(not_run)} not run")
     write_markdown(sd, records, state)
     pngs = write_plots(sd, records)
-    log(f"sweep15: wrote {sd.path / REPORT_MD}" + "".join(f", {sd.path / f}" for f in pngs)
+    log(f"sweep: wrote {sd.path / REPORT_MD}" + "".join(f", {sd.path / f}" for f in pngs)
         + ("" if pngs else " (no matplotlib: no plots)"))
     return 0 if all(r.get("pass") for r in records.values()) else 1
 
@@ -980,7 +981,7 @@ def dry_run(points: list[Point], jobs: int | None, log: Callable[[str], None] | 
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description="Issue 15's sweep: tune each point, bench it against its peers "
+    ap = argparse.ArgumentParser(description="The benchmark sweep: tune each point, bench it against its peers "
                                              "(see the module docstring).")
     ap.add_argument("--part", choices=("gemm", "rows", "all"), default="all")
     ap.add_argument("--m", help="GEMM M values, comma list (1,16,...)")
@@ -991,7 +992,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--reps", type=int, default=30, help="timed runs per kernel in the bench (median)")
     ap.add_argument("--tune-reps", type=int, default=20, help="timed runs per point of the tune space")
     ap.add_argument("--jobs", type=int, default=None, help="parallel compiles of tune (default: CPU count)")
-    ap.add_argument("--out", default="sweep15-out", help="the sweep directory (records, state, report)")
+    ap.add_argument("--out", default="sweep-out", help="the sweep directory (records, state, report)")
     ap.add_argument("--cache-dir", default=None, help="TKIR_CACHE_DIR (default OUT/cache)")
     ap.add_argument("--budget-s", type=float, default=None, help="wall-clock budget of this call in seconds")
     ap.add_argument("--grace-s", type=float, default=40.0, help="stop a point still running this long past the budget")
@@ -1018,13 +1019,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def _fake_measure() -> Measure | None:
-    """SWEEP15_FAKE_MEASURE=FILE.py: a test's `measure(point, ctx)` in place of the GPU one."""
-    f = os.environ.get("SWEEP15_FAKE_MEASURE")
+    """SWEEP_FAKE_MEASURE=FILE.py: a test's `measure(point, ctx)` in place of the GPU one."""
+    f = os.environ.get("SWEEP_FAKE_MEASURE")
     if not f:
         return None
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("sweep15_fake", f)
+    spec = importlib.util.spec_from_file_location("sweep_fake", f)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod.measure
@@ -1038,7 +1039,7 @@ def main(argv: list[str] | None = None) -> int:
         return report(sd, select(all_points(), a.part, a.m, a.nk, a.kernel, a.rows, a.d))
     points = select(all_points(), a.part, a.m, a.nk, a.kernel, a.rows, a.d)
     if not points:
-        print("sweep15: error: no point matches --part and the filters", file=sys.stderr)
+        print("sweep: error: no point matches --part and the filters", file=sys.stderr)
         return 2
     if a.dry_run:
         return dry_run(points, a.jobs)
@@ -1060,7 +1061,7 @@ def main(argv: list[str] | None = None) -> int:
         calls = sd.state().get("calls", [])
         sd.update_state(calls=calls + [{"started": start, "argv": a.argv, "points": len(points)}],
                         inflight=None)
-        print(f"sweep15: {len(points)} points selected, {sum(p.id in sd.records() for p in points)} already in "
+        print(f"sweep: {len(points)} points selected, {sum(p.id in sd.records() for p in points)} already in "
               f"{sd.path / JSONL}; tune cache {a.cache_dir} ({n} tune results unpacked)"
               + (f"; budget {a.budget_s:.0f} s" if a.budget_s else ""), flush=True)
         supervise(a, points, sd, start)
@@ -1073,7 +1074,7 @@ def main(argv: list[str] | None = None) -> int:
     sd.update_state(calls=calls, not_run={"ids": not_run, "at": time.time(),
                                           "why": "budget" if a.budget_s else "not reached"})
     if not_run:
-        print(f"sweep15: {len(not_run)} points not run in this call (the budget): " + "; ".join(not_run), flush=True)
+        print(f"sweep: {len(not_run)} points not run in this call (the budget): " + "; ".join(not_run), flush=True)
     pack_tune_cache(sd, a.cache_dir)
     return report(sd, points)
 

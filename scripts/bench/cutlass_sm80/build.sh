@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds libcutlass_sm80.so (one object per line of configs.txt) for sm_90a with nvcc.
-#   bash docs/bench/cutlass_sm80/build.sh CUTLASS_INCLUDE_DIR OUT_DIR [JOBS]
-# CUTLASS_INCLUDE_DIR: a CUTLASS checkout's include/ (session 24: NVIDIA/cutlass 7107b05, v4.7.0).
+#   bash scripts/bench/cutlass_sm80/build.sh CUTLASS_INCLUDE_DIR OUT_DIR [JOBS]
+# CUTLASS_INCLUDE_DIR: a CUTLASS checkout's include/ (measured with NVIDIA/cutlass 7107b05, v4.7.0).
 set -euo pipefail
 inc=$1; out=$2; jobs=${3:-2}
 here=$(cd "$(dirname "$0")" && pwd)

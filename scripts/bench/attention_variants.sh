@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Attention configurations at the task's reference size (B8 H16 N4096 D128), one run.
+# Attention tile configurations at the reference size (B8 H16 N4096 D128), non-causal and causal, one device call.
+# Usage on the GPU machine: bash scripts/bench/attention_variants.sh
 set -uo pipefail
-OUT=${OUT:-/tmp/tkir-out}
+source scripts/bench/device_setup.sh
 S="--size B=8 --size H=16 --size N=4096"
 for v in "BQ=64 STAGES=2" "BQ=128 STAGES=2" "BQ=128 STAGES=3" "BQ=128 BKV=128 STAGES=2"; do
   flags=""; for kv in $v; do flags="$flags -D $kv"; done

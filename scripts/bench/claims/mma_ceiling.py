@@ -12,7 +12,7 @@ CHECK_SIZES = [dict(M=256, N=64)]
 CHECK_CONSTS = [{"ITERS": 4}]
 BENCH_SIZES = [dict(M=132 * 2 * 128, N=64)]
 BENCH_CONSTS = [{}]
-PEER = "none (timed alone: docs/bench/claims.py)"
+PEER = "none (timed alone: scripts/bench/claims.py)"
 # Inputs are multiples of 1/8 in [-1, 1], exact in bf16; each product sum is then exact in f32 and so
 # so is ITERS times it (|sum| <= K, ITERS * K < 2^24 for every ITERS used): the check is tight.
 TOLERANCE = 1e-6
@@ -54,4 +54,4 @@ def bytes_moved(sizes: dict, consts: dict) -> int:
 
 
 def peer(inputs: list, sizes: dict, consts: dict):
-    raise NotImplementedError(f"{KERNEL} has no peer: docs/bench/claims.py times it alone")
+    raise NotImplementedError(f"{KERNEL} has no peer: scripts/bench/claims.py times it alone")

@@ -1,8 +1,8 @@
-"""Summarise Nsight Compute reports exported as CSV (docs/bench/session11_call2.sh): for each report stem,
+"""Summarise Nsight Compute reports exported as CSV (docs/bench/README.md, "Profiling"): for each report stem,
 the headline metrics of its details page, the sum of every numeric column of its SASS source page (the
 warp stall samples per reason, where ncu exports them) and the SASS lines with the most stall samples.
 
-    python3 docs/bench/ncu_summary.py DIR/gemm80 DIR/attn80 ...   (reads STEM.details.csv, STEM.source.csv)
+    python3 scripts/bench/ncu_summary.py DIR/gemm80 DIR/attn80 ...   (reads STEM.details.csv, STEM.source.csv)
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""docs/bench/sweep15.py (issue 15's sweep) without a GPU: the point list, the bars, resume, the
+"""scripts/bench/sweep.py (the benchmark sweep) without a GPU: the point list, the bars, resume, the
 budget cut-off, the supervisor's handling of a dead worker and a hung point, the report writer on a
 synthetic sweep.jsonl, the chunked correctness check and the tune-cache pack. The GPU work
 (`measure`) is replaced by fakes; torch is never imported."""
@@ -19,13 +19,13 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-SCRIPT = ROOT / "docs" / "bench" / "sweep15.py"
+SCRIPT = ROOT / "scripts" / "bench" / "sweep.py"
 
 
 def _load() -> types.ModuleType:
-    spec = importlib.util.spec_from_file_location("sweep15", SCRIPT)
+    spec = importlib.util.spec_from_file_location("sweep", SCRIPT)
     mod = importlib.util.module_from_spec(spec)
-    sys.modules["sweep15"] = mod
+    sys.modules["sweep"] = mod
     spec.loader.exec_module(mod)
     return mod
 
@@ -237,7 +237,7 @@ def measure(p, ctx):
 def test_supervisor_records_a_dead_worker_and_a_hang(tmp_path: Path) -> None:
     fake = tmp_path / "fake.py"
     fake.write_text(FAKE)
-    env = dict(os.environ, SWEEP15_FAKE_MEASURE=str(fake), PYTHONPATH=str(ROOT))
+    env = dict(os.environ, SWEEP_FAKE_MEASURE=str(fake), PYTHONPATH=str(ROOT))
     out = tmp_path / "out"
     r = subprocess.run([sys.executable, str(SCRIPT), "--part", "gemm", "--nk", "4096x4096", "--m", "1,16,64,256",
                         "--out", str(out), "--point-timeout-s", "1.5"], env=env, capture_output=True, text=True,
@@ -294,9 +294,10 @@ def test_consts_from_reads_ok_records_of_a_directory_or_a_gzipped_file(tmp_path:
     assert ctx.given_consts() == want
 
 
-def test_consts_from_the_committed_merged_sweep_covers_every_point() -> None:
-    """The one-call sweep (session 21) benches session 20's merged records: every point has consts."""
-    merged = ROOT / "docs" / "bench" / "latest" / "session20" / "sweep_merged"
+def test_consts_from_the_committed_sweep_consts_cover_every_point() -> None:
+    """The one-call sweep benches the consts of the last whole sweep (scripts/bench/sweep_consts.jsonl): every
+    point has consts."""
+    merged = ROOT / "scripts" / "bench" / "sweep_consts.jsonl"
     given = sw.load_given_consts(merged)
     assert sorted(given) == sorted(p.id for p in sw.all_points())
     assert sw.parse_args(["--consts-from", str(merged)]).consts_from == str(merged)

@@ -10,7 +10,7 @@ CHECK_SIZES = [dict(N=128)]
 CHECK_CONSTS = [{"ITERS": 8}]
 BENCH_SIZES = [dict(N=132 * 32 * 16)]
 BENCH_CONSTS = [{}]
-PEER = "none (timed alone: docs/bench/claims.py)"
+PEER = "none (timed alone: scripts/bench/claims.py)"
 TOLERANCE = 1e-4  # f32 throughout; ITERS roundings of 2^-24 each
 A, B = 1 - 2.0**-10, 2.0**-10
 
@@ -39,4 +39,4 @@ def bytes_moved(sizes: dict, consts: dict) -> int:
 
 
 def peer(inputs: list, sizes: dict, consts: dict):
-    raise NotImplementedError("fma_ceiling has no peer: docs/bench/claims.py times it alone")
+    raise NotImplementedError("fma_ceiling has no peer: scripts/bench/claims.py times it alone")

@@ -1,6 +1,6 @@
 """Time GEMM variants of examples/gemm.tk against each other and cuBLAS, interleaved, in one process.
 
-Usage (GPU machine, tkir installed): python3 docs/bench/gemm_variants.py [--reps 50] [--json OUT]
+Usage (GPU machine, tkir installed): python3 scripts/bench/gemm_variants.py [--reps 50] [--json OUT]
 Each variant is compiled with its own pipeline (pass parameters); every rep runs all of them in turn (each after an
 L2 flush, inputs rotated), so drift touches them alike. Correctness is checked first for each.
 """

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# GEMM ablations of issue 6, all in one run (one process per variant, same GPU, same session).
-# Usage on the GPU machine after docs/bench/run_gpu.sh has installed tkir: bash docs/bench/ablations.sh
-# Writes $OUT/ablation_<name>.json; docs/bench/tables.py turns them into docs/experiments.md rows.
+# GEMM ablations at 4096^3, all in one device call (one process per variant, same GPU): each row the default
+# gemm with one thing changed (docs/experiments.md, "GEMM ablations").
+# Usage on the GPU machine: bash scripts/bench/ablations.sh
+# Writes $OUT/ablation_<name>.json; scripts/bench/tables.py turns them into a markdown table.
 set -uo pipefail
-OUT=${OUT:-/tmp/tkir-out}
+OUT=${OUT:-/tmp/tkir-out}; mkdir -p "$OUT"
+source scripts/bench/device_setup.sh
 SIZE="--size M=4096 --size N=4096 --size K=4096"
 DEFAULT=$(tkc passes | sed -n 's/^  --passes=//p')   # the default pipeline as --passes text
 with() {  # one pass of the default pipeline replaced: with persistent 'persistent{group_m=1}'
@@ -27,5 +29,5 @@ run swizzle_none --swizzle=none
 run epilogue_1buf "$(with create-tma 'create-tma{epilogue_chunk=128}')"
 run full_grid "$(with persistent 'persistent{balanced_grid=0}')"
 run l2_256 "$(with create-tma 'create-tma{l2_promotion=256}')"
-run stream_k "$(with persistent 'persistent,stream-k')"
-run stream_k_all "$(with persistent 'persistent,stream-k{max_tail=100}')"
+run stream_k -D SK=1                                     # the kernel's @stream_k(SK): tails <= max_tail split
+run stream_k_all -D SK=1 "$(with 'stream-k{opt_in=true}' 'stream-k{opt_in=true,max_tail=100}')"

@@ -1,6 +1,6 @@
-"""Issue 13's claims table: each published ThunderKittens figure beside tkir's measurement on this GPU.
+"""The claims table: each published ThunderKittens figure beside tkir's measurement on this GPU.
 
-    python3 docs/bench/claims.py --json docs/bench/latest/claims.json [--sm80 BM=128,BN=128,BK=32,STAGES=4]
+    python3 scripts/bench/claims.py --json docs/bench/results/claims.json [--sm80 BM=128,BN=128,BK=32,STAGES=4]
 
 Rows (each measured in this one process, every kernel checked against its reference first):
   (a) "without wgmma (mma.sync) a GEMM reaches about 63% of peak": tkir's gemm.tk compiled for
@@ -15,7 +15,7 @@ Rows (each measured in this one process, every kernel checked against its refere
   (c) "Based at 215 TFLOP/s": examples/based.tk at B16 H16 N8192 by ThunderKittens' FLOP count
       (when the example exists in this checkout).
   (d) "tensor cores are 94% of the H100's compute": the element-wise ceiling, an f32 FMA loop
-      written in .tk (docs/bench/claims/fma_ceiling.tk, contract-fma in its pipeline so each step is
+      written in .tk (scripts/bench/claims/fma_ceiling.tk, contract-fma in its pipeline so each step is
       one FFMA), against the wgmma GEMM's TFLOP/s: share = gemm / (gemm + fma).
 Prints a table last; --json writes every number.
 """
@@ -74,7 +74,7 @@ def fma_row(torch, reps: int) -> dict:
     from tkir.bench import time_ms
     from tkir.examples import load_companion
 
-    path = str(ROOT / "docs/bench/claims/fma_ceiling.tk")
+    path = str(ROOT / "scripts/bench/claims/fma_ceiling.tk")
     comp = load_companion(path)
     k = tkir.compile(path, passes=FMA_PIPELINE)
     sizes, consts = comp.BENCH_SIZES[0], comp.BENCH_CONSTS[0]
@@ -100,7 +100,7 @@ MMA_CEILINGS.append(("mma_smem_ceiling.tk", dict(BM=256, BN=128, BK=64, ITERS=51
 
 
 def mma_ceiling_rows(torch, reps: int, cases=tuple(MMA_CEILINGS)) -> list[dict]:
-    """(name, consts, blocks per SM, rows per block) -> TFLOP/s of docs/bench/claims/NAME on sm_80, with
+    """(name, consts, blocks per SM, rows per block) -> TFLOP/s of scripts/bench/claims/NAME on sm_80, with
     132 x BPS blocks (all resident at once), checked against its reference first (exact: see its companion)."""
     import numpy as np
 
@@ -110,7 +110,7 @@ def mma_ceiling_rows(torch, reps: int, cases=tuple(MMA_CEILINGS)) -> list[dict]:
 
     out = []
     for name, consts, bps, bm in cases:
-        path = str(ROOT / "docs/bench/claims" / name)
+        path = str(ROOT / "scripts/bench/claims" / name)
         comp = load_companion(path)
         k = tkir.compile(path, target="sm_80", **consts)
         sizes = dict(M=132 * bps * bm, N=consts["BN"])
