@@ -55,7 +55,7 @@ TRITON_CONFIGS = [
     (128, 128, 64, 3, 8), (128, 256, 64, 4, 8),
 ]
 # Triton's fastest mma.sync configuration at 4096^3 on the H200 (422-428 TFLOP/s; docs/experiments.md,
-# "sm_80 GEMM: the peers")
+# "sm_80 GEMM: Triton's mma.sync GEMM as the peer")
 DEFAULT_TRITON = ["128x128x32:4:4"]
 DEFAULT_ROWS = [
     "sm_90a",
