@@ -88,13 +88,13 @@ FRAG_AHEAD_UNITS = 1
 # A warp tile's A fragments of the next k16 step are loaded with the unit `ahead` of theirs (beside the
 # current step's) when one step is at most this many registers (two m16 blocks: a 32-row warp), or when
 # the mma says so (`a_ahead`: pipeline-cp-async writes it where two steps fit the registers the occupancy
-# plan leaves). Session 8: the 64-row warp tiles
+# plan leaves). At first the 64-row warp tiles
 # of a 2-D warp grid hold 16 per step, and loading the next step's beside them took gemm 256 x 128 x 64
 # at STAGES = 3 to 255 registers and 32 bytes of spills (ptxas 13.5), so they were loaded right before
-# the step's first mma.sync. Session 23 (after the cp.async rewrite of session 16 and the rotated loop):
+# the step's first mma.sync. After the cp.async rewrite and the rotated loop, the same tiles took
 # 230-236 registers and no spills at 256 x 128 x 64, STAGES 2-4, and 411.4 -> 423.0 TFLOP/s at STAGES = 4
 # on the H200; the four-warp 128 x 128 x 32 / x 64 tiles, two blocks per SM, 402.6 / 400.7 -> 401.6 /
-# 398.8 (docs/experiments.md, "Session 23").
+# 398.8 (docs/experiments.md, "sm_80 GEMM: the rotated cp.async loop").
 A_AHEAD_MAX_REGS = 8
 # Registers kept free of prefetched fragments beyond the occupancy plan's budget: the plan counts
 # live tiles, scalars and a fixed overhead, not the shared addresses of the ldmatrix instances and
@@ -278,8 +278,8 @@ def cp_async_rows(cx: LoweringContext, op: Operation, dst: Smem, src: Global, co
     address is the thread's part (its row and column within the tile, the same in every iteration of a
     loop: computed once before it) plus the tile's part (the same for every thread: a uniform multiply-add
     per iteration), and the edge tests compare the thread's row and column with the rows and columns left
-    after the tile's start (session 25: with step_ahead, gemm.tk's sm_80 default 463.8 -> 486.7 TFLOP/s on
-    the H200; docs/experiments.md), so a round
+    after the tile's start (with step_ahead, gemm.tk's sm_80 default 463.8 -> 486.7 TFLOP/s on the H200;
+    docs/experiments.md, "sm_80 GEMM: fragments a whole k16 step ahead"), so a round
     costs a 64-bit add, a compare and a predicate instead of `_cp_async_tile`'s full index and edge
     arithmetic (the copies of a pipelined loop run every iteration, beside the mma.sync). A chunk past
     the edge is copied with its source ignored (`ignore-src`: LDGSTS's own zero-fill predicate). Each

@@ -44,9 +44,9 @@ FEATURES = 1 + F + F * F             # 273
 # Interpreter sizes: one chunk exactly, and a ragged length over several chunks and two batches.
 CHECK_SIZES = [dict(B=1, H=1, N=64), dict(B=2, H=1, N=200)]
 CHECK_CONSTS = [{}, {}]
-# GPU correctness sizes of issue 13 (the small ones also run in the interpreter tests).
+# GPU correctness sizes (the small ones also run in the interpreter tests).
 GPU_SIZES = [dict(B=1, H=1, N=64), dict(B=2, H=4, N=1000), dict(B=16, H=16, N=1024), dict(B=16, H=16, N=16384)]
-# Issue 13's bench: B = H = 16 and five lengths (ThunderKittens' benchmark.py sizes).
+# The bench: B = H = 16 and five lengths (ThunderKittens' benchmark.py sizes).
 BENCH_SIZES = [dict(B=16, H=16, N=n) for n in (1024, 2048, 4096, 8192, 16384)]
 BENCH_CONSTS = [{} for _ in BENCH_SIZES]
 PEER = "PyTorch chunked (bf16)"
@@ -58,7 +58,7 @@ if FLA_INSTALLED:
     EXTRA_PEERS.update({"fla parallel_based": "parallel_based", "fla fused_chunk_based": "fused_chunk_based"})
 
 # bf16 inputs and O; the kernel rounds s-terms, phi2(q) products and the states it reads back
-# (a1s, a2s) to bf16, accumulating in f32: ~3e-3 relative error at N = 16384 (issue 13 asks < 1e-2).
+# (a1s, a2s) to bf16, accumulating in f32: ~3e-3 relative error at N = 16384 (the bar is < 1e-2).
 TOLERANCE = 1e-2
 CHUNK = 64
 

@@ -13,7 +13,7 @@ DEFAULT_CONSTS = dict(BM=128, BN=256, BK=64)
 # Multiples of the default tile (BM=128, BN=256, BK=64); small enough for the interpreter.
 CHECK_SIZES = [dict(M=256, N=512, K=192), dict(M=384, N=256, K=128)]
 CHECK_CONSTS = [{}, {}]
-# The shapes of issue 6 (M, N, K).
+# The GEMM bench's shapes (M, N, K).
 BENCH_SIZES = [dict(M=m, N=n, K=k) for m, n, k in [
     (2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192), (8192, 8192, 1024),
     (4096, 16384, 4096), (16384, 4096, 8192), (6144, 6144, 6144)]]

@@ -16,7 +16,7 @@ CHECK_SIZES = [dict(N=256), dict(N=128), dict(N=32), dict(N=48), dict(N=64)]
 CHECK_CONSTS = [{}, {"D": 512}, {"D": 4096, "DC": 1024}, {"D": 1536, "DC": 512},
                 {"D": 2048, "DC": 512, "REREAD": 1}]
 # The last: statistics from the whole row, then the output in chunks from a second read of X (REREAD).
-# The third: issue 15's wide rows (D = 16384) in chunks, a point the tune space keeps that ptxas
+# The third: the sweep's wide rows (D = 16384) in chunks, a point the tune space keeps that ptxas
 # assembles without spills (its speed on the GPU is not measured yet; `tkc tune -D D=16384` picks).
 BENCH_SIZES = [dict(N=16384), dict(N=65536), dict(N=4096)]
 BENCH_CONSTS = [{}, {}, {"D": 16384, "DC": 4096, "ROWS": 2, "WG": 1}]

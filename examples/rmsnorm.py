@@ -17,7 +17,7 @@ CHECK_CONSTS = [{}, {"D": 512, "DC": 128}, {"D": 2048, "DC": 512, "REREAD": 1}]
 # and layernorm's default width for comparison with its table.
 # Wide rows: one row per block of 2 warpgroups, the row split over its 8 warps (infer-layouts'
 # row `parts`), one read of X (measured 91% and 97% of copy; the two-pass DC=1024 path 61% and 70%,
-# docs/bench/latest/wide_rows/).
+# docs/bench/results/rmsnorm.json).
 BENCH_SIZES = [dict(N=8192), dict(N=65536), dict(N=65536)]
 BENCH_CONSTS = [{"D": 8192, "DC": 8192, "ROWS": 1, "WG": 2}, {"D": 4096, "DC": 4096, "ROWS": 1, "WG": 2}, {}]
 PEER = "torch.nn.functional.rms_norm"

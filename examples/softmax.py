@@ -14,7 +14,7 @@ DEFAULT_CONSTS = dict(ROWS=16, D=1024, DC=1024)
 # rows in chunks (D > DC, two passes): four chunks of 1024, and three of 512.
 CHECK_SIZES = [dict(N=256), dict(N=128), dict(N=32), dict(N=48)]
 CHECK_CONSTS = [{}, {"D": 512}, {"D": 4096, "DC": 1024}, {"D": 1536, "DC": 512}]
-# The third: issue 15's wide rows (D = 16384) in chunks, a point the tune space keeps that ptxas
+# The third: the sweep's wide rows (D = 16384) in chunks, a point the tune space keeps that ptxas
 # assembles without spills (its speed on the GPU is not measured yet; `tkc tune -D D=16384` picks).
 BENCH_SIZES = [dict(N=16384), dict(N=65536), dict(N=4096)]
 BENCH_CONSTS = [{}, {}, {"D": 16384, "DC": 8192, "ROWS": 1, "WG": 1}]

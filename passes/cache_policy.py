@@ -7,7 +7,7 @@ the load as `ld.global.L2::cache_hint` with a policy register made once per kern
 Loads into shared memory (TMA, cp.async) and stores are left alone.
 
 Why evict_last on data a kernel reads once: measured, not derived. On the H200 (docs/experiments.md,
-"Session 15"; docs/bench/session15_hints.py) the row kernels ran 1-4% faster with every register-tile
+"L2 priorities on register loads") the row kernels ran 1-4% faster with every register-tile
 load marked evict_last (13 configurations of layernorm, rmsnorm and softmax, one-read and chunk-loop
 kernels, the loads rewritten in the PTX and timed interleaved with the unmarked kernel), and 2-9% in
 chunk loops, whose second pass then finds the first pass's lines in L2. Marked evict_first, the same

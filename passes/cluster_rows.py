@@ -13,8 +13,9 @@ with the grid in CTAs.
 
 Why: a row of D = 16384 bf16 held in registers needs 256 threads (64 f32 per thread at 128 registers),
 so at most two such blocks fit on an SM, and each waits for its whole row before it reduces; D = 8192
-on 128 threads runs four blocks per SM and reaches 101.6% of the copy bandwidth (session 19, call 1),
-against 98.2% for D = 16384. With C = 2 each SM runs four CTAs holding half a row each.
+on 128 threads runs four blocks per SM and reaches 101.6% of the copy bandwidth, against 98.2% for
+D = 16384 (docs/experiments.md, "Wide rows: a rows loop and clusters"). With C = 2 each SM runs four CTAs
+holding half a row each.
 
 Qualifies: a kernel whose values all live in registers or global memory (no shared tile or vector, no
 `tk.mma`, roles, TMA, layout conversions, transposes, column reductions, Stream-K workspace: their

@@ -39,7 +39,8 @@ Copies that stay as they are, with `no_tma_reason = "..."` saying why (the repor
 one thread issues `prefetch.tensormap` for each of its descriptors (kernel parameters,
 `__grid_constant__`), so their 128 bytes are on chip before the first copy needs them, as CUTLASS's
 `prefetch_tma_descriptor` does at the start of its kernels. Off by default: on the H200 it changed no
-attention timing (docs/experiments.md, "Attention, session 10"), and it changes every TMA kernel's PTX.
+attention timing (docs/experiments.md, "Attention: persistence chosen per shape"), and it changes every
+TMA kernel's PTX.
 
 Assumes select-swizzle has run if swizzles are wanted (an st without `swizzle=` is unswizzled).
 """

@@ -10,20 +10,20 @@ store, are left alone (a fence there would also wait for the stores: a round tri
 
 Why it was tried: at a few rows (N = 1 or 128, or D = 768 at N = 4096) a row kernel is a chain of memory
 latencies, and ptxas issues loads the reduction does not need (layernorm's W and Bias, hoisted next to X
-by hoist-loads) after the reduction's first shuffles, i.e. after X has arrived (the SASS of session 15).
-With the fence every LDG is issued before the first SHFL.
+by hoist-loads) after the reduction's first shuffles, i.e. after X has arrived (the SASS of the row
+kernels at those points). With the fence every LDG is issued before the first SHFL.
 
 In the default pipeline as `fence-loads{opt_in=true}`: only kernels whose source asks
 (`@fence_loads(1)`, the kernel attr `fence_loads_requested`) are rewritten, and the row examples offer
 `FENCE = [0, 1]` to `tkc tune` where the row is narrow (D <= 1024), which picks per shape. Named without
 opt_in (`--passes=...,hoist-loads,fence-loads,...`) it rewrites every kernel it applies to.
 
-Measured on the H200 (docs/experiments.md): session 16's first screen (5-15% at issue 15's ten
-latency-bound row points) was the timing order (it always timed the unfenced kernel first; tkir.bench
+Measured on the H200 (docs/experiments.md, "Row kernels: fencing loads per shape"): a first screen (5-15% at
+the sweep's ten latency-bound row points) was the timing order (it always timed the unfenced kernel first; tkir.bench
 now rotates the order); its A/B with each build timed in both positions gave 0.94-1.05x there and
 0.975-0.984x on three large rmsnorm configurations, so the pass stayed out of the default pipeline.
-Session 17 (docs/bench/session17_rows.py: the tuned kernel and the fenced one timed in one rotated
-run beside eager torch and torch.compile, 40 reps) measured it faster at all six points with D = 768
+The tuned kernel and the fenced one timed in one rotated run beside eager torch and torch.compile (40
+reps) measured it faster at all six points with D = 768
 (layernorm N = 1 / 128 / 4096: 3.94 -> 3.68, 4.38 -> 3.97, 7.18 -> 6.91 us; rmsnorm N = 1 / 128: 3.68 ->
 3.46, 4.16 -> 3.74; softmax N = 1: 3.71 -> 3.52) and slower at both with D = 4096 (layernorm N = 1 / 128:
 4.00 -> 4.16, 4.42 -> 4.48): a per-shape choice, hence a tune-space switch rather than a default.

@@ -11,8 +11,8 @@ two barriers) and the variance a second such exchange.
 
 Why: a row mean and a row variance of one tile are two exchanges (shuffle trees, and with the row
 split over warps a shared-memory round trip with two barriers each); one Welford merge yields both.
-Measured on the H200 (session 18, docs/bench/session18_fuse.py; layernorm written with row_mean and
-row_var, docs/bench/variants/layernorm_welford.tk; speed = unfused ms / fused ms): 1.206 and 1.274 at
+Measured on the H200 (docs/experiments.md, "readonly-loads, the tuner's rounds, row_mean / row_var";
+layernorm written with row_mean and row_var; speed = unfused ms / fused ms): 1.206 and 1.274 at
 one row of 16384 a block (N = 4096, 65536), but 0.941 / 0.955 / 0.986 / 0.876 at the latency-bound
 points (1 x 768, 128 x 768, 128 x 4096, 4096 x 768), where the fused butterfly's two shuffles and
 merge arithmetic a step are longer than the sum's. It stays in the default pipeline for the long rows.

@@ -14,10 +14,11 @@ vectors are not live while X streams in (registers, at many rows per SM). At a f
 the kernel is one memory latency after another: X, the reduction, then W and Bias from DRAM again.
 Hoisted, W and Bias are read alongside X: one round trip. ptxas keeps the loads where they are put
 only if a block-wide barrier follows them (a cross-warp reduction: infer-layouts' `split_idle_warps`
-gives a one-row block that); behind shuffles alone it sinks them back below the reduction (session 12,
-docs/experiments.md). Off unless asked: at many rows the hoisted loads cost registers and compete with
-X for bandwidth (layernorm at 4096 x 8192: 79% of copy bandwidth without, 61% with; session 13), so
-the examples offer `HOIST=[0, 1]` to `tkc tune`, which picks per shape.
+gives a one-row block that); behind shuffles alone it sinks them back below the reduction
+(docs/experiments.md, "cp.async producer warps on the mma.sync path"). Off unless asked: at many rows the
+hoisted loads cost registers and compete with X for bandwidth (layernorm at 4096 x 8192: 79% of copy
+bandwidth without, 61% with; docs/experiments.md, "Row kernels: the sweep's misses diagnosed"), so the
+examples offer `HOIST=[0, 1]` to `tkc tune`, which picks per shape.
 
 Ablation: `hoist-loads` left out of `--passes`, or `@hoist_loads(0)`.
 """

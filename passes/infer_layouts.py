@@ -86,7 +86,8 @@ ROW_ELEMS_PER_THREAD = 64
 # per warp and the other warps repeat them (the same loads and arithmetic, their results unused). With
 # `split_idle_warps` (default) such a tile is split over the repeating warps too, where a split keeps
 # every lane busy in whole 16-byte steps (tkir.layout.row_split): a thread holds 1/P of the row, and row
-# reductions combine the P warps through shared memory. Session 13 (docs/experiments.md): the element-wise
+# reductions combine the P warps through shared memory. Measured (docs/experiments.md, "Row kernels: the
+# sweep's misses diagnosed"): the element-wise
 # Welford accumulators of layernorm's chunk loop (1 x 2048 f32 over 16 warps) went from 64 registers per
 # thread repeated in every warp to 4.
 # i1 tiles are never loaded from or stored to memory, so the 16-byte chunk rule means nothing for

@@ -35,7 +35,7 @@ refilled under it; mma.sync is synchronous, so `defer_wait` and `tk.mma_wait` lo
 and the gain is that M2 of block j-1 and W of block j share a basic block for ptxas to interleave.
 Two research switches narrow it: `max_acc_cols=N` rotates only loops whose second
 accumulator has at most N columns, `masked=false` leaves loops that mask elements alone (after
-split-masks, the last key blocks). Both were needed before session 7: ptxas serialized the rotated
+split-masks, the last key blocks). Both were needed at first: ptxas serialized the rotated
 wgmmas (C7513: the carried bf16 p was unpacked and repacked, copies that count as writes to the
 in-flight p @ v's A registers) and the causal mask kept one coordinate register per element live
 (spills). With both fixed (backend/llvm_text.py unpack_pair, the mask's per-slot constants in
@@ -62,9 +62,9 @@ from tkir.types import Ident, ScalarType
 
 I1 = ScalarType("i1")
 MASK_OPS = frozenset({"tk.select", "tk.mask_causal"})
-# Rotate only when P V's accumulator is at most this wide; 0: any. Session 5 measured rotation slower
-# at head dim 128 and 256 and set 64; that was ptxas serializing the wgmmas (C7513). Without it,
-# rotation is faster at every head dim (docs/experiments.md, session 7), hence 0.
+# Rotate only when P V's accumulator is at most this wide; 0: any. The first attention schedule measured
+# rotation slower at head dim 128 and 256 and set 64; that was ptxas serializing the wgmmas (C7513). Without it,
+# rotation is faster at every head dim (docs/experiments.md, "Attention forward against SDPA"), hence 0.
 MAX_ACC_COLS = 0
 # Conversions of M2's register A that run after M2's wait in the steady loop (_late_conversions).
 LATE_OPS = frozenset({"tk.cast", "tk.convert_layout"})

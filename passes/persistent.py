@@ -27,10 +27,10 @@ rows and columns of the output):
 * `persistent{linear_grids=true}`, or the kernel attr `persistent_requested` (the source's
   `@persistent(1)`, usually `@persistent(P)` with `P` in the kernel's `@tune` space, so that `tkc tune`
   chooses it per shape), also rewrites 1-D and 3-D grids, tiles in launch order (x fastest).
-  Off by default: on the H200 (session 8) attention at B = H = 16, D = 128 gained 10% at N = 768
-  (fewer prologue/epilogue stalls) but lost 3-6% at N >= 3072, because ptxas keeps the wgmma
-  descriptors of a loop nested in the tile loop in per-thread registers (one R2UR per wgmma, +5%
-  instructions in the main loop).
+  Off by default: on the H200 (docs/experiments.md, "Persistent attention") attention at B = H = 16,
+  D = 128 gained 10% at N = 768 (fewer prologue/epilogue stalls) but lost 3-6% at N >= 3072, because
+  ptxas keeps the wgmma descriptors of a loop nested in the tile loop in per-thread registers (one R2UR
+  per wgmma, +5% instructions in the main loop).
 
 * a 3-D grid whose tiles differ in work (scalar arithmetic outside the roles reads block indices:
   causal attention's key-block count, `min(cdiv((block.x + 1) * BQ, BKV), ...)`), when asked for
@@ -165,7 +165,8 @@ def _make_persistent_linear(kernel: Operation, roles: list[Operation], grid: lis
 
 
 # roles sized in warps (sm_80's cp.async producer): every thread has the launch's registers (no setmaxnreg),
-# and the tile loop's state spills at 168: gemm 256x128x64 on the H200 ran 1.5-3% slower persistent (session 12)
+# and the tile loop's state spills at 168: gemm 256x128x64 on the H200 ran 1.5-3% slower persistent
+# (docs/experiments.md, "cp.async producer warps on the mma.sync path")
 SM80_ROLES_REASON = "sm_80 roles (no setmaxnreg): the tile loop spills the consumers' registers"
 UNEQUAL_REASON = "block indices used outside the roles (tiles of unequal work)"
 

@@ -19,7 +19,7 @@ next mma, has nothing to hide under the other warpgroup's mmas and is left alone
 warpgroups run the same code with the same loop bounds, so their k-th sections alternate: the section
 order, not the execution, is serialised (wgmmas queue on the tensor cores in issue order). The
 interpreter runs a role's warpgroups together: the turns are no-ops there. Kernels with one consumer
-warpgroup are left unchanged. Measured on the H200 with overlap-mma (docs/experiments.md, session 7):
+warpgroup are left unchanged. Measured on the H200 with overlap-mma (docs/experiments.md, "Attention forward"):
 +0-9% on attention, most where the softmax weighs most (causal, head dim 64 and 256). Ablation:
 leave `pingpong` out of `--passes`.
 """

@@ -44,7 +44,7 @@ V stage during iteration j, so that stage is held an iteration longer: the prolo
 iterations, the wait is `pending = S-3`, copies run S-2 iterations ahead, and the loop is marked
 `cp_hold = 1` (what overlap-mma rotates on sm_80). `hold=0` is the rotation's ablation.
 
-`rotate` (default ROTATE_UNITS = 1; session 23) marks a loop indexed from 0 by 1 whose body is the wait,
+`rotate` (default ROTATE_UNITS = 1) marks a loop indexed from 0 by 1 whose body is the wait,
 the copies and one `tk.mma` of two stage views `frag_rotate = R` when one k16 step of fragments fits the
 plan's registers (`_rotatable`): the backend moves the wait and the block barrier R mma.sync units before
 the end of the k-tile's mma and carries the next k-tile's first k16 step of fragments over the back edge
@@ -54,11 +54,12 @@ interpreter runs the marked loop as before). H200, 4096^3: 256 x 128 x 64 S4 389
 registers, `_a_ahead_fits`) writes `a_ahead` on the loop's `tk.mma`: the backend loads a step's A with the
 unit `ahead` of its first instead of right before it (256 x 128 x 64 S4: 411.4 -> 423.0 TFLOP/s).
 
-`step_ahead` (unset: true; session 25) sets both for a rotatable loop whose two k16 steps of shared fragments
+`step_ahead` (unset: true) sets both for a rotatable loop whose two k16 steps of shared fragments
 fit the registers ptxas may use at the blocks per SM the backend asks for (`_step_units`): `frag_rotate` and
 `frag_ahead` = the units of one k16 step, so every fragment is loaded a whole step before its mma.syncs and the
 next k-tile's first step right after the barrier a whole step before the end (CUTLASS MmaMultistage's
-double-buffered warp fragments). H200, 4096^3 (docs/experiments.md, "Session 25"): gemm.tk's sm_80 default
+double-buffered warp fragments). H200, 4096^3 (docs/experiments.md, "sm_80 GEMM: fragments a whole k16 step
+ahead"): gemm.tk's sm_80 default
 447.9 -> 486.7 TFLOP/s, 128 x 256 x 32 S4 432.1 -> 481.6, 256 x 128 x 64 S4 449.6 -> 480.5. An explicit
 `rotate` or `fragments_ahead` wins for its own quantity; `step_ahead=false` is the ablation.
 
@@ -106,7 +107,7 @@ ROTATE_UNITS = 1
 # registers the carried fragments must leave free beyond the plan's budget: the backend's
 # FRAG_SLACK_REGS (backend/rules_sm80.py), the ldmatrix addresses and ptxas's temporaries
 ROTATE_SLACK_REGS = 24
-# step_ahead: at most this many 16-byte cp.async rounds per thread per iteration. Session 25: 12 (256 x 128 x 64
+# step_ahead: at most this many 16-byte cp.async rounds per thread per iteration. Measured: 12 (256 x 128 x 64
 # and 128 x 256 x 64 on 8 warps) fit without spills; 20 (gemm.tk BM = 64: 64 x 256 x 64 on 4 warps) took 255
 # registers, ran 347.1 against 353.5 TFLOP/s without step_ahead on the H200, and spilled 4 bytes with the
 # split cp.async addresses of backend/rules_sm80.py cp_async_rows
@@ -274,9 +275,10 @@ def _step_units(kernel: Operation, loop: Operation, match: CpAsyncMatch, plan: O
     a 128 x 128 x 64 gemm tile asks for two blocks, 128 registers, and spilled 40 bytes), and at most
     STEP_AHEAD_MAX_COPY_ROUNDS cp.async rounds per thread per iteration (each keeps its addresses and edge
     predicate in registers the budget does not count); else None.
-    Measured on the H200 at 4096^3 (docs/experiments.md, "Session 25", call 1): 128 x 256 x 32 S4 434.1 -> 483.3
-    TFLOP/s with rotate = fragments_ahead = 4, where rotate = 4 alone gave 466.1 and fragments_ahead = 4 alone
-    423.8 (the next k-tile's first step, loaded after a barrier one unit before the end, is then late).
+    Measured on the H200 at 4096^3 (docs/experiments.md, "sm_80 GEMM: fragments a whole k16 step ahead"):
+    128 x 256 x 32 S4 434.1 -> 483.3 TFLOP/s with rotate = fragments_ahead = 4, where rotate = 4 alone gave
+    466.1 and fragments_ahead = 4 alone 423.8 (the next k-tile's first step, loaded after a barrier one unit
+    before the end, is then late).
     """
     mma = [op for op in loop.body.ops if op.name != "scf.yield"][-1]
     step = _k16_step(mma)
@@ -295,7 +297,7 @@ def _step_units(kernel: Operation, loop: Operation, match: CpAsyncMatch, plan: O
 def _a_ahead_fits(mma: Operation, plan: OccupancyPlan | None) -> bool | None:
     """`a_ahead`'s default: True for a warp tile of more than two m16 blocks (over the backend's
     A_AHEAD_MAX_REGS = 8 registers a step) whose A is a shared tile, when two k16 steps of A beside the
-    plan's budget and ROTATE_SLACK_REGS fit `_reg_cap`; None (the backend's rule) otherwise. Session 23 on the
+    plan's budget and ROTATE_SLACK_REGS fit `_reg_cap`; None (the backend's rule) otherwise. Measured on the
     H200: 256 x 128 x 64 S4 (64-row warps, one block per SM) 411.4 -> 423.0 TFLOP/s, no spills at S 2-4."""
     step = _k16_step(mma)
     a_words = step.a_words if step is not None else 0  # 0 for a register A

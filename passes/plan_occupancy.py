@@ -122,7 +122,7 @@ PRODUCER_REGS = (40, 24)           # CUTLASS producer setmaxnreg.dec values, pre
 PRODUCER_REGS_MANY = (32, 24)
 # sm_80 cp.async producer warps (plan-occupancy{producer_warps}): one per scheduler, so that each issues a
 # quarter of the copies beside its two consumer warps; 9 warps cost the registers of 12 (SCHEDULERS_PER_SM).
-# Measured on the H200, gemm 256x128x64 S4 at 4096^3 (docs/experiments.md, session 12): 1 warp 291-294
+# Measured on the H200, gemm 256x128x64 S4 at 4096^3 (docs/experiments.md, "cp.async producer warps"): 1 warp 291-294
 # TFLOP/s, 2 warps 350, 4 warps 370-376, the one-role loop (0) 353-355.
 # warp schedulers (SM sub-partitions) per SM, each with 16384 registers (HOPPER.md, the occupancy table:
 # "registers split over 4 SM sub-partitions"; ptxas caps 288 threads at 168 registers, not 224)
@@ -175,7 +175,7 @@ def plan_kernel(kernel: Operation, producer_warps: int | None = None) -> Occupan
             _restore_stages(preset)  # plan the one-role loop from the same starting point
             one = _plan_roles(kernel, rings, loops, None)
             if _mma_warps_per_sm(one) >= _mma_warps_per_sm(plan):
-                return one  # session 23: the rotated one-role loop beats producers at equal mma warps
+                return one  # the rotated one-role loop beats producers at equal mma warps (_plan_cp_async_producer)
             _restore_stages(preset)
             for lp in loops:
                 lp.attrs.setdefault("stages", plan.stages)
@@ -264,15 +264,16 @@ def _plan_cp_async_producer(kernel: Operation, rings: dict[Value, Operation], lo
     mbarrier when their copies land; the W warps of the layouts only wait, multiply and release. No
     setmaxnreg on sm_80, so every thread gets the launch's registers, a quarter of the register file over
     the warps of the busiest scheduler (SCHEDULERS_PER_SM): the consumers' need must fit that. Measured
-    reason (docs/experiments.md, session 12): in the one-role cp.async loop the mma warps stall on the
+    reason (docs/experiments.md, "cp.async producer warps"): in the one-role cp.async loop the mma warps stall on the
     copies' address arithmetic and on the per-k-tile block barrier; with the producer warps the gemm
     256x128x64 runs 3-5% faster on the H200, 128x256x64 the same. With the automatic choice the
     producers are kept only where the mma warps resident per SM are more than the one-role plan's
     (plan_kernel): a 4-warp 128x128 block with producers is one block per SM (4 mma warps), where the
-    one-role loop fits two (8); measured 283 against 374 TFLOP/s (session 16, call 2). At equal mma warps
-    the one-role loop is kept since session 23: pipeline-cp-async rotates it (and loads A a unit ahead),
+    one-role loop fits two (8); measured 283 against 374 TFLOP/s. At equal mma warps
+    the one-role loop is kept: pipeline-cp-async rotates it (and loads A a unit ahead),
     and it measured 412.0 against 391.6 TFLOP/s at gemm.tk's 128x256x64 S4 and 420.3 against 391.0 at
-    256x128x64 S4 (4096^3, H200, docs/experiments.md "Session 23"); unrotated (rotate=0) 387.5 against 391.0.
+    256x128x64 S4 (4096^3, H200, docs/experiments.md "sm_80 GEMM: the rotated cp.async loop"); unrotated
+    (rotate=0) 387.5 against 391.0.
 
     None (plan as before: one compute role) when the source asks for no producer
     (`@warpgroups(producers=0)`, unless producer_warps says otherwise) or for more than one block per SM,

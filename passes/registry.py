@@ -76,7 +76,7 @@ DEFAULT_PIPELINE: list[str] = [
 # sizes (passes/stream_k.py says why); `stream-k` without opt_in, named in a pipeline, forces it.
 # Not in it (research passes, measured no faster on the H200; docs/experiments.md): longest-first (after
 # persistent: causal attention 0-8% slower reversed in place, up to 18% with move_last). fence-loads runs
-# opt-in only: faster at the narrow small row points, slower at wider ones (session 17), so tkc tune
+# opt-in only: faster at the narrow small row points, slower at wider ones (docs/experiments.md), so tkc tune
 # chooses it per shape (@fence_loads(FENCE) in the row examples).
 
 # deprecated `--pass-option KEY=VALUE` (tkir.compile(pass_options=...)) -> (pass, parameter)

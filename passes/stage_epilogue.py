@@ -16,10 +16,10 @@ writes 4-byte pairs, 8 rows x 16 bytes per instruction. No block barrier: a warp
 wrote. A chunk that is not 16-byte aligned in global memory or that crosses the tensor's last column is
 stored element by element (2-byte stores), so ragged and odd-width outputs stay exact.
 
-Why (docs/experiments.md, session 24): on the H200 the sm_80 gemm's epilogue (64 predicated st.global.b32 a
-thread at 256 x 128) spent 4.6-5.9% of the kernel's warp samples in store throttling and draining (Nsight
-Compute `lg_throttle` + `drain`), CUTLASS's Ampere GEMM, which stages its epilogue through shared
-memory, 0.3%.
+Why (docs/experiments.md, "sm_80 GEMM: CUTLASS's mma.sync GEMM as the reference"): on the H200 the sm_80
+gemm's epilogue (64 predicated st.global.b32 a thread at 256 x 128) spent 4.6-5.9% of the kernel's warp
+samples in store throttling and draining (Nsight Compute `lg_throttle` + `drain`), CUTLASS's Ampere GEMM,
+which stages its epilogue through shared memory, 0.3%.
 
 Runs after plan-occupancy and the loop passes (the plan's shared memory is final): the stage goes after
 the kernel's other allocations and is added only where the block still fits (at most SMEM_PER_BLOCK bytes,

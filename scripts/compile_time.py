@@ -1,4 +1,4 @@
-"""Where compile time goes, and how it grows with program size (issue 14, part 3).
+"""Where compile time goes, and how it grows with program size (docs/experiments.md, "Compile time").
 
     python3 scripts/compile_time.py                      # the scaling table and gemm's wall time
     python3 scripts/compile_time.py --loops 40,100,400 --matmuls 100,1000 --repeats 5

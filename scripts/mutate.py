@@ -1,11 +1,12 @@
 """Mutation testing of tkir's passes and backend: does the test suite notice a one-line change?
 
-    python3 scripts/mutate.py --named                        # the curated mutations, CPU tests
+    python3 scripts/mutate.py --named                        # the whole table (scripts/mutants.py), CPU tests
+    python3 scripts/mutate.py --named --topic core           # one topic of it (--list shows them)
     python3 scripts/mutate.py --named --only trans-b-const-1,smem-reserve-512
     python3 scripts/mutate.py --named --gpu --json named_gpu.json   # on the H200: CPU, then GPU tests
     python3 scripts/mutate.py --auto passes backend --max 40 --seed 1 --md5 --json auto.json
     python3 scripts/mutate.py --auto passes backend --max 40 --seed 1 --only 'ID,ID' --tests "..."
-    python3 scripts/mutate.py --list                         # the named mutations, one a line
+    python3 scripts/mutate.py --list                         # the table, one mutation a line
 
 Each mutant is one single-line change to a copy of the repository (the worktree itself is never
 written): the tracked and untracked-but-not-ignored files, plus the tkir/frontend, tkir/passes and
@@ -18,8 +19,10 @@ Outcomes: `killed` (a test failed or errored; the first failing test is recorded
 passed), `timeout` (stopped after the run's time limit; counted as detected, listed apart), `error`
 (the mutation no longer applies to the code).
 
---named runs NAMED below: file, a snippet that occurs once, its replacement, what it breaks, and the
-class of issue 14's list it belongs to. --auto FILES/DIRS generates operator mutations of the Python
+--named runs the table of scripts/mutants.py (NAMED here): file, a snippet that occurs once (or its n-th
+occurrence), its replacement, what it breaks, the class of mistake it stands for, its topic, and for the
+targeted entries the tests that should kill it (those run instead of the CPU run's tests; --tests overrides
+them too); --topic picks topics. --auto FILES/DIRS generates operator mutations of the Python
 code of those files (+ <-> -, < <-> <=, > <-> >=, == <-> !=, and <-> or, << <-> >>, & -> |, ^ -> |,
 True <-> False, an integer n -> n + 1), skips the ones that do not compile, and samples --max of them
 with --seed (the same seed and files give the same mutants); --only reruns some of them by id.
@@ -56,6 +59,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from mutants import MUTANTS, Mutation  # noqa: E402 - the table, beside this script
+
 PACKAGE_LINKS = ("tkir/frontend", "tkir/passes", "tkir/backend")  # setuptools package-dir, as symlinks
 
 # The CPU tests a mutant runs by default, fastest killers first (with -x a killed mutant stops early):
@@ -89,141 +96,8 @@ GPU_RUNS = [
 PYTEST = ["-q", "-x", "-p", "no:cacheprovider", "--hypothesis-seed=0", "-o", "addopts=-rfE",
           "--ignore=tests/test_mutation.py"]
 
-
-@dataclass(frozen=True)
-class Mutation:
-    """One single-line change: `old` (unique in `path`, or its `occurrence`-th match) becomes `new`."""
-
-    id: str
-    path: str
-    old: str
-    new: str
-    what: str
-    klass: str = ""           # issue 14's class, or "" for the extra ones
-    occurrence: int = 0       # 0: `old` must occur exactly once; n: the n-th of several
-    line: int = 0             # --auto: the 1-based line (old/new are then the token and its mutant)
-    col: int = 0              # --auto: the token's column
-
-    def apply(self, text: str) -> str:
-        """The mutated text; ValueError when the snippet is not where it should be."""
-        if self.line:
-            lines = text.splitlines(keepends=True)
-            ln = lines[self.line - 1]
-            if ln[self.col:self.col + len(self.old)] != self.old:
-                raise ValueError(f"{self.path}:{self.line}:{self.col}: expected {self.old!r}")
-            lines[self.line - 1] = ln[:self.col] + self.new + ln[self.col + len(self.old):]
-            return "".join(lines)
-        n = text.count(self.old)
-        if self.occurrence == 0 and n != 1:
-            raise ValueError(f"{self.path}: {self.old!r} occurs {n} times, not once")
-        if self.occurrence > n:
-            raise ValueError(f"{self.path}: {self.old!r} occurs {n} times, not {self.occurrence}")
-        at = -1
-        for _ in range(max(self.occurrence, 1)):
-            at = text.index(self.old, at + 1)
-        if "\n" in self.old or "\n" in self.new:
-            raise ValueError(f"{self.id}: a mutation changes one line")
-        return text[:at] + self.new + text[at + len(self.old):]
-
-
-M = Mutation
-# The eight classes issue 14 lists first (each must be killed), then the ones added here.
-NAMED: list[Mutation] = [
-    # wgmma descriptor: layout-type code (bits 63-62: 0 none, 1 128B, 2 64B, 3 32B; PTX ISA §9.7.15.5.1.2.2)
-    M("desc-code-64-32-swapped", "backend/wgmma_desc.py", "128: 1, 64: 2, 32: 3", "128: 1, 64: 3, 32: 2",
-      "64B and 32B descriptors carry each other's layout-type code", "wgmma descriptor swizzle code"),
-    M("desc-code-128-as-64", "backend/wgmma_desc.py", "128: 1, 64: 2, 32: 3", "128: 2, 64: 2, 32: 3",
-      "128B descriptors say 64B", "wgmma descriptor swizzle code"),
-    M("desc-code-bit-61", "backend/rules_wgmma.py", "wgmma_desc.LAYOUT_CODE[swizzle] << 62",
-      "wgmma_desc.LAYOUT_CODE[swizzle] << 61", "the layout type lands in bits 62-61", "wgmma descriptor swizzle code"),
-    # trans-b immediate: 0 = K-major, 1 = N-major (B stored K x N)
-    M("trans-b-const-1", "backend/rules_wgmma.py", "int(trans_b is False)", "1",
-      "imm-trans-b always 1: a K-major B (q @ k.T, x @ w.T) is read as N-major", "B-transpose flag"),
-    M("trans-b-inverted", "backend/rules_wgmma.py", "int(trans_b is False)", "int(trans_b is True)",
-      "imm-trans-b inverted", "B-transpose flag"),
-    M("trans-b-rs-const-1", "backend/rules_wgmma.py", "${k + 4}, 1, 1, 1, {trans_b};", "${k + 4}, 1, 1, 1, 1;",
-      "register-A wgmma: imm-trans-b always 1", "B-transpose flag"),
-    # row reduction: lanes that share a row
-    M("reduce-quad-8-lanes", "backend/fragments.py", "return QUAD, QUAD", "return 2 * QUAD, QUAD",
-      "accumulator rows reduced over 8 lanes instead of the quad (mixes rows g and g+1)", "row-reduction lane count"),
-    M("reduce-row-16-lanes", "backend/fragments.py", "n = min(cpr, WARP)", "n = min(cpr, WARP // 2)",
-      "a row of 32+ chunks reduced over 16 lanes only", "row-reduction lane count"),
-    # the butterfly loop
-    M("shuffle-loop-le", "backend/rules_registers.py", "while step < lanes:", "while step <= lanes:",
-      "one butterfly step too many (combines the next row group)", "shuffle loop"),
-    M("shuffle-loop-step-4", "backend/rules_registers.py", "            step *= 2", "            step *= 4",
-      "butterfly offsets 1, 4, 16: half the lanes skipped", "shuffle loop"),
-    M("shuffle-loop-start-2", "backend/rules_registers.py", "        step = 1", "        step = 2",
-      "butterfly starts at offset 2: adjacent lanes never combined", "shuffle loop"),
-    M("shuffle-clamp-15", "backend/rules_registers.py", '("i32", str(step)), ("i32", "31")',
-      '("i32", str(step)), ("i32", "15")', "shfl.bfly c = 15: lanes 16-31 read their own value", "shuffle loop"),
-    # swizzle masks (tkir/layout.py is the one owner; backend/fragments.py and the passes import it)
-    M("swizzle-mask-32", "tkir/layout.py", "32: 0x10", "32: 0x20",
-      "32B swizzle XORs address bit 5 with bit 8 instead of bit 4 with bit 7", "32B swizzle mask"),
-    M("swizzle-mask-64", "tkir/layout.py", "64: 0x30", "64: 0x10",
-      "64B swizzle XORs one bit instead of two", "32B swizzle mask"),
-    M("swizzle-shift-4", "backend/fragments.py", "SWIZZLE_SHIFT = 3", "SWIZZLE_SHIFT = 4",
-      "backend swizzle formula shifts by 4", "32B swizzle mask"),
-    # TMA box limit: boxDim[i] in [1, 256] (cuTensorMapEncodeTiled)
-    M("tma-box-rows-ge", "passes/create_tma.py", "if rows > TMA_MAX_BOX:", "if rows >= TMA_MAX_BOX:",
-      "a 256-row tile is refused TMA", "TMA box-size boundary"),
-    M("tma-box-rows-plus-16", "passes/create_tma.py", "if rows > TMA_MAX_BOX:", "if rows > TMA_MAX_BOX + 16:",
-      "a 257..272-row box is given to TMA", "TMA box-size boundary"),
-    M("tma-box-inner-plus-8", "passes/create_tma.py", "if inner > TMA_MAX_BOX:", "if inner > TMA_MAX_BOX + 8:",
-      "an inner box of 257..264 elements is given to TMA", "TMA box-size boundary"),
-    M("tma-box-limit-512", "tkir/target.py", "TMA_MAX_BOX = 256 ", "TMA_MAX_BOX = 512 ",
-      "the box limit itself doubled (create-tma and the verifier)", "TMA box-size boundary"),
-    # bank conflicts: fix every access above degree 1
-    M("bank-threshold-2", "passes/bank_conflicts.py", "max(degrees, default=1) > 1", "max(degrees, default=1) > 2",
-      "2-way conflicts are left unfixed", "bank-conflict threshold"),
-    # shared memory reserved per block (1 KB, CUDA occupancy calculator / HOPPER.md §7.3)
-    M("smem-reserve-512", "tkir/target.py", "SMEM_RESERVED_PER_BLOCK = 1024",
-      "SMEM_RESERVED_PER_BLOCK = 512", "512 B reserved per block: one block too many at the boundary",
-      "shared-memory reserve"),
-    M("smem-reserve-2k", "tkir/target.py", "SMEM_RESERVED_PER_BLOCK = 1024",
-      "SMEM_RESERVED_PER_BLOCK = 2048", "2 KB reserved per block: one block too few at the boundary",
-      "shared-memory reserve"),
-    # --- beyond the issue's list -------------------------------------------------------------------
-    M("mbarrier-producer-parity", "passes/pipeline.py", '"arith.sub", [ring.one, phase]',
-      '"arith.rem", [phase, ring.two]', "the producer waits on `empty` with the consumer's parity (deadlock)"),
-    M("mbarrier-phase-per-iteration", "passes/pipeline.py", '"arith.rem", [rnd, ring.two]',
-      '"arith.rem", [it, ring.two]', "the barrier phase flips every iteration instead of every round of the ring"),
-    M("empty-count-per-warpgroup", "passes/pipeline.py", "cp_async else WARPS_PER_WARPGROUP * n_consumers",
-      "cp_async else n_consumers", "`empty` completes after one warp per warpgroup arrives (stage reused early)"),
-    M("expect-tx-max", "passes/pipeline.py", "return sum(int(ld.attrs.get(", "return max(int(ld.attrs.get(",
-      "expect_tx counts only the largest load of a stage"),
-    M("wait-group-plus-1", "backend/context.py", 'f"wgmma.wait_group.sync.aligned {n};"',
-      'f"wgmma.wait_group.sync.aligned {n + 1};"', "wgmma.wait_group leaves one group too many in flight"),
-    M("async-groups-2", "passes/pipeline.py", 'op.attrs["async_groups"] = 1', 'op.attrs["async_groups"] = 2',
-      "two wgmma groups in flight while the stage of the older one is released"),
-    M("setmaxnreg-direction", "backend/rules_pipe.py", 'which = "dec" if regs < cx.init_cap else "inc"',
-      'which = "inc" if regs < cx.init_cap else "dec"', "producer increases, consumers decrease registers"),
-    M("tma-panel-bytes", "backend/rules_pipe.py", "panel_bytes = t.rows * panel_cols * dtype_bytes(t.dtype)",
-      "panel_bytes = t.rows * panel_cols", "TMA load boxes of a wide tile land half a panel apart", occurrence=1),
-    M("fence-proxy-async-dropped", "backend/rules_memory.py",
-      'cx.w.asm("void", ["fence.proxy.async.shared::cta;"], [], [])', "pass",
-      "no generic-to-async proxy fence before wgmma/TMA reads of thread-written shared memory"),
-    M("fence-staged-epilogue-dropped", "backend/rules_wgmma.py",
-      'w.asm("void", ["fence.proxy.async.shared::cta;"], [], [])', "pass",
-      "the staged epilogue's TMA store reads the stage without a proxy fence"),
-    M("fence-cp-async-dropped", "backend/rules_sm80.py",
-      'w.asm("void", ["fence.proxy.async.shared::cta;"], [], [])  # wgmma', "pass  # wgmma",
-      "--no-tma: wgmma reads cp.async-filled tiles without a proxy fence", occurrence=1),
-    M("ldmatrix-b-trans", "backend/rules_sm80.py", "trans=not trans_b)", "trans=trans_b)",
-      "sm_80: B fragments loaded with the wrong ldmatrix .trans"),
-    M("cp-async-8-bytes", "backend/rules_sm80.py", 'asm = ["cp.async.cg.shared.global [$0], [$1], 16, $2;"]',
-      'asm = ["cp.async.cg.shared.global [$0], [$1], 8, $2;"]', "cp.async copies 8 of each 16-byte chunk"),
-    M("acc-fragment-row", "backend/fragments.py", "r = b.add(base, mb * WGMMA_M + 8 * ((i >> 1) & 1))",
-      "r = b.add(base, mb * WGMMA_M + 8 * (i & 1))", "wgmma accumulator slots 1, 2 swap rows g + 8 and g"),
-    M("wgmma-a-warpgroup-rows", "backend/rules_wgmma.py", 'f"mul i32 {wg}, {rows_per_wg * sw_a}"',
-      'f"mul i32 {wg}, {rows_per_wg * sw_a // 2}"', "the second consumer warpgroup reads A half a block too high"),
-    M("causal-mask-diagonal", "backend/rules_registers.py", 'f"icmp sgt i32 {t}, {dr - dc}"',
-      'f"icmp sge i32 {t}, {dr - dc}"',
-      "the causal mask also hides the diagonal (a query's own key)"),
-    M("row-reduce-max-min", "backend/rules_registers.py",
-      'fop = {"max": "max", "min": "min", "sum": "add", "mean": "add"}[kind]',
-      'fop = {"max": "min", "min": "max", "sum": "add", "mean": "add"}[kind]', "row_max computes the row minimum"),
-]
+# the mutation table (id, file, snippet, mutation, what it breaks, the tests that should kill it)
+NAMED: list[Mutation] = MUTANTS
 
 
 # ---------------------------------------------------------------------------------------------
@@ -349,15 +223,23 @@ def gpu_count(tree: Path) -> int:
 @dataclass
 class Plan:
     """The test runs of one mutant: the CPU run, then (--gpu) each GPU run while it still survives;
-    `md5`: for a survivor, whether the PTX of every example configuration is unchanged."""
+    `md5`: for a survivor, whether the PTX of every example configuration is unchanged. A mutant with its
+    own `tests` runs those as its CPU run (`cpu_args`) unless `own_tests` is off (--tests)."""
 
     cpu: list[str]
     gpu: list[list[str]]
     cpu_timeout: float = 3600.0
+    own_tests: bool = True
+    cpu_prefix: list[str] = field(default_factory=list)  # before a mutant's own tests (-n N of --jobs)
+    cpu_timeouts: dict[tuple[str, ...], float] = field(default_factory=dict)  # per CPU run, from its baseline
     gpu_timeouts: list[float] = field(default_factory=list)
     md5: str | None = None  # the unmutated copy's scripts/ptx_md5.py listing
     gpu_always: bool = False  # also run the GPU runs on mutants the CPU run killed (gpu_verdict)
     cpu_verdicts: dict[str, str] | None = None  # --gpu-after: id -> the earlier CPU run's summary (not rerun)
+
+    def cpu_args(self, m: Mutation) -> list[str]:
+        """The pytest arguments of `m`'s CPU run."""
+        return [*self.cpu_prefix, *m.tests] if self.own_tests and m.tests else self.cpu
 
 
 def ptx_md5(tree: Path) -> str:
@@ -384,7 +266,8 @@ def run_mutant(tree: Path, m: Mutation, plan: Plan) -> Result:
         if plan.cpu_verdicts is not None:  # survived the CPU tests in an earlier run (--gpu-after)
             status, secs, first, last = "passed", 0.0, "", f"earlier CPU run: {plan.cpu_verdicts[m.id]}"
         else:
-            status, secs, first, last = run_tests(tree, plan.cpu, plan.cpu_timeout)
+            args = plan.cpu_args(m)
+            status, secs, first, last = run_tests(tree, args, plan.cpu_timeouts.get(tuple(args), plan.cpu_timeout))
         res.stage, res.seconds, res.killed_by, res.summary = "cpu", secs, first, last
         for i, (args, limit) in enumerate(zip(plan.gpu, plan.gpu_timeouts, strict=True)):
             if status != "passed":
@@ -431,13 +314,15 @@ def table(results: list[Result]) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="mutate.py", description=__doc__.splitlines()[0])
     mode = ap.add_mutually_exclusive_group(required=True)
-    mode.add_argument("--named", action="store_true", help="run the curated mutations (NAMED)")
+    mode.add_argument("--named", action="store_true", help="run the mutation table (scripts/mutants.py)")
     mode.add_argument("--auto", nargs="+", metavar="PATH", help="operator mutations of these files or directories")
-    mode.add_argument("--list", action="store_true", help="print the named mutations and exit")
+    mode.add_argument("--list", action="store_true", help="print the mutation table and exit")
+    ap.add_argument("--topic", default="", help="--named, --list: comma-separated topics of the table")
     ap.add_argument("--only", default="", help="comma-separated ids of the mutants to run (named, or --auto's)")
     ap.add_argument("--max", type=int, default=40, help="--auto: how many mutants to sample (default 40)")
     ap.add_argument("--seed", type=int, default=1, help="--auto: sampling seed (default 1)")
-    ap.add_argument("--tests", default=None, help="pytest arguments of the CPU run (default: DEFAULT_TESTS)")
+    ap.add_argument("--tests", default=None,
+                    help="pytest arguments of every mutant's CPU run (default: its own tests, else DEFAULT_TESTS)")
     ap.add_argument("--jobs", type=int, default=1, help="CPU run on N pytest-xdist workers (default 1)")
     ap.add_argument("--gpu", action="store_true", help="then the GPU runs (-m gpu) on what the CPU run let through")
     ap.add_argument("--gpu-always", action="store_true",
@@ -457,16 +342,21 @@ def main(argv: list[str] | None = None) -> int:
     if args.gpu_after and not args.gpu:
         ap.error("--gpu-after goes with --gpu")
 
+    topics = set(filter(None, args.topic.split(",")))
+    if topics - {m.topic for m in NAMED}:
+        ap.error(f"unknown topics: {', '.join(sorted(topics - {m.topic for m in NAMED}))} "
+                 f"(the table has {', '.join(sorted({m.topic for m in NAMED}))})")
     if args.list:
         for m in NAMED:
-            print(f"{m.id:32} {m.path:28} {m.klass or '-':28} {m.what}")
+            if not topics or m.topic in topics:
+                print(f"{m.id:32} {m.topic:15} {m.path:28} {m.what}  [{shlex.join(m.tests) or 'DEFAULT_TESTS'}]")
         return 0
     if args.named:
         wanted = set(filter(None, args.only.split(",")))
         unknown = wanted - {m.id for m in NAMED}
         if unknown:
             ap.error(f"unknown named mutations: {', '.join(sorted(unknown))}")
-        mutants = [m for m in NAMED if not wanted or m.id in wanted]
+        mutants = [m for m in NAMED if (not wanted or m.id in wanted) and (not topics or m.topic in topics)]
     else:
         cands = auto_candidates(expand(args.auto))
         mutants = sorted(random.Random(args.seed).sample(cands, min(args.max, len(cands))),
@@ -479,10 +369,10 @@ def main(argv: list[str] | None = None) -> int:
             if len(mutants) != len(wanted):
                 ap.error(f"unknown mutants: {', '.join(sorted(wanted - {m.id for m in mutants}))}")
     cpu = shlex.split(args.tests) if args.tests is not None else list(DEFAULT_TESTS)
-    if args.jobs > 1:
-        cpu = ["-n", str(args.jobs), *cpu]
+    prefix = ["-n", str(args.jobs)] if args.jobs > 1 else []
     gpu = [shlex.split(g) for g in args.gpu_tests] if args.gpu_tests else [list(r) for r in GPU_RUNS]
-    plan = Plan(cpu, gpu if args.gpu else [], gpu_always=args.gpu and args.gpu_always)
+    plan = Plan([*prefix, *cpu], gpu if args.gpu else [], gpu_always=args.gpu and args.gpu_always,
+                own_tests=args.tests is None, cpu_prefix=prefix)
     if args.gpu_after:
         earlier = {r["id"]: r for r in json.loads(Path(args.gpu_after).read_text())["results"]}
         plan.cpu_verdicts = {i: r["summary"] for i, r in earlier.items()
@@ -507,13 +397,16 @@ def main(argv: list[str] | None = None) -> int:
         tree = copy_tree(tmp / "tree")
         if plan.gpu and gpu_count(tree) == 0:
             raise SystemExit("--gpu needs a CUDA device (the GPU tests would only skip)")
-        if plan.cpu_verdicts is None:
-            status, secs, first, last = run_tests(tree, plan.cpu, 3600)
-            print(f"baseline CPU (unmutated copy): {status} in {secs:.0f} s: {last}", file=sys.stderr)
-            if status != "passed":
-                raise SystemExit(f"the unmutated copy fails the CPU tests ({first}); fix that first")
-            baseline["cpu"] = secs
-            plan.cpu_timeout = args.timeout or 3 * secs + 60
+        if plan.cpu_verdicts is None:  # each distinct CPU run of the chosen mutants, on the unmutated copy
+            for run in dict.fromkeys(tuple(plan.cpu_args(m)) for m in mutants):
+                status, secs, first, last = run_tests(tree, list(run), 3600)
+                print(f"baseline CPU (unmutated copy) {shlex.join(run)}: {status} in {secs:.0f} s: {last}",
+                      file=sys.stderr)
+                if status != "passed":
+                    raise SystemExit(f"the unmutated copy fails the CPU tests {shlex.join(run)} ({first}); "
+                                     "fix that first")
+                baseline["cpu" if list(run) == plan.cpu else f"cpu {shlex.join(run)}"] = secs
+                plan.cpu_timeouts[run] = args.timeout or 3 * secs + 60
         if args.md5:
             plan.md5 = ptx_md5(tree)
         for i, g in enumerate(plan.gpu, 1):

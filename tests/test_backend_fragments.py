@@ -122,7 +122,7 @@ def test_swizzle_in_panel_is_the_layouts_swizzle(span: int) -> None:
 def test_index_builder_arithmetic_by_constants(b: int) -> None:
     """LLVMBuilder (the index arithmetic of every rule) strength-reduces by powers of two: mul, div and
     rem of a run-time value by a constant b, evaluated from the emitted LLVM, equal the integer results
-    for powers of two and for other b alike. (Session 9's mutation sample: `and` -> `or` in mul's
+    for powers of two and for other b alike. (A random mutation sample: `and` -> `or` in mul's
     power-of-two test, shifting by b.bit_length() - 1 for any constant b, left every example's PTX as
     it was -- they only scale by powers of two -- and no test saw it.)"""
     from llvm_eval_test_support import LLVMText

@@ -60,11 +60,11 @@ def test_row_kernels_assemble_without_local_memory(name: str, target: str) -> No
 
 def test_chunk_loop_loads_bf16_in_16_byte_chunks() -> None:
     """rmsnorm's chunk loop declares its f32 accumulator before the bf16 tile it adds: the class's chunk
-    width is the bf16 tile's (8 elements, one LDG.E.128), not the accumulator's (session 13: 4 elements,
+    width is the bf16 tile's (8 elements, one LDG.E.128), not the accumulator's (at first 4 elements,
     which the backend copies element by element, 8 LDG.E.U16 a thread). Through ld.global.nc
     (readonly-loads) the loads are LDG.E.128.CONSTANT; the pass left out, plain LDG.E.128, no spill.
     (With it, ptxas issues the output loop's loads above its stores and spills 4 bytes at the 40
-    registers plan-occupancy allows: tests/test_wide_rows.py's HOISTED_SPILLS, session 18.)"""
+    registers plan-occupancy allows: tests/test_wide_rows.py's HOISTED_SPILLS.)"""
     from tkir.api import default_pipeline
 
     sass = tkir.compile("examples/rmsnorm.tk", D=8192, DC=2048, ROWS=1, WG=2).asm["sass"]
@@ -76,8 +76,8 @@ def test_chunk_loop_loads_bf16_in_16_byte_chunks() -> None:
 
 @pytest.mark.parametrize("name, d", [("layernorm", 16384), ("rmsnorm", 8192), ("softmax", 16384)])
 def test_chunk_loops_of_2048_over_16_warps_use_8_byte_vector_accesses(name: str, d: int) -> None:
-    """A 1 x 2048 bf16 chunk over 16 warps leaves 4 elements a lane: 8-byte chunks (session 14), loaded
-    and stored as one LDG.E.64 / STG.E.64 each, where session 13 copied them element by element
+    """A 1 x 2048 bf16 chunk over 16 warps leaves 4 elements a lane: 8-byte chunks, loaded
+    and stored as one LDG.E.64 / STG.E.64 each, where the backend once copied them element by element
     (LDG.E.U16). (rmsnorm at D = 16384 spills 40 bytes there: plan-occupancy does not count the eight
     chunk loads that ptxas unrolls and keeps in flight; `tkc tune` times or drops such points.)"""
     k = tkir.compile(f"examples/{name}.tk", D=d, DC=2048, ROWS=1, WG=4)
@@ -120,7 +120,7 @@ def _ldg_descriptors(sass: str) -> list[str]:
                                           ("examples/layernorm.tk", {"D": 16384, "DC": 4096, "WG": 4, "ROWS": 1}),
                                           ("examples/softmax.tk", {})])
 def test_cache_policy_reaches_the_loads_memory_descriptor(path: str, consts: dict) -> None:
-    """cache-policy (session 15): ptxas folds the createpolicy into the memory descriptor of the hinted
+    """cache-policy: ptxas folds the createpolicy into the memory descriptor of the hinted
     loads, so every LDG uses a descriptor the kernel builds, none the default one from the constant bank;
     with the pass left out every LDG uses the default (and the kernel builds none)."""
     from tkir.api import default_pipeline
@@ -175,7 +175,7 @@ _SERIALIZED = re.compile(r"\(C751\d\)")
 @pytest.mark.parametrize("causal", [0, 1])
 def test_attention_bench_configs_keep_wgmma_async(consts: dict, causal: int) -> None:
     """The bench configurations of examples/attention_fwd.py under the default pipeline (overlap-mma
-    and pingpong): ptxas neither serializes the wgmmas nor spills. Found in session 7: the carried
+    and pingpong): ptxas neither serializes the wgmmas nor spills. Found while tuning the attention schedule: the carried
     bf16 P was unpacked and repacked (copies ptxas counts as writes to the in-flight p @ v's A
     registers, C7513), and 152 registers per consumer at head dim 64 were too few (C7512)."""
     k = tkir.compile("examples/attention_fwd.tk", CAUSAL=causal, **consts)
@@ -197,7 +197,7 @@ def test_carried_bf16_fragment_reaches_wgmma_without_copies() -> None:
 
 @pytest.mark.parametrize("consts", [{}, {"BM": 256, "BN": 128, "BK": 64, "STAGES": 4}])
 def test_sm80_gemm_producer_warps_sass(consts: dict) -> None:
-    """The producer-warp schedule (plan-occupancy{producer_warps=4}, the sm_80 gemm's default until session 23):
+    """The producer-warp schedule (plan-occupancy{producer_warps=4}, the sm_80 gemm's default before the rotated one-role loop):
     4 cp.async producer warps and 8 mma warps, 384 threads at ptxas's
     168-register cap without spills; the copies are LDGSTS with mbarrier arrivals (ARRIVES.LDGSTSBAR; the
     phase tests are shared loads in sm_80 SASS, SYNCS.PHASECHK once the driver builds it for sm_90), and the
@@ -216,7 +216,7 @@ def test_sm80_gemm_producer_warps_sass(consts: dict) -> None:
 
 @pytest.mark.parametrize("wg", [2, 4])
 def test_readonly_loads_are_issued_above_the_chunk_loops_stores(wg: int) -> None:
-    """readonly-loads (session 18): layernorm at D = 8192 in chunks of 2048 re-reads X, W and Bias in its
+    """readonly-loads: layernorm at D = 8192 in chunks of 2048 re-reads X, W and Bias in its
     output loop, which stores Y. Through ld.global.nc ptxas issues every chunk's loads before the first
     store (the re-reads of X as LDG.E.NA...CONSTANT: .L1::no_allocate keeps them loads), with no spill;
     with plain ld.global (the pass left out) 9 loads wait behind stores, one chunk after another."""

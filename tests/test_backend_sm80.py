@@ -370,7 +370,7 @@ def test_sm80_mma_kernels_use_ldgsts_ldsm_hmma(name: str, consts: dict) -> None:
     assert re.search(r"LDGSTS\.E\.BYPASS(\.LTC128B)?\.128 \[[^]]*\], \[[^]]*\], !?P\d", sass)
     assert "ZFILL" not in sass
     assert not local_memory_ops(sass)
-    producer = OccupancyPlan.of(k.module.kernel).role("producer")   # none by default since session 23
+    producer = OccupancyPlan.of(k.module.kernel).role("producer")   # none by default (the rotated one-role loop)
     assert producer is None
     assert k.launch["block"][0] == 32 * (k.module.kernel.attrs["warps"] + (producer.warps if producer else 0))
 
@@ -457,7 +457,7 @@ def test_shared_plan_counts_row_padding() -> None:
 def test_sm80_roles_address_by_their_own_thread_index(name: str, consts: dict) -> None:
     """Inside a role (the cp.async producer warps and the mma warps after them) every layout, copy and
     store addresses by the role's thread index: the block's %tid.x defines only the role's index and
-    lane. (Session 12: the sm_80 accumulator store used the block's index, so the consumers, after 4
+    lane. (A bug found on the GPU: the sm_80 accumulator store used the block's index, so the consumers, after 4
     producer warps, stored their rows 128 threads off; only the GPU check saw it.)"""
     pw4 = ",".join("plan-occupancy{producer_warps=4}" if p == "plan-occupancy" else p for p in DEFAULT_PIPELINE)
     llvm = tkir.compile(f"examples/{name}.tk", target="sm_80", passes=pw4, **consts).asm["llvm"]

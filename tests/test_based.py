@@ -91,7 +91,7 @@ def test_frontend_ir_matches_reference(comp, sizes: dict) -> None:
 
 def _warp_specialized_based(tmp_path: Path) -> str:
     """based.tk with a producer warpgroup (the source's `producers=0` taken out): TMA ring buffers, roles,
-    one block per SM, a persistent grid: the schedule before session 10, still a valid program."""
+    one block per SM, a persistent grid: the schedule before `producers=0`, still a valid program."""
     src = Path(BASED).read_text()
     assert "@warpgroups(consumers=1, producers=0)" in src
     out = tmp_path / "based.tk"

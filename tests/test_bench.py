@@ -122,7 +122,7 @@ class _FakeCudaTorch:
 def test_each_timed_run_waits_behind_flush_and_host_lead(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every timed run is flush, then the GPU-side lead (torch.cuda._sleep), then the start event, the
     kernel and the end event: the host enqueues the kernel while the GPU is still busy, so its launch
-    path is not timed (session 8 measured Python launch time as kernel time without it)."""
+    path is not timed (without it a sweep measured Python launch time as kernel time)."""
     torch = _FakeCudaTorch()
     monkeypatch.setattr(bench, "_FLUSH", [torch.buffer])
     monkeypatch.setattr(bench, "WARMUP_S", 0.0)
@@ -137,8 +137,8 @@ def test_each_timed_run_waits_behind_flush_and_host_lead(monkeypatch: pytest.Mon
 def test_every_kernel_runs_equally_often_in_every_position(monkeypatch: pytest.MonkeyPatch) -> None:
     """The interleaved order rotates from rep to rep, and the reps round up to a multiple of the kernels:
     the kernels of a rep read the same input set, and on the H200 the second of two runs of one ~4 us
-    kernel timed 10-15% faster than the first in a fixed order (session 16, docs/experiments.md), which
-    had put tkir first against its peers in every comparison of sessions 8-15."""
+    kernel timed 10-15% faster than the first in a fixed order (docs/bench/README.md, "Method"), which
+    had put tkir first against its peers in every comparison before."""
     torch = _FakeCudaTorch()
     monkeypatch.setattr(bench, "_FLUSH", [torch.buffer])
     monkeypatch.setattr(bench, "WARMUP_S", 0.0)

@@ -277,7 +277,7 @@ def test_interpreter_ignores_it() -> None:
 
 @pytest.mark.parametrize("name", ["layernorm", "softmax", "rmsnorm"])
 def test_row_examples_tune_occ(name: str) -> None:
-    """OCC = [0, 4, 8] in each row kernel's space (8 since session 15; layernorm also 3, session 20);
+    """OCC = [0, 4, 8] in each row kernel's space (8 added later; layernorm also 3);
     the where-clause keeps OCC x WG x 128 <= 2048 (8 blocks of 4 warpgroups are dropped, of 2 kept)."""
     path = EXAMPLES / f"{name}.tk"
     space = read_space(path.read_text(encoding="utf-8"), str(path))
@@ -296,7 +296,7 @@ def test_row_examples_tune_occ(name: str) -> None:
 
 
 # The chunk loop's 1 x 1024 tiles keep whole rows per warp, as when this test was written: with
-# split_idle_warps (session 13) they split over the 8 warps and the planner fits 6 blocks, past the 4 asked.
+# split_idle_warps they split over the 8 warps and the planner fits 6 blocks, past the 4 asked.
 NO_IDLE_SPLIT = ",".join(p if p != "infer-layouts" else "infer-layouts{split_idle_warps=false}"
                          for p in DEFAULT_PIPELINE)
 
@@ -307,7 +307,7 @@ def test_tuner_model_sees_the_floor() -> None:
     flight per SM, which the model's Little's-law limit rewards; on the one-read path (no loop) the
     model counts no bytes in flight and predicts both alike (fewer, fuller waves, same time). The chunk
     is 512 wide: without the idle-warp split every warp holds a whole chunk, and layernorm's per-position
-    accumulators (session 14) of a 1024 chunk need 64 registers, more than 4 blocks leave."""
+    accumulators of a 1024 chunk need 64 registers, more than 4 blocks leave."""
     sizes = {"N": 8192}
     pred = {}
     for dc in (8192, 512):

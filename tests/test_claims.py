@@ -1,4 +1,4 @@
-"""docs/bench/claims.py's kernels, checked on CPU: the FMA-ceiling loop is correct in the interpreter
+"""scripts/bench/claims.py's kernels, checked on CPU: the FMA-ceiling loop is correct in the interpreter
 and compiles to one FFMA per element per step (nothing else in the loop's arithmetic)."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import tkir
 from tkir.examples import check_interpreted, load_companion
 
 ROOT = Path(__file__).parent.parent
-FMA = str(ROOT / "docs/bench/claims/fma_ceiling.tk")
+FMA = str(ROOT / "scripts/bench/claims/fma_ceiling.tk")
 
 def _claims():
-    spec = importlib.util.spec_from_file_location("claims", ROOT / "docs/bench/claims.py")
+    spec = importlib.util.spec_from_file_location("claims", ROOT / "scripts/bench/claims.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -37,8 +37,8 @@ def test_fma_ceiling_loop_is_ffma_only() -> None:
     assert "FFMA" not in s2 and re.search(r"\bFMUL\b", s2)
 
 
-MMA = str(ROOT / "docs/bench/claims/mma_ceiling.tk")
-MMA_SMEM = str(ROOT / "docs/bench/claims/mma_smem_ceiling.tk")
+MMA = str(ROOT / "scripts/bench/claims/mma_ceiling.tk")
+MMA_SMEM = str(ROOT / "scripts/bench/claims/mma_smem_ceiling.tk")
 
 
 def test_mma_ceilings_are_correct_in_the_interpreter() -> None:

@@ -1,4 +1,4 @@
-"""`@cluster(C)` and the cluster-rows pass (session 19): the front end's and the pass's refusals, the plan
+"""`@cluster(C)` and the cluster-rows pass: the front end's and the pass's refusals, the plan
 and launch description per CTA, the interpreter (a cluster kernel is the same program as its one-CTA
 block), the backend's guard, the tune model, and on the GPU the row examples run as clusters of two CTAs
 against their references (ragged N, the one-read and the chunked paths)."""

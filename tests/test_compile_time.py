@@ -58,7 +58,7 @@ def _ops(module: Module) -> int:
 def _best(f, runs: int) -> float:  # noqa: ANN001
     """The least CPU time of this process over `runs` calls: the work is all in-process (front end,
     passes, llvmlite), and CPU time does not count the waits while another test process (pytest-xdist's
-    workers, the suite runs with -n auto) has the core, which wall time did (session 15: 1.76x growth
+    workers, the suite runs with -n auto) has the core, which wall time did (1.76x growth was
     measured with two workers on two cores, 1.5 allowed)."""
     times = []
     for _ in range(runs):

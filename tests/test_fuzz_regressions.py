@@ -90,7 +90,7 @@ def test_layout_that_does_not_fit_its_tile_is_located(tmp_path: Path, capsys: py
 
 def test_misfit_register_layout_of_a_shared_tile_read_is_located(tmp_path: Path,
                                                                   capsys: pytest.CaptureFixture) -> None:
-    """Fuzzer find (session 10, seed 20261210, input 775): transpose's register copy of its shared tile
+    """Fuzzer find (seed 20261210, input 775): transpose's register copy of its shared tile
     with `vec = 2**64` in IR text, given to bank-conflicts: the access model of the copy raised a bare
     ValueError. Now the op that reads the tile is named, with the layout's problem."""
     text = dump(capsys, "transpose.tk", "select-swizzle", "-D", "SHARED_T=0")
@@ -279,7 +279,7 @@ def test_non_integral_i32_constant_and_zero_warps(tmp_path: Path, capsys: pytest
 
 @pytest.mark.parametrize("dim", ["-0.0", "1.0", "true"])
 def test_block_id_dim_must_be_an_int(dim: str, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    """Session 9's long run: IR text with `tk.block_id {dim = -0.0}` passed the verifier (-0.0 == 0) and
+    """A long fuzz run: IR text with `tk.block_id {dim = -0.0}` passed the verifier (-0.0 == 0) and
     the backend indexed "xyz" with a float (TypeError). A float or bool dim is now a located error."""
     ir = tmp_path / "gemm.tkir"
     ir.write_text(dump(capsys, "gemm.tk", "canonicalize"))
@@ -300,7 +300,7 @@ def test_block_id_dim_must_be_an_int(dim: str, tmp_path: Path, capsys: pytest.Ca
 ])
 def test_occupancy_plan_limits(field: str, value: str, message: str, tmp_path: Path,
                                capsys: pytest.CaptureFixture) -> None:
-    """Session 11's long run: an IR mutant of transpose (--no-tma, after plan-occupancy) wrote
+    """A long fuzz run: an IR mutant of transpose (--no-tma, after plan-occupancy) wrote
     `threads = 9223372036854775808` into the occupancy plan; the cp.async rule's numpy address model took
     it as the block's thread count (TypeError in bitwise_xor). A plan whose threads, blocks per SM or
     shared memory no block can have is now a located error where the attribute is read."""
@@ -316,7 +316,7 @@ def test_occupancy_plan_limits(field: str, value: str, message: str, tmp_path: P
 
 
 def test_module_without_a_kernel_is_a_located_error_at_the_backend(tmp_path: Path, capsys) -> None:
-    """Session 13's fuzz run (seed 20261301, input 1376): attention's IR after create-tma, truncated to its
+    """A fuzz run (seed 20261301, input 1376): attention's IR after create-tma, truncated to its
     tma.desc lines, went through the passes (nothing to rewrite) and raised a ValueError in the backend's
     launch description."""
     f = tmp_path / "descs_only.tkir"
@@ -331,7 +331,7 @@ def test_module_without_a_kernel_is_a_located_error_at_the_backend(tmp_path: Pat
 
 
 def test_col_vec_chunks_wider_than_the_vector(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    """Session 19's fuzz run (seed 20261901, input 2067): layernorm's IR after readonly-loads with Bias's
+    """A fuzz run (seed 20261901, input 2067): layernorm's IR after readonly-loads with Bias's
     layout `col_vec of row, vec = 9223372036854775808`: 0 chunks per part, and a ZeroDivisionError in the
     layout's fragment (plan-occupancy). A col_vec of row whose columns do not split into its chunks is now
     a located error at the value, as the row tile's own check was."""

@@ -63,25 +63,25 @@ CASES = [
     ("softmax", dict(N=300), {"D": 4096}),
     ("layernorm", dict(N=333), {"D": 16384, "DC": 4096, "ROWS": 2, "WG": 1}),
     ("layernorm", dict(N=300), {"D": 3072}),
-    # session 13: one row over the warps that would repeat it (infer-layouts' split_idle_warps: 2- and
+    # one row over the warps that would repeat it (infer-layouts' split_idle_warps: 2- and
     # 4-byte chunks at D = 768, 8-byte at 1 x 2048 over 16 warps), W and Bias hoisted (@hoist_loads(1))
     *[(k, dict(N=n), {"D": d, "DC": max(d, 1024), "ROWS": 1, "WG": wg, "HOIST": h})
       for k in ("layernorm", "rmsnorm") for n, d, wg, h in ((1, 768, 2, 1), (129, 768, 1, 1), (130, 768, 2, 0),
                                                             (77, 2048, 4, 1), (3, 16384, 4, 1))],
     ("softmax", dict(N=129), {"D": 768, "DC": 1024, "ROWS": 1, "WG": 2}),
     ("softmax", dict(N=5), {"D": 768, "DC": 1024, "ROWS": 1, "WG": 1}),
-    # session 14: 8-byte vector accesses (2048-wide chunks over 16 warps, 512 over 4) in the chunk loops,
+    # 8-byte vector accesses (2048-wide chunks over 16 warps, 512 over 4) in the chunk loops,
     # layernorm's shifted per-position sums (an odd chunk count: 1536 = 3 x 512); 4-byte at 768 over 4 warps
     ("layernorm", dict(N=333), {"D": 16384, "DC": 2048, "ROWS": 1, "WG": 4, "OCC": 4}),
     ("layernorm", dict(N=77), {"D": 8192, "DC": 4096, "ROWS": 1, "WG": 4}),
     ("layernorm", dict(N=5), {"D": 1536, "DC": 512, "ROWS": 1, "WG": 1}),
     ("rmsnorm", dict(N=129), {"D": 8192, "DC": 2048, "ROWS": 1, "WG": 4, "OCC": 4}),
     ("softmax", dict(N=33), {"D": 16384, "DC": 2048, "ROWS": 1, "WG": 4}),
-    # session 20: three blocks per SM (@blocks_per_sm(3)), the statistics from the whole row and the output
+    # three blocks per SM (@blocks_per_sm(3)), the statistics from the whole row and the output
     # re-reading X in two chunks: what the tuner picks for layernorm at D = 16384 (ragged N: 333 blocks)
     ("layernorm", dict(N=333), {"D": 16384, "DC": 8192, "ROWS": 1, "WG": 2, "OCC": 3, "REREAD": 1}),
     ("layernorm", dict(N=7), {"D": 16384, "DC": 8192, "ROWS": 1, "WG": 2, "OCC": 3, "REREAD": 1}),
-    # sessions 21-22: blocks of 1, 2 or 3 warps (@warps(NW)), rows split over the warps or a warp per row
+    # blocks of 1, 2 or 3 warps (@warps(NW)), rows split over the warps or a warp per row
     # (ROWS = 2 over 2 warps), ragged N; the 1-warp blocks exchange nothing through shared memory
     *[(k, dict(N=n), {"D": d, "DC": max(d, 1024), "ROWS": r, "NW": nw, **({"HOIST": h} if k != "softmax" else {})})
       for k in ("layernorm", "rmsnorm", "softmax")

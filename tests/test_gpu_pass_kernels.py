@@ -1,7 +1,7 @@
 """The kernels the attention-schedule FileCheck tests are written in (tests/passes/*.tk, not examples)
 run on the GPU, on both targets, and match the interpreter running the same compiled IR (marked gpu;
-no torch needed: tkir's own device arrays). Session 15's cache-policy.tk and contract-fma.tk and session
-16's fence-loads.tk too, and their interpreter runs are checked against numpy on the CPU (both targets'
+no torch needed: tkir's own device arrays). The cache-policy.tk, contract-fma.tk and
+fence-loads.tk pass kernels too, and their interpreter runs are checked against numpy on the CPU (both targets'
 compiled IR)."""
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ def _numpy_reference(name: str, a: list[np.ndarray]) -> dict[int, np.ndarray]:
     if name == "readonly-loads.tk":  # Acc += X's first half; Y = (X * S + A) per 256-column half
         x, sc, aa, acc = (v.astype(np.float64) for v in a[:4])
         return {3: acc + x[:, :256], 4: x * sc[:, None] + np.concatenate([aa, aa], axis=1)}
-    if name == "fence-loads.tk":  # layernorm of each row (session 16)
+    if name == "fence-loads.tk":  # layernorm of each row
         x, w, b = (v.astype(np.float64) for v in a[:3])
         xc = x - x.mean(axis=1, keepdims=True)
         return {3: xc / np.sqrt((xc * xc).mean(axis=1, keepdims=True) + 1e-5) * w + b}
@@ -98,10 +98,10 @@ def _numpy_reference(name: str, a: list[np.ndarray]) -> dict[int, np.ndarray]:
 
 @pytest.mark.parametrize("target", ["sm_90a", "sm_80"])
 @pytest.mark.parametrize("name", ["cache-policy.tk", "contract-fma.tk", "fence-loads.tk", "readonly-loads.tk"])
-def test_session15_kernels_match_numpy_in_the_interpreter(name: str, target: str) -> None:
+def test_pass_kernels_match_numpy_in_the_interpreter(name: str, target: str) -> None:
     """cache-policy.tk and contract-fma.tk (tests/passes/; not examples) through the default pipeline for
     each target: the interpreter's outputs against numpy (the hints and contractions change no value
-    beyond rounding). Session 18's readonly-loads.tk too (its marks change no value either)."""
+    beyond rounding). readonly-loads.tk too (its marks change no value either)."""
     k = _compile(name, target)
     assert ("tk.fence" in k.ir) == (name == "fence-loads.tk")
     host, outs = _inputs(name, np.random.default_rng(11))

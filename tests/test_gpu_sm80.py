@@ -17,7 +17,7 @@ from tkir.examples import load_companion, relative_error
 from tkir.passes.registry import DEFAULT_PIPELINE
 
 GEMM_SM80 = {"BM": 256, "BN": 128, "BK": 64, "STAGES": 3}
-# a gemm's loop is one role by default (since session 23: the rotated loop); cp.async producer warps are
+# a gemm's loop is one role by default (the rotated loop); cp.async producer warps are
 # asked for with plan-occupancy{producer_warps=N} (PW1, PW4); the one-role
 # cp.async loop of pipeline-cp-async is its ablation, and NO_PIPE / AHEAD0 ablate that loop
 _PW0 = "plan-occupancy{producer_warps=0}"
@@ -40,7 +40,7 @@ ROTATED = (ROT1, ROT8)
 NO_STAGE = ",".join(p for p in DEFAULT_PIPELINE if p != "stage-epilogue")
 ROLES = "tk.role {kind = producer, warps"
 # a 64 x 64 tile: the one-role loop keeps more mma warps per SM (6 blocks of 4) than producer warps would,
-# so plan-occupancy's automatic choice is one role there (session 16)
+# so plan-occupancy's automatic choice is one role there
 SMALL_TILE = {"BM": 64, "BN": 64, "BK": 32}
 
 CASES = [
@@ -55,7 +55,7 @@ CASES = [
     ("gemm", dict(M=1000, N=744, K=520), GEMM_SM80, PW0),          # the producer warps' ablation
     ("gemm", dict(M=128, N=256, K=40), {}, PW0),
     ("gemm", dict(M=1000, N=744, K=520), GEMM_SM80, PW1),          # one producer warp
-    ("gemm", dict(M=1000, N=744, K=520), GEMM_SM80, PW4),          # four producer warps (the default until session 23)
+    ("gemm", dict(M=1000, N=744, K=520), GEMM_SM80, PW4),          # four producer warps (the default before the rotated loop)
     ("gemm", dict(M=1000, N=744, K=520), {}, PW4),
     ("gemm", dict(M=77, N=24, K=8), SMALL_TILE, PW4),               # a k-loop of one partial tile, producers
     ("gemm", dict(M=77, N=24, K=8), SMALL_TILE, None),              # the same, one role (the default there)
@@ -205,7 +205,7 @@ def test_producer_filecheck_kernel_matches_numpy_on_gpu(target: str, consts: dic
     """The kernel of tests/passes/pipeline-sm80-producer.tk (not an example: a gemm with an optional SiLU
     epilogue) on both targets, ragged sizes, against numpy in float64 (sm_90a needs 3 stages: its staged
     epilogue does not fit beside 4)."""
-    # the file's subject, the producer warps, asked for on sm_80 (one role is the default since session 23)
+    # the file's subject, the producer warps, asked for on sm_80 (one role is the default)
     k = tkir.compile("tests/passes/pipeline-sm80-producer.tk", target=target,
                      passes=PW4 if target == "sm_80" else None, **consts)
     assert (ROLES in k.ir) == (target == "sm_80")

@@ -1,5 +1,6 @@
-"""scripts/mutate.py, the mutation runner: its named list still applies to the code, its operator
-mutations are valid Python, and a mutant is run on a copy and reported killed or survived."""
+"""scripts/mutate.py, the mutation runner, and scripts/mutants.py, its table: every listed mutation still
+applies to the code, its operator mutations are valid Python, and a mutant is run on a copy (against its own
+tests where it names them) and reported killed or survived."""
 
 from __future__ import annotations
 
@@ -23,14 +24,15 @@ def _load():
 
 mutate = _load()
 
-# issue 14, item 7: the mutations a CPU run used to miss, each with at least one named mutation
+# the classes of mistake a CPU run used to miss (docs/mutation.md), each with at least one named mutation
 ISSUE_CLASSES = {"wgmma descriptor swizzle code", "B-transpose flag", "row-reduction lane count", "shuffle loop",
                  "32B swizzle mask", "TMA box-size boundary", "bank-conflict threshold", "shared-memory reserve"}
 
 
 def test_named_mutations_apply_to_the_code_and_compile() -> None:
-    """Every named mutation finds its snippet where it says (once, or its stated occurrence) and the
-    mutated file is still valid Python: the list cannot rot silently as the code changes."""
+    """Every mutation of the table finds its snippet where it says (once, or its stated occurrence) and the
+    mutated file is still valid Python (a .tk example is checked by the tests the mutant names): the list
+    cannot rot silently as the code changes."""
     ids = [m.id for m in mutate.NAMED]
     assert len(ids) == len(set(ids))
     for m in mutate.NAMED:
@@ -38,8 +40,30 @@ def test_named_mutations_apply_to_the_code_and_compile() -> None:
         mutated = m.apply(text)
         assert mutated != text, m.id
         assert len(mutated.splitlines()) == len(text.splitlines()), f"{m.id} changes more than one line"
-        compile(mutated, m.path, "exec")
+        if m.path.endswith(".py"):
+            compile(mutated, m.path, "exec")
     assert ISSUE_CLASSES <= {m.klass for m in mutate.NAMED}
+
+
+def test_targeted_mutations_name_test_files_that_exist() -> None:
+    """A targeted mutant's tests are pytest arguments whose paths exist (a renamed test file would make its
+    mutants 'survive' an empty run: the runner refuses a run that collects nothing, this catches it sooner)."""
+    targeted = [m for m in mutate.NAMED if m.tests]
+    assert len(targeted) >= 100 and {m.topic for m in targeted} >= {"cluster", "sm80-producers"}
+    for m in targeted:
+        paths = [a for a in m.tests if a.startswith("tests/")]
+        assert paths, m.id
+        for a in paths:
+            assert (ROOT / a.split("::")[0]).exists(), (m.id, a)
+
+
+def test_a_mutant_with_its_own_tests_runs_those() -> None:
+    plan = mutate.Plan(["tests/test_a.py"], [], cpu_prefix=["-n", "2"])
+    own = mutate.Mutation("x", "f.py", "a", "b", "", tests=("tests/test_b.py", "-k", "c"))
+    assert plan.cpu_args(own) == ["-n", "2", "tests/test_b.py", "-k", "c"]
+    assert plan.cpu_args(mutate.Mutation("y", "f.py", "a", "b", "")) == ["tests/test_a.py"]
+    plan.own_tests = False  # --tests: every mutant runs those
+    assert plan.cpu_args(own) == ["tests/test_a.py"]
 
 
 def test_apply_refuses_a_snippet_that_is_not_unique() -> None:

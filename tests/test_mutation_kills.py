@@ -1213,7 +1213,7 @@ def test_shared_accesses_through_the_scratch_area_are_aligned(dtype: str, cols: 
     by 16 B only where the row is a multiple of 128 B): every st.shared/ld.shared of every thread is
     aligned to its access width, as PTX requires (PTX ISA, ld/st: the address must be naturally
     aligned to the access size). A mutant that padded other rows by 1 B left every example's PTX
-    unchanged (session 9's sample)."""
+    unchanged (a random mutation sample)."""
     src = SCRATCH_KERNEL.replace("CC", str(cols)).replace("DT", dtype)
     k = compile_kernel(src, {}, {}, src_dir)
     fn = LLVMText(k.asm["llvm"])
@@ -1258,7 +1258,7 @@ def test_outer_product_moves_packed_pairs_only_with_one_half_in_every_warp(case:
     k | 1 only when every warp takes the same half (k & 1). Its LLVM, evaluated for every thread
     (tests/test_based.py's evaluator), must give every slot round_bf16(a * b) of its element, with one
     shuffle per packed register where the warps' slots share a half (slots 0 / 2: 4 shuffles, not 8).
-    Session 9's mutation sample: `k & 1` -> `k & 2` in that condition (backend/rules_registers.py,
+    A random mutation sample: `k & 1` -> `k & 2` in that condition (backend/rules_registers.py,
     `pairs`) takes slots 0 / 1 as a pair, so warp 1 reads slot 0's half, and misses the 0 / 2 pair;
     it changed no example's PTX and no test saw it."""
     (sa, la), (sb, lb), (sr, lr), n_shfl = OUTER_PAIR_CASES[case]

@@ -161,7 +161,7 @@ def test_sm80_gemm_gets_four_producer_warps(bm: int, bn: int) -> None:
 @pytest.mark.parametrize("bm, bn", [(256, 128), (128, 256)])
 def test_sm80_gemm_automatic_choice_is_one_role_at_equal_mma_warps(bm: int, bn: int) -> None:
     # producers would keep the same 8 mma warps per SM (one block): the one-role loop, which pipeline-cp-async
-    # rotates, measured 5-7% faster on the H200 (session 23), so the automatic choice is one role
+    # rotates, measured 5-7% faster on the H200 (docs/experiments.md), so the automatic choice is one role
     plan = _sm80_plan("gemm", {"BM": bm, "BN": bn, "BK": 64, "STAGES": 4})
     assert plan.role("producer") is None and plan.role("compute") is not None
     assert plan.threads == 256 and plan.blocks_per_sm == 1
@@ -191,7 +191,7 @@ kernel g4<BM=128, BN=128, BK=32, STAGES=4>(A: gl<bf16>[M, K], B: gl<bf16>[K, N],
 def test_sm80_producer_warps_only_where_they_keep_the_mma_warps_per_sm(tmp_path: Path, occupancy: str,
                                                                         roles: tuple, blocks: int) -> None:
     # a 4-warp 128 x 128 block: with 4 producer warps it is one block per SM (4 mma warps), where the one-role
-    # loop fits two (8): the automatic choice keeps one role (H200, session 16: 283 against 374 TFLOP/s);
+    # loop fits two (8): the automatic choice keeps one role (H200: 283 against 374 TFLOP/s);
     # asked for, the producers are planned
     src = tmp_path / "g4.tk"
     src.write_text(GEMM_4W)

@@ -53,7 +53,7 @@ def _mutated(kind: str):
 
 def test_producer_that_does_not_wait_for_the_release_gives_wrong_results(comp, monkeypatch) -> None:
     """The race shows only when the producer's refill of q comes before the consumers' last reads of it.
-    Under a loaded machine (CI's two busy workers) the threads' interleaving hid it (session 19: one
+    Under a loaded machine (CI's two busy workers) the threads' interleaving hid it (one
     failure in a full local run, none alone), so every interpreted mma here first sleeps a little: the
     consumers lag behind the producer, as on the GPU, and the overwrite happens on every run."""
     from tkir import interp_frame

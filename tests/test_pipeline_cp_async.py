@@ -41,7 +41,7 @@ NO_PIPE = ",".join(p for p in PIPELINE if p != "pipeline-cp-async")
 # the loop without the rotation and without step_ahead (the fragment distance of the backend's default)
 NO_ROTATE = ",".join("pipeline-cp-async{rotate=0,step_ahead=false}" if p == "pipeline-cp-async" else p
                      for p in PIPELINE)
-# the session 24 default: rotated by one unit, fragments one unit ahead (step_ahead's ablation)
+# the default before step_ahead: rotated by one unit, fragments one unit ahead (step_ahead's ablation)
 NO_STEP_AHEAD = ",".join("pipeline-cp-async{step_ahead=false}" if p == "pipeline-cp-async" else p for p in PIPELINE)
 
 INTERP_CASES = [
@@ -156,7 +156,7 @@ def test_sm80_gemm_loop_sass(consts: dict, stages: int, per_iter: int) -> None:
     # may lift the first run above the first HMMA, which waits for its fragments anyway
     assert inner.count("LDGSTS") >= 1
     # ptxas's three dead `@!PT LDS RZ, [RZ]` before an LDGSTS that follows an ldmatrix: once per run, so
-    # 3 per tile (A and B), not 3 per copy (session 16: 21 of them in a 4-warp loop with one copy per unit)
+    # 3 per tile (A and B), not 3 per copy (once 21 of them in a 4-warp loop with one copy per unit)
     assert body.count("LDS") <= 3 * 2
     assert not local_memory_ops(sass) and k.asm["ptxas"].spill_stores == 0
 

@@ -21,7 +21,7 @@ CASES = [
     ("attention_fwd", dict(B=1, H=2, N=256), {}),
     ("attention_fwd", dict(B=1, H=1, N=256), {"D": 64, "CAUSAL": 1, "BQ": 128, "STAGES": 3}),
     # sm_80: cp.async producer warps (every producer thread arrives on full[s] per copy), roles in warps; asked
-    # for (plan-occupancy{producer_warps=4}): since session 23 the automatic choice is the one-role loop
+    # for (plan-occupancy{producer_warps=4}): the automatic choice is the one-role loop
     ("gemm", dict(M=200, N=296, K=136), {"target": "sm_80", "passes": PW4}),
     ("gemm", dict(M=300, N=136, K=200), {"target": "sm_80", "passes": PW4, "BM": 256, "BN": 128, "STAGES": 3}),
     ("linear", dict(M=200, N=264, K=72), {"target": "sm_80", "passes": PW4, "ACT": 2}),

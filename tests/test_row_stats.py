@@ -1,4 +1,4 @@
-"""row_mean / row_var (tk.reduce kinds mean and var) and fuse-row-stats (session 18): the interpreter
+"""row_mean / row_var (tk.reduce kinds mean and var) and fuse-row-stats: the interpreter
 against numpy on both targets' compiled IR (CPU), the verifier's refusals, and on the GPU the lowered
 kernels (fused, and with the pass left out) against numpy, on rows with a large mean too."""
 

@@ -220,11 +220,11 @@ def test_tensors_copied_in_16_byte_pieces_need_an_aligned_base() -> None:
 
 
 def test_rows_copied_in_4_and_8_byte_pieces_need_that_alignment(tmp_path: Any) -> None:
-    """Session 14: a `row` tile whose lane chunks are 8 bytes (1 x 2048 bf16 over 16 warps: 4 elements a
+    """A `row` tile whose lane chunks are 8 bytes (1 x 2048 bf16 over 16 warps: 4 elements a
     lane) or 4 bytes (1 x 768 over 4 warps: 2 a lane) is copied with ld/st.global.v2.b32 / .b32. The
     launch asks for rows and bases aligned to that piece, no more: a view 8 bytes into a buffer runs the
-    8-byte kernel, 2 bytes in is refused, and the 4-byte kernel takes a view 4 bytes in. (Session 15:
-    the loads carry an L2 hint, passes/cache_policy.py; 8 bytes of bf16 load as .v4.b16.)"""
+    8-byte kernel, 2 bytes in is refused, and the 4-byte kernel takes a view 4 bytes in. (The
+    loads carry an L2 hint, passes/cache_policy.py; 8 bytes of bf16 load as .v4.b16.)"""
     import re
 
     import tkir
@@ -552,7 +552,7 @@ def test_wrong_arguments_are_reported_before_the_driver_is_needed() -> None:
 
 
 def test_a_tensor_read_through_the_readonly_path_may_not_overlap_another_argument() -> None:
-    """readonly-loads (session 18): layernorm reads X, W and Bias with ld.global.nc, so the launch lists
+    """readonly-loads: layernorm reads X, W and Bias with ld.global.nc, so the launch lists
     them under `readonly` and bind refuses a call where Y shares a byte with any of them (in place, or a
     view one row in), before anything reaches the GPU; Y right after X is fine, and so are two read-only
     tensors on the same memory (W is Bias). The launch description itself must name real tensors."""

@@ -283,7 +283,7 @@ def pointer_device(ptr: int) -> int:
 
 
 def test_pointer_device_names_the_gpu_of_the_memory(two_gpus: None) -> None:
-    """Regression (session 9, the H200 x2 machine): cuda-bindings' cuPointerGetAttribute answered 0
+    """Regression (found on a two-H200 machine): cuda-bindings' cuPointerGetAttribute answered 0
     for DEVICE_ORDINAL of GPU 1's memory, so arrays on GPU 1 given by CUDA Array Interface were
     launched on GPU 0 (an illegal address). tkcuda.pointer_device must agree with the allocation's
     context on every GPU."""

@@ -291,7 +291,7 @@ def test_emitted_accumulator_store_writes_each_element_once(M: int, N: int, warp
                                                      (64, 48, 16, 4, 1)], ids=str)
 def test_emitted_mma_sync_with_a_register_b(M: int, N: int, K: int, warps: int, warps_n: int) -> None:
     """B from registers (an `mma_b` tile: every warp holds all of B, HOPPER.md §6.3; register operands
-    need whole-row warps, warps_n = 1) instead of shared memory: the rule packs each n8 block's b0b1 / b2b3 pairs from the tile's slots. (Session 9's
+    need whole-row warps, warps_n = 1) instead of shared memory: the rule packs each n8 block's b0b1 / b2b3 pairs from the tile's slots. (A random
     mutation sample: reading slot s0 - j instead of s0 + j changed no example's PTX and no test saw
     it; no example has a register B on sm_80.)"""
     rng = np.random.default_rng(M + N + K + warps_n)

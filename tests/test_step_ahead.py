@@ -1,9 +1,9 @@
-"""pipeline-cp-async's `step_ahead` (session 25): on the mma.sync path, a rotatable cp.async loop whose two k16
+"""pipeline-cp-async's `step_ahead`: on the mma.sync path, a rotatable cp.async loop whose two k16
 steps of shared fragments fit the registers loads every fragment a whole k16 step ahead of its mma.syncs and is
 rotated by a whole step (rotate = fragments_ahead = the units of one step), CUTLASS's double-buffered warp
 fragments. Without a GPU: which loops it marks and which it leaves (registers, copy rounds, an explicit
 parameter, the ablation), the order of the PTX it makes, and ptxas's registers (no spills).
-tests/test_gpu_sm80.py runs the kernels on the GPU; docs/experiments.md ("Session 25") has the timings."""
+tests/test_gpu_sm80.py runs the kernels on the GPU; docs/experiments.md ("sm_80 GEMM: fragments a whole k16 step ahead") has the timings."""
 
 from __future__ import annotations
 

@@ -150,7 +150,7 @@ def test_model_waves_and_work() -> None:
 
 
 def test_model_lone_blocks_have_their_sm_and_no_kernel_beats_the_floor() -> None:
-    """Session 13: one block (a row kernel at N = 1) shares its SM with nobody, whatever blocks per SM the
+    """One block (a row kernel at N = 1) shares its SM with nobody, whatever blocks per SM the
     plan allows, and no prediction is under KERNEL_FLOOR_S; before, layernorm's 4-warp points at N = 1
     were put at 12x the 16-warp ones and dropped untimed, though they measured fastest."""
     from tkir import tune_model
@@ -189,7 +189,7 @@ def test_model_sees_the_stream_k_split() -> None:
 def test_model_follows_the_kernels_own_min_iters() -> None:
     """@stream_k(1, min_iters=SKI) reaches the model through the compiled kernel's stream_k attr: at M = 64,
     N = K = 4096 with 64 x 64 tiles (64 tiles of 64 iterations) SKI = 16 splits them over all 132 blocks,
-    SKI = 32 over 128 (each tile in two halves, session 20's faster split)."""
+    SKI = 32 over 128 (each tile in two halves, the faster split measured)."""
     sizes = dict(M=64, N=4096, K=4096)
     got = {}
     for ski in (16, 32):
@@ -330,7 +330,7 @@ print(json.dumps(out))
 def test_points_are_split_over_the_gpus_and_merged_back(monkeypatch: pytest.MonkeyPatch) -> None:
     """Two GPUs: one worker per GPU, all started before any is waited for, each seeing only its GPU
     (CUDA_VISIBLE_DEVICES) and its share of the points; results land on the right candidates. (The
-    real worker is `python -m tkir.tune --worker SPEC`; session 9's first two-GPU run failed in this
+    real worker is `python -m tkir.tune --worker SPEC`; the first two-GPU run failed in this
     plumbing with "I/O operation on closed file".)"""
     monkeypatch.setattr(tune, "WORKER_CMD", [sys.executable, "-c", FAKE_WORKER])
     cands = [tune.Candidate({"BM": m}, {"BM": m}) for m in (64, 128, 192, 256, 320)]

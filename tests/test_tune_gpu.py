@@ -43,7 +43,7 @@ def test_tkc_tune_gemm_then_cached(tmp_path: Path) -> None:
     timed = [c for c in data["candidates"] if c["status"] == "timed"]
     assert len(timed) >= 4 and all(c["rel_err"] < 2e-2 and c["ms"] > 0 for c in timed)
     # the best: the fastest of the second round where points were timed again (the rounds are not
-    # compared: session 18 measured a 4096^3 second round ~11% slower), else of the first
+    # compared: a 4096^3 second round was measured ~11% slower), else of the first
     again = [c for c in timed if c["again_ms"] is not None]
     assert len(again) != 1
     if again:

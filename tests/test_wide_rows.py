@@ -159,19 +159,19 @@ def test_naive_chunked_variance_fails_the_large_mean_check(monkeypatch: pytest.M
     assert np.max(np.abs(got / var - 1)) > 1e-3
 
 
-# Session 14: with the column tests gone (tkir/bounds.py) ptxas unrolls these loops whole and issues
+# With the column tests gone (tkir/bounds.py) ptxas unrolls these loops whole and issues
 # every chunk's loads first; plan-occupancy's register count does not include the unrolled loads, so
 # two of the configurations now spill (softmax 4096 / 2 rows / 1 warpgroup: 76 bytes; layernorm's
 # header, 16 rows of 1024 over 4 warpgroups: 28 bytes). Known gap, strict: a fix makes them pass.
 UNROLL_SPILLS = pytest.mark.xfail(strict=True, reason="plan-occupancy does not count the loads of a loop "
-                                                      "ptxas unrolls whole (session 14)")
-# Session 18: readonly-loads lets ptxas issue the output loop's loads (X again, W, Bias) above its
+                                                      "ptxas unrolls whole")
+# readonly-loads lets ptxas issue the output loop's loads (X again, W, Bias) above its
 # stores, all chunks' at once, which plan-occupancy's register count does not include either: one more
 # configuration spills a little (rmsnorm DC 4096 over 4 warpgroups: 4 bytes) at the register cap the
 # planner chose (and layernorm DC 2048 over 4 warpgroups at 4 requested blocks per SM, 8 bytes; not in
 # this list). Known gap, strict.
 HOISTED_SPILLS = pytest.mark.xfail(strict=True, reason="plan-occupancy does not count the loads readonly-loads "
-                                                       "lets ptxas issue above the stores (session 18)")
+                                                       "lets ptxas issue above the stores")
 CHUNKED = [("softmax", {}), ("softmax", {"DC": 8192, "ROWS": 1, "WG": 1}),
            pytest.param("softmax", {"DC": 4096, "ROWS": 2, "WG": 1}, marks=UNROLL_SPILLS),
            pytest.param("layernorm", {}, marks=UNROLL_SPILLS), ("layernorm", {"DC": 8192, "ROWS": 1, "WG": 1}),

@@ -16,7 +16,7 @@ A point the pipeline accepts but that plans fewer than MIN_WARPS_PER_SM resident
 per SM x warps per block) is passed over for the next one that plans at least that many; it is kept
 only when no later point does. One warp per scheduler issues mma.sync at half the rate two do (the
 register-operand ceiling on the H200: 309 TFLOP/s at 4 warps per SM, 597 at 8; docs/experiments.md,
-"Session 11"). On sm_80, attention at head dim 128 then takes BQ 128 x BKV 64 (4 warps, 2 blocks per
+"The mma.sync path"). On sm_80, attention at head dim 128 then takes BQ 128 x BKV 64 (4 warps, 2 blocks per
 SM: 1.00x FA2) over 192 x 64 (6 warps, one block per SM: 0.71x). Warp-specialized sm_90a kernels plan
 12 or more warps per block, so their choice does not change.
 

@@ -36,9 +36,9 @@ WARMUP_MAX_ROUNDS = 2000
 FLUSH_BYTES = 256 * 2**20    # zeroed before every timed run: > 4x the L2
 # GPU-side lead before each timed run's start event: torch.cuda._sleep spins this many SM clock
 # cycles (~100 us at the H200's 1.98 GHz boost), so the host has flush + lead (~175 us of GPU work)
-# to enqueue the timed call. Session 8 saw tkir's small kernels at 6-9 us in one run and 14-37 us in
+# to enqueue the timed call. One sweep saw tkir's small kernels at 6-9 us in one run and 14-37 us in
 # another: Python launch paths that outran the ~75 us flush were timed as kernel time (METHOD.md:
-# shrink launch gaps out of the measurement; every peer gets the same lead). Session 13 raised it from
+# shrink launch gaps out of the measurement; every peer gets the same lead). It was raised from
 # 200,000 to 1,000,000 (~0.5 ms): torch.compile's host path took 50-270 us per call on that machine, and
 # its timings at N = 1 and 128 came out at about that host time (a 3.8 us kernel timed at 63 us).
 HOST_LEAD_CYCLES = 1_000_000
@@ -48,7 +48,7 @@ FALLBACK_LEAD_FLUSHES = 6
 ROTATE_BUDGET = 24 * 2**30   # never allocate more than this for rotation
 # With up to this many kernels in one interleaved group the reps round up to a multiple of them, so each
 # runs equally often in each position (a bench: tkir and its peers). A tune space times tens or hundreds
-# of kernels in one group: rounding 20 reps up to 132 (layernorm at D = 768, session 17's sweep) cost
+# of kernels in one group: rounding 20 reps up to 132 (layernorm at D = 768 in the sweep) cost
 # ~10 s a point in host leads and flushes and ~10 minutes at 600 kernels, where the rotation alone
 # already puts each kernel first in at most one of its 20 reps, which no median notices.
 ROTATE_FULL_MAX = 8
@@ -164,11 +164,11 @@ def time_pair_ms(torch, fns_for_set: list, nsets: int, reps: int, warmup: int, r
 
     The order rotates from rep to rep (rep i starts with kernel i mod K) and, for K <= ROTATE_FULL_MAX, the
     reps are rounded up to a multiple of K, so every kernel runs equally often in every position (with
-    more kernels each is first in at most ceil(reps / K) of its reps). Measured on the H200 (session 16,
-    docs/bench/session16_position.py): the same ~4 us row kernel timed twice per rep in a fixed order ran
+    more kernels each is first in at most ceil(reps / K) of its reps). Measured on the H200 (docs/bench/README.md,
+    "Method"): the same ~4 us row kernel timed twice per rep in a fixed order ran
     1.11-1.15x faster second than first (0.999x at 68 us); rotated, 1.004-1.021x. The kernels of one rep
     read the same input set, so the likely cause is the first one warming what the L2 flush does not
-    evict (address translations). `rotate=False` is the fixed order of sessions 8-15, which put tkir
+    evict (address translations). `rotate=False` is the fixed order used before, which put tkir
     first against its peers in every comparison."""
     flush = _flush_buffer(torch)
     # warm-up: at least `warmup` rounds and WARMUP_S seconds, so an idle GPU's clocks have ramped up
@@ -245,7 +245,7 @@ def bench_one(path: str, companion, sizes: dict, consts: dict, *, reps: int = 20
               variant: str = "tkir", compile_kw: dict | None = None, peer: bool = True,
               kernel: object | None = None) -> Row:
     """`kernel`: a compiled kernel to time in place of compiling `path` (anything callable on the inputs
-    with a `consts` dict: an A/B of PTX another compiler made, docs/bench/session15_ab.py)."""
+    with a `consts` dict: an A/B of PTX another compiler made, scripts/bench/ab.py)."""
     import torch
 
     import tkir

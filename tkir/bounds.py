@@ -4,8 +4,8 @@ A `row`-layout tile copied to or from global memory tests each lane chunk agains
 and columns (backend/rules_registers.py: loads read zeros outside, stores are skipped). Where the index
 of a dim provably stays inside it, the test is left out: no compare, no select of zeros, no predicate
 on the store. Such chunks cost fewer integer instructions (the row kernels' loops: a compare, a select
-per loaded word and a predicated store per chunk; session 14, docs/experiments.md), and ptxas unrolls
-loops whose stores are unpredicated.
+per loaded word and a predicated store per chunk; docs/experiments.md, "Row kernels: instructions, not
+bytes in flight"), and ptxas unrolls loops whose stores are unpredicated.
 
 Proofs are small and exact, no heuristics:
 

@@ -66,7 +66,7 @@ def load_companion(tk_path: str) -> types.ModuleType:
 
 def reuse_companion(namespace: dict, path: str | Path, **overrides: object) -> None:
     """Define in `namespace` (a companion's `globals()`) everything the companion at `path` defines, then
-    `overrides`: the companion of a variant kernel (docs/bench/variants) in a few lines. The other
+    `overrides`: the companion of a variant kernel (scripts/bench/gemm_wg.py) in a few lines. The other
     companion's code runs in this namespace, so its functions read the overridden constants (a variant
     with other DEFAULT_CONSTS gets references computed with them)."""
     src = Path(path)

@@ -91,7 +91,7 @@ def _size(op: Operation) -> None:
 def _block_id(op: Operation) -> None:
     n_operands(op, 0)
     n_results(op, 1)
-    dim = op.attrs.get("dim")  # an int: -0.0 and true compare equal to 0 and 1 (fuzzer, session 9)
+    dim = op.attrs.get("dim")  # an int: -0.0 and true compare equal to 0 and 1 (a fuzzer find)
     expect(type(dim) is int and dim in (0, 1, 2), f"'{op.name}' needs dim = 0, 1 or 2")
 
 

@@ -20,7 +20,7 @@
    L2 flushed, medians). Then the points within REFINE_WITHIN of the best median (at most REFINE_TOP)
    are timed again, together, with REFINE_REPS_FACTOR x the reps, and the best is chosen among them by
    that second run: at a few microseconds one round's medians tie or differ by less than their noise
-   (session 17: 11 of layernorm's N = 1, D = 768 points at the same 3.6 us, the first of them taken).
+   (11 of layernorm's N = 1, D = 768 points at the same 3.6 us, the first of them taken).
    The table ranks by the first round (every point timed together) and shows the second beside it;
    the two rounds are not compared with each other (clocks drift between them).
    With several GPUs, the points are split over them, one process each, for the first round; the
@@ -54,8 +54,8 @@ SPILL_LIMIT_BYTES = 64     # drop a point whose ptxas spills more than this: a f
 #                            register budget a little under ptxas's need) cost little; more means a mis-planned point
 DEFAULT_REPS = 20
 REFINE_WITHIN = 1.06       # points within 6% of the best median of the first round are timed again...
-#                            (3% until session 22: a first round of 42 GEMMs at 4096 x 128256 x 4096 put
-#                            BN = 256 4.4% behind BN = 128 in session 20 and 0.1% ahead in session 22; timed
+#                            (3% before: a first round of 42 GEMMs at 4096 x 128256 x 4096 put BN = 256
+#                            4.4% behind BN = 128 in one sweep and 0.1% ahead in the next; timed
 #                            again in a group of 6 it was 6-7% faster, as the sweep's bench harness measures)
 REFINE_TOP = 8             # ...at most 8 (tkir.bench.ROTATE_FULL_MAX: each then runs first equally often)...
 REFINE_REPS_FACTOR = 3     # ...with 3x the reps, in one group of their own
@@ -318,7 +318,7 @@ def refine_candidates(timed: list[Candidate]) -> list[Candidate]:
 
 def best_candidate(timed: list[Candidate]) -> Candidate | None:
     """The fastest point: among those timed again (again_ms set), by the second round; else by the first.
-    The rounds are not compared with each other: the clocks drift between them (session 18: a 4096^3 GEMM's
+    The rounds are not compared with each other: the clocks drift between them (measured: a 4096^3 GEMM's
     re-timed points ran about 11% slower in the second round than in the first)."""
     if not timed:
         return None
@@ -339,7 +339,7 @@ def _time_on_gpus(path: str, sizes: dict, cands: list[Candidate], *, target: str
             if not group:
                 continue
             # the spec goes in a file, not a pipe: every worker must start before any is waited for
-            # (session 9: writing stdin, closing it, then communicate() raised "I/O operation on
+            # (writing stdin, closing it, then communicate() raised "I/O operation on
             # closed file" on the first two-GPU machine tkir ran on)
             spec = _write_spec(Path(tmp) / f"gpu{g}.json", path, sizes, target, passes, reps, g, group)
             env = dict(os.environ, CUDA_VISIBLE_DEVICES=str(g))
@@ -353,7 +353,7 @@ def _time_on_gpus(path: str, sizes: dict, cands: list[Candidate], *, target: str
             for c, d in zip(group, json.loads(out), strict=True):
                 c.__dict__.update(d)
         # the second round, as on one GPU: the points near the best of all the workers' first rounds, timed
-        # again together on GPU 0 (each worker saw only its share, and a first round is a screen: session 22)
+        # again together on GPU 0 (each worker saw only its share, and a first round is a screen: docs/bench/README.md)
         near = refine_candidates([c for c in kept if c.status == "timed"])
         if near:
             spec = _write_spec(Path(tmp) / "refine.json", path, sizes, target, passes, reps, 0, near,

@@ -43,15 +43,15 @@ from tkir.types import DTYPE_BYTES, GlobalType, TileType, VectorType
 
 PEAK_TENSOR_FLOPS = 989.4e12  # H200 SXM dense bf16/f16 tensor FLOP/s (NVIDIA H200 datasheet; 1,979 with sparsity)
 PEAK_FP32_FLOPS = 66.9e12     # 132 SMs x 128 FP32 lanes x 2 x 1.98 GHz (H100 whitepaper lanes; clock read on the
-#                              H200, docs/bench/latest/session6/call1/claims.json: an FMA loop reached 64.8)
+#                              H200 by scripts/bench/claims.py: an FMA loop reached 64.8)
 FEED_BYTES_PER_S = 10e12      # estimate: L2 -> SM tile traffic of all SMs together (about 2.3x the 4.26 TB/s
 #                              HBM copy rate measured here); not published by NVIDIA, not measured
 FEED_LATENCY_S = 1.5e-6       # a copy's round trip under load: an SM with B bytes in flight is fed at most
 #                              B / FEED_LATENCY_S (Little's law). Fitted to one H200 sweep (gemm M=64,
-#                              docs/bench/latest/session6/call4/tune_m64.json: STAGES 3 -> 6 took 34.6 -> 21.6 us)
+#                              `tkc tune` at M = 64 on 2026-12-01: STAGES 3 -> 6 took 34.6 -> 21.6 us)
 KERNEL_FLOOR_S = 3.3e-6       # no kernel is timed faster than this: a block that copies one 768-wide bf16 row
 #                              through registers took 3.33-3.36 us under tkir.bench's timing on the H200
-#                              (launch, one DRAM round trip each way; docs/bench/latest/session13/call1)
+#                              (launch, one DRAM round trip each way; docs/experiments.md)
 SK_PHASE_RATE = 0.75          # stream-K iterations ran at about 75% of the data-parallel rate on the H200
 #                              (partials, less L2 sharing between blocks at different K offsets;
 #                              docs/experiments.md, the stream-k measurements)

@@ -2,7 +2,7 @@
 numpy) or is refused with a located error, never a backend failure.
 
 A sample of the table (every SAMPLE_EVERY-th case by id, W cycling over 1, 2, 3), so CI stays short.
-Session 22 ran the whole table on the CPU machine: @warps(2) in every context on both targets (1748
+The whole table ran on the CPU machine (docs/experiments.md, "`@warps(W)`"): @warps(2) in every context on both targets (1748
 cases: 1203 work, 545 refused, 0 backend failures) and @warps(1), @warps(3) at the top level and in
 loops (940 each: 720 work, 220 refused, 0 backend failures); the refusals are wgmma's whole warpgroups
 (sm_90a kernels with `@`), register overflows and accumulators that do not split over 3 warps.

@@ -1,0 +1,494 @@
+"""The mutation table of scripts/mutate.py: each entry one single-line change to the code, what it breaks, and
+the tests that should notice it.
+
+`MUTANTS` is one list. The `core` entries (first the eight classes of mistake a CPU run used to miss, the
+`klass` of each, then others of the pipeline and backend) run against mutate.py's DEFAULT_TESTS; the
+targeted entries, grouped by `topic`, each name the tests that touch the code they change (mostly a `-k`
+selection), so a topic runs in minutes: `python3 scripts/mutate.py --named --topic cluster`.
+docs/mutation.md has what killed each and the tests added for the ones that survived a first round.
+tests/test_mutation.py checks that every entry still finds its snippet (once, or its stated occurrence)
+and that a mutated Python file still compiles, so the table cannot rot silently as the code changes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Mutation:
+    """One single-line change: `old` (unique in `path`, or its `occurrence`-th match) becomes `new`."""
+
+    id: str
+    path: str
+    old: str
+    new: str
+    what: str
+    klass: str = ""           # the class of mistake a CPU run used to miss, or "" for the others
+    occurrence: int = 0       # 0: `old` must occur exactly once; n: the n-th of several
+    line: int = 0             # --auto: the 1-based line (old/new are then the token and its mutant)
+    col: int = 0              # --auto: the token's column
+    tests: tuple[str, ...] = ()  # the pytest arguments that should kill it; () = the run's (DEFAULT_TESTS)
+    topic: str = "core"       # what it belongs to (`mutate.py --named --topic T`; docs/mutation.md's sections)
+
+    def apply(self, text: str) -> str:
+        """The mutated text; ValueError when the snippet is not where it should be."""
+        if self.line:
+            lines = text.splitlines(keepends=True)
+            ln = lines[self.line - 1]
+            if ln[self.col:self.col + len(self.old)] != self.old:
+                raise ValueError(f"{self.path}:{self.line}:{self.col}: expected {self.old!r}")
+            lines[self.line - 1] = ln[:self.col] + self.new + ln[self.col + len(self.old):]
+            return "".join(lines)
+        n = text.count(self.old)
+        if self.occurrence == 0 and n != 1:
+            raise ValueError(f"{self.path}: {self.old!r} occurs {n} times, not once")
+        if self.occurrence > n:
+            raise ValueError(f"{self.path}: {self.old!r} occurs {n} times, not {self.occurrence}")
+        at = -1
+        for _ in range(max(self.occurrence, 1)):
+            at = text.index(self.old, at + 1)
+        if "\n" in self.old or "\n" in self.new:
+            raise ValueError(f"{self.id}: a mutation changes one line")
+        return text[:at] + self.new + text[at + len(self.old):]
+
+
+M = Mutation
+
+# The pytest arguments of the targeted mutants below, one tuple per group (-k narrows a file to the tests
+# that touch the mutated code; each mutant runs only its group, in a fresh copy, stopping at the first failure).
+T_SM80_PRODUCERS = ("tests/test_filecheck.py", "tests/test_pipeline_interp.py", "tests/test_occupancy.py",
+                    "tests/test_backend_sass.py", "tests/test_backend_sm80.py", "tests/test_runtime.py",
+                    "tests/test_persistent_grid.py", "-k",
+                    "sm80 or producer or pipeline or interp or aligned or occupancy or persistent or deadlock")
+T_HOIST_FILECHECK = ("tests/test_filecheck.py", "-k", "hoist or idle")
+T_CHUNK_SASS = ("tests/test_backend_sass.py", "-k", "chunk_loop or class_of")
+T_TUNE_LONE = ("tests/test_tune.py", "-k", "lone")
+T_BENCH_LEAD = ("tests/test_bench.py", "-k", "lead")
+T_HOIST_DIAGNOSTICS = ("tests/test_diagnostics.py", "-k", "hoist")
+T_RMSNORM_INTERP = ("tests/test_examples_interp.py", "-k", "rmsnorm")
+T_BOUNDS = ("tests/test_bounds.py", "tests/test_filecheck.py", "-k", "bounds or largest or grid or unknown or edge")
+T_EDGE_FILECHECK = ("tests/test_filecheck.py", "-k", "edge")
+T_VECTOR_RUNTIME = ("tests/test_runtime.py", "-k", "4_and_8")
+T_BASED_SHIFT = ("tests/test_based.py", "-k", "emitted_outer")
+T_WIDE_ROWS = ("tests/test_wide_rows.py",)
+T_CACHE_FILECHECK = ("tests/test_filecheck.py", "-k", "cache-policy")
+T_CACHE_BACKEND = ("tests/test_filecheck.py", "tests/test_backend_sass.py", "tests/test_runtime.py", "-k",
+                    "cache-policy or cache_policy or 4_and_8 or sm80_with_ptx")
+T_CONTRACT_FMA = ("tests/test_filecheck.py", "-k", "contract")
+T_TUNE_OCC = ("tests/test_blocks_per_sm.py", "-k", "tune_occ")
+T_SM80_COPY = ("tests/test_backend_sm80.py", "tests/test_filecheck.py", "-k", "pipelined_copy or sm80")
+T_CP_ASYNC_RUNS = ("tests/test_pipeline_cp_async.py", "tests/test_filecheck.py", "-k", "loop_sass or sm80-pipeline")
+T_PRODUCER_RULE = ("tests/test_occupancy.py", "-k", "producer or one_role_at_equal")
+T_BENCH = ("tests/test_bench.py",)
+T_FENCE_FILECHECK = ("tests/test_filecheck.py", "-k", "fence")
+T_FENCE_LOADS = ("tests/test_fence_loads.py",)
+T_TUNE_ROUNDS = ("tests/test_tune.py", "-k", "timed_again or same_code")
+T_TUNE_SAME = ("tests/test_tune.py", "-k", "same_code or another_launch")
+T_REREAD = ("tests/test_wide_rows.py", "-k", "reread")
+T_READONLY_FILECHECK = ("tests/test_filecheck.py", "-k", "readonly-loads")
+T_READONLY_SASS = ("tests/test_backend_sass.py", "-k", "readonly")
+T_READONLY_RUNTIME = ("tests/test_runtime.py", "-k", "readonly")
+T_READONLY_C = ("tests/test_emit_c.py", "-k", "test_c_launch_makes_the_runtimes_calls and softmax")
+T_TUNE_SECOND_ROUND = ("tests/test_tune.py", "-k", "timed_again")
+T_ROW_STATS = ("tests/test_row_stats.py",)
+T_FUSE_FILECHECK = ("tests/test_filecheck.py", "-k", "fuse-row-stats")
+T_CLUSTER_FILECHECK = ("tests/test_filecheck.py", "-k", "cluster-rows")
+T_CLUSTER_ROWS = ("tests/test_cluster_rows.py",)
+
+MUTANTS: list[Mutation] = [
+    # --- core: the eight classes of mistake a CPU run used to miss (each must be killed), then others ---------
+    # wgmma descriptor: layout-type code (bits 63-62: 0 none, 1 128B, 2 64B, 3 32B; PTX ISA §9.7.15.5.1.2.2)
+    M("desc-code-64-32-swapped", "backend/wgmma_desc.py", "128: 1, 64: 2, 32: 3", "128: 1, 64: 3, 32: 2",
+      "64B and 32B descriptors carry each other's layout-type code", "wgmma descriptor swizzle code"),
+    M("desc-code-128-as-64", "backend/wgmma_desc.py", "128: 1, 64: 2, 32: 3", "128: 2, 64: 2, 32: 3",
+      "128B descriptors say 64B", "wgmma descriptor swizzle code"),
+    M("desc-code-bit-61", "backend/rules_wgmma.py", "wgmma_desc.LAYOUT_CODE[swizzle] << 62",
+      "wgmma_desc.LAYOUT_CODE[swizzle] << 61", "the layout type lands in bits 62-61", "wgmma descriptor swizzle code"),
+    # trans-b immediate: 0 = K-major, 1 = N-major (B stored K x N)
+    M("trans-b-const-1", "backend/rules_wgmma.py", "int(trans_b is False)", "1",
+      "imm-trans-b always 1: a K-major B (q @ k.T, x @ w.T) is read as N-major", "B-transpose flag"),
+    M("trans-b-inverted", "backend/rules_wgmma.py", "int(trans_b is False)", "int(trans_b is True)",
+      "imm-trans-b inverted", "B-transpose flag"),
+    M("trans-b-rs-const-1", "backend/rules_wgmma.py", "${k + 4}, 1, 1, 1, {trans_b};", "${k + 4}, 1, 1, 1, 1;",
+      "register-A wgmma: imm-trans-b always 1", "B-transpose flag"),
+    # row reduction: lanes that share a row
+    M("reduce-quad-8-lanes", "backend/fragments.py", "return QUAD, QUAD", "return 2 * QUAD, QUAD",
+      "accumulator rows reduced over 8 lanes instead of the quad (mixes rows g and g+1)", "row-reduction lane count"),
+    M("reduce-row-16-lanes", "backend/fragments.py", "n = min(cpr, WARP)", "n = min(cpr, WARP // 2)",
+      "a row of 32+ chunks reduced over 16 lanes only", "row-reduction lane count"),
+    # the butterfly loop
+    M("shuffle-loop-le", "backend/rules_registers.py", "while step < lanes:", "while step <= lanes:",
+      "one butterfly step too many (combines the next row group)", "shuffle loop"),
+    M("shuffle-loop-step-4", "backend/rules_registers.py", "            step *= 2", "            step *= 4",
+      "butterfly offsets 1, 4, 16: half the lanes skipped", "shuffle loop"),
+    M("shuffle-loop-start-2", "backend/rules_registers.py", "        step = 1", "        step = 2",
+      "butterfly starts at offset 2: adjacent lanes never combined", "shuffle loop"),
+    M("shuffle-clamp-15", "backend/rules_registers.py", '("i32", str(step)), ("i32", "31")',
+      '("i32", str(step)), ("i32", "15")', "shfl.bfly c = 15: lanes 16-31 read their own value", "shuffle loop"),
+    # swizzle masks (tkir/layout.py is the one owner; backend/fragments.py and the passes import it)
+    M("swizzle-mask-32", "tkir/layout.py", "32: 0x10", "32: 0x20",
+      "32B swizzle XORs address bit 5 with bit 8 instead of bit 4 with bit 7", "32B swizzle mask"),
+    M("swizzle-mask-64", "tkir/layout.py", "64: 0x30", "64: 0x10",
+      "64B swizzle XORs one bit instead of two", "32B swizzle mask"),
+    M("swizzle-shift-4", "backend/fragments.py", "SWIZZLE_SHIFT = 3", "SWIZZLE_SHIFT = 4",
+      "backend swizzle formula shifts by 4", "32B swizzle mask"),
+    # TMA box limit: boxDim[i] in [1, 256] (cuTensorMapEncodeTiled)
+    M("tma-box-rows-ge", "passes/create_tma.py", "if rows > TMA_MAX_BOX:", "if rows >= TMA_MAX_BOX:",
+      "a 256-row tile is refused TMA", "TMA box-size boundary"),
+    M("tma-box-rows-plus-16", "passes/create_tma.py", "if rows > TMA_MAX_BOX:", "if rows > TMA_MAX_BOX + 16:",
+      "a 257..272-row box is given to TMA", "TMA box-size boundary"),
+    M("tma-box-inner-plus-8", "passes/create_tma.py", "if inner > TMA_MAX_BOX:", "if inner > TMA_MAX_BOX + 8:",
+      "an inner box of 257..264 elements is given to TMA", "TMA box-size boundary"),
+    M("tma-box-limit-512", "tkir/target.py", "TMA_MAX_BOX = 256 ", "TMA_MAX_BOX = 512 ",
+      "the box limit itself doubled (create-tma and the verifier)", "TMA box-size boundary"),
+    # bank conflicts: fix every access above degree 1
+    M("bank-threshold-2", "passes/bank_conflicts.py", "max(degrees, default=1) > 1", "max(degrees, default=1) > 2",
+      "2-way conflicts are left unfixed", "bank-conflict threshold"),
+    # shared memory reserved per block (1 KB, CUDA occupancy calculator / HOPPER.md §7.3)
+    M("smem-reserve-512", "passes/plan_occupancy.py", "SMEM_RESERVED_PER_BLOCK = 1024",
+      "SMEM_RESERVED_PER_BLOCK = 512", "512 B reserved per block: one block too many at the boundary",
+      "shared-memory reserve"),
+    M("smem-reserve-2k", "passes/plan_occupancy.py", "SMEM_RESERVED_PER_BLOCK = 1024",
+      "SMEM_RESERVED_PER_BLOCK = 2048", "2 KB reserved per block: one block too few at the boundary",
+      "shared-memory reserve"),
+    # --- beyond the eight classes -------------------------------------------------------------------
+    M("mbarrier-producer-parity", "passes/pipeline.py", '"arith.sub", [ring.one, phase]',
+      '"arith.rem", [phase, ring.two]', "the producer waits on `empty` with the consumer's parity (deadlock)"),
+    M("mbarrier-phase-per-iteration", "passes/pipeline.py", '"arith.rem", [rnd, ring.two]',
+      '"arith.rem", [it, ring.two]', "the barrier phase flips every iteration instead of every round of the ring"),
+    M("empty-count-per-warpgroup", "passes/pipeline.py", "cp_async else WARPS_PER_WARPGROUP * n_consumers",
+      "cp_async else n_consumers", "`empty` completes after one warp per warpgroup arrives (stage reused early)"),
+    M("expect-tx-max", "passes/pipeline.py", "return sum(int(ld.attrs.get(", "return max(int(ld.attrs.get(",
+      "expect_tx counts only the largest load of a stage"),
+    M("wait-group-plus-1", "backend/context.py", 'f"wgmma.wait_group.sync.aligned {n};"',
+      'f"wgmma.wait_group.sync.aligned {n + 1};"', "wgmma.wait_group leaves one group too many in flight"),
+    M("async-groups-2", "passes/pipeline.py", 'op.attrs["async_groups"] = 1', 'op.attrs["async_groups"] = 2',
+      "two wgmma groups in flight while the stage of the older one is released"),
+    M("setmaxnreg-direction", "backend/rules_pipe.py", 'which = "dec" if regs < cx.init_cap else "inc"',
+      'which = "inc" if regs < cx.init_cap else "dec"', "producer increases, consumers decrease registers"),
+    M("tma-panel-bytes", "backend/rules_pipe.py", "panel_bytes = t.rows * panel_cols * dtype_bytes(t.dtype)",
+      "panel_bytes = t.rows * panel_cols", "TMA load boxes of a wide tile land half a panel apart", occurrence=1),
+    M("fence-proxy-async-dropped", "backend/rules_memory.py",
+      'cx.w.asm("void", ["fence.proxy.async.shared::cta;"], [], [])', "pass",
+      "no generic-to-async proxy fence before wgmma/TMA reads of thread-written shared memory"),
+    M("fence-staged-epilogue-dropped", "backend/rules_wgmma.py",
+      'w.asm("void", ["fence.proxy.async.shared::cta;"], [], [])', "pass",
+      "the staged epilogue's TMA store reads the stage without a proxy fence"),
+    M("fence-cp-async-dropped", "backend/rules_sm80.py",
+      'w.asm("void", ["fence.proxy.async.shared::cta;"], [], [])  # wgmma', "pass  # wgmma",
+      "--no-tma: wgmma reads cp.async-filled tiles without a proxy fence", occurrence=1),
+    M("ldmatrix-b-trans", "backend/rules_sm80.py", "trans=not trans_b)", "trans=trans_b)",
+      "sm_80: B fragments loaded with the wrong ldmatrix .trans"),
+    M("cp-async-8-bytes", "backend/rules_sm80.py", 'asm = ["cp.async.cg.shared.global [$0], [$1], 16, $2;"]',
+      'asm = ["cp.async.cg.shared.global [$0], [$1], 8, $2;"]', "cp.async copies 8 of each 16-byte chunk"),
+    M("acc-fragment-row", "backend/fragments.py", "r = b.add(base, mb * WGMMA_M + 8 * ((i >> 1) & 1))",
+      "r = b.add(base, mb * WGMMA_M + 8 * (i & 1))", "wgmma accumulator slots 1, 2 swap rows g + 8 and g"),
+    M("wgmma-a-warpgroup-rows", "backend/rules_wgmma.py", 'f"mul i32 {wg}, {rows_per_wg * sw_a}"',
+      'f"mul i32 {wg}, {rows_per_wg * sw_a // 2}"', "the second consumer warpgroup reads A half a block too high"),
+    M("causal-mask-diagonal", "backend/rules_registers.py", 'f"icmp sgt i32 {t}, {dr - dc}"',
+      'f"icmp sge i32 {t}, {dr - dc}"',
+      "the causal mask also hides the diagonal (a query's own key)"),
+    M("row-reduce-max-min", "backend/rules_registers.py",
+      'fop = {"max": "max", "min": "min", "sum": "add", "mean": "add"}[kind]',
+      'fop = {"max": "min", "min": "max", "sum": "add", "mean": "add"}[kind]', "row_max computes the row minimum"),
+    # --- sm80-producers --------------------------------------------------------------------------------------
+    M("full-count-one-copy", "passes/pipeline.py", '{"count": copiers * copies if cp_async else 1}',
+      '{"count": copiers if cp_async else 1}',
+      "`full` counts the producer threads once per stage, not once per copy (deadlock)", tests=T_SM80_PRODUCERS,
+      topic="sm80-producers"),
+    M("defer-on-sm80", "passes/pipeline.py", "defer = ring.stages >= 2 and not ring.cp_async",
+      "defer = ring.stages >= 2", "the consumers' release deferred (and async groups) as for wgmma",
+      tests=T_SM80_PRODUCERS, topic="sm80-producers"),
+    M("expect-on-sm80", "passes/pipeline.py", "    if not ring.cp_async:  # cp.async copies arrive themselves",
+      "    if True:  # cp.async copies arrive themselves", "a `pipe.expect` (TMA bytes) in the cp.async producer",
+      tests=T_SM80_PRODUCERS, topic="sm80-producers"),
+    M("empty-count-warpgroups-sm80", "passes/pipeline.py", "consumer_warps = n_consumers if cp_async else",
+      "consumer_warps = 4 * n_consumers if cp_async else", '`empty` counts 4 per consumer "warpgroup"',
+      tests=T_SM80_PRODUCERS, topic="sm80-producers"),
+    M("sched-floor", "passes/plan_occupancy.py", "per_scheduler = -(-(warps + producer_warps) // SCHEDULERS_PER_SM)",
+      "per_scheduler = (warps + producer_warps) // SCHEDULERS_PER_SM",
+      "registers from floor(warps / 4) per scheduler (9 warps would get 248)", tests=T_SM80_PRODUCERS,
+      topic="sm80-producers"),
+    M("auto-any-loop", "passes/plan_occupancy.py", "if not _only_copies_and_mma(loop) or (requested or 1) > 1:",
+      "if (requested or 1) > 1:", "producer warps for loops that do more than copy and multiply (attention)",
+      tests=T_SM80_PRODUCERS, topic="sm80-producers"),
+    M("consumer-budget-full", "passes/plan_occupancy.py",
+      "needed = _round_up(budget.total - budget.addr_regs + POINTER_REGS, REG_ALLOC_UNIT)",
+      "needed = _round_up(budget.total, REG_ALLOC_UNIT)",
+      "the consumers' need counted with the copy addresses (184 > 168: no producers)", tests=T_SM80_PRODUCERS,
+      topic="sm80-producers"),
+    M("no-wait-all", "backend/rules_pipe.py", 'w.asm("void", ["cp.async.wait_all;"], [], [])', "pass",
+      "producers exit with copies in flight", tests=T_SM80_PRODUCERS, topic="sm80-producers"),
+    M("try-wait-sm80", "backend/rules_pipe.py", 'test = "try_wait" if cx.target == "sm_90a" else "test_wait"',
+      'test = "try_wait"', "`mbarrier.try_wait` (sm_90) on sm_80", tests=T_SM80_PRODUCERS, topic="sm80-producers"),
+    M("no-noinc-arrive", "backend/rules_pipe.py",
+      '    cx.w.asm("void", [f"cp.async.mbarrier.arrive.noinc.{_shared(cx)}.b64 [$0];"], ["r"], [("i32", bar)])',
+      "    pass", "no arrival when the copies land (`full` never completes)", tests=T_SM80_PRODUCERS,
+      topic="sm80-producers"),
+    M("requires-no-producer-copies", "tkir/requires.py", 'if op.name == "pipe.copy" and op.attrs.get("cp_async")',
+      'if False and op.name == "pipe.copy"', "the launch checks miss the producers' cp.async sources",
+      tests=T_SM80_PRODUCERS, topic="sm80-producers"),
+    M("role-warp-offset", "backend/rules_pipe.py", 'ctx.tid = w.op(f"sub i32 {cx.tid}, {first_warp * WARP}", "rtid")',
+      'ctx.tid = w.op(f"sub i32 {cx.tid}, {first_warp * 4 * WARP if by_warps else first_warp * WARP}", "rtid")',
+      "the consumers' thread index starts 4 warps too far", tests=T_SM80_PRODUCERS, topic="sm80-producers"),
+    M("persistent-sm80", "passes/persistent.py",
+      'if any(isinstance(r.attrs.get("warps"), int) for r in roles) and not kernel.attrs.get(REQUEST_ATTR):',
+      "if False:", "persistent rewrites sm_80 roles", tests=T_SM80_PRODUCERS, topic="sm80-producers"),
+    M("store-block-tid", "backend/rules_sm80.py", "slot_coords(lay, t.shape, LLVMBuilder(w), cx.thread_index())",
+      "slot_coords(lay, t.shape, LLVMBuilder(w), cx.tid)",
+      "the accumulator store addresses by the block's thread index, not the role's", tests=T_SM80_PRODUCERS,
+      topic="sm80-producers"),
+    M("ptx70-parity", "backend/ptx.py", '    elif target == "sm_80" and PARITY_WAIT in ir:', "    elif False:",
+      "PTX 7.0 with the parity wait (ptxas refuses it)", tests=T_SM80_PRODUCERS, topic="sm80-producers"),
+    # --- hoist-loads -----------------------------------------------------------------------------------------
+    M("hoist-ignores-request", "passes/hoist_loads.py", "if not (self.all or kernel.attrs.get(REQUEST_ATTR)):",
+      "if not self.all:", "hoist-loads ignores `@hoist_loads(1)`", tests=T_HOIST_FILECHECK, topic="hoist-loads"),
+    M("hoist-past-store", "passes/hoist_loads.py", "if any(global_store(inner) for inner in op.walk()):", "if False:",
+      "hoist-loads hoists past a store", tests=T_HOIST_FILECHECK, topic="hoist-loads"),
+    M("hoist-sees-top-level-stores-only", "passes/hoist_loads.py",
+      "if any(global_store(inner) for inner in op.walk()):", "if global_store(op):",
+      "hoist-loads sees only top-level stores", tests=T_HOIST_FILECHECK, topic="hoist-loads"),
+    M("hoist-ignores-operands", "passes/hoist_loads.py",
+      "if _global_load(op) and not any(id(v) in defined_after for v in op.operands):", "if _global_load(op):",
+      "hoist-loads ignores where a load's operands are defined", tests=T_HOIST_FILECHECK, topic="hoist-loads"),
+    M("hoist-reverses-order", "passes/hoist_loads.py", "            anchor = op", "            pass",
+      "hoist-loads reverses the loads' order", tests=T_HOIST_FILECHECK, topic="hoist-loads"),
+    M("idle-split-off", "passes/infer_layouts.py", "split_idle_warps: bool = param(True,",
+      "split_idle_warps: bool = param(False,", "infer-layouts' split_idle_warps off by default",
+      tests=T_HOIST_FILECHECK, topic="hoist-loads"),
+    M("idle-no-narrower", "passes/infer_layouts.py", "for v in _narrower(vec):", "for v in []:",
+      "the idle-warp split tries no narrower chunks", tests=T_HOIST_FILECHECK, topic="hoist-loads"),
+    M("class-chunk-first-value", "passes/infer_layouts.py", "if id(v) in touches:", "if True:",
+      "a class's chunk width from its first value", tests=T_CHUNK_SASS, topic="hoist-loads"),
+    M("class-chunk-narrowest-only", "passes/infer_layouts.py", "if id(v) in touches:", "if False:",
+      "a class's chunk width from the narrowest tile only", tests=T_CHUNK_SASS, topic="hoist-loads"),
+    M("model-shares-with-absent-blocks", "tkir/tune_model.py",
+      "per_sm = max(1, min(blocks_per_sm, math.ceil(blocks / NUM_SMS)))", "per_sm = max(1, blocks_per_sm)",
+      "the tune model lets a lone block share its SM with blocks that do not exist", tests=T_TUNE_LONE,
+      topic="hoist-loads"),
+    M("model-no-floor", "tkir/tune_model.py", "ms = max(waves * per_block, KERNEL_FLOOR_S) * 1e3",
+      "ms = waves * per_block * 1e3", "the tune model has no kernel time floor", tests=T_TUNE_LONE,
+      topic="hoist-loads"),
+    M("lead-fallback-none", "tkir/bench.py", "for _ in range(FALLBACK_LEAD_FLUSHES):", "for _ in range(0):",
+      "no host lead without torch.cuda._sleep", tests=T_BENCH_LEAD, topic="hoist-loads"),
+    M("annotation-drops-request", "frontend/lower.py", 'return self.ann_switch(a, "H", HOIST_LOADS_ATTR)', "return {}",
+      "`@hoist_loads` records no request", tests=T_HOIST_FILECHECK, topic="hoist-loads"),
+    M("annotation-accepts-2", "frontend/lower.py", "if c not in (0, 1) or isinstance(c, float):",
+      "if c not in (0, 1, 2) or isinstance(c, float):", "`@hoist_loads(2)` accepted", tests=T_HOIST_DIAGNOSTICS,
+      topic="hoist-loads", occurrence=1),
+    M("rmsnorm-sum-not-squares", "examples/rmsnorm.tk", "sq += xcf * xcf", "sq += xcf",
+      "rmsnorm's chunk loop sums x, not x²", tests=T_RMSNORM_INTERP, topic="hoist-loads"),
+    # --- edge-tests ------------------------------------------------------------------------------------------
+    M("loop-last-is-hi", "tkir/bounds.py", "return lo + (hi - 1 - lo) // step * step", "return hi - 1",
+      "a loop's last index taken as hi - 1 whatever the step", tests=T_BOUNDS, topic="edge-tests"),
+    M("loop-ignores-step", "tkir/bounds.py", "if lo is None or hi is None or step is None or lo < 0 or step <= 0:",
+      "if lo is None or hi is None or lo < 0:", "a loop's step not checked to be a positive constant",
+      tests=T_BOUNDS, topic="edge-tests"),
+    M("fits-strict", "tkir/bounds.py", "if top is None or extent * (top + 1) > dim:",
+      "if top is None or extent * top > dim:", "`E * top <= D` instead of `E * (top + 1) <= D`", tests=T_BOUNDS,
+      topic="edge-tests"),
+    M("grid-any-size", "tkir/bounds.py", "if d < len(grid) and _same_size(str(grid[d]), dim):", "if d < len(grid):",
+      "any grid dimension taken as the size", tests=T_BOUNDS, topic="edge-tests"),
+    M("one-row-any-extent", "tkir/bounds.py",
+      'if extent != 1 or not isinstance(coord.owner, Operation) or coord.owner.name != "tk.block_id":',
+      'if not isinstance(coord.owner, Operation) or coord.owner.name != "tk.block_id":',
+      "a one-row proof for tiles of several rows", tests=T_BOUNDS, topic="edge-tests"),
+    M("sub-is-add", "tkir/bounds.py", 'if owner.name in ("arith.add", "arith.mul"):',
+      'if owner.name in ("arith.add", "arith.mul", "arith.sub"):', "subtraction treated as addition in the bound",
+      tests=T_BOUNDS, topic="edge-tests"),
+    M("rows-never-tested", "backend/rules_registers.py", "rows_in, cols_in = proven if is_tile else (False, proven[0])",
+      "rows_in, cols_in = (True, proven[-1]) if is_tile else (False, proven[0])", "a tile's rows never edge-tested",
+      tests=T_EDGE_FILECHECK, topic="edge-tests"),
+    M("extents-swapped", "tkir/bounds.py",
+      "extents = (tile.rows, tile.cols) if isinstance(tile, TileType) else (tile.n,)",
+      "extents = (tile.cols, tile.rows) if isinstance(tile, TileType) else (tile.n,)",
+      "a tile's rows and columns swapped in the proof", tests=T_EDGE_FILECHECK, topic="edge-tests"),
+    M("no-8-byte-access", "tkir/layout.py", "VECTOR_ACCESS_BYTES = (4, 8, 16)", "VECTOR_ACCESS_BYTES = (4, 16)",
+      "no 8-byte vector accesses", tests=T_VECTOR_RUNTIME, topic="edge-tests"),
+    M("aligned-16-always", "tkir/requires.py", "widest[g.name] = max(widest.get(g.name, 0), nbytes)",
+      "widest[g.name] = 16", "the launch asks 16-byte alignment for every piece", tests=T_VECTOR_RUNTIME,
+      topic="edge-tests"),
+    M("bf16-shift-15", "backend/rules_registers.py", "shl i32 {bits}, 16", "shl i32 {bits}, 15",
+      "bf16 -> f32 shifted by 15", tests=T_BASED_SHIFT, topic="edge-tests"),
+    M("layernorm-no-shift", "examples/layernorm.tk", "let dx = f32(xc) - f32(k0)", "let dx = f32(xc)",
+      "layernorm's chunk loop without the shift by the first chunk", tests=T_WIDE_ROWS, topic="edge-tests"),
+    M("layernorm-skips-first-chunk", "examples/layernorm.tk", "let mi = f32(k0) + s1 * inv_n", "let mi = s1 * inv_n",
+      "layernorm's merge without the first chunk", tests=T_WIDE_ROWS, topic="edge-tests"),
+    # --- cache-policy ----------------------------------------------------------------------------------------
+    M("marks-shared-loads-too", "passes/cache_policy.py",
+      "return (isinstance(op.operands[0].type, GlobalType) and isinstance(t, TileType | VectorType)",
+      "return (isinstance(t, TileType | VectorType)", "cache-policy marks shared -> register loads too",
+      tests=T_CACHE_FILECHECK, topic="cache-policy"),
+    M("marks-stores", "passes/cache_policy.py", '    if op.name != "tk.load" or not op.results or not op.operands:',
+      '    if op.name not in ("tk.load", "tk.store") or not op.operands:', "cache-policy marks stores",
+      tests=T_CACHE_FILECHECK, topic="cache-policy"),
+    M("none-marks-anyway", "passes/cache_policy.py", '        if self.loads == "none":', "        if False:",
+      "`cache-policy{loads=none}` marks anyway", tests=T_CACHE_FILECHECK, topic="cache-policy"),
+    M("backend-ignores-hint", "backend/cache_policy.py", "    return None if p is None else cx.l2_policies[str(p)]",
+      "    return None", "the backend ignores the `l2` mark", tests=T_CACHE_BACKEND, topic="cache-policy"),
+    M("policy-evict-first", "backend/cache_policy.py", '[f"createpolicy.fractional.L2::{p}.b64 $0, 1.0;"]',
+      '["createpolicy.fractional.L2::evict_first.b64 $0, 1.0;"]', "every L2 policy made evict_first",
+      tests=T_CACHE_BACKEND, topic="cache-policy"),
+    M("8-bytes-as-words", "backend/cache_policy.py", "    if nbytes == 8 and elem_bytes == 2:",
+      "    if nbytes == 8 and elem_bytes == 3:", "8 bytes of bf16 loaded as words", tests=T_CACHE_BACKEND,
+      topic="cache-policy"),
+    M("sm80-old-ptx", "backend/ptx.py", '    elif target == "sm_80" and CACHE_HINT in ir:', "    elif False:",
+      "the sm_80 PTX version not raised for cache hints", tests=T_CACHE_BACKEND, topic="cache-policy"),
+    M("move-always", "passes/contract_fma.py", "        if _move_is_free(mul, top[id(add)], readers, top):",
+      "        if True:", "contract-fma always moves the multiply", tests=T_CONTRACT_FMA, topic="cache-policy"),
+    M("move-never", "passes/contract_fma.py", "        if _move_is_free(mul, top[id(add)], readers, top):",
+      "        if False:", "contract-fma never moves the multiply", tests=T_CONTRACT_FMA, topic="cache-policy"),
+    M("move-ignores-later-reads", "passes/contract_fma.py",
+      "top[id(r)] >= at for r in readers.get(id(v), []) if r is not mul",
+      "top[id(r)] > at for r in readers.get(id(v), []) if r is not mul",
+      "contract-fma counts a read at the add as not later", tests=T_CONTRACT_FMA, topic="cache-policy"),
+    M("no-occ-8", "examples/layernorm.tk", "OCC=[0, 3, 4, 8],", "OCC=[0, 3, 4],",
+      "no OCC = 8 in layernorm's tune space", tests=T_TUNE_OCC, topic="cache-policy"),
+    # --- sm80-copy -------------------------------------------------------------------------------------------
+    M("ignore-src-inverted", "backend/rules_sm80.py", 'f"setp.eq.b32 {IGNORE_SRC}, $2, 0;",',
+      'f"setp.ne.b32 {IGNORE_SRC}, $2, 0;",', "cp.async `ignore_src` set where the chunk is inside (inverted)",
+      tests=T_SM80_COPY, topic="sm80-copy"),
+    M("row-pitch-in-elements", "backend/rules_sm80.py", "{ncols64}, {dr * eb}", "{ncols64}, {dr}",
+      "round k's address k row pitches in elements, not bytes", tests=T_SM80_COPY, topic="sm80-copy"),
+    M("ignores-row-test", "backend/rules_sm80.py", "w.op(f'and i1 {rok}, {cok}', 'ok')",
+      "w.op(f'and i1 1, {cok}', 'ok')", "the cp.async row's edge test dropped", tests=T_SM80_COPY, topic="sm80-copy"),
+    M("sm80-ptx-7.4-with-ignore-src", "backend/ptx.py", "        features = PTX_FEATURES_IGNORE_SRC",
+      "        features = PTX_FEATURES_CACHE_HINT", "sm_80 PTX 7.4 with ignore-src in it (ptxas refuses it)",
+      tests=T_SM80_COPY, topic="sm80-copy"),
+    M("yield-per-copy", "backend/rules_sm80.py",
+      '              ["r", "l", "r", "r"], [("i32", saddr), ("ptr addrspace(1)", g), ("i32", ok), ("i32", on)])',
+      '              ["r", "l", "r", "r"], [("i32", saddr), ("ptr addrspace(1)", g), ("i32", ok), ("i32", on)]); yield',
+      "one cp.async per mma unit again (the copies of a tile not one run)", tests=T_CP_ASYNC_RUNS, topic="sm80-copy"),
+    M("producers-kept-on-ties", "passes/plan_occupancy.py", "if _mma_warps_per_sm(one) >= _mma_warps_per_sm(plan):",
+      "if _mma_warps_per_sm(one) > _mma_warps_per_sm(plan):",
+      "producer warps kept on a tie of mma warps per SM (the one-role loop wins ties)", tests=T_PRODUCER_RULE,
+      topic="sm80-copy"),
+    M("producers-always", "passes/plan_occupancy.py", "if _mma_warps_per_sm(one) >= _mma_warps_per_sm(plan):",
+      "if False:", "producer warps always (plan-occupancy's automatic rule off)", tests=T_PRODUCER_RULE,
+      topic="sm80-copy"),
+    M("order-fixed", "tkir/bench.py", "rotate: bool = True", "rotate: bool = False", "`time_pair_ms` in a fixed order",
+      tests=T_BENCH, topic="sm80-copy"),
+    M("reps-not-rounded", "tkir/bench.py", "        reps = -(-reps // count) * count", "        pass",
+      "reps not rounded up to a multiple of the kernels", tests=T_BENCH, topic="sm80-copy"),
+    M("fence-after-store", "passes/fence_loads.py", "            return False  # a store before the reduction",
+      "            continue  # a store before the reduction", "fence-loads fences after a store",
+      tests=T_FENCE_FILECHECK, topic="sm80-copy"),
+    M("fence-across-loops", "passes/fence_loads.py", "        if last_load is not None and not _register_compute(op):",
+      "        if False:", "fence-loads fences across a loop", tests=T_FENCE_LOADS, topic="sm80-copy"),
+    # --- fence-loads -----------------------------------------------------------------------------------------
+    M("opt-in-ignored", "passes/fence_loads.py", "            if self.opt_in and not kernel.attrs.get(REQUEST_ATTR):",
+      "            if False:", "fence-loads' opt-in ignored", tests=T_FENCE_LOADS, topic="fence-loads"),
+    M("annotation-records-nothing", "frontend/lower.py", '        return self.ann_switch(a, "F", FENCE_LOADS_ATTR)',
+      "        return {}", "`@fence_loads` records nothing", tests=T_FENCE_LOADS, topic="fence-loads"),
+    M("fence-space-for-wide-rows", "examples/layernorm.tk", "FENCE=[0, 1], where=FENCE * D <= 1024,",
+      "FENCE=[0, 1], where=FENCE * D <= 16384,", "layernorm's FENCE offered for wide rows", tests=T_FENCE_LOADS,
+      topic="fence-loads"),
+    M("same-never", "tkir/tune.py", "            if c.code in first:", "            if False:",
+      "the tuner's `same` stage never drops a duplicate", tests=T_TUNE_ROUNDS, topic="fence-loads"),
+    M("same-ignores-launch", "tkir/tune.py", 'code = hashlib.sha256((k.asm["ptx"] + "\\0" + launch).encode())',
+      'code = hashlib.sha256((k.asm["ptx"]).encode())', "the `same` stage keyed on the PTX alone, not the launch",
+      tests=T_TUNE_SAME, topic="fence-loads"),
+    M("refine-never", "tkir/tune.py", "    near = refine_candidates(good) if refine else []", "    near = []",
+      "the near-best points never timed again", tests=T_TUNE_ROUNDS, topic="fence-loads"),
+    M("refine-decides-not", "tkir/tune.py", "        return min(again, key=lambda c: c.again_ms)",
+      "        return min(timed, key=lambda c: c.ms)", "the first round decides although the points were timed again",
+      tests=T_TUNE_ROUNDS, topic="fence-loads"),
+    M("refine-everything", "tkir/tune.py", "c.ms <= REFINE_WITHIN * best), key=lambda c: c.ms)[:REFINE_TOP]",
+      "True), key=lambda c: c.ms)", "every point timed again", tests=T_TUNE_ROUNDS, topic="fence-loads"),
+    M("reread-space-everywhere", "examples/layernorm.tk", "REREAD=[0, 1], where=REREAD * DC < REREAD * D + 1 - REREAD)",
+      "REREAD=[0, 1])", "layernorm's REREAD offered where one read holds the row", tests=T_REREAD,
+      topic="fence-loads"),
+    M("reread-uncentred", "examples/layernorm.tk", "            rstd = rsqrt(row_sum(xc * xc) / D + EPS)",
+      "            rstd = rsqrt(row_sum(xf * xf) / D + EPS)", "layernorm's re-read variance from uncentred squares",
+      tests=T_REREAD, topic="fence-loads"),
+    M("rms-reread-no-square", "examples/rmsnorm.tk", "            rstd = rsqrt(row_sum(f32(x) * f32(x)) / D + EPS)",
+      "            rstd = rsqrt(row_sum(f32(x)) / D + EPS)", "rmsnorm's re-read sum without the squares",
+      tests=T_REREAD, topic="fence-loads"),
+    M("reps-rounded-always", "tkir/bench.py", "    if rotate and count <= ROTATE_FULL_MAX:", "    if rotate:",
+      "the reps rounded up for every group of kernels", tests=T_BENCH, topic="fence-loads"),
+    M("reps-rounded-never", "tkir/bench.py", "    if rotate and count <= ROTATE_FULL_MAX:", "    if False:",
+      "the reps never rounded up", tests=T_BENCH, topic="fence-loads"),
+    # --- readonly-loads --------------------------------------------------------------------------------------
+    M("readonly-never", "passes/readonly_loads.py", "            for a in readonly:", "            for a in []:",
+      "readonly-loads marks nothing", tests=T_READONLY_FILECHECK, topic="readonly-loads"),
+    M("readonly-despite-stores", "passes/readonly_loads.py",
+      "        and all(_reads_only(op, a) for op in uses[id(a)])]",
+      "        and any(_reads_only(op, a) for op in uses[id(a)])]", "a tensor read and written marked read-only",
+      tests=T_READONLY_FILECHECK, topic="readonly-loads"),
+    M("readonly-any-first-operand", "passes/readonly_loads.py",
+      '    return register_load_from_global(op) and op.operands[0] is param \\',
+      '    return op.operands[0] is param \\', "any use with the tensor first counted as a read",
+      tests=T_READONLY_FILECHECK, topic="readonly-loads"),
+    M("reread-never", "passes/readonly_loads.py", "                    if _rereads(op, uses[id(a)]):",
+      "                    if False:", "no `reread` marks", tests=T_READONLY_FILECHECK, topic="readonly-loads"),
+    M("reread-everywhere", "passes/readonly_loads.py",
+      "    if loop is None or not any(global_store(inner) for inner in loop.walk()):", "    if False:",
+      "`reread` on every load of the tensor", tests=T_READONLY_SASS, topic="readonly-loads"),
+    M("nc-not-emitted", "backend/cache_policy.py", '    opcode = ("ld.global" + (".nc" if nc else "")',
+      '    opcode = ("ld.global" + ("" if nc else "")', "`.nc` not emitted", tests=T_READONLY_FILECHECK,
+      topic="readonly-loads"),
+    M("launch-lists-nothing", "backend/launch.py",
+      '        "readonly": [str(n) for n in kernel.attrs.get("readonly_params", [])],', '        "readonly": [],',
+      "the launch description lists no read-only tensor", tests=T_READONLY_FILECHECK, topic="readonly-loads"),
+    M("overlap-unchecked", "backend/runtime.py",
+      '    _check_readonly_overlap(kernel, launch.get("readonly", []), arrays)', "    pass",
+      "the runtime's read-only overlap check left out", tests=T_READONLY_RUNTIME, topic="readonly-loads"),
+    M("overlap-touching", "backend/runtime.py", "            if a.ptr < b.ptr + b.nbytes and b.ptr < a.ptr + a.nbytes:",
+      "            if a.ptr <= b.ptr + b.nbytes and b.ptr <= a.ptr + a.nbytes:",
+      "adjacent tensors counted as overlapping", tests=T_READONLY_RUNTIME, topic="readonly-loads"),
+    M("c-overlap-unchecked", "backend/emit_c.py", "        out += self.overlap_checks()", "        pass",
+      "the C launcher's overlap check left out", tests=T_READONLY_C, topic="readonly-loads"),
+    M("tune-first-round-decides", "tkir/tune.py", "        return min(again, key=lambda c: c.again_ms)",
+      "        return min(again, key=lambda c: c.ms)", "the tuner picks by the first round", tests=T_TUNE_SECOND_ROUND,
+      topic="readonly-loads"),
+    M("var-is-mean", "tkir/interp_ops.py", '"var": lambda a, axis: np.var(', '"var": lambda a, axis: np.mean(',
+      "the interpreter's row_var is the mean", tests=T_ROW_STATS, topic="readonly-loads"),
+    M("var-on-columns", "tkir/ops.py", '    expect(kind not in ROW_ONLY_KINDS or axis == "row", ', "    expect(True, ",
+      "row_var accepted on columns", tests=T_ROW_STATS, topic="readonly-loads"),
+    M("fuse-never", "passes/fuse_row_stats.py", "        mean.attrs[STATS_ATTR] = var.attrs[STATS_ATTR] = group",
+      "        continue", "fuse-row-stats marks nothing", tests=T_FUSE_FILECHECK, topic="readonly-loads"),
+    M("fuse-any-operand", "passes/fuse_row_stats.py",
+      '        mean = next((o for o in ops if _row(o, "mean") and o.operands[0] is var.operands[0]), None)',
+      '        mean = next((o for o in ops if _row(o, "mean")), None)', "a row_var paired with another tile's row_mean",
+      tests=T_FUSE_FILECHECK, topic="readonly-loads"),
+    # --- cluster ---------------------------------------------------------------------------------------------
+    M("never-clustered", "passes/cluster_rows.py", "            kernel.attrs[CLUSTER_ATTR] = c", "            pass",
+      "cluster-rows sets nothing", tests=T_CLUSTER_FILECHECK, topic="cluster"),
+    M("sm80-clustered", "passes/cluster_rows.py", '            if options.target != "sm_90a":', "            if False:",
+      "sm_80 kernels clustered too", tests=T_CLUSTER_ROWS, topic="cluster"),
+    M("column-reduction-allowed", "passes/cluster_rows.py", 'str(op.attrs.get("axis")) == "col"',
+      'str(op.attrs.get("axis")) == "cols"', "a column reduction accepted by cluster-rows", tests=T_CLUSTER_ROWS,
+      topic="cluster"),
+    M("shared-allowed", "passes/cluster_rows.py", '_REFUSED = {"tk.alloc": "a shared allocation",',
+      '_REFUSED = {"tk.alloc_": "",', "a shared allocation accepted by cluster-rows", tests=T_CLUSTER_ROWS,
+      topic="cluster"),
+    M("uneven-warps-allowed", "passes/cluster_rows.py", "    if warps % c:", "    if False:",
+      "warps that do not split evenly over the cluster accepted", tests=T_CLUSTER_ROWS, topic="cluster"),
+    M("plan-per-block", "passes/plan_occupancy.py", "        threads //= cluster", "        pass",
+      "the occupancy plan counts the block's threads, not a CTA's", tests=T_CLUSTER_ROWS, topic="cluster"),
+    M("block-id-from-ctaid", "backend/rules_core.py", '    sreg = "clusterid." if cx.cluster > 1 else "ctaid."',
+      '    sreg = "ctaid."', "block.x from %ctaid in a cluster", tests=T_CLUSTER_FILECHECK, topic="cluster"),
+    M("no-cluster-dim", "backend/lower_llvm.py", "nvvm.cluster_dim", "nvvm.cluster_dim_off", "no .reqnctapercluster",
+      tests=T_CLUSTER_FILECHECK, topic="cluster"),
+    M("exchange-local", "backend/rules_memory.py",
+      "    return cx.cluster > 1 and (cx.cta_threads // WARP_THREADS) % parts != 0", "    return False",
+      "no row exchange across CTAs", tests=T_CLUSTER_FILECHECK, topic="cluster"),
+    M("exchange-always", "backend/rules_memory.py",
+      "    return cx.cluster > 1 and (cx.cta_threads // WARP_THREADS) % parts != 0", "    return cx.cluster > 1",
+      "an exchange across CTAs for rows within one CTA", tests=T_CLUSTER_FILECHECK, topic="cluster"),
+    M("exchange-own-cta-only", "backend/rules_memory.py", "    for r in range(cx.cluster):", "    for r in range(1):",
+      "partials written to the own CTA only", tests=T_CLUSTER_FILECHECK, topic="cluster"),
+    M("exchange-cta-barrier", "backend/rules_memory.py", "    cluster_sync(cx) if across else sync(cx)", "    sync(cx)",
+      "CTA barriers instead of cluster barriers around the exchange", tests=T_CLUSTER_FILECHECK, topic="cluster"),
+    M("scratch-unguarded", "backend/context.py", "        if self.cluster > 1 and not cluster_wide:",
+      "        if False:", "the backend's cluster scratch guard left out", tests=T_CLUSTER_ROWS, topic="cluster"),
+    M("grid-in-blocks", "backend/launch.py", '        grid[0] = f"{cluster} * ({grid[0]})"', "        pass",
+      "the launch grid in blocks, not CTAs", tests=T_CLUSTER_ROWS, topic="cluster"),
+    M("launch-without-cluster", "backend/launch.py", '        out["cluster"] = [cluster, 1, 1]', "        pass",
+      'no "cluster" in the launch description', tests=T_CLUSTER_ROWS, topic="cluster"),
+    M("model-ignores-cluster", "tkir/tune_model.py", "    blocks = max(1, cluster)", "    blocks = 1",
+      "the tune model ignores the cluster", tests=T_CLUSTER_ROWS, topic="cluster"),
+    M("size-3-accepted", "frontend/lower.py", "CLUSTER_SIZES = (1, 2, 4, 8)", "CLUSTER_SIZES = (1, 2, 3, 4, 8)",
+      "`@cluster(3)` accepted", tests=T_CLUSTER_ROWS, topic="cluster"),
+]
