@@ -37,7 +37,7 @@ def close_matches(word: str, candidates: Collection[str], n: int = 1) -> list[st
 
 @dataclass(frozen=True)
 class Vocabulary:
-    """What the language knows by name (the front end's tables, frontend/lower.py)."""
+    """What the language knows by name (the front end's tables: frontend/calls.py, annotations.py, type_exprs.py)."""
 
     functions: Mapping[str, tuple[int, int]]  # name: (least, most) arguments
     type_kinds: Collection[str]  # gl st sv rt rv and the scalar dtypes
