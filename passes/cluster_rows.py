@@ -36,7 +36,7 @@ from tkir.passes.analysis import CLUSTER_ATTR
 from tkir.passmanager import Options, Pass
 from tkir.target import WARPS_PER_WARPGROUP
 
-REQUEST_ATTR = "cluster_requested"  # frontend/lower.py CLUSTER_ATTR
+REQUEST_ATTR = "cluster_requested"  # frontend/annotations.py CLUSTER_ATTR
 SKIPPED_ATTR = "cluster_skipped"
 # ops whose lowering exchanges data between warps through one CTA's shared memory, or that need roles (every
 # shared tile or vector is a tk.alloc's)

@@ -38,7 +38,7 @@ from tkir.types import TileType, VectorType, is_shared
 
 FENCE = "tk.fence"
 REDUCTION = "tk.reduce"
-REQUEST_ATTR = "fence_loads_requested"  # frontend/lower.py FENCE_LOADS_ATTR
+REQUEST_ATTR = "fence_loads_requested"  # frontend/annotations.py FENCE_LOADS_ATTR
 # ops that may lie between the last load and the reduction: register computation only
 _EFFECTS = ("tk.load", "tk.store", "tk.alloc", "tk.mma", FENCE)
 

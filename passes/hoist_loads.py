@@ -29,7 +29,7 @@ from tkir.ir import Block, Module, Operation
 from tkir.passes.analysis import classify_copy, global_store
 from tkir.passmanager import Options, Pass, param
 
-REQUEST_ATTR = "hoist_loads_requested"  # frontend/lower.py HOIST_LOADS_ATTR
+REQUEST_ATTR = "hoist_loads_requested"  # frontend/annotations.py HOIST_LOADS_ATTR
 DONE_ATTR = "hoisted_loads"             # on the kernel: how many loads moved (visible in --emit tkir)
 
 

@@ -59,7 +59,7 @@ from tkir.passmanager import Options, ParamError, Pass, param
 from tkir.target import WARPS_PER_WARPGROUP
 from tkir.types import I32, VectorType
 
-REQUEST_ATTR = "persistent_requested"  # the kernel attr `@persistent(1)` sets (frontend/lower.py PERSISTENT_ATTR)
+REQUEST_ATTR = "persistent_requested"  # the kernel attr `@persistent(1)` sets (frontend/annotations.py PERSISTENT_ATTR)
 DEFAULT_GROUP = 8  # Triton's matmul tutorial and CUTLASS's raster swizzle use 8
 BALANCED_GRID = 1  # the fewest blocks that give the same number of rounds (balanced_grid=0: min(T, NUM_SMS))
 

@@ -65,8 +65,8 @@ from tkir.types import I32, GlobalType, ScalarType, TileType
 MIN_ITERS = 16       # K iterations per block below which the tail is not split (fix-up would dominate)
 MAX_TAIL_PCT = 60    # split only tails that fill at most this percentage of the blocks they are split over
 I1 = ScalarType("i1")
-REQUEST_ATTR = "stream_k_requested"  # the kernel attr `@stream_k(1)` sets (frontend/lower.py STREAM_K_ATTR)
-MIN_ITERS_ATTR = "stream_k_min_iters"  # `@stream_k(1, min_iters=I)` (frontend/lower.py STREAM_K_MIN_ITERS_ATTR)
+REQUEST_ATTR = "stream_k_requested"  # the kernel attr `@stream_k(1)` sets (frontend/annotations.py STREAM_K_ATTR)
+MIN_ITERS_ATTR = "stream_k_min_iters"  # `@stream_k(1, min_iters=I)` (frontend/annotations.py STREAM_K_MIN_ITERS_ATTR)
 
 
 class StreamK(Pass):
