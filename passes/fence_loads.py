@@ -19,7 +19,7 @@ In the default pipeline as `fence-loads{opt_in=true}`: only kernels whose source
 opt_in (`--passes=...,hoist-loads,fence-loads,...`) it rewrites every kernel it applies to.
 
 Measured on the H200 (docs/experiments.md): session 16's first screen (5-15% at issue 15's ten
-latency-bound row points) was the timing order (it always timed the unfenced kernel first; tkir.bench
+latency-bound row points) was the timing order (it always timed the unfenced kernel first; tkir.tools.timing
 now rotates the order); its A/B with each build timed in both positions gave 0.94-1.05x there and
 0.975-0.984x on three large rmsnorm configurations, so the pass stayed out of the default pipeline.
 Session 17 (docs/bench/session17_rows.py: the tuned kernel and the fenced one timed in one rotated

@@ -1,5 +1,5 @@
 """Session 13's hand mutants (docs/mutation.md, "Session 13"): hoist-loads, infer-layouts' idle-warp split
-and class chunk width, the tune model's lone blocks and floor, tkir.bench's host-lead fallback, the
+and class chunk width, the tune model's lone blocks and floor, tkir.tools.timing's host-lead fallback, the
 `@hoist_loads` annotation and rmsnorm's chunk loop. Each is applied, the tests that touch it are run
 (TKIR_CACHE=0, stop at the first failure) and the file is put back.
 `python3 scripts/mutate_session13.py [NAME ...]` from the repository root; prints killed/SURVIVED."""
@@ -26,11 +26,12 @@ M = [  # (name, file, snippet, its mutation, tests)
     ("idle-no-narrower", "passes/infer_layouts.py", "for v in _narrower(vec):", "for v in []:", "filecheck"),
     ("class-chunk-first-value", "passes/infer_layouts.py", "if id(v) in touches:", "if True:", "sass"),
     ("class-chunk-narrowest-only", "passes/infer_layouts.py", "if id(v) in touches:", "if False:", "sass"),
-    ("model-shares-with-absent-blocks", "tkir/tune_model.py",
+    ("model-shares-with-absent-blocks", "tkir/tools/tune_model.py",
      "per_sm = max(1, min(blocks_per_sm, math.ceil(blocks / NUM_SMS)))", "per_sm = max(1, blocks_per_sm)", "tune"),
-    ("model-no-floor", "tkir/tune_model.py",
+    ("model-no-floor", "tkir/tools/tune_model.py",
      "ms = max(waves * per_block, KERNEL_FLOOR_S) * 1e3", "ms = waves * per_block * 1e3", "tune"),
-    ("lead-fallback-none", "tkir/bench.py", "for _ in range(FALLBACK_LEAD_FLUSHES):", "for _ in range(0):", "bench"),
+    ("lead-fallback-none", "tkir/tools/timing.py", "for _ in range(FALLBACK_LEAD_FLUSHES):", "for _ in range(0):",
+     "bench"),
     ("annotation-drops-request", "frontend/lower.py",
      'return self.ann_switch(a, "H", HOIST_LOADS_ATTR)', "return {}", "filecheck"),
     ("annotation-accepts-2", "frontend/lower.py",

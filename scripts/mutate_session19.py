@@ -35,7 +35,7 @@ M = [  # (name, file, snippet, its mutation, tests)
      "        if False:", "unit"),
     ("grid-in-blocks", "backend/launch.py", '        grid[0] = f"{cluster} * ({grid[0]})"', "        pass", "unit"),
     ("launch-without-cluster", "backend/launch.py", '        out["cluster"] = [cluster, 1, 1]', "        pass", "unit"),
-    ("model-ignores-cluster", "tkir/tune_model.py", "    blocks = max(1, cluster)\n", "    blocks = 1\n", "unit"),
+    ("model-ignores-cluster", "tkir/tools/tune_model.py", "    blocks = max(1, cluster)\n", "    blocks = 1\n", "unit"),
     ("size-3-accepted", "frontend/lower.py", "CLUSTER_SIZES = (1, 2, 4, 8)", "CLUSTER_SIZES = (1, 2, 3, 4, 8)", "unit"),
 ]
 TESTS = {

@@ -50,7 +50,7 @@ FEED_LATENCY_S = 1.5e-6       # a copy's round trip under load: an SM with B byt
 #                              B / FEED_LATENCY_S (Little's law). Fitted to one H200 sweep (gemm M=64,
 #                              docs/bench/latest/session6/call4/tune_m64.json: STAGES 3 -> 6 took 34.6 -> 21.6 us)
 KERNEL_FLOOR_S = 3.3e-6       # no kernel is timed faster than this: a block that copies one 768-wide bf16 row
-#                              through registers took 3.33-3.36 us under tkir.bench's timing on the H200
+#                              through registers took 3.33-3.36 us timed by tkir.tools.timing on the H200
 #                              (launch, one DRAM round trip each way; docs/bench/latest/session13/call1)
 SK_PHASE_RATE = 0.75          # stream-K iterations ran at about 75% of the data-parallel rate on the H200
 #                              (partials, less L2 sharing between blocks at different K offsets;
