@@ -205,12 +205,14 @@ def test_runtime_imports_without_calling_the_driver() -> None:
 def test_removed_tkir_cuda_alias_does_not_import() -> None:
     """`tkir.cuda` was a deprecated alias of tkir.backend.cuda (its name before the runtime moved into
     backend/); it is gone: no such module in the package, and `import tkir.cuda` fails, while the real
-    module imports."""
+    module imports. (Where it does import, the second item names the file it came from: e.g. an older
+    checkout's, reached through an editable install of that checkout.)"""
     assert PathFinder.find_spec("tkir.cuda", tkir.__path__) is None
-    code = ("try:\n    import tkir.cuda\nexcept ModuleNotFoundError as e:\n    gone = e.name\nelse:\n    gone = None\n"
+    code = ("import importlib.util\nspec = importlib.util.find_spec('tkir.cuda')\n"
+            "try:\n    import tkir.cuda\nexcept ModuleNotFoundError as e:\n    gone = e.name\nelse:\n    gone = None\n"
             "import tkir.backend.cuda as real\n"
-            "print(json.dumps([gone, hasattr(real, 'to_device'), 'tkir.cuda' in sys.modules]))")
-    assert python(code) == ["tkir.cuda", True, False]
+            "print(json.dumps([gone, spec and spec.origin, hasattr(real, 'to_device'), 'tkir.cuda' in sys.modules]))")
+    assert python(code) == ["tkir.cuda", None, True, False]
 
 
 def test_version_has_one_home() -> None:
