@@ -85,14 +85,14 @@ def tool_versions() -> dict[str, str]:
     """The versions a compiled artifact depends on; ptxas is 'absent' where it is not installed."""
     import llvmlite
 
-    import tkir
     from tkir.backend import toolchain
+    from tkir.version import __version__
 
     try:
         ptxas = toolchain.ptxas_version()
     except toolchain.ToolchainError:
         ptxas = "absent"
-    return {"tkir": tkir.__version__, "llvmlite": llvmlite.__version__, "ptxas": ptxas}
+    return {"tkir": __version__, "llvmlite": llvmlite.__version__, "ptxas": ptxas}
 
 
 def get(key: str, required: Iterable[str] = ()) -> dict[str, Any] | None:

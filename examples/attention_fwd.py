@@ -20,7 +20,7 @@ CHECK_SIZES = [dict(B=1, H=2, N=300), dict(B=1, H=2, N=200)]
 CHECK_CONSTS = [{}, {"D": 64, "CAUSAL": 1}]
 # The attention bench's configurations, each causal and non-causal: D = 128 at B = H = 16 and five lengths, and
 # (B, H, N, D) = (8, 16, 4096, 128), (16, 32, 2048, 64), (8, 16, 2048, 256).
-# BQ and BKV "auto": the compiler picks the largest tile plan-occupancy's budget accepts (tkir.auto_consts):
+# BQ and BKV "auto": the compiler picks the largest tile plan-occupancy's budget accepts (tkir.tools.auto_consts):
 # BQ 128 x BKV 128 at D = 128, 192 x 128 at D = 64 (three consumer warpgroups), 128 x 64 at D = 256
 # (K and V blocks of 64 rows: q + 2 stages fit in 227 KB).
 _AUTO = dict(BQ="auto", BKV="auto", STAGES=2)

@@ -81,7 +81,7 @@ def _math(x, w, b):
 
 
 def extra_peer(name: str, inputs: list, sizes: dict, consts: dict):
-    from tkir.bench import inductor
+    from tkir.tools.bench import inductor
 
     x, w, b, _ = inputs
     f = inductor(_math)

@@ -82,7 +82,7 @@ def _math(x, w):
 
 
 def extra_peer(name: str, inputs: list, sizes: dict, consts: dict):
-    from tkir.bench import inductor
+    from tkir.tools.bench import inductor
 
     x, w, _ = inputs
     f = inductor(_math)

@@ -72,7 +72,7 @@ def _math(x):
 
 
 def extra_peer(name: str, inputs: list, sizes: dict, consts: dict):
-    from tkir.bench import inductor
+    from tkir.tools.bench import inductor
 
     x, _y = inputs
     f = inductor(_math)

@@ -190,7 +190,7 @@ class StaticAssert(Stmt):
 
 # --- the kernel -------------------------------------------------------------------------------
 
-AUTO = "auto"  # a const's value the compiler chooses (`<BQ=auto>`, `-D BQ=auto`; tkir/auto_consts.py)
+AUTO = "auto"  # a const's value the compiler chooses (`<BQ=auto>`, `-D BQ=auto`; tkir/tools/auto_consts.py)
 
 
 class ConstParam(Node):

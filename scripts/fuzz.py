@@ -15,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tkir.fuzz import campaign, inputs, oracle  # noqa: E402
+from tkir.tools.fuzz import campaign, inputs, oracle  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

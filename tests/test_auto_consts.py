@@ -1,4 +1,4 @@
-"""`auto` consts (tkir/auto_consts.py): the compiler picks the largest tile that plan-occupancy's
+"""`auto` consts (tkir/tools/auto_consts.py): the compiler picks the largest tile that plan-occupancy's
 register and shared-memory budget accepts, from the kernel's @tune candidates, and says why it
 refused the larger ones."""
 
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 import tkir
-from tkir import auto_consts
 from tkir.diagnostics import CompileError
+from tkir.tools import auto_consts
 
 ATTN = "examples/attention_fwd.tk"
 AUTO = {"BQ": "auto", "BKV": "auto"}

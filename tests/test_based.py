@@ -22,12 +22,12 @@ from tkir.backend.rules_registers import outer_product
 from tkir.backend.toolchain import local_memory_ops
 from tkir.backend.values import Frag
 from tkir.diagnostics import CompileError
-from tkir.examples import check_interpreted, load_companion, relative_error
 from tkir.facts import OccupancyPlan
 from tkir.frontend import compile_file, compile_source
 from tkir.layout import layout_of, make_layout, outer_operand_layout
 from tkir.parser import parse_module
 from tkir.printer import print_module
+from tkir.tools.examples import check_interpreted, load_companion, relative_error
 from tkir.verifier import verify
 
 ROOT = Path(__file__).resolve().parent.parent

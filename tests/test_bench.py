@@ -1,4 +1,4 @@
-"""The benchmark harness (tkir/bench.py) as the CLI drives it, without a GPU: `tkc run FILE` (no
+"""The benchmark harness (tkir/tools/bench.py) as the CLI drives it, without a GPU: `tkc run FILE` (no
 --interpret) parses its flags in tkir/cli.py and hands `run_check` plain values; the GPU part
 (`bench_one`) is replaced by a recorder that returns a made-up row.
 """
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tkir import bench
 from tkir.cli import main
+from tkir.tools import bench, timing
 
 ROOT = Path(__file__).resolve().parent.parent
 GEMM = str(ROOT / "examples" / "gemm.tk")
@@ -71,9 +71,9 @@ def test_tkc_run_bad_size_is_a_usage_error(calls: list[dict], capsys: pytest.Cap
 
 
 def test_run_check_needs_neither_the_cli_nor_torch() -> None:
-    """tkir.bench is a driver beside the CLI, not part of it: run_check (its GPU part replaced) loads no
+    """tkir.tools.bench is a driver beside the CLI, not part of it: run_check (its GPU part replaced) loads no
     tkir.cli; torch is imported only by the GPU part."""
-    code = (f"import sys, tkir.bench as b; b.bench_one = lambda *a, **k: b.Row('g', {{}}, {{}}, 't', 0.0, 1.0, "
+    code = (f"import sys, tkir.tools.bench as b; b.bench_one = lambda *a, **k: b.Row('g', {{}}, {{}}, 't', 0.0, 1.0, "
             f"True, 1.0, None, 'p', 1, 1); b.run_check({GEMM!r}, {{}}, {{}}, compile_kw={{}}); "
             "assert 'tkir.cli' not in sys.modules, 'tkir.cli'; assert 'torch' not in sys.modules, 'torch'")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
@@ -81,7 +81,7 @@ def test_run_check_needs_neither_the_cli_nor_torch() -> None:
 
 
 class _FakeCudaTorch:
-    """Just enough of torch for tkir.bench.time_pair_ms and host_us_per_call: records the order in which
+    """Just enough of torch for tkir.tools.timing.time_pair_ms and host_us_per_call: records the order in which
     the GPU work would be enqueued."""
 
     def __init__(self) -> None:
@@ -124,13 +124,13 @@ def test_each_timed_run_waits_behind_flush_and_host_lead(monkeypatch: pytest.Mon
     kernel and the end event: the host enqueues the kernel while the GPU is still busy, so its launch
     path is not timed (without it a sweep measured Python launch time as kernel time)."""
     torch = _FakeCudaTorch()
-    monkeypatch.setattr(bench, "_FLUSH", [torch.buffer])
-    monkeypatch.setattr(bench, "WARMUP_S", 0.0)
+    monkeypatch.setattr(timing, "_FLUSH", [torch.buffer])
+    monkeypatch.setattr(timing, "WARMUP_S", 0.0)
     ran = lambda name: (lambda i: (lambda: torch.log.append(name)))  # noqa: E731
-    ms = bench.time_pair_ms(torch, [ran("tkir"), ran("peer")], nsets=2, reps=3, warmup=1, rotate=False)
+    ms = timing.time_pair_ms(torch, [ran("tkir"), ran("peer")], nsets=2, reps=3, warmup=1, rotate=False)
     assert ms == [1.0, 1.0]
     timed = torch.log[torch.log.index("event") - 2:]  # after the warm-up round
-    lead = f"sleep {bench.HOST_LEAD_CYCLES}"
+    lead = f"sleep {timing.HOST_LEAD_CYCLES}"
     assert timed == ["flush", lead, "event", "tkir", "event", "flush", lead, "event", "peer", "event"] * 3
 
 
@@ -140,11 +140,11 @@ def test_every_kernel_runs_equally_often_in_every_position(monkeypatch: pytest.M
     kernel timed 10-15% faster than the first in a fixed order (docs/bench/README.md, "Method"), which
     had put tkir first against its peers in every comparison before."""
     torch = _FakeCudaTorch()
-    monkeypatch.setattr(bench, "_FLUSH", [torch.buffer])
-    monkeypatch.setattr(bench, "WARMUP_S", 0.0)
+    monkeypatch.setattr(timing, "_FLUSH", [torch.buffer])
+    monkeypatch.setattr(timing, "WARMUP_S", 0.0)
     ran = lambda name: (lambda i: (lambda: torch.log.append(name)))  # noqa: E731
     names = ["tkir", "eager", "compiled"]
-    bench.time_pair_ms(torch, [ran(n) for n in names], nsets=2, reps=4, warmup=1)
+    timing.time_pair_ms(torch, [ran(n) for n in names], nsets=2, reps=4, warmup=1)
     timed = [x for x in torch.log[torch.log.index("event"):] if x in names]
     assert len(timed) == 3 * 6  # 4 reps -> 6, a multiple of the 3 kernels
     for pos in range(3):
@@ -157,12 +157,12 @@ def test_a_large_group_rotates_without_rounding_the_reps_up(monkeypatch: pytest.
     the 132 kernels of layernorm's D = 768 space cost ~10 s a point), and the order still rotates, so no
     kernel is first in more than ceil(reps / K) of its reps."""
     torch = _FakeCudaTorch()
-    monkeypatch.setattr(bench, "_FLUSH", [torch.buffer])
-    monkeypatch.setattr(bench, "WARMUP_S", 0.0)
-    k = bench.ROTATE_FULL_MAX + 3
+    monkeypatch.setattr(timing, "_FLUSH", [torch.buffer])
+    monkeypatch.setattr(timing, "WARMUP_S", 0.0)
+    k = timing.ROTATE_FULL_MAX + 3
     names = [f"k{j}" for j in range(k)]
     ran = lambda name: (lambda i: (lambda: torch.log.append(name)))  # noqa: E731
-    bench.time_pair_ms(torch, [ran(n) for n in names], nsets=2, reps=4, warmup=1)
+    timing.time_pair_ms(torch, [ran(n) for n in names], nsets=2, reps=4, warmup=1)
     timed = [x for x in torch.log[torch.log.index("event"):] if x in names]
     assert len(timed) == k * 4
     assert [timed[r * k] for r in range(4)] == names[:4]  # rep r starts with kernel r
@@ -173,17 +173,17 @@ def test_without_torch_sleep_the_lead_is_more_flushes(monkeypatch: pytest.Monkey
     zeroings of the flush buffer, still before the start event (not no lead at all)."""
     torch = _FakeCudaTorch()
     del type(torch.cuda)._sleep
-    monkeypatch.setattr(bench, "_FLUSH", [torch.buffer])
-    monkeypatch.setattr(bench, "WARMUP_S", 0.0)
-    ms = bench.time_pair_ms(torch, [lambda i: (lambda: torch.log.append("k"))], nsets=1, reps=2, warmup=1)
+    monkeypatch.setattr(timing, "_FLUSH", [torch.buffer])
+    monkeypatch.setattr(timing, "WARMUP_S", 0.0)
+    ms = timing.time_pair_ms(torch, [lambda i: (lambda: torch.log.append("k"))], nsets=1, reps=2, warmup=1)
     assert ms == [1.0]
-    timed = torch.log[torch.log.index("event") - 1 - bench.FALLBACK_LEAD_FLUSHES:]
-    assert timed == (["flush"] * (1 + bench.FALLBACK_LEAD_FLUSHES) + ["event", "k", "event"]) * 2
+    timed = torch.log[torch.log.index("event") - 1 - timing.FALLBACK_LEAD_FLUSHES:]
+    assert timed == (["flush"] * (1 + timing.FALLBACK_LEAD_FLUSHES) + ["event", "k", "event"]) * 2
 
 
 def test_host_time_per_call_is_measured_per_kernel() -> None:
     torch = _FakeCudaTorch()
-    us = bench.host_us_per_call(torch, [lambda i: (lambda: torch.log.append("a")),
+    us = timing.host_us_per_call(torch, [lambda i: (lambda: torch.log.append("a")),
                                         lambda i: (lambda: torch.log.append("b"))], nsets=3, calls=4)
     assert len(us) == 2 and all(u >= 0 for u in us)
     assert torch.log == ["a"] * 4 + ["b"] * 4
@@ -197,7 +197,7 @@ def test_bench_tune_chooses_the_named_consts_per_row_with_the_rest_pinned(
     """`tkc bench --tune PERSIST`: each row asks the tuner with every other const pinned (the row's `auto`
     tiles resolved by the compiler first, the space's other consts at their header values) and benches
     the point it returns; the choice and the tuner's timings are printed."""
-    from tkir import tune
+    from tkir.tools import tune
 
     asked: list[dict] = []
 

@@ -192,10 +192,10 @@ def test_chunked_rel_err_matches_the_whole_tensor_value() -> None:
     out[30, 3] = np.nan
     assert sw.chunked_rel_err(fake_torch, out.view(T), ref.view(T), chunk=50) == math.inf
     calls: list[int] = []
-    bench = types.SimpleNamespace(_rel_err=lambda torch, o, r: calls.append(1) or 0.5)
-    sw.patch_rel_err(bench, chunk=10**6)
-    sw.patch_rel_err(bench, chunk=10**6)  # idempotent
-    assert bench._rel_err(fake_torch, ref.view(T), ref.view(T)) == 0.5 and calls == [1]  # small: the original
+    timing = types.SimpleNamespace(rel_err=lambda torch, o, r: calls.append(1) or 0.5)
+    sw.patch_rel_err(timing, chunk=10**6)
+    sw.patch_rel_err(timing, chunk=10**6)  # idempotent
+    assert timing.rel_err(fake_torch, ref.view(T), ref.view(T)) == 0.5 and calls == [1]  # small: the original
 
 
 def test_tune_cache_pack_and_unpack(tmp_path: Path) -> None:
@@ -251,17 +251,17 @@ def test_supervisor_records_a_dead_worker_and_a_hang(tmp_path: Path) -> None:
 
 
 def test_dry_run_calls_tune_dry_run(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    import tkir.tune
+    import tkir.tools.tune
 
     seen = []
 
     def fake_dry_run(path: str, sizes: dict, *, fixed: dict | None = None, jobs: int | None = None) -> object:
         seen.append((Path(path).name, sizes, fixed))
-        c = tkir.tune.Candidate({"ROWS": 1}, {"ROWS": 1}, predicted_ms=0.01)
-        d = tkir.tune.Candidate({"ROWS": 16}, {"ROWS": 16}, status="dropped", stage="compile", reason="registers")
-        return tkir.tune.TuneResult(path, sizes, sizes, None, [c, d], None)
+        c = tkir.tools.tune.Candidate({"ROWS": 1}, {"ROWS": 1}, predicted_ms=0.01)
+        d = tkir.tools.tune.Candidate({"ROWS": 16}, {"ROWS": 16}, status="dropped", stage="compile", reason="registers")
+        return tkir.tools.tune.TuneResult(path, sizes, sizes, None, [c, d], None)
 
-    monkeypatch.setattr(tkir.tune, "dry_run", fake_dry_run)
+    monkeypatch.setattr(tkir.tools.tune, "dry_run", fake_dry_run)
     assert sw.main(["--dry-run", "--part", "rows", "--kernel", "softmax", "--rows", "65536", "--d", "16384"]) == 0
     assert seen == [("softmax.tk", {"N": 65536}, {"D": 16384})]
     out = capsys.readouterr().out

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import tkir
-from tkir.examples import check_interpreted, load_companion
+from tkir.tools.examples import check_interpreted, load_companion
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "scripts" / "bench"

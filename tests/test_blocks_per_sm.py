@@ -23,14 +23,14 @@ from tkir.backend.lower_llvm import lower_kernel
 from tkir.backend.toolchain import assemble
 from tkir.backend.values import LoweringError
 from tkir.diagnostics import CompileError
-from tkir.examples import check_interpreted, load_companion
 from tkir.facts import MIN_BLOCKS_ATTR, OccupancyPlan
 from tkir.frontend.tune import read_space
 from tkir.parser import parse_module
 from tkir.passes.registry import DEFAULT_PIPELINE
 from tkir.printer import print_module
 from tkir.target import MAX_BLOCKS_PER_SM
-from tkir.tune import check_point
+from tkir.tools.examples import check_interpreted, load_companion
+from tkir.tools.tune import check_point
 from tkir.verifier import verify
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -302,7 +302,7 @@ NO_IDLE_SPLIT = ",".join(p if p != "infer-layouts" else "infer-layouts{split_idl
 
 
 def test_tuner_model_sees_the_floor() -> None:
-    """tkir.tune.check_point predicts with the plan's blocks per SM: the requested 4, not the planner's
+    """tkir.tools.tune.check_point predicts with the plan's blocks per SM: the requested 4, not the planner's
     count. On the chunked path (a loop over DC-wide chunks) more resident blocks are more bytes in
     flight per SM, which the model's Little's-law limit rewards; on the one-read path (no loop) the
     model counts no bytes in flight and predicts both alike (fewer, fuller waves, same time). The chunk

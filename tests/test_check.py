@@ -1,4 +1,4 @@
-"""tkir/check.py and the numpy references the GPU tests compare with, on the CPU.
+"""tkir/tools/check.py and the numpy references the GPU tests compare with, on the CPU.
 
 The GPU tests (tests/test_gpu_examples.py) judge every example configuration by its companion's numpy
 `reference`; here each of those configurations (example, consts, target and options) runs in the
@@ -17,8 +17,8 @@ import pytest
 from test_gpu_examples import CASES, PATH_CASES
 
 import tkir
-from tkir import check
-from tkir.examples import check_interpreted, load_companion
+from tkir.tools import check
+from tkir.tools.examples import check_interpreted, load_companion
 
 # One small size per example (the companions' CHECK_SIZES are for their default consts; these fit
 # every configuration's tiles and keep a ragged edge where the kernel allows one).

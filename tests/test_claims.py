@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 import tkir
-from tkir.examples import check_interpreted, load_companion
+from tkir.tools.examples import check_interpreted, load_companion
 
 ROOT = Path(__file__).parent.parent
 FMA = str(ROOT / "scripts/bench/claims/fma_ceiling.tk")

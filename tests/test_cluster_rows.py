@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 import tkir
-from tkir.check import check_example
 from tkir.diagnostics import CompileError
-from tkir.examples import load_companion
+from tkir.tools.check import check_example
+from tkir.tools.examples import load_companion
 
 ROOT = Path(__file__).resolve().parents[1]
 ROW = """@warpgroups(consumers=WG)
@@ -118,7 +118,7 @@ def test_the_backend_refuses_other_shared_exchanges_in_a_cluster_kernel(tmp_path
 
 def test_the_tune_model_counts_ctas(tmp_path: Path) -> None:
     from tkir.api import build_module
-    from tkir.tune_model import predict
+    from tkir.tools.tune_model import predict
 
     p = tmp_path / "k.tk"
     p.write_text(ROW)

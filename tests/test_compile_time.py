@@ -96,7 +96,7 @@ def _fresh_process(code: str, env: dict[str, str] | None = None) -> object:
 # runtime's dtype table, tkir.types.NUMPY_DTYPES, built on first use), difflib (frontend "did you mean"
 # hints), the interpreter, the GPU runtime, the tuner, torch
 NOT_ON_COMPILE_PATH = ("ml_dtypes", "difflib", "fractions", "tkir.interp", "tkir.backend.runtime",
-                       "tkir.backend.cuda", "tkir.tune", "tkir.bench", "torch")
+                       "tkir.backend.cuda", "tkir.tools.tune", "tkir.tools.bench", "torch")
 
 
 def test_compile_command_imports_only_what_it_uses(tmp_path: Path) -> None:

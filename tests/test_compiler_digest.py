@@ -1,6 +1,7 @@
-"""The disk cache's compiler digest (tkir.api._compiler_digest) reads every source the backend's output
+"""The disk cache's compiler digest (tkir.api.compiler_digest) reads every source the backend's output
 depends on, wherever the layout puts it: the IR core (tkir/, tkir/requires.py among it) and the
-backend (backend/, with the launch description and the runtime)."""
+backend (backend/, with the launch description and the runtime); and what a cached tuning result
+depends on: the tools (tkir/tools/: the tuner, its model and timing) and the interpreter."""
 
 from __future__ import annotations
 
@@ -24,9 +25,11 @@ def test_digest_reads_every_source_of_tkir_and_backend(monkeypatch: pytest.Monke
         return real(self)
 
     monkeypatch.setattr(Path, "read_bytes", spy)
-    api._compiler_digest.__wrapped__()
+    api.compiler_digest.__wrapped__()
     for f in ("requires.py", "ir.py", "types.py"):
         assert ROOT / f in read
     for f in ("launch.py", "cuda.py", "runtime.py", "lower.py", "lower_llvm.py"):
         assert BACKEND / f in read
     assert set(read) >= set(ROOT.glob("*.py")) | set(BACKEND.glob("*.py"))
+    assert ROOT / "tools" / "tune.py" in read and ROOT / "tools" / "timing.py" in read
+    assert set(read) >= set((ROOT / "tools").glob("*.py")) | set((ROOT / "interp").glob("*.py"))

@@ -25,7 +25,7 @@ from c_build import RUN_TIMEOUT_S, cuda_include, libcuda, run_cc, size_names  # 
 
 import tkir
 from tkir import symexpr
-from tkir.examples import load_companion
+from tkir.tools.examples import load_companion
 from tkir.types import DTYPE_BYTES
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"

@@ -15,10 +15,10 @@ from string import Template
 import numpy as np
 import pytest
 
-from tkir.examples import check_interpreted, load_companion, relative_error
 from tkir.ir import Module
 from tkir.parser import parse_module
 from tkir.printer import print_module
+from tkir.tools.examples import check_interpreted, load_companion, relative_error
 from tkir.verifier import verify
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"

@@ -57,7 +57,7 @@ def test_fence_loads_annotation_records_the_request() -> None:
 
 
 def test_tune_spaces_offer_the_fence_only_for_narrow_rows() -> None:
-    from tkir.tune import read_space
+    from tkir.tools.tune import read_space
 
     for k in ("layernorm", "rmsnorm", "softmax"):
         space = read_space(f"examples/{k}.tk")

@@ -12,7 +12,7 @@ import random
 
 import pytest
 
-from tkir.fuzz import campaign, corpus, grammar_gen, inputs, mutate, oracle
+from tkir.tools.fuzz import campaign, corpus, grammar_gen, inputs, mutate, oracle
 
 QUICK_SEED = 14
 QUICK_COUNT = 1000

@@ -19,9 +19,9 @@ import pytest
 
 import tkir
 from tkir.backend import cuda as tkcuda
-from tkir.bench import bench_one
-from tkir.check import check_kernel
-from tkir.examples import load_companion, relative_error
+from tkir.tools.bench import bench_one
+from tkir.tools.check import check_kernel
+from tkir.tools.examples import load_companion, relative_error
 
 ROOT = Path(__file__).resolve().parent.parent
 BASED = str(ROOT / "examples" / "based.tk")

@@ -1,7 +1,7 @@
 """Examples compiled by tkir and run on the GPU against their references (marked gpu; no torch).
 
 Fresh random inputs every run (the companion's numpy `make_inputs`), outputs poisoned with NaN, copied
-to the GPU as tkir DeviceArrays (tkir.check), and ||out - ref|| / ||ref|| against the companion's
+to the GPU as tkir DeviceArrays (tkir.tools.check), and ||out - ref|| / ||ref|| against the companion's
 float64 numpy `reference` under the example's bound, at three sizes each, including sizes that are
 not multiples of the block tile (TMA out-of-bounds fill on loads, masked stores). The references are
 checked against the interpreter on the CPU for every configuration here (tests/test_check.py).
@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tkir.check import check_example, check_kernel
-from tkir.examples import load_companion
+from tkir.tools.check import check_example, check_kernel
+from tkir.tools.examples import load_companion
 
 CASES = [
     ("gemm", dict(M=256, N=512, K=128), {}),

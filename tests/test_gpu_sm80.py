@@ -12,9 +12,9 @@ import pytest
 
 import tkir
 from tkir.backend import cuda as tkcuda
-from tkir.check import check_kernel
-from tkir.examples import load_companion, relative_error
 from tkir.passes.registry import DEFAULT_PIPELINE
+from tkir.tools.check import check_kernel
+from tkir.tools.examples import load_companion, relative_error
 
 GEMM_SM80 = {"BM": 256, "BN": 128, "BK": 64, "STAGES": 3}
 # a gemm's loop is one role by default (the rotated loop); cp.async producer warps are

@@ -2,7 +2,7 @@
 than the SMs and `@stream_k(1)` (examples/gemm.tk's SK) spreads the K loops of all tiles over the
 blocks (passes/stream_k.py). Each case launches the same compiled kernel three times on fresh inputs
 (its workspace and launch count carry over) and checks C against the companion's reference through
-tkir.check.check_kernel. Marked gpu: skipped where no CUDA device exists. The CPU-side check of the
+tkir.tools.check.check_kernel. Marked gpu: skipped where no CUDA device exists. The CPU-side check of the
 same schedule at small sizes is tests/test_stream_k.py (the interpreter).
 """
 
@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from tkir import symexpr
-from tkir.check import check_kernel
-from tkir.examples import load_companion
+from tkir.tools.check import check_kernel
+from tkir.tools.examples import load_companion
 
 GEMM = "examples/gemm.tk"
 # (sizes, consts): N = 4096, K = 14336 (a decode-time MLP projection); K = 14376 is not a multiple of BK

@@ -8,7 +8,6 @@ import pytest
 
 from tkir.access_report import AccessReport, reports_of
 from tkir.api import build_module
-from tkir.examples import check_interpreted, load_companion
 from tkir.ir import Module, Operation
 from tkir.layout import SharedLayout
 from tkir.parser import parse_module
@@ -16,6 +15,7 @@ from tkir.passes.analysis import STAGED_SWIZZLE, choose_swizzle, swizzle_problem
 from tkir.passes.registry import load_registry
 from tkir.passmanager import Options, PassManager
 from tkir.printer import print_module
+from tkir.tools.examples import check_interpreted, load_companion
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 LAYOUT_PASSES = ["canonicalize", "infer-layouts", "select-swizzle", "bank-conflicts"]

@@ -18,12 +18,12 @@ import numpy as np
 import pytest
 
 import tkir
-from tkir.examples import check_interpreted, load_companion, relative_error
 from tkir.frontend import compile_file
 from tkir.ir import Module
 from tkir.parser import parse_module
 from tkir.passmanager import PipelineConfig
 from tkir.printer import print_module
+from tkir.tools.examples import check_interpreted, load_companion, relative_error
 from tkir.verifier import verify
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"

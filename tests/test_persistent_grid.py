@@ -7,7 +7,7 @@ from test_runtime import FAKE_BASE, bf16  # tests/ is on sys.path under pytest
 
 import tkir
 from tkir.backend.runtime import bind
-from tkir.examples import check_interpreted, load_companion
+from tkir.tools.examples import check_interpreted, load_companion
 
 GEMM = "examples/gemm.tk"
 

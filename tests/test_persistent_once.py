@@ -12,8 +12,8 @@ import time
 import pytest
 
 import tkir
-from tkir.examples import check_interpreted, load_companion
 from tkir.passes.registry import DEFAULT_PIPELINE
+from tkir.tools.examples import check_interpreted, load_companion
 
 ATT = "examples/attention_fwd.tk"
 CONSTS = dict(D=64, BQ=64, BKV=64, STAGES=2)
@@ -56,7 +56,7 @@ def test_producer_that_does_not_wait_for_the_release_gives_wrong_results(comp, m
     Under a loaded machine (CI's two busy workers) the threads' interleaving hid it (one
     failure in a full local run, none alone), so every interpreted mma here first sleeps a little: the
     consumers lag behind the producer, as on the GPU, and the overwrite happens on every run."""
-    from tkir import interp_frame
+    from tkir.interp import frame as interp_frame
 
     mma = interp_frame.HANDLERS["tk.mma"]
 

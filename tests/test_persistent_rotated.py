@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 
 import tkir
-from tkir.examples import check_interpreted, load_companion
 from tkir.symexpr import evaluate
+from tkir.tools.examples import check_interpreted, load_companion
 
 ATT = "examples/attention_fwd.tk"
 CONSTS = dict(D=64, BQ=64, BKV=64, STAGES=2, CAUSAL=1, PERSIST=1)

@@ -22,11 +22,11 @@ import tkir
 from tkir.backend.lower import compile_module
 from tkir.backend.toolchain import local_memory_ops, sass_count
 from tkir.backend.values import LoweringError
-from tkir.examples import check_interpreted, load_companion
 from tkir.parser import parse_module
 from tkir.passes.registry import DEFAULT_PIPELINE
 from tkir.passmanager import Options
 from tkir.printer import print_module
+from tkir.tools.examples import check_interpreted, load_companion
 from tkir.verifier import VerifyError, verify
 
 # the one-role cp.async loop this file tests: a gemm's loop would otherwise get cp.async producer warps
@@ -294,8 +294,8 @@ def test_rotated_sm80_attention_matches_reference_and_needs_the_held_stage(monke
     iteration j) and matches the reference in the interpreter at ragged N, causal and not. Rotated without
     the held stage (copies S-1 ahead, as for an unrotated loop), a copy refills that stage while it is still
     to be read: the interpreter's in-flight stages are NaN, so O is NaN."""
-    from tkir.examples import check_interpreted, load_companion
     from tkir.passes import pipeline_cp_async as pca
+    from tkir.tools.examples import check_interpreted, load_companion
 
     path = "examples/attention_fwd.tk"
     comp = load_companion(path)

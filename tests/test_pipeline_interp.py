@@ -7,12 +7,12 @@ from __future__ import annotations
 import pytest
 
 import tkir
-import tkir.interp_pipeline as pipe
-from tkir.examples import check_interpreted, load_companion
+import tkir.interp.pipeline as pipe
 from tkir.interp import InterpError
 from tkir.parser import parse_module
 from tkir.passes.registry import DEFAULT_PIPELINE
 from tkir.printer import print_module
+from tkir.tools.examples import check_interpreted, load_companion
 
 PW4 = ",".join("plan-occupancy{producer_warps=4}" if p == "plan-occupancy" else p for p in DEFAULT_PIPELINE)
 CASES = [

@@ -1,4 +1,4 @@
-"""tkir/report.py on the examples after the layout passes, and on hand-written IR with TMA/occupancy."""
+"""tkir/tools/report.py on the examples after the layout passes, and on hand-written IR with TMA/occupancy."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from tkir.api import build_module
 from tkir.parser import parse_module
 from tkir.passes.registry import DEFAULT_PIPELINE, load_registry
 from tkir.passmanager import Options, PassManager
-from tkir.report import build_report, format_report, highest_register, peak_live_registers, register_comparison
+from tkir.tools.report import build_report, format_report, highest_register, peak_live_registers, register_comparison
 from tkir.types import format_attr_value
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -230,7 +230,7 @@ def test_register_copies_say_which_edge_tests_are_left_out() -> None:
     indices of a constant-bound loop need no tests; 16 rows per block of N rows do; a copy the backend
     makes element by element is reported as such, with every dim tested."""
     import tkir
-    from tkir.report import build_report
+    from tkir.tools.report import build_report
 
     chunked = build_report(tkir.compile("examples/layernorm.tk", D=16384, DC=2048, ROWS=1, WG=4).module)
     by_tile = {c["tile"]: c for c in chunked["register_copies"]}

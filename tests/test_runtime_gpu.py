@@ -375,7 +375,7 @@ def test_gemm_and_stream_k_on_device_1_match_numpy(monkeypatch: pytest.MonkeyPat
     48 KB (the opt-in attribute is set per loaded function), a persistent grid of GPU 1's SM count;
     and stream-K gemm alternating GPU 0 / 1 / 0 (a workspace per device, one launch counter)."""
     import tkir
-    from tkir.examples import load_companion
+    from tkir.tools.examples import load_companion
 
     comp = load_companion("examples/gemm.tk")
     spy = LaunchSpy(monkeypatch)

@@ -21,9 +21,9 @@ from test_sm80_mma_simulated import EB, WARP, _Cx, _Pair, _Simt
 import tkir
 from tkir.backend.rules_epilogue import _op_tk_store_warp_staged
 from tkir.backend.values import Frag, Global, Smem
-from tkir.examples import check_interpreted, load_companion
 from tkir.layout import fragment, make_layout
 from tkir.parser import parse_module
+from tkir.tools.examples import check_interpreted, load_companion
 
 BANKS, BANK_BYTES = 32, 4
 

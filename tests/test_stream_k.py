@@ -20,7 +20,7 @@ import tkir.interp as interp
 from tkir import symexpr
 from tkir.backend.runtime import bind
 from tkir.diagnostics import CompileError
-from tkir.examples import check_interpreted, load_companion
+from tkir.tools.examples import check_interpreted, load_companion
 
 GEMM = "examples/gemm.tk"
 COMP = load_companion(GEMM)

@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 
 import tkir
-from tkir import tune
 from tkir.api import build_module
 from tkir.diagnostics import CompileError
 from tkir.frontend import compile_source
 from tkir.frontend.tune import read_space
-from tkir.tune_model import predict, ranks, spearman
+from tkir.tools import tune
+from tkir.tools.tune_model import predict, ranks, spearman
 
 ROOT = Path(__file__).parent.parent
 GEMM = str(ROOT / "examples/gemm.tk")
@@ -153,7 +153,7 @@ def test_model_lone_blocks_have_their_sm_and_no_kernel_beats_the_floor() -> None
     """One block (a row kernel at N = 1) shares its SM with nobody, whatever blocks per SM the
     plan allows, and no prediction is under KERNEL_FLOOR_S; before, layernorm's 4-warp points at N = 1
     were put at 12x the 16-warp ones and dropped untimed, though they measured fastest."""
-    from tkir import tune_model
+    from tkir.tools import tune_model
 
     m = build_module(GEMM, {"BM": 128, "BN": 256})
     lone = [predict(m, dict(M=128, N=256, K=65536), blocks_per_sm=b, stages=4) for b in (1, 2)]
@@ -330,7 +330,7 @@ print(json.dumps(out))
 def test_points_are_split_over_the_gpus_and_merged_back(monkeypatch: pytest.MonkeyPatch) -> None:
     """Two GPUs: one worker per GPU, all started before any is waited for, each seeing only its GPU
     (CUDA_VISIBLE_DEVICES) and its share of the points; results land on the right candidates. (The
-    real worker is `python -m tkir.tune --worker SPEC`; the first two-GPU run failed in this
+    real worker is `python -m tkir.tools.tune --worker SPEC`; the first two-GPU run failed in this
     plumbing with "I/O operation on closed file".)"""
     monkeypatch.setattr(tune, "WORKER_CMD", [sys.executable, "-c", FAKE_WORKER])
     cands = [tune.Candidate({"BM": m}, {"BM": m}) for m in (64, 128, 192, 256, 320)]
@@ -381,7 +381,8 @@ def test_the_points_nearest_the_best_are_timed_again_and_decide(monkeypatch: pyt
     the timer are fakes that record what they are asked."""
     import types
 
-    import tkir.bench as bench
+    from tkir import api
+    from tkir.tools import timing
 
     ran: list[int] = []
     first = {0: 1.00, 1: 1.01, 2: 1.02, 3: 1.10}
@@ -409,9 +410,9 @@ def test_the_points_nearest_the_best_are_timed_again_and_decide(monkeypatch: pyt
                                  torch_reference=lambda sets, sizes, consts: {"Y": _FakeTensor()})
     fake_torch = types.SimpleNamespace(cuda=types.SimpleNamespace(synchronize=lambda: None))
     monkeypatch.setitem(sys.modules, "torch", fake_torch)
-    monkeypatch.setattr(bench, "time_pair_ms", fake_time)
-    monkeypatch.setattr(bench, "_rel_err", lambda _t, _o, _r: 1e-3)
-    monkeypatch.setattr(tkir, "compile", lambda path, target, passes, **consts: Kernel(consts["A"]))
+    monkeypatch.setattr(timing, "time_pair_ms", fake_time)
+    monkeypatch.setattr(timing, "rel_err", lambda _t, _o, _r: 1e-3)
+    monkeypatch.setattr(api, "compile", lambda path, target, passes, **consts: Kernel(consts["A"]))
     cands = [tune.Candidate({"A": a}, {"A": a}) for a in range(4)]
     tune.time_points("k.tk", {"N": 1}, cands, target="sm_90a", passes=None, reps=20, companion=comp)
     assert groups[0] == ([0, 1, 2, 3], 20)

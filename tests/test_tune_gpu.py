@@ -16,7 +16,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from tkir import tune
+from tkir.tools import tune
 
 ROOT = Path(__file__).parent.parent
 TUNE_LIMIT_S = 120  # issue 15: "finishes in under 2 minutes on the H200"
@@ -63,8 +63,8 @@ def test_autotune_launches_the_tuned_point(tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.setenv("TKIR_CACHE", "1")
     monkeypatch.setenv("TKIR_CACHE_DIR", str(tmp_path / "cache"))
     import tkir
-    from tkir import tune
     from tkir.backend import cuda
+    from tkir.tools import tune
 
     gemm = str(ROOT / "examples/gemm.tk")
     result = tune.tune(gemm, dict(M=1024, N=2048, K=512), fixed={"STAGES": 4}, reps=5)
@@ -83,7 +83,7 @@ def test_autotune_launches_the_tuned_point(tmp_path: Path, monkeypatch: pytest.M
 
 @pytest.mark.gpu
 def test_the_gpu_workers_and_their_second_round_on_one_gpu() -> None:
-    """The multi-GPU path (_time_on_gpus: real `python -m tkir.tune --worker` processes) run with one GPU:
+    """The multi-GPU path (_time_on_gpus: real `python -m tkir.tools.tune --worker` processes) run with one GPU:
     the worker times every kept point, then the points near the best are timed again together on GPU 0
     by a second worker (first_round=False), whose round picks the best, as tune() does on one GPU."""
     gemm = str(ROOT / "examples/gemm.tk")

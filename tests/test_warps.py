@@ -18,8 +18,8 @@ import tkir
 from tkir.api import build_module
 from tkir.backend.toolchain import assemble
 from tkir.diagnostics import CompileError
-from tkir.examples import check_interpreted, load_companion
 from tkir.facts import OccupancyPlan
+from tkir.tools.examples import check_interpreted, load_companion
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"

@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 
 import tkir
-from tkir import interp_frame, interp_ops  # noqa: F401 - interp_ops registers the handlers
 from tkir.backend.toolchain import local_memory_ops
-from tkir.examples import load_companion, relative_error
 from tkir.frontend import compile_file
+from tkir.interp import frame as interp_frame
 from tkir.printer import print_module
+from tkir.tools.examples import load_companion, relative_error
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 BF16 = ml_dtypes.bfloat16
@@ -204,7 +204,7 @@ def test_chunked_rows_assemble_without_local_memory(name: str, consts: dict) -> 
 def test_tune_space_offers_reread_only_for_chunked_rows(name: str) -> None:
     """REREAD = 1 changes only the D > DC path: the space keeps it there and drops it where one read holds
     the row (D <= DC), which would compile the same kernel twice."""
-    from tkir.tune import read_space
+    from tkir.tools.tune import read_space
 
     space = read_space(str(EXAMPLES / f"{name}.tk"))
     for p in space.points({"D": 4096, "ROWS": 1, "WG": 2, "OCC": 0, "HOIST": 0, "FENCE": 0}):

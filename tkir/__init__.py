@@ -9,14 +9,14 @@
 """
 
 from tkir.api import CompiledKernel, compile, interpret
+from tkir.version import __version__ as __version__  # one home: tkir/version.py
 
 
-def autotune(path: str, **kw: object):  # -> tkir.tune.TunedKernel (imported on use: keeps `import tkir` light)
+def autotune(path: str, **kw: object):  # -> tkir.tools.tune.TunedKernel (imported on use: keeps `import tkir` light)
     """A kernel that launches, per call, the configuration `tkc tune` cached for the call's shapes."""
-    from tkir.tune import autotune as make
+    from tkir.tools.tune import autotune as make
 
     return make(path, **kw)
 
 
 __all__ = ["CompiledKernel", "autotune", "compile", "interpret"]
-__version__ = "0.1.0"

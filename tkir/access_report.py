@@ -1,7 +1,7 @@
 """AccessReport: one shared-memory access as bank-conflicts reports it (an op's `access` attribute).
 
 bank-conflicts writes a list of these into `op.attrs["access"]` of every op that touches a shared
-tile (create-tma the same for the epilogue staging tile it adds); `tkc report` (tkir/report.py) reads
+tile (create-tma the same for the epilogue staging tile it adds); `tkc report` (tkir/tools/report.py) reads
 them back. In the IR they stay plain attribute dicts, so the text is what it always was:
 `{op = "ldmatrix.x4", tile = "a", degree = 1, degree_before = 8}`, plus `hardware = true` on the
 hardware paths (TMA, wgmma descriptor fetches) and `major = "K"` or `"MN"` on wgmma operands.

@@ -124,7 +124,7 @@ class CompiledKernel:
 
     def _provenance(self) -> str:
         """How this kernel was compiled, as a tkc command line (for generated files' banners)."""
-        import tkir
+        from tkir.version import __version__
 
         words = [f"tkc compile {self.path}"] + [f"-D {k}={v}" for k, v in self.consts.items()]
         if self.options.target != "sm_90a":
@@ -135,7 +135,7 @@ class CompiledKernel:
             words.append("--no-tma")
         if self.pipeline_spec and self.pipeline_spec != ",".join(default_pipeline()):
             words.append(f"--passes='{self.pipeline_spec}'")
-        return f"from: {' '.join(words)} (tkir {tkir.__version__})"
+        return f"from: {' '.join(words)} (tkir {__version__})"
 
     def __call__(self, *args: object, stream: int | None = None) -> None:
         self.lower()
@@ -153,20 +153,20 @@ BACKEND_STAGES = ("llvm", "ptx", "launch")  # what compile_module produces and t
 def _cache_key(k: CompiledKernel) -> str:
     from tkir.backend import cache
 
-    versions = dict(cache.tool_versions(), compiler=_compiler_digest())
+    versions = dict(cache.tool_versions(), compiler=compiler_digest())
     return cache.make_key(k.ir, k.consts, k.options, k.options.target, versions)
 
 
 @functools.cache
-def _compiler_digest() -> str:
-    """sha256 of the sources of tkir/ and backend/: a changed lowering rule never reads a stale entry
-    (tkir.__version__ does not move between commits)."""
-    import tkir
+def compiler_digest() -> str:
+    """sha256 of the sources of tkir/ (the core and the face, the interpreter, the tools) and backend/: a
+    changed lowering rule never reads a stale entry of the compile cache, nor a changed tuner one of the tune
+    cache (tkir.__version__ does not move between commits)."""
     import tkir.backend
 
+    here = Path(__file__).parent
     h = hashlib.sha256()
-    for pkg in (tkir, tkir.backend):
-        root = Path(pkg.__file__).parent
+    for root in (here, here / "interp", here / "tools", Path(tkir.backend.__file__).parent):
         for f in sorted(root.glob("*.py")):
             h.update(f.name.encode() + b"\0" + f.read_bytes())
     return h.hexdigest()
@@ -231,7 +231,7 @@ def compile(
         consts, choice = _resolve_auto(str(path), dict(consts), registry, pipeline, options)
     module = build_module(path, consts)
     pm.run(module, options, config, out)
-    if choice is not None:  # the decision, visible in the IR (tkir/auto_consts.py)
+    if choice is not None:  # the decision, visible in the IR (tkir/tools/auto_consts.py)
         module.kernel.attrs["auto"] = choice["auto"]
         if choice["refused"]:
             module.kernel.attrs["auto_refused"] = choice["refused"]
@@ -243,8 +243,8 @@ def compile(
 
 def _resolve_auto(path: str, consts: dict, registry: dict, pipeline: list,
                   options: Options) -> tuple[dict, dict | None]:
-    """Consts set to `auto` chosen by tkir.auto_consts (the pipeline up to plan-occupancy decides)."""
-    from tkir import auto_consts
+    """Consts set to `auto` chosen by tkir.tools.auto_consts (the pipeline up to plan-occupancy decides)."""
+    from tkir.tools import auto_consts
 
     names = auto_consts.auto_names(path, consts)
     if not names:

@@ -20,7 +20,7 @@ Proofs are small and exact, no heuristics:
 
 Nothing else changes: the chunk's offset computation is the same, and every unproven test stays.
 `why_in_bounds` says which proof holds, in words; `tkc report` lists it for every such copy
-(tkir/report.py, "register copies").
+(tkir/tools/report.py, "register copies").
 """
 
 from __future__ import annotations

@@ -67,7 +67,7 @@ def _kv(items: list[str], flag: str) -> dict[str, int | float | str]:
         name, sep, value = item.partition("=")
         if not sep or not name.isidentifier():
             raise UsageError(f"{flag} expects NAME=VALUE, got '{item}'")
-        if flag == "-D" and value == "auto":  # the compiler chooses it (tkir/auto_consts.py)
+        if flag == "-D" and value == "auto":  # the compiler chooses it (tkir/tools/auto_consts.py)
             out[name] = value
             continue
         try:
@@ -107,9 +107,9 @@ def _add_pass_flags(p: argparse.ArgumentParser) -> None:
 
 
 def _version() -> str:
-    import tkir
+    from tkir.version import __version__
 
-    return tkir.__version__
+    return __version__
 
 
 def _sizes(items: list[str]) -> dict[str, int | float]:
@@ -319,12 +319,12 @@ def _pipeline(args: argparse.Namespace, default: list[str] | None = None):
 
 
 def _compile(args: argparse.Namespace, passes: list[str] | None = None):
-    import tkir
+    from tkir import api
 
     if not Path(args.file).is_file():
         raise UsageError(f"{args.file}: no such file")
     consts = _kv(getattr(args, "defines", []), "-D")
-    k = tkir.compile(
+    k = api.compile(
         args.file,
         target=args.target,
         passes=passes if passes is not None else _pipeline(args),
@@ -488,7 +488,7 @@ def _check_sizes(module, sizes: dict) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from tkir.examples import check_interpreted, load_companion
+    from tkir.tools.examples import check_interpreted, load_companion
 
     _check_run_flags(args)
     if not args.interpret:
@@ -514,7 +514,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _run_gpu(args: argparse.Namespace) -> int:
-    from tkir.bench import run_check
+    from tkir.tools.bench import run_check
 
     sizes, consts = _sizes(args.size), _kv(args.defines, "-D")
     kw = dict(target=args.target, swizzle=args.swizzle, no_tma=args.no_tma, load_passes=args.load_pass,
@@ -524,8 +524,8 @@ def _run_gpu(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from tkir.bench import run_bench
-    from tkir.examples import load_companion
+    from tkir.tools.bench import run_bench
+    from tkir.tools.examples import load_companion
 
     if not Path(args.file).is_file():
         raise UsageError(f"{args.file}: no such file")
@@ -550,7 +550,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def _check_bench_tune(args: argparse.Namespace, names: list[str]) -> None:
     """`tkc bench --tune NAMES`: every name is a const that the kernel's @tune space lists, not pinned by
     -D, and the options are ones the tuner's compiles can reproduce (a pass pipeline, a target)."""
-    from tkir import tune
+    from tkir.tools import tune
 
     if not names:
         raise UsageError("--tune is empty: name the consts to choose per row, e.g. --tune PERSIST")
@@ -567,7 +567,7 @@ def _check_bench_tune(args: argparse.Namespace, names: list[str]) -> None:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from tkir import tune
+    from tkir.tools import tune
 
     if not Path(args.file).is_file():
         raise UsageError(f"{args.file}: no such file")
@@ -647,7 +647,13 @@ def cmd_passes(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from tkir.report import build_report, format_report, highest_register, peak_live_registers, register_comparison
+    from tkir.tools.report import (
+        build_report,
+        format_report,
+        highest_register,
+        peak_live_registers,
+        register_comparison,
+    )
 
     k = _compile(args)
     rep = build_report(k.module)

@@ -9,7 +9,7 @@ naming the attribute and what is wrong with it, located where the caller says (a
 by hand may hold anything).
 
 * `OccupancyPlan` (kernel attr `occupancy`, written by plan-occupancy, read by pipeline, the
-  backend, tkir.report and the launch description): stages, blocks per SM, shared memory, threads,
+  backend, tkir.tools.report and the launch description): stages, blocks per SM, shared memory, threads,
   the roles (`RolePlan`), the register budget of the computing role (`RegisterBudget`) and the shared
   memory breakdown (`SharedBreakdown`). Hand-written IR may leave out everything but `stages` and
   `roles`; plan-occupancy always writes all of it.
@@ -39,7 +39,7 @@ MIN_BLOCKS_ATTR = "min_blocks_per_sm"  # kernel attr: what `@blocks_per_sm(B)`, 
 class FactError(CompileError, ValueError):
     """A recorded fact whose attribute does not have the fact's form (or a fact built with values
     that cannot be): the message names the attribute and the problem. A ValueError too, so callers
-    that fall back on a layout they cannot interpret (plan-occupancy, tkir.report) keep doing so."""
+    that fall back on a layout they cannot interpret (plan-occupancy, tkir.tools.report) keep doing so."""
 
 
 def malformed(what: str, attr: object, problem: str, loc: Loc | None = None) -> FactError:

@@ -31,7 +31,7 @@ The cp.async pipeline of the mma.sync path (written by `pipeline-cp-async`, sm_8
                                                           every thread's finished copies are visible and
                                                           every thread is done reading earlier stages
 
-Semantics for the interpreter (tkir/interp_pipeline.py): roles run as threads that meet at
+Semantics for the interpreter (tkir/interp/pipeline.py): roles run as threads that meet at
 `pipe.wait`; a barrier's phase completes when it has received `count` arrivals and all expected bytes.
 """
 

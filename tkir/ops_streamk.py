@@ -14,7 +14,7 @@
 The interpreter runs blocks one after another; a stream-K kernel (`stream_k` in its attrs) runs
 them last block first, because a tile's owner waits only for higher-numbered blocks
 (passes/stream_k.py). `tk.partial_add` of a partial nobody has written is an error there, not a hang
-(tkir/interp_streamk.py).
+(tkir/interp/streamk.py).
 """
 
 from __future__ import annotations

@@ -45,14 +45,15 @@ class IRParseError(CompileError):
 
 
 @cache
-def _parser() -> lark.Lark:
+def ir_parser() -> lark.Lark:
+    """The IR grammar's LALR parser, built once per process (the fuzzer builds it before forking)."""
     return lalr_parser(GRAMMAR)
 
 
 def parse_module(text: str, filename: str = "<ir>") -> Module:
     check_nesting(text, filename)
     try:
-        tree = _parser().parse(text)
+        tree = ir_parser().parse(text)
     except lark.exceptions.UnexpectedInput as e:
         raise IRParseError(Loc(filename, e.line, e.column), _describe(e), text) from None
     b = _Builder(filename, text)

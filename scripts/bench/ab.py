@@ -1,7 +1,7 @@
 """A/B of two compilers (a change and the commit before it) on the same kernels, timed interleaved in one process.
 
 The PTX and launch description of each point are made on the CPU machine by each compiler (`dump`), carried to
-the GPU, and loaded there by one runtime (`run`): each point is benched twice with tkir.bench.bench_one, once
+the GPU, and loaded there by one runtime (`run`): each point is benched twice with tkir.tools.bench.bench_one, once
 with the head's kernel as "tkir" and the base's as the peer, once the other way round, so both are checked
 against the reference on fresh inputs and each side's median comes from runs interleaved with the other's (L2
 flush, host lead, inputs rotated past the L2, order rotated, as every tkir benchmark). Timing the two sides one
@@ -104,8 +104,8 @@ def run(a: argparse.Namespace) -> int:
     import sweep
     import torch  # noqa: F401 - CUDA up before the first launch
 
-    import tkir.bench as tb
-    from tkir.examples import load_companion
+    import tkir.tools.bench as tb
+    from tkir.tools.examples import load_companion
 
     sweep.patch_rel_err(tb)
     d = Path(a.dir)

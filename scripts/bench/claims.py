@@ -41,7 +41,7 @@ def _consts(text: str) -> dict[str, int]:
 
 def gemm_rows(torch, sm80_consts: dict, reps: int) -> dict:
     import tkir
-    from tkir.bench import _rel_err, time_pair_ms
+    from tkir.tools.timing import rel_err, time_pair_ms
 
     n = 4096
     k90 = tkir.compile(str(ROOT / "examples/gemm.tk"))
@@ -56,7 +56,7 @@ def gemm_rows(torch, sm80_consts: dict, reps: int) -> dict:
     k90(a, b, c90)
     k80(a, b, c80)
     ref = (a.float() @ b.float())
-    err90, err80 = _rel_err(torch, c90, ref), _rel_err(torch, c80, ref)
+    err90, err80 = rel_err(torch, c90, ref), rel_err(torch, c80, ref)
     ms90, ms80, mst = time_pair_ms(torch, [lambda i: (lambda: k90(*sets[i][:3])),
                                            lambda i: (lambda: k80(sets[i][0], sets[i][1], sets[i][3])),
                                            lambda i: (lambda: torch.matmul(sets[i][0], sets[i][1], out=sets[i][2]))],
@@ -71,8 +71,8 @@ def fma_row(torch, reps: int) -> dict:
     import numpy as np
 
     import tkir
-    from tkir.bench import time_ms
-    from tkir.examples import load_companion
+    from tkir.tools.examples import load_companion
+    from tkir.tools.timing import time_ms
 
     path = str(ROOT / "scripts/bench/claims/fma_ceiling.tk")
     comp = load_companion(path)
@@ -105,8 +105,8 @@ def mma_ceiling_rows(torch, reps: int, cases=tuple(MMA_CEILINGS)) -> list[dict]:
     import numpy as np
 
     import tkir
-    from tkir.bench import _to_torch, time_ms
-    from tkir.examples import load_companion
+    from tkir.tools.examples import load_companion
+    from tkir.tools.timing import time_ms, to_torch
 
     out = []
     for name, consts, bps, bm in cases:
@@ -115,7 +115,7 @@ def mma_ceiling_rows(torch, reps: int, cases=tuple(MMA_CEILINGS)) -> list[dict]:
         k = tkir.compile(path, target="sm_80", **consts)
         sizes = dict(M=132 * bps * bm, N=consts["BN"])
         host = comp.make_inputs(np.random.default_rng(), sizes, consts)
-        dev = [_to_torch(torch, a) for a in host]
+        dev = [to_torch(torch, a) for a in host]
         k(*dev)
         torch.cuda.synchronize()
         ref = comp.reference(host, sizes, consts)["C"]
@@ -129,8 +129,8 @@ def mma_ceiling_rows(torch, reps: int, cases=tuple(MMA_CEILINGS)) -> list[dict]:
 
 
 def bench_row(torch, path: str, sizes: dict, consts: dict, reps: int, **compile_kw) -> dict:
-    from tkir.bench import bench_one
-    from tkir.examples import load_companion
+    from tkir.tools.bench import bench_one
+    from tkir.tools.examples import load_companion
 
     row = bench_one(str(ROOT / path), load_companion(str(ROOT / path)), sizes, consts, reps=reps,
                     compile_kw=compile_kw or None)

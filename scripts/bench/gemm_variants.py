@@ -14,8 +14,9 @@ import math
 import torch
 
 import tkir
-from tkir.bench import L2_BYTES, _rel_err, time_pair_ms
-from tkir.examples import load_companion
+from tkir.tools.examples import load_companion
+from tkir.tools.timing import L2_BYTES, time_pair_ms
+from tkir.tools.timing import rel_err as _rel_err
 
 
 def _with(old: str, new: str) -> list[str]:

@@ -5,6 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tkir.examples import reuse_companion
+from tkir.tools.examples import reuse_companion
 
 reuse_companion(globals(), Path(__file__).resolve().parents[2] / "examples" / "gemm.py", KERNEL="gemm_wg.tk")

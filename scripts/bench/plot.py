@@ -1,4 +1,4 @@
-"""Draw the plot of a `tkc bench --json` file again, as `tkc bench --plot` draws it (tkir.bench.plot_rows).
+"""Draw the plot of a `tkc bench --json` file again, as `tkc bench --plot` draws it (tkir.tools.bench.plot_rows).
 
     python3 scripts/bench/plot.py docs/bench/results/based.json docs/bench/results/based.png
 
@@ -22,7 +22,7 @@ def main(argv: list[str]) -> int:
     if len(argv) != 2:
         print(__doc__, file=sys.stderr)
         return 2
-    from tkir.bench import Row, plot_rows
+    from tkir.tools.bench import Row, plot_rows
 
     fields = {f.name for f in dataclasses.fields(Row)}
     rows = [Row(**{k: v for k, v in r.items() if k in fields}) for r in json.loads(Path(argv[0]).read_text())]

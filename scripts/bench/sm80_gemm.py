@@ -5,7 +5,7 @@ has DISABLE_MMA_V3=1; its loads become a cp.async ring of `num_stages` buffers. 
 Triton GEMM (the kernel below) in the configurations given, tkir's gemm compiled for sm_80 in the
 configurations given (consts and pass parameters per row), tkir's wgmma gemm (sm_90a), CUTLASS 2.x's Ampere
 GEMMs (optional, scripts/bench/cutlass_sm80/) and cuBLAS (torch.matmul), all at one size (4096^3 bf16 by
-default), interleaved in one process with tkir.bench.time_pair_ms (L2 flushed before every run, inputs
+default), interleaved in one process with tkir.tools.timing.time_pair_ms (L2 flushed before every run, inputs
 rotated past the L2, order rotated, medians). Every kernel is checked against torch.matmul on fresh random
 inputs first; each Triton kernel's PTX is checked for mma.sync and for the absence of wgmma.
 
@@ -197,7 +197,8 @@ def main() -> int:
     import torch
 
     import tkir
-    from tkir.bench import L2_BYTES, MAX_ROTATE_SETS, ROTATE_FACTOR, _rel_err, time_pair_ms
+    from tkir.tools.timing import L2_BYTES, MAX_ROTATE_SETS, ROTATE_FACTOR, time_pair_ms
+    from tkir.tools.timing import rel_err as _rel_err
 
     M, N, K = (int(v) for v in args.size.split(","))
     size = dict(M=M, N=N, K=K)

@@ -9,12 +9,12 @@ configuration, in the same process):
 * Row kernels, examples/{layernorm,rmsnorm,softmax}.tk, N rows in 1, 128, 4096, 65536 x D in 768, 4096,
   8192, 16384 (D is the kernels' const, pinned; the tune space picks the rest): 48 points. Peers: eager
   torch and torch.compile (the companions' PEER and EXTRA_PEERS), timed interleaved with tkir, plus the
-  device-to-device copy bandwidth (tkir.bench.copy_bandwidth) measured once per worker process in the
+  device-to-device copy bandwidth (tkir.tools.timing.copy_bandwidth) measured once per worker process in the
   same device call. Bars: tkir >= 85% of copy where X is >= 64 MiB (N * D * 2 bytes), and >= 1.0x
   eager and >= 1.0x torch.compile everywhere.
 
-Each point: tkir.tune.tune(path, sizes, fixed) (the space is whatever the kernel's @tune declares; the
-result lands in the tune cache), then tkir.bench.bench_one with the tuned consts (correctness on fresh
+Each point: tkir.tools.tune.tune(path, sizes, fixed) (the space is whatever the kernel's @tune declares; the
+result lands in the tune cache), then tkir.tools.bench.bench_one with the tuned consts (correctness on fresh
 inputs first, then tkir and peers timed interleaved, L2 flushed, median of --reps). Everything a point
 yields (sizes, tuned consts, the tune table with its survivors and Spearman rho, ms of tkir and of each
 peer, ratios, TFLOP/s or GB/s, % of copy, rel_err, each bar, or the error as text) is one JSON line
@@ -47,7 +47,7 @@ $OUT) reads the tuned configurations instead of timing them again.
 
 GPU memory: the largest GEMM point (M = 16384, N = 128256, K = 4096) moves 5.4 GB (C is 4.2 GB);
 bench_one rotates max(2, ...) = 2 input sets (tune: 3), and the f32 reference is 8.4 GB. Its
-correctness check (tkir.bench._rel_err: .double() of output and reference plus their difference)
+correctness check (tkir.tools.timing.rel_err: .double() of output and reference plus their difference)
 would add three 17 GB temporaries (about 77 GB at the peak), so the worker swaps in a version that
 walks tensors of more than 2^26 elements in slices (same value up to rounding): the plan is 29 GB at
 most (memory_plan; --dry-run prints each point's, and each record has torch's measured peak).
@@ -56,7 +56,7 @@ point planned above it.
 
 Row kernels' inputs: their companions have only numpy make_inputs / reference, which at N = 65536 x
 D = 16384 cost minutes of host time per point (tune draws 3 sets, bench 2, each with a float64
-reference). The sweep gives tune and bench (tkir.tune.tune's `companion=` hook) a wrapper that draws
+reference). The sweep gives tune and bench (tkir.tools.tune.tune's `companion=` hook) a wrapper that draws
 the same distributions on the GPU and computes the reference in f32 there (GpuRowInputs); timing is
 unaffected. --host-inputs uses the companions' own path.
 
@@ -66,7 +66,7 @@ points it lacks are tuned. The tuning is most of a sweep's device time (891 of 1
 sweep of 2026-12-02), so all 76 points fit one device call this way, measured in one run with one copy
 bandwidth. scripts/bench/sweep_consts.jsonl holds the consts of the last whole sweep (76 of 76 points passed).
 
---dry-run (no GPU, no torch): for each selected point, tkir.tune.dry_run (the space through the
+--dry-run (no GPU, no torch): for each selected point, tkir.tools.tune.dry_run (the space through the
 compiler, ptxas and the cost model), with the memory plan and time estimate; nothing is recorded.
 Exit status: 0 when every point run so far in DIR passed its bars, 1 otherwise, 2 for usage errors.
 """
@@ -101,7 +101,7 @@ ROW_D = (768, 4096, 8192, 16384)
 COPY_BAR = 0.85                  # fraction of copy bandwidth, where X >= COPY_BAR_BYTES
 COPY_BAR_BYTES = 64 * 2**20      # N * D * 2 bytes (64 MiB; 64e6 selects the same points of this grid)
 EAGER_BAR = COMPILED_BAR = 1.0
-TUNE_SETS = 3                    # tkir.tune.time_points rotates 3 input sets
+TUNE_SETS = 3                    # tkir.tools.tune.time_points rotates 3 input sets
 REL_ERR_CHUNK = 2**26            # elements per slice of the chunked correctness check
 MEM_LIMIT_GB = 60.0
 
@@ -188,8 +188,8 @@ def prior_seconds(p: Point, host_inputs: bool = False) -> float:
 
 
 def _rotate_sets(nbytes: int) -> int:
-    """tkir.bench.bench_one's number of rotated input sets for a point moving `nbytes`."""
-    from tkir import bench as b  # no torch at import
+    """tkir.tools.bench.bench_one's number of rotated input sets for a point moving `nbytes`."""
+    from tkir.tools import timing as b  # no torch at import
 
     return max(2, min(b.MAX_ROTATE_SETS, math.ceil(b.ROTATE_FACTOR * b.L2_BYTES / max(nbytes, 1)),
                       max(1, b.ROTATE_BUDGET // max(nbytes, 1))))
@@ -374,7 +374,7 @@ class PointError(Exception):
 
 def chunked_rel_err(torch: Any, out: Any, ref: Any, chunk: int = REL_ERR_CHUNK) -> float:
     """||out - ref|| / ||ref|| in float64 over slices of `chunk` elements; inf when out holds a NaN
-    (tkir.bench._rel_err's value, without float64 copies of whole tensors)."""
+    (tkir.tools.timing.rel_err's value, without float64 copies of whole tensors)."""
     o_all, r_all = out.reshape(-1), ref.reshape(-1)
     num = den = 0.0
     for s in range(0, int(o_all.numel()), chunk):
@@ -389,10 +389,10 @@ def chunked_rel_err(torch: Any, out: Any, ref: Any, chunk: int = REL_ERR_CHUNK) 
     return math.sqrt(num) / math.sqrt(den)
 
 
-def patch_rel_err(bench_module: Any, chunk: int = REL_ERR_CHUNK) -> None:
-    """Make tkir.bench._rel_err (bench_one and tune's checks read it at call time) walk large tensors
+def patch_rel_err(timing_module: Any, chunk: int = REL_ERR_CHUNK) -> None:
+    """Make tkir.tools.timing.rel_err (bench_one and tune's checks read it at call time) walk large tensors
     in slices; small ones keep the original."""
-    orig = bench_module._rel_err
+    orig = timing_module.rel_err
     if getattr(orig, "sweep_chunked", False):
         return
 
@@ -402,7 +402,7 @@ def patch_rel_err(bench_module: Any, chunk: int = REL_ERR_CHUNK) -> None:
         return chunked_rel_err(torch, out, ref, chunk)
 
     rel_err.sweep_chunked = True  # type: ignore[attr-defined]
-    bench_module._rel_err = rel_err
+    timing_module.rel_err = rel_err
 
 
 ROW_PARAMS = {"layernorm": ["X", "W", "Bias", "Y"], "rmsnorm": ["X", "W", "Y"], "softmax": ["X", "Y"]}
@@ -478,9 +478,9 @@ class Context:
         if self._torch is None:
             import torch
 
-            import tkir.bench
+            import tkir.tools.timing
 
-            patch_rel_err(tkir.bench)
+            patch_rel_err(tkir.tools.timing)
             try:  # one compiled function sees 16 shapes per row kernel: past dynamo's default limit
                 import torch._dynamo  # (8) it would silently run eagerly
 
@@ -496,7 +496,7 @@ class Context:
 
     def copy(self) -> float:
         if self.copy_gbps is None:
-            from tkir.bench import copy_bandwidth
+            from tkir.tools.timing import copy_bandwidth
 
             self.copy_gbps = copy_bandwidth(self.torch())
             st = self.sd.state()
@@ -545,7 +545,7 @@ def load_given_consts(path: str | Path) -> dict[str, dict]:
 
 
 def tune_summary(res: Any) -> dict:
-    from tkir.tune import format_result
+    from tkir.tools.tune import format_result
 
     dropped: dict[str, int] = {}
     for c in res.candidates:
@@ -558,9 +558,9 @@ def tune_summary(res: Any) -> dict:
 def measure(p: Point, ctx: Context) -> dict:
     """Tune at this size, then bench the tuned consts against the peers (one point, one record)."""
     torch = ctx.torch()
-    from tkir.bench import bench_one
-    from tkir.examples import load_companion
-    from tkir.tune import tune
+    from tkir.tools.bench import bench_one
+    from tkir.tools.examples import load_companion
+    from tkir.tools.tune import tune
 
     a = ctx.args
     rec: dict[str, Any] = {"id": p.id, "part": p.part, "kernel": p.kernel, "sizes": p.sizes, "fixed": p.fixed,
@@ -572,10 +572,10 @@ def measure(p: Point, ctx: Context) -> dict:
     copy = None
     if p.part == "rows":
         copy = ctx.copy()
-        import tkir.bench
+        import tkir.tools.bench
 
         torch._dynamo.reset()          # each point's torch.compile is compiled for its shape alone
-        tkir.bench._INDUCTOR.clear()
+        tkir.tools.bench._INDUCTOR.clear()
     comp = load_companion(str(p.path))
     if p.part == "rows":
         comp, rec["inputs"] = row_companion(comp, p.kernel, a.host_inputs)
@@ -614,7 +614,7 @@ def measure(p: Point, ctx: Context) -> dict:
     rec["peak_gpu_gb"] = round(torch.cuda.max_memory_allocated() / 1e9, 2)
     rec.update(status="ok", consts=row.consts, ms=row.ms, peer=row.peer, peer_ms=row.peer_ms, rel_err=row.rel_err,
                tolerance=row.bound, correct=bool(row.ok), flops=row.flops, bytes=row.bytes,
-               host_us=row.host_us, timing="flush + host lead (tkir.bench.HOST_LEAD_CYCLES)")
+               host_us=row.host_us, timing="flush + host lead (tkir.tools.timing.HOST_LEAD_CYCLES)")
     if p.part == "gemm":
         rec.update(ratio=row.ratio, tflops=row.tflops, peer_tflops=row.peer_tflops)
     else:
@@ -857,7 +857,7 @@ def write_markdown(sd: SweepDir, records: dict[str, dict], state: dict) -> str:
         lines += ["## Not run yet", "", ", ".join(f"`{i}`" for i in missing), ""]
     lines += ["## Tuned configurations", "",
               "Host us per call: enqueue time of one launch (tkir / peer / torch.compile), measured apart from the "
-              "GPU timings, which leave it out for every side (tkir.bench.host_us_per_call).", "",
+              "GPU timings, which leave it out for every side (tkir.tools.timing.host_us_per_call).", "",
               "| point | consts | survivors / points | rho | tkir ms | peer ms | host us per call |",
               "|---|---|---|---|---|---|---|"]
     for p in pts:
@@ -950,9 +950,9 @@ def report(sd: SweepDir, points: list[Point], log: Callable[[str], None] | None 
 
 
 def dry_run(points: list[Point], jobs: int | None, log: Callable[[str], None] | None = None) -> int:
-    """tkir.tune.dry_run for each point (the compiler, ptxas and the model; no GPU), with its memory
+    """tkir.tools.tune.dry_run for each point (the compiler, ptxas and the model; no GPU), with its memory
     plan and time estimate."""
-    from tkir.tune import dry_run as tune_dry_run
+    from tkir.tools.tune import dry_run as tune_dry_run
 
     log = log or say
     for p in points:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tkir.examples import reuse_companion
+from tkir.tools.examples import reuse_companion
 
 reuse_companion(globals(), Path(__file__).with_name("mma_ceiling.py"), KERNEL="mma_smem_ceiling.tk",
                 DEFAULT_CONSTS=dict(BM=256, BN=128, BK=64, ITERS=512), CHECK_SIZES=[dict(M=512, N=128)],

@@ -132,13 +132,13 @@ def warm_up() -> None:
     from tkir.cli import main
 
     os.environ["TKIR_CACHE"] = "0"  # every input runs the backend: no disk cache reads or writes
-    gemm = str(Path(__file__).resolve().parent.parent.parent / "examples" / "gemm.tk")
+    gemm = str(Path(__file__).resolve().parents[3] / "examples" / "gemm.tk")  # tkir/tools/fuzz/ -> the repository
     with redirect_stdout(io.StringIO()), redirect_stderr(io.StringIO()):
         for target in ("sm_90a", "sm_80"):
             main(["compile", gemm, "--emit", "ptx", f"--target={target}"])
-    from tkir.parser import _parser
+    from tkir.parser import ir_parser
 
-    _parser()
+    ir_parser()
     install_stage_hooks()
 
 

@@ -2,7 +2,7 @@
 
 A workspace is one zeroed array per run (every block of one `interpret` call sees it); the launch
 count is 1. `tk.partial_add` of a partial nobody has written is an error, not a hang: the
-interpreter runs a stream-K kernel's blocks last first (tkir/interp.py), so a tile's owner finds
+interpreter runs a stream-K kernel's blocks last first (tkir/interp/run.py), so a tile's owner finds
 the partials of the higher-numbered blocks it waits for.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tkir.interp_frame import Frame, InterpError, register_handler, where
+from tkir.interp.frame import Frame, InterpError, register_handler, where
 from tkir.ir import Operation
 
 

@@ -54,7 +54,7 @@ def load_companion(tk_path: str) -> types.ModuleType:
     if not py.is_file():
         raise CompileError(None, f"no companion '{py}' for '{tk_path}'",
                            hint="a companion defines make_inputs, reference, CHECK_SIZES, ... "
-                                "(see tkir/examples.py)")
+                                "(see tkir/tools/examples.py)")
     spec = importlib.util.spec_from_file_location(f"tkir_example_{py.stem}", py)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

@@ -1,6 +1,6 @@
 """A fuzzing campaign: inputs 0..count-1 of one seed on `jobs` worker processes, and their summary.
 
-The parent warms up (tkir.fuzz.oracle.warm_up) and builds the corpus before forking the workers, so
+The parent warms up (tkir.tools.fuzz.oracle.warm_up) and builds the corpus before forking the workers, so
 each worker starts with everything loaded. Every SUBPROCESS_EVERY-th input is also run in a real
 `python -m tkir.cli` process; a different class there counts as a `mismatch`. Inputs that break the
 invariant (and unlocated errors) are saved under `save_dir` with their command line and output.
@@ -18,7 +18,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tkir.fuzz import corpus, inputs, oracle
+from tkir.tools.fuzz import corpus, inputs, oracle
 
 SUBPROCESS_EVERY = 97  # one input in this many is checked against a real `python -m tkir.cli` process
 SAVED_CLASSES = ("traceback", "hang", "crash", "unlocated")

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent.parent
+ROOT = Path(__file__).resolve().parents[3]  # tkir/tools/fuzz/ -> the repository
 EXAMPLES = ROOT / "examples"
 BAD = ROOT / "tests" / "bad"
 # extra compiles of the examples whose dumps are seeds too: (-D constants, target, switches)
@@ -85,14 +85,14 @@ def dumps() -> tuple[Dump, ...]:
 
 
 def _dumps_of(name: str, consts: dict[str, int], target: str, switches: tuple[str, ...]) -> list[Dump]:
-    import tkir
+    from tkir import api
     from tkir.diagnostics import TkirError
     from tkir.passes.registry import DEFAULT_PIPELINE
     from tkir.passmanager import PipelineConfig
 
     buf = io.StringIO()
     try:
-        tkir.compile(str(EXAMPLES / name), target=target, no_tma="--no-tma" in switches,
+        api.compile(str(EXAMPLES / name), target=target, no_tma="--no-tma" in switches,
                      config=PipelineConfig(print_after_all=True), out=buf, **consts)
     except TkirError:
         return []  # an example a target does not support: no seeds from it

@@ -1,23 +1,8 @@
-"""The numpy reference interpreter: it defines what a tile-IR kernel means.
+"""The interpreter's main loop: bind a kernel's parameters and sizes, check its `requires`, run its grid.
 
-    interpret(module, A, B, C)                   # runs every block of the grid, writes C in place
-
-The kernel's `gl` parameters are bound, in order, to numpy arrays; symbolic dims (`gl<bf16>[M, K]`)
-take their sizes from the arrays' shapes. The body runs once per block of the `grid`, blocks in
-row-major order. One table, `HANDLERS` (tkir/interp_frame.py), maps each op name to a small function
-that computes it on whole tiles with numpy: the core ops' in tkir/interp_ops.py, the later levels' in
-interp_tma.py, interp_pipeline.py and interp_streamk.py (this module imports them all); passes that
-add ops register theirs with `register_handler`. Scalar arithmetic means what tkir/scalar.py says.
-
-How values are held:
-* float tiles and vectors (register or shared) are float32 arrays whose values are representable in
-  the IR dtype: every op computes in f32 and its result is rounded to its result type (bf16, f16,
-  fp8 via ml_dtypes, round to nearest even) by `interpret` itself, so handlers never round;
-* shared tiles (`st`/`sv`) are mutable buffers: `tk.alloc` makes one, `tk.load`/`tk.store` write
-  into it; register values are never modified in place;
-* scalars are Python ints (i32/u32: integer division floors, tkir/scalar.py) or floats.
-
-Type attributes the passes add (swizzle, layout, stages, ...) do not change meaning and are ignored.
+`interpret(module, *arrays)` (exported by `tkir.interp`) binds the kernel's `gl` parameters to the
+arrays in order, takes symbolic sizes from their shapes, and runs the body once per block of the grid
+(row-major order; last first for a stream-K kernel), each block in its own `Frame` (frame.py).
 """
 
 from __future__ import annotations
@@ -27,15 +12,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from tkir import interp_ops, interp_pipeline, interp_streamk, interp_tma, symexpr  # noqa: F401  (fill HANDLERS)
-from tkir.interp_frame import HANDLERS, Frame, InterpError, register_handler, round_to_type
+from tkir import symexpr
+from tkir.interp.frame import Frame, InterpError, round_to_type
 from tkir.ir import Module, Operation, Value
 from tkir.requires import module_requires, requirement_failure
 from tkir.target import NUM_SMS
 from tkir.types import NUMPY_DTYPES, GlobalType
-
-__all__ = ["HANDLERS", "NUMPY_DTYPES", "NUM_SMS", "Frame", "InterpError", "interpret", "register_handler",
-           "round_to_type"]
 
 
 def interpret(module: Module, *arrays: np.ndarray, sizes: dict[str, int] | None = None,

@@ -1,9 +1,9 @@
 """The interpreter's machinery: the handler table, one block's execution frame, rounding to IR dtypes.
 
-A handler computes one op on numpy values (tkir/interp_ops.py for the core ops, interp_tma.py,
-interp_pipeline.py, interp_streamk.py for the later levels); `Frame.run_op` looks it up in
+A handler computes one op on numpy values (tkir/interp/ops.py for the core ops, tma.py,
+pipeline.py, streamk.py for the later levels); `Frame.run_op` looks it up in
 `HANDLERS`, runs it and rounds its result to the result's type, so handlers never round.
-`tkir.interp` (which imports every handler module) is the entry point.
+The package `tkir.interp` (which imports every handler module) is the entry point.
 """
 
 from __future__ import annotations

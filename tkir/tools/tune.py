@@ -10,13 +10,13 @@
    requirements at these sizes (tile divisibility: tkir.requires), the backend and ptxas (a point that
    spills more than SPILL_LIMIT_BYTES is dropped: that much local memory means a mis-planned point).
    Each dropped point keeps the first line of its error as the reason.
-3. The model (tkir.tune_model): a predicted time per surviving point; a point predicted slower than
+3. The model (tkir.tools.tune_model): a predicted time per surviving point; a point predicted slower than
    MODEL_PRUNE_FACTOR x the best prediction is dropped (the reason names its blocks and waves). Points
    whose PTX and launch description are identical to an earlier point's (a const the kernel does not
    read at these values, e.g. a row kernel's chunk width DC once DC >= D) are dropped as "same", naming
    that point: one kernel is timed once.
 4. Timing, on the GPU: fresh inputs from the kernel's companion, every point checked against the
-   reference first (a wrong point is dropped), then all timed interleaved (tkir.bench.time_pair_ms:
+   reference first (a wrong point is dropped), then all timed interleaved (tkir.tools.timing.time_pair_ms:
    L2 flushed, medians). Then the points within REFINE_WITHIN of the best median (at most REFINE_TOP)
    are timed again, together, with REFINE_REPS_FACTOR x the reps, and the best is chosen among them by
    that second run: at a few microseconds one round's medians tie or differ by less than their noise
@@ -47,7 +47,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from tkir.diagnostics import CompileError, TkirError
-from tkir.tune_model import ranks, spearman
+from tkir.tools import timing
+from tkir.tools.tune_model import ranks, spearman
 
 MODEL_PRUNE_FACTOR = 3.0   # drop a point the model predicts at more than 3x the best prediction
 SPILL_LIMIT_BYTES = 64     # drop a point whose ptxas spills more than this: a few spilled words (plan-occupancy's
@@ -57,7 +58,7 @@ REFINE_WITHIN = 1.06       # points within 6% of the best median of the first ro
 #                            (3% before: a first round of 42 GEMMs at 4096 x 128256 x 4096 put BN = 256
 #                            4.4% behind BN = 128 in one sweep and 0.1% ahead in the next; timed
 #                            again in a group of 6 it was 6-7% faster, as the sweep's bench harness measures)
-REFINE_TOP = 8             # ...at most 8 (tkir.bench.ROTATE_FULL_MAX: each then runs first equally often)...
+REFINE_TOP = 8             # ...at most 8 (tkir.tools.timing.ROTATE_FULL_MAX: each then runs first equally often)...
 REFINE_REPS_FACTOR = 3     # ...with 3x the reps, in one group of their own
 TUNE_SETS = 3              # input sets the tuner's timings rotate through
 CACHE_ARTIFACT = "tune"
@@ -195,16 +196,15 @@ def _check_point_star(a: tuple) -> dict:
 
 def check_point(path: str, consts: dict, sizes: dict, target: str, passes: str | None) -> dict:
     """Compile one point through the passes, the backend and ptxas; its model prediction, or why not."""
-    import tkir
-    from tkir.api import build_module
+    from tkir import api
     from tkir.requires import module_requires, requirement_failure
-    from tkir.tune_model import predict
+    from tkir.tools.tune_model import predict
 
     def dropped(stage: str, why: str) -> dict:
         return {"stage": stage, "reason": why.strip().splitlines()[0] if why.strip() else stage, "prediction": None}
 
     try:
-        k = tkir.compile(path, target=target, passes=passes, **consts)
+        k = api.compile(path, target=target, passes=passes, **consts)
     except CompileError as e:
         return dropped("compile", _message(e))
     kernel = next(iter(k.module.kernels()))
@@ -220,7 +220,7 @@ def check_point(path: str, consts: dict, sizes: dict, target: str, passes: str |
         return dropped("ptxas", f"ptxas: {stats.registers} registers, {stats.spill_stores} bytes spilled to "
                                 f"local memory")
     occ = kernel.attrs.get("occupancy") or {}
-    pred = predict(build_module(path, consts), sizes, int(occ.get("blocks_per_sm", 1)), int(occ.get("stages", 1)),
+    pred = predict(api.build_module(path, consts), sizes, int(occ.get("blocks_per_sm", 1)), int(occ.get("stages", 1)),
                    stream_k=kernel.attrs.get("stream_k"), cluster=int(kernel.attrs.get("cluster") or 1))
     launch = json.dumps(k.asm["launch"], sort_keys=True)
     code = hashlib.sha256((k.asm["ptx"] + "\0" + launch).encode()).hexdigest()
@@ -251,9 +251,8 @@ def time_points(path: str, sizes: dict[str, int], cands: list[Candidate], *, tar
     are all timed again, as one group on this GPU (_time_on_gpus' second round)."""
     import torch
 
-    import tkir
-    from tkir.bench import _rel_err, _to_torch, time_pair_ms
-    from tkir.examples import load_companion
+    from tkir import api
+    from tkir.tools.examples import load_companion
 
     comp = companion if companion is not None else load_companion(path)
     kept = [c for c in cands if c.status == ("kept" if first_round else "timed")]
@@ -269,12 +268,12 @@ def time_points(path: str, sizes: dict[str, int], cands: list[Candidate], *, tar
 
         rng = np.random.default_rng()
         host = [comp.make_inputs(rng, sizes, consts0) for _ in range(nsets)]
-        sets = [[_to_torch(torch, a) for a in h] for h in host]
+        sets = [[timing.to_torch(torch, a) for a in h] for h in host]
         ref = {n: torch.from_numpy(r) for n, r in comp.reference(host[0], sizes, consts0).items()}
     outs = [comp.PARAMS.index(n) for n in ref]
     kernels = {}
     for c in kept:
-        k = tkir.compile(path, target=target, passes=passes, **c.consts)
+        k = api.compile(path, target=target, passes=passes, **c.consts)
         for i in outs:
             sets[0][i].fill_(float("nan"))
         k(*sets[0])
@@ -282,7 +281,7 @@ def time_points(path: str, sizes: dict[str, int], cands: list[Candidate], *, tar
         errs = []
         for name, r in ref.items():
             out = sets[0][comp.PARAMS.index(name)]
-            errs.append(_rel_err(torch, out.cpu() if r.device.type == "cpu" else out, r))
+            errs.append(timing.rel_err(torch, out.cpu() if r.device.type == "cpu" else out, r))
         c.rel_err = max(errs)
         if not c.rel_err <= comp.TOLERANCE:
             c.status, c.stage = "dropped", "check"
@@ -295,13 +294,14 @@ def time_points(path: str, sizes: dict[str, int], cands: list[Candidate], *, tar
 
     if first_round:
         fns = [launcher(kernels[id(c)]) for c in good]
-        for c, ms in zip(good, time_pair_ms(torch, fns, nsets, reps, 3) if fns else [], strict=True):
+        for c, ms in zip(good, timing.time_pair_ms(torch, fns, nsets, reps, 3) if fns else [], strict=True):
             c.ms, c.status, c.device = ms, "timed", device_index
         near = refine_candidates(good) if refine else []
     else:
         near = good if len(good) > 1 else []
     if near:
-        again = time_pair_ms(torch, [launcher(kernels[id(c)]) for c in near], nsets, REFINE_REPS_FACTOR * reps, 3)
+        again = timing.time_pair_ms(torch, [launcher(kernels[id(c)]) for c in near], nsets,
+                                    REFINE_REPS_FACTOR * reps, 3)
         for c, ms in zip(near, again, strict=True):
             c.again_ms = ms
 
@@ -378,7 +378,7 @@ def _write_spec(spec: Path, path: str, sizes: dict, target: str, passes: str | N
 
 
 # The command of a timing worker (one per GPU); the spec file's path is appended.
-WORKER_CMD = [sys.executable, "-m", "tkir.tune", "--worker"]
+WORKER_CMD = [sys.executable, "-m", "tkir.tools.tune", "--worker"]
 
 
 def _worker() -> int:
@@ -395,12 +395,12 @@ def _worker() -> int:
 
 
 def cache_key(path: str, sizes: dict, *, fixed: dict | None, target: str, passes: str | None, device: str) -> str:
-    from tkir.api import _compiler_digest
+    from tkir.api import compiler_digest
     from tkir.backend import cache
     from tkir.source_text import read_source
 
     source = hashlib.sha256(read_source(path).encode()).hexdigest()
-    versions = dict(cache.tool_versions(), compiler=_compiler_digest())
+    versions = dict(cache.tool_versions(), compiler=compiler_digest())
     what = json.dumps({"tune": source, "bucket": size_bucket(sizes), "device": device, "passes": passes},
                       sort_keys=True)
     return cache.make_key(what, dict(fixed or {}), {"passes": passes}, target, versions)
@@ -451,7 +451,7 @@ def tune(path: str, sizes: dict[str, int], *, fixed: dict | None = None, target:
     timed = [c for c in cands if c.status == "timed"]
     chosen = best_candidate(timed)
     best = chosen.consts if chosen else None
-    from tkir.examples import load_companion
+    from tkir.tools.examples import load_companion
 
     flops = load_companion(path).flops(sizes, best or cands[0].consts)
     notes = [f"timed on {ngpus} GPUs (points split over them)"] if ngpus > 1 else []
@@ -549,11 +549,11 @@ class TunedKernel:
         self.last_consts: dict | None = None
 
     def compiled(self, consts: dict):
-        import tkir
+        from tkir import api
 
         key = tuple(sorted(consts.items()))
         if key not in self._kernels:
-            self._kernels[key] = tkir.compile(self.path, target=self.target, passes=self.passes, **consts)
+            self._kernels[key] = api.compile(self.path, target=self.target, passes=self.passes, **consts)
         return self._kernels[key]
 
     def sizes_of(self, args: tuple) -> dict[str, int]:

@@ -4,10 +4,10 @@ The input depends only on (seed, index), never on the worker that makes it, so a
 with any number of workers and one failing input is rebuilt with `scripts/fuzz.py --only INDEX`.
 
 Kinds (KINDS gives their weights):
-  tk-mutant   a seed .tk (example, bad input, generated kernel) after 1-3 mutations (tkir.fuzz.mutate);
+  tk-mutant   a seed .tk (example, bad input, generated kernel) after 1-3 mutations (tkir.tools.fuzz.mutate);
   tk-splice   an example with lines of other examples spliced in;
-  tk-grammar  a random derivation of the grammar (tkir.fuzz.grammar_gen);
-  tk-kernel   a typed random kernel (tkir.fuzz.kernel_gen), compiled as is;
+  tk-grammar  a random derivation of the grammar (tkir.tools.fuzz.grammar_gen);
+  tk-kernel   a typed random kernel (tkir.tools.fuzz.kernel_gen), compiled as is;
   tk-defines  an example with 1-2 `-D` constants set to boundary, nearby or unknown values;
   ir-mutant   the IR of an example after some pass, mutated, through the passes that follow (tkc opt, or
               tkc compile FILE.tkir --emit ptx);
@@ -22,7 +22,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from tkir.fuzz import corpus, grammar_gen, kernel_gen, mutate
+from tkir.tools.fuzz import corpus, grammar_gen, kernel_gen, mutate
 
 KINDS = (("tk-mutant", 28), ("tk-splice", 5), ("tk-grammar", 8), ("tk-kernel", 17), ("tk-defines", 10),
          ("ir-mutant", 29), ("ir-dump", 3))

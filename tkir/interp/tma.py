@@ -7,8 +7,8 @@
 
 from __future__ import annotations
 
-from tkir.interp_frame import register_handler
-from tkir.interp_ops import load, store
+from tkir.interp.frame import register_handler
+from tkir.interp.ops import load, store
 
 register_handler("tma.load", load)
 register_handler("tma.store", store)

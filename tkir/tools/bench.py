@@ -5,7 +5,8 @@ with the companion's reference by ||out - ref|| / ||ref||; then time the tkir ke
 (torch) in the same process with CUDA events, interleaved run by run (tkir, peer, tkir, peer, ...)
 so drift in clocks or temperature falls on both: warm-up, the median of `reps` runs, inputs rotated
 over enough sets that their bytes exceed 3x the 60 MB L2 and a 256 MB buffer zeroed before each run,
-so every run starts from a cold cache (METHOD.md). Needs torch and a CUDA GPU (imported when timing).
+so every run starts from a cold cache (METHOD.md; the measuring itself is timing.py, which the tuner
+shares). Needs torch and a CUDA GPU (imported when timing).
 A driver beside the CLI: tkir/cli.py parses the flags, and every function here takes plain values
 (sizes, constants, `compile_kw`: keyword arguments of tkir.compile).
 
@@ -14,44 +15,17 @@ torch_inputs(sizes, consts) -> list of tensors (outputs NaN), torch_reference(in
 -> {output: tensor}, peer(inputs, sizes, consts) -> a zero-argument callable, PEER (its name).
 Optional: EXTRA_PEERS (names) and extra_peer(name, inputs, sizes, consts) -> a zero-argument
 callable: more peers timed interleaved in the same run, each with its own ratio column.
-Correctness alone, without torch (tkir DeviceArrays, the numpy `make_inputs` and `reference`): tkir/check.py.
+Correctness alone, without torch (tkir DeviceArrays, the numpy `make_inputs` and `reference`): check.py.
 """
 
 from __future__ import annotations
 
 import json
-import math
-import statistics
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from tkir.diagnostics import TkirError
-
-L2_BYTES = 60 * 2**20        # H200 L2 (KINDS.md: PyTorch reported 60 MB)
-ROTATE_FACTOR = 3            # rotated input bytes >= 3 x L2
-MAX_ROTATE_SETS = 16
-WARMUP_S = 0.25             # seconds of warm-up runs per timed group (clocks ramp up; METHOD.md: warm up first)
-WARMUP_MAX_ROUNDS = 2000
-FLUSH_BYTES = 256 * 2**20    # zeroed before every timed run: > 4x the L2
-# GPU-side lead before each timed run's start event: torch.cuda._sleep spins this many SM clock
-# cycles (~100 us at the H200's 1.98 GHz boost), so the host has flush + lead (~175 us of GPU work)
-# to enqueue the timed call. One sweep saw tkir's small kernels at 6-9 us in one run and 14-37 us in
-# another: Python launch paths that outran the ~75 us flush were timed as kernel time (METHOD.md:
-# shrink launch gaps out of the measurement; every peer gets the same lead). It was raised from
-# 200,000 to 1,000,000 (~0.5 ms): torch.compile's host path took 50-270 us per call on that machine, and
-# its timings at N = 1 and 128 came out at about that host time (a 3.8 us kernel timed at 63 us).
-HOST_LEAD_CYCLES = 1_000_000
-# Without torch.cuda._sleep (a private API) the lead is this many more zeroings of the flush buffer
-# (~75 us each on the H200).
-FALLBACK_LEAD_FLUSHES = 6
-ROTATE_BUDGET = 24 * 2**30   # never allocate more than this for rotation
-# With up to this many kernels in one interleaved group the reps round up to a multiple of them, so each
-# runs equally often in each position (a bench: tkir and its peers). A tune space times tens or hundreds
-# of kernels in one group: rounding 20 reps up to 132 (layernorm at D = 768 in the sweep) cost
-# ~10 s a point in host leads and flushes and ~10 minutes at 600 kernels, where the rotation alone
-# already puts each kernel first in at most one of its 20 reps, which no median notices.
-ROTATE_FULL_MAX = 8
+from tkir.tools import timing
 
 
 @dataclass
@@ -100,32 +74,6 @@ class Row:
         return d
 
 
-def _rel_err(torch, out, ref) -> float:
-    o, r = out.double(), ref.double()
-    if torch.isnan(o).any():
-        return math.inf
-    return float((o - r).norm() / r.norm())
-
-
-_FLUSH: list = []
-
-
-def _flush_buffer(torch):
-    if not _FLUSH:
-        _FLUSH.append(torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda"))
-    return _FLUSH[0]
-
-
-def _to_torch(torch, a):
-    """A numpy array (ml_dtypes bf16 included) as a CUDA tensor of the same dtype."""
-    import ml_dtypes
-    import numpy as np
-
-    if a.dtype == ml_dtypes.bfloat16:
-        return torch.from_numpy(np.ascontiguousarray(a).view(np.int16)).view(torch.bfloat16).cuda()
-    return torch.from_numpy(np.ascontiguousarray(a)).cuda()
-
-
 _INDUCTOR: dict = {}
 
 
@@ -139,108 +87,6 @@ def inductor(math):
     return _INDUCTOR[math]
 
 
-def copy_bandwidth(torch, nbytes: int = 2**30, reps: int = 20) -> float:
-    """Device-to-device copy bandwidth in GB/s (bytes read + bytes written), median of `reps`."""
-    src = torch.empty(nbytes // 4, dtype=torch.float32, device="cuda").normal_()
-    dst = torch.empty_like(src)
-    ms = time_ms(torch, lambda i: (lambda: dst.copy_(src)), 1, reps, 3)
-    return 2 * nbytes / ms / 1e6
-
-
-def time_ms(torch, fn_for_set, nsets: int, reps: int, warmup: int) -> float:
-    """Median milliseconds of fn_for_set(i % nsets)() over `reps` runs, each timed with CUDA events.
-
-    Before each run a 256 MB buffer is zeroed (as triton.testing.do_bench does), which evicts the L2,
-    and the GPU then spins HOST_LEAD_CYCLES: both keep it busy while the host enqueues the timed call,
-    so host launch overhead is not timed (it is GPU time per launch, for tkir and peers alike).
-    """
-    return time_pair_ms(torch, [fn_for_set], nsets, reps, warmup)[0]
-
-
-def time_pair_ms(torch, fns_for_set: list, nsets: int, reps: int, warmup: int, rotate: bool = True) -> list[float]:
-    """Median milliseconds of each of several kernels, timed *interleaved*: each rep runs every kernel
-    once, each after its own L2 flush and with its own CUDA events, so clock and temperature drift
-    during the run touch every kernel alike (METHOD.md: compare versions in one run).
-
-    The order rotates from rep to rep (rep i starts with kernel i mod K) and, for K <= ROTATE_FULL_MAX, the
-    reps are rounded up to a multiple of K, so every kernel runs equally often in every position (with
-    more kernels each is first in at most ceil(reps / K) of its reps). Measured on the H200 (docs/bench/README.md,
-    "Method"): the same ~4 us row kernel timed twice per rep in a fixed order ran
-    1.11-1.15x faster second than first (0.999x at 68 us); rotated, 1.004-1.021x. The kernels of one rep
-    read the same input set, so the likely cause is the first one warming what the L2 flush does not
-    evict (address translations). `rotate=False` is the fixed order used before, which put tkir
-    first against its peers in every comparison."""
-    flush = _flush_buffer(torch)
-    # warm-up: at least `warmup` rounds and WARMUP_S seconds, so an idle GPU's clocks have ramped up
-    # before the first timed run (an H200 idles at 345 MHz; a few short kernels do not wake it)
-    start_s, i = time.perf_counter(), 0
-    while i < warmup or (time.perf_counter() - start_s < WARMUP_S and i < WARMUP_MAX_ROUNDS):
-        for f in fns_for_set:
-            flush.zero_()
-            f(i % nsets)()
-        i += 1
-        if i >= warmup:
-            torch.cuda.synchronize()
-    torch.cuda.synchronize()
-    times: list[list[float]] = [[] for _ in fns_for_set]
-    count = len(fns_for_set)
-    if rotate and count <= ROTATE_FULL_MAX:
-        reps = -(-reps // count) * count
-    for i in range(reps):
-        order = [(i + j) % count for j in range(count)] if rotate else range(count)
-        for k in order:
-            f = fns_for_set[k]
-            fn = f(i % nsets)
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            flush.zero_()
-            _host_lead(torch, flush)
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            times[k].append(start.elapsed_time(end))
-    return [statistics.median(t) for t in times]
-
-
-HOST_CALLS = 50  # calls per kernel when measuring host time per launch
-
-
-def host_us_per_call(torch, fns_for_set: list, nsets: int, calls: int = HOST_CALLS) -> list[float]:
-    """Microseconds of host time per call of each kernel (enqueue only: the calls run back to back
-    without a synchronize, the GPU drains them afterwards). The timings above leave this out, for
-    every side alike; it is reported beside them, since a launch-bound problem pays it."""
-    out = []
-    for f in fns_for_set:
-        fns = [f(i % nsets) for i in range(calls)]
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for fn in fns:
-            fn()
-        out.append((time.perf_counter() - t0) / calls * 1e6)
-        torch.cuda.synchronize()
-    return out
-
-
-def _host_lead(torch, flush) -> None:
-    """Keep the GPU busy for HOST_LEAD_CYCLES after the flush, so the start event is reached only after
-    the host has enqueued the timed call (its Python launch path is then not in the timing); without
-    torch.cuda._sleep, FALLBACK_LEAD_FLUSHES more zeroings of the flush buffer."""
-    sleep = getattr(torch.cuda, "_sleep", None)
-    if sleep is not None:
-        sleep(HOST_LEAD_CYCLES)
-    else:
-        for _ in range(FALLBACK_LEAD_FLUSHES):
-            flush.zero_()
-
-
-def rotation_sets(nbytes: int) -> int:
-    """Input sets a timing rotates through for a kernel that moves `nbytes`: enough that the sets together
-    are ROTATE_FACTOR x the L2 (each run then reads inputs the previous runs did not leave in L2), at least
-    2, at most MAX_ROTATE_SETS and ROTATE_BUDGET bytes."""
-    return max(2, min(MAX_ROTATE_SETS, math.ceil(ROTATE_FACTOR * L2_BYTES / max(nbytes, 1)),
-                      max(1, ROTATE_BUDGET // max(nbytes, 1))))
-
-
 def bench_one(path: str, companion, sizes: dict, consts: dict, *, reps: int = 20, warmup: int = 5,
               variant: str = "tkir", compile_kw: dict | None = None, peer: bool = True,
               kernel: object | None = None) -> Row:
@@ -248,11 +94,11 @@ def bench_one(path: str, companion, sizes: dict, consts: dict, *, reps: int = 20
     with a `consts` dict: an A/B of PTX another compiler made, scripts/bench/ab.py)."""
     import torch
 
-    import tkir
+    from tkir import api
 
-    k = kernel if kernel is not None else tkir.compile(path, **(compile_kw or {}), **consts)
+    k = kernel if kernel is not None else api.compile(path, **(compile_kw or {}), **consts)
     nbytes = companion.bytes_moved(sizes, consts)
-    nsets = rotation_sets(nbytes)
+    nsets = timing.rotation_sets(nbytes)
     if hasattr(companion, "torch_inputs"):
         sets = [companion.torch_inputs(sizes, consts) for _ in range(nsets)]
         host = None
@@ -261,8 +107,8 @@ def bench_one(path: str, companion, sizes: dict, consts: dict, *, reps: int = 20
 
         rng = np.random.default_rng()
         host = companion.make_inputs(rng, sizes, consts)
-        sets = [[_to_torch(torch, a) for a in host]]
-        sets += [[_to_torch(torch, a) for a in companion.make_inputs(rng, sizes, consts)]
+        sets = [[timing.to_torch(torch, a) for a in host]]
+        sets += [[timing.to_torch(torch, a) for a in companion.make_inputs(rng, sizes, consts)]
                  for _ in range(nsets - 1)]
     # correctness first, on the first set (fresh random inputs, NaN-poisoned outputs)
     k(*sets[0])
@@ -274,7 +120,7 @@ def bench_one(path: str, companion, sizes: dict, consts: dict, *, reps: int = 20
     errs = []
     for name, r in ref.items():
         out = sets[0][companion.PARAMS.index(name)]
-        errs.append(_rel_err(torch, out.cpu() if host is not None else out, r))
+        errs.append(timing.rel_err(torch, out.cpu() if host is not None else out, r))
     err = max(errs)
     mine = lambda i: (lambda: k(*sets[i]))  # noqa: E731
     peer_ms = None
@@ -283,12 +129,12 @@ def bench_one(path: str, companion, sizes: dict, consts: dict, *, reps: int = 20
         names = list(getattr(companion, "EXTRA_PEERS", {}) or {})
         fns = [mine, lambda i: companion.peer(sets[i], sizes, consts)]
         fns += [(lambda i, n=n: companion.extra_peer(n, sets[i], sizes, consts)) for n in names]
-        ms, peer_ms, *more = time_pair_ms(torch, fns, nsets, reps, warmup)
+        ms, peer_ms, *more = timing.time_pair_ms(torch, fns, nsets, reps, warmup)
         extra = dict(zip(names, more, strict=True)) if names else None
-        host_time = dict(zip(["tkir", companion.PEER, *names], host_us_per_call(torch, fns, nsets), strict=True))
+        host_time = dict(zip(["tkir", companion.PEER, *names], timing.host_us_per_call(torch, fns, nsets), strict=True))
     else:
-        ms = time_ms(torch, mine, nsets, reps, warmup)
-        host_time = dict(zip(["tkir"], host_us_per_call(torch, [mine], nsets), strict=True))
+        ms = timing.time_ms(torch, mine, nsets, reps, warmup)
+        host_time = dict(zip(["tkir"], timing.host_us_per_call(torch, [mine], nsets), strict=True))
     chosen = {n: k.consts.get(n, v) for n, v in consts.items()}  # `auto` consts: the values the compiler chose
     return Row(Path(path).stem, dict(sizes), chosen, variant, err, companion.TOLERANCE,
                err <= companion.TOLERANCE, ms, peer_ms, companion.PEER, companion.flops(sizes, consts),
@@ -359,13 +205,13 @@ def progress(items: list, what: str):
 
 def tuned_consts(path: str, sizes: dict, consts: dict, names: list[str], *, compile_kw: dict,
                  tune_kw: dict) -> tuple[dict, str]:
-    """The row's consts with `names` chosen by the tuner (tkir.tune: the cached result for these sizes'
+    """The row's consts with `names` chosen by the tuner (tkir.tools.tune: the cached result for these sizes'
     bucket, or a tuning run), the row's other consts pinned (`auto` ones resolved by the compiler first);
     and a note naming the choice and what it was measured against."""
-    import tkir
-    from tkir import tune
+    from tkir import api
+    from tkir.tools import tune
 
-    resolved = tkir.compile(path, **compile_kw, **{n: v for n, v in consts.items() if n not in names}).consts
+    resolved = api.compile(path, **compile_kw, **{n: v for n, v in consts.items() if n not in names}).consts
     space = tune.read_space(path)  # every other const of the space pinned: only `names` vary
     fixed = {**{n: space.defaults[n] for n in space.values if n not in names},
              **{n: v for n, v in resolved.items() if n not in names}}
@@ -381,7 +227,7 @@ def tuned_consts(path: str, sizes: dict, consts: dict, names: list[str], *, comp
 def run_bench(path: str, sizes_list: list[dict], consts_list: list[dict], *, reps: int, json_out: str | None,
               plot: str | None, compile_kw: dict, variant: str, tuned: list[str] | None = None,
               tune_kw: dict | None = None) -> list[Row]:
-    from tkir.examples import load_companion
+    from tkir.tools.examples import load_companion
 
     companion = load_companion(path)
     rows = []
@@ -402,7 +248,7 @@ def run_bench(path: str, sizes_list: list[dict], consts_list: list[dict], *, rep
     if memory_bound:
         import torch
 
-        copy = copy_bandwidth(torch)
+        copy = timing.copy_bandwidth(torch)
         for r in rows:
             r.copy_gbps = copy
         print(f"device-to-device copy, same run: {copy:.0f} GB/s; tkir reaches "
@@ -418,7 +264,7 @@ def run_check(path: str, sizes: dict[str, int | float], consts: dict[str, int | 
               compile_kw: dict) -> Row:
     """`tkc run FILE` on the GPU: one size (empty `sizes`: the companion's first CHECK_SIZES), fresh
     inputs, the reference comparison; prints one line and returns the row."""
-    from tkir.examples import load_companion
+    from tkir.tools.examples import load_companion
 
     companion = load_companion(path)
     sizes = dict(sizes) or dict(companion.CHECK_SIZES[0])

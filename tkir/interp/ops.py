@@ -1,7 +1,7 @@
 """The interpreter's handlers of the core ops (tkir/ops.py): scalars, memory, tile math, control flow.
 
 Scalar arithmetic, comparisons and casts compute with tkir/scalar.py; tiles with numpy in f32
-(results are rounded to their dtypes by the frame, tkir/interp_frame.py).
+(results are rounded to their dtypes by the frame, tkir/interp/frame.py).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Callable
 import numpy as np
 
 from tkir import scalar
-from tkir.interp_frame import Frame, Handler, InterpError, register_handler, shape_of, where, zeros
+from tkir.interp.frame import Frame, Handler, InterpError, register_handler, shape_of, where, zeros
 from tkir.ir import Operation
 from tkir.types import GlobalType, TileType, Type, VectorType
 

@@ -19,8 +19,8 @@ from collections import deque
 
 import numpy as np
 
-from tkir.interp_frame import Frame, InterpError, register_handler, where
-from tkir.interp_ops import load
+from tkir.interp.frame import Frame, InterpError, register_handler, where
+from tkir.interp.ops import load
 from tkir.ir import Operation
 from tkir.target import WARP, WARPS_PER_WARPGROUP
 

@@ -6,9 +6,9 @@
 The inputs are the companion's `make_inputs` (fresh random numpy arrays, outputs poisoned with NaN),
 copied to `device` as tkir DeviceArrays (tkir.backend.cuda); the kernel runs once; each output comes
 back and is compared with the companion's float64 `reference` by ||out - ref|| / ||ref||
-(tkir.examples.relative_error: an output still holding NaN fails). It needs the CUDA driver and a
+(tkir.tools.examples.relative_error: an output still holding NaN fails). It needs the CUDA driver and a
 GPU, not torch: the GPU tests (tests/test_gpu_examples.py) use it. `tkc bench` and `tkc run` keep
-torch (tkir/bench.py) for the peers and the timing. The backend is imported only when a check runs,
+torch (tkir/tools/bench.py) for the peers and the timing. The backend is imported only when a check runs,
 so importing this module loads none of it (tests/test_import_layers.py).
 """
 
@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from tkir.examples import CheckResult, load_companion, relative_error
+from tkir.tools.examples import CheckResult, load_companion, relative_error
 
 
 @dataclass
@@ -53,10 +53,10 @@ def check_example(path: str, sizes: dict, consts: dict, *, compile_kw: dict | No
                   seed: int | None = None, companion: types.ModuleType | None = None) -> GpuCheck:
     """Compile `path` with `consts` (and `compile_kw`: keyword arguments of tkir.compile) and check it
     on `device` at `sizes` against its companion (examples/NAME.py beside it, or `companion`)."""
-    import tkir
+    from tkir import api
 
     companion = companion or load_companion(path)
-    kernel = tkir.compile(path, **(compile_kw or {}), **consts)
+    kernel = api.compile(path, **(compile_kw or {}), **consts)
     return check_kernel(kernel, companion, sizes, consts, device=device, rng=np.random.default_rng(seed),
                         name=Path(path).stem)
 

@@ -1,0 +1,8 @@
+"""tkir's version, in one place: `tkir.__version__`, `tkc --version`, the disk cache's key
+(tkir.backend.cache.tool_versions) and the package metadata (pyproject.toml reads it) all take it from here.
+
+A core module of its own, with no imports, so that the backend can read the version without importing
+the `tkir` package's face (tkir/__init__.py, tkir/api.py), which imports the backend in turn.
+"""
+
+__version__ = "0.1.0"
