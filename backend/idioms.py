@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 NAMED_BARRIER_IDS = 16  # PTX ISA bar/barrier: barrier ids 0..15 per CTA
 MBARRIER_SHIFT = 3      # an mbarrier object is 8 bytes (PTX ISA mbarrier: .b64)
+MBARRIER_BYTES = 1 << MBARRIER_SHIFT
 
 
 # --- the named-barrier table ----------------------------------------------------------------------

@@ -15,7 +15,10 @@ table in backend.rules, chosen by (op name, target, operand forms); the rules li
 * rules_sm80: cp.async, ldmatrix, mma.sync; rules_wgmma: wgmma, accumulator stores, the staged
   TMA-store epilogue; rules_streamk: stream-K partial tiles.
 
-An op without a rule is a located error naming the op, the target and the operand forms.
+An op without a rule is a located error naming the op, the target and the operand forms. What the
+families share has its own modules (backend.idioms: the PTX of barriers, fences and waits, and the
+named-barrier table; backend.exchange: cross-thread exchanges; backend.shared_slots, backend.f32);
+no family imports another (tests/test_backend_rooms.py).
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from tkir.backend.context import RoleCtx, tile_stage_bytes
 from tkir.backend.idioms import (
+    MBARRIER_BYTES,
     NAMED_BARRIERS,
     block_barrier,
     bulk_commit,
@@ -61,7 +62,7 @@ def _op_pipe_barriers(cx: LoweringContext, op: Operation) -> None:
     w.cond_br(lead, init, done)
     w.start_block(init)
     for s in range(op.result.type.n):
-        a = w.op(f"add i32 {addr}, {8 * s}", "b")
+        a = w.op(f"add i32 {addr}, {MBARRIER_BYTES * s}", "b")
         mbarrier_init(w, cx.target, a, op.attrs["count"])
     if cx.target == "sm_90a":  # sm_90 instructions; on sm_80 the block barrier below orders the init
         fence_mbarrier_init(w)
