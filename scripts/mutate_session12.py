@@ -51,17 +51,17 @@ M = [  # (name, file, snippet, its mutation)
         "needed = _round_up(budget.total - budget.addr_regs + POINTER_REGS, REG_ALLOC_UNIT)",
         "needed = _round_up(budget.total, REG_ALLOC_UNIT)",
     ),
-    ("no-wait-all", "backend/rules_pipe.py", 'w.asm("void", ["cp.async.wait_all;"], [], [])', "pass"),
+    ("no-wait-all", "backend/rules_pipe.py", "cp_async_wait_all(w)", "pass"),
     (
         "try-wait-sm80",
-        "backend/rules_pipe.py",
-        'test = "try_wait" if cx.target == "sm_90a" else "test_wait"',
+        "backend/idioms.py",
+        'test = "try_wait" if target == "sm_90a" else "test_wait"',
         'test = "try_wait"',
     ),
     (
         "no-noinc-arrive",
-        "backend/rules_pipe.py",
-        '    cx.w.asm("void", [f"cp.async.mbarrier.arrive.noinc.{_shared(cx)}.b64 [$0];"], ["r"], [("i32", bar)])',
+        "backend/rules_sm80.py",
+        "    cp_async_mbarrier_arrive(cx.w, cx.target, bar)",
         "    pass",
     ),
     (

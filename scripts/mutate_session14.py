@@ -33,7 +33,7 @@ M = [  # (name, file, snippet, its mutation, tests)
      "vector"),
     ("aligned-16-always", "tkir/requires.py", "widest[g.name] = max(widest.get(g.name, 0), nbytes)",
      "widest[g.name] = 16", "vector"),
-    ("bf16-shift-15", "backend/rules_registers.py", "shl i32 {bits}, 16", "shl i32 {bits}, 15", "shift"),
+    ("bf16-shift-15", "backend/f32.py", "shl i32 {bits}, 16", "shl i32 {bits}, 15", "shift"),
     ("layernorm-no-shift", "examples/layernorm.tk", "let dx = f32(xc) - f32(k0)", "let dx = f32(xc)", "wide"),
     ("layernorm-skips-first-chunk", "examples/layernorm.tk", "let mi = f32(k0) + s1 * inv_n",
      "let mi = s1 * inv_n", "wide"),

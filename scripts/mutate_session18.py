@@ -3,7 +3,7 @@ the PTX, the launch's list), the overlap check in the runtime and in the C launc
 choice by the second round, row_mean / row_var (interpreter, verifier) and fuse-row-stats. Each is
 applied, the tests that touch it are run (TKIR_CACHE=0, stop at the first failure) and the file is put
 back. `python3 scripts/mutate_session18.py [NAME ...]` from the repository root; prints killed/SURVIVED.
-The Welford lowering itself (rules_registers._row_stats, rules_memory.combine_row_stats) is checked
+The Welford lowering itself (rules_registers._row_stats, exchange.combine_row_stats) is checked
 only on the GPU (tests/test_row_stats.py, marked gpu): its mutants are not in this CPU list."""
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ import sys
 from hand_mutants import run_named
 
 CR = "passes/cluster_rows.py"
-MEM = "backend/rules_memory.py"
+MEM = "backend/exchange.py"
 M = [  # (name, file, snippet, its mutation, tests)
     ("never-clustered", CR, "            kernel.attrs[CLUSTER_ATTR] = c\n", "            pass\n", "fc"),
     ("sm80-clustered", CR, '            if options.target != "sm_90a":', "            if False:", "unit"),
@@ -30,7 +30,7 @@ M = [  # (name, file, snippet, its mutation, tests)
     ("exchange-always", MEM, "    return cx.cluster > 1 and (cx.cta_threads // WARP_THREADS) % parts != 0",
      "    return cx.cluster > 1", "fc"),
     ("exchange-own-cta-only", MEM, "    for r in range(cx.cluster):", "    for r in range(1):", "fc"),
-    ("exchange-cta-barrier", MEM, "    cluster_sync(cx) if across else sync(cx)", "    sync(cx)", "fc"),
+    ("exchange-cta-barrier", MEM, "    cluster_barrier(cx.w) if across else cx.sync()", "    cx.sync()", "fc"),
     ("scratch-unguarded", "backend/context.py", "        if self.cluster > 1 and not cluster_wide:",
      "        if False:", "unit"),
     ("grid-in-blocks", "backend/launch.py", '        grid[0] = f"{cluster} * ({grid[0]})"', "        pass", "unit"),
