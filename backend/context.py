@@ -3,9 +3,10 @@
 Rules (backend/rules_*.py, selected through backend.rules) are free functions `fn(cx, op)`; `cx` is
 a LoweringContext. It owns the LLVM writer, the lowered value of every IR value (`get`/`set`), the
 shared-memory plan, the current warp-specialized role, and the thread-index arithmetic that several
-rule families share (slot coordinates of register layouts, shared addresses with swizzles,
-predicated regions). Address, swizzle and fragment formulas themselves live in backend.fragments
-and backend.wgmma_desc; the context only emits them.
+rule families share (slot coordinates of register layouts, shared addresses with swizzles, the plane
+of a global tensor, predicated regions, the barrier of the threads that run the code). Address,
+swizzle and fragment formulas themselves live in backend.fragments and backend.wgmma_desc, the PTX of
+barriers, fences and waits in backend.idioms; the context only emits them.
 """
 
 from __future__ import annotations
@@ -26,15 +27,22 @@ from tkir.backend.fragments import (
     slot_coords,
     tile_shape,
 )
+from tkir.backend.idioms import (
+    NAMED_BARRIERS,
+    block_barrier,
+    fence_async_proxy,
+    named_barrier_sync,
+    wgmma_wait_group_tied,
+)
 from tkir.backend.llvm_text import LLVMWriter
-from tkir.backend.values import REGS_PER_SM, Frag, Global, LoweringError, Smem, register_layout
+from tkir.backend.values import LLVM_TYPE, REGS_PER_SM, Frag, Global, LoweringError, Smem, register_layout
 from tkir.diagnostics import CompileError
 from tkir.facts import FactError, OccupancyPlan
 from tkir.ir import Module, Operation, Value
 from tkir.layout import SharedLayout, fragment, layout_of
 from tkir.ops import TILE_BINARY, TILE_UNARY
 from tkir.shared_plan import SharedPlan, plan_shared, tile_stage_bytes  # noqa: F401  (re-exported)
-from tkir.types import TileType, VectorType, format_attr_value
+from tkir.types import GlobalType, TileType, VectorType, format_attr_value
 
 # ops whose register operands of the result's kind share its layout (infer-layouts' ELEMENTWISE)
 SAME_LAYOUT_OPS = frozenset({f"tk.{n}" for n in (*TILE_BINARY, *TILE_UNARY)}
@@ -217,6 +225,21 @@ class LoweringContext:
             return str(v)
         return self.w.op(f"sext i32 {v} to i64", "w")
 
+    def plane(self, ptr: str, gty: GlobalType, coords: list[str]) -> tuple[str, str, str]:
+        """(pointer to the 2-D plane of a global tensor that the leading coordinates select, its rows,
+        its cols)."""
+        w = self.w
+        dims = [self.dim(d) for d in gty.dims]
+        nrows, ncols = dims[-2:]
+        if gty.rank == 2:
+            return ptr, nrows, ncols
+        base, stride = "0", w.op(f"mul i64 {self.i64(nrows)}, {self.i64(ncols)}", "plane")
+        for k in reversed(range(gty.rank - 2)):
+            base = w.op(f"add i64 {base}, {w.op(f'mul i64 {self.i64(coords[k])}, {stride}', 'lo')}", "lb")
+            if k:
+                stride = w.op(f"mul i64 {stride}, {self.i64(dims[k])}", "st")
+        return w.op(f"getelementptr {LLVM_TYPE[gty.dtype]}, ptr addrspace(1) {ptr}, i64 {base}", "pb"), nrows, ncols
+
     def if_then(self, cond: str, body: Callable[[], None]) -> None:
         """Emit `body` under the i1 `cond`."""
         w = self.w
@@ -242,6 +265,21 @@ class LoweringContext:
     def role_threads(self) -> int:
         """Threads that run the current code: the role's warpgroups, or the whole block."""
         return self.role.threads if self.role is not None else self.threads
+
+    # --- barriers and fences -----------------------------------------------------------------------
+
+    def sync(self) -> None:
+        """All threads that run this code meet: the block, or the role's threads on the role's named
+        barrier (backend.idioms.NAMED_BARRIERS)."""
+        if self.role is None:
+            block_barrier(self.w)
+            return
+        named_barrier_sync(self.w, NAMED_BARRIERS.id("role"), self.role.threads)
+
+    def fence_async(self) -> None:
+        """Generic-proxy shared writes become visible to wgmma and TMA (HOPPER.md §8.1): sm_90a only."""
+        if self.target == "sm_90a":
+            fence_async_proxy(self.w)
 
     # --- register layouts ------------------------------------------------------------------------
 
@@ -359,9 +397,4 @@ class LoweringContext:
 
     def wait_group(self, acc: list[str], n: int) -> list[str]:
         """`wgmma.wait_group n` with the accumulator registers tied through it (no early reads)."""
-        w = self.w
-        k = len(acc)
-        ret = w.struct("float", k)
-        r = w.asm(ret, [f"wgmma.wait_group.sync.aligned {n};"], ["=f"] * k + [str(i) for i in range(k)],
-                  [("float", v) for v in acc], "waited")
-        return [w.op(f"extractvalue {ret} {r}, {i}", "acc") for i in range(k)]
+        return wgmma_wait_group_tied(self.w, acc, n)

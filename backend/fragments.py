@@ -20,7 +20,7 @@ from typing import Protocol
 import numpy as np
 
 from tkir.facts import FactError
-from tkir.layout import SWIZZLE_MASK, RegisterLayout, SharedLayout
+from tkir.layout import SWIZZLE_MASK, RegisterLayout, SharedLayout, layout_of, vector_access_bytes
 from tkir.target import MMA_K, MMA_M, MMA_N, QUAD, WARP, WARPGROUP, WGMMA_M
 from tkir.types import TileType, VectorType, format_attr_value
 
@@ -278,6 +278,11 @@ class BitLLVMBuilder(LLVMBuilder):
 
 def tile_shape(t: TileType | VectorType) -> tuple[int, ...]:
     return t.shape if isinstance(t, TileType) else (t.n,)
+
+
+def chunked(t: object) -> bool:
+    """A `row` tile or vector whose lanes own whole chunks of 4, 8 or 16 bytes (one access each)."""
+    return isinstance(t, (TileType, VectorType)) and vector_access_bytes(layout_of(t), t.dtype) is not None
 
 
 def numeric_slots(layout: RegisterLayout, shape: tuple[int, ...]) -> list[tuple[np.ndarray, ...]]:

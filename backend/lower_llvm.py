@@ -15,13 +15,17 @@ table in backend.rules, chosen by (op name, target, operand forms); the rules li
 * rules_sm80: cp.async, ldmatrix, mma.sync; rules_wgmma: wgmma, accumulator stores, the staged
   TMA-store epilogue; rules_streamk: stream-K partial tiles.
 
-An op without a rule is a located error naming the op, the target and the operand forms.
+An op without a rule is a located error naming the op, the target and the operand forms. What the
+families share has its own modules (backend.idioms: the PTX of barriers, fences and waits, and the
+named-barrier table; backend.exchange: cross-thread exchanges; backend.shared_slots, backend.f32);
+no family imports another (tests/test_backend_rooms.py).
 """
 
 from __future__ import annotations
 
 from tkir.backend.cache_policy import create_policies
 from tkir.backend.context import LoweringContext, SharedPlan, plan_shared, tile_stage_bytes
+from tkir.backend.idioms import bulk_wait
 from tkir.backend.llvm_text import param_names
 from tkir.backend.rules import load_rules
 from tkir.backend.values import HEADER, LLVM_TYPE, SMEM_ALIGN, Global, LoweringError
@@ -102,7 +106,7 @@ def _lower_function(cx: LoweringContext) -> str:
         cx.lower_op(op)
     if cx.staged_stores:  # TMA stores outside roles must finish reading shared memory before exit
         lead = w.op(f"icmp eq i32 {w.op(f'and i32 {cx.tid}, 127', 't')}, 0", "wglead")
-        cx.if_then(lead, lambda: w.asm("void", ["cp.async.bulk.wait_group 0;"], [], []))
+        cx.if_then(lead, lambda: bulk_wait(w, 0))
     w.emit("ret void")
     name = cx.launch["kernel"]
     body = "\n".join(w.lines)

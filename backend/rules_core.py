@@ -3,7 +3,9 @@ tk.grid_dim, scf.for (phis patched after the body), scf.if, scf.yield.
 
 Rules of backend.rules' table. Scalars are LLVM i32/float values (strings); loop-carried register
 tiles are carried as one phi per fragment slot; an accumulator whose wgmma group may still be in
-flight when the loop exits is drained with `wgmma.wait_group 0`.
+flight when the loop exits is drained with `wgmma.wait_group 0`. What other families add to a loop
+(sm_80's rotated loop, a deferred stage release) comes through the loop hooks they register with
+backend.rules (`LOOP_HOOKS`), not through imports.
 """
 
 from __future__ import annotations
@@ -11,9 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from tkir.backend.llvm_text import f32_literal
-from tkir.backend.rules import rule
-from tkir.backend.rules_pipe import arrive_prev
-from tkir.backend.rules_sm80 import rotation_prologue
+from tkir.backend.rules import LOOP_HOOKS, rule
 from tkir.backend.values import LLVM_TYPE, Frag, LoweringError
 from tkir.ir import Operation
 from tkir.ops import SCALAR_BINARY
@@ -151,12 +151,13 @@ def if_else(cx: LoweringContext, op: Operation) -> None:
 def _op_scf_for(cx: LoweringContext, op: Operation) -> None:
     """A counted loop: one phi per carried scalar or fragment slot. 16-bit fragments are carried as
     32-bit words of two slots (the pairs the wgmma/mma A fragments pack), so a bf16 tile costs one
-    register per two elements across the back edge instead of one each."""
+    register per two elements across the back edge instead of one each. Each registered loop hook may
+    emit code before the loop and carry i32 values of its own around it (backend.rules.LoopCarry)."""
     w = cx.w
     lo, hi, step = (cx.scalar(v) for v in op.operands[:3])
     inits = [cx.get(v) for v in op.operands[3:]]
     init_flat = [_pack_words(w, x) if _carried_packed(x) else _flatten(x) for x in inits]
-    rot = rotation_prologue(cx, op)  # sm_80: the block barrier moved into the mma (pipeline-cp-async{rotate})
+    carries = [c for c in (hook(cx, op) for hook in LOOP_HOOKS) if c is not None]  # code before the loop
     pre = w.block
     hdr, body, exit_ = w.label("for_hdr"), w.label("for_body"), w.label("for_exit")
     w.br(hdr)
@@ -170,19 +171,13 @@ def _op_scf_for(cx: LoweringContext, op: Operation) -> None:
             names.append(w.fresh((arg.name or "c") + f"_{k}"))
             idxs.append(w.emit(""))
         carried.append((idxs, names))
-    rot_lines: list[int] = []
-    if rot is not None:
-        rot_pre = rot.words_in
-        rot.words_in = [w.fresh("rot") for _ in rot_pre]
-        rot_lines = [w.emit("") for _ in rot_pre]
-    saved_rot, cx.frag_rotation = cx.frag_rotation, rot
+    hook_phis: list[tuple[list[int], list[str], list[str]]] = []  # per carry: lines, names, entry values
+    for c in carries:
+        entry = c.initial()
+        phis = [w.fresh(c.hint) for _ in entry]
+        hook_phis.append(([w.emit("") for _ in entry], phis, entry))
+        c.enter(cx, phis)
     cx.set(op.body.args[0], iv)
-    deferred = any(i.name == "pipe.arrive" and i.attrs.get("deferred") for i in op.body.ops)
-    saved = cx.deferred
-    if deferred:
-        prev = w.fresh("prev_stage")
-        prev_line = w.emit("")
-        cx.deferred = {"prev": prev, "next": None, "bars": None}
     # the carried values as the body sees them (16-bit words unpacked after every phi)
     term0 = op.body.terminator
     entry_vals: list[object] = []
@@ -217,15 +212,9 @@ def _op_scf_for(cx: LoweringContext, op: Operation) -> None:
         ty = "i32" if _carried_packed(init) else _llvm_elem(arg.type)
         for i, n_, a, b in zip(idxs, names, a_flat, b_flat, strict=True):
             w.lines[i] = f"  {n_} = phi {ty} [ {a}, %{pre} ], [ {b}, %{latch} ]"
-    if deferred:
-        d = cx.deferred
-        w.lines[prev_line] = f"  {prev} = phi i32 [ -1, %{pre} ], [ {d['next']}, %{latch} ]"
-    if rot is not None:
-        if rot.words_out is None or len(rot.words_out) != len(rot_pre):
-            raise LoweringError(op.loc, "backend: the rotated loop's mma did not load the next fragments")
-        for i, n_, a, b in zip(rot_lines, rot.words_in, rot_pre, rot.words_out, strict=True):
+    for c, (lines, phis, entry) in zip(carries, hook_phis, strict=True):
+        for i, n_, a, b in zip(lines, phis, entry, c.latch(cx), strict=True):
             w.lines[i] = f"  {n_} = phi i32 [ {a}, %{pre} ], [ {b}, %{latch} ]"
-    cx.frag_rotation = saved_rot
     w.start_block(exit_)
     cx.cut_groups()
     for res, x in zip(op.results, entry_vals, strict=True):
@@ -234,9 +223,8 @@ def _op_scf_for(cx: LoweringContext, op: Operation) -> None:
                                        for y in (term.operands if term else [])):
             x = Frag(x.type, cx.wait_group(x.values, 0))  # drain in-flight wgmma
         cx.set(res, x)
-    if deferred:
-        arrive_prev(cx, prev, d["bars"])
-        cx.deferred = saved
+    for c in reversed(carries):
+        c.leave(cx)
 
 
 def _carried_packed(x: object) -> bool:

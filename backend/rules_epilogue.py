@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING
 
 from tkir.backend.context import shared_layout
 from tkir.backend.fragments import MMA_M, MMA_N, WARP, BitLLVMBuilder, shared_offset
+from tkir.backend.idioms import warp_sync
 from tkir.backend.rules import rule
-from tkir.backend.rules_sm80 import _plane
 from tkir.backend.values import Frag, Global, LoweringError, Smem
 from tkir.ir import Operation
 from tkir.target import VECTOR_BYTES as CHUNK_BYTES  # one ld.shared.v4 / st.global.v4 per lane
@@ -36,7 +36,6 @@ if TYPE_CHECKING:
 
 BF16_BYTES = 2
 CHUNK_ELEMS = CHUNK_BYTES // BF16_BYTES
-WARP_SYNC = "bar.warp.sync -1;"
 
 
 @rule("tk.store_warp_staged")
@@ -58,7 +57,7 @@ def _op_tk_store_warp_staged(cx: LoweringContext, op: Operation) -> None:
     slay = shared_layout(st_t)
     bb = BitLLVMBuilder(w)
     coords = [cx.scalar(v) for v in op.operands[3:]]
-    plane, nrows, ncols = _plane(cx, dst.ptr, dst.type, coords)
+    plane, nrows, ncols = cx.plane(dst.ptr, dst.type, coords)
     r_tile, c_tile = coords[-2:]
     tid = cx.thread_index()
     warp = w.op(f"lshr i32 {tid}, 5", "warp")
@@ -76,7 +75,7 @@ def _op_tk_store_warp_staged(cx: LoweringContext, op: Operation) -> None:
     chunks_per_row = width // CHUNK_ELEMS
     for mb in range(slab // MMA_M):
         if mb:
-            w.asm("void", [WARP_SYNC], [], [])  # every lane has read the previous block's rows
+            warp_sync(w)  # every lane has read the previous block's rows
         for i in range(0, per_block, 2):        # slots i, i + 1: n8 block i >> 2, row half (i >> 1) & 1
             j, h = i >> 2, (i >> 1) & 1
             srow = w.op(f"add i32 {srow0}, {w.op(f'add i32 {g}, {8 * h}', 'gh')}", "srow")
@@ -85,7 +84,7 @@ def _op_tk_store_warp_staged(cx: LoweringContext, op: Operation) -> None:
             s = mb * per_block + i
             w.asm("void", ["st.shared.b32 [$0], $1;"], ["r", "r"],
                   [("i32", addr), ("i32", w.pack_bf16x2(val.values[s], val.values[s + 1]))])
-        w.asm("void", [WARP_SYNC], [], [])
+        warp_sync(w)
         for p in range(rows * chunks_per_row // WARP):
             ci = w.op(f"add i32 {lane}, {p * WARP}", "ci")
             r = w.op(f"udiv i32 {ci}, {chunks_per_row}", "cr")

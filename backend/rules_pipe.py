@@ -4,19 +4,39 @@ tk.alloc, pipe.barriers / stage / wait / expect / arrive / copy, tk.role.
 Rules of backend.rules' table. What they emit:
 * shared tiles (`tk.alloc`, `pipe.stage`) -> 32-bit shared-window addresses inside one dynamic
   shared-memory block laid out at compile time (backend.context.plan_shared), base rounded up to 1024 B;
-* `pipe.barriers/wait/expect/arrive` -> mbarrier inline PTX (HOPPER.md §5), the try_wait loop in IR;
-* `pipe.copy` -> one `cp.async.bulk.tensor` per TMA box (HOPPER.md §4.4), one thread issuing;
-* `tk.role` -> a branch on the warpgroup index with `setmaxnreg` (HOPPER.md §7.1).
+* `pipe.barriers/wait/expect/arrive` -> mbarrier operations (backend.idioms; HOPPER.md §5), the
+  try_wait loop in IR; a deferred `pipe.arrive` releases the previous iteration's stage, carried
+  around its loop by a loop hook of the scf.for rule;
+* `pipe.copy` -> one `cp.async.bulk.tensor` per TMA box (HOPPER.md §4.4), one thread issuing (the
+  cp.async form, `pipe.copy {cp_async = true}`, is rules_sm80's);
+* `tk.role` -> a branch on the warpgroup index with `setmaxnreg` (HOPPER.md §7.1);
+* `pipe.turn_*` -> named barriers of backend.idioms.NAMED_BARRIERS' "turn" ids (pingpong).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
 
 from tkir.backend.context import RoleCtx, tile_stage_bytes
-from tkir.backend.rules import rule
-from tkir.backend.rules_memory import fence_async, sync
-from tkir.backend.rules_sm80 import cp_async_rows
+from tkir.backend.idioms import (
+    MBARRIER_BYTES,
+    NAMED_BARRIERS,
+    block_barrier,
+    bulk_commit,
+    bulk_wait,
+    cp_async_wait_all,
+    fence_async_proxy,
+    fence_mbarrier_init,
+    mbarrier_arrive,
+    mbarrier_arrive_expect_tx,
+    mbarrier_init,
+    mbarrier_slot,
+    mbarrier_wait_parity,
+    named_barrier_arrive,
+    named_barrier_sync,
+)
+from tkir.backend.rules import loop_hook, rule
 from tkir.backend.values import LoweringError, Smem
 from tkir.ir import Operation, Value
 from tkir.target import WARP, WARPS_PER_WARPGROUP
@@ -42,36 +62,20 @@ def _op_pipe_barriers(cx: LoweringContext, op: Operation) -> None:
     w.cond_br(lead, init, done)
     w.start_block(init)
     for s in range(op.result.type.n):
-        a = w.op(f"add i32 {addr}, {8 * s}", "b")
-        w.asm("void", [f"mbarrier.init.{_shared(cx)}.b64 [$0], $1;"], ["r", "r"],
-              [("i32", a), ("i32", str(op.attrs["count"]))])
+        a = w.op(f"add i32 {addr}, {MBARRIER_BYTES * s}", "b")
+        mbarrier_init(w, cx.target, a, op.attrs["count"])
     if cx.target == "sm_90a":  # sm_90 instructions; on sm_80 the block barrier below orders the init
-        w.asm("void", ["fence.mbarrier_init.release.cluster;"], [], [])
-        w.asm("void", ["fence.proxy.async.shared::cta;"], [], [])
+        fence_mbarrier_init(w)
+        fence_async_proxy(w)
     w.br(done)
     w.start_block(done)
     cx.pending_sync = True
 
 
-def _shared(cx: LoweringContext) -> str:
-    """The state space of a barrier operand: `.shared::cta` needs PTX ISA 7.8, which sm_80 kernels do
-    not declare; plain `.shared` is the same space (PTX ISA §9.7.13.15)."""
-    return "shared::cta" if cx.target == "sm_90a" else "shared"
-
-
-def _arrive_asm(cx: LoweringContext) -> list[str]:
-    """mbarrier.arrive on [$0], its state discarded: the sink `_` on sm_90, a scratch register on sm_80
-    (ptxas refuses the discard form there)."""
-    if cx.target == "sm_90a":
-        return ["mbarrier.arrive.shared::cta.b64 _, [$0];"]
-    return ["{", ".reg .b64 state;", "mbarrier.arrive.shared.b64 state, [$0];", "}"]
-
-
 def _bar_addr(cx: LoweringContext, bars: Value, s: Value) -> str:
     base = cx.get(bars)
     assert isinstance(base, Smem)
-    off = cx.w.op(f"shl i32 {cx.scalar(s)}, 3", "boff")
-    return cx.w.op(f"add i32 {base.addr}, {off}", "bar")
+    return mbarrier_slot(cx.w, base.addr, cx.scalar(s))
 
 
 @rule("pipe.stage")
@@ -85,27 +89,14 @@ def _op_pipe_stage(cx: LoweringContext, op: Operation) -> None:
 
 @rule("pipe.wait")
 def _op_pipe_wait(cx: LoweringContext, op: Operation) -> None:
-    w = cx.w
     bar = _bar_addr(cx, op.operands[0], op.operands[1])
-    parity = cx.scalar(op.operands[2])
-    loop, ready = w.label("wait"), w.label("ready")
-    w.br(loop)
-    w.start_block(loop)
-    # try_wait (sm_90) suspends the thread for a while; sm_80 has only the test (PTX ISA mbarrier.test_wait)
-    test = "try_wait" if cx.target == "sm_90a" else "test_wait"
-    done = w.asm("i32", ["{", ".reg .pred p;", f"mbarrier.{test}.parity.{_shared(cx)}.b64 p, [$1], $2;",
-                         "selp.u32 $0, 1, 0, p;", "}"], ["=r", "r", "r"],
-                 [("i32", bar), ("i32", parity)], "done")
-    again = w.op(f"icmp eq i32 {done}, 0", "again")
-    w.cond_br(again, loop, ready)
-    w.start_block(ready)
+    mbarrier_wait_parity(cx.w, cx.target, bar, cx.scalar(op.operands[2]))
 
 
 @rule("pipe.expect")
 def _op_pipe_expect(cx: LoweringContext, op: Operation) -> None:
     bar = _bar_addr(cx, op.operands[0], op.operands[1])
-    cx.w.asm("void", ["mbarrier.arrive.expect_tx.shared::cta.b64 _, [$0], $1;"], ["r", "r"],
-               [("i32", bar), ("i32", str(op.attrs["bytes"]))])
+    mbarrier_arrive_expect_tx(cx.w, bar, op.attrs["bytes"])
 
 
 @rule("pipe.arrive")
@@ -121,14 +112,14 @@ def _op_pipe_arrive(cx: LoweringContext, op: Operation) -> None:
         return
     bar = _bar_addr(cx, op.operands[0], op.operands[1])
     if cx.role is not None and cx.role.single_thread:
-        w.asm("void", _arrive_asm(cx), ["r"], [("i32", bar)])
+        mbarrier_arrive(w, cx.target, bar)
         return
     # one arrival per warp (the barrier counts 4 per consumer warpgroup)
     first = w.op(f"icmp eq i32 {cx.role.lane}, 0", "lane0")  # type: ignore[union-attr]
     go, done = w.label("arrive"), w.label("arrived")
     w.cond_br(first, go, done)
     w.start_block(go)
-    w.asm("void", _arrive_asm(cx), ["r"], [("i32", bar)])
+    mbarrier_arrive(w, cx.target, bar)
     w.br(done)
     w.start_block(done)
 
@@ -144,22 +135,50 @@ def arrive_prev(cx: LoweringContext, prev: str, bars: Value) -> None:
     w.start_block(go)
     base = cx.get(bars)
     assert isinstance(base, Smem)
-    off = w.op(f"shl i32 {prev}, 3", "boff")
-    bar = w.op(f"add i32 {base.addr}, {off}", "bar")
-    w.asm("void", _arrive_asm(cx), ["r"], [("i32", bar)])
+    mbarrier_arrive(w, cx.target, mbarrier_slot(w, base.addr, prev))
     w.br(done)
     w.start_block(done)
 
 
-@rule("pipe.copy")
+@dataclass
+class DeferredRelease:
+    """A loop whose `pipe.arrive {deferred}` releases the previous iteration's stage (early-release):
+    the stage index is carried around the loop, -1 on entry (nothing to release yet), and the last
+    iteration's stage is released after the loop. A backend.rules.LoopCarry (`_deferred_release` is
+    its loop hook); `cx.deferred` holds its state while the body is lowered."""
+
+    state: dict | None = None
+    outer: dict | None = None  # the enclosing loop's state (restored after this loop)
+    hint: ClassVar[str] = "prev_stage"
+
+    def initial(self) -> list[str]:
+        return ["-1"]
+
+    def enter(self, cx: LoweringContext, phis: list[str]) -> None:
+        self.outer = cx.deferred
+        self.state = cx.deferred = {"prev": phis[0], "next": None, "bars": None}
+
+    def latch(self, cx: LoweringContext) -> list[str]:
+        return [self.state["next"]]
+
+    def leave(self, cx: LoweringContext) -> None:
+        arrive_prev(cx, self.state["prev"], self.state["bars"])
+        cx.deferred = self.outer
+
+
+@loop_hook
+def _deferred_release(cx: LoweringContext, loop: Operation) -> DeferredRelease | None:
+    if any(i.name == "pipe.arrive" and i.attrs.get("deferred") for i in loop.body.ops):
+        return DeferredRelease()
+    return None
+
+
+@rule("pipe.copy", when=lambda cx, op: not op.attrs.get("cp_async"))
 def _op_pipe_copy(cx: LoweringContext, op: Operation) -> None:
     w = cx.w
     dst = cx.get(op.operands[0])
     assert isinstance(dst, Smem)
     bar = _bar_addr(cx, op.operands[1], op.operands[2])
-    if op.attrs.get("cp_async"):
-        copy_by_threads(cx, op, dst, bar)
-        return
     desc_sym = op.attrs["desc"].name
     desc = cx.module.lookup(desc_sym)
     if desc is None:
@@ -194,17 +213,6 @@ def _op_pipe_copy(cx: LoweringContext, op: Operation) -> None:
               [("i32", d), ("ptr", tmap), ("i32", bar)] + [("i32", e) for e in [x0, *elem[1:]]])
 
 
-def copy_by_threads(cx: LoweringContext, op: Operation, dst: Smem, bar: str) -> None:
-    """`pipe.copy {cp_async = true}`: every thread of the role copies its 16-byte chunks with cp.async
-    (zero-filling past the tensor's edge, as the cp.async pipeline does), then arrives on the barrier
-    once they have landed: cp.async.mbarrier.arrive.noinc (PTX ISA §9.7.9.25.3; sm_80), counted in the
-    barrier's `count`, so waiting on the barrier also makes the copies visible."""
-    src = cx.get(op.operands[3])
-    for _ in cp_async_rows(cx, op, dst, src, [cx.scalar(v) for v in op.operands[4:]], "1"):
-        pass
-    cx.w.asm("void", [f"cp.async.mbarrier.arrive.noinc.{_shared(cx)}.b64 [$0];"], ["r"], [("i32", bar)])
-
-
 @rule("tma.store", targets=("sm_90a",), when=lambda cx, op: isinstance(op.operands[1].type, TileType))
 def tma_store(cx: LoweringContext, op: Operation) -> None:
     """A shared tile to global memory with one `cp.async.bulk.tensor` store per TMA box, issued by one
@@ -230,8 +238,8 @@ def tma_store(cx: LoweringContext, op: Operation) -> None:
     panel_cols = box[0]
     panels = max(1, t.cols // panel_cols)
     panel_bytes = t.rows * panel_cols * dtype_bytes(t.dtype)
-    fence_async(cx)
-    sync(cx)
+    cx.fence_async()
+    cx.sync()
     lead = w.op(f"icmp eq i32 {cx.thread_index()}, 0", "lead")
 
     def issue() -> None:
@@ -241,32 +249,33 @@ def tma_store(cx: LoweringContext, op: Operation) -> None:
             regs = ", ".join(f"${2 + i}" for i in range(rank))
             w.asm("void", [f"cp.async.bulk.tensor.{rank}d.global.shared::cta.bulk_group [$0, {{{regs}}}], [$1];"],
                   ["l", "r"] + ["r"] * rank, [("ptr", tmap), ("i32", s_)] + [("i32", e) for e in [x0, *elem[1:]]])
-        w.asm("void", ["cp.async.bulk.commit_group;"], [], [])
-        w.asm("void", ["cp.async.bulk.wait_group.read 0;"], [], [])
+        bulk_commit(w)
+        bulk_wait(w, 0, read=True)
 
     cx.if_then(lead, issue)
-    sync(cx)
+    cx.sync()
 
 
 # --- roles ---------------------------------------------------------------------------------
 
 
-MAX_NAMED_BARRIERS = 16  # PTX ISA bar/barrier: barrier ids 0..15 per CTA
-TURN_BARRIER = 9  # named barriers 9.. for pingpong turns (0: CTA, 1..4: warpgroup epilogues, 8: a role)
+TURNS = NAMED_BARRIERS["turn"]  # warpgroup w of a consumer role waits for its turn on the turn id w
+TURN_THREADS = 256  # a turn barrier: the waiting warpgroup's 128 threads + the 128 arrivals of the previous one
 
 
 def _turn_barrier(cx: LoweringContext, op: Operation, offset: int) -> str:
     role = cx.role
     if role is None or role.warpgroups < 2:
         raise LoweringError(op.loc, f"backend: '{op.name}' needs a role of two or more warpgroups")
-    if TURN_BARRIER + role.warpgroups > MAX_NAMED_BARRIERS:
+    if role.warpgroups > TURNS.count:
         raise LoweringError(op.loc, f"backend: pingpong over {role.warpgroups} warpgroups needs named barriers "
-                                    f"{TURN_BARRIER}..{TURN_BARRIER + role.warpgroups - 1} (16 exist)")
+                                    f"{TURNS.first}..{TURNS.first + role.warpgroups - 1} "
+                                    f"({NAMED_BARRIERS.total} exist)")
     w = cx.w
     wg = w.op(f"add i32 {role.wg}, {offset}", "turn") if offset else role.wg
     if offset:
         wg = w.op(f"urem i32 {wg}, {role.warpgroups}", "turn")
-    return w.op(f"add i32 {wg}, {TURN_BARRIER}", "turn_bar")
+    return NAMED_BARRIERS.emit_id(w, "turn", wg, "turn_bar")
 
 
 @rule("pipe.turn_init")
@@ -274,18 +283,18 @@ def _op_turn_init(cx: LoweringContext, op: Operation) -> None:
     """Warpgroup 0 arrives on its own turn barrier: its first turn_wait completes at once."""
     bar = _turn_barrier(cx, op, 0)
     first = cx.w.op(f"icmp eq i32 {cx.role.wg}, 0", "first_wg")  # type: ignore[union-attr]
-    cx.if_then(first, lambda: cx.w.asm("void", ["bar.arrive $0, 256;"], ["r"], [("i32", bar)]))
+    cx.if_then(first, lambda: named_barrier_arrive(cx.w, bar, TURN_THREADS))
 
 
 @rule("pipe.turn_wait")
 def _op_turn_wait(cx: LoweringContext, op: Operation) -> None:
-    """bar.sync on this warpgroup's barrier: 128 own threads + 128 arrivals of the previous one."""
-    cx.w.asm("void", ["bar.sync $0, 256;"], ["r"], [("i32", _turn_barrier(cx, op, 0))])
+    """Wait on this warpgroup's turn barrier: 128 own threads + 128 arrivals of the previous one."""
+    named_barrier_sync(cx.w, _turn_barrier(cx, op, 0), TURN_THREADS)
 
 
 @rule("pipe.turn_pass")
 def _op_turn_pass(cx: LoweringContext, op: Operation) -> None:
-    cx.w.asm("void", ["bar.arrive $0, 256;"], ["r"], [("i32", _turn_barrier(cx, op, 1))])
+    named_barrier_arrive(cx.w, _turn_barrier(cx, op, 1), TURN_THREADS)
 
 
 @rule("tk.role")
@@ -296,7 +305,7 @@ def _op_tk_role(cx: LoweringContext, op: Operation) -> None:
     of its threads, which wait for their last copies before they exit."""
     w = cx.w
     if cx.pending_sync:
-        w.call("void", "llvm.nvvm.barrier0", [])
+        block_barrier(w)
         cx.pending_sync = False
     kind = str(op.attrs["kind"])
     by_warps = isinstance(op.attrs.get("warps"), int)
@@ -347,10 +356,10 @@ def _op_tk_role(cx: LoweringContext, op: Operation) -> None:
         for inner in op.body.ops:
             cx.lower_op(inner)
     if cp_async:  # the block's shared memory must outlive this thread's last copies
-        w.asm("void", ["cp.async.wait_all;"], [], [])
+        cp_async_wait_all(w)
     if cx.staged_stores:  # TMA stores must finish reading shared memory before the block exits
         lead = w.op(f"icmp eq i32 {w.op(f'and i32 {ctx.tid}, 127', 't')}, 0", "wglead")
-        cx.if_then(lead, lambda: w.asm("void", ["cp.async.bulk.wait_group 0;"], [], []))
+        cx.if_then(lead, lambda: bulk_wait(w, 0))
         cx.staged_stores = False
     w.br(end)
     w.start_block(end)

@@ -23,9 +23,20 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from tkir.backend.cache_policy import hinted_load, policy_of, readonly_of
-from tkir.backend.fragments import LazyValues, gather_plan, numeric_slots, row_groups, tile_shape
+from tkir.backend.exchange import (
+    broadcast_through_shared,
+    combine_row_parts,
+    combine_row_stats,
+    gather_rows,
+    scratch_tile,
+    shfl_bfly_f32,
+    shfl_idx,
+)
+from tkir.backend.f32 import combine, from_f32, to_f32
+from tkir.backend.fragments import LazyValues, chunked, gather_plan, numeric_slots, row_groups, tile_shape
 from tkir.backend.llvm_text import f32_literal
 from tkir.backend.rules import rule
+from tkir.backend.shared_slots import load_element, store_to_shared
 from tkir.backend.values import LLVM_TYPE, Frag, Global, LoweringError, register_layout
 from tkir.bounds import copy_edge_proofs
 from tkir.ir import Operation
@@ -38,19 +49,6 @@ if TYPE_CHECKING:
 
 LOG2E = 1.4426950408889634   # exp(x) = 2^(x log2 e): PTX has ex2.approx only
 LN2 = 0.6931471805599453      # log(x) = lg2(x) ln 2
-
-
-def combine(cx: LoweringContext, op: str, a: str, b: str, contract: bool = False) -> str:
-    """One f32 element-wise operation; `contract`: LLVM may fuse it with a neighbouring contractable
-    multiply or add (fold-scale's `contract = true`: x * c - m becomes one fma.rn.f32)."""
-    w = cx.w
-    if op == "max":
-        return w.call("float", "llvm.maxnum.f32", [("float", a), ("float", b)], hint="mx")
-    if op == "min":
-        return w.call("float", "llvm.minnum.f32", [("float", a), ("float", b)], hint="mn")
-    llvm_op = {"add": "fadd", "sub": "fsub", "mul": "fmul", "div": "fdiv"}[op]
-    flags = "contract " if contract else ""
-    return w.op(f"{llvm_op} {flags}float {a}, {b}", op)
 
 
 def _unary(cx: LoweringContext, name: str, x: str) -> str:
@@ -109,21 +107,6 @@ def _erf(cx: LoweringContext, x: str) -> str:
 INT_DTYPES = ("i32", "u32")
 INT_BINARY = {"add": "add", "sub": "sub", "mul": "mul"}
 
-
-def to_f32(cx: LoweringContext, v: str, dtype: str) -> str:
-    if dtype == "f32":
-        return v
-    if dtype == "bf16":
-        w = cx.w
-        bits = w.op(f"zext i16 {w.op(f'bitcast bfloat {v} to i16', 'bb')} to i32", "bz")
-        return w.op(f"bitcast i32 {w.op(f'shl i32 {bits}, 16', 'bs')} to float", "up")
-    return cx.w.op(f"fpext {LLVM_TYPE[dtype]} {v} to float", "up")
-
-
-def from_f32(cx: LoweringContext, v: str, dtype: str) -> str:
-    if dtype == "f32":
-        return v
-    return cx.w.op(f"fptrunc float {v} to {LLVM_TYPE[dtype]}", "dn")
 
 # --- fill, cast, relabel ---------------------------------------------------------------------
 
@@ -227,8 +210,6 @@ def _operand_values(cx: LoweringContext, x: object, t, rt, bcast, op: Operation,
         want = ts[axis]
         j = next((j for j, vs in enumerate(vec_slots) if np.array_equal(vs[0], want)), None)
         if j is None:  # the vector's layout does not pair with the tile's: exchange through shared memory
-            from tkir.backend.rules_memory import broadcast_through_shared
-
             return broadcast_through_shared(cx, x, vals, rt, axis, ints=raw and t.dtype in INT_DTYPES)
         out.append(vals[j])
     return out
@@ -458,15 +439,10 @@ def _gather(cx: LoweringContext, x: Frag, needed: list, threads: int, op: Operat
         if key not in shuffled:
             src = w.op(f"and i32 {lane}, {mask}", "sl") if mask else "0"
             src = w.op(f"or i32 {src}, {by_warp(cs, str, linear=True)}", "sl")
-            shuffled[key] = _shfl_idx(cx, by_warp(ks, lambda k: word(k, pair)), src)
+            shuffled[key] = shfl_idx(cx, by_warp(ks, lambda k: word(k, pair)), src)
         return unword(shuffled[key], ks[0] & 1, pair)
 
     return LazyValues(len(plan), get)
-
-
-def _shfl_idx(cx: LoweringContext, word: str, src_lane: str) -> str:
-    return cx.w.call("i32", "llvm.nvvm.shfl.sync.idx.i32", [("i32", "-1"), ("i32", word), ("i32", src_lane),
-                                                             ("i32", "31")], hint="sh")
 
 
 def _pack16(cx: LoweringContext, lo: str, hi: str, dtype: str) -> str:
@@ -486,12 +462,10 @@ def _unpack16(cx: LoweringContext, word: str, dtype: str) -> tuple[str, str]:
 def _gather_through_shared(cx: LoweringContext, x: Frag, op: Operation, row: bool, a_side: bool) -> list[str]:
     """The operand goes to the scratch area as it is; every thread then reads the factor of each of
     its result slots (a layout gather_plan cannot pair with the result's: correct, not fast)."""
-    from tkir.backend.rules_memory import _scratch_tile, load_element, store_to_shared, sync
-
-    buf = _scratch_tile(cx, x.type)
-    sync(cx)  # earlier users of the scratch area are done
+    buf = scratch_tile(cx, x.type)
+    cx.sync()  # earlier users of the scratch area are done
     store_to_shared(cx, buf, x)
-    sync(cx)
+    cx.sync()
     tb = op.operands[1].type
     vals = []
     for r, c in cx.coords(op.result.type):
@@ -500,7 +474,7 @@ def _gather_through_shared(cx: LoweringContext, x: Frag, op: Operation, row: boo
         else:
             coord = (_idiv(cx, r, tb.rows) if a_side else _irem(cx, r, tb.rows), c)
         vals.append(load_element(cx, buf, coord))
-    sync(cx)  # the scratch area may be reused right after
+    cx.sync()  # the scratch area may be reused right after
     return vals
 
 
@@ -536,12 +510,10 @@ def _op_tk_reduce(cx: LoweringContext, op: Operation) -> None:
             acc = combine(cx, fop, acc, to_f32(cx, x.values[m], x.type.dtype))
         step = 1
         while step < lanes:
-            acc = combine(cx, fop, acc, _shfl_bfly_f32(cx, acc, step))
+            acc = combine(cx, fop, acc, shfl_bfly_f32(cx, acc, step))
             step *= 2
         partial.append((rows, acc))
     if x.layout.kind == "row" and x.layout.nparts > 1:  # each warp holds part of its rows: combine them
-        from tkir.backend.rules_memory import combine_row_parts
-
         combined = combine_row_parts(cx, fop, _first_rows(cx, x, groups), [v for _, v in partial], x.type.rows,
                                      x.layout.nparts)
         partial = [(rows, v) for (rows, _), v in zip(partial, combined, strict=True)]
@@ -569,11 +541,6 @@ def _first_rows(cx: LoweringContext, x: Frag, groups: list) -> list:
     return [coords[members[0]][0] for _, members in groups]
 
 
-def _shfl_bfly_f32(cx: LoweringContext, v: str, step: int) -> str:
-    args = [("i32", "-1"), ("float", v), ("i32", str(step)), ("i32", "31")]
-    return cx.w.call("float", "llvm.nvvm.shfl.sync.bfly.f32", args, hint="sh")
-
-
 def _set_row_result(cx: LoweringContext, op: Operation, x: Frag, groups: list, partial: list) -> None:
     """op's rv from (rows, f32 value) per slot group: read in place where the result layout holds the
     same rows in the same thread, else exchanged through shared memory (gather_rows)."""
@@ -582,8 +549,6 @@ def _set_row_result(cx: LoweringContext, op: Operation, x: Frag, groups: list, p
     for vs in numeric_slots(register_layout(rt), tile_shape(rt)):
         hit = next((v for rows, v in partial if np.array_equal(rows, vs[0])), None)
         if hit is None:  # the result layout spreads the rows differently: exchange through shared memory
-            from tkir.backend.rules_memory import gather_rows
-
             cx.set(op.result, gather_rows(cx, _first_rows(cx, x, groups), [v for _, v in partial], x.type.rows, rt))
             return
         out.append(from_f32(cx, hit, rt.dtype))
@@ -596,7 +561,7 @@ def _row_stats(cx: LoweringContext, op: Operation, x: Frag, group: object) -> No
     the sum of squared deviations M2 of its own elements of a row (two passes over registers), the lanes
     that share the row merge theirs in a butterfly (equal counts n: d = m_b - m_a, m = m_a + d / 2,
     M2 = M2_a + M2_b + d^2 n / 2), and the warps that split the row merge theirs through shared memory
-    in one exchange (rules_memory.combine_row_stats). var = M2 / row length: the population variance,
+    in one exchange (backend.exchange.combine_row_stats). var = M2 / row length: the population variance,
     as layernorm wants. Stable where E[x^2] - E[x]^2 is not (a large mean): each thread's sums are
     shifted by its first element, the merges carry means and deviations."""
     w = cx.w
@@ -626,7 +591,7 @@ def _row_stats(cx: LoweringContext, op: Operation, x: Frag, group: object) -> No
             m2 = combine(cx, "sub", s2, w.op(f"fmul float {combine(cx, 'mul', s1, s1)}, {inv_n}", "s1q"))
         n, step = len(vals), 1
         while lanes > step:  # the lanes that share the row, as the sum's butterfly
-            mo, m2o = _shfl_bfly_f32(cx, mean, step), _shfl_bfly_f32(cx, m2, step)
+            mo, m2o = shfl_bfly_f32(cx, mean, step), shfl_bfly_f32(cx, m2, step)
             d = combine(cx, "sub", mo, mean)
             mean = w.op(f"fadd float {mean}, {w.op(f'fmul float {d}, {f32_literal(0.5)}', 'hd')}", "wm")
             m2 = combine(cx, "add", combine(cx, "add", m2, m2o),
@@ -636,8 +601,6 @@ def _row_stats(cx: LoweringContext, op: Operation, x: Frag, group: object) -> No
         m2s.append(m2)
     per_part = count * lanes
     if x.layout.kind == "row" and x.layout.nparts > 1:
-        from tkir.backend.rules_memory import combine_row_stats
-
         means, m2s = combine_row_stats(cx, _first_rows(cx, x, groups), means, m2s, x.type.rows, x.layout.nparts,
                                        per_part)
     inv = f32_literal(1.0 / x.type.cols)
@@ -712,11 +675,6 @@ def _global_chunks(cx: LoweringContext, op: Operation, gl: Global, coords: list[
         off = w.op(f"add i64 {off}, {base}", "off")
         out.append((off, ok, list(range(first, first + vec))))
     return out
-
-
-def chunked(t: object) -> bool:
-    """A `row` tile or vector whose lanes own whole chunks of 4, 8 or 16 bytes (one access each)."""
-    return isinstance(t, (TileType, VectorType)) and vector_access_bytes(layout_of(t), t.dtype) is not None
 
 
 def _global_to_chunked_regs(cx: LoweringContext, op: Operation) -> bool:

@@ -9,15 +9,15 @@ Rules of backend.rules' table, each for the operand forms its condition names:
   chunks past the tensor's last row or column are zero-filled (src-size 0, or in a pipelined loop the
   ignore-src predicate, PTX 7.5; HOPPER-style OOB fill),
   so ragged edge tiles work. A run of consecutive loads is committed as one group, then
-  `cp.async.wait_group 0`, on sm_90a `fence.proxy.async.shared::cta` (wgmma reads shared memory
-  through the async proxy, HOPPER.md §8.1) and `bar.sync 0`. The IR has no barriers of its own, so
-  inside a loop a `bar.sync 0` also precedes the run: every thread has finished reading the tiles the
+  `cp.async.wait_group 0`, on sm_90a the async-proxy fence (wgmma reads shared memory through the
+  async proxy, HOPPER.md §8.1) and the block barrier. The IR has no barriers of its own, so inside a
+  loop a block barrier also precedes the run: every thread has finished reading the tiles the
   previous iteration loaded (load, wait, sync, compute, sync). A loop pipeline-cp-async rewrote has
   no such loads any more, but:
 * `pipe.async_copy` (the same copy of one tile into a ring-buffer stage, predicated on its i1
   operand, its rounds' addresses derived from round 0's when the threads cover whole rows per
   round), `pipe.async_commit` (`cp.async.commit_group`) and `pipe.async_wait` (`cp.async.wait_group
-  N` + `bar.sync 0`). Copies and commits followed, past scalar arithmetic, stage views and fills,
+  N` + the block barrier). Copies and commits followed, past scalar arithmetic, stage views and fills,
   by a `tk.mma` are handed to that mma (`cx.deferred_copies`), which issues them between its
   mma.syncs.
 * `tk.mma` on sm_80, per warp (HOPPER.md §6), in units of one k16 step x one pair of n8 blocks: the A
@@ -31,6 +31,8 @@ Rules of backend.rules' table, each for the operand forms its condition names:
   are all the warp loads: each A fragment then serves C/(8N) mma.syncs and each B pair 2·R·N/(16W)
   (tests/test_sm80_mma_simulated.py runs the emitted code for both). Register A and B operands need
   whole rows (their `mma_a` / `mma_b` layouts are per warp row).
+* `pipe.copy {cp_async = true}` (the copies of a cp.async producer role): the tile's chunks with
+  cp.async, then an arrival on the stage's mbarrier once they have landed.
 * `tk.store` of an `mma_c` tile: bf16 pairs (slots 2j, 2j+1 are adjacent columns of one row) as
   predicated 32-bit stores; rows and columns past the tensor's edge are skipped.
 
@@ -44,8 +46,8 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
@@ -62,12 +64,18 @@ from tkir.backend.fragments import (
     pack_a_fragment,
     slot_coords,
 )
-from tkir.backend.rules import rule
-from tkir.backend.rules_memory import sync
-from tkir.backend.values import LLVM_TYPE, Frag, Global, LoweringError, Smem, register_layout
+from tkir.backend.idioms import (
+    cp_async_commit,
+    cp_async_mbarrier_arrive,
+    cp_async_wait,
+    fence_async_proxy,
+    mbarrier_slot,
+)
+from tkir.backend.rules import loop_hook, rule
+from tkir.backend.values import Frag, Global, LoweringError, Smem, register_layout
 from tkir.ir import Operation, parent_op
 from tkir.target import CP_ASYNC_BYTES, MAX_REGS_PER_THREAD, MMA_A_WORDS, MMA_B_UNIT_WORDS
-from tkir.types import GlobalType, TileType, dtype_bytes
+from tkir.types import TileType, dtype_bytes
 
 if TYPE_CHECKING:
     from tkir.backend.context import LoweringContext
@@ -168,13 +176,6 @@ def _global_to_shared_tile(cx: LoweringContext, op: Operation) -> bool:
             and isinstance(cx.peek(op.operands[1]), Global))
 
 
-def _barrier(cx: LoweringContext) -> None:
-    if cx.role is None:
-        cx.w.call("void", "llvm.nvvm.barrier0", [])
-    else:
-        sync(cx)
-
-
 @rule("tk.load", "tma.load", when=_global_to_shared_tile)
 def _op_tk_load(cx: LoweringContext, op: Operation) -> None:
     dst, src = cx.get(op.operands[0]), cx.get(op.operands[1])
@@ -185,14 +186,14 @@ def _op_tk_load(cx: LoweringContext, op: Operation) -> None:
     last = blk is None or i + 1 == len(blk.ops) or not _is_shared_load(blk.ops[i + 1])
     in_loop = parent_op(op) is not None and parent_op(op) is not cx.kernel
     if first and in_loop:
-        _barrier(cx)  # readers of the previous iteration's tiles are done
+        cx.sync()  # readers of the previous iteration's tiles are done
     _cp_async_tile(cx, op, dst, src, [cx.scalar(v) for v in op.operands[2:]])
     if last:
-        w.asm("void", ["cp.async.commit_group;"], [], [])
-        w.asm("void", ["cp.async.wait_group 0;"], [], [])
+        cp_async_commit(w)
+        cp_async_wait(w, 0)
         if cx.target == "sm_90a":
-            w.asm("void", ["fence.proxy.async.shared::cta;"], [], [])  # wgmma reads via the async proxy
-        _barrier(cx)
+            fence_async_proxy(w)  # wgmma reads via the async proxy
+        cx.sync()
 
 
 @rule("pipe.async_copy")
@@ -216,7 +217,7 @@ def _op_pipe_async_copy(cx: LoweringContext, op: Operation) -> None:
 def _op_pipe_async_commit(cx: LoweringContext, op: Operation) -> None:
     """cp.async.commit_group; after the copies it closes when they were handed to the next mma."""
     def commit() -> Iterator[None]:
-        cx.w.asm("void", ["cp.async.commit_group;"], [], [])
+        cp_async_commit(cx.w)
         yield
 
     if cx.deferred_copies:
@@ -264,10 +265,10 @@ def _op_pipe_async_wait(cx: LoweringContext, op: Operation) -> None:
         raise LoweringError(op.loc, "backend: cp.async copies handed to a tk.mma were never issued")
     if cx.frag_rotation is not None and op.parent is cx.frag_rotation.loop.body:
         return  # the rotated loop waited for these groups in the previous iteration (FragRotation)
-    cx.w.asm("void", [f"cp.async.wait_group {int(op.attrs['pending'])};"], [], [])
+    cp_async_wait(cx.w, int(op.attrs["pending"]))
     if cx.target == "sm_90a":
-        cx.w.asm("void", ["fence.proxy.async.shared::cta;"], [], [])  # wgmma reads via the async proxy
-    _barrier(cx)
+        fence_async_proxy(cx.w)  # wgmma reads via the async proxy
+    cx.sync()
 
 
 def cp_async_rows(cx: LoweringContext, op: Operation, dst: Smem, src: Global, coords: list[str],
@@ -313,7 +314,7 @@ def cp_async_rows(cx: LoweringContext, op: Operation, dst: Smem, src: Global, co
         return cp_async_position(b, tid, threads, cpr, k)
 
     addrs = cx.shared_addresses(dst, pos, list(range(steps)))
-    plane, nrows, ncols = _plane(cx, src.ptr, src.type, coords)
+    plane, nrows, ncols = cx.plane(src.ptr, src.type, coords)
     r_tile, c_tile = coords[-2:]
     lb = LLVMBuilder(w)
     # The address is split into the thread's part (its row r and column c within the tile: the same in
@@ -374,7 +375,7 @@ def _cp_async_tile(cx: LoweringContext, op: Operation, dst: Smem, src: Global, c
     cpr = t.cols // per_chunk
     total, threads = t.rows * cpr, cx.role_threads()
     steps = -(-total // threads)
-    plane, nrows, ncols = _plane(cx, ptr, gty, coords)
+    plane, nrows, ncols = cx.plane(ptr, gty, coords)
     r_tile, c_tile = coords[-2:]
     row0 = w.op(f"mul i32 {r_tile}, {t.rows}", "r0")
     col0 = w.op(f"mul i32 {c_tile}, {t.cols}", "c0")
@@ -410,19 +411,21 @@ def _cp_async_tile(cx: LoweringContext, op: Operation, dst: Smem, src: Global, c
         w.asm("void", asm, ["r", "l", "r"], [("i32", saddr), ("ptr addrspace(1)", g), ("i32", n)])
 
 
-def _plane(cx: LoweringContext, ptr: str, gty: GlobalType, coords: list[str]) -> tuple[str, str, str]:
-    """(pointer to the 2-D plane the leading coordinates select, its rows, its cols)."""
-    w = cx.w
-    dims = [cx.dim(d) for d in gty.dims]
-    nrows, ncols = dims[-2:]
-    if gty.rank == 2:
-        return ptr, nrows, ncols
-    base, stride = "0", w.op(f"mul i64 {cx.i64(nrows)}, {cx.i64(ncols)}", "plane")
-    for k in reversed(range(gty.rank - 2)):
-        base = w.op(f"add i64 {base}, {w.op(f'mul i64 {cx.i64(coords[k])}, {stride}', 'lo')}", "lb")
-        if k:
-            stride = w.op(f"mul i64 {stride}, {cx.i64(dims[k])}", "st")
-    return w.op(f"getelementptr {LLVM_TYPE[gty.dtype]}, ptr addrspace(1) {ptr}, i64 {base}", "pb"), nrows, ncols
+@rule("pipe.copy", when=lambda cx, op: bool(op.attrs.get("cp_async")))
+def copy_by_threads(cx: LoweringContext, op: Operation) -> None:
+    """`pipe.copy {cp_async = true}`: every thread of the role copies its 16-byte chunks with cp.async
+    (zero-filling past the tensor's edge, as the cp.async pipeline does), then arrives on the barrier
+    once they have landed: cp.async.mbarrier.arrive.noinc (PTX ISA §9.7.9.25.3; sm_80), counted in the
+    barrier's `count`, so waiting on the barrier also makes the copies visible. (The TMA form of
+    `pipe.copy` is rules_pipe's.)"""
+    dst, bars = cx.get(op.operands[0]), cx.get(op.operands[1])
+    assert isinstance(dst, Smem) and isinstance(bars, Smem)
+    bar = mbarrier_slot(cx.w, bars.addr, cx.scalar(op.operands[2]))
+    src = cx.get(op.operands[3])
+    for _ in cp_async_rows(cx, op, dst, src, [cx.scalar(v) for v in op.operands[4:]], "1"):
+        pass
+    cp_async_mbarrier_arrive(cx.w, cx.target, bar)
+
 
 # --- mma.sync ----------------------------------------------------------------------------------
 
@@ -553,15 +556,35 @@ class FragRotation:
     """A loop whose block barrier moved into its mma (CUTLASS MmaMultistage's order): the next
     iteration's copies are waited for and the block synchronised `units` units before the end of the
     mma.syncs, and the next iteration's first k16 step of fragments is loaded then, across the back
-    edge as phis (`words_in` in the body, `words_out` from it); the loop's own `pipe.async_wait` emits
-    nothing, since the previous iteration (or the prologue) waited for the same groups."""
+    edge as phis (`preheader` before the loop, `words_in` in the body, `words_out` from it); the loop's
+    own `pipe.async_wait` emits nothing, since the previous iteration (or the prologue) waited for the
+    same groups. The scf.for rule carries the words (a backend.rules.LoopCarry: rotation_prologue is
+    its loop hook)."""
 
     loop: Operation
     mma: Operation
     units: int
     pending: int
-    words_in: list[str]
+    preheader: list[str]
+    words_in: list[str] = field(default_factory=list)
     words_out: list[str] | None = None
+    outer: FragRotation | None = None  # the rotation being lowered around the loop (restored after it)
+    hint: ClassVar[str] = "rot"
+
+    def initial(self) -> list[str]:
+        return self.preheader
+
+    def enter(self, cx: LoweringContext, phis: list[str]) -> None:
+        self.words_in = phis
+        self.outer, cx.frag_rotation = cx.frag_rotation, self
+
+    def latch(self, cx: LoweringContext) -> list[str]:
+        if self.words_out is None or len(self.words_out) != len(self.preheader):
+            raise LoweringError(self.loop.loc, "backend: the rotated loop's mma did not load the next fragments")
+        return self.words_out
+
+    def leave(self, cx: LoweringContext) -> None:
+        cx.frag_rotation = self.outer
 
 
 def rotated_mma(loop: Operation) -> tuple[Operation, Operation] | None:
@@ -594,10 +617,11 @@ def rotated_mma(loop: Operation) -> tuple[Operation, Operation] | None:
     return ops[0], mma
 
 
+@loop_hook
 def rotation_prologue(cx: LoweringContext, loop: Operation) -> FragRotation | None:
     """Before a rotated loop (`rotated_mma`): wait for the first iteration's copies, synchronise the
     block and load its first k16 step of fragments from its stage (lo % S). The words are the phis'
-    values from the preheader; the caller makes the phis and passes their names as `words_in`."""
+    values from the preheader; the scf.for rule makes the phis and passes their names to `enter`."""
     found = rotated_mma(loop) if cx.target == "sm_80" and cx.role is None else None
     if found is None:
         return None
@@ -607,8 +631,8 @@ def rotation_prologue(cx: LoweringContext, loop: Operation) -> FragRotation | No
     g = _mma_shape(mma)
     w = cx.w
     pending = int(wait.attrs["pending"])
-    w.asm("void", [f"cp.async.wait_group {pending};"], [], [])
-    _barrier(cx)
+    cp_async_wait(w, pending)
+    cx.sync()
     n_stages = int(mma.operands[0].owner.operands[0].type.get("stages"))
     s0 = w.op(f"srem i32 {cx.scalar(loop.operands[0])}, {n_stages}", "rot_s0")
     a, b = (_stage_view(cx, v.owner, s0) for v in mma.operands[:2])
@@ -665,8 +689,8 @@ def _rotate(cx: LoweringContext, op: Operation, rot: FragRotation, g: _MmaShape,
     for _ in copies:
         pass
     w = cx.w
-    w.asm("void", [f"cp.async.wait_group {rot.pending};"], [], [])
-    _barrier(cx)
+    cp_async_wait(w, rot.pending)
+    cx.sync()
     views = [v.owner for v in op.operands[:2]]
     s = cx.scalar(views[0].operands[1])
     n_stages = int(views[0].operands[0].type.get("stages"))
@@ -788,7 +812,7 @@ def _op_tk_store(cx: LoweringContext, op: Operation) -> None:
     if gty.rank < 2 or t.dtype != "bf16":
         raise LoweringError(op.loc, "backend: accumulator stores need a bf16 tile and tensor of rank >= 2")
     coords = [cx.scalar(v) for v in op.operands[2:]]
-    plane, nrows, ncols = _plane(cx, ptr, gty, coords)
+    plane, nrows, ncols = cx.plane(ptr, gty, coords)
     r_tile, c_tile = coords[-2:]
     lay = val.layout
     slots = slot_coords(lay, t.shape, LLVMBuilder(w), cx.thread_index())  # a consumer role's own index

@@ -8,7 +8,7 @@ tile's elements, W = warpgroups). Each warp's 16-byte stores are one contiguous 
 the owner reads with the same layout, so no thread needs another thread's values.
 
 Ordering (PTX memory model, the pattern of CUTLASS's generic barrier): writers store, fence at GPU
-scope, sync their warpgroup (named barrier 1 + w, as the staged epilogue), then one thread
+scope, sync their warpgroup (its "warpgroup" named barrier, as the staged epilogue), then one thread
 `st.release.gpu`s the flag with the launch count. The owner's warpgroup leader spins on
 `ld.acquire.gpu` until the flag holds the launch count, the warpgroup syncs, and every thread reads
 the partial with `ld.global.cg` (L2, never a stale L1 line).
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from tkir.backend.idioms import NAMED_BARRIERS, fence_acq_rel, named_barrier_sync
 from tkir.backend.rules import rule
 from tkir.backend.values import THREADS_PER_WARPGROUP, Frag, Global, LoweringError
 from tkir.ir import Operation
@@ -60,7 +61,7 @@ def _partial_addrs(cx: LoweringContext, op: Operation) -> tuple[Frag, str, str, 
     f64 = w.op(f"sext i32 {fidx} to i64", "f64")
     fptr = w.op(f"getelementptr i32, ptr addrspace(1) {flags.ptr}, i64 {f64}", "fptr")
     lead = w.op(f"icmp eq i32 {t128}, 0", "wglead")
-    bar_id = w.op(f"add i32 {ctx.wg}, 1", "barid")
+    bar_id = NAMED_BARRIERS.emit_id(w, "warpgroup", ctx.wg, "barid")
     return acc, ptr, fptr, lead, bar_id
 
 
@@ -78,8 +79,8 @@ def _op_tk_partial_store(cx: LoweringContext, op: Operation) -> None:
     for j in range(len(vals) // VEC):
         w.asm("void", ["st.global.v4.f32 [$0], {$1, $2, $3, $4};"], ["l", "f", "f", "f", "f"],
               [("ptr addrspace(1)", _group_ptr(cx, ptr, j))] + [("float", v) for v in vals[VEC * j:VEC * j + VEC]])
-    w.asm("void", ["fence.acq_rel.gpu;"], [], [])
-    w.asm("void", ["bar.sync $0, 128;"], ["r"], [("i32", bar_id)])
+    fence_acq_rel(w, "gpu")
+    named_barrier_sync(w, bar_id, THREADS_PER_WARPGROUP)
     cx.if_then(lead, lambda: w.asm("void", ["st.release.gpu.global.b32 [$0], $1;"], ["l", "r"],
                                  [("ptr addrspace(1)", fptr), ("i32", epoch)]))
 
@@ -100,7 +101,7 @@ def _op_tk_partial_add(cx: LoweringContext, op: Operation) -> None:
         w.start_block(ready)
 
     cx.if_then(lead, spin)
-    w.asm("void", ["bar.sync $0, 128;"], ["r"], [("i32", bar_id)])
+    named_barrier_sync(w, bar_id, THREADS_PER_WARPGROUP)
     out = []
     ret = "{float, float, float, float}"
     for j in range(len(acc.values) // VEC):

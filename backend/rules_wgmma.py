@@ -15,6 +15,16 @@ from typing import TYPE_CHECKING
 from tkir.backend import wgmma_desc
 from tkir.backend.context import RoleCtx
 from tkir.backend.fragments import BitLLVMBuilder, LazyValues, a_fragment_step, pack_a_fragment, swizzle_in_panel
+from tkir.backend.idioms import (
+    NAMED_BARRIERS,
+    bulk_commit,
+    bulk_wait,
+    fence_async_proxy,
+    named_barrier_sync,
+    wgmma_commit_group,
+    wgmma_fence,
+    wgmma_wait_group,
+)
 from tkir.backend.rules import rule
 from tkir.backend.values import (
     THREADS_PER_WARPGROUP,
@@ -99,7 +109,7 @@ def _op_tk_mma(cx: LoweringContext, op: Operation) -> None:
     lazy = a_regs and isinstance(a.values, LazyValues)
     if a_regs and not lazy:
         a_words = pack_a_fragment(w, a.values, mblocks, ksteps, ta.dtype)
-    w.call("void", "llvm.nvvm.wgmma.fence.sync.aligned", [])
+    wgmma_fence(w)
     vals = list(c.values)
     per_block = tc.cols // 2
     steps = [(kk, mb) for kk in range(ksteps) for mb in range(mblocks)]
@@ -107,10 +117,10 @@ def _op_tk_mma(cx: LoweringContext, op: Operation) -> None:
         steps = [(kk, mb) for mb in range(mblocks) for kk in range(ksteps)]
     for n, (kk, mb) in enumerate(steps):
         if lazy and n and n % LAZY_SLICE_KSTEPS == 0:
-            w.call("void", "llvm.nvvm.wgmma.commit_group.sync.aligned", [])
+            wgmma_commit_group(w)
             cx.commit_group()
-            w.asm("void", ["wgmma.wait_group.sync.aligned 1;"], [], [])
-            w.call("void", "llvm.nvvm.wgmma.fence.sync.aligned", [])  # the next slice's A was just written
+            wgmma_wait_group(w, 1)
+            wgmma_fence(w)  # the next slice's A was just written
         if lazy:
             desc_a = a_fragment_step(w, a.values, mblocks, mb, kk, ta.dtype)
         elif a_regs:
@@ -131,7 +141,7 @@ def _op_tk_mma(cx: LoweringContext, op: Operation) -> None:
             chunk = vals[lo:lo + nchunk // 2]
             vals[lo:lo + nchunk // 2] = _wgmma(cx, nchunk, desc_a, desc_b, chunk, int(trans_b is False),
                                                int(trans_a), ta.dtype)
-    w.call("void", "llvm.nvvm.wgmma.commit_group.sync.aligned", [])
+    wgmma_commit_group(w)
     group = cx.commit_group()
     if op.attrs.get("defer_wait"):  # overlap-mma: waited at the first use (LoweringContext.groups_after)
         cx.set(op.result, Frag(tc, vals, pending=True, group=group))
@@ -286,7 +296,7 @@ def _op_tk_store_staged(cx: LoweringContext, op: Operation) -> None:
     r_in = w.op(f"add i32 {w16}, {g}", "rin")  # the thread's row in its m64 block
     wg_row = w.op(f"mul i32 {ctx.wg}, {slab}", "wgrow")
     lead = w.op(f"icmp eq i32 {w.op(f'and i32 {ctx.tid}, 127', 't')}, 0", "wglead")
-    bar_id = w.op(f"add i32 {ctx.wg}, 1", "barid")  # named barrier 1 + warpgroup (0 = whole CTA)
+    bar_id = NAMED_BARRIERS.emit_id(w, "warpgroup", ctx.wg, "barid")  # the warpgroup's named barrier
     row0 = w.op(f"mul i32 {coords[nlead]}, {t.rows}", "grow")
     row0 = w.op(f"add i32 {row0}, {wg_row}", "grow")
     col0 = w.op(f"mul i32 {coords[nlead + 1]}, {t.cols}", "gcol")
@@ -301,11 +311,10 @@ def _op_tk_store_staged(cx: LoweringContext, op: Operation) -> None:
     ret = "{" + ", ".join(["i32"] * n) + "}"
     pinned = w.asm(ret, [""], ["=r"] * n + [str(i) for i in range(n)], [("i32", x) for x in words], "pin")
     words = [w.op(f"extractvalue {ret} {pinned}, {i}", "wd") for i in range(n)]
-    wait = f"cp.async.bulk.wait_group.read {buffers - 1};"
     for c in range(t.cols // chunk):
         first_panel = (c % buffers) * panels  # this chunk's part of the staging tile
-        cx.if_then(lead, lambda: cx.w.asm("void", [wait], [], []))
-        w.asm("void", ["bar.sync $0, 128;"], ["r"], [("i32", bar_id)])
+        cx.if_then(lead, lambda: bulk_wait(w, buffers - 1, read=True))
+        named_barrier_sync(w, bar_id, THREADS_PER_WARPGROUP)
         for mb in range(mblocks):
             for h in range(2):
                 row = w.op(f"add i32 {r_in}, {mb * WGMMA_M + 8 * h}", "row")
@@ -318,8 +327,8 @@ def _op_tk_store_staged(cx: LoweringContext, op: Operation) -> None:
                     addr = w.op(f"add i32 {stage.addr}, {w.op(f'add i32 {off}, {p * panel_bytes}', 'po')}", "sa")
                     i0 = mb * per_block + 4 * (c * chunk // 8 + j) + 2 * h
                     w.asm("void", ["st.shared.b32 [$0], $1;"], ["r", "r"], [("i32", addr), ("i32", words[i0 // 2])])
-        w.asm("void", ["fence.proxy.async.shared::cta;"], [], [])
-        w.asm("void", ["bar.sync $0, 128;"], ["r"], [("i32", bar_id)])
+        fence_async_proxy(w)
+        named_barrier_sync(w, bar_id, THREADS_PER_WARPGROUP)
 
         def issue(c: int = c, first_panel: int = first_panel) -> None:
             for p in range(panels):
@@ -332,5 +341,5 @@ def _op_tk_store_staged(cx: LoweringContext, op: Operation) -> None:
                 line = f"cp.async.bulk.tensor.{len(xs)}d.global.shared::cta.bulk_group [$0, {{{regs}}}], [$1];"
                 w.asm("void", [line], ["l", "r"] + ["r"] * len(xs),
                       [("ptr", tmap), ("i32", src)] + [("i32", e) for e in xs])
-            w.asm("void", ["cp.async.bulk.commit_group;"], [], [])
+            bulk_commit(w)
         cx.if_then(lead, issue)
