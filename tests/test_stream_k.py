@@ -207,13 +207,13 @@ def test_stream_k_is_opt_in_and_applies_to_gemm_only():
     assert "stream_k" not in tkir.compile("examples/attention_fwd.tk", passes=ON).module.kernel.attrs
     off = tkir.compile(GEMM)
     assert "stream_k" not in off.module.kernel.attrs
-    assert {p["kind"] for p in off.launch["params"]} == {"tensor_map", "pointer", "scalar"}
+    assert {p.kind for p in off.launch.params} == {"tensor_map", "pointer", "scalar"}
     assert "stream_k" in tkir.compile(GEMM, passes=ON).module.kernel.attrs
 
 
 def test_launch_description_and_binding_of_hidden_params():
     k = tkir.compile(GEMM, passes=ON)
-    hidden = [p for p in k.launch["params"] if p["kind"] in ("workspace", "launch_count")]
+    hidden = [p.to_json() for p in k.launch.params if p.kind in ("workspace", "launch_count")]
     assert hidden == [
         {"name": "sk_part", "kind": "workspace", "dtype": "f32", "dims": ["NUM_SMS", 128 * 256]},
         {"name": "sk_flags", "kind": "workspace", "dtype": "i32", "dims": ["NUM_SMS", 2]},

@@ -20,11 +20,15 @@ import io
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tkir.ir import Module
 from tkir.pass_pipeline import as_specs
 from tkir.passmanager import Options, PassManager, PipelineConfig, load_pass_file
 from tkir.printer import print_module
+
+if TYPE_CHECKING:
+    from tkir.backend.launch import LaunchDescription
 
 
 class _Stages(dict):
@@ -89,10 +93,12 @@ class CompiledKernel:
                                                      f"this one has {n}",
                                hint="tkc opt runs passes on any module; --emit tkir stops before the backend")
         from tkir.backend import cache
+        from tkir.backend.launch import LaunchDescription
 
         t0 = time.perf_counter()
         key = _cache_key(self) if cache.enabled() else None
-        hit = cache.get(key, required=BACKEND_STAGES) if key else None  # verified, or None (then rebuilt)
+        # verified, the launch read back from its JSON; or None (then rebuilt)
+        hit = cache.get(key, required=BACKEND_STAGES, read={"launch": LaunchDescription.from_json}) if key else None
         if hit is not None:
             self.asm.update({s: hit[s] for s in BACKEND_STAGES})
             self.cached = True
@@ -103,14 +109,15 @@ class CompiledKernel:
         artifacts = compile_module(self.module, self.options)
         self.asm.update(artifacts)
         self.cached = False
-        if key:
-            cache.put(key, {s: artifacts[s] for s in BACKEND_STAGES})
+        if key:  # the launch description is stored as its JSON
+            cache.put(key, {s: artifacts[s].to_json() if s == "launch" else artifacts[s] for s in BACKEND_STAGES})
         self.timings.append(("backend (llvm, ptx)", time.perf_counter() - t0))
 
     @property
-    def launch(self) -> dict:
+    def launch(self) -> LaunchDescription:
+        """The launch description (runs the backend first); `.to_json()` is what `--emit launch` prints."""
         self.lower()
-        return self.asm["launch"]  # type: ignore[return-value]
+        return self.asm["launch"]
 
     def emit_c(self, name: str | None = None, header: str | None = None):  # -> tkir.backend.emit_c.CSources
         """A self-contained C source and header that load this kernel's PTX (embedded) and launch it
@@ -119,8 +126,7 @@ class CompiledKernel:
         (default `<name>.h`)."""
         from tkir.backend.emit_c import emit_c
 
-        self.lower()
-        return emit_c(self.asm["ptx"], self.asm["launch"], name, header, provenance=self._provenance())
+        return emit_c(self.asm["ptx"], self.launch, name, header, provenance=self._provenance())
 
     def _provenance(self) -> str:
         """How this kernel was compiled, as a tkc command line (for generated files' banners)."""
@@ -143,7 +149,7 @@ class CompiledKernel:
             from tkir.backend.runtime import Kernel
 
             image = self.asm["ptx"]
-            self._runtime = Kernel(image, self.asm["launch"])
+            self._runtime = Kernel(image, self.launch)
         self._runtime(*args, stream=stream)
 
 

@@ -403,7 +403,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
         _write(str(h_path), src.h)
         _write(str(c_path), src.c)
         return 0
-    data = k.asm[args.emit] if args.emit != "launch" else json.dumps(k.asm["launch"], indent=2) + "\n"
+    data = k.asm[args.emit] if args.emit != "launch" else k.launch.to_text()
     _write(args.output, data)  # type: ignore[arg-type]
     return 0
 
