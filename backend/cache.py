@@ -29,7 +29,7 @@ import json
 import os
 import tempfile
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -95,9 +95,12 @@ def tool_versions() -> dict[str, str]:
     return {"tkir": __version__, "llvmlite": llvmlite.__version__, "ptxas": ptxas}
 
 
-def get(key: str, required: Iterable[str] = ()) -> dict[str, Any] | None:
+def get(key: str, required: Iterable[str] = (),
+        read: Mapping[str, Callable[[Any], Any]] | None = None) -> dict[str, Any] | None:
     """The artifacts stored under `key`, or None: missing, disabled, or invalid (see the module
-    docstring; an invalid entry, or one without every `required` artifact, also warns)."""
+    docstring; an invalid entry, or one without every `required` artifact, also warns). `read` turns
+    named artifacts into what the caller uses (`{"launch": LaunchDescription.from_json}`); one that
+    raises ValueError makes the entry invalid, with its message."""
     if not enabled():
         return None
     path = _path(key)
@@ -113,6 +116,12 @@ def get(key: str, required: Iterable[str] = ()) -> dict[str, Any] | None:
         missing = [name for name in required if name not in artifacts]
         if missing:
             raise InvalidEntry(f"no {', '.join(missing)} artifact")
+        for name, reader in (read or {}).items():
+            if name in artifacts:
+                try:
+                    artifacts[name] = reader(artifacts[name])
+                except ValueError as e:
+                    raise InvalidEntry(f"'{name}' does not read: {e}") from None
     except InvalidEntry as e:
         _warn_invalid(path, str(e))
         return None

@@ -34,6 +34,7 @@ from tkir.backend.idioms import (
     named_barrier_sync,
     wgmma_wait_group_tied,
 )
+from tkir.backend.launch import Param, block_threads
 from tkir.backend.llvm_text import LLVMWriter
 from tkir.backend.values import LLVM_TYPE, REGS_PER_SM, Frag, Global, LoweringError, Smem, register_layout
 from tkir.diagnostics import CompileError
@@ -85,10 +86,10 @@ def shared_layout(t: TileType) -> SharedLayout:
 
 
 class LoweringContext:
-    def __init__(self, module: Module, kernel: Operation, launch: dict, target: str):
+    def __init__(self, module: Module, kernel: Operation, params: tuple[Param, ...], target: str):
         self.module = module
         self.kernel = kernel
-        self.launch = launch
+        self.kernel_params = params  # its PTX parameters (tkir.backend.launch.kernel_params)
         self.target = target
         self.w = LLVMWriter()
         self.vals: dict[int, object] = {}
@@ -101,7 +102,7 @@ class LoweringContext:
         # cluster-rows (passes/cluster_rows.py): a block runs as `cluster` CTAs of cta_threads threads each;
         # `threads` counts the whole block (the layouts spread the tiles over all of them)
         self.cluster = int(kernel.attrs.get("cluster") or 1)
-        self.cta_threads = int(launch["block"][0])
+        self.cta_threads = block_threads(kernel)
         self.threads = self.cta_threads * self.cluster
         self.init_cap = min(255, (REGS_PER_SM // self.cta_threads) // 8 * 8)
         self.occupancy: OccupancyPlan | None = OccupancyPlan.of(kernel)

@@ -22,13 +22,23 @@ returns CUDA_ERROR_INVALID_VALUE and launches nothing; `check` returns the reaso
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass
 
 from tkir.backend import runtime
 from tkir.backend.c_expr import BAD_VAR, helpers_c, to_c, used_helpers
+from tkir.backend.launch import (
+    LaunchCountParam,
+    LaunchDescription,
+    PointerParam,
+    SizeParam,
+    TensorArg,
+    TensorMapParam,
+    TmaSpec,
+    WorkspaceParam,
+    read_launch,
+)
 from tkir.types import DTYPE_BYTES
 
 # C types of the launch description's scalar dtypes (runtime.SCALAR_CTYPES).
@@ -67,39 +77,39 @@ def c_name(name: str) -> str:
     return out or "kernel"
 
 
-def emit_c(ptx: str, launch: dict | str, name: str | None = None, header: str | None = None,
+def emit_c(ptx: str, launch: LaunchDescription | dict | str, name: str | None = None, header: str | None = None,
            provenance: str = "") -> CSources:
     """The C source and header of a kernel; `name` (default: the kernel's) makes the prefix
     `tkir_<name>`, `header` is the header's file name (default `<name>.h`), `provenance` a line for
     the banner (what it was compiled from)."""
-    spec = runtime.check_launch(json.loads(launch) if isinstance(launch, str) else dict(launch))
-    base = c_name(name or spec["kernel"])
-    gen = _Generator(ptx, spec, f"tkir_{base}", header or f"{name or spec['kernel']}.h", provenance)
+    spec = read_launch(launch)
+    base = c_name(name or spec.kernel)
+    gen = _Generator(ptx, spec, f"tkir_{base}", header or f"{name or spec.kernel}.h", provenance)
     return CSources(c=gen.source(), h=gen.header(), header=gen.header_name, prefix=gen.p)
 
 
 class _Generator:
-    def __init__(self, ptx: str, launch: dict, prefix: str, header_name: str, provenance: str):
+    def __init__(self, ptx: str, launch: LaunchDescription, prefix: str, header_name: str, provenance: str):
         self.ptx, self.launch, self.p, self.header_name = ptx, launch, prefix, header_name
         self.P = prefix.upper()
-        self.kernel: str = launch["kernel"]
+        self.kernel: str = launch.kernel
         self.provenance = provenance
-        self.tensors: list[dict] = launch["tensors"]
-        self.scalars: list[dict] = launch["scalars"]
+        self.tensors = launch.tensors
+        self.scalars = launch.scalars
         self.sizes: list[str] = []
         for t in self.tensors:  # the names runtime._bind_sizes binds from shapes, in the same order
-            for d in t["dims"]:
+            for d in t.dims:
                 if isinstance(d, str) and d.isidentifier() and d not in self.sizes:
                     self.sizes.append(d)
         taken: set[str] = set()
         self.cname: dict[str, str] = {}
-        for n in [t["name"] for t in self.tensors] + [s["name"] for s in self.scalars] + self.sizes:
+        for n in [t.name for t in self.tensors] + [s.name for s in self.scalars] + self.sizes:
             self.cname[n] = _unique_ident(n, taken)
-        self.tma_tensors = {t["tensor"] for t in launch["tma"]}
-        self.aligned = {a["tensor"]: a for a in launch.get("aligned", [])}
-        self.readonly = list(launch.get("readonly", []))
-        self.workspaces = [p for p in launch["params"] if p["kind"] == "workspace"]
-        self.counts = any(p["kind"] == "launch_count" for p in launch["params"])
+        self.tma_tensors = {t.tensor for t in launch.tma}
+        self.aligned = {a.tensor: a for a in launch.aligned}
+        self.readonly = list(launch.readonly)
+        self.workspaces = [p for p in launch.params if isinstance(p, WorkspaceParam)]
+        self.counts = any(isinstance(p, LaunchCountParam) for p in launch.params)
 
     # --- names and strings ----------------------------------------------------------------------
 
@@ -117,10 +127,10 @@ class _Generator:
     # --- the header -------------------------------------------------------------------------------
 
     def tensor_args(self) -> list[str]:
-        return [f"CUdeviceptr {self.cname[t['name']]}" for t in self.tensors]
+        return [f"CUdeviceptr {self.cname[t.name]}" for t in self.tensors]
 
     def scalar_args(self) -> list[str]:
-        return [f"{C_SCALAR_TYPES[s['dtype']]} {self.cname[s['name']]}" for s in self.scalars]
+        return [f"{C_SCALAR_TYPES[s.dtype]} {self.cname[s.name]}" for s in self.scalars]
 
     def size_args(self) -> list[str]:
         return [f"int64_t {self.cname[s]}" for s in self.sizes]
@@ -163,21 +173,22 @@ class _Generator:
             " * Arguments:",
         ]
         for t in self.tensors:
-            dims = ", ".join(str(d) for d in t["dims"])
-            tma = (", 16-byte aligned (a TMA tensor map)" if t["name"] in self.tma_tensors
-                   else f", {self.aligned[t['name']]['bytes']}-byte aligned" if t["name"] in self.aligned else "")
-            lines.append(f" *   {self.cname[t['name']]}: {t['dtype']}[{_comment(dims)}], C-contiguous (row-major) "
+            dims = ", ".join(str(d) for d in t.dims)
+            tma = (", 16-byte aligned (a TMA tensor map)" if t.name in self.tma_tensors
+                   else f", {self.aligned[t.name].bytes}-byte aligned" if t.name in self.aligned else "")
+            lines.append(f" *   {self.cname[t.name]}: {t.dtype}[{_comment(dims)}], C-contiguous (row-major) "
                          f"device memory{tma}")
         for s in self.scalars:
-            lines.append(f" *   {self.cname[s['name']]}: {C_SCALAR_TYPES[s['dtype']]} scalar ({s['dtype']})")
+            lines.append(f" *   {self.cname[s.name]}: {C_SCALAR_TYPES[s.dtype]} scalar ({s.dtype})")
         for s in self.sizes:
-            where = ", ".join(f"{t['name']} dim {i}" for t in self.tensors for i, d in enumerate(t["dims"]) if d == s)
+            where = ", ".join(f"{t.name} dim {i}" for t in self.tensors for i, d in enumerate(t.dims) if d == s)
             lines.append(f" *   {self.cname[s]}: size {s} ({where})")
         lines.append(" *   stream: the CUDA stream (0: the legacy default stream)")
-        if L["requires"]:
+        if L.requires:
             lines += [" *", " * Requirements (else the launch is refused):"]
-            for r in L["requires"]:
-                lines.append(f" *   {_comment(str(r['expr']))} == {r['equals']}: {_comment(r.get('why', ''))}")
+            for r in L.requires:
+                why = r.why if r.why is not None else ""
+                lines.append(f" *   {_comment(str(r.expr))} == {r.equals}: {_comment(why)}")
         if self.workspaces or self.counts:
             lines += [" *", " * Stream-K: the module keeps a workspace (allocated and zeroed by load) and a launch",
                       " * counter; do not run two launches of it at the same time."]
@@ -193,8 +204,8 @@ class _Generator:
             'extern "C" {',
             "#endif",
             "",
-            f"#define {P}_BLOCK_THREADS {math.prod(L['block'])}  /* threads per block */",
-            f"#define {P}_DYNAMIC_SMEM {L['dynamic_smem']}  /* bytes of dynamic shared memory per block */",
+            f"#define {P}_BLOCK_THREADS {math.prod(L.block)}  /* threads per block */",
+            f"#define {P}_DYNAMIC_SMEM {L.dynamic_smem}  /* bytes of dynamic shared memory per block */",
             "",
             f"CUresult {p}_load(void);",
             f"CUresult {p}_unload(void);",
@@ -269,7 +280,7 @@ class _Generator:
             f"static int64_t {p}_num_sms;  /* the device's multiprocessor count (NUM_SMS in the grid) */",
         ]
         for i, w in enumerate(self.workspaces):
-            lines.append(f"static CUdeviceptr {p}_workspace{i};  /* workspace '{_comment(w['name'])}' */")
+            lines.append(f"static CUdeviceptr {p}_workspace{i};  /* workspace '{_comment(w.name)}' */")
         if self.counts:
             lines.append(f"static int32_t {p}_launches;  /* launch_count: 1 on the first launch, then 2, ... */")
         lines += [
@@ -286,14 +297,14 @@ class _Generator:
                  " * and strides, and the size parameters. */",
                  f"struct {self.p}_plan {{",
                  "    unsigned int grid[3];"]
-        for i, t in enumerate(self.launch["tma"]):
-            rank = len(t["dims"])
-            lines.append(f"    cuuint64_t tma{i}_dims[{rank}];  /* {_comment(t['param'])}, innermost first */")
+        for i, t in enumerate(self.launch.tma):
+            rank = len(t.dims)
+            lines.append(f"    cuuint64_t tma{i}_dims[{rank}];  /* {_comment(t.param)}, innermost first */")
             lines.append(f"    cuuint64_t tma{i}_strides[{max(rank - 1, 1)}];  /* bytes */")
-        for i, prm in enumerate(self.launch["params"]):
-            if prm["kind"] == "scalar" and "size" in prm:
-                lines.append(f"    {C_SCALAR_TYPES[prm['dtype']]} param{i};  /* {_comment(prm['name'])} = "
-                             f"{_comment(str(prm['size']))} */")
+        for i, prm in enumerate(self.launch.params):
+            if isinstance(prm, SizeParam):
+                lines.append(f"    {C_SCALAR_TYPES[prm.dtype]} param{i};  /* {_comment(prm.name)} = "
+                             f"{_comment(str(prm.size))} */")
         lines += ["};", ""]
         return "\n".join(lines)
 
@@ -328,36 +339,36 @@ class _Generator:
         ]
         for t in self.tensors:
             if self._needs_bytes(t):
-                out.append(f"    int64_t {self._bytes_local(t)};  /* {_comment(t['name'])}: its size in bytes */")
-        used = [f"(void){self.cname[t['name']]};" for t in self.tensors]
+                out.append(f"    int64_t {self._bytes_local(t)};  /* {_comment(t.name)}: its size in bytes */")
+        used = [f"(void){self.cname[t.name]};" for t in self.tensors]
         out.append("    " + " ".join(used + ["(void)tkir_v;", "(void)tkir_num_sms;", f"(void){BAD_VAR};"]))
         for s in self.sizes:
             c = self.cname[s]
             out += [f"    if ({c} < 0) {{", f"        return {self.msg(f'size {s} is negative')};", "    }"]
-        for r in L["requires"]:
-            out += self._eval("tkir_v", r["expr"])
-            why = f"{r.get('why', 'requirement failed')} ({r['expr']} must be {r['equals']})"
-            out += [f"    if (tkir_v != {_int64(r['equals'])}) {{", f"        return {self.msg(why)};", "    }"]
+        for r in L.requires:
+            out += self._eval("tkir_v", r.expr)
+            why = f"{r.why if r.why is not None else 'requirement failed'} ({r.expr} must be {r.equals})"
+            out += [f"    if (tkir_v != {_int64(r.equals)}) {{", f"        return {self.msg(why)};", "    }"]
         out += self.memory_checks()
         out += self.overlap_checks()
         limits = runtime.MAX_GRID
-        for axis, g in enumerate(L["grid"]):
+        for axis, g in enumerate(L.grid):
             out += self._eval("tkir_v", g, num_sms="tkir_num_sms")
             out += [f"    if (tkir_v < 1 || tkir_v > {_int64(limits[axis])}) {{",
                     f"        return {self.msg(f'grid dim {axis} = {g} is outside 1..{limits[axis]}')};",
                     "    }",
                     f"    tkir_plan->grid[{axis}] = (unsigned int)tkir_v;"]
-        for i, t in enumerate(L["tma"]):
+        for i, t in enumerate(L.tma):
             out += self.tma_checks(i, t)
-        for i, prm in enumerate(L["params"]):
-            if prm["kind"] == "scalar" and "size" in prm:
-                lo, hi = SCALAR_RANGES[prm["dtype"]]
-                out += self._eval("tkir_v", prm["size"])
-                why = f"size {prm['size']} does not fit the {prm['dtype']} parameter {prm['name']!r}"
+        for i, prm in enumerate(L.params):
+            if isinstance(prm, SizeParam):
+                lo, hi = SCALAR_RANGES[prm.dtype]
+                out += self._eval("tkir_v", prm.size)
+                why = f"size {prm.size} does not fit the {prm.dtype} parameter {prm.name!r}"
                 out += [f"    if (tkir_v < {_int64(lo)} || tkir_v > {_int64(hi)}) {{",
                         f"        return {self.msg(why)};",
                         "    }",
-                        f"    tkir_plan->param{i} = ({C_SCALAR_TYPES[prm['dtype']]})tkir_v;"]
+                        f"    tkir_plan->param{i} = ({C_SCALAR_TYPES[prm.dtype]})tkir_v;"]
         out += ["    return NULL;", "}", ""]
         return "\n".join(out)
 
@@ -367,8 +378,8 @@ class _Generator:
         on the way, each tensor's size in bytes (the tensor maps' reach is checked against it)."""
         out: list[str] = []
         for t in self.tensors:
-            name, c = t["name"], self.cname[t["name"]]
-            itemsize = DTYPE_BYTES[t["dtype"]]
+            name, c = t.name, self.cname[t.name]
+            itemsize = DTYPE_BYTES[t.dtype]
             tma = name in self.tma_tensors
             if itemsize > 1:
                 why = f"argument {name!r} is not aligned to its {itemsize}-byte elements"
@@ -378,15 +389,15 @@ class _Generator:
                 out += [f"    if ({c} % {runtime.TMA_ALIGN} != 0) {{", f"        return {self.msg(why)};", "    }"]
             elif name in self.aligned:  # runtime._check_memory's `aligned` check
                 a = self.aligned[name]
-                why = f"argument {name!r} is {a['why']}, which needs a {a['bytes']}-byte aligned address"
-                out += [f"    if ({c} % {int(a['bytes'])} != 0) {{", f"        return {self.msg(why)};", "    }"]
+                why = f"argument {name!r} is {a.why}, which needs a {a.bytes}-byte aligned address"
+                out += [f"    if ({c} % {int(a.bytes)} != 0) {{", f"        return {self.msg(why)};", "    }"]
             if not self._needs_bytes(t):
                 continue
             # C-contiguous: the byte stride of dim i is itemsize x the dims after it; after the loop,
             # the product is the tensor's size in bytes
             local = self._bytes_local(t)
             out.append(f"    {local} = INT64_C({itemsize});")
-            dims = list(t["dims"])
+            dims = list(t.dims)
             for i in reversed(range(len(dims))):
                 out += self._eval("tkir_v", dims[i])
                 if tma and i < len(dims) - 1:
@@ -401,8 +412,8 @@ class _Generator:
                         "    }"]
         return out
 
-    def _needs_bytes(self, t: dict) -> bool:
-        return t["name"] in self.tma_tensors or bool(self.readonly)
+    def _needs_bytes(self, t: TensorArg) -> bool:
+        return t.name in self.tma_tensors or bool(self.readonly)
 
     def overlap_checks(self) -> list[str]:
         """runtime._check_readonly_overlap: a tensor read through ld.global.nc shares no byte with any
@@ -410,13 +421,13 @@ class _Generator:
         compared: a check made with sizes only, before any memory exists, passes."""
         out: list[str] = []
         for r in self.readonly:
-            tr = next(x for x in self.tensors if x["name"] == r)
+            tr = next(x for x in self.tensors if x.name == r)
             for t in self.tensors:
-                if t["name"] in self.readonly:
+                if t.name in self.readonly:
                     continue
-                a, b = self.cname[r], self.cname[t["name"]]
+                a, b = self.cname[r], self.cname[t.name]
                 na, nb = self._bytes_local(tr), self._bytes_local(t)
-                why = (f"argument {t['name']!r} overlaps {r!r}, which the kernel only reads, through the read-only "
+                why = (f"argument {t.name!r} overlaps {r!r}, which the kernel only reads, through the read-only "
                        "data path (ld.global.nc): pass tensors that do not share memory")
                 cond = (f"{a} != 0 && {b} != 0 && {na} > 0 && {nb} > 0 && {a} < {b} + (CUdeviceptr){nb} && "
                         f"{b} < {a} + (CUdeviceptr){na}")
@@ -425,22 +436,22 @@ class _Generator:
                         "    }"]
         return out
 
-    def _bytes_local(self, t: dict) -> str:
-        return f"tkir_bytes{[x['name'] for x in self.tensors].index(t['name'])}"
+    def _bytes_local(self, t: TensorArg) -> str:
+        return f"tkir_bytes{[x.name for x in self.tensors].index(t.name)}"
 
-    def tma_checks(self, i: int, t: dict) -> list[str]:
+    def tma_checks(self, i: int, t: TmaSpec) -> list[str]:
         """runtime._tma_args: dims in 1..2^32, byte strides positive multiples of 16 below 2^40, and
         the map's reach within the tensor."""
-        tensor = next(x for x in self.tensors if x["name"] == t["tensor"])
-        what = f"tensor map {t['param']!r} of argument {t['tensor']!r}"
+        tensor = next(x for x in self.tensors if x.name == t.tensor)
+        what = f"tensor map {t.param!r} of argument {t.tensor!r}"
         out: list[str] = []
-        for j, d in enumerate(t["dims"]):
+        for j, d in enumerate(t.dims):
             out += self._eval("tkir_v", d)
             out += [f"    if (tkir_v < 1 || tkir_v > {_int64(runtime.TMA_MAX_DIM)}) {{",
                     f"        return {self.msg(f'{what}: dim {j} = {d} must be 1..2^32')};",
                     "    }",
                     f"    tkir_plan->tma{i}_dims[{j}] = (cuuint64_t)tkir_v;"]
-        for j, st in enumerate(t["strides"]):
+        for j, st in enumerate(t.strides):
             out += self._eval("tkir_v", st)
             why = f"{what}: byte stride {j} = {st} must be a positive multiple of 16 below 2^40"
             out += [f"    if (tkir_v <= 0 || tkir_v >= {_int64(runtime.TMA_MAX_STRIDE)} || "
@@ -448,12 +459,12 @@ class _Generator:
                     f"        return {self.msg(why)};",
                     "    }",
                     f"    tkir_plan->tma{i}_strides[{j}] = (cuuint64_t)tkir_v;"]
-        if len(t["strides"]) == 0:
+        if len(t.strides) == 0:
             out.append(f"    tkir_plan->tma{i}_strides[0] = 0;  /* unused: a rank-1 map has no strides */")
-        itemsize = DTYPE_BYTES[t.get("dtype", tensor["dtype"])]
+        itemsize = DTYPE_BYTES[t.dtype]
         p = self.p
         reach = f"{p}_mul(INT64_C({itemsize}), (int64_t)tkir_plan->tma{i}_dims[0], {BAD_VAR})"
-        for j in range(1, len(t["dims"])):
+        for j in range(1, len(t.dims)):
             reach = (f"{p}_add({reach}, {p}_mul((int64_t)tkir_plan->tma{i}_dims[{j}] - 1, "
                      f"(int64_t)tkir_plan->tma{i}_strides[{j - 1}], {BAD_VAR}), {BAD_VAR})")
         out += [f"    tkir_v = {reach};",
@@ -467,7 +478,7 @@ class _Generator:
 
     def check_function(self) -> str:
         p, P = self.p, self.P
-        args = ", ".join(["&tkir_plan"] + [self.cname[t["name"]] for t in self.tensors]
+        args = ", ".join(["&tkir_plan"] + [self.cname[t.name] for t in self.tensors]
                          + [self.cname[s] for s in self.sizes]
                          + [f"{p}_num_sms != 0 ? {p}_num_sms : {P}_DEFAULT_NUM_SMS"])
         return f"""const char *{p}_check({self.check_args()})
@@ -479,7 +490,7 @@ class _Generator:
 
     def load_function(self) -> str:
         p, P, L = self.p, self.P, self.launch
-        smem, threads = L["dynamic_smem"], math.prod(L["block"])
+        smem, threads = L.dynamic_smem, math.prod(L.block)
         body = [
             f"CUresult {p}_load(void)",
             "{",
@@ -541,8 +552,8 @@ class _Generator:
             "    }",
         ]
         for i, w in enumerate(self.workspaces):
-            nbytes = " * ".join(["(size_t)tkir_sms" if d == "NUM_SMS" else f"(size_t){int(d)}" for d in w["dims"]]
-                                + [f"(size_t){DTYPE_BYTES[w['dtype']]}"])
+            nbytes = " * ".join(["(size_t)tkir_sms" if d == "NUM_SMS" else f"(size_t){int(d)}" for d in w.dims]
+                                + [f"(size_t){DTYPE_BYTES[w.dtype]}"])
             body += [
                 f"    tkir_err = cuMemAlloc(&{p}_workspace{i}, {nbytes});",
                 "    if (tkir_err != CUDA_SUCCESS) {",
@@ -603,25 +614,25 @@ class _Generator:
     def launch_function(self) -> str:
         p, P, L = self.p, self.P, self.launch
         out: list[str] = []
-        for i, t in enumerate(L["tma"]):
-            rank = len(t["dims"])
-            box = ", ".join(str(int(b)) for b in t["box"])
-            elem = ", ".join(str(int(e)) for e in t.get("elem_strides", [1] * rank))
+        for i, t in enumerate(L.tma):
+            rank = len(t.dims)
+            box = ", ".join(str(int(b)) for b in t.box)
+            elem = ", ".join(str(int(e)) for e in t.elem_strides)
             out.append(f"static const cuuint32_t {p}_box{i}[{rank}] = {{{box}}};")
             out.append(f"static const cuuint32_t {p}_elem_strides{i}[{rank}] = {{{elem}}};")
-        if L["tma"]:
+        if L.tma:
             out.append("")
-        params = L["params"]
+        params = L.params
         out += [f"CUresult {p}_launch({self.launch_args()})",
                 "{",
                 f"    struct {p}_plan tkir_plan;"]
-        for i in range(len(L["tma"])):
+        for i in range(len(L.tma)):
             out.append(f"    {P}_ALIGN128 CUtensorMap tkir_map{i};")
         if self.counts:
             out.append("    int32_t tkir_count;")
         if params:
             out.append(f"    void *tkir_params[{len(params)}];")
-        call = ", ".join(["&tkir_plan"] + [self.cname[t["name"]] for t in self.tensors]
+        call = ", ".join(["&tkir_plan"] + [self.cname[t.name] for t in self.tensors]
                          + [self.cname[s] for s in self.sizes] + [f"{p}_num_sms"])
         out += ["    CUresult tkir_err;",
                 f"    if ({p}_function == NULL) {{",
@@ -633,17 +644,14 @@ class _Generator:
                 f"    if ({p}_plan({call}) != NULL) {{",
                 f"        return CUDA_ERROR_INVALID_VALUE;  /* {p}_check says why */",
                 "    }"]
-        dtypes = {t["name"]: t["dtype"] for t in self.tensors}
-        for i, t in enumerate(L["tma"]):
-            dtype = t.get("dtype", dtypes[t["tensor"]])
-            enums = [runtime.TMA_DTYPES[dtype].name, runtime.TMA_INTERLEAVE_NONE.name,
-                     runtime.TMA_SWIZZLES[t.get("swizzle", 0)].name,
-                     runtime.TMA_L2_PROMOTIONS[t.get("l2_promotion", 128)].name,
-                     runtime.TMA_OOB_FILLS[t.get("oob_fill", "zero")].name]
-            out += [f"    /* {_comment(t['param'])}: {_comment(t['tensor'])}, box {t['box']}, "
-                    f"swizzle {t.get('swizzle', 0)} */",
-                    f"    tkir_err = cuTensorMapEncodeTiled(&tkir_map{i}, {enums[0]}, {len(t['dims'])}, "
-                    f"(void *)(uintptr_t){self.cname[t['tensor']]},",
+        for i, t in enumerate(L.tma):
+            enums = [runtime.TMA_DTYPES[t.dtype].name, runtime.TMA_INTERLEAVE_NONE.name,
+                     runtime.TMA_SWIZZLES[t.swizzle].name, runtime.TMA_L2_PROMOTIONS[t.l2_promotion].name,
+                     runtime.TMA_OOB_FILLS[t.oob_fill].name]
+            out += [f"    /* {_comment(t.param)}: {_comment(t.tensor)}, box {list(t.box)}, "
+                    f"swizzle {t.swizzle} */",
+                    f"    tkir_err = cuTensorMapEncodeTiled(&tkir_map{i}, {enums[0]}, {len(t.dims)}, "
+                    f"(void *)(uintptr_t){self.cname[t.tensor]},",
                     f"                                      tkir_plan.tma{i}_dims, tkir_plan.tma{i}_strides, "
                     f"{p}_box{i}, {p}_elem_strides{i},",
                     f"                                      {enums[1]}, {enums[2]},",
@@ -655,21 +663,20 @@ class _Generator:
             out.append(f"    tkir_count = ++{p}_launches;")
         workspace = 0
         for i, prm in enumerate(params):
-            kind = prm["kind"]
-            if kind == "tensor_map":
-                value = f"&tkir_map{prm['tma']}"
-            elif kind == "pointer":
-                value = f"&{self.cname[prm['tensor']]}"
-            elif kind == "workspace":
+            if isinstance(prm, TensorMapParam):
+                value = f"&tkir_map{prm.tma}"
+            elif isinstance(prm, PointerParam):
+                value = f"&{self.cname[prm.tensor]}"
+            elif isinstance(prm, WorkspaceParam):
                 value, workspace = f"&{p}_workspace{workspace}", workspace + 1
-            elif kind == "launch_count":
+            elif isinstance(prm, LaunchCountParam):
                 value = "&tkir_count"
-            elif "size" in prm:
+            elif isinstance(prm, SizeParam):
                 value = f"&tkir_plan.param{i}"
             else:
-                value = f"&{self.cname[prm['scalar']]}"
-            out.append(f"    tkir_params[{i}] = {value};  /* {_comment(prm['name'])} ({kind}) */")
-        bx, by, bz = L["block"]
+                value = f"&{self.cname[prm.scalar]}"
+            out.append(f"    tkir_params[{i}] = {value};  /* {_comment(prm.name)} ({prm.kind}) */")
+        bx, by, bz = L.block
         out += [f"    return cuLaunchKernel({p}_function, tkir_plan.grid[0], tkir_plan.grid[1], tkir_plan.grid[2],",
                 f"                          {bx}, {by}, {bz}, {P}_DYNAMIC_SMEM, stream, "
                 f"{'tkir_params' if params else 'NULL'}, NULL);",

@@ -1,13 +1,13 @@
 """The backend driver: tile IR (after the pass pipeline) -> LLVM IR -> PTX, plus the launch description.
 
-`compile_module` returns the text of every stage it produced: `llvm`, `ptx`, and `launch` (the JSON
-dict of tkir.backend.launch, with `dynamic_smem` set to the shared-memory plan the lowering used).
+`compile_module` returns the text of every stage it produced: `llvm`, `ptx`, and `launch` (the
+tkir.backend.launch.LaunchDescription, built after the lowering, with the shared memory it used).
 ptxas (cubin, SASS) runs only when asked for (`assemble_artifacts`), so `--emit ptx` stays fast.
 """
 
 from __future__ import annotations
 
-from tkir.backend.launch import build_launch
+from tkir.backend.launch import build_launch, kernel_params
 from tkir.backend.lower_llvm import lower_kernel
 from tkir.backend.ptx import llvm_to_ptx
 from tkir.ir import Module
@@ -15,9 +15,9 @@ from tkir.passmanager import Options
 
 
 def compile_module(module: Module, options: Options) -> dict[str, object]:
-    launch = build_launch(module, options.target)
-    llvm_ir, smem = lower_kernel(module, launch, options.target)
-    launch["dynamic_smem"] = smem
+    params = kernel_params(module)  # checks the TMA descriptors first, as the launch passes them
+    llvm_ir, smem = lower_kernel(module, params, options.target)
+    launch = build_launch(module, options.target, dynamic_smem=smem, params=params)
     ptx = llvm_to_ptx(llvm_ir, options.target)
     return {"llvm": llvm_ir, "ptx": ptx, "launch": launch}
 

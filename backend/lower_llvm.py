@@ -1,7 +1,7 @@
 """lower-to-llvm: pipelined tile IR -> LLVM IR text for the NVPTX back end (sm_90a or sm_80).
 
-The driver: it builds the kernel's signature from the launch description (PTX parameter order is
-tkir.backend.launch's convention: tensor maps, pointers, sizes, scalars), computes the aligned base of the
+The driver: it builds the kernel's signature from its PTX parameters (tkir.backend.launch.kernel_params:
+tensor maps, pointers, sizes, scalars, hidden ones), computes the aligned base of the
 dynamic shared memory, and lowers the body op by op. Each op is lowered by exactly one rule of the
 table in backend.rules, chosen by (op name, target, operand forms); the rules live in the
 `rules_*` modules, one family each:
@@ -26,6 +26,7 @@ from __future__ import annotations
 from tkir.backend.cache_policy import create_policies
 from tkir.backend.context import LoweringContext, SharedPlan, plan_shared, tile_stage_bytes
 from tkir.backend.idioms import bulk_wait
+from tkir.backend.launch import Param, PointerParam, ScalarParam, SizeParam, TensorMapParam, WorkspaceParam
 from tkir.backend.llvm_text import param_names
 from tkir.backend.rules import load_rules
 from tkir.backend.values import HEADER, LLVM_TYPE, SMEM_ALIGN, Global, LoweringError
@@ -39,10 +40,11 @@ __all__ = ["SharedPlan", "lower_kernel", "plan_shared", "tile_stage_bytes"]
 
 
 
-def lower_kernel(module: Module, launch: dict, target: str) -> tuple[str, int]:
-    """LLVM IR text of the module's kernel, and the dynamic shared memory it needs (bytes)."""
+def lower_kernel(module: Module, params: tuple[Param, ...], target: str) -> tuple[str, int]:
+    """LLVM IR text of the module's kernel, whose PTX parameters are `params` (kernel_params), and the
+    dynamic shared memory it needs (bytes)."""
     load_rules()
-    cx = LoweringContext(module, module.kernel, launch, target)
+    cx = LoweringContext(module, module.kernel, params, target)
     if cx.plan.total + SMEM_ALIGN > SMEM_PER_BLOCK:  # before lowering: IR text with 2**20 mbarriers, say
         raise _smem_overflow(module, cx.plan.total)
     text = _lower_function(cx)
@@ -67,23 +69,23 @@ def _smem_overflow(module: Module, used: int) -> LoweringError:
 def _lower_function(cx: LoweringContext) -> str:
     w = cx.w
     sig = []
-    names = param_names([p["name"] for p in cx.launch["params"]])
-    for p, name in zip(cx.launch["params"], names, strict=True):
-        if p["kind"] == "tensor_map":
+    names = param_names([p.name for p in cx.kernel_params])
+    for p, name in zip(cx.kernel_params, names, strict=True):
+        if isinstance(p, TensorMapParam):
             sig.append(f'ptr byval([128 x i8]) align 64 "nvvm.grid_constant" {name}')
-            cx.tmaps[p["name"]] = name
-        elif p["kind"] == "pointer":
+            cx.tmaps[p.name] = name
+        elif isinstance(p, PointerParam):
             sig.append(f"ptr addrspace(1) {name}")
-            cx.params[p["tensor"]] = name
-        elif p["kind"] == "workspace":
+            cx.params[p.tensor] = name
+        elif isinstance(p, WorkspaceParam):
             sig.append(f"ptr addrspace(1) {name}")
-            cx.params[p["name"]] = name
+            cx.params[p.name] = name
         else:
-            sig.append(f"{LLVM_TYPE[p['dtype']]} {name}")
-            if "size" in p:
-                cx.sizes[p["size"]] = name
+            sig.append(f"{LLVM_TYPE[p.dtype]} {name}")
+            if isinstance(p, SizeParam):
+                cx.sizes[str(p.size)] = name
             else:
-                cx.params[p.get("scalar", p["name"])] = name
+                cx.params[p.scalar if isinstance(p, ScalarParam) else p.name] = name
     for a in cx.kernel.body.args:
         if isinstance(a.type, GlobalType):
             cx.set(a, Global(cx.params[a.name], a.type))
@@ -108,7 +110,7 @@ def _lower_function(cx: LoweringContext) -> str:
         lead = w.op(f"icmp eq i32 {w.op(f'and i32 {cx.tid}, 127', 't')}, 0", "wglead")
         cx.if_then(lead, lambda: bulk_wait(w, 0))
     w.emit("ret void")
-    name = cx.launch["kernel"]
+    name = cx.kernel.symbol
     body = "\n".join(w.lines)
     decls = "".join(t + "\n" for t in sorted(w.types.values())) + "\n".join(sorted(w.declares))
     cluster = f' "nvvm.cluster_dim"="{cx.cluster},1,1"' if cx.cluster > 1 else ""  # .reqnctapercluster

@@ -1,13 +1,14 @@
 """Load a compiled kernel and launch it through the CUDA driver (cuda-python), checking every argument first.
 
-    kernel = Kernel(ptx_or_cubin, launch)      # launch: the `--emit launch` JSON (dict or text)
+    kernel = Kernel(ptx_or_cubin, launch)      # a LaunchDescription, or its `--emit launch` JSON (dict or text)
     kernel(A, B, C)                            # torch tensors, __cuda_array_interface__ or DLPack objects
     kernel.validate(A, B, C)                   # the checks alone -> Bound; touches no GPU
 
-The launch description says which user arguments the kernel takes (tensors with symbolic dims, then
-scalars), how they map to PTX parameters (tensor maps, pointers, scalars, sizes), the grid as size
-expressions (tkir.symexpr), the block, the dynamic shared memory, the shape requirements, and one
-TMA descriptor spec per tensor map. `validate` binds the size names from the argument shapes and
+The launch description (tkir.backend.launch.LaunchDescription, checked once when the Kernel is built)
+says which user arguments the kernel takes (tensors with symbolic dims, then scalars), how they map to
+PTX parameters (tensor maps, pointers, scalars, sizes), the grid as size expressions (tkir.symexpr),
+the block, the dynamic shared memory, the shape requirements, and one TMA descriptor spec per tensor
+map. `validate` binds the size names from the argument shapes and
 rejects, with a LaunchError naming the argument, anything that would crash or compute garbage:
 wrong count, dtype, rank, shape, unmet requirements, host memory, non-contiguous strides, TMA
 alignment, arguments on different GPUs, wrong scalar types. `__call__` then runs on the device the
@@ -21,7 +22,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import json
 import math
 import numbers
 import re
@@ -34,18 +34,22 @@ from cuda.bindings import driver as cu
 from tkir import symexpr
 from tkir.backend import cuda as tkcuda
 from tkir.backend.cuda import CudaError, check
-from tkir.diagnostics import TkirError
-from tkir.requires import requirement_failure
-from tkir.target import (
-    MAX_GRID,
-    MAX_THREADS_PER_BLOCK,
-    NUM_SMS,
-    SMEM_PER_BLOCK,
-    TMA_MAX_BOX,
-    TMA_MAX_DIM,
-    TMA_MAX_ELEM_STRIDE,
-    TMA_MAX_STRIDE,
+from tkir.backend.launch import (
+    Alignment,
+    LaunchCountParam,
+    LaunchDescription,
+    LaunchError,
+    PointerParam,
+    ScalarArg,
+    SizeParam,
+    TensorArg,
+    TensorMapParam,
+    TmaSpec,
+    WorkspaceParam,
+    read_launch,
 )
+from tkir.requires import requirement_failure
+from tkir.target import MAX_GRID, NUM_SMS, TMA_MAX_DIM, TMA_MAX_STRIDE
 from tkir.target import TMA_STRIDE_ALIGN as TMA_ALIGN
 from tkir.types import DTYPE_BYTES
 
@@ -57,6 +61,7 @@ I32_RANGE = (-(2**31), 2**31 - 1)
 U32_RANGE = (0, 2**32 - 1)
 
 # --- enum values of the cuTensorMapEncodeTiled arguments (cuda.h / HOPPER.md §4.1) -----------------
+# (keyed by the values tkir.backend.launch accepts: TMA_DTYPES, TMA_SWIZZLES, ...)
 TMA_DTYPES = {  # CUtensorMapDataType; fp8 has no enum, CUTLASS encodes it as UINT8
     "bf16": cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
     "f16": cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
@@ -97,10 +102,6 @@ FOREIGN_DTYPES = {"bfloat16": "bf16", "float16": "f16", "float32": "f32", "int32
 CAI_TYPESTRS = {"f4": "f32", "f2": "f16", "i4": "i32", "u4": "u32", "V2": "bf16", "V1": "e4m3", "f1": "e5m2"}
 DLPACK_CUDA, DLPACK_CUDA_MANAGED = 2, 13  # DLDeviceType values that are GPU memory
 DEVICE_MEMORY_TYPES = (int(cu.CUmemorytype.CU_MEMORYTYPE_DEVICE), int(cu.CUmemorytype.CU_MEMORYTYPE_UNIFIED))
-
-
-class LaunchError(TkirError, ValueError):
-    """An argument (or the launch description) does not fit the kernel; the message names which."""
 
 
 @dataclass
@@ -160,9 +161,9 @@ class Bound:
 class Kernel:
     """A compiled kernel: PTX text or cubin bytes plus its launch description."""
 
-    def __init__(self, image: str | bytes, launch: dict | str):
-        self.launch = check_launch(json.loads(launch) if isinstance(launch, str) else launch)
-        self.name: str = self.launch["kernel"]
+    def __init__(self, image: str | bytes, launch: LaunchDescription | dict | str):
+        self.launch = read_launch(launch)  # checked here, once: a LaunchError names the bad field
+        self.name: str = self.launch.kernel
         self.image = image
         # Module and function handles belong to a context, so the module is loaded once per device.
         self._functions: dict[int, Any] = {}  # device -> CUfunction
@@ -296,7 +297,7 @@ class Kernel:
                             ) from None
         function = check(cu.cuModuleGetFunction(module, self.name.encode()),
                          f"cuModuleGetFunction({self.name})")
-        smem = self.launch["dynamic_smem"]
+        smem = self.launch.dynamic_smem
         if smem > STATIC_SMEM_LIMIT:
             limit = tkcuda.device_attribute("MAX_SHARED_MEMORY_PER_BLOCK_OPTIN", device)
             if smem > limit:
@@ -307,7 +308,7 @@ class Kernel:
                   f"cuFuncSetAttribute({self.name}, {smem} B smem)")
         attr = cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK
         max_threads = check(cu.cuFuncGetAttribute(attr, function), "cuFuncGetAttribute")
-        threads = math.prod(self.launch["block"])
+        threads = math.prod(self.launch.block)
         if threads > max_threads:
             raise LaunchError(f"{self.name}: block of {threads} threads, but the compiled kernel allows "
                               f"{max_threads} (register use)")
@@ -339,135 +340,6 @@ def _looks_like_ptx(image: bytes) -> bool:
     return b".version" in image[:4096] and not image.startswith(b"\x7fELF")
 
 
-# --- the launch description -----------------------------------------------------------------------
-
-def check_launch(launch: dict) -> dict:
-    """Validate a launch description and fill defaults; LaunchError on anything malformed."""
-    if not isinstance(launch, dict):
-        raise LaunchError(f"a launch description is a JSON object, not {type(launch).__name__}")
-    try:
-        return _check_launch(launch)
-    except (KeyError, TypeError, IndexError) as e:
-        raise LaunchError(f"launch description of '{launch.get('kernel', '?')}' is malformed: "
-                          f"{type(e).__name__} {e}") from None
-
-
-def _check_launch(launch: dict) -> dict:
-    def bad(msg: str) -> LaunchError:
-        return LaunchError(f"launch description of '{launch.get('kernel', '?')}': {msg}")
-
-    for key in ("kernel", "params", "grid", "block"):
-        if key not in launch:
-            raise bad(f"missing '{key}'")
-    out = {"tensors": [], "scalars": [], "requires": [], "aligned": [], "tma": [], "readonly": [],
-           "dynamic_smem": 0, "target": "sm_90a", **launch}
-    out["grid"] = [g if isinstance(g, int) else str(g) for g in out["grid"]] + [1] * (3 - len(out["grid"]))
-    out["block"] = [int(b) for b in out["block"]] + [1] * (3 - len(out["block"]))
-    if len(out["grid"]) != 3 or len(out["block"]) != 3:
-        raise bad("grid and block have at most 3 entries")
-    if math.prod(out["block"]) > MAX_THREADS_PER_BLOCK or min(out["block"]) < 1:
-        raise bad(f"block {out['block']} is not 1..{MAX_THREADS_PER_BLOCK} threads")
-    smem = out["dynamic_smem"]
-    if isinstance(smem, bool) or not isinstance(smem, int) or not 0 <= smem <= SMEM_PER_BLOCK:
-        raise bad(f"dynamic_smem {smem!r} is not 0..{SMEM_PER_BLOCK} bytes (the most a block may have)")
-    _check_grid(out["grid"], out["tensors"], bad)
-    tensors = {t["name"]: t for t in out["tensors"]}
-    scalars = {s["name"]: s for s in out["scalars"]}
-    for t in out["tensors"]:
-        if t.get("dtype") not in tkcuda.NUMPY_DTYPES:
-            raise bad(f"tensor '{t['name']}' has unknown dtype {t.get('dtype')!r}")
-    for s in out["scalars"]:
-        if s.get("dtype") not in SCALAR_CTYPES:
-            raise bad(f"scalar '{s['name']}' has unsupported dtype {s.get('dtype')!r}")
-    for p in out["params"]:
-        kind = p.get("kind")
-        if kind == "tensor_map":
-            if not 0 <= p.get("tma", -1) < len(out["tma"]):
-                raise bad(f"param '{p['name']}' names tma entry {p.get('tma')}, which does not exist")
-        elif kind == "pointer":
-            if p.get("tensor") not in tensors:
-                raise bad(f"param '{p['name']}' points at unknown tensor {p.get('tensor')!r}")
-        elif kind == "scalar":
-            if p.get("dtype") not in SCALAR_CTYPES:
-                raise bad(f"param '{p['name']}' has unsupported dtype {p.get('dtype')!r}")
-            if "size" not in p and p.get("scalar") not in scalars:
-                raise bad(f"scalar param '{p['name']}' names neither a size nor a user scalar")
-        elif kind == "workspace":
-            if p.get("dtype") not in DTYPE_BYTES or not all(
-                    isinstance(d, int) or d == "NUM_SMS" for d in p.get("dims", [None])):
-                raise bad(f"workspace param '{p['name']}' needs a dtype and dims of ints or NUM_SMS")
-        elif kind == "launch_count":
-            if p.get("dtype") != "i32":
-                raise bad(f"launch_count param '{p['name']}' is i32")
-        else:
-            raise bad(f"param '{p.get('name')}' has unknown kind {kind!r}")
-    for req in out["requires"]:
-        if "expr" not in req or not isinstance(req.get("equals"), int):
-            raise bad(f"requirement {req} needs an 'expr' and an integer 'equals'")
-    for a in out["aligned"]:
-        if not isinstance(a, dict) or a.get("tensor") not in tensors:
-            raise bad(f"aligned entry {a} names no tensor of the kernel")
-        b = a.get("bytes")
-        if isinstance(b, bool) or not isinstance(b, int) or b < 1 or b & (b - 1):
-            raise bad(f"aligned entry {a} needs 'bytes', a power of two")
-    for i, t in enumerate(out["tma"]):
-        _check_tma_spec(t, tensors, lambda msg, i=i: bad(f"tma[{i}]: {msg}"))
-    ro = out["readonly"]
-    if not isinstance(ro, list) or any(n not in tensors for n in ro):
-        raise bad(f"readonly {ro!r} must list tensors of the kernel")
-    return out
-
-
-def _check_grid(grid: list[int | str], tensors: list[dict], bad: Any) -> None:
-    """Each grid dim is a size expression of the tensors' sizes and NUM_SMS; a number is within CUDA's
-    limits (a garbage expression would fail only at bind time, a bad number in the driver)."""
-    sizes = {d for t in tensors for d in t["dims"] if isinstance(d, str) and d.isidentifier()} | {"NUM_SMS"}
-    for axis, g in enumerate(grid):
-        try:
-            names = symexpr.check(g)
-            unknown = sorted(names - sizes)
-            if unknown:
-                raise bad(f"grid dim {axis} ({g}) uses {', '.join(unknown)}, which no tensor dim names")
-            value = None if names else symexpr.evaluate(g, {})
-        except symexpr.SymExprError as e:
-            raise bad(f"grid dim {axis}: {e}") from None
-        if value is not None and not 1 <= value <= MAX_GRID[axis]:
-            raise bad(f"grid dim {axis} is {value} blocks, not 1..{MAX_GRID[axis]}")
-
-
-def _check_tma_spec(t: dict, tensors: dict[str, dict], bad: Any) -> None:
-    if t.get("tensor") not in tensors:
-        raise bad(f"unknown tensor {t.get('tensor')!r}")
-    dtype = t.get("dtype", tensors[t["tensor"]]["dtype"])
-    if dtype != tensors[t["tensor"]]["dtype"]:
-        raise bad(f"dtype {dtype} differs from tensor '{t['tensor']}' ({tensors[t['tensor']]['dtype']})")
-    if dtype not in TMA_DTYPES:
-        raise bad(f"dtype {dtype!r} has no tensor-map encoding")
-    rank = t.get("rank", len(t["dims"]))
-    if not 1 <= rank <= 5 or len(t["dims"]) != rank or len(t["box"]) != rank:
-        raise bad(f"rank {rank} does not match dims {t['dims']} and box {t['box']}")
-    if len(t["strides"]) != rank - 1:
-        raise bad(f"a rank-{rank} map has {rank - 1} strides, not {len(t['strides'])}")
-    if len(t.get("elem_strides", [1] * rank)) != rank:
-        raise bad("elem_strides must have one entry per dim")
-    if t.get("swizzle", 0) not in TMA_SWIZZLES:
-        raise bad(f"swizzle {t.get('swizzle')} is not one of {sorted(TMA_SWIZZLES)}")
-    if t.get("l2_promotion", 128) not in TMA_L2_PROMOTIONS:
-        raise bad(f"l2_promotion {t.get('l2_promotion')} is not one of {sorted(TMA_L2_PROMOTIONS)}")
-    if t.get("oob_fill", "zero") not in TMA_OOB_FILLS:
-        raise bad(f"oob_fill {t.get('oob_fill')!r} is not one of {sorted(TMA_OOB_FILLS)}")
-    if any(not 1 <= b <= TMA_MAX_BOX for b in t["box"]):
-        raise bad(f"box {t['box']} entries must be 1..{TMA_MAX_BOX}")
-    if any(not 1 <= e <= TMA_MAX_ELEM_STRIDE for e in t.get("elem_strides", [])):
-        raise bad(f"elem_strides {t['elem_strides']} entries must be 1..{TMA_MAX_ELEM_STRIDE}")
-    inner_bytes = t["box"][0] * DTYPE_BYTES[dtype]
-    if inner_bytes % TMA_ALIGN:
-        raise bad(f"inner box dim {t['box'][0]} x {DTYPE_BYTES[dtype]} B is not a multiple of 16 bytes")
-    swizzle = t.get("swizzle", 0)
-    if swizzle and inner_bytes > swizzle:
-        raise bad(f"inner box dim is {inner_bytes} bytes, wider than the {swizzle}B swizzle span")
-
-
 # --- binding arguments ----------------------------------------------------------------------------
 
 # Persistent kernels size their grid by the device's multiprocessor count (`NUM_SMS` in grid
@@ -475,59 +347,54 @@ def _check_tma_spec(t: dict, tensors: dict[str, dict], bad: Any) -> None:
 DEFAULT_NUM_SMS = NUM_SMS  # when the device does not say (tkir.target)
 
 
-def bind(launch: dict, args: tuple[Any, ...], num_sms: int = DEFAULT_NUM_SMS) -> Bound:
+def bind(launch: LaunchDescription, args: tuple[Any, ...], num_sms: int = DEFAULT_NUM_SMS) -> Bound:
     """Validate `args` against a checked launch description; the checks of Kernel.validate."""
-    kernel = launch["kernel"]
-    tensors, scalars = launch["tensors"], launch["scalars"]
-    names = [t["name"] for t in tensors] + [s["name"] for s in scalars]
-    if len(args) != len(names):
+    kernel = launch.kernel
+    tensors, scalars = launch.tensors, launch.scalars
+    if len(args) != len(tensors) + len(scalars):
+        names = [t.name for t in tensors] + [s.name for s in scalars]
         raise LaunchError(f"{kernel} takes {len(names)} arguments ({', '.join(names)}), got {len(args)}")
 
     arrays: dict[str, ArrayArg] = {}
     for spec, arg in zip(tensors, args, strict=False):
-        arr = describe_array(arg, f"{kernel}: argument '{spec['name']}'")
+        arr = describe_array(arg, f"{kernel}: argument '{spec.name}'")
         _check_dtype_and_rank(kernel, spec, arr)
-        arrays[spec["name"]] = arr
+        arrays[spec.name] = arr
     sizes = _bind_sizes(kernel, tensors, arrays)
-    for req in launch["requires"]:
-        _eval(kernel, req["expr"], sizes)  # a malformed expression is a LaunchError of its own
-        failure = requirement_failure(kernel, req, sizes)
-        if failure:
-            raise LaunchError(failure)
-    tma_tensors = {t["tensor"] for t in launch["tma"]}
-    aligned = {a["tensor"]: a for a in launch["aligned"]}
+    for req in launch.requires:  # a malformed expression is a LaunchError of its own
+        if _eval(kernel, req.expr, sizes) != req.equals:
+            raise LaunchError(requirement_failure(kernel, req.to_json(), sizes))
+    tma_tensors = {t.tensor for t in launch.tma}
+    aligned = {a.tensor: a for a in launch.aligned}
     for spec in tensors:
-        _check_memory(kernel, spec, arrays[spec["name"]], spec["name"] in tma_tensors, aligned.get(spec["name"]))
-    _check_readonly_overlap(kernel, launch.get("readonly", []), arrays)
+        _check_memory(kernel, spec, arrays[spec.name], spec.name in tma_tensors, aligned.get(spec.name))
+    _check_readonly_overlap(kernel, launch.readonly, arrays)
     device = _common_device(kernel, {name: arr.device_index for name, arr in arrays.items()})
-    user_scalars = {s["name"]: _check_scalar(kernel, s, arg)
-                    for s, arg in zip(scalars, args[len(tensors):], strict=True)}
+    user_scalars = {s.name: _check_scalar(kernel, s, arg) for s, arg in zip(scalars, args[len(tensors):], strict=True)}
 
-    grid = tuple(_eval(kernel, g, {"NUM_SMS": num_sms, **sizes}) for g in launch["grid"])
+    grid = tuple(_eval(kernel, g, {"NUM_SMS": num_sms, **sizes}) for g in launch.grid)
     for axis, (g, limit) in enumerate(zip(grid, MAX_GRID, strict=True)):
         if not 1 <= g <= limit:
-            raise LaunchError(f"{kernel}: grid dim {axis} = {launch['grid'][axis]} = {g} is outside "
+            raise LaunchError(f"{kernel}: grid dim {axis} = {launch.grid[axis]} = {g} is outside "
                               f"1..{limit} (sizes {sizes})")
-    tma = [_tma_args(kernel, t, arrays, sizes) for t in launch["tma"]]
+    tma = [_tma_args(kernel, t, arrays, sizes) for t in launch.tma]
     params: list[tuple[str, Any]] = []
-    for p in launch["params"]:
-        if p["kind"] == "tensor_map":
-            params.append(("tensor_map", tma[p["tma"]]))
-        elif p["kind"] == "pointer":
-            params.append(("pointer", arrays[p["tensor"]].ptr))
-        elif p["kind"] == "workspace":
-            dims = [num_sms if d == "NUM_SMS" else int(d) for d in p["dims"]]
-            params.append(("workspace", (p["name"], math.prod(dims) * DTYPE_BYTES[p["dtype"]])))
-        elif p["kind"] == "launch_count":
+    for p in launch.params:
+        if isinstance(p, TensorMapParam):
+            params.append(("tensor_map", tma[p.tma]))
+        elif isinstance(p, PointerParam):
+            params.append(("pointer", arrays[p.tensor].ptr))
+        elif isinstance(p, WorkspaceParam):
+            dims = [num_sms if d == "NUM_SMS" else int(d) for d in p.dims]
+            params.append(("workspace", (p.name, math.prod(dims) * DTYPE_BYTES[p.dtype])))
+        elif isinstance(p, LaunchCountParam):
             params.append(("launch_count", None))
-        elif "size" in p:
-            params.append((p["dtype"], _size_param(kernel, p, sizes)))
+        elif isinstance(p, SizeParam):
+            params.append((p.dtype, _size_param(kernel, p, sizes)))
         else:
-            params.append((p["dtype"], user_scalars[p["scalar"]]))
-    block = launch["block"]
+            params.append((p.dtype, user_scalars[p.scalar]))
     return Bound(sizes=sizes, tensors=arrays, scalars=user_scalars, grid=(grid[0], grid[1], grid[2]),
-                 block=(block[0], block[1], block[2]), dynamic_smem=int(launch["dynamic_smem"]), tma=tma,
-                 params=params, device=device)
+                 block=launch.block, dynamic_smem=launch.dynamic_smem, tma=tma, params=params, device=device)
 
 
 def _common_device(kernel: str, devices: dict[str, int | None]) -> int | None:
@@ -643,30 +510,30 @@ def _contiguous_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...
     return tuple(reversed(strides))
 
 
-def _check_dtype_and_rank(kernel: str, spec: dict, arr: ArrayArg) -> None:
-    what = f"{kernel}: argument '{spec['name']}'"
-    declared = f"gl<{spec['dtype']}>[{', '.join(str(d) for d in spec['dims'])}]"
-    if arr.dtype != spec["dtype"]:
-        raise LaunchError(f"{what} has dtype {arr.dtype}, expected {spec['dtype']} ({declared})")
-    if len(arr.shape) != len(spec["dims"]):
-        raise LaunchError(f"{what} has {len(arr.shape)} dims {list(arr.shape)}, expected {len(spec['dims'])} "
+def _check_dtype_and_rank(kernel: str, spec: TensorArg, arr: ArrayArg) -> None:
+    what = f"{kernel}: argument '{spec.name}'"
+    declared = f"gl<{spec.dtype}>[{', '.join(str(d) for d in spec.dims)}]"
+    if arr.dtype != spec.dtype:
+        raise LaunchError(f"{what} has dtype {arr.dtype}, expected {spec.dtype} ({declared})")
+    if len(arr.shape) != len(spec.dims):
+        raise LaunchError(f"{what} has {len(arr.shape)} dims {list(arr.shape)}, expected {len(spec.dims)} "
                           f"({declared})")
 
 
-def _bind_sizes(kernel: str, tensors: list[dict], arrays: dict[str, ArrayArg]) -> dict[str, int]:
+def _bind_sizes(kernel: str, tensors: tuple[TensorArg, ...], arrays: dict[str, ArrayArg]) -> dict[str, int]:
     sizes: dict[str, int] = {}
     where: dict[str, str] = {}
     later: list[tuple[str, int, str | int, int]] = []
     for spec in tensors:
-        for axis, (dim, got) in enumerate(zip(spec["dims"], arrays[spec["name"]].shape, strict=True)):
+        for axis, (dim, got) in enumerate(zip(spec.dims, arrays[spec.name].shape, strict=True)):
             if isinstance(dim, str) and dim.isidentifier():
                 if dim in sizes and sizes[dim] != got:
-                    raise LaunchError(f"{kernel}: argument '{spec['name']}' dim {axis} ({dim}) is {got}, but "
+                    raise LaunchError(f"{kernel}: argument '{spec.name}' dim {axis} ({dim}) is {got}, but "
                                       f"{where[dim]} gave {dim} = {sizes[dim]}")
                 sizes.setdefault(dim, got)
-                where.setdefault(dim, f"argument '{spec['name']}' dim {axis}")
+                where.setdefault(dim, f"argument '{spec.name}' dim {axis}")
             else:
-                later.append((spec["name"], axis, dim, got))
+                later.append((spec.name, axis, dim, got))
     for name, axis, dim, got in later:  # fixed dims and expressions like "D / 2", once all names are bound
         want = _eval(kernel, dim, sizes)
         if want != got:
@@ -674,8 +541,9 @@ def _bind_sizes(kernel: str, tensors: list[dict], arrays: dict[str, ArrayArg]) -
     return sizes
 
 
-def _check_memory(kernel: str, spec: dict, arr: ArrayArg, tma: bool, aligned: dict | None = None) -> None:
-    what = f"{kernel}: argument '{spec['name']}'"
+def _check_memory(kernel: str, spec: TensorArg, arr: ArrayArg, tma: bool,
+                  aligned: Alignment | None = None) -> None:
+    what = f"{kernel}: argument '{spec.name}'"
     if arr.on_device is False:
         raise LaunchError(f"{what} is in host memory; move it to the GPU first")
     itemsize = DTYPE_BYTES[arr.dtype]
@@ -685,9 +553,9 @@ def _check_memory(kernel: str, spec: dict, arr: ArrayArg, tma: bool, aligned: di
                           f"{list(want)}); pass a contiguous copy")
     if arr.ptr % itemsize:
         raise LaunchError(f"{what} address {arr.ptr:#x} is not aligned to its {itemsize}-byte elements")
-    if aligned is not None and not tma and arr.ptr % int(aligned["bytes"]):
-        raise LaunchError(f"{what} is {aligned.get('why', 'copied in 16-byte pieces')}, which needs a "
-                          f"{aligned['bytes']}-byte aligned address; {arr.ptr:#x} is not (a sliced view? pass a "
+    if aligned is not None and not tma and arr.ptr % aligned.bytes:
+        raise LaunchError(f"{what} is {aligned.why or 'copied in 16-byte pieces'}, which needs a "
+                          f"{aligned.bytes}-byte aligned address; {arr.ptr:#x} is not (a sliced view? pass a "
                           "fresh tensor)")
     if tma:
         if arr.ptr % TMA_ALIGN:
@@ -699,7 +567,7 @@ def _check_memory(kernel: str, spec: dict, arr: ArrayArg, tma: bool, aligned: di
                               f"bytes; byte strides are {list(arr.strides)} (pad the innermost dim)")
 
 
-def _check_readonly_overlap(kernel: str, readonly: list[str], arrays: dict[str, ArrayArg]) -> None:
+def _check_readonly_overlap(kernel: str, readonly: tuple[str, ...], arrays: dict[str, ArrayArg]) -> None:
     """A tensor the kernel reads through ld.global.nc (the launch's `readonly`, passes/readonly_loads.py)
     may not share a byte with any other tensor argument: the kernel may write that one while the
     non-coherent path still serves the old bytes, and ptxas has moved the reads above the writes (the
@@ -717,9 +585,9 @@ def _check_readonly_overlap(kernel: str, readonly: list[str], arrays: dict[str, 
                                   "for an in-place call")
 
 
-def _check_scalar(kernel: str, spec: dict, value: Any) -> int | float:
-    what = f"{kernel}: scalar '{spec['name']}'"
-    dtype = spec["dtype"]
+def _check_scalar(kernel: str, spec: ScalarArg, value: Any) -> int | float:
+    what = f"{kernel}: scalar '{spec.name}'"
+    dtype = spec.dtype
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise LaunchError(f"{what} must be a Python {'float' if dtype == 'f32' else 'int'}, "
                           f"not {type(value).__name__}")
@@ -733,12 +601,11 @@ def _check_scalar(kernel: str, spec: dict, value: Any) -> int | float:
     return int(value)
 
 
-def _size_param(kernel: str, p: dict, sizes: dict[str, int]) -> int:
-    value = _eval(kernel, p["size"], sizes)
-    lo, hi = {"i32": I32_RANGE, "u32": U32_RANGE, "i64": (-(2**63), 2**63 - 1)}.get(p["dtype"], (None, None))
+def _size_param(kernel: str, p: SizeParam, sizes: dict[str, int]) -> int:
+    value = _eval(kernel, p.size, sizes)
+    lo, hi = {"i32": I32_RANGE, "u32": U32_RANGE, "i64": (-(2**63), 2**63 - 1)}.get(p.dtype, (None, None))
     if lo is None or not lo <= value <= hi:
-        raise LaunchError(f"{kernel}: size {p['size']} = {value} does not fit the {p['dtype']} parameter "
-                          f"'{p['name']}'")
+        raise LaunchError(f"{kernel}: size {p.size} = {value} does not fit the {p.dtype} parameter '{p.name}'")
     return value
 
 
@@ -749,12 +616,12 @@ def _eval(kernel: str, expr: str | int, sizes: dict[str, int]) -> int:
         raise LaunchError(f"{kernel}: {e}") from None
 
 
-def _tma_args(kernel: str, t: dict, arrays: dict[str, ArrayArg], sizes: dict[str, int]) -> TmaArgs:
-    arr = arrays[t["tensor"]]
-    dtype = t.get("dtype", arr.dtype)
-    dims = [_eval(kernel, d, sizes) for d in t["dims"]]
-    strides = [_eval(kernel, s, sizes) for s in t["strides"]]
-    what = f"{kernel}: tensor map '{t['param']}' of argument '{t['tensor']}'"
+def _tma_args(kernel: str, t: TmaSpec, arrays: dict[str, ArrayArg], sizes: dict[str, int]) -> TmaArgs:
+    arr = arrays[t.tensor]
+    dtype = t.dtype
+    dims = [_eval(kernel, d, sizes) for d in t.dims]
+    strides = [_eval(kernel, s, sizes) for s in t.strides]
+    what = f"{kernel}: tensor map '{t.param}' of argument '{t.tensor}'"
     if any(not 1 <= d <= TMA_MAX_DIM for d in dims):
         raise LaunchError(f"{what}: dims {dims} must be 1..2^32 (sizes {sizes})")
     if any(s % TMA_ALIGN or not 0 < s < TMA_MAX_STRIDE for s in strides):
@@ -764,11 +631,9 @@ def _tma_args(kernel: str, t: dict, arrays: dict[str, ArrayArg], sizes: dict[str
     reach = itemsize * dims[0] + sum((d - 1) * s for d, s in zip(dims[1:], strides, strict=True))
     if reach > arr.nbytes:  # a descriptor wider than the tensor would read and write past its end
         raise LaunchError(f"{what}: the map spans {reach} bytes but the tensor holds {arr.nbytes}")
-    return TmaArgs(param=t["param"], tensor=t["tensor"], dtype=dtype, address=arr.ptr, dims=dims,
-                   strides=strides, box=list(t["box"]),
-                   elem_strides=list(t.get("elem_strides", [1] * len(dims))),
-                   swizzle=t.get("swizzle", 0), l2_promotion=t.get("l2_promotion", 128),
-                   oob_fill=t.get("oob_fill", "zero"))
+    return TmaArgs(param=t.param, tensor=t.tensor, dtype=dtype, address=arr.ptr, dims=dims, strides=strides,
+                   box=list(t.box), elem_strides=list(t.elem_strides), swizzle=t.swizzle,
+                   l2_promotion=t.l2_promotion, oob_fill=t.oob_fill)
 
 
 # --- launching ------------------------------------------------------------------------------------

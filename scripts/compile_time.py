@@ -75,7 +75,7 @@ def stages(path: str) -> dict[str, float]:
     t0 = time.perf_counter()
     import llvmlite.binding as llvm
 
-    from tkir.backend.launch import build_launch
+    from tkir.backend.launch import build_launch, kernel_params
     from tkir.backend.lower_llvm import lower_kernel as to_llvm
     from tkir.backend.ptx import _machine
     from tkir.backend.rules import load_rules
@@ -107,8 +107,9 @@ def stages(path: str) -> dict[str, float]:
     t = lap("passes (all)", t)
     for name, secs in pm.timings:
         out[f"  {name}"] = out.get(f"  {name}", 0.0) + secs
-    launch = build_launch(module, options.target)
-    ir, _ = to_llvm(module, launch, options.target)
+    params = kernel_params(module)
+    ir, smem = to_llvm(module, params, options.target)
+    build_launch(module, options.target, dynamic_smem=smem, params=params)  # as tkir.backend.lower does
     t = lap("LLVM IR build", t)
     mod = llvm.parse_assembly(ir)
     t = lap("llvm parse", t)

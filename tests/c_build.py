@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tkir.backend import toolchain
+from tkir.backend.launch import LaunchDescription
 
 COMPILE_TIMEOUT_S = 120
 RUN_TIMEOUT_S = 120
@@ -77,10 +78,10 @@ def libcuda() -> Path:
     pytest.fail("libcuda.so.1 is loaded but /proc/self/maps does not name its file")
 
 
-def size_names(launch: dict) -> list[str]:
+def size_names(launch: LaunchDescription) -> list[str]:
     """The named sizes of a launch description's tensors, in first-use order (the C entry points'
     size arguments)."""
     out: list[str] = []
-    for t in launch["tensors"]:
-        out += [d for d in t["dims"] if isinstance(d, str) and d.isidentifier() and d not in out]
+    for t in launch.tensors:
+        out += [d for d in t.dims if isinstance(d, str) and d.isidentifier() and d not in out]
     return out

@@ -15,6 +15,7 @@ import pytest
 
 import tkir
 import tkir.backend.lower as backend
+from tkir.backend.launch import LaunchDescription
 from tkir.cli import main
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -130,6 +131,9 @@ BAD_ENTRIES = {
     "ptx not a str": (_set("ptx", 5), True, "'ptx' has type int, expected str"),
     "launch not a dict": (_set("launch", ["gemm"]), True, "'launch' has type list, expected dict"),
     "launch without a grid": (lambda a: a["launch"].pop("grid"), True, "'launch' has no grid list"),
+    "launch that does not read": (lambda a: a["launch"].update(block=[4096, 1, 1]), True,
+                                  "'launch' does not read: launch description of 'softmax': block [4096, 1, 1] is not "
+                                  "1..1024 threads"),
     "llvm missing": (lambda a: a.pop("llvm"), True, "no llvm artifact"),
     "edited ptx": (_set("ptx", "// tampered\n"), False, "content hash mismatch"),
 }
@@ -153,7 +157,7 @@ def test_invalid_entry_warns_and_is_rebuilt(case: str, cache_dir: Path) -> None:
         k.lower()
     assert str(entry) in str(record[0].message)
     assert k.cached is False
-    assert isinstance(k.asm["ptx"], str) and isinstance(k.asm["launch"], dict)
+    assert isinstance(k.asm["ptx"], str) and isinstance(k.asm["launch"], LaunchDescription)
     assert k.asm["ptx"] == first.asm["ptx"] and k.asm["launch"] == first.asm["launch"]
 
     again = tkir.compile(SOFTMAX)

@@ -33,11 +33,11 @@ def test_gemm_ptxas_clean(gemm: tkir.CompiledKernel) -> None:
 
 def test_gemm_launch_description(gemm: tkir.CompiledKernel) -> None:
     launch = gemm.launch
-    assert [t["swizzle"] for t in launch["tma"]] == [128, 128, 128]  # A, B and C (staged epilogue)
+    assert [t.swizzle for t in launch.tma] == [128, 128, 128]  # A, B and C (staged epilogue)
     assert "UTMASTG" in gemm.asm["sass"]
-    assert launch["block"] == [384, 1, 1]
-    assert launch["dynamic_smem"] <= 232_448
-    assert "NUM_SMS" in launch["grid"][0]
+    assert launch.block == (384, 1, 1)
+    assert launch.dynamic_smem <= 232_448
+    assert "NUM_SMS" in launch.grid[0]
     plan = OccupancyPlan.of(gemm.module.kernel)
     assert plan is not None and plan.stages >= 3 and plan.role("consumer").warpgroups >= 2
 
@@ -151,10 +151,10 @@ def test_swizzle_none_uses_interleaved_operands(path: str, consts: dict) -> None
     """--swizzle=none: wgmma operands in the interleaved layout (16-byte panels), filled by
     unswizzled TMA boxes 16 bytes wide; descriptors carry layout code 0 (no swizzle)."""
     k = tkir.compile(path, swizzle="none", **consts)
-    for t in k.launch["tma"]:
-        assert t["swizzle"] == 0
-        if t["tensor"] in ("A", "B", "Q", "K", "V"):
-            assert t["box"][0] * 2 == 16, t
+    for t in k.launch.tma:
+        assert t.swizzle == 0
+        if t.tensor in ("A", "B", "Q", "K", "V"):
+            assert t.box[0] * 2 == 16, t
     sass = k.asm["sass"]
     assert "HGMMA" in sass and "UTMALDG" in sass and not local_memory_ops(sass)
     res = k.asm["ptxas"]
@@ -205,7 +205,7 @@ def test_sm80_gemm_producer_warps_sass(consts: dict) -> None:
     passes = ",".join("plan-occupancy{producer_warps=4}" if p == "plan-occupancy" else p for p in DEFAULT_PIPELINE)
     k = tkir.compile("examples/gemm.tk", target="sm_80", passes=passes, **consts)
     sass = k.asm["sass"]
-    assert k.launch["block"] == [384, 1, 1]
+    assert k.launch.block == (384, 1, 1)
     assert "HMMA.16816.F32.BF16" in sass and "LDGSTS" in sass and "LDSM" in sass
     assert "ARRIVES.LDGSTSBAR" in sass
     assert "USETMAXREG" not in sass and "HGMMA" not in sass

@@ -372,7 +372,7 @@ def test_sm80_mma_kernels_use_ldgsts_ldsm_hmma(name: str, consts: dict) -> None:
     assert not local_memory_ops(sass)
     producer = OccupancyPlan.of(k.module.kernel).role("producer")   # none by default (the rotated one-role loop)
     assert producer is None
-    assert k.launch["block"][0] == 32 * (k.module.kernel.attrs["warps"] + (producer.warps if producer else 0))
+    assert k.launch.block[0] == 32 * (k.module.kernel.attrs["warps"] + (producer.warps if producer else 0))
 
 
 # the one-role cp.async loop (a gemm's loop would otherwise get producer warps: plan-occupancy{producer_warps})
@@ -396,9 +396,9 @@ def test_sm80_gemm_counts(passes: str | None, ldsm: int) -> None:
     assert sass_count(sass, "HMMA") == 128
     assert sass_count(sass, "LDSM") == ldsm
     assert sass_count(sass, "LDGSTS") == 4 * 12
-    assert k.launch["block"] == [256, 1, 1]
+    assert k.launch.block == (256, 1, 1)
     # cp.async zero-fills every edge: a ragged M, N or K needs only 16-byte aligned rows
-    assert {r["expr"] for r in k.launch["requires"]} == {"(K * 2) % 16", "(N * 2) % 16"}
+    assert {r.expr for r in k.launch.requires} == {"(K * 2) % 16", "(N * 2) % 16"}
     assert k.asm["ptxas"].spill_stores == 0
 
 
@@ -428,7 +428,7 @@ def test_no_tma_on_sm90a_uses_cp_async_and_wgmma(name: str, consts: dict) -> Non
     # the copies are made visible to wgmma's async proxy before the barrier that releases the math
     fence = ptx.index("fence.proxy.async.shared::cta")
     assert ptx.index("cp.async.wait_group") < fence < ptx.index("wgmma.mma_async")
-    assert k.launch["tma"] == []
+    assert k.launch.tma == ()
 
 
 @pytest.mark.parametrize("name", ["softmax", "layernorm", "rotary"])

@@ -122,7 +122,7 @@ def test_persistent_blocks_reset_the_states(comp, tmp_path: Path) -> None:
     """The persistent grid (of the warp-specialized variant) gives a block several (batch, head) pairs in
     turn (NUM_SMS = 2 here: three each): the states must start from zero for every pair."""
     k = tkir.compile(_warp_specialized_based(tmp_path))
-    assert "NUM_SMS" in k.launch["grid"][0]
+    assert "NUM_SMS" in k.launch.grid[0]
     for r in check_interpreted(k.module, comp, dict(B=2, H=3, N=200), {}, seed=2, num_sms=2):
         assert r.ok, str(r)
 

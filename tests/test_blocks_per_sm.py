@@ -258,10 +258,10 @@ def test_ptxas_fits_layernorm_in_64_registers_at_four_blocks() -> None:
 def test_backend_refuses_more_than_one_block_for_roles() -> None:
     """IR past plan-occupancy's check (edited by hand): a warp-specialized kernel asking for 2."""
     k = tkir.compile(GEMM)
-    launch = k.launch
+    params = k.launch.params
     k.module.kernel.attrs[MIN_BLOCKS_ATTR] = 2
     with pytest.raises(LoweringError, match="min_blocks_per_sm = 2 on a warp-specialized kernel"):
-        lower_kernel(k.module, launch, "sm_90a")
+        lower_kernel(k.module, params, "sm_90a")
 
 
 # --- the interpreter and the tuner -----------------------------------------------------------------

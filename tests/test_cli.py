@@ -236,17 +236,29 @@ def test_bad_pass_parameter_is_a_located_error(capsys, entry: str, message: str)
         assert "known passes:" in err or "never closed" in err
 
 
-def test_deprecated_group_m_and_pass_option_still_work(capsys) -> None:
-    """--group-m G and --pass-option KEY=VALUE warn and print the --passes spelling of the same pipeline."""
+def test_removed_group_m_and_pass_option_say_what_to_write(capsys) -> None:
+    """--group-m G and --pass-option KEY=VALUE were removed in tkir 0.2: a usage error (status 2) that
+    spells the --passes of the pipeline they asked for, which compiles to what they did."""
     from tkir.cli import main
 
-    assert main(["compile", "examples/gemm.tk", "--group-m", "4", "--pass-option", "epilogue_chunk=128"]) == 0
+    assert main(["compile", "examples/gemm.tk", "--group-m", "4", "--pass-option", "epilogue_chunk=128"]) == 2
     cap = capsys.readouterr()
-    assert "tile_order = {group = 4}" in cap.out and "chunk_cols = 128" in cap.out
-    assert "warning: --group-m and --pass-option are deprecated" in cap.err
-    assert "persistent{group_m=4}" in cap.err and "create-tma{epilogue_chunk=128}" in cap.err
-    assert main(["compile", "examples/gemm.tk", "--pass-option", "stream_k_max_tail=7", "--pass-option", "nope=1"]) == 1
-    assert "unknown pass option 'nope'" in capsys.readouterr().err
+    assert cap.out == "" and cap.err.startswith("tkc compile: error: --group-m and --pass-option were removed in "
+                                                "tkir 0.2: write --passes='")
+    spelled = cap.err.split("--passes='")[1].split("'")[0]
+    assert "persistent{group_m=4}" in spelled and "create-tma{epilogue_chunk=128}" in spelled
+    assert main(["compile", "examples/gemm.tk", f"--passes={spelled}"]) == 0
+    out = capsys.readouterr().out
+    assert "tile_order = {group = 4}" in out and "chunk_cols = 128" in out
+    assert main(["compile", "examples/gemm.tk", "--pass-option", "stream_k_max_tail=7", "--pass-option", "nope=1"]) == 2
+    err = capsys.readouterr().err
+    assert "--pass-option was removed in tkir 0.2: write the pass's parameter in --passes" in err
+    assert main(["opt", "-", "--group-m", "2"]) == 2  # every command with pass flags, before reading anything
+    assert "tkc opt: error: --group-m was removed in tkir 0.2" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["compile", "--help"])
+    shown = capsys.readouterr().out
+    assert "--passes" in shown and "--group-m" not in shown and "--pass-option" not in shown
 
 
 def test_passes_command_lists_parameters(capsys) -> None:

@@ -66,18 +66,18 @@ def test_a_column_reduction_is_refused(tmp_path: Path) -> None:
 
 def test_plan_and_launch_are_per_cta(tmp_path: Path) -> None:
     k = _compile_text(tmp_path, ROW)
-    launch = k.asm["launch"]
-    assert launch["block"] == [128, 1, 1] and launch["cluster"] == [2, 1, 1]
-    assert launch["grid"][0] == "2 * (cdiv(N, 1))"
+    launch = k.launch
+    assert launch.block == (128, 1, 1) and launch.cluster == (2, 1, 1)
+    assert launch.grid[0] == "2 * (cdiv(N, 1))"
     assert "threads = 128" in k.ir and "cluster = 2" in k.ir
     one = _compile_text(tmp_path, ROW, CL=1)
-    assert one.asm["launch"]["block"] == [256, 1, 1] and "cluster" not in one.asm["launch"]
+    assert one.launch.block == (256, 1, 1) and one.launch.cluster is None and "cluster" not in one.launch.to_json()
     assert ".reqnctapercluster" not in one.asm["ptx"] and ".reqnctapercluster 2, 1, 1" in k.asm["ptx"]
 
 
 def test_sm80_runs_the_block_as_one_cta(tmp_path: Path) -> None:
     k = _compile_text(tmp_path, ROW, target="sm_80")
-    assert k.asm["launch"]["block"] == [256, 1, 1] and "cluster" not in k.asm["launch"]
+    assert k.launch.block == (256, 1, 1) and k.launch.cluster is None
     assert "cluster_skipped" in k.ir and "cluster" not in k.asm["ptx"]
 
 

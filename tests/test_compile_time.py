@@ -70,11 +70,11 @@ def _best(f, runs: int) -> float:  # noqa: ANN001
 
 def _front_to_llvm(path: str, target: str = "sm_90a", **consts: int) -> tuple[Module, str]:
     """The front end, the default pipeline (verifier and IR snapshots after every pass) and the LLVM IR."""
-    from tkir.backend.launch import build_launch
+    from tkir.backend.launch import kernel_params
     from tkir.backend.lower_llvm import lower_kernel
 
     k = tkir.compile(path, target=target, **consts)
-    ir, _ = lower_kernel(k.module, build_launch(k.module, k.options.target), k.options.target)
+    ir, _ = lower_kernel(k.module, kernel_params(k.module), k.options.target)
     return k.module, ir
 
 

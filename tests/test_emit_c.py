@@ -24,6 +24,7 @@ from tkir import symexpr
 from tkir.backend import runtime
 from tkir.backend.c_expr import DIV_ZERO, OVERFLOW, helpers_c, to_c
 from tkir.backend.emit_c import CSources, c_name, emit_c
+from tkir.backend.launch import LaunchDescription, read_launch
 from tkir.backend.runtime import LaunchError
 from tkir.cli import main
 from tkir.types import DTYPE_BYTES
@@ -185,7 +186,7 @@ EXPRS_LAUNCH: dict[str, Any] = {
 }
 
 
-def _example_launch(name: str, **kw: Any) -> tuple[str, dict]:
+def _example_launch(name: str, **kw: Any) -> tuple[str, LaunchDescription]:
     k = tkir.compile(str(EXAMPLES / f"{name}.tk"), **kw)
     return k.asm["ptx"], k.launch
 
@@ -247,7 +248,7 @@ KERNELS: dict[str, Any] = {
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, dict, str]]:
+def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, LaunchDescription, str]]:
     """Each kernel's C, linked with the stub driver and a harness main: name -> (binary, launch, ptx)."""
     root = tmp_path_factory.mktemp("emit_c")
     inc = str(cuda_include())
@@ -260,17 +261,17 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, dic
         folder.mkdir()
         (folder / f"{name}.c").write_text(src.c)
         (folder / f"{name}.h").write_text(src.h)
-        (folder / "main.c").write_text(_harness(src, runtime.check_launch(launch)))
+        (folder / "main.c").write_text(_harness(src, read_launch(launch)))
         run_cc(["-std=c11", "-Wall", "-Wextra", "-Werror", "-pedantic", "-isystem", inc, *ubsan, "main.c",
                 f"{name}.c", str(STUB), "-o", "run"], folder)
-        out[name] = (folder / "run", runtime.check_launch(launch), ptx)
+        out[name] = (folder / "run", read_launch(launch), ptx)
     return out
 
 
-def _harness(src: CSources, launch: dict) -> str:
+def _harness(src: CSources, launch: LaunchDescription) -> str:
     """main(argv = tensor pointers, scalars, sizes): check, launch twice on STREAM, unload; JSON lines."""
     p = src.prefix
-    tensors, scalars = launch["tensors"], launch["scalars"]
+    tensors, scalars = launch.tensors, launch.scalars
     sizes = size_names(launch)
     ctypes = {"i32": "int32_t", "u32": "uint32_t", "i64": "int64_t", "f32": "float"}
     parse = {"i32": "strtoll", "u32": "strtoull", "i64": "strtoll"}
@@ -279,13 +280,13 @@ def _harness(src: CSources, launch: dict) -> str:
         decl.append(f"    CUdeviceptr t{i};")
         read.append(f"    t{i} = (CUdeviceptr)strtoull(argv[a++], NULL, 0);")
     for i, s in enumerate(scalars):
-        decl.append(f"    {ctypes[s['dtype']]} s{i};")
-        fn = "(float)strtod(argv[a++], NULL)" if s["dtype"] == "f32" else f"{parse[s['dtype']]}(argv[a++], NULL, 0)"
-        read.append(f"    s{i} = ({ctypes[s['dtype']]}){fn};")
+        decl.append(f"    {ctypes[s.dtype]} s{i};")
+        fn = "(float)strtod(argv[a++], NULL)" if s.dtype == "f32" else f"{parse[s.dtype]}(argv[a++], NULL, 0)"
+        read.append(f"    s{i} = ({ctypes[s.dtype]}){fn};")
     for i, _ in enumerate(sizes):
         decl.append(f"    int64_t z{i};")
         read.append(f"    z{i} = strtoll(argv[a++], NULL, 0);")
-    kinds = "".join(PARAM_LETTERS.get(q["kind"]) or SCALAR_LETTERS[q["dtype"]] for q in launch["params"])
+    kinds = "".join(PARAM_LETTERS.get(q.kind) or SCALAR_LETTERS[q.dtype] for q in launch.params)
     t = [f"t{i}" for i in range(len(tensors))]
     s = [f"s{i}" for i in range(len(scalars))]
     z = [f"z{i}" for i in range(len(sizes))]
@@ -345,7 +346,7 @@ def _cases() -> list[tuple[str, str]]:
 def test_c_launch_makes_the_runtimes_calls(kernel: str, case: str, built: dict, tmp_path: Path) -> None:
     binary, launch, ptx = built[kernel]
     _, sizes, offsets, scalars, sms, refusal = next(c for c in KERNELS[kernel][1] if c[0] == case)
-    ptrs = [BASE + i * 2**32 + offsets.get(i, 0) for i in range(len(launch["tensors"]))]
+    ptrs = [BASE + i * 2**32 + offsets.get(i, 0) for i in range(len(launch.tensors))]
     argv = [str(v) for v in ptrs] + [repr(v) for v in scalars] + [str(sizes[n]) for n in size_names(launch)]
     ptx_out = tmp_path / "loaded.ptx"
     proc = subprocess.run([str(binary), *argv], capture_output=True, text=True, timeout=RUN_TIMEOUT_S,
@@ -354,27 +355,27 @@ def test_c_launch_makes_the_runtimes_calls(kernel: str, case: str, built: dict, 
     calls = [json.loads(line) for line in proc.stdout.splitlines()]
     by = lambda name: [c for c in calls if c["call"] == name]  # noqa: E731
 
-    arrays = [FakeCAI(tuple(symexpr.evaluate(d, sizes) for d in t["dims"]), TYPESTRS[t["dtype"]], ptr=ptr)
-              for t, ptr in zip(launch["tensors"], ptrs, strict=True)]
+    arrays = [FakeCAI(tuple(symexpr.evaluate(d, sizes) for d in t.dims), TYPESTRS[t.dtype], ptr=ptr)
+              for t, ptr in zip(launch.tensors, ptrs, strict=True)]
     try:
         bound = runtime.bind(launch, (*arrays, *scalars), sms)
     except LaunchError as e:
         bound, python_error = None, str(e)
 
     assert len(by("cuModuleLoadData")) == 1 and ptx_out.read_text() == ptx  # loaded once, the PTX exactly
-    assert by("cuModuleGetFunction") == [{"call": "cuModuleGetFunction", "module_ok": 1, "name": launch["kernel"]}]
+    assert by("cuModuleGetFunction") == [{"call": "cuModuleGetFunction", "module_ok": 1, "name": launch.kernel}]
     assert by("unload") == [{"call": "unload", "result": 0}] and len(by("cuModuleUnload")) == 1
     smem_attr = by("cuFuncSetAttribute")
-    if launch["dynamic_smem"] > runtime.STATIC_SMEM_LIMIT:
+    if launch.dynamic_smem > runtime.STATIC_SMEM_LIMIT:
         assert smem_attr == [{"call": "cuFuncSetAttribute", "function_ok": 1, "attrib": 8,  # MAX_DYNAMIC_SHARED_SIZE_BYTES
-                              "value": launch["dynamic_smem"]}]
+                              "value": launch.dynamic_smem}]
     else:
         assert smem_attr == []
 
     why = by("check")[0]["why"]
     if refusal is not None:
         assert bound is None, f"the runtime accepts {sizes}, the test expects a refusal"
-        assert why is not None and why.startswith(f"{launch['kernel']}: ")
+        assert why is not None and why.startswith(f"{launch.kernel}: ")
         assert refusal in why and refusal in python_error, (why, python_error)
         assert [c["result"] for c in by("launch")] == [CUDA_ERROR_INVALID_VALUE] * 2
         assert not by("cuLaunchKernel") and not by("cuTensorMapEncodeTiled")
@@ -411,7 +412,7 @@ def test_c_launch_makes_the_runtimes_calls(kernel: str, case: str, built: dict, 
             else:
                 assert [c_kind, c_value] == [kind, value]
     assert len(by("cuLaunchKernel")) == 2
-    assert len(encodes) == 2 * len(launch["tma"])
+    assert len(encodes) == 2 * len(launch.tma)
     if workspaces:  # zeroed once at load, freed at unload
         assert [c["ptr"] for c in by("cuMemsetD8")] == workspaces and len(by("cuCtxSynchronize")) == 1
         assert [c["ptr"] for c in by("cuMemFree")] == workspaces
@@ -457,16 +458,16 @@ def test_gpu_test_program_runs_on_the_stub(name: str, sizes: dict[str, int], tmp
     run_cc(["-std=c11", "-Wall", "-Wextra", "-Werror", "-isystem", str(cuda_include()), *ubsan_flags(tmp_path),
             "main.c", f"{name}.c", str(STUB), "-o", "prog"], tmp_path)
     rng = np.random.default_rng(0)
-    for t in k.launch["tensors"]:
-        shape = [symexpr.evaluate(d, sizes) for d in t["dims"]]
-        (tmp_path / f"{t['name']}.in").write_bytes(rng.integers(0, 256, DTYPE_BYTES[t["dtype"]] * math.prod(shape),
-                                                                dtype=np.uint8).tobytes())
+    for t in k.launch.tensors:
+        shape = [symexpr.evaluate(d, sizes) for d in t.dims]
+        (tmp_path / f"{t.name}.in").write_bytes(rng.integers(0, 256, DTYPE_BYTES[t.dtype] * math.prod(shape),
+                                                             dtype=np.uint8).tobytes())
     proc = _run(tmp_path / "prog", tmp_path, k.launch, sizes)
     assert proc.returncode == 0 and proc.stdout.splitlines()[-1] == "OK", proc.stdout + proc.stderr
     launched = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith('{"call": "cuLaunchKernel"')]
     assert len(launched) == 1 and launched[0]["stream"] == 0x5E  # the program's non-blocking stream
-    for t in k.launch["tensors"]:
-        assert (tmp_path / f"{t['name']}.out").read_bytes() == (tmp_path / f"{t['name']}.in").read_bytes()
+    for t in k.launch.tensors:
+        assert (tmp_path / f"{t.name}.out").read_bytes() == (tmp_path / f"{t.name}.in").read_bytes()
 
     if name == REFUSED[0]:
         proc = _run(tmp_path / "prog", tmp_path, k.launch, REFUSED[1])

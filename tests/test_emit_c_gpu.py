@@ -25,6 +25,7 @@ from c_build import RUN_TIMEOUT_S, cuda_include, libcuda, run_cc, size_names  # 
 
 import tkir
 from tkir import symexpr
+from tkir.backend.launch import LaunchDescription
 from tkir.tools.examples import load_companion
 from tkir.types import DTYPE_BYTES
 
@@ -42,11 +43,11 @@ EXIT_REFUSED = 3
 CUDA_ERROR_INVALID_VALUE = 1
 
 
-def _main_c(name: str, header: str, launch: dict) -> str:
+def _main_c(name: str, header: str, launch: LaunchDescription) -> str:
     """main(DIR, sizes..., bytes of each tensor...): DIR/<tensor>.in -> GPU -> launch -> DIR/<tensor>.out."""
     p = f"tkir_{name}"
-    tensors = [t["name"] for t in launch["tensors"]]
-    assert not launch["scalars"], "this harness passes no scalars"
+    tensors = [t.name for t in launch.tensors]
+    assert not launch.scalars, "this harness passes no scalars"
     sizes = size_names(launch)
     n = len(tensors)
     zeros = ", ".join(["0"] * n + [f"z[{i}]" for i in range(len(sizes))])
@@ -162,9 +163,9 @@ def _build(name: str, folder: Path) -> tuple[Path, tkir.api.CompiledKernel]:
     return folder / "prog", k
 
 
-def _run(prog: Path, folder: Path, launch: dict, sizes: dict[str, int]) -> subprocess.CompletedProcess[str]:
-    nbytes = [DTYPE_BYTES[t["dtype"]] * int(np.prod([symexpr.evaluate(d, sizes) for d in t["dims"]]))
-              for t in launch["tensors"]]
+def _run(prog: Path, folder: Path, launch: LaunchDescription, sizes: dict[str, int]) -> subprocess.CompletedProcess[str]:
+    nbytes = [DTYPE_BYTES[t.dtype] * int(np.prod([symexpr.evaluate(d, sizes) for d in t.dims]))
+              for t in launch.tensors]
     argv = [str(folder)] + [str(sizes[s]) for s in size_names(launch)] + [str(b) for b in nbytes]
     return subprocess.run([str(prog), *argv], capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
 
@@ -175,23 +176,23 @@ def test_emit_c_program_matches_the_interpreter(name: str, sizes: dict[str, int]
     prog, k = _build(name, tmp_path)
     companion = load_companion(str(EXAMPLES / f"{name}.tk"))
     inputs = companion.make_inputs(np.random.default_rng(SEED), sizes, {})
-    for spec, arr in zip(k.launch["tensors"], inputs, strict=True):
-        (tmp_path / f"{spec['name']}.in").write_bytes(np.ascontiguousarray(arr).tobytes())
+    for spec, arr in zip(k.launch.tensors, inputs, strict=True):
+        (tmp_path / f"{spec.name}.in").write_bytes(np.ascontiguousarray(arr).tobytes())
 
     proc = _run(prog, tmp_path, k.launch, sizes)
     assert proc.returncode == 0 and proc.stdout.strip() == "OK", proc.stdout + proc.stderr
 
     expected = [a.copy() for a in inputs]
     tkir.interpret(k, *expected)
-    for spec, arr, want in zip(k.launch["tensors"], inputs, expected, strict=True):
-        got = np.frombuffer((tmp_path / f"{spec['name']}.out").read_bytes(), dtype=arr.dtype).reshape(arr.shape)
-        if spec["name"] not in companion.OUTPUTS:
-            assert np.array_equal(got.view(np.uint8), arr.view(np.uint8)), f"input {spec['name']} changed"
+    for spec, arr, want in zip(k.launch.tensors, inputs, expected, strict=True):
+        got = np.frombuffer((tmp_path / f"{spec.name}.out").read_bytes(), dtype=arr.dtype).reshape(arr.shape)
+        if spec.name not in companion.OUTPUTS:
+            assert np.array_equal(got.view(np.uint8), arr.view(np.uint8)), f"input {spec.name} changed"
             continue
         got64, want64 = got.astype(np.float64), want.astype(np.float64)
-        assert np.isfinite(got64).all(), f"{name} {sizes}: {spec['name']} has unwritten (NaN) elements"
+        assert np.isfinite(got64).all(), f"{name} {sizes}: {spec.name} has unwritten (NaN) elements"
         rel = np.linalg.norm(got64 - want64) / np.linalg.norm(want64)
-        assert rel < REL_ERR, f"{name} {sizes}: {spec['name']} rel err {rel:.3e} against the interpreter"
+        assert rel < REL_ERR, f"{name} {sizes}: {spec.name} rel err {rel:.3e} against the interpreter"
 
 
 @pytest.mark.gpu

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tkir
-from tkir.backend.launch import build_launch
+from tkir.backend.launch import kernel_params
 from tkir.backend.lower_llvm import lower_kernel
 from tkir.diagnostics import CompileError
 from tkir.facts import FactError, OccupancyPlan, RegisterBudget, RolePlan, SharedBreakdown
@@ -156,7 +156,7 @@ def test_malformed_layout_in_ir_is_located_by_the_backend(tmp_path: Path) -> Non
     f.write_text(text)
     module = parse_module(text, str(f))
     with pytest.raises(CompileError) as e:
-        lower_kernel(module, build_launch(module, "sm_90a"), "sm_90a")
+        lower_kernel(module, kernel_params(module), "sm_90a")
     err = e.value
     assert err.loc is not None and err.loc.file == str(f)
     assert "malformed layout {kind = wgmma_acc, warps = 2}: wgmma_acc takes 'wg'" in err.message

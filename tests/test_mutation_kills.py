@@ -44,6 +44,7 @@ from test_wgmma_desc import canonical_k_major, canonical_mn_major
 import tkir
 import tkir.layout
 from tkir.backend.fragments import gather_plan, numeric_slots
+from tkir.backend.launch import LaunchDescription
 from tkir.backend.rules_registers import outer_product
 from tkir.backend.values import Frag
 from tkir.facts import OccupancyPlan
@@ -74,23 +75,23 @@ def _plan_warpgroups(k: tkir.CompiledKernel) -> tuple[int, int]:
     return (producer.warpgroups if producer and producer.warpgroups else 0), role.warpgroups
 
 
-def _tma_writes(fn: LLVMText, launch: dict) -> dict[int, tuple]:
+def _tma_writes(fn: LLVMText, launch: LaunchDescription) -> dict[int, tuple]:
     """Shared byte address -> (tensor, coordinates innermost first) of every element the kernel's TMA
     loads write in iteration 0 (the box, densely, then the swizzle of the tensor map on the address)."""
-    descs = {d["param"]: d for d in launch["tma"]}
+    descs = {d.param: d for d in launch.tma}
     out: dict[int, tuple] = {}
     for call in fn.calls:
         if not call.asm.startswith("cp.async.bulk.tensor.") or ".shared::cluster.global" not in call.asm:
             continue
         d = descs[call.args[1][1].lstrip("%")]
         dst = fn.value(call.args[0][1], 0)
-        coords = [fn.value(v, 0) for _, v in call.args[3:3 + d["rank"]]]
-        eb = DTYPE_BYTES[d["dtype"]]
-        b0, b1 = d["box"][0], (d["box"][1] if d["rank"] > 1 else 1)
+        coords = [fn.value(v, 0) for _, v in call.args[3:3 + d.rank]]
+        eb = DTYPE_BYTES[d.dtype]
+        b0, b1 = d.box[0], (d.box[1] if d.rank > 1 else 1)
         r, c = np.meshgrid(np.arange(b1), np.arange(b0), indexing="ij")
-        addr = ref_swizzle(dst + (r * b0 + c) * eb, d["swizzle"])
+        addr = ref_swizzle(dst + (r * b0 + c) * eb, d.swizzle)
         for a, rr, cc in zip(addr.flat, r.flat, c.flat, strict=True):
-            elem = (d["tensor"], coords[0] + int(cc), *([coords[1] + int(rr)] if d["rank"] > 1 else []),
+            elem = (d.tensor, coords[0] + int(cc), *([coords[1] + int(rr)] if d.rank > 1 else []),
                     *coords[2:])
             assert out.setdefault(int(a), elem) == elem, f"two TMA elements written at shared byte {a}"
     return out
@@ -99,12 +100,12 @@ def _tma_writes(fn: LLVMText, launch: dict) -> dict[int, tuple]:
 CP_ASYNC_BYTES = 16  # cp.async.cg copies 16 bytes (PTX ISA §9.7.9.25)
 
 
-def _cp_async_writes(fn: LLVMText, launch: dict) -> dict[int, tuple]:
+def _cp_async_writes(fn: LLVMText, launch: LaunchDescription) -> dict[int, tuple]:
     """Shared byte address -> (tensor, col, row) of every element the block's threads copy with
     `cp.async.cg.shared.global` in iteration 0, evaluated thread by thread (size parameters are 4096, so
     every copy is in bounds and whole)."""
-    tensors = {t["name"]: t for t in launch["tensors"]}
-    threads = launch["block"][0]
+    tensors = {t.name: t for t in launch.tensors}
+    threads = launch.block[0]
     out: dict[int, tuple] = {}
     for call in fn.calls:
         if "cp.async.cg.shared.global" not in call.asm:
@@ -114,8 +115,8 @@ def _cp_async_writes(fn: LLVMText, launch: dict) -> dict[int, tuple]:
             dst = fn.value(call.args[0][1], tid)
             name, off = fn.pointer(call.args[1][1], tid)
             t = tensors[name]
-            eb = DTYPE_BYTES[t["dtype"]]
-            inner = t["dims"][-1] if isinstance(t["dims"][-1], int) else fn.params  # row-major
+            eb = DTYPE_BYTES[t.dtype]
+            inner = t.dims[-1] if isinstance(t.dims[-1], int) else fn.params  # row-major
             for e in range(CP_ASYNC_BYTES // eb):
                 row, col = divmod(off // eb + e, inner)
                 elem = (name, col, row)
@@ -671,7 +672,7 @@ def check_mbarrier_pipeline(k: tkir.CompiledKernel, releases: bool = True) -> No
     S = plan.stages
     consumer_warps = 4 * plan.role("consumer").warpgroups
     arrays = _barrier_arrays(fn, k)
-    descs = {d["param"]: d for d in k.launch["tma"]}
+    descs = {d.param: d for d in k.launch.tma}
     # `once_empty` (persistent kernels: the consumers release a one-shot buffer per tile) counts warps too
     expected_count = {n: (consumer_warps if n.startswith(("empty", "once_empty")) else 1) for n in arrays}
     for call in fn.calls:
@@ -691,7 +692,7 @@ def check_mbarrier_pipeline(k: tkir.CompiledKernel, releases: bool = True) -> No
             elif call.asm.startswith("cp.async.bulk.tensor.") and ".shared::cluster.global" in call.asm:
                 d = descs[call.args[1][1].lstrip("%")]
                 bar = _which(arrays, fn.value(call.args[2][1], 0, over))
-                delivered[bar] = delivered.get(bar, 0) + int(np.prod(d["box"])) * DTYPE_BYTES[d["dtype"]]
+                delivered[bar] = delivered.get(bar, 0) + int(np.prod(d.box)) * DTYPE_BYTES[d.dtype]
             elif "mbarrier.try_wait.parity" in call.asm:
                 name, s = _which(arrays, fn.value(call.args[0][1], 0, over))
                 parity = fn.value(call.args[1][1], 0, over)
@@ -797,7 +798,7 @@ def test_setmaxnreg_moves_registers_within_the_block(name: str, src_dir: Path) -
 
     src, consts, opts = WGMMA_KERNELS[name]
     k = compile_kernel(src, consts, opts, src_dir)
-    threads = k.launch["block"][0]
+    threads = k.launch.block[0]
     cap = REGS_PER_SM // threads // 8 * 8
     calls = re.findall(r"call void @llvm\.nvvm\.setmaxnreg\.(inc|dec)\.sync\.aligned\.u32\(i32 (\d+)\)", k.asm["llvm"])
     plan = OccupancyPlan.of(k.module.kernel)
@@ -1087,7 +1088,7 @@ def check_staged_epilogue(k: tkir.CompiledKernel, thread_step: int = 7) -> int:
     store = next(op for op in k.module.kernel.walk() if op.name == "tk.store_staged")
     t = store.operands[1].type
     table = tkir.layout.fragment(layout_of(t), "f32", t.shape)
-    descs = {d["param"]: d for d in k.launch["tma"]}
+    descs = {d.param: d for d in k.launch.tma}
     followed = 0
     for w in range(nwg):
         lead = WARPGROUP * (first + w)
@@ -1106,10 +1107,10 @@ def check_staged_epilogue(k: tkir.CompiledKernel, thread_step: int = 7) -> int:
                 d = descs[call.args[0][1].lstrip("%")]
                 src = fn.value(call.args[1][1], lead)
                 x, y = (fn.value(v, lead) for _, v in call.args[2:4])
-                b0, b1 = d["box"][0], d["box"][1]
+                b0, b1 = d.box[0], d.box[1]
                 for br in range(b1):
                     for bc in range(b0):
-                        a = ref_swizzle(src + (br * b0 + bc) * 2, d["swizzle"])
+                        a = ref_swizzle(src + (br * b0 + bc) * 2, d.swizzle)
                         if a in pending:
                             assert pending.pop(a) == (y + br, x + bc), (
                                 f"warpgroup {w}: the stage byte {a} holds element {pending.get(a)}, stored to "

@@ -10,6 +10,7 @@ import pytest
 
 import tkir
 from tkir.backend import c_expr, runtime, toolchain
+from tkir.backend.launch import LaunchDescription, ScalarArg
 from tkir.backend.runtime import LaunchError
 from tkir.symexpr import SymExprError
 
@@ -20,7 +21,7 @@ RANGES = {"i32": (-(2**31), 2**31 - 1), "u32": (0, 2**32 - 1), "i64": (-(2**63),
 @pytest.mark.parametrize("dtype", list(RANGES))
 def test_scalar_arguments_accept_exactly_their_type_range(dtype: str) -> None:
     lo, hi = RANGES[dtype]
-    spec = {"name": "x", "dtype": dtype}
+    spec = ScalarArg("x", dtype)
     assert runtime._check_scalar("k", spec, lo) == lo
     assert runtime._check_scalar("k", spec, hi) == hi
     for bad in (lo - 1, hi + 1):
@@ -40,16 +41,17 @@ kernel v(W: gl<bf16>[N], Y: gl<bf16>[N]) grid(cdiv(N, 256)) {
 
 def test_a_rank_1_tensor_map_is_a_valid_launch(tmp_path: Path) -> None:
     """cuTensorMapEncodeTiled takes ranks 1..5 (HOPPER.md §4.1): a shared vector filled by TMA has a
-    rank-1 map, and the runtime's launch check accepts it (rank 0 and 6 it refuses)."""
+    rank-1 map, and the launch description's check (backend/launch.py) accepts it (rank 0 and 6 it refuses)."""
     path = tmp_path / "v.tk"
     path.write_text(VECTOR_TMA, encoding="utf-8")
     launch = tkir.compile(str(path)).launch
-    assert [t["rank"] for t in launch["tma"]] == [1]
-    runtime.check_launch(launch)
+    assert [t.rank for t in launch.tma] == [1]
+    launch.validate()
+    data = launch.to_json()
     for rank in (0, 6):
-        bad = dict(launch, tma=[dict(launch["tma"][0], rank=rank)])
+        bad = dict(data, tma=[dict(data["tma"][0], rank=rank)])
         with pytest.raises(LaunchError, match="rank"):
-            runtime.check_launch(bad)
+            LaunchDescription.from_json(bad)
 
 
 def test_cuda_folders_sort_the_default_link_first() -> None:

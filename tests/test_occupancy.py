@@ -99,7 +99,7 @@ def test_sm80_block_is_32_threads_per_layout_warp(example: str, warps: int) -> N
     assert occ is not None and occ.threads == 32 * warps
     compute = occ.role("compute")
     assert compute is not None and compute.warps == warps
-    assert build_launch(module, "sm_80")["block"] == [32 * warps, 1, 1]
+    assert build_launch(module, "sm_80").block == (32 * warps, 1, 1)
 
 
 @pytest.mark.parametrize("infer", ["infer-layouts", "infer-layouts{mma_warps_n=1}"], ids=["grid", "one-d"])

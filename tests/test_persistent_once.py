@@ -36,7 +36,7 @@ def _compile():
 
 def test_linear_grid_attention_is_persistent_and_correct(comp) -> None:
     k = _compile()
-    assert "NUM_SMS" in k.launch["grid"][0]
+    assert "NUM_SMS" in k.launch.grid[0]
     assert "once_empty" in k.ir
     for r in check_interpreted(k.module, comp, SIZES, CONSTS, seed=1, num_sms=2):
         assert r.ok, str(r)

@@ -30,7 +30,7 @@ def kernel():
 def test_causal_attention_is_made_persistent_with_the_rotated_order(kernel) -> None:
     assert kernel.module.kernel.attrs["tile_order"] == {"rotated": 1}
     assert "persistent_skipped" not in kernel.module.kernel.attrs
-    assert "NUM_SMS" in kernel.launch["grid"][0]
+    assert "NUM_SMS" in kernel.launch.grid[0]
 
 
 @pytest.mark.parametrize("sizes, num_sms", [
@@ -49,7 +49,7 @@ def test_every_block_gets_every_x_in_turn(kernel) -> None:
     a head): 132 SMs -> 11 x-rows = 132 blocks, and over the rounds each block's x goes up by one per
     round, so the key blocks per block differ by at most one x-row's spread over 12 rounds."""
     sizes = dict(B=16, H=16, N=768, NUM_SMS=132)
-    grid = evaluate(kernel.launch["grid"][0], sizes)
+    grid = evaluate(kernel.launch.grid[0], sizes)
     xs, tiles = 12, 12 * 16 * 16
     assert grid == 132
     work = [0] * grid

@@ -262,7 +262,7 @@ def test_sm90a_is_not_touched(kw: dict) -> None:
 
 def test_launch_keeps_the_cp_async_row_alignment() -> None:
     k = _compile("gemm", {})
-    assert {r["expr"] for r in k.launch["requires"]} == {"(K * 2) % 16", "(N * 2) % 16"}
+    assert {r.expr for r in k.launch.requires} == {"(K * 2) % 16", "(N * 2) % 16"}
 
 
 def test_without_the_pass_the_loop_loads_in_place() -> None:

@@ -37,7 +37,7 @@ def test_floored_grid_is_required_with_and_without_persistent(tmp_path: Path, pa
     f = tmp_path / "g.tk"
     f.write_text(SRC)
     k = tkir.compile(str(f), passes=passes)
-    assert any(r["expr"] == "M % 128" for r in k.launch["requires"]), k.launch["requires"]
+    assert any(r.expr == "M % 128" for r in k.launch.requires), k.launch.requires
     a = np.ones((192, 64), ml_dtypes.bfloat16)
     b = np.ones((64, 128), ml_dtypes.bfloat16)
     c = np.zeros((192, 128), ml_dtypes.bfloat16)

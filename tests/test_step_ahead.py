@@ -106,6 +106,6 @@ def test_the_ptx_loads_the_next_step_while_this_one_multiplies() -> None:
 def test_launch_bounds_match_the_backends_minnctapersm(consts: dict) -> None:
     """tkir.launch_bounds is what the backend writes as .minnctapersm (and so the cap step_ahead checks)."""
     k = _gemm(consts)
-    kernel, threads = k.module.kernel, k.launch["block"][0]
+    kernel, threads = k.module.kernel, k.launch.block[0]
     assert min_blocks_per_sm(kernel, threads) == streaming_blocks_per_sm(kernel, threads)
     assert f".minnctapersm {streaming_blocks_per_sm(kernel, threads)}" in k.asm["ptx"]

@@ -207,13 +207,13 @@ def test_stream_k_is_opt_in_and_applies_to_gemm_only():
     assert "stream_k" not in tkir.compile("examples/attention_fwd.tk", passes=ON).module.kernel.attrs
     off = tkir.compile(GEMM)
     assert "stream_k" not in off.module.kernel.attrs
-    assert {p["kind"] for p in off.launch["params"]} == {"tensor_map", "pointer", "scalar"}
+    assert {p.kind for p in off.launch.params} == {"tensor_map", "pointer", "scalar"}
     assert "stream_k" in tkir.compile(GEMM, passes=ON).module.kernel.attrs
 
 
 def test_launch_description_and_binding_of_hidden_params():
     k = tkir.compile(GEMM, passes=ON)
-    hidden = [p for p in k.launch["params"] if p["kind"] in ("workspace", "launch_count")]
+    hidden = [p.to_json() for p in k.launch.params if p.kind in ("workspace", "launch_count")]
     assert hidden == [
         {"name": "sk_part", "kind": "workspace", "dtype": "f32", "dims": ["NUM_SMS", 128 * 256]},
         {"name": "sk_flags", "kind": "workspace", "dtype": "i32", "dims": ["NUM_SMS", 2]},
@@ -255,9 +255,13 @@ def test_stream_k_is_opt_in_in_the_default_pipeline_and_sets_its_grid() -> None:
         assert symexpr.evaluate(grid, {**sizes, "NUM_SMS": 132}) == blocks, sizes
 
 
-def test_deprecated_pass_option_spells_the_same_pipeline() -> None:
-    """`pass_options={"stream_k": 1, ...}` (deprecated) still works, warns, and gives the same IR."""
-    with pytest.warns(DeprecationWarning, match="stream-k"):
-        old = tkir.compile(GEMM, pass_options={"stream_k": 1, "stream_k_min_iters": 4, "stream_k_max_tail": 100})
-    assert old.ir == tkir.compile(GEMM, passes=SPLIT_ALWAYS).ir
-    assert "stream-k{min_iters=4 max_tail=100}" in old.pipeline_spec
+def test_removed_pass_options_spell_the_same_pipeline() -> None:
+    """`pass_options={"stream_k": 1, ...}` and `group_m=` were removed in tkir 0.2: a TypeError spells the
+    `passes=` that does what they did, and that pipeline gives the IR they gave."""
+    with pytest.raises(TypeError, match="tkir.compile\\(\\): pass_options= was removed in tkir 0.2") as e:
+        tkir.compile(GEMM, pass_options={"stream_k": 1, "stream_k_min_iters": 4, "stream_k_max_tail": 100})
+    spelled = str(e.value).split("passes='")[1].removesuffix("'")
+    assert "stream-k{min_iters=4 max_tail=100}" in spelled
+    assert tkir.compile(GEMM, passes=spelled).ir == tkir.compile(GEMM, passes=SPLIT_ALWAYS).ir
+    with pytest.raises(TypeError, match="group_m= was removed in tkir 0.2: .*persistent\\{group_m=4"):
+        tkir.compile(GEMM, group_m=4)

@@ -18,13 +18,24 @@ import functools
 import hashlib
 import io
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tkir.ir import Module
 from tkir.pass_pipeline import as_specs
 from tkir.passmanager import Options, PassManager, PipelineConfig, load_pass_file
 from tkir.printer import print_module
+
+if TYPE_CHECKING:
+    from tkir.backend.launch import LaunchDescription
+
+# The spellings of pass parameters that tkir 0.1 deprecated, removed in this release: compile(group_m=,
+# pass_options=) and `tkc --group-m`, `--pass-option`. Passing one is an error that spells the pipeline
+# that says the same (pass_option_pipeline).
+REMOVED_IN = "0.2"
+REMOVED_OPTIONS = ("group_m", "pass_options")
 
 
 class _Stages(dict):
@@ -89,10 +100,12 @@ class CompiledKernel:
                                                      f"this one has {n}",
                                hint="tkc opt runs passes on any module; --emit tkir stops before the backend")
         from tkir.backend import cache
+        from tkir.backend.launch import LaunchDescription
 
         t0 = time.perf_counter()
         key = _cache_key(self) if cache.enabled() else None
-        hit = cache.get(key, required=BACKEND_STAGES) if key else None  # verified, or None (then rebuilt)
+        # verified, the launch read back from its JSON; or None (then rebuilt)
+        hit = cache.get(key, required=BACKEND_STAGES, read={"launch": LaunchDescription.from_json}) if key else None
         if hit is not None:
             self.asm.update({s: hit[s] for s in BACKEND_STAGES})
             self.cached = True
@@ -103,14 +116,15 @@ class CompiledKernel:
         artifacts = compile_module(self.module, self.options)
         self.asm.update(artifacts)
         self.cached = False
-        if key:
-            cache.put(key, {s: artifacts[s] for s in BACKEND_STAGES})
+        if key:  # the launch description is stored as its JSON
+            cache.put(key, {s: artifacts[s].to_json() if s == "launch" else artifacts[s] for s in BACKEND_STAGES})
         self.timings.append(("backend (llvm, ptx)", time.perf_counter() - t0))
 
     @property
-    def launch(self) -> dict:
+    def launch(self) -> LaunchDescription:
+        """The launch description (runs the backend first); `.to_json()` is what `--emit launch` prints."""
         self.lower()
-        return self.asm["launch"]  # type: ignore[return-value]
+        return self.asm["launch"]
 
     def emit_c(self, name: str | None = None, header: str | None = None):  # -> tkir.backend.emit_c.CSources
         """A self-contained C source and header that load this kernel's PTX (embedded) and launch it
@@ -119,8 +133,7 @@ class CompiledKernel:
         (default `<name>.h`)."""
         from tkir.backend.emit_c import emit_c
 
-        self.lower()
-        return emit_c(self.asm["ptx"], self.asm["launch"], name, header, provenance=self._provenance())
+        return emit_c(self.asm["ptx"], self.launch, name, header, provenance=self._provenance())
 
     def _provenance(self) -> str:
         """How this kernel was compiled, as a tkc command line (for generated files' banners)."""
@@ -143,7 +156,7 @@ class CompiledKernel:
             from tkir.backend.runtime import Kernel
 
             image = self.asm["ptx"]
-            self._runtime = Kernel(image, self.asm["launch"])
+            self._runtime = Kernel(image, self.launch)
         self._runtime(*args, stream=stream)
 
 
@@ -201,8 +214,6 @@ def compile(
     passes: str | list[str] | None = None,
     swizzle: str | None = None,
     no_tma: bool = False,
-    group_m: int | None = None,
-    pass_options: dict[str, object] | None = None,
     load_passes: list[str] | None = None,
     config: PipelineConfig | None = None,
     out: io.TextIOBase | None = None,
@@ -211,19 +222,16 @@ def compile(
     """Compile a .tk kernel through the pass pipeline (the backend runs lazily on first use).
 
     `passes` is the pipeline, as a string (`"canonicalize,persistent{group_m=16}"`) or a list of
-    entries; None runs the default one. `group_m` and `pass_options` are deprecated spellings of pass
-    parameters (passes/registry.py LEGACY_OPTIONS); they still work and warn."""
-    from tkir.passes.registry import legacy_pipeline, load_registry
+    entries; None runs the default one. `group_m=` and `pass_options=` were removed in tkir 0.2: a
+    TypeError says which `passes` does the same (the names are not taken as constants)."""
+    from tkir.passes.registry import load_registry
 
+    if any(k in consts for k in REMOVED_OPTIONS):
+        raise TypeError(_removed_options_message(consts, passes))
     registry = load_registry()
     for f in load_passes or []:
         load_pass_file(f, registry)
-    legacy = dict(pass_options or {})
-    if group_m:
-        legacy["group_m"] = group_m
     pipeline = as_specs(passes if passes is not None else default_pipeline())
-    if legacy:
-        pipeline = legacy_pipeline(pipeline, legacy, explicit=passes is not None)
     options = Options(target=target, swizzle=swizzle, no_tma=no_tma)
     pm = PassManager(registry, pipeline)  # names and parameters are checked before any work
     choice: dict | None = None
@@ -239,6 +247,37 @@ def compile(
                        pipeline_spec=pm.spec())
     k.asm["tkir"] = print_module(module)
     return k
+
+
+def pass_option_pipeline(options: dict[str, object], passes: str | list[str] | None) -> str | None:
+    """The pipeline text (`passes=` / `--passes`) that does what the removed pass options `options`
+    did (passes/registry.py LEGACY_OPTIONS: group_m, balanced_grid, epilogue_chunk, stream_k, ...) on
+    `passes` (None: the default pipeline); None when one of them never was an option."""
+    from tkir.diagnostics import CompileError
+    from tkir.passes.registry import legacy_pipeline, load_registry
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            specs = legacy_pipeline(as_specs(passes if passes is not None else default_pipeline()), options,
+                                    explicit=passes is not None)
+        return PassManager(load_registry(), specs).spec()  # parameters at their defaults left out
+    except CompileError:
+        return None
+
+
+def _removed_options_message(consts: dict, passes: str | list[str] | None) -> str:
+    names = [k for k in REMOVED_OPTIONS if k in consts]
+    given = consts.get("pass_options") or {}
+    options = dict(given) if isinstance(given, dict) else {}
+    if consts.get("group_m") is not None:
+        options["group_m"] = consts["group_m"]
+    text = pass_option_pipeline(options, passes) if options and isinstance(given, dict) else None
+    said = " and ".join(f"{n}=" for n in names)
+    instead = (f"pass the pipeline with the pass parameters instead: passes='{text}'" if text else
+               "write the pass parameters in passes=, e.g. passes='...,persistent{group_m=4},...' "
+               "(`tkc passes` lists every pass and its parameters)")
+    return f"tkir.compile(): {said} {'was' if len(names) == 1 else 'were'} removed in tkir {REMOVED_IN}: {instead}"
 
 
 def _resolve_auto(path: str, consts: dict, registry: dict, pipeline: list,

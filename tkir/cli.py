@@ -10,7 +10,8 @@
 
 Pass flags: --print-after-all, --print-after=NAME[,NAME], --stop-after=NAME,
 --passes='a,b{key=value key2=value},c', --time-passes, --load-pass=FILE.py, --swizzle=none, --no-tma,
---target=sm_90a|sm_80 (deprecated: --group-m G, --pass-option KEY=VALUE).
+--target=sm_90a|sm_80. (--group-m G and --pass-option KEY=VALUE were removed in tkir 0.2: they exit
+with status 2 and an error that spells the --passes that does the same.)
 Every user error prints `file:line:col: error: ...` and exits with status 1, without a traceback.
 """
 
@@ -98,11 +99,10 @@ def _add_pass_flags(p: argparse.ArgumentParser) -> None:
                    help="register the Pass subclasses defined in FILE.py")
     g.add_argument("--swizzle", choices=("none",), help="force unswizzled shared layouts (research switch)")
     g.add_argument("--no-tma", action="store_true", help="no TMA copies anywhere in the kernel")
-    g.add_argument("--group-m", type=int, metavar="G",
-                   help="deprecated: write persistent{group_m=G} in --passes")
-    g.add_argument("--pass-option", action="append", default=[], metavar="KEY=VALUE",
-                   help="deprecated: write the pass's parameter in --passes (e.g. epilogue_chunk=128 is "
-                        "create-tma{epilogue_chunk=128}; stream_k=1 adds stream-k after persistent)")
+    # removed in tkir 0.2 (_removed_flags): still parsed, so that using one says what to write instead
+    g.add_argument("--group-m", dest="removed_group_m", metavar="G", help=argparse.SUPPRESS)
+    g.add_argument("--pass-option", dest="removed_pass_option", action="append", default=[], metavar="KEY=VALUE",
+                   help=argparse.SUPPRESS)
     g.add_argument("--target", choices=TARGETS, default="sm_90a", help="GPU target (default sm_90a)")
 
 
@@ -222,6 +222,10 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    removed = _removed_flags(args)
+    if removed:  # a usage error, as argparse's: status 2
+        print(f"tkc {args.cmd}: error: {removed}", file=sys.stderr)
+        return 2
     if argv is None and args.cmd in ONE_SHOT_COMMANDS:
         gc.disable()
         if "numpy" not in sys.modules:
@@ -292,30 +296,38 @@ def _config(args: argparse.Namespace):
     )
 
 
-def _pipeline(args: argparse.Namespace, default: list[str] | None = None):
-    """The pipeline the flags ask for (a list of PassSpec), or None for the default one. The deprecated
-    --group-m / --pass-option become parameters of their passes, with a warning that spells them so."""
+def _removed_flags(args: argparse.Namespace) -> str | None:
+    """The error for --group-m / --pass-option (removed in tkir 0.2), spelling the --passes that does
+    what they did; None when neither is given."""
+    group_m, options = getattr(args, "removed_group_m", None), getattr(args, "removed_pass_option", [])
+    flags = [f for f, on in (("--group-m", group_m is not None), ("--pass-option", bool(options))) if on]
+    if not flags:
+        return None
+    from tkir.api import REMOVED_IN, pass_option_pipeline
 
+    said = f"{' and '.join(flags)} {'were' if len(flags) > 1 else 'was'} removed in tkir {REMOVED_IN}"
+    legacy: dict[str, object] = {}
+    try:
+        legacy.update(_kv(options, "--pass-option"))
+        if group_m is not None:
+            legacy.update(_kv([f"group_m={group_m}"], "--group-m"))
+        text = pass_option_pipeline(legacy, args.passes or None)
+    except (UsageError, TkirError):
+        text = None
+    if text is None:
+        return (f"{said}: write the pass's parameter in --passes, e.g. --passes='...,persistent{{group_m=4}},...' "
+                "(tkc passes lists every pass and its parameters)")
+    return f"{said}: write --passes='{text}' (the same pipeline)"
+
+
+def _pipeline(args: argparse.Namespace):
+    """The pipeline the flags ask for (a list of PassSpec), or None for the default one."""
     from tkir.pass_pipeline import as_specs
-    from tkir.passes.registry import DEFAULT_PIPELINE, legacy_pipeline
 
     if args.passes is not None and not args.passes.strip() and args.cmd != "opt":
         raise UsageError("--passes is empty: name the passes to run (tkc passes prints the default pipeline), "
                          "or leave --passes out for the default one")
-    specs = as_specs(args.passes) if args.passes else None
-    legacy: dict[str, object] = dict(_kv(args.pass_option, "--pass-option"))
-    if args.group_m:
-        legacy["group_m"] = args.group_m
-    if not legacy:
-        return specs
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        specs = legacy_pipeline(specs if specs is not None else as_specs(default or DEFAULT_PIPELINE), legacy,
-                                explicit=specs is not None)
-    flags = " and ".join(f for f, on in (("--group-m", args.group_m), ("--pass-option", args.pass_option)) if on)
-    print(f"tkc: warning: {flags} {'are' if ' and ' in flags else 'is'} deprecated; the same pipeline is "
-          f"--passes='{','.join(str(s) for s in specs)}'", file=sys.stderr)
-    return specs
+    return as_specs(args.passes) if args.passes else None
 
 
 def _compile(args: argparse.Namespace, passes: list[str] | None = None):
@@ -403,7 +415,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
         _write(str(h_path), src.h)
         _write(str(c_path), src.c)
         return 0
-    data = k.asm[args.emit] if args.emit != "launch" else json.dumps(k.asm["launch"], indent=2) + "\n"
+    data = k.asm[args.emit] if args.emit != "launch" else k.launch.to_text()
     _write(args.output, data)  # type: ignore[arg-type]
     return 0
 
@@ -463,7 +475,7 @@ def cmd_opt(args: argparse.Namespace) -> int:
     registry = load_registry()
     for f in args.load_pass:
         load_pass_file(f, registry)
-    pm = PassManager(registry, _pipeline(args, default=[]) or [])
+    pm = PassManager(registry, _pipeline(args) or [])
     pm.run(module, Options(target=args.target, swizzle=args.swizzle, no_tma=args.no_tma), _config(args))
     if args.time_passes:
         print(pm.timing_report(), file=sys.stderr)

@@ -26,4 +26,4 @@ else:
 
 ref = np.maximum(x.astype(np.float32) + bias, 0.0)
 err = np.linalg.norm(y.astype(np.float32) - ref) / np.linalg.norm(ref)
-print(f"grid {k.launch['grid']}, block {k.launch['block']}, rel err {err:.1e}")
+print(f"grid {k.launch.grid}, block {k.launch.block}, rel err {err:.1e}")

@@ -68,7 +68,7 @@ def dump(a: argparse.Namespace) -> int:
         k = tkir.compile(str(kernel_path(Path(a.root), p["kernel"])), target=p["target"], **p["consts"])
         (out / a.label / f"{p['label']}.ptx").write_text(k.asm["ptx"])
         (out / a.label / f"{p['label']}.json").write_text(json.dumps(dict(
-            launch=k.asm["launch"], consts=k.consts, tkir=tkir.__version__, file=tkir.__file__)))
+            launch=k.asm["launch"].to_json(), consts=k.consts, tkir=tkir.__version__, file=tkir.__file__)))
         print(f"{a.label} {p['label']}: {len(k.asm['ptx'])} bytes of PTX", flush=True)
     return 0
 

@@ -222,7 +222,7 @@ def check_point(path: str, consts: dict, sizes: dict, target: str, passes: str |
     occ = kernel.attrs.get("occupancy") or {}
     pred = predict(api.build_module(path, consts), sizes, int(occ.get("blocks_per_sm", 1)), int(occ.get("stages", 1)),
                    stream_k=kernel.attrs.get("stream_k"), cluster=int(kernel.attrs.get("cluster") or 1))
-    launch = json.dumps(k.asm["launch"], sort_keys=True)
+    launch = json.dumps(k.launch.to_json(), sort_keys=True)
     code = hashlib.sha256((k.asm["ptx"] + "\0" + launch).encode()).hexdigest()
     return {"stage": "", "reason": None, "prediction": pred.as_dict(), "code": code}
 
@@ -561,15 +561,15 @@ class TunedKernel:
         from tkir.backend.runtime import _bind_sizes, describe_array
 
         launch = self.compiled(self.fixed).launch
-        tensors = launch["tensors"]
-        if len(args) != len(tensors) + len(launch["scalars"]):
+        tensors = launch.tensors
+        if len(args) != len(tensors) + len(launch.scalars):
             from tkir.backend.runtime import LaunchError
 
-            names = [t["name"] for t in tensors] + [s["name"] for s in launch["scalars"]]
-            raise LaunchError(f"{launch['kernel']} takes {len(names)} arguments ({', '.join(names)}), got {len(args)}")
-        arrays = {t["name"]: describe_array(a, f"{launch['kernel']}: argument '{t['name']}'")
+            names = [t.name for t in tensors] + [s.name for s in launch.scalars]
+            raise LaunchError(f"{launch.kernel} takes {len(names)} arguments ({', '.join(names)}), got {len(args)}")
+        arrays = {t.name: describe_array(a, f"{launch.kernel}: argument '{t.name}'")
                   for t, a in zip(tensors, args, strict=False)}
-        return _bind_sizes(launch["kernel"], tensors, arrays)
+        return _bind_sizes(launch.kernel, tensors, arrays)
 
     def config_for(self, sizes: dict[str, int]) -> dict:
         """The consts a call at these sizes launches: tuned (cache), tuned now, or the defaults."""
