@@ -4,8 +4,8 @@ The front end records `min_blocks_per_sm = B` (B a compile-time 1..32; 0 records
 text round-trips it, plan-occupancy raises its blocks_per_sm to at least B or refuses a B that cannot
 be resident (threads, shared memory, accumulator registers, warp specialization), the backend emits
 it on both targets, the interpreter ignores it, and the tuner's model sees the raised count.
-tests/filecheck/backend-blocks-per-sm.tk and tests/passes/plan-occupancy-blocks-per-sm.tkir check
-the PTX and the plan as text.
+tests/filecheck/backend/blocks-per-sm*.tkir (the PTX), tests/filecheck/backend-blocks-per-sm.tk and
+tests/passes/plan-occupancy-blocks-per-sm.tkir (the plan) check them as text.
 """
 
 from __future__ import annotations

@@ -71,7 +71,7 @@ def test_a_loop_with_a_runtime_step_is_unknown(tmp_path) -> None:
 @pytest.mark.parametrize("target", ["sm_90a", "sm_80"])
 @pytest.mark.parametrize("rows, hi", [(1, 8), (2, 8), (1, 9)])
 def test_edge_test_kernel_copies_rows_on_both_targets(target: str, rows: int, hi: int) -> None:
-    """tests/filecheck/backend-edge-tests.tk (tests left out, rows tested, columns tested past the end):
+    """tests/filecheck/backend/src/edge-tests.tk (tests left out, rows tested, columns tested past the end):
     ptxas assembles it for both targets and the interpreter copies X to Y on a ragged N; the chunk past
     D (hi = 9) reads zeros and stores nothing."""
     import ml_dtypes
@@ -79,7 +79,7 @@ def test_edge_test_kernel_copies_rows_on_both_targets(target: str, rows: int, hi
 
     import tkir
 
-    k = tkir.compile(str(Path(__file__).parent / "filecheck" / "backend-edge-tests.tk"), target=target,
+    k = tkir.compile(str(Path(__file__).parent / "filecheck" / "backend" / "src" / "edge-tests.tk"), target=target,
                      ROWS=rows, HI=hi)
     assert k.asm["ptxas"].spill_stores == 0 and f".target {target}" in k.asm["ptx"]
     x = np.random.default_rng(14).standard_normal((5, 8192), np.float32).astype(ml_dtypes.bfloat16)

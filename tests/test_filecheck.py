@@ -1,4 +1,4 @@
-"""Run every FileCheck test under tests/passes/ (and tests/filecheck/): text in, text out.
+"""Run every FileCheck test under tests/passes/ and tests/filecheck/ (backend/ included): text in, text out.
 
 A test file holds `// RUN: <command>` lines (`%s` is the file itself; `tkc` and `filecheck` are this
 Python's `tkir.cli` and `filecheck` package; `not` inverts the exit status) and CHECK lines.
@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 HERE = Path(__file__).parent
-FILES = sorted([*HERE.glob("passes/*.tkir"), *HERE.glob("passes/*.tk"), *HERE.glob("filecheck/*.tk*")])
+FILES = sorted([*HERE.glob("passes/*.tkir"), *HERE.glob("passes/*.tk"), *HERE.glob("filecheck/*.tk*"),
+                *HERE.glob("filecheck/backend/*.tkir")])
 TOOLS = {"tkc": f"{shlex.quote(sys.executable)} -m tkir.cli",
          "filecheck": f"{shlex.quote(sys.executable)} -m filecheck"}
 

@@ -5,7 +5,7 @@
   states each under 1e-2 relative error, fresh inputs, outputs poisoned with NaN; on sm_90a, and the
   small sizes on sm_80 too;
 * the same at the small sizes without torch: tkir device arrays against the numpy reference;
-* the FileCheck kernel of tk.outer (tests/filecheck/backend-outer.tk: both shuffle patterns, the
+* the FileCheck kernel of tk.outer (tests/filecheck/backend/src/outer.tk: both shuffle patterns, the
   sliced wgmma) against the interpreter running the same compiled IR, on both targets.
 """
 
@@ -25,7 +25,7 @@ from tkir.tools.examples import load_companion, relative_error
 
 ROOT = Path(__file__).resolve().parent.parent
 BASED = str(ROOT / "examples" / "based.tk")
-OUTER = str(ROOT / "tests" / "filecheck" / "backend-outer.tk")
+OUTER = str(ROOT / "tests" / "filecheck" / "backend" / "src" / "outer.tk")
 BF16 = ml_dtypes.bfloat16
 ISSUE_SIZES = [dict(B=1, H=1, N=64), dict(B=2, H=4, N=1000), dict(B=16, H=16, N=1024), dict(B=16, H=16, N=16384)]
 CASES = [(s, "sm_90a") for s in ISSUE_SIZES] + [(s, "sm_80") for s in ISSUE_SIZES[:3]]
