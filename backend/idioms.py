@@ -12,7 +12,7 @@ NAMED_BARRIERS: a user asks it for its id (`NAMED_BARRIERS.id("role")`) or emits
 warpgroup index (`NAMED_BARRIERS.emit_id(...)`), never writes a number.
 
 Each emitter writes exactly the LLVM text (and so the PTX) the rules wrote inline before it had a name;
-tests/test_backend_rooms.py checks the text of some and that no other backend module spells
+tests/backend/test_backend_rooms.py checks the text of some and that no other backend module spells
 `bar.sync` or `fence.proxy.async`.
 """
 

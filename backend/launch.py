@@ -62,7 +62,7 @@ DESC_FIELDS = ("dtype", "rank", "dims", "strides", "box", "elem_strides", "swizz
                "oob_fill")
 
 # The values a description may hold, each of which the runtime (tkir.backend.runtime) maps to the
-# driver's type or enum; tests/test_launch.py keeps the two tables equal.
+# driver's type or enum; tests/runtime/test_launch.py keeps the two tables equal.
 TENSOR_DTYPES = ("bf16", "f16", "f32", "e4m3", "e5m2", "i32", "u32", "i1")  # tkir.types.NUMPY_DTYPES
 SCALAR_DTYPES = ("i32", "u32", "i64", "f32")                     # runtime.SCALAR_CTYPES
 TMA_DTYPES = ("bf16", "f16", "f32", "i32", "u32", "e4m3", "e5m2")  # runtime.TMA_DTYPES (CUtensorMapDataType)

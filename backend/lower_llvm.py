@@ -18,7 +18,7 @@ table in backend.rules, chosen by (op name, target, operand forms); the rules li
 An op without a rule is a located error naming the op, the target and the operand forms. What the
 families share has its own modules (backend.idioms: the PTX of barriers, fences and waits, and the
 named-barrier table; backend.exchange: cross-thread exchanges; backend.shared_slots, backend.f32);
-no family imports another (tests/test_backend_rooms.py).
+no family imports another (tests/backend/test_backend_rooms.py).
 """
 
 from __future__ import annotations

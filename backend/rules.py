@@ -5,7 +5,7 @@ with `@rule("tk.load", targets=..., when=...)`. `select` picks the one rule whos
 whose targets include the kernel's target and whose condition (a predicate on the lowering context
 and the op: operand memory space, register layout, ...) holds. No rule: a located error naming the
 op, the target and the operand forms. More than one: an internal error (conditions must be
-disjoint), which tests/test_backend_rules.py checks over every example.
+disjoint), which tests/backend/test_backend_rules.py checks over every example.
 
 A rule family is one module; `RULE_MODULES` lists them (importing them fills the table). Families do
 not import each other: what two share lives in backend.idioms, backend.exchange, backend.fragments or a

@@ -16,7 +16,7 @@ block), for each m16 block of its slab:
    (`st.global.b16`, each element predicated on its column), a row past the last row not at all;
 4. `bar.warp.sync` before the next m16 block overwrites the rows (every lane has read them).
 
-Everything is straight-line predicated code (tests/test_sm80_mma_simulated.py runs it for every thread).
+Everything is straight-line predicated code (tests/backend/test_sm80_mma_simulated.py runs it for every thread).
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ Rules of backend.rules' table, each for the operand forms its condition names:
   tile is its block of the accumulator: whole rows (R/W of them), or with `warps_n = N` the R·N/W x
   C/N block of a (W/N) x N warp grid, whose A rows (grid row w / N) and B columns (grid column w % N)
   are all the warp loads: each A fragment then serves C/(8N) mma.syncs and each B pair 2·R·N/(16W)
-  (tests/test_sm80_mma_simulated.py runs the emitted code for both). Register A and B operands need
+  (tests/backend/test_sm80_mma_simulated.py runs the emitted code for both). Register A and B operands need
   whole rows (their `mma_a` / `mma_b` layouts are per warp row).
 * `pipe.copy {cp_async = true}` (the copies of a cp.async producer role): the tile's chunks with
   cp.async, then an arrival on the stage's mbarrier once they have landed.

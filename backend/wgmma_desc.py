@@ -1,7 +1,7 @@
 """Where a wgmma operand's descriptor points, for each shared layout select-swizzle can choose.
 
 Pure arithmetic, no LLVM: backend.rules_wgmma turns these numbers into 64-bit matrix descriptors
-(HOPPER.md §2.1), and tests/test_wgmma_desc.py checks them against PTX's canonical layouts
+(HOPPER.md §2.1), and tests/backend/test_wgmma_desc.py checks them against PTX's canonical layouts
 (HOPPER.md §2.3, from PTX ISA §9.7.15.5.1.2 and CuTe's make_gmma_desc) element by element.
 
 A shared tile is stored as column panels of `span` bytes (tkir/layout.py SharedLayout): rows at

@@ -2,7 +2,7 @@
 another pass").
 
 A pass module imports the IR core (tkir.*), tkir.passes.builder and this module, never another pass; what two
-passes both need to know is computed here, and this module imports no pass (tests/test_pass_imports.py keeps
+passes both need to know is computed here, and this module imports no pass (tests/passes/test_pass_imports.py keeps
 both rules). So no pass depends on the code, or the order, of another, and passes/registry.py alone imports
 the passes. In this module, in order:
 

@@ -24,7 +24,8 @@ that asks is a located error; on sm_80 (no clusters) the request is recorded as 
 (`cluster_skipped`) and the block runs as one CTA of all its threads, which is the same program.
 
 Ablation: a pipeline without cluster-rows leaves every kernel one CTA per block (the `@cluster(1)`
-kernel). Test: tests/passes/cluster-rows.tk; the GPU and interpreter checks in tests/test_cluster_rows.py.
+kernel). Test: tests/filecheck/passes/cluster-rows.tk; the GPU and interpreter checks in
+tests/passes/test_cluster_rows.py.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ centred values' measured faster than either (the fused form at 0.863-0.996x its 
 points; 0.854-1.039x at eleven configurations in call 3, faster only at 128 x 4096).
 
 Ablation: leave the pass out of `--passes` (the two reductions are then lowered apart, still each
-stable). FileCheck test: tests/passes/fuse-row-stats.tk.
+stable). FileCheck test: tests/filecheck/passes/fuse-row-stats.tk.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ Rewrites
   W a multiple of 4 becomes `warpgroups = {consumers = W/4}` (the attribute removed: the same block
   and PTX as `@warpgroups(consumers=W/4)`); any other W is kept for a kernel without tk.mma (its tiles
   spread over W warps, as on sm_80) and is a located error for one with tk.mma (wgmma needs whole
-  warpgroups); FileCheck test: tests/passes/infer-layouts-warps.tk;
+  warpgroups); FileCheck test: tests/filecheck/passes/infer-layouts-warps.tk;
 * every `rt`/`rv` type gains `layout={kind = ..., ...}` (kinds in tkir/layout.py, docs/passes.md):
   tk.mma accumulators `wgmma_acc` (sm_90a) / `mma_c` (sm_80), register A operands `wgmma_a` /
   `mma_a`, register B operands `mma_b` (sm_80 only), everything else `row`; row/column vectors

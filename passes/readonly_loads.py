@@ -21,7 +21,7 @@ Why: with plain `ld.global`, ptxas must assume a later load may read what an ear
 wrote, so it never issues a load above a store. A row kernel's chunk loop (layernorm.tk with D > DC:
 load X, W and Bias chunk c, store Y chunk c, then chunk c + 1) became one L2 round trip per chunk,
 one after another. Read-only loads carry no such dependence: ptxas issues all chunks' loads first
-(LDG.E.64.CONSTANT above every STG in the SASS, tests/test_backend_sass.py), and may reuse a value an
+(LDG.E.64.CONSTANT above every STG in the SASS, tests/backend/test_backend_sass.py), and may reuse a value an
 earlier load of the same address returned. This is what `const T *__restrict__` gives nvcc.
 
 The contract (the same as `__restrict__`): while the kernel runs, no memory a read-only parameter

@@ -6,7 +6,7 @@ the tests that should notice it.
 targeted entries, grouped by `topic`, each name the tests that touch the code they change (mostly a `-k`
 selection), so a topic runs in minutes: `python3 scripts/mutate.py --named --topic cluster`.
 docs/mutation.md has what killed each and the tests added for the ones that survived a first round.
-tests/test_mutation.py checks that every entry still finds its snippet (once, or its stated occurrence)
+tests/tools/test_mutation.py checks that every entry still finds its snippet (once, or its stated occurrence)
 and that a mutated Python file still compiles, so the table cannot rot silently as the code changes.
 """
 
@@ -57,44 +57,49 @@ M = Mutation
 
 # The pytest arguments of the targeted mutants below, one tuple per group (-k narrows a file to the tests
 # that touch the mutated code; each mutant runs only its group, in a fresh copy, stopping at the first failure).
-T_SM80_PRODUCERS = ("tests/test_filecheck.py", "tests/test_pipeline_interp.py", "tests/test_occupancy.py",
-                    "tests/test_backend_sass.py", "tests/test_backend_sm80.py", "tests/test_runtime.py",
-                    "tests/test_persistent_grid.py", "-k",
+T_SM80_PRODUCERS = ("tests/filecheck/test_filecheck.py", "tests/ir/test_pipeline_interp.py",
+                    "tests/passes/test_occupancy.py", "tests/backend/test_backend_sass.py",
+                    "tests/backend/test_backend_sm80.py", "tests/runtime/test_runtime.py",
+                    "tests/passes/test_persistent_grid.py", "-k",
                     "sm80 or producer or pipeline or interp or aligned or occupancy or persistent or deadlock")
-T_HOIST_FILECHECK = ("tests/test_filecheck.py", "-k", "hoist or idle")
-T_CHUNK_SASS = ("tests/test_backend_sass.py", "-k", "chunk_loop or class_of")
-T_TUNE_LONE = ("tests/test_tune.py", "-k", "lone")
-T_BENCH_LEAD = ("tests/test_bench.py", "-k", "lead")
-T_HOIST_DIAGNOSTICS = ("tests/test_diagnostics.py", "-k", "hoist")
-T_RMSNORM_INTERP = ("tests/test_examples_interp.py", "-k", "rmsnorm")
-T_BOUNDS = ("tests/test_bounds.py", "tests/test_filecheck.py", "-k", "bounds or largest or grid or unknown or edge")
-T_EDGE_FILECHECK = ("tests/test_filecheck.py", "-k", "edge")
-T_VECTOR_RUNTIME = ("tests/test_runtime.py", "-k", "4_and_8")
-T_BASED_SHIFT = ("tests/test_based.py", "-k", "emitted_outer")
-T_WIDE_ROWS = ("tests/test_wide_rows.py",)
-T_CACHE_FILECHECK = ("tests/test_filecheck.py", "-k", "cache-policy")
-T_CACHE_BACKEND = ("tests/test_filecheck.py", "tests/test_backend_sass.py", "tests/test_runtime.py", "-k",
+T_HOIST_FILECHECK = ("tests/filecheck/test_filecheck.py", "-k", "hoist or idle")
+T_CHUNK_SASS = ("tests/backend/test_backend_sass.py", "-k", "chunk_loop or class_of")
+T_TUNE_LONE = ("tests/tools/test_tune.py", "-k", "lone")
+T_BENCH_LEAD = ("tests/tools/test_bench.py", "-k", "lead")
+T_HOIST_DIAGNOSTICS = ("tests/frontend/test_diagnostics.py", "-k", "hoist")
+T_RMSNORM_INTERP = ("tests/ir/test_examples_interp.py", "-k", "rmsnorm")
+T_BOUNDS = ("tests/ir/test_bounds.py", "tests/filecheck/test_filecheck.py", "-k",
+            "bounds or largest or grid or unknown or edge")
+T_EDGE_FILECHECK = ("tests/filecheck/test_filecheck.py", "-k", "edge")
+T_VECTOR_RUNTIME = ("tests/runtime/test_runtime.py", "-k", "4_and_8")
+T_BASED_SHIFT = ("tests/ir/test_based.py", "-k", "emitted_outer")
+T_WIDE_ROWS = ("tests/passes/test_wide_rows.py",)
+T_CACHE_FILECHECK = ("tests/filecheck/test_filecheck.py", "-k", "cache-policy")
+T_CACHE_BACKEND = ("tests/filecheck/test_filecheck.py", "tests/backend/test_backend_sass.py",
+                   "tests/runtime/test_runtime.py", "-k",
                     "cache-policy or cache_policy or 4_and_8 or sm80_with_ptx")
-T_CONTRACT_FMA = ("tests/test_filecheck.py", "-k", "contract")
-T_TUNE_OCC = ("tests/test_blocks_per_sm.py", "-k", "tune_occ")
-T_SM80_COPY = ("tests/test_backend_sm80.py", "tests/test_filecheck.py", "-k", "pipelined_copy or sm80")
-T_CP_ASYNC_RUNS = ("tests/test_pipeline_cp_async.py", "tests/test_filecheck.py", "-k", "loop_sass or sm80-pipeline")
-T_PRODUCER_RULE = ("tests/test_occupancy.py", "-k", "producer or one_role_at_equal")
-T_BENCH = ("tests/test_bench.py",)
-T_FENCE_FILECHECK = ("tests/test_filecheck.py", "-k", "fence")
-T_FENCE_LOADS = ("tests/test_fence_loads.py",)
-T_TUNE_ROUNDS = ("tests/test_tune.py", "-k", "timed_again or same_code")
-T_TUNE_SAME = ("tests/test_tune.py", "-k", "same_code or another_launch")
-T_REREAD = ("tests/test_wide_rows.py", "-k", "reread")
-T_READONLY_FILECHECK = ("tests/test_filecheck.py", "-k", "readonly-loads")
-T_READONLY_SASS = ("tests/test_backend_sass.py", "-k", "readonly")
-T_READONLY_RUNTIME = ("tests/test_runtime.py", "-k", "readonly")
-T_READONLY_C = ("tests/test_emit_c.py", "-k", "test_c_launch_makes_the_runtimes_calls and softmax")
-T_TUNE_SECOND_ROUND = ("tests/test_tune.py", "-k", "timed_again")
-T_ROW_STATS = ("tests/test_row_stats.py",)
-T_FUSE_FILECHECK = ("tests/test_filecheck.py", "-k", "fuse-row-stats")
-T_CLUSTER_FILECHECK = ("tests/test_filecheck.py", "-k", "cluster-rows")
-T_CLUSTER_ROWS = ("tests/test_cluster_rows.py",)
+T_CONTRACT_FMA = ("tests/filecheck/test_filecheck.py", "-k", "contract")
+T_TUNE_OCC = ("tests/frontend/test_blocks_per_sm.py", "-k", "tune_occ")
+T_SM80_COPY = ("tests/backend/test_backend_sm80.py", "tests/filecheck/test_filecheck.py", "-k",
+               "pipelined_copy or sm80")
+T_CP_ASYNC_RUNS = ("tests/passes/test_pipeline_cp_async.py", "tests/filecheck/test_filecheck.py", "-k",
+                   "loop_sass or sm80-pipeline")
+T_PRODUCER_RULE = ("tests/passes/test_occupancy.py", "-k", "producer or one_role_at_equal")
+T_BENCH = ("tests/tools/test_bench.py",)
+T_FENCE_FILECHECK = ("tests/filecheck/test_filecheck.py", "-k", "fence")
+T_FENCE_LOADS = ("tests/passes/test_fence_loads.py",)
+T_TUNE_ROUNDS = ("tests/tools/test_tune.py", "-k", "timed_again or same_code")
+T_TUNE_SAME = ("tests/tools/test_tune.py", "-k", "same_code or another_launch")
+T_REREAD = ("tests/passes/test_wide_rows.py", "-k", "reread")
+T_READONLY_FILECHECK = ("tests/filecheck/test_filecheck.py", "-k", "readonly-loads")
+T_READONLY_SASS = ("tests/backend/test_backend_sass.py", "-k", "readonly")
+T_READONLY_RUNTIME = ("tests/runtime/test_runtime.py", "-k", "readonly")
+T_READONLY_C = ("tests/backend/test_emit_c.py", "-k", "test_c_launch_makes_the_runtimes_calls and softmax")
+T_TUNE_SECOND_ROUND = ("tests/tools/test_tune.py", "-k", "timed_again")
+T_ROW_STATS = ("tests/passes/test_row_stats.py",)
+T_FUSE_FILECHECK = ("tests/filecheck/test_filecheck.py", "-k", "fuse-row-stats")
+T_CLUSTER_FILECHECK = ("tests/filecheck/test_filecheck.py", "-k", "cluster-rows")
+T_CLUSTER_ROWS = ("tests/passes/test_cluster_rows.py",)
 
 MUTANTS: list[Mutation] = [
     # --- core: the eight classes of mistake a CPU run used to miss (each must be killed), then others ---------

@@ -66,35 +66,35 @@ from mutants import MUTANTS, Mutation  # noqa: E402 - the table, beside this scr
 PACKAGE_LINKS = ("tkir/frontend", "tkir/passes", "tkir/backend")  # setuptools package-dir, as symlinks
 
 # The CPU tests a mutant runs by default, fastest killers first (with -x a killed mutant stops early):
-# the semantic checks of tests/test_mutation_kills.py, the layout/descriptor/fragment formulas, the
+# the semantic checks of tests/backend/test_mutation_kills.py, the layout/descriptor/fragment formulas, the
 # passes' decisions, the interpreter through the pipeline, then the FileCheck goldens of every pass and
 # backend family (which also assemble three kernels with ptxas). About 50 s of one core when no mutant
 # is caught; the full CPU suite is `--tests "tests -m 'not gpu'"`.
 DEFAULT_TESTS = [
-    "tests/test_mutation_kills.py",
-    "tests/test_mutation_runtime.py",
-    "tests/test_wgmma_desc.py",
-    "tests/test_backend_fragments.py",
-    "tests/test_layout_props.py",
-    "tests/test_occupancy.py",
-    "tests/test_launch.py",
-    "tests/test_toolchain.py",
-    "tests/test_sm80_mma_simulated.py",
-    "tests/test_pipeline_interp.py",
-    "tests/test_filecheck.py",
+    "tests/backend/test_mutation_kills.py",
+    "tests/runtime/test_mutation_runtime.py",
+    "tests/backend/test_wgmma_desc.py",
+    "tests/backend/test_backend_fragments.py",
+    "tests/ir/test_layout_props.py",
+    "tests/passes/test_occupancy.py",
+    "tests/runtime/test_launch.py",
+    "tests/backend/test_toolchain.py",
+    "tests/backend/test_sm80_mma_simulated.py",
+    "tests/ir/test_pipeline_interp.py",
+    "tests/filecheck/test_filecheck.py",
 ]
 # The GPU runs of --gpu (on the H200, for the mutants the CPU tests did not kill), in order: the kernels
 # the CPU model covers, the attention-pass kernels, every example at several sizes, the runtime; then
 # the conformance cases of the constructs whose meaning only the GPU shows (reductions, masks).
 GPU_RUNS = [
-    ["tests/test_mutation_gpu.py", "tests/test_gpu_pass_kernels.py", "tests/test_gpu_examples.py",
-     "tests/test_runtime_gpu.py"],
+    ["tests/gpu/test_mutation_gpu.py", "tests/gpu/test_gpu_pass_kernels.py", "tests/gpu/test_gpu_examples.py",
+     "tests/gpu/test_runtime_gpu.py"],
     ["tests/conformance/test_conformance_gpu.py", "-k", "row_ or mask"],
 ]
 # -x: stop at the first failure; fixed hypothesis seed: the same mutant gets the same verdict; the
 # runner's own tests read the named snippets from the (mutated) copy, so they never judge a mutant
 PYTEST = ["-q", "-x", "-p", "no:cacheprovider", "--hypothesis-seed=0", "-o", "addopts=-rfE",
-          "--ignore=tests/test_mutation.py"]
+          "--ignore=tests/tools/test_mutation.py"]
 
 # the mutation table (id, file, snippet, mutation, what it breaks, the tests that should kill it)
 NAMED: list[Mutation] = MUTANTS

@@ -1,5 +1,5 @@
-"""The import graph of tkir's packages, read with `ast`: the support of tests/test_import_layers.py and
-tests/test_import_cycles.py.
+"""The import graph of tkir's packages, read with `ast`: the support of tests/repo/test_import_layers.py and
+tests/repo/test_import_cycles.py.
 
 Every import statement of every module counts, wherever it stands: at module level, inside a function
 (a lazy import still runs, and still ties the two modules together), under `if TYPE_CHECKING:`, in a
@@ -9,7 +9,7 @@ as a name taken from tkir.x (so `from tkir import compile` is an edge to the pac
 `from tkir import api` one to tkir.api). Parent packages are not counted (`import tkir.ops` runs
 tkir/__init__.py too, as every import of a tkir module does).
 
-The floors (tests/test_import_layers.py states the arrows allowed between them):
+The floors (tests/repo/test_import_layers.py states the arrows allowed between them):
 * face: the package `tkir` (tkir/__init__.py), tkir.api and tkir.cli;
 * core: every other module directly in tkir/ (the IR, its analyses, the pass manager, ...);
 * interp, tools: the packages tkir/interp/ and tkir/tools/ (with tkir/tools/fuzz/);

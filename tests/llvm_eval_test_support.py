@@ -7,7 +7,7 @@ take `params`, the grid size is 132 blocks, and everything else the arithmetic c
 counters, block indices, loaded values) is 0 -- iteration 0 of every loop, block 0 of the grid,
 pipeline stage 0 -- unless the caller overrides a name (a block index, an iteration counter). With that, tests can
 say which shared-memory byte a wgmma descriptor points at, or where a TMA copy writes, for each
-warpgroup, and check it against the hardware's rules (tests/test_mutation_kills.py).
+warpgroup, and check it against the hardware's rules (tests/backend/test_mutation_kills.py).
 
 Also `asm_calls`: every inline-asm call in order, with its asm text and typed arguments, and
 `ref_swizzle`: the tensor-map/wgmma swizzle written from the PTX ISA's description (independent of

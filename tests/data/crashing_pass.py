@@ -1,4 +1,4 @@
-"""A --load-pass file whose pass crashes (tests/test_passmanager.py)."""
+"""A --load-pass file whose pass crashes (tests/ir/test_passmanager.py)."""
 
 from tkir.passmanager import Pass
 

@@ -10,6 +10,6 @@
 * `fuzz`: the fuzzer of tkc (docs/fuzzing.md).
 
 A tool may import the core, the interpreter, the front end, the passes, the backend, `tkir.api` and
-`tkir.cli`, but not the `tkir` package itself (tests/test_import_layers.py). Importing this package
+`tkir.cli`, but not the `tkir` package itself (tests/repo/test_import_layers.py). Importing this package
 imports none of the tools.
 """

@@ -7,9 +7,9 @@ The inputs are the companion's `make_inputs` (fresh random numpy arrays, outputs
 copied to `device` as tkir DeviceArrays (tkir.backend.cuda); the kernel runs once; each output comes
 back and is compared with the companion's float64 `reference` by ||out - ref|| / ||ref||
 (tkir.tools.examples.relative_error: an output still holding NaN fails). It needs the CUDA driver and a
-GPU, not torch: the GPU tests (tests/test_gpu_examples.py) use it. `tkc bench` and `tkc run` keep
+GPU, not torch: the GPU tests (tests/gpu/test_gpu_examples.py) use it. `tkc bench` and `tkc run` keep
 torch (tkir/tools/bench.py) for the peers and the timing. The backend is imported only when a check runs,
-so importing this module loads none of it (tests/test_import_layers.py).
+so importing this module loads none of it (tests/repo/test_import_layers.py).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The fuzzer's seeds: the example kernels, the bad inputs of tests/bad, and the IR of every example
+"""The fuzzer's seeds: the example kernels, the bad inputs of tests/frontend/bad, and the IR of every example
 after every pass of the default pipeline (for a few targets and switches), each with the passes that
 follow it.
 
