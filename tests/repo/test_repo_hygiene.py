@@ -103,3 +103,16 @@ def test_the_session_pattern(line: str, hit: bool) -> None:
 ])
 def test_the_name_pattern(path: str, hit: bool) -> None:
     assert bool(NUMBERED_NAME.search(path)) is hit
+
+
+# tests/ is grouped by the floor a test checks (docs/architecture.md); the shared helpers and conftest.py sit
+# at its top, the FileCheck files under filecheck/, the conformance matrix under conformance/
+TEST_FLOORS = ("ir", "frontend", "passes", "backend", "runtime", "tools", "gpu", "docs", "repo", "filecheck",
+               "conformance")
+
+
+def test_tests_are_grouped_by_floor() -> None:
+    files = [p for p in tracked("tests") if Path(p).name.startswith("test_") and p.endswith(".py")]
+    assert len(files) > 80
+    loose = [p for p in files if len(Path(p).parts) != 3 or Path(p).parts[1] not in TEST_FLOORS]
+    assert not loose, f"test modules outside tests/<floor>/ ({', '.join(TEST_FLOORS)}): {loose}"
