@@ -11,7 +11,7 @@ import pytest
 from tkir.bounds import dim_in_bounds, largest
 from tkir.frontend import compile_file
 
-TESTS = Path(__file__).resolve().parents[2]  # tests/
+TESTS = Path(__file__).resolve().parents[1]  # tests/
 
 
 def _kernel(tmp_path, body: str, grid: str = "cdiv(N, 1)"):

@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-TESTS = Path(__file__).resolve().parents[2]  # tests/
+TESTS = Path(__file__).resolve().parents[1]  # tests/
 
 DATA = TESTS / "data"
 GEMM = str(DATA / "gemm_tk.tkir")

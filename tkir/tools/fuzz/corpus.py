@@ -17,7 +17,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]  # tkir/tools/fuzz/ -> the repository
 EXAMPLES = ROOT / "examples"
-BAD = ROOT / "tests" / "bad"
+BAD = ROOT / "tests" / "frontend" / "bad"
 # extra compiles of the examples whose dumps are seeds too: (-D constants, target, switches)
 DUMP_CONFIGS: tuple[tuple[dict[str, int], str, tuple[str, ...]], ...] = (
     ({}, "sm_90a", ()),
