@@ -511,10 +511,15 @@ def test_bench_table_and_verdicts() -> None:
 
 def test_bench_per_call_time_is_the_median_of_the_rounds() -> None:
     lo = _bench()
-    ticks = iter([0.0, 0.002, 1.0, 1.004, 2.0, 2.003])  # rounds of 2, 4 and 3 ms over 1000 calls
+    # rounds of 2, 4 and 3 ms over 1000 calls, each timed in chunks of 400, 400 and 200 calls
+    ticks = iter([0.0, 0.001, 0.5, 0.5005, 0.7, 0.7005, 1.0, 1.001, 1.5, 1.502, 1.7, 1.701,
+                  2.0, 2.001, 2.5, 2.501, 2.7, 2.701])
     calls: list[int] = []
-    us = lo.per_call_us(lambda: calls.append(1), 1000, 3, warmup=10, clock=lambda: next(ticks))
+    syncs: list[int] = []
+    us = lo.per_call_us(lambda: calls.append(1), 1000, 3, sync=lambda: syncs.append(len(calls)), warmup=10,
+                        clock=lambda: next(ticks), chunk=400)
     assert us == pytest.approx(3.0) and len(calls) == 3010
+    assert syncs[:4] == [10, 410, 810, 1010]  # no chunk of more than 400 calls between two synchronizations
 
 
 def test_bench_runs_without_a_gpu(tmp_path: Path) -> None:

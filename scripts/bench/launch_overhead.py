@@ -3,10 +3,10 @@
     python3 scripts/bench/launch_overhead.py --calls 2000 --json out.json    # on a GPU (torch; Triton if installed)
     python3 scripts/bench/launch_overhead.py --fake-driver --calls 20000     # anywhere: tkir's Python path alone
 
-Each number is host wall time per call: `--calls` calls back to back with no synchronize between them
-(the GPU drains the queue afterwards), the median of `--rounds` such runs after WARMUP_CALLS calls. The
-problems are tiny (softmax 64 x 1024, a 128 x 256 x 256 GEMM with TMA descriptors), so the GPU keeps up
-with the host and idles between kernels. The call patterns:
+Each number is host wall time per call: `--calls` calls back to back (a synchronize, not timed, after
+every QUEUED_CALLS of them, so the launch queue never fills), the median of `--rounds` such runs after
+WARMUP_CALLS calls. The problems are tiny (softmax 64 x 1024, a 128 x 256 x 256 GEMM with TMA
+descriptors), so the GPU keeps up with the host and idles between kernels. The call patterns:
 
 - same: the same tensors every call (the prepared launch at its best);
 - rotated: ROTATED_SETS tensor sets in turn (new pointers, signatures already seen);
@@ -48,6 +48,10 @@ if str(ROOT) not in sys.path:
 DEFAULT_CALLS = 2000
 DEFAULT_ROUNDS = 5
 WARMUP_CALLS = 200        # before each timed group: first launches load modules, build templates, JIT Triton
+# Calls enqueued between two synchronizations: well under the launches a stream queues before
+# cuLaunchKernel blocks (about a thousand), so rmsnorm at 65536 x 768 (~70 us of GPU time a call) is
+# still timed on the host, not at the GPU's pace.
+QUEUED_CALLS = 256
 ROTATED_SETS = 64         # tensor sets of the "rotated" rows
 CHECK_TOLERANCE = 2e-2    # bf16 outputs (the companions' TOLERANCE)
 SIDES = ("tkir", "triton", "torch")
@@ -98,18 +102,26 @@ class Report:
 # --- measuring -------------------------------------------------------------------------------------
 
 def per_call_us(fn: Callable[[], Any], calls: int, rounds: int, sync: Callable[[], Any] = lambda: None,
-                warmup: int = WARMUP_CALLS, clock: Callable[[], float] = time.perf_counter) -> float:
-    """Median over `rounds` of host microseconds per call of `fn`, `calls` calls back to back per round."""
+                warmup: int = WARMUP_CALLS, clock: Callable[[], float] = time.perf_counter,
+                chunk: int = QUEUED_CALLS) -> float:
+    """Median over `rounds` of host microseconds per call of `fn`: `calls` calls back to back per round, in
+    chunks of at most `chunk` with a synchronize (not timed) between them, so the launch queue never
+    fills and a kernel slower than its launch does not put GPU time in the number."""
     for _ in range(warmup):
         fn()
     sync()
     times = []
     for _ in range(rounds):
-        t0 = clock()
-        for _ in range(calls):
-            fn()
-        times.append((clock() - t0) / calls * 1e6)
-        sync()
+        total, left = 0.0, calls
+        while left:
+            n = min(left, chunk)
+            t0 = clock()
+            for _ in range(n):
+                fn()
+            total += clock() - t0
+            sync()
+            left -= n
+        times.append(total / calls * 1e6)
     return statistics.median(times)
 
 
@@ -164,17 +176,16 @@ def format_report(report: Report) -> str:
 
 # --- on the GPU ------------------------------------------------------------------------------------
 
-def _triton_softmax() -> Callable[[Any, Any], Any] | None:
-    """launch(x, y): y = softmax(x) along rows, a minimal Triton kernel (one program per row), or None
-    without Triton."""
-    try:
-        import triton
-        import triton.language as tl
-    except ImportError:
-        return None
+try:  # the Triton column stays empty without it
+    import triton
+    import triton.language as tl
+except ImportError:
+    triton = tl = None
 
+if triton is not None:
     @triton.jit
-    def softmax_rows(y_ptr, x_ptr, stride, n_cols, BLOCK: tl.constexpr):
+    def _softmax_rows(y_ptr, x_ptr, stride, n_cols, BLOCK: tl.constexpr):
+        """y = softmax(x) along one row per program, math in f32, bf16 out: Triton's minimal row softmax."""
         row = tl.program_id(0)
         cols = tl.arange(0, BLOCK)
         mask = cols < n_cols
@@ -182,8 +193,16 @@ def _triton_softmax() -> Callable[[Any, Any], Any] | None:
         e = tl.exp(x - tl.max(x, axis=0))
         tl.store(y_ptr + row * stride + cols, (e / tl.sum(e, axis=0)).to(tl.bfloat16), mask=mask)
 
+
+def _triton_softmax(d: int) -> Callable[[Any, Any], Any] | None:
+    """launch(x, y): y = softmax(x) along rows of width d with the Triton kernel, as a user launches it
+    (`kernel[grid](...)`); None without Triton."""
+    if triton is None:
+        return None
+    block = triton.next_power_of_2(d)
+
     def launch(x: Any, y: Any) -> Any:
-        return softmax_rows[(x.shape[0],)](y, x, x.stride(0), x.shape[1], BLOCK=triton.next_power_of_2(x.shape[1]))
+        return _softmax_rows[(x.shape[0],)](y, x, x.stride(0), x.shape[1], BLOCK=block)
 
     return launch
 
@@ -215,7 +234,7 @@ def gpu_report(calls: int, rounds: int) -> Report:
 
     # softmax 64 x 1024
     ks = tkir.compile(str(ROOT / "examples/softmax.tk"))
-    tri = _triton_softmax()
+    tri = _triton_softmax(SOFTMAX["D"])
     x = torch.randn(SOFTMAX["N"], SOFTMAX["D"], device=dev).bfloat16()
     y = torch.full_like(x, float("nan"))
     ks(x, y)

@@ -592,7 +592,8 @@ class TunedKernel:
         return self._choice[bucket]
 
     def __call__(self, *args: object, stream: int | None = None) -> None:
-        key = self._shapes(args)
+        reader = self._shape_reader
+        key = reader(args) if reader is not None else self._shapes(args)
         hit = self._by_shapes.get(key) if key is not None else None
         if hit is None:
             consts = self.config_for(self.sizes_of(args))
@@ -629,7 +630,7 @@ class _ShapeReader:
         shapes = []
         for a in args[:self.tensors]:
             if self.is_torch_tensor(a):
-                shapes.append(tuple(a.shape))
+                shapes.append(a.shape)  # a torch.Size: a tuple
                 continue
             try:
                 shapes.append(self.describe_array(a, "argument").shape)
