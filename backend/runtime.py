@@ -16,6 +16,18 @@ tensors live on: it makes that device's primary context current for the launch (
 thread's previous one), loads the module once per device, encodes the tensor maps from the real
 pointers (cuTensorMapEncodeTiled into a 128-byte-aligned buffer, HOPPER.md §4.5) and calls
 cuLaunchKernel on torch's current stream of that device (or the given one).
+
+A call costs a few microseconds of Python because the work is cached in two levels. Per argument
+signature (every tensor's shape, strides, dtype and device, every scalar's type: all that `bind` reads
+but the pointers and the scalars' values), `bind` runs once and its findings are kept (`_Signature`),
+and per signature and device a prepared launch (`_Prepared`): the function, grid, block, shared memory
+and a parameter array with every value filled in but the pointers and scalars, and the tensor-map
+encoder's arguments built but for the base address. A call reads the tensors (torch tensors through
+`data_ptr()`, `shape`, `stride()`, `dtype`, `device`; other objects through describe_array), checks what
+depends on the pointers and values (alignment, read-only overlap, scalar ranges, the driver's word on
+pointers that do not say their device), writes the pointers and scalars into the parameter array,
+points each tensor map at the map of its base address (encoded when that address is new to it), and
+launches. A check that fails hands the arguments to `bind`, so the error is the one `validate` gives.
 """
 
 from __future__ import annotations
@@ -26,6 +38,8 @@ import math
 import numbers
 import re
 import sys
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +55,7 @@ from tkir.backend.launch import (
     LaunchError,
     PointerParam,
     ScalarArg,
+    ScalarParam,
     SizeParam,
     TensorArg,
     TensorMapParam,
@@ -59,6 +74,9 @@ TENSOR_MAP_BYTES = 128  # CU_TENSOR_MAP_NUM_QWORDS * 8
 TENSOR_MAP_ALIGN = 128  # the driver asks 64; CUDA 13 headers declare alignas(128), so satisfy both
 I32_RANGE = (-(2**31), 2**31 - 1)
 U32_RANGE = (0, 2**32 - 1)
+I64_RANGE = (-(2**63), 2**63 - 1)
+SCALAR_RANGES = {"i32": I32_RANGE, "u32": U32_RANGE, "i64": I64_RANGE}  # of the integer scalar dtypes
+CUDA_SUCCESS = cu.CUresult.CUDA_SUCCESS
 
 # --- enum values of the cuTensorMapEncodeTiled arguments (cuda.h / HOPPER.md §4.1) -----------------
 # (keyed by the values tkir.backend.launch accepts: TMA_DTYPES, TMA_SWIZZLES, ...)
@@ -168,9 +186,15 @@ class Kernel:
         # Module and function handles belong to a context, so the module is loaded once per device.
         self._functions: dict[int, Any] = {}  # device -> CUfunction
         self._modules: dict[int, Any] = {}  # device -> CUmodule (kept loaded)
-        self._prepared: dict[tuple, tuple] = {}
+        self._signatures: dict[tuple, _Signature] = {}  # argument signature -> what its validation found
         self._workspaces: dict[tuple[int, str], tuple[int, int]] = {}  # (device, name) -> (pointer, bytes)
         self._launches = 0  # what `launch_count` params see: 1 on the first launch, then 2, ...
+        self._lock = threading.Lock()  # a prepared launch's parameter buffer is patched, then launched
+        tensors, scalars = self.launch.tensors, self.launch.scalars
+        self._tensor_count = len(tensors)
+        self._arg_count = len(tensors) + len(scalars)
+        self._what = tuple(f"{self.name}: argument '{t.name}'" for t in tensors)
+        self._scalar_ranges = tuple(None if s.dtype == "f32" else SCALAR_RANGES[s.dtype] for s in scalars)
 
     def __repr__(self) -> str:
         return f"Kernel({self.name!r})"
@@ -182,85 +206,188 @@ class Kernel:
     def __call__(self, *args: Any, stream: int | Any | None = None) -> None:
         """Launch on the device the tensor arguments live on (asynchronously, on `stream`, else on torch's
         current stream of that device when any argument is a torch tensor, else the legacy default
-        stream of that device's primary context)."""
-        key = _fast_key(args)
-        prepared = self._prepared.get(key) if key is not None else None
-        if prepared is None:
-            bound = bind(self.launch, args)  # the argument checks need no driver: they come first
-            prepared = self._prepare(args, bound)
-            if key is not None:
-                if len(self._prepared) >= PREPARED_CACHE:
-                    self._prepared.pop(next(iter(self._prepared)))
-                self._prepared[key] = prepared
-        device, function, grid, block, smem, params, keep = prepared
-        counters = keep[2]
-        if counters:
-            self._launches += 1
-            for c in counters:
-                c.value = self._launches
-        if stream is None:
-            stream = _torch_current_stream(args)
-        handle = _stream_handle(stream)
-        # the launch goes to the current context: make the device's current, then put back the
-        # caller's (torch's current device must not move), unless the thread had none
-        ctx = tkcuda.primary_context(device)
-        previous = check(cu.cuCtxGetCurrent(), "cuCtxGetCurrent")
-        switch = int(previous) != int(ctx)
-        if switch:
-            check(cu.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+        stream of that device's primary context).
+
+        The checks of `validate` that depend on shapes, strides, dtypes, devices and scalar types run once
+        per argument signature (`_Signature`); what depends on the pointers and scalar values runs at every
+        call (alignment, read-only overlap, scalar ranges, the driver's word on pointers that do not say
+        their device). Anything refused is refused by `bind`, so the error is the one `validate` gives."""
         try:
-            check(cu.cuLaunchKernel(function, *grid, *block, smem, handle, ctypes.addressof(params), 0),
-                  f"cuLaunchKernel({self.name} on GPU {device})")
+            key, ptrs, arrays = self._read(args)
+        except LaunchError:  # bind's own error below, not raised inside this handler
+            key = None
+        if key is None:
+            raise self._refused(args)
+        sig = self._signatures.get(key)
+        if sig is None:
+            sig = self._new_signature(args, key)
+        for i, align in sig.aligns:
+            if ptrs[i] % align:
+                raise self._refused(args)
+        for i, j, i_bytes, j_bytes in sig.overlaps:
+            if ptrs[i] < ptrs[j] + j_bytes and ptrs[j] < ptrs[i] + i_bytes:
+                raise self._refused(args)
+        scalars = self._scalar_values(args) if self._scalar_ranges else ()
+        device = sig.device if not sig.unsure else self._ask_device(sig, ptrs, arrays)
+        prepared = sig.prepared.get(device)
+        if prepared is None:
+            prepared = self._prepare(args, sig, device)
+        if stream is None:
+            handle = sig.torch_stream(device) if sig.torch_stream is not None else 0
+        else:
+            handle = _stream_handle(stream)
+        with self._lock:
+            for i, slot in prepared.pointers:
+                slot.value = ptrs[i]
+            for i, tmap in prepared.maps:
+                if ptrs[i] != tmap.address:
+                    tmap.point_at(ptrs[i])
+            for j, slot in prepared.scalars:
+                slot.value = scalars[j]
+            if prepared.counters:
+                self._launches += 1
+                for c in prepared.counters:
+                    c.value = self._launches
+            self._launch(prepared, handle)
+
+    def _launch(self, p: _Prepared, stream: int) -> None:
+        """cuLaunchKernel of a patched launch. The launch goes to the current context: make the device's
+        current, then put back the caller's (torch's current device must not move), unless the thread had
+        none. The caller's context is asked every call (anyone may have changed it); it is set only when
+        it is another one."""
+        err, previous = cu.cuCtxGetCurrent()
+        if err != CUDA_SUCCESS:
+            check((err,), "cuCtxGetCurrent")
+        switch = int(previous) != p.context_id
+        if switch:
+            check(cu.cuCtxSetCurrent(p.context), "cuCtxSetCurrent")
+        try:
+            (err,) = cu.cuLaunchKernel(p.function, p.grid[0], p.grid[1], p.grid[2], p.block[0], p.block[1],
+                                       p.block[2], p.smem, stream, p.params_address, 0)
+            if err != CUDA_SUCCESS:
+                check((err,), f"cuLaunchKernel({self.name} on GPU {p.device})")
         finally:
             if switch and int(previous):
                 check(cu.cuCtxSetCurrent(previous), "cuCtxSetCurrent")
 
-    def _prepare(self, args: tuple[Any, ...], checked: Bound) -> tuple:
-        """Find the device, load the module there, encode tensor maps and marshal every parameter,
-        once per distinct argument set (same pointers, shapes, strides, dtypes and devices): later
-        calls with the same tensors only launch. `checked` is the driver-free bind of `args`."""
-        device = self._device(checked)
+    def _read(self, args: tuple[Any, ...]) -> tuple[tuple, list[int], dict[int, ArrayArg] | None]:
+        """The call's signature (everything `bind` reads except the pointers and the scalars' values), the
+        tensors' pointers, and the ArrayArgs of the arguments that are not torch tensors (whose device
+        the driver may have to tell). Torch tensors are read through their own attributes; the rest
+        through describe_array. A LaunchError here is answered with bind's own (`_refused`)."""
+        if len(args) != self._arg_count:
+            raise LaunchError("argument count")
+        key: list[Any] = []
+        ptrs: list[int] = []
+        arrays: dict[int, ArrayArg] | None = None
+        for i in range(self._tensor_count):
+            a = args[i]
+            torch_like = _TORCH_TYPES.get(type(a))
+            if torch_like is None:
+                torch_like = is_torch_tensor(a)
+            if torch_like:
+                key.append((a.shape, a.stride(), a.dtype, a.device))
+                ptrs.append(a.data_ptr())
+            else:
+                arr = describe_array(a, self._what[i])
+                key.append((type(a), arr.shape, arr.strides, arr.dtype, arr.on_device, arr.device_index))
+                ptrs.append(arr.ptr)
+                if arrays is None:
+                    arrays = {}
+                arrays[i] = arr
+        for a in args[self._tensor_count:]:
+            key.append(type(a))
+        return tuple(key), ptrs, arrays
+
+    def _refused(self, args: tuple[Any, ...]) -> LaunchError:
+        """Arguments a per-call check refused: bind raises its error for them, which names the argument
+        and the rule, as `validate` does. Should bind accept them, the two disagree: say so."""
+        bind(self.launch, args)
+        return LaunchError(f"{self.name}: a launch check refused arguments that validate() accepts "
+                           "(a bug in tkir.backend.runtime)")
+
+    def _new_signature(self, args: tuple[Any, ...], key: tuple) -> _Signature:
+        """Validate a signature not seen before: every check of `bind` (its error if one fails)."""
+        bound = bind(self.launch, args)  # the argument checks need no driver: they come first
+        sig = _Signature(self.launch, bound, args)
+        if len(self._signatures) >= SIGNATURE_CACHE:
+            self._signatures.pop(next(iter(self._signatures)))
+        self._signatures[key] = sig
+        return sig
+
+    def _scalar_values(self, args: tuple[Any, ...]) -> list[int | float]:
+        """The user scalars as the parameters take them; their types were checked with the signature, so
+        only an integer's range is left to check."""
+        values: list[int | float] = []
+        for j, limits in enumerate(self._scalar_ranges):
+            v = args[self._tensor_count + j]
+            if limits is None:
+                values.append(float(v))
+                continue
+            v = int(v)
+            if not limits[0] <= v <= limits[1]:
+                raise self._refused(args)
+            values.append(v)
+        return values
+
+    def _ask_device(self, sig: _Signature, ptrs: list[int], arrays: dict[int, ArrayArg] | None) -> int:
+        """The device of a launch with pointers that did not say theirs (CUDA Array Interface): the driver
+        is asked about each (which also rejects host memory), and all must agree with the arguments that
+        said theirs. No tensor argument at all: the default device."""
+        device = sig.device if sig.device is not None else tkcuda.DEFAULT_DEVICE
+        unsure = [i for i in sig.unsure if ptrs[i]]
+        if not unsure or arrays is None:
+            return device
+        names = [t.name for t in self.launch.tensors]
+        with tkcuda.on_device(device):  # a current context for the pointer queries
+            found = {names[i]: _check_device_pointer(self.name, names[i], arrays[i]) for i in unsure}
+        resolved = _common_device(self.name, sig.devices | found)
+        return device if resolved is None else resolved
+
+    def _prepare(self, args: tuple[Any, ...], sig: _Signature, device: int) -> _Prepared:
+        """Load the module on `device`, bind the sizes with its SM count and build the launch of this
+        signature there: once per signature and device."""
         with tkcuda.on_device(device):
             bound = bind(self.launch, args, tkcuda.device_attribute("MULTIPROCESSOR_COUNT", device))
             bound.device = device
             function = self._load(device)
-            params, keep = self._marshal(bound, device)
-        return device, function, bound.grid, bound.block, bound.dynamic_smem, params, keep
+            prepared = self._marshal(bound, device, function)
+        sig.prepared[device] = prepared
+        return prepared
 
-    def _device(self, bound: Bound) -> int:
-        """The device of the launch: the one the arguments say (bind checked they agree); arguments
-        that do not say (CUDA Array Interface pointers) are asked of the driver, which also rejects
-        host memory, and must agree too. No tensor argument at all: the default device."""
-        device = bound.device if bound.device is not None else tkcuda.DEFAULT_DEVICE
-        unsure = {name: arr for name, arr in bound.tensors.items() if arr.on_device is None and arr.ptr}
-        if not unsure:
-            return device
-        with tkcuda.on_device(device):  # a current context for the pointer queries
-            found = {name: _check_device_pointer(self.name, name, arr) for name, arr in unsure.items()}
-        devices = {name: arr.device_index for name, arr in bound.tensors.items()} | found
-        resolved = _common_device(self.name, devices)
-        return device if resolved is None else resolved
-
-    def _marshal(self, bound: Bound, device: int) -> tuple[Any, tuple]:
-        """The cuLaunchKernel parameter array for `bound` on `device` (its context current), and what
-        must stay alive while it is used."""
+    def _marshal(self, bound: Bound, device: int, function: Any) -> _Prepared:
+        """The cuLaunchKernel parameter array of `bound` on `device` (its context current), with the slots a
+        call patches: one per pointer, tensor map and user scalar."""
+        launch = self.launch
+        tensor_index = {t.name: i for i, t in enumerate(launch.tensors)}
+        scalar_index = {s.name: j for j, s in enumerate(launch.scalars)}
+        params = (ctypes.c_void_p * max(len(bound.params), 1))()
+        encode = _driver_encode_tiled() if bound.tma else None
         values: list[Any] = []
-        counters: list[ctypes.c_int32] = []
-        for kind, value in bound.params:
+        pointers, maps, scalars, counters = [], [], [], []
+        for slot, (p, (kind, value)) in enumerate(zip(launch.params, bound.params, strict=True)):
             if kind == "tensor_map":
-                values.append(encode_tensor_map(value))  # 64-byte aligned 128-byte struct
-            elif kind == "pointer":
-                values.append(ctypes.c_void_p(value))
+                maps.append((tensor_index[value.tensor], _TensorMapSlot(value, encode, params, slot)))
+                continue
+            if kind == "pointer":
+                v = ctypes.c_void_p(value)
+                pointers.append((tensor_index[p.tensor], v))
             elif kind == "workspace":
-                values.append(ctypes.c_void_p(self._workspace(device, *value)))
+                v = ctypes.c_void_p(self._workspace(device, *value))
             elif kind == "launch_count":
-                counters.append(ctypes.c_int32(0))
-                values.append(counters[-1])
+                v = ctypes.c_int32(0)
+                counters.append(v)
             else:
-                values.append(SCALAR_CTYPES[kind](value))
-        params = (ctypes.c_void_p * max(len(values), 1))(*[ctypes.addressof(v) for v in values])
-        keep = (values, [arr.obj for arr in bound.tensors.values()], counters)
-        return params, keep
+                v = SCALAR_CTYPES[kind](value)
+                if isinstance(p, ScalarParam):
+                    scalars.append((scalar_index[p.scalar], v))
+            values.append(v)
+            params[slot] = ctypes.addressof(v)
+        ctx = tkcuda.primary_context(device)
+        return _Prepared(device=device, context=ctx, context_id=int(ctx), function=function, grid=bound.grid,
+                         block=bound.block, smem=bound.dynamic_smem, params=params,
+                         params_address=ctypes.addressof(params), pointers=tuple(pointers), maps=tuple(maps),
+                         scalars=tuple(scalars), counters=tuple(counters), values=values)
 
     def _workspace(self, device: int, name: str, nbytes: int) -> int:
         """Device scratch memory for a `workspace` param on `device` (its context current): zeroed
@@ -272,7 +399,7 @@ class Kernel:
         if have >= nbytes:
             return ptr
         if ptr:  # grown: prepared launches holding the old pointer must be rebuilt
-            self._prepared.clear()
+            self._signatures.clear()
             check(cu.cuMemFree(ptr), f"cuMemFree({self.name} workspace {name})")
         ptr = int(check(cu.cuMemAlloc(nbytes), f"cuMemAlloc({self.name} workspace {name}, {nbytes} B, GPU {device})"))
         check(cu.cuMemsetD8(ptr, 0, nbytes), f"cuMemsetD8({self.name} workspace {name})")
@@ -316,23 +443,78 @@ class Kernel:
         return function
 
 
-# Prepared launches kept per kernel (argument sets seen recently).
-PREPARED_CACHE = 64
+# --- the launch cache --------------------------------------------------------------------------------
+
+SIGNATURE_CACHE = 64  # argument signatures kept per kernel (shapes, dtypes, devices seen recently)
+TENSOR_MAPS_KEPT = 4  # encoded maps kept per tensor-map parameter (base addresses seen recently)
+
+_TORCH_TYPES: dict[type, bool] = {}  # type -> whether its objects are torch tensors (is_torch_tensor)
 
 
-def _fast_key(args: tuple[Any, ...]) -> tuple | None:
-    """A cheap identity of an argument set: pointers, shapes, strides, dtypes and devices (torch
-    tensors and scalars; the device picks the context, module and SM count a prepared launch holds);
-    None (no caching) for other objects, which are validated on every call."""
-    key: list[Any] = []
-    for a in args:
-        if isinstance(a, (int, float)) and not isinstance(a, bool):
-            key.append((type(a), a))
-        elif _is_torch_tensor(a):
-            key.append((a.data_ptr(), tuple(a.shape), a.stride(), a.dtype, a.device))
-        else:
-            return None
-    return tuple(key)
+def is_torch_tensor(arg: Any) -> bool:
+    """Whether `arg` is a torch tensor, known by its type's module (torch need not be imported), answered
+    once per type."""
+    known = _TORCH_TYPES.get(type(arg))
+    if known is None:
+        known = _TORCH_TYPES[type(arg)] = _is_torch_tensor(arg)
+    return known
+
+
+class _Signature:
+    """One argument signature of a kernel, validated once by `bind`: what a call with it must still check
+    (the alignment of each pointer, read-only tensors against the others, which pointers the driver must
+    place) and its prepared launch per device. A signature is everything `bind` reads except the
+    pointers and the scalars' values (Kernel._read), so every other check holds for all its calls."""
+
+    __slots__ = ("aligns", "overlaps", "unsure", "devices", "device", "torch_stream", "prepared")
+
+    def __init__(self, launch: LaunchDescription, bound: Bound, args: tuple[Any, ...]):
+        tensors = launch.tensors
+        index = {t.name: i for i, t in enumerate(tensors)}
+        tma = {t.tensor for t in launch.tma}
+        aligned = {a.tensor: a.bytes for a in launch.aligned}
+        aligns = []
+        for i, spec in enumerate(tensors):  # _check_memory's address checks, in one modulus
+            need = math.lcm(DTYPE_BYTES[spec.dtype], TMA_ALIGN if spec.name in tma else aligned.get(spec.name, 1))
+            if need > 1:
+                aligns.append((i, need))
+        self.aligns: tuple[tuple[int, int], ...] = tuple(aligns)
+        overlaps = []  # _check_readonly_overlap's pairs, with their byte counts
+        for r in launch.readonly:
+            a = bound.tensors[r]
+            for name, b in bound.tensors.items():
+                if name != r and name not in launch.readonly and a.nbytes and b.nbytes:
+                    overlaps.append((index[r], index[name], a.nbytes, b.nbytes))
+        self.overlaps: tuple[tuple[int, int, int, int], ...] = tuple(overlaps)
+        self.unsure = tuple(i for i, t in enumerate(tensors) if bound.tensors[t.name].on_device is None)
+        self.devices = {name: arr.device_index for name, arr in bound.tensors.items()}
+        self.device = bound.device if bound.device is not None else tkcuda.DEFAULT_DEVICE
+        torch = sys.modules.get("torch")
+        self.torch_stream: Callable[[int], int] | None = None
+        if torch is not None and any(isinstance(a, torch.Tensor) and a.is_cuda for a in args):
+            self.torch_stream = _torch_stream_getter(torch)
+        self.prepared: dict[int, _Prepared] = {}
+
+
+@dataclass(slots=True, eq=False)
+class _Prepared:
+    """A signature's launch on one device: the parameter array with everything but the pointers and the
+    scalars' values filled in, and the slots a call patches."""
+
+    device: int
+    context: Any  # the device's primary context (CUcontext)
+    context_id: int
+    function: Any  # CUfunction
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    smem: int
+    params: Any  # (c_void_p * n): the address of each parameter's value
+    params_address: int
+    pointers: tuple[tuple[int, ctypes.c_void_p], ...]  # (tensor index, its pointer's slot)
+    maps: tuple[tuple[int, _TensorMapSlot], ...]  # (tensor index, its tensor map)
+    scalars: tuple[tuple[int, Any], ...]  # (user scalar index, its slot)
+    counters: tuple[ctypes.c_int32, ...]  # launch_count slots
+    values: list[Any]  # every slot, kept alive with the array that points at them
 
 
 def _looks_like_ptx(image: bytes) -> bool:
@@ -662,28 +844,76 @@ def encode_tensor_map(t: TmaArgs) -> TensorMap:
     """Encode a tiled tensor map into an aligned buffer (HOPPER.md §4.5: the cuda-bindings CUtensorMap
     object is only 16-byte aligned, while the driver requires 64)."""
     out = aligned_tensor_map()
-    dtype, rank, address, dims, strides, box, elem_strides, interleave, swizzle, l2, oob = encode_args(t)
-    encode = _driver_encode_tiled()
-    u64, u32 = ctypes.c_uint64, ctypes.c_uint32
-    result = encode(ctypes.addressof(out), dtype, rank, address, (u64 * rank)(*dims),
-                    (u64 * max(rank - 1, 1))(*strides), (u32 * rank)(*box), (u32 * rank)(*elem_strides),
-                    interleave, swizzle, l2, oob)
-    if result != 0:
-        name = cu.CUresult(result).name
-        raise LaunchError(f"cuTensorMapEncodeTiled failed for '{t.param}' ({name}): dtype {t.dtype}, "
-                          f"address {t.address:#x}, dims {dims}, byte strides {strides}, box {box}, "
-                          f"swizzle {t.swizzle}")
+    _TmaEncoder(t, _driver_encode_tiled()).encode(ctypes.addressof(out), t.address)
     return out
+
+
+class _TmaEncoder:
+    """The cuTensorMapEncodeTiled call of one TmaArgs with every argument built once (the dims, strides,
+    box and element-stride arrays, the enums) but the base address: encoding for another address is one
+    C call."""
+
+    __slots__ = ("tma", "_encode", "_head", "_tail", "_arrays")
+
+    def __init__(self, t: TmaArgs, encode: Callable[..., int]):
+        dtype, rank, _address, dims, strides, box, elem_strides, interleave, swizzle, l2, oob = encode_args(t)
+        u64, u32 = ctypes.c_uint64, ctypes.c_uint32
+        self._arrays = ((u64 * rank)(*dims), (u64 * max(rank - 1, 1))(*strides), (u32 * rank)(*box),
+                        (u32 * rank)(*elem_strides))
+        self._head = (dtype, rank)
+        self._tail = (*(ctypes.addressof(a) for a in self._arrays), interleave, swizzle, l2, oob)
+        self.tma, self._encode = t, encode
+
+    def encode(self, out: int, address: int) -> None:
+        """Encode the map for base `address` into the TENSOR_MAP_ALIGN-aligned buffer at `out`."""
+        result = self._encode(out, *self._head, address, *self._tail)
+        if result != 0:
+            t = self.tma
+            raise LaunchError(f"cuTensorMapEncodeTiled failed for '{t.param}' ({cu.CUresult(result).name}): "
+                              f"dtype {t.dtype}, address {address:#x}, dims {t.dims}, byte strides {t.strides}, "
+                              f"box {t.box}, swizzle {t.swizzle}")
+
+
+class _TensorMapSlot:
+    """A tensor-map parameter of a prepared launch: its entry of the parameter array points at a map
+    encoded for `address`. The maps of the last TENSOR_MAPS_KEPT addresses are kept, since a model's
+    activations come back at a few addresses (torch's caching allocator hands recent blocks out again):
+    a map seen before is pointed at, not encoded again. The bytes of a map are only ever written by the
+    driver."""
+
+    __slots__ = ("address", "_encoder", "_params", "_index", "_maps")
+
+    def __init__(self, t: TmaArgs, encode: Callable[..., int], params: Any, index: int):
+        self._encoder = _TmaEncoder(t, encode)
+        self._params, self._index = params, index
+        self._maps: dict[int, tuple[TensorMap, int]] = {}  # address -> (map, its address), oldest first
+        self.address = -1
+        self.point_at(t.address)
+
+    def point_at(self, address: int) -> None:
+        found = self._maps.get(address)
+        if found is None:
+            self.address = -1  # until a map of `address` is in place (an encoding may fail)
+            if len(self._maps) >= TENSOR_MAPS_KEPT:
+                tmap = self._maps.pop(next(iter(self._maps)))[0]  # the oldest buffer, encoded again
+            else:
+                tmap = aligned_tensor_map()
+            where = ctypes.addressof(tmap)
+            self._encoder.encode(where, address)
+            found = self._maps[address] = (tmap, where)
+        self._params[self._index] = found[1]
+        self.address = address
 
 
 @functools.cache
 def _driver_encode_tiled() -> Any:
     """cuTensorMapEncodeTiled from the driver library through ctypes, so it writes our aligned buffer
-    (it encodes host memory and needs an initialised driver, not a current context)."""
+    (it encodes host memory and needs an initialised driver, not a current context). The output and the
+    four arrays are passed as addresses (ints)."""
     fn = tkcuda.libcuda().cuTensorMapEncodeTiled
-    p64, p32 = ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint32)
-    fn.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_void_p, p64, p64, p32, p32,
-                   ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int]
+    ptr = ctypes.c_void_p
+    fn.argtypes = [ptr, ctypes.c_int, ctypes.c_uint32, ptr, ptr, ptr, ptr, ptr, ctypes.c_int, ctypes.c_int,
+                   ctypes.c_int, ctypes.c_int]
     fn.restype = ctypes.c_int
     return fn
 
@@ -706,17 +936,15 @@ def _check_device_pointer(kernel: str, name: str, arr: ArrayArg) -> int:
     return ordinal
 
 
-def _torch_current_stream(args: tuple[Any, ...]) -> Any:
-    """torch's current stream on the tensors' device when any argument is a torch tensor (what Triton
-    launches on), so `with torch.cuda.stream(s): k(...)` is ordered with the user's work on s; else
-    None (the legacy default stream)."""
-    torch = sys.modules.get("torch")
-    if torch is None:
-        return None
-    for a in args:
-        if isinstance(a, torch.Tensor) and a.is_cuda:
-            return torch.cuda.current_stream(a.device)
-    return None
+def _torch_stream_getter(torch: Any) -> Callable[[int], int]:
+    """device -> the handle of torch's current stream on it (what Triton launches on), so
+    `with torch.cuda.stream(s): k(...)` is ordered with the user's work on s: torch's
+    `_cuda_getCurrentRawStream` where it has it (Triton's launcher reads the same), else through
+    `torch.cuda.current_stream`."""
+    raw = getattr(getattr(torch, "_C", None), "_cuda_getCurrentRawStream", None)
+    if raw is not None:
+        return raw
+    return lambda device: int(torch.cuda.current_stream(device).cuda_stream)
 
 
 def _stream_handle(stream: Any) -> int:

@@ -151,8 +151,8 @@ class CompiledKernel:
         return f"from: {' '.join(words)} (tkir {__version__})"
 
     def __call__(self, *args: object, stream: int | None = None) -> None:
-        self.lower()
-        if self._runtime is None:
+        if self._runtime is None:  # the first call: the backend's output, then the runtime's Kernel
+            self.lower()
             from tkir.backend.runtime import Kernel
 
             image = self.asm["ptx"]

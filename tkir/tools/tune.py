@@ -31,7 +31,8 @@
 
 `TunedKernel.__call__` infers the sizes from its arguments, looks the bucket up in the cache (no
 timing on the hot path) and launches that configuration; on a miss it launches the kernel's default
-consts, or tunes first when built with `tune_on_miss=True`.
+consts, or tunes first when built with `tune_on_miss=True`. The configuration is kept per argument shapes,
+so a call with shapes seen before reads them and launches (tkir.backend.runtime checks the rest).
 """
 
 from __future__ import annotations
@@ -536,6 +537,10 @@ def dry_run(path: str, sizes: dict[str, int], *, fixed: dict | None = None, targ
 # --- the Python API ------------------------------------------------------------------------------
 
 
+# Argument shapes a TunedKernel remembers the chosen kernel for (the shapes seen recently).
+SHAPES_CACHE = 256
+
+
 class TunedKernel:
     """A kernel whose consts are chosen per call from the tuning cache (see the module docstring)."""
 
@@ -546,6 +551,10 @@ class TunedKernel:
         read_space(self.path)  # a kernel without @tune is an error now, not at the first call
         self._kernels: dict[tuple, object] = {}
         self._choice: dict[tuple, dict] = {}
+        # the tensor arguments' shapes -> (consts, kernel): the sizes, their bucket and the choice depend on
+        # the shapes alone, so a call with shapes seen before skips all three
+        self._by_shapes: dict[tuple, tuple[dict, object]] = {}
+        self._shape_reader: _ShapeReader | None = None
         self.last_consts: dict | None = None
 
     def compiled(self, consts: dict):
@@ -583,9 +592,51 @@ class TunedKernel:
         return self._choice[bucket]
 
     def __call__(self, *args: object, stream: int | None = None) -> None:
-        consts = self.config_for(self.sizes_of(args))
-        self.last_consts = consts
-        self.compiled(consts)(*args, stream=stream)
+        reader = self._shape_reader
+        key = reader(args) if reader is not None else self._shapes(args)
+        hit = self._by_shapes.get(key) if key is not None else None
+        if hit is None:
+            consts = self.config_for(self.sizes_of(args))
+            hit = (consts, self.compiled(consts))
+            if key is not None:
+                if len(self._by_shapes) >= SHAPES_CACHE:
+                    self._by_shapes.pop(next(iter(self._by_shapes)))
+                self._by_shapes[key] = hit
+        self.last_consts = hit[0]
+        hit[1](*args, stream=stream)
+
+    def _shapes(self, args: tuple) -> tuple | None:
+        """The tensor arguments' shapes, or None where the call does not fit the kernel (`sizes_of` then
+        says why)."""
+        if self._shape_reader is None:
+            self._shape_reader = _ShapeReader(self.compiled(self.fixed).launch)
+        return self._shape_reader(args)
+
+
+class _ShapeReader:
+    """The shapes of a call's tensor arguments, as the launch reads them: torch tensors through `.shape`,
+    other objects through tkir.backend.runtime.describe_array; None for a call with the wrong number of
+    arguments or an argument that is no tensor."""
+
+    def __init__(self, launch):  # a tkir.backend.launch.LaunchDescription
+        from tkir.backend.runtime import LaunchError, describe_array, is_torch_tensor
+
+        self.tensors, self.count = len(launch.tensors), len(launch.tensors) + len(launch.scalars)
+        self.is_torch_tensor, self.describe_array, self.error = is_torch_tensor, describe_array, LaunchError
+
+    def __call__(self, args: tuple) -> tuple | None:
+        if len(args) != self.count:
+            return None
+        shapes = []
+        for a in args[:self.tensors]:
+            if self.is_torch_tensor(a):
+                shapes.append(a.shape)  # a torch.Size: a tuple
+                continue
+            try:
+                shapes.append(self.describe_array(a, "argument").shape)
+            except self.error:
+                return None
+        return tuple(shapes)
 
 
 def autotune(path: str, *, target: str = "sm_90a", passes: str | None = None, tune_on_miss: bool = False,
