@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import itertools
 import json
 import math
@@ -42,8 +43,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+if importlib.util.find_spec("tkir") is None and str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))  # tkir not installed: this checkout's (an installed tkir, or PYTHONPATH's, wins)
 
 DEFAULT_CALLS = 2000
 DEFAULT_ROUNDS = 5
@@ -323,6 +324,9 @@ def _versions() -> dict[str, str]:
             out[name] = str(getattr(module, "__version__", "?"))
         except ImportError:
             out[name] = "not installed"
+    import tkir.backend.runtime
+
+    out["tkir"] = str(Path(tkir.backend.runtime.__file__).resolve().parents[1])  # which checkout was timed
     return out
 
 
