@@ -5,4 +5,5 @@ A core module of its own, with no imports, so that the backend can read the vers
 the `tkir` package's face (tkir/__init__.py, tkir/api.py), which imports the backend in turn.
 """
 
-__version__ = "0.1.0"
+# 0.2: the deprecated spellings (--group-m, --pass-option, compile(group_m=, pass_options=), tkir.cuda) removed
+__version__ = "0.2.0"
