@@ -21,12 +21,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from tkir.target import MBARRIER_BYTES
+
 if TYPE_CHECKING:
     from tkir.backend.llvm_text import LLVMWriter
 
 NAMED_BARRIER_IDS = 16  # PTX ISA bar/barrier: barrier ids 0..15 per CTA
-MBARRIER_SHIFT = 3      # an mbarrier object is 8 bytes (PTX ISA mbarrier: .b64)
-MBARRIER_BYTES = 1 << MBARRIER_SHIFT
+MBARRIER_SHIFT = MBARRIER_BYTES.bit_length() - 1  # log2 of an mbarrier's bytes: a slot's byte offset is index << 3
 
 
 # --- the named-barrier table ----------------------------------------------------------------------

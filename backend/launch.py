@@ -43,6 +43,7 @@ from tkir import symexpr
 from tkir.diagnostics import CompileError, TkirError
 from tkir.facts import OccupancyPlan
 from tkir.ir import Module, Operation
+from tkir.ops_tma import TMA_L2_PROMOTIONS, TMA_OOB_FILLS, TMA_SWIZZLES  # runtime's enum tables match them
 from tkir.requires import kernel_alignments, kernel_requires
 from tkir.target import (
     MAX_GRID,
@@ -66,9 +67,6 @@ DESC_FIELDS = ("dtype", "rank", "dims", "strides", "box", "elem_strides", "swizz
 TENSOR_DTYPES = ("bf16", "f16", "f32", "e4m3", "e5m2", "i32", "u32", "i1")  # tkir.types.NUMPY_DTYPES
 SCALAR_DTYPES = ("i32", "u32", "i64", "f32")                     # runtime.SCALAR_CTYPES
 TMA_DTYPES = ("bf16", "f16", "f32", "i32", "u32", "e4m3", "e5m2")  # runtime.TMA_DTYPES (CUtensorMapDataType)
-TMA_SWIZZLES = (0, 32, 64, 128)                                  # runtime.TMA_SWIZZLES (CUtensorMapSwizzle)
-TMA_L2_PROMOTIONS = (0, 64, 128, 256)                            # runtime.TMA_L2_PROMOTIONS
-TMA_OOB_FILLS = ("zero", "nan")                                  # runtime.TMA_OOB_FILLS
 # What a foreign description may leave out of a `tma` entry (docs/runtime.md).
 TMA_DEFAULT_SWIZZLE, TMA_DEFAULT_L2_PROMOTION, TMA_DEFAULT_OOB_FILL = 0, 128, "zero"
 DEFAULT_TARGET = "sm_90a"

@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, ClassVar
 
 from tkir.backend.context import RoleCtx, tile_stage_bytes
 from tkir.backend.idioms import (
-    MBARRIER_BYTES,
     NAMED_BARRIERS,
     block_barrier,
     bulk_commit,
@@ -39,7 +38,7 @@ from tkir.backend.idioms import (
 from tkir.backend.rules import loop_hook, rule
 from tkir.backend.values import LoweringError, Smem
 from tkir.ir import Operation, Value
-from tkir.target import WARP, WARPS_PER_WARPGROUP
+from tkir.target import MBARRIER_BYTES, WARP, WARPS_PER_WARPGROUP
 from tkir.types import GlobalType, TileType, dtype_bytes
 
 if TYPE_CHECKING:

@@ -95,6 +95,7 @@ from tkir.target import (
     MAX_REGS_PER_THREAD,
     MAX_THREADS_PER_BLOCK,
     MAX_WARPS_PER_SM,
+    MBARRIER_BYTES,
     PLAIN_SMEM_ALIGN,
     QUAD,
     REG_ALLOC_UNIT,
@@ -111,7 +112,6 @@ from tkir.types import DTYPE_BYTES, GlobalType, ScalarType, TileType, VectorType
 SETMAXNREG_MIN = SETMAXNREG_RANGE[0]
 MAX_ROLE_REGS = 248                # largest multiple of 8 within 255 registers per thread
 
-MBARRIER_BYTES = 8                 # HOPPER.md §5.1
 BARRIERS_PER_STAGE = 2             # full + empty (HOPPER.md §5.4)
 TMA_SMEM_ALIGN = 128               # TMA shared address alignment (HOPPER.md §3.2)
 PRODUCER_REGS = (40, 24)           # CUTLASS producer setmaxnreg.dec values, preferred first

@@ -13,6 +13,7 @@ WGMMA_M = 64                   # every wgmma has M = 64 (HOPPER.md §1.2)
 MMA_M, MMA_N, MMA_K = 16, 8, 16  # mma.sync.m16n8k16 (HOPPER.md §6.3)
 MMA_A_WORDS = 4                # b32 registers of one m16 x k16 A fragment (HOPPER.md §6.3)
 MMA_B_UNIT_WORDS = 4           # b32 registers of one k16 x two n8 B fragment pair (one ldmatrix.x4)
+MBARRIER_BYTES = 8             # an mbarrier object: one .b64 in shared memory (HOPPER.md §5.1; PTX ISA mbarrier)
 QUAD = 4                       # lanes sharing one mma accumulator row: g = lane / 4 (HOPPER.md §1.5)
 DEFAULT_WARPS = WARPS_PER_WARPGROUP  # register tiles of a kernel without tk.mma: one warpgroup of warps
 CP_ASYNC_BYTES = 16            # cp.async.cg copies 16-byte chunks from 16-byte aligned sources (PTX ISA §9.7.9.25)
