@@ -468,7 +468,16 @@ def _value_regs(t: object, threads: int) -> int:
     return 0
 
 
-def _streamed(v: Value, uses: dict[Value, list[Operation]]) -> bool:
+def _position(op: Operation, blk: Block, positions: dict[int, dict[int, int]]) -> int:
+    """`blk.ops.index(op)`, from one index of the block built on first use (a scan per value made the
+    register estimate quadratic in a block's length)."""
+    index = positions.get(id(blk))
+    if index is None:
+        index = positions[id(blk)] = {id(o): i for i, o in enumerate(blk.ops)}
+    return index[id(op)]
+
+
+def _streamed(v: Value, uses: dict[Value, list[Operation]], positions: dict[int, dict[int, int]]) -> bool:
     """An elementwise result read only by elementwise ops or reductions of its own block, with nothing
     but elementwise and scalar ops between its definition and its last use: the whole chain is one
     element-wise expression that the backend and ptxas evaluate element by element (the GELU of an
@@ -479,8 +488,8 @@ def _streamed(v: Value, uses: dict[Value, list[Operation]]) -> bool:
     blk = op.parent
     if blk is None or any(u.name not in ELEMENTWISE + ("tk.reduce",) or u.parent is not blk for u in users):
         return False
-    i = blk.ops.index(op)
-    last = max(blk.ops.index(u) for u in users)
+    i = _position(op, blk, positions)
+    last = max(_position(u, blk, positions) for u in users)
     return all(o.name in ELEMENTWISE or o.name.startswith("arith.") for o in blk.ops[i + 1:last])
 
 
@@ -544,7 +553,8 @@ def _register_budget(kernel: Operation, threads: int) -> tuple[RegisterBudget, t
     for op in order:
         for v in op.operands:
             uses.setdefault(v, []).append(op)
-    regs = {v: 0 if _streamed(v, uses) else _value_regs(v.type, threads)
+    positions: dict[int, dict[int, int]] = {}
+    regs = {v: 0 if _streamed(v, uses, positions) else _value_regs(v.type, threads)
             for v in defs if not isinstance(v.type, GlobalType)}
     for v in regs:
         if _sliced(v, uses):

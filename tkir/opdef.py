@@ -47,19 +47,22 @@ def register_op(name: str, check: Checker, *, pure: bool = True, terminator: boo
 # Small checking helpers.
 
 
-def expect(cond: bool, msg: str) -> None:
+def expect(cond: bool, msg: str | Callable[[], str]) -> None:
+    """Raise OpError(msg) unless `cond`. The hot checks (every elementwise op, after every pass) pass the
+    message as a lambda, formatted only on failure: formatting their types every time cost a 10,000-statement
+    kernel seconds of compile time."""
     if not cond:
-        raise OpError(msg)
+        raise OpError(msg() if callable(msg) else msg)
 
 
 def n_operands(op: Operation, lo: int, hi: int | None = None) -> None:
     hi = lo if hi is None else hi
     n = len(op.operands)
-    expect(lo <= n <= hi, f"'{op.name}' expects {lo if lo == hi else f'{lo}..{hi}'} operands, got {n}")
+    expect(lo <= n <= hi, lambda: f"'{op.name}' expects {lo if lo == hi else f'{lo}..{hi}'} operands, got {n}")
 
 
 def n_results(op: Operation, n: int) -> None:
-    expect(len(op.results) == n, f"'{op.name}' expects {n} results, got {len(op.results)}")
+    expect(len(op.results) == n, lambda: f"'{op.name}' expects {n} results, got {len(op.results)}")
 
 
 def is_int_scalar(t: Type) -> bool:

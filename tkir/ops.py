@@ -182,10 +182,10 @@ def _binary(op: Operation) -> None:
     ref = _elementwise_pair(op)
     r = op.result.type
     if ref is not None:
-        expect(r.dtype == ref.dtype, f"'{op.name}' result {r} must have the operands' dtype {ref.dtype}")
+        expect(r.dtype == ref.dtype, lambda: f"'{op.name}' result {r} must have the operands' dtype {ref.dtype}")
         expect(not (op.name == "tk.div" and ref.dtype not in FLOAT_DTYPES),
-               f"'tk.div' divides float tiles, got {ref}")
-        expect(ref.dtype != "i1", f"'{op.name}' does not compute on predicates ({ref})")
+               lambda: f"'tk.div' divides float tiles, got {ref}")
+        expect(ref.dtype != "i1", lambda: f"'{op.name}' does not compute on predicates ({ref})")
 
 
 def _elementwise_pair(op: Operation) -> TileType | VectorType | None:
@@ -195,37 +195,37 @@ def _elementwise_pair(op: Operation) -> TileType | VectorType | None:
     for an all-scalar op. Scalar operands of integer tiles must be integers."""
     a, b = (v.type for v in op.operands)
     r = op.result.type
-    expect(_elementwise_type(a) and _elementwise_type(b), f"'{op.name}' on {a} and {b}")
+    expect(_elementwise_type(a) and _elementwise_type(b), lambda: f"'{op.name}' on {a} and {b}")
     expect(not is_shared(a) and not is_shared(b) and not is_shared(r),
-           f"'{op.name}' computes on registers; load shared tiles first")
+           lambda: f"'{op.name}' computes on registers; load shared tiles first")
     bcast = op.attrs.get("bcast")
     tiles = [t for t in (a, b) if isinstance(t, TileType)]
     vecs = [t for t in (a, b) if isinstance(t, VectorType)]
     if bcast is not None:
-        expect(str(bcast) in ("row", "col"), f"'{op.name}' bcast must be row or col")
-        expect(len(tiles) == 1 and len(vecs) == 1, f"'{op.name}' bcast needs one tile and one vector")
+        expect(str(bcast) in ("row", "col"), lambda: f"'{op.name}' bcast must be row or col")
+        expect(len(tiles) == 1 and len(vecs) == 1, lambda: f"'{op.name}' bcast needs one tile and one vector")
         t, v = tiles[0], vecs[0]
         want = t.rows if str(bcast) == "row" else t.cols
-        expect(v.n == want, f"'{op.name}': {bcast} broadcast needs a vector of {want}, got {v}")
+        expect(v.n == want, lambda: f"'{op.name}': {bcast} broadcast needs a vector of {want}, got {v}")
         expect(isinstance(r, TileType) and r.shape == t.shape and r.space == t.space,
-               f"'{op.name}' result {r} must match {t}")
-        expect(t.dtype == v.dtype, f"'{op.name}' dtype mismatch: {a} and {b}")
+               lambda: f"'{op.name}' result {r} must match {t}")
+        expect(t.dtype == v.dtype, lambda: f"'{op.name}' dtype mismatch: {a} and {b}")
         return t
-    expect(not (tiles and vecs), f"'{op.name}' mixes {a} and {b} without bcast = row|col")
+    expect(not (tiles and vecs), lambda: f"'{op.name}' mixes {a} and {b} without bcast = row|col")
     shaped = [t for t in (a, b) if not isinstance(t, ScalarType)]
     if len(shaped) == 2:
-        expect(same_shape(a, b), f"'{op.name}' shape mismatch: {a} and {b}")
+        expect(same_shape(a, b), lambda: f"'{op.name}' shape mismatch: {a} and {b}")
     if not shaped:
-        expect(a == b and (a == r or op.name == "tk.cmp"), f"'{op.name}' scalar types differ: {a}, {b} -> {r}")
+        expect(a == b and (a == r or op.name == "tk.cmp"), lambda: f"'{op.name}' scalar types differ: {a}, {b} -> {r}")
         return None
     ref = shaped[0]
-    expect(same_shape(r, ref), f"'{op.name}' result {r} does not match {ref}")
+    expect(same_shape(r, ref), lambda: f"'{op.name}' result {r} does not match {ref}")
     dts = {t.dtype for t in shaped}
-    expect(len(dts) == 1, f"'{op.name}' dtype mismatch: {a} and {b}")
+    expect(len(dts) == 1, lambda: f"'{op.name}' dtype mismatch: {a} and {b}")
     for t in (a, b):
         if isinstance(t, ScalarType):
             expect((t.dtype in FLOAT_DTYPES) == (ref.dtype in FLOAT_DTYPES),
-                   f"'{op.name}': a {t} scalar with a {ref} operand")
+                   lambda t=t: f"'{op.name}': a {t} scalar with a {ref} operand")
     return ref
 
 
@@ -233,12 +233,12 @@ def _unary(op: Operation) -> None:
     n_operands(op, 1)
     n_results(op, 1)
     a, r = op.operands[0].type, op.result.type
-    expect(_elementwise_type(a) and not is_shared(a), f"'{op.name}' computes on registers, got {a}")
+    expect(_elementwise_type(a) and not is_shared(a), lambda: f"'{op.name}' computes on registers, got {a}")
     if isinstance(a, ScalarType):
-        expect(r == a, f"'{op.name}' result {r} must match {a}")
+        expect(r == a, lambda: f"'{op.name}' result {r} must match {a}")
     else:
-        expect(same_shape(a, r) and r.dtype == a.dtype, f"'{op.name}' result {r} must match {a}")
-    expect(a.dtype in FLOAT_DTYPES, f"'{op.name}' needs a float operand, got {a}")
+        expect(same_shape(a, r) and r.dtype == a.dtype, lambda: f"'{op.name}' result {r} must match {a}")
+    expect(a.dtype in FLOAT_DTYPES, lambda: f"'{op.name}' needs a float operand, got {a}")
 
 
 def _cast(op: Operation) -> None:

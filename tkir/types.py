@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     import numpy as np
 
 # dtype name -> size in bytes. fp8 names follow PTX (e4m3, e5m2).
@@ -124,6 +126,17 @@ class Type:
         raise NotImplementedError
 
 
+def _cached_text(t: Type, text: Callable[[], str]) -> str:
+    """A frozen type's text, formatted once per instance: the verifier formats its operands' types into
+    every check's message (ir: `expect(cond, f"... {a}")`), after every pass, and a tile type with
+    layout attributes takes microseconds to format (10,000 statements spent half their compile time there)."""
+    cached = t.__dict__.get("_text")
+    if cached is None:
+        cached = text()
+        object.__setattr__(t, "_text", cached)
+    return cached
+
+
 def _attrs_text(attrs: tuple[tuple[str, object], ...]) -> str:
     return "".join(f", {k}={format_attr_value(v)}" for k, v in attrs)
 
@@ -197,7 +210,8 @@ class TileType(Type):
         return TileType(self.space, self.dtype, self.rows, self.cols)
 
     def __str__(self) -> str:
-        return f"{self.space}<{self.dtype}, {self.rows}, {self.cols}{_attrs_text(self.attrs)}>"
+        return _cached_text(
+            self, lambda: f"{self.space}<{self.dtype}, {self.rows}, {self.cols}{_attrs_text(self.attrs)}>")
 
 
 @dataclass(frozen=True)
@@ -226,7 +240,7 @@ class VectorType(Type):
         return VectorType(self.space, self.dtype, self.n)
 
     def __str__(self) -> str:
-        return f"{self.space}<{self.dtype}, {self.n}{_attrs_text(self.attrs)}>"
+        return _cached_text(self, lambda: f"{self.space}<{self.dtype}, {self.n}{_attrs_text(self.attrs)}>")
 
 
 def scalar(dtype: str) -> ScalarType:
