@@ -245,10 +245,6 @@ class Kernel:
         prepared = sig.prepared.get(device)
         if prepared is None:
             prepared = self._prepare(args, sig, device, handle)
-        if prepared.counters and stream_capturing(handle):
-            raise LaunchError(f"{self.name}: a kernel with a launch-count parameter (stream-K) cannot be "
-                              "captured in a CUDA graph: each replay would see the count of the capture, "
-                              "which its workspace flags already hold; launch it outside the graph")
         with self._lock:
             for i, slot in prepared.pointers:
                 slot.value = ptrs[i]
@@ -257,17 +253,14 @@ class Kernel:
                     tmap.point_at(ptrs[i])
             for j, slot in prepared.scalars:
                 slot.value = scalars[j]
-            if prepared.counters:
-                self._launches += 1
-                for c in prepared.counters:
-                    c.value = self._launches
             self._launch(prepared, handle)
 
     def _launch(self, p: _Prepared, stream: int) -> None:
         """cuLaunchKernel of a patched launch. The launch goes to the current context: make the device's
         current, then put back the caller's (torch's current device must not move), unless the thread had
         none. The caller's context is asked every call (anyone may have changed it); it is set only when
-        it is another one."""
+        it is another one. A kernel with a launch count gets the next count here, or is refused on a stream
+        being captured."""
         err, previous = cu.cuCtxGetCurrent()
         if err != CUDA_SUCCESS:
             check((err,), "cuCtxGetCurrent")
@@ -275,6 +268,14 @@ class Kernel:
         if switch:
             check(cu.cuCtxSetCurrent(p.context), "cuCtxSetCurrent")
         try:
+            if p.counters:
+                if stream_capturing(stream):
+                    raise LaunchError(f"{self.name}: a kernel with a launch-count parameter (stream-K) cannot be "
+                                      "captured in a CUDA graph: each replay would see the count of the capture, "
+                                      "which its workspace flags already hold; launch it outside the graph")
+                self._launches += 1
+                for c in p.counters:
+                    c.value = self._launches
             (err,) = cu.cuLaunchKernel(p.function, p.grid[0], p.grid[1], p.grid[2], p.block[0], p.block[1],
                                        p.block[2], p.smem, stream, p.params_address, 0)
             if err != CUDA_SUCCESS:
@@ -363,11 +364,11 @@ class Kernel:
         (cuMemAlloc, cuMemsetD8, cuCtxSynchronize) may not happen while `stream` is being captured
         into a CUDA graph: that is refused with a LaunchError saying to launch once before the
         capture. Everything else here is host work (binding, tensor-map encoding), legal in a capture."""
-        if self._needs_driver_setup(device) and stream_capturing(stream):
-            raise LaunchError(f"{self.name}: first launch on GPU {device} during CUDA graph capture: loading "
-                              "the module (and allocating a workspace) cannot be captured; launch the kernel "
-                              "once before the capture (a warm-up call, as torch.cuda.graph asks)")
         with tkcuda.on_device(device):
+            if self._needs_driver_setup(device) and stream_capturing(stream):
+                raise LaunchError(f"{self.name}: first launch on GPU {device} during CUDA graph capture: "
+                                  "loading the module (and allocating a workspace) cannot be captured; launch "
+                                  "the kernel once before the capture (a warm-up call, as torch.cuda.graph asks)")
             bound = bind(self.launch, args, tkcuda.device_attribute("MULTIPROCESSOR_COUNT", device))
             bound.device = device
             function = self._load(device)
@@ -979,12 +980,13 @@ def _torch_stream_getter(torch: Any) -> Callable[[int], int]:
 
 def stream_capturing(stream: int) -> bool:
     """Whether `stream` (a handle; 0 is the legacy default stream) is being captured into a CUDA graph
-    (cuStreamIsCapturing, itself legal during a capture). A stream the driver will not answer for
-    (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT: the legacy stream while another stream captures in global
-    mode) counts as capturing: a launch there would break that capture."""
+    (cuStreamIsCapturing, itself legal during a capture; the stream's context current). The legacy
+    stream while another stream captures in global mode (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT) counts
+    as capturing: a launch there would break that capture. Any other error answers False: the launch
+    itself reports what is wrong."""
     err, status = cu.cuStreamIsCapturing(stream)
     if err != CUDA_SUCCESS:
-        return True
+        return err == cu.CUresult.CUDA_ERROR_STREAM_CAPTURE_IMPLICIT
     return status != cu.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE
 
 
