@@ -28,6 +28,15 @@ depends on the pointers and values (alignment, read-only overlap, scalar ranges,
 pointers that do not say their device), writes the pointers and scalars into the parameter array,
 points each tensor map at the map of its base address (encoded when that address is new to it), and
 launches. A check that fails hands the arguments to `bind`, so the error is the one `validate` gives.
+
+CUDA graphs: a launch on a stream that torch.cuda.graph (or cuStreamBeginCapture) is capturing becomes
+a kernel node. cuLaunchKernel copies the parameter values (each pointed-to by the parameter array,
+the 128-byte tensor maps included) into the node when it is called, as it copies them for a plain
+launch, so the next call may patch the same array and re-encode a map's buffer without touching the
+captured node. Module loading and workspace allocation (cuMemAlloc, cuMemsetD8, cuCtxSynchronize) are
+not legal during a capture: a launch that would need them (the first on a device) is refused with a
+LaunchError asking for a warm-up launch before the capture; a kernel with a launch-count parameter
+(stream-K) is refused too, since every replay would see the count of the capture (docs/torch.md).
 """
 
 from __future__ import annotations
@@ -229,13 +238,13 @@ class Kernel:
                 raise self._refused(args)
         scalars = self._scalar_values(args) if self._scalar_ranges else ()
         device = sig.device if not sig.unsure else self._ask_device(sig, ptrs, arrays)
-        prepared = sig.prepared.get(device)
-        if prepared is None:
-            prepared = self._prepare(args, sig, device)
         if stream is None:
             handle = sig.torch_stream(device) if sig.torch_stream is not None else 0
         else:
             handle = _stream_handle(stream)
+        prepared = sig.prepared.get(device)
+        if prepared is None:
+            prepared = self._prepare(args, sig, device, handle)
         with self._lock:
             for i, slot in prepared.pointers:
                 slot.value = ptrs[i]
@@ -244,17 +253,14 @@ class Kernel:
                     tmap.point_at(ptrs[i])
             for j, slot in prepared.scalars:
                 slot.value = scalars[j]
-            if prepared.counters:
-                self._launches += 1
-                for c in prepared.counters:
-                    c.value = self._launches
             self._launch(prepared, handle)
 
     def _launch(self, p: _Prepared, stream: int) -> None:
         """cuLaunchKernel of a patched launch. The launch goes to the current context: make the device's
         current, then put back the caller's (torch's current device must not move), unless the thread had
         none. The caller's context is asked every call (anyone may have changed it); it is set only when
-        it is another one."""
+        it is another one. A kernel with a launch count gets the next count here, or is refused on a stream
+        being captured."""
         err, previous = cu.cuCtxGetCurrent()
         if err != CUDA_SUCCESS:
             check((err,), "cuCtxGetCurrent")
@@ -262,6 +268,14 @@ class Kernel:
         if switch:
             check(cu.cuCtxSetCurrent(p.context), "cuCtxSetCurrent")
         try:
+            if p.counters:
+                if stream_capturing(stream):
+                    raise LaunchError(f"{self.name}: a kernel with a launch-count parameter (stream-K) cannot be "
+                                      "captured in a CUDA graph: each replay would see the count of the capture, "
+                                      "which its workspace flags already hold; launch it outside the graph")
+                self._launches += 1
+                for c in p.counters:
+                    c.value = self._launches
             (err,) = cu.cuLaunchKernel(p.function, p.grid[0], p.grid[1], p.grid[2], p.block[0], p.block[1],
                                        p.block[2], p.smem, stream, p.params_address, 0)
             if err != CUDA_SUCCESS:
@@ -344,10 +358,17 @@ class Kernel:
         resolved = _common_device(self.name, sig.devices | found)
         return device if resolved is None else resolved
 
-    def _prepare(self, args: tuple[Any, ...], sig: _Signature, device: int) -> _Prepared:
+    def _prepare(self, args: tuple[Any, ...], sig: _Signature, device: int, stream: int = 0) -> _Prepared:
         """Load the module on `device`, bind the sizes with its SM count and build the launch of this
-        signature there: once per signature and device."""
+        signature there: once per signature and device. Loading the module and allocating a workspace
+        (cuMemAlloc, cuMemsetD8, cuCtxSynchronize) may not happen while `stream` is being captured
+        into a CUDA graph: that is refused with a LaunchError saying to launch once before the
+        capture. Everything else here is host work (binding, tensor-map encoding), legal in a capture."""
         with tkcuda.on_device(device):
+            if self._needs_driver_setup(device) and stream_capturing(stream):
+                raise LaunchError(f"{self.name}: first launch on GPU {device} during CUDA graph capture: "
+                                  "loading the module (and allocating a workspace) cannot be captured; launch "
+                                  "the kernel once before the capture (a warm-up call, as torch.cuda.graph asks)")
             bound = bind(self.launch, args, tkcuda.device_attribute("MULTIPROCESSOR_COUNT", device))
             bound.device = device
             function = self._load(device)
@@ -388,6 +409,16 @@ class Kernel:
                          block=bound.block, smem=bound.dynamic_smem, params=params,
                          params_address=ctypes.addressof(params), pointers=tuple(pointers), maps=tuple(maps),
                          scalars=tuple(scalars), counters=tuple(counters), values=values)
+
+    def _needs_driver_setup(self, device: int) -> bool:
+        """Whether preparing a launch on `device` would load the module or allocate (or grow) a workspace:
+        driver work that a CUDA graph capture forbids."""
+        if device not in self._functions:
+            return True
+        # a workspace's size depends on the device alone (its dims are numbers and NUM_SMS): once
+        # allocated on a device it is never grown for another signature
+        return any(isinstance(p, WorkspaceParam) and (device, p.name) not in self._workspaces
+                   for p in self.launch.params)
 
     def _workspace(self, device: int, name: str, nbytes: int) -> int:
         """Device scratch memory for a `workspace` param on `device` (its context current): zeroed
@@ -945,6 +976,18 @@ def _torch_stream_getter(torch: Any) -> Callable[[int], int]:
     if raw is not None:
         return raw
     return lambda device: int(torch.cuda.current_stream(device).cuda_stream)
+
+
+def stream_capturing(stream: int) -> bool:
+    """Whether `stream` (a handle; 0 is the legacy default stream) is being captured into a CUDA graph
+    (cuStreamIsCapturing, itself legal during a capture; the stream's context current). The legacy
+    stream while another stream captures in global mode (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT) counts
+    as capturing: a launch there would break that capture. Any other error answers False: the launch
+    itself reports what is wrong."""
+    err, status = cu.cuStreamIsCapturing(stream)
+    if err != CUDA_SUCCESS:
+        return err == cu.CUresult.CUDA_ERROR_STREAM_CAPTURE_IMPLICIT
+    return status != cu.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE
 
 
 def _stream_handle(stream: Any) -> int:

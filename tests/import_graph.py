@@ -10,7 +10,7 @@ as a name taken from tkir.x (so `from tkir import compile` is an edge to the pac
 tkir/__init__.py too, as every import of a tkir module does).
 
 The floors (tests/repo/test_import_layers.py states the arrows allowed between them):
-* face: the package `tkir` (tkir/__init__.py), tkir.api and tkir.cli;
+* face: the package `tkir` (tkir/__init__.py), tkir.api, tkir.cli and tkir.torch;
 * core: every other module directly in tkir/ (the IR, its analyses, the pass manager, ...);
 * interp, tools: the packages tkir/interp/ and tkir/tools/ (with tkir/tools/fuzz/);
 * frontend, passes, backend: frontend/, passes/ and backend/ (tkir.frontend, tkir.passes, tkir.backend).
@@ -28,7 +28,7 @@ from pathlib import Path
 
 ROOT = "tkir"
 PACKAGES = ("tkir", "tkir.interp", "tkir.tools", "tkir.tools.fuzz", "tkir.frontend", "tkir.passes", "tkir.backend")
-FACE = ("tkir", "tkir.api", "tkir.cli")
+FACE = ("tkir", "tkir.api", "tkir.cli", "tkir.torch")
 SUBFLOORS = ("interp", "tools", "frontend", "passes", "backend")  # tkir.<name>... is that floor
 FLOORS = ("core", "interp", "frontend", "passes", "backend", "tools", "face")
 

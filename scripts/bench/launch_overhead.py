@@ -393,7 +393,7 @@ class FakeDriver:
 
     NAMES = ("cuInit", "cuDeviceGetCount", "cuDeviceGet", "cuDevicePrimaryCtxRetain", "cuCtxGetCurrent",
              "cuCtxSetCurrent", "cuDeviceGetAttribute", "cuModuleLoadData", "cuModuleGetFunction",
-             "cuFuncGetAttribute", "cuFuncSetAttribute", "cuLaunchKernel")
+             "cuFuncGetAttribute", "cuFuncSetAttribute", "cuLaunchKernel", "cuStreamIsCapturing")
 
     def __init__(self) -> None:
         from tkir.backend import cuda as tkcuda
@@ -417,6 +417,7 @@ class FakeDriver:
             "cuModuleLoadData": lambda image: (ok, "module"), "cuModuleGetFunction": lambda m, name: (ok, "function"),
             "cuFuncGetAttribute": lambda attr, f: (ok, 1024), "cuFuncSetAttribute": lambda f, attr, v: (ok,),
             "cuLaunchKernel": self._launch,
+            "cuStreamIsCapturing": lambda stream: (ok, self.cu.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE),
         }
         for name in self.NAMES:
             self._saved[name] = getattr(self.cu, name)

@@ -2,11 +2,11 @@
 
 1. Statically, over every import statement of every module, lazy ones inside functions included
    (tests/import_graph.py reads them with `ast`). The floors: the face (the package `tkir`, tkir.api,
-   tkir.cli), the core (every other module directly in tkir/), tkir/interp/, tkir/tools/ (with
+   tkir.cli, tkir.torch), the core (every other module directly in tkir/), tkir/interp/, tkir/tools/ (with
    tools/fuzz/), frontend/, passes/ and backend/. The arrows allowed, from the row's floor to the
    column's (an import between two modules of one floor is always allowed):
 
-   | from \\ to | core | interp | frontend | passes | backend | tools | api, cli | the `tkir` package |
+   | from \\ to | core | interp | frontend | passes | backend | tools | face     | the `tkir` package |
    |-----------|------|--------|----------|--------|---------|-------|----------|--------------------|
    | core      | yes  | -      | -        | -      | -       | -     | -        | -                  |
    | interp    | yes  | yes    | -        | -      | -       | -     | -        | -                  |
@@ -14,13 +14,14 @@
    | passes    | yes  | -      | -        | yes    | -       | -     | -        | -                  |
    | backend   | yes  | -      | -        | -      | yes     | -     | -        | -                  |
    | tools     | yes  | yes    | yes      | yes    | yes     | yes   | yes      | -                  |
-   | api, cli  | yes  | yes    | yes      | yes    | yes     | yes   | yes      | -                  |
+   | face      | yes  | yes    | yes      | yes    | yes     | yes   | yes      | -                  |
 
-   "The `tkir` package" is tkir/__init__.py's own names (`import tkir`, `from tkir import compile`);
-   `from tkir import scalar` names a module and is an arrow to tkir.scalar. Nothing imports the package:
-   it is the user's entry point, and it imports the API and (lazily) the tuner, so an arrow back to it
-   from anything it loads is a cycle. And no module of tkir/ imports another tkir/ module's private
-   (`_x`) name: what a sibling needs is public (bench and tune share tkir/tools/timing.py's public names).
+   "face" is tkir.api, tkir.cli and tkir.torch; "the `tkir` package" is tkir/__init__.py's own names
+   (`import tkir`, `from tkir import compile`); `from tkir import scalar` names a module and is an arrow
+   to tkir.scalar. Nothing imports the package: it is the user's entry point, and it imports the API and
+   (lazily) the tuner, so an arrow back to it from anything it loads is a cycle. And no module of tkir/
+   imports another tkir/ module's private (`_x`) name: what a sibling needs is public (bench and tune
+   share tkir/tools/timing.py's public names).
 2. In a fresh interpreter: the IR core, the interpreter, the tools, the front end, the passes and
    the drivers load nothing of the backend until a backend stage is asked for; the backend's runtime
    modules import without a GPU and without calling the driver; the removed alias `tkir.cuda` (now

@@ -80,9 +80,12 @@ class Driver:
         self.set_current = 0  # cuCtxSetCurrent calls
         self.pointer_queries = 0
         self.host = set()  # addresses the driver calls host memory
+        self.capturing: set[int] = set()  # streams being captured into a CUDA graph
+        self.loads = 0  # cuModuleLoadData calls
         for name in ("cuInit", "cuDeviceGetCount", "cuDeviceGet", "cuDevicePrimaryCtxRetain", "cuCtxGetCurrent",
                      "cuCtxSetCurrent", "cuDeviceGetAttribute", "cuModuleLoadData", "cuModuleGetFunction",
-                     "cuFuncGetAttribute", "cuFuncSetAttribute", "cuLaunchKernel", "cuPointerGetAttribute"):
+                     "cuFuncGetAttribute", "cuFuncSetAttribute", "cuLaunchKernel", "cuPointerGetAttribute",
+                     "cuStreamIsCapturing"):
             monkeypatch.setattr(cu, name, getattr(self, name))
         monkeypatch.setattr(runtime, "_driver_encode_tiled", lambda: self.encode)
         monkeypatch.setattr(tkcuda, "pointer_device", lambda ptr: 0)
@@ -113,7 +116,12 @@ class Driver:
         return OK, SMS if attr == cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT else 232_448
 
     def cuModuleLoadData(self, image: bytes) -> tuple:
+        self.loads += 1
         return OK, "module"
+
+    def cuStreamIsCapturing(self, stream: int) -> tuple:
+        status = cu.CUstreamCaptureStatus
+        return OK, status.CU_STREAM_CAPTURE_STATUS_ACTIVE if stream in self.capturing else status.CU_STREAM_CAPTURE_STATUS_NONE
 
     def cuModuleGetFunction(self, module: Any, name: bytes) -> tuple:
         return OK, "function"
@@ -417,6 +425,40 @@ def test_torch_tensors_launch_on_torchs_current_stream_read_every_call(driver: D
     k(*gemm_args(BASE + 64 * MB))
     k(*gemm_args(), stream=0x99)
     assert [launch["stream"] for launch in driver.launches] == [0x51, 0x52, 0x99]
+
+
+CAPTURED = 0x77  # a stream handle the fake driver says is being captured into a CUDA graph
+
+
+def test_a_first_launch_during_capture_is_refused_before_any_driver_setup(driver: Driver) -> None:
+    """Loading the module cannot be captured: the first launch on a capturing stream is refused, naming the
+    fix, before cuModuleLoadData or cuLaunchKernel; after a warm-up launch the capture takes launches,
+    new pointers and a new shape (host work only) included, and the counters of the launches are right."""
+    driver.capturing.add(CAPTURED)
+    k = kernel()
+    with pytest.raises(LaunchError, match="during CUDA graph capture.*once before the capture"):
+        k(*gemm_args(), stream=CAPTURED)
+    assert driver.loads == 0 and driver.launches == []
+    k(*gemm_args(), stream=0x5)  # the warm-up, outside the capture
+    k(*gemm_args(BASE + 64 * MB), stream=CAPTURED)
+    k(*gemm_args(BASE + 128 * MB, M=384), stream=CAPTURED)  # another signature: prepared during the capture
+    assert driver.loads == 1 and [launch["stream"] for launch in driver.launches] == [0x5, CAPTURED, CAPTURED]
+    assert driver.launches[-1]["params"]["A"] == BASE + 128 * MB and driver.launches[-1]["grid"] == (3, 2, 1)
+
+
+def test_a_launch_count_kernel_is_refused_in_a_capture(driver: Driver) -> None:
+    """A stream-K kernel's launch count would be frozen into the graph: refused in a capture, launched
+    outside one."""
+    launch = copy.deepcopy(LAUNCH)
+    launch["params"].append({"name": "count", "kind": "launch_count", "dtype": "i32"})
+    driver.params = launch["params"]
+    k = Kernel(".version 8.0\n// the stand-in driver loads anything", launch)
+    k(*gemm_args())
+    driver.capturing.add(CAPTURED)
+    with pytest.raises(LaunchError, match="launch-count parameter .* cannot be captured"):
+        k(*gemm_args(), stream=CAPTURED)
+    k(*gemm_args(), stream=0x5)
+    assert [launch["params"]["count"] for launch in driver.launches] == [1, 2]
 
 
 def test_the_cache_keeps_no_argument_alive(driver: Driver) -> None:

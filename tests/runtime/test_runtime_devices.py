@@ -57,7 +57,8 @@ class FakeDriver:
         for name in ("cuInit", "cuDeviceGetCount", "cuDeviceGet", "cuDevicePrimaryCtxRetain", "cuCtxGetCurrent",
                      "cuCtxSetCurrent", "cuDeviceGetAttribute", "cuModuleLoadData", "cuModuleGetFunction",
                      "cuFuncGetAttribute", "cuFuncSetAttribute", "cuLaunchKernel", "cuPointerGetAttribute",
-                     "cuMemAlloc", "cuMemsetD8", "cuMemFree", "cuCtxSynchronize", "cuMemcpyHtoD", "cuMemcpyDtoH"):
+                     "cuMemAlloc", "cuMemsetD8", "cuMemFree", "cuCtxSynchronize", "cuMemcpyHtoD", "cuMemcpyDtoH",
+                     "cuStreamIsCapturing"):
             monkeypatch.setattr(cu, name, getattr(self, name))
         monkeypatch.setattr(runtime, "_driver_encode_tiled", lambda: None)  # no tensor maps here
         # tkcuda.pointer_device asks libcuda through ctypes (the binding's answer is wrong on 2 GPUs)
@@ -98,6 +99,10 @@ class FakeDriver:
             return OK, SMS[device]
         assert attr == cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
         return OK, SMEM_OPTIN
+
+    def cuStreamIsCapturing(self, stream: int) -> tuple:
+        assert self.current, "cuStreamIsCapturing needs a current context"
+        return OK, cu.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE  # no CUDA graph here
 
     def cuModuleLoadData(self, image: bytes) -> tuple:
         assert self.current, "cuModuleLoadData needs a current context"
