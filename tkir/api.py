@@ -151,13 +151,17 @@ class CompiledKernel:
         return f"from: {' '.join(words)} (tkir {__version__})"
 
     def __call__(self, *args: object, stream: int | None = None) -> None:
-        if self._runtime is None:  # the first call: the backend's output, then the runtime's Kernel
+        self.launcher()(*args, stream=stream)
+
+    def launcher(self):  # noqa: ANN201 - a tkir.backend.runtime.Kernel (the backend loads lazily)
+        """The runtime's Kernel of this compile, made on first use (the backend's output first): calling it
+        launches exactly as calling this object does, one Python call layer shorter."""
+        if self._runtime is None:
             self.lower()
             from tkir.backend.runtime import Kernel
 
-            image = self.asm["ptx"]
-            self._runtime = Kernel(image, self.launch)
-        self._runtime(*args, stream=stream)
+            self._runtime = Kernel(self.asm["ptx"], self.launch)
+        return self._runtime
 
 
 BACKEND_STAGES = ("llvm", "ptx", "launch")  # what compile_module produces and the disk cache keeps

@@ -597,19 +597,13 @@ class TunedKernel:
         hit = self._by_shapes.get(key) if key is not None else None
         if hit is None:
             consts = self.config_for(self.sizes_of(args))
-            hit = (consts, self.compiled(consts), None)  # (consts, what to call, the runtime Kernel once known)
+            hit = (consts, self.compiled(consts).launcher())
             if key is not None:
                 if len(self._by_shapes) >= SHAPES_CACHE:
                     self._by_shapes.pop(next(iter(self._by_shapes)))
                 self._by_shapes[key] = hit
         self.last_consts = hit[0]
-        launch = hit[1]
-        launch(*args, stream=stream)
-        if key is not None and launch is not hit[2]:
-            # from the second call of these shapes on, the runtime's Kernel directly: one call layer less
-            runtime = getattr(launch, "_runtime", None)
-            if runtime is not None:
-                self._by_shapes[key] = (hit[0], runtime, runtime)
+        hit[1](*args, stream=stream)
 
     def _shapes(self, args: tuple) -> tuple | None:
         """The tensor arguments' shapes, or None where the call does not fit the kernel (`sizes_of` then
