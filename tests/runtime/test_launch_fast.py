@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import ctypes
+import dataclasses
 import importlib.util
 import json
 import re
@@ -515,6 +516,33 @@ def test_autotune_keeps_the_kernel_chosen_per_argument_shapes(make_driver: Any,
         k(FakeTensor((256, 1024), BASE), FakeTensor((1024,), BASE + 64 * MB))
     with pytest.raises(LaunchError, match="argument 'X' must be a GPU tensor"):
         k([[1.0]], FakeTensor((1024,), BASE + 64 * MB), FakeTensor((256, 1024), BASE + 128 * MB))
+
+
+def test_autotune_reads_only_the_tensors_that_bind_the_sizes(make_driver: Any,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    import tkir
+    from tkir.tools import tune
+
+    launch = tkir.compile(str(ROOT / "examples/layernorm.tk")).launch
+    assert [t.name for t in launch.tensors][:1] == ["X"]
+    assert tune._size_readers(launch.tensors) == (0,)  # X gives N and D; W, B and Y add no name
+
+    @dataclasses.dataclass(frozen=True)
+    class T:
+        name: str
+        dims: tuple
+
+    assert tune._size_readers((T("A", ("M", "K")), T("B", ("K", "N")), T("C", ("M", "N")))) == (0, 1)
+    # a name inside an expression only: every tensor is read
+    assert tune._size_readers((T("X", ("N", 64)), T("Y", ("N", "D / 2")))) == (0, 1)
+
+    monkeypatch.setattr(tune, "lookup", lambda path, sizes, **kw: None)  # no tuned point: the defaults
+    k = tkir.autotune(str(ROOT / "examples/rmsnorm.tk"))
+    make_driver(k.compiled({}).launch.to_json()["params"])
+    k(FakeTensor((256, 1024), BASE), FakeTensor((1024,), BASE + 64 * MB), FakeTensor((256, 1024), BASE + 128 * MB))
+    # the same X, a Y of another shape: the choice is cached by X's shape, and the launch still refuses Y
+    with pytest.raises(LaunchError, match="argument 'Y' dim 0"):
+        k(FakeTensor((256, 1024), BASE), FakeTensor((1024,), BASE + 64 * MB), FakeTensor((255, 1024), BASE + 128 * MB))
 
 
 # --- scripts/bench/launch_overhead.py ------------------------------------------------------------

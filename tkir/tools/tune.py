@@ -614,21 +614,27 @@ class TunedKernel:
 
 
 class _ShapeReader:
-    """The shapes of a call's tensor arguments, as the launch reads them: torch tensors through `.shape`,
-    other objects through tkir.backend.runtime.describe_array; None for a call with the wrong number of
-    arguments or an argument that is no tensor."""
+    """The shapes a call's sizes come from, as the launch reads them: torch tensors through `.shape`, other
+    objects through tkir.backend.runtime.describe_array; None for a call with the wrong number of
+    arguments or an argument that is no tensor.
+
+    Only the tensors that first bind each size name are read (layernorm's X gives N and D; W, B and Y add
+    nothing): the choice depends on the sizes alone, and the launch checks every argument's shape against
+    them anyway. Where a size name appears only inside an expression dim, every tensor is read."""
 
     def __init__(self, launch):  # a tkir.backend.launch.LaunchDescription
         from tkir.backend.runtime import LaunchError, describe_array, is_torch_tensor
 
-        self.tensors, self.count = len(launch.tensors), len(launch.tensors) + len(launch.scalars)
+        self.count = len(launch.tensors) + len(launch.scalars)
         self.is_torch_tensor, self.describe_array, self.error = is_torch_tensor, describe_array, LaunchError
+        self.read = _size_readers(launch.tensors)
 
     def __call__(self, args: tuple) -> tuple | None:
         if len(args) != self.count:
             return None
         shapes = []
-        for a in args[:self.tensors]:
+        for i in self.read:
+            a = args[i]
             if self.is_torch_tensor(a):
                 shapes.append(a.shape)  # a torch.Size: a tuple
                 continue
@@ -637,6 +643,23 @@ class _ShapeReader:
             except self.error:
                 return None
         return tuple(shapes)
+
+
+def _size_readers(tensors) -> tuple[int, ...]:  # tensors: the launch description's TensorArgs
+    """The indices of the tensors whose plain dims first bind every size name (in argument order); all of
+    them where some name occurs only inside an expression such as `D / 2`."""
+    from tkir import symexpr
+
+    bound: set[str] = set()
+    used: set[str] = set()
+    read = []
+    for i, t in enumerate(tensors):
+        plain = {d for d in t.dims if isinstance(d, str) and d.isidentifier()}
+        used |= {n for d in t.dims if isinstance(d, str) for n in symexpr.names(d)}
+        if plain - bound:
+            read.append(i)
+            bound |= plain
+    return tuple(read) if used <= bound else tuple(range(len(tensors)))
 
 
 def autotune(path: str, *, target: str = "sm_90a", passes: str | None = None, tune_on_miss: bool = False,
