@@ -101,6 +101,8 @@ class Report:
 
 
 # --- measuring -------------------------------------------------------------------------------------
+PAIR_ROUNDS = 5  # alternated measurements per side of a pair (interleaved)
+
 
 def per_call_us(fn: Callable[[], Any], calls: int, rounds: int, sync: Callable[[], Any] = lambda: None,
                 warmup: int = WARMUP_CALLS, clock: Callable[[], float] = time.perf_counter,
@@ -124,6 +126,17 @@ def per_call_us(fn: Callable[[], Any], calls: int, rounds: int, sync: Callable[[
             left -= n
         times.append(total / calls * 1e6)
     return statistics.median(times)
+
+
+def interleaved(us: Callable[[Callable[[], Any]], float], calls: dict[str, Callable[[], Any]],
+                rounds: int = PAIR_ROUNDS) -> dict[str, float]:
+    """The median of `rounds` measurements `us(fn)` of each call, taken in alternation (a, b, a, b, ...), so
+    a drift of the host's speed during the run falls on both sides alike (the bar compares the two)."""
+    seen: dict[str, list[float]] = {k: [] for k in calls}
+    for _ in range(rounds):
+        for k, fn in calls.items():
+            seen[k].append(us(fn))
+    return {k: statistics.median(v) for k, v in seen.items()}
 
 
 def cycling(sets: list[tuple], call: Callable[..., Any]) -> Callable[[], Any]:
@@ -311,9 +324,8 @@ def _autotune_row(torch: Any, tkir: Any, checks: dict[str, float], us: Callable[
     plain(*args)
     _checked(torch, checks, f"tkir {name}", y, want)
     consts = " ".join(f"{k}={v}" for k, v in tuned.last_consts.items())
-    return Row(f"{name}_autotune", f"{name} {n}x{d}, the same tensors", {"autotune": us(lambda: tuned(*args)),
-                                                                        "plain": us(lambda: plain(*args))},
-               note=consts)
+    pair = interleaved(us, {"autotune": lambda: tuned(*args), "plain": lambda: plain(*args)})
+    return Row(f"{name}_autotune", f"{name} {n}x{d}, the same tensors", pair, note=consts)
 
 
 def _versions() -> dict[str, str]:
