@@ -229,6 +229,51 @@ class AutogradPlan:
                    backward_scalars=tuple(b_scalars), input_grads=tuple(grads))
 
 
+@dataclass(frozen=True)
+class Backward:
+    """A backward pass made of several ops (or any torch code): `fn(*inputs, *scalars)` returns the
+    tensors named `outputs` (one tensor, or a tuple in that order). `autograd` wires it by these names as
+    it wires a backward op by its kernel's parameter names: inputs D<out> are gradients of the forward's
+    outputs, other inputs are saved forward tensors, outputs D<in> are gradients of forward inputs."""
+
+    fn: Callable[..., Any]
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    scalars: tuple[str, ...] = ()
+
+    @property
+    def name(self) -> str:
+        return getattr(self.fn, "__name__", "backward")
+
+    @property
+    def signature(self) -> OpSignature:
+        """The names as an OpSignature (no dims or dtypes: the ops inside check their own)."""
+        return OpSignature(kernel=self.name, tensors=self.inputs + self.outputs, inputs=self.inputs,
+                           outputs=self.outputs, scalars=tuple((s, "") for s in self.scalars), dims={}, dtypes={})
+
+    def __call__(self, *args: Any) -> Any:
+        return self.fn(*args)
+
+
+def backward(*, inputs: Sequence[str], outputs: Sequence[str], scalars: Sequence[str] = ()
+             ) -> Callable[[Callable[..., Any]], Backward]:
+    """A decorator making a Python function a `Backward` for `autograd`:
+
+        @tkir.torch.backward(inputs=["X", "W", "DY"], outputs=["DX", "DW"])
+        def rmsnorm_backward(x, w, dy):
+            dx, partial = rmsnorm_bwd(x, w, dy)
+            return dx, col_sum(partial)
+    """
+    for what, names in (("inputs", inputs), ("outputs", outputs), ("scalars", scalars)):
+        if isinstance(names, str) or not all(isinstance(n, str) and n.isidentifier() for n in names):
+            raise TorchOpError(f"backward: {what}= must be a list of names, got {names!r}")
+
+    def wrap(fn: Callable[..., Any]) -> Backward:
+        return Backward(fn, tuple(inputs), tuple(outputs), tuple(scalars))
+
+    return wrap
+
+
 # --- torch ---------------------------------------------------------------------------------------------
 
 _REGISTERED: dict[str, TkirOp] = {}  # qualified op name -> its op (registered once per process)
@@ -333,12 +378,12 @@ def _register(kernel: CompiledKernel, sig: OpSignature, qualname: str) -> tuple[
     return f, o
 
 
-def autograd(forward: TkirOp, backward: TkirOp, *, save: Sequence[str] | None = None) -> type:
+def autograd(forward: TkirOp, backward: TkirOp | Backward, *, save: Sequence[str] | None = None) -> type:
     """A torch.autograd.Function subclass whose `apply(*inputs, *scalars)` runs `forward` and, in the
-    backward pass, `backward`, wired by names (AutogradPlan.of): backward inputs D<output> get the
-    gradients of the forward's outputs, its other inputs are the forward's tensors of those names
-    (saved with save_for_backward; `save` lists them, default: what the backward reads), and its
-    outputs D<input> are the gradients of the forward's inputs."""
+    backward pass, `backward` (an op, or a `Backward` of several), wired by names (AutogradPlan.of):
+    backward inputs D<output> get the gradients of the forward's outputs, its other inputs are the
+    forward's tensors of those names (saved with save_for_backward; `save` lists them, default: what
+    the backward reads), and its outputs D<input> are the gradients of the forward's inputs."""
     import torch
 
     plan = AutogradPlan.of(forward.signature, backward.signature, save)

@@ -130,6 +130,25 @@ def test_autograd_plan_refusals() -> None:
         AutogradPlan.of(fwd, fwd)  # the forward as its own backward: its output Y is no D<input>
 
 
+def test_a_python_backward_is_wired_by_its_names() -> None:
+    from tkir.torch import Backward, backward
+
+    @backward(inputs=["DY", "W", "X"], outputs=["DW", "DX"])
+    def mul_backward(dy, w, x):  # noqa: ANN001, ANN202
+        return dy * x, dy * w
+
+    assert isinstance(mul_backward, Backward) and mul_backward.name == "mul_backward"
+    assert mul_backward(2, 3, 5) == (10, 6)
+    fwd = OpSignature.of(_launch("tests/data/mul_fwd.tk"), ["Y"])
+    plan = AutogradPlan.of(fwd, mul_backward.signature)
+    assert plan.save == (("input", 1), ("input", 0))  # W, X: in the backward's order
+    assert plan.backward_inputs == (("grad", 0), ("saved", 0), ("saved", 1)) and plan.input_grads == (1, 0)
+    with pytest.raises(TorchOpError, match="backward outputs DQ name no forward input's gradient"):
+        AutogradPlan.of(fwd, backward(inputs=["DY"], outputs=["DQ"])(mul_backward.fn).signature)
+    with pytest.raises(TorchOpError, match="inputs= must be a list of names"):
+        backward(inputs="DY", outputs=["DX"])
+
+
 def test_importing_tkir_torch_loads_neither_torch_nor_the_backend() -> None:
     code = ("import json, sys\nimport tkir.torch\n"
             "print(json.dumps(sorted(m for m in sys.modules if m == 'torch' or m.startswith('tkir.backend'))))")
