@@ -24,8 +24,8 @@ NUMBERED_NAME = re.compile(r"(session|issue)[-_]?\d", re.IGNORECASE)
 # a session named by number in prose; not a path component of a commit citation (git show 5152412:PATH);
 # examples in test_the_session_pattern
 SESSION_TEXT = re.compile(r"(?<![/\w])sessions? ?\d", re.IGNORECASE)
-SOURCE_DIRS = ("tkir", "passes", "backend", "frontend", "examples", "scripts", "tests")
-TEXT_SUFFIXES = (".py", ".tk", ".md")
+SOURCE_DIRS = ("tkir", "passes", "backend", "frontend", "examples", "scripts", "tests", ".ci")
+TEXT_SUFFIXES = (".py", ".tk", ".md", ".toml", ".sh", ".tkir", ".txt", ".cfg", ".yml", ".yaml", "run")
 
 if not (ROOT / ".git").exists():
     pytest.skip("not a git checkout: the tracked files cannot be listed", allow_module_level=True)
@@ -76,7 +76,7 @@ def test_no_session_or_issue_numbered_names_under_docs_or_scripts() -> None:
 
 def test_no_session_numbers_in_source_or_docs() -> None:
     files = [p for p in tracked(*SOURCE_DIRS) if p.endswith(TEXT_SUFFIXES)]
-    files += [p for p in tracked("docs", "README.md") if p.endswith(".md")]
+    files += [p for p in tracked("docs", "README.md", "pyproject.toml") if p.endswith((".md", ".toml"))]
     assert len(files) > 100
     found = {}
     for p in sorted(set(files)):
