@@ -36,7 +36,10 @@ PEER = "SDPA, cuDNN backend"
 EXTRA_PEERS = {"FA2": "FLASH_ATTENTION"}
 
 # bf16 output; the kernel also rounds the probabilities to bf16 before P @ V.
-TOLERANCE = 2e-2
+# O is bf16 (2e-2); L is f32, computed in f32 from the same scores: 4.5e-8 in the interpreter, and the
+# GPU's ex2/lg2.approx add about 2^-22 relative, so a key let into or out of a row's softmax (a mask off
+# by one: 1e-4 to 1e-3) fails it.
+TOLERANCE = {"O": 2e-2, "L": 1e-5}
 # Q K^T and P V: two matmuls of 2*N*N*D flops per (batch, head); causal does half the work.
 MATMULS = 2
 

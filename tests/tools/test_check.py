@@ -109,3 +109,26 @@ def test_check_kernel_fails_an_output_left_unwritten_or_wrong(host_arrays: list[
 
     result = check.check_kernel(off_by_a_bit, comp, dict(N=16), {}, rng=np.random.default_rng(1))
     assert not result.ok and np.isfinite(result.rel_err) and result.rel_err > comp.TOLERANCE
+
+
+def test_each_output_has_its_own_bound_and_an_element_bound() -> None:
+    import types
+
+    from tkir.tools.examples import compare, worst
+
+    comp = types.SimpleNamespace(TOLERANCE={"O": 2e-2, "L": 1e-5})
+    ref = np.linspace(1.0, 2.0, 4096)
+    assert compare(comp, "O", ref * (1 + 1e-2), ref).ok  # a bf16-sized error in a bf16 output
+    bad_l = compare(comp, "L", ref * (1 + 1e-3), ref)  # the same kind of error, 1e-3, in an f32 output
+    assert not bad_l.ok and bad_l.bound == 1e-5
+    one_off = ref.copy()
+    one_off[17] += 0.5  # one element off by a quarter of the largest: the norm hides it (3.5e-3)
+    r = compare(comp, "O", one_off, ref)
+    assert r.rel_err < 2e-2 and r.max_err == pytest.approx(0.25) and not r.ok
+    assert not compare(comp, "O", np.full_like(ref, np.nan), ref).ok
+    assert worst(comp, {"O": 1e-2, "L": 1e-6}) == (1e-2, 2e-2, True)  # O is nearer its bound (0.5 vs 0.1)
+    assert worst(comp, {"O": 1e-3, "L": 9e-4}) == (9e-4, 1e-5, False)
+    with pytest.raises(KeyError, match="no bound for output 'Q'"):
+        compare(comp, "Q", ref, ref)
+    loose = types.SimpleNamespace(TOLERANCE=2e-2, ELEMENT_TOLERANCE={"O": 0.3})
+    assert compare(loose, "O", one_off, ref).ok
