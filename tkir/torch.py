@@ -103,15 +103,19 @@ class OpSignature:
                   scalars=tuple((s.name, s.dtype) for s in launch.scalars),
                   dims={t.name: tuple(t.dims) for t in launch.tensors},
                   dtypes={t.name: t.dtype for t in launch.tensors})
-        known = {d for n in inputs for d in sig.dims[n] if isinstance(d, str) and d.isidentifier()}
-        for o in outs:
-            for d in sig.dims[o]:
+        return sig
+
+    def unsized(self) -> str | None:
+        """Why the op cannot allocate its outputs (an output dim that no input's dims give), or None."""
+        known = {d for n in self.inputs for d in self.dims[n] if isinstance(d, str) and d.isidentifier()}
+        for o in self.outputs:
+            for d in self.dims[o]:
                 free = symexpr.names(d) - known if isinstance(d, str) else set()
                 if free:
-                    raise TorchOpError(f"{launch.kernel}: output '{o}' has dims {list(sig.dims[o])}, and "
-                                       f"{', '.join(sorted(free))} is no dim of an input, so the op cannot "
-                                       "size it; call the out variant (op.out) with the output passed in")
-        return sig
+                    return (f"{self.kernel}: output '{o}' has dims {list(self.dims[o])}, and "
+                            f"{', '.join(sorted(free))} is no dim of an input, so the op cannot size it; call "
+                            "the out variant (op.out) with the output passed in")
+        return None
 
     def schema(self) -> str:
         """The functional op's schema: inputs then scalars, returning the outputs."""
@@ -155,6 +159,9 @@ class OpSignature:
     def output_shapes(self, shapes: Sequence[Sequence[Any]]) -> list[tuple[Any, ...]]:
         """The shape of each output (in `outputs` order) for inputs of `shapes`: its dims evaluated with
         the sizes bound from the inputs (tkir.symexpr for expressions like `D / 2`)."""
+        why = self.unsized()
+        if why is not None:
+            raise TorchOpError(why)
         sizes = self.bind_sizes(shapes)
         return [tuple(_dim(self.kernel, d, sizes) for d in self.dims[o]) for o in self.outputs]
 
@@ -365,7 +372,11 @@ def _register(kernel: CompiledKernel, sig: OpSignature, qualname: str) -> tuple[
 
     def out_fake(*args: Any) -> None:
         tensors = dict(zip(sig.tensors, args[:n_tensors], strict=True))
-        want = sig.output_shapes([tuple(tensors[n].shape) for n in sig.inputs])
+        shapes = [tuple(tensors[n].shape) for n in sig.inputs]
+        if sig.unsized() is not None:  # an output only the caller can size: the inputs are checked
+            sig.bind_sizes(shapes)
+            return
+        want = sig.output_shapes(shapes)
         for o, shape in zip(sig.outputs, want, strict=True):
             if tuple(tensors[o].shape) != shape:
                 raise TorchOpError(f"{sig.kernel}: output '{o}' has shape {list(tensors[o].shape)}, expected "

@@ -102,9 +102,12 @@ def test_bad_outputs_are_refused(outputs: list, message: str) -> None:
         OpSignature.of(_launch("tests/data/mul_fwd.tk"), outputs)
 
 
-def test_an_output_dim_no_input_gives_is_refused() -> None:
+def test_an_output_dim_no_input_gives_leaves_only_the_out_variant() -> None:
+    sig = OpSignature.of(_halving_launch(), ["X"])  # X [N, D] sized by nothing the op is given (Y has D / 2)
+    assert "D is no dim of an input" in (sig.unsized() or "")
     with pytest.raises(TorchOpError, match="output 'X' has dims .* D is no dim of an input.*op.out"):
-        OpSignature.of(_halving_launch(), ["X"])
+        sig.output_shapes([(5, 3)])
+    assert OpSignature.of(_halving_launch(), ["Y"]).unsized() is None
 
 
 def test_autograd_plan_by_names() -> None:
