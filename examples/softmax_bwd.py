@@ -19,7 +19,7 @@ DEFAULT_CONSTS = dict(ROWS=8, D=1024, DC=1024)
 # 16 but not a power of two) in one block of one row.
 CHECK_SIZES = [dict(N=100), dict(N=1), dict(N=37), dict(N=21)]
 CHECK_CONSTS = [{}, {"D": 512}, {"D": 1536, "DC": 512}, {"D": 768, "ROWS": 1, "WG": 1}]
-# The two backward targets, 4096 x 4096 and 65536 x 768, at softmax.tk's tuned points for the
+# The backward's two bar sizes, 4096 x 4096 and 65536 x 768 (>= 1.0x eager torch), at softmax.tk's tuned points for the
 # same shapes (docs/bench/results/sweep/sweep.md); then softmax.py's default 16384 x 1024.
 BENCH_SIZES = [dict(N=4096), dict(N=65536), dict(N=16384)]
 BENCH_CONSTS = [{"D": 4096, "DC": 4096, "ROWS": 1, "WG": 1}, {"D": 768, "DC": 1024, "ROWS": 4, "WG": 2, "FENCE": 1}, {}]

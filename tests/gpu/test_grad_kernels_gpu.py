@@ -61,7 +61,7 @@ def _untouched_past_end(torch: Any, buf: Any, n: int) -> bool:
 
 # --- softmax backward ------------------------------------------------------------------------------
 
-# (N, D, consts): ragged N (not a multiple of ROWS) at the widths; one row; the chunked path
+# (N, D, consts): ragged N (not a multiple of ROWS) at the bench widths; one row; the chunked path
 SOFTMAX_CASES = [
     (1000, 1024, {}),
     (4096, 4096, {"D": 4096, "DC": 4096, "ROWS": 1, "WG": 1}),       # the bench configuration
