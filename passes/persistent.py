@@ -21,7 +21,8 @@ rows and columns of the output):
 
 * one-shot loads before the K loop (pipeline's `once` barrier: attention's Q tile) are refilled per
   tile: the consumers wait for the n-th fill at parity n mod 2 and release the buffer on a new
-  `once_empty` barrier after their K loop; the producer waits for that release before the next fill,
+  `once_empty` barrier after their last read of it (the K loop, or an epilogue op after it that reads
+  the buffer); the producer waits for that release before the next fill,
   so the next tile's loads run under this tile's epilogue (before, the producer refilled the buffer
   without waiting and the consumers waited on an already completed phase: a race);
 * `persistent{linear_grids=true}`, or the kernel attr `persistent_requested` (the source's
@@ -301,7 +302,7 @@ def _once_per_tile(role: Operation, blk: Block, kloop: Operation, t: Value, pid:
                    c0: Value, once: set[Value], once_empty: Value) -> None:
     """The one-shot loads become one per tile, in a single buffer guarded like a one-stage ring: the
     consumers wait for the n-th fill at parity n mod 2 and release the buffer (`once_empty`) after their
-    K loop, the last reader; the producer waits for that release (parity 1 - n mod 2: at once for the
+    last reader (_last_once_reader); the producer waits for that release (parity 1 - n mod 2: at once for the
     block's first tile) before it refills the buffer for the next tile, so the next tile's loads run
     under this tile's epilogue."""
     waits = [op for op in blk.ops if op.name == "pipe.wait" and op.operands[0] in once]
@@ -318,7 +319,22 @@ def _once_per_tile(role: Operation, blk: Block, kloop: Operation, t: Value, pid:
     for w in waits:
         w.operands = [w.operands[0], w.operands[1], phase]
     if str(role.attrs.get("kind")) == "consumer":
-        blk.insert_after(kloop, Operation("pipe.arrive", [once_empty, c0]))
+        blk.insert_after(_last_once_reader(role, blk, kloop, once), Operation("pipe.arrive", [once_empty, c0]))
+
+
+def _last_once_reader(role: Operation, blk: Block, kloop: Operation, once: set[Value]) -> Operation:
+    """The consumer's last op in the tile body that reads a buffer the producer fills on a `once` barrier:
+    the K loop (attention's q), or an op after it (an epilogue reading a tile loaded before the loop:
+    examples/linear_dgrad.tk's Z), so that the release does not let the next tile's fill overwrite the
+    buffer under that read."""
+    tiles = {op.operands[0] for r in role.parent.ops if r.name == "tk.role" and str(r.attrs.get("kind")) == "producer"
+             for op in r.walk() if op.name == "pipe.copy" and op.operands[1] in once}
+    ops = blk.ops
+    last = kloop
+    for op in ops[ops.index(kloop) + 1:]:
+        if any(v in tiles for inner in op.walk() for v in inner.operands):
+            last = op
+    return last
 
 
 def _trip_count(b: OpBuilder, kloop: Operation, c0: Value) -> Value:

@@ -773,6 +773,9 @@ PIPELINE_KERNELS = {
     "gemm-1-stage": (SWIZZLED_GEMM.replace("@stages(2)", "@stages(1)").replace("SA", "128").replace("SB", "128"),
                      {}, {}, True),
     "linear": ("examples/linear.tk", {}, {}, True),
+    # a one-shot TMA load of Z per tile (once / once_empty) beside the ring; wgrad's transposed A
+    "linear-dgrad-silu": ("examples/linear_dgrad.tk", {"ACT": 2}, {}, True),
+    "linear-wgrad": ("examples/linear_wgrad.tk", {}, {}, True),
     "attention-d64-causal": ("examples/attention_fwd.tk", {"D": 64, "CAUSAL": 1}, {}, False),
     "attention-d128-3-stages": ("examples/attention_fwd.tk", {"STAGES": 3}, {}, False),
 }

@@ -68,3 +68,61 @@ def test_producer_that_does_not_wait_for_the_release_gives_wrong_results(comp, m
     k = _mutated("no-release-wait")
     results = check_interpreted(k.module, comp, SIZES, CONSTS, seed=1, num_sms=2)
     assert not all(r.ok for r in results)
+
+
+# An epilogue that reads the one-shot buffer after the K loop: examples/linear_dgrad.tk with ACT = 2 loads
+# Z's tile before the loop (`once`) and reads it after, for SiLU's derivative. The release must follow that
+# read, or the producer refills the buffer with the next tile's Z under it.
+DGRAD = "examples/linear_dgrad.tk"
+DGRAD_SIZES = dict(M=300, N=136, K=520)  # 3 x 5 tiles of 128 x 128 on 2 blocks: each block runs several
+RELEASE_LAG_S = 0.02  # the consumers' pause after each release in the race test (the producer refills then)
+
+
+def _dgrad():
+    return tkir.compile(DGRAD, ACT=2)
+
+
+def _consumer_ops(k):
+    (role,) = [op for op in k.module.kernels()[0].walk() if op.name == "tk.role" and str(op.attrs["kind"]) == "consumer"]
+    (tile_loop,) = [op for op in role.body.ops if op.name == "scf.for"]
+    return tile_loop.body.ops
+
+
+def test_release_follows_an_epilogue_read_of_the_one_shot_buffer() -> None:
+    ops = _consumer_ops(_dgrad())
+    names = [(op.name, op.operands[0].name if op.operands else None) for op in ops]
+    read = next(i for i, op in enumerate(ops) if op.name == "tk.load" and op.operands[0].name == "zs")
+    release = names.index(("pipe.arrive", "once_empty"))
+    kloop = next(i for i, op in enumerate(ops) if op.name == "scf.for")
+    assert kloop < read < release
+    assert names.count(("pipe.arrive", "once_empty")) == 1
+
+
+def test_a_release_before_the_epilogue_read_gives_wrong_results(monkeypatch) -> None:
+    """The consumers pause after each release (as a slow warp would on the GPU): with the release after the
+    read (what persistent emits) the results stay right; moved before the read (the placement persistent
+    used to emit: right after the K loop), the producer's refill lands under the read and DX is wrong."""
+    from tkir.interp import frame as interp_frame
+
+    arrive = interp_frame.HANDLERS["pipe.arrive"]
+
+    def lagging_arrive(op, args, frame):
+        out = arrive(op, args, frame)
+        if op.operands[0].name == "once_empty":
+            time.sleep(RELEASE_LAG_S)
+        return out
+
+    monkeypatch.setitem(interp_frame.HANDLERS, "pipe.arrive", lagging_arrive)
+    comp = load_companion(DGRAD)
+    consts = {"ACT": 2}
+    k = _dgrad()
+    for r in check_interpreted(k.module, comp, DGRAD_SIZES, consts, seed=2, num_sms=2):
+        assert r.ok, str(r)
+    ops = _consumer_ops(k)
+    blk = ops[0].parent
+    release = next(op for op in ops if op.name == "pipe.arrive" and op.operands[0].name == "once_empty")
+    kloop = next(op for op in ops if op.name == "scf.for")
+    blk.remove(release)
+    blk.insert_after(kloop, release)
+    results = check_interpreted(k.module, comp, DGRAD_SIZES, consts, seed=2, num_sms=2)
+    assert not all(r.ok for r in results)
