@@ -112,3 +112,20 @@ def peer(inputs: list, sizes: dict, consts: dict):
     b = torch.zeros_like(w, requires_grad=True)
     y = torch.nn.functional.layer_norm(x, (x.shape[1],), w, b, eps=EPS)
     return lambda: torch.autograd.grad(y, (x, w, b), dy, retain_graph=True)
+
+
+def torch_backward(row, col_sum, x, w, dy, g: int | None = None):
+    """(DX, DW, DB) of torch tensors through both kernels, as a caller runs them: `row` this kernel and `col_sum`
+    col_sum.tk, compiled (tkir.compile); G = partial_rows at the row kernel's resident slots unless given.
+    DW and DB are the two halves of col_sum's one output (views, no copy)."""
+    import torch
+
+    n, d = x.shape
+    if g is None:
+        g = partial_rows(n, int(row.module.kernel.attrs["consts"]["ROWS"]), resident_slots(row))
+    dx = torch.empty_like(x)
+    part = torch.empty(g, 2 * d, dtype=torch.float32, device=x.device)
+    row(x, w, dy, dx, part)
+    sums = torch.empty(2 * d, dtype=torch.bfloat16, device=x.device)
+    col_sum(part, sums)
+    return dx, sums[:d], sums[d:]

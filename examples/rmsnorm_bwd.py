@@ -110,3 +110,19 @@ def peer(inputs: list, sizes: dict, consts: dict):
     x, w, dy = (a.detach().requires_grad_(i < 2) for i, a in enumerate(inputs[:3]))
     y = torch.nn.functional.rms_norm(x, (x.shape[1],), w, eps=EPS)
     return lambda: torch.autograd.grad(y, (x, w), dy, retain_graph=True)
+
+
+def torch_backward(row, col_sum, x, w, dy, g: int | None = None):
+    """(DX, DW) of torch tensors through both kernels, as a caller runs them: `row` this kernel and `col_sum`
+    col_sum.tk, compiled (tkir.compile); G = partial_rows at the row kernel's resident slots unless given."""
+    import torch
+
+    n, d = x.shape
+    if g is None:
+        g = partial_rows(n, int(row.module.kernel.attrs["consts"]["ROWS"]), resident_slots(row))
+    dx = torch.empty_like(x)
+    part = torch.empty(g, d, dtype=torch.float32, device=x.device)
+    row(x, w, dy, dx, part)
+    dw = torch.empty(d, dtype=torch.bfloat16, device=x.device)
+    col_sum(part, dw)
+    return dx, dw
