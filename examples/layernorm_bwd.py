@@ -1,9 +1,9 @@
 """Companion of layernorm_bwd.tk: the gradients of y = (x - mean) * rstd * W + Bias (layernorm.tk) given dy,
 math in f32.
 
-DX (bf16) in full; DWBP (f32, G rows of 2D) the per-block partial sums that col_sum.tk adds into DW and DB:
-columns 0..D-1 of row b sum dy * x_hat, columns D..2D-1 sum dy, over the row tiles b, b + G, b + 2G, ...
-(tiles of ROWS rows). `partial_rows` picks G.
+DX (bf16) in full; DWBP (f32, G rows of 2D, G a const) the per-block partial sums that col_sum.tk adds into DW
+and DB: columns 0..D-1 of row b sum dy * x_hat, columns D..2D-1 sum dy, over the row tiles b, b + G, b + 2G, ...
+(tiles of ROWS rows). `partial_rows` picks G for a given N; `torch_backward` runs both kernels on torch tensors.
 """
 
 from __future__ import annotations
@@ -14,15 +14,18 @@ import numpy as np
 KERNEL = "layernorm_bwd.tk"
 PARAMS = ["X", "W", "DY", "DX", "DWBP"]
 OUTPUTS = ["DX", "DWBP"]
-DEFAULT_CONSTS = dict(ROWS=4, D=1024)
+DEFAULT_CONSTS = dict(ROWS=4, D=1024, G=264)
 
 # As rmsnorm_bwd.py: ragged N, G = 1, G not dividing the tiles, G above the tile count, then the bench
 # configurations (a row a warp at D = 768; one row over four warpgroups at D = 4096).
-CHECK_SIZES = [dict(N=1, G=1), dict(N=127, G=3), dict(N=1000, G=7), dict(N=127, G=40), dict(N=1000, G=64),
-               dict(N=77, G=5)]
-CHECK_CONSTS = [{}, {}, {}, {}, {"D": 768, "ROWS": 4, "WG": 1}, {"D": 4096, "ROWS": 1, "WG": 4}]
+CHECK_SIZES = [dict(N=1), dict(N=127), dict(N=1000), dict(N=127), dict(N=1000), dict(N=77)]
+CHECK_CONSTS = [{"G": 1}, {"G": 3}, {"G": 7}, {"G": 40}, {"D": 768, "ROWS": 4, "WG": 1, "G": 64},
+                {"D": 4096, "ROWS": 1, "WG": 4, "G": 5}]
 # The issue's bars: (4096, 4096) and (65536, 768), configured as rmsnorm_bwd's.
-BENCH_CONSTS = [{"D": 4096, "ROWS": 1, "WG": 4}, {"D": 768, "ROWS": 4, "WG": 1}]
+# G from partial_rows at their resident slots (2 blocks of 512 threads an SM at D = 4096, 3 of 128 threads in
+# 168 registers at D = 768): 16 tiles of one row, 42 of four a block.
+BENCH_SIZES = [dict(N=4096), dict(N=65536)]
+BENCH_CONSTS = [{"D": 4096, "ROWS": 1, "WG": 4, "G": 256}, {"D": 768, "ROWS": 4, "WG": 1, "G": 391}]
 PEER = "torch.autograd.grad of torch.nn.functional.layer_norm (eager)"
 
 EPS = 1e-5  # the kernel's epsilon (layernorm.tk's EPS, torch.nn.LayerNorm's default)
@@ -53,13 +56,10 @@ def resident_slots(kernel, num_sms: int = NUM_SMS) -> int:
     return num_sms * streaming_blocks_per_sm(kernel.module.kernel, kernel.launch.block[0])
 
 
-# G for the bench configurations: 2 resident blocks of 512 threads (64 registers) at D = 4096, 3 of 128
-# threads (168 registers) at D = 768, per SM (resident_slots of those kernels).
-BENCH_SIZES = [dict(N=4096, G=partial_rows(4096, 1, 2 * NUM_SMS)), dict(N=65536, G=partial_rows(65536, 4, 3 * NUM_SMS))]
-
 
 def make_inputs(rng: np.random.Generator, sizes: dict, consts: dict) -> list[np.ndarray]:
-    N, G, D = sizes["N"], sizes["G"], _consts(consts)["D"]
+    N = sizes["N"]
+    G, D = _consts(consts)["G"], _consts(consts)["D"]
     bf16 = ml_dtypes.bfloat16
     # An offset mean and a scale per row (as layernorm.py), so a kernel that forgets to centre, or uses
     # the wrong row's statistics, fails.
@@ -79,7 +79,7 @@ def reference(inputs: list[np.ndarray], sizes: dict, consts: dict) -> dict[str, 
     g = dy * w
     dx = rstd * (g - g.mean(axis=1, keepdims=True) - xhat * (g * xhat).mean(axis=1, keepdims=True))
     rows = _consts(consts)["ROWS"]
-    return {"DX": dx, "DWBP": block_partials(np.concatenate([dy * xhat, dy], axis=1), sizes["G"], rows)}
+    return {"DX": dx, "DWBP": block_partials(np.concatenate([dy * xhat, dy], axis=1), _consts(consts)["G"], rows)}
 
 
 def block_partials(v: np.ndarray, g: int, rows: int) -> np.ndarray:
@@ -94,7 +94,8 @@ def flops(sizes: dict, consts: dict) -> int:
 
 
 def bytes_moved(sizes: dict, consts: dict) -> int:
-    N, G, D = sizes["N"], sizes["G"], _consts(consts)["D"]
+    N = sizes["N"]
+    G, D = _consts(consts)["G"], _consts(consts)["D"]
     return 2 * (3 * N * D + D) + 4 * G * 2 * D  # X, DY, W read, DX written (bf16); DWBP written (f32)
 
 
@@ -114,17 +115,15 @@ def peer(inputs: list, sizes: dict, consts: dict):
     return lambda: torch.autograd.grad(y, (x, w, b), dy, retain_graph=True)
 
 
-def torch_backward(row, col_sum, x, w, dy, g: int | None = None):
+def torch_backward(row, col_sum, x, w, dy):
     """(DX, DW, DB) of torch tensors through both kernels, as a caller runs them: `row` this kernel and `col_sum`
-    col_sum.tk, compiled (tkir.compile); G = partial_rows at the row kernel's resident slots unless given.
-    DW and DB are the two halves of col_sum's one output (views, no copy)."""
+    col_sum.tk, compiled (tkir.compile); the partials have the G rows `row` was compiled with. DW and DB are
+    the two halves of col_sum's one output (views, no copy)."""
     import torch
 
-    n, d = x.shape
-    if g is None:
-        g = partial_rows(n, int(row.module.kernel.attrs["consts"]["ROWS"]), resident_slots(row))
+    d = x.shape[1]
     dx = torch.empty_like(x)
-    part = torch.empty(g, 2 * d, dtype=torch.float32, device=x.device)
+    part = torch.empty(int(row.module.kernel.attrs["consts"]["G"]), 2 * d, dtype=torch.float32, device=x.device)
     row(x, w, dy, dx, part)
     sums = torch.empty(2 * d, dtype=torch.bfloat16, device=x.device)
     col_sum(part, sums)

@@ -1,7 +1,8 @@
 """Companion of rmsnorm_bwd.tk: the gradients of y = x * rstd * W (rmsnorm.tk) given dy, math in f32.
 
-DX (bf16) in full; DWP (f32) the per-block partial sums of dy * x_hat that col_sum.tk adds into DW: row b
-holds the rows of the row tiles b, b + G, b + 2G, ... (tiles of ROWS rows). `partial_rows` picks G.
+DX (bf16) in full; DWP (f32, G rows, G a const) the per-block partial sums of dy * x_hat that col_sum.tk adds
+into DW: row b holds the rows of the row tiles b, b + G, b + 2G, ... (tiles of ROWS rows). `partial_rows` picks
+G for a given N; `torch_backward` runs both kernels on torch tensors.
 """
 
 from __future__ import annotations
@@ -12,20 +13,23 @@ import numpy as np
 KERNEL = "rmsnorm_bwd.tk"
 PARAMS = ["X", "W", "DY", "DX", "DWP"]
 OUTPUTS = ["DX", "DWP"]
-DEFAULT_CONSTS = dict(ROWS=4, D=1024)
+DEFAULT_CONSTS = dict(ROWS=4, D=1024, G=264)
 
 # Ragged N (not a multiple of ROWS): the last tile's rows past N load as zeros and are not stored. G = 1
 # (one block walks every tile), G not dividing the tiles, and G above the tile count (blocks with no
 # tile write zero partials). Then the bench configurations: a row a warp at D = 768 (ROWS = 4 over one
 # warpgroup), one row over four warpgroups at D = 4096, and one over eight (1024 threads, one block an SM).
-CHECK_SIZES = [dict(N=1, G=1), dict(N=127, G=3), dict(N=1000, G=7), dict(N=127, G=40), dict(N=1000, G=64),
-               dict(N=77, G=5), dict(N=9, G=2)]
-CHECK_CONSTS = [{}, {}, {}, {}, {"D": 768, "ROWS": 4, "WG": 1}, {"D": 4096, "ROWS": 1, "WG": 4},
-                {"D": 8192, "ROWS": 1, "WG": 8, "OCC": 1}]
+CHECK_SIZES = [dict(N=1), dict(N=127), dict(N=1000), dict(N=127), dict(N=1000), dict(N=77), dict(N=9)]
+CHECK_CONSTS = [{"G": 1}, {"G": 3}, {"G": 7}, {"G": 40}, {"D": 768, "ROWS": 4, "WG": 1, "G": 64},
+                {"D": 4096, "ROWS": 1, "WG": 4, "G": 5}, {"D": 8192, "ROWS": 1, "WG": 8, "OCC": 1, "G": 2}]
 # The issue's bars: (4096, 4096) and (65536, 768). At D = 768 a warp holds a row (24 elements a lane):
 # the row sums are shuffles alone, no barrier in the loop; at D = 4096 a row is spread over 16 warps,
 # 8 elements a thread (where two blocks of 512 threads fit in 64 registers).
-BENCH_CONSTS = [{"D": 4096, "ROWS": 1, "WG": 4}, {"D": 768, "ROWS": 4, "WG": 1}]
+# G from partial_rows at those configurations' resident slots (2 blocks of 512 threads in 64 registers an SM
+# at D = 4096, 4 of 128 threads in 128 registers at D = 768; resident_slots of the compiled kernels), so that
+# every block walks the same number of tiles: 16 of one row, 32 of four.
+BENCH_SIZES = [dict(N=4096), dict(N=65536)]
+BENCH_CONSTS = [{"D": 4096, "ROWS": 1, "WG": 4, "G": 256}, {"D": 768, "ROWS": 4, "WG": 1, "G": 512}]
 PEER = "torch.autograd.grad of torch.nn.functional.rms_norm (eager)"
 
 EPS = 1e-6  # the kernel's epsilon (rmsnorm.tk's EPS)
@@ -56,13 +60,10 @@ def resident_slots(kernel, num_sms: int = NUM_SMS) -> int:
     return num_sms * streaming_blocks_per_sm(kernel.module.kernel, kernel.launch.block[0])
 
 
-# G for the bench configurations: 2 resident blocks of 512 threads (64 registers) at D = 4096, 4 of 128
-# threads (128 registers) at D = 768, per SM (resident_slots of those kernels).
-BENCH_SIZES = [dict(N=4096, G=partial_rows(4096, 1, 2 * NUM_SMS)), dict(N=65536, G=partial_rows(65536, 4, 4 * NUM_SMS))]
-
 
 def make_inputs(rng: np.random.Generator, sizes: dict, consts: dict) -> list[np.ndarray]:
-    N, G, D = sizes["N"], sizes["G"], _consts(consts)["D"]
+    N = sizes["N"]
+    G, D = _consts(consts)["G"], _consts(consts)["D"]
     bf16 = ml_dtypes.bfloat16
     # A different scale per row (as rmsnorm.py), so a kernel that uses the wrong row's rstd fails.
     scale = np.exp(rng.standard_normal((N, 1), np.float32))
@@ -78,7 +79,7 @@ def reference(inputs: list[np.ndarray], sizes: dict, consts: dict) -> dict[str, 
     xhat = x * rstd
     g = dy * w
     dx = rstd * (g - xhat * (g * xhat).mean(axis=1, keepdims=True))
-    return {"DX": dx, "DWP": block_partials(dy * xhat, sizes["G"], _consts(consts)["ROWS"])}
+    return {"DX": dx, "DWP": block_partials(dy * xhat, _consts(consts)["G"], _consts(consts)["ROWS"])}
 
 
 def block_partials(v: np.ndarray, g: int, rows: int) -> np.ndarray:
@@ -93,7 +94,8 @@ def flops(sizes: dict, consts: dict) -> int:
 
 
 def bytes_moved(sizes: dict, consts: dict) -> int:
-    N, G, D = sizes["N"], sizes["G"], _consts(consts)["D"]
+    N = sizes["N"]
+    G, D = _consts(consts)["G"], _consts(consts)["D"]
     return 2 * (3 * N * D + D) + 4 * G * D  # X, DY, W read, DX written (bf16); DWP written (f32)
 
 
@@ -112,16 +114,14 @@ def peer(inputs: list, sizes: dict, consts: dict):
     return lambda: torch.autograd.grad(y, (x, w), dy, retain_graph=True)
 
 
-def torch_backward(row, col_sum, x, w, dy, g: int | None = None):
+def torch_backward(row, col_sum, x, w, dy):
     """(DX, DW) of torch tensors through both kernels, as a caller runs them: `row` this kernel and `col_sum`
-    col_sum.tk, compiled (tkir.compile); G = partial_rows at the row kernel's resident slots unless given."""
+    col_sum.tk, compiled (tkir.compile); the partials have the G rows `row` was compiled with."""
     import torch
 
-    n, d = x.shape
-    if g is None:
-        g = partial_rows(n, int(row.module.kernel.attrs["consts"]["ROWS"]), resident_slots(row))
+    d = x.shape[1]
     dx = torch.empty_like(x)
-    part = torch.empty(g, d, dtype=torch.float32, device=x.device)
+    part = torch.empty(int(row.module.kernel.attrs["consts"]["G"]), d, dtype=torch.float32, device=x.device)
     row(x, w, dy, dx, part)
     dw = torch.empty(d, dtype=torch.bfloat16, device=x.device)
     col_sum(part, dw)

@@ -6,7 +6,8 @@
 
 Per kernel and size N x D, three ways to get the gradients of x, w (and b) from dy:
 - tkir: the row kernel (examples/<kernel>_bwd.tk) then col_sum.tk on its partials, as a caller runs them (the
-  companion's torch_backward: outputs allocated in the call, G = partial_rows at the kernel's resident slots);
+  companion's torch_backward: outputs allocated in the call), the row kernel compiled with G = partial_rows at
+  its resident slots (one wave of blocks, each walking the same number of row tiles);
 - eager: torch.autograd.grad of torch.nn.functional.rms_norm / layer_norm with respect to x, w (and b), the
   forward run before the timed region (its saved statistics are torch's to use);
 - compile: the same with the forward compiled by torch.compile, so that AOTAutograd's backward graph is
@@ -77,21 +78,24 @@ def row_consts(d: int, overrides: dict[str, int]) -> dict[str, int]:
 
 
 def plan_row(kernel: str, n: int, d: int, overrides: dict[str, int]) -> dict[str, Any]:
-    """Compile a row's kernels (no GPU needed): its consts, G, the partials' bytes and the bytes moved."""
+    """Compile a row's kernels (no GPU needed): its consts, G (unless -D G= gives it), the partials' bytes and
+    the bytes moved."""
     import tkir
     from tkir.tools.examples import load_companion
 
     path = str(ROOT / KERNELS[kernel])
     comp = load_companion(path)
     consts = row_consts(d, overrides)
-    row = tkir.compile(path, **consts)
-    col_sum = tkir.compile(str(ROOT / COL_SUM))
+    row = tkir.compile(path, **consts)  # G does not change the registers: the resident slots of any G
     rows = int(row.module.kernel.attrs["consts"]["ROWS"])
     slots = comp.resident_slots(row)
-    g = comp.partial_rows(n, rows, slots)
+    if "G" not in overrides:
+        consts["G"] = comp.partial_rows(n, rows, slots)
+        row = tkir.compile(path, **consts)
+    g = int(row.module.kernel.attrs["consts"]["G"])
+    col_sum = tkir.compile(str(ROOT / COL_SUM))
     width = d if kernel == "rmsnorm" else 2 * d  # DW's partials; layernorm's DW's then DB's
-    sizes = dict(N=n, G=g)
-    nbytes = comp.bytes_moved(sizes, consts) + 4 * g * width + 2 * width  # + col_sum reading them, writing sums
+    nbytes = comp.bytes_moved(dict(N=n), consts) + 4 * g * width + 2 * width  # + col_sum reading them, writing sums
     return dict(kernel=kernel, N=n, D=d, consts=consts, G=g, slots=slots, partial_bytes=4 * g * width,
                 bytes=nbytes, comp=comp, row=row, col_sum=col_sum)
 
@@ -140,7 +144,7 @@ def bench_row(plan: dict, reps: int) -> dict:
 
     def tkir_for_set(i: int):
         x, w, dy = sets[i]
-        return lambda: comp.torch_backward(plan["row"], plan["col_sum"], x, w, dy, plan["G"])
+        return lambda: comp.torch_backward(plan["row"], plan["col_sum"], x, w, dy)
 
     errs = check(torch, kernel, comp, tkir_for_set(0)(), *sets[0])
     compiled_forward = torch.compile(forward_of(torch, kernel, comp.EPS), dynamic=False)

@@ -12,6 +12,9 @@ largest element. So each element must satisfy |out - ref| <= 2^-7 |ref| + 1e-4 m
 for a value that sits at a rounding boundary, plus the cancellation allowance with a factor 100 to spare),
 and the whole tensor ||out - ref|| / ||ref|| <= 2^-8. An unwritten element fails: every output starts as NaN
 (partials included: a partial row the row kernel skipped would make its column sums NaN).
+
+G, the partial rows (a const of the row kernels), is what a caller picks for N (the companions' partial_rows
+at the compiled kernel's resident slots), and in one test 1, 3, the default 264 and 2000 at N = 1000.
 """
 
 from __future__ import annotations
@@ -42,9 +45,16 @@ pytestmark = pytest.mark.gpu
 
 
 @functools.cache
-def _kernels(name: str, d: int, target: str) -> tuple:
-    return (tkir.compile(str(EXAMPLES / f"{name}.tk"), target=target, D=d, **CONSTS[d]),
+def _kernels(name: str, d: int, target: str, g: int) -> tuple:
+    return (tkir.compile(str(EXAMPLES / f"{name}.tk"), target=target, D=d, G=g, **CONSTS[d]),
             tkir.compile(str(EXAMPLES / "col_sum.tk"), target=target))
+
+
+def _partial_rows(name: str, n: int, d: int, target: str) -> int:
+    """G as a caller picks it for N rows: one wave of resident blocks, each walking the same number of tiles."""
+    comp = load_companion(str(EXAMPLES / f"{name}.tk"))
+    row, _ = _kernels(name, d, target, comp.DEFAULT_CONSTS["G"])
+    return comp.partial_rows(n, int(row.module.kernel.attrs["consts"]["ROWS"]), comp.resident_slots(row))
 
 
 def _inputs(torch, n: int, d: int, seed: int) -> tuple:  # noqa: ANN001
@@ -74,14 +84,11 @@ def _reference(torch, name: str, x, w, dy) -> dict:  # noqa: ANN001
     return {"DX": dx, "DW": dw, "DB": db}
 
 
-def _run(torch, name: str, x, w, dy, target: str, g: int | None = None) -> dict:  # noqa: ANN001
-    """The tkir backward, both kernels launched as the companion's torch_backward launches them, with every
-    output and the partials poisoned with NaN first."""
-    comp = load_companion(str(EXAMPLES / f"{name}.tk"))
-    row, col_sum = _kernels(name, x.shape[1], target)
-    n, d = x.shape
-    if g is None:
-        g = comp.partial_rows(n, int(row.module.kernel.attrs["consts"]["ROWS"]), comp.resident_slots(row))
+def _run(torch, name: str, x, w, dy, target: str, g: int) -> dict:  # noqa: ANN001
+    """The tkir backward with G partial rows, both kernels launched as the companion's torch_backward launches
+    them, with every output and the partials poisoned with NaN first."""
+    row, col_sum = _kernels(name, x.shape[1], target, g)
+    d = x.shape[1]
     width = d if name == "rmsnorm_bwd" else 2 * d  # DWP; DWBP holds DW's partials, then DB's
     dx = torch.full_like(x, float("nan"))
     part = torch.full((g, width), float("nan"), device=x.device)
@@ -107,14 +114,15 @@ def _assert_close(torch, name: str, got: dict, want: dict, what: str) -> None:  
 def test_row_backward_matches_torch_autograd(torch_module, name: str, n: int, d: int, target: str) -> None:  # noqa: ANN001
     torch = torch_module
     x, w, dy = _inputs(torch, n, d, seed=n + d)
-    got = _run(torch, name, x, w, dy, target)
+    got = _run(torch, name, x, w, dy, target, _partial_rows(name, n, d, target))
     _assert_close(torch, name, got, _reference(torch, name, x, w, dy), f"{name} N={n} D={d} {target}")
 
 
 @pytest.mark.parametrize("name", NAMES)
-@pytest.mark.parametrize("g", [1, 3, 2000])
+@pytest.mark.parametrize("g", [1, 3, 264, 2000])
 def test_any_number_of_partial_rows(torch_module, name: str, g: int) -> None:  # noqa: ANN001
-    """G = 1 (one block walks every tile), 3 (uneven), 2000 (more blocks than the 250 tiles: zero partials)."""
+    """G = 1 (one block walks every tile), 3 (uneven), the default 264 and 2000 (more blocks than the 250
+    tiles: zero partials)."""
     torch = torch_module
     x, w, dy = _inputs(torch, 1000, 1024, seed=g)
     got = _run(torch, name, x, w, dy, "sm_90a", g=g)
@@ -123,15 +131,16 @@ def test_any_number_of_partial_rows(torch_module, name: str, g: int) -> None:  #
 
 @pytest.mark.parametrize("name", NAMES)
 def test_companion_torch_backward_gives_the_same_gradients(torch_module, name: str) -> None:  # noqa: ANN001
-    """The companion's torch_backward (what the bench and a caller use: its own G, outputs from torch.empty)
-    returns what the poisoned launches above return, bit for bit (the same kernels and G)."""
+    """The companion's torch_backward (what the bench and a caller use: outputs from torch.empty) returns what
+    the poisoned launches above return, bit for bit (the same kernels)."""
     torch = torch_module
     comp = load_companion(str(EXAMPLES / f"{name}.tk"))
     x, w, dy = _inputs(torch, 1000, 768, seed=7)
-    row, col_sum = _kernels(name, 768, "sm_90a")
+    g = _partial_rows(name, 1000, 768, "sm_90a")
+    row, col_sum = _kernels(name, 768, "sm_90a", g)
     got = comp.torch_backward(row, col_sum, x, w, dy)
     torch.cuda.synchronize()
-    want = _run(torch, name, x, w, dy, "sm_90a")
+    want = _run(torch, name, x, w, dy, "sm_90a", g)
     assert len(got) == len(want)
     for key, out in zip(want, got, strict=True):
         assert torch.equal(out, want[key]), key
@@ -143,5 +152,5 @@ def test_repeated_calls_on_fresh_inputs(torch_module, name: str) -> None:  # noq
     torch = torch_module
     for seed in range(3):
         x, w, dy = _inputs(torch, 4096, 768, seed=100 + seed)
-        got = _run(torch, name, x, w, dy, "sm_90a")
+        got = _run(torch, name, x, w, dy, "sm_90a", _partial_rows(name, 4096, 768, "sm_90a"))
         _assert_close(torch, name, got, _reference(torch, name, x, w, dy), f"{name} call {seed}")

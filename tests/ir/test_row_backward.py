@@ -5,8 +5,9 @@ Each example is compiled through the tk-level passes up to plan-occupancy and ru
 at its companion's CHECK_SIZES: N ragged against ROWS (1, 77, 127, 1000 rows), G = 1, G not dividing the row
 tiles and G above their count. Then the two kernels as a caller chains them (the row kernel's partials into
 col_sum.tk) against the whole gradients, the f32 partials against a bound of their own (the companions'
-TOLERANCE is the bf16 outputs'), kernels broken on purpose that must fail, and PTX that ptxas assembles
-without local memory at the configurations the bench and the GPU tests use.
+TOLERANCE is the bf16 outputs'), kernels broken on purpose that must fail, PTX that ptxas assembles
+without local memory at the configurations the bench and the GPU tests use, and the outputs' shapes as
+tkir.torch.op derives them.
 """
 
 from __future__ import annotations
@@ -88,10 +89,11 @@ def _row_backward(name: str, sizes: dict, consts: dict, target: str, seed: int) 
 
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("name, sizes, consts", [
-    ("rmsnorm_bwd", dict(N=127, G=5), {}),
-    ("rmsnorm_bwd", dict(N=1000, G=9), {"D": 768, "ROWS": 4, "WG": 1}),
-    ("layernorm_bwd", dict(N=127, G=5), {}),
-    ("layernorm_bwd", dict(N=1000, G=9), {"D": 768, "ROWS": 4, "WG": 1}),
+    ("rmsnorm_bwd", dict(N=127), {"G": 5}),
+    ("rmsnorm_bwd", dict(N=1000), {"D": 768, "ROWS": 4, "WG": 1, "G": 9}),
+    ("rmsnorm_bwd", dict(N=127), {}),  # the default G = 264: 232 blocks past the last tile write zeros
+    ("layernorm_bwd", dict(N=127), {"G": 5}),
+    ("layernorm_bwd", dict(N=1000), {"D": 768, "ROWS": 4, "WG": 1, "G": 9}),
 ])
 def test_partials_then_col_sum_give_the_weight_gradients(name: str, sizes: dict, consts: dict, target: str) -> None:
     """What a caller gets from the two launches: SUM = DW (rmsnorm), SUM[:D] = DW and SUM[D:] = DB (layernorm)."""
@@ -127,6 +129,8 @@ def _broken(name: str, consts: dict, old: str, new: str, count: int = 1):
 @pytest.mark.parametrize("name, old, new", [
     # every block starts at tile 0: the tiles are summed G times over, and the first ones only
     ("rmsnorm_bwd", "scf.for %bx,", "scf.for %c0,"),
+    # the loop steps ROWS = 4 tiles, not G = 3: tiles are left out and others summed twice
+    ("rmsnorm_bwd", "scf.for %bx, %0, %G,", "scf.for %bx, %0, %ROWS,"),
     # DX without the projection on x_hat (the sub of the mean(g * x_hat) term becomes an add)
     ("rmsnorm_bwd", "tk.sub", "tk.add"),
     # layernorm's g - mean(g) forgotten: the first sub becomes an add
@@ -134,22 +138,23 @@ def _broken(name: str, consts: dict, old: str, new: str, count: int = 1):
 ])
 def test_broken_kernel_fails_check(name: str, old: str, new: str) -> None:
     comp = _companion(name)
-    sizes, consts = dict(N=127, G=3), {}
+    sizes, consts = dict(N=127), {"G": 3}
     results = check_interpreted(_broken(name, consts, old, new), comp, sizes, consts, seed=4)
     assert not all(r.ok for r in results), [str(r) for r in results]
 
 
-@pytest.mark.parametrize("name, sizes, size", [
-    ("rmsnorm_bwd", dict(N=127, G=3), "N"), ("layernorm_bwd", dict(N=127, G=3), "N"), ("col_sum", dict(G=300, C=1000), "G"),
+@pytest.mark.parametrize("name, sizes, consts, size", [
+    ("rmsnorm_bwd", dict(N=127), {"G": 3}, "N"), ("layernorm_bwd", dict(N=127), {"G": 3}, "N"),
+    ("col_sum", dict(G=300, C=1000), {}, "G"),
 ])
-def test_loop_that_skips_the_ragged_tail_is_refused(name: str, sizes: dict, size: str) -> None:
+def test_loop_that_skips_the_ragged_tail_is_refused(name: str, sizes: dict, consts: dict, size: str) -> None:
     """The loops run to cdiv(N, ROWS) (cdiv(G, RG)): with a floor the ragged last tile, rows past the last
     whole tile, would get no DX and add nothing to the sums. The launch's requires refuse such a kernel at
     these sizes (N = 127 rows in tiles of 4, G = 300 partial rows in steps of 128)."""
     comp = _companion(name)
-    broken = _broken(name, {}, f"arith.cdiv %{size}", f"arith.div %{size}")
+    broken = _broken(name, consts, f"arith.cdiv %{size}", f"arith.div %{size}")
     with pytest.raises(InterpError, match="a partial last tile is skipped"):
-        check_interpreted(broken, comp, sizes, {}, seed=4)
+        check_interpreted(broken, comp, sizes, consts, seed=4)
 
 
 # --- ptxas --------------------------------------------------------------------------------------------
@@ -195,3 +200,22 @@ def test_partial_rows_gives_every_block_the_same_number_of_tiles(name: str) -> N
                 per_block = [len(range(b, tiles, g)) for b in range(g)]
                 assert 1 <= g <= min(slots, tiles)
                 assert max(per_block) == -(-tiles // slots) and min(per_block) >= max(per_block) - 1
+
+
+@pytest.mark.parametrize("name, outputs, consts, shapes, want", [
+    ("rmsnorm_bwd", ["DX", "DWP"], {"D": 768, "G": 512}, [(1000, 768), (768,), (1000, 768)], [(1000, 768), (512, 768)]),
+    ("layernorm_bwd", ["DX", "DWBP"], {"D": 768, "G": 391}, [(1000, 768), (768,), (1000, 768)],
+     [(1000, 768), (391, 1536)]),
+    ("col_sum", ["SUM"], {}, [(391, 1536)], [(1536,)]),
+])
+def test_outputs_are_sized_by_the_inputs_and_consts(name: str, outputs: list, consts: dict, shapes: list,
+                                                   want: list) -> None:
+    """Every output's shape follows from the inputs' shapes and the consts (G is a const of the row kernels,
+    the partials' rows an input dim of col_sum), so tkir.torch.op can allocate them (and fake them for
+    torch.compile): the ops take X, W, DY (PART) and return the outputs."""
+    from tkir.torch import OpSignature
+
+    sig = OpSignature.of(tkir.compile(str(EXAMPLES / f"{name}.tk"), **consts).launch, outputs)
+    assert sig.output_shapes(shapes) == want
+    assert sig.schema() == ("(Tensor PART) -> Tensor" if name == "col_sum" else
+                            "(Tensor X, Tensor W, Tensor DY) -> (Tensor, Tensor)")
