@@ -18,7 +18,7 @@ L2 error of DX, DW, DB within BOUND). Then the three are timed interleaved with 
 order rotated from rep to rep, input sets rotated past the L2), in one process beside a copy-bandwidth
 measurement. The table gives microseconds, the ratios eager / tkir and compile / tkir (above 1: tkir is
 faster), and tkir's bytes (X and DY read, DX written, W read; the f32 partials written and read back) per
-second as a share of the copy bandwidth. The bar (issue 41): tkir >= 1.0x eager at (4096, 4096) and
+second as a share of the copy bandwidth. The bar: tkir >= 1.0x eager at (4096, 4096) and
 (65536, 768).
 
 Row kernel configurations per row width are CONSTS below (-D overrides them for every row); other widths take
@@ -42,7 +42,7 @@ if importlib.util.find_spec("tkir") is None and str(ROOT) not in sys.path:
 KERNELS = {"rmsnorm": "examples/rmsnorm_bwd.tk", "layernorm": "examples/layernorm_bwd.tk"}
 COL_SUM = "examples/col_sum.tk"
 DEFAULT_SIZES = "4096x4096,65536x768"
-BAR_SIZES = {(4096, 4096), (65536, 768)}  # tkir >= 1.0x eager torch's backward here (issue 41)
+BAR_SIZES = {(4096, 4096), (65536, 768)}  # the bar: tkir >= 1.0x eager torch's backward at these sizes
 BAR_RATIO = 1.0
 BOUND = 1e-2  # relative L2 error of each bf16 gradient against f32 autograd (the companions' TOLERANCE)
 # Per row width: a row a warp at 768 (shuffles only, no barrier in the loop), a row over 16 warps at 4096
