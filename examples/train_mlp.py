@@ -33,8 +33,6 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 EPS = 1e-6  # rmsnorm.tk's epsilon (torch.nn.RMSNorm(eps=1e-6))
-SMS = 132  # H100 / H200 SMs: rmsnorm_bwd's partial rows (G) are at most this many resident slots
-PARTIAL_BLOCKS_PER_SM = 4  # blocks of rmsnorm_bwd per SM when choosing G (its companion's rule)
 MODES = ("f32", "eager", "tkir", "tkir_compile", "tkir_graph")
 
 
@@ -78,13 +76,7 @@ class TkirOps:
 
         @tt.backward(inputs=["X", "W", "DY"], outputs=["DX", "DW"])
         def rmsnorm_backward(x: Any, w: Any, dy: Any) -> tuple[Any, Any]:
-            import torch
-
-            n = x.shape[0]
-            g = max(1, min(SMS * PARTIAL_BLOCKS_PER_SM, n))
-            dx = torch.empty_like(x)
-            partial = x.new_empty((g, d), dtype=torch.float32)
-            self.rmsnorm_bwd.out(x, w, dy, dx, partial)
+            dx, partial = self.rmsnorm_bwd(x, w, dy)  # DX and G rows of f32 partial sums of DW
             return dx, self.col_sum(partial)
 
         self.RMSNorm = tt.autograd(self.rmsnorm, rmsnorm_backward)

@@ -161,3 +161,57 @@ def test_first_launch_during_capture_is_refused(torch_module) -> None:  # noqa: 
     torch.cuda.synchronize()
     torch.testing.assert_close(y, torch.softmax(x.float(), dim=1).to(torch.bfloat16), atol=BF16_TOL, rtol=BF16_TOL)
     torch.testing.assert_close(fresh(a, a), a * a)  # and after the capture it launches as usual
+
+
+ROW_BWD = {name: str(ROOT / f"examples/{name}.tk") for name in
+           ("softmax_bwd", "rmsnorm_bwd", "layernorm_bwd", "layernorm", "col_sum")}
+
+
+def _row_functions() -> dict[str, type]:
+    """softmax, rmsnorm and layernorm as autograd Functions of tkir ops: softmax's backward is one op wired
+    by names; the norms' are a tkir.torch.backward of two (the row kernel's partial sums, then col_sum)."""
+    softmax, rmsnorm = _ops()
+    col_sum = tt.op(ROW_BWD["col_sum"], outputs=["SUM"])
+    rms_bwd = tt.op(ROW_BWD["rmsnorm_bwd"], outputs=["DX", "DWP"])
+    ln_bwd = tt.op(ROW_BWD["layernorm_bwd"], outputs=["DX", "DWBP"])
+
+    @tt.backward(inputs=["X", "W", "DY"], outputs=["DX", "DW"])
+    def rmsnorm_backward(x, w, dy):  # noqa: ANN001, ANN202
+        dx, part = rms_bwd(x, w, dy)
+        return dx, col_sum(part)
+
+    @tt.backward(inputs=["X", "W", "DY"], outputs=["DX", "DW", "DBias"])
+    def layernorm_backward(x, w, dy):  # noqa: ANN001, ANN202
+        dx, part = ln_bwd(x, w, dy)
+        sums = col_sum(part)  # DW and DBias, one launch: [0, D) and [D, 2 D)
+        return dx, sums[:D], sums[D:]
+
+    return {"softmax": tt.autograd(softmax, tt.op(ROW_BWD["softmax_bwd"], outputs=["DX"])),
+            "rmsnorm": tt.autograd(rmsnorm, rmsnorm_backward),
+            "layernorm": tt.autograd(tt.op(ROW_BWD["layernorm"], outputs=["Y"]), layernorm_backward)}
+
+
+@pytest.mark.parametrize("n", [1, 1000])  # 1000: a ragged last block of every kernel's rows
+@pytest.mark.parametrize("name", ["softmax", "rmsnorm", "layernorm"])
+def test_row_autograd_matches_torch(torch_module, name: str, n: int) -> None:  # noqa: ANN001
+    torch = torch_module
+    import torch.nn.functional as F
+
+    fn = _row_functions()[name]
+    gen = torch.Generator(device="cuda").manual_seed(n)
+    x = torch.randn(n, D, device="cuda", generator=gen).to(torch.bfloat16).requires_grad_()
+    w = (1 + 0.1 * torch.randn(D, device="cuda", generator=gen)).to(torch.bfloat16).requires_grad_()
+    b = torch.randn(D, device="cuda", generator=gen).to(torch.bfloat16).requires_grad_()
+    dy = torch.randn(n, D, device="cuda", generator=gen).to(torch.bfloat16)
+    args = {"softmax": (x,), "rmsnorm": (x, w), "layernorm": (x, w, b)}[name]
+    ref_args = [a.detach().float().requires_grad_() for a in args]
+    ref = {"softmax": lambda a: torch.softmax(a[0], dim=1),
+           "rmsnorm": lambda a: F.rms_norm(a[0], (D,), a[1], eps=EPS),
+           "layernorm": lambda a: F.layer_norm(a[0], (D,), a[1], a[2], eps=1e-5)}[name](ref_args)
+    want = torch.autograd.grad(ref, ref_args, dy.float())
+    got = torch.autograd.grad(fn.apply(*args), args, dy)
+    for i, (g, r) in enumerate(zip(got, want, strict=True)):
+        err = float((g.float() - r).norm() / r.norm())
+        # bf16 gradients from bf16 inputs against f32 autograd: rounding of dx (2^-9) and of the summed
+        # weight gradient (2^-9), with f32 math in between
+        assert err < BF16_TOL, f"{name} N = {n}: gradient {i} relative error {err:.3e}"
