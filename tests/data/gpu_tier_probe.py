@@ -1,0 +1,59 @@
+"""Run only by tests/gpu/test_gpu_tier.py, in a child pytest (the name does not match test_*.py, so a
+normal run never collects it): a GPU test whose kernel never finishes, beside one that passes. The child
+must report the first failed by its time limit and the second passed."""
+
+from __future__ import annotations
+
+import copy
+import os
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+from tkir.backend import cuda as tkcuda
+from tkir.backend.runtime import Kernel
+
+HANG_TIMEOUT_S = float(os.environ.get("TKIR_PROBE_TIMEOUT_S", "20"))
+# vadd's signature (so vadd's launch description fits); it spins while a[0] == 0, reading it volatile
+SPIN_IR = """target triple = "nvptx64-nvidia-cuda"
+target datalayout = "e-p3:32:32-i64:64-i128:128-v16:16-v32:32-n16:32:64"
+define ptx_kernel void @vadd(ptr addrspace(1) %a, ptr addrspace(1) %b, ptr addrspace(1) %c, i32 %n) {
+entry:
+  br label %spin
+spin:
+  %x = load volatile float, ptr addrspace(1) %a
+  %zero = fcmp oeq float %x, 0.0
+  br i1 %zero, label %spin, label %done
+done:
+  ret void
+}
+"""
+LAUNCH = {
+    "kernel": "vadd", "target": "sm_90a",
+    "tensors": [{"name": "a", "dtype": "f32", "dims": ["N"]}, {"name": "b", "dtype": "f32", "dims": ["N"]},
+                {"name": "c", "dtype": "f32", "dims": ["N"]}],
+    "params": [{"name": "a", "kind": "pointer", "dtype": "f32", "tensor": "a"},
+               {"name": "b", "kind": "pointer", "dtype": "f32", "tensor": "b"},
+               {"name": "c", "kind": "pointer", "dtype": "f32", "tensor": "c"},
+               {"name": "n", "kind": "scalar", "dtype": "i32", "size": "N"}],
+    "grid": ["cdiv(N, 128)"], "block": [128], "dynamic_smem": 0,
+}
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.mark.timeout(HANG_TIMEOUT_S, method="thread")
+def test_a_kernel_that_never_finishes(ptx_of: Callable[[str, str], str]) -> None:
+    kernel = Kernel(ptx_of(SPIN_IR, "sm_90a"), copy.deepcopy(LAUNCH))
+    zeros = tkcuda.to_device(np.zeros(128, np.float32))
+    kernel(zeros, zeros, tkcuda.empty((128,), "f32"))
+    zeros.numpy()  # waits for the kernel: forever
+
+
+def test_the_other_test_runs(vadd_ptx: Callable[[str], str]) -> None:
+    kernel = Kernel(vadd_ptx("sm_90a"), copy.deepcopy(LAUNCH))
+    a = np.arange(256, dtype=np.float32)
+    da, dc = tkcuda.to_device(a), tkcuda.empty((256,), "f32")
+    kernel(da, da, dc)
+    np.testing.assert_array_equal(dc.numpy(), 2 * a)
