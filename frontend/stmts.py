@@ -249,29 +249,35 @@ class StatementLowering(ExpressionLowering):
             raise self.error(s.loc, msg + (f" ({values})" if values else ""))
 
     def check_names(self, e: ast.Expr) -> None:
-        """The name errors of `e` (unknown names, functions, attributes, argument counts), emitting nothing."""
-        if isinstance(e, ast.Name) and self.lookup(e.id) is None and e.id != "inf":
-            self.expr_name(e)  # raises: unknown name (a note if an untaken branch declares it)
-        if isinstance(e, ast.Attr):
-            if isinstance(e.base, ast.Name) and e.base.id == "block" and self.lookup("block") is None:
-                if e.name not in BLOCK_DIMS:
-                    raise self.error(e.loc, f"unknown block index 'block.{e.name}'", hint="use block.x, .y or .z")
-                return
-            if e.name != "T":
-                raise self.error(e.loc, f"unknown attribute '.{e.name}'", hint="tiles have .T (transpose)")
-        if isinstance(e, ast.Call):
-            check_call(self, e)
-        for x in _parts(e):
-            self.check_names(x)
+        """The name errors of `e` (unknown names, functions, attributes, argument counts), emitting nothing;
+        the parts in the order written (a stack, not recursion: a chain of operators may be long)."""
+        todo = [e]
+        while todo:
+            e = todo.pop()
+            if isinstance(e, ast.Name) and self.lookup(e.id) is None and e.id != "inf":
+                self.expr_name(e)  # raises: unknown name (a note if an untaken branch declares it)
+            if isinstance(e, ast.Attr):
+                if isinstance(e.base, ast.Name) and e.base.id == "block" and self.lookup("block") is None:
+                    if e.name not in BLOCK_DIMS:
+                        raise self.error(e.loc, f"unknown block index 'block.{e.name}'",
+                                         hint="use block.x, .y or .z")
+                    continue
+                if e.name != "T":
+                    raise self.error(e.loc, f"unknown attribute '.{e.name}'", hint="tiles have .T (transpose)")
+            if isinstance(e, ast.Call):
+                check_call(self, e)
+            todo.extend(reversed(_parts(e)))
 
     def runtime_part(self, e: ast.Expr) -> tuple[ast.Expr, str]:
         """The innermost part of `e` that is not compile-time (all of its own parts are), and why."""
-        if isinstance(e, ast.Attr) and isinstance(e.base, ast.Name) and e.base.id == "block" \
-                and self.lookup("block") is None:
-            return e, f"'block.{e.name}' is known only when the kernel runs"
-        for x in _parts(e):
-            if self.const_eval(x) is None:
-                return self.runtime_part(x)
+        while True:
+            if isinstance(e, ast.Attr) and isinstance(e.base, ast.Name) and e.base.id == "block" \
+                    and self.lookup("block") is None:
+                return e, f"'block.{e.name}' is known only when the kernel runs"
+            inner = self.runtime_operand(e)
+            if inner is None:
+                break
+            e = inner
         if isinstance(e, ast.Name):
             sym = self.lookup(e.id)
             if sym.kind == "size":
@@ -285,15 +291,35 @@ class StatementLowering(ExpressionLowering):
             return e, "'@' multiplies tiles at run time"
         return e, "this is known only at run time"
 
+    def runtime_operand(self, e: ast.Expr) -> ast.Expr | None:
+        """The first part of `e` that is not compile-time, or None. Of a chain of operators (ast.left_spine),
+        the innermost link whose operands are not both compile-time: found in one pass up the chain."""
+        if not isinstance(e, ast.BinOp):
+            return next((x for x in _parts(e) if self.const_eval(x) is None), None)
+        bottom, chain = ast.left_spine(e)
+        value = self.const_eval(bottom)
+        if value is None:
+            return bottom
+        for link in chain:
+            rhs = self.const_eval(link.rhs)
+            if rhs is None:
+                return link.rhs
+            value = self.fold_link(link, value, rhs)
+            if value is None:  # both operands compile-time, the link not (`@`): the innermost part
+                return None if link is e else link
+        return None
+
     def consts_read(self, e: ast.Expr) -> dict[str, int | float]:
         """The consts (and compile-time `let`s) that `e` names, in the order written."""
         out: dict[str, int | float] = {}
-        if isinstance(e, ast.Name):
-            sym = self.lookup(e.id)
-            if sym is not None and sym.kind == "const":
-                out[e.id] = sym.const
-        for x in _parts(e):
-            out.update((k, v) for k, v in self.consts_read(x).items() if k not in out)
+        todo = [e]
+        while todo:
+            e = todo.pop()
+            if isinstance(e, ast.Name) and e.id not in out:
+                sym = self.lookup(e.id)
+                if sym is not None and sym.kind == "const":
+                    out[e.id] = sym.const
+            todo.extend(reversed(_parts(e)))
         return out
 
     # --- assignments ---------------------------------------------------------------------------
