@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from tkir.diagnostics import CompileError
 from tkir.frontend import ast
 from tkir.ir import Block, Loc, Operation, Value
+from tkir.scalar import INT_RANGES
 from tkir.types import I32, ScalarType, Type
 
 RESERVED = ("block", "inf")
-INT_RANGES = {"i32": (-2**31, 2**31 - 1), "u32": (0, 2**32 - 1)}  # the IR's integer scalars (LLVM i32)
 KIND_WORDS = {"const": "const", "size": "size", "global": "global tensor parameter", "scalar": "scalar",
               "shared": "shared variable", "reg": "register variable"}
 

@@ -65,6 +65,10 @@ def _const(op: Operation) -> None:
     n_results(op, 1)
     expect("value" in op.attrs, "'arith.const' needs a 'value' attribute")
     expect(is_scalar(op.result.type), "'arith.const' yields a scalar")
+    value, dtype = op.attrs["value"], op.result.type.dtype
+    if dtype in scalar.INT_RANGES and isinstance(value, int) and not isinstance(value, bool):
+        lo, hi = scalar.INT_RANGES[dtype]  # LLVM would keep its low 32 bits: 2**32 becomes 0
+        expect(lo <= value <= hi, f"'arith.const' {value} does not fit {dtype} ({lo} .. {hi})")
 
 
 def _scalar_binary(op: Operation) -> None:
