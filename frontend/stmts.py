@@ -11,8 +11,10 @@ and compile-time extents.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 
+from tkir.diagnostics import TkirWarning
 from tkir.frontend import ast
 from tkir.frontend.annotations import ANNOTATIONS, check_annotations
 from tkir.frontend.calls import CALLS, check_call
@@ -21,7 +23,8 @@ from tkir.frontend.names import Vocabulary, check_untaken
 from tkir.frontend.operands import PREDICATE_DTYPE, shape
 from tkir.frontend.scope import KIND_WORDS, Lowered, Symbol
 from tkir.frontend.type_exprs import SCALAR_DTYPES, TENSOR_DTYPES, TYPE_KINDS, resolve_type
-from tkir.ir import Block, Loc, Region, Value
+from tkir.ir import Block, Loc, Operation, Region, Value
+from tkir.scalar import I32_MAX
 from tkir.target import SMEM_PER_BLOCK
 from tkir.types import I32, GlobalType, Ident, ScalarType, TileType, Type, is_register, is_shared
 
@@ -116,6 +119,7 @@ class StatementLowering(ExpressionLowering):
         lo = self.index_value(self.expr(s.lo), "a loop bound")
         hi = self.index_value(self.expr(s.hi), "a loop bound")
         step = self.loop_step(s)
+        self.check_counter(s, hi)
         assigned = _assigned_names(s.body)
         regs = [sym for n in assigned if (sym := self.lookup(n)) is not None and sym.kind == "reg"]
         carried = [sym for sym in regs if sym.current is not None]
@@ -148,6 +152,31 @@ class StatementLowering(ExpressionLowering):
                 self.axis_of[id(res)] = sym.axis
         for sym in local:  # assigned only inside the loop: no value after it
             sym.current = None
+
+    def check_counter(self, s: ast.For, hi: Value) -> None:
+        """The loop runs `i = lo; while i < hi: ...; i += step` on an i32 counter (the GPU and the
+        interpreter alike, tkir/scalar.py). A counter that passes 2**31 - 1 wraps and the loop never ends:
+        with compile-time bounds and step that is an error; with a run-time lower bound, a warning. A
+        run-time upper bound that multiplies two run-time values can wrap itself: a warning."""
+        lo_c, hi_c = self.const_eval(s.lo), self.const_eval(s.hi)
+        step_c = 1 if s.step is None else self.const_eval(s.step)
+        if isinstance(hi_c, int) and isinstance(step_c, int) and hi_c - 1 + step_c > I32_MAX:
+            if isinstance(lo_c, int):
+                last = lo_c + (hi_c - 1 - lo_c) // step_c * step_c
+                if lo_c < hi_c and last + step_c > I32_MAX:
+                    raise self.error(s.hi.loc, f"the loop counter passes {I32_MAX} ({last} + {step_c}): the i32 "
+                                     "counter would wrap and the loop never end",
+                                     hint=f"keep the upper bound at most {I32_MAX + 1 - step_c}")
+            else:
+                self.warn(s.hi.loc, f"the loop counter can pass {I32_MAX} (up to {hi_c - 1} + {step_c}): the i32 "
+                                    "counter would wrap and the loop never end")
+        if _runtime_product(hi) is not None:
+            self.warn(ast.left_spine(s.hi)[0].loc, "this loop bound multiplies two values known only at run time: past "
+                                f"{I32_MAX} the product wraps (on the GPU and in the interpreter) and the loop "
+                                "runs the wrapped count")
+
+    def warn(self, loc: Loc, msg: str) -> None:
+        warnings.warn(f"{loc}: {msg}", SourceWarning, stacklevel=2)
 
     def loop_step(self, s: ast.For) -> Value:
         """The step operand: 1 by default, a positive compile-time int, or a run-time i32 (assumed > 0)."""
@@ -436,6 +465,29 @@ class StatementLowering(ExpressionLowering):
             raise self.error(loc, f"shape mismatch: {what}")
         if got.dtype != want.dtype:
             raise self.error(loc, f"dtype mismatch: {what}", hint=f"cast it: {want.dtype}(...)")
+
+
+class SourceWarning(TkirWarning):
+    """A located warning about the source (`file:line:col: warning: ...`): the program is accepted."""
+
+
+def _runtime_product(v: Value) -> Operation | None:
+    """An `arith.mul` of two run-time values that `v` is computed from through scalar arithmetic, or None."""
+    todo, seen = [v], set()
+    while todo:
+        v = todo.pop()
+        owner = v.owner
+        if id(v) in seen or not isinstance(owner, Operation) or not owner.name.startswith("arith."):
+            continue
+        seen.add(id(v))
+        if owner.name == "arith.mul" and not any(_is_const(x) for x in owner.operands):
+            return owner
+        todo += owner.operands
+    return None
+
+
+def _is_const(v: Value) -> bool:
+    return isinstance(v.owner, Operation) and v.owner.name == "arith.const"
 
 
 def _assigned_names(stmts: list[ast.Stmt]) -> list[str]:
