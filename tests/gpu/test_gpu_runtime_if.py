@@ -20,9 +20,10 @@ def test_nested_runtime_ifs_on_an_accumulator_match_numpy_on_gpu(tmp_path, chain
     f.write_text(IF_GEMM.replace("$IF", IF_CHAINS[chain]))
     k = tkir.compile(str(f), target=target)
     a, b = if_gemm_inputs(np.random.default_rng(5))
-    dev = [tkcuda.to_device(x) for x in (a, b, np.full((128, 128), np.nan, np.float32))]
+    dev = [tkcuda.to_device(x) for x in (a, b, np.full((128, 128), np.nan, np.float32),
+                                         np.full(128, np.nan, np.float32))]
     k(*dev)
-    got = dev[2].numpy().astype(np.float64)
-    assert not np.isnan(got).any(), f"{chain} {target}: C not fully written"
-    np.testing.assert_allclose(got, if_gemm_reference(chain, a.astype(np.float64), b.astype(np.float64)),
-                               rtol=1e-4, atol=1e-3)
+    want_c, want_v = if_gemm_reference(chain, a.astype(np.float64), b.astype(np.float64))
+    for got, want in ((dev[2].numpy(), want_c), (dev[3].numpy(), want_v)):
+        assert not np.isnan(got).any(), f"{chain} {target}: an output not fully written"
+        np.testing.assert_allclose(got.astype(np.float64), want, rtol=1e-4, atol=1e-3)
