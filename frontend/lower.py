@@ -62,6 +62,10 @@ class Lowerer(StatementLowering):
         consts: dict[str, int | float] = {}
         for c in k.consts:
             value = overrides.get(c.name, c.value)
+            if isinstance(value, bool) or not isinstance(value, (int, float, str)) or \
+                    (isinstance(value, str) and value != ast.AUTO):
+                raise self.error(c.loc, f"const '{c.name}' = {value!r}: a const is an integer or a number",
+                                 hint=f"pass -D {c.name}=<number> (tkir.compile: {c.name}=<int or float>)")
             if value == ast.AUTO:
                 raise self.error(c.loc, f"const '{c.name}' is auto: the compiler chooses it (tkir.compile, tkc), "
                                         "and this entry point needs its value",
@@ -136,6 +140,8 @@ class Lowerer(StatementLowering):
         if isinstance(e, ast.BinOp):
             return self.size_chain(e)
         if isinstance(e, ast.Call) and e.func in ("cdiv", "min", "max") and len(e.args) == 2:
+            if e.func == "cdiv" and self.const_eval(e.args[1]) == 0:
+                raise self.error(e.args[1].loc, "division by zero in a grid expression")
             return f"{e.func}({self.size_expr(e.args[0])}, {self.size_expr(e.args[1])})"
         raise self.error(e.loc, "unsupported grid expression",
                          hint="use sizes, consts, + - * / % and cdiv/min/max")
@@ -157,6 +163,8 @@ class Lowerer(StatementLowering):
             if link.op not in _PRECEDENCE:
                 raise self.error(link.loc, "unsupported grid expression",
                                  hint="use sizes, consts, + - * / % and cdiv/min/max")
+            if link.op in "/%" and self.const_eval(link.rhs) == 0:  # whatever the sizes: not left to the launch
+                raise self.error(link.loc, "division by zero in a grid expression")
             if prev is not None and _PRECEDENCE.get(prev.op, 3) < _PRECEDENCE[link.op]:
                 parts = ["(", *parts, ")"]
             parts += [f" {link.op} ", self.size_operand(link.rhs, link.op, True)]

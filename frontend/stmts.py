@@ -369,7 +369,8 @@ class StatementLowering(ExpressionLowering):
             self.check_extents(gl, t, e.coords or [])
             new = self.emit("tk.load", [gl, *coords], [t], e.loc, attrs, sym.name).result
         elif e.is_const:
-            new = self.emit("tk.fill", [], [t], e.loc, {"value": float(e.const)}, sym.name).result
+            fill = self.float_value(e.const, t.dtype, e.loc)
+            new = self.emit("tk.fill", [], [t], e.loc, {"value": fill}, sym.name).result
         else:
             e = self.use(e)
             vt = e.value.type
@@ -450,6 +451,9 @@ class StatementLowering(ExpressionLowering):
         tiled = (t.rows, t.cols) if isinstance(t, TileType) else (t.n,)
         extents = (1,) * (g.rank - len(tiled)) + tiled
         for i, (c, dim, n) in enumerate(zip(coords, g.dims, extents, strict=True)):
+            if c.is_const and isinstance(c.const, int) and (c.const + 1) * n - 1 > I32_MAX:
+                raise self.error(c.loc, f"tile coordinate {c.const} of dim {i} of '{gl.name}' reaches element "
+                                 f"{(c.const + 1) * n - 1}, past the {I32_MAX} an i32 index holds")
             if not (c.is_const and isinstance(c.const, int) and isinstance(dim, int) and c.const * n >= dim):
                 continue
             if n > 1:  # dim is a multiple of n (check_global_access)

@@ -232,6 +232,8 @@ def compile(
 
     if any(k in consts for k in REMOVED_OPTIONS):
         raise TypeError(_removed_options_message(consts, passes))
+    if isinstance(load_passes, str):  # a string would be read as a list of one-letter file names
+        raise TypeError(f"tkir.compile(): load_passes= is a list of files, e.g. load_passes=[{load_passes!r}]")
     registry = load_registry()
     for f in load_passes or []:
         load_pass_file(f, registry)

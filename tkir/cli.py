@@ -69,6 +69,8 @@ def _kv(items: list[str], flag: str) -> dict[str, int | float | str]:
         name, sep, value = item.partition("=")
         if not sep or not name.isidentifier():
             raise UsageError(f"{flag} expects NAME=VALUE, got '{item}'")
+        if name in out:  # the second would silently win
+            raise UsageError(f"{flag} {name} is given twice ({name}={out[name]} and {item}): give it once")
         if flag == "-D" and value == "auto":  # the compiler chooses it (tkir/tools/auto_consts.py)
             out[name] = value
             continue
@@ -365,6 +367,8 @@ def _pipeline(args: argparse.Namespace):
     """The pipeline the flags ask for (a list of PassSpec), or None for the default one."""
     from tkir.pass_pipeline import as_specs
 
+    if getattr(args, "stop_after", None) == "":
+        raise UsageError("--stop-after is empty: name the pass to stop after (tkc passes lists them)")
     if args.passes is not None and not args.passes.strip() and args.cmd != "opt":
         raise UsageError("--passes is empty: name the passes to run (tkc passes prints the default pipeline), "
                          "or leave --passes out for the default one")

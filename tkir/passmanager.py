@@ -273,7 +273,8 @@ def load_pass_file(path: str, registry: dict[str, type[Pass]]) -> list[str]:
     if not p.is_file():
         raise PassError(None, f"--load-pass: no such file '{path}'")
     spec = importlib.util.spec_from_file_location(f"tkir_user_pass_{p.stem}", p)
-    assert spec and spec.loader
+    if spec is None or spec.loader is None:  # Python imports only its own suffixes
+        raise PassError(None, f"--load-pass: '{path}' is not a Python file (name it FILE.py)")
     mod = importlib.util.module_from_spec(spec)
     try:
         spec.loader.exec_module(mod)

@@ -41,6 +41,9 @@ INT_DTYPES = ("i32", "u32")
 # The range of each integer scalar dtype: what an `arith.const` of it may hold (LLVM i32 holds both, as bits)
 INT_RANGES = {"i32": (-2**31, 2**31 - 1), "u32": (0, 2**32 - 1)}
 I32_MIN, I32_MAX = INT_RANGES["i32"]
+# The largest finite value of each float dtype (IEEE 754 binary32 and binary16; bfloat16 is binary32's
+# exponent with 8 significand bits): a constant beyond it would silently be infinity
+FLOAT_MAX = {"f32": 3.4028234663852886e38, "bf16": 3.3895313892515355e38, "f16": 65504.0}
 FLOAT_DTYPES = ("f32",)
 
 

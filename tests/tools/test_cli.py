@@ -110,6 +110,11 @@ def test_emit_ptx_cpu_time(tmp_path: Path) -> None:
      "<passes>:1:25: error: persistent: group_m=0: the group must be at least one tile-row"),
     (["run", "examples/softmax.tk", "--interpret", "--size", "N=2147483648"],
      "tkc run: error: --size N=2147483648: a size is at most 2147483647"),
+    (["compile", GEMM, "-D", "BM=64", "-D", "BM=128"], "tkc compile: error: -D BM is given twice (BM=64 and BM=128)"),
+    (["run", "examples/softmax.tk", "--interpret", "--size", "N=32", "--size", "N=48"],
+     "tkc run: error: --size N is given twice (N=32 and N=48)"),
+    (["compile", GEMM, "--stop-after="], "tkc compile: error: --stop-after is empty"),
+    (["compile", GEMM, "--load-pass=README.md"], "error: --load-pass: 'README.md' is not a Python file"),
     # outputs that cannot be written: the flag, the path and why, and nothing half-written
     (["compile", GEMM, "--emit", "ptx", "-o", "/dev/full"],
      "tkc compile: error: -o /dev/full: cannot write: No space left on device"),
@@ -445,3 +450,21 @@ def test_compile_options_no_pass_honours_are_errors(kw: dict, message: str) -> N
     with pytest.raises(OptionError, match=message):
         tkir.compile(GEMM, **kw)
     assert issubclass(OptionError, ValueError)
+
+
+@pytest.mark.parametrize("kw, error, message", [
+    ({"BM": True}, "CompileError", "const 'BM' = True: a const is an integer or a number"),
+    ({"BM": "128"}, "CompileError", "const 'BM' = '128': a const is an integer or a number"),
+    ({"BM": None}, "CompileError", "const 'BM' = None: a const is an integer or a number"),
+    ({"passes": 5}, "TypeError", "a pipeline is a string or a list of entries, not int"),
+    ({"passes": ["canonicalize", 5]}, "TypeError", "a pipeline entry is a string such as"),
+    ({"load_passes": "p.py"}, "TypeError", "load_passes= is a list of files, e.g. load_passes=['p.py']"),
+])
+def test_compile_arguments_of_the_wrong_type_say_so(kw: dict, error: str, message: str) -> None:
+    """`tkir.compile(BM=True)` said "unsupported size expression 'cdiv(M, True)'", BM=None "'BM' is a const",
+    load_passes="p.py" looked for the files 'p', '.', 'p', 'y'."""
+    import tkir
+
+    with pytest.raises(Exception) as info:
+        tkir.compile(GEMM, **kw)
+    assert type(info.value).__name__ == error and message in str(info.value), info.value
