@@ -278,6 +278,9 @@ def main(argv: list[str] | None = None) -> int:
     except MemoryError:  # `tkc run --interpret --size N=2**30`: inputs larger than this machine's memory
         print(f"tkc {args.cmd}: error: out of memory (smaller --size values?)", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # Ctrl-C: stop quietly, with the shell's status for SIGINT
+        print(f"tkc {args.cmd}: interrupted", file=sys.stderr)
+        return 130
 
 
 class _ClosedStdout:
@@ -669,6 +672,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
     print(tune.format_result(result, dry_run=args.dry_run), flush=True)  # before --json: a bad path loses no timing
     if args.json:
         _write(args.json, json.dumps(result.as_dict(), indent=1, default=str) + "\n", "--json")
+    if args.dry_run and not any(c.status == "kept" for c in result.candidates):  # nothing to time: an error
+        print("tkc tune: error: every point of the space is dropped (the reasons above)", file=sys.stderr)
+        return 1
     return 0 if (args.dry_run or result.best is not None) else 1
 
 

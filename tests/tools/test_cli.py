@@ -468,3 +468,16 @@ def test_compile_arguments_of_the_wrong_type_say_so(kw: dict, error: str, messag
     with pytest.raises(Exception) as info:
         tkir.compile(GEMM, **kw)
     assert type(info.value).__name__ == error and message in str(info.value), info.value
+
+
+def test_a_dry_run_that_keeps_no_point_fails(capsys: pytest.CaptureFixture[str]) -> None:
+    """`tkc tune --dry-run` with every point dropped (here -D BK=40: no tile is a multiple of 16) exited 0."""
+    rc = main(["tune", GEMM, "--size", "M=256", "--size", "N=256", "--size", "K=256", "-D", "BK=40", "--dry-run"])
+    err = capsys.readouterr().err
+    assert rc == 1 and err.rstrip().endswith("tkc tune: error: every point of the space is dropped (the reasons above)")
+
+
+def test_a_byte_order_mark_is_not_part_of_the_program(tmp_path: Path) -> None:
+    src = tmp_path / "bom.tk"
+    src.write_bytes(b"\xef\xbb\xbf" + (EXAMPLES / "softmax.tk").read_bytes())
+    assert main(["compile", str(src), "--stop-after=canonicalize", "-o", str(tmp_path / "out.tkir")]) == 0
