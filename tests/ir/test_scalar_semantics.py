@@ -278,8 +278,9 @@ def test_the_documented_examples() -> None:
 
 @pytest.mark.parametrize("value, dtype, ok", [(2**31 - 1, "i32", True), (2**31, "i32", False), (-(2**31), "i32", True),
                                               (-(2**31) - 1, "i32", False), (2**32 - 1, "u32", True),
-                                              (2**32, "u32", False), (-1, "u32", False), (2**32, "i32", False)])
-def test_a_constant_outside_its_type_is_a_located_verifier_error(value: int, dtype: str, ok: bool) -> None:
+                                              (2**32, "u32", False), (-1, "u32", False), (2**32, "i32", False),
+                                              ("1e400", "i32", False), ('"zero"', "i32", False), ("2.0", "i32", True)])
+def test_a_constant_outside_its_type_is_a_located_verifier_error(value: int | str, dtype: str, ok: bool) -> None:
     """LLVM keeps the low 32 bits of `i32 4294967296` (0): a pass or hand-written IR that makes one is refused
     where the op is, after the pass that made it."""
     from tkir.verifier import verify
@@ -296,4 +297,6 @@ def test_a_constant_outside_its_type_is_a_located_verifier_error(value: int, dty
         return
     with pytest.raises(CompileError) as info:
         verify(parse_module(text, "c.tkir"))
-    assert info.value.format().startswith(f"c.tkir:3:8: error: 'arith.const' {value} does not fit {dtype}")
+    words = f"'arith.const' {value} does not fit {dtype}" if isinstance(value, int) else \
+        f"'arith.const' of {dtype} holds an integer, not "
+    assert info.value.format().startswith(f"c.tkir:3:8: error: {words}"), info.value.format()
