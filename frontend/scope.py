@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from tkir.diagnostics import CompileError
 from tkir.frontend import ast
 from tkir.ir import Block, Loc, Operation, Value
-from tkir.scalar import FLOAT_MAX, INT_RANGES
+from tkir.scalar import FLOAT_MAX, FLOAT_OVERFLOW, INT_RANGES
 from tkir.types import I32, ScalarType, Type
 
 RESERVED = ("block", "inf")
@@ -138,10 +138,9 @@ class LowerContext:
         """A compile-time number as a constant of float `dtype`: one past the dtype's largest finite value
         is an error (it would be infinity; `inf` says so), as an integer past i32 is."""
         value = float(c)
-        limit = FLOAT_MAX.get(dtype)
-        if limit is not None and math.isfinite(value) and abs(value) > limit:
-            raise self.error(loc, f"the number {c:g} does not fit {dtype} (largest finite {limit:g})",
-                             hint="write inf (or -inf) for an infinity")
+        if dtype in FLOAT_OVERFLOW and math.isfinite(value) and abs(value) >= FLOAT_OVERFLOW[dtype]:
+            raise self.error(loc, f"the number {c:g} does not fit {dtype}: it rounds to infinity (largest "
+                                  f"finite {FLOAT_MAX[dtype]:g})", hint="write inf (or -inf) for an infinity")
         return value
 
     def size_value(self, name: str, loc: Loc) -> Value:

@@ -42,8 +42,10 @@ INT_DTYPES = ("i32", "u32")
 INT_RANGES = {"i32": (-2**31, 2**31 - 1), "u32": (0, 2**32 - 1)}
 I32_MIN, I32_MAX = INT_RANGES["i32"]
 # The largest finite value of each float dtype (IEEE 754 binary32 and binary16; bfloat16 is binary32's
-# exponent with 8 significand bits): a constant beyond it would silently be infinity
-FLOAT_MAX = {"f32": 3.4028234663852886e38, "bf16": 3.3895313892515355e38, "f16": 65504.0}
+# exponent with 8 significand bits), and the magnitude from which a number rounds (to nearest even) to
+# infinity in it: the largest finite value plus half its last place. A constant there would silently be inf.
+FLOAT_MAX = {"f32": (2 - 2**-23) * 2**127, "bf16": (2 - 2**-7) * 2**127, "f16": 65504.0}
+FLOAT_OVERFLOW = {"f32": 2**128 - 2**103, "bf16": 2**128 - 2**119, "f16": 65520.0}
 FLOAT_DTYPES = ("f32",)
 
 
