@@ -543,7 +543,10 @@ def test_a_loop_bound_past_32_bits_wraps_as_on_the_gpu() -> None:
 def test_a_loop_counter_that_would_wrap_is_refused() -> None:
     """`for i in N .. 2147483647 step 2`: the GPU's counter goes 2147483646 -> -2147483648 and the loop never
     ends; the interpreter says so instead of returning as if it had ended."""
-    with pytest.raises(InterpError, match=r"the loop counter passes 2147483647 \(from 16 to 2147483647 step 2"):
+    from tkir.frontend.stmts import SourceWarning
+
+    with pytest.raises(InterpError, match=r"the loop counter passes 2147483647 \(from 16 to 2147483647 step 2"), \
+            pytest.warns(SourceWarning, match=r"w.tk:4:\d+: the loop counter can pass 2147483647 \(up to 2147483646 \+ 2"):
         _count_iterations("N", "2147483647", 16, "step 2")
 
 
