@@ -93,6 +93,11 @@ class LoweringContext:
         self.target = target
         self.w = LLVMWriter()
         self.vals: dict[int, object] = {}
+        # per region being lowered: the values set there, and those from outside it read there through
+        # wgmma.wait_group (value id, what it was before): `scope` puts the latter back when the region
+        # ends, as its blocks do not dominate what follows
+        self.set_in: list[set[int]] = []
+        self.waited_in: list[list[tuple[int, object]]] = []
         self.plan = plan_shared(kernel)
         self.role: RoleCtx | None = None
         self.params: dict[str, str] = {}
@@ -132,6 +137,8 @@ class LoweringContext:
                 x = self.vals.get(id(v))
                 if isinstance(x, Frag) and x.pending and not (op.name == "tk.mma" and i == 2) \
                         and op.name != "scf.yield":
+                    if self.waited_in and id(v) not in self.set_in[-1]:
+                        self.waited_in[-1].append((id(v), x))
                     self.vals[id(v)] = Frag(x.type, self.wait_group(x.values, self.groups_after(x)))
             r.fn(self, op)
         except FactError as e:  # a malformed layout in the op's types (hand-written IR): located here
@@ -177,12 +184,20 @@ class LoweringContext:
     @contextlib.contextmanager
     def scope(self) -> Iterator[None]:
         """Values cached while lowering a region (slot coordinates) are dropped when it ends: the
-        region's blocks do not dominate what follows it (a loop may run zero times)."""
+        region's blocks do not dominate what follows it (a loop may run zero times, a branch may not
+        run). So are the waited registers of an accumulator read in the region: after it, the value
+        is the pending one again (a later read waits where it is; before, a read in a run-time if made
+        the loop's back edge use registers defined only in the branch: invalid LLVM IR)."""
         saved = dict(self._coord_cache)
+        self.set_in.append(set())
+        self.waited_in.append([])
         try:
             yield
         finally:
             self._coord_cache = saved
+            self.set_in.pop()
+            for key, before in reversed(self.waited_in.pop()):
+                self.vals[key] = before
 
     # --- values ------------------------------------------------------------------------------------
 
@@ -203,6 +218,8 @@ class LoweringContext:
 
     def set(self, v: Value, x: object) -> None:
         self.vals[id(v)] = x
+        if self.set_in:
+            self.set_in[-1].add(id(v))
 
     def describe(self, v: Value) -> str:
         """An operand's form for error messages: memory space and layout."""

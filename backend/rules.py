@@ -24,11 +24,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from tkir.backend.values import LoweringError
+from tkir.target import TARGETS
 
 if TYPE_CHECKING:
     from tkir.ir import Operation, Value
 
-TARGETS = ("sm_90a", "sm_80")
 RULE_MODULES = ("rules_core", "rules_pipe", "rules_registers", "rules_memory", "rules_sm80", "rules_epilogue",
                 "rules_wgmma", "rules_streamk")
 

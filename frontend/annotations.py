@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from tkir.facts import MIN_BLOCKS_ATTR
+from tkir.facts import MAX_STREAM_K_MIN_ITERS, MIN_BLOCKS_ATTR
 from tkir.frontend import ast
 from tkir.frontend.exprs import ExpressionLowering
 from tkir.frontend.tune import check_tune
@@ -27,13 +27,15 @@ CONSTRUCTS = {"kernel": "the kernel", "for": "a for loop", "shared": "a shared d
 SWIZZLE_CHOICES = {"128": 128, "64": 64, "32": 32, "none": 0}  # bytes; 0 = unswizzled
 STREAM_K_ATTR = "stream_k_requested"  # what `@stream_k(1)` records; passes/stream_k.py reads it
 STREAM_K_MIN_ITERS_ATTR = "stream_k_min_iters"  # what `@stream_k(1, min_iters=I)` adds; passes/stream_k.py
-MAX_STREAM_K_MIN_ITERS = 1 << 20  # a sanity bound: more K iterations per block than any split would ask
 PERSISTENT_ATTR = "persistent_requested"  # what `@persistent(1)` records; passes/persistent.py reads it
 HOIST_LOADS_ATTR = "hoist_loads_requested"  # what `@hoist_loads(1)` records; passes/hoist_loads.py reads it
 FENCE_LOADS_ATTR = "fence_loads_requested"  # what `@fence_loads(1)` records; passes/fence_loads.py reads it
 CLUSTER_ATTR = "cluster_requested"  # what `@cluster(C)` with C > 1 records; passes/cluster_rows.py reads it
 WARPS_ATTR = "warps"  # what `@warps(W)` with W >= 1 records; passes/infer_layouts.py reads it
 MAX_BLOCK_WARPS = MAX_THREADS_PER_BLOCK // WARP  # 32: a block's 1024 threads
+# `@warpgroups(producers=P)`: the pipeline has one producer warpgroup (a TMA copy is issued by one thread;
+# plan-occupancy plans exactly one) or none (the compute warpgroups copy with cp.async)
+PRODUCER_WARPGROUPS = (0, 1)
 CLUSTER_SIZES = (1, 2, 4, 8)  # CTAs per cluster: powers of two up to the portable maximum, 8 (HOPPER.md; CUDA
                               # C Programming Guide, "Thread Block Clusters")
 
@@ -144,16 +146,16 @@ def _warpgroups(lw: ExpressionLowering, a: ast.Annotation, form: str | None) -> 
         if key not in ("consumers", "producers"):
             raise lw.error(e.loc, f"bad argument to '@warpgroups': unknown role '{key}'",
                            hint="roles are consumers and producers")
-        if key == "producers" and _is_int_zero(lw.const_eval(e)):
-            roles[key] = 0  # no producer warpgroup: the compute warpgroups copy with cp.async (ring buffers)
+        if key == "producers":  # one warpgroup issues a pipeline's copies (passes/plan_occupancy.py), or none
+            c = lw.const_eval(e)
+            if type(c) is not int or c not in PRODUCER_WARPGROUPS:
+                got = "a value known only at run time" if c is None else f"{c}"
+                raise lw.error(e.loc, "bad argument to '@warpgroups': producers is 0 (the compute warpgroups "
+                                      f"copy, with cp.async) or 1 (one producer warpgroup), got {got}", hint=form)
+            roles[key] = c
             continue
         roles[key] = _positive(lw, a, e, "write @warpgroups(consumers=2)")
     return {"warpgroups": roles}
-
-
-def _is_int_zero(c: object) -> bool:
-    """A compile-time integer 0 (not 0.0, not False): `@warpgroups(producers=0)`."""
-    return type(c) is int and c == 0
 
 
 def _tune(lw: ExpressionLowering, a: ast.Annotation, form: str | None) -> dict[str, object]:

@@ -109,6 +109,41 @@ class Neg(Expr):
     operand: Expr
 
 
+def left_spine(e: Expr) -> tuple[Expr, list[BinOp]]:
+    """A chain of binary operators `a + b - c + ...` (left-associative: each BinOp's lhs is the chain so
+    far) as the operand at its bottom and its BinOps from the innermost up. The walkers of the front end
+    go up such chains in a loop, so a long sum is as deep as one `+` (parse.py limits the rest)."""
+    spine: list[BinOp] = []
+    while isinstance(e, BinOp):
+        spine.append(e)
+        e = e.lhs
+    spine.reverse()
+    return e, spine
+
+
+def operator_count(e: Expr) -> int:
+    """The binary operators, comparisons, negations and calls in `e` (counted with a stack, not recursion)."""
+    count, todo = 0, [e]
+    while todo:
+        e = todo.pop()
+        if isinstance(e, (BinOp, Compare)):
+            todo += [e.lhs, e.rhs]
+        elif isinstance(e, Neg):
+            todo.append(e.operand)
+        elif isinstance(e, Call):
+            todo += e.args
+        elif isinstance(e, Attr):
+            todo.append(e.base)
+            continue
+        elif isinstance(e, Index):
+            todo += [e.base, *e.indices]
+            continue
+        else:
+            continue
+        count += 1
+    return count
+
+
 class Compare(Expr):
     op: str  # == != < <= > >=
     lhs: Expr

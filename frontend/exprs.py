@@ -42,22 +42,32 @@ class ExpressionLowering(OperandLowering):
         if isinstance(e, ast.Neg):
             c = self.const_eval(e.operand)
             return None if c is None else -c
-        if isinstance(e, (ast.BinOp, ast.Compare)):
+        if isinstance(e, ast.BinOp):  # up the chain in a loop (every operand is evaluated, as written)
+            bottom, chain = ast.left_spine(e)
+            value = self.const_eval(bottom)
+            for link in chain:
+                value = self.fold_link(link, value, self.const_eval(link.rhs))
+            return value
+        if isinstance(e, ast.Compare):
             a, b = self.const_eval(e.lhs), self.const_eval(e.rhs)
-            if a is None or b is None or getattr(e, "op", "") == "@":
+            if a is None or b is None:
                 return None
-            if isinstance(e, ast.Compare):
-                return int(scalar.COMPARE[CMP_PREDS[e.op]](a, b))
-            r = fold(e.op, a, b)
-            if r is None:
-                raise self.error(e.loc, "division by zero in a compile-time expression")
-            return r
+            return int(scalar.COMPARE[CMP_PREDS[e.op]](a, b))
         if isinstance(e, ast.Call) and (builtin := folds(e)) is not None:
             values = [self.const_eval(x) for x in e.args]
             if any(v is None for v in values):
                 return None
             return builtin.fold(self, e.func, values, e.loc)
         return None
+
+    def fold_link(self, link: ast.BinOp, a: int | float | None, b: int | float | None) -> int | float | None:
+        """`a op b` of one link of a chain, folded: None if either side is known only at run time."""
+        if a is None or b is None or link.op == "@":
+            return None
+        r = fold(link.op, a, b)
+        if r is None:
+            raise self.error(link.loc, "division by zero in a compile-time expression")
+        return r
 
     def expr(self, e: ast.Expr) -> Lowered:
         c = self.const_eval(e)
@@ -163,9 +173,20 @@ class ExpressionLowering(OperandLowering):
         return Lowered(e.loc, value=self.emit("tk.neg", [x.value], [t], e.loc).result, axis=x.axis)
 
     def expr_binop(self, e: ast.BinOp) -> Lowered:
-        if e.op == "@":
-            return self.mma(self.expr(e.lhs), self.expr(e.rhs), e.loc, None)
-        return self.arith(e.op, self.expr(e.lhs), self.expr(e.rhs), e.loc)
+        """A chain `a + b * c - ...`, lowered up from its bottom operand in a loop: each link folds while
+        both sides are compile-time, else becomes an op (`@`: tk.mma), left to right as written."""
+        bottom, chain = ast.left_spine(e)
+        acc = self.expr(bottom)
+        value = self.const_eval(bottom)
+        for link in chain:
+            value = self.fold_link(link, value, self.const_eval(link.rhs))
+            if value is not None:
+                acc = Lowered(link.loc, const=value)
+            elif link.op == "@":
+                acc = self.mma(acc, self.expr(link.rhs), link.loc, None)
+            else:
+                acc = self.arith(link.op, acc, self.expr(link.rhs), link.loc)
+        return acc
 
     def expr_call(self, e: ast.Call) -> Lowered:
         """A builtin function (frontend/calls.py): its arguments lowered in order, then its row's lowering."""

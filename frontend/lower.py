@@ -35,6 +35,10 @@ from tkir.verifier import verify
 from tkir.verify_sizes import grid_limit_problem
 
 MAX_GRID_DIMS = 3  # CUDA grids have x, y, z
+# Operators in one grid expression: its text is read by Python's parser (tkir/symexpr.py), which refuses
+# expressions nested more than 3 x the recursion limit deep (CPython 3.11 Python/ast.c,
+# COMPILER_STACK_FRAME_SCALE; 3000 at the default limit of 1000): a sum of 3000 terms is that deep
+MAX_GRID_OPERATORS = 1000
 _PRECEDENCE = {"+": 1, "-": 1, "*": 2, "/": 2, "%": 2}
 
 
@@ -58,6 +62,10 @@ class Lowerer(StatementLowering):
         consts: dict[str, int | float] = {}
         for c in k.consts:
             value = overrides.get(c.name, c.value)
+            if isinstance(value, bool) or not isinstance(value, (int, float, str)) or \
+                    (isinstance(value, str) and value != ast.AUTO):
+                raise self.error(c.loc, f"const '{c.name}' = {value!r}: a const is an integer or a number",
+                                 hint=f"pass -D {c.name}=<number> (tkir.compile: {c.name}=<int or float>)")
             if value == ast.AUTO:
                 raise self.error(c.loc, f"const '{c.name}' is auto: the compiler chooses it (tkir.compile, tkc), "
                                         "and this entry point needs its value",
@@ -99,8 +107,17 @@ class Lowerer(StatementLowering):
         if len(k.grid) > MAX_GRID_DIMS:
             raise self.error(k.grid[MAX_GRID_DIMS].loc,
                              f"the grid has {len(k.grid)} dimensions; at most {MAX_GRID_DIMS} (x, y, z)")
+        for e in k.grid:
+            if ast.operator_count(e) > MAX_GRID_OPERATORS:
+                raise self.error(ast.left_spine(e)[0].loc, f"this grid expression has more than {MAX_GRID_OPERATORS} "
+                                 "operators", hint="fold its terms into fewer (a const, or a multiple of a size)")
         exprs = [self.size_expr(e) for e in k.grid]
         for axis, (e, text) in enumerate(zip(k.grid, exprs, strict=True)):
+            try:
+                symexpr.check(text)
+            except symexpr.SymExprError as why:  # Python's parser of size expressions refuses it (too deep)
+                raise self.error(ast.left_spine(e)[0].loc, f"this grid expression cannot be evaluated: {why}",
+                                 hint="fold its terms into fewer (a const, or a multiple of a size)") from None
             if not symexpr.names(text):  # a number of blocks: within CUDA's limits (tkir/target.py)
                 problem = grid_limit_problem(axis, symexpr.evaluate(text, {}))
                 if problem:
@@ -120,12 +137,39 @@ class Lowerer(StatementLowering):
                 raise self.error(e.loc, f"the grid uses sizes and consts; '{e.id}' is "
                                  + ("unknown" if sym is None else f"a {KIND_WORDS[sym.kind]}"))
             return e.id
-        if isinstance(e, ast.BinOp) and e.op in _PRECEDENCE:
-            return f"{self.size_operand(e.lhs, e.op, False)} {e.op} {self.size_operand(e.rhs, e.op, True)}"
+        if isinstance(e, ast.BinOp):
+            return self.size_chain(e)
         if isinstance(e, ast.Call) and e.func in ("cdiv", "min", "max") and len(e.args) == 2:
+            if e.func == "cdiv" and self.const_eval(e.args[1]) == 0:
+                raise self.error(e.args[1].loc, "division by zero in a grid expression")
             return f"{e.func}({self.size_expr(e.args[0])}, {self.size_expr(e.args[1])})"
         raise self.error(e.loc, "unsupported grid expression",
                          hint="use sizes, consts, + - * / % and cdiv/min/max")
+
+    def size_chain(self, e: ast.BinOp) -> str:
+        """A chain of operators (ast.left_spine) in a loop: the folded prefix as its number, each link whose
+        value is known only at launch as `lhs op rhs`, the lhs in parentheses where precedence needs them."""
+        bottom, chain = ast.left_spine(e)
+        parts = [self.size_expr(bottom)]
+        value = self.const_eval(bottom)
+        prev: ast.BinOp | None = None  # the link whose text `parts` holds, when it is not a number
+        for link in chain:
+            value = self.fold_link(link, value, self.const_eval(link.rhs))
+            if value is not None:  # a number, as size_expr gives it
+                if not isinstance(value, int):
+                    raise self.error(link.loc, f"grid sizes are integers, got {value}")
+                parts, prev = [str(value)], None
+                continue
+            if link.op not in _PRECEDENCE:
+                raise self.error(link.loc, "unsupported grid expression",
+                                 hint="use sizes, consts, + - * / % and cdiv/min/max")
+            if link.op in "/%" and self.const_eval(link.rhs) == 0:  # whatever the sizes: not left to the launch
+                raise self.error(link.loc, "division by zero in a grid expression")
+            if prev is not None and _PRECEDENCE.get(prev.op, 3) < _PRECEDENCE[link.op]:
+                parts = ["(", *parts, ")"]
+            parts += [f" {link.op} ", self.size_operand(link.rhs, link.op, True)]
+            prev = link
+        return "".join(parts)
 
     def size_operand(self, e: ast.Expr, parent: str, right: bool) -> str:
         text = self.size_expr(e)

@@ -169,7 +169,12 @@ class _Checker:
                 self.expr(x)
         elif isinstance(e, ast.Call):
             self.call(e)
-        elif isinstance(e, (ast.BinOp, ast.Compare)):
+        elif isinstance(e, ast.BinOp):  # a chain, in a loop (ast.left_spine)
+            bottom, chain = ast.left_spine(e)
+            self.expr(bottom)
+            for link in chain:
+                self.expr(link.rhs)
+        elif isinstance(e, ast.Compare):
             self.expr(e.lhs)
             self.expr(e.rhs)
         elif isinstance(e, ast.Neg):

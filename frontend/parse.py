@@ -16,6 +16,7 @@ from tkir.diagnostics import CompileError
 from tkir.frontend import ast
 from tkir.ir import Loc
 from tkir.lark_tables import lalr_parser
+from tkir.source_text import MAX_NESTING
 
 GRAMMAR = Path(__file__).with_name("grammar.lark")
 
@@ -211,10 +212,18 @@ class _Builder:
             return ast.StaticAssert(loc, annotations, self.expr(cond), str(message)[1:-1])
         raise AssertionError(f"unhandled statement {kind}")  # the grammar has no other kinds
 
-    def exprs(self, t: lark.Tree | None) -> list[ast.Expr]:
-        return [self.expr(x) for x in t.children] if t is not None else []
+    def exprs(self, t: lark.Tree | None, depth: int = 0) -> list[ast.Expr]:
+        return [self.expr(x, depth) for x in t.children] if t is not None else []
 
-    def expr(self, t: lark.Tree | lark.Token) -> ast.Expr:
+    def expr(self, t: lark.Tree | lark.Token, depth: int = 0) -> ast.Expr:
+        """The expression's syntax tree. A chain of binary operators is built in a loop and counts as one
+        level, however long; other nesting (operands of a comparison, negation, a call, an index or
+        `.T`, and a parenthesized right operand) is refused past MAX_NESTING levels, at the node that
+        passes it, so that no walker of the tree recurses deeper than that."""
+        if depth > MAX_NESTING:
+            raise CompileError(self.loc(t), f"expression nested too deeply: more than {MAX_NESTING} levels of "
+                                            "calls, indices, '.T', negations and parentheses", self.source,
+                               hint="name the parts with `let`")
         loc = self.loc(t)
         kind = t.data
         c = t.children
@@ -225,20 +234,28 @@ class _Builder:
         if kind == "float":
             return ast.Num(loc, float(c[0]))
         if kind == "binop":
-            lhs, op, rhs = c
-            return ast.BinOp(self.loc(op), str(op.children[0]), self.expr(lhs), self.expr(rhs))
+            chain: list[lark.Tree] = []
+            while isinstance(t, lark.Tree) and t.data == "binop":
+                chain.append(t)
+                t = t.children[0]
+            e = self.expr(t, depth + 1)
+            for link in reversed(chain):
+                _, op, rhs = link.children
+                e = ast.BinOp(self.loc(op), str(op.children[0]), e, self.expr(rhs, depth + 1))
+            return e
         if kind == "compare":
             lhs, op, rhs = c
-            return ast.Compare(self.loc(op), str(op.children[0]), self.expr(lhs), self.expr(rhs))
+            return ast.Compare(self.loc(op), str(op.children[0]), self.expr(lhs, depth + 1),
+                               self.expr(rhs, depth + 1))
         if kind == "neg":
-            return ast.Neg(loc, self.expr(c[1]))
+            return ast.Neg(loc, self.expr(c[1], depth + 1))
         if kind == "attr":
             base, name = c
-            return ast.Attr(self.loc(name), self.expr(base), str(name))
+            return ast.Attr(self.loc(name), self.expr(base, depth + 1), str(name))
         if kind == "index":
             base, idx = c
-            return ast.Index(loc, self.expr(base), self.exprs(idx))
+            return ast.Index(loc, self.expr(base, depth + 1), self.exprs(idx, depth + 1))
         if kind == "call":
             name, args = c
-            return ast.Call(loc, str(name), self.exprs(args))
+            return ast.Call(loc, str(name), self.exprs(args, depth + 1))
         raise AssertionError(f"unhandled expression {kind}")  # the grammar has no other kinds

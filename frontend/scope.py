@@ -7,15 +7,16 @@ stmts.py, lower.py); `Symbol` is what a name denotes, `Lowered` what an expressi
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from tkir.diagnostics import CompileError
 from tkir.frontend import ast
 from tkir.ir import Block, Loc, Operation, Value
+from tkir.scalar import FLOAT_MAX, FLOAT_OVERFLOW, INT_RANGES
 from tkir.types import I32, ScalarType, Type
 
 RESERVED = ("block", "inf")
-INT_RANGES = {"i32": (-2**31, 2**31 - 1), "u32": (0, 2**32 - 1)}  # the IR's integer scalars (LLVM i32)
 KIND_WORDS = {"const": "const", "size": "size", "global": "global tensor parameter", "scalar": "scalar",
               "shared": "shared variable", "reg": "register variable"}
 
@@ -127,11 +128,20 @@ class LowerContext:
                 raise self.error(loc, f"the integer {value} does not fit {dtype} ({lo} .. {hi})")
             default = f"c{value}" if value >= 0 else f"cm{-value}"
         else:
-            value = float(c)
+            value = self.float_value(c, dtype, loc)
             default = "cst"
         rname = name or default
         return self.emit_prologue(("const", dtype, value, rname), "arith.const", ScalarType(dtype), loc,
                                   {"value": value}, rname)
+
+    def float_value(self, c: int | float, dtype: str, loc: Loc) -> float:
+        """A compile-time number as a constant of float `dtype`: one past the dtype's largest finite value
+        is an error (it would be infinity; `inf` says so), as an integer past i32 is."""
+        value = float(c)
+        if dtype in FLOAT_OVERFLOW and math.isfinite(value) and abs(value) >= FLOAT_OVERFLOW[dtype]:
+            raise self.error(loc, f"the number {c:g} does not fit {dtype}: it rounds to infinity (largest "
+                                  f"finite {FLOAT_MAX[dtype]:g})", hint="write inf (or -inf) for an infinity")
+        return value
 
     def size_value(self, name: str, loc: Loc) -> Value:
         return self.emit_prologue(("size", name), "tk.size", I32, loc, {"name": name}, name)

@@ -11,8 +11,10 @@ and compile-time extents.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 
+from tkir.diagnostics import TkirWarning
 from tkir.frontend import ast
 from tkir.frontend.annotations import ANNOTATIONS, check_annotations
 from tkir.frontend.calls import CALLS, check_call
@@ -21,7 +23,8 @@ from tkir.frontend.names import Vocabulary, check_untaken
 from tkir.frontend.operands import PREDICATE_DTYPE, shape
 from tkir.frontend.scope import KIND_WORDS, Lowered, Symbol
 from tkir.frontend.type_exprs import SCALAR_DTYPES, TENSOR_DTYPES, TYPE_KINDS, resolve_type
-from tkir.ir import Block, Loc, Region, Value
+from tkir.ir import Block, Loc, Operation, Region, Value
+from tkir.scalar import I32_MAX
 from tkir.target import SMEM_PER_BLOCK
 from tkir.types import I32, GlobalType, Ident, ScalarType, TileType, Type, is_register, is_shared
 
@@ -116,6 +119,7 @@ class StatementLowering(ExpressionLowering):
         lo = self.index_value(self.expr(s.lo), "a loop bound")
         hi = self.index_value(self.expr(s.hi), "a loop bound")
         step = self.loop_step(s)
+        self.check_counter(s, hi)
         assigned = _assigned_names(s.body)
         regs = [sym for n in assigned if (sym := self.lookup(n)) is not None and sym.kind == "reg"]
         carried = [sym for sym in regs if sym.current is not None]
@@ -148,6 +152,31 @@ class StatementLowering(ExpressionLowering):
                 self.axis_of[id(res)] = sym.axis
         for sym in local:  # assigned only inside the loop: no value after it
             sym.current = None
+
+    def check_counter(self, s: ast.For, hi: Value) -> None:
+        """The loop runs `i = lo; while i < hi: ...; i += step` on an i32 counter (the GPU and the
+        interpreter alike, tkir/scalar.py). A counter that passes 2**31 - 1 wraps and the loop never ends:
+        with compile-time bounds and step that is an error; with a run-time lower bound, a warning. A
+        run-time upper bound that multiplies two run-time values can wrap itself: a warning."""
+        lo_c, hi_c = self.const_eval(s.lo), self.const_eval(s.hi)
+        step_c = 1 if s.step is None else self.const_eval(s.step)
+        if isinstance(hi_c, int) and isinstance(step_c, int) and hi_c - 1 + step_c > I32_MAX:
+            if isinstance(lo_c, int):
+                last = lo_c + (hi_c - 1 - lo_c) // step_c * step_c
+                if lo_c < hi_c and last + step_c > I32_MAX:
+                    raise self.error(s.hi.loc, f"the loop counter passes {I32_MAX} ({last} + {step_c}): the i32 "
+                                     "counter would wrap and the loop never end",
+                                     hint=f"keep the upper bound at most {I32_MAX + 1 - step_c}")
+            else:
+                self.warn(s.hi.loc, f"the loop counter can pass {I32_MAX} (up to {hi_c - 1} + {step_c}): the i32 "
+                                    "counter would wrap and the loop never end")
+        if _runtime_product(hi) is not None:
+            self.warn(ast.left_spine(s.hi)[0].loc, "this loop bound multiplies two values known only at run time: past "
+                                f"{I32_MAX} the product wraps (on the GPU and in the interpreter) and the loop "
+                                "runs the wrapped count")
+
+    def warn(self, loc: Loc, msg: str) -> None:
+        warnings.warn(f"{loc}: {msg}", SourceWarning, stacklevel=2)
 
     def loop_step(self, s: ast.For) -> Value:
         """The step operand: 1 by default, a positive compile-time int, or a run-time i32 (assumed > 0)."""
@@ -249,29 +278,35 @@ class StatementLowering(ExpressionLowering):
             raise self.error(s.loc, msg + (f" ({values})" if values else ""))
 
     def check_names(self, e: ast.Expr) -> None:
-        """The name errors of `e` (unknown names, functions, attributes, argument counts), emitting nothing."""
-        if isinstance(e, ast.Name) and self.lookup(e.id) is None and e.id != "inf":
-            self.expr_name(e)  # raises: unknown name (a note if an untaken branch declares it)
-        if isinstance(e, ast.Attr):
-            if isinstance(e.base, ast.Name) and e.base.id == "block" and self.lookup("block") is None:
-                if e.name not in BLOCK_DIMS:
-                    raise self.error(e.loc, f"unknown block index 'block.{e.name}'", hint="use block.x, .y or .z")
-                return
-            if e.name != "T":
-                raise self.error(e.loc, f"unknown attribute '.{e.name}'", hint="tiles have .T (transpose)")
-        if isinstance(e, ast.Call):
-            check_call(self, e)
-        for x in _parts(e):
-            self.check_names(x)
+        """The name errors of `e` (unknown names, functions, attributes, argument counts), emitting nothing;
+        the parts in the order written (a stack, not recursion: a chain of operators may be long)."""
+        todo = [e]
+        while todo:
+            e = todo.pop()
+            if isinstance(e, ast.Name) and self.lookup(e.id) is None and e.id != "inf":
+                self.expr_name(e)  # raises: unknown name (a note if an untaken branch declares it)
+            if isinstance(e, ast.Attr):
+                if isinstance(e.base, ast.Name) and e.base.id == "block" and self.lookup("block") is None:
+                    if e.name not in BLOCK_DIMS:
+                        raise self.error(e.loc, f"unknown block index 'block.{e.name}'",
+                                         hint="use block.x, .y or .z")
+                    continue
+                if e.name != "T":
+                    raise self.error(e.loc, f"unknown attribute '.{e.name}'", hint="tiles have .T (transpose)")
+            if isinstance(e, ast.Call):
+                check_call(self, e)
+            todo.extend(reversed(_parts(e)))
 
     def runtime_part(self, e: ast.Expr) -> tuple[ast.Expr, str]:
         """The innermost part of `e` that is not compile-time (all of its own parts are), and why."""
-        if isinstance(e, ast.Attr) and isinstance(e.base, ast.Name) and e.base.id == "block" \
-                and self.lookup("block") is None:
-            return e, f"'block.{e.name}' is known only when the kernel runs"
-        for x in _parts(e):
-            if self.const_eval(x) is None:
-                return self.runtime_part(x)
+        while True:
+            if isinstance(e, ast.Attr) and isinstance(e.base, ast.Name) and e.base.id == "block" \
+                    and self.lookup("block") is None:
+                return e, f"'block.{e.name}' is known only when the kernel runs"
+            inner = self.runtime_operand(e)
+            if inner is None:
+                break
+            e = inner
         if isinstance(e, ast.Name):
             sym = self.lookup(e.id)
             if sym.kind == "size":
@@ -285,15 +320,35 @@ class StatementLowering(ExpressionLowering):
             return e, "'@' multiplies tiles at run time"
         return e, "this is known only at run time"
 
+    def runtime_operand(self, e: ast.Expr) -> ast.Expr | None:
+        """The first part of `e` that is not compile-time, or None. Of a chain of operators (ast.left_spine),
+        the innermost link whose operands are not both compile-time: found in one pass up the chain."""
+        if not isinstance(e, ast.BinOp):
+            return next((x for x in _parts(e) if self.const_eval(x) is None), None)
+        bottom, chain = ast.left_spine(e)
+        value = self.const_eval(bottom)
+        if value is None:
+            return bottom
+        for link in chain:
+            rhs = self.const_eval(link.rhs)
+            if rhs is None:
+                return link.rhs
+            value = self.fold_link(link, value, rhs)
+            if value is None:  # both operands compile-time, the link not (`@`): the innermost part
+                return None if link is e else link
+        return None
+
     def consts_read(self, e: ast.Expr) -> dict[str, int | float]:
         """The consts (and compile-time `let`s) that `e` names, in the order written."""
         out: dict[str, int | float] = {}
-        if isinstance(e, ast.Name):
-            sym = self.lookup(e.id)
-            if sym is not None and sym.kind == "const":
-                out[e.id] = sym.const
-        for x in _parts(e):
-            out.update((k, v) for k, v in self.consts_read(x).items() if k not in out)
+        todo = [e]
+        while todo:
+            e = todo.pop()
+            if isinstance(e, ast.Name) and e.id not in out:
+                sym = self.lookup(e.id)
+                if sym is not None and sym.kind == "const":
+                    out[e.id] = sym.const
+            todo.extend(reversed(_parts(e)))
         return out
 
     # --- assignments ---------------------------------------------------------------------------
@@ -314,7 +369,8 @@ class StatementLowering(ExpressionLowering):
             self.check_extents(gl, t, e.coords or [])
             new = self.emit("tk.load", [gl, *coords], [t], e.loc, attrs, sym.name).result
         elif e.is_const:
-            new = self.emit("tk.fill", [], [t], e.loc, {"value": float(e.const)}, sym.name).result
+            fill = self.float_value(e.const, t.dtype, e.loc)
+            new = self.emit("tk.fill", [], [t], e.loc, {"value": fill}, sym.name).result
         else:
             e = self.use(e)
             vt = e.value.type
@@ -395,6 +451,9 @@ class StatementLowering(ExpressionLowering):
         tiled = (t.rows, t.cols) if isinstance(t, TileType) else (t.n,)
         extents = (1,) * (g.rank - len(tiled)) + tiled
         for i, (c, dim, n) in enumerate(zip(coords, g.dims, extents, strict=True)):
+            if c.is_const and isinstance(c.const, int) and (c.const + 1) * n - 1 > I32_MAX:
+                raise self.error(c.loc, f"tile coordinate {c.const} of dim {i} of '{gl.name}' reaches element "
+                                 f"{(c.const + 1) * n - 1}, past the {I32_MAX} an i32 index holds")
             if not (c.is_const and isinstance(c.const, int) and isinstance(dim, int) and c.const * n >= dim):
                 continue
             if n > 1:  # dim is a multiple of n (check_global_access)
@@ -410,6 +469,29 @@ class StatementLowering(ExpressionLowering):
             raise self.error(loc, f"shape mismatch: {what}")
         if got.dtype != want.dtype:
             raise self.error(loc, f"dtype mismatch: {what}", hint=f"cast it: {want.dtype}(...)")
+
+
+class SourceWarning(TkirWarning):
+    """A located warning about the source (`file:line:col: warning: ...`): the program is accepted."""
+
+
+def _runtime_product(v: Value) -> Operation | None:
+    """An `arith.mul` of two run-time values that `v` is computed from through scalar arithmetic, or None."""
+    todo, seen = [v], set()
+    while todo:
+        v = todo.pop()
+        owner = v.owner
+        if id(v) in seen or not isinstance(owner, Operation) or not owner.name.startswith("arith."):
+            continue
+        seen.add(id(v))
+        if owner.name == "arith.mul" and not any(_is_const(x) for x in owner.operands):
+            return owner
+        todo += owner.operands
+    return None
+
+
+def _is_const(v: Value) -> bool:
+    return isinstance(v.owner, Operation) and v.owner.name == "arith.const"
 
 
 def _assigned_names(stmts: list[ast.Stmt]) -> list[str]:

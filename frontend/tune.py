@@ -104,7 +104,10 @@ def check_tune(kernel: ast.Kernel, a: ast.Annotation, source: str) -> TuneSpace:
         vals: list[int | float] = []
         for item in e.items:
             _check_const_expr(item, {}, error, "a value to try")
-            v = _eval(item, {})
+            try:
+                v = _eval(item, {})
+            except ZeroDivisionError:
+                raise error(item.loc, f"division by zero in a value of '{key}' to try") from None
             if (defaults[key] == ast.AUTO or isinstance(defaults[key], int)) and not isinstance(v, int):
                 raise error(item.loc, f"'{key}' is an integer const: its values must be integers, got {v}")
             if v in vals:
@@ -131,7 +134,16 @@ def _check_const_expr(e: ast.Expr, consts: dict, error, what: str) -> None:
         return
     if isinstance(e, ast.Neg):
         return _check_const_expr(e.operand, consts, error, what)
-    if isinstance(e, ast.BinOp) and e.op in _BINARY or isinstance(e, ast.Compare):
+    if isinstance(e, ast.BinOp):  # a chain, in a loop (ast.left_spine); its outermost `@` is the error
+        bottom, chain = ast.left_spine(e)
+        bad = [link for link in chain if link.op not in _BINARY]
+        if not bad:
+            _check_const_expr(bottom, consts, error, what)
+            for link in chain:
+                _check_const_expr(link.rhs, consts, error, what)
+            return
+        e = bad[-1]
+    if isinstance(e, ast.Compare):
         _check_const_expr(e.lhs, consts, error, what)
         _check_const_expr(e.rhs, consts, error, what)
         return
@@ -152,7 +164,11 @@ def _eval(e: ast.Expr, consts: dict[str, int | float]) -> int | float:
     if isinstance(e, ast.Compare):
         return int(scalar.COMPARE[_COMPARE[e.op]](_eval(e.lhs, consts), _eval(e.rhs, consts)))
     if isinstance(e, ast.BinOp):
-        return scalar.binary(_BINARY[e.op], _eval(e.lhs, consts), _eval(e.rhs, consts))
+        bottom, chain = ast.left_spine(e)
+        value = _eval(bottom, consts)
+        for link in chain:
+            value = scalar.binary(_BINARY[link.op], value, _eval(link.rhs, consts))
+        return value
     assert isinstance(e, ast.Call)
     return scalar.binary(e.func, _eval(e.args[0], consts), _eval(e.args[1], consts))
 
@@ -165,7 +181,10 @@ def _text(e: ast.Expr, source: str) -> str:
         return e.id
     if isinstance(e, ast.Neg):
         return f"-{_text(e.operand, source)}"
-    if isinstance(e, ast.BinOp | ast.Compare):
+    if isinstance(e, ast.BinOp):
+        bottom, chain = ast.left_spine(e)
+        return " ".join([_text(bottom, source), *(f"{link.op} {_text(link.rhs, source)}" for link in chain)])
+    if isinstance(e, ast.Compare):
         return f"{_text(e.lhs, source)} {e.op} {_text(e.rhs, source)}"
     if isinstance(e, ast.Call):
         return f"{e.func}({', '.join(_text(x, source) for x in e.args)})"

@@ -12,6 +12,7 @@ from tkir.frontend import ast
 from tkir.frontend.exprs import ExpressionLowering
 from tkir.frontend.operands import PREDICATE_DTYPE
 from tkir.ir import Loc
+from tkir.scalar import I32_MAX
 from tkir.target import REGISTER_FILE_BYTES
 from tkir.types import (
     DTYPE_BYTES,
@@ -107,4 +108,7 @@ def _global_dim(lw: ExpressionLowering, e: ast.Expr, sizes: dict[str, Loc] | Non
     if isinstance(e, ast.Name) and sizes is not None and lw.lookup(e.id) is None:
         sizes.setdefault(e.id, e.loc)
         return e.id
-    return _const_dim(lw, e, "a global dim (a size name or compile-time expression)")
+    dim = _const_dim(lw, e, "a global dim (a size name or compile-time expression)")
+    if dim > I32_MAX:  # element indices are i32 in the kernel, as sizes are (the launch refuses larger ones)
+        raise lw.error(e.loc, f"a global dim of {dim} elements: at most {I32_MAX} (the kernel indexes it with i32)")
+    return dim

@@ -2,9 +2,10 @@
 
 Rewrites
 * `arith.<op>` whose operands are all `arith.const` -> one `arith.const`, computed by tkir/scalar.py
-  (integer `div` floors, `cdiv` rounds up; a division by zero is left alone for the verifier/runtime
-  to report); so is a float math op (`tk.exp`, ...) of a constant scalar;
-* `arith.cast` of a constant -> a constant of the new type;
+  as the GPU would compute the op (runtime_binary: integers wrap at 32 bits, `div` truncates; a division
+  by zero is left alone for the verifier/runtime to report); so is a float math op (`tk.exp`, ...) of a
+  constant scalar;
+* `arith.cast` of a constant -> a constant of the new type (runtime_convert);
 * duplicate `arith.const` of the same value and type in one block -> the first one;
 * pure ops whose results are unused -> removed (repeated until nothing changes), including loop
   results that are never read when the loop body has no side effects.
@@ -69,15 +70,15 @@ class Canonicalize(Pass):
         dtype = op.result.type.dtype
         try:
             if op.name == "arith.cast" and len(vals) == 1:
-                return scalar.convert(vals[0], dtype)
+                return scalar.runtime_convert(vals[0], dtype)  # what the GPU's cast gives (saturating to i32)
             name = op.name.removeprefix("tk.")
             if op.name.startswith("tk.") and name in scalar.FLOAT_UNARY and len(vals) == 1:
                 return float(scalar.FLOAT_UNARY[name](vals[0]))
             name = op.name.removeprefix("arith.")
             if not (op.name.startswith("arith.") and name in scalar.INT_BINARY and len(vals) == 2):
                 return None
-            if dtype in scalar.INT_DTYPES:
-                return scalar.binary(name, int(vals[0]), int(vals[1]))
+            if dtype in scalar.INT_DTYPES:  # the GPU's 32-bit arithmetic, which the op would have run
+                return scalar.runtime_binary(name, int(vals[0]), int(vals[1]), dtype)
             if dtype in scalar.FLOAT_DTYPES:
                 return float(scalar.binary(name, float(vals[0]), float(vals[1])))
         except (ZeroDivisionError, ValueError, OverflowError):  # left for the verifier or the run time

@@ -244,6 +244,12 @@ class _KernelLayouts:
                     if is_register(init.type):
                         for v in (arg, res, y):
                             self.uf.union(init, v)
+            elif op.name == "scf.if":  # a result is one value with what each region yields for it
+                for region in op.regions:
+                    term = region.block.terminator
+                    for res, y in zip(op.results, term.operands if term is not None else [], strict=False):
+                        if is_register(res.type):
+                            self.uf.union(res, y)
 
     def _mma_demands(self, op: Operation) -> None:
         acc = op.result.type

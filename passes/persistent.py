@@ -17,7 +17,7 @@ rows and columns of the output):
   `GROUP_M` swizzle): tiles are visited in groups of `group` tile-rows, column by column within a
   group, so that consecutive blocks share A rows and B columns in L2. `group = 1` is row-major order
   (the ablation baseline). The group size is the parameter `persistent{group_m=G}`, else the
-  kernel attr `tile_order = {group = G}` (the .tk source's `@tile_order(group=G)`), else 8.
+  kernel attr `tile_order = {group = G}` (hand-written IR), else 8.
 
 * one-shot loads before the K loop (pipeline's `once` barrier: attention's Q tile) are refilled per
   tile: the consumers wait for the n-th fill at parity n mod 2 and release the buffer on a new
@@ -57,18 +57,22 @@ from tkir.ir import Block, Module, Operation, Region, Value, clone_op, uses_of
 from tkir.passes.analysis import persistent_grid
 from tkir.passes.builder import OpBuilder
 from tkir.passmanager import Options, ParamError, Pass, param
+from tkir.scalar import I32_MAX
 from tkir.target import WARPS_PER_WARPGROUP
 from tkir.types import I32, VectorType
 
 REQUEST_ATTR = "persistent_requested"  # the kernel attr `@persistent(1)` sets (frontend/annotations.py PERSISTENT_ATTR)
-DEFAULT_GROUP = 8  # Triton's matmul tutorial and CUTLASS's raster swizzle use 8
+# Triton's matmul tutorial and CUTLASS's raster swizzle use 8. Up to 8 the group is used as it is: its
+# tiles, 8 * TN, fit i32 (TN = N / BN < 2**27 with N < 2**31 and BN >= 16); a larger one is min(G, TM) at
+# run time, whose tiles are at most the grid's TM * TN
+DEFAULT_GROUP = 8
 BALANCED_GRID = 1  # the fewest blocks that give the same number of rounds (balanced_grid=0: min(T, NUM_SMS))
 
 
 class Persistent(Pass):
     name = "persistent"
     group_m: int | None = param(None, "tile-rows per group of the tile order (1 = row-major); "
-                                      f"unset: the kernel's @tile_order(group=G), else {DEFAULT_GROUP}")
+                                      f"unset: the kernel attr tile_order = {{group = G}}, else {DEFAULT_GROUP}")
     balanced_grid: bool = param(bool(BALANCED_GRID), "the fewest blocks for the rounds (false: min(T, NUM_SMS))")
     linear_grids: bool = param(False, "also 1-D and 3-D grids, tiles in launch order (attention: +10% at N = 768, "
                                       "-3% at N = 3072 on the H200; off by default)")
@@ -104,7 +108,10 @@ def _make_persistent(kernel: Operation, roles: list[Operation], grid: list[str],
                      balanced: bool = False) -> None:
     body = kernel.body
     tile_order = kernel.attrs.get("tile_order")
-    group = group_m or int(tile_order.get("group", DEFAULT_GROUP) if isinstance(tile_order, dict) else DEFAULT_GROUP)
+    group = group_m or (tile_order.get("group", DEFAULT_GROUP) if isinstance(tile_order, dict) else DEFAULT_GROUP)
+    if isinstance(group, bool) or not isinstance(group, int) or not 1 <= group <= I32_MAX:
+        raise CompileError(kernel.loc, f"persistent: the kernel's tile_order group = {group!r}: must be an integer "
+                                       f"1..{I32_MAX} (tile-rows per group)")
     first_role = roles[0]
     b = OpBuilder(body, first_role)
     sizes = {op.attrs["name"]: op.result for op in body.ops if op.name == "tk.size"}
@@ -115,6 +122,8 @@ def _make_persistent(kernel: Operation, roles: list[Operation], grid: list[str],
     nprog = b.op("tk.grid_dim", [], "nprog", {"dim": 0})
     c0 = b.const(0, "zero")
     c_group = b.const(group, "group_m")
+    if group > DEFAULT_GROUP:  # min(G, TM): a group of all the tile-rows, so G * TN cannot pass 2**31 - 1
+        c_group = b.op("arith.min", [c_group, tiles_m], rname="group_m")
 
     def decode(bb: OpBuilder, t: Value) -> dict[int, Value]:
         """Grouped order (Triton's GROUP_M swizzle)."""

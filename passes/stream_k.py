@@ -48,6 +48,7 @@ from __future__ import annotations
 import ast as pyast
 from dataclasses import dataclass
 
+from tkir.facts import MAX_STREAM_K_MIN_ITERS
 from tkir.ir import Block, Module, Operation, Region, Value, clone_op, uses_of
 from tkir.layout import layout_of
 from tkir.passes.analysis import one_block_per_sm
@@ -77,8 +78,8 @@ class StreamK(Pass):
                                 "the pass applies to (the default pipeline runs stream-k{opt_in=true})")
 
     def __post_init__(self) -> None:
-        if self.min_iters < 1:
-            raise ParamError("min_iters", f"stream-k: min_iters={self.min_iters}: must be at least 1")
+        if not 1 <= self.min_iters <= MAX_STREAM_K_MIN_ITERS:
+            raise ParamError("min_iters", f"stream-k: min_iters={self.min_iters}: must be 1..{MAX_STREAM_K_MIN_ITERS}")
         if not 0 <= self.max_tail <= 100:
             raise ParamError("max_tail", f"stream-k: max_tail={self.max_tail}: a percentage from 0 to 100")
 
@@ -101,8 +102,9 @@ def kernel_min_iters(kernel: Operation, default: int) -> int:
     """The kernel's own `stream_k_min_iters` (`@stream_k(1, min_iters=I)`) where it has one, else the
     pass's `min_iters`."""
     value = kernel.attrs.get(MIN_ITERS_ATTR, default)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ParamError("min_iters", f"stream-k: the kernel's {MIN_ITERS_ATTR} = {value!r}: must be an integer >= 1")
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_STREAM_K_MIN_ITERS:
+        raise ParamError("min_iters", f"stream-k: the kernel's {MIN_ITERS_ATTR} = {value!r}: must be an integer "
+                                      f"1..{MAX_STREAM_K_MIN_ITERS}")
     return value
 
 

@@ -232,6 +232,8 @@ def compile(
 
     if any(k in consts for k in REMOVED_OPTIONS):
         raise TypeError(_removed_options_message(consts, passes))
+    if isinstance(load_passes, str):  # a string would be read as a list of one-letter file names
+        raise TypeError(f"tkir.compile(): load_passes= is a list of files, e.g. load_passes=[{load_passes!r}]")
     registry = load_registry()
     for f in load_passes or []:
         load_pass_file(f, registry)
@@ -256,7 +258,18 @@ def compile(
 def pass_option_pipeline(options: dict[str, object], passes: str | list[str] | None) -> str | None:
     """The pipeline text (`passes=` / `--passes`) that does what the removed pass options `options`
     did (passes/registry.py LEGACY_OPTIONS: group_m, balanced_grid, epilogue_chunk, stream_k, ...) on
-    `passes` (None: the default pipeline); None when one of them never was an option."""
+    `passes` (None: the default pipeline); None when one of them never was an option, or has a value
+    its pass refuses (pass_option_problem says which)."""
+    return _legacy_spec(options, passes)[0]
+
+
+def pass_option_problem(options: dict[str, object], passes: str | list[str] | None) -> str | None:
+    """Why the removed pass options `options` spell no pipeline: the error of the pass parameter they
+    become (`group_m=0`: the pass's own message), or None when they do spell one."""
+    return _legacy_spec(options, passes)[1]
+
+
+def _legacy_spec(options: dict[str, object], passes: str | list[str] | None) -> tuple[str | None, str | None]:
     from tkir.diagnostics import CompileError
     from tkir.passes.registry import legacy_pipeline, load_registry
 
@@ -265,9 +278,9 @@ def pass_option_pipeline(options: dict[str, object], passes: str | list[str] | N
             warnings.simplefilter("ignore", DeprecationWarning)
             specs = legacy_pipeline(as_specs(passes if passes is not None else default_pipeline()), options,
                                     explicit=passes is not None)
-        return PassManager(load_registry(), specs).spec()  # parameters at their defaults left out
-    except CompileError:
-        return None
+        return PassManager(load_registry(), specs).spec(), None  # parameters at their defaults left out
+    except CompileError as e:
+        return None, e.message
 
 
 def _removed_options_message(consts: dict, passes: str | list[str] | None) -> str:
@@ -276,11 +289,13 @@ def _removed_options_message(consts: dict, passes: str | list[str] | None) -> st
     options = dict(given) if isinstance(given, dict) else {}
     if consts.get("group_m") is not None:
         options["group_m"] = consts["group_m"]
-    text = pass_option_pipeline(options, passes) if options and isinstance(given, dict) else None
+    text, problem = _legacy_spec(options, passes) if options and isinstance(given, dict) else (None, None)
     said = " and ".join(f"{n}=" for n in names)
     instead = (f"pass the pipeline with the pass parameters instead: passes='{text}'" if text else
                "write the pass parameters in passes=, e.g. passes='...,persistent{group_m=4},...' "
                "(`tkc passes` lists every pass and its parameters)")
+    if problem:  # the value itself is one no pass takes: say so, rather than drop it from the advice
+        instead += f"; and the value given is refused: {problem}"
     return f"tkir.compile(): {said} {'was' if len(names) == 1 else 'were'} removed in tkir {REMOVED_IN}: {instead}"
 
 

@@ -30,12 +30,12 @@ from pathlib import Path
 from typing import NoReturn
 
 from tkir.diagnostics import CompileError, TkirError, TkirWarning
+from tkir.target import TARGETS
 
 EMIT_KINDS = ("tkir", "llvm", "ptx", "cubin", "sass", "launch", "c")
 # packages only some commands need -> what for (a missing one is a one-line error, not a traceback)
 OPTIONAL_PACKAGES = {"torch": "tkc bench and tkc run on the GPU compare with torch",
                      "matplotlib": "tkc bench --plot draws with matplotlib"}
-TARGETS = ("sm_90a", "sm_80")
 # One-shot commands that start lean when tkc is the program (`tkc`, `python -m tkir.cli`; not
 # tkir.cli.main(argv) called from Python), for a short compile's sake (docs/experiments.md, "Compile
 # time"; `tkc compile examples/gemm.tk --emit ptx` takes about 0.4 s):
@@ -49,6 +49,7 @@ TARGETS = ("sm_90a", "sm_80")
 #   and found nothing to free that matters in a process that exits right after (the peak memory of a
 #   400-loop compile was the same with it off).
 ONE_SHOT_COMMANDS = ("compile", "opt", "report", "passes", "cache")
+MAX_SIZE = 2**31 - 1  # a size is an i32 kernel argument (tkir/scalar.py I32_MAX; the runtime checks the same)
 
 
 class UsageError(TkirError):
@@ -68,6 +69,8 @@ def _kv(items: list[str], flag: str) -> dict[str, int | float | str]:
         name, sep, value = item.partition("=")
         if not sep or not name.isidentifier():
             raise UsageError(f"{flag} expects NAME=VALUE, got '{item}'")
+        if name in out:  # the second would silently win
+            raise UsageError(f"{flag} {name} is given twice ({name}={out[name]} and {item}): give it once")
         if flag == "-D" and value == "auto":  # the compiler chooses it (tkir/tools/auto_consts.py)
             out[name] = value
             continue
@@ -118,6 +121,8 @@ def _sizes(items: list[str]) -> dict[str, int | float]:
     for name, v in sizes.items():
         if not isinstance(v, int) or v < 1:
             raise UsageError(f"--size {name}={v}: a size is a positive integer")
+        if v > MAX_SIZE:
+            raise UsageError(f"--size {name}={v}: a size is at most {MAX_SIZE} (the kernel reads it as an i32)")
     return sizes
 
 
@@ -191,7 +196,7 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--force", action="store_true", help="time again even if the cache has this bucket")
     t.add_argument("--dry-run", action="store_true", help="drop and predict only: no GPU, nothing timed")
     t.add_argument("--json", metavar="OUT", help="write every point, its reason or its times, as JSON")
-    t.add_argument("--target", choices=("sm_90a", "sm_80"), default="sm_90a")
+    t.add_argument("--target", choices=TARGETS, default="sm_90a")
     t.add_argument("--passes", default=None, metavar="PIPELINE", help="the pass pipeline (default: the default one)")
 
     ps = sub.add_parser("passes", help="list the passes, their parameters and the default pipeline",
@@ -230,9 +235,13 @@ def main(argv: list[str] | None = None) -> int:
         gc.disable()
         if "numpy" not in sys.modules:
             os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # read once, when numpy loads OpenBLAS
+    if sys.stdout is None:  # the shell closed it (`tkc passes >&-`): writing to it is an error, not nothing
+        sys.stdout = _ClosedStdout()
     try:
         with _one_line_warnings():
-            return _dispatch(args)
+            rc = _dispatch(args)
+        sys.stdout.flush()  # here, where a failure is this command's error, not at the interpreter's exit
+        return rc
     except CompileError as e:
         print(e.format(), file=sys.stderr)
         return 1
@@ -260,6 +269,40 @@ def main(argv: list[str] | None = None) -> int:
             print("note: the interpreter runs the IR up to plan-occupancy: add --stop-after=plan-occupancy",
                   file=sys.stderr)
         return 1
+    except OSError as e:  # a file the command reads (no permission), or stdout (`> /dev/full`)
+        what = f"{e.filename}: " if e.filename else "standard output: cannot write: "
+        print(f"tkc {args.cmd}: error: {what}{e.strerror or e}", file=sys.stderr)
+        if not e.filename:
+            _drop_stdout()
+        return 1
+    except MemoryError:  # `tkc run --interpret --size N=2**30`: inputs larger than this machine's memory
+        print(f"tkc {args.cmd}: error: out of memory (smaller --size values?)", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:  # Ctrl-C: stop quietly, with the shell's status for SIGINT
+        print(f"tkc {args.cmd}: interrupted", file=sys.stderr)
+        return 130
+
+
+class _ClosedStdout:
+    """sys.stdout when the shell closed it: a write is a one-line error (`tkc compile x.tk >&-`)."""
+
+    def write(self, text: str | bytes) -> int:
+        raise UsageError("standard output is closed: name a file with -o, or leave stdout open")
+
+    def flush(self) -> None:
+        pass
+
+    @property
+    def buffer(self) -> _ClosedStdout:
+        return self
+
+
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null, so that Python's exit-time flush of what could not be written does not
+    fail a second time (with a traceback and status 120)."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
 
 
 @contextlib.contextmanager
@@ -303,20 +346,23 @@ def _removed_flags(args: argparse.Namespace) -> str | None:
     flags = [f for f, on in (("--group-m", group_m is not None), ("--pass-option", bool(options))) if on]
     if not flags:
         return None
-    from tkir.api import REMOVED_IN, pass_option_pipeline
+    from tkir.api import REMOVED_IN, pass_option_pipeline, pass_option_problem
 
     said = f"{' and '.join(flags)} {'were' if len(flags) > 1 else 'was'} removed in tkir {REMOVED_IN}"
     legacy: dict[str, object] = {}
+    problem = None
     try:
         legacy.update(_kv(options, "--pass-option"))
         if group_m is not None:
             legacy.update(_kv([f"group_m={group_m}"], "--group-m"))
         text = pass_option_pipeline(legacy, args.passes or None)
-    except (UsageError, TkirError):
-        text = None
+        problem = pass_option_problem(legacy, args.passes or None) if text is None else None
+    except (UsageError, TkirError) as e:
+        text, problem = None, str(e)
     if text is None:
+        refused = f"; and the value given is refused: {problem}" if problem else ""
         return (f"{said}: write the pass's parameter in --passes, e.g. --passes='...,persistent{{group_m=4}},...' "
-                "(tkc passes lists every pass and its parameters)")
+                f"(tkc passes lists every pass and its parameters){refused}")
     return f"{said}: write --passes='{text}' (the same pipeline)"
 
 
@@ -324,6 +370,8 @@ def _pipeline(args: argparse.Namespace):
     """The pipeline the flags ask for (a list of PassSpec), or None for the default one."""
     from tkir.pass_pipeline import as_specs
 
+    if getattr(args, "stop_after", None) == "":
+        raise UsageError("--stop-after is empty: name the pass to stop after (tkc passes lists them)")
     if args.passes is not None and not args.passes.strip() and args.cmd != "opt":
         raise UsageError("--passes is empty: name the passes to run (tkc passes prints the default pipeline), "
                          "or leave --passes out for the default one")
@@ -359,40 +407,27 @@ def _timing(args: argparse.Namespace, k) -> None:
         print(pm.timing_report(), file=sys.stderr)
 
 
-def _write(output: str | None, data: str | bytes) -> None:
-    if output is None:
+def _write(output: str | None, data: str | bytes, flag: str = "-o") -> None:
+    """The command's output: to stdout, or whole into the file `output` (tkir/output_file.py)."""
+    if output is not None:
+        from tkir.output_file import write_outputs
+
+        write_outputs([(output, data)], flag)
+        return
+    if sys.stdout is None:  # the shell closed it (`tkc compile x.tk >&-`)
+        raise UsageError("standard output is closed: name a file with -o")
+    try:
         if isinstance(data, bytes):
+            sys.stdout.flush()
             sys.stdout.buffer.write(data)
         else:
             sys.stdout.write(data)
-        return
-    out = Path(output)
-    if out.is_dir():
-        raise UsageError(f"-o {output}: is a directory (name a file)")
-    raw = data if isinstance(data, bytes) else data.encode("utf-8")
-    if out.exists() and not out.is_file():  # /dev/stdout, a pipe, a device: no rename possible
-        with open(out, "wb") as f:
-            f.write(raw)
-        return
-    # a regular file: write a temporary file beside it and rename, so an error never leaves a
-    # half-written output (through a symlink: beside its target, and the link stays)
-    out = out.resolve() if out.is_symlink() else out
-    if out.exists():
-        mode = out.stat().st_mode & 0o777
-    else:
-        umask = os.umask(0)
-        os.umask(umask)
-        mode = 0o666 & ~umask  # what a plain open() would give, not the temporary file's 0600
-    with tempfile.NamedTemporaryFile(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp", delete=False) as tmp:
-        try:
-            tmp.write(raw)
-            tmp.flush()
-        except BaseException:
-            tmp.close()
-            Path(tmp.name).unlink(missing_ok=True)
-            raise
-    os.chmod(tmp.name, mode)
-    Path(tmp.name).replace(out)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as e:  # `> /dev/full`
+        _drop_stdout()
+        raise UsageError(f"standard output: cannot write: {e.strerror or e}") from None
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
@@ -401,6 +436,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     if args.emit == "c":
         _c_output_paths(args.output)  # a bad -o is an error before any work
+    elif args.output is not None:
+        _check_output(args.output, "-o")
     k = _compile(args)
     if args.emit != "tkir":
         k.lower()  # adds its timing row: "backend (llvm, ptx)", or "backend (cached)" from the disk cache
@@ -410,14 +447,22 @@ def cmd_compile(args: argparse.Namespace) -> int:
     if (args.print_after_all or args.print_after) and args.output is None and args.emit == "tkir":
         return 0  # the dumps already showed the IR; --stop-after alone prints the IR it stopped at
     if args.emit == "c":
+        from tkir.output_file import write_outputs
+
         c_path, h_path = _c_output_paths(args.output)
         src = k.emit_c(name=c_path.stem, header=h_path.name)
-        _write(str(h_path), src.h)
-        _write(str(c_path), src.c)
+        write_outputs([(str(h_path), src.h), (str(c_path), src.c)], "-o")  # both or neither
         return 0
     data = k.asm[args.emit] if args.emit != "launch" else k.launch.to_text()
     _write(args.output, data)  # type: ignore[arg-type]
     return 0
+
+
+def _check_output(path: str, flag: str) -> None:
+    """An output path that cannot be written is an error before any work (tkir/output_file.py)."""
+    from tkir.output_file import check_output_path
+
+    check_output_path(path, flag)
 
 
 def _c_output_paths(output: str | None) -> tuple[Path, Path]:
@@ -427,6 +472,7 @@ def _c_output_paths(output: str | None) -> tuple[Path, Path]:
         raise UsageError(f"--emit c writes a C source and its header: name the source with -o NAME.c "
                          f"(NAME.h is written beside it), got {got}")
     c_path = Path(output)
+    _check_output(output, "-o")
     return c_path, c_path.with_suffix(".h")
 
 
@@ -464,6 +510,8 @@ def cmd_opt(args: argparse.Namespace) -> int:
     from tkir.source_text import read_source
     from tkir.verifier import verify
 
+    if args.output is not None:
+        _check_output(args.output, "-o")
     if args.file == "-":
         text, name = sys.stdin.read(), "<stdin>"
     else:
@@ -541,6 +589,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     if not Path(args.file).is_file():
         raise UsageError(f"{args.file}: no such file")
+    for flag, path in (("--json", args.json), ("--plot", args.plot)):
+        if path:
+            _check_output(path, flag)
     companion = load_companion(args.file)
     extra = _kv(args.defines, "-D")
     if args.size:
@@ -587,15 +638,15 @@ def cmd_tune(args: argparse.Namespace) -> int:
         raise UsageError(f"--reps {args.reps}: at least one timed run")
     if args.jobs is not None and args.jobs < 1:
         raise UsageError(f"--jobs {args.jobs}: at least one process")
+    if args.json:
+        _check_output(args.json, "--json")
     if args.passes is not None:
-        from tkir.pass_pipeline import as_specs
         from tkir.passes.registry import load_registry
+        from tkir.passmanager import PassManager
 
         if not args.passes.strip():
             raise UsageError("--passes is empty: name the passes to run, or leave --passes out")
-        for spec in as_specs(args.passes):  # names and parameters checked before any work
-            if spec.name not in load_registry():
-                raise UsageError(f"unknown pass '{spec.name}' in --passes (tkc passes lists them)")
+        PassManager(load_registry(), args.passes)  # names and parameter values: a located error before any work
     fixed = _kv(args.defines, "-D")
     space = tune.read_space(args.file)
     unknown = [n for n in fixed if n not in space.defaults]
@@ -620,7 +671,10 @@ def cmd_tune(args: argparse.Namespace) -> int:
         result = tune.tune(args.file, sizes, reps=args.reps, force=args.force, **kw)
     print(tune.format_result(result, dry_run=args.dry_run), flush=True)  # before --json: a bad path loses no timing
     if args.json:
-        _write(args.json, json.dumps(result.as_dict(), indent=1, default=str) + "\n")
+        _write(args.json, json.dumps(result.as_dict(), indent=1, default=str) + "\n", "--json")
+    if args.dry_run and not any(c.status == "kept" for c in result.candidates):  # nothing to time: an error
+        print("tkc tune: error: every point of the space is dropped (the reasons above)", file=sys.stderr)
+        return 1
     return 0 if (args.dry_run or result.best is not None) else 1
 
 

@@ -34,6 +34,10 @@ if TYPE_CHECKING:
 
 ROLE_NAMES = ("producer", "consumer", "compute")  # plan-occupancy's roles (docs/passes.md)
 MIN_BLOCKS_ATTR = "min_blocks_per_sm"  # kernel attr: what `@blocks_per_sm(B)`, B >= 1, records
+# The most K iterations per block a Stream-K split may ask for (`@stream_k(1, min_iters=I)`, the kernel attr
+# `stream_k_min_iters`, `stream-k{min_iters=I}`): the schedule multiplies it by the blocks (one per SM) in
+# i32, which 2**20 x 2**10 blocks still fits; more than any split would ask
+MAX_STREAM_K_MIN_ITERS = 1 << 20
 
 
 class FactError(CompileError, ValueError):

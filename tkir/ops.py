@@ -65,6 +65,13 @@ def _const(op: Operation) -> None:
     n_results(op, 1)
     expect("value" in op.attrs, "'arith.const' needs a 'value' attribute")
     expect(is_scalar(op.result.type), "'arith.const' yields a scalar")
+    value, dtype = op.attrs["value"], op.result.type.dtype
+    if dtype in scalar.INT_RANGES:
+        integral = (isinstance(value, int) and not isinstance(value, bool)) or \
+            (isinstance(value, float) and value.is_integer())
+        expect(integral, f"'arith.const' of {dtype} holds an integer, not {value!r}")
+        lo, hi = scalar.INT_RANGES[dtype]  # LLVM would keep its low 32 bits: 2**32 becomes 0
+        expect(lo <= value <= hi, f"'arith.const' {value} does not fit {dtype} ({lo} .. {hi})")
 
 
 def _scalar_binary(op: Operation) -> None:

@@ -97,7 +97,12 @@ def as_specs(pipeline: str | list[str] | list[PassSpec]) -> list[PassSpec]:
     """A pipeline given as one string, or as a list of entries (`"persistent{group_m=16}"` or specs)."""
     if isinstance(pipeline, str):
         return parse_pipeline(pipeline)
+    if not isinstance(pipeline, (list, tuple)):
+        raise TypeError(f"a pipeline is a string or a list of entries, not {type(pipeline).__name__}")
     out: list[PassSpec] = []
     for entry in pipeline:
+        if not isinstance(entry, (str, PassSpec)):
+            raise TypeError(f"a pipeline entry is a string such as 'persistent{{group_m=16}}', not "
+                            f"{type(entry).__name__} {entry!r}")
         out += [entry] if isinstance(entry, PassSpec) else parse_pipeline(entry)
     return out

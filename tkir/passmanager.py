@@ -31,6 +31,8 @@ from tkir.diagnostics import CompileError, TkirError
 from tkir.ir import Module
 from tkir.pass_pipeline import PassSpec, as_specs
 from tkir.printer import print_module
+from tkir.scalar import I32_MAX, I32_MIN
+from tkir.target import TARGETS
 from tkir.verifier import VerifyError, verify
 
 
@@ -42,6 +44,23 @@ class Options:
     target: str = "sm_90a"
     swizzle: str | None = None  # "none" forces unswizzled shared layouts everywhere
     no_tma: bool = False
+
+    def __post_init__(self) -> None:
+        """A value no pass would honour is an error here, not a silent default."""
+        if self.target not in TARGETS:
+            raise OptionError(f"target={self.target!r}: the targets are {', '.join(map(repr, TARGETS))}")
+        if self.swizzle not in SWIZZLE_SWITCHES:
+            raise OptionError(f"swizzle={self.swizzle!r}: the only switch is swizzle='none' (unswizzled shared "
+                              "layouts everywhere); leave it out for the passes' choice")
+        if self.no_tma not in (True, False):
+            raise OptionError(f"no_tma={self.no_tma!r}: True or False")
+
+
+SWIZZLE_SWITCHES = (None, "none")  # Options.swizzle: the passes choose (None), or unswizzled everywhere
+
+
+class OptionError(TkirError, ValueError):
+    """An Options value (tkir.compile's target=, swizzle=, no_tma=) that no pass would honour."""
 
 
 def param(default: Any, help: str) -> Any:
@@ -148,7 +167,12 @@ def _convert(info: ParamInfo, text: str, spec: PassSpec) -> Any:
         if info.type is bool:
             return _BOOL_WORDS[text.lower()]
         if info.type is int:
-            return int(text, 0)
+            value = int(text, 0)
+            if not I32_MIN <= value <= I32_MAX:  # every int parameter becomes an i32 (or smaller) in the kernel
+                raise PassError(spec.loc(info.name), f"parameter '{info.name}' of pass '{spec.name}' is {value}: "
+                                                     f"out of the range of i32 ({I32_MIN} .. {I32_MAX})",
+                                source=spec.source or None, hint=info.describe())
+            return value
         return info.type(text)
     except (KeyError, ValueError):
         article = "an" if info.type_name[0] in "aeiou" else "a"
@@ -249,7 +273,8 @@ def load_pass_file(path: str, registry: dict[str, type[Pass]]) -> list[str]:
     if not p.is_file():
         raise PassError(None, f"--load-pass: no such file '{path}'")
     spec = importlib.util.spec_from_file_location(f"tkir_user_pass_{p.stem}", p)
-    assert spec and spec.loader
+    if spec is None or spec.loader is None:  # Python imports only its own suffixes
+        raise PassError(None, f"--load-pass: '{path}' is not a Python file (name it FILE.py)")
     mod = importlib.util.module_from_spec(spec)
     try:
         spec.loader.exec_module(mod)

@@ -2,7 +2,14 @@
 compile-time folding and `tkir.symexpr` all call these functions.
 
 Values are Python numbers: integer scalars (`i32`, `u32`) are Python ints, float scalars (`f32`)
-Python floats.
+Python floats. Two meanings of integer arithmetic, each used where it belongs:
+
+* compile time and the host (the front end's folding of consts, `tkir.symexpr`'s size expressions):
+  exact, below; a folded value that must become an i32 constant is range-checked where it does;
+* run time (a kernel's arith.* ops in the interpreter, and canonicalize folding them): the GPU's
+  32-bit arithmetic, `runtime_binary` and friends further down (wrapping, truncating division).
+
+The exact meaning:
 
 * Integers are exact (unbounded Python ints: nothing here wraps at 2^32), `div` and `rem` floor
   (`-7 div 2 = -4`, `-7 rem 2 = 1`: the remainder has the divisor's sign), `cdiv` rounds up
@@ -18,8 +25,7 @@ Python floats.
   elementwise to numpy arrays.
 * `convert` is arith.cast: toward zero to integers, exact to floats, nonzero to i1.
 
-docs/ir.md states the same; the PTX backend computes `div`/`rem` with sdiv/srem (truncation) on
-wrapping i32, which agrees for the non-negative operands that sizes and indices are.
+docs/ir.md states the same.
 """
 
 from __future__ import annotations
@@ -32,6 +38,14 @@ Number = int | float
 BinaryFn = Callable[[Number, Number], Number]
 
 INT_DTYPES = ("i32", "u32")
+# The range of each integer scalar dtype: what an `arith.const` of it may hold (LLVM i32 holds both, as bits)
+INT_RANGES = {"i32": (-2**31, 2**31 - 1), "u32": (0, 2**32 - 1)}
+I32_MIN, I32_MAX = INT_RANGES["i32"]
+# The largest finite value of each float dtype (IEEE 754 binary32 and binary16; bfloat16 is binary32's
+# exponent with 8 significand bits), and the magnitude from which a number rounds (to nearest even) to
+# infinity in it: the largest finite value plus half its last place. A constant there would silently be inf.
+FLOAT_MAX = {"f32": (2 - 2**-23) * 2**127, "bf16": (2 - 2**-7) * 2**127, "f16": 65504.0}
+FLOAT_OVERFLOW = {"f32": 2**128 - 2**103, "bf16": 2**128 - 2**119, "f16": 65520.0}
 FLOAT_DTYPES = ("f32",)
 
 
@@ -87,6 +101,79 @@ def convert(x: Number, dtype: str) -> Number:
     if dtype in FLOAT_DTYPES:
         return float(x)
     return bool(x) if dtype == PREDICATE_DTYPE else int(x)
+
+
+# --- run-time integers: what the kernel computes on the GPU ----------------------------------------------
+#
+# The arithmetic above is exact: compile-time folding in the front end and size expressions on the host.
+# A kernel's own `i32`/`u32` scalar ops (arith.*) run on 32-bit registers, as the backend lowers them
+# (backend/rules_core.py): add, sub and mul wrap (two's complement), div and rem are `sdiv`/`srem`
+# (truncating toward zero; `-7 div 2 = -3`, `-7 rem 2 = -1`), cdiv is `(a + b - 1) sdiv b` (its sum wraps
+# too), min/max and comparisons are signed; a u32 value is computed on the same 32 bits as an i32 (the
+# backend has signed ops only). The interpreter and canonicalize's folding compute exactly this, so the
+# interpreter agrees with the GPU where a run-time value passes 2**31 - 1 (docs/ir.md, "Scalar arithmetic").
+
+WORD = 2**32  # the values of 32 bits
+
+
+def wrap(x: int, dtype: str = "i32") -> int:
+    """`x` reduced to 32 bits: -2**31 .. 2**31 - 1 for i32 (two's complement), 0 .. 2**32 - 1 for u32."""
+    x %= WORD
+    return x - WORD if dtype != "u32" and x > I32_MAX else x
+
+
+def _sdiv(a: int, b: int) -> int:
+    q = abs(a) // abs(b)  # ZeroDivisionError for b = 0
+    return q if (a < 0) == (b < 0) else -q
+
+
+RUNTIME_INT_BINARY: dict[str, Callable[[int, int], int]] = {  # on signed 32-bit operands; the caller wraps
+    "add": operator.add,
+    "sub": operator.sub,
+    "mul": operator.mul,
+    "div": _sdiv,
+    "rem": lambda a, b: a - b * _sdiv(a, b),
+    "min": min,
+    "max": max,
+    "cdiv": lambda a, b: _sdiv(wrap(a + b - 1), b),
+}
+
+
+def runtime_binary(name: str, a: Number, b: Number, dtype: str) -> Number:
+    """`arith.<name>` of a kernel's run-time scalars of `dtype`, as the GPU computes it (above)."""
+    if dtype in INT_DTYPES:
+        return wrap(RUNTIME_INT_BINARY[name](wrap(int(a)), wrap(int(b))), dtype)
+    return FLOAT_BINARY[name](float(a), float(b))
+
+
+def runtime_wraps(name: str, a: int, b: int) -> bool:
+    """Whether `runtime_binary(name, a, b, ...)` on integers passes the 32 bits (and wraps): the exact sum,
+    difference or product, cdiv's `a + b - 1`, or `-2**31 div -1`."""
+    a, b = wrap(int(a)), wrap(int(b))
+    exact = {"add": a + b, "sub": a - b, "mul": a * b, "cdiv": a + b - 1}.get(name)
+    if exact is None:
+        return name in ("div", "rem") and a == I32_MIN and b == -1
+    return not I32_MIN <= exact <= I32_MAX
+
+
+def runtime_compare(pred: str, a: Number, b: Number, dtype: str) -> bool:
+    """`arith.cmp` of run-time scalars of `dtype`: integers signed on their 32 bits, floats ordered."""
+    if dtype in INT_DTYPES:
+        a, b = wrap(int(a)), wrap(int(b))
+    return bool(COMPARE[pred](a, b))
+
+
+def runtime_convert(x: Number, dtype: str) -> Number:
+    """arith.cast of a run-time scalar, as the GPU computes it: a float to an integer truncates toward zero
+    and saturates at the i32 range, NaN giving 0 (PTX cvt.rzi.s32.f32, which `fptosi` lowers to); an
+    integer to an integer keeps the 32 bits; to a float, to i1 as `convert`."""
+    if dtype in INT_DTYPES and isinstance(x, float):
+        if math.isnan(x):
+            return 0
+        return wrap(int(max(min(x, I32_MAX), I32_MIN)), dtype)
+    if dtype in INT_DTYPES:
+        return wrap(int(x), dtype)
+    return convert(x, dtype)
 
 
 def sigmoid(x: float) -> float:

@@ -14,6 +14,7 @@ from pathlib import Path
 from tkir.diagnostics import CompileError
 from tkir.ir import Loc
 
+UTF8_BOM = b"\xef\xbb\xbf"  # the byte order mark U+FEFF in UTF-8
 MAX_NESTING = 128  # far above real kernels (gemm.tk nests 4 deep), far below the recursion limit
 OPENERS, CLOSERS = "([{", ")]}"
 PREFIX_OPERATORS = "-!"
@@ -22,6 +23,8 @@ PREFIX_OPERATORS = "-!"
 def read_source(path: str | Path) -> str:
     """The file's text, decoded as UTF-8; a located CompileError at the first byte that is not."""
     data = Path(path).read_bytes()
+    if data.startswith(UTF8_BOM):  # what some editors write first: not text of the program
+        data = data[len(UTF8_BOM):]
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:

@@ -42,7 +42,7 @@ def names(expr: str | int) -> set[str]:
     """The size names an expression reads."""
     if isinstance(expr, int):
         return set()
-    return {n.id for n in ast.walk(ast.parse(expr, mode="eval")) if isinstance(n, ast.Name)} - set(_FUNCS)
+    return {n.id for n in ast.walk(_parse(expr)) if isinstance(n, ast.Name)} - set(_FUNCS)
 
 
 def check(expr: str | int) -> set[str]:
@@ -87,8 +87,11 @@ def _check(node: ast.AST, src: str, found: set[str]) -> None:
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
         return _check(node.operand, src, found)
     if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
-        _check(node.left, src, found)
-        return _check(node.right, src, found)
+        bottom, chain = _left_spine(node)
+        _check(bottom, src, found)
+        for link in chain:
+            _check(link.right, src, found)
+        return None
     if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FUNCS
             and not node.keywords):
         least, most = _FUNCS[node.func.id]
@@ -109,13 +112,28 @@ def _eval(node: ast.AST, env: Mapping[str, int], src: str) -> int:
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
         return -_eval(node.operand, env, src)
     if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
-        return _apply(_BINOPS[type(node.op)], [_eval(node.left, env, src), _eval(node.right, env, src)], src)
+        bottom, chain = _left_spine(node)
+        value = _eval(bottom, env, src)
+        for link in chain:
+            value = _apply(_BINOPS[type(link.op)], [value, _eval(link.right, env, src)], src)
+        return value
     if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FUNCS
             and not node.keywords):
         least, most = _FUNCS[node.func.id]
         if least <= len(node.args) and (most is None or len(node.args) <= most):
             return _apply(node.func.id, [_eval(a, env, src) for a in node.args], src)
     raise SymExprError(f"unsupported size expression {quote(src)}")
+
+
+def _left_spine(node: ast.BinOp) -> tuple[ast.AST, list[ast.BinOp]]:
+    """A chain `a + b - c ...` as its bottom operand and its links from the innermost up: walked in a loop,
+    so that a long sum is as deep as one `+`."""
+    chain: list[ast.BinOp] = []
+    while isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
+        chain.append(node)
+        node = node.left
+    chain.reverse()
+    return node, chain
 
 
 def _apply(name: str, args: list[int], src: str) -> int:

@@ -6,6 +6,7 @@ same limits.
 
 from __future__ import annotations
 
+TARGETS = ("sm_90a", "sm_80")  # what the backend lowers to: Hopper's wgmma/TMA path and the mma.sync path
 WARP = 32                      # threads per warp
 WARPGROUP = 128                # threads per warpgroup: 4 consecutive warps (HOPPER.md §1.1)
 WARPS_PER_WARPGROUP = WARPGROUP // WARP

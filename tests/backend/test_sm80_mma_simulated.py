@@ -152,6 +152,7 @@ class _Cx(LoweringContext):
         self.threads, self.tid, self.role, self.target = threads, "%tid", None, "sm_80"
         self.vals, self.occupancy, self.deferred_copies, self._coord_cache = vals, occupancy, [], {}
         self.frag_rotation = None
+        self.set_in, self.waited_in = [], []  # the regions being lowered (none here)
 
     def dim(self, d: int | str) -> str:
         return str(d) if isinstance(d, int) else f"%{d}"

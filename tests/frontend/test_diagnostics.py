@@ -167,3 +167,52 @@ def test_deeply_nested_ir_text_is_refused() -> None:
 
     with pytest.raises(CompileError, match="nested too deeply"):
         parse_module("tk.kernel @k {" * 2000 + "}" * 2000, "deep.tkir")
+
+
+def _sum_kernel(terms: int, grid: str = "cdiv(N, 16)") -> str:
+    return (f"kernel k<C=1>(X: gl<f32>[N, 64], Y: gl<f32>[N, 64]) grid({grid}) {{\n"
+            "    reg x: rt<f32, 16, 64> = X[block.x, 0]\n"
+            "    let xf = x\n"
+            f"    let c = {' + '.join(['C'] * terms)}\n"
+            f"    static_assert({' + '.join(['1'] * terms)} == {terms}, \"the sum\")\n"
+            f"    Y[block.x, 0] = {' + '.join(['xf'] * terms)} + c\n"
+            "}\n")
+
+
+@pytest.mark.parametrize("terms", [500, 1001, 3000])
+def test_long_sums_compile_and_compute_the_sum(terms: int) -> None:
+    """A flat sum of `terms` tiles, consts and literals (a RecursionError at 500 before): the chain is walked
+    in a loop, and the interpreter gives terms * x + terms."""
+    import numpy as np
+
+    from tkir.interp import interpret
+
+    module = compile_source(_sum_kernel(terms), "sum.tk")
+    x = np.random.default_rng(0).random((32, 64), np.float32)
+    y = np.zeros_like(x)
+    interpret(module, x, y)
+    np.testing.assert_allclose(y, terms * x.astype(np.float64) + terms, rtol=1e-4)
+
+
+def test_long_tune_lists_and_where_are_walked_in_a_loop() -> None:
+    from tkir.frontend.tune import read_space
+
+    total = " + ".join(["1"] * 3000)
+    text = _sum_kernel(2).replace("kernel k<C=1>", f"@tune(C=[{total}], where=C + {total} > 0)\nkernel k<C=1>")
+    space = read_space(text, "t.tk")
+    assert space.values == {"C": [3000]} and space.points()[0].dropped is None
+
+
+def test_a_grid_past_its_operator_limit_is_located_at_its_start() -> None:
+    """A grid expression is read by Python's parser (tkir/symexpr.py): past MAX_GRID_OPERATORS it is refused
+    where it starts; at the limit it compiles."""
+    from tkir.frontend.lower import MAX_GRID_OPERATORS
+
+    ok = "cdiv(N, 16)" + " + N * 0" * ((MAX_GRID_OPERATORS - 1) // 2)
+    module = compile_source(_sum_kernel(2, ok), "g.tk")
+    assert module.kernel.attrs["grid"][0].startswith("cdiv(N, 16) + N * 0 + ")
+    text = _sum_kernel(2, "cdiv(N, 16)" + " + 0" * MAX_GRID_OPERATORS)
+    with pytest.raises(CompileError) as info:
+        compile_source(text, "g.tk")
+    assert (info.value.loc.line, info.value.loc.col) == (1, text.index("cdiv") + 1)
+    assert f"more than {MAX_GRID_OPERATORS} operators" in info.value.message

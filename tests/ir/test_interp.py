@@ -317,13 +317,15 @@ tk.kernel @k {grid = ["1"]} {
   $BODY
 }
 """
-ARITH_CASES = [("div", "%a, %b", "i32", -4), ("rem", "%a, %b", "i32", 1), ("cdiv", "%a, %b", "i32", -3),
+# -7 and 2 at run time: sdiv/srem truncate (docs/ir.md, "Scalar arithmetic"; the front end's compile-time
+# folding floors, tests/ir/test_scalar_semantics.py)
+ARITH_CASES = [("div", "%a, %b", "i32", -3), ("rem", "%a, %b", "i32", -1), ("cdiv", "%a, %b", "i32", -3),
                ("min", "%a, %b", "i32", -7), ("max", "%a, %b", "i32", 2), ("mul", "%a, %b", "i32", -14),
                ("sub", "%a, %b", "i32", -9), ("add", "%a, %b", "i32", -5),
                ("div", "%fa, %fb", "f32", -3.5)]
 
 
-def test_scalar_arithmetic_floors_integer_division() -> None:
+def test_scalar_arithmetic_truncates_integer_division_as_the_gpu() -> None:
     lines = []
     for i, (op, args, ty, _) in enumerate(ARITH_CASES):
         lines += [f"%r{i} = arith.{op} {args} : {ty}",
@@ -500,3 +502,61 @@ def test_new_op_checkers_reject_bad_forms(line: str, words: str) -> None:
     text = SELECT_IR.replace("$F", "erf").replace("  tk.store %Y", f"  {line}\n  tk.store %Y")
     with pytest.raises(VerifyError, match=words):
         verify(parse_module(text))
+
+
+# ---------------------------------------------------------------------------------------------
+# run-time i32 arithmetic: 32 bits, as on the GPU (tkir/scalar.py)
+
+WRAPPED_BOUND = """
+kernel k(X: gl<f32>[N, 64], Y: gl<f32>[N, 64]) grid(1) {
+    reg acc: rt<f32, 16, 64> = 0
+    for i in $LO .. $HI $STEP {
+        acc = acc + 1.0
+    }
+    Y[0, 0] = acc
+}
+"""
+
+
+def _count_iterations(lo: str, hi: str, n: int, step: str = "") -> np.ndarray:
+    from tkir.frontend import compile_source
+
+    module = compile_source(WRAPPED_BOUND.replace("$LO", lo).replace("$HI", hi).replace("$STEP", step), "w.tk")
+    y = np.full((n, 64), np.nan, np.float32)
+    interpret(module, np.zeros((n, 64), np.float32), y)
+    return y[0, 0]
+
+
+def test_a_loop_bound_past_32_bits_wraps_as_on_the_gpu() -> None:
+    """N * N + 16 at N = 65536 is 2**32 + 16 exactly, 16 on the GPU's i32: the loop runs 16 times in the
+    interpreter too (before, it counted to 2**32 + 16 and never finished). The front end warns where the
+    bound multiplies two run-time values, the interpreter names the op that wrapped."""
+    from tkir.frontend.stmts import SourceWarning
+    from tkir.interp.ops import IntegerOverflowWarning
+
+    with pytest.warns(SourceWarning, match=r"w.tk:4:19: this loop bound multiplies two values known only at run"):
+        with pytest.warns(IntegerOverflowWarning, match=r"w.tk:4:\d+: 'arith.mul' on i32 passes 32 bits and wraps"):
+            assert _count_iterations("0", "N * N + 16", 65536) == 16
+        assert _count_iterations("0", "N * N + 16", 16) == 16 * 16 + 16  # no wrap: the exact count
+
+
+def test_a_loop_counter_that_would_wrap_is_refused() -> None:
+    """`for i in N .. 2147483647 step 2`: the GPU's counter goes 2147483646 -> -2147483648 and the loop never
+    ends; the interpreter says so instead of returning as if it had ended."""
+    from tkir.frontend.stmts import SourceWarning
+
+    with pytest.raises(InterpError, match=r"the loop counter passes 2147483647 \(from 16 to 2147483647 step 2"), \
+            pytest.warns(SourceWarning, match=r"w.tk:4:\d+: the loop counter can pass 2147483647 \(up to 2147483646 \+ 2"):
+        _count_iterations("N", "2147483647", 16, "step 2")
+
+
+def test_an_out_of_range_scalar_argument_is_refused() -> None:
+    text = """tk.kernel @k {grid = ["1"]} {
+  ^(%O: gl<f32>[16], %s: i32)
+  %c0 = arith.const {value = 0} : i32
+  %t = tk.fill {value = 0.0} : rv<f32, 16>
+  tk.store %O, %t, %c0
+}
+"""
+    with pytest.raises(InterpError, match=r"scalar parameter s: 2147483648 does not fit i32"):
+        run(text, np.zeros(16, np.float32), scalars={"s": 2**31})

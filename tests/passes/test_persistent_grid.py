@@ -39,3 +39,15 @@ def test_balanced_grid_keeps_the_rounds_with_fewer_blocks(M, N, full, balanced):
         rounds = -(-tiles // grid)
         assert rounds == -(-tiles // 132)
         assert grid == want
+
+
+@pytest.mark.parametrize("group_m", [16, 2**31 - 1])
+def test_a_group_larger_than_the_tile_rows_is_all_of_them(group_m):
+    """persistent{group_m=G} above 8 is min(G, TM) at run time: G * TN tiles per group would pass 2**31 - 1
+    (4294967296 became 0 in LLVM's i32 before the parameter was range-checked: a division by zero)."""
+    passes = [f"persistent{{group_m={group_m}}}" if p == "persistent" else p for p in tkir.api.default_pipeline()]
+    k = tkir.compile(GEMM, passes=passes)
+    assert f"%group_m = arith.const {{value = {group_m}}}" in k.asm["tkir"]
+    assert "%group_m.1 = arith.min %group_m, " in k.asm["tkir"]
+    (res,) = check_interpreted(k.module, load_companion(GEMM), dict(M=640, N=512, K=128), {}, seed=1, num_sms=4)
+    assert res.ok, res

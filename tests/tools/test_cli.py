@@ -97,12 +97,40 @@ def test_emit_ptx_cpu_time(tmp_path: Path) -> None:
      "tkc run: error: missing --size for K (the kernel's sizes: M, K, N)"),
     (["run", GEMM, "--interpret", "--size", "M=128", "--size", "N=256", "--size", "K=64", "--size", "Q=1"],
      "tkc run: error: --size Q: not a size of this kernel (its sizes: M, K, N)"),
+    # values the compiler cannot honour: errors, never truncated or dropped
+    (["compile", GEMM, "--passes=canonicalize,persistent{group_m=4294967296}"],
+     "<passes>:1:25: error: parameter 'group_m' of pass 'persistent' is 4294967296: out of the range of i32"),
+    (["compile", GEMM, "--passes=canonicalize,stream-k{min_iters=4294967296}"],
+     "<passes>:1:23: error: parameter 'min_iters' of pass 'stream-k' is 4294967296: out of the range of i32"),
+    (["compile", GEMM, "--passes=canonicalize,stream-k{min_iters=2000000}"],
+     "<passes>:1:23: error: stream-k: min_iters=2000000: must be 1..1048576"),
+    (["compile", GEMM, "--group-m", "0"], "tkc compile: error: --group-m was removed in tkir 0.2"),
+    (["tune", GEMM, "--size", "M=256", "--size", "N=256", "--size", "K=256", "--dry-run",
+      "--passes=canonicalize,persistent{group_m=0}"],
+     "<passes>:1:25: error: persistent: group_m=0: the group must be at least one tile-row"),
+    (["run", "examples/softmax.tk", "--interpret", "--size", "N=2147483648"],
+     "tkc run: error: --size N=2147483648: a size is at most 2147483647"),
+    (["compile", GEMM, "-D", "BM=64", "-D", "BM=128"], "tkc compile: error: -D BM is given twice (BM=64 and BM=128)"),
+    (["run", "examples/softmax.tk", "--interpret", "--size", "N=32", "--size", "N=48"],
+     "tkc run: error: --size N is given twice (N=32 and N=48)"),
+    (["compile", GEMM, "--stop-after="], "tkc compile: error: --stop-after is empty"),
+    (["compile", GEMM, "--load-pass=README.md"], "error: --load-pass: 'README.md' is not a Python file"),
+    # outputs that cannot be written: the flag, the path and why, and nothing half-written
+    (["compile", GEMM, "--emit", "ptx", "-o", "/dev/full"],
+     "tkc compile: error: -o /dev/full: cannot write: No space left on device"),
+    (["compile", GEMM, "-o", "README.md/x.ptx"], "tkc compile: error: -o README.md/x.ptx: cannot write: README.md is "
+                                                 "not a folder"),
+    (["compile", GEMM, "-o", "no/such/folder/x.ptx"], "tkc compile: error: -o no/such/folder/x.ptx: cannot write: no "
+                                                      "folder no/such/folder"),
+    (["tune", "examples/softmax.tk", "--size", "N=64", "-D", "ROWS=16", "-D", "WG=1", "-D", "OCC=0", "-D", "FENCE=0",
+      "-D", "DC=1024", "--dry-run", "--json", "/dev/full"],
+     "tkc tune: error: --json /dev/full: cannot write: No space left on device"),
 ])
 def test_errors_are_one_line(args: list[str], message: str) -> None:
     proc, _ = tkc(*args)
     assert proc.returncode != 0
-    assert "Traceback" not in proc.stderr and not proc.stdout
-    lines = proc.stderr.splitlines()
+    assert "Traceback" not in proc.stderr and (not proc.stdout or args[0] == "tune")  # tune prints its table first
+    lines = [ln for ln in proc.stderr.splitlines() if not ln.startswith("tkc tune: compile ")]  # its progress
     assert lines[0].startswith(message), proc.stderr
     if lines[0].startswith("<passes>:"):  # a located error in the pipeline text: the text and a caret under it
         lines = [lines[0], *lines[3:]]
@@ -120,7 +148,8 @@ def test_output_is_not_touched_when_compilation_fails(tmp_path: Path, capsys: py
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.tk", "out.ptx"]
 
 
-def test_output_is_whole_or_absent_when_writing_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_output_is_whole_or_absent_when_writing_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
     import tempfile
 
     out = tmp_path / "gemm.tkir"
@@ -145,8 +174,8 @@ def test_output_is_whole_or_absent_when_writing_fails(tmp_path: Path, monkeypatc
             raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(tempfile, "NamedTemporaryFile", lambda *a, **kw: HalfWrite(real(*a, **kw)))
-    with pytest.raises(OSError):
-        main(["compile", GEMM, "-o", str(out)])
+    assert main(["compile", GEMM, "-o", str(out)]) == 1  # a one-line error naming the file, no traceback
+    assert capsys.readouterr().err == f"tkc compile: error: -o {out}: cannot write: No space left on device\n"
     assert out.read_text() == "previous output\n"
     assert [p.name for p in tmp_path.iterdir()] == ["gemm.tkir"]  # the temporary file is gone too
     monkeypatch.setattr(tempfile, "NamedTemporaryFile", real)
@@ -357,3 +386,98 @@ def test_a_reader_that_stops_early_gets_no_traceback(args: tuple[str, ...]) -> N
                           capture_output=True, text=True, timeout=120)
     assert len(proc.stdout.splitlines()) == 1
     assert "Traceback" not in proc.stderr and "Error" not in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("args", [("compile", "examples/gemm.tk"), ("passes",), ("compile", "examples/gemm.tk",
+                                                                               "--emit", "cubin")])
+@pytest.mark.parametrize("stdout", ["closed", "full"])
+def test_an_unwritable_stdout_is_a_one_line_error(args: tuple[str, ...], stdout: str) -> None:
+    """`tkc ... >&-` wrote nothing and exited 0 (or raised AttributeError); `> /dev/full` printed Python's
+    "Exception ignored" and exited 120. Now: status 1 and one line that says what happened."""
+    redirect = ">&-" if stdout == "closed" else "> /dev/full"
+    proc = subprocess.run(f"{sys.executable} -m tkir.cli {' '.join(args)} {redirect}", shell=True, cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    want = ("standard output is closed: name a file with -o" if stdout == "closed" else
+            "standard output: cannot write: No space left on device")
+    assert proc.returncode == 1 and proc.stderr.startswith(f"tkc {args[0]}: error: {want}"), proc.stderr
+    assert len(proc.stderr.splitlines()) == 1 and "Traceback" not in proc.stderr and "Exception" not in proc.stderr
+
+
+def test_emit_c_writes_both_files_or_neither(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """The C source and its header go to temporary files first: a failure on the second leaves neither."""
+    from tkir import output_file
+
+    real = output_file._write_temporary
+    calls: list[str] = []
+
+    def fail_second(out: Path, raw: bytes, flag: str, path: str) -> str:
+        calls.append(path)
+        if len(calls) == 2:
+            raise output_file.OutputError(f"{flag} {path}: cannot write: No space left on device")
+        return real(out, raw, flag, path)
+
+    monkeypatch.setattr(output_file, "_write_temporary", fail_second)
+    c = tmp_path / "k.c"
+    assert main(["compile", str(EXAMPLES / "softmax.tk"), "--emit", "c", "-o", str(c)]) == 1
+    assert capsys.readouterr().err == f"tkc compile: error: -o {c}: cannot write: No space left on device\n"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_removed_group_m_with_a_value_its_pass_refuses_says_so(capsys: pytest.CaptureFixture[str]) -> None:
+    """`--group-m 0` was answered with the generic advice, the 0 silently dropped."""
+    assert main(["compile", GEMM, "--group-m", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.rstrip().endswith("and the value given is refused: persistent: group_m=0: the group must be at "
+                                 "least one tile-row")
+    import tkir
+
+    with pytest.raises(TypeError, match="and the value given is refused: persistent: group_m=0"):
+        tkir.compile(GEMM, group_m=0)
+
+
+@pytest.mark.parametrize("kw, message", [
+    ({"swizzle": "bogus"}, "swizzle='bogus': the only switch is swizzle='none'"),
+    ({"swizzle": "128"}, "swizzle='128': the only switch is swizzle='none'"),
+    ({"target": "sm_99"}, "target='sm_99': the targets are 'sm_90a', 'sm_80'"),
+    ({"no_tma": "yes"}, "no_tma='yes': True or False"),
+])
+def test_compile_options_no_pass_honours_are_errors(kw: dict, message: str) -> None:
+    """`tkir.compile(swizzle="bogus")` compiled as the default; an unknown target compiled for sm_90a."""
+    import tkir
+    from tkir.passmanager import OptionError
+
+    with pytest.raises(OptionError, match=message):
+        tkir.compile(GEMM, **kw)
+    assert issubclass(OptionError, ValueError)
+
+
+@pytest.mark.parametrize("kw, error, message", [
+    ({"BM": True}, "CompileError", "const 'BM' = True: a const is an integer or a number"),
+    ({"BM": "128"}, "CompileError", "const 'BM' = '128': a const is an integer or a number"),
+    ({"BM": None}, "CompileError", "const 'BM' = None: a const is an integer or a number"),
+    ({"passes": 5}, "TypeError", "a pipeline is a string or a list of entries, not int"),
+    ({"passes": ["canonicalize", 5]}, "TypeError", "a pipeline entry is a string such as"),
+    ({"load_passes": "p.py"}, "TypeError", "load_passes= is a list of files, e.g. load_passes=['p.py']"),
+])
+def test_compile_arguments_of_the_wrong_type_say_so(kw: dict, error: str, message: str) -> None:
+    """`tkir.compile(BM=True)` said "unsupported size expression 'cdiv(M, True)'", BM=None "'BM' is a const",
+    load_passes="p.py" looked for the files 'p', '.', 'p', 'y'."""
+    import tkir
+
+    with pytest.raises(Exception) as info:
+        tkir.compile(GEMM, **kw)
+    assert type(info.value).__name__ == error and message in str(info.value), info.value
+
+
+def test_a_dry_run_that_keeps_no_point_fails(capsys: pytest.CaptureFixture[str]) -> None:
+    """`tkc tune --dry-run` with every point dropped (here -D BK=40: no tile is a multiple of 16) exited 0."""
+    rc = main(["tune", GEMM, "--size", "M=256", "--size", "N=256", "--size", "K=256", "-D", "BK=40", "--dry-run"])
+    err = capsys.readouterr().err
+    assert rc == 1 and err.rstrip().endswith("tkc tune: error: every point of the space is dropped (the reasons above)")
+
+
+def test_a_byte_order_mark_is_not_part_of_the_program(tmp_path: Path) -> None:
+    src = tmp_path / "bom.tk"
+    src.write_bytes(b"\xef\xbb\xbf" + (EXAMPLES / "softmax.tk").read_bytes())
+    assert main(["compile", str(src), "--stop-after=canonicalize", "-o", str(tmp_path / "out.tkir")]) == 0

@@ -7,11 +7,13 @@ Scalar arithmetic, comparisons and casts compute with tkir/scalar.py; tiles with
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable
 
 import numpy as np
 
 from tkir import scalar
+from tkir.diagnostics import TkirWarning
 from tkir.interp.frame import Frame, Handler, InterpError, register_handler, shape_of, where, zeros
 from tkir.ir import Operation
 from tkir.types import GlobalType, TileType, Type, VectorType
@@ -60,14 +62,26 @@ def _write_global(g: np.ndarray, val: np.ndarray, t: Type, coords: list[int]) ->
 
 
 def _arith_binary(name: str) -> Handler:
-    return lambda op, args, frame: scalar.binary(name, args[0], args[1])
+    """`arith.<name>` as the GPU computes it (tkir/scalar.py runtime_binary): an integer result that passes
+    the 32 bits wraps there and here, with a warning naming the op (once per op)."""
+    def run(op: Operation, args: list, frame: Frame) -> object:
+        dtype = op.result.type.dtype
+        if dtype in scalar.INT_DTYPES and scalar.runtime_wraps(name, args[0], args[1]):
+            warnings.warn(f"{where(op)}'{op.name}' on {dtype} passes 32 bits and wraps, as on the GPU "
+                          "(run-time integers are 32 bits)", IntegerOverflowWarning, stacklevel=2)
+        return scalar.runtime_binary(name, args[0], args[1], dtype)
+    return run
 
+
+class IntegerOverflowWarning(TkirWarning):
+    """A run-time integer op whose exact result does not fit its 32 bits: the interpreter wraps it, as
+    the GPU does (tkir/scalar.py), and says where (once per op: the message names its location)."""
 
 for _name in scalar.BINARY_NAMES:
     register_handler(f"arith.{_name}", _arith_binary(_name))
 
 register_handler("arith.const", lambda op, args, frame: op.attrs["value"])
-register_handler("arith.cast", lambda op, args, frame: scalar.convert(args[0], op.result.type.dtype))
+register_handler("arith.cast", lambda op, args, frame: scalar.runtime_convert(args[0], op.result.type.dtype))
 register_handler("tk.block_id", lambda op, args, frame: frame.block_id[op.attrs["dim"]])
 register_handler("tk.grid_dim", lambda op, args, frame: frame.grid[op.attrs["dim"]])
 
@@ -251,7 +265,17 @@ register_handler("tk.select", lambda op, args, frame: np.where(args[0], args[1],
 
 
 def _for(op: Operation, args: list, frame: Frame) -> object:
+    """The counted loop as the GPU runs it: `i = lo; while i < hi: ...; i += step` on an i32 counter. Where
+    that counter would pass 2**31 - 1 (and wrap, so the GPU loop never ends), or the step is not positive
+    with a body to run, the interpreter refuses to run it instead of hanging."""
     lo, hi, step, *carried = args
+    if lo < hi and step <= 0:
+        raise InterpError(f"{where(op)}the loop from {lo} to {hi} has step {step}: it would never end "
+                          "(a step is positive)")
+    if lo < hi and lo + (hi - 1 - lo) // step * step + step > scalar.I32_MAX:
+        last = lo + (hi - 1 - lo) // step * step
+        raise InterpError(f"{where(op)}the loop counter passes {scalar.I32_MAX} (from {lo} to {hi} step {step}: "
+                          f"{last} + {step}): on the GPU the i32 counter wraps and the loop never ends")
     for i in range(lo, hi, step):
         carried = frame.run_block(op.body, [i, *carried])
     if len(op.results) == 1:
@@ -261,7 +285,8 @@ def _for(op: Operation, args: list, frame: Frame) -> object:
 
 register_handler("scf.for", _for)
 
-register_handler("arith.cmp", lambda op, args, frame: scalar.COMPARE[str(op.attrs["pred"])](args[0], args[1]))
+register_handler("arith.cmp", lambda op, args, frame: scalar.runtime_compare(
+    str(op.attrs["pred"]), args[0], args[1], op.operands[0].type.dtype))
 register_handler("tk.cmp", _tile_cmp)
 
 

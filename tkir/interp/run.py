@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from tkir import symexpr
+from tkir import scalar, symexpr
 from tkir.interp.frame import Frame, InterpError, round_to_type
 from tkir.ir import Module, Operation, Value
 from tkir.requires import module_requires, requirement_failure
@@ -120,5 +120,9 @@ def _bind_params(params: list[Value], arrays: Sequence[np.ndarray], scalars: dic
             continue
         if p.name not in scalars:
             raise InterpError(f"scalar parameter {p.name}: {p.type} needs a value in scalars=")
-        out.append(round_to_type(scalars[p.name], p.type))
+        value = round_to_type(scalars[p.name], p.type)
+        bounds = scalar.INT_RANGES.get(getattr(p.type, "dtype", ""))
+        if bounds is not None and not bounds[0] <= value <= bounds[1]:  # the launch refuses it too
+            raise InterpError(f"scalar parameter {p.name}: {value} does not fit {p.type} ({bounds[0]} .. {bounds[1]})")
+        out.append(value)
     return out

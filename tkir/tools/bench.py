@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from tkir.diagnostics import TkirError
+from tkir.output_file import write_outputs
 from tkir.tools import timing
 
 
@@ -256,7 +257,7 @@ def run_bench(path: str, sizes_list: list[dict], consts_list: list[dict], *, rep
         print(f"device-to-device copy, same run: {copy:.0f} GB/s; tkir reaches "
               + ", ".join(f"{100 * r.gbps / copy:.0f}%" for r in rows) + " of it")
     if json_out:
-        Path(json_out).write_text(json.dumps([r.as_dict() for r in rows], indent=2) + "\n")
+        write_outputs([(json_out, json.dumps([r.as_dict() for r in rows], indent=2) + "\n")], "--json")
     if plot:
         plot_rows(rows, plot, memory_bound)
     return rows

@@ -120,9 +120,12 @@ def _tk_kernel(rng: random.Random, seed: int, index: int) -> FuzzInput:
 def _tk_defines(rng: random.Random, seed: int, index: int) -> FuzzInput:
     s = rng.choice(corpus.examples())
     names = list(corpus.const_params(s.text)) or ["X"]
-    defines = []
+    defines, chosen = [], set()
     for _ in range(rng.randint(1, 2)):
         name = rng.choice(names) if rng.random() < 0.95 else rng.choice(("UNKNOWN", "M", "block"))
+        if name in chosen:  # a const given twice is a usage error of its own (tkc: "-D NAME is given twice")
+            continue
+        chosen.add(name)
         defines.append(f"{name}={rng.choice(DEFINE_VALUES)}")
     return _tk(index, "tk-defines", s.text, rng, f"{s.name} -D {' -D '.join(defines)}", defines)
 
