@@ -151,7 +151,7 @@ def test_transcript(t: Transcript, workdir: tuple[Path, dict[str, str]]) -> None
     d, env = workdir
     # a compile cache of its own: what another transcript compiled first (in whatever order xdist runs
     # them) must not turn this one's "backend (llvm, ptx)" into "backend (cached)"
-    env = dict(env, TKIR_CACHE_DIR=str(d / ".cache" / re.sub(r"\W", "_", t.id)))
+    env = dict(env, TKIR_CACHE_DIR=str(d / "caches" / re.sub(r"\W", "_", t.id) / ".cache"))
     for step in t.steps:
         proc = subprocess.run(["bash", "-o", "pipefail", "-c", f"{{ {step.command} ; }} 2>&1"], cwd=d, env=env,
                               capture_output=True, text=True, timeout=TIMEOUT_S)
