@@ -1,5 +1,6 @@
 """The verifier's pipeline rules: the mbarrier ring protocol of `pipeline`, `early-release`,
-`overlap-mma`, `persistent`, `stream-k` and `pingpong` (tkir/ops_pipeline.py), checked on the IR.
+`overlap-mma`, `persistent`, `stream-k` and `pingpong`, and the cp.async groups of
+`pipeline-cp-async` (tkir/ops_pipeline.py), checked on the IR.
 
 Two parts. Static rules over the IR text:
 
@@ -12,18 +13,20 @@ And a protocol model: one block of the kernel run on scalars only, its roles (`t
 coroutines that meet at mbarriers with the hardware's rules (PTX ISA §9.7.12.15; HOPPER.md §5.1):
 a phase of `bars[s]` completes when it has received `count` arrivals and its announced transaction
 bytes have all landed; `pipe.wait` with parity p passes once the barrier's completed phases c have
-c mod 2 != p (a fresh barrier passes parity 1). Loop bounds, `scf.if` conditions, stage indices and
-parities are evaluated (sizes bound to values that give every ring at least 2S+2 iterations, S its
-stages; block 0 and the last block; NUM_SMS = MODEL_NUM_SMS). A role arrives as the backend makes it
-arrive: a TMA producer once (one thread), a consumer once per warp, a cp.async producer once per
-thread per copy. A TMA copy lands at once. wgmma groups are tracked as the backend commits and waits
+c mod 2 != p (a fresh barrier passes parity 1). Loop bounds, `scf.if` conditions (and cp.async copy
+conditions), stage indices and parities are evaluated, with sizes that give every ring at least
+2S+2 iterations (S its stages), for block 0 and for the grid's last block (sizes one more: ragged
+edges); NUM_SMS is chosen so a persistent block runs TILES_PER_BLOCK tiles round its ring. A role
+arrives as the backend makes it arrive: a TMA producer once (one thread), a consumer once per warp,
+a cp.async producer once per thread per copy. A TMA copy lands at once; a cp.async copy when a
+`pipe.async_wait` retires its group. wgmma groups are tracked as the backend commits and waits
 them (`async_groups = N`: all but the newest N retired after issue; `defer_wait`: retired at the
 first use of the result; otherwise retired at once), and a `deferred` release frees the previous
 iteration's stage after the next mma was issued, the last one after the loop. The model checks:
 
 * in a loop iteration `it` (the op marked `iteration = true`), every barrier op and stage view of an
-  S-stage ring uses stage it mod S, and a wait's parity is 0 or 1 and flips once per round
-  ((it / S) mod 2, or its complement for a barrier that starts free);
+  S-stage ring uses stage it mod S (and every stage index is in range), and a wait's parity is 0 or
+  1 and flips once per round ((it / S) mod 2, or its complement for a barrier that starts free);
 * arrivals never exceed a phase's count (else the barrier's count is wrong for its participants), and
   the copies never deliver more bytes than the phase's `pipe.expect`s announced;
 * each role waits on a stage of a barrier once per phase, in order: the n-th wait is for the n-th
@@ -33,11 +36,16 @@ iteration's stage after the next mma was issued, the last one after the loop. Th
 * a role reads a stage (a `pipe.stage` view with readers, a tile a copy fills) only after waiting on
   the barrier its copies complete on for the latest fill, not after releasing it and not while a
   copy into it is in flight; it releases a stage (arrives on the barrier its producer waits on
-  before refilling it) only once no wgmma group in flight reads it;
+  before refilling it) only once no wgmma group in flight reads it; when the roles finish, every
+  fill was released;
+* a stage a cp.async copy fills is read only once a `pipe.async_wait` retired the copy's group, and
+  a `pipe.async_commit` closes the copies of the stage it names;
 * no deadlock: when every unfinished role waits for a phase that no other role can complete, the
   error names the wait and what its phase is missing.
 
-Each rule raises the verifier's located error at the op that breaks it.
+Each rule raises the verifier's located error at the op that breaks it. A run that cannot go on (a
+loop bound or condition read from memory, or more than MAX_STEPS ops) stops without an error: what
+it checked until then stands.
 """
 
 from __future__ import annotations
@@ -66,7 +74,7 @@ class _Stop(Exception):
 
 def verify_pipeline(kernel: Operation, error: type[CompileError]) -> None:
     """Check `kernel`'s mbarrier pipeline, if it has one; raise `error` (located) at the first problem."""
-    if not any(op.name == "pipe.barriers" for op in kernel.walk()):
+    if not any(op.name in ("pipe.barriers", "pipe.async_copy") for op in kernel.walk()):
         return
     _static_rules(kernel, error)
     rings = {id(op): op.result.type.n for op in kernel.walk() if op.name == "pipe.barriers" and op.result.type.n > 1}
@@ -125,8 +133,8 @@ def _expect_bytes(blk: Block, error: type[CompileError]) -> None:
         if got != op.attrs["bytes"]:
             each = ", ".join(f"%{c.operands[0].name}: {_copy_bytes(c)}" for c in copies)
             raise error(op.loc, f"'pipe.expect' on %{bars.name} announces {op.attrs['bytes']} bytes, but the "
-                                f"{len(copies)} cop{'ies' if len(copies) > 1 else 'y'} completing on it deliver "
-                                f"{got} ({each})",
+                                f"{len(copies)} cop{'ies' if len(copies) > 1 else 'y'} completing on it "
+                                f"deliver{'s' * (len(copies) == 1)} {got} ({each})",
                         hint="mbarrier.expect_tx must count every byte the TMA copies of the phase deliver: fewer "
                              "completes the phase before the data lands, more never completes it")
 
@@ -148,7 +156,7 @@ def _bindings(kernel: Operation, scale: int) -> Iterator[tuple[dict[str, int], t
     from tkir.verify_sizes import kernel_sizes
 
     names = sorted(kernel_sizes(kernel))
-    stages = max((op.result.type.n for op in kernel.walk() if op.name == "pipe.barriers"), default=1)
+    stages = max((_stages_of(op) for op in kernel.walk() if op.name in ("pipe.barriers", "tk.alloc")), default=1)
     base = SIZE_UNIT * (MIN_ROUNDS * stages + 2) * scale
     grid0 = kernel.attrs["grid"][0]
     for extra, last in ((0, False), (1, True)):
@@ -160,6 +168,15 @@ def _bindings(kernel: Operation, scale: int) -> Iterator[tuple[dict[str, int], t
         except (symexpr.SymExprError, ZeroDivisionError):
             continue
         yield sizes, (max(bx, 0), 0, 0)
+
+
+def _stages_of(op: Operation) -> int:
+    """The stages of a barrier array or of a ring buffer's allocation (1 for another tile)."""
+    t = op.result.type
+    if op.name == "pipe.barriers":
+        return t.n
+    n = t.get("stages") if isinstance(t, TileType) else None
+    return n if isinstance(n, int) else 1
 
 
 # --- the model -------------------------------------------------------------------------------------
@@ -206,6 +223,8 @@ class _Role:
     seen: dict[tuple[int, int], int | None] = field(default_factory=dict)  # (buffer, s) -> fill phase acquired
     groups: list[tuple[Operation, frozenset]] = field(default_factory=list)  # wgmma groups in flight, oldest first
     deferred: list[dict] = field(default_factory=list)  # the enclosing loops' deferred-release state
+    cp_open: list[tuple[int, int, Operation]] = field(default_factory=list)  # cp.async copies not yet committed
+    cp_groups: list[list[tuple[int, int, Operation]]] = field(default_factory=list)  # committed, in flight
 
     @property
     def label(self) -> str:
@@ -560,9 +579,24 @@ class _Model:
         for v in op.operands:
             val = self.env.get(id(v))
             if isinstance(val, tuple) and len(val) == 3 and val[0] == "view":
+                if role.cp_open or role.cp_groups:
+                    self._check_landed(op, val[1], val[2], role)
                 self._check_read(op, val[1], val[2], role)
             elif id(v) in self.filled_tiles:
                 self._check_read(op, v, 0, role)
+
+    def _check_landed(self, op: Operation, buf: Value, s: int, role: _Role) -> None:
+        """A read of a stage a cp.async copy fills: after a `pipe.async_wait` retired the copy's group."""
+        key = (id(buf), s)
+        for group in [role.cp_open, *role.cp_groups]:
+            for b, st, cp in group:
+                if (b, st) == key:
+                    when = "not yet committed" if group is role.cp_open else \
+                        f"its group is one of the {len(role.cp_groups)} committed groups still in flight"
+                    raise self.error(op.loc, f"'{op.name}' reads stage {s} of %{buf.name} while the cp.async copy "
+                                             f"into it at line {_line(cp)} is in flight ({when})",
+                                     hint="a stage is read after a 'pipe.async_wait' whose `pending` leaves only "
+                                          "the groups of later stages in flight")
 
     def _check_read(self, op: Operation, buf: Value, s: int, role: _Role) -> None:
         bar = self.fill_bar.get(id(buf))
@@ -742,6 +776,35 @@ def _arrive(m: _Model, op: Operation, role: _Role) -> None:
     m._release(op, bars, s, role)
 
 
+def _async_copy(m: _Model, op: Operation, role: _Role) -> None:
+    cond = m.env.get(id(op.operands[0]))
+    if cond is None:
+        raise _Stop
+    if not cond:
+        return
+    buf = op.operands[1]
+    s = m._stage(op, op.operands[2], _stages_of(buf.owner) if isinstance(buf.owner, Operation) else 1,
+                 f"%{buf.name}")
+    role.cp_open.append((id(buf), s, op))
+
+
+def _async_commit(m: _Model, op: Operation, role: _Role) -> None:
+    s = m._int(op.operands[0])
+    wrong = [cp for b, st, cp in role.cp_open if st != s]
+    if wrong:
+        raise m.error(op.loc, f"'pipe.async_commit' closes the group that fills stage {s}, but the cp.async copy at "
+                              f"line {_line(wrong[0])} fills another stage",
+                      hint="a group holds the copies of one stage: its wait retires exactly that stage")
+    role.cp_groups.append(role.cp_open)
+    role.cp_open = []
+
+
+def _async_wait(m: _Model, op: Operation, role: _Role) -> None:
+    pending = int(op.attrs["pending"])
+    if len(role.cp_groups) > pending:
+        del role.cp_groups[:len(role.cp_groups) - pending]
+
+
 def _mma(m: _Model, op: Operation, role: _Role) -> None:
     reads = set()
     for v in op.operands:
@@ -781,6 +844,9 @@ _SIMPLE = {
     "pipe.expect": _expect,
     "pipe.copy": _copy,
     "pipe.arrive": _arrive,
+    "pipe.async_copy": _async_copy,
+    "pipe.async_commit": _async_commit,
+    "pipe.async_wait": _async_wait,
     "pipe.turn_init": _nothing,
     "pipe.turn_wait": _nothing,
     "pipe.turn_pass": _nothing,

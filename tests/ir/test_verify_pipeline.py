@@ -24,6 +24,7 @@ from tkir.verifier import VerifyError, verify
 
 GEMM = tkir.compile("examples/gemm.tk").ir
 ATTENTION = tkir.compile("examples/attention_fwd.tk").ir
+BASED = tkir.compile("examples/based.tk").ir  # pipeline-cp-async: cp.async groups, no mbarriers
 
 # the consumer's mma, made synchronous (no wgmma group left in flight): its stage may be released at once
 ASYNC_MMA = 'major = "MN"}], async_groups = 1} : rt<f32, 128, 256'
@@ -118,6 +119,18 @@ CASES = [
                                              "%empty_k = pipe.barriers {count = 8}")],
      "%empty_k = pipe.barriers", "'pipe.barriers' %empty_k has count = 8, but a phase of %empty_k[0] receives "
                                  "only 4 arrivals"),
+    # based: every thread copies its stages with cp.async, commits one group per stage and waits for them
+    ("based-wait-pending-1", BASED, [("pipe.async_wait {pending = 0}", "pipe.async_wait {pending = 1}")],
+     "%6 = tk.mma %q_s", "'tk.mma' reads stage 0 of %q while the cp.async copy into it at line 28 is in flight (its "
+                        "group is one of the 2 committed groups still in flight)"),
+    ("based-next-stage-is-this-one", BASED, [("%s_next = arith.rem %k_next, %cp_stages",
+                                              "%s_next = arith.rem %j, %cp_stages")],
+     "%6 = tk.mma %q_s", "'tk.mma' reads stage 0 of %q while the cp.async copy into it at line 39 is in flight"),
+    ("based-commit-other-stage", BASED, [("pipe.async_commit %s_next", "pipe.async_commit %s")],
+     "pipe.async_commit %s", "'pipe.async_commit' closes the group that fills stage 0, but the cp.async copy at "
+                             "line 39 fills another stage"),
+    ("based-ring-index", BASED, [("%cp_stages = arith.const {value = 2}", "%cp_stages = arith.const {value = 3}")],
+     "pipe.async_copy %more, %q", "'pipe.async_copy' uses stage 2 of %q, which has 2 (0..1)"),
 ]
 
 
