@@ -56,15 +56,27 @@ from dataclasses import dataclass, field
 from tkir import scalar, symexpr
 from tkir.diagnostics import CompileError
 from tkir.ir import Block, Operation, Value, parent_op
-from tkir.target import MAX_GRID, WARP, WARPS_PER_WARPGROUP
+from tkir.target import MAX_GRID, NUM_SMS, WARP, WARPS_PER_WARPGROUP
 from tkir.types import TileType
 
-TILES_PER_BLOCK = 2    # NUM_SMS in the model: a persistent block runs about this many tiles round one ring
+TILES_PER_BLOCK = 4    # NUM_SMS in the model: a persistent block runs about this many tiles (a one-stage
+                       # ring of one fill per tile, like persistent attention's q, goes round 2S+2 = 4 times)
 MIN_ROUNDS = 2         # every ring runs at least MIN_ROUNDS * S + 2 iterations (the issue's 2S+2)
 SIZE_UNIT = 64         # sizes start at SIZE_UNIT * (2S + 2): a tile of up to 64 along a size gives 2S+2 steps
+STREAM_K_SCALE = 4     # stream-K's run: sizes 4x the base (K long enough for a tail of split tiles)
 SIZE_TRIES = 3         # then double, up to this many times, while a ring went round fewer than 2S+2 times
 MAX_STEPS = 40_000     # ops evaluated per model run; a longer run (a persistent grid of many tiles) stops there
 NOT_READS = frozenset({"pipe.copy", "pipe.stage", "tk.role", "scf.for", "scf.if", "scf.yield"})  # write or pass on
+
+
+class _Undefined:
+    """The value of a scalar computed with a division by zero (LLVM's sdiv/srem by 0: poison)."""
+
+    def __repr__(self) -> str:
+        return "undefined"
+
+
+UNDEFINED = _Undefined()
 
 
 class _Stop(Exception):
@@ -100,6 +112,7 @@ def _static_rules(kernel: Operation, error: type[CompileError]) -> None:
         for region in op.regions:
             _expect_bytes(region.block, error)
         if op.name == "scf.for":
+            _loop_stages(op, error)
             deferred = [x for x in op.body.ops if x.name == "pipe.arrive" and x.attrs.get("deferred")]
             if len(deferred) > 1:
                 raise error(deferred[1].loc, "a second deferred 'pipe.arrive' in one loop: the backend carries one "
@@ -111,6 +124,28 @@ def _static_rules(kernel: Operation, error: type[CompileError]) -> None:
                 raise error(op.loc, "a deferred 'pipe.arrive' releases the previous iteration's stage of its loop: it "
                                     "must sit directly in an scf.for body",
                             hint="the backend carries that stage around the loop and releases the last one after it")
+
+
+def _loop_stages(loop: Operation, error: type[CompileError]) -> None:
+    """A pipelined loop's `stages` is the stage count of the rings its body uses (barrier arrays and
+    ring buffers of two stages or more)."""
+    want = loop.attrs.get("stages")
+    if want is None:
+        return
+    rings: dict[int, str] = {}
+    for x in loop.body.ops:
+        if x.name in ("pipe.wait", "pipe.expect", "pipe.arrive"):
+            rings.setdefault(x.operands[0].type.n, f"%{x.operands[0].name}")
+        elif x.name in ("pipe.stage", "pipe.async_copy"):
+            buf = x.operands[0 if x.name == "pipe.stage" else 1]
+            n = buf.type.get("stages") if isinstance(buf.type, TileType) else None
+            if isinstance(n, int):
+                rings.setdefault(n, f"%{buf.name}")
+    rings.pop(1, None)
+    if rings and want not in rings:
+        n, name = next(iter(rings.items()))
+        raise error(loop.loc, f"'scf.for' has stages = {want!r}, but the ring {name} its body uses has {n} stages",
+                    hint="a pipelined loop's stages is its rings' stage count")
 
 
 def _expect_bytes(blk: Block, error: type[CompileError]) -> None:
@@ -152,20 +187,30 @@ def _line(op: Operation) -> str:
 
 def _bindings(kernel: Operation, scale: int) -> Iterator[tuple[dict[str, int], tuple[int, int, int]]]:
     """(sizes, block index) of each model run: every size at `base` x `scale`, block 0; every size one
-    more (ragged edges), the grid's last block. NUM_SMS makes a persistent block run a few tiles."""
+    more (ragged edges), the grid's last block; NUM_SMS so that a persistent block runs TILES_PER_BLOCK
+    tiles. The first time (`scale` 1) also every size 1 (the paths of one partial tile: everything
+    masked) and, for a stream-K kernel, long sizes on NUM_SMS SMs (its tail of split tiles runs only
+    when the tiles do not divide over the SMs and K is long)."""
     from tkir.verify_sizes import kernel_sizes
 
     names = sorted(kernel_sizes(kernel))
     stages = max((_stages_of(op) for op in kernel.walk() if op.name in ("pipe.barriers", "tk.alloc")), default=1)
     base = SIZE_UNIT * (MIN_ROUNDS * stages + 2) * scale
     grid0 = kernel.attrs["grid"][0]
-    for extra, last in ((0, False), (1, True)):
-        sizes = {n: base + extra for n in names}
+    runs: list[tuple[int, bool, int | None]] = [(base, False, None), (base + 1, True, None)]
+    if scale == 1:
+        if any(op.name == "tk.partial_add" for op in kernel.walk()):
+            runs.append((STREAM_K_SCALE * base, False, NUM_SMS))
+        runs.append((1, False, NUM_SMS))
+    for size, last, sms in runs:
+        sizes = {n: size for n in names}
         try:  # the tiles of a persistent grid (its grid with one block per tile), then SMs for a few each
-            tiles = symexpr.evaluate(grid0, {**sizes, "NUM_SMS": MAX_GRID[0]})
-            sizes["NUM_SMS"] = max(1, -(-tiles // TILES_PER_BLOCK))
+            if sms is None:
+                tiles = symexpr.evaluate(grid0, {**sizes, "NUM_SMS": MAX_GRID[0]})
+                sms = max(1, -(-tiles // TILES_PER_BLOCK))
+            sizes["NUM_SMS"] = sms
             bx = symexpr.evaluate(grid0, sizes) - 1 if last else 0
-        except (symexpr.SymExprError, ZeroDivisionError):
+        except (ValueError, ZeroDivisionError, OverflowError):  # symexpr.SymExprError is a ValueError
             continue
         yield sizes, (max(bx, 0), 0, 0)
 
@@ -249,11 +294,12 @@ class _Model:
         self.env: dict[int, object] = {}
         self.steps = 0
         self.rings: list[_Bars] = []  # the barrier arrays made so far
+        self.completed = False  # a phase completed since the running role last yielded
         self.grid = []
         for expr in kernel.attrs["grid"]:
             try:
                 self.grid.append(symexpr.evaluate(expr, sizes))
-            except (symexpr.SymExprError, ZeroDivisionError):
+            except (ValueError, ZeroDivisionError, OverflowError):
                 self.grid.append(None)
         self.parity_x: dict[int, tuple[int, int]] = {}  # id(wait) -> (parity xor round parity, iteration)
         self.iteration_of: dict[int, Operation | None] = {}
@@ -263,6 +309,8 @@ class _Model:
         self.fills: dict[int, list[Value]] = {}   # id(barrier) -> the buffers filled on it
         self.guards: dict[int, list[Value]] = {}  # id(barrier) -> the buffers a producer refills after waiting on it
         self.filled_tiles: set[int] = set()       # non-ring tiles a copy fills directly
+        self.cp_bufs = {id(op.operands[1]) for op in kernel.walk() if op.name == "pipe.async_copy"}
+        self.cp_filled: set[tuple[int, int]] = set()  # (ring buffer, stage) a cp.async copy was issued into
         self.deferred_loops: set[int] = {id(op) for op in kernel.walk() if op.name == "scf.for" and any(
             x.name == "pipe.arrive" and x.attrs.get("deferred") for x in op.body.ops)}
         self.async_loops: set[int] = {id(op) for op in kernel.walk() if op.name == "scf.for" and any(
@@ -325,10 +373,14 @@ class _Model:
                 if not isinstance(full, _Bars) or full.n != empty.n:
                     continue
                 for s in range(full.n):
+                    if 0 < empty.arrived[s] < empty.count:
+                        raise self.error(empty.op.loc, f"'pipe.barriers' {empty.name} has count = {empty.count}, but a "
+                                                       f"phase of {empty.name}[{s}] receives only {empty.arrived[s]} "
+                                                       "arrivals: the stage is never released")
                     if full.done[s] != empty.done[s]:
                         what = f"stage {s} of %{buf.name}" if buf.type.get("stages") else f"%{buf.name}"
-                        raise self.error(empty.op.loc, f"{what} was filled {full.done[s]} times ({full.name}[{s}]) "
-                                                       f"but released {empty.done[s]} times ({empty.name}[{s}]) "
+                        raise self.error(empty.op.loc, f"{what} was filled {_times(full.done[s])} ({full.name}[{s}]) "
+                                                       f"but released {_times(empty.done[s])} ({empty.name}[{s}]) "
                                                        "when the roles finish: each fill is released once",
                                          hint="the release of the last stage after the loop is missing or skipped; "
                                               "a persistent block's next tile would wait for it forever")
@@ -343,12 +395,14 @@ class _Model:
         return _Role(op, kind, warps, kind == "producer" and not cp_async)
 
     def _schedule(self, work: list[tuple[_Role, object]]) -> None:
-        """Run the participants together: each until it waits for a phase not yet complete, round
-        robin, until all are done; none able to go on is a deadlock."""
+        """Run the participants together, the first in program order (the producer) first: a role
+        runs until it waits for a phase not yet complete or completes a phase, and then the first
+        role that can go on runs. So a producer fills and refills stages as early as the protocol
+        lets it, and a refill under a reader shows. Until all are done; none able to go on is a
+        deadlock."""
         live = [[role, self._block(body, [], role), None] for role, body in work]
         while live:
-            moved = False
-            for entry in list(live):
+            for entry in live:
                 role, gen, waiting = entry
                 if waiting is not None:
                     _, bars, s, parity, _ = waiting
@@ -358,8 +412,8 @@ class _Model:
                     entry[2] = next(gen)
                 except StopIteration:
                     live.remove(entry)
-                moved = True
-            if not moved:
+                break
+            else:
                 self._deadlock([(e[0], e[2]) for e in live])
 
     def _block(self, blk, args: list, role: _Role):
@@ -379,6 +433,9 @@ class _Model:
             h = _SIMPLE.get(name)
             if h is not None:
                 h(self, op, role)
+                if self.completed:  # a phase completed: let the roles it frees run first
+                    self.completed = False
+                    yield None
             elif name == "scf.yield":
                 return [env.get(id(v)) for v in op.operands]
             elif name == "scf.for":
@@ -395,8 +452,15 @@ class _Model:
     def _val(self, v: Value) -> object:
         return self.env.get(id(v))
 
-    def _int(self, v: Value) -> int:
+    def _int(self, v: Value, op: Operation | None = None, what: str = "") -> int:
+        """The integer value of `v`; for an index or parity of `op` (`what`), one divided by zero is an
+        error; anything else the model cannot evaluate stops it."""
         x = self.env.get(id(v))
+        if type(x) is int:
+            return x
+        if x is UNDEFINED and op is not None:
+            raise self.error(op.loc, f"'{op.name}' {what} %{v.name} is computed with a division by zero",
+                             hint="sdiv and srem by 0 are undefined on the GPU")
         if not isinstance(x, int) or isinstance(x, bool):
             raise _Stop
         return x
@@ -425,7 +489,7 @@ class _Model:
 
     def _if(self, op: Operation, role: _Role):
         cond = self._val(op.operands[0])
-        if cond is None:
+        if cond is None or cond is UNDEFINED:
             raise _Stop
         out: list = []
         if cond:
@@ -444,7 +508,7 @@ class _Model:
         return bars
 
     def _stage(self, op: Operation, v: Value, n: int, what: str) -> int:
-        s = self._int(v)
+        s = self._int(v, op, "stage index")
         if not 0 <= s < n:
             raise self.error(op.loc, f"'{op.name}' uses stage {s} of {what}, which has {n} (0..{n - 1})")
         it_op = self._iteration(v)
@@ -457,27 +521,31 @@ class _Model:
         return s
 
     def _iteration(self, v: Value) -> Operation | None:
-        """The op marked `iteration = true` that `v` is computed from (through arith ops), if any."""
+        """The op marked `iteration = true` that `v` is computed from (through arith ops), if any (a
+        walk with a stack, not recursion: a chain of any length)."""
         key = id(v)
         if key in self.iteration_of:
             return self.iteration_of[key]
         found = None
-        d = v.owner
-        if isinstance(d, Operation) and d.name.startswith("arith."):
-            if d.attrs.get("iteration"):
-                found = d
-            else:
-                for x in d.operands:
-                    found = self._iteration(x)
-                    if found is not None:
-                        break
+        todo, seen = [v], set()
+        while todo and found is None:
+            x = todo.pop()
+            if id(x) in seen:
+                continue
+            seen.add(id(x))
+            d = x.owner
+            if isinstance(d, Operation) and d.name.startswith("arith."):
+                if d.attrs.get("iteration"):
+                    found = d
+                else:
+                    todo.extend(reversed(d.operands))
         self.iteration_of[key] = found
         return found
 
     def _wait(self, op: Operation, role: _Role):
         bars = self._bars(op)
         s = self._stage(op, op.operands[1], bars.n, bars.name)
-        parity = self._int(op.operands[2])
+        parity = self._int(op.operands[2], op, "parity")
         it_op = self._iteration(op.operands[2])
         it = self._val(it_op.result) if it_op is not None else None
         rnd = f" in iteration {it}" if isinstance(it, int) else ""
@@ -511,8 +579,9 @@ class _Model:
                                      "wait is for the next phase (each stage is filled and released once per "
                                      f"round), parity {want_p}")
         target = n + (1 - p0)  # the phases this wait needs completed
-        while not bars.passes(s, parity):
-            yield (op, bars, s, parity, target)
+        if bars.done[s] <= target:
+            while not bars.passes(s, parity):
+                yield (op, bars, s, parity, target)
         if bars.done[s] != target:
             raise self.error(op.loc, f"'pipe.wait' on {bars.name}[{s}]{rnd} (parity {parity}) finds "
                                      f"{bars.done[s]} phases of that stage completed where {role.label} expects "
@@ -544,6 +613,7 @@ class _Model:
 
     def _maybe_complete(self, bars: _Bars, s: int) -> None:
         if bars.arrived[s] == bars.count and bars.tx[s] == 0:
+            self.completed = True
             bars.done[s] += 1
             bars.arrived[s] = 0
             bars.expects[s] = []
@@ -579,7 +649,7 @@ class _Model:
         for v in op.operands:
             val = self.env.get(id(v))
             if isinstance(val, tuple) and len(val) == 3 and val[0] == "view":
-                if role.cp_open or role.cp_groups:
+                if id(val[1]) in self.cp_bufs:
                     self._check_landed(op, val[1], val[2], role)
                 self._check_read(op, val[1], val[2], role)
             elif id(v) in self.filled_tiles:
@@ -588,6 +658,10 @@ class _Model:
     def _check_landed(self, op: Operation, buf: Value, s: int, role: _Role) -> None:
         """A read of a stage a cp.async copy fills: after a `pipe.async_wait` retired the copy's group."""
         key = (id(buf), s)
+        if id(buf) in self.cp_bufs and key not in self.cp_filled:
+            raise self.error(op.loc, f"'{op.name}' reads stage {s} of %{buf.name}, which no cp.async copy has filled",
+                             hint="every stage a loop reads is filled by a 'pipe.async_copy' first (the prologue "
+                                  "fills the first, each iteration the one it reads later)")
         for group in [role.cp_open, *role.cp_groups]:
             for b, st, cp in group:
                 if (b, st) == key:
@@ -612,10 +686,15 @@ class _Model:
             raise self.error(op.loc, f"'{op.name}' in {role.label} reads {what} {why} {bars.name}[{s}], the "
                                      "barrier its copies complete on",
                              hint="every read of a stage needs the role's 'pipe.wait' for the fill of that round")
-        if (id(buf), s) in self.pending_fill or seen != bars.done[s]:
-            raise self.error(op.loc, f"'{op.name}' in {role.label} reads {what} while a copy refills it (the role "
-                                     f"waited for fill {seen} of {bars.name}[{s}]; fill {bars.done[s] + 1} is "
-                                     "under way)")
+        if (id(buf), s) in self.pending_fill:
+            raise self.error(op.loc, f"'{op.name}' in {role.label} reads {what} while a copy refills it (fill "
+                                     f"{bars.done[s] + 1} on {bars.name}[{s}] is in flight)",
+                             hint="the producer refills a stage only after waiting for its release")
+        if seen != bars.done[s]:
+            raise self.error(op.loc, f"'{op.name}' in {role.label} reads {what} after a copy refilled it (the role "
+                                     f"waited for fill {seen} on {bars.name}[{s}]; fill {bars.done[s]} has landed "
+                                     "since)",
+                             hint="the producer refills a stage only after waiting for its release")
 
     def _use_waits(self, op: Operation, role: _Role) -> None:
         """A use of a `defer_wait` mma's result waits for its group (and every older one)."""
@@ -665,6 +744,10 @@ class _Slice:
         self.args: list[Value] = []
 
 
+def _times(n: int) -> str:
+    return {0: "0 times", 1: "once", 2: "twice"}.get(n, f"{n} times")
+
+
 def _add(d: dict[int, list[Value]], key: Value, v: Value) -> None:
     lst = d.setdefault(id(key), [])
     if all(x is not v for x in lst):
@@ -675,48 +758,58 @@ def _add(d: dict[int, list[Value]], key: Value, v: Value) -> None:
 
 
 def _const(m: _Model, op: Operation, role: _Role) -> None:
-    m.env[id(op.result)] = op.attrs.get("value")
+    m.env[id(op.results[0])] = op.attrs.get("value")
 
 
 def _binary(name: str):
     def run(m: _Model, op: Operation, role: _Role) -> None:
         a, b = m.env.get(id(op.operands[0])), m.env.get(id(op.operands[1]))
-        out = None
-        if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        out: object = None
+        if a is UNDEFINED or b is UNDEFINED:
+            out = UNDEFINED
+        elif isinstance(a, (int, float)) and isinstance(b, (int, float)):
             try:
                 out = scalar.binary(name, a, b)
-            except (ZeroDivisionError, OverflowError, ValueError):
+            except ZeroDivisionError:
+                out = UNDEFINED
+            except (OverflowError, ValueError):
                 out = None
-        m.env[id(op.result)] = out
+        m.env[id(op.results[0])] = out
     return run
 
 
 def _cmp(m: _Model, op: Operation, role: _Role) -> None:
     a, b = m.env.get(id(op.operands[0])), m.env.get(id(op.operands[1]))
-    m.env[id(op.result)] = None if a is None or b is None else bool(scalar.COMPARE[str(op.attrs["pred"])](a, b))
+    if a is UNDEFINED or b is UNDEFINED:
+        m.env[id(op.results[0])] = UNDEFINED
+        return
+    m.env[id(op.results[0])] = None if a is None or b is None else bool(scalar.COMPARE[str(op.attrs["pred"])](a, b))
 
 
 def _cast(m: _Model, op: Operation, role: _Role) -> None:
     a = m.env.get(id(op.operands[0]))
-    m.env[id(op.result)] = None if a is None else scalar.convert(a, op.result.type.dtype)
+    try:
+        m.env[id(op.results[0])] = a if a is None or a is UNDEFINED else scalar.convert(a, op.result.type.dtype)
+    except (OverflowError, ValueError):  # inf or NaN to an integer
+        m.env[id(op.results[0])] = None
 
 
 def _size(m: _Model, op: Operation, role: _Role) -> None:
-    m.env[id(op.result)] = m.sizes.get(op.attrs["name"])
+    m.env[id(op.results[0])] = m.sizes.get(op.attrs["name"])
 
 
 def _block_id(m: _Model, op: Operation, role: _Role) -> None:
     d = int(op.attrs.get("dim", 0))
-    m.env[id(op.result)] = m.block[d] if d < 3 else None
+    m.env[id(op.results[0])] = m.block[d] if d < 3 else None
 
 
 def _grid_dim(m: _Model, op: Operation, role: _Role) -> None:
     d = int(op.attrs.get("dim", 0))
-    m.env[id(op.result)] = m.grid[d] if d < len(m.grid) else 1
+    m.env[id(op.results[0])] = m.grid[d] if d < len(m.grid) else 1
 
 
 def _barriers(m: _Model, op: Operation, role: _Role) -> None:
-    bars = m.env[id(op.result)] = _Bars(op, op.result.type.n, int(op.attrs["count"]))
+    bars = m.env[id(op.results[0])] = _Bars(op, op.result.type.n, int(op.attrs["count"]))
     m.rings.append(bars)
 
 
@@ -726,7 +819,7 @@ def _pipe_stage(m: _Model, op: Operation, role: _Role) -> None:
     if not isinstance(n, int):
         raise _Stop
     s = m._stage(op, op.operands[1], n, f"%{buf.name}")
-    m.env[id(op.result)] = ("view", buf, s)
+    m.env[id(op.results[0])] = ("view", buf, s)
 
 
 def _expect(m: _Model, op: Operation, role: _Role) -> None:
@@ -778,7 +871,7 @@ def _arrive(m: _Model, op: Operation, role: _Role) -> None:
 
 def _async_copy(m: _Model, op: Operation, role: _Role) -> None:
     cond = m.env.get(id(op.operands[0]))
-    if cond is None:
+    if cond is None or cond is UNDEFINED:
         raise _Stop
     if not cond:
         return
@@ -786,10 +879,11 @@ def _async_copy(m: _Model, op: Operation, role: _Role) -> None:
     s = m._stage(op, op.operands[2], _stages_of(buf.owner) if isinstance(buf.owner, Operation) else 1,
                  f"%{buf.name}")
     role.cp_open.append((id(buf), s, op))
+    m.cp_filled.add((id(buf), s))
 
 
 def _async_commit(m: _Model, op: Operation, role: _Role) -> None:
-    s = m._int(op.operands[0])
+    s = m._int(op.operands[0], op, "stage index")
     wrong = [cp for b, st, cp in role.cp_open if st != s]
     if wrong:
         raise m.error(op.loc, f"'pipe.async_commit' closes the group that fills stage {s}, but the cp.async copy at "
@@ -815,15 +909,15 @@ def _mma(m: _Model, op: Operation, role: _Role) -> None:
             reads.add((id(v), 0))
     role.groups.append((op, frozenset(reads)))
     if op.attrs.get("defer_wait"):
-        m.env[id(op.result)] = ("mma", op)
+        m.env[id(op.results[0])] = ("mma", op)
         return
     depth = int(op.attrs.get("async_groups") or 0)
     del role.groups[:max(len(role.groups) - depth, 0)]
-    m.env[id(op.result)] = None
+    m.env[id(op.results[0])] = None
 
 
 def _alloc(m: _Model, op: Operation, role: _Role) -> None:
-    m.env[id(op.result)] = None
+    m.env[id(op.results[0])] = None
 
 
 def _nothing(m: _Model, op: Operation, role: _Role) -> None:

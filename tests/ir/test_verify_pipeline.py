@@ -25,6 +25,8 @@ from tkir.verifier import VerifyError, verify
 GEMM = tkir.compile("examples/gemm.tk").ir
 ATTENTION = tkir.compile("examples/attention_fwd.tk").ir
 BASED = tkir.compile("examples/based.tk").ir  # pipeline-cp-async: cp.async groups, no mbarriers
+STREAM_K = tkir.compile("examples/gemm.tk", SK=1).ir  # a second producer and consumer loop: the split tiles
+PERSISTENT = tkir.compile("examples/attention_fwd.tk", PERSIST=1).ir  # q refilled per tile after its release
 
 # the consumer's mma, made synchronous (no wgmma group left in flight): its stage may be released at once
 ASYNC_MMA = 'major = "MN"}], async_groups = 1} : rt<f32, 128, 256'
@@ -77,7 +79,7 @@ CASES = [
                          "passes: phase 1 of that stage has 0 of its 8 arrivals"),
     # more edits of the same facts
     ("deleted-producer-wait", GEMM, [("        pipe.wait %empty, %s, %free_phase\n", "")],
-     "pipe.wait %full", "'pipe.wait' on %full[0] in iteration 0 (parity 0) finds 5 phases of that stage completed "
+     "pipe.wait %full", "'pipe.wait' on %full[0] in iteration 0 (parity 0) finds 10 phases of that stage completed "
                         "where the consumer role (2 warpgroups) expects 1"),
     ("deleted-expect", GEMM, [("        pipe.expect %full, %s {bytes = 49152}\n", "")],
      "pipe.copy %a_s", "'pipe.copy' completes 16384 bytes on %full[0], but no 'pipe.expect' announced them"),
@@ -104,7 +106,7 @@ CASES = [
                            "sit directly in an scf.for body"),
     # attention: a ring per tile (early-release), rotated loops (overlap-mma), a one-shot barrier for q
     ("attention-last-v-release", ATTENTION, [("      pipe.arrive %empty_v, %37 {tile = \"v\"}\n", "")],
-     "%empty_v = pipe.barriers", "stage 1 of %v was filled 3 times (%full_v[1]) but released 2 times "
+     "%empty_v = pipe.barriers", "stage 1 of %v was filled 3 times (%full_v[1]) but released twice "
                                  "(%empty_v[1]) when the roles finish"),
     ("attention-release-before-mma-wait",
      ATTENTION, [("        %s_done.2 = tk.mma_wait %s.7 : rt<f32, 64, 64, layout={kind = wgmma_acc, wg = 1}>\n"
@@ -119,6 +121,21 @@ CASES = [
                                              "%empty_k = pipe.barriers {count = 8}")],
      "%empty_k = pipe.barriers", "'pipe.barriers' %empty_k has count = 8, but a phase of %empty_k[0] receives "
                                  "only 4 arrivals"),
+    ("parity-divided-by-zero", GEMM, [("%phase.1 = arith.rem %round.1, %two", "%phase.1 = arith.rem %two, %round.1")],
+     "pipe.wait %full", "'pipe.wait' parity %phase.1 is computed with a division by zero"),
+    # paths the long runs do not take: attention's first key block masked (every size 1), stream-K's split tiles
+    ("attention-masked-first-block-release", ATTENTION, [("        pipe.arrive %empty_k, %it.2 {tile = \"k\"}\n", "")],
+     "%empty_k = pipe.barriers", "stage 0 of %k was filled once (%full_k[0]) but released 0 times (%empty_k[0])"),
+    ("stream-k-split-tile-expect", STREAM_K, [("        pipe.expect %full, %s.1 {bytes = 49152}\n", "")],
+     "pipe.copy %a_s.1", "'pipe.copy' completes 16384 bytes on %full[0], but no 'pipe.expect' announced them"),
+    ("persistent-q-refilled-unreleased", PERSISTENT, [("      pipe.wait %once_empty, %c0, %once_free\n", "")],
+     "%s.9 = tk.mma %q", "'tk.mma' in the consumer role (1 warpgroup) reads %q after a copy refilled it (the role "
+                         "waited for fill 1 on %once[0]; fill 2 has landed since)"),
+    ("persistent-q-parity-modulus", PERSISTENT, [("%two = arith.const {value = 2}", "%two = arith.const {value = 3}")],
+     "pipe.wait %once_empty", "'pipe.wait' on %once_empty[0] waits at parity -1, but a phase parity is 0 or 1"),
+    ("loop-stages", PERSISTENT, [("scf.for %c0, %kv_blocks, %c1 {stages = 2} {",
+                                  "scf.for %c0, %kv_blocks, %c1 {stages = 3} {")],
+     "scf.for %c0, %kv_blocks", "'scf.for' has stages = 3, but the ring %empty_k its body uses has 2 stages"),
     # based: every thread copies its stages with cp.async, commits one group per stage and waits for them
     ("based-wait-pending-1", BASED, [("pipe.async_wait {pending = 0}", "pipe.async_wait {pending = 1}")],
      "%6 = tk.mma %q_s", "'tk.mma' reads stage 0 of %q while the cp.async copy into it at line 28 is in flight (its "
@@ -129,6 +146,8 @@ CASES = [
     ("based-commit-other-stage", BASED, [("pipe.async_commit %s_next", "pipe.async_commit %s")],
      "pipe.async_commit %s", "'pipe.async_commit' closes the group that fills stage 0, but the cp.async copy at "
                              "line 39 fills another stage"),
+    ("based-copy-into-another-tile", BASED, [("pipe.async_copy %more, %k, %s_next", "pipe.async_copy %more, %q, %s_next")],
+     "%6 = tk.mma %q_s", "'tk.mma' reads stage 1 of %k, which no cp.async copy has filled"),
     ("based-ring-index", BASED, [("%cp_stages = arith.const {value = 2}", "%cp_stages = arith.const {value = 3}")],
      "pipe.async_copy %more, %q", "'pipe.async_copy' uses stage 2 of %q, which has 2 (0..1)"),
 ]
