@@ -209,10 +209,11 @@ def _bindings(kernel: Operation, scale: int) -> Iterator[tuple[dict[str, int], t
                 tiles = symexpr.evaluate(grid0, {**sizes, "NUM_SMS": MAX_GRID[0]})
                 sms = max(1, -(-tiles // TILES_PER_BLOCK))
             sizes["NUM_SMS"] = sms
-            bx = symexpr.evaluate(grid0, sizes) - 1 if last else 0
+            grid = [symexpr.evaluate(g, sizes) for g in kernel.attrs["grid"]]
         except (ValueError, ZeroDivisionError, OverflowError):  # symexpr.SymExprError is a ValueError
             continue
-        yield sizes, (max(bx, 0), 0, 0)
+        if min(grid) >= 1:  # else no block runs at these sizes (a grid of N / 64 at N = 1)
+            yield sizes, (grid[0] - 1 if last else 0, 0, 0)
 
 
 def _stages_of(op: Operation) -> int:
