@@ -50,6 +50,7 @@ it checked until then stands.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -89,7 +90,9 @@ def verify_pipeline(kernel: Operation, error: type[CompileError]) -> None:
     if not any(op.name in ("pipe.barriers", "pipe.async_copy") for op in kernel.walk()):
         return
     _static_rules(kernel, error)
-    rings = {id(op): op.result.type.n for op in kernel.walk() if op.name == "pipe.barriers" and op.result.type.n > 1}
+    loop_stages = {op.attrs["stages"] for op in kernel.walk() if op.name == "scf.for" and "stages" in op.attrs}
+    rings = {id(op): op.result.type.n for op in kernel.walk() if op.name == "pipe.barriers"
+             and op.result.type.n > 1 and op.result.type.n in loop_stages}  # the pipelined loops' rings
     turns: dict[int, int] = {}  # id(pipe.barriers) -> the most phases one run completed on the ring
     for scale in range(SIZE_TRIES):
         for sizes, block in _bindings(kernel, 2 ** scale):
@@ -99,7 +102,7 @@ def verify_pipeline(kernel: Operation, error: type[CompileError]) -> None:
             except _Stop:
                 pass
             for bars in model.rings:
-                turns[id(bars.op)] = max(turns.get(id(bars.op), 0), sum(bars.done))
+                turns[id(bars.op)] = max(turns.get(id(bars.op), 0), sum(bars.done.values()))
         if all(turns.get(k, 0) >= MIN_ROUNDS * n + 2 for k, n in rings.items()):
             return
 
@@ -235,18 +238,18 @@ class _Bars:
     op: Operation
     n: int
     count: int
-    done: list[int] = field(default_factory=list)
-    arrived: list[int] = field(default_factory=list)
-    tx: list[int] = field(default_factory=list)
-    expects: list[list[Operation]] = field(default_factory=list)
-    arrivers: list[list[tuple[Operation, int]]] = field(default_factory=list)
+    done: dict[int, int] = field(default_factory=dict)
+    arrived: dict[int, int] = field(default_factory=dict)
+    tx: dict[int, int] = field(default_factory=dict)
+    expects: dict[int, list[Operation]] = field(default_factory=dict)
+    arrivers: dict[int, list[tuple[Operation, int]]] = field(default_factory=dict)
 
-    def __post_init__(self) -> None:
-        self.done = [0] * self.n
-        self.arrived = [0] * self.n
-        self.tx = [0] * self.n
-        self.expects = [[] for _ in range(self.n)]
-        self.arrivers = [[] for _ in range(self.n)]
+    def __post_init__(self) -> None:  # per stage, made when first used (an array may be long)
+        self.done = defaultdict(int)
+        self.arrived = defaultdict(int)
+        self.tx = defaultdict(int)
+        self.expects = defaultdict(list)
+        self.arrivers = defaultdict(list)
 
     @property
     def name(self) -> str:
@@ -373,7 +376,7 @@ class _Model:
                 full = self.env.get(id(self.fill_bar.get(id(buf))))
                 if not isinstance(full, _Bars) or full.n != empty.n:
                     continue
-                for s in range(full.n):
+                for s in sorted({*full.done, *empty.done, *empty.arrived}):
                     if 0 < empty.arrived[s] < empty.count:
                         raise self.error(empty.op.loc, f"'pipe.barriers' {empty.name} has count = {empty.count}, but a "
                                                        f"phase of {empty.name}[{s}] receives only {empty.arrived[s]} "

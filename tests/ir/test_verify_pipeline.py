@@ -227,5 +227,5 @@ def test_the_model_runs_every_ring_two_rounds_and_more(name: str) -> None:
         model = vp._Model(kernel, sizes, block, VerifyError)
         model.run()  # a _Stop would fail the test
         for bars in model.rings:
-            turns[id(bars.op)] = max(turns.get(id(bars.op), 0), sum(bars.done))
+            turns[id(bars.op)] = max(turns.get(id(bars.op), 0), sum(bars.done.values()))
     assert all(turns.get(k, 0) >= 2 * n + 2 for k, n in rings.items()), (turns, rings)
