@@ -64,7 +64,8 @@ TILES_PER_BLOCK = 4    # NUM_SMS in the model: a persistent block runs about thi
                        # ring of one fill per tile, like persistent attention's q, goes round 2S+2 = 4 times)
 MIN_ROUNDS = 2         # every ring runs at least MIN_ROUNDS * S + 2 iterations (the 2S+2)
 SIZE_UNIT = 64         # sizes start at SIZE_UNIT * (2S + 2): a tile of up to 64 along a size gives 2S+2 steps
-STREAM_K_SCALE = 4     # stream-K's run: sizes 4x the base (K long enough for a tail of split tiles)
+STREAM_K_SIZE = 2560   # stream-K's run: 40 k-steps of 64, enough for a tail of split tiles of at least
+                       # 16 iterations each (passes/stream_k.py's default min_iters) on NUM_SMS SMs
 SIZE_TRIES = 3         # then double, up to this many times, while a ring went round fewer than 2S+2 times
 MAX_STEPS = 40_000     # ops evaluated per model run; a longer run (a persistent grid of many tiles) stops there
 NOT_READS = frozenset({"pipe.copy", "pipe.stage", "tk.role", "scf.for", "scf.if", "scf.yield"})  # write or pass on
@@ -197,13 +198,14 @@ def _bindings(kernel: Operation, scale: int) -> Iterator[tuple[dict[str, int], t
     from tkir.verify_sizes import kernel_sizes
 
     names = sorted(kernel_sizes(kernel))
-    stages = max((_stages_of(op) for op in kernel.walk() if op.name in ("pipe.barriers", "tk.alloc")), default=1)
+    stages = max((op.attrs["stages"] for op in kernel.walk() if op.name == "scf.for"
+                  and isinstance(op.attrs.get("stages"), int) and op.attrs["stages"] > 0), default=1)
     base = SIZE_UNIT * (MIN_ROUNDS * stages + 2) * scale
     grid0 = kernel.attrs["grid"][0]
     runs: list[tuple[int, bool, int | None]] = [(base, False, None), (base + 1, True, None)]
     if scale == 1:
         if any(op.name == "tk.partial_add" for op in kernel.walk()):
-            runs.append((STREAM_K_SCALE * base, False, NUM_SMS))
+            runs.append((max(STREAM_K_SIZE, base), False, NUM_SMS))
         runs.append((1, False, NUM_SMS))
     for size, last, sms in runs:
         sizes = {n: size for n in names}
