@@ -100,6 +100,8 @@ T_ROW_STATS = ("tests/passes/test_row_stats.py",)
 T_FUSE_FILECHECK = ("tests/filecheck/test_filecheck.py", "-k", "fuse-row-stats")
 T_CLUSTER_FILECHECK = ("tests/filecheck/test_filecheck.py", "-k", "cluster-rows")
 T_CLUSTER_ROWS = ("tests/passes/test_cluster_rows.py",)
+T_PIPELINE_PROTOCOL = ("tests/backend/test_mutation_kills.py", "tests/ir/test_verify_pipeline.py", "-k",
+                       "mbarrier_pipeline_protocol or model_runs")
 
 MUTANTS: list[Mutation] = [
     # --- core: the eight classes of mistake a CPU run used to miss (each must be killed), then others ---------
@@ -501,4 +503,42 @@ MUTANTS: list[Mutation] = [
       "the tune model ignores the cluster", tests=T_CLUSTER_ROWS, topic="cluster"),
     M("size-3-accepted", "frontend/annotations.py", "CLUSTER_SIZES = (1, 2, 4, 8)", "CLUSTER_SIZES = (1, 2, 3, 4, 8)",
       "`@cluster(3)` accepted", tests=T_CLUSTER_ROWS, topic="cluster"),
+    # --- pipeline-protocol: an audit's single edits of gemm's mbarrier pipeline, made by the pass that writes
+    # them (the verifier's protocol model, tkir/verify_pipeline.py, rejects the IR after that pass), and the
+    # skipped release of stage 0 in the backend (the release rounds of tests/backend/test_mutation_kills.py)
+    M("copy-bytes-half", "passes/pipeline.py",
+      'return {**ld.attrs, "cp_async": True} if ring.cp_async else dict(ld.attrs)',
+      'return {**ld.attrs, "cp_async": True} if ring.cp_async else {**ld.attrs, "bytes": ld.attrs["bytes"] // 2}',
+      "a TMA copy completes half its tile's bytes on `full`", tests=T_PIPELINE_PROTOCOL, topic="pipeline-protocol"),
+    M("expect-first-load-only", "passes/pipeline.py", '{"bytes": _bytes(loads)})', '{"bytes": _bytes(loads[:1])})',
+      "`pipe.expect` announces the first copy's bytes only (the phase completes before B lands)",
+      tests=T_PIPELINE_PROTOCOL, topic="pipeline-protocol"),
+    M("empty-count-half", "passes/pipeline.py", '{"count": consumer_warps}, bars_t)',
+      '{"count": consumer_warps // 2}, bars_t)', "`empty` completes after half the consumer warps arrived",
+      tests=T_PIPELINE_PROTOCOL, topic="pipeline-protocol"),
+    M("phase-modulus-stages", "passes/pipeline.py", '[rnd, ring.two], "phase")', '[rnd, ring.nstages], "phase")',
+      "the phase parity is the round mod S, not mod 2 (parity 2 from round 2 of a 4-stage ring)",
+      tests=T_PIPELINE_PROTOCOL, topic="pipeline-protocol"),
+    M("stage-modulus-two", "passes/pipeline.py", '[it, ring.nstages], "s")', '[it, ring.two], "s")',
+      "the stage index is it mod 2, not mod S", tests=T_PIPELINE_PROTOCOL, topic="pipeline-protocol"),
+    M("consumer-wait-dropped", "passes/pipeline.py", '    b.void("pipe.wait", [ring.full, s, phase])', "    pass",
+      "the consumers read a stage without waiting for its fill", tests=T_PIPELINE_PROTOCOL,
+      topic="pipeline-protocol"),
+    M("producer-wait-dropped", "passes/pipeline.py", '    b.void("pipe.wait", [ring.empty, s, free])', "    pass",
+      "the producer refills a stage without waiting for its release", tests=T_PIPELINE_PROTOCOL,
+      topic="pipeline-protocol"),
+    M("release-dropped", "passes/pipeline.py",
+      '    lb.insert_after(last_use, Operation("pipe.arrive", [ring.empty, s], attrs=',
+      '    0 and lb.insert_after(last_use, Operation("pipe.arrive", [ring.empty, s], attrs=',
+      "the consumers never release a stage (the producer waits forever in round 2)",
+      tests=T_PIPELINE_PROTOCOL, topic="pipeline-protocol"),
+    M("deferred-dropped", "passes/pipeline.py", 'attrs={"deferred": True} if defer else {}))', "attrs={}))",
+      "a stage is released while the wgmma group reading it is still in flight", tests=T_PIPELINE_PROTOCOL,
+      topic="pipeline-protocol"),
+    M("elem-strides-2", "passes/create_tma.py", '"elem_strides": [1] * g.rank,',
+      '"elem_strides": [2] + [1] * (g.rank - 1),', "TMA copies every other element of a box's inner dim",
+      tests=T_PIPELINE_PROTOCOL, topic="pipeline-protocol"),
+    M("release-skips-stage-0", "backend/rules_pipe.py", 'f"icmp sge i32 {prev}, 0"', 'f"icmp sgt i32 {prev}, 0"',
+      "the deferred release skips stage 0 (every GEMM with more k-iterations than stages hangs)",
+      tests=T_PIPELINE_PROTOCOL, topic="pipeline-protocol"),
 ]

@@ -177,6 +177,9 @@ def _mma(op: Operation) -> None:
     expect(c.shape == (m, n), f"'tk.mma' accumulator is {c.rows}x{c.cols}, product is {m}x{n}")
     expect(d.bare() == c.bare() or (d.shape == c.shape and d.dtype == c.dtype),
            f"'tk.mma' result {d} must match the accumulator {c}")
+    groups = op.attrs.get("async_groups")  # wgmma groups left in flight after it (pipeline)
+    expect(groups is None or (isinstance(groups, int) and not isinstance(groups, bool) and groups >= 0),
+           f"'tk.mma' async_groups = {groups!r}: the wgmma groups it leaves in flight, an int >= 0")
 
 
 def _elementwise_type(t: Type) -> bool:

@@ -91,6 +91,10 @@ def _copy(op: Operation) -> None:
            f"'pipe.copy' needs {getattr(src, 'rank', '?')} coordinates")
     expect(("desc" in op.attrs) != bool(op.attrs.get("cp_async")),
            "'pipe.copy' needs desc = @tma_desc (TMA) or cp_async = true (every thread of the role copies)")
+    if "bytes" in op.attrs:  # what the TMA copy completes on the barrier (mbarrier complete_tx)
+        expect(op.attrs["bytes"] == dst.nbytes,
+               f"'pipe.copy' has bytes = {op.attrs['bytes']}, but it fills %{op.operands[0].name} ({dst}), "
+               f"{dst.nbytes} B: a TMA copy completes the whole tile's bytes on the barrier")
 
 
 def _async_copy(op: Operation) -> None:

@@ -1,6 +1,6 @@
 """The verifier: structure (SSA dominance, terminators, known ops), each op's type rules, and the
 rules across ops: size expressions and launch limits of the grid, TMA descriptors against the
-tensors and tiles they copy.
+tensors and tiles they copy, the mbarrier pipeline's protocol (tkir/verify_pipeline.py).
 
 It runs after every pass; a failure names the op's location and the pass that broke it.
 """
@@ -11,6 +11,7 @@ from tkir.diagnostics import CompileError
 from tkir.ir import Module, Operation, Region, Value
 from tkir.ops import OPS, OpError
 from tkir.types import TileType, VectorType
+from tkir.verify_pipeline import verify_pipeline
 from tkir.verify_sizes import verify_sizes
 from tkir.verify_tma import verify_tma
 
@@ -27,10 +28,12 @@ def verify(module: Module) -> None:
                 raise VerifyError(op.loc, f"duplicate symbol '@{op.symbol}'")
             seen_syms.add(op.symbol)
         _verify_op(op, set(), [])
-    # rules across ops and symbols (tkir/verify_sizes.py, tkir/verify_tma.py)
+    # rules across ops and symbols (tkir/verify_sizes.py, tkir/verify_tma.py, tkir/verify_pipeline.py)
     for kernel in module.kernels():
         verify_sizes(kernel, VerifyError)
     verify_tma(module, VerifyError)
+    for kernel in module.kernels():
+        verify_pipeline(kernel, VerifyError)
 
 
 def _verify_op(op: Operation, visible: set[int], scope: list[int]) -> None:

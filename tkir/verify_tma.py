@@ -5,6 +5,7 @@ One op's check (tkir/ops_tma.py) cannot see across symbols; these rules can (iss
 * a `tma.desc` describes its kernel parameter as the parameter is: `param` is a gl parameter named
   `tensor`, with the desc's dtype and rank; `dims` are the gl's dims innermost first and `strides`
   their byte strides (each a well-formed size expression of the kernel's sizes, tkir/symexpr.py);
+  its `elem_strides` are all 1 (a box fills a dense tile: TMA's element strides would skip elements);
 * a copy that names a descriptor (`tma.load`, `tma.store`, `pipe.copy`, `tk.store_staged`) names a
   `tma.desc` of the tensor it copies, whose swizzle is its shared tile's (tkir/layout.py
   `tma_swizzle`) and whose box is the one that fills that tile (`tma_box`; for the staged epilogue,
@@ -59,6 +60,12 @@ def _check_desc(desc: Operation, kernel: Operation, error: type[CompileError]) -
     if a["dtype"] != g.dtype or a["rank"] != g.rank:
         raise error(desc.loc, f"@{desc.symbol} is a rank-{a['rank']} {a['dtype']} descriptor of %{g_val.name}, "
                               f"which is {g}")
+    elem = list(a["elem_strides"])
+    if any(e != 1 for e in elem):
+        raise error(desc.loc, f"@{desc.symbol} has elem_strides = {elem}, but tkir's copies fill dense tiles: every "
+                              "element stride must be 1",
+                    hint="a stride e makes TMA copy every e-th element of the box (ceil(box / e) of them), so the "
+                         "tile is not filled and the barrier receives fewer bytes than announced")
     known = kernel_sizes(kernel)
     dims = list(reversed(g.dims))
     eb = DTYPE_BYTES[g.dtype]

@@ -713,6 +713,8 @@ def check_mbarrier_pipeline(k: tkir.CompiledKernel, releases: bool = True) -> No
     assert waits and all(n <= 1 for n in waits), f"wgmma.wait_group immediates {sorted(set(waits))}"
     if releases:
         _check_releases(fn, arrays, S)
+        first, _ = _plan_warpgroups(k)
+        _check_release_rounds(fn, arrays, S, WARPGROUP * first)
 
 
 def _check_releases(fn: LLVMText, arrays: dict, S: int) -> None:
@@ -740,6 +742,65 @@ def _check_releases(fn: LLVMText, arrays: dict, S: int) -> None:
                                            f"{min(in_flight)} wgmma groups still in flight")
         released += 1
     assert released, "no consumer releases a stage"
+
+
+_PREV_PHI = re.compile(r"^\s*(%prev_stage[\w.]*) = phi i32 \[ (\S+), %[\w.]+ \], \[ (\S+), %[\w.]+ \]$")
+
+
+def _check_release_rounds(fn: LLVMText, arrays: dict, S: int, tid: int) -> None:
+    """Each stage is released exactly once per round: over iterations it = 0..2S+1 of the consumer's
+    loop and the release after it, the arrives on `empty` that lane 0 of a consumer warp (thread `tid`)
+    executes -- their branch conditions evaluated, the deferred release's carried stage (`%prev_stage`,
+    -1 on entry) computed from the previous iteration -- release stages 0, 1, ..., S-1, 0, ... of each
+    `empty` array in order, one per iteration. A release skipped for one stage (stage 0, say) leaves the producer waiting for it
+    forever once the ring comes round (every GEMM with more k-iterations than stages hangs)."""
+    n = 2 * S + 2
+    its = sorted({x for c in fn.calls for _, v in c.args for x in fn.depends_on(v, "%it.")})
+    phis = [m.groups() for ln in fn.lines if (m := _PREV_PHI.match(ln))]
+    assert len(phis) <= 1, f"several deferred-release stages carried: {phis}"
+    phi = phis[0] if phis else None
+    header = next(i for i, ln in enumerate(fn.lines) if phi and ln.lstrip().startswith(phi[0] + " =")) if phi else None
+    exit_line = None
+    if header is not None:  # the loop's exit: the header block's conditional branch names it second
+        br = next(ln for ln in fn.lines[header:] if ln.lstrip().startswith("br i1"))
+        exit_label = br.rsplit("label %", 1)[1].strip()
+        exit_line = next(i for i, ln in enumerate(fn.lines) if ln.startswith(exit_label + ":"))
+    prev = [int(phi[1]) if phi else -1]
+    for it in range(n):  # the carried stage at the top of iteration it + 1: the latch value of iteration it
+        prev.append(fn.value(phi[2], tid, {**{x: it for x in its}, phi[0]: prev[it]}) if phi else -1)
+    released: dict[str, list[int]] = {}
+    arrives = [c for c in fn.calls if c.asm.startswith("mbarrier.arrive.shared")]
+    for it in range(n + 1):  # it = n: after the loop
+        over = {**{x: min(it, n - 1) for x in its}, **({phi[0]: prev[it]} if phi else {})}
+        for call in arrives:
+            after = exit_line is not None and call.line > exit_line
+            if (it == n) != after or (not after and not fn.depends_on(call.args[0][1], "%it.")
+                                        and not (phi and phi[0] in fn.reachable(call.args[0][1]))):
+                continue
+            if not _executes(fn, call.line, tid, over):
+                continue
+            name, s = _which(arrays, fn.value(call.args[0][1], tid, over))
+            if name.startswith("empty"):
+                released.setdefault(name, []).append(s)
+    want = [j % S for j in range(n)]
+    assert released and all(got == want for got in released.values()), (
+        f"the consumers release stages {released} over {n} iterations of a {S}-stage ring; each stage once per "
+        f"round, in order: {want}")
+
+
+def _executes(fn: LLVMText, line: int, tid: int, over: dict[str, int]) -> bool:
+    """Whether thread `tid` reaches the block holding `line` from the conditional branch that enters it
+    (True if no conditional branch names the block)."""
+    label = next(ln.rstrip(":").strip() for ln in reversed(fn.lines[:line]) if ln.rstrip().endswith(":")
+                 and not ln.startswith(" "))
+    for ln in fn.lines:
+        parts = ln.split()
+        if len(parts) >= 7 and parts[0] == "br" and parts[1] == "i1" and f"label %{label}," in ln:
+            taken = fn.value(parts[2].rstrip(","), tid, over)
+            return bool(taken)
+        if len(parts) >= 7 and parts[0] == "br" and parts[1] == "i1" and ln.rstrip().endswith(f"label %{label}"):
+            return not fn.value(parts[2].rstrip(","), tid, over)
+    return True
 
 
 def _guarded_by_lane0(fn: LLVMText, line: int) -> bool:

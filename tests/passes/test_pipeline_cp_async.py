@@ -19,9 +19,11 @@ import numpy as np
 import pytest
 
 import tkir
+import tkir.verifier
 from tkir.backend.lower import compile_module
 from tkir.backend.toolchain import local_memory_ops, sass_count
 from tkir.backend.values import LoweringError
+from tkir.diagnostics import CompileError
 from tkir.parser import parse_module
 from tkir.passes.registry import DEFAULT_PIPELINE
 from tkir.passmanager import Options
@@ -312,6 +314,12 @@ def test_rotated_sm80_attention_matches_reference_and_needs_the_held_stage(monke
     monkeypatch.setattr(pca, "_pipeline", no_hold)
     consts = dict(BQ=128, BKV=32, STAGES=3)
     monkeypatch.setenv("TKIR_CACHE", "0")  # a cached compile would be the held one
+    # the verifier's protocol model (tkir/verify_pipeline.py) refuses it: P V reads a stage being refilled
+    with pytest.raises(CompileError, match=r"after pass 'overlap-mma': 'tk.mma' reads stage \d of %v while the "
+                                           r"cp.async copy into it at line \d+ is in flight"):
+        tkir.compile(path, target="sm_80", **consts)
+    # and without the verifier's model, the interpreter sees it too
+    monkeypatch.setattr(tkir.verifier, "verify_pipeline", lambda kernel, error: None)
     k = tkir.compile(path, target="sm_80", **consts)
     res = {r.output: r for r in check_interpreted(k.module, comp, dict(B=1, H=1, N=300), consts, seed=4)}
     assert not res["O"].ok and np.isnan(res["O"].rel_err)

@@ -251,13 +251,21 @@ def test_shared_swizzle_must_be_a_span(tmp_path: Path, capsys: pytest.CaptureFix
 
 def test_shared_memory_overflow_is_refused_before_lowering(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     """2**18 mbarriers (2 MiB: under the parser's bound for absurd types) in IR text after plan-occupancy:
-    the backend refuses the shared-memory plan before it lowers 262144 barrier inits."""
+    the backend refuses the shared-memory plan before it lowers 262144 barrier inits. (The one-shot `once`
+    array: made the ring `full`, whose stage is the iteration mod 2, the verifier refuses it first.)"""
     text = dump(capsys, "attention_fwd.tk", "pipeline", "-D", "D=64", "-D", "CAUSAL=1")
     ir = tmp_path / "attn.tkir"
-    ir.write_text(text.replace("sv<i64, 2>", "sv<i64, 262144>", 1))
+    assert "%once = pipe.barriers {count = 1} : sv<i64, 1>" in text
+    ir.write_text(text.replace("%once = pipe.barriers {count = 1} : sv<i64, 1>",
+                               "%once = pipe.barriers {count = 1} : sv<i64, 262144>", 1))
     rc, _, err = tkc(capsys, "compile", str(ir), "--passes=persistent,canonicalize", "--emit", "ptx")
     assert rc == 1
     assert located(err, ir)[2].startswith("shared memory: the kernel's tiles need")
+    ir.write_text(text.replace("sv<i64, 2>", "sv<i64, 262144>", 1))
+    rc, _, err = tkc(capsys, "compile", str(ir), "--passes=persistent,canonicalize", "--emit", "ptx")
+    assert rc == 1
+    assert "in iteration 2 uses stage 0 of %full, but a 262144-stage ring holds iteration 2 in stage 2" in \
+        located(err, ir)[2]
 
 
 def test_non_integral_i32_constant_and_zero_warps(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
