@@ -530,6 +530,49 @@ def match_rotation(loop: Operation) -> RotationPlan | None:
     return None
 
 
+def rotation_hazard(loop: Operation, plan: RotationPlan) -> str | None:
+    """Why rotating `loop` by `plan` would be unsafe (None: it is safe). Rotation runs stage 1 (M2 and what
+    goes with it) one iteration late, so every ring-buffer stage it reads must still be held then:
+    * a stage view M2's stage reads but does not own (a `pipe.stage` left in stage 0 because stage 0 reads it
+      too, e.g. dO read by both dV += P^T dO and dP = dO V^T) is released by stage 0's `pipe.arrive` of that
+      ring before the late M2 would read it: the producer may refill it under the read;
+    * a `deferred` release in stage 0 releases the previous iteration's stage from the loop's body, but the
+      prologue (stage 0 of the first block) runs outside any loop."""
+    blk = loop.body
+    s1 = {id(op) for op in plan.stage1} | ({id(plan.arrive)} if plan.arrive is not None else set())
+    for op in plan.stage1:
+        for x in op.walk():
+            for v in x.operands:
+                view = v.owner
+                if not (is_shared(v.type) and defined_in(blk, v) and view.name == "pipe.stage"
+                        and id(view) not in s1):
+                    continue
+                buf = view.operands[0]
+                for rel in blk.ops:
+                    if rel.name == "pipe.arrive" and id(rel) not in s1 \
+                            and rel.attrs.get("tile") in (None, buf.name):
+                        return (f"'{op.name}' at line {_line(op)} would read a stage of %{buf.name} in the next "
+                                f"iteration, after its release in this one ('pipe.arrive %{rel.operands[0].name}' "
+                                f"{_where(blk, rel)}): the producer may refill it under the read")
+    for op in blk.ops:
+        if op.name == "pipe.arrive" and op.attrs.get("deferred") and id(op) not in s1:
+            return (f"the deferred 'pipe.arrive %{op.operands[0].name}' at line {_line(op)} releases the previous "
+                    "iteration's stage and would have to run in the prologue, outside the loop")
+    return None
+
+
+def _line(op: Operation) -> str:
+    return str(op.loc.line) if op.loc is not None else "?"
+
+
+def _where(blk: Block, op: Operation) -> str:
+    """`at line N`, or for an op a pass made without a place, `after line N` of the closest op before it."""
+    if op.loc is not None:
+        return f"at line {op.loc.line}"
+    before = [x for x in blk.ops[:blk.ops.index(op)] if x.loc is not None]
+    return f"after line {before[-1].loc.line}" if before else "in the loop"
+
+
 def rotatable(loop: Operation) -> TileType | None:
     """The register A operand of the second mma (what rotation carries into the next iteration, beside
     alpha) if the loop has the shape overlap-mma rotates (two chained mmas, the second's accumulator

@@ -55,7 +55,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from tkir.ir import Block, Module, Operation, Region, Value, clone_op, parent_op
-from tkir.passes.analysis import CP_HOLD_ATTR, RotationPlan, defined_in, match_rotation
+from tkir.passes.analysis import CP_HOLD_ATTR, RotationPlan, defined_in, match_rotation, rotation_hazard
 from tkir.passes.builder import OpBuilder
 from tkir.passmanager import Options, ParamError, Pass, param
 from tkir.types import Ident, ScalarType
@@ -68,6 +68,8 @@ MASK_OPS = frozenset({"tk.select", "tk.mask_causal"})
 MAX_ACC_COLS = 0
 # Conversions of M2's register A that run after M2's wait in the steady loop (_late_conversions).
 LATE_OPS = frozenset({"tk.cast", "tk.convert_layout"})
+# The remark on a loop that matches but is left unrotated because rotating it would be unsafe (the reason).
+SKIPPED_ATTR = "overlap_skipped"
 
 
 class OverlapMma(Pass):
@@ -108,6 +110,10 @@ class OverlapMma(Pass):
             return None
         plan = match_rotation(loop)
         if plan is None or (self.max_acc_cols and plan.m2.result.type.cols > self.max_acc_cols):
+            return None
+        hazard = rotation_hazard(loop, plan)
+        if hazard is not None:
+            loop.attrs[SKIPPED_ATTR] = hazard
             return None
         return plan
 
