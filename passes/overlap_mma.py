@@ -28,6 +28,12 @@ The rotated loop sits in `scf.if lo < hi` (an empty loop runs neither prologue n
 first use with `wgmma.wait_group N`, N = the groups committed after it in the same straight-line
 code. `tk.mma_wait %x` waits until the mma producing %x has completed.
 
+A loop that matches but would be unsafe to rotate is left unchanged with the reason in its attr
+`overlap_skipped` (analysis.rotation_hazard): stage 1 reads a ring-buffer stage view it does not own, which
+stage 0 releases (`pipe.arrive`) before the rotated M2 would read it in the next iteration (attention's
+dK/dV: dO is read by dV += P^T dO and by dP = dO V^T, tests/data/attention_dkdv.tk), or stage 0 holds a
+`deferred` release, which the prologue would put outside the loop.
+
 Loops that do not match are left unchanged (gemm's single accumulator chain, kernels without
 roles). On the mma.sync path (sm_80: no roles) it rotates the loops pipeline-cp-async marked
 `cp_hold = 1`, whose copies run one iteration less ahead so that the stage the rotated M2 reads is not
