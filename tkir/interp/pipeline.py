@@ -10,6 +10,10 @@ GPU: a copy reads the global tile when it is issued, fills its stage with NaN (t
 nothing defined while the copy is in flight) and writes the tile there only when a wait covers its
 group. So a schedule that reads a stage before waiting for its copy, or issues a copy into a stage
 that is still to be read, computes NaN instead of the reference.
+
+A consumer role's read (tk.mma, tk.load) of a ring stage it has released and not waited for again is an
+InterpError naming the read, the stage and the release (Releases), not a computation with data the
+producer may be overwriting.
 """
 
 from __future__ import annotations
@@ -19,11 +23,13 @@ from collections import deque
 
 import numpy as np
 
-from tkir.interp.frame import Frame, InterpError, register_handler, where
+from tkir.interp.frame import HANDLERS, Frame, InterpError, register_handler, where
 from tkir.interp.ops import load
 from tkir.ir import Operation
 from tkir.target import WARP, WARPS_PER_WARPGROUP
 
+# The ops that read a ring stage's data in a consumer role (checked against its releases: Releases).
+STAGE_READERS = ("tk.mma", "tk.load")
 ROLE_TIMEOUT_S = 60.0  # a role blocked this long on a barrier phase that never completes: deadlock
 
 
@@ -192,13 +198,95 @@ def _async_copy(op: Operation, args: list, frame: Frame) -> None:
     _async_copies(frame).open.append((int(s), dst, data))
 
 
+class Releases:
+    """One block's released ring stages, per consumer role (its thread), so that a read of a stage after the
+    role released it and before it waited for the stage's next fill is an error, not a computation with data
+    the producer may be overwriting (an interpreter run is then a race detector). Tracked: releases tagged
+    with their tile (`pipe.arrive %empty_<t>, s {tile = "<t>"}`, early-release's rings), not `deferred` ones
+    (those release the previous iteration's stage on hardware). Re-armed by the role's next `pipe.wait` on
+    the stage (with that tile, or untagged)."""
+
+    def __init__(self) -> None:
+        self.views: dict[int, tuple[np.ndarray, str, int]] = {}    # id(stage view) -> (view, tile, stage)
+        self.released: dict[tuple[int, str, int], str] = {}        # (thread, tile, stage) -> the release's place
+
+    def view(self, op: Operation, v: np.ndarray, s: int) -> None:
+        self.views[id(v)] = (v, op.operands[0].name or "?", int(s))
+
+    def release(self, op: Operation, s: int, frame: Frame) -> None:
+        tile = op.attrs.get("tile")
+        if tile is None or op.attrs.get("deferred") or not _consumer(frame):
+            return
+        at = f" at {op.loc}" if op.loc else ""
+        self.released[(threading.get_ident(), str(tile), int(s))] = f"'pipe.arrive %{op.operands[0].name}'{at}"
+
+    def rearm(self, op: Operation, s: int, frame: Frame) -> None:
+        tile, me = op.attrs.get("tile"), threading.get_ident()
+        for key in [k for k in self.released if k[0] == me and k[2] == int(s) and tile in (None, k[1])]:
+            del self.released[key]
+
+    def check(self, op: Operation, args: list, frame: Frame) -> None:
+        if not self.released or not _consumer(frame):
+            return
+        me = threading.get_ident()
+        for a in args:
+            entry = self.views.get(id(a))
+            if entry is None or entry[0] is not a:
+                continue
+            _, tile, s = entry
+            at = self.released.get((me, tile, s))
+            if at is not None:
+                raise InterpError(f"{where(op)}'{op.name}' reads stage {s} of %{tile} after the "
+                                  f"{_role_of(frame).attrs.get('kind')} role released it ({at}) and "
+                                  "before it waited for the stage's next fill: the producer may be overwriting it")
+
+
+def _consumer(frame: Frame) -> bool:
+    role = _role_of(frame)
+    return role is not None and str(role.attrs.get("kind")) != "producer"
+
+
+def _releases(frame: Frame) -> Releases:
+    if getattr(frame, "pipe_releases", None) is None:
+        frame.pipe_releases = Releases()
+    return frame.pipe_releases
+
+
+def _stage_view(op: Operation, args: list, frame: Frame) -> object:
+    v = _stage(op, args, frame)
+    _releases(frame).view(op, v, args[1])
+    return v
+
+
+def _arrive(op: Operation, args: list, frame: Frame) -> None:
+    _releases(frame).release(op, args[1], frame)
+    args[0].arrive(args[1], _arrivals(op, frame))
+
+
+def _wait(op: Operation, args: list, frame: Frame) -> None:
+    args[0].wait(args[1], args[2], where(op))
+    _releases(frame).rearm(op, args[1], frame)
+
+
+def _checked(name: str) -> None:
+    """The op `name` (a reader of shared tiles) first checks that none of its stage views was released."""
+    inner = HANDLERS[name]
+
+    def fn(op: Operation, args: list, frame: Frame) -> object:
+        if getattr(frame, "pipe_releases", None) is not None:
+            frame.pipe_releases.check(op, args, frame)
+        return inner(op, args, frame)
+
+    register_handler(name, fn)
+
+
 register_handler("pipe.barriers", _barriers)
-register_handler("pipe.stage", _stage)
+register_handler("pipe.stage", _stage_view)
 register_handler("pipe.expect", lambda op, a, f: a[0].arrive(a[1], _arrivals(op, f), int(op.attrs["bytes"])))
 # a deferred arrive releases the previous iteration's stage on hardware (its async mma may still
 # read it); the interpreter's mma is synchronous, so releasing this iteration's stage is the same
-register_handler("pipe.arrive", lambda op, a, f: a[0].arrive(a[1], _arrivals(op, f)))
-register_handler("pipe.wait", lambda op, a, f: a[0].wait(a[1], a[2], where(op)))
+register_handler("pipe.arrive", _arrive)
+register_handler("pipe.wait", _wait)
 register_handler("pipe.copy", _copy)
 register_handler("tk.role", _role)
 register_handler("tk.mma_wait", lambda op, a, f: a[0])  # the interpreter's mma is synchronous
@@ -207,3 +295,5 @@ for _turn in ("pipe.turn_init", "pipe.turn_wait", "pipe.turn_pass"):  # a role's
 register_handler("pipe.async_copy", _async_copy)
 register_handler("pipe.async_commit", lambda op, a, f: _async_copies(f).commit(int(a[0]), where(op)))
 register_handler("pipe.async_wait", lambda op, a, f: _async_copies(f).wait(int(op.attrs["pending"])))
+for _reader in STAGE_READERS:
+    _checked(_reader)
