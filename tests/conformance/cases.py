@@ -306,6 +306,20 @@ _mma("mma_rr", "a @ b", False, False, True, "register @ register")
 _mma("mma_rr_tA", "a.T @ b", True, False, True, "register.T @ register")
 _mma("mma_rr_tB", "a @ b.T", False, True, True, "register @ register.T")
 
+# Ragged M, K and N: 100 rows, a K loop over 200 (three full 64-wide steps and one of 8) and 56 output columns, so the
+# operand loads fill past K and P with zeros (TMA boxes or masked register loads) and the store is masked.
+_RAGGED_MMA_PARAMS = "A: gl<{dt}>[N, K], B: gl<{dt}>[K, P], Y: gl<{dt}>[N, P]"
+for _name, _shared in (("mma_ragged_kn", True), ("mma_ragged_kn_regs", False)):
+    construct(name=_name, family="mma", params=_RAGGED_MMA_PARAMS, outputs=("Y",),
+              reference=lambda i, dt: {"Y": rnd(i["A"] @ i["B"], dt)}, sizes={"N": 100, "K": 200, "P": 56},
+              shared="shared a: st<{dt}, 64, 64>\nshared b: st<{dt}, 64, 64>" if _shared else "",
+              body=("reg acc: rt<f32, 64, 64> = 0\nfor k in 0 .. cdiv(K, 64) {\n"
+                    + ("    a = A[{r}, k]\n    b = B[k, 0]\n" if _shared else
+                       "    reg a: rt<{dt}, 64, 64> = A[{r}, k]\n    reg b: rt<{dt}, 64, 64> = B[k, 0]\n")
+                    + "    acc += a @ b\n}\nY[{r}, 0] = {dt}(acc)"),
+              contexts=("top", "loop"), refused_dtypes=F32_REFUSED,
+              note="ragged K (200) and N (56) in a K loop: " + ("shared" if _shared else "register") + " operands")
+
 _T_IO = "X: gl<{dt}>[N, 32], Y: gl<{dt}>[32, N]"
 _T_REF: Reference = lambda i, dt: {"Y": i["X"].T}  # noqa: E731
 construct(name="transpose_reg", family="mma", params=_T_IO, outputs=("Y",), reference=_T_REF,
