@@ -27,10 +27,18 @@ def gpu_tolerance(case: Case, dtype: str) -> float:
 
 
 _WORKING = set(WORKING)
-CASES = [c for c in all_cases() if c.id in _WORKING]
+# Cases that work on the CPU (interpreter == numpy, ptxas) but compute a wrong answer on the GPU: a known,
+# undiagnosed miscompile each, kept visible as a strict xfail (it fails the run once it starts passing).
+GPU_WRONG = {
+    "mma_ragged_kn-loop-f16-sm_90a": "H100: 5589 of 5600 elements differ from the interpreter. f16 operands, the K "
+    "loop nested in a run-time loop, the f16 accumulator stored with st.global; the bf16 case (a TMA-staged "
+    "store), the register-operand case and the same kernel outside the loop are right. Not yet diagnosed.",
+}
+CASES = [pytest.param(c, id=c.id, marks=pytest.mark.xfail(strict=True, reason=GPU_WRONG[c.id]))
+         if c.id in GPU_WRONG else pytest.param(c, id=c.id) for c in all_cases() if c.id in _WORKING]
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+@pytest.mark.parametrize("case", CASES)
 def test_case_on_gpu_matches_interpreter(case: Case) -> None:
     out = run_case(case)
     assert out.status == WORKS, f"{case.id}: {out.status}: {out.message}"
