@@ -10,6 +10,8 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
+from tkir.launch_bounds import partial_rows, resident_slots  # noqa: F401 (this companion's G)
+
 KERNEL = "rmsnorm_bwd.tk"
 PARAMS = ["X", "W", "DY", "DX", "DWP"]
 OUTPUTS = ["DX", "DWP"]
@@ -37,28 +39,10 @@ TOLERANCE = 1e-2  # DX is bf16 (2^-8 relative rounding); the f32 partials are fa
 # Per element: square and add (rstd), x_hat, g = dy * W, g * x_hat and add, the DX update (sub, mul, mul),
 # dy * x_hat accumulated.
 FLOPS_PER_ELEMENT = 10
-NUM_SMS = 132  # SMs of an H100 SXM / H200 (tkir.target.NUM_SMS)
 
 
 def _consts(consts: dict) -> dict:
     return {**DEFAULT_CONSTS, **consts}
-
-
-def partial_rows(n: int, rows: int, slots: int) -> int:
-    """G for N = n rows in tiles of `rows` rows: at most `slots` blocks (one wave of resident blocks), each
-    walking the same number of tiles (ceil(tiles / slots)), so that no block waits on a longer one; >= 1."""
-    tiles = max(1, -(-n // rows))
-    per_block = -(-tiles // slots)
-    return -(-tiles // per_block)
-
-
-def resident_slots(kernel, num_sms: int = NUM_SMS) -> int:
-    """Blocks of a compiled row kernel (tkir.compile) resident on the GPU at once: the SMs times the
-    blocks per SM that ptxas is asked to keep resident (tkir.launch_bounds)."""
-    from tkir.launch_bounds import streaming_blocks_per_sm
-
-    return num_sms * streaming_blocks_per_sm(kernel.module.kernel, kernel.launch.block[0])
-
 
 
 def make_inputs(rng: np.random.Generator, sizes: dict, consts: dict) -> list[np.ndarray]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from tkir.facts import OccupancyPlan, requested_blocks_per_sm
 from tkir.ir import Operation
-from tkir.target import MAX_REGS_PER_THREAD, REG_ALLOC_UNIT, REGS_PER_SM
+from tkir.target import MAX_REGS_PER_THREAD, NUM_SMS, REG_ALLOC_UNIT, REGS_PER_SM
 
 MIN_BLOCKS_STREAMING = 2   # resident blocks asked for kernels without warp specialization
 MIN_REGS_STREAMING = 32    # ... unless that would leave fewer registers than this per thread
@@ -33,3 +33,18 @@ def streaming_reg_cap(kernel: Operation, threads: int) -> int:
     most MAX_REGS_PER_THREAD)."""
     blocks = streaming_blocks_per_sm(kernel, threads)
     return min(MAX_REGS_PER_THREAD, REGS_PER_SM // (blocks * threads) // REG_ALLOC_UNIT * REG_ALLOC_UNIT)
+
+
+def resident_slots(kernel, num_sms: int = NUM_SMS) -> int:  # kernel: a tkir.compile result
+    """Blocks of a compiled row kernel resident on the GPU at once: the SMs times the blocks per SM that
+    ptxas is asked to keep resident (streaming_blocks_per_sm)."""
+    return num_sms * streaming_blocks_per_sm(kernel.module.kernel, kernel.launch.block[0])
+
+
+def partial_rows(n: int, rows: int, slots: int) -> int:
+    """G, the blocks (and partial-sum rows) of a row kernel that walks tiles b, b + G, ... (rmsnorm_bwd.tk,
+    layernorm_bwd.tk), for N = n rows in tiles of `rows`: at most `slots` blocks (one wave of resident
+    blocks), each walking the same number of tiles, so that no block waits on a longer one; >= 1."""
+    tiles = max(1, -(-n // rows))
+    per_block = -(-tiles // slots)
+    return -(-tiles // per_block)
