@@ -380,7 +380,9 @@ def _blocks(n: int) -> str:
 
 
 def _ring_buffers(kernel: Operation) -> dict[Value, Operation]:
-    """Shared tile -> the innermost loop that loads it from global memory (it becomes a ring buffer)."""
+    """Shared tile -> the top-level loop that loads it from global memory (it becomes a ring buffer).
+    A tile loaded in a loop nested in another loop is a plain tile: pipeline and pipeline-cp-async
+    rotate top-level loops only, so its loop gets no stages and no producer role."""
     out: dict[Value, Operation] = {}
     for op in kernel.walk():
         if op.name not in COPIES_TO_SHARED or op.results or len(op.operands) < 2:
@@ -388,7 +390,7 @@ def _ring_buffers(kernel: Operation) -> dict[Value, Operation]:
         if not (is_shared(op.operands[0].type) and isinstance(op.operands[1].type, GlobalType)):
             continue
         loop = _enclosing_loop(op)
-        if loop is not None:
+        if loop is not None and parent_op(loop) is kernel:
             out[op.operands[0]] = loop
     return out
 
@@ -401,6 +403,10 @@ def _enclosing_loop(op: Operation) -> Operation | None:
 
 
 def _is_warp_specialized(loop: Operation, rings: dict[Value, Operation]) -> bool:
+    """The loop `pipeline` will split into producer and consumer roles: a (top-level, _ring_buffers)
+    loop that TMA-loads one of its ring buffers and multiplies. A loop nested in a run-time loop keeps
+    one role: planning a producer warpgroup for it launched a second warpgroup that ran the consumers'
+    code with a warpgroup index past the tile's rows (wrong wgmma operands)."""
     ops = list(loop.walk())
     tma = any(o.name == "tma.load" and rings.get(o.operands[0]) is loop for o in ops)
     return tma and any(o.name == "tk.mma" for o in ops)

@@ -29,11 +29,7 @@ def gpu_tolerance(case: Case, dtype: str) -> float:
 _WORKING = set(WORKING)
 # Cases that work on the CPU (interpreter == numpy, ptxas) but compute a wrong answer on the GPU: a known,
 # undiagnosed miscompile each, kept visible as a strict xfail (it fails the run once it starts passing).
-GPU_WRONG = {
-    "mma_ragged_kn-loop-f16-sm_90a": "H100: 5589 of 5600 elements differ from the interpreter. f16 operands, the K "
-    "loop nested in a run-time loop (not pipelined: register copies into shared, then wgmma); the bf16 case, the "
-    "register-operand case and the same kernel outside the loop are right. Not yet diagnosed (docs/status.md).",
-}
+GPU_WRONG: dict[str, str] = {}  # none known (mma_ragged_kn-loop-f16-sm_90a was one: plan-occupancy, fixed)
 CASES = [pytest.param(c, id=c.id, marks=pytest.mark.xfail(strict=True, reason=GPU_WRONG[c.id]))
          if c.id in GPU_WRONG else pytest.param(c, id=c.id) for c in all_cases() if c.id in _WORKING]
 

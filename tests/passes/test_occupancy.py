@@ -430,3 +430,39 @@ def test_more_than_1024_threads_is_refused(tmp_path, target: str) -> None:
     with pytest.raises(CompileError) as e:
         tkir.compile(str(src), target=target)
     assert e.value.format().startswith(f"{src}:2:8: error: 2048 threads per block: more than the 1024")
+
+
+NESTED_K_LOOP = """\
+kernel nested(A: gl<f16>[N, K], B: gl<f16>[K, P], Y: gl<f16>[N, P])
+    grid(1)
+{
+    shared a: st<f16, 64, 64>
+    shared b: st<f16, 64, 64>
+    for i in 0 .. cdiv(N, 64) {
+        reg acc: rt<f32, 64, 64> = 0
+        for k in 0 .. cdiv(K, 64) {
+            a = A[i, k]
+            b = B[k, 0]
+            acc += a @ b
+        }
+        Y[i, 0] = f16(acc)
+    }
+}
+"""
+
+
+def test_a_k_loop_nested_in_a_run_time_loop_keeps_one_role(tmp_path: Path) -> None:
+    """pipeline rotates top-level loops only, so plan-occupancy plans no producer warpgroup (and no
+    stages) for a K loop inside another loop. It planned one, and the second warpgroup of the 256-thread
+    block ran the consumers' wgmma with its own warpgroup's A rows, past the 64-row tile: the GPU result
+    of the conformance case mma_ragged_kn-loop-f16-sm_90a was wrong in 5,589 of 5,600 elements."""
+    src = tmp_path / "nested.tk"
+    src.write_text(NESTED_K_LOOP, encoding="utf-8")
+    module = compile_file(str(src))
+    PassManager(load_registry(), [*UP_TO_OCCUPANCY, "pipeline"]).run(module, Options(target="sm_90a"))
+    plan = OccupancyPlan.of(module.kernel)
+    assert plan.role("producer") is None and plan.role("compute") is not None
+    assert plan.threads == 128 and plan.stages == 1
+    assert plan.smem_bytes == 2 * 64 * 64 * 2 + 1024  # the two tiles once each, plus the TMA alignment pad
+    assert not any(op.name.startswith("pipe.") for op in module.kernel.walk())
+    assert all("stages" not in op.attrs for op in module.kernel.walk() if op.name == "scf.for")
