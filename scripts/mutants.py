@@ -542,3 +542,34 @@ MUTANTS: list[Mutation] = [
       "the deferred release skips stage 0 (every GEMM with more k-iterations than stages hangs)",
       tests=T_PIPELINE_PROTOCOL, topic="pipeline-protocol"),
 ]
+
+# buffer lifetimes: overlap-mma's rotation hazard, the verifier's read-after-release proof, the interpreter's
+# race check (tests/passes/test_overlap_hazard.py, tests/ir/test_interp_release.py)
+T_LIFETIME = ("tests/passes/test_overlap_hazard.py", "tests/ir/test_interp_release.py",
+              "tests/ir/test_verify_pipeline.py")
+MUTANTS += [
+    M("hazard-release-never-found", "passes/analysis.py",
+      "if rel.name == \"pipe.arrive\" and id(rel) not in s1 \\",
+      "if rel.name == \"pipe.arrived\" and id(rel) not in s1 \\",
+      "overlap-mma's rotation_hazard never finds the release of a stage stage 1 reads: dK/dV's dV += P^T dO is "
+      "rotated past dO's release", "safety", tests=T_LIFETIME, topic="lifetime"),
+    M("verify-read-after-release-allowed", "tkir/verify_pipeline.py",
+      "if seen == \"never\" or seen is None:", "if seen == \"never\":",
+      "the protocol model lets a role read a stage it released (only a never-acquired stage is an error)",
+      "safety", tests=T_LIFETIME, topic="lifetime"),
+    M("verify-release-forgets-nothing", "tkir/verify_pipeline.py",
+      "            role.seen[(id(buf), s)] = None", "            pass",
+      "a release does not end the role's hold on the stage in the model", "safety", tests=T_LIFETIME,
+      topic="lifetime"),
+    M("verify-read-hazard-hidden", "tkir/verify_pipeline.py",
+      "if getattr(e, READ_HAZARD, False):", "if False:",
+      "a proved read-after-release behind a misplaced deferred arrive is reported as the arrive's place only",
+      "diagnostics", tests=T_LIFETIME, topic="lifetime"),
+    M("interp-release-not-recorded", "tkir/interp/pipeline.py",
+      "if tile is None or op.attrs.get(\"deferred\") or not _consumer(frame):", "if True:",
+      "the interpreter records no release: a read after release computes with whatever the stage holds",
+      "safety", tests=T_LIFETIME, topic="lifetime"),
+    M("interp-release-not-checked", "tkir/interp/pipeline.py",
+      "            if at is not None:", "            if at is not None and False:",
+      "the interpreter never flags a read of a released stage", "safety", tests=T_LIFETIME, topic="lifetime"),
+]

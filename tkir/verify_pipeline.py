@@ -86,11 +86,25 @@ class _Stop(Exception):
     what it checked so far stands, the rest is not checked."""
 
 
+READ_HAZARD = "read_hazard"  # set on the model's error for a read of a stage its role has released
+
+
 def verify_pipeline(kernel: Operation, error: type[CompileError]) -> None:
     """Check `kernel`'s mbarrier pipeline, if it has one; raise `error` (located) at the first problem."""
     if not any(op.name in ("pipe.barriers", "pipe.async_copy") for op in kernel.walk()):
         return
-    _static_rules(kernel, error)
+    misplaced = _static_rules(kernel, error)
+    if misplaced is not None:  # the model first: a read it proves unsafe says more than where the arrive sits
+        try:
+            _run_model(kernel, error)
+        except CompileError as e:
+            if getattr(e, READ_HAZARD, False):
+                raise
+        raise misplaced
+    _run_model(kernel, error)
+
+
+def _run_model(kernel: Operation, error: type[CompileError]) -> None:
     loop_stages = {op.attrs["stages"] for op in kernel.walk() if op.name == "scf.for" and "stages" in op.attrs}
     rings = {id(op): op.result.type.n for op in kernel.walk() if op.name == "pipe.barriers"
              and op.result.type.n > 1 and op.result.type.n in loop_stages}  # the pipelined loops' rings
@@ -111,7 +125,10 @@ def verify_pipeline(kernel: Operation, error: type[CompileError]) -> None:
 # --- static rules ----------------------------------------------------------------------------------
 
 
-def _static_rules(kernel: Operation, error: type[CompileError]) -> None:
+def _static_rules(kernel: Operation, error: type[CompileError]) -> CompileError | None:
+    """Raise the first static rule's error; return (not raise) the error of a deferred 'pipe.arrive' outside
+    a loop body, which the model then runs as an immediate release."""
+    misplaced = None
     for op in kernel.walk():
         for region in op.regions:
             _expect_bytes(region.block, error)
@@ -124,10 +141,12 @@ def _static_rules(kernel: Operation, error: type[CompileError]) -> None:
                                              f"{_line(deferred[0])})")
         elif op.name == "pipe.arrive" and op.attrs.get("deferred"):
             owner = parent_op(op)
-            if owner is None or owner.name != "scf.for":
-                raise error(op.loc, "a deferred 'pipe.arrive' releases the previous iteration's stage of its loop: it "
-                                    "must sit directly in an scf.for body",
-                            hint="the backend carries that stage around the loop and releases the last one after it")
+            if (owner is None or owner.name != "scf.for") and misplaced is None:
+                misplaced = error(op.loc, "a deferred 'pipe.arrive' releases the previous iteration's stage of its "
+                                          "loop: it must sit directly in an scf.for body",
+                                  hint="the backend carries that stage around the loop and releases the last one "
+                                       "after it")
+    return misplaced
 
 
 def _loop_stages(loop: Operation, error: type[CompileError]) -> None:
@@ -272,6 +291,7 @@ class _Role:
     waits: dict[tuple[int, int], tuple[int, int]] = field(default_factory=dict)  # (bars, s) -> (n, first parity)
     last_arrival: dict[int, int] = field(default_factory=dict)  # id(bars) -> last stage arrived on
     seen: dict[tuple[int, int], int | None] = field(default_factory=dict)  # (buffer, s) -> fill phase acquired
+    released_by: dict[tuple[int, int], Operation] = field(default_factory=dict)  # (buffer, s) -> its last release
     groups: list[tuple[Operation, frozenset]] = field(default_factory=list)  # wgmma groups in flight, oldest first
     deferred: list[dict] = field(default_factory=list)  # the enclosing loops' deferred-release state
     cp_open: list[tuple[int, int, Operation]] = field(default_factory=list)  # cp.async copies not yet committed
@@ -641,6 +661,7 @@ class _Model:
                                      hint="release a stage read by an mma whose group stays in flight after its "
                                           "iteration with `deferred = true`, or after a tk.mma_wait of its result")
             role.seen[(id(buf), s)] = None
+            role.released_by[(id(buf), s)] = op
         self._arrive_on(op, bars, s, role.arrivals(), role)
 
     def _tile_reads(self, op: Operation, role: _Role) -> None:
@@ -688,10 +709,16 @@ class _Model:
         seen = role.seen.get((id(buf), s), "never")
         what = f"stage {s} of %{buf.name}" if buf.type.get("stages") else f"%{buf.name}"
         if seen == "never" or seen is None:
-            why = "without waiting on" if seen == "never" else "after releasing it and before waiting again on"
-            raise self.error(op.loc, f"'{op.name}' in {role.label} reads {what} {why} {bars.name}[{s}], the "
+            rel = role.released_by.get((id(buf), s))
+            why = "without waiting on" if seen == "never" else \
+                f"after releasing it ('{rel.name} %{rel.operands[0].name}'" \
+                f"{f' at line {rel.loc.line}' if rel.loc is not None else ''}; the producer may " \
+                "refill it from then on) and before waiting again on"
+            err = self.error(op.loc, f"'{op.name}' in {role.label} reads {what} {why} {bars.name}[{s}], the "
                                      "barrier its copies complete on",
                              hint="every read of a stage needs the role's 'pipe.wait' for the fill of that round")
+            setattr(err, READ_HAZARD, True)
+            raise err
         if (id(buf), s) in self.pending_fill:
             raise self.error(op.loc, f"'{op.name}' in {role.label} reads {what} while a copy refills it (fill "
                                      f"{bars.done[s] + 1} on {bars.name}[{s}] is in flight)",
@@ -865,8 +892,8 @@ def _arrive(m: _Model, op: Operation, role: _Role) -> None:
     bars = m._bars(op)
     s = m._stage(op, op.operands[1], bars.n, bars.name)
     if op.attrs.get("deferred"):
-        if not role.deferred:
-            raise _Stop
+        if not role.deferred:  # outside a loop: a static error, raised after the model; no release here
+            return
         st = role.deferred[-1]
         if st["prev"] is not None:
             m._release(op, st["bars"], st["prev"], role)

@@ -57,3 +57,45 @@ def test_attention_fwd_still_rotated() -> None:
     k = tkir.compile(str(ROOT / "examples" / "attention_fwd.tk"), target="sm_90a", D=64)
     assert not any(SKIPPED_ATTR in op.attrs for op in _loops(k))
     assert any(op.name == "tk.mma_wait" for op in k.module.kernel.walk())
+
+
+def test_the_verifier_rejects_the_rotation_overlap_mma_declines(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without its hazard check, overlap-mma rotates dV += P^T dO past dO's release; the verifier's protocol
+    model (run after every pass) proves the read unsafe and names the pass, the read, the buffer and the
+    release. The check in the pass and the check in the verifier are independent."""
+    import tkir.passes.overlap_mma as om
+
+    monkeypatch.setattr(om, "rotation_hazard", lambda loop, plan: None)
+    from tkir.diagnostics import CompileError
+
+    with pytest.raises(CompileError) as e:
+        tkir.compile(str(DKDV), target="sm_90a")
+    msg = str(e.value)
+    assert "after pass 'overlap-mma'" in msg, msg
+    assert msg.startswith(f"{DKDV}:39:"), msg  # dv += bf16(pt) @ dos, the rotated read
+    assert "'tk.mma' in the consumer role (1 warpgroup) reads stage 0 of %dos after releasing it ('pipe.arrive " \
+           "%empty_dos'" in msg, msg
+
+
+def test_the_verifier_rejects_a_read_moved_after_its_release(tmp_path: Path) -> None:
+    """An IR edit of the pipelined dK/dV loop: the mma dV += P^T dO moved below dO's release."""
+    text = tkir.compile(str(DKDV), target="sm_90a").ir
+    lines = text.split("\n")
+    i = next(k for k, ln in enumerate(lines) if "%dv.3 = tk.mma" in ln)
+    j = next(k for k, ln in enumerate(lines) if k > i and "pipe.arrive %empty_dos" in ln)
+    lines.insert(j, lines.pop(i))
+    bad = tmp_path / "dkdv_read_after_release.tkir"
+    bad.write_text("\n".join(lines), encoding="utf-8")
+    import contextlib
+    import io
+
+    from tkir.cli import main
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        rc = main(["opt", str(bad), "--passes=canonicalize", "-o", str(tmp_path / "out.tkir")])
+    assert rc == 1
+    first = err.getvalue().splitlines()[0]
+    assert first.startswith(f"{bad}:{j + 1}:"), first
+    assert "reads stage" in first and "%dos after releasing it ('pipe.arrive %empty_dos' at line" in first, first
+    assert not (tmp_path / "out.tkir").exists()
