@@ -22,7 +22,9 @@ The machine model (PTX ISA, "Parallel Synchronization and Communication Instruct
   dynamic shared memory size, a read of a byte no thread wrote is an error, and so are races between warps: a read of a byte another warp wrote, or a
   write of a byte another warp read or wrote (with other bytes), since the last block-wide barrier is an
   `EvalError` -- so a missing barrier fails whatever order the warps happen to run in;
-* global accesses are checked against their array's bounds and their alignment.
+* global accesses are checked against their array's bounds and their alignment;
+* lanes of one store that write different values to the same byte are an `EvalError` (which one lands
+  is up to the hardware).
 
 Floating point is numpy's IEEE f32 (f16, bf16 through ml_dtypes, rounded to nearest even); the
 `.approx` instructions are computed exactly and rounded to f32, within their documented error.
@@ -783,6 +785,13 @@ class BlockRun:
 
     def write(self, g: _Group, mask: np.ndarray, addr: np.ndarray, space: int, data: np.ndarray) -> None:
         mem, idx, lanes = self._where(g, mask, addr, space, data.shape[1])
+        flat, vals = idx.reshape(-1), data[lanes].reshape(-1)
+        order = np.argsort(flat, kind="stable")
+        same = flat[order][1:] == flat[order][:-1]
+        differ = same & (vals[order][1:] != vals[order][:-1])
+        if differ.any():   # which lane's value lands is up to the hardware
+            raise EvalError(f"warp {g.warp}: lanes store different values to byte {flat[order][1:][differ][0]} of "
+                            f"{'shared memory' if mem is self.smem else 'an argument'} in one instruction")
         if mem is self.smem and idx.size:
             self._race(g, idx.reshape(-1), write=data[lanes].reshape(-1))
         mem[idx] = data[lanes]

@@ -28,6 +28,7 @@ import tkir
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 BF16 = ml_dtypes.bfloat16
+WARP_LANES = 32  # PTX ISA: a warp is 32 threads
 TARGETS = ["sm_90a", "sm_80"]
 LN_EPS = 1e-5   # examples/layernorm.tk's EPS
 RMS_EPS = 1e-6  # examples/rmsnorm.tk's EPS
@@ -103,7 +104,8 @@ def test_softmax_rows_split_over_warps(target: str, consts: dict) -> None:
     assert max(_parts(k)) > 1
     r, d = consts["ROWS"], consts["D"]
     n = 3 * r
-    x = _rows(n, d, 1) * np.array(4.0, BF16)
+    # no ramp: the exponentials' mass is spread over the row, not held by the last warp's columns
+    x = (np.random.default_rng(1).standard_normal((n, d)) * 2).astype(BF16)
     y = np.full((n, d), np.nan, BF16)
     _block(k, [x, y, n], 1, 3)
     xf = x.astype(np.float64)
@@ -287,3 +289,34 @@ def test_out_of_bounds_accesses_are_errors() -> None:
         run_block(text, [x[:2].copy(), y, 3], block=2, grid=3, threads=128, smem_bytes=k.launch.dynamic_smem)
     with pytest.raises(EvalError, match="out of the bounds of shared memory"):
         run_block(text, [x, y, 3], block=1, grid=3, threads=128, smem_bytes=8)
+
+
+SHFL_KERNEL = """define ptx_kernel void @k(ptr addrspace(1) %out) {
+entry:
+  %t = call i32 @llvm.nvvm.read.ptx.sreg.tid.x()
+  %s = call i32 @llvm.nvvm.shfl.sync.MODE.i32(i32 -1, i32 %t, i32 B, i32 C)
+  %o = sext i32 %t to i64
+  %p = getelementptr i32, ptr addrspace(1) %out, i64 %o
+  store i32 %s, ptr addrspace(1) %p, align 4
+  ret void
+}
+"""
+
+
+@pytest.mark.parametrize("mode", ["bfly", "down", "up", "idx"])
+@pytest.mark.parametrize("width", [32, 8])
+def test_shuffle_source_lanes_follow_cuda_width_segments(mode: str, width: int) -> None:
+    """The evaluator's shfl.sync against CUDA's __shfl_*_sync(mask, v, b, width) (CUDA C++ Programming
+    Guide, "Warp Shuffle Functions": a warp is segments of `width` lanes; down/up read lane +- b of the
+    same segment or keep their own value, idx reads lane b of the segment, xor lane ^ b), with the c
+    operand CUDA passes: ((32 - width) << 8) | 31, or (32 - width) << 8 for up."""
+    b = 3
+    c = ((WARP_LANES - width) << 8) | (0 if mode == "up" else 31)
+    text = SHFL_KERNEL.replace("MODE", mode).replace("i32 B", f"i32 {b}").replace("i32 C", f"i32 {c}")
+    out = np.full(64, -1, np.int32)
+    run_block(text, [out], threads=64)
+    lane = np.arange(64) % WARP_LANES
+    start = lane - lane % width
+    src = {"bfly": lane ^ b, "down": lane + b, "up": lane - b, "idx": start + b % width}[mode]
+    src = np.where((src >= start) & (src < start + width), src, lane)
+    np.testing.assert_array_equal(out, src + np.arange(64) // WARP_LANES * WARP_LANES)
