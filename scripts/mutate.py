@@ -80,6 +80,7 @@ DEFAULT_TESTS = [
     "tests/runtime/test_launch.py",
     "tests/backend/test_toolchain.py",
     "tests/backend/test_sm80_mma_simulated.py",
+    "tests/backend/test_block_eval_rows.py",
     "tests/ir/test_pipeline_interp.py",
     "tests/filecheck/test_filecheck.py",
 ]
