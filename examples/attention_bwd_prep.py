@@ -1,0 +1,110 @@
+"""Companion of attention_bwd_prep.tk: Delta = rowsum(dO * O) per query row (float32), the first step of
+attention's backward; and the float64 reference of the whole attention forward and backward that the
+companions of attention_bwd_dkdv.tk and attention_bwd_dq.tk load from here (`forward64`, `backward64`,
+`problem`).
+
+The inputs are those of a real backward: O is attention_fwd's output (float64, rounded to bf16 as the
+forward stores it) of unit-normal Q, K, V; dO is unit normal.
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+KERNEL = "attention_bwd_prep.tk"
+PARAMS = ["O", "DO", "DELTA"]
+OUTPUTS = ["DELTA"]
+DEFAULT_CONSTS = dict(ROWS=16, D=128, WG=1)
+
+# Ragged N (not a multiple of ROWS = 16: rows past N load as zeros and are not stored), one row, and the
+# three head dims.
+CHECK_SIZES = [dict(B=1, H=2, N=200), dict(B=2, H=1, N=1), dict(B=1, H=1, N=65), dict(B=1, H=1, N=37)]
+CHECK_CONSTS = [{}, {"D": 64}, {"D": 256}, {"D": 64, "ROWS": 64}]
+BENCH_SIZES = [dict(B=16, H=16, N=4096), dict(B=16, H=32, N=2048)]
+BENCH_CONSTS = [{}, {"D": 64}]
+PEER = "(dO.float() * O.float()).sum(-1)"
+
+# f32 output: a sum of D products of bf16 values in f32 (rounding ~1e-7 each).
+TOLERANCE = 1e-5
+
+
+def _consts(consts: dict) -> dict:
+    return {**DEFAULT_CONSTS, **consts}
+
+
+# --- the float64 attention forward and backward (shared by the three backward companions) -------------
+
+def forward64(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool) -> tuple[np.ndarray, np.ndarray]:
+    """O and L (each query row's natural log-sum-exp of the scaled scores) of attention_fwd.tk in float64:
+    O = softmax(Q K^T / sqrt(D) [+ causal mask]) V, arrays [B, H, N, D]."""
+    q, k, v = (np.asarray(a, np.float64) for a in (q, k, v))
+    n, d = q.shape[-2], q.shape[-1]
+    s = np.einsum("bhqd,bhkd->bhqk", q, k) / np.sqrt(d)
+    if causal:
+        s = np.where(np.triu(np.ones((n, n), bool), k=1), -np.inf, s)
+    mx = s.max(-1, keepdims=True)
+    p = np.exp(s - mx)
+    total = p.sum(-1, keepdims=True)
+    return np.einsum("bhqk,bhkd->bhqd", p / total, v), (mx + np.log(total))[..., 0]
+
+
+def backward64(q: np.ndarray, k: np.ndarray, v: np.ndarray, do: np.ndarray, lse: np.ndarray, delta: np.ndarray,
+               causal: bool) -> dict[str, np.ndarray]:
+    """dQ, dK, dV of attention in float64 from the forward's L and Delta = rowsum(dO * O):
+    P = exp(S / sqrt(D) - L) (0 where masked), dV = P^T dO, dP = dO V^T, dS = P (dP - Delta),
+    dQ = dS K / sqrt(D), dK = dS^T Q / sqrt(D)."""
+    q, k, v, do, lse, delta = (np.asarray(a, np.float64) for a in (q, k, v, do, lse, delta))
+    n, d = q.shape[-2], q.shape[-1]
+    scale = 1.0 / np.sqrt(d)
+    s = np.einsum("bhqd,bhkd->bhqk", q, k) * scale
+    if causal:
+        s = np.where(np.triu(np.ones((n, n), bool), k=1), -np.inf, s)
+    p = np.exp(s - lse[..., None])
+    dv = np.einsum("bhqk,bhqd->bhkd", p, do)
+    dp = np.einsum("bhqd,bhkd->bhqk", do, v)
+    ds = p * (dp - delta[..., None])
+    return {"DQ": np.einsum("bhqk,bhkd->bhqd", ds, k) * scale, "DK": np.einsum("bhqk,bhqd->bhkd", ds, q) * scale,
+            "DV": dv}
+
+
+def problem(rng: np.random.Generator, sizes: dict, d: int, causal: bool) -> dict[str, np.ndarray]:
+    """A backward's inputs: Q, K, V, dO unit normal (bf16); O (bf16) and L (float32) from forward64; Delta
+    (float32) = rowsum(dO * O) in float64 on the bf16 O, as attention_bwd_prep.tk computes it."""
+    shape = (sizes["B"], sizes["H"], sizes["N"], d)
+    bf16 = ml_dtypes.bfloat16
+    q, k, v, do = (rng.standard_normal(shape, np.float32).astype(bf16) for _ in range(4))
+    o, lse = forward64(q, k, v, causal)
+    o = o.astype(bf16)
+    delta = (do.astype(np.float64) * o.astype(np.float64)).sum(-1)
+    return dict(Q=q, K=k, V=v, DO=do, O=o, L=lse.astype(np.float32), DELTA=delta.astype(np.float32))
+
+
+# --- this kernel ---------------------------------------------------------------------------------------
+
+def make_inputs(rng: np.random.Generator, sizes: dict, consts: dict) -> list[np.ndarray]:
+    p = problem(rng, sizes, _consts(consts)["D"], causal=False)
+    return [p["O"], p["DO"], np.full(p["DELTA"].shape, np.nan, np.float32)]
+
+
+def reference(inputs: list[np.ndarray], sizes: dict, consts: dict) -> dict[str, np.ndarray]:
+    o, do = (a.astype(np.float64) for a in inputs[:2])
+    return {"DELTA": (do * o).sum(-1)}
+
+
+def flops(sizes: dict, consts: dict) -> int:
+    return 2 * sizes["B"] * sizes["H"] * sizes["N"] * _consts(consts)["D"]
+
+
+def bytes_moved(sizes: dict, consts: dict) -> int:
+    rows = sizes["B"] * sizes["H"] * sizes["N"]
+    return 2 * 2 * rows * _consts(consts)["D"] + 4 * rows  # O, dO read (bf16), Delta written (f32)
+
+
+# --- GPU hooks (tkc bench): the numpy inputs copied to the GPU ------------------------------------------
+MEMORY_BOUND = True
+
+
+def peer(inputs: list, sizes: dict, consts: dict):
+    o, do = inputs[:2]
+    return lambda: (do.float() * o.float()).sum(-1)
