@@ -1,0 +1,108 @@
+"""Attention with autograd from tkir kernels (examples/attention_autograd.py: attention_fwd.tk, then
+attention_bwd_prep.tk, attention_bwd_dkdv.tk and attention_bwd_dq.tk in the backward) against autograd through
+torch.nn.functional.scaled_dot_product_attention in float32 on the same bf16 values: the output and the
+gradients of q, k and v within ||d - ref|| / ||ref|| < 2e-2, causal and not, at (B, H, N, D) = (1, 1, 1, 64),
+(2, 3, 1000, 64) and (4, 8, 2048, 128). At N = 1 a query has one key (P = 1 whatever the score), so dQ = dK = 0
+exactly and SDPA's are 0: tkir's are held to an absolute bound there. The backward is deterministic by
+construction (no atomics): two runs give the same bits."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+REL_TOL = 2e-2  # bf16 outputs from bf16 products of P and dS, against f32 autograd
+ZERO_GRAD_TOL = 1e-4  # N = 1: max |dQ|, max |dK| against max |dV| (rounding of dP - Delta in f32)
+SHAPES = [(1, 1, 1, 64), (2, 3, 1000, 64), (4, 8, 2048, 128)]
+
+pytestmark = pytest.mark.gpu
+
+
+def _example():  # noqa: ANN202 - the example module
+    if "attention_autograd" not in sys.modules:  # registered before it runs: its dataclass looks it up
+        spec = importlib.util.spec_from_file_location("attention_autograd", ROOT / "examples/attention_autograd.py")
+        assert spec is not None and spec.loader is not None
+        sys.modules["attention_autograd"] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules["attention_autograd"])
+    return sys.modules["attention_autograd"]
+
+
+def _inputs(torch, shape: tuple, seed: int) -> tuple:  # noqa: ANN001
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    q, k, v, do = (torch.randn(*shape, device="cuda", generator=gen).to(torch.bfloat16) for _ in range(4))
+    return q, k, v, do
+
+
+def _reference(torch, q, k, v, do, causal: bool) -> tuple:  # noqa: ANN001
+    """O and the gradients of q, k, v by autograd through SDPA in float32 (the math backend: the definition)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    qf, kf, vf = (t.detach().float().requires_grad_() for t in (q, k, v))
+    with sdpa_kernel(SDPBackend.MATH):
+        o = torch.nn.functional.scaled_dot_product_attention(qf, kf, vf, is_causal=causal)
+    return (o.detach(), *torch.autograd.grad(o, (qf, kf, vf), do.float()))
+
+
+def _rel(torch, got, want) -> float:  # noqa: ANN001
+    return float((got.float() - want).norm() / want.norm())
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("shape", SHAPES, ids=["x".join(map(str, s)) for s in SHAPES])
+def test_gradients_match_sdpa(torch_module, shape: tuple, causal: bool) -> None:  # noqa: ANN001
+    torch = torch_module
+    attention = _example().attention
+    q, k, v, do = _inputs(torch, shape, seed=shape[2] + int(causal))
+    args = [t.clone().requires_grad_() for t in (q, k, v)]
+    o = attention(*args, causal=causal)
+    got = torch.autograd.grad(o, args, do)
+    want_o, *want = _reference(torch, q, k, v, do, causal)
+    torch.cuda.synchronize()
+    assert o.dtype == torch.bfloat16 and o.shape == q.shape
+    assert _rel(torch, o, want_o) < REL_TOL, _rel(torch, o, want_o)
+    for name, g, r in zip(("dQ", "dK", "dV"), got, want, strict=True):
+        assert g.dtype == torch.bfloat16 and g.shape == q.shape, name
+        assert bool(torch.isfinite(g).all()), name
+        if shape[2] == 1 and name != "dV":  # zero in exact arithmetic, and SDPA's are 0
+            top = float(g.float().abs().max())
+            assert top <= ZERO_GRAD_TOL * float(want[2].abs().max()), (name, top)
+        else:
+            err = _rel(torch, g, r)
+            assert err < REL_TOL, f"{name} {shape} causal={causal}: relative error {err:.3e}"
+
+
+def test_backward_is_deterministic(torch_module) -> None:  # noqa: ANN001
+    """The same inputs twice: dQ, dK, dV equal bit for bit (each block owns its rows; no atomics)."""
+    torch = torch_module
+    attention = _example().attention
+    q, k, v, do = _inputs(torch, (2, 3, 1000, 64), seed=5)
+    runs = []
+    for _ in range(2):
+        args = [t.clone().requires_grad_() for t in (q, k, v)]
+        runs.append(torch.autograd.grad(attention(*args, causal=True), args, do))
+    torch.cuda.synchronize()
+    for a, b in zip(*runs, strict=True):
+        assert torch.equal(a, b)
+
+
+def test_forward_without_grad_and_refusals(torch_module) -> None:  # noqa: ANN001
+    """Without a gradient the forward alone runs (D = 256 too); D = 256 with a gradient, f32 inputs, and
+    shapes that differ are refused before any launch."""
+    torch = torch_module
+    attention = _example().attention
+    q, k, v, _ = _inputs(torch, (1, 2, 300, 256), seed=7)
+    with torch.no_grad():
+        o = attention(q, k, v)
+    want_o = _reference(torch, q, k, v, torch.zeros_like(q), False)[0]
+    assert _rel(torch, o, want_o) < REL_TOL
+    with pytest.raises(ValueError, match="head dim 256 is not supported"):
+        attention(q.requires_grad_(), k, v)
+    with pytest.raises(TypeError, match="bfloat16"):
+        attention(q.float(), k, v)
+    with pytest.raises(ValueError, match="one shape"):
+        attention(q[:, :1].detach(), k, v)

@@ -1,0 +1,95 @@
+"""examples/attention_autograd.py without torch or a GPU: its wiring of attention_fwd.tk and the three backward
+kernels through tkir.torch.autograd, run with each op replaced by the same kernel in the reference interpreter
+(its arguments and output shapes from the op's OpSignature, as tkir.torch builds them) and the Function by the
+AutogradPlan it would follow. The gradients match the float64 backward: the names, the order of each op's
+arguments and what the forward saves are right. (The ops on the GPU: tests/gpu/test_attention_bwd_gpu.py.)"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import tkir
+import tkir.torch as tt
+from tkir.interp import interpret
+from tkir.tools.examples import load_companion, relative_error
+
+ROOT = Path(__file__).resolve().parents[2]
+NUMPY_DTYPES = {"bf16": ml_dtypes.bfloat16, "f32": np.float32}
+GRAD_TOL = 2e-2  # the backward companions' bound
+
+
+def _example():  # noqa: ANN202 - the example module
+    if "attention_autograd" not in sys.modules:  # registered before it runs: its dataclass looks it up
+        spec = importlib.util.spec_from_file_location("attention_autograd", ROOT / "examples/attention_autograd.py")
+        assert spec is not None and spec.loader is not None
+        sys.modules["attention_autograd"] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules["attention_autograd"])
+    return sys.modules["attention_autograd"]
+
+
+class InterpretedOp:
+    """tkir.torch.op's contract on numpy arrays: `op(*inputs)` allocates the outputs from the signature and
+    runs the kernel in the interpreter."""
+
+    def __init__(self, path: str | Path, *, outputs: list[str], name: str | None = None, **consts: Any):
+        self.kernel = tkir.compile(str(path), **consts)
+        self.signature = tt.OpSignature.of(self.kernel.launch, outputs)
+        self.name = name or self.kernel.launch.kernel
+
+    def __call__(self, *inputs: np.ndarray) -> Any:
+        sig = self.signature
+        shapes = [tuple(a.shape) for a in inputs]
+        outs = [np.full(s, np.nan, NUMPY_DTYPES[sig.dtypes[o]])
+                for o, s in zip(sig.outputs, sig.output_shapes(shapes), strict=True)]
+        interpret(self.kernel.module, *sig.kernel_args(inputs, outs, []), sizes=sig.bind_sizes(shapes))
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def _apply(function: tuple, inputs: list[np.ndarray], do: np.ndarray) -> list[np.ndarray | None]:
+    """What tkir.torch.autograd's Function does, by its AutogradPlan: the forward, the saved tensors, the
+    backward's arguments (D<out> the output's gradient: dO, and zeros for L), the inputs' gradients."""
+    forward, backward, plan = function
+    outs = forward(*inputs)
+    saved = [inputs[i] if kind == "input" else outs[i] for kind, i in plan.save]
+    grads = [do, np.zeros_like(outs[1])]
+    args = [saved[i] if kind == "saved" else grads[i] for kind, i in plan.backward_inputs]
+    res = backward(*args)
+    return [None if j is None else res[j] for j in plan.input_grads]
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_the_wiring_computes_the_gradients(monkeypatch: pytest.MonkeyPatch, causal: bool) -> None:
+    monkeypatch.setattr(tt, "op", InterpretedOp)
+    monkeypatch.setattr(tt, "autograd", lambda fwd, bwd, save=None: (fwd, bwd, tt.AutogradPlan.of(
+        fwd.signature, bwd.signature, save)))
+    ex = _example()
+    ops = ex.ops.__wrapped__(64, causal)  # not the cached ops (those would be torch's)
+    forward, backward, plan = ops.function
+    # the forward saves Q, K, V and O, L; dO is the gradient of O; the backward's outputs are dQ, dK, dV
+    assert plan.save == (("input", 0), ("input", 1), ("input", 2), ("output", 0), ("output", 1))
+    assert plan.input_grads == (0, 1, 2)
+    assert backward.signature.inputs == ("Q", "K", "V", "O", "L", "DO")
+
+    prep = load_companion(str(ROOT / "examples/attention_bwd_prep.tk"))
+    p = prep.problem(np.random.default_rng(3), dict(B=1, H=2, N=70), 64, causal)
+    dq, dk, dv = _apply(ops.function, [p["Q"], p["K"], p["V"]], p["DO"])
+    o, lse = forward(p["Q"], p["K"], p["V"])
+    want = prep.backward64(p["Q"], p["K"], p["V"], p["DO"], lse, (p["DO"].astype(np.float64) * o).sum(-1), causal)
+    for name, got in (("DQ", dq), ("DK", dk), ("DV", dv)):
+        assert got.dtype == ml_dtypes.bfloat16 and got.shape == p["Q"].shape
+        err = relative_error(got, want[name])
+        assert err < GRAD_TOL, (name, err)
+
+
+def test_unsupported_head_dims_are_refused_before_any_compile() -> None:
+    ex = _example()
+    with pytest.raises(ValueError, match="head dim 256 is not supported"):
+        ex.ops.__wrapped__(256, False)
+    assert ex.BACKWARD_HEAD_DIMS == (64, 128) and 256 in ex.FORWARD_HEAD_DIMS
