@@ -1,0 +1,203 @@
+"""Attention forward + backward: tkir (examples/attention_autograd.py) against SDPA's cuDNN and flash backends.
+
+    python3 scripts/bench/attention_bwd.py [--batch 16] [--heads 16] [--n 1536,3072,6144,12288] [--d 128]
+        [--causal 0|1|both] [--reps 20] [--json PATH]
+    python3 scripts/bench/attention_bwd.py --dry-run [...]     # no GPU, no torch: each row's kernels and consts
+
+Per (N, causal), three ways to compute o = attention(q, k, v) and then dQ, dK, dV from dO:
+- tkir: examples/attention_autograd.py's `attention` (attention_fwd.tk saving L; attention_bwd_prep.tk,
+  attention_bwd_dkdv.tk, attention_bwd_dq.tk in the backward), through torch.autograd.grad;
+- cudnn, flash: torch.nn.functional.scaled_dot_product_attention under torch.nn.attention.sdpa_kernel with
+  SDPBackend.CUDNN_ATTENTION and SDPBackend.FLASH_ATTENTION (FA2), the same way.
+Two timings of each: the forward and the backward of one input set (fwd+bwd), and the backward alone
+(torch.autograd.grad of o against dO, the forward run before the timed region, untimed).
+First tkir's output and gradients are checked on fresh random inputs against SDPA's math backend in f32 on the
+same bf16 values (relative L2 error within BOUND). Then the three ways are timed interleaved with
+tkir.tools.timing.time_pair_ms (warm-up, an L2 flush and a GPU-side host lead before every run, CUDA events,
+medians over --reps runs, the order rotated from rep to rep, input sets rotated past the L2). FLOPs: the
+backward's are 2.5x the forward's (the forward's two matmuls, 4 N^2 D per (batch, head); the backward's five,
+10 N^2 D; causal half), the convention of FlashAttention's and ThunderKittens' backward numbers; fwd+bwd is
+3.5x the forward's. The table gives milliseconds, TFLOP/s and the ratios cudnn / tkir and flash / tkir (above
+1: tkir is faster), for fwd+bwd and for the backward alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import platform
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+if importlib.util.find_spec("tkir") is None and str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))  # tkir not installed: this checkout's (an installed tkir, or PYTHONPATH's, wins)
+
+DEFAULT_N = "1536,3072,6144,12288"  # the attention backward bar's lengths at B = H = 16, D = 128
+BOUND = 2e-2  # relative L2 error of o, dQ, dK, dV against SDPA's math backend in f32 (bf16 outputs)
+FWD_MATMULS = 2  # Q K^T and P V: 2 N^2 D flops each per (batch, head)
+BWD_FLOP_FACTOR = 2.5  # the backward's five matmuls are 2.5x the forward's two
+PEERS = {"cudnn": "CUDNN_ATTENTION", "flash": "FLASH_ATTENTION"}
+
+
+def parse_lengths(text: str) -> list[int]:
+    """'1536,3072' -> [1536, 3072]."""
+    out = []
+    for part in text.split(","):
+        if not part.strip().isdigit() or int(part) < 1:
+            raise argparse.ArgumentTypeError(f"sequence length {part!r}: expected a positive integer")
+        out.append(int(part))
+    return out
+
+
+def flops(b: int, h: int, n: int, d: int, causal: bool, backward_only: bool = False) -> float:
+    """Flops of one run: the forward's 2 matmuls of 2 N^2 D times 2.5 (the backward alone) or 3.5 (forward +
+    backward); causal half."""
+    fwd = FWD_MATMULS * 2 * b * h * n * n * d
+    return (BWD_FLOP_FACTOR + (0 if backward_only else 1)) * fwd / (2 if causal else 1)
+
+
+def _example() -> Any:
+    if "attention_autograd" not in sys.modules:  # registered before it runs: its dataclass looks it up
+        spec = importlib.util.spec_from_file_location("attention_autograd", ROOT / "examples/attention_autograd.py")
+        assert spec is not None and spec.loader is not None
+        sys.modules["attention_autograd"] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules["attention_autograd"])
+    return sys.modules["attention_autograd"]
+
+
+def plan(d: int, causal: bool) -> dict[str, Any]:
+    """Compile the four kernels as attention_autograd compiles them (no GPU needed): their resolved consts."""
+    import tkir
+
+    ex = _example()
+    c = int(causal)
+    kernels = {"attention_fwd": dict(D=d, CAUSAL=c, BQ="auto", BKV="auto"), "attention_bwd_prep": dict(D=d),
+               "attention_bwd_dkdv": dict(D=d, CAUSAL=c, BQ="auto"), "attention_bwd_dq": dict(D=d, CAUSAL=c)}
+    out = {}
+    for name, consts in kernels.items():
+        k = tkir.compile(str(ex.HERE / f"{name}.tk"), **consts)
+        out[name] = dict(k.module.kernel.attrs["consts"])
+    return out
+
+
+def make_inputs(torch, b: int, h: int, n: int, d: int) -> tuple:  # noqa: ANN001
+    q, k, v, do = (torch.randn(b, h, n, d, device="cuda").to(torch.bfloat16) for _ in range(4))
+    return q, k, v, do
+
+
+def way_for_set(torch, sets: list, causal: bool, backend: str | None, backward_only: bool):  # noqa: ANN001, ANN201
+    """For input set i, the zero-argument call to time: the forward and backward (torch.autograd.grad), or, with
+    `backward_only`, the forward run now (before the timed region) and the backward returned. `backend` None is
+    tkir's attention, else SDPA under that SDPBackend."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    attention = _example().attention
+
+    def forward(args: list) -> Any:
+        if backend is None:
+            return attention(*args, causal=causal)
+        with sdpa_kernel(getattr(SDPBackend, backend)):
+            return torch.nn.functional.scaled_dot_product_attention(*args, is_causal=causal)
+
+    def for_set(i: int):
+        q, k, v, do = sets[i]
+        args = [t.detach().requires_grad_() for t in (q, k, v)]
+        if backward_only:
+            o = forward(args)
+            return lambda: torch.autograd.grad(o, args, do, retain_graph=True)
+        return lambda: torch.autograd.grad(forward(args), args, do)
+    return for_set
+
+
+def check(torch, q, k, v, do, causal: bool) -> dict[str, float]:  # noqa: ANN001
+    """Relative L2 error of tkir's o, dQ, dK, dV against SDPA's math backend in f32 on the same bf16 values."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from tkir.tools.timing import rel_err
+
+    args = [t.detach().requires_grad_() for t in (q, k, v)]
+    o = _example().attention(*args, causal=causal)
+    got = (o.detach(), *torch.autograd.grad(o, args, do))
+    ref_args = [t.detach().float().requires_grad_() for t in (q, k, v)]
+    with sdpa_kernel(SDPBackend.MATH):
+        ref_o = torch.nn.functional.scaled_dot_product_attention(*ref_args, is_causal=causal)
+    want = (ref_o.detach(), *torch.autograd.grad(ref_o, ref_args, do.float()))
+    torch.cuda.synchronize()
+    return {name: rel_err(torch, g.float(), r) for name, g, r in zip(("O", "DQ", "DK", "DV"), got, want, strict=True)}
+
+
+def bench_row(b: int, h: int, n: int, d: int, causal: bool, reps: int) -> dict:
+    import torch
+
+    from tkir.tools import timing
+
+    nbytes = 2 * 8 * b * h * n * d  # q, k, v, dO read, o and the three gradients written (bf16)
+    nsets = timing.rotation_sets(nbytes)
+    sets = [make_inputs(torch, b, h, n, d) for _ in range(nsets)]
+    errs = check(torch, *sets[0], causal)
+    row: dict[str, Any] = dict(B=b, H=h, N=n, D=d, causal=causal, rel_err=errs,
+                               ok=all(e <= BOUND for e in errs.values()))
+    for what, backward_only in (("fwdbwd", False), ("bwd", True)):
+        fns = [way_for_set(torch, sets, causal, be, backward_only) for be in (None, *PEERS.values())]
+        for f in fns:  # each once outside the timing
+            f(0)()
+        torch.cuda.synchronize()
+        ms, cudnn_ms, flash_ms = timing.time_pair_ms(torch, fns, nsets, reps, warmup=5)
+        work = flops(b, h, n, d, causal, backward_only)
+        row[what] = dict(tkir_ms=ms, cudnn_ms=cudnn_ms, flash_ms=flash_ms, tkir_tflops=work / ms / 1e9,
+                         cudnn_tflops=work / cudnn_ms / 1e9, flash_tflops=work / flash_ms / 1e9,
+                         cudnn_ratio=cudnn_ms / ms, flash_ratio=flash_ms / ms)
+    print(json.dumps(row), flush=True)
+    return row
+
+
+def format_table(rows: list[dict]) -> str:
+    head = (f"{'B x H x N x D':>20} {'causal':>6} {'timed':>6} {'tkir ms':>9} {'cudnn ms':>9} {'flash ms':>9} "
+            f"{'tkir TF/s':>9} {'cudnn/tkir':>10} {'flash/tkir':>10}  check")
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        verdict = "ok" if r["ok"] else "FAIL " + ", ".join(f"{k} {v:.1e}" for k, v in r["rel_err"].items())
+        shape = f"{r['B']}x{r['H']}x{r['N']}x{r['D']}"
+        for what in ("fwdbwd", "bwd"):
+            t = r[what]
+            lines.append(f"{shape:>20} {int(r['causal']):>6} {what:>6} {t['tkir_ms']:>9.3f} {t['cudnn_ms']:>9.3f} "
+                         f"{t['flash_ms']:>9.3f} {t['tkir_tflops']:>9.1f} {t['cudnn_ratio']:>10.3f} "
+                         f"{t['flash_ratio']:>10.3f}  {verdict}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--heads", type=int, default=16)
+    ap.add_argument("--n", type=parse_lengths, default=parse_lengths(DEFAULT_N), help="sequence lengths, N1,N2,...")
+    ap.add_argument("--d", type=int, choices=[64, 128], default=128, help="head dim")
+    ap.add_argument("--causal", choices=["0", "1", "both"], default="both")
+    ap.add_argument("--reps", type=int, default=20, help="timed runs per way (medians)")
+    ap.add_argument("--json", default=None, metavar="PATH", help="write every row as JSON")
+    ap.add_argument("--dry-run", action="store_true", help="compile and print each row's kernels' consts; no GPU")
+    args = ap.parse_args(argv)
+    causals = [False, True] if args.causal == "both" else [args.causal == "1"]
+    if args.dry_run:
+        for causal in causals:
+            print(f"D = {args.d}, causal = {int(causal)}: " + json.dumps(plan(args.d, causal)))
+            for n in args.n:
+                work = flops(args.batch, args.heads, n, args.d, causal)
+                print(f"  {args.batch}x{args.heads}x{n}x{args.d}: {work / 1e12:.2f} TFLOP forward + backward")
+        return 0
+    rows = [bench_row(args.batch, args.heads, n, args.d, causal, args.reps) for causal in causals for n in args.n]
+    print(format_table(rows))
+    if args.json:
+        import torch
+
+        meta = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, python=platform.python_version(),
+                    reps=args.reps, command=" ".join(sys.argv), flops="backward 2.5x the forward's; fwdbwd 3.5x")
+        Path(args.json).write_text(json.dumps(dict(meta=meta, rows=rows), indent=1) + "\n")
+    return 0 if all(r["ok"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
