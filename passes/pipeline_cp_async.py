@@ -25,7 +25,7 @@ The iteration number is (k - lo) / step, so a loop that split-masks later splits
 second continuing from the first's k) keeps one schedule, and the copies' condition compares the
 next index with the loop's upper bound as it is now, which split-masks keeps in both halves.
 
-Last, every loop that asks for S >= 2 stages (`@stages(S)` or plan-occupancy's choice) and that neither
+Last, every loop whose source asks for S >= 2 stages (`@stages(S)`, not plan-occupancy's choice) and that neither
 `pipeline` nor this pass ring-buffered is a located error (`check_stages_honoured`): a requested depth is not
 dropped silently. In the sm_90a compute roles the `hopper` setting leaves one-buffered (hopper=false; or
 unset, for `--no-tma` kernels that did not ask for no producer) it is a located StagesWarning instead.
@@ -212,13 +212,14 @@ class StagesWarning(TkirWarning):
 
 
 def check_stages_honoured(kernel: Operation, warn: bool = False) -> None:
-    """A loop that asks for S >= 2 stages (`@stages(S)`, or plan-occupancy's choice) which neither
-    `pipeline` nor this pass ring-buffered is a located error: a requested depth is never silently
-    dropped. S = 1 asks for no overlap, which every loop has. `warn`: the kernel is one this pass leaves
-    one-buffered by its `hopper` setting (an sm_90a compute role whose copies stay off TMA): a top-level
-    loop that copies shared tiles gets a located StagesWarning saying so instead."""
+    """A loop of the source that asks for S >= 2 stages (`@stages(S)`: Operation.requested; plan-occupancy's
+    own choice for a loop no pass rings is not a request) which neither `pipeline` nor this pass
+    ring-buffered is a located error: a requested depth is never silently dropped. S = 1 asks for no
+    overlap, which every loop has. `warn`: the kernel is one this pass leaves one-buffered by its `hopper`
+    setting (an sm_90a compute role whose copies stay off TMA): a top-level loop that copies shared tiles
+    gets a located StagesWarning saying so instead."""
     for loop in kernel.walk():
-        stages = loop.attrs.get("stages") if loop.name == "scf.for" else None
+        stages = loop.requested.get("stages") if loop.name == "scf.for" else None
         if not isinstance(stages, int) or stages < 2 or any(op.name in RING_OPS for op in loop.walk()):
             continue
         if not any(copies_to_shared(op) for op in loop.walk()):
