@@ -14,10 +14,15 @@ importing works on machines without a GPU.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import ctypes
 import functools
-from collections.abc import Iterator, Sequence
+import math
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -34,6 +39,19 @@ DLPACK_CUDA = 2  # DLDeviceType kDLCUDA (dlpack.h): what __dlpack_device__ repor
 
 class CudaError(TkirError, RuntimeError):
     """A CUDA driver call failed; the message names the call and the CUresult."""
+
+
+# The bounded synchronise: TKIR_SYNC_TIMEOUT=SECONDS makes every wait of tkir's (synchronize,
+# DeviceArray.numpy) poll the launches it has made instead of blocking in cuCtxSynchronize, and raise
+# SyncTimeout naming the first kernel still running after that long. Unset, empty or 0: wait without a
+# limit, as cuCtxSynchronize does (a hung kernel hangs the caller). docs/runtime.md, "Bounded waits".
+SYNC_TIMEOUT_ENV = "TKIR_SYNC_TIMEOUT"
+SYNC_POLL_FIRST_S = 50e-6  # the first sleep between queries, doubled up to SYNC_POLL_MAX_S: a short
+SYNC_POLL_MAX_S = 1e-3     # kernel is seen done within ~2x its time, a long one costs <= 1 ms a query
+
+
+class SyncTimeout(TkirError, TimeoutError):
+    """A bounded synchronise (TKIR_SYNC_TIMEOUT) ran out of time; the message names the kernel still running."""
 
 
 def check(result: Any, what: str) -> Any:
@@ -210,11 +228,12 @@ class DeviceArray:
         return self
 
     def numpy(self) -> np.ndarray:
-        """A host copy; waits for all work in the device's context first so a kernel's output is complete."""
+        """A host copy; waits for all work in the device's context first so a kernel's output is complete
+        (a bounded wait under TKIR_SYNC_TIMEOUT: SyncTimeout names a kernel still running)."""
         out = np.empty(self.shape, self.dtype)
         if self.nbytes:
             with on_device(self.device):
-                check(cu.cuCtxSynchronize(), "cuCtxSynchronize")
+                synchronize_current(self.device)
                 check(cu.cuMemcpyDtoH(out.ctypes.data, self.ptr, self.nbytes), "cuMemcpyDtoH")
         return out
 
@@ -241,3 +260,112 @@ def to_device(host: np.ndarray, device: int = DEFAULT_DEVICE) -> DeviceArray:
     """A copy of a numpy array (made C-contiguous) on `device`."""
     src = np.ascontiguousarray(host)
     return DeviceArray(src.shape, src.dtype, device).copy_from(src)
+
+
+# --- the bounded synchronise ------------------------------------------------------------------------
+
+
+def sync_timeout() -> float | None:
+    """TKIR_SYNC_TIMEOUT in seconds, or None (unset, empty or 0: no limit); CudaError for anything but a
+    finite number >= 0, so a typo does not quietly leave the waits unbounded."""
+    text = os.environ.get(SYNC_TIMEOUT_ENV, "").strip()
+    if not text:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise CudaError(f"{SYNC_TIMEOUT_ENV}={text!r}: expected a number of seconds >= 0 (0 or unset: no limit)")
+    return value or None
+
+
+def wait_until_done(running: Callable[[], str | None], timeout: float, what: str, *,
+                    clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> None:
+    """Poll `running()` -- the name of the first thing still running, or None once all is done -- until it
+    says None; SyncTimeout naming it if it still runs `timeout` seconds after the first query. Sleeps
+    between queries, from SYNC_POLL_FIRST_S doubling to SYNC_POLL_MAX_S (never past the deadline)."""
+    start = clock()
+    pause = SYNC_POLL_FIRST_S
+    while True:
+        name = running()
+        if name is None:
+            return
+        left = start + timeout - clock()
+        if left <= 0:
+            raise SyncTimeout(f"{what}: kernel '{name}' is still running after {timeout:g} s "
+                              f"({SYNC_TIMEOUT_ENV}={os.environ.get(SYNC_TIMEOUT_ENV, timeout)}); it may be hung")
+        sleep(min(pause, left))
+        pause = min(2 * pause, SYNC_POLL_MAX_S)
+
+
+class _Launches:
+    """The launches tkir made per device while TKIR_SYNC_TIMEOUT is set: (kernel name, CUevent recorded
+    after it on its stream), oldest first. Completed ones are dropped as new ones come, so the list holds
+    at most the launches still in flight plus one."""
+
+    def __init__(self) -> None:
+        self.pending: dict[int, collections.deque[tuple[str, Any]]] = collections.defaultdict(collections.deque)
+        self.lock = threading.Lock()
+
+    def note(self, device: int, name: str, stream: int) -> None:
+        """Record an event after `name`'s launch on `stream` (`device`'s context current)."""
+        flags = cu.CUevent_flags.CU_EVENT_DISABLE_TIMING
+        event = check(cu.cuEventCreate(flags), f"cuEventCreate (after {name})")
+        check(cu.cuEventRecord(event, stream), f"cuEventRecord (after {name})")
+        with self.lock:
+            self._first_running(device)
+            self.pending[device].append((name, event))
+
+    def first_running(self, device: int) -> str | None:
+        with self.lock:
+            return self._first_running(device)
+
+    def _first_running(self, device: int) -> str | None:
+        """The name of the oldest launch on `device` whose event has not completed (dropping the completed
+        ones before it), or None. A failed launch raises CudaError naming its kernel."""
+        queue = self.pending[device]
+        while queue:
+            name, event = queue[0]
+            (err,) = cu.cuEventQuery(event)
+            if err == cu.CUresult.CUDA_ERROR_NOT_READY:
+                return name
+            queue.popleft()
+            cu.cuEventDestroy(event)
+            check((err,), f"{name} on GPU {device} (cuEventQuery)")
+        return None
+
+
+_LAUNCHES = _Launches()
+
+
+def note_launch(device: int, name: str, stream: int) -> None:
+    """Called by the runtime after each cuLaunchKernel (`device`'s context current) on a stream that is not
+    being captured into a CUDA graph: under TKIR_SYNC_TIMEOUT, remember it so a bounded synchronise can name
+    it; otherwise nothing."""
+    if sync_timeout() is not None:
+        _LAUNCHES.note(device, name, stream)
+
+
+def pending_launches(device: int = DEFAULT_DEVICE) -> list[str]:
+    """The kernels tkir launched on `device` under TKIR_SYNC_TIMEOUT that no wait has yet seen complete,
+    oldest first (the first one still running and everything after it)."""
+    with on_device(device), _LAUNCHES.lock:
+        _LAUNCHES._first_running(device)
+        return [name for name, _ in _LAUNCHES.pending[device]]
+
+
+def synchronize(device: int = DEFAULT_DEVICE) -> None:
+    """Wait for all work in `device`'s context (cuCtxSynchronize). Under TKIR_SYNC_TIMEOUT=S, first poll
+    the kernels tkir launched there and raise SyncTimeout naming the first one still running after S
+    seconds; work tkir did not launch (torch's) is waited for without a limit."""
+    with on_device(device):
+        synchronize_current(device)
+
+
+def synchronize_current(device: int) -> None:
+    """`synchronize` with `device`'s context already current."""
+    timeout = sync_timeout()
+    if timeout is not None:
+        wait_until_done(lambda: _LAUNCHES.first_running(device), timeout, f"synchronize GPU {device}")
+    check(cu.cuCtxSynchronize(), "cuCtxSynchronize")

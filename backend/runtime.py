@@ -280,6 +280,8 @@ class Kernel:
                                        p.block[2], p.smem, stream, p.params_address, 0)
             if err != CUDA_SUCCESS:
                 check((err,), f"cuLaunchKernel({self.name} on GPU {p.device})")
+            if tkcuda.sync_timeout() is not None and not stream_capturing(stream):  # a captured launch runs later
+                tkcuda.note_launch(p.device, self.name, stream)
         finally:
             if switch and int(previous):
                 check(cu.cuCtxSetCurrent(previous), "cuCtxSetCurrent")
@@ -434,7 +436,7 @@ class Kernel:
             check(cu.cuMemFree(ptr), f"cuMemFree({self.name} workspace {name})")
         ptr = int(check(cu.cuMemAlloc(nbytes), f"cuMemAlloc({self.name} workspace {name}, {nbytes} B, GPU {device})"))
         check(cu.cuMemsetD8(ptr, 0, nbytes), f"cuMemsetD8({self.name} workspace {name})")
-        check(cu.cuCtxSynchronize(), "cuCtxSynchronize")
+        tkcuda.synchronize_current(device)
         self._workspaces[(device, name)] = (ptr, nbytes)
         return ptr
 

@@ -132,6 +132,7 @@ class StatementLowering(ExpressionLowering):
             if sym.axis:
                 self.axis_of[id(sym.current)] = sym.axis
         op = self.emit("scf.for", [lo, hi, step, *inits], [sym.type for sym in carried], s.loc, attrs)
+        op.requested.update(attrs)  # @stages(n): pipeline-cp-async refuses a depth no pass honoured
         for res, sym in zip(op.results, carried, strict=True):
             res.name = sym.name
         op.regions.append(Region(blk))

@@ -25,10 +25,15 @@ The iteration number is (k - lo) / step, so a loop that split-masks later splits
 second continuing from the first's k) keeps one schedule, and the copies' condition compares the
 next index with the loop's upper bound as it is now, which split-masks keeps in both halves.
 
-Loops are left unchanged (the one-buffer schedule) when a loaded tile is also used outside the
-loop, read before its load in the body, written by anything else, loaded twice, or when the body
-loads a shared vector, loads in a nested region, or computes a coordinate from something other than
-the loop index, loop-invariant values and scalar arithmetic; also when the step is not a positive
+Last, every loop whose source asks for S >= 2 stages (`@stages(S)`, not plan-occupancy's choice) and that neither
+`pipeline` nor this pass ring-buffered is a located error (`check_stages_honoured`): a requested depth is not
+dropped silently. In the sm_90a compute roles the `hopper` setting leaves one-buffered (hopper=false; or
+unset, for `--no-tma` kernels that did not ask for no producer) it is a located StagesWarning instead.
+
+A loop keeps the one-buffer schedule (and, where it asked for S >= 2, gets the error above) when a loaded
+tile is also used outside the loop, read before its load in the body, written by anything else, loaded
+twice, or when the body loads a shared vector, loads in a nested region, or computes a coordinate from
+something other than the loop index, loop-invariant values and scalar arithmetic; also when the step is not a positive
 constant. Kernels with roles (the sm_90a warp-specialized pipeline) are not touched, nor sm_90a kernels
 in general, except those planned as one compute role whose source asks for no producer warpgroup
 (`@warpgroups(consumers=N, producers=0)`; `pipeline-cp-async{hopper=true}` takes every sm_90a compute
@@ -72,8 +77,10 @@ whole schedule.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
+from tkir.diagnostics import CompileError, TkirWarning
 from tkir.facts import OccupancyPlan
 from tkir.ir import Module, Operation, Value
 from tkir.launch_bounds import streaming_reg_cap
@@ -82,6 +89,7 @@ from tkir.passes.analysis import (
     CP_HOLD_ATTR,
     CpAsyncMatch,
     const_int,
+    copies_to_shared,
     match_cp_async,
     mma_sync_fragment_regs,
     no_producer,
@@ -185,6 +193,50 @@ class PipelineCpAsync(Pass):
                             a_ahead = _a_ahead_fits(op, plan) if self.a_ahead is None else self.a_ahead
                             if a_ahead is not None:
                                 op.attrs["a_ahead"] = a_ahead
+        for kernel in module.kernels():
+            # an sm_90a compute role this pass does not take (hopper=false; or unset, where the copies stay off
+            # TMA by --no-tma / @no_tma and the source did not ask for no producer): the documented one-buffer
+            # schedule, so a warning there, an error everywhere else
+            one_buffer = (not _mma_sync_kernel(kernel) and _compute_role_kernel(kernel)
+                          and not (no_producer(kernel) if self.hopper is None else self.hopper))
+            check_stages_honoured(kernel, warn=one_buffer)
+
+
+# The ops a ring-buffered loop holds: the stage views of a consumer and of a cp.async loop, the copies of
+# a TMA producer and of a cp.async prologue and body.
+RING_OPS = ("pipe.stage", "pipe.copy", "pipe.async_copy")
+
+
+class StagesWarning(TkirWarning):
+    """A loop's stages are not honoured because a documented setting asks for the one-buffer schedule."""
+
+
+def check_stages_honoured(kernel: Operation, warn: bool = False) -> None:
+    """A loop of the source that asks for S >= 2 stages (`@stages(S)`: Operation.requested; plan-occupancy's
+    own choice for a loop no pass rings is not a request) which neither `pipeline` nor this pass
+    ring-buffered is a located error: a requested depth is never silently dropped. S = 1 asks for no
+    overlap, which every loop has. `warn`: the kernel is one this pass leaves one-buffered by its `hopper`
+    setting (an sm_90a compute role whose copies stay off TMA): a top-level loop that copies shared tiles
+    gets a located StagesWarning saying so instead."""
+    for loop in kernel.walk():
+        stages = loop.requested.get("stages") if loop.name == "scf.for" else None
+        if not isinstance(stages, int) or stages < 2 or any(op.name in RING_OPS for op in loop.walk()):
+            continue
+        if not any(copies_to_shared(op) for op in loop.walk()):
+            why = "it copies no shared tile from global memory (only such copies get ring buffers)"
+        elif loop.parent is not kernel.body:
+            why = "it is nested in another loop or region (only a loop at the kernel's top level is pipelined)"
+        else:
+            why = ("its copies do not meet the pipeline's conditions (docs/passes.md: pipeline, "
+                   "pipeline-cp-async)")
+        if warn and loop.parent is kernel.body and any(copies_to_shared(op) for op in loop.body.ops):
+            warnings.warn(f"{loop.loc}: @stages({stages}): this loop is not pipelined: its copies stay off TMA "
+                          "(--no-tma, @no_tma, no producer) in an sm_90a kernel without a producer warpgroup, "
+                          "which pipeline-cp-async rings only under @warpgroups(producers=0) or hopper=true, "
+                          "not hopper=false", StagesWarning, stacklevel=2)
+            continue
+        raise CompileError(loop.loc, f"@stages({stages}): this loop cannot be pipelined: {why}",
+                           hint="remove the annotation, or write @stages(1)")
 
 
 def _mma_sync_kernel(kernel: Operation) -> bool:

@@ -71,6 +71,9 @@ class Operation:
         self.symbol = symbol
         self.loc = loc
         self.parent: Block | None = None
+        # what the source asked for by annotation (`@stages(4)` -> {"stages": 4}), beside the attrs a pass may
+        # also set or change, not printed: a pass that cannot honour a request says so at `loc`
+        self.requested: dict[str, object] = {}
 
     @property
     def result(self) -> Value:
@@ -223,6 +226,7 @@ def clone_op(op: Operation, mapping: dict[Value, Value]) -> Operation:
         [r.name for r in op.results],
         op.loc,
     )
+    new.requested = dict(op.requested)
     for old_r, new_r in zip(op.results, new.results, strict=True):
         mapping[old_r] = new_r
     for region in op.regions:

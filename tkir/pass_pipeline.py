@@ -4,7 +4,8 @@ The spelling is MLIR's and xDSL's: passes separated by commas, each optionally f
 parameters in braces as `key=value` pairs separated by spaces (commas work too, as in xDSL). This
 module only splits the text; tkir.passmanager checks names and parameters against the passes'
 typed fields. Every piece keeps the column it started at, so a mistake is reported as
-`<passes>:1:COL: error: ...`.
+`<passes>:1:COL: error: ...`. Every comma separates two entries: an empty one (`a,,b`, `,a`, `a,`) is an
+error, not a pass skipped.
 """
 
 from __future__ import annotations
@@ -46,11 +47,16 @@ def parse_pipeline(text: str) -> list[PassSpec]:
     """`a,b{k=v k2=v2},c` -> [PassSpec('a'), PassSpec('b', {'k': 'v', 'k2': 'v2'}), PassSpec('c')]."""
     specs: list[PassSpec] = []
     i, n = 0, len(text)
-    while i < n:
-        while i < n and text[i] in " ,":
+    comma = 0  # the column of the comma that ended the last entry (0: none yet)
+    while True:
+        while i < n and text[i] == " ":
             i += 1
         if i >= n:
+            if comma:  # `a,`: the comma promises a pass that never comes
+                raise _error(text, comma, "expected a pass name after ','")
             break
+        if text[i] == ",":  # `,a` or `a,,b`: an entry with no name
+            raise _error(text, i + 1, "empty pass name: expected a pass name before ','")
         start = i
         while i < n and text[i] not in ",{} ":
             i += 1
@@ -90,6 +96,8 @@ def parse_pipeline(text: str) -> list[PassSpec]:
         if i < n and text[i] != ",":
             raise _error(text, i + 1, f"expected ',' after '{name}', found '{text[i]}'")
         specs.append(PassSpec(name, params, start + 1, cols, text))
+        comma = i + 1 if i < n else 0
+        i += 1
     return specs
 
 

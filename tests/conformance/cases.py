@@ -340,6 +340,47 @@ for _kind, _fn in (("sum", np.sum), ("max", np.max), ("min", np.min)):
               body=f"reg x: rt<{{dt}}, 64, 64> = X[{{r}}, 0]\nY[{{r}}] = col_{_kind}(x)",
               note="one value per column of each row tile")
 
+# row statistics: row_mean / row_var (tk.reduce {kind = mean|var}; the variance one Welford pass, a
+# mean and a variance of one tile fused into one exchange by fuse-row-stats) ---------------------
+_STATS: dict[str, Callable[[np.ndarray], np.ndarray]] = {"mean": lambda x: x.mean(axis=1),
+                                                         "var": lambda x: x.var(axis=1)}
+for _kind, _fn in _STATS.items():
+    construct(name=f"row_{_kind}", family="reductions", params=_RED_IO, outputs=("Y",),
+              reference=(lambda fn: lambda i, dt: {"Y": rnd(fn(i["X"]), dt)})(_fn),
+              body=f"reg x: rt<{{dt}}, 64, 64> = X[{{r}}, 0]\nY[{{r}}] = row_{_kind}(x)",
+              note="the population (biased) variance" if _kind == "var" else "")
+
+
+def _row_stats(cols: int) -> Reference:
+    """Mean and variance of each row of the case's 64-column tile (the tile's columns past the tensor's
+    `cols` read as 0, as every load past an extent does), and the row normalised by them."""
+    def ref(i: Arrays, dt: str) -> Arrays:
+        x = i["X"][:, -cols:] if cols < TILE else i["X"]
+        x = np.pad(x, ((0, 0), (0, TILE - x.shape[1])))
+        mean, var = x.mean(axis=1), x.var(axis=1)
+        return {"M": rnd(mean, dt), "V": rnd(var, dt),
+                "Y": rnd((x - mean[:, None]) / np.sqrt(var[:, None] + 1e-5), dt)[:, :cols]}
+    return ref
+
+
+_STATS_BODY = ("reg x: rt<{dt}, 64, 64> = X[{r}, C]\nlet xf = f32(x)\nlet mean = row_mean(xf)\nlet var = row_var(xf)\n"
+               "M[{r}] = {dt}(mean)\nV[{r}] = {dt}(var)\nY[{r}, 0] = {dt}((xf - row(mean)) * row(rsqrt(var + 1e-5)))")
+construct(name="row_stats", family="reductions", outputs=("M", "V", "Y"), reference=_row_stats(TILE),
+          params="X: gl<{dt}>[N, 64], M: gl<{dt}>[N], V: gl<{dt}>[N], Y: gl<{dt}>[N, 64]",
+          body=_STATS_BODY.replace("C", "0"),
+          note="row_mean and row_var of one f32 tile (one fused exchange), a layer norm of the rows")
+construct(name="row_stats_ragged", family="reductions", outputs=("M", "V", "Y"), reference=_row_stats(40),
+          params="X: gl<{dt}>[N, L], M: gl<{dt}>[N], V: gl<{dt}>[N], Y: gl<{dt}>[N, P]",
+          sizes={"N": 100, "L": 104, "P": 40},
+          body=_STATS_BODY.replace("C", "1"),
+          note="N = 100 (a partial last row tile) and L = 104 (the tile at column 64 holds 40 columns; the rest "
+               "read as 0 and count in the statistics); masked vector stores and a tile store 40 columns wide")
+construct(name="row_var_shifted", family="reductions", params=_RED_IO, outputs=("Y",),
+          reference=lambda i, dt: {"Y": rnd(i["X"].var(axis=1), dt)},
+          body="reg x: rt<{dt}, 64, 64> = X[{r}, 0]\nY[{r}] = {dt}(row_var(f32(x) + 100))",
+          note="rows with a mean of 100: the f32 sum of squares less the squared mean loses the variance "
+               "(about 6e-4 off), the Welford pass keeps it")
+
 # wide rows: short register tiles (fewer rows than warps) whose rows infer-layouts splits over
 # several warps (`parts`), so row reductions combine partial results across warps -------------
 _WIDE = 4096
@@ -361,6 +402,22 @@ for _rows in (1, 2):
                     f"Y[{{r}}, 0] = {{dt}}(xf * row(rstd) * col(f32(w)) + row(row_max(xf)))"),
               note=f"{_rows} x {_WIDE}: more elements per thread than one warp per row allows, so the "
                    "rows are split over warps (row layout `parts`) and reduced across them")
+
+def _wide_stats(i: Arrays, dt: str) -> Arrays:
+    x = i["X"]
+    mean, var = x.mean(axis=1, keepdims=True), x.var(axis=1, keepdims=True)
+    return {"Y": rnd((x - mean) / np.sqrt(var + 1e-5), dt)}
+
+
+for _rows in (1, 2):
+    construct(name=f"wide_stats_rows{_rows}", family="reductions", sizes={"N": _rows},
+              params=f"X: gl<{{dt}}>[N, {_WIDE}], Y: gl<{{dt}}>[N, {_WIDE}]", outputs=("Y",), reference=_wide_stats,
+              body=(f"reg x: rt<{{dt}}, {_rows}, {_WIDE}> = X[{{r}}, 0]\nlet xf = f32(x)\n"
+                    "let mean = row_mean(xf)\nlet var = row_var(xf)\n"
+                    "Y[{r}, 0] = {dt}((xf - row(mean)) * row(rsqrt(var + 1e-5)))"),
+              note=f"{_rows} x {_WIDE}: row_mean and row_var of rows split over warps, the Welford sums "
+                   "merged across them (Chan et al.)")
+
 
 construct(name="short_rows8", family="reductions", sizes={"N": 8},
           params="X: gl<{dt}>[N, 64], YT: gl<{dt}>[64, N], S: gl<{dt}>[64]", outputs=("YT", "S"),

@@ -14,9 +14,13 @@ located error), so each swizzle meets every consumer that reads shared memory in
   multiple (out-of-bounds fill on loads, clipped stores). Columns cannot be ragged by 1 under TMA:
   row strides must be multiples of 16 bytes (the runtime refuses them).
 
+Every construct runs in bf16 and f16 (the 2-byte dtypes: the same rows in bytes, the same boxes, both
+mma operand types), the copies and boxes in f32 too where its rows are wide enough.
+
 The interpreter is layout-blind, so on the CPU these cases check that each compiles, assembles and
 computes its reference; EXPECTED_TMA says which descriptors (swizzle, box, boxes per copy) each one
-must get on sm_90a, checked by test_conformance.py; the GPU half runs them all against the interpreter.
+must get on sm_90a in either 2-byte dtype, checked by test_conformance.py; the GPU half runs them all
+against the interpreter.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from conformance.cases import Arrays, Reference, construct, rnd
 
 SWIZZLES = (32, 64, 128, "none")
 ELEMENT_BYTES = {"bf16": 2, "f16": 2, "f32": 4}
+HALF_DTYPES = ("bf16", "f16")  # the 2-byte dtypes: the same rows, boxes and descriptors, and both are mma operands
 MIN_TILE_COLS = 16  # the front end's smallest tile dimension (tiles are multiples of 16)
 # Row widths in bytes per swizzle: exactly the span, then two panels. `none` (0, plain rows; 16, the
 # interleaved layout, for wgmma operands): a 32-byte and a 128-byte row.
@@ -56,7 +61,7 @@ def _panels(swizzle: int | str, row_bytes: int, elem: int) -> tuple[int, list[in
 # copies: TMA -> shared -> threads, threads -> shared -> TMA ----------------------------------------
 for _s in SWIZZLES:
     for _w in ROW_BYTES[_s]:
-        _dtypes = tuple(dt for dt in ("bf16", "f32") if _w // ELEMENT_BYTES[dt] >= MIN_TILE_COLS)
+        _dtypes = tuple(dt for dt in ("bf16", "f16", "f32") if _w // ELEMENT_BYTES[dt] >= MIN_TILE_COLS)
         _c = {dt: _w // ELEMENT_BYTES[dt] for dt in _dtypes}
         for _op, _body, _tensor in (
                 ("tma_s2r", "a = X[{r}, 0]\nreg x: rt<{dt}, 64, C>\nx = a\nY[{r}, 0] = x", "X"),
@@ -70,7 +75,7 @@ for _s in SWIZZLES:
                           note=f"@swizzle({_s}) on a tile of {_w}-byte rows: "
                                + ("TMA load, read by the threads" if _op == "tma_s2r"
                                   else "written by the threads, TMA store"))
-                if _dt == "bf16":
+                if _dt in HALF_DTYPES:
                     EXPECTED_TMA[_name] = {_tensor: _panels(_s, _w, 2)}
 
 
@@ -88,7 +93,7 @@ def _mma_ref(a_t: bool, b_t: bool) -> Reference:
 _FORMS = {"ss": "a @ b", "tA": "a.T @ b", "tB": "a @ b.T", "rs": "a @ b"}
 for _s in SWIZZLES:
     for _w in ROW_BYTES[_s] if _s != "none" else (32, 128):
-        _k = _nb = _w // 2  # bf16: the K-major operand's rows and B's rows (MN-major) are _w bytes
+        _k = _nb = _w // 2  # 2-byte elements: the K-major operand's rows and B's rows (MN-major) are _w bytes
         for _form, _expr in _FORMS.items():
             a_t, b_t = _form == "tA", _form == "tB"
             _params = [f"At: gl<{{dt}}>[{_k}, N]" if a_t else f"A: gl<{{dt}}>[N, {_k}]",
@@ -105,7 +110,7 @@ for _s in SWIZZLES:
             _body += ["b = Bt[0, 0]" if b_t else "b = B[0, 0]", f"reg acc: rt<f32, 64, {_nb}> = 0",
                       f"acc += {_expr}", "Y[{r}, 0] = {dt}(acc)"]
             _name = f"swz{_s}_mma_{_form}_k{_k * 2}B_n{_nb * 2}B"
-            construct(name=_name, family="swizzle", dtypes=("bf16",), contexts=MMA_CONTEXTS, params=", ".join(_params),
+            construct(name=_name, family="swizzle", dtypes=HALF_DTYPES, contexts=MMA_CONTEXTS, params=", ".join(_params),
                       outputs=("Y",), reference=_mma_ref(a_t, b_t), shared="\n".join(_shared), body="\n".join(_body),
                       note=f"@swizzle({_s}) on both operands of {_expr} ({'A from registers, ' if _form == 'rs' else ''}"
                            f"K = {_k}, N = {_nb}: rows of {_k * 2} B along K, {_nb * 2} B along N)")
@@ -123,7 +128,7 @@ for _s in SWIZZLES:
 for _s in SWIZZLES:
     _bk = 16 if _s == "none" else _span(_s) // 2  # A's rows along K: exactly the span
     _name = f"swz{_s}_gemm_loop_bk{_bk}"
-    construct(name=_name, family="swizzle", dtypes=("bf16",), contexts=("top",), sizes={"N": 129, "KK": 4 * _bk},
+    construct(name=_name, family="swizzle", dtypes=HALF_DTYPES, contexts=("top",), sizes={"N": 129, "KK": 4 * _bk},
               params="A: gl<{dt}>[N, KK], B: gl<{dt}>[KK, 64], Y: gl<{dt}>[N, 64]", outputs=("Y",),
               reference=lambda i, dt: {"Y": rnd(i["A"] @ i["B"], dt)},
               shared=f"@swizzle({_s}) shared a: st<{{dt}}, 64, {_bk}>\n@swizzle({_s}) shared b: st<{{dt}}, {_bk}, 64>",
@@ -139,25 +144,25 @@ for _s in SWIZZLES:
 _S2R = "a = X[{r}, 0]\nreg x: rt<{dt}, R, C>\nx = a\nY[{r}, 0] = x"
 _R2S = "reg x: rt<{dt}, R, C> = X[{r}, 0]\na = x\nY[{r}, 0] = a"
 for _op, _body, _tensor in (("s2r", _S2R, "X"), ("r2s", _R2S, "Y")):
-    construct(name=f"box256_rows_{_op}", family="swizzle", dtypes=("bf16", "f32"), contexts=("top", "loop"),
+    construct(name=f"box256_rows_{_op}", family="swizzle", dtypes=("bf16", "f16", "f32"), contexts=("top", "loop"),
               rows=256, sizes={"N": 511}, params="X: gl<{dt}>[N, 64], Y: gl<{dt}>[N, 64]", outputs=("Y",),
               reference=_copy, shared="@swizzle(128) shared a: st<{dt}, 256, 64>",
               body=_body.replace("R", "256").replace("C", "64"),
               note="a 256-row tile: a TMA box of exactly 256 rows (the most a box dimension holds); N = 511")
     EXPECTED_TMA[f"box256_rows_{_op}"] = {_tensor: (128, [64, 256], 1)}
-    construct(name=f"box256_cols_{_op}", family="swizzle", dtypes=("bf16",), contexts=("top", "loop"),
+    construct(name=f"box256_cols_{_op}", family="swizzle", dtypes=HALF_DTYPES, contexts=("top", "loop"),
               params="X: gl<{dt}>[N, 256], Y: gl<{dt}>[N, 256]", outputs=("Y",), reference=_copy,
               shared="@swizzle(none) shared a: st<{dt}, 64, 256>", body=_body.replace("R", "64").replace("C", "256"),
               note="an unswizzled tile 256 elements wide: one box of exactly 256 elements along the row")
     EXPECTED_TMA[f"box256_cols_{_op}"] = {_tensor: (0, [256, 64], 1)}
-    construct(name=f"rows512_{_op}", family="swizzle", dtypes=("bf16",), contexts=("top",), rows=512,
+    construct(name=f"rows512_{_op}", family="swizzle", dtypes=HALF_DTYPES, contexts=("top",), rows=512,
               sizes={"N": 1000}, params="X: gl<{dt}>[N, 64], Y: gl<{dt}>[N, 64]", outputs=("Y",), reference=_copy,
               shared="@swizzle(128) shared a: st<{dt}, 512, 64>", body=_body.replace("R", "512").replace("C", "64"),
               note="a 512-row tile needs two boxes along its rows, which create-tma does not split: the copy "
                    "stays off TMA (no_tma_reason 'box dim 512 rows > 256') and must still be right")
     EXPECTED_TMA[f"rows512_{_op}"] = {_tensor: None}
     for _n in (127, 129):
-        construct(name=f"ragged_n{_n}_{_op}", family="swizzle", dtypes=("bf16", "f32"), contexts=("top", "loop"),
+        construct(name=f"ragged_n{_n}_{_op}", family="swizzle", dtypes=("bf16", "f16", "f32"), contexts=("top", "loop"),
                   sizes={"N": _n}, params="X: gl<{dt}>[N, 64], Y: gl<{dt}>[N, 64]", outputs=("Y",), reference=_copy,
                   shared="@swizzle(128) shared a: st<{dt}, 64, 64>", body=_body.replace("R", "64").replace("C", "64"),
                   note=f"N = {_n}, one row {'below' if _n < 128 else 'above'} a tile multiple: TMA zero fill on "

@@ -15,7 +15,7 @@ import tempfile
 import pytest
 
 from conformance.cases import CONSTRUCTS, Case, all_cases
-from conformance.cases_swizzle import EXPECTED_TMA
+from conformance.cases_swizzle import EXPECTED_TMA, HALF_DTYPES
 from conformance.known_gaps import KNOWN_BACKEND_GAPS, WORKING
 from conformance.run import BACKEND_FAILURE, REFUSED, WORKS, compile_case, run_case
 
@@ -47,13 +47,14 @@ def test_case_is_not_a_backend_failure(case: Case) -> None:
         assert out.status == WORKS, f"{case.id} worked before and is now {out.status}: {out.message}"
 
 
+@pytest.mark.parametrize("dtype", HALF_DTYPES)
 @pytest.mark.parametrize("name", sorted(EXPECTED_TMA))
-def test_swizzle_case_takes_its_tma_path(name: str) -> None:
-    """On sm_90a (top context, bf16): each tensor's descriptor has the pinned swizzle and the box, and
-    each copy through it the number of boxes, that the case is about; None: the copy stays off TMA."""
-    construct = next(c for c in CONSTRUCTS if c.name == name and "bf16" in c.dtypes)
+def test_swizzle_case_takes_its_tma_path(name: str, dtype: str) -> None:
+    """On sm_90a (top context, bf16 and f16): each tensor's descriptor has the pinned swizzle and the box,
+    and each copy through it the number of boxes, that the case is about; None: the copy stays off TMA."""
+    construct = next(c for c in CONSTRUCTS if c.name == name and dtype in c.dtypes)
     with tempfile.TemporaryDirectory(prefix="tkir-conf-") as tmp:
-        k, _ = compile_case(Case(construct, "top", "bf16", "sm_90a"), tmp)
+        k, _ = compile_case(Case(construct, "top", dtype, "sm_90a"), tmp)
     descs = {op.attrs["tensor"]: op for op in k.module.ops if op.name == "tma.desc"}
     boxes = {str(op.attrs["desc"].name): op.attrs.get("boxes") for op in k.module.kernel.walk() if "desc" in op.attrs}
     for tensor, want in EXPECTED_TMA[name].items():

@@ -11,25 +11,12 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 from test_runtime_gpu import VADD_LAUNCH as LAUNCH  # the spin kernel keeps vadd's signature
+from test_sync_timeout_gpu import SPIN_IR  # spins while a[0] == 0
 
 from tkir.backend import cuda as tkcuda
 from tkir.backend.runtime import Kernel
 
 HANG_TIMEOUT_S = float(os.environ.get("TKIR_PROBE_TIMEOUT_S", "20"))
-# vadd's signature (so vadd's launch description fits); it spins while a[0] == 0, reading it volatile
-SPIN_IR = """target triple = "nvptx64-nvidia-cuda"
-target datalayout = "e-p3:32:32-i64:64-i128:128-v16:16-v32:32-n16:32:64"
-define ptx_kernel void @vadd(ptr addrspace(1) %a, ptr addrspace(1) %b, ptr addrspace(1) %c, i32 %n) {
-entry:
-  br label %spin
-spin:
-  %x = load volatile float, ptr addrspace(1) %a
-  %zero = fcmp oeq float %x, 0.0
-  br i1 %zero, label %spin, label %done
-done:
-  ret void
-}
-"""
 pytestmark = pytest.mark.gpu
 
 

@@ -33,6 +33,12 @@ def test_print_then_parse_is_the_identity(entries: list[tuple[str, dict[str, str
     ("a{x=1 x=2}", 7, "given twice"),
     ("a}", 2, "'}' without '{'"),
     ("a{x=1}b", 7, "expected ','"),
+    ("a,,b", 3, "empty pass name"),
+    ("a, ,b", 4, "empty pass name"),
+    (",a", 1, "empty pass name"),
+    ("a{x=1},,b", 8, "empty pass name"),
+    ("a,", 2, "expected a pass name after ','"),
+    ("a,b , ", 5, "expected a pass name after ','"),
 ])
 def test_syntax_errors_are_located(text: str, col: int, message: str) -> None:
     with pytest.raises(CompileError) as e:
