@@ -285,8 +285,18 @@ def layout_of(t: object, loc: Loc | None = None) -> RegisterLayout | None:
     scalar types, register values before infer-layouts); FactError at `loc` when it is malformed."""
     if not isinstance(t, (TileType, VectorType)):
         return None
+    cached = t.__dict__.get("_layout", _UNREAD)
+    if cached is not _UNREAD:
+        return cached
     attr = t.get(LAYOUT_ATTR)
-    return None if attr is None else RegisterLayout.from_attr(attr, loc)
+    lay = None if attr is None else RegisterLayout.from_attr(attr, loc)
+    # read once per type instance (types are frozen; tkir.types caches their text the same way): the
+    # backend asks for the layout of every operand of every op, several times
+    object.__setattr__(t, "_layout", lay)
+    return lay
+
+
+_UNREAD = object()  # layout_of: no layout read from this type yet
 
 
 def make_layout(kind: str, *, of: str | None = None, wg: int | None = None, warps: int | None = None,
