@@ -10,7 +10,7 @@ from __future__ import annotations
 from tkir.diagnostics import CompileError
 from tkir.ir import Module, Operation, Region, Value
 from tkir.ops import OPS, OpError
-from tkir.types import TileType, VectorType
+from tkir.types import Ident, Symbol, TileType, VectorType
 from tkir.verify_pipeline import verify_pipeline
 from tkir.verify_sizes import verify_sizes
 from tkir.verify_tma import verify_tma
@@ -45,15 +45,39 @@ def _verify_op(op: Operation, visible: set[int], scope: list[int]) -> None:
     for v in op.operands:
         if id(v) not in visible:
             raise VerifyError(op.loc, f"'{op.name}' uses %{v.name}, which is not defined before it")
-    _check_ring_buffer_uses(op)
-    try:
-        d.check(op)
-    except OpError as e:
-        raise VerifyError(op.loc, str(e)) from None
+    key = _checked_key(op) if d.local else None
+    if key is None or op.__dict__.get(CHECKED) != key:
+        _check_ring_buffer_uses(op)
+        try:
+            d.check(op)
+        except OpError as e:
+            raise VerifyError(op.loc, str(e)) from None
+        if key is not None:
+            op.__dict__[CHECKED] = key
     for region in op.regions:
         _verify_region(region, visible)
-    for r in op.results:
-        _see(r, visible, scope)
+    for r in op.results:  # _see, inlined: this runs for every op after every pass
+        if id(r) not in visible:
+            visible.add(id(r))
+            scope.append(id(r))
+
+
+# The verifier runs after every pass, and most ops come through most passes unchanged. An op whose
+# checker is local (OpDef.local: it reads only the op's name, operand and result types and attributes)
+# keeps, under this name, what it was last checked with; while that is equal the checks are not run again.
+# Types are frozen (equal by content); attributes are compared by value, so an op whose attributes hold a
+# mutable value (a list, a dict: it could change in place) is checked every time.
+CHECKED = "_verified_as"
+_IMMUTABLE_ATTRS = (bool, int, float, str, Ident, Symbol, type(None))
+
+
+def _checked_key(op: Operation) -> tuple | None:
+    """What a local check of `op` depends on, or None when an attribute value is mutable."""
+    attrs = tuple(op.attrs.items()) if op.attrs else ()
+    for _, v in attrs:
+        if type(v) not in _IMMUTABLE_ATTRS:
+            return None
+    return (op.name, tuple([v.type for v in op.operands]), tuple([r.type for r in op.results]), attrs)
 
 
 def _see(v: Value, visible: set[int], scope: list[int]) -> None:
