@@ -19,6 +19,7 @@ Used by the passes infer-layouts, select-swizzle and bank-conflicts (and by test
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -46,6 +47,7 @@ WAVEFRONT_BYTES = NUM_BANKS * BANK_BYTES  # 128 bytes served per wavefront
 # address aligned to its size (PTX ISA, "Data Movement and Conversion Instructions: ld", vector
 # operands); narrower chunks (one bf16) are copied element by element.
 VECTOR_ACCESS_BYTES = (4, 8, 16)
+REGS_CACHE = 1024  # (layout, dtype, shape) triples whose register count regs_per_thread keeps
 
 
 def vector_access_bytes(layout: RegisterLayout | None, dtype: str) -> int | None:
@@ -376,8 +378,10 @@ def fragment(layout: RegisterLayout, dtype: str, shape: tuple[int, ...]) -> np.n
     return _vector_fragment(kind, layout, n)
 
 
+@functools.lru_cache(maxsize=REGS_CACHE)
 def regs_per_thread(layout: RegisterLayout, dtype: str, shape: tuple[int, ...]) -> int:
-    """32-bit registers each thread needs (16-bit elements pack two per register)."""
+    """32-bit registers each thread needs (16-bit elements pack two per register). Remembered per
+    (layout, dtype, shape): plan-occupancy asks once per value of the kernel."""
     frag = fragment(layout, dtype, shape)
     elems = int((frag >= 0).sum(axis=1).max())
     return -(-elems * dtype_bytes(dtype) // BANK_BYTES)
