@@ -48,6 +48,7 @@ WAVEFRONT_BYTES = NUM_BANKS * BANK_BYTES  # 128 bytes served per wavefront
 # operands); narrower chunks (one bf16) are copied element by element.
 VECTOR_ACCESS_BYTES = (4, 8, 16)
 REGS_CACHE = 1024  # (layout, dtype, shape) triples whose register count regs_per_thread keeps
+LAYOUTS_CACHE = 4096  # distinct layout attributes whose RegisterLayout layout_of keeps
 
 
 def vector_access_bytes(layout: RegisterLayout | None, dtype: str) -> int | None:
@@ -291,7 +292,7 @@ def layout_of(t: object, loc: Loc | None = None) -> RegisterLayout | None:
     if cached is not _UNREAD:
         return cached
     attr = t.get(LAYOUT_ATTR)
-    lay = None if attr is None else RegisterLayout.from_attr(attr, loc)
+    lay = None if attr is None else _read_layout(attr, loc)
     # read once per type instance (types are frozen; tkir.types caches their text the same way): the
     # backend asks for the layout of every operand of every op, several times
     object.__setattr__(t, "_layout", lay)
@@ -299,6 +300,22 @@ def layout_of(t: object, loc: Loc | None = None) -> RegisterLayout | None:
 
 
 _UNREAD = object()  # layout_of: no layout read from this type yet
+_LAYOUTS: dict[tuple, RegisterLayout] = {}  # a layout attribute's (key, type, value) triples -> its layout
+
+
+def _read_layout(attr: object, loc: Loc | None) -> RegisterLayout:
+    """RegisterLayout.from_attr, remembered per attribute content (every op of a kernel has its own type
+    instance, most with one of a few layouts). The key holds each value's type: 4.0 is not 4 here."""
+    try:
+        key = tuple((k, type(v), v) for k, v in attr.items()) if isinstance(attr, dict) else None
+        lay = _LAYOUTS.get(key) if key is not None else None
+    except TypeError:  # an unhashable value (hand-written IR): from_attr says what is wrong
+        key = lay = None
+    if lay is None:
+        lay = RegisterLayout.from_attr(attr, loc)
+        if key is not None and len(_LAYOUTS) < LAYOUTS_CACHE:
+            _LAYOUTS[key] = lay
+    return lay
 
 
 def make_layout(kind: str, *, of: str | None = None, wg: int | None = None, warps: int | None = None,

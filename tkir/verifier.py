@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from tkir.diagnostics import CompileError
 from tkir.ir import Module, Operation, Region, Value
-from tkir.ops import OPS, OpError
+from tkir.ops import OPS, OpDef, OpError
 from tkir.types import Ident, Symbol, TileType, VectorType
 from tkir.verify_pipeline import verify_pipeline
 from tkir.verify_sizes import verify_sizes
@@ -36,16 +36,26 @@ def verify(module: Module) -> None:
         verify_pipeline(kernel, VerifyError)
 
 
-def _verify_op(op: Operation, visible: set[int], scope: list[int]) -> None:
-    """Check `op` given the ids of the values defined before it (`visible`); its results join `visible`
-    and are recorded in `scope`, the ids its enclosing region takes back when it ends."""
-    d = OPS.get(op.name)
+def _verify_op(op: Operation, visible: set[int], scope: list[int], d: OpDef | None = None) -> None:
+    """Check `op` (`d`: its OpDef, when the caller has looked it up) given the ids of the values defined
+    before it (`visible`); its results join `visible` and are recorded in `scope`, the ids its enclosing
+    region takes back when it ends."""
     if d is None:
-        raise VerifyError(op.loc, f"unknown op '{op.name}'")
+        d = OPS.get(op.name)
+        if d is None:
+            raise VerifyError(op.loc, f"unknown op '{op.name}'")
     for v in op.operands:
         if id(v) not in visible:
             raise VerifyError(op.loc, f"'{op.name}' uses %{v.name}, which is not defined before it")
-    key = _checked_key(op) if d.local else None
+    key = None
+    if d.local:  # what the check depends on (CHECKED, below); None when an attribute value is mutable
+        attrs = op.attrs
+        key = (op.name, len(op.operands), *[v.type for v in op.operands], *[r.type for r in op.results],
+               *attrs.items())
+        for v in attrs.values():
+            if type(v) not in _IMMUTABLE_ATTRS:
+                key = None
+                break
     if key is None or op.__dict__.get(CHECKED) != key:
         _check_ring_buffer_uses(op)
         try:
@@ -68,16 +78,7 @@ def _verify_op(op: Operation, visible: set[int], scope: list[int]) -> None:
 # Types are frozen (equal by content); attributes are compared by value, so an op whose attributes hold a
 # mutable value (a list, a dict: it could change in place) is checked every time.
 CHECKED = "_verified_as"
-_IMMUTABLE_ATTRS = (bool, int, float, str, Ident, Symbol, type(None))
-
-
-def _checked_key(op: Operation) -> tuple | None:
-    """What a local check of `op` depends on, or None when an attribute value is mutable."""
-    attrs = tuple(op.attrs.items()) if op.attrs else ()
-    for _, v in attrs:
-        if type(v) not in _IMMUTABLE_ATTRS:
-            return None
-    return (op.name, tuple([v.type for v in op.operands]), tuple([r.type for r in op.results]), attrs)
+_IMMUTABLE_ATTRS = frozenset((bool, int, float, str, Ident, Symbol, type(None)))
 
 
 def _see(v: Value, visible: set[int], scope: list[int]) -> None:
@@ -105,11 +106,14 @@ def _verify_region(region: Region, visible: set[int]) -> None:
     scope: list[int] = []
     for a in blk.args:
         _see(a, visible, scope)
+    last = len(blk.ops) - 1
     for i, op in enumerate(blk.ops):
         d = OPS.get(op.name)
-        if d is not None and d.terminator and i != len(blk.ops) - 1:
+        if d is None:
+            raise VerifyError(op.loc, f"unknown op '{op.name}'")
+        if d.terminator and i != last:
             raise VerifyError(op.loc, f"'{op.name}' must be the last op of its block")
-        _verify_op(op, visible, scope)
+        _verify_op(op, visible, scope, d)
     visible.difference_update(scope)
 
 
