@@ -14,6 +14,7 @@ backend computes for cp.async and ldmatrix are checked against the layout passes
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
@@ -285,13 +286,19 @@ def chunked(t: object) -> bool:
     return isinstance(t, (TileType, VectorType)) and vector_access_bytes(layout_of(t), t.dtype) is not None
 
 
-def numeric_slots(layout: RegisterLayout, shape: tuple[int, ...]) -> list[tuple[np.ndarray, ...]]:
-    """Slot coordinates evaluated for every thread of the layout (compile-time analysis)."""
+NUMERIC_SLOTS_CACHE = 256  # distinct (layout, shape) pairs kept; a kernel has a handful
+
+
+@functools.lru_cache(maxsize=NUMERIC_SLOTS_CACHE)
+def numeric_slots(layout: RegisterLayout, shape: tuple[int, ...]) -> tuple[tuple[np.ndarray, ...], ...]:
+    """Slot coordinates evaluated for every thread of the layout (compile-time analysis).
+
+    Computed once per (layout, shape): every element-wise op's lowering asks for its result's slot count,
+    and a 10,000-statement kernel spent half its backend time re-evaluating the same formulas. The arrays
+    are read-only views (np.broadcast_to), the container a tuple, so the shared answer cannot be edited."""
     tid = np.arange(layout.threads)
-    out = []
-    for s in slot_coords(layout, shape, NumpyBuilder(), tid):
-        out.append(tuple(np.broadcast_to(np.asarray(x), tid.shape) for x in s))
-    return out
+    return tuple(tuple(np.broadcast_to(np.asarray(x), tid.shape) for x in s)
+                 for s in slot_coords(layout, shape, NumpyBuilder(), tid))
 
 
 class LazyValues(Sequence):

@@ -6,6 +6,7 @@ several PTX lines joins them with `\\0A` inside the LLVM string literal (HOPPER.
 
 from __future__ import annotations
 
+import functools
 import re
 import struct
 
@@ -16,6 +17,7 @@ import numpy as np
 # of argument"); a kept hint of 64 plus the unique counter never reaches that, and local names do not
 # reach the PTX (registers are %r<N>, parameters KERNEL_param_<i>).
 NAME_HINT_CHARS = 64
+NAME_HINTS_CACHE = 4096  # distinct hints whose cleaned form name_hint keeps (a kernel uses a few dozen)
 PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -30,6 +32,7 @@ def asm_string(lines: list[str]) -> str:
     return text.replace('"', '\\22')
 
 
+@functools.lru_cache(maxsize=NAME_HINTS_CACHE)
 def name_hint(hint: str) -> str:
     """`hint` as the start of an LLVM local name: identifier characters only, not starting with a
     digit (`%0.8` would read as the numbered value %0: IR text whose temporaries print as %0 failed

@@ -474,16 +474,27 @@ def _value_regs(t: object, threads: int) -> int:
     return 0
 
 
-def _position(op: Operation, blk: Block, positions: dict[int, dict[int, int]]) -> int:
-    """`blk.ops.index(op)`, from one index of the block built on first use (a scan per value made the
-    register estimate quadratic in a block's length)."""
+class _BlockIndex:
+    """One block's op positions and, per position k, how many ops before k are neither element-wise nor
+    scalar (`breaks[k]`): built once per block on first use (a scan per value, `blk.ops.index` or a
+    slice of the ops between a definition and its last use, made the register estimate quadratic in a
+    block's length)."""
+
+    def __init__(self, blk: Block):
+        self.pos = {id(o): i for i, o in enumerate(blk.ops)}
+        self.breaks = [0]
+        for o in blk.ops:
+            self.breaks.append(self.breaks[-1] + (not (o.name in ELEMENTWISE or o.name.startswith("arith."))))
+
+
+def _block_index(blk: Block, positions: dict[int, _BlockIndex]) -> _BlockIndex:
     index = positions.get(id(blk))
     if index is None:
-        index = positions[id(blk)] = {id(o): i for i, o in enumerate(blk.ops)}
-    return index[id(op)]
+        index = positions[id(blk)] = _BlockIndex(blk)
+    return index
 
 
-def _streamed(v: Value, uses: dict[Value, list[Operation]], positions: dict[int, dict[int, int]]) -> bool:
+def _streamed(v: Value, uses: dict[Value, list[Operation]], positions: dict[int, _BlockIndex]) -> bool:
     """An elementwise result read only by elementwise ops or reductions of its own block, with nothing
     but elementwise and scalar ops between its definition and its last use: the whole chain is one
     element-wise expression that the backend and ptxas evaluate element by element (the GELU of an
@@ -494,9 +505,10 @@ def _streamed(v: Value, uses: dict[Value, list[Operation]], positions: dict[int,
     blk = op.parent
     if blk is None or any(u.name not in ELEMENTWISE + ("tk.reduce",) or u.parent is not blk for u in users):
         return False
-    i = _position(op, blk, positions)
-    last = max(_position(u, blk, positions) for u in users)
-    return all(o.name in ELEMENTWISE or o.name.startswith("arith.") for o in blk.ops[i + 1:last])
+    index = _block_index(blk, positions)
+    i = index.pos[id(op)]
+    last = max(index.pos[id(u)] for u in users)
+    return last <= i + 1 or index.breaks[last] == index.breaks[i + 1]  # none in blk.ops[i + 1:last]
 
 
 def _sliced(v: Value, uses: dict[Value, list[Operation]]) -> bool:
@@ -559,22 +571,27 @@ def _register_budget(kernel: Operation, threads: int) -> tuple[RegisterBudget, t
     for op in order:
         for v in op.operands:
             uses.setdefault(v, []).append(op)
-    positions: dict[int, dict[int, int]] = {}
+    positions: dict[int, _BlockIndex] = {}
     regs = {v: 0 if _streamed(v, uses, positions) else _value_regs(v.type, threads)
             for v in defs if not isinstance(v.type, GlobalType)}
     for v in regs:
         if _sliced(v, uses):
             regs[v] = min(regs[v], SLICED_A_REGS)
-    live_at: list[list[Value]] = [[] for _ in order]
-    for v, r in regs.items():
-        if r == 0:
-            continue
-        lo, hi = defs[v], last_use[v]
-        for i in range(lo, max(hi, lo + 1)):
-            live_at[i].append(v)
+    # a value holds its registers at positions defs[v] .. max(last_use[v], defs[v] + 1) - 1: the pressure at
+    # every position from one sweep over range ends (a list of the live values per position was quadratic
+    # in a kernel of many long-lived values), the first position of the highest pressure is the peak
+    span = {v: (defs[v], max(last_use[v], defs[v] + 1)) for v, r in regs.items() if r}
+    delta = [0] * (len(order) + 1)
+    for v, (lo, hi) in span.items():
+        delta[lo] += regs[v]
+        delta[hi] -= regs[v]
     frags = [mma_sync_fragment_regs(op) for op in order]
-    peak = max(range(len(order)), key=lambda i: sum(regs[v] for v in live_at[i]) + frags[i])
-    live = live_at[peak]
+    peak, best, pressure = 0, None, 0
+    for i, f in enumerate(frags):
+        pressure += delta[i]
+        if best is None or pressure + f > best:
+            peak, best = i, pressure + f
+    live = [v for v, (lo, hi) in span.items() if lo <= peak < hi]
 
     n_pointers = sum(1 for a in kernel.body.args if isinstance(a.type, GlobalType))
     mma_desc = any(o.name == "tk.mma" and any(is_shared(v.type) for v in o.operands[:2]) for o in order)

@@ -3,18 +3,21 @@
     python3 scripts/compile_time.py                      # the scaling table and gemm's wall time
     python3 scripts/compile_time.py --loops 40,100,400 --matmuls 100,1000 --repeats 5
     python3 scripts/compile_time.py --gemm-only --repeats 9
+    python3 scripts/compile_time.py --loops "" --matmuls "" --straight 10000,20000 --repeats 1
 
-Two generated program families (`loops_source`, `matmuls_source`):
+Generated program families (`loops_source`, `matmuls_source`, `straight_source`):
 
 * N sequential short loops: each loads a register tile, adds it into an accumulator (4 iterations);
-* M `acc += a @ b` statements in one loop: the gemm kernel with its product repeated M times.
+* M `acc += a @ b` statements in one loop: the gemm kernel with its product repeated M times;
+* (`--straight`, `--mixed`) N chained statements on one register tile (`straight_source`).
 
 Each program is compiled to PTX in a fresh Python process (`stages`, the child mode of this script)
 that times every stage: importing what a compile imports (the pass and rule modules included),
 parsing (the LALR tables read back from the cache folder, tkir/lark_tables.py), lowering to tile IR,
-each pass of the default pipeline (the verifier and the IR snapshot after each pass are counted with
-it), building the LLVM IR text, llvmlite's parse, verify and code generation (the IR passes of the
-NVPTX code generator and PTX emission, at the level tkir.backend.ptx.codegen_level picks).
+each pass of the default pipeline (the verifier after each pass counted with it; no IR snapshot
+after each pass, as in `tkc`, in checkouts that have PipelineConfig.keep_snapshots), building the
+LLVM IR text, llvmlite's parse, verify and code generation (the IR passes of the NVPTX code
+generator and PTX emission, at the level tkir.backend.ptx.codegen_level picks).
 `wall --emit ptx` is the whole `tkc compile --emit ptx` command run as a subprocess, Python start-up
 included, and `wall --emit tkir` the same command stopping at the tile IR. The disk cache is off
 (TKIR_CACHE=0); every cell is the median of `--repeats` runs (fewer for large programs,
@@ -70,6 +73,24 @@ def matmuls_source(m: int) -> str:
             "}\n")
 
 
+STRAIGHT_KINDS = ("v{p} * 1.5 + xf",)
+MIXED_KINDS = ("exp(v{p} - row(row_max(v{p})))", "max(v{p}, xf) * 0.5", "where(v{p} > xf, v{p}, xf * 0.25)",
+               "v{p} / row(row_sum(v{p}) + 1.0)")
+
+
+def straight_source(n: int, kinds: tuple[str, ...] = STRAIGHT_KINDS) -> str:
+    """A kernel of `n` chained statements `let v{i} = ...` on one loaded register tile, statement i of the
+    form kinds[i % len(kinds)] (every one live: each reads the one before). The default: a multiply-add;
+    MIXED_KINDS: exponentials of row-max differences, max, where, division by a row sum, in turn."""
+    body = "".join(f"    let v{i} = {kinds[i % len(kinds)].format(p=i - 1)}\n" for i in range(1, n))
+    return ("kernel k(X: gl<f32>[M, 64], Y: gl<f32>[M, 64]) grid(M / 16) {\n"
+            "    reg xf: rt<f32, 16, 64> = X[block.x, 0]\n"
+            "    let v0 = xf\n"
+            f"{body}"
+            f"    Y[block.x, 0] = v{n - 1}\n"
+            "}\n")
+
+
 def stages(path: str) -> dict[str, float]:
     """Seconds per stage for one compile to PTX, in this (fresh) process; the child mode's body."""
     t0 = time.perf_counter()
@@ -103,7 +124,11 @@ def stages(path: str) -> dict[str, float]:
     t = lap("lower to IR", t)
     options = Options()
     pm = PassManager(registry, list(DEFAULT_PIPELINE))
-    pm.run(module, options, PipelineConfig())
+    try:
+        config = PipelineConfig(keep_snapshots=False)  # as tkc runs it
+    except TypeError:  # a checkout from before keep_snapshots: it printed the IR after every pass
+        config = PipelineConfig()
+    pm.run(module, options, config)
     t = lap("passes (all)", t)
     for name, secs in pm.timings:
         out[f"  {name}"] = out.get(f"  {name}", 0.0) + secs
@@ -198,6 +223,9 @@ def main(argv: list[str] | None = None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     ap.add_argument("--loops", default="40,100,400", help="sizes of the sequential-loops family")
     ap.add_argument("--matmuls", default="10,100", help="sizes of the `acc += a @ b` family")
+    ap.add_argument("--straight", default="", help="sizes of the straight-line family (`straight_source`), "
+                                                   "e.g. 10000,20000")
+    ap.add_argument("--mixed", default="", help="sizes of the straight-line family of MIXED_KINDS statements")
     ap.add_argument("--repeats", type=int, default=5, help="runs per measurement (the median is shown)")
     ap.add_argument("--large-repeats", type=int, default=3,
                     help="runs per measurement for programs of more than 20 KB of source")
@@ -219,6 +247,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         programs = [(f"loops{n}", loops_source(n)) for n in _int_list(args.loops)]
         programs += [(f"mm{m}", matmuls_source(m)) for m in _int_list(args.matmuls)]
+        programs += [(f"line{n}", straight_source(n)) for n in _int_list(args.straight)]
+        programs += [(f"mixed{n}", straight_source(n, MIXED_KINDS)) for n in _int_list(args.mixed)]
         for label, src in programs:
             path = Path(tmp) / f"{label}.tk"
             path.write_text(src, encoding="utf-8")

@@ -70,6 +70,7 @@ class CompiledKernel:
     asm: dict[str, object] = field(default_factory=dict)
     pipeline_spec: str = ""  # the pipeline that ran, parameters included (PassManager.spec)
     cached: bool | None = None  # whether lower() read the backend's output from the disk cache
+    snapshots_kept: bool = True  # PipelineConfig.keep_snapshots: whether ir_after can answer
     _runtime: object = None
 
     def __post_init__(self) -> None:
@@ -83,6 +84,9 @@ class CompiledKernel:
 
     def ir_after(self, name: str) -> str:
         if name not in self.snapshots:
+            if not self.snapshots_kept and name in self.pipeline:
+                raise KeyError(f"the IR after each pass was not kept (PipelineConfig(keep_snapshots=False)); "
+                               f"compile without that config to read the IR after '{name}'")
             raise KeyError(f"pass '{name}' did not run; pipeline: {', '.join(self.pipeline)}")
         return self.snapshots[name]
 
@@ -250,7 +254,7 @@ def compile(
         if choice["refused"]:
             module.kernel.attrs["auto_refused"] = choice["refused"]
     k = CompiledKernel(str(path), dict(consts), options, module, pm.pipeline, pm.snapshots, pm.timings,
-                       pipeline_spec=pm.spec())
+                       pipeline_spec=pm.spec(), snapshots_kept=config is None or config.keep_snapshots)
     k.asm["tkir"] = print_module(module)
     return k
 

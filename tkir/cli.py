@@ -336,6 +336,7 @@ def _config(args: argparse.Namespace):
         print_after=tuple(_names(args.print_after)),
         stop_after=args.stop_after,
         time_passes=args.time_passes,
+        keep_snapshots=False,  # no command reads CompiledKernel.ir_after; the dumps above print as they go
     )
 
 

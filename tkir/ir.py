@@ -88,12 +88,21 @@ class Operation:
     def walk(self) -> Iterator[Operation]:
         """This op and every op nested in its regions, in program order (pre-order)."""
         yield self
-        for r in self.regions:
-            for op in list(r.block.ops):
-                yield from op.walk()
+        yield from _walk_regions(self)
 
     def __repr__(self) -> str:
         return f"<Operation {self.name}>"
+
+
+def _walk_regions(op: Operation) -> Iterator[Operation]:
+    """The ops nested in `op`'s regions, pre-order; a block's op list is copied when the walk enters it and
+    an op's regions are read after it is yielded (the caller may rewrite what it was given), as a walk per
+    op did; only an op with regions costs a generator (the verifier walks every kernel after every pass)."""
+    for r in op.regions:
+        for inner in list(r.block.ops):
+            yield inner
+            if inner.regions:
+                yield from _walk_regions(inner)
 
 
 class Block:

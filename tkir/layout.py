@@ -19,6 +19,7 @@ Used by the passes infer-layouts, select-swizzle and bank-conflicts (and by test
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -46,6 +47,8 @@ WAVEFRONT_BYTES = NUM_BANKS * BANK_BYTES  # 128 bytes served per wavefront
 # address aligned to its size (PTX ISA, "Data Movement and Conversion Instructions: ld", vector
 # operands); narrower chunks (one bf16) are copied element by element.
 VECTOR_ACCESS_BYTES = (4, 8, 16)
+REGS_CACHE = 1024  # (layout, dtype, shape) triples whose register count regs_per_thread keeps
+LAYOUTS_CACHE = 4096  # distinct layout attributes whose RegisterLayout layout_of keeps
 
 
 def vector_access_bytes(layout: RegisterLayout | None, dtype: str) -> int | None:
@@ -285,8 +288,34 @@ def layout_of(t: object, loc: Loc | None = None) -> RegisterLayout | None:
     scalar types, register values before infer-layouts); FactError at `loc` when it is malformed."""
     if not isinstance(t, (TileType, VectorType)):
         return None
+    cached = t.__dict__.get("_layout", _UNREAD)
+    if cached is not _UNREAD:
+        return cached
     attr = t.get(LAYOUT_ATTR)
-    return None if attr is None else RegisterLayout.from_attr(attr, loc)
+    lay = None if attr is None else _read_layout(attr, loc)
+    # read once per type instance (types are frozen; tkir.types caches their text the same way): the
+    # backend asks for the layout of every operand of every op, several times
+    object.__setattr__(t, "_layout", lay)
+    return lay
+
+
+_UNREAD = object()  # layout_of: no layout read from this type yet
+_LAYOUTS: dict[tuple, RegisterLayout] = {}  # a layout attribute's (key, type, value) triples -> its layout
+
+
+def _read_layout(attr: object, loc: Loc | None) -> RegisterLayout:
+    """RegisterLayout.from_attr, remembered per attribute content (every op of a kernel has its own type
+    instance, most with one of a few layouts). The key holds each value's type: 4.0 is not 4 here."""
+    try:
+        key = tuple((k, type(v), v) for k, v in attr.items()) if isinstance(attr, dict) else None
+        lay = _LAYOUTS.get(key) if key is not None else None
+    except TypeError:  # an unhashable value (hand-written IR): from_attr says what is wrong
+        key = lay = None
+    if lay is None:
+        lay = RegisterLayout.from_attr(attr, loc)
+        if key is not None and len(_LAYOUTS) < LAYOUTS_CACHE:
+            _LAYOUTS[key] = lay
+    return lay
 
 
 def make_layout(kind: str, *, of: str | None = None, wg: int | None = None, warps: int | None = None,
@@ -366,8 +395,10 @@ def fragment(layout: RegisterLayout, dtype: str, shape: tuple[int, ...]) -> np.n
     return _vector_fragment(kind, layout, n)
 
 
+@functools.lru_cache(maxsize=REGS_CACHE)
 def regs_per_thread(layout: RegisterLayout, dtype: str, shape: tuple[int, ...]) -> int:
-    """32-bit registers each thread needs (16-bit elements pack two per register)."""
+    """32-bit registers each thread needs (16-bit elements pack two per register). Remembered per
+    (layout, dtype, shape): plan-occupancy asks once per value of the kernel."""
     frag = fragment(layout, dtype, shape)
     elems = int((frag >= 0).sum(axis=1).max())
     return -(-elems * dtype_bytes(dtype) // BANK_BYTES)

@@ -30,15 +30,19 @@ class OpDef:
     pure: bool = True  # no side effects: removable when its results are unused
     terminator: bool = False
     summary: str = ""
+    # the check reads only the op's name, its operand and result types (their number included) and its
+    # attributes: the verifier skips it while they are unchanged (tkir/verifier.py, "checked")
+    local: bool = False
 
 
 OPS: dict[str, OpDef] = {}
 
 
 def register_op(name: str, check: Checker, *, pure: bool = True, terminator: bool = False,
-                summary: str = "") -> OpDef:
-    """Add an op to the catalogue (passes and --load-pass files may add their own)."""
-    d = OpDef(name, check, pure, terminator, summary)
+                summary: str = "", local: bool = False) -> OpDef:
+    """Add an op to the catalogue (passes and --load-pass files may add their own). `local=True` promises
+    that `check` reads nothing of the op but its name, operand and result types and attributes."""
+    d = OpDef(name, check, pure, terminator, summary, local)
     OPS[name] = d
     return d
 

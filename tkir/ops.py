@@ -471,37 +471,41 @@ SCALAR_BINARY = scalar.BINARY_NAMES  # add sub mul div rem min max cdiv (their m
 TILE_BINARY = ("add", "sub", "mul", "div", "max", "min")
 TILE_UNARY = ("exp", "exp2", "log", "log2", "sqrt", "rsqrt", "abs", "neg", "tanh", "sigmoid", "erf")
 
-register_op("arith.const", _const, summary="a scalar constant")
+register_op("arith.const", _const, local=True, summary="a scalar constant")
 for _n in SCALAR_BINARY:
-    register_op(f"arith.{_n}", _scalar_binary, summary=f"scalar {_n} (integer div floors)")
-register_op("arith.cast", _scalar_cast, summary="scalar conversion")
-register_op("tk.size", _size, summary="run-time value of a symbolic size")
-register_op("tk.block_id", _block_id, summary="block index along grid dim 0/1/2")
-register_op("tk.grid_dim", _block_id, summary="number of blocks along grid dim 0/1/2")
-register_op("tk.alloc", _alloc, pure=False, summary="a shared tile or vector")
-register_op("tk.load", _load, pure=False, summary="global->shared, global->register, shared->register")
-register_op("tk.store", _store, pure=False, summary="register/shared -> global, register -> shared")
-register_op("tk.fill", _fill, summary="a register tile or vector filled with a constant")
-register_op("tk.mma", _mma, summary="D = op(A) @ op(B) + C, f32 accumulation")
+    register_op(f"arith.{_n}", _scalar_binary, local=True, summary=f"scalar {_n} (integer div floors)")
+register_op("arith.cast", _scalar_cast, local=True, summary="scalar conversion")
+register_op("tk.size", _size, local=True, summary="run-time value of a symbolic size")
+register_op("tk.block_id", _block_id, local=True, summary="block index along grid dim 0/1/2")
+register_op("tk.grid_dim", _block_id, local=True, summary="number of blocks along grid dim 0/1/2")
+register_op("tk.alloc", _alloc, local=True, pure=False, summary="a shared tile or vector")
+register_op("tk.load", _load, local=True, pure=False,
+            summary="global->shared, global->register, shared->register")
+register_op("tk.store", _store, local=True, pure=False, summary="register/shared -> global, register -> shared")
+register_op("tk.fill", _fill, local=True, summary="a register tile or vector filled with a constant")
+register_op("tk.mma", _mma, local=True, summary="D = op(A) @ op(B) + C, f32 accumulation")
 for _n in TILE_BINARY:
-    register_op(f"tk.{_n}", _binary, summary=f"elementwise {_n}, with bcast = row|col for vectors")
+    register_op(f"tk.{_n}", _binary, local=True, summary=f"elementwise {_n}, with bcast = row|col for vectors")
 for _n in TILE_UNARY:
-    register_op(f"tk.{_n}", _unary, summary=f"elementwise {_n}")
-register_op("tk.cast", _cast, summary="elementwise dtype conversion (round to nearest even)")
-register_op("tk.reduce", _reduce, summary="row or column reduction (max, min, sum) to an rv")
-register_op("tk.mask_causal", _mask_causal,
+    register_op(f"tk.{_n}", _unary, local=True, summary=f"elementwise {_n}")
+register_op("tk.cast", _cast, local=True, summary="elementwise dtype conversion (round to nearest even)")
+register_op("tk.reduce", _reduce, local=True, summary="row or column reduction (max, min, sum) to an rv")
+register_op("tk.mask_causal", _mask_causal, local=True,
             summary="fill elements with col0 + c > row0 + r (causal attention)")
-register_op("tk.transpose", _transpose, summary="register tile transpose")
-register_op("tk.outer", _outer, summary="outer product of each row (axis = row) or column (axis = col) pair")
-register_op("tk.index", _index, summary="i32 tile of each element's row (axis = row) or column index")
-register_op("tk.cmp", _tile_cmp, summary="elementwise comparison (pred = eq, ne, lt, le, gt, ge) -> i1 tile")
-register_op("tk.select", _select, summary="elementwise c ? a : b on an i1 tile; a, b tiles or scalars")
-register_op("tk.convert_layout", _convert_layout,
+register_op("tk.transpose", _transpose, local=True, summary="register tile transpose")
+register_op("tk.outer", _outer, local=True,
+            summary="outer product of each row (axis = row) or column (axis = col) pair")
+register_op("tk.index", _index, local=True, summary="i32 tile of each element's row (axis = row) or column index")
+register_op("tk.cmp", _tile_cmp, local=True,
+            summary="elementwise comparison (pred = eq, ne, lt, le, gt, ge) -> i1 tile")
+register_op("tk.select", _select, local=True,
+            summary="elementwise c ? a : b on an i1 tile; a, b tiles or scalars")
+register_op("tk.convert_layout", _convert_layout, local=True,
             summary="move a register tile/vector to another layout (via none, shuffle or smem)")
-register_op("tk.fence", _fence, pure=False,
+register_op("tk.fence", _fence, local=True, pure=False,
             summary="memory accesses before it are issued (and ordered at block scope) before those after it")
 register_op("scf.for", _for, pure=False, summary="counted loop with loop-carried values")
 register_op("scf.yield", _yield, pure=False, terminator=True, summary="loop body terminator")
-register_op("arith.cmp", _cmp, summary="scalar comparison (pred = eq, ne, lt, le, gt, ge) -> i1")
+register_op("arith.cmp", _cmp, local=True, summary="scalar comparison (pred = eq, ne, lt, le, gt, ge) -> i1")
 register_op("scf.if", _if, pure=False, summary="run the then or else region by the i1 condition")
 register_op("tk.kernel", _kernel, pure=False, summary="a kernel: parameters, grid, body")

@@ -195,6 +195,9 @@ class PipelineConfig:
     print_after: tuple[str, ...] = ()
     stop_after: str | None = None
     time_passes: bool = False
+    # keep the IR text after every pass (PassManager.snapshots, CompiledKernel.ir_after); printing it is
+    # a quarter of a long kernel's pass time, so `tkc` (which never reads it back) turns it off
+    keep_snapshots: bool = True
 
 
 class PassManager:
@@ -246,10 +249,13 @@ class PassManager:
             except VerifyError as e:
                 e.message = f"after pass '{name}': {e.message}"
                 raise
-            text = print_module(module)
-            self.snapshots[name] = text
-            if config.print_after_all or name in config.print_after:
-                out.write(dump_header(name) + "\n" + text + "\n")
+            dump = config.print_after_all or name in config.print_after
+            if config.keep_snapshots or dump:
+                text = print_module(module)
+                if config.keep_snapshots:
+                    self.snapshots[name] = text
+                if dump:
+                    out.write(dump_header(name) + "\n" + text + "\n")
             if name == config.stop_after:
                 break
         return module

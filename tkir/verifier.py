@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from tkir.diagnostics import CompileError
 from tkir.ir import Module, Operation, Region, Value
-from tkir.ops import OPS, OpError
-from tkir.types import TileType, VectorType
+from tkir.ops import OPS, OpDef, OpError
+from tkir.types import Ident, Symbol, TileType, VectorType
 from tkir.verify_pipeline import verify_pipeline
 from tkir.verify_sizes import verify_sizes
 from tkir.verify_tma import verify_tma
@@ -36,24 +36,49 @@ def verify(module: Module) -> None:
         verify_pipeline(kernel, VerifyError)
 
 
-def _verify_op(op: Operation, visible: set[int], scope: list[int]) -> None:
-    """Check `op` given the ids of the values defined before it (`visible`); its results join `visible`
-    and are recorded in `scope`, the ids its enclosing region takes back when it ends."""
-    d = OPS.get(op.name)
+def _verify_op(op: Operation, visible: set[int], scope: list[int], d: OpDef | None = None) -> None:
+    """Check `op` (`d`: its OpDef, when the caller has looked it up) given the ids of the values defined
+    before it (`visible`); its results join `visible` and are recorded in `scope`, the ids its enclosing
+    region takes back when it ends."""
     if d is None:
-        raise VerifyError(op.loc, f"unknown op '{op.name}'")
+        d = OPS.get(op.name)
+        if d is None:
+            raise VerifyError(op.loc, f"unknown op '{op.name}'")
     for v in op.operands:
         if id(v) not in visible:
             raise VerifyError(op.loc, f"'{op.name}' uses %{v.name}, which is not defined before it")
-    _check_ring_buffer_uses(op)
-    try:
-        d.check(op)
-    except OpError as e:
-        raise VerifyError(op.loc, str(e)) from None
+    key = None
+    if d.local:  # what the check depends on (CHECKED, below); None when an attribute value is mutable
+        attrs = op.attrs
+        key = (op.name, len(op.operands), *[v.type for v in op.operands], *[r.type for r in op.results],
+               *attrs.items())
+        for v in attrs.values():
+            if type(v) not in _IMMUTABLE_ATTRS:
+                key = None
+                break
+    if key is None or op.__dict__.get(CHECKED) != key:
+        _check_ring_buffer_uses(op)
+        try:
+            d.check(op)
+        except OpError as e:
+            raise VerifyError(op.loc, str(e)) from None
+        if key is not None:
+            op.__dict__[CHECKED] = key
     for region in op.regions:
         _verify_region(region, visible)
-    for r in op.results:
-        _see(r, visible, scope)
+    for r in op.results:  # _see, inlined: this runs for every op after every pass
+        if id(r) not in visible:
+            visible.add(id(r))
+            scope.append(id(r))
+
+
+# The verifier runs after every pass, and most ops come through most passes unchanged. An op whose
+# checker is local (OpDef.local: it reads only the op's name, operand and result types and attributes)
+# keeps, under this name, what it was last checked with; while that is equal the checks are not run again.
+# Types are frozen (equal by content); attributes are compared by value, so an op whose attributes hold a
+# mutable value (a list, a dict: it could change in place) is checked every time.
+CHECKED = "_verified_as"
+_IMMUTABLE_ATTRS = frozenset((bool, int, float, str, Ident, Symbol, type(None)))
 
 
 def _see(v: Value, visible: set[int], scope: list[int]) -> None:
@@ -81,11 +106,14 @@ def _verify_region(region: Region, visible: set[int]) -> None:
     scope: list[int] = []
     for a in blk.args:
         _see(a, visible, scope)
+    last = len(blk.ops) - 1
     for i, op in enumerate(blk.ops):
         d = OPS.get(op.name)
-        if d is not None and d.terminator and i != len(blk.ops) - 1:
+        if d is None:
+            raise VerifyError(op.loc, f"unknown op '{op.name}'")
+        if d.terminator and i != last:
             raise VerifyError(op.loc, f"'{op.name}' must be the last op of its block")
-        _verify_op(op, visible, scope)
+        _verify_op(op, visible, scope, d)
     visible.difference_update(scope)
 
 
