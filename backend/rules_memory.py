@@ -44,8 +44,8 @@ from tkir.backend.shared_slots import (
 )
 from tkir.backend.values import LLVM_TYPE, Frag, Global, LoweringError, Smem
 from tkir.ir import Operation
-from tkir.target import REG_BYTES as WORD
 from tkir.opdef import REDUCE_ATTR
+from tkir.target import REG_BYTES as WORD
 from tkir.types import TileType, VectorType, dtype_bytes
 
 if TYPE_CHECKING:

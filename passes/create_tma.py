@@ -51,8 +51,8 @@ import re
 
 from tkir.access_report import add_report
 from tkir.ir import Module, Operation
-from tkir.opdef import REDUCE_ATTR
 from tkir.layout import SharedLayout, layout_of, tma_box, tma_swizzle
+from tkir.opdef import REDUCE_ATTR
 from tkir.passes.analysis import (
     access_report,
     choose_swizzle,
