@@ -209,14 +209,14 @@ class _Rewriter:
         v = v_val.type
         g: GlobalType = g_val.type
         if not isinstance(v, TileType) or g.rank < 2:
-            return REGISTER_REDUCE_REASON + f" ({v} into {g}: TMA adds tiles)"
+            return f"{REGISTER_REDUCE_REASON}: {v} into {g} (TMA adds tiles)"
         eb = DTYPE_BYTES[v.dtype]
         span = REDUCE_STAGE_SWIZZLE if (v.cols * eb) % REDUCE_STAGE_SWIZZLE == 0 and self.options.swizzle != "none" \
             else 0
         stage_t = TileType("st", v.dtype, v.rows, v.cols, (("swizzle", span),) if span else ())
         reason = self.why_not(op, g, stage_t) or _stride_problem(g, g_val.name)
         if reason is not None:
-            return REGISTER_REDUCE_REASON + f" ({reason})"
+            return f"{REGISTER_REDUCE_REASON}: {reason}"
         alloc = Operation("tk.alloc", [], [stage_t], result_names=[f"{g_val.name}_add_stage"], loc=op.loc)
         body = self.kernel.body
         first = next(i for i, o in enumerate(body.ops) if o.name == "tk.alloc" or i == len(body.ops) - 1)
