@@ -34,6 +34,12 @@ Copies that stay as they are, with `no_tma_reason = "..."` saying why (the repor
   writes one half while the copy engine reads the other; `create-tma{epilogue_chunk=128}` (one
   buffer) is the single-buffered ablation. Other register
   copies use the backend's vectorised ld/st.global, which already moves full 16-byte sectors.
+* a reducing store (`reduce = "add"`, the front end's `G[i, j] += t`) of a register tile becomes
+  `tk.store %G_add_stage, %t` into an f32 shared tile of its shape (128B-swizzled where its rows are
+  whole 128-byte panels) and `tma.store %G, %G_add_stage, ... {reduce = "add"}`, a TMA reduce-add
+  (`stage_reduce`); where TMA cannot take it (the reasons above) it stays a `tk.store` with
+  `no_tma_reason = "register tile added with red.global.add: ..."` (per-element `red.global.add.f32`).
+  A reducing store of a shared tile is a copy like any other and keeps its `reduce` as a `tma.store`.
 
 `create-tma{prefetch=true}` gives a kernel with TMA copies the attr `tma_prefetch = true`: at launch
 one thread issues `prefetch.tensormap` for each of its descriptors (kernel parameters,

@@ -17,7 +17,8 @@ NAN_REQUEST_ZERO_FMA).
 in tile units). A tile wider than its swizzle span is `boxes` boxes, one per column panel of the
 shared tile (panel p at byte offset p * rows * span, global column p * box[0]); `bytes` is the whole
 tile (what `mbarrier.expect_tx` counts; out-of-bounds elements are filled and still counted).
-For the interpreter they mean exactly the tk op they replaced (tkir/interp/tma.py).
+For the interpreter they mean exactly the tk op they replaced (tkir/interp/tma.py). A `tma.store` with
+`reduce = "add"` (a reducing `tk.store`, tkir/opdef.py) is a TMA reduce-add into an f32 tensor.
 
 The staged stores live here too: `tk.store_staged` (create-tma: a wgmma accumulator through a staging
 tile and TMA stores) and `tk.store_warp_staged` (stage-epilogue, the mma.sync path: each warp writes
