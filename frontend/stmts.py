@@ -424,7 +424,7 @@ class StatementLowering(ExpressionLowering):
                                   "and store it with `=`")
         gl, coords = dst.gref
         if s.op == "+=" and gl.type.dtype not in REDUCE_DTYPES:
-            raise self.error(s.loc, f"'+=' on a tile of '{gl.name}' ({gl.type}): adding into global memory "
+            raise self.error(s.loc, f"'+=' on a global tile of '{gl.name}' ({gl.type}): adding into global memory "
                                     "takes " + "/".join(REDUCE_DTYPES) + " tensors",
                              hint="accumulate into an f32 workspace and cast once at the end")
         e = self.expr(s.value)

@@ -106,7 +106,7 @@ KERNEL = """kernel k(X: gl<f32>[M, N], Y: gl<{dt}>[M, N]) grid(cdiv(M, 64)) {{
 
 
 @pytest.mark.parametrize(("dt", "stmt", "where", "words"), [
-    ("bf16", "Y[block.x, 0] += bf16(x)", "3:19", "'+=' on a tile of 'Y' (gl<bf16>[M, N]): adding into global memory "
+    ("bf16", "Y[block.x, 0] += bf16(x)", "3:19", "'+=' on a global tile of 'Y' (gl<bf16>[M, N]): adding into global memory "
                                                "takes f32 tensors"),
     ("f16", "Y[block.x, 0] += f16(x)", "3:19", "takes f32 tensors"),
     ("i32", "Y[block.x, 0] += x", "3:19", "takes f32 tensors"),
