@@ -46,6 +46,7 @@ from tkir.backend.values import LLVM_TYPE, Frag, Global, LoweringError, Smem
 from tkir.ir import Operation
 from tkir.opdef import REDUCE_ATTR
 from tkir.target import REG_BYTES as WORD
+from tkir.target import WARP
 from tkir.types import TileType, VectorType, dtype_bytes
 
 if TYPE_CHECKING:
@@ -201,9 +202,29 @@ def store_registers_elementwise(cx: LoweringContext, op: Operation) -> None:
     _check_dtype(op, val.type)
     coords = [cx.scalar(v) for v in op.operands[2:]]
     ety = LLVM_TYPE[val.type.dtype]
-    for slot, v in zip(cx.coords(val.type), val.values, strict=True):
+    reduce = op.attrs.get(REDUCE_ATTR)
+    owners = cx.owner_masks(val.type) if reduce is not None else [None] * len(val.values)
+    for slot, v, own in zip(cx.coords(val.type), val.values, owners, strict=True):
         idx, ok = _element_index(cx, g, coords, val.type, slot)
-        _store_global_element(cx, g.ptr, ety, val.type.dtype, idx, ok, v, op.attrs.get(REDUCE_ATTR))
+        if own is not None:  # an element several threads hold is added once, by its owner
+            ok = cx.w.op(f"and i1 {ok}, {_owner_flag(cx, own)}", "own")
+        _store_global_element(cx, g.ptr, ety, val.type.dtype, idx, ok, v, reduce)
+
+
+def _owner_flag(cx: LoweringContext, own: object) -> str:
+    """i1: this thread's bit of `own` (a bool per thread of the role, LoweringContext.owner_masks), from one
+    32-bit constant per warp."""
+    w = cx.w
+    tid = cx.thread_index()
+    words = [sum(1 << lane for lane in range(WARP) if own[wp * WARP + lane]) for wp in range(len(own) // WARP)]
+    words = [x - (1 << 32) if x >= 1 << 31 else x for x in words]  # i32 literals are signed
+    word = str(words[0])
+    if len(set(words)) > 1:
+        warp = w.op(f"lshr i32 {tid}, {WARP.bit_length() - 1}", "warp")
+        for wp in range(1, len(words)):
+            word = w.op(f"select i1 {w.op(f'icmp eq i32 {warp}, {wp}', 'isw')}, i32 {words[wp]}, i32 {word}", "ow")
+    bits = w.op(f"lshr i32 {word}, {w.op(f'and i32 {tid}, {WARP - 1}', 'lane')}", "ob")
+    return w.op(f"trunc i32 {bits} to i1", "owner")
 
 
 # --- shared -> global without TMA -------------------------------------------------------------------
