@@ -13,6 +13,7 @@ from tkir.backend.toolchain import local_memory_ops
 
 SPLITK = "tests/data/splitk_add.tk"
 ROWS = "tests/data/rows_add.tk"
+COLSUM = "tests/data/colsum_add.tk"  # a vector: red.global.add on sm_90a too (TMA adds tiles)
 TMA_ADD = re.compile(r"cp\.reduce\.async\.bulk\.tensor\.2d\.global\.shared::cta\.add\.tile\.bulk_group")
 RED_ADD = re.compile(r"@p red\.global\.add\.f32 \[")
 SASS_RED = re.compile(r"\bREDG?\.E\.ADD\.F32\b")
@@ -33,7 +34,7 @@ def test_sm90a_adds_with_tma(path: str) -> None:
     assert [t.dtype for t in k.launch.tma if t.tensor == "Y"] == ["f32"]
 
 
-@pytest.mark.parametrize("path", [SPLITK, ROWS])
+@pytest.mark.parametrize("path", [SPLITK, ROWS, COLSUM])
 @pytest.mark.parametrize(("target", "no_tma"), [("sm_80", False), ("sm_90a", True)], ids=["sm_80", "sm_90a-no-tma"])
 def test_fallback_adds_per_element(path: str, target: str, no_tma: bool) -> None:
     k = _kernel(path, target, no_tma)
@@ -43,3 +44,9 @@ def test_fallback_adds_per_element(path: str, target: str, no_tma: bool) -> None
     assert SASS_RED.search(sass) and not re.search(r"\bSTG\.E", sass)
     assert "UTMAREDG" not in sass
     assert not local_memory_ops(sass)
+
+
+def test_sm90a_adds_a_vector_per_element() -> None:
+    k = _kernel(COLSUM, "sm_90a")
+    assert RED_ADD.search(k.asm["ptx"]) and not TMA_ADD.search(k.asm["ptx"])
+    assert SASS_RED.search(k.asm["sass"]) and not re.search(r"\bSTG\.E", k.asm["sass"])

@@ -56,3 +56,20 @@ def test_many_blocks_add_into_one_row_on_gpu(target: str, no_tma: bool, R: int, 
     Xp = np.concatenate([X, np.zeros((-R % 16, C), np.float32)])
     ref = Y0 + Xp.reshape(-1, 16, C).astype(np.float64).sum(axis=0)
     np.testing.assert_allclose(dY.numpy(), ref, rtol=1e-4, atol=1e-3 * np.sqrt(R / 16))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("target", "no_tma"), TARGETS, ids=TARGET_IDS)
+@pytest.mark.parametrize(("R", "C"), [(64 * 500, 256), (64 * 9 + 3, 200)])
+def test_column_sums_added_into_one_vector_on_gpu(target: str, no_tma: bool, R: int, C: int) -> None:
+    """Vectors held by every warp: each element is added once (by its owner thread), not once per holder."""
+    import tkir
+    from tkir.backend import cuda as tkcuda
+
+    k = tkir.compile("tests/data/colsum_add.tk", target=target, no_tma=no_tma)
+    X = np.random.default_rng(2).standard_normal((R, C)).astype(np.float32)
+    S0 = np.ones(C, np.float32)
+    dS = tkcuda.to_device(S0)
+    k(tkcuda.to_device(X), dS)
+    ref = S0 + X.astype(np.float64).sum(axis=0)
+    np.testing.assert_allclose(dS.numpy(), ref, rtol=1e-4, atol=1e-3 * np.sqrt(R / 64))

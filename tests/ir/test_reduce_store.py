@@ -210,3 +210,14 @@ def test_two_reduce_adds_to_one_place_are_valid_and_both_count() -> None:
     Y = np.zeros_like(X)
     interpret(m, X, Y)
     np.testing.assert_allclose(Y, 2 * X)
+
+
+@pytest.mark.parametrize(("target", "opts"), TARGETS, ids=TARGET_IDS)
+def test_blocks_add_column_sums_into_one_vector(target: str, opts: dict) -> None:
+    """A register vector added into a 1-D tensor (red.global.add on every target: TMA adds tiles here)."""
+    k = _compile("tests/data/colsum_add.tk", target, opts)
+    assert [o.name for o in _stores(k)] == ["tk.store"]
+    X = np.random.default_rng(6).standard_normal((64 * 9 + 3, 200)).astype(np.float32)
+    S = np.ones(200, np.float32)
+    tkir.interpret(k, X, S)
+    np.testing.assert_allclose(S, 1 + X.sum(axis=0), rtol=1e-5, atol=1e-4)
