@@ -337,6 +337,29 @@ class LoweringContext:
             steps.append((int(dr[0]), int(dc[0])))
         return steps
 
+    def owner_masks(self, t: TileType | VectorType) -> list[np.ndarray | None]:
+        """Per slot of `t`, which threads of the role own it (a bool per thread), or None where every thread
+        does: an element held by several threads (a row vector in each lane of a quad, a layout over fewer
+        threads than run the code) is owned by the lowest thread and slot holding it. A store may write it
+        from every holder; an add (`reduce = "add"`) must come from exactly one."""
+        lay = register_layout(t)
+        tids = np.arange(self.role_threads())
+        lt = tids % lay.threads if lay.threads < self.role_threads() else tids
+        coords = slot_coords(lay, tile_shape(t), NumpyBuilder(), lt)
+        if any(c is None or any(x is None for x in c) for c in coords):
+            raise LoweringError(None, f"backend: the owners of {t}'s elements are not known at compile time")
+        keys = [np.ravel_multi_index(tuple(np.broadcast_to(np.asarray(x), tids.shape).astype(np.int64)
+                                           for x in c), tile_shape(t)) for c in coords]
+        seen = np.zeros(int(np.prod(tile_shape(t))), bool)
+        masks: list[np.ndarray | None] = []
+        for key in keys:
+            own = np.zeros(tids.shape, bool)
+            for tid in tids:  # ascending: the lowest holder claims an element
+                if not seen[key[tid]]:
+                    seen[key[tid]] = own[tid] = True
+            masks.append(None if own.all() else own)
+        return masks
+
     def nslots(self, t: TileType | VectorType) -> int:
         return len(numeric_slots(register_layout(t), tile_shape(t)))
 

@@ -44,7 +44,9 @@ from tkir.backend.shared_slots import (
 )
 from tkir.backend.values import LLVM_TYPE, Frag, Global, LoweringError, Smem
 from tkir.ir import Operation
+from tkir.opdef import REDUCE_ATTR
 from tkir.target import REG_BYTES as WORD
+from tkir.target import WARP
 from tkir.types import TileType, VectorType, dtype_bytes
 
 if TYPE_CHECKING:
@@ -163,10 +165,19 @@ def _load_global_element(cx: LoweringContext, ptr: str, ety: str, idx: str, ok: 
     return w.op(f"select i1 {ok}, {ety} {v}, {ety} {zero}", "v")
 
 
-def _store_global_element(cx: LoweringContext, ptr: str, ety: str, dtype: str, idx: str, ok: str, v: str) -> None:
+def _store_global_element(cx: LoweringContext, ptr: str, ety: str, dtype: str, idx: str, ok: str, v: str,
+                          reduce: object = None) -> None:
+    """Store one element where `ok`; with `reduce = "add"` (an f32, tkir/opdef.py REDUCE_DTYPES) add it with
+    `red.global.add.f32` (PTX ISA "red": sm_20 and later, so both targets), never a plain store."""
     w = cx.w
     p = w.op(f"getelementptr {ety}, ptr addrspace(1) {ptr}, i64 {idx}", "p")
     okz = w.op(f"zext i1 {ok} to i32", "okz")
+    if reduce is not None:
+        if str(reduce) != "add" or dtype != "f32":
+            raise LoweringError(None, f"backend: reduce = \"{reduce}\" of {dtype} values (red.global.add.f32 only)")
+        w.asm("void", ["{", ".reg .pred p;", "setp.ne.b32 p, $2, 0;", "@p red.global.add.f32 [$0], $1;", "}"],
+              ["l", "f", "r"], [("ptr addrspace(1)", p), ("float", v), ("i32", okz)])
+        return
     if dtype_bytes(dtype) == 2:
         w.asm("void", ["{", ".reg .pred p;", "setp.ne.b32 p, $2, 0;", "@p st.global.b16 [$0], $1;", "}"],
               ["l", "h", "r"], [("ptr addrspace(1)", p), ("i16", as_bits(w, v, dtype)), ("i32", okz)])
@@ -177,8 +188,10 @@ def _store_global_element(cx: LoweringContext, ptr: str, ety: str, dtype: str, i
 
 def _regs_to_global(cx: LoweringContext, op: Operation) -> bool:
     val = cx.peek(op.operands[1])
-    if not (isinstance(cx.peek(op.operands[0]), Global) and isinstance(val, Frag)) or chunked(val.type):
+    if not (isinstance(cx.peek(op.operands[0]), Global) and isinstance(val, Frag)):
         return False
+    if chunked(val.type):  # rules_registers' 16-byte chunks, but for a reducing store (red per element)
+        return REDUCE_ATTR in op.attrs
     # accumulator fragments in bf16 have their own rules (pairs of columns, rules_wgmma / rules_sm80)
     return not (val.kind in ("wgmma_acc", "mma_c") and val.type.dtype == "bf16")
 
@@ -189,9 +202,29 @@ def store_registers_elementwise(cx: LoweringContext, op: Operation) -> None:
     _check_dtype(op, val.type)
     coords = [cx.scalar(v) for v in op.operands[2:]]
     ety = LLVM_TYPE[val.type.dtype]
-    for slot, v in zip(cx.coords(val.type), val.values, strict=True):
+    reduce = op.attrs.get(REDUCE_ATTR)
+    owners = cx.owner_masks(val.type) if reduce is not None else [None] * len(val.values)
+    for slot, v, own in zip(cx.coords(val.type), val.values, owners, strict=True):
         idx, ok = _element_index(cx, g, coords, val.type, slot)
-        _store_global_element(cx, g.ptr, ety, val.type.dtype, idx, ok, v)
+        if own is not None:  # an element several threads hold is added once, by its owner
+            ok = cx.w.op(f"and i1 {ok}, {_owner_flag(cx, own)}", "own")
+        _store_global_element(cx, g.ptr, ety, val.type.dtype, idx, ok, v, reduce)
+
+
+def _owner_flag(cx: LoweringContext, own: object) -> str:
+    """i1: this thread's bit of `own` (a bool per thread of the role, LoweringContext.owner_masks), from one
+    32-bit constant per warp."""
+    w = cx.w
+    tid = cx.thread_index()
+    words = [sum(1 << lane for lane in range(WARP) if own[wp * WARP + lane]) for wp in range(len(own) // WARP)]
+    words = [x - (1 << 32) if x >= 1 << 31 else x for x in words]  # i32 literals are signed
+    word = str(words[0])
+    if len(set(words)) > 1:
+        warp = w.op(f"lshr i32 {tid}, {WARP.bit_length() - 1}", "warp")
+        for wp in range(1, len(words)):
+            word = w.op(f"select i1 {w.op(f'icmp eq i32 {warp}, {wp}', 'isw')}, i32 {words[wp]}, i32 {word}", "ow")
+    bits = w.op(f"lshr i32 {word}, {w.op(f'and i32 {tid}, {WARP - 1}', 'lane')}", "ob")
+    return w.op(f"trunc i32 {bits} to i1", "owner")
 
 
 # --- shared -> global without TMA -------------------------------------------------------------------
@@ -234,7 +267,7 @@ def store_shared_to_global(cx: LoweringContext, op: Operation) -> None:
         idx, ok = _element_index(cx, g, coords, t, slot)
         if (k + 1) * threads > n:
             ok = w.op(f"and i1 {ok}, {w.op(f'icmp ult i32 {e}, {n}', 'have')}", "ok")
-        _store_global_element(cx, g.ptr, ety, t.dtype, idx, ok, v)
+        _store_global_element(cx, g.ptr, ety, t.dtype, idx, ok, v, op.attrs.get(REDUCE_ATTR))
 
 
 # --- through a scratch area: layout conversions, transposes, column reductions ---------------------

@@ -38,6 +38,7 @@ from tkir.backend.idioms import (
 from tkir.backend.rules import loop_hook, rule
 from tkir.backend.values import LoweringError, Smem
 from tkir.ir import Operation, Value
+from tkir.opdef import REDUCE_ATTR
 from tkir.target import MBARRIER_BYTES, WARP, WARPS_PER_WARPGROUP
 from tkir.types import GlobalType, TileType, dtype_bytes
 
@@ -237,6 +238,11 @@ def tma_store(cx: LoweringContext, op: Operation) -> None:
     panel_cols = box[0]
     panels = max(1, t.cols // panel_cols)
     panel_bytes = t.rows * panel_cols * dtype_bytes(t.dtype)
+    # `reduce = "add"` (G[i, j] += t): the copy engine adds the tile into global memory (PTX ISA
+    # cp.reduce.async.bulk.tensor; the element type is the tensor map's, f32 here)
+    reduce = op.attrs.get(REDUCE_ATTR)
+    copy, kind = ("cp.reduce.async.bulk.tensor", f".{reduce}.tile") if reduce is not None \
+        else ("cp.async.bulk.tensor", "")
     cx.fence_async()
     cx.sync()
     lead = w.op(f"icmp eq i32 {cx.thread_index()}, 0", "lead")
@@ -246,7 +252,7 @@ def tma_store(cx: LoweringContext, op: Operation) -> None:
             x0 = w.op(f"add i32 {elem[0]}, {p * panel_cols}", "x") if p else elem[0]
             s_ = w.op(f"add i32 {src.addr}, {p * panel_bytes}", "src") if p else src.addr
             regs = ", ".join(f"${2 + i}" for i in range(rank))
-            w.asm("void", [f"cp.async.bulk.tensor.{rank}d.global.shared::cta.bulk_group [$0, {{{regs}}}], [$1];"],
+            w.asm("void", [f"{copy}.{rank}d.global.shared::cta{kind}.bulk_group [$0, {{{regs}}}], [$1];"],
                   ["l", "r"] + ["r"] * rank, [("ptr", tmap), ("i32", s_)] + [("i32", e) for e in [x0, *elem[1:]]])
         bulk_commit(w)
         bulk_wait(w, 0, read=True)

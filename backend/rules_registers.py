@@ -41,6 +41,7 @@ from tkir.backend.values import LLVM_TYPE, Frag, Global, LoweringError, register
 from tkir.bounds import copy_edge_proofs
 from tkir.ir import Operation
 from tkir.layout import layout_of, vector_access_bytes
+from tkir.opdef import REDUCE_ATTR
 from tkir.ops import STATS_ATTR, TILE_BINARY, TILE_UNARY
 from tkir.types import ScalarType, TileType, VectorType, dtype_bytes
 
@@ -682,7 +683,9 @@ def _global_to_chunked_regs(cx: LoweringContext, op: Operation) -> bool:
 
 
 def _chunked_regs_to_global(cx: LoweringContext, op: Operation) -> bool:
-    return isinstance(cx.peek(op.operands[0]), Global) and chunked(op.operands[1].type)
+    # a reducing store (`reduce = "add"`) is rules_memory's: per-element red.global.add
+    return isinstance(cx.peek(op.operands[0]), Global) and chunked(op.operands[1].type) \
+        and REDUCE_ATTR not in op.attrs
 
 
 @rule("tk.load", when=_global_to_chunked_regs)

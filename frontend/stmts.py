@@ -24,6 +24,7 @@ from tkir.frontend.operands import PREDICATE_DTYPE, shape
 from tkir.frontend.scope import KIND_WORDS, Lowered, Symbol
 from tkir.frontend.type_exprs import SCALAR_DTYPES, TENSOR_DTYPES, TYPE_KINDS, resolve_type
 from tkir.ir import Block, Loc, Operation, Region, Value
+from tkir.opdef import REDUCE_ATTR, REDUCE_DTYPES
 from tkir.scalar import I32_MAX
 from tkir.target import SMEM_PER_BLOCK
 from tkir.types import I32, GlobalType, Ident, ScalarType, TileType, Type, is_register, is_shared
@@ -418,17 +419,26 @@ class StatementLowering(ExpressionLowering):
         dst = self.expr(target)
         if dst.gref is None:
             raise self.error(target.loc, "cannot assign to this expression")
-        if s.op != "=":
+        if s.op not in ("=", "+="):
             raise self.error(s.loc, f"'{s.op}' on a global tile",
-                             hint="load it, update it in registers, and store it with `=`")
+                             hint="`+=` adds into global memory; otherwise load it, update it in registers, "
+                                  "and store it with `=`")
         gl, coords = dst.gref
+        if s.op == "+=" and gl.type.dtype not in REDUCE_DTYPES:
+            raise self.error(s.loc, f"'+=' on a global tile of '{gl.name}' ({gl.type}): adding into global memory "
+                                    "takes " + "/".join(REDUCE_DTYPES) + " tensors",
+                             hint="accumulate into an f32 workspace and cast once at the end")
         e = self.expr(s.value)
         if e.is_const or e.gref is not None or isinstance(e.value.type, (ScalarType, GlobalType)):
-            raise self.error(e.loc, f"cannot store {self.type_text(e)} into a tile of '{gl.name}'",
-                             hint="store a register or shared tile")
+            verb = "add" if s.op == "+=" else "store"
+            raise self.error(e.loc, f"cannot {verb} {self.type_text(e)} into a tile of '{gl.name}'",
+                             hint=f"{verb} a register or shared tile")
         e = self.use(e)
-        self.check_global_access(gl.type, e.value.type, s.loc, f"storing {e.value.type} into '{gl.name}'")
+        verb = "adding" if s.op == "+=" else "storing"
+        self.check_global_access(gl.type, e.value.type, s.loc, f"{verb} {e.value.type} into '{gl.name}'")
         self.check_extents(gl, e.value.type, dst.coords or [])
+        if s.op == "+=":
+            attrs = {**attrs, REDUCE_ATTR: "add"}
         self.emit("tk.store", [gl, e.value, *coords], [], s.loc, attrs)
 
     def check_global_access(self, g: GlobalType, t: Type, loc: Loc, what: str) -> None:

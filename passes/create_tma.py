@@ -34,6 +34,12 @@ Copies that stay as they are, with `no_tma_reason = "..."` saying why (the repor
   writes one half while the copy engine reads the other; `create-tma{epilogue_chunk=128}` (one
   buffer) is the single-buffered ablation. Other register
   copies use the backend's vectorised ld/st.global, which already moves full 16-byte sectors.
+* a reducing store (`reduce = "add"`, the front end's `G[i, j] += t`) of a register tile becomes
+  `tk.store %G_add_stage, %t` into an f32 shared tile of its shape (128B-swizzled where its rows are
+  whole 128-byte panels) and `tma.store %G, %G_add_stage, ... {reduce = "add"}`, a TMA reduce-add
+  (`stage_reduce`); where TMA cannot take it (the reasons above) it stays a `tk.store` with
+  `no_tma_reason = "register tile added with red.global.add: ..."` (per-element `red.global.add.f32`).
+  A reducing store of a shared tile is a copy like any other and keeps its `reduce` as a `tma.store`.
 
 `create-tma{prefetch=true}` gives a kernel with TMA copies the attr `tma_prefetch = true`: at launch
 one thread issues `prefetch.tensormap` for each of its descriptors (kernel parameters,
@@ -52,6 +58,7 @@ import re
 from tkir.access_report import add_report
 from tkir.ir import Module, Operation
 from tkir.layout import SharedLayout, layout_of, tma_box, tma_swizzle
+from tkir.opdef import REDUCE_ATTR
 from tkir.passes.analysis import (
     access_report,
     choose_swizzle,
@@ -82,6 +89,8 @@ NO_PRODUCER_REASON = ("the kernel has no producer warpgroup (@warpgroups(produce
 
 REGISTER_LOAD_REASON = "register tile: loaded with ld.global (create-tma stages no register copies)"
 REGISTER_STORE_REASON = "register tile: stored with st.global (create-tma stages no register copies)"
+REGISTER_REDUCE_REASON = "register tile added with red.global.add"
+REDUCE_STAGE_SWIZZLE = 128     # the reduce-add staging tile's swizzle span where its rows are whole panels
 
 
 class CreateTma(Pass):
@@ -130,6 +139,11 @@ class _Rewriter:
             kind, g_val, s_val = copy
             if kind == "register":
                 load = op.name == "tk.load"
+                if not load and REDUCE_ATTR in op.attrs:
+                    reason = self.stage_reduce(op, g_val, s_val)
+                    if reason is not None:
+                        op.attrs["no_tma_reason"] = reason
+                    continue
                 if not load and self.stage_epilogue(op, g_val, s_val):
                     continue
                 op.attrs["no_tma_reason"] = REGISTER_LOAD_REASON if load else REGISTER_STORE_REASON
@@ -189,6 +203,38 @@ class _Rewriter:
         for use in staged_store_uses(op, stage_t):
             add_report(op.attrs, access_report(alloc.result, use, layout))
         return True
+
+    def stage_reduce(self, op: Operation, g_val, v_val) -> str | None:
+        """A register tile added into global memory (`G[i, j] += t`, `reduce = "add"`) goes through a shared
+        staging tile of its shape: `tk.store %stage, %t` (every thread writes its slots), then `tma.store
+        %G, %stage, coords {reduce = "add"}`, which one thread issues as `cp.reduce.async.bulk.tensor ...
+        .add` (the copy engine adds the tile into L2, HOPPER.md §4.4). The staging tile is 128B-swizzled
+        where its rows are whole 128-byte panels (32 f32 columns), so the accumulator's writes spread over
+        the banks. Returns why not (the store then stays a `tk.store` the backend lowers to per-element
+        `red.global.add`), or None once rewritten."""
+        v = v_val.type
+        g: GlobalType = g_val.type
+        if not isinstance(v, TileType) or g.rank < 2:
+            return f"{REGISTER_REDUCE_REASON}: {v} into {g} (TMA adds tiles)"
+        eb = DTYPE_BYTES[v.dtype]
+        span = REDUCE_STAGE_SWIZZLE if (v.cols * eb) % REDUCE_STAGE_SWIZZLE == 0 and self.options.swizzle != "none" \
+            else 0
+        stage_t = TileType("st", v.dtype, v.rows, v.cols, (("swizzle", span),) if span else ())
+        reason = self.why_not(op, g, stage_t) or _stride_problem(g, g_val.name)
+        if reason is not None:
+            return f"{REGISTER_REDUCE_REASON}: {reason}"
+        alloc = Operation("tk.alloc", [], [stage_t], result_names=[f"{g_val.name}_add_stage"], loc=op.loc)
+        body = self.kernel.body
+        first = next(i for i, o in enumerate(body.ops) if o.name == "tk.alloc" or i == len(body.ops) - 1)
+        body.insert(first, alloc)
+        op.parent.insert_before(op, Operation("tk.store", [alloc.result, v_val], [], loc=op.loc))
+        box, boxes = _box(stage_t, g.rank)
+        desc = self.descriptor(op, g_val, stage_t, box)
+        op.name = "tma.store"
+        op.operands = [op.operands[0], alloc.result, *op.operands[2:]]
+        op.attrs.pop("no_tma_reason", None)
+        op.attrs.update({"desc": Symbol(desc), "boxes": boxes, "bytes": stage_t.nbytes})
+        return None
 
     def why_not(self, op: Operation, g: GlobalType, s: TileType | VectorType) -> str | None:
         if op.attrs.get("no_tma"):

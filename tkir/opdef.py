@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from tkir.ir import Operation
 from tkir.scalar import INT_DTYPES
-from tkir.types import ScalarType, TileType, Type, VectorType
+from tkir.types import GlobalType, ScalarType, TileType, Type, VectorType
 
 
 class OpError(Exception):
@@ -83,3 +83,32 @@ def same_shape(a: Type, b: Type) -> bool:
     if isinstance(a, VectorType) and isinstance(b, VectorType):
         return a.n == b.n
     return False
+
+
+# ---------------------------------------------------------------------------------------------
+# Reducing stores: `tk.store %G, %v, coords... {reduce = "add"}` (and the `tma.store` create-tma makes
+# of it) adds the value into global memory instead of overwriting it (the front end's `G[i, j] += t`).
+
+REDUCE_ATTR = "reduce"
+REDUCE_KINDS = ("add",)
+# f32 only. PTX has the f16/bf16 forms too (`cp.reduce.async.bulk.tensor ... .add` on a bf16/f16 tensor map,
+# `red.global.add.noftz.bf16` / `.f16`), but the scalar bf16 `red` needs sm_90 (PTX ISA, "red"), so the sm_80
+# fallback could not take it, and a sum of many partials rounded to 8 mantissa bits at every add is not the
+# workspace the attention backward asks for (an f32 dQ accumulator, cast to bf16 once at the end).
+REDUCE_DTYPES = ("f32",)
+
+
+def reduce_problem(op: Operation, dst: Type, val: Type) -> str | None:
+    """Why `op`'s `reduce` attribute is wrong (None: absent or right): a reducing store writes a gl of
+    an f32 tile or vector with a known kind."""
+    kind = op.attrs.get(REDUCE_ATTR)
+    if kind is None:
+        return None
+    if str(kind) not in REDUCE_KINDS:
+        return f"'{op.name}' reduce = \"{kind}\": the kinds are " + ", ".join(f'"{k}"' for k in REDUCE_KINDS)
+    if not isinstance(dst, GlobalType):
+        return f"'{op.name}' {{reduce = \"{kind}\"}} writes a gl, not {dst}"
+    dtype = getattr(val, "dtype", None)
+    if dtype not in REDUCE_DTYPES:
+        return f"'{op.name}' {{reduce = \"{kind}\"}} adds " + "/".join(REDUCE_DTYPES) + f" values, not {dtype}"
+    return None

@@ -32,6 +32,7 @@ from tkir.opdef import (
     is_scalar,
     n_operands,
     n_results,
+    reduce_problem,
     register_op,
     same_shape,
 )
@@ -145,6 +146,8 @@ def _store(op: Operation) -> None:
     expect(len(op.operands) >= 2, "'tk.store' needs a destination and a value")
     dst, val = op.operands[0].type, op.operands[1].type
     expect(isinstance(val, (TileType, VectorType)), f"'tk.store' stores a tile or vector, not {val}")
+    problem = reduce_problem(op, dst, val)
+    expect(problem is None, lambda: str(problem))
     if isinstance(dst, GlobalType):
         _coords(op, dst, 2, val)
     else:

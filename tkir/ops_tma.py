@@ -17,7 +17,8 @@ NAN_REQUEST_ZERO_FMA).
 in tile units). A tile wider than its swizzle span is `boxes` boxes, one per column panel of the
 shared tile (panel p at byte offset p * rows * span, global column p * box[0]); `bytes` is the whole
 tile (what `mbarrier.expect_tx` counts; out-of-bounds elements are filled and still counted).
-For the interpreter they mean exactly the tk op they replaced (tkir/interp/tma.py).
+For the interpreter they mean exactly the tk op they replaced (tkir/interp/tma.py). A `tma.store` with
+`reduce = "add"` (a reducing `tk.store`, tkir/opdef.py) is a TMA reduce-add into an f32 tensor.
 
 The staged stores live here too: `tk.store_staged` (create-tma: a wgmma accumulator through a staging
 tile and TMA stores) and `tk.store_warp_staged` (stage-epilogue, the mma.sync path: each warp writes
@@ -30,7 +31,7 @@ tile and TMA stores) and `tk.store_warp_staged` (stage-epilogue, the mma.sync pa
 from __future__ import annotations
 
 from tkir.ir import Operation
-from tkir.opdef import expect, is_int_scalar, n_results, register_op
+from tkir.opdef import REDUCE_ATTR, expect, is_int_scalar, n_results, reduce_problem, register_op
 from tkir.target import (
     TMA_INNER_BYTES_ALIGN,
     TMA_MAX_BOX,
@@ -104,6 +105,9 @@ def _copy(op: Operation) -> None:
     expect(len(coords) == g.rank, f"'{op.name}' needs {g.rank} coordinates for {g}, got {len(coords)}")
     expect(all(is_int_scalar(c.type) for c in coords), f"'{op.name}' coordinates must be i32")
     expect(g.dtype == s.dtype, f"'{op.name}': dtype mismatch, {g} and {s}")
+    expect(not load or REDUCE_ATTR not in op.attrs, "'tma.load' has no reduce (a reducing copy writes global memory)")
+    problem = reduce_problem(op, g, s)
+    expect(problem is None, lambda: str(problem))
     expect(g.rank >= (2 if isinstance(s, TileType) else 1), f"'{op.name}': {s} needs a deeper {g}")
     expect(isinstance(op.attrs.get("desc"), Symbol), f"'{op.name}' needs desc = @name")
     boxes = op.attrs.get("boxes")
@@ -115,6 +119,8 @@ def _copy(op: Operation) -> None:
 def _store_staged(op: Operation) -> None:
     n_results(op, 0)
     expect(len(op.operands) >= 5, "'tk.store_staged' needs dst, value, staging tile and coordinates")
+    expect(REDUCE_ATTR not in op.attrs, "'tk.store_staged' overwrites (bf16 tiles); a reducing store stays "
+           "tk.store or becomes tma.store")
     g, v, st = (x.type for x in op.operands[:3])
     coords = op.operands[3:]
     expect(isinstance(g, GlobalType), f"'tk.store_staged' writes a gl, not {g}")
@@ -134,6 +140,8 @@ def _store_staged(op: Operation) -> None:
 def _store_warp_staged(op: Operation) -> None:
     n_results(op, 0)
     expect(len(op.operands) >= 5, "'tk.store_warp_staged' needs dst, value, staging tile and coordinates")
+    expect(REDUCE_ATTR not in op.attrs, "'tk.store_warp_staged' overwrites (bf16 tiles); a reducing store stays "
+           "tk.store or becomes tma.store")
     g, v, st = (x.type for x in op.operands[:3])
     coords = op.operands[3:]
     expect(isinstance(g, GlobalType) and g.rank >= 2, f"'tk.store_warp_staged' writes a gl of rank >= 2, not {g}")

@@ -16,6 +16,7 @@ from tkir import scalar
 from tkir.diagnostics import TkirWarning
 from tkir.interp.frame import Frame, Handler, InterpError, register_handler, shape_of, where, zeros
 from tkir.ir import Operation
+from tkir.opdef import REDUCE_ATTR
 from tkir.types import GlobalType, TileType, Type, VectorType
 
 # ---------------------------------------------------------------------------------------------
@@ -51,10 +52,15 @@ def _read_global(t: TileType | VectorType, g: np.ndarray, coords: list[int]) -> 
     return out
 
 
-def _write_global(g: np.ndarray, val: np.ndarray, t: Type, coords: list[int]) -> None:
+def _write_global(g: np.ndarray, val: np.ndarray, t: Type, coords: list[int], reduce: object = None) -> None:
+    """Write (or with `reduce = "add"`, add) the part of `val` inside the tensor; the rest is clipped."""
     w = _window(t, g, coords)
-    if w is not None:
+    if w is None:
+        return
+    if reduce is None:
         g[w[0]] = val[w[1]].astype(g.dtype)
+    else:  # "add" (the only kind, tkir/opdef.py REDUCE_KINDS), in the tensor's dtype as red/TMA add
+        g[w[0]] = (g[w[0]] + val[w[1]].astype(g.dtype)).astype(g.dtype)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -131,7 +137,7 @@ def load(op: Operation, args: list, frame: Frame) -> np.ndarray | None:
 def store(op: Operation, args: list, frame: Frame) -> None:
     dst, val, *coords = args
     if isinstance(op.operands[0].type, GlobalType):
-        _write_global(dst, val, op.operands[1].type, coords)
+        _write_global(dst, val, op.operands[1].type, coords, op.attrs.get(REDUCE_ATTR))
     else:
         dst[...] = val
 

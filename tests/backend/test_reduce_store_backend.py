@@ -1,0 +1,52 @@
+"""Reducing stores in the backend, without a GPU: `G[i, j] += t` assembles with ptxas on both targets, as a TMA
+reduce-add (PTX cp.reduce.async.bulk.tensor, SASS UTMAREDG) on sm_90a and as per-element red.global.add.f32
+(SASS RED/REDG ... ADD.F32) on sm_80 and without TMA; never a plain global store of the reduced tensor."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+import tkir
+from tkir.backend.toolchain import local_memory_ops
+
+SPLITK = "tests/data/splitk_add.tk"
+ROWS = "tests/data/rows_add.tk"
+COLSUM = "tests/data/colsum_add.tk"  # a vector: red.global.add on sm_90a too (TMA adds tiles)
+TMA_ADD = re.compile(r"cp\.reduce\.async\.bulk\.tensor\.2d\.global\.shared::cta\.add\.tile\.bulk_group")
+RED_ADD = re.compile(r"@p red\.global\.add\.f32 \[")
+SASS_RED = re.compile(r"\bREDG?\.E\.ADD\.F32\b")
+
+
+def _kernel(path: str, target: str, no_tma: bool = False) -> tkir.CompiledKernel:
+    return tkir.compile(path, target=target, no_tma=no_tma)
+
+
+@pytest.mark.parametrize("path", [SPLITK, ROWS])
+def test_sm90a_adds_with_tma(path: str) -> None:
+    k = _kernel(path, "sm_90a")
+    ptx, sass = k.asm["ptx"], k.asm["sass"]
+    assert TMA_ADD.search(ptx) and not RED_ADD.search(ptx)
+    assert "UTMAREDG" in sass and "UTMASTG" not in sass      # the copy engine adds; nothing overwrites Y
+    assert not re.search(r"\bSTG\.E", sass)                  # no plain global store at all in these kernels
+    assert not local_memory_ops(sass)
+    assert [t.dtype for t in k.launch.tma if t.tensor == "Y"] == ["f32"]
+
+
+@pytest.mark.parametrize("path", [SPLITK, ROWS, COLSUM])
+@pytest.mark.parametrize(("target", "no_tma"), [("sm_80", False), ("sm_90a", True)], ids=["sm_80", "sm_90a-no-tma"])
+def test_fallback_adds_per_element(path: str, target: str, no_tma: bool) -> None:
+    k = _kernel(path, target, no_tma)
+    ptx, sass = k.asm["ptx"], k.asm["sass"]
+    assert RED_ADD.search(ptx) and not TMA_ADD.search(ptx)
+    assert not re.search(r"st\.global", ptx)                  # Y is never overwritten
+    assert SASS_RED.search(sass) and not re.search(r"\bSTG\.E", sass)
+    assert "UTMAREDG" not in sass
+    assert not local_memory_ops(sass)
+
+
+def test_sm90a_adds_a_vector_per_element() -> None:
+    k = _kernel(COLSUM, "sm_90a")
+    assert RED_ADD.search(k.asm["ptx"]) and not TMA_ADD.search(k.asm["ptx"])
+    assert SASS_RED.search(k.asm["sass"]) and not re.search(r"\bSTG\.E", k.asm["sass"])
