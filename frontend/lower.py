@@ -56,8 +56,9 @@ class _UnitFactors(pyast.NodeTransformer):
 
 
 def _without_unit_factors(text: str) -> str:
-    """A dim expression without its factors and divisors of 1 (`H / G` at G = 1 is the size H itself, so
-    a kernel's default G = 1 declares exactly what it did before it had G); else `text` as it was."""
+    """A size expression (a tensor dim's or the grid's) without its factors and divisors of 1 (`H / G` at
+    G = 1 is the size H itself, so a kernel's default G = 1 declares exactly what it did before it had G);
+    else `text` as it was."""
     tree = pyast.parse(text, mode="eval")
     simpler = pyast.unparse(_UnitFactors().visit(pyast.parse(text, mode="eval")))
     return text if simpler == pyast.unparse(tree) else simpler
@@ -155,7 +156,7 @@ class Lowerer(StatementLowering):
             if ast.operator_count(e) > MAX_GRID_OPERATORS:
                 raise self.error(ast.left_spine(e)[0].loc, f"this grid expression has more than {MAX_GRID_OPERATORS} "
                                  "operators", hint="fold its terms into fewer (a const, or a multiple of a size)")
-        exprs = [self.size_expr(e) for e in k.grid]
+        exprs = [_without_unit_factors(self.size_expr(e)) for e in k.grid]
         for axis, (e, text) in enumerate(zip(k.grid, exprs, strict=True)):
             try:
                 symexpr.check(text)

@@ -52,16 +52,16 @@ def kernel_requires(kernel: Operation, descs: list[Operation]) -> list[dict]:
         if why not in whys:
             whys.append(why)
 
-    for d, g in enumerate(kernel.attrs["grid"]):
-        for size, tile in _floor_divs(str(g)):  # anywhere in it: persistent grids count tiles in products
-            need(f"{size} % {tile}", f"grid dim {d} counts {size} / {tile} tiles: a partial last tile would not "
-                                     "be computed")
     for a in kernel.body.args:
         if isinstance(a.type, GlobalType):
             for axis, d in a.type.dim_exprs:
                 for num, div in _exact_divs(d):
                     need(f"{_operand(num)} % {div}", f"argument '{a.name}' dim {axis} is {d}: {num} must be a "
                                                      f"multiple of {div}")
+    for d, g in enumerate(kernel.attrs["grid"]):
+        for size, tile in _floor_divs(str(g)):  # anywhere in it: persistent grids count tiles in products
+            need(f"{size} % {tile}", f"grid dim {d} counts {size} / {tile} tiles: a partial last tile would not "
+                                     "be computed")
     for op in kernel.walk():
         if op.name == "scf.for":
             for size, tile in _floor_div_values(op.operands[1]):
@@ -82,11 +82,11 @@ def kernel_requires(kernel: Operation, descs: list[Operation]) -> list[dict]:
             last = g.type.dims[-1]
             cb = _chunk_bytes(tile)
             if cb and isinstance(last, str):
-                need(f"({last} * {DTYPE_BYTES[g.type.dtype]}) % {cb}",
+                need(f"({_operand(last)} * {DTYPE_BYTES[g.type.dtype]}) % {cb}",
                      f"%{g.name} is copied to or from registers in {cb}-byte vector accesses: its "
                      f"rows must start {cb}-byte aligned")
             if _shared_tile(tile) and isinstance(last, str):
-                need(f"({last} * {DTYPE_BYTES[g.type.dtype]}) % {CP_ASYNC_BYTES}",
+                need(f"({_operand(last)} * {DTYPE_BYTES[g.type.dtype]}) % {CP_ASYNC_BYTES}",
                      f"%{g.name} is copied to shared memory in {CP_ASYNC_BYTES}-byte cp.async chunks: its rows "
                      f"must start {CP_ASYNC_BYTES}-byte aligned")
     for desc in descs:
