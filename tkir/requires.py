@@ -52,12 +52,15 @@ def kernel_requires(kernel: Operation, descs: list[Operation]) -> list[dict]:
         if why not in whys:
             whys.append(why)
 
+    divided: dict[tuple[str, str, str], list[str]] = {}  # (dim, numerator, divisor) -> "argument 'K' dim 1"
     for a in kernel.body.args:
         if isinstance(a.type, GlobalType):
             for axis, d in a.type.dim_exprs:
                 for num, div in _exact_divs(d):
-                    need(f"{_operand(num)} % {div}", f"argument '{a.name}' dim {axis} is {d}: {num} must be a "
-                                                     f"multiple of {div}")
+                    divided.setdefault((d, num, div), []).append(f"'{a.name}' dim {axis}")
+    for (d, num, div), where in divided.items():
+        need(f"{_operand(num)} % {div}", f"argument {', '.join(where)} {'is' if len(where) == 1 else 'are'} {d}: "
+                                         f"{num} must be a multiple of {div}")
     for d, g in enumerate(kernel.attrs["grid"]):
         for size, tile in _floor_divs(str(g)):  # anywhere in it: persistent grids count tiles in products
             need(f"{size} % {tile}", f"grid dim {d} counts {size} / {tile} tiles: a partial last tile would not "
