@@ -24,6 +24,7 @@ parameters, grid, kernel annotations), then its body.
 from __future__ import annotations
 
 import ast as pyast
+import re
 
 from tkir import symexpr
 from tkir.frontend import ast
@@ -44,6 +45,9 @@ MAX_GRID_OPERATORS = 1000
 _PRECEDENCE = {"+": 1, "-": 1, "*": 2, "/": 2, "%": 2}
 
 
+_UNIT = re.compile(r"(?<![\w.])1(?![\w.])")  # a number 1 standing alone in a size expression
+
+
 class _UnitFactors(pyast.NodeTransformer):
     def visit_BinOp(self, node: pyast.BinOp) -> pyast.AST:  # noqa: N802 - the NodeTransformer protocol
         self.generic_visit(node)
@@ -59,8 +63,13 @@ def _without_unit_factors(text: str) -> str:
     """A size expression (a tensor dim's or the grid's) without its factors and divisors of 1 (`H / G` at
     G = 1 is the size H itself, so a kernel's default G = 1 declares exactly what it did before it had G);
     else `text` as it was."""
-    tree = pyast.parse(text, mode="eval")
-    simpler = pyast.unparse(_UnitFactors().visit(pyast.parse(text, mode="eval")))
+    if not _UNIT.search(text):  # nothing to drop (and long chains are left to symexpr, not walked here)
+        return text
+    try:
+        tree = pyast.parse(text, mode="eval")
+        simpler = pyast.unparse(_UnitFactors().visit(pyast.parse(text, mode="eval")))
+    except RecursionError:  # nested too deeply for Python's own walkers: kept as written
+        return text
     return text if simpler == pyast.unparse(tree) else simpler
 
 
