@@ -19,7 +19,8 @@ PTX parameter order (the backend declares its kernel parameters in exactly this 
    in the "tma" list; a 128-byte, 64-byte aligned `.param`, HOPPER.md §4.3);
 2. one `pointer` per `gl` kernel parameter, in order (name = the parameter's name), also for tensors
    that are only reached through a tensor map;
-3. one i32 `scalar` per size name, in order of first appearance in the `gl` dims (`"size": name`);
+3. one i32 `scalar` per size name or dim expression (`"H / 4"`), in order of first appearance in the
+   `gl` dims (`"size"`: the name or expression; an expression's param is named `<tensor>_dim<axis>`);
 4. the kernel's own scalar parameters, in order (`"scalar": name`);
 5. hidden parameters the runtime provides, in IR order: a `workspace` pointer per `tk.workspace`
    (`dtype`, `dims` of ints and NUM_SMS: device memory zeroed once and kept across launches) and an
@@ -56,7 +57,7 @@ from tkir.target import (
     TMA_MAX_RANK,
 )
 from tkir.target import WARPGROUP as THREADS_PER_WARPGROUP
-from tkir.types import DTYPE_BYTES, GlobalType, ScalarType, TileType
+from tkir.types import DTYPE_BYTES, GlobalType, ScalarType, TileType, is_size_name
 from tkir.verify_tma import verify_tma
 
 DESC_FIELDS = ("dtype", "rank", "dims", "strides", "box", "elem_strides", "swizzle", "l2_promotion",
@@ -295,14 +296,14 @@ def kernel_params(module: Module) -> tuple[Param, ...]:
     kernel = module.kernel
     args = kernel.body.args
     tensors = [a for a in args if isinstance(a.type, GlobalType)]
-    sizes: list[str] = []
+    sizes: dict[str, str] = {}  # size or dim expression ("H / 4") -> its parameter's name
     for t in tensors:
-        for d in t.type.dims:
+        for axis, d in enumerate(t.type.dims):
             if isinstance(d, str) and d not in sizes:
-                sizes.append(d)
+                sizes[d] = d if is_size_name(d) else f"{t.name}_dim{axis}"
     params: list[Param] = [TensorMapParam(d.symbol, i) for i, d in enumerate(_descs(module))]
     params += [PointerParam(t.name, t.type.dtype, t.name) for t in tensors]
-    params += [SizeParam(s, "i32", s) for s in sizes]
+    params += [SizeParam(name, "i32", s) for s, name in sizes.items()]
     params += [ScalarParam(s.name, s.type.dtype, s.name) for s in args if isinstance(s.type, ScalarType)]
     for op in kernel.walk():  # hidden parameters the runtime provides (passes/stream_k.py)
         if op.name == "tk.workspace":

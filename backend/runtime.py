@@ -575,10 +575,11 @@ def bind(launch: LaunchDescription, args: tuple[Any, ...], num_sms: int = DEFAUL
         arr = describe_array(arg, f"{kernel}: argument '{spec.name}'")
         _check_dtype_and_rank(kernel, spec, arr)
         arrays[spec.name] = arr
-    sizes = _bind_sizes(kernel, tensors, arrays)
+    sizes, later = _bind_sizes(kernel, tensors, arrays)
     for req in launch.requires:  # a malformed expression is a LaunchError of its own
         if _eval(kernel, req.expr, sizes) != req.equals:
             raise LaunchError(requirement_failure(kernel, req.to_json(), sizes))
+    _check_later_dims(kernel, later, sizes)
     tma_tensors = {t.tensor for t in launch.tma}
     aligned = {a.tensor: a for a in launch.aligned}
     for spec in tensors:
@@ -735,7 +736,14 @@ def _check_dtype_and_rank(kernel: str, spec: TensorArg, arr: ArrayArg) -> None:
                           f"({declared})")
 
 
-def _bind_sizes(kernel: str, tensors: tuple[TensorArg, ...], arrays: dict[str, ArrayArg]) -> dict[str, int]:
+_LaterDim = tuple[str, int, str | int, int]  # (tensor, axis, declared dim, extent)
+
+
+def _bind_sizes(kernel: str, tensors: tuple[TensorArg, ...],
+                arrays: dict[str, ArrayArg]) -> tuple[dict[str, int], list[_LaterDim]]:
+    """The sizes the tensors' shapes bind (dims that are plain names), and the other dims (numbers and
+    expressions such as "H / 4") for `_check_later_dims` once the `requires` have been checked (they say
+    why a size that is not a multiple of a divisor is refused)."""
     sizes: dict[str, int] = {}
     where: dict[str, str] = {}
     later: list[tuple[str, int, str | int, int]] = []
@@ -749,11 +757,14 @@ def _bind_sizes(kernel: str, tensors: tuple[TensorArg, ...], arrays: dict[str, A
                 where.setdefault(dim, f"argument '{spec.name}' dim {axis}")
             else:
                 later.append((spec.name, axis, dim, got))
+    return sizes, later
+
+
+def _check_later_dims(kernel: str, later: list[_LaterDim], sizes: dict[str, int]) -> None:
     for name, axis, dim, got in later:  # fixed dims and expressions like "D / 2", once all names are bound
         want = _eval(kernel, dim, sizes)
         if want != got:
             raise LaunchError(f"{kernel}: argument '{name}' dim {axis} is {got}, expected {dim} = {want}")
-    return sizes
 
 
 def _check_memory(kernel: str, spec: TensorArg, arr: ArrayArg, tma: bool,

@@ -35,10 +35,17 @@ def _consts(consts: dict) -> dict:
 
 # --- the float64 attention forward and backward (shared by the three backward companions) -------------
 
+def _heads(kv: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """K or V with its H / G heads repeated G times each (grouped-query attention: query head h reads K/V
+    head h // G), so that it lines up with Q's H heads."""
+    return np.repeat(kv, q.shape[1] // kv.shape[1], axis=1)
+
+
 def forward64(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool) -> tuple[np.ndarray, np.ndarray]:
     """O and L (each query row's natural log-sum-exp of the scaled scores) of attention_fwd.tk in float64:
-    O = softmax(Q K^T / sqrt(D) [+ causal mask]) V, arrays [B, H, N, D]."""
-    q, k, v = (np.asarray(a, np.float64) for a in (q, k, v))
+    O = softmax(Q K^T / sqrt(D) [+ causal mask]) V, arrays [B, H, N, D] (K and V may have H / G heads)."""
+    q = np.asarray(q, np.float64)
+    k, v = (_heads(np.asarray(a, np.float64), q) for a in (k, v))
     n, d = q.shape[-2], q.shape[-1]
     s = np.einsum("bhqd,bhkd->bhqk", q, k) / np.sqrt(d)
     if causal:
@@ -53,8 +60,10 @@ def backward64(q: np.ndarray, k: np.ndarray, v: np.ndarray, do: np.ndarray, lse:
                causal: bool) -> dict[str, np.ndarray]:
     """dQ, dK, dV of attention in float64 from the forward's L and Delta = rowsum(dO * O):
     P = exp(S / sqrt(D) - L) (0 where masked), dV = P^T dO, dP = dO V^T, dS = P (dP - Delta),
-    dQ = dS K / sqrt(D), dK = dS^T Q / sqrt(D)."""
-    q, k, v, do, lse, delta = (np.asarray(a, np.float64) for a in (q, k, v, do, lse, delta))
+    dQ = dS K / sqrt(D), dK = dS^T Q / sqrt(D). K and V may have H / G heads (grouped-query attention): dK and
+    dV of a K/V head are the sums over the G query heads that read it."""
+    q, k_own, v_own, do, lse, delta = (np.asarray(a, np.float64) for a in (q, k, v, do, lse, delta))
+    k, v = _heads(k_own, q), _heads(v_own, q)
     n, d = q.shape[-2], q.shape[-1]
     scale = 1.0 / np.sqrt(d)
     s = np.einsum("bhqd,bhkd->bhqk", q, k) * scale
@@ -64,16 +73,21 @@ def backward64(q: np.ndarray, k: np.ndarray, v: np.ndarray, do: np.ndarray, lse:
     dv = np.einsum("bhqk,bhqd->bhkd", p, do)
     dp = np.einsum("bhqd,bhkd->bhqk", do, v)
     ds = p * (dp - delta[..., None])
-    return {"DQ": np.einsum("bhqk,bhkd->bhqd", ds, k) * scale, "DK": np.einsum("bhqk,bhqd->bhkd", ds, q) * scale,
-            "DV": dv}
+    dk = np.einsum("bhqk,bhqd->bhkd", ds, q) * scale
+
+    def group_sum(a: np.ndarray) -> np.ndarray:
+        return a.reshape(k_own.shape[0], k_own.shape[1], -1, *a.shape[2:]).sum(2)
+    return {"DQ": np.einsum("bhqk,bhkd->bhqd", ds, k) * scale, "DK": group_sum(dk), "DV": group_sum(dv)}
 
 
-def problem(rng: np.random.Generator, sizes: dict, d: int, causal: bool) -> dict[str, np.ndarray]:
-    """A backward's inputs: Q, K, V, dO unit normal (bf16); O (bf16) and L (float32) from forward64; Delta
-    (float32) = rowsum(dO * O) in float64 on the bf16 O, as attention_bwd_prep.tk computes it."""
+def problem(rng: np.random.Generator, sizes: dict, d: int, causal: bool, g: int = 1) -> dict[str, np.ndarray]:
+    """A backward's inputs: Q, K, V, dO unit normal (bf16; K and V with H / g heads); O (bf16) and L (float32)
+    from forward64; Delta (float32) = rowsum(dO * O) in float64 on the bf16 O, as attention_bwd_prep.tk
+    computes it."""
     shape = (sizes["B"], sizes["H"], sizes["N"], d)
+    kv_shape = (sizes["B"], sizes["H"] // g, sizes["N"], d)
     bf16 = ml_dtypes.bfloat16
-    q, k, v, do = (rng.standard_normal(shape, np.float32).astype(bf16) for _ in range(4))
+    q, k, v, do = (rng.standard_normal(s, np.float32).astype(bf16) for s in (shape, kv_shape, kv_shape, shape))
     o, lse = forward64(q, k, v, causal)
     o = o.astype(bf16)
     delta = (do.astype(np.float64) * o.astype(np.float64)).sum(-1)

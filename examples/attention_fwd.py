@@ -1,7 +1,8 @@
 """Companion of attention_fwd.tk: O = softmax(Q K^T / sqrt(D) [+ causal mask]) V per (batch, head),
 and L = logsumexp(Q K^T / sqrt(D) [+ mask]) per query row (natural log, float32).
 
-Causal: key index > query index is masked out. Any sequence length N >= 1.
+Causal: key index > query index is masked out. Any sequence length N >= 1. With -D G (grouped-query
+attention) K and V have H / G heads and query head h reads K/V head h // G.
 """
 
 from __future__ import annotations
@@ -12,12 +13,12 @@ import numpy as np
 KERNEL = "attention_fwd.tk"
 PARAMS = ["Q", "K", "V", "O", "L"]
 OUTPUTS = ["O", "L"]
-DEFAULT_CONSTS = dict(BQ=64, BKV=64, D=128, CAUSAL=0, STAGES=2, PERSIST=0)
+DEFAULT_CONSTS = dict(BQ=64, BKV=64, D=128, CAUSAL=0, STAGES=2, PERSIST=0, G=1)
 
 # N not a multiple of the tiles (the masks and clipped stores are exercised). Head dim 128
-# non-causal, and head dim 64 causal.
-CHECK_SIZES = [dict(B=1, H=2, N=300), dict(B=1, H=2, N=200)]
-CHECK_CONSTS = [{}, {"D": 64, "CAUSAL": 1}]
+# non-causal, head dim 64 causal, and grouped-query attention (4 query heads to one K/V head).
+CHECK_SIZES = [dict(B=1, H=2, N=300), dict(B=1, H=2, N=200), dict(B=1, H=4, N=70)]
+CHECK_CONSTS = [{}, {"D": 64, "CAUSAL": 1}, {"D": 64, "CAUSAL": 1, "G": 4}]
 # The attention bench's configurations, each causal and non-causal: D = 128 at B = H = 16 and five lengths, and
 # (B, H, N, D) = (8, 16, 4096, 128), (16, 32, 2048, 64), (8, 16, 2048, 256).
 # BQ and BKV "auto": the compiler picks the largest tile plan-occupancy's budget accepts (tkir.tools.auto_consts):
@@ -50,10 +51,10 @@ def _consts(consts: dict) -> dict:
 
 def make_inputs(rng: np.random.Generator, sizes: dict, consts: dict) -> list[np.ndarray]:
     B, H, N, D = sizes["B"], sizes["H"], sizes["N"], _consts(consts)["D"]
-    shape = (B, H, N, D)
+    shape, kv_shape = (B, H, N, D), (B, H // _consts(consts)["G"], N, D)
     bf16 = ml_dtypes.bfloat16
     # Unit-normal Q and K make the scaled scores N(0, 1): neither one-hot nor uniform rows.
-    q, k, v = (rng.standard_normal(shape, np.float32).astype(bf16) for _ in range(3))
+    q, k, v = (rng.standard_normal(s, np.float32).astype(bf16) for s in (shape, kv_shape, kv_shape))
     return [q, k, v, np.full(shape, np.nan, bf16), np.full((B, H, N), np.nan, np.float32)]
 
 
@@ -62,11 +63,13 @@ def reference(inputs: list[np.ndarray], sizes: dict, consts: dict) -> dict[str, 
     (the GPU tests' largest case), those of all heads at once would be B * H times that."""
     q_all, k_all, v_all = inputs[:3]
     B, H, N, D = q_all.shape
+    G = _consts(consts)["G"]
     masked = np.triu(np.ones((N, N), bool), k=1) if _consts(consts)["CAUSAL"] else None
     out_o, out_l = np.empty((B, H, N, D)), np.empty((B, H, N))
     for b in range(B):
         for h in range(H):
-            q, k, v = (a[b, h].astype(np.float64) for a in (q_all, k_all, v_all))
+            q = q_all[b, h].astype(np.float64)
+            k, v = (a[b, h // G].astype(np.float64) for a in (k_all, v_all))
             s = q @ k.T / np.sqrt(D)
             if masked is not None:
                 s[masked] = -np.inf
@@ -86,7 +89,8 @@ def flops(sizes: dict, consts: dict) -> int:
 
 def bytes_moved(sizes: dict, consts: dict) -> int:
     rows = sizes["B"] * sizes["H"] * sizes["N"]
-    return 4 * 2 * rows * _consts(consts)["D"] + 4 * rows  # Q, K, V read, O and L written
+    kv_rows = rows // _consts(consts)["G"]
+    return 2 * (2 * rows + 2 * kv_rows) * _consts(consts)["D"] + 4 * rows  # Q, K, V read, O and L written
 
 
 # --- GPU hooks (tkc bench / GPU tests) -------------------------------------------------------------
@@ -96,7 +100,9 @@ def torch_inputs(sizes: dict, consts: dict) -> list:
     import torch
 
     B, H, N, D = sizes["B"], sizes["H"], sizes["N"], _consts(consts)["D"]
-    q, k, v = (torch.randn(B, H, N, D, device="cuda").to(torch.bfloat16) for _ in range(3))
+    HKV = H // _consts(consts)["G"]
+    q = torch.randn(B, H, N, D, device="cuda").to(torch.bfloat16)
+    k, v = (torch.randn(B, HKV, N, D, device="cuda").to(torch.bfloat16) for _ in range(2))
     return [q, k, v, torch.full((B, H, N, D), float("nan"), device="cuda", dtype=torch.bfloat16),
             torch.full((B, H, N), float("nan"), device="cuda", dtype=torch.float32)]
 
@@ -114,8 +120,9 @@ def torch_reference(inputs: list, sizes: dict, consts: dict) -> dict:
     out_l = torch.empty(B, H, N, device=q.device, dtype=torch.float32)
     rows = max(1, min(N, 2**31 // max(1, H * N * 4) // 4))  # about 0.5 GB of scores per block
     cols = torch.arange(N, device=q.device)
+    G = _consts(consts)["G"]
     for b in range(B):
-        kb, vb = k[b].float(), v[b].float()
+        kb, vb = (t[b].float().repeat_interleave(G, dim=0) for t in (k, v))
         for r0 in range(0, N, rows):
             qb = q[b, :, r0:r0 + rows].float()
             s = qb @ kb.transpose(-1, -2) / D ** 0.5
@@ -136,9 +143,11 @@ def peer(inputs: list, sizes: dict, consts: dict, backend: str = "CUDNN_ATTENTIO
     causal = bool(_consts(consts)["CAUSAL"])
     chosen = getattr(SDPBackend, backend)
 
+    gqa = {"enable_gqa": True} if _consts(consts)["G"] > 1 else {}
+
     def run():
         with sdpa_kernel(chosen):
-            return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, **gqa)
     return run
 
 

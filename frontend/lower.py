@@ -23,12 +23,15 @@ parameters, grid, kernel annotations), then its body.
 
 from __future__ import annotations
 
+import ast as pyast
+import re
+
 from tkir import symexpr
 from tkir.frontend import ast
 from tkir.frontend.annotations import kernel_attrs
 from tkir.frontend.scope import KIND_WORDS, Symbol
 from tkir.frontend.stmts import StatementLowering
-from tkir.frontend.type_exprs import resolve_type
+from tkir.frontend.type_exprs import DeferredDim, resolve_type
 from tkir.ir import Loc, Module, Operation, Region, Value
 from tkir.types import GlobalType, ScalarType
 from tkir.verifier import verify
@@ -40,6 +43,40 @@ MAX_GRID_DIMS = 3  # CUDA grids have x, y, z
 # COMPILER_STACK_FRAME_SCALE; 3000 at the default limit of 1000): a sum of 3000 terms is that deep
 MAX_GRID_OPERATORS = 1000
 _PRECEDENCE = {"+": 1, "-": 1, "*": 2, "/": 2, "%": 2}
+
+
+_UNIT = re.compile(r"(?<![\w.])1(?![\w.])")  # a number 1 standing alone in a size expression
+
+
+class _UnitFactors(pyast.NodeTransformer):
+    def visit_BinOp(self, node: pyast.BinOp) -> pyast.AST:  # noqa: N802 - the NodeTransformer protocol
+        self.generic_visit(node)
+        one = pyast.Constant(1)
+        if isinstance(node.op, (pyast.Mult, pyast.Div, pyast.FloorDiv)) and pyast.dump(node.right) == pyast.dump(one):
+            return node.left
+        if isinstance(node.op, pyast.Mult) and pyast.dump(node.left) == pyast.dump(one):
+            return node.right
+        return node
+
+
+def _without_unit_factors(text: str) -> str:
+    """A size expression (a tensor dim's or the grid's) without its factors and divisors of 1 (`H / G` at
+    G = 1 is the size H itself, so a kernel's default G = 1 declares exactly what it did before it had G);
+    else `text` as it was."""
+    if not _UNIT.search(text):  # nothing to drop (and long chains are left to symexpr, not walked here)
+        return text
+    try:
+        tree = pyast.parse(text, mode="eval")
+        simpler = pyast.unparse(_UnitFactors().visit(pyast.parse(text, mode="eval")))
+    except RecursionError:  # nested too deeply for Python's own walkers: kept as written
+        return text
+    return text if simpler == pyast.unparse(tree) else simpler
+
+
+def _noun(what: str, article: str = "") -> str:
+    """'grid' or 'tensor dim' from size_expr's `what` ("the grid", "a tensor dim"), with `article` if given."""
+    noun = what.split(" ", 1)[1]
+    return f"{'an' if article and noun[0] in 'aeiou' else article} {noun}".strip()
 
 
 def lower_kernel(kernel: ast.Kernel, source: str, consts: dict[str, int | float] | None = None) -> Module:
@@ -99,7 +136,24 @@ class Lowerer(StatementLowering):
             values.append(v)
         for name, loc in sizes.items():
             self.declare(Symbol("size", name, loc))
+        for v in values:  # dims that are expressions of the sizes (`H / G`), now that every size is declared
+            if isinstance(v.type, GlobalType) and any(isinstance(d, DeferredDim) for d in v.type.dims):
+                v.type = GlobalType(v.type.dtype, tuple(self.size_dim(d.expr) if isinstance(d, DeferredDim) else d
+                                                        for d in v.type.dims))
         return values
+
+    def size_dim(self, e: ast.Expr) -> str:
+        """A tensor dim that is an expression of sizes and consts, in tkir.symexpr syntax (bound at launch
+        from the sizes that other dims name plainly, and checked against the tensor's shape there)."""
+        if ast.operator_count(e) > MAX_GRID_OPERATORS:
+            raise self.error(ast.left_spine(e)[0].loc, f"this dim expression has more than {MAX_GRID_OPERATORS} "
+                             "operators", hint="fold its terms into fewer (a const, or a multiple of a size)")
+        text = self.size_expr(e, "a tensor dim")
+        try:
+            symexpr.check(text)
+        except symexpr.SymExprError as why:
+            raise self.error(ast.left_spine(e)[0].loc, f"this dim expression cannot be evaluated: {why}") from None
+        return _without_unit_factors(text)
 
     def grid(self, k: ast.Kernel) -> list[str]:
         if not k.grid:
@@ -111,7 +165,7 @@ class Lowerer(StatementLowering):
             if ast.operator_count(e) > MAX_GRID_OPERATORS:
                 raise self.error(ast.left_spine(e)[0].loc, f"this grid expression has more than {MAX_GRID_OPERATORS} "
                                  "operators", hint="fold its terms into fewer (a const, or a multiple of a size)")
-        exprs = [self.size_expr(e) for e in k.grid]
+        exprs = [_without_unit_factors(self.size_expr(e)) for e in k.grid]
         for axis, (e, text) in enumerate(zip(k.grid, exprs, strict=True)):
             try:
                 symexpr.check(text)
@@ -124,55 +178,57 @@ class Lowerer(StatementLowering):
                     raise self.error(e.loc, problem)
         return exprs
 
-    def size_expr(self, e: ast.Expr) -> str:
-        """A grid expression in tkir.symexpr syntax, consts substituted and folded."""
+    def size_expr(self, e: ast.Expr, what: str = "the grid") -> str:
+        """A grid expression (or, with `what`, a tensor dim's) in tkir.symexpr syntax, consts substituted
+        and folded."""
         c = self.const_eval(e)
         if c is not None:
             if not isinstance(c, int):
-                raise self.error(e.loc, f"grid sizes are integers, got {c}")
+                raise self.error(e.loc, f"{_noun(what)} sizes are integers, got {c}")
             return str(c)
         if isinstance(e, ast.Name):
             sym = self.lookup(e.id)
             if sym is None or sym.kind != "size":
-                raise self.error(e.loc, f"the grid uses sizes and consts; '{e.id}' is "
-                                 + ("unknown" if sym is None else f"a {KIND_WORDS[sym.kind]}"))
+                raise self.error(e.loc, f"{what} uses sizes and consts; '{e.id}' is "
+                                 + ("unknown" if sym is None else f"a {KIND_WORDS[sym.kind]}"),
+                                 hint=None if what == "the grid" else "a size is a name another dim binds plainly")
             return e.id
         if isinstance(e, ast.BinOp):
-            return self.size_chain(e)
+            return self.size_chain(e, what)
         if isinstance(e, ast.Call) and e.func in ("cdiv", "min", "max") and len(e.args) == 2:
             if e.func == "cdiv" and self.const_eval(e.args[1]) == 0:
-                raise self.error(e.args[1].loc, "division by zero in a grid expression")
-            return f"{e.func}({self.size_expr(e.args[0])}, {self.size_expr(e.args[1])})"
-        raise self.error(e.loc, "unsupported grid expression",
+                raise self.error(e.args[1].loc, f"division by zero in {_noun(what, 'a')} expression")
+            return f"{e.func}({self.size_expr(e.args[0], what)}, {self.size_expr(e.args[1], what)})"
+        raise self.error(e.loc, f"unsupported {_noun(what)} expression",
                          hint="use sizes, consts, + - * / % and cdiv/min/max")
 
-    def size_chain(self, e: ast.BinOp) -> str:
+    def size_chain(self, e: ast.BinOp, what: str = "the grid") -> str:
         """A chain of operators (ast.left_spine) in a loop: the folded prefix as its number, each link whose
         value is known only at launch as `lhs op rhs`, the lhs in parentheses where precedence needs them."""
         bottom, chain = ast.left_spine(e)
-        parts = [self.size_expr(bottom)]
+        parts = [self.size_expr(bottom, what)]
         value = self.const_eval(bottom)
         prev: ast.BinOp | None = None  # the link whose text `parts` holds, when it is not a number
         for link in chain:
             value = self.fold_link(link, value, self.const_eval(link.rhs))
             if value is not None:  # a number, as size_expr gives it
                 if not isinstance(value, int):
-                    raise self.error(link.loc, f"grid sizes are integers, got {value}")
+                    raise self.error(link.loc, f"{_noun(what)} sizes are integers, got {value}")
                 parts, prev = [str(value)], None
                 continue
             if link.op not in _PRECEDENCE:
-                raise self.error(link.loc, "unsupported grid expression",
+                raise self.error(link.loc, f"unsupported {_noun(what)} expression",
                                  hint="use sizes, consts, + - * / % and cdiv/min/max")
             if link.op in "/%" and self.const_eval(link.rhs) == 0:  # whatever the sizes: not left to the launch
-                raise self.error(link.loc, "division by zero in a grid expression")
+                raise self.error(link.loc, f"division by zero in {_noun(what, 'a')} expression")
             if prev is not None and _PRECEDENCE.get(prev.op, 3) < _PRECEDENCE[link.op]:
                 parts = ["(", *parts, ")"]
-            parts += [f" {link.op} ", self.size_operand(link.rhs, link.op, True)]
+            parts += [f" {link.op} ", self.size_operand(link.rhs, link.op, True, what)]
             prev = link
         return "".join(parts)
 
-    def size_operand(self, e: ast.Expr, parent: str, right: bool) -> str:
-        text = self.size_expr(e)
+    def size_operand(self, e: ast.Expr, parent: str, right: bool, what: str = "the grid") -> str:
+        text = self.size_expr(e, what)
         if isinstance(e, ast.BinOp) and self.const_eval(e) is None:
             p, q = _PRECEDENCE[parent], _PRECEDENCE.get(e.op, 3)
             if q < p or (right and q == p):

@@ -104,10 +104,24 @@ def _check_register_bytes(lw: ExpressionLowering, te: ast.TypeExpr, spelled: str
                        hint="use smaller tiles and loop over the data")
 
 
+class DeferredDim(str):
+    """A global dim that is an expression of sizes (`H / G`): a placeholder string until every parameter
+    has been read and its sizes declared (frontend/lower.py resolves it with `size_dim`)."""
+
+    expr: ast.Expr
+
+    def __new__(cls, expr: ast.Expr) -> DeferredDim:
+        d = super().__new__(cls, "?")
+        d.expr = expr
+        return d
+
+
 def _global_dim(lw: ExpressionLowering, e: ast.Expr, sizes: dict[str, Loc] | None) -> int | str:
     if isinstance(e, ast.Name) and sizes is not None and lw.lookup(e.id) is None:
         sizes.setdefault(e.id, e.loc)
         return e.id
+    if sizes is not None and not isinstance(e, ast.Name) and lw.const_eval(e) is None:
+        return DeferredDim(e)
     dim = _const_dim(lw, e, "a global dim (a size name or compile-time expression)")
     if dim > I32_MAX:  # element indices are i32 in the kernel, as sizes are (the launch refuses larger ones)
         raise lw.error(e.loc, f"a global dim of {dim} elements: at most {I32_MAX} (the kernel indexes it with i32)")

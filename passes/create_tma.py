@@ -70,7 +70,7 @@ from tkir.passes.analysis import (
 )
 from tkir.passmanager import Options, ParamError, Pass, param
 from tkir.target import TMA_INNER_BYTES_ALIGN, TMA_MAX_BOX, TMA_MAX_RANK, TMA_STRIDE_ALIGN
-from tkir.types import DTYPE_BYTES, GlobalType, Symbol, TileType, VectorType
+from tkir.types import DTYPE_BYTES, GlobalType, Symbol, TileType, VectorType, is_size_name
 
 TMA_MIN_SM = 90                # cp.async.bulk.tensor: sm_90 and later (HOPPER.md §4.4)
 L2_PROMOTION_BYTES = 128       # CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CUTLASS's default (HOPPER.md §4.1)
@@ -322,7 +322,7 @@ def _product(dims: list[int | str], eb: int) -> int | str:
         if isinstance(d, int):
             const *= d
         else:
-            names.append(d)
+            names.append(d if is_size_name(d) else f"({d})")  # an expression of sizes ("H / 4") as a factor
     if not names:
         return const
     return " * ".join([*reversed(names), str(const)])

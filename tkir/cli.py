@@ -539,7 +539,7 @@ def _check_sizes(module, sizes: dict) -> None:
     needed: list[str] = []
     for a in module.kernel.body.args:
         if isinstance(a.type, GlobalType):
-            needed += [d for d in a.type.dims if isinstance(d, str) and d not in needed]
+            needed += [d for d in a.type.size_names if d not in needed]
     missing = [n for n in needed if n not in sizes]
     if missing:
         raise UsageError(f"missing --size for {', '.join(missing)} (the kernel's sizes: {', '.join(needed)})")

@@ -168,7 +168,7 @@ class _Builder:
             return ScalarType(str(t.children[0]))
         if kind == "gl_type":
             dtype, *dims = t.children
-            return GlobalType(str(dtype), tuple(self.value(d) if d.data == "int" else str(d.children[0])
+            return GlobalType(str(dtype), tuple(self.value(d) if d.data in ("int", "string") else str(d.children[0])
                                                 for d in dims))
         if kind == "tile_type":
             space, dtype, rows, cols, *attrs = t.children

@@ -24,7 +24,7 @@ from tkir.facts import FactError
 from tkir.ir import Module, Operation, Value
 from tkir.layout import LAYOUT_ATTR, RegisterLayout, layout_of, vector_access_bytes
 from tkir.target import CP_ASYNC_BYTES, TMA_STRIDE_ALIGN
-from tkir.types import DTYPE_BYTES, GlobalType, TileType, VectorType
+from tkir.types import DTYPE_BYTES, GlobalType, TileType, VectorType, is_size_name
 
 
 def module_requires(module: Module) -> list[dict]:
@@ -52,6 +52,15 @@ def kernel_requires(kernel: Operation, descs: list[Operation]) -> list[dict]:
         if why not in whys:
             whys.append(why)
 
+    divided: dict[tuple[str, str, str], list[str]] = {}  # (dim, numerator, divisor) -> "argument 'K' dim 1"
+    for a in kernel.body.args:
+        if isinstance(a.type, GlobalType):
+            for axis, d in a.type.dim_exprs:
+                for num, div in _exact_divs(d):
+                    divided.setdefault((d, num, div), []).append(f"'{a.name}' dim {axis}")
+    for (d, num, div), where in divided.items():
+        need(f"{_operand(num)} % {div}", f"argument {', '.join(where)} {'is' if len(where) == 1 else 'are'} {d}: "
+                                         f"{num} must be a multiple of {div}")
     for d, g in enumerate(kernel.attrs["grid"]):
         for size, tile in _floor_divs(str(g)):  # anywhere in it: persistent grids count tiles in products
             need(f"{size} % {tile}", f"grid dim {d} counts {size} / {tile} tiles: a partial last tile would not "
@@ -71,16 +80,16 @@ def kernel_requires(kernel: Operation, descs: list[Operation]) -> list[dict]:
             extents = (tile.rows, tile.cols) if isinstance(tile, TileType) else (tile.n,)
             for i, (dim, ext) in enumerate(zip(g.type.dims[-len(extents):], extents, strict=True)):
                 if isinstance(dim, str) and ext > 1 and not _masked(tile, i):
-                    need(f"{dim} % {ext}", f"%{g.name} is copied without TMA, and the backend masks only "
+                    need(f"{_operand(dim)} % {ext}", f"%{g.name} is copied without TMA, and the backend masks only "
                                            "the rows of register tiles (and both dims of accumulators)")
             last = g.type.dims[-1]
             cb = _chunk_bytes(tile)
             if cb and isinstance(last, str):
-                need(f"({last} * {DTYPE_BYTES[g.type.dtype]}) % {cb}",
+                need(f"({_operand(last)} * {DTYPE_BYTES[g.type.dtype]}) % {cb}",
                      f"%{g.name} is copied to or from registers in {cb}-byte vector accesses: its "
                      f"rows must start {cb}-byte aligned")
             if _shared_tile(tile) and isinstance(last, str):
-                need(f"({last} * {DTYPE_BYTES[g.type.dtype]}) % {CP_ASYNC_BYTES}",
+                need(f"({_operand(last)} * {DTYPE_BYTES[g.type.dtype]}) % {CP_ASYNC_BYTES}",
                      f"%{g.name} is copied to shared memory in {CP_ASYNC_BYTES}-byte cp.async chunks: its rows "
                      f"must start {CP_ASYNC_BYTES}-byte aligned")
     for desc in descs:
@@ -159,6 +168,21 @@ def _chunk_bytes(tile: TileType | VectorType) -> int | None:
 def _shared_tile(tile: TileType | VectorType) -> bool:
     """A shared tile that a plain tk.load fills (only loads reach shared tiles here)."""
     return isinstance(tile, TileType) and tile.space == "st"
+
+
+def _operand(dim: str) -> str:
+    """A dim (a size name or an expression of sizes) as the left operand of `%`."""
+    return dim if is_size_name(dim) else f"({dim})"
+
+
+def _exact_divs(expr: str) -> list[tuple[str, str]]:
+    """(numerator, divisor) of every `/` in a tensor dim's expression, as text: each must divide exactly
+    (`H / 4` of a K/V tensor: H a multiple of 4; `H / 2 / 2`: H and H / 2 multiples of 2)."""
+    found = []
+    for node in ast.walk(ast.parse(expr, mode="eval")):
+        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Div, ast.FloorDiv)):
+            found.append((ast.unparse(node.left), ast.unparse(node.right)))
+    return found
 
 
 def _floor_divs(expr: str) -> list[tuple[str, int]]:

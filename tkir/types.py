@@ -165,7 +165,8 @@ class ScalarType(Type):
 
 @dataclass(frozen=True)
 class GlobalType(Type):
-    """A tensor in global memory: dtype and dims (ints or size names)."""
+    """A tensor in global memory: dtype and dims (ints, size names, or size expressions such as
+    "H / 4" of the names other dims bind: tkir.symexpr syntax, printed quoted in the IR)."""
 
     dtype: str
     dims: tuple[int | str, ...]
@@ -174,8 +175,24 @@ class GlobalType(Type):
     def rank(self) -> int:
         return len(self.dims)
 
+    @property
+    def size_names(self) -> tuple[str, ...]:
+        """The dims that bind a size from the tensor's shape (plain names), in order."""
+        return tuple(d for d in self.dims if is_size_name(d))
+
+    @property
+    def dim_exprs(self) -> tuple[tuple[int, str], ...]:
+        """(axis, expression) of each dim that is an expression of sizes, checked at launch."""
+        return tuple((i, d) for i, d in enumerate(self.dims) if isinstance(d, str) and not is_size_name(d))
+
     def __str__(self) -> str:
-        return f"gl<{self.dtype}>[{', '.join(str(d) for d in self.dims)}]"
+        shown = (f'"{d}"' if isinstance(d, str) and not is_size_name(d) else str(d) for d in self.dims)
+        return f"gl<{self.dtype}>[{', '.join(shown)}]"
+
+
+def is_size_name(d: object) -> bool:
+    """Whether a global dim is a size name (bound from a tensor's shape), not a number or an expression."""
+    return isinstance(d, str) and d.isidentifier()
 
 
 @dataclass(frozen=True)

@@ -22,9 +22,9 @@ GRID_AXES = "xyz"
 
 
 def kernel_sizes(kernel: Operation) -> set[str]:
-    """The size names of a kernel: the named dims of its gl parameters."""
-    return {d for a in kernel.body.args if isinstance(a.type, GlobalType) for d in a.type.dims
-            if isinstance(d, str)}
+    """The size names of a kernel: the dims of its gl parameters that are plain names (a dim may also
+    be an expression of them, e.g. "H / 4")."""
+    return {d for a in kernel.body.args if isinstance(a.type, GlobalType) for d in a.type.size_names}
 
 
 def size_names(expr: object, known: set[str], op: Operation, what: str, error: type[CompileError]) -> set[str]:
@@ -60,6 +60,10 @@ def verify_sizes(kernel: Operation, error: type[CompileError]) -> None:
         if op.name == "tk.size" and op.attrs["name"] not in sizes:
             raise error(op.loc, f"'tk.size' reads {op.attrs['name']!r}, which is not a size of @{kernel.symbol}",
                         hint=f"sizes (the named dims of its gl parameters): {', '.join(sorted(sizes)) or 'none'}")
+    for a in kernel.body.args:  # a dim that is an expression reads sizes that other dims bind plainly
+        if isinstance(a.type, GlobalType):
+            for i, d in a.type.dim_exprs:
+                size_names(d, sizes, kernel, f"%{a.name} dim {i}", error)
     known = sizes | set(RUNTIME_SIZES)
     for axis, expr in enumerate(kernel.attrs["grid"]):
         if size_names(expr, known, kernel, f"grid dim {axis}", error):

@@ -20,7 +20,7 @@ from __future__ import annotations
 from tkir import symexpr
 from tkir.diagnostics import CompileError
 from tkir.ir import Module, Operation, Value
-from tkir.types import DTYPE_BYTES, GlobalType, Symbol, TileType, VectorType
+from tkir.types import DTYPE_BYTES, GlobalType, Symbol, TileType, VectorType, is_size_name
 from tkir.verify_sizes import kernel_sizes, size_names
 
 # (global operand, shared operand) of each op that copies through a descriptor
@@ -135,7 +135,8 @@ def _stride(dims: list[int | str], eb: int) -> str:
     const = eb
     for d in dims:
         const *= d if isinstance(d, int) else 1
-    return " * ".join([*reversed([d for d in dims if isinstance(d, str)]), str(const)])
+    factors = [d if is_size_name(d) else f"({d})" for d in dims if isinstance(d, str)]
+    return " * ".join([*reversed(factors), str(const)])
 
 
 def _same(a: int | str, b: int | str, known: set[str]) -> bool:

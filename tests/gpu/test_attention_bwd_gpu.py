@@ -92,7 +92,7 @@ def test_backward_is_deterministic(torch_module) -> None:  # noqa: ANN001
 
 def test_forward_without_grad_and_refusals(torch_module) -> None:  # noqa: ANN001
     """Without a gradient the forward alone runs (D = 256 too); D = 256 with a gradient, f32 inputs, and
-    shapes that differ are refused before any launch."""
+    shapes that differ (k and v; q's heads not a multiple of k's) are refused before any launch."""
     torch = torch_module
     attention = _example().attention
     q, k, v, _ = _inputs(torch, (1, 2, 300, 256), seed=7)
@@ -104,5 +104,7 @@ def test_forward_without_grad_and_refusals(torch_module) -> None:  # noqa: ANN00
         attention(q.requires_grad_(), k, v)
     with pytest.raises(TypeError, match="bfloat16"):
         attention(q.float(), k, v)
-    with pytest.raises(ValueError, match="one shape"):
+    with pytest.raises(ValueError, match="k and v must have one shape"):
+        attention(q.detach(), k[:, :1], v)
+    with pytest.raises(ValueError, match="q has 1 heads and k, v have 2"):
         attention(q[:, :1].detach(), k, v)

@@ -92,11 +92,12 @@ tk.kernel @gemm {consts = {BM = 128, BN = 256, BK = 64}, grid = ["M / 128", "N /
 }
 """
 
-# Online softmax in base 2: s = Q K^T * log2(e)/sqrt(D); m, l running max and sum per query row.
+# Online softmax in base 2: s = Q K^T * log2(e)/sqrt(D); m, l running max and sum per query row. K and V have
+# H / G heads (a dim expression in the IR text); query head h reads K/V head h / G.
 ATTENTION = """
 tk.kernel @attention_fwd {consts = {BQ = 64, BKV = 64, D = $D, CAUSAL = $CAUSAL},
                           grid = ["cdiv(N, 64)", "H", "B"]} {
-  ^(%Q: gl<bf16>[B, H, N, $D], %K: gl<bf16>[B, H, N, $D], %V: gl<bf16>[B, H, N, $D],
+  ^(%Q: gl<bf16>[B, H, N, $D], %K: gl<bf16>[B, "H / $G", N, $D], %V: gl<bf16>[B, "H / $G", N, $D],
     %O: gl<bf16>[B, H, N, $D], %L: gl<f32>[B, H, N])
   %qb = tk.block_id {dim = 0} : i32
   %h = tk.block_id {dim = 1} : i32
@@ -104,6 +105,8 @@ tk.kernel @attention_fwd {consts = {BQ = 64, BKV = 64, D = $D, CAUSAL = $CAUSAL}
   %c0 = arith.const {value = 0} : i32
   %c1 = arith.const {value = 1} : i32
   %c64 = arith.const {value = 64} : i32
+  %cG = arith.const {value = $G} : i32
+  %kvh = arith.div %h, %cG : i32
   %q = tk.alloc : st<bf16, 64, $D>
   %k = tk.alloc : st<bf16, 64, $D>
   %v = tk.alloc : st<bf16, 64, $D>
@@ -118,8 +121,8 @@ tk.kernel @attention_fwd {consts = {BQ = 64, BKV = 64, D = $D, CAUSAL = $CAUSAL}
   %row0 = arith.mul %qb, %c64 : i32
   %o, %m, %l = scf.for %c0, %nkv, %c1, %o0, %m0, %l0 : rt<f32, 64, $D>, rv<f32, 64>, rv<f32, 64> {
     ^(%j: i32, %o1: rt<f32, 64, $D>, %m1: rv<f32, 64>, %l1: rv<f32, 64>)
-    tk.load %k, %K, %b, %h, %j, %c0
-    tk.load %v, %V, %b, %h, %j, %c0
+    tk.load %k, %K, %b, %kvh, %j, %c0
+    tk.load %v, %V, %b, %kvh, %j, %c0
     %z = tk.fill {value = 0.0} : rt<f32, 64, 64>
     %s0 = tk.mma %q, %k, %z {trans_b = true} : rt<f32, 64, 64>
     %s1 = tk.mul %s0, %scale : rt<f32, 64, 64>
@@ -237,7 +240,7 @@ def hand_written(name: str, consts: dict) -> str:
     if name == "gemm":
         return GEMM
     if name == "attention_fwd":
-        return Template(ATTENTION).substitute(D=c["D"], CAUSAL=c["CAUSAL"], MASK=MASK[c["CAUSAL"]],
+        return Template(ATTENTION).substitute(D=c["D"], CAUSAL=c["CAUSAL"], MASK=MASK[c["CAUSAL"]], G=c["G"],
                                               SCALE=repr(math.log2(math.e) / math.sqrt(c["D"])))
     if name == "layernorm":
         return Template(LAYERNORM).substitute(D=c["D"], INV_D=repr(1.0 / c["D"]))

@@ -93,3 +93,41 @@ def test_unsupported_head_dims_are_refused_before_any_compile() -> None:
     with pytest.raises(ValueError, match="head dim 256 is not supported"):
         ex.ops.__wrapped__(256, False)
     assert ex.BACKWARD_HEAD_DIMS == (64, 128) and 256 in ex.FORWARD_HEAD_DIMS
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("g", [2, 4])
+def test_the_wiring_of_grouped_query_attention(monkeypatch: pytest.MonkeyPatch, g: int, causal: bool) -> None:
+    """K and V with H / G heads: the ops are compiled with G, dK and dV come back in K's and V's shape, each K/V
+    head's the sum over its G query heads (the float64 backward's)."""
+    monkeypatch.setattr(tt, "op", InterpretedOp)
+    monkeypatch.setattr(tt, "autograd", lambda fwd, bwd, save=None: (fwd, bwd, tt.AutogradPlan.of(
+        fwd.signature, bwd.signature, save)))
+    ex = _example()
+    ops = ex.ops.__wrapped__(64, causal, g)
+    assert ops.forward.kernel.module.kernel.attrs["consts"]["G"] == g
+    prep = load_companion(str(ROOT / "examples/attention_bwd_prep.tk"))
+    p = prep.problem(np.random.default_rng(5 + g), dict(B=1, H=4, N=70), 64, causal, g)
+    assert p["K"].shape == (1, 4 // g, 70, 64) and ex.group_size(p["Q"].shape, p["K"].shape, p["V"].shape) == g
+    dq, dk, dv = _apply(ops.function, [p["Q"], p["K"], p["V"]], p["DO"])
+    o, lse = ops.forward(p["Q"], p["K"], p["V"])
+    want = prep.backward64(p["Q"], p["K"], p["V"], p["DO"], lse, (p["DO"].astype(np.float64) * o).sum(-1), causal)
+    for name, got, like in (("DQ", dq, p["Q"]), ("DK", dk, p["K"]), ("DV", dv, p["V"])):
+        assert got.shape == like.shape, name
+        err = relative_error(got, want[name])
+        assert err < GRAD_TOL, (name, err)
+
+
+@pytest.mark.parametrize("q, kv, message", [
+    ((2, 6, 100, 64), (2, 4, 100, 64), "q has 6 heads and k, v have 4: grouped-query attention needs the query "
+                                       "heads a multiple of the K/V heads"),
+    ((2, 8, 100, 64), (2, 2, 99, 64), r"must agree in batch, sequence length and head dim"),
+])
+def test_group_size_refuses_mismatched_heads(q: tuple, kv: tuple, message: str) -> None:
+    ex = _example()
+    with pytest.raises(ValueError, match=message):
+        ex.group_size(q, kv, kv)
+    with pytest.raises(ValueError, match="k and v must have one shape"):
+        ex.group_size((2, 8, 100, 64), (2, 2, 100, 64), (2, 4, 100, 64))
+    assert ex.group_size((2, 8, 100, 64), (2, 2, 100, 64), (2, 2, 100, 64)) == 4
+    assert ex.group_size((2, 8, 100, 64), (2, 8, 100, 64), (2, 8, 100, 64)) == 1

@@ -17,7 +17,7 @@ from tkir.interp.frame import Frame, InterpError, round_to_type
 from tkir.ir import Module, Operation, Value
 from tkir.requires import module_requires, requirement_failure
 from tkir.target import NUM_SMS
-from tkir.types import NUMPY_DTYPES, GlobalType
+from tkir.types import NUMPY_DTYPES, GlobalType, is_size_name
 
 
 def interpret(module: Module, *arrays: np.ndarray, sizes: dict[str, int] | None = None,
@@ -43,6 +43,7 @@ def interpret(module: Module, *arrays: np.ndarray, sizes: dict[str, int] | None 
     env = {"NUM_SMS": num_sms, **_const_sizes(kernel), **bound_sizes}
     if check_requires:
         _check_requires(module, env)
+    _check_dim_exprs(kernel, arrays, env)
     try:
         grid = [symexpr.evaluate(g, env) for g in kernel.attrs["grid"]]
     except symexpr.SymExprError as e:
@@ -70,6 +71,20 @@ def _check_requires(module: Module, sizes: dict[str, int]) -> None:
             raise InterpError(f"{name}: {e}") from None
         if failure:
             raise InterpError(failure)
+
+
+def _check_dim_exprs(kernel: Operation, arrays: Sequence[np.ndarray], env: dict[str, int]) -> None:
+    """Each dim that is an expression of sizes (`H / 4`) against its array's extent, as the launch
+    checks it (after the `requires`, which say when a size is not a multiple of a divisor)."""
+    gl_params = [p for p in kernel.body.args if isinstance(p.type, GlobalType)]
+    for p, arr in zip(gl_params, arrays, strict=True):
+        for i, d in p.type.dim_exprs:
+            try:
+                want = symexpr.evaluate(d, env)
+            except symexpr.SymExprError as e:
+                raise InterpError(f"parameter {p.name}: {e}") from None
+            if want != arr.shape[i]:
+                raise InterpError(f"parameter {p.name}: {p.type} dim {i} is {d} = {want}, array has {arr.shape[i]}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -102,6 +117,8 @@ def _bind_sizes(kernel: Operation, arrays: Sequence[np.ndarray], sizes: dict[str
             if isinstance(dim, int):
                 if dim != ext:
                     raise InterpError(f"parameter {p.name}: {t} dim {i} is {dim}, array has {ext}")
+                continue
+            if not is_size_name(dim):  # an expression of sizes: checked once every name is bound
                 continue
             if dim in sizes and sizes[dim] != ext:
                 raise InterpError(f"size {dim}: parameter {p.name} ({t}) dim {i} is {ext}, "

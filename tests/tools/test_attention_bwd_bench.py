@@ -1,0 +1,55 @@
+"""scripts/bench/attention_bwd.py without a GPU or torch: its FLOP counts (forward, backward, both; causal
+half), --gqa's argument check and dry run (the kernels compiled with G), and the table of rows with a GQA
+forward row and a peer that refused enable_gqa (n/a)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _load(path: Path, name: str) -> types.ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+bench = _load(ROOT / "scripts" / "bench" / "attention_bwd.py", "bench_attention_bwd")
+
+
+def test_flops_of_each_timing() -> None:
+    fwd = 2 * 2 * 2 * 8 * 1024 * 1024 * 64  # two matmuls of 2 N^2 D per (batch, query head)
+    assert bench.flops(2, 8, 1024, 64, False, what="fwd") == fwd
+    assert bench.flops(2, 8, 1024, 64, False, what="bwd") == 2.5 * fwd == bench.flops(2, 8, 1024, 64, False, True)
+    assert bench.flops(2, 8, 1024, 64, True, what="fwdbwd") == 3.5 * fwd / 2 == bench.flops(2, 8, 1024, 64, True)
+
+
+def test_gqa_must_divide_the_heads(capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit):
+        bench.main(["--dry-run", "--heads", "16", "--gqa", "3"])
+    assert "--gqa 3: the query heads (16) must be a positive multiple of G" in capsys.readouterr().err
+
+
+def test_dry_run_compiles_the_kernels_with_g(capsys: pytest.CaptureFixture) -> None:
+    assert bench.main(["--dry-run", "--gqa", "4", "--n", "1536", "--causal", "1", "--d", "64"]) == 0
+    out = capsys.readouterr().out
+    assert out.count('"G": 4') == 3 and "attention_bwd_prep" in out  # fwd, dK/dV, dQ; prep has no G
+
+
+def test_the_table_shows_the_forward_and_a_refusing_peer() -> None:
+    def timing(ms: float, peer: float | None) -> dict:
+        return dict(tkir_ms=ms, tkir_tflops=1.0, cudnn_ms=peer, cudnn_tflops=None, cudnn_ratio=None if peer is None
+                    else peer / ms, flash_ms=2 * ms, flash_tflops=1.0, flash_ratio=2.0)
+    row = dict(B=2, H=8, N=1000, D=64, causal=True, G=4, ok=True, rel_err={"O": 1e-3},
+               fwd=timing(1.0, None), fwdbwd=timing(3.0, 3.3), bwd=timing(2.0, 2.2))
+    lines = bench.format_table([row]).splitlines()
+    assert [ln.split()[3] for ln in lines[2:]] == ["fwd", "fwdbwd", "bwd"]
+    assert "2x8x1000x64 G=4" in lines[2] and "n/a" in lines[2] and "1.100" in lines[3]
