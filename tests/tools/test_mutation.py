@@ -66,6 +66,31 @@ def test_a_mutant_with_its_own_tests_runs_those() -> None:
     assert plan.cpu_args(own) == ["tests/test_a.py"]
 
 
+def test_a_mutant_with_its_own_gpu_tests_runs_those_on_the_gpu() -> None:
+    """--gpu: a mutant that names gpu_tests runs those GPU runs, the others GPU_RUNS; --gpu-tests overrides
+    both; without --gpu there is no GPU run."""
+    own = mutate.Mutation("x", "f.py", "a", "b", "", gpu_tests=(("tests/gpu/test_a.py", "-k", "b"),))
+    plain = mutate.Mutation("y", "f.py", "a", "b", "")
+    plan = mutate.Plan(["tests/test_a.py"], [["tests/gpu/test_b.py"]])
+    assert plan.gpu_args(own) == [["tests/gpu/test_a.py", "-k", "b"]]
+    assert plan.gpu_args(plain) == [["tests/gpu/test_b.py"]]
+    plan.own_gpu_tests = False
+    assert plan.gpu_args(own) == [["tests/gpu/test_b.py"]]
+    assert mutate.Plan(["tests/test_a.py"], []).gpu_args(own) == []
+
+
+def test_named_gpu_tests_are_gpu_test_files_that_exist() -> None:
+    """A mutant's own GPU runs name test files that exist (a GPU run that collects nothing is refused, but only
+    on the device)."""
+    for m in mutate.NAMED:
+        for run in m.gpu_tests:
+            paths = [a for a in run if a.startswith("tests/")]
+            assert paths, m.id
+            for a in paths:
+                assert (ROOT / a.split("::")[0]).exists(), (m.id, a)
+                assert "pytest.mark.gpu" in (ROOT / a.split("::")[0]).read_text(encoding="utf-8"), (m.id, a)
+
+
 def test_apply_refuses_a_snippet_that_is_not_unique() -> None:
     m = mutate.Mutation("x", "f.py", "a = 1", "a = 2", "")
     assert m.apply("a = 1\nb = 2\n") == "a = 2\nb = 2\n"
