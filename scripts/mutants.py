@@ -70,7 +70,7 @@ T_CHUNK_SASS = ("tests/backend/test_backend_sass.py", "-k", "chunk_loop or class
 T_TUNE_LONE = ("tests/tools/test_tune.py", "-k", "lone")
 T_BENCH_LEAD = ("tests/tools/test_bench.py", "-k", "lead")
 T_HOIST_DIAGNOSTICS = ("tests/frontend/test_diagnostics.py", "-k", "hoist")
-T_RMSNORM_INTERP = ("tests/ir/test_examples_interp.py", "-k", "rmsnorm")
+T_RMSNORM_INTERP = ("tests/ir/test_new_examples.py", "-k", "rmsnorm")
 T_BOUNDS = ("tests/ir/test_bounds.py", "tests/filecheck/test_filecheck.py", "-k",
             "bounds or largest or grid or unknown or edge")
 T_EDGE_FILECHECK = ("tests/filecheck/test_filecheck.py", "-k", "edge")
