@@ -470,3 +470,34 @@ def test_sm80_roles_address_by_their_own_thread_index(name: str, consts: dict) -
     # the roles take consecutive warps: the producers' 4 warps first, so the consumers' index starts at 128
     firsts = [int(m) for m in re.findall(r"%rtid[.\d]* = sub i32 " + re.escape(tid) + r", (\d+)", llvm)]
     assert firsts == [0, 32 * 4]
+
+
+UNPIPELINED = ",".join(p for p in DEFAULT_PIPELINE if not p.startswith("pipeline-cp-async"))
+
+
+@pytest.mark.parametrize("name, consts", [("gemm", {}), ("attention_fwd", {"D": 64})], ids=str)
+def test_unpipelined_copies_have_landed_at_every_barrier(name: str, consts: dict) -> None:
+    """Without pipeline-cp-async every shared tile a thread copies with cp.async is read right after the block
+    barrier that follows its copies (backend/rules_sm80.py, tk.load), so at every barrier no cp.async group may
+    still be in flight: walking the LLVM in order, `cp.async.commit_group` closes a group and
+    `cp.async.wait_group N` retires all but the newest N (PTX ISA §9.7.9.25.3). A wait that leaves the tile's own
+    group in flight lets the threads read the tile before its bytes land."""
+    llvm = tkir.compile(f"examples/{name}.tk", target="sm_80", passes=UNPIPELINED, **consts).asm["llvm"]
+    groups, open_copies, barriers = [], 0, 0
+    for line in llvm.splitlines():
+        if "cp.async.cg.shared.global" in line or "cp.async.ca.shared.global" in line:
+            open_copies += 1
+        elif "cp.async.commit_group" in line:
+            groups.append(open_copies)
+            open_copies = 0
+        elif m := re.search(r"cp\.async\.wait_group (\d+)", line):
+            keep = int(m.group(1))
+            groups = groups[len(groups) - keep:] if keep else []
+        elif "cp.async.wait_all" in line:
+            groups, open_copies = [], 0
+        elif "@llvm.nvvm.barrier0()" in line or re.search(r'"bar\.sync ', line):
+            barriers += 1
+            assert not groups and not open_copies, (
+                f"a block barrier with {len(groups)} cp.async groups ({sum(groups)} copies) and {open_copies} "
+                "uncommitted copies in flight")
+    assert barriers and "cp.async.commit_group" in llvm
