@@ -565,7 +565,10 @@ def test_create_tma_at_the_box_limit(shape: str) -> None:
 def test_bank_conflicts_fixes_two_way_conflicts() -> None:
     """f32 accumulator pairs into 64-byte rows: each half-warp phase writes 4 rows x 32 B, and rows
     r and r + 2 share banks (2-way). The pass must bring every such access to degree 1 (padding for a
-    pinned unswizzled tile, a swizzle otherwise); the degrees are recounted here by brute force."""
+    pinned unswizzled tile, a swizzle otherwise); the degrees are recounted here by brute force, and every
+    access stays aligned to its width: the pinned bf16 tile's 16-byte accesses (32-byte rows, 2-way) are fixed by
+    4 bytes of padding in the bank model, which would misalign three rows in four; 16 bytes is the smallest
+    aligned fix."""
     from tkir.access_report import reports_of
     from tkir.layout import addresses, brute_force_wavefronts
     from tkir.parser import parse_module
@@ -580,11 +583,14 @@ def test_bank_conflicts_fixes_two_way_conflicts() -> None:
   %u = tk.alloc : st<f32, 64, 16, swizzle=0, align=128>
   tk.store %u, %acc
   %r = tk.load %u : rt<f32, 64, 16, layout={kind = wgmma_acc, wg = 1}>
+  %h = tk.fill {value = 0.0} : rt<bf16, 64, 16, layout={kind = wgmma_acc, wg = 1}>
+  %g = tk.alloc {swizzle = 0} : st<bf16, 64, 16, swizzle=0, align=128>
+  tk.store %g, %h
 }"""
     module = parse_module(run_passes(text, ["bank-conflicts"]))
     kernel = module.kernels()[0]
     reports = [r for op in kernel.walk() for r in reports_of(op.attrs)]
-    assert len(reports) == 3 and all(r.degree_before == 2 for r in reports), reports
+    assert len(reports) == 4 and all(r.degree_before == 2 for r in reports), reports
     for op in kernel.walk():
         if op.name != "tk.alloc":
             continue
@@ -593,6 +599,11 @@ def test_bank_conflicts_fixes_two_way_conflicts() -> None:
             addrs = addresses(use.access, lay)
             worst = max(max(brute_force_wavefronts([int(a) for a in row], use.access.width)) for row in addrs)
             assert worst == 1, f"{op.result.name}: {use.access.op} is {worst}-way in {lay}"
+            # an 8-byte st.shared.v2 / ld.shared.v2 needs an 8-byte aligned address (PTX ISA §5.4.5): padding
+            # rows by less than the access width would leave every other row misaligned
+            active = addrs[addrs >= 0]
+            assert (active % use.access.width == 0).all(), (
+                f"{op.result.name}: {use.access.op} has {use.access.width}-byte accesses at unaligned addresses in {lay}")
 
 
 # --- plan-occupancy at the shared-memory boundary -------------------------------------------------
