@@ -210,6 +210,9 @@ def run_tests(tree: Path, args: list[str], timeout: float, gpu: bool = False) ->
     secs = time.monotonic() - t0
     lines = out.strip().splitlines()
     first = next((ln.split(" ", 1)[1].split(" - ")[0] for ln in lines if ln.startswith(("FAILED ", "ERROR "))), "")
+    if not first and "Fatal Python error" in out:  # the process died (an LLVM abort, say): name the test it was in
+        at = re.findall(r'File "[^"]*/(tests/[^"]+\.py)", line \d+ in (test_\w+)', out)
+        first = f"crashed in {at[0][0]}::{at[0][1]}" if at else "crashed"
     last = lines[-1] if lines else ""
     if proc.returncode == 5 or (proc.returncode == 0 and " passed" not in last):
         raise SystemExit(f"no tests ran: {shlex.join(cmd)}\n{out[-2000:]}")
