@@ -452,14 +452,19 @@ def test_shared_plan_counts_row_padding() -> None:
     assert plan.offsets[id(allocs[1].result)] >= a_bytes
 
 
-@pytest.mark.parametrize("name, consts", [("gemm", {}), ("linear", {"ACT": 1}), ("gemm", {"BM": 64, "BN": 64})],
-                         ids=str)
+@pytest.mark.parametrize("name, consts", [("gemm", {}), ("linear", {"ACT": 1}), ("gemm", {"BM": 64, "BN": 64}),
+                                           ("gemm", {"STAGE_EPILOGUE": 0})], ids=str)
 def test_sm80_roles_address_by_their_own_thread_index(name: str, consts: dict) -> None:
     """Inside a role (the cp.async producer warps and the mma warps after them) every layout, copy and
     store addresses by the role's thread index: the block's %tid.x defines only the role's index and
     lane. (A bug found on the GPU: the sm_80 accumulator store used the block's index, so the consumers, after 4
     producer warps, stored their rows 128 threads off; only the GPU check saw it.)"""
-    pw4 = ",".join("plan-occupancy{producer_warps=4}" if p == "plan-occupancy" else p for p in DEFAULT_PIPELINE)
+    consts = dict(consts)
+    # STAGE_EPILOGUE = 0 (a test switch, not a constant of the kernel): stage-epilogue left out, so the
+    # accumulator is stored from registers by the sm_80 store rule, which the staged epilogue replaces
+    stage = consts.pop("STAGE_EPILOGUE", 1)
+    pw4 = ",".join("plan-occupancy{producer_warps=4}" if p == "plan-occupancy" else p for p in DEFAULT_PIPELINE
+                   if stage or p != "stage-epilogue")
     llvm = tkir.compile(f"examples/{name}.tk", target="sm_80", passes=pw4, **consts).asm["llvm"]
     tid = re.search(r"(%tid_x[.\w]*) = call i32 @llvm\.nvvm\.read\.ptx\.sreg\.tid\.x", llvm).group(1)
     roles = re.findall(r"^role_(producer|consumer)[.\d]*:\n(.*?)^end_\1", llvm, re.S | re.M)
