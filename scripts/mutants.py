@@ -30,6 +30,9 @@ class Mutation:
     col: int = 0              # --auto: the token's column
     tests: tuple[str, ...] = ()  # the pytest arguments that should kill it; () = the run's (DEFAULT_TESTS)
     topic: str = "core"       # what it belongs to (`mutate.py --named --topic T`; docs/mutation.md's sections)
+    # the GPU runs (pytest arguments, run with `-m gpu`, in order) of `mutate.py --gpu` for this mutant where
+    # GPU_RUNS would miss the tests that see it (e.g. tests/passes/test_row_stats.py's GPU cases); () = GPU_RUNS
+    gpu_tests: tuple[tuple[str, ...], ...] = ()
 
     def apply(self, text: str) -> str:
         """The mutated text; ValueError when the snippet is not where it should be."""
@@ -67,7 +70,7 @@ T_CHUNK_SASS = ("tests/backend/test_backend_sass.py", "-k", "chunk_loop or class
 T_TUNE_LONE = ("tests/tools/test_tune.py", "-k", "lone")
 T_BENCH_LEAD = ("tests/tools/test_bench.py", "-k", "lead")
 T_HOIST_DIAGNOSTICS = ("tests/frontend/test_diagnostics.py", "-k", "hoist")
-T_RMSNORM_INTERP = ("tests/ir/test_examples_interp.py", "-k", "rmsnorm")
+T_RMSNORM_INTERP = ("tests/ir/test_new_examples.py", "-k", "rmsnorm")
 T_BOUNDS = ("tests/ir/test_bounds.py", "tests/filecheck/test_filecheck.py", "-k",
             "bounds or largest or grid or unknown or edge")
 T_EDGE_FILECHECK = ("tests/filecheck/test_filecheck.py", "-k", "edge")
@@ -102,6 +105,36 @@ T_CLUSTER_FILECHECK = ("tests/filecheck/test_filecheck.py", "-k", "cluster-rows"
 T_CLUSTER_ROWS = ("tests/passes/test_cluster_rows.py",)
 T_PIPELINE_PROTOCOL = ("tests/backend/test_mutation_kills.py", "tests/ir/test_verify_pipeline.py", "-k",
                        "mbarrier_pipeline_protocol or model_runs")
+# audit3: 25 single-line mutations of descriptor bits, barrier parity and releases, stage indices, masks, split
+# bounds, persistent rounds, reductions, swizzle and bank choices, cp.async groups, overlap-mma and the verifier
+T_A3_DESC = ("tests/backend/test_wgmma_desc.py", "tests/backend/test_mutation_kills.py", "-k",
+             "descriptor or wgmma_reads or layout_type")
+T_A3_PIPE = ("tests/backend/test_mutation_kills.py", "tests/ir/test_verify_pipeline.py",
+             "tests/filecheck/test_filecheck.py", "tests/passes/test_persistent_once.py", "-k",
+             "mbarrier or model_runs or release or pipe or persistent or ring_stages")
+T_A3_SPLIT = ("tests/passes/test_split_masks_bounds.py", "tests/backend/test_mutation_kills.py",
+              "tests/filecheck/test_filecheck.py", "-k", "split or causal or attention")
+T_A3_STREAMK = ("tests/passes/test_stream_k.py", "tests/backend/test_stream_k_partials.py",
+                "tests/filecheck/test_filecheck.py", "-k", "stream or own_part")
+T_A3_PERSISTENT = ("tests/passes/test_persistent_grid.py", "tests/passes/test_persistent_rotated.py",
+                   "tests/passes/test_persistent_once.py", "tests/ir/test_verify_pipeline.py",
+                   "tests/filecheck/test_filecheck.py", "-k", "persistent or grid or rotated or model_runs or once")
+T_A3_ROWS = ("tests/backend/test_mutation_kills.py", "tests/passes/test_row_stats.py", "tests/passes/test_wide_rows.py",
+             "tests/filecheck/test_filecheck.py", "-k", "row or stats or layernorm or rmsnorm or softmax")
+# the GPU runs that see the reductions' cross-lane and cross-warp merges (no CPU oracle for their f32 arithmetic):
+# tests/passes/test_row_stats.py's kernel has rows split over warps (the exchange) and a butterfly Welford merge
+G_A3_ROWS = (("tests/passes/test_row_stats.py",),
+             ("tests/gpu/test_gpu_examples.py", "-k", "softmax or layernorm or rmsnorm"),
+             ("tests/conformance/test_conformance_gpu.py", "-k", "row_"))
+T_A3_SWIZZLE = ("tests/backend/test_mutation_kills.py", "tests/filecheck/test_filecheck.py",
+                "tests/ir/test_layout_props.py", "-k", "swizzle or bank")
+T_A3_CP_ASYNC = ("tests/ir/test_verify_pipeline.py", "tests/passes/test_pipeline_cp_async.py",
+                 "tests/filecheck/test_filecheck.py", "-k", "cp_async or cp-async or model_runs or sm80-pipeline")
+T_A3_CP_LOAD = ("tests/backend/test_backend_sm80.py", "tests/filecheck/test_filecheck.py", "-k",
+                "landed or (sm80 and not pipeline)")
+T_A3_VERIFY = ("tests/ir/test_verify_pipeline.py",)
+T_A3_OVERLAP = ("tests/ir/test_verify_pipeline.py", "tests/filecheck/test_filecheck.py",
+                "tests/passes/test_overlap_hazard.py", "-k", "overlap or model_runs or hazard")
 
 MUTANTS: list[Mutation] = [
     # --- core: the eight classes of mistake a CPU run used to miss (each must be killed), then others ---------
@@ -541,6 +574,125 @@ MUTANTS: list[Mutation] = [
     M("release-skips-stage-0", "backend/rules_pipe.py", 'f"icmp sge i32 {prev}, 0"', 'f"icmp sgt i32 {prev}, 0"',
       "the deferred release skips stage 0 (every GEMM with more k-iterations than stages hangs)",
       tests=T_PIPELINE_PROTOCOL, topic="pipeline-protocol"),
+    # --- audit3: 25 mutations chosen by a third audit, in the code the round's robustness work touches --------
+    # wgmma descriptors (PTX ISA §9.7.15.5.1.2.2: start address bits 13-0 hold addr >> 4, 14 bits)
+    M("desc-addr-13-bits", "backend/rules_wgmma.py", 'f"and i64 {a_enc}, 16383"', 'f"and i64 {a_enc}, 8191"',
+      "the descriptor's start address keeps 13 bits: shared addresses past 128 KB wrap", tests=T_A3_DESC,
+      topic="audit3"),
+    M("desc-k-major-panel-stride", "backend/wgmma_desc.py",
+      "offset = (kbyte // span) * rows * span + row0 * span + kbyte % span",
+      "offset = (kbyte // span) * span + row0 * span + kbyte % span",
+      "a K-major k16 step past the first 32/64-byte panel lands one row, not one panel, further",
+      tests=T_A3_DESC, topic="audit3"),
+    M("desc-interleaved-mn-lbo-sbo", "backend/wgmma_desc.py", "return offset, CORE_ROWS * span, panel_bytes",
+      "return offset, panel_bytes, CORE_ROWS * span",
+      "the unswizzled (interleaved) MN-major B gets the swizzled layout's LBO/SBO roles", tests=T_A3_DESC,
+      topic="audit3"),
+    # mbarrier parity and releases
+    M("release-after-loop-dropped", "backend/rules_pipe.py",
+      '        arrive_prev(cx, self.state["prev"], self.state["bars"])', "        pass",
+      "the last iteration's stage is never released after the loop (a persistent block's next tile waits)",
+      tests=T_A3_PIPE, topic="audit3"),
+    M("release-prev-starts-at-0", "backend/rules_pipe.py", '        return ["-1"]', '        return ["0"]',
+      "the deferred release starts at stage 0: stage 0 released in iteration 0 before it is read",
+      tests=T_A3_PIPE, topic="audit3"),
+    M("wait-loop-inverted", "backend/idioms.py", 'again = w.op(f"icmp eq i32 {done}, 0", "again")',
+      'again = w.op(f"icmp ne i32 {done}, 0", "again")',
+      "the mbarrier wait loop leaves at once when the phase is not done (and spins when it is)",
+      tests=T_A3_PIPE, topic="audit3"),
+    M("mbarrier-slot-4-bytes", "backend/idioms.py", "MBARRIER_SHIFT = MBARRIER_BYTES.bit_length() - 1",
+      "MBARRIER_SHIFT = MBARRIER_BYTES.bit_length() - 2",
+      "mbarrier i of an array at 4 * i: neighbouring 8-byte barriers overlap", tests=T_A3_PIPE, topic="audit3"),
+    # stage indices
+    M("stage-stride-half", "backend/rules_pipe.py",
+      'off = cx.w.op(f"mul i32 {cx.scalar(op.operands[1])}, {stride}", "soff")',
+      'off = cx.w.op(f"mul i32 {cx.scalar(op.operands[1])}, {stride // 2}", "soff")',
+      "a ring buffer's stage s starts s half-stages in: neighbouring stages overlap", tests=T_A3_PIPE,
+      topic="audit3"),
+    M("cp-async-wait-one-short", "passes/pipeline_cp_async.py", 'b.void("pipe.async_wait", [], {"pending": ahead - 1})',
+      'b.void("pipe.async_wait", [], {"pending": ahead})',
+      "the cp.async loop's wait leaves the group of the stage it reads in flight", tests=T_A3_CP_ASYNC,
+      topic="audit3"),
+    M("cp-load-wait-one", "backend/rules_sm80.py", "        cp_async_wait(w, 0)", "        cp_async_wait(w, 1)",
+      "an unpipelined cp.async load waits for no group before its tile is read", tests=T_A3_CP_LOAD,
+      topic="audit3"),
+    # masks and split-masks' bounds
+    M("split-select-bound-plus-1", "passes/split_masks.py", "return _Bound(aff[0], bound, le - extent, aff[1])",
+      "return _Bound(aff[0], bound, le - extent + 1, aff[1])",
+      "split-masks lets the last unmasked key block reach one key past N (N = -1 mod BKV)", tests=T_A3_SPLIT,
+      topic="audit3"),
+    M("split-causal-bound-plus-1", "passes/split_masks.py", "return _Bound(a, m.operands[1], 1 - t.cols, b)",
+      "return _Bound(a, m.operands[1], 2 - t.cols, b)",
+      "split-masks runs the diagonal key block unmasked when it ends one past the block's first query",
+      tests=T_A3_SPLIT, topic="audit3"),
+    M("causal-general-diagonal", "backend/rules_registers.py",
+      """masked = w.op(f"icmp sgt i32 {cr}, {w.op(f'sub i32 0, {delta}', 'nd')}", "msk")""",
+      """masked = w.op(f"icmp sge i32 {cr}, {w.op(f'sub i32 0, {delta}', 'nd')}", "msk")""",
+      "mask_causal without per-slot steps also hides the diagonal", tests=T_A3_SPLIT, topic="audit3"),
+    # stream-K split bounds and flags
+    M("sk-last-peer-ceil", "passes/stream_k.py",
+      'last = ob.op("arith.div", [ob.op("arith.sub", [span, s["c1"]]), s["total"]], "sk_last_peer")',
+      'last = ob.op("arith.div", [span, s["total"]], "sk_last_peer")',
+      "the owner adds one peer too many where a tile ends exactly at a block boundary", tests=T_A3_STREAMK,
+      topic="audit3"),
+    M("sk-kb-unclamped", "passes/stream_k.py",
+      'kb = b.op("arith.max", [b.op("arith.sub", [s["begin"], tbase]), s["c0"]], "sk_kb")',
+      'kb = b.op("arith.sub", [s["begin"], tbase], "sk_kb")',
+      "a segment after a block's first starts at a negative K iteration", tests=T_A3_STREAMK, topic="audit3"),
+    M("sk-flag-per-block-only", "backend/rules_streamk.py",
+      """fidx = w.op(f"add i32 {w.op(f'mul i32 {slot}, {nwg}', 'fs')}, {ctx.wg}", "fidx")""",
+      """fidx = w.op(f"mul i32 {slot}, {nwg}", "fidx")""",
+      "both consumer warpgroups of a stream-K helper signal on one flag: the owner's second warpgroup may read "
+      "partials not yet written", tests=T_A3_STREAMK, topic="audit3"),
+    # persistent rounds
+    M("persistent-last-group-full", "passes/persistent.py",
+      'gsize = bb.op("arith.min", [left, c_group], rname="group_rows")', "gsize = c_group",
+      "the last group of tile rows taken as full: its tiles land on rows past the end or are skipped",
+      tests=T_A3_PERSISTENT, topic="audit3"),
+    M("rotated-round-modulus-grid", "passes/persistent.py",
+      '[bb.op("arith.add", [pid, rnd], rname="rotated"), n_r], rname="in_round")',
+      '[bb.op("arith.add", [pid, rnd], rname="rotated"), nprog], rname="in_round")',
+      "the rotated order's last, partial round wraps by the grid: tiles past the end, others never computed",
+      tests=T_A3_PERSISTENT, topic="audit3"),
+    M("persistent-iteration-restarts", "passes/persistent.py",
+      'nxt = b.op("arith.add", [it, _trip_count(b, kloop, c0)], rname="iter_next")',
+      'nxt = b.op("arith.add", [it, c0], rname="iter_next")',
+      "the pipeline's iteration counter restarts at every tile: stages and parities out of step with the barriers",
+      tests=T_A3_PERSISTENT, topic="audit3"),
+    # reductions: the cross-warp combine and the Welford merges
+    M("row-parts-last-only", "backend/exchange.py", "acc = v if acc is None else combine(cx, fop, acc, v)",
+      "acc = v", "a row split over warps takes the last warp's partial only", tests=T_A3_ROWS, topic="audit3",
+      gpu_tests=G_A3_ROWS),
+    M("welford-parts-count", "backend/exchange.py", 'f"fmul float {dev}, {f32_literal(float(n))}", "pq"',
+      'f"fmul float {dev}, {f32_literal(float(n * parts))}", "pq"',
+      "the cross-warp Welford merge weighs the parts' mean deviations by the row, not the part",
+      tests=T_A3_ROWS, topic="audit3", gpu_tests=G_A3_ROWS),
+    M("welford-lanes-count", "backend/rules_registers.py", "{f32_literal(n / 2)}", "{f32_literal(n)}",
+      "the butterfly Welford merge doubles the between-lanes term of M2", tests=T_A3_ROWS, topic="audit3",
+      gpu_tests=G_A3_ROWS),
+    # swizzle selection and the bank model's padding
+    M("swizzle-order-inverted", "passes/analysis.py", "order = sorted(SWIZZLE_SPANS, reverse=wide_first)",
+      "order = sorted(SWIZZLE_SPANS, reverse=not wide_first)",
+      "wgmma/TMA tiles tried narrowest span first (more TMA boxes); others widest first", tests=T_A3_SWIZZLE,
+      topic="audit3"),
+    M("bank-pad-misaligned", "passes/bank_conflicts.py", "            if pad % width == 0:",
+      "            if True:", "bank-conflicts pads rows by less than the access width (misaligned vector accesses)",
+      tests=T_A3_SWIZZLE, topic="audit3"),
+    # the verifier's protocol checks and overlap-mma's release placement
+    M("verify-last-release-unchecked", "tkir/verify_pipeline.py", "if full.done[s] != empty.done[s]:",
+      "if full.done[s] < empty.done[s]:", "the verifier accepts a stage filled more often than released",
+      tests=T_A3_VERIFY, topic="audit3"),
+    M("verify-expect-more-accepted", "tkir/verify_pipeline.py", 'if got != op.attrs["bytes"]:',
+      'if got > op.attrs["bytes"]:', "the verifier accepts an expect that announces more bytes than land",
+      tests=T_A3_VERIFY, topic="audit3"),
+    M("verify-committed-cp-groups-ignored", "tkir/verify_pipeline.py",
+      "for group in [role.cp_open, *role.cp_groups]:", "for group in [role.cp_open]:",
+      "the verifier lets a stage be read while its committed cp.async group is in flight", tests=T_A3_VERIFY,
+      topic="audit3"),
+    M("overlap-release-before-wait", "passes/overlap_mma.py",
+      'between = [op for op in blk.ops[i + 1:blk.ops.index(first)] if op.name == "pipe.arrive"]',
+      "between = []", "overlap-mma leaves the release of M1's stage before M1's wait", tests=T_A3_OVERLAP,
+      topic="audit3"),
 ]
 
 # buffer lifetimes: overlap-mma's rotation hazard, the verifier's read-after-release proof, the interpreter's

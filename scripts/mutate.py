@@ -72,6 +72,8 @@ PACKAGE_LINKS = ("tkir/frontend", "tkir/passes", "tkir/backend")  # setuptools p
 # is caught; the full CPU suite is `--tests "tests -m 'not gpu'"`.
 DEFAULT_TESTS = [
     "tests/backend/test_mutation_kills.py",
+    "tests/backend/test_stream_k_partials.py",
+    "tests/passes/test_split_masks_bounds.py",
     "tests/runtime/test_mutation_runtime.py",
     "tests/backend/test_wgmma_desc.py",
     "tests/backend/test_backend_fragments.py",
@@ -192,6 +194,8 @@ def run_tests(tree: Path, args: list[str], timeout: float, gpu: bool = False) ->
     """(passed | failed | timeout, seconds, first failing test, last line) of pytest in `tree`."""
     env = dict(os.environ, PYTHONPATH=_pythonpath(tree), PYTHONDONTWRITEBYTECODE="1",
                TKIR_CACHE_DIR=str(tree / ".tkir-cache"))
+    if gpu:  # a GPU test that cannot reach the device fails instead of skipping (tests/conftest.py)
+        env["TKIR_REQUIRE_GPU"] = "1"
     shutil.rmtree(tree / ".tkir-cache", ignore_errors=True)  # a mutant never reads an unmutated compile
     shutil.rmtree(tree / ".hypothesis", ignore_errors=True)  # nor replays another mutant's examples
     cmd = [sys.executable, "-m", "pytest", *PYTEST, *(["-m", "gpu"] if gpu else []), *args]
@@ -207,6 +211,9 @@ def run_tests(tree: Path, args: list[str], timeout: float, gpu: bool = False) ->
     secs = time.monotonic() - t0
     lines = out.strip().splitlines()
     first = next((ln.split(" ", 1)[1].split(" - ")[0] for ln in lines if ln.startswith(("FAILED ", "ERROR "))), "")
+    if not first and "Fatal Python error" in out:  # the process died (an LLVM abort, say): name the test it was in
+        at = re.findall(r'File "[^"]*/(tests/[^"]+\.py)", line \d+ in (test_\w+)', out)
+        first = f"crashed in {at[0][0]}::{at[0][1]}" if at else "crashed"
     last = lines[-1] if lines else ""
     if proc.returncode == 5 or (proc.returncode == 0 and " passed" not in last):
         raise SystemExit(f"no tests ran: {shlex.join(cmd)}\n{out[-2000:]}")
@@ -233,7 +240,8 @@ class Plan:
     own_tests: bool = True
     cpu_prefix: list[str] = field(default_factory=list)  # before a mutant's own tests (-n N of --jobs)
     cpu_timeouts: dict[tuple[str, ...], float] = field(default_factory=dict)  # per CPU run, from its baseline
-    gpu_timeouts: list[float] = field(default_factory=list)
+    gpu_timeouts: dict[tuple[str, ...], float] = field(default_factory=dict)  # per GPU run, from its baseline
+    own_gpu_tests: bool = True  # a mutant's own gpu_tests replace `gpu` (not with --gpu-tests)
     md5: str | None = None  # the unmutated copy's scripts/ptx_md5.py listing
     gpu_always: bool = False  # also run the GPU runs on mutants the CPU run killed (gpu_verdict)
     cpu_verdicts: dict[str, str] | None = None  # --gpu-after: id -> the earlier CPU run's summary (not rerun)
@@ -241,6 +249,12 @@ class Plan:
     def cpu_args(self, m: Mutation) -> list[str]:
         """The pytest arguments of `m`'s CPU run."""
         return [*self.cpu_prefix, *m.tests] if self.own_tests and m.tests else self.cpu
+
+    def gpu_args(self, m: Mutation) -> list[list[str]]:
+        """The GPU runs of `m` (none without --gpu): its own `gpu_tests` where it names them, else `gpu`."""
+        if not self.gpu:
+            return []
+        return [list(r) for r in m.gpu_tests] if self.own_gpu_tests and m.gpu_tests else self.gpu
 
 
 def ptx_md5(tree: Path) -> str:
@@ -270,17 +284,18 @@ def run_mutant(tree: Path, m: Mutation, plan: Plan) -> Result:
             args = plan.cpu_args(m)
             status, secs, first, last = run_tests(tree, args, plan.cpu_timeouts.get(tuple(args), plan.cpu_timeout))
         res.stage, res.seconds, res.killed_by, res.summary = "cpu", secs, first, last
-        for i, (args, limit) in enumerate(zip(plan.gpu, plan.gpu_timeouts, strict=True)):
+        for i, args in enumerate(plan.gpu_args(m)):
             if status != "passed":
                 break
-            status, secs, first, last = run_tests(tree, args, limit, gpu=True)
+            status, secs, first, last = run_tests(tree, args, plan.gpu_timeouts.get(tuple(args), 3600.0), gpu=True)
             res.stage, res.killed_by, res.summary = f"gpu{i + 1}", first, last
             res.seconds += secs
         res.status = {"passed": "survived", "failed": "killed", "timeout": "timeout"}[status]
         if plan.gpu_always and res.stage == "cpu" and res.status != "survived":
             verdict = "survived"
-            for i, (args, limit) in enumerate(zip(plan.gpu, plan.gpu_timeouts, strict=True)):
-                gstatus, secs, first, last = run_tests(tree, args, limit, gpu=True)
+            for i, args in enumerate(plan.gpu_args(m)):
+                gstatus, secs, first, last = run_tests(tree, args, plan.gpu_timeouts.get(tuple(args), 3600.0),
+                                                       gpu=True)
                 res.seconds += secs
                 if gstatus != "passed":
                     verdict = f"{gstatus} in gpu{i + 1}: {first or last}"
@@ -373,7 +388,7 @@ def main(argv: list[str] | None = None) -> int:
     prefix = ["-n", str(args.jobs)] if args.jobs > 1 else []
     gpu = [shlex.split(g) for g in args.gpu_tests] if args.gpu_tests else [list(r) for r in GPU_RUNS]
     plan = Plan([*prefix, *cpu], gpu if args.gpu else [], gpu_always=args.gpu and args.gpu_always,
-                own_tests=args.tests is None, cpu_prefix=prefix)
+                own_tests=args.tests is None, cpu_prefix=prefix, own_gpu_tests=not args.gpu_tests)
     if args.gpu_after:
         earlier = {r["id"]: r for r in json.loads(Path(args.gpu_after).read_text())["results"]}
         plan.cpu_verdicts = {i: r["summary"] for i, r in earlier.items()
@@ -410,13 +425,14 @@ def main(argv: list[str] | None = None) -> int:
                 plan.cpu_timeouts[run] = args.timeout or 3 * secs + 60
         if args.md5:
             plan.md5 = ptx_md5(tree)
-        for i, g in enumerate(plan.gpu, 1):
-            status, secs, first, last = run_tests(tree, g, 3600, gpu=True)
-            print(f"baseline GPU run {i}: {status} in {secs:.0f} s: {last}", file=sys.stderr)
+        # each distinct GPU run of the chosen mutants (GPU_RUNS, or a mutant's own gpu_tests), on the unmutated copy
+        for i, g in enumerate(dict.fromkeys(tuple(r) for m in mutants for r in plan.gpu_args(m)), 1):
+            status, secs, first, last = run_tests(tree, list(g), 3600, gpu=True)
+            print(f"baseline GPU run {i} {shlex.join(g)}: {status} in {secs:.0f} s: {last}", file=sys.stderr)
             if status != "passed":
-                raise SystemExit(f"the unmutated copy fails GPU run {i} ({first})")
-            baseline[f"gpu{i}"] = secs
-            plan.gpu_timeouts.append(3 * secs + 120)
+                raise SystemExit(f"the unmutated copy fails GPU run {i} {shlex.join(g)} ({first})")
+            baseline[f"gpu{i}" if list(g) in plan.gpu else f"gpu {shlex.join(g)}"] = secs
+            plan.gpu_timeouts[g] = 3 * secs + 120
         for i, m in enumerate(mutants, 1):
             r = run_mutant(tree, m, plan)
             results.append(r)

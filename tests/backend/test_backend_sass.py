@@ -72,6 +72,10 @@ def test_chunk_loop_loads_bf16_in_16_byte_chunks() -> None:
     plain = [p for p in default_pipeline() if p != "readonly-loads"]
     sass = tkir.compile("examples/rmsnorm.tk", passes=plain, D=8192, DC=2048, ROWS=1, WG=2).asm["sass"]
     assert "LDG.E.128" in sass and "LDG.E.U16" not in sass and not local_memory_ops(sass)
+    # at D = 4096 (in chunks of DC = 1024) the f32 sum comes first too: its class takes the bf16 tiles'
+    # 8-element chunks, not the f32 value's 4 (12 loads a thread where 8 do)
+    ir = tkir.compile("examples/rmsnorm.tk", D=4096).ir
+    assert set(re.findall(r"kind = row, warps = \d+, vec = (\d+)", ir)) == {"8"}
 
 
 @pytest.mark.parametrize("name, d", [("layernorm", 16384), ("rmsnorm", 8192), ("softmax", 16384)])

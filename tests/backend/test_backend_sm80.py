@@ -452,14 +452,19 @@ def test_shared_plan_counts_row_padding() -> None:
     assert plan.offsets[id(allocs[1].result)] >= a_bytes
 
 
-@pytest.mark.parametrize("name, consts", [("gemm", {}), ("linear", {"ACT": 1}), ("gemm", {"BM": 64, "BN": 64})],
-                         ids=str)
+@pytest.mark.parametrize("name, consts", [("gemm", {}), ("linear", {"ACT": 1}), ("gemm", {"BM": 64, "BN": 64}),
+                                           ("gemm", {"STAGE_EPILOGUE": 0})], ids=str)
 def test_sm80_roles_address_by_their_own_thread_index(name: str, consts: dict) -> None:
     """Inside a role (the cp.async producer warps and the mma warps after them) every layout, copy and
     store addresses by the role's thread index: the block's %tid.x defines only the role's index and
     lane. (A bug found on the GPU: the sm_80 accumulator store used the block's index, so the consumers, after 4
     producer warps, stored their rows 128 threads off; only the GPU check saw it.)"""
-    pw4 = ",".join("plan-occupancy{producer_warps=4}" if p == "plan-occupancy" else p for p in DEFAULT_PIPELINE)
+    consts = dict(consts)
+    # STAGE_EPILOGUE = 0 (a test switch, not a constant of the kernel): stage-epilogue left out, so the
+    # accumulator is stored from registers by the sm_80 store rule, which the staged epilogue replaces
+    stage = consts.pop("STAGE_EPILOGUE", 1)
+    pw4 = ",".join("plan-occupancy{producer_warps=4}" if p == "plan-occupancy" else p for p in DEFAULT_PIPELINE
+                   if stage or p != "stage-epilogue")
     llvm = tkir.compile(f"examples/{name}.tk", target="sm_80", passes=pw4, **consts).asm["llvm"]
     tid = re.search(r"(%tid_x[.\w]*) = call i32 @llvm\.nvvm\.read\.ptx\.sreg\.tid\.x", llvm).group(1)
     roles = re.findall(r"^role_(producer|consumer)[.\d]*:\n(.*?)^end_\1", llvm, re.S | re.M)
@@ -470,3 +475,34 @@ def test_sm80_roles_address_by_their_own_thread_index(name: str, consts: dict) -
     # the roles take consecutive warps: the producers' 4 warps first, so the consumers' index starts at 128
     firsts = [int(m) for m in re.findall(r"%rtid[.\d]* = sub i32 " + re.escape(tid) + r", (\d+)", llvm)]
     assert firsts == [0, 32 * 4]
+
+
+UNPIPELINED = ",".join(p for p in DEFAULT_PIPELINE if not p.startswith("pipeline-cp-async"))
+
+
+@pytest.mark.parametrize("name, consts", [("gemm", {}), ("attention_fwd", {"D": 64})], ids=str)
+def test_unpipelined_copies_have_landed_at_every_barrier(name: str, consts: dict) -> None:
+    """Without pipeline-cp-async every shared tile a thread copies with cp.async is read right after the block
+    barrier that follows its copies (backend/rules_sm80.py, tk.load), so at every barrier no cp.async group may
+    still be in flight: walking the LLVM in order, `cp.async.commit_group` closes a group and
+    `cp.async.wait_group N` retires all but the newest N (PTX ISA §9.7.9.25.3). A wait that leaves the tile's own
+    group in flight lets the threads read the tile before its bytes land."""
+    llvm = tkir.compile(f"examples/{name}.tk", target="sm_80", passes=UNPIPELINED, **consts).asm["llvm"]
+    groups, open_copies, barriers = [], 0, 0
+    for line in llvm.splitlines():
+        if "cp.async.cg.shared.global" in line or "cp.async.ca.shared.global" in line:
+            open_copies += 1
+        elif "cp.async.commit_group" in line:
+            groups.append(open_copies)
+            open_copies = 0
+        elif m := re.search(r"cp\.async\.wait_group (\d+)", line):
+            keep = int(m.group(1))
+            groups = groups[len(groups) - keep:] if keep else []
+        elif "cp.async.wait_all" in line:
+            groups, open_copies = [], 0
+        elif "@llvm.nvvm.barrier0()" in line or re.search(r'"bar\.sync ', line):
+            barriers += 1
+            assert not groups and not open_copies, (
+                f"a block barrier with {len(groups)} cp.async groups ({sum(groups)} copies) and {open_copies} "
+                "uncommitted copies in flight")
+    assert barriers and "cp.async.commit_group" in llvm

@@ -565,7 +565,10 @@ def test_create_tma_at_the_box_limit(shape: str) -> None:
 def test_bank_conflicts_fixes_two_way_conflicts() -> None:
     """f32 accumulator pairs into 64-byte rows: each half-warp phase writes 4 rows x 32 B, and rows
     r and r + 2 share banks (2-way). The pass must bring every such access to degree 1 (padding for a
-    pinned unswizzled tile, a swizzle otherwise); the degrees are recounted here by brute force."""
+    pinned unswizzled tile, a swizzle otherwise); the degrees are recounted here by brute force, and every
+    access stays aligned to its width: the pinned bf16 tile's 16-byte accesses (32-byte rows, 2-way) are fixed by
+    4 bytes of padding in the bank model, which would misalign three rows in four; 16 bytes is the smallest
+    aligned fix."""
     from tkir.access_report import reports_of
     from tkir.layout import addresses, brute_force_wavefronts
     from tkir.parser import parse_module
@@ -580,11 +583,14 @@ def test_bank_conflicts_fixes_two_way_conflicts() -> None:
   %u = tk.alloc : st<f32, 64, 16, swizzle=0, align=128>
   tk.store %u, %acc
   %r = tk.load %u : rt<f32, 64, 16, layout={kind = wgmma_acc, wg = 1}>
+  %h = tk.fill {value = 0.0} : rt<bf16, 64, 16, layout={kind = wgmma_acc, wg = 1}>
+  %g = tk.alloc {swizzle = 0} : st<bf16, 64, 16, swizzle=0, align=128>
+  tk.store %g, %h
 }"""
     module = parse_module(run_passes(text, ["bank-conflicts"]))
     kernel = module.kernels()[0]
     reports = [r for op in kernel.walk() for r in reports_of(op.attrs)]
-    assert len(reports) == 3 and all(r.degree_before == 2 for r in reports), reports
+    assert len(reports) == 4 and all(r.degree_before == 2 for r in reports), reports
     for op in kernel.walk():
         if op.name != "tk.alloc":
             continue
@@ -593,6 +599,11 @@ def test_bank_conflicts_fixes_two_way_conflicts() -> None:
             addrs = addresses(use.access, lay)
             worst = max(max(brute_force_wavefronts([int(a) for a in row], use.access.width)) for row in addrs)
             assert worst == 1, f"{op.result.name}: {use.access.op} is {worst}-way in {lay}"
+            # an 8-byte st.shared.v2 / ld.shared.v2 needs an 8-byte aligned address (PTX ISA §5.4.5): padding
+            # rows by less than the access width would leave every other row misaligned
+            active = addrs[addrs >= 0]
+            assert (active % use.access.width == 0).all(), (
+                f"{op.result.name}: {use.access.op} has {use.access.width}-byte accesses at unaligned addresses in {lay}")
 
 
 # --- plan-occupancy at the shared-memory boundary -------------------------------------------------
@@ -848,6 +859,62 @@ def test_mbarrier_pipeline_protocol(name: str, src_dir: Path) -> None:
     check_mbarrier_pipeline(compile_kernel(src, consts, opts, src_dir), releases)
 
 
+@pytest.mark.parametrize("name", [n for n, v in PIPELINE_KERNELS.items() if v[3]])
+def test_ring_stages_are_disjoint_and_come_round(name: str, src_dir: Path) -> None:
+    """The TMA loads of a pipelined loop, evaluated over iterations 0..2S-1: the boxes written in any S
+    consecutive iterations (the stages in flight at once) occupy pairwise disjoint shared bytes, and
+    iteration it + S writes where iteration it wrote (the ring comes round to the same stage). Stages that
+    overlap would let the producer's copy into one stage overwrite a stage the consumers still read."""
+    src, consts, opts, _ = PIPELINE_KERNELS[name]
+    k = compile_kernel(src, consts, opts, src_dir)
+    fn = LLVMText(k.asm["llvm"])
+    S = OccupancyPlan.of(k.module.kernel).stages
+    descs = {d.param: d for d in k.launch.tma}
+    its = sorted({n for c in fn.calls for _, v in c.args for n in fn.depends_on(v, "%it.")})
+    loads = [c for c in fn.calls if c.asm.startswith("cp.async.bulk.tensor.") and ".shared::cluster.global" in c.asm
+             and fn.depends_on(c.args[0][1], "%it.")]
+    assert loads and S >= 1
+    boxes: dict[int, list[tuple[int, int, int]]] = {}
+    for it in range(2 * S):
+        for i, call in enumerate(loads):
+            d = descs[call.args[1][1].lstrip("%")]
+            size = int(np.prod(d.box)) * DTYPE_BYTES[d.dtype]
+            dst = fn.value(call.args[0][1], 0, {n: it for n in its})
+            boxes.setdefault(it, []).append((dst, dst + size, i))
+    for it in range(S):
+        assert sorted(boxes[it + S]) == sorted(boxes[it]), f"iteration {it + S} does not reuse iteration {it}'s stage"
+    spans = sorted(b for it in range(S) for b in boxes[it])
+    for (a0, a1, i), (b0, b1, j) in itertools.pairwise(spans):  # i, j: which load wrote each
+        assert a1 <= b0, f"TMA boxes [{a0}, {a1}) (load {i}) and [{b0}, {b1}) (load {j}) of {S} iterations overlap"
+
+
+def _block_of(fn: LLVMText, line: int) -> str:
+    """The label of the basic block holding `line`."""
+    return next(ln.rstrip(":").strip() for ln in reversed(fn.lines[:line]) if ln.rstrip().endswith(":")
+                and not ln.startswith(" "))
+
+
+@pytest.mark.parametrize("name", ["gemm", "attention-d64-causal"])
+def test_mbarrier_waits_loop_until_the_phase_completes(name: str, src_dir: Path) -> None:
+    """PTX ISA mbarrier.try_wait / test_wait: the predicate is true once the phase of that parity has completed.
+    Every wait is a loop around its test (backend.idioms.mbarrier_wait_parity): the branch after the test,
+    evaluated with the test's result, goes back to the test while it is 0 and leaves the loop when it is 1.
+    Inverted, the wait would fall through at once (no synchronization) and spin once the phase completes."""
+    src, consts, opts, _ = PIPELINE_KERNELS[name]
+    fn = LLVMText(compile_kernel(src, consts, opts, src_dir).asm["llvm"])
+    waits = [c for c in fn.calls if re.search(r"mbarrier\.(try|test)_wait\.parity", c.asm)]
+    assert waits, "no mbarrier wait"
+    for call in waits:
+        label = _block_of(fn, call.line)
+        br = next(ln.split() for ln in fn.lines[call.line + 1:] if ln.lstrip().startswith("br "))
+        assert br[1] == "i1", f"line {call.line + 1}: the wait's block ends without a conditional branch"
+        cond, on_true, on_false = br[2].rstrip(","), br[4].rstrip(",").lstrip("%"), br[6].lstrip("%")
+        for done in (0, 1):
+            taken = on_true if fn.value(cond, 0, {call.result: done}) else on_false
+            assert (taken == label) == (done == 0), (
+                f"line {call.line + 1}: with the wait's result {done} the loop {'stays' if taken == label else 'ends'}")
+
+
 # --- setmaxnreg ------------------------------------------------------------------------------------
 
 REGS_PER_SM = 65536  # HOPPER.md §7.3
@@ -960,7 +1027,7 @@ def test_async_proxy_reads_of_thread_written_tiles_are_fenced(name: str, src_dir
 
 CAUSAL_MASK = """
 kernel cm<BQ=64, BKV=64>(Q: gl<bf16>[N, 64], K: gl<bf16>[N, 64], X: gl<f32>[N, 64], O: gl<f32>[N, 64],
-                         P: gl<f32>[N, 64]) grid(cdiv(N, BQ)) {
+                         P: gl<f32>[N, 64], Y: gl<f32>[N, 48], R: gl<f32>[N, 48]) grid(cdiv(N, BQ)) {
     shared q: st<bf16, BQ, 64>
     shared k: st<bf16, BKV, 64>
     q = Q[block.x, 0]
@@ -969,6 +1036,8 @@ kernel cm<BQ=64, BKV=64>(Q: gl<bf16>[N, 64], K: gl<bf16>[N, 64], X: gl<f32>[N, 6
     O[block.x, 0] = mask_causal(s, block.x * BQ, 64)
     reg x: rt<f32, BQ, 64> = X[block.x, 0]
     P[block.x, 0] = mask_causal(x, block.x * BQ, 32)
+    reg y: rt<f32, BQ, 48> = Y[block.x, 0]
+    R[block.x, 0] = mask_causal(y, block.x * BQ, 16)
 }
 """
 
@@ -977,7 +1046,9 @@ def test_causal_mask_hides_exactly_the_keys_after_the_query(src_dir: Path) -> No
     """mask_causal(s, row0, col0) hides element (r, c) iff col0 + c > row0 + r (docs/language.md): for
     every thread, slot and block row, the mask the backend computes (its `msk` compares, evaluated)
     against the element each slot holds in the tile's layout (tkir.layout.fragment), on an
-    accumulator tile (wgmma_acc) and a loaded one (row layout)."""
+    accumulator tile (wgmma_acc), a loaded one (row layout), and a loaded one 48 columns wide, whose 12 chunks
+    per row do not divide a warp: a slot's row then differs by lane, and the rule's general branch (a compare
+    per slot coordinate, not per-slot constant steps) computes the mask."""
     from tkir.layout import layout_of
 
     k = compile_kernel(CAUSAL_MASK, {}, {}, src_dir)
@@ -987,18 +1058,19 @@ def test_causal_mask_hides_exactly_the_keys_after_the_query(src_dir: Path) -> No
     msk = [n for n in fn.defs if n.startswith("%msk.")]
     tables = [tkir.layout.fragment(layout_of(op.operands[0].type), "f32", op.operands[0].type.shape) for op in masks]
     assert len(msk) == sum(t.shape[1] for t in tables), "one compare per register slot"
-    col0s = (64, 32)
+    assert any(n.startswith("%nd.") for n in fn.defs), "no mask takes the general branch"
+    col0s = (64, 32, 16)
     for bx in (0, 1, 2):
         over = {n: bx for n in ctaid}
         at = 0
-        for table, col0 in zip(tables, col0s, strict=True):
+        for table, col0, op in zip(tables, col0s, masks, strict=True):
             names, at = msk[at:at + table.shape[1]], at + table.shape[1]
             for tid in range(0, table.shape[0], 3):  # every third thread: all lanes of a quad pattern and warps
                 for slot, name in enumerate(names):
                     e = int(table[tid, slot])
                     if e < 0:
                         continue
-                    r, c = divmod(e, 64)
+                    r, c = divmod(e, op.operands[0].type.cols)
                     assert fn.value(name, tid, over) == int(col0 + c > bx * 64 + r), (bx, tid, slot, r, c)
 
 
@@ -1229,12 +1301,14 @@ NO_SPLIT = ("canonicalize,legalize-mma,fold-scale,infer-layouts,select-swizzle,b
             "pipeline,early-release,persistent,overlap-mma,canonicalize")
 
 
-@pytest.mark.parametrize("row_off, col0", [(56, "j * BKV + 8"), (40, "j * BKV + 16"), (0, "block.x * BKV + j * BKV")])
+@pytest.mark.parametrize("row_off, col0", [(56, "j * BKV + 8"), (40, "j * BKV + 16"), (0, "block.x * BKV + j * BKV"),
+                                           (70, "j * BKV + 8")])
 def test_split_masks_splits_affine_masks_and_keeps_the_results(row_off: int, col0: str, src_dir: Path) -> None:
     """A causal mask whose key offset is a * j + b (b a constant, or loop-invariant and written first):
     split-masks splits the loop at the first key block the mask can hide anything in, and the kernel
     computes, in the interpreter, exactly what it computes unsplit (N = 300: a ragged last block). The
-    offsets put the split where a bound off by 2b would move it by one block (row offset 56, b = 8)."""
+    offsets put the split where a bound off by 2b would move it by one block (row offset 56, b = 8), and where
+    one off by one would (row offset 70, b = 8: block 0's first query is 70, and key block 0 ends at key 71)."""
     import ml_dtypes
 
     src = SPLIT_MASKS.replace("ROW_OFF", str(row_off)).replace("COL0", col0)

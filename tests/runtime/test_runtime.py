@@ -17,6 +17,7 @@ import pytest
 from tkir.backend import cuda as tkcuda
 from tkir.backend import runtime
 from tkir.backend.runtime import Kernel, LaunchError, TmaArgs
+from tkir.passes.registry import DEFAULT_PIPELINE
 
 GEMM_LAUNCH: dict[str, Any] = {
     "kernel": "gemm",
@@ -218,6 +219,12 @@ def test_tensors_copied_in_16_byte_pieces_need_an_aligned_base() -> None:
     fake.validate(*args)
     sm = tkir.compile("examples/softmax.tk")
     assert [a.tensor for a in sm.launch.aligned] == ["X", "Y"]
+    # with sm_80 producer warps (asked for: the automatic choice keeps one role) the producers copy A and B
+    # with cp.async `pipe.copy`s, not pipeline-cp-async's `pipe.async_copy`: the same 16-byte requirement
+    pw = ",".join("plan-occupancy{producer_warps=4}" if p == "plan-occupancy" else p for p in DEFAULT_PIPELINE)
+    prod = tkir.compile("examples/gemm.tk", target="sm_80", passes=pw)
+    assert "pipe.copy" in prod.ir and "cp_async = true" in prod.ir and "pipe.async_copy" not in prod.ir
+    assert {a.tensor for a in prod.launch.aligned} == {"A", "B"}
 
 
 def test_rows_copied_in_4_and_8_byte_pieces_need_that_alignment(tmp_path: Any) -> None:

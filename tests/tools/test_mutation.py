@@ -57,6 +57,41 @@ def test_targeted_mutations_name_test_files_that_exist() -> None:
             assert (ROOT / a.split("::")[0]).exists(), (m.id, a)
 
 
+def _selections(runs: list[tuple[str, ...]]) -> dict[tuple[str, ...], int]:
+    """How many tests each pytest argument list (paths, then `-k EXPR`) selects, from one collection of all
+    the paths: -k matched as pytest matches it, case-insensitively against the test's name and its file's."""
+    import subprocess
+
+    from _pytest.mark.expression import Expression
+
+    files = sorted({a.split("::")[0] for r in runs for a in r if a.startswith("tests/")})
+    out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *files],
+                         cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    ids = [ln for ln in out.splitlines() if "::" in ln]
+    counts = {}
+    for run in runs:
+        paths = [a for a in run if a.startswith("tests/")]
+        k = run[run.index("-k") + 1] if "-k" in run else None
+        n = 0
+        for node in ids:
+            path, _, name = node.partition("::")
+            if not any(path == q or node.startswith(q + "::") for q in paths):
+                continue
+            names = [Path(path).name.lower(), *(x.lower() for x in name.split("::"))]
+            if k is None or Expression.compile(k).evaluate(lambda s, names=names: any(s.lower() in x for x in names)):
+                n += 1
+        counts[run] = n
+    return counts
+
+
+def test_targeted_selections_select_tests() -> None:
+    """Every targeted mutant's CPU run selects at least one test: a `-k` that matches nothing (a test renamed or
+    moved to another file) stops the whole --named run with "no tests ran" after the baselines of the others."""
+    runs = list(dict.fromkeys(m.tests for m in mutate.NAMED if m.tests))
+    empty = [r for r, n in _selections(runs).items() if n == 0]
+    assert not empty, f"targeted runs that select no test: {empty}"
+
+
 def test_a_mutant_with_its_own_tests_runs_those() -> None:
     plan = mutate.Plan(["tests/test_a.py"], [], cpu_prefix=["-n", "2"])
     own = mutate.Mutation("x", "f.py", "a", "b", "", tests=("tests/test_b.py", "-k", "c"))
@@ -64,6 +99,31 @@ def test_a_mutant_with_its_own_tests_runs_those() -> None:
     assert plan.cpu_args(mutate.Mutation("y", "f.py", "a", "b", "")) == ["tests/test_a.py"]
     plan.own_tests = False  # --tests: every mutant runs those
     assert plan.cpu_args(own) == ["tests/test_a.py"]
+
+
+def test_a_mutant_with_its_own_gpu_tests_runs_those_on_the_gpu() -> None:
+    """--gpu: a mutant that names gpu_tests runs those GPU runs, the others GPU_RUNS; --gpu-tests overrides
+    both; without --gpu there is no GPU run."""
+    own = mutate.Mutation("x", "f.py", "a", "b", "", gpu_tests=(("tests/gpu/test_a.py", "-k", "b"),))
+    plain = mutate.Mutation("y", "f.py", "a", "b", "")
+    plan = mutate.Plan(["tests/test_a.py"], [["tests/gpu/test_b.py"]])
+    assert plan.gpu_args(own) == [["tests/gpu/test_a.py", "-k", "b"]]
+    assert plan.gpu_args(plain) == [["tests/gpu/test_b.py"]]
+    plan.own_gpu_tests = False
+    assert plan.gpu_args(own) == [["tests/gpu/test_b.py"]]
+    assert mutate.Plan(["tests/test_a.py"], []).gpu_args(own) == []
+
+
+def test_named_gpu_tests_are_gpu_test_files_that_exist() -> None:
+    """A mutant's own GPU runs name test files that exist (a GPU run that collects nothing is refused, but only
+    on the device)."""
+    for m in mutate.NAMED:
+        for run in m.gpu_tests:
+            paths = [a for a in run if a.startswith("tests/")]
+            assert paths, m.id
+            for a in paths:
+                assert (ROOT / a.split("::")[0]).exists(), (m.id, a)
+                assert "pytest.mark.gpu" in (ROOT / a.split("::")[0]).read_text(encoding="utf-8"), (m.id, a)
 
 
 def test_apply_refuses_a_snippet_that_is_not_unique() -> None:
