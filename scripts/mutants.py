@@ -120,9 +120,11 @@ T_A3_PERSISTENT = ("tests/passes/test_persistent_grid.py", "tests/passes/test_pe
                    "tests/passes/test_persistent_once.py", "tests/ir/test_verify_pipeline.py",
                    "tests/filecheck/test_filecheck.py", "-k", "persistent or grid or rotated or model_runs or once")
 T_A3_ROWS = ("tests/backend/test_mutation_kills.py", "tests/passes/test_row_stats.py", "tests/passes/test_wide_rows.py",
-             "tests/filecheck/test_filecheck.py", "-k", "row or stats or layernorm or rmsnorm or softmax")
-# the GPU runs that see the reductions' cross-lane and cross-warp merges (no CPU oracle for their f32 arithmetic):
-# tests/passes/test_row_stats.py's kernel has rows split over warps (the exchange) and a butterfly Welford merge
+             "tests/filecheck/test_filecheck.py", "tests/backend/test_block_eval_rows.py", "-k",
+             "row or stats or layernorm or rmsnorm or softmax or welford")
+# the GPU runs that also see the reductions' cross-lane and cross-warp merges (the CPU sees them through the
+# one-block oracle, tests/backend/test_block_eval_rows.py): tests/passes/test_row_stats.py's kernel has rows
+# split over warps (the exchange) and a butterfly Welford merge
 G_A3_ROWS = (("tests/passes/test_row_stats.py",),
              ("tests/gpu/test_gpu_examples.py", "-k", "softmax or layernorm or rmsnorm"),
              ("tests/conformance/test_conformance_gpu.py", "-k", "row_"))
