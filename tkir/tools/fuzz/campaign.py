@@ -65,9 +65,9 @@ class Summary:
         if r.index % SUBPROCESS_EVERY == 0:
             self.checked_in_subprocess += 1
         if r.cls in SAVED_CLASSES or r.mismatch:
-            sig = f"{r.cls}: {r.first_error}"
+            sig = f"{r.cls}: {r.first_error}" + (f" (a real subprocess: {r.mismatch})" if r.mismatch else "")
             self.signatures[sig] += 1
-            if self.signatures[sig] <= MAX_SAVED_PER_SIGNATURE:
+            if self.signatures[sig] <= MAX_SAVED_PER_SIGNATURE or r.mismatch:  # every mismatch is kept
                 self.failures.append(r)
 
     @property
