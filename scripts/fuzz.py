@@ -2,8 +2,8 @@
 
 Prints the summary table (classes per input kind, stages reached, distinct failures) and writes
 summary.json, summary.txt and the failing inputs under --out. Exits 1 when any input gave a traceback,
-a hang or a crash, or behaved differently in a real subprocess. `--only INDEX` reruns one input and
-prints its command line and output.
+a hang, a crash, an accepted-wrong or a ptxas-rejected, or behaved differently in a real subprocess.
+`--only INDEX` reruns one input and prints its command line and output.
 """
 
 from __future__ import annotations
@@ -51,7 +51,8 @@ def _only(args: argparse.Namespace) -> int:
     work = tempfile.mkdtemp(prefix="tkir-fuzz-one-")
     path = str(Path(work) / ("input" + inp.suffix))
     Path(path).write_text(inp.text, encoding="utf-8", errors="surrogatepass")
-    res = oracle.run_forked(inp.command(path), path, inp.text, work, args.timeout)
+    res = oracle.run_forked(inp.command(path), path, inp.text, work, args.timeout, bool(inp.meta.get("wrong")),
+                            inp.meta.get("option"))
     print(f"# input {args.only} ({inp.kind}: {inp.note})\n# tkc {shlex.join(inp.command(path))}\n"
           f"# class {res.cls}, stages {res.stages}, {res.seconds:.2f} s\n{res.stderr}")
     return 0 if res.cls not in oracle.FAILURES else 1

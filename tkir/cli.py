@@ -554,9 +554,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     _check_run_flags(args)
     if not args.interpret:
         return _run_gpu(args)
+    given = _sizes(args.size)  # a bad --size is reported before the compile and the companion
     k = _compile(args)
     companion = load_companion(args.file)
-    sizes = _sizes(args.size) or dict(companion.CHECK_SIZES[0])
+    sizes = given or dict(companion.CHECK_SIZES[0])
     consts = _kv(args.defines, "-D")
     _check_sizes(k.module, sizes)
     kw = {"num_sms": args.num_sms} if args.num_sms else {}

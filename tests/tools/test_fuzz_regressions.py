@@ -358,3 +358,15 @@ def test_col_vec_chunks_wider_than_the_vector(tmp_path: Path, capsys: pytest.Cap
     line, _, msg = located(err, ir)
     assert rc == 1 and "does not fit rv<bf16, 1024>" in msg and "vec = 9223372036854775808" in msg, err
     assert "9223372036854775808" in ir.read_text().splitlines()[line - 1]
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "-2147483648", "2147483648", "9223372036854775808"])
+def test_bad_size_of_run_is_reported_before_the_companion(value: str, tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture) -> None:
+    """`tkc run K.tk --interpret --size N=V` with a size that is not a positive i32: the error names the
+    option, even where K.tk has no companion .py (the fuzzer's param-limits inputs used to get "no
+    companion" first)."""
+    src = tmp_path / "k.tk"
+    src.write_text((EXAMPLES / "softmax.tk").read_text())
+    rc, _, err = tkc(capsys, "run", str(src), "--interpret", "--size", f"N={value}")
+    assert rc == 1 and f"--size N={value}: a size is" in err and "companion" not in err, err

@@ -21,7 +21,7 @@ from pathlib import Path
 from tkir.tools.fuzz import corpus, inputs, oracle
 
 SUBPROCESS_EVERY = 97  # one input in this many is checked against a real `python -m tkir.cli` process
-SAVED_CLASSES = ("traceback", "hang", "crash", "unlocated")
+SAVED_CLASSES = ("traceback", "hang", "crash", "unlocated", "accepted-wrong", "ptxas-rejected")
 MAX_SAVED_PER_SIGNATURE = 3
 
 
@@ -65,9 +65,9 @@ class Summary:
         if r.index % SUBPROCESS_EVERY == 0:
             self.checked_in_subprocess += 1
         if r.cls in SAVED_CLASSES or r.mismatch:
-            sig = f"{r.cls}: {r.first_error}"
+            sig = f"{r.cls}: {r.first_error}" + (f" (a real subprocess: {r.mismatch})" if r.mismatch else "")
             self.signatures[sig] += 1
-            if self.signatures[sig] <= MAX_SAVED_PER_SIGNATURE:
+            if self.signatures[sig] <= MAX_SAVED_PER_SIGNATURE or r.mismatch:  # every mismatch is kept
                 self.failures.append(r)
 
     @property
@@ -80,14 +80,17 @@ class Summary:
                  f"({n / max(self.seconds, 1e-9):.1f} inputs/s), slowest input {self.slowest[0]:.2f} s "
                  f"(#{self.slowest[1]})", ""]
         kinds = sorted(self.by_kind)
-        lines.append(f"{'kind':<12}" + "".join(f"{c:>11}" for c in oracle.CLASSES) + f"{'total':>8}")
+        lines.append(f"{'kind':<13}" + "".join(f"{c:>{_width(c)}}" for c in oracle.CLASSES) + f"{'total':>8}")
         for k in kinds:
             row = self.by_kind[k]
-            lines.append(f"{k:<12}" + "".join(f"{row[c]:>11}" for c in oracle.CLASSES) + f"{sum(row.values()):>8}")
-        lines.append(f"{'all':<12}" + "".join(f"{self.classes[c]:>11}" for c in oracle.CLASSES) + f"{n:>8}")
+            lines.append(f"{k:<13}" + "".join(f"{row[c]:>{_width(c)}}" for c in oracle.CLASSES)
+                         + f"{sum(row.values()):>8}")
+        lines.append(f"{'all':<13}" + "".join(f"{self.classes[c]:>{_width(c)}}" for c in oracle.CLASSES) + f"{n:>8}")
         lines.append("")
         lines.append("stages completed: " + ", ".join(f"{s} {self.stages[s]} ({100 * self.stages[s] / max(n, 1):.0f}%)"
                                                       for s in oracle.STAGES))
+        lines.append(f"through ptxas: {self.stages['ptxas']} of the {self.stages['ptx']} inputs that reached PTX "
+                     f"(one in {inputs.PTXAS_SHARE} of those that ask for PTX asks for a cubin)")
         lines.append(f"checked in a real subprocess: {self.checked_in_subprocess}, mismatches: {self.mismatches}")
         if self.signatures:
             lines.append("")
@@ -104,6 +107,10 @@ class Summary:
                 "checked_in_subprocess": self.checked_in_subprocess,
                 "slowest_seconds": round(self.slowest[0], 2), "slowest_index": self.slowest[1],
                 "signatures": dict(self.signatures.most_common())}
+
+
+def _width(cls: str) -> int:
+    return max(len(cls) + 2, 11)
 
 
 # --- workers ----------------------------------------------------------------------------------------
@@ -127,10 +134,11 @@ def run_index(index: int) -> Record:
     path = os.path.join(_WORKDIR, "input" + inp.suffix)
     Path(path).write_text(inp.text, encoding="utf-8", errors="surrogatepass")
     argv = inp.command(path)
-    res = oracle.run_forked(argv, path, inp.text, _WORKDIR, _TIMEOUT)
+    wrong, option = bool(inp.meta.get("wrong")), inp.meta.get("option")
+    res = oracle.run_forked(argv, path, inp.text, _WORKDIR, _TIMEOUT, wrong, option)
     rec = Record(index, inp.kind, res.cls, res.seconds, res.stages, res.first_error, inp.note, argv)
     if index % SUBPROCESS_EVERY == 0:
-        real = oracle.run_subprocess(argv, path, inp.text, _TIMEOUT)
+        real = oracle.run_subprocess(argv, path, inp.text, _TIMEOUT, wrong, option)
         if real.cls != res.cls:
             rec.mismatch = real.cls
     if res.cls in SAVED_CLASSES or rec.mismatch:

@@ -11,10 +11,15 @@ Kinds (KINDS gives their weights):
   tk-defines  an example with 1-2 `-D` constants set to boundary, nearby or unknown values;
   ir-mutant   the IR of an example after some pass, mutated, through the passes that follow (tkc opt, or
               tkc compile FILE.tkir --emit ptx);
-  ir-dump     the same without mutation (the control: these must all compile).
+  ir-dump     the same without mutation (the control: these must all compile);
+  ir-protocol a pipelined IR dump with one protocol edit (tkir.tools.fuzz.protocol): known wrong, must be refused;
+  param-limits a pass parameter, annotation argument, const, size or --group-m at the limits of i32
+              (tkir.tools.fuzz.limits): known wrong when outside i32 or the documented domain.
+A known-wrong input (meta["wrong"]) that exits 0 is an `accepted-wrong` (tkir.tools.fuzz.oracle).
 Stages: .tk inputs are compiled with `--emit ptx` mostly (parse, front end, passes, LLVM, PTX), some with
-`--emit tkir`/`llvm`/`launch`; every PTXAS_EVERY-th input with `--emit cubin` (ptxas); some use `--target
-sm_80`, `--swizzle=none`, `--no-tma`.
+`--emit tkir`/`llvm`/`launch`; one input in PTXAS_SHARE of those that ask for PTX asks for `--emit cubin`
+instead, so a fixed share of the PTX tkir accepts goes through ptxas; some use `--target sm_80`,
+`--swizzle=none`, `--no-tma`.
 """
 
 from __future__ import annotations
@@ -22,12 +27,12 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from tkir.tools.fuzz import corpus, grammar_gen, kernel_gen, mutate
+from tkir.tools.fuzz import corpus, grammar_gen, kernel_gen, limits, mutate, protocol
 
-KINDS = (("tk-mutant", 28), ("tk-splice", 5), ("tk-grammar", 8), ("tk-kernel", 17), ("tk-defines", 10),
-         ("ir-mutant", 29), ("ir-dump", 3))
+KINDS = (("tk-mutant", 24), ("tk-splice", 5), ("tk-grammar", 7), ("tk-kernel", 16), ("tk-defines", 8),
+         ("ir-mutant", 24), ("ir-dump", 3), ("ir-protocol", 7), ("param-limits", 6))
 TK_EMITS = (("ptx", 70), ("tkir", 18), ("llvm", 6), ("launch", 6))
-PTXAS_EVERY = 40  # one input in this many goes on to ptxas (--emit cubin): ptxas costs ~0.1-1 s
+PTXAS_SHARE = 5  # one input in this many of those that ask for PTX asks for a cubin (ptxas: ~0.1-1 s an input)
 DEFINE_VALUES = ("0", "1", "-1", "2", "3", "7", "8", "16", "24", "32", "48", "64", "96", "128", "192", "256", "512",
                  "1024", "4096", "65536", "2147483648", "9223372036854775808", "0x40", "1.5", "1e400", "-1e400",
                  "1e-5", "nan", "inf")
@@ -56,9 +61,14 @@ def _pick(rng: random.Random, table: tuple[tuple[str, int], ...]) -> str:
     return rng.choices([k for k, _ in table], [w for _, w in table])[0]
 
 
+def _ptx_or_cubin(index: int) -> str:
+    """`ptx`, or `cubin` for one index in PTXAS_SHARE: the PTX then goes through ptxas too."""
+    return "cubin" if index % PTXAS_SHARE == PTXAS_SHARE - 1 else "ptx"
+
+
 def _tk_flags(rng: random.Random, index: int) -> list[str]:
-    emit = "cubin" if index % PTXAS_EVERY == PTXAS_EVERY - 1 else _pick(rng, TK_EMITS)
-    flags = ["--emit", emit]
+    emit = _pick(rng, TK_EMITS)
+    flags = ["--emit", _ptx_or_cubin(index) if emit == "ptx" else emit]
     r = rng.random()
     if r < 0.10:
         flags.append("--target=sm_80")
@@ -140,8 +150,7 @@ def _ir(rng: random.Random, index: int, kind: str, mutated: bool) -> FuzzInput:
     if rng.random() < 0.5:
         argv = ["opt", PATH, *flags] + ([f"--passes={','.join(d.rest)}"] if d.rest else [])
     else:
-        argv = ["compile", PATH, *flags, f"--passes={','.join(d.rest) or 'verify'}", "--emit",
-                "cubin" if index % PTXAS_EVERY == PTXAS_EVERY - 1 else "ptx"]
+        argv = ["compile", PATH, *flags, f"--passes={','.join(d.rest) or 'verify'}", "--emit", _ptx_or_cubin(index)]
     note = d.name + (f" + {', '.join(applied)}" if applied else "")
     return FuzzInput(index, kind, text, ".tkir", argv, note)
 
@@ -154,5 +163,34 @@ def _ir_dump(rng: random.Random, seed: int, index: int) -> FuzzInput:
     return _ir(rng, index, "ir-dump", False)
 
 
+def _ir_protocol(rng: random.Random, seed: int, index: int) -> FuzzInput:
+    pipelined = [d for d in corpus.dumps() if protocol.has_pipeline(d.text)]
+    for _ in range(20):
+        d = rng.choice(pipelined)
+        edited = protocol.edit(d.text, rng)
+        if edited is not None:
+            break
+    else:  # no dump took an edit (cannot happen with the corpus's pipelines): a plain mutant
+        return _ir(rng, index, "ir-protocol", True)
+    text, name = edited
+    flags = [f"--target={d.target}", *d.switches]
+    if rng.random() < 0.5:
+        argv = ["opt", PATH, *flags] + ([f"--passes={','.join(d.rest)}"] if d.rest else [])
+    else:
+        argv = ["compile", PATH, *flags, f"--passes={','.join(d.rest) or 'verify'}", "--emit", _ptx_or_cubin(index)]
+    return FuzzInput(index, "ir-protocol", text, ".tkir", argv, f"{d.name} + {name}", {"wrong": True})
+
+
+def _param_limits(rng: random.Random, seed: int, index: int) -> FuzzInput:
+    name, text, argv, wrong, what, option = limits.limit_input(rng, corpus.examples())
+    argv = [PATH if a == "{path}" else a for a in argv]
+    if argv[0] == "compile" and "--emit" in argv and argv[argv.index("--emit") + 1] == "ptx":
+        argv[argv.index("--emit") + 1] = _ptx_or_cubin(index)
+    meta = {"wrong": wrong, **({"option": option} if option else {})}
+    return FuzzInput(index, "param-limits", text, ".tk", argv, f"{name} {what}" + (" (wrong)" if wrong else ""),
+                     meta)
+
+
 BUILDERS = {"tk-mutant": _tk_mutant, "tk-splice": _tk_splice, "tk-grammar": _tk_grammar, "tk-kernel": _tk_kernel,
-            "tk-defines": _tk_defines, "ir-mutant": _ir_mutant, "ir-dump": _ir_dump}
+            "tk-defines": _tk_defines, "ir-mutant": _ir_mutant, "ir-dump": _ir_dump,
+            "ir-protocol": _ir_protocol, "param-limits": _param_limits}

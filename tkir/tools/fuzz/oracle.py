@@ -17,6 +17,10 @@ Classes:
   traceback   "Traceback (most recent call last)" in the output
   hang        more than the timeout of CPU time (SIGXCPU), or WALL_FACTOR x timeout of wall time
   crash       killed by a signal, or another exit status
+  accepted-wrong   exit status 0 on an input the fuzzer knows is wrong (a protocol edit, a value out of range)
+  ptxas-rejected   ptxas refused PTX that tkir emitted (tkir must never emit PTX ptxas refuses)
+An error about a command-line option the input sets (`option`, e.g. `tkc tune: error: --size M=0: ...`;
+argparse's exit status 2 included) counts as located.
 Stages (reached = completed): front (the .tk front end, or the IR parser), passes, llvm, ptx, ptxas.
 """
 
@@ -35,8 +39,9 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
-CLASSES = ("ok", "diagnosed", "unlocated", "traceback", "hang", "crash")
-FAILURES = ("traceback", "hang", "crash")
+CLASSES = ("ok", "diagnosed", "unlocated", "traceback", "hang", "crash", "accepted-wrong", "ptxas-rejected")
+FAILURES = ("traceback", "hang", "crash", "accepted-wrong", "ptxas-rejected")
+PTXAS_FAILED = "ptxas failed for "  # tkir.backend.toolchain.assemble's ToolchainError
 STAGES = ("front", "passes", "llvm", "ptx", "ptxas")
 TIMEOUT_S = 10.0
 WALL_FACTOR = 6  # wall-clock limit per input, in timeouts (CPU time is the real limit)
@@ -64,16 +69,28 @@ class Result:
 
 
 def classify(rc: int | None, sig: int | None, timed_out: bool, stdout: str, stderr: str, path: str,
-             text: str) -> str:
+             text: str, wrong: bool = False, option: str | None = None) -> str:
+    """The class of one run; `wrong`: the input is known to be wrong; `option`: the command-line option
+    it sets, whose error message is located at the option."""
     if timed_out:
         return "hang"
     if TRACEBACK in stderr or TRACEBACK in stdout:
         return "traceback"
+    if option is not None and rc == 2 and sig is None and _names_option(stderr, option):
+        return "diagnosed"  # argparse's usage error (exit status 2) about the option
     if sig is not None or rc not in (0, 1):
         return "crash"
     if rc == 0:
-        return "ok"
+        return "accepted-wrong" if wrong else "ok"
+    if PTXAS_FAILED in stderr:
+        return "ptxas-rejected"
+    if option is not None and _names_option(stderr, option):
+        return "diagnosed"
     return "diagnosed" if _located(stderr, path, text) else "unlocated"
+
+
+def _names_option(stderr: str, option: str) -> bool:
+    return any(re.match(rf"^tkc \w+: error: .*{re.escape(option)}\b", ln) for ln in stderr.splitlines())
 
 
 def _located(stderr: str, path: str, text: str) -> bool:
@@ -188,7 +205,8 @@ def _child(argv: list[str], out_path: str, err_path: str, marks_path: str, timeo
         os._exit(rc)
 
 
-def run_forked(argv: list[str], path: str, text: str, workdir: str, timeout: float = TIMEOUT_S) -> Result:
+def run_forked(argv: list[str], path: str, text: str, workdir: str, timeout: float = TIMEOUT_S,
+               wrong: bool = False, option: str | None = None) -> Result:
     """Run `tkc argv` in a forked child of this (warmed-up) process and classify the outcome."""
     out_path, err_path, marks_path = (os.path.join(workdir, n) for n in ("stdout", "stderr", "marks"))
     sys.stdout.flush()
@@ -215,12 +233,13 @@ def run_forked(argv: list[str], path: str, text: str, workdir: str, timeout: flo
     timed_out = timed_out or sig == signal.SIGXCPU
     stdout, stderr = _read(out_path), _read(err_path)
     stages = [s for s in _read(marks_path).split() if s in STAGES]
-    cls = classify(None if sig else rc, sig, timed_out, stdout[-OUTPUT_TAIL:], stderr, path, text)
+    cls = classify(None if sig else rc, sig, timed_out, stdout[-OUTPUT_TAIL:], stderr, path, text, wrong, option)
     return Result(cls, None if sig else rc, seconds, sorted(set(stages), key=STAGES.index),
                   stderr[-OUTPUT_TAIL:], sig)
 
 
-def run_subprocess(argv: list[str], path: str, text: str, timeout: float = TIMEOUT_S) -> Result:
+def run_subprocess(argv: list[str], path: str, text: str, timeout: float = TIMEOUT_S, wrong: bool = False,
+                   option: str | None = None) -> Result:
     """The same input through a fresh `python -m tkir.cli` (no stage marks)."""
     env = dict(os.environ, TKIR_CACHE="0")
     t0 = time.perf_counter()
@@ -233,7 +252,7 @@ def run_subprocess(argv: list[str], path: str, text: str, timeout: float = TIMEO
     stdout = p.stdout.decode("utf-8", "replace")
     stderr = p.stderr.decode("utf-8", "replace")
     sig = -p.returncode if p.returncode < 0 else None
-    cls = classify(None if sig else p.returncode, sig, False, stdout, stderr, path, text)
+    cls = classify(None if sig else p.returncode, sig, False, stdout, stderr, path, text, wrong, option)
     return Result(cls, None if sig else p.returncode, time.perf_counter() - t0, [], stderr[-OUTPUT_TAIL:], sig)
 
 
