@@ -569,7 +569,7 @@ class TunedKernel:
 
     def sizes_of(self, args: tuple) -> dict[str, int]:
         """The problem sizes these arguments give (checked as a launch would check them)."""
-        from tkir.backend.runtime import _bind_sizes, describe_array
+        from tkir.backend.runtime import _bind_sizes, _check_later_dims, describe_array
 
         launch = self.compiled(self.fixed).launch
         tensors = launch.tensors
@@ -580,7 +580,9 @@ class TunedKernel:
             raise LaunchError(f"{launch.kernel} takes {len(names)} arguments ({', '.join(names)}), got {len(args)}")
         arrays = {t.name: describe_array(a, f"{launch.kernel}: argument '{t.name}'")
                   for t, a in zip(tensors, args, strict=False)}
-        return _bind_sizes(launch.kernel, tensors, arrays)
+        sizes, later = _bind_sizes(launch.kernel, tensors, arrays)
+        _check_later_dims(launch.kernel, later, sizes)
+        return sizes
 
     def config_for(self, sizes: dict[str, int]) -> dict:
         """The consts a call at these sizes launches: tuned (cache), tuned now, or the defaults."""
