@@ -660,6 +660,20 @@ class _Model:
                                              "may still read it",
                                      hint="release a stage read by an mma whose group stays in flight after its "
                                           "iteration with `deferred = true`, or after a tk.mma_wait of its result")
+            held = role.seen.get((id(buf), s), "never")
+            if role.kind != "producer" and (held is None or held == "never") and id(buf) in self.fill_bar:
+                what = f"stage {s} of %{buf.name}" if buf.type.get("stages") else f"%{buf.name}"
+                why = "before waiting for its fill" if held == "never" else \
+                    "again before waiting for its next fill (it was released"
+                rel = role.released_by.get((id(buf), s))
+                if held is None and rel is not None:
+                    why += f" at line {rel.loc.line})" if rel.loc is not None else ")"
+                elif held is None:
+                    why += ")"
+                raise self.error(op.loc, f"'pipe.arrive' in {role.label} releases {what} ({bars.name}[{s}]) {why}: "
+                                         "the producer may refill it before or while the role reads it",
+                                 hint="a role releases a stage after its 'pipe.wait' for that stage's fill and "
+                                      "after its last read of it")
             role.seen[(id(buf), s)] = None
             role.released_by[(id(buf), s)] = op
         self._arrive_on(op, bars, s, role.arrivals(), role)

@@ -229,3 +229,22 @@ def test_the_model_runs_every_ring_two_rounds_and_more(name: str) -> None:
         for bars in model.rings:
             turns[id(bars.op)] = max(turns.get(id(bars.op), 0), sum(bars.done.values()))
     assert all(turns.get(k, 0) >= 2 * n + 2 for k, n in rings.items()), (turns, rings)
+
+
+def test_a_release_before_the_fill_wait_is_a_located_error() -> None:
+    """The fuzzer's `release_early` edit on attention_bwd_dkdv.tk's pipeline (it compiled with exit 0): the
+    consumer's `pipe.arrive %empty_dos` moved above its `pipe.wait %full_dos`. The model's one interleaving never
+    let the producer refill the stage between the early release and the reads, so a read after that wait looked
+    fine; a role may now release a stage only while it holds that stage's fill."""
+    ir = tkir.compile("examples/attention_bwd_dkdv.tk", target="sm_90a").ir
+    lines = ir.split("\n")
+    rel = next(i for i, ln in enumerate(lines) if ln.strip().startswith("pipe.arrive %empty_dos"))
+    wait = next(i for i, ln in enumerate(lines) if ln.strip().startswith("pipe.wait %full_dos"))
+    assert wait < rel
+    lines.insert(wait, lines.pop(rel))
+    text = "\n".join(lines)
+    with pytest.raises(CompileError) as e:
+        verify(parse_module(text, "dkdv.tkir"))
+    assert e.value.loc is not None and e.value.loc.line == wait + 1
+    assert "releases stage 0 of %dos (%empty_dos[0]) before waiting for its fill" in str(e.value), str(e.value)
+    verify(parse_module(ir, "dkdv.tkir"))  # the unedited pipeline is accepted
