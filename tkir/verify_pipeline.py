@@ -101,7 +101,10 @@ def verify_pipeline(kernel: Operation, error: type[CompileError]) -> None:
             if getattr(e, READ_HAZARD, False):
                 raise
         raise misplaced
-    _run_model(kernel, error)
+    unwaited = _unwaited_arrival(kernel, error)
+    _run_model(kernel, error)  # the model first: the race it may find says more than the missing wait
+    if unwaited is not None:
+        raise unwaited
 
 
 def _run_model(kernel: Operation, error: type[CompileError]) -> None:
@@ -147,6 +150,19 @@ def _static_rules(kernel: Operation, error: type[CompileError]) -> CompileError 
                                   hint="the backend carries that stage around the loop and releases the last one "
                                        "after it")
     return misplaced
+
+
+def _unwaited_arrival(kernel: Operation, error: type[CompileError]) -> CompileError | None:
+    """Every barrier array a role arrives on is waited on by some role: a release no one waits for guards
+    nothing (a producer that refills the stages without waiting for their release; the fuzzer's deleted
+    producer wait on attention_bwd_dkdv.tk's %empty_dos, which the q ring happened to keep in order)."""
+    waited = {id(op.operands[0]) for op in kernel.walk() if op.name == "pipe.wait"}
+    for op in kernel.walk():
+        if op.name == "pipe.arrive" and id(op.operands[0]) not in waited:
+            return error(op.loc, f"'pipe.arrive' on %{op.operands[0].name}, which no role waits on: the stages it "
+                                 "would release are refilled without waiting for their release",
+                         hint="the producer waits on the barrier the consumers arrive on before refilling a stage")
+    return None
 
 
 def _loop_stages(loop: Operation, error: type[CompileError]) -> None:

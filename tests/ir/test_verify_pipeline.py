@@ -248,3 +248,19 @@ def test_a_release_before_the_fill_wait_is_a_located_error() -> None:
     assert e.value.loc is not None and e.value.loc.line == wait + 1
     assert "releases stage 0 of %dos (%empty_dos[0]) before waiting for its fill" in str(e.value), str(e.value)
     verify(parse_module(ir, "dkdv.tkir"))  # the unedited pipeline is accepted
+
+
+def test_a_release_no_role_waits_for_is_a_located_error() -> None:
+    """The fuzzer's `delete_wait` edit on attention_bwd_dkdv.tk's pipeline: the producer's `pipe.wait %empty_dos`
+    deleted. The q ring's wait kept this kernel's refills in order by chance, so the model found no race; a
+    barrier the consumers arrive on that nobody waits on is now refused where the arrive is."""
+    ir = tkir.compile("examples/attention_bwd_dkdv.tk", target="sm_90a").ir
+    lines = ir.split("\n")
+    dropped = next(i for i, ln in enumerate(lines) if ln.strip().startswith("pipe.wait %empty_dos"))
+    del lines[dropped]
+    text = "\n".join(lines)
+    arrive = next(i for i, ln in enumerate(lines) if ln.strip().startswith("pipe.arrive %empty_dos"))
+    with pytest.raises(CompileError) as e:
+        verify(parse_module(text, "dkdv.tkir"))
+    assert e.value.loc is not None and e.value.loc.line == arrive + 1
+    assert "'pipe.arrive' on %empty_dos, which no role waits on" in str(e.value), str(e.value)
