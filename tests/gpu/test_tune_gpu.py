@@ -82,10 +82,14 @@ def test_autotune_launches_the_tuned_point(tmp_path: Path, monkeypatch: pytest.M
 
 
 @pytest.mark.gpu
-def test_the_gpu_workers_and_their_second_round_on_one_gpu() -> None:
+def test_the_gpu_workers_and_their_second_round_on_one_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     """The multi-GPU path (_time_on_gpus: real `python -m tkir.tools.tune --worker` processes) run with one GPU:
     the worker times every kept point, then the points near the best are timed again together on GPU 0
-    by a second worker (first_round=False), whose round picks the best, as tune() does on one GPU."""
+    by a second worker (first_round=False), whose round picks the best, as tune() does on one GPU.
+    Every timed point counts as near here: which points fall within 6% of the best depends on the
+    timings (on a GPU shared by the suite's workers it can be one point, and then, rightly, no second round
+    runs: the likely cause of this test's one unexplained failure under `-n 16`)."""
+    monkeypatch.setattr(tune, "REFINE_WITHIN", float("inf"))
     gemm = str(ROOT / "examples/gemm.tk")
     sizes = dict(M=1024, N=1024, K=1024)
     cands = tune.plan(gemm, sizes, fixed={"BK": 64, "SK": 0})
@@ -93,6 +97,6 @@ def test_the_gpu_workers_and_their_second_round_on_one_gpu() -> None:
     timed = [c for c in cands if c.status == "timed"]
     assert len(timed) >= 2 and all(c.device == 0 and c.ms > 0 and c.rel_err < 2e-2 for c in timed)
     near = tune.refine_candidates(timed)
-    assert near and all(c.again_ms is not None and c.again_ms > 0 for c in near)
+    assert len(near) == min(len(timed), tune.REFINE_TOP) and all(c.again_ms is not None and c.again_ms > 0 for c in near)
     assert all(c.again_ms is None for c in timed if c not in near)
     assert tune.best_candidate(timed) is min(near, key=lambda c: c.again_ms)
