@@ -30,6 +30,7 @@ from tkir.backend.fragments import (
 from tkir.backend.idioms import (
     NAMED_BARRIERS,
     block_barrier,
+    bulk_wait,
     fence_async_proxy,
     named_barrier_sync,
     wgmma_wait_group_tied,
@@ -117,6 +118,9 @@ class LoweringContext:
         self.next_warp = 0          # first warp of the next tk.role
         self.staged_stores = False  # TMA stores issued in the current role (waited for at its end)
         self.deferred: dict | None = None  # a loop's deferred stage release (pipe.arrive {deferred})
+        # staging tiles of the reduce-adds a loop leaves in flight (tma.store {reduce}; backend/rules_pipe.py):
+        # their issuing thread waits for the copy engine's read before the tile is written again
+        self.deferred_bulk_reads: set[int] = set()
         self.deferred_copies: list = []  # cp.async steps the next mma.sync interleaves (backend/rules_sm80.py)
         self.frag_rotation = None  # the rotated loop being lowered (backend/rules_sm80.py FragRotation)
         self.groups = 0        # wgmma groups committed so far in the code being lowered
@@ -293,6 +297,12 @@ class LoweringContext:
             block_barrier(self.w)
             return
         named_barrier_sync(self.w, NAMED_BARRIERS.id("role"), self.role.threads)
+
+    def wait_for_bulk_reads(self) -> None:
+        """The thread that issues TMA stores (thread 0 of the role: backend/rules_pipe.py `tma_store`) waits
+        until the copy engine has read the shared tiles of every bulk store it left in flight."""
+        lead = self.w.op(f"icmp eq i32 {self.thread_index()}, 0", "lead")
+        self.if_then(lead, lambda: bulk_wait(self.w, 0, read=True))
 
     def fence_async(self) -> None:
         """Generic-proxy shared writes become visible to wgmma and TMA (HOPPER.md §8.1): sm_90a only."""

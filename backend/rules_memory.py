@@ -75,7 +75,9 @@ def _regs_to_shared(cx: LoweringContext, op: Operation) -> bool:
 def store_registers_to_shared(cx: LoweringContext, op: Operation) -> None:
     smem, val = cx.get(op.operands[0]), cx.get(op.operands[1])
     _check_dtype(op, val.type)
-    cx.sync()  # every thread is done reading the old contents
+    if id(op.operands[0]) in cx.deferred_bulk_reads:  # a reduce-add's staging tile: its last read done first
+        cx.wait_for_bulk_reads()
+    cx.sync()  # every thread is done reading the old contents (and the copy engine, above)
     store_to_shared(cx, smem, val)
     cx.fence_async()
     cx.sync()

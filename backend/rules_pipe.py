@@ -243,8 +243,10 @@ def tma_store(cx: LoweringContext, op: Operation) -> None:
     reduce = op.attrs.get(REDUCE_ATTR)
     copy, kind = ("cp.reduce.async.bulk.tensor", f".{reduce}.tile") if reduce is not None \
         else ("cp.async.bulk.tensor", "")
-    cx.fence_async()
-    cx.sync()
+    deferred = id(op.operands[1]) in cx.deferred_bulk_reads
+    if not (deferred and _just_stored(op)):  # (that store fenced its writes and synced the role after them)
+        cx.fence_async()
+        cx.sync()
     lead = w.op(f"icmp eq i32 {cx.thread_index()}, 0", "lead")
 
     def issue() -> None:
@@ -255,10 +257,69 @@ def tma_store(cx: LoweringContext, op: Operation) -> None:
             w.asm("void", [f"{copy}.{rank}d.global.shared::cta{kind}.bulk_group [$0, {{{regs}}}], [$1];"],
                   ["l", "r"] + ["r"] * rank, [("ptr", tmap), ("i32", s_)] + [("i32", e) for e in [x0, *elem[1:]]])
         bulk_commit(w)
-        bulk_wait(w, 0, read=True)
+        if not deferred:
+            bulk_wait(w, 0, read=True)
 
     cx.if_then(lead, issue)
-    cx.sync()
+    if not deferred:  # else the copy stays in flight: the tile's next write (or the loop's end) waits for it
+        cx.sync()
+
+
+def _just_stored(op: Operation) -> bool:
+    """Whether the op right before `op` in its block is the register store into the tile `op` copies."""
+    ops = op.parent.ops if op.parent is not None else []
+    i = next((k for k, o in enumerate(ops) if o is op), 0)
+    prev = ops[i - 1] if i > 0 else None
+    return prev is not None and prev.name == "tk.store" and prev.operands[0] is op.operands[1] \
+        and not prev.attrs.get(REDUCE_ATTR)
+
+
+@dataclass
+class DeferredBulkReads:
+    """A loop that writes a shared staging tile and adds it into global memory (`tk.store %stage, ...` then
+    `tma.store %G, %stage {reduce = "add"}`: create-tma's staged reduce-add): the reduce is left in flight,
+    so the consumers go on to their next mmas while the copy engine reads the tile and adds it in L2. The
+    issuing thread waits for that read right before the tile's next write (backend/rules_memory.py, whose
+    store then syncs the role, so nobody overwrites it early) and once after the loop (the block's shared
+    memory must outlive the read). A backend.rules.LoopCarry with nothing carried."""
+
+    tiles: set[int]
+    hint: ClassVar[str] = "bulk"
+
+    def initial(self) -> list[str]:
+        return []
+
+    def enter(self, cx: LoweringContext, phis: list[str]) -> None:
+        cx.deferred_bulk_reads |= self.tiles
+
+    def latch(self, cx: LoweringContext) -> list[str]:
+        return []
+
+    def leave(self, cx: LoweringContext) -> None:
+        cx.wait_for_bulk_reads()
+        cx.deferred_bulk_reads -= self.tiles
+
+
+@loop_hook
+def _deferred_bulk_reads(cx: LoweringContext, loop: Operation) -> DeferredBulkReads | None:
+    if cx.target != "sm_90a" or cx.role is None:
+        return None
+    written = {id(o.operands[0]) for o in loop.walk() if o.name == "tk.store" and not o.attrs.get(REDUCE_ATTR)}
+    tiles = {id(o.operands[1]) for o in loop.walk()
+             if o.name == "tma.store" and o.attrs.get(REDUCE_ATTR) is not None and id(o.operands[1]) in written
+             and _innermost_loop(o) is loop}
+    return DeferredBulkReads(tiles) if tiles else None
+
+
+def _innermost_loop(op: Operation) -> Operation | None:
+    """The scf.for nearest around `op` (the loop whose iterations the deferred read-wait spans)."""
+    block = op.parent
+    while block is not None:
+        owner = block.parent.parent if block.parent is not None else None
+        if owner is None or owner.name == "scf.for":
+            return owner
+        block = owner.parent
+    return None
 
 
 # --- roles ---------------------------------------------------------------------------------

@@ -9,15 +9,24 @@ G); `attention` checks the head counts first and compiles one set of kernels per
 
 Forward: examples/attention_fwd.tk (BQ, BKV chosen by plan-occupancy's budget: BQ=auto, BKV=auto), which also
 writes L, each query row's natural log-sum-exp of the scaled scores; the Function saves Q, K, V, O and L.
-Backward, three tkir kernels (docs/torch.md, "Attention with autograd"):
+Backward, by default the one-kernel path (BACKWARD = "fused"):
 
-    attention_bwd_prep.tk   Delta = rowsum(dO * O)                                   [B, H, N] f32
+    attention_bwd_prep.tk        Delta = rowsum(dO * O)                                  [B, H, N] f32
+    attention_bwd.tk             dK, dV, and dQ^T added into a zeroed f32 workspace      [B, H, D, NP] f32
+                                 (TMA reduce-add; per key block, a loop over the query blocks)
+    attention_bwd_dq_convert.tk  dQ = bf16(scale * workspace^T)
+
+or (backward="three-kernel", or the environment variable TKIR_ATTENTION_BWD=three-kernel) the three kernels
+that came before it, which scripts/bench/attention_bwd.py --variant compares:
+
+    attention_bwd_prep.tk   Delta = rowsum(dO * O)
     attention_bwd_dkdv.tk   dK, dV: per key block, a loop over the query blocks      (BQ=auto: 32 at D = 128 causal)
     attention_bwd_dq.tk     dQ: per query block, a loop over the key blocks          (no atomics: deterministic)
 
 wired with tkir.torch.autograd (the forward op's outputs O and L, the backward a tkir.torch.backward of the
-three ops, by the names Q, K, V, O, L, DO -> DQ, DK, DV). Head dims 64 and 128 forward and backward; 256 forward
-only (dK and dV of 256 columns do not fit a warpgroup's registers: attention_bwd_dkdv.tk's static_assert), so
+ops, by the names Q, K, V, O, L, DO -> DQ, DK, DV). The fused path's dQ sums the key blocks' parts in the order
+the hardware adds them: not bitwise reproducible from run to run (the three-kernel path is). Head dims 64 and
+128 forward and backward; 256 forward only (dK and dV of 256 columns do not fit a warpgroup's registers), so
 `attention` refuses D = 256 when a gradient is wanted. Any N >= 1.
 
     import importlib.util
@@ -33,6 +42,7 @@ scripts/bench/attention_bwd.py times forward + backward against SDPA's cuDNN and
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,6 +50,16 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 BACKWARD_HEAD_DIMS = (64, 128)  # attention_bwd_dkdv.tk's static_assert: dK and dV in registers need D <= 128
 FORWARD_HEAD_DIMS = (64, 128, 256)  # attention_fwd.tk's
+BACKWARDS = ("fused", "three-kernel")  # the backward paths `attention(..., backward=)` takes
+BACKWARD_ENV = "TKIR_ATTENTION_BWD"  # the default path's override (the bench's --variant sets the keyword)
+
+
+def default_backward() -> str:
+    """The backward path `attention` takes when not told: $TKIR_ATTENTION_BWD, else "fused"."""
+    name = os.environ.get(BACKWARD_ENV, "fused")
+    if name not in BACKWARDS:
+        raise ValueError(f"{BACKWARD_ENV}={name!r}: expected one of {', '.join(BACKWARDS)}")
+    return name
 
 
 @dataclass(frozen=True)
@@ -48,25 +68,44 @@ class AttentionOps:
 
     forward: Any  # attention_fwd: (Q, K, V) -> (O, L)
     prep: Any  # attention_bwd_prep: (O, DO) -> DELTA
-    dkdv: Any  # attention_bwd_dkdv: (Q, K, V, DO, L, DELTA) -> (DK, DV)
-    dq: Any  # attention_bwd_dq: (Q, K, V, DO, L, DELTA) -> DQ
+    dkdv: Any  # three-kernel: attention_bwd_dkdv: (Q, K, V, DO, L, DELTA) -> (DK, DV); fused: None
+    dq: Any  # three-kernel: attention_bwd_dq: (Q, K, V, DO, L, DELTA) -> DQ; fused: attention_bwd_dq_convert
     function: Any  # a torch.autograd.Function: apply(q, k, v) -> (o, lse)
+    main: Any = None  # fused: attention_bwd: (Q, K, V, DO, L, DELTA, DQACC, DK, DV) -> (DQACC, DK, DV), .out only
 
 
 @functools.cache
-def ops(d: int, causal: bool, g: int = 1) -> AttentionOps:
-    """Compile and register the four kernels for head dim `d` (64 or 128), `causal` and `g` query heads to a
-    K/V head, once per process."""
+def ops(d: int, causal: bool, g: int = 1, backward: str = "fused") -> AttentionOps:
+    """Compile and register the kernels for head dim `d` (64 or 128), `causal`, `g` query heads to a K/V head
+    and the `backward` path ("fused" or "three-kernel"), once per process."""
     import tkir.torch as tt
 
     if d not in BACKWARD_HEAD_DIMS:
         raise ValueError(f"attention backward: head dim {d} is not supported; the backward kernels take "
                          f"{', '.join(map(str, BACKWARD_HEAD_DIMS))} (attention_bwd_dkdv.tk holds dK and dV in "
                          "registers)")
+    if backward not in BACKWARDS:
+        raise ValueError(f"attention: backward={backward!r}; expected one of {', '.join(BACKWARDS)}")
     c = int(causal)
     gqa = {"G": g} if g > 1 else {}
     forward = tt.op(HERE / "attention_fwd.tk", outputs=["O", "L"], D=d, CAUSAL=c, BQ="auto", BKV="auto", **gqa)
     prep = tt.op(HERE / "attention_bwd_prep.tk", outputs=["DELTA"], D=d)
+    if backward == "fused":
+        main = tt.op(HERE / "attention_bwd.tk", outputs=["DQACC", "DK", "DV"], D=d, CAUSAL=c, BQ="auto",
+                     BKV="auto", WG="auto", **gqa)
+        convert = tt.op(HERE / "attention_bwd_dq_convert.tk", outputs=["DQ"], D=d)
+
+        @tt.backward(inputs=["Q", "K", "V", "O", "L", "DO"], outputs=["DQ", "DK", "DV"])
+        def attention_backward_fused(q: Any, k: Any, v: Any, o: Any, lse: Any, do: Any) -> tuple[Any, Any, Any]:
+            delta = prep(o, do)
+            b, h, n, _ = q.shape
+            acc = _new_zeros(q, (b, h, d, workspace_cols(n)))  # the kernel adds into it: zero first
+            dq, dk, dv = (_new_zeros(t, tuple(t.shape), like=True) for t in (q, k, v))  # written whole
+            main.out(q, k, v, do, lse, delta, acc, dk, dv)
+            convert.out(acc, dq)  # (out variant: N is no plain dim of the workspace, so dQ is passed in)
+            return dq, dk, dv
+
+        return AttentionOps(forward, prep, None, convert, tt.autograd(forward, attention_backward_fused), main)
     dkdv = tt.op(HERE / "attention_bwd_dkdv.tk", outputs=["DK", "DV"], D=d, CAUSAL=c, BQ="auto", **gqa)
     dq = tt.op(HERE / "attention_bwd_dq.tk", outputs=["DQ"], D=d, CAUSAL=c, **gqa)
 
@@ -78,6 +117,24 @@ def ops(d: int, causal: bool, g: int = 1) -> AttentionOps:
 
     # saves Q, K, V (inputs) and O, L (outputs): what attention_backward reads besides DO
     return AttentionOps(forward, prep, dkdv, dq, tt.autograd(forward, attention_backward))
+
+
+def workspace_cols(n: int) -> int:
+    """NP, the columns of attention_bwd.tk's dQ^T workspace [B, H, D, NP]: N rounded up to 4 (16-byte rows)."""
+    return -(-n // 4) * 4
+
+
+def _new_zeros(t: Any, shape: tuple[int, ...], like: bool = False) -> Any:
+    """f32 zeros of `shape` beside tensor `t` (its device), or with `like` a tensor of t's dtype a kernel writes
+    whole (torch: uninitialized). torch tensors, or numpy arrays (tests/runtime/test_attention_autograd_wiring.py
+    runs the wiring on numpy in the interpreter)."""
+    if hasattr(t, "new_zeros"):
+        import torch
+
+        return t.new_empty(shape) if like else t.new_zeros(shape, dtype=torch.float32)
+    import numpy as np
+
+    return np.zeros(shape, t.dtype if like else np.float32)
 
 
 @functools.cache
@@ -105,10 +162,11 @@ def group_size(q_shape: tuple[int, ...], k_shape: tuple[int, ...], v_shape: tupl
     return h // hkv
 
 
-def attention(q: Any, k: Any, v: Any, causal: bool = False) -> Any:
+def attention(q: Any, k: Any, v: Any, causal: bool = False, backward: str | None = None) -> Any:
     """softmax(q k^T / sqrt(D) [+ causal mask]) v of bf16 CUDA tensors, q [B, H, N, D] and k, v [B, H / G, N, D]
     (G = 1: one shape for all three; G > 1: grouped-query attention), differentiable in q, k and v. The inputs
-    are made contiguous (the runtime takes C-contiguous tensors)."""
+    are made contiguous (the runtime takes C-contiguous tensors). `backward`: "fused" (one main kernel) or
+    "three-kernel"; None takes default_backward()."""
     import torch
 
     for name, t in (("q", q), ("k", k), ("v", v)):
@@ -123,5 +181,5 @@ def attention(q: Any, k: Any, v: Any, causal: bool = False) -> Any:
     wants_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
     if not wants_grad:
         return _forward_only(d, bool(causal), g)(q, k, v)[0]
-    o, _lse = ops(d, bool(causal), g).function.apply(q, k, v)
+    o, _lse = ops(d, bool(causal), g, backward or default_backward()).function.apply(q, k, v)
     return o

@@ -1,12 +1,14 @@
 """Attention forward + backward: tkir (examples/attention_autograd.py) against SDPA's cuDNN and flash backends.
 
     python3 scripts/bench/attention_bwd.py [--batch 16] [--heads 16] [--n 1536,3072,6144,12288] [--d 128]
-        [--causal 0|1|both] [--reps 20] [--gqa G] [--json PATH]
+        [--causal 0|1|both] [--reps 20] [--gqa G] [--variant fused|fused-deterministic|three-kernel] [--json PATH]
     python3 scripts/bench/attention_bwd.py --dry-run [...]     # no GPU, no torch: each row's kernels and consts
 
 Per (N, causal), three ways to compute o = attention(q, k, v) and then dQ, dK, dV from dO:
-- tkir: examples/attention_autograd.py's `attention` (attention_fwd.tk saving L; attention_bwd_prep.tk,
-  attention_bwd_dkdv.tk, attention_bwd_dq.tk in the backward), through torch.autograd.grad;
+- tkir: examples/attention_autograd.py's `attention` (attention_fwd.tk saving L), through torch.autograd.grad,
+  with the backward --variant names: `fused` (the default: attention_bwd_prep.tk, attention_bwd.tk adding dQ into
+  an f32 workspace by TMA reduce-add, attention_bwd_dq_convert.tk) or `three-kernel` (attention_bwd_prep.tk,
+  attention_bwd_dkdv.tk, attention_bwd_dq.tk); `fused-deterministic` is refused (see VARIANTS);
 - cudnn, flash: torch.nn.functional.scaled_dot_product_attention under torch.nn.attention.sdpa_kernel with
   SDPBackend.CUDNN_ATTENTION and SDPBackend.FLASH_ATTENTION (FA2), the same way.
 Two timings of each: the forward and the backward of one input set (fwd+bwd), and the backward alone
@@ -46,6 +48,9 @@ FWD_MATMULS = 2  # Q K^T and P V: 2 N^2 D flops each per (batch, head)
 BWD_FLOP_FACTOR = 2.5  # the backward's five matmuls are 2.5x the forward's two
 CHECK_HEADS = 2  # heads of batch 0 the check compares (check)
 PEERS = {"cudnn": "CUDNN_ATTENTION", "flash": "FLASH_ATTENTION"}
+# --variant: the backward attention_autograd runs. The fused path has no deterministic mode yet (its dQ additions
+# would need ordering in global memory, which no pass writes); the three-kernel path is the deterministic one.
+VARIANTS = {"fused": "fused", "three-kernel": "three-kernel", "fused-deterministic": None}
 
 
 def parse_lengths(text: str) -> list[int]:
@@ -77,16 +82,20 @@ def _example() -> Any:
     return sys.modules["attention_autograd"]
 
 
-def plan(d: int, causal: bool, g: int = 1) -> dict[str, Any]:
-    """Compile the four kernels as attention_autograd compiles them (no GPU needed): their resolved consts."""
+def plan(d: int, causal: bool, g: int = 1, variant: str = "fused") -> dict[str, Any]:
+    """Compile the kernels as attention_autograd compiles them (no GPU needed): their resolved consts."""
     import tkir
 
     ex = _example()
     c = int(causal)
     gqa = {"G": g} if g > 1 else {}
-    kernels = {"attention_fwd": dict(D=d, CAUSAL=c, BQ="auto", BKV="auto", **gqa), "attention_bwd_prep": dict(D=d),
-               "attention_bwd_dkdv": dict(D=d, CAUSAL=c, BQ="auto", **gqa),
-               "attention_bwd_dq": dict(D=d, CAUSAL=c, **gqa)}
+    kernels = {"attention_fwd": dict(D=d, CAUSAL=c, BQ="auto", BKV="auto", **gqa), "attention_bwd_prep": dict(D=d)}
+    if variant == "fused":
+        kernels |= {"attention_bwd": dict(D=d, CAUSAL=c, BQ="auto", BKV="auto", WG="auto", **gqa),
+                    "attention_bwd_dq_convert": dict(D=d)}
+    else:
+        kernels |= {"attention_bwd_dkdv": dict(D=d, CAUSAL=c, BQ="auto", **gqa),
+                    "attention_bwd_dq": dict(D=d, CAUSAL=c, **gqa)}
     out = {}
     for name, consts in kernels.items():
         k = tkir.compile(str(ex.HERE / f"{name}.tk"), **consts)
@@ -106,17 +115,19 @@ def _sdpa(torch, args: list, causal: bool) -> Any:  # noqa: ANN001
     return torch.nn.functional.scaled_dot_product_attention(*args, is_causal=causal, **gqa)
 
 
-def way_for_set(torch, sets: list, causal: bool, backend: str | None, what: str):  # noqa: ANN001, ANN201
+def way_for_set(torch, sets: list, causal: bool, backend: str | None, what: str,  # noqa: ANN001, ANN201
+                variant: str = "fused"):
     """For input set i, the zero-argument call to time: `what` "fwdbwd", the forward and backward
     (torch.autograd.grad); "bwd", the forward run now (before the timed region) and the backward returned; "fwd",
-    the forward alone without autograd. `backend` None is tkir's attention, else SDPA under that SDPBackend."""
+    the forward alone without autograd. `backend` None is tkir's attention (its backward the `variant`), else SDPA
+    under that SDPBackend."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     attention = _example().attention
 
     def forward(args: list) -> Any:
         if backend is None:
-            return attention(*args, causal=causal)
+            return attention(*args, causal=causal, backward=variant)
         with sdpa_kernel(getattr(SDPBackend, backend)):
             return _sdpa(torch, args, causal)
 
@@ -136,7 +147,7 @@ def way_for_set(torch, sets: list, causal: bool, backend: str | None, what: str)
     return for_set
 
 
-def check(torch, q, k, v, do, causal: bool) -> dict[str, float]:  # noqa: ANN001
+def check(torch, q, k, v, do, causal: bool, variant: str = "fused") -> dict[str, float]:  # noqa: ANN001
     """Relative L2 error of tkir's o, dQ, dK, dV against SDPA's math backend in f32 on the same bf16 values. tkir
     runs on the whole tensors; the reference on the first CHECK_HEADS heads of batch 0 only (each (batch, head) is
     independent, and the math backend's f32 scores of the whole bench shape would not fit: 154 GB at 16 x 16 x
@@ -150,7 +161,7 @@ def check(torch, q, k, v, do, causal: bool) -> dict[str, float]:  # noqa: ANN001
     kv_heads = -(-max(CHECK_HEADS, g) // g)
     heads = (kv_heads * g, kv_heads, kv_heads)
     args = [t.detach().requires_grad_() for t in (q, k, v)]
-    o = _example().attention(*args, causal=causal)
+    o = _example().attention(*args, causal=causal, backward=variant)
     got = (o.detach(), *torch.autograd.grad(o, args, do))
     got = tuple(t[:1, :hh] for t, hh in zip(got, (heads[0], *heads), strict=True))
     ref_args = [t[:1, :hh].detach().float().requires_grad_() for t, hh in zip((q, k, v), heads, strict=True)]
@@ -161,8 +172,10 @@ def check(torch, q, k, v, do, causal: bool) -> dict[str, float]:  # noqa: ANN001
     return {name: rel_err(torch, g.float(), r) for name, g, r in zip(("O", "DQ", "DK", "DV"), got, want, strict=True)}
 
 
-def bench_row(b: int, h: int, n: int, d: int, causal: bool, reps: int, g: int | None = None) -> dict:
-    """One (N, causal) row; `g` (--gqa) adds grouped-query inputs and the forward-alone timing."""
+def bench_row(b: int, h: int, n: int, d: int, causal: bool, reps: int, g: int | None = None,
+              variant: str = "fused") -> dict:
+    """One (N, causal) row; `g` (--gqa) adds grouped-query inputs and the forward-alone timing; `variant` is
+    tkir's backward (attention_autograd's `backward=`)."""
     import torch
 
     from tkir.tools import timing
@@ -171,15 +184,15 @@ def bench_row(b: int, h: int, n: int, d: int, causal: bool, reps: int, g: int | 
     nbytes = 2 * 4 * b * n * d * (h + h // groups)  # q, dO, o, dQ and k, v, dK, dV (bf16)
     nsets = timing.rotation_sets(nbytes)
     sets = [make_inputs(torch, b, h, n, d, groups) for _ in range(nsets)]
-    errs = check(torch, *sets[0], causal)
-    row: dict[str, Any] = dict(B=b, H=h, N=n, D=d, causal=causal, rel_err=errs,
+    errs = check(torch, *sets[0], causal, variant)
+    row: dict[str, Any] = dict(B=b, H=h, N=n, D=d, causal=causal, variant=variant, rel_err=errs,
                                ok=all(e <= BOUND for e in errs.values()))
     if g is not None:
         row["G"] = groups
     for what in (("fwd",) if g is not None else ()) + ("fwdbwd", "bwd"):
         ways: dict[str, Any] = {}
         for name, be in (("tkir", None), *PEERS.items()):
-            f = way_for_set(torch, sets, causal, be, what)
+            f = way_for_set(torch, sets, causal, be, what, variant)
             try:  # each once outside the timing; a backend that refuses these inputs (enable_gqa) is left out
                 f(0)()
             except RuntimeError as e:
@@ -232,27 +245,33 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=20, help="timed runs per way (medians)")
     ap.add_argument("--gqa", type=int, default=None, metavar="G",
                     help="grouped-query attention: k, v with heads / G heads (SDPA enable_gqa); also times the forward")
+    ap.add_argument("--variant", choices=list(VARIANTS), default="fused",
+                    help="tkir's backward: the one-kernel path (default) or the three kernels before it")
     ap.add_argument("--json", default=None, metavar="PATH", help="write every row as JSON")
     ap.add_argument("--dry-run", action="store_true", help="compile and print each row's kernels' consts; no GPU")
     args = ap.parse_args(argv)
     causals = [False, True] if args.causal == "both" else [args.causal == "1"]
     if args.gqa is not None and (args.gqa < 1 or args.heads % args.gqa):
         ap.error(f"--gqa {args.gqa}: the query heads ({args.heads}) must be a positive multiple of G")
+    if VARIANTS[args.variant] is None:
+        ap.error(f"--variant {args.variant}: the fused backward has no deterministic mode yet (its dQ additions land "
+                 "in the order the hardware picks); --variant three-kernel is deterministic")
+    variant = VARIANTS[args.variant]
     if args.dry_run:
         for causal in causals:
-            print(f"D = {args.d}, causal = {int(causal)}: " + json.dumps(plan(args.d, causal, args.gqa or 1)))
+            print(f"D = {args.d}, causal = {int(causal)}: " + json.dumps(plan(args.d, causal, args.gqa or 1, variant)))
             for n in args.n:
                 work = flops(args.batch, args.heads, n, args.d, causal)
                 print(f"  {args.batch}x{args.heads}x{n}x{args.d}: {work / 1e12:.2f} TFLOP forward + backward")
         return 0
-    rows = [bench_row(args.batch, args.heads, n, args.d, causal, args.reps, args.gqa)
+    rows = [bench_row(args.batch, args.heads, n, args.d, causal, args.reps, args.gqa, variant)
             for causal in causals for n in args.n]
     print(format_table(rows))
     if args.json:
         import torch
 
         meta = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, python=platform.python_version(),
-                    reps=args.reps, command=" ".join(sys.argv),
+                    reps=args.reps, command=" ".join(sys.argv), variant=args.variant,
                     flops="backward 2.5x the forward's; fwdbwd 3.5x; fwd (--gqa) the forward's")
         Path(args.json).write_text(json.dumps(dict(meta=meta, rows=rows), indent=1) + "\n")
     return 0 if all(r["ok"] for r in rows) else 1

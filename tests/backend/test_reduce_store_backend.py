@@ -50,3 +50,35 @@ def test_sm90a_adds_a_vector_per_element() -> None:
     k = _kernel(COLSUM, "sm_90a")
     assert RED_ADD.search(k.asm["ptx"]) and not TMA_ADD.search(k.asm["ptx"])
     assert SASS_RED.search(k.asm["sass"]) and not re.search(r"\bSTG\.E", k.asm["sass"])
+
+
+LOOP_ADD = "tests/data/loop_add.tk"  # Y[i, j] += a @ b inside a pipelined loop
+
+
+def _ptx_lines(ptx: str) -> list[str]:
+    return [ln.split("//")[0].strip() for ln in ptx.splitlines() if ln.split("//")[0].strip()]
+
+
+def test_reduce_add_in_a_loop_stays_in_flight() -> None:
+    """In a loop, the issuing thread does not wait for the TMA reduce-add right after issuing it (that wait
+    and the barrier after it were on the consumers' path every iteration): it waits for the copy engine's
+    read of the staging tile right before the tile's next write, after the next iteration's mma, and once
+    after the loop; the role meets only at the write's own barriers."""
+    lines = _ptx_lines(tkir.compile(LOOP_ADD, target="sm_90a").asm["ptx"])
+    at = [i for i, ln in enumerate(lines) if TMA_ADD.search(ln)]
+    assert len(at) == 2, lines  # one box per 32-column f32 panel of the 64 x 64 tile
+    after = lines[at[-1] + 1]
+    assert after == "cp.async.bulk.commit_group;", after
+    waits = [i for i, ln in enumerate(lines) if ln.startswith("cp.async.bulk.wait_group")]
+    assert waits and all(lines[i] == "cp.async.bulk.wait_group.read 0;" for i in waits)
+    end = next(i for i in range(at[-1], len(lines)) if lines[i].endswith(":") or lines[i].startswith("bra"))
+    assert not any(at[-1] < i < end for i in waits), "the reduce is waited for right after its issue"
+    stage_writes = [i for i, ln in enumerate(lines) if ln.startswith("st.shared.v2.b32")]
+    mma_wait = max(i for i, ln in enumerate(lines) if ln.startswith("wgmma.wait_group") and i < stage_writes[0])
+    assert any(mma_wait < i < stage_writes[0] for i in waits), "no read-wait before the staging tile's write"
+    assert len(waits) == 2, f"expected the in-loop wait and the one after the loop, got {len(waits)}"
+
+
+def test_reduce_add_in_a_loop_assembles_without_spills() -> None:
+    sass = tkir.compile(LOOP_ADD, target="sm_90a").asm["sass"]
+    assert "UTMAREDG" in sass and not local_memory_ops(sass)

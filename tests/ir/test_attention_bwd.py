@@ -7,7 +7,8 @@ attention_bwd_dq.tk) in the reference interpreter, compiled with the default pip
   key, P = 1 whatever the score, and dQ = dK = 0 in exact arithmetic: there they are held to an absolute bound.
 * A float64 finite-difference check at B = H = 1, N = 5, D = 64: the loss <dO, O> of the float64 forward,
   perturbed entry by entry, against the float64 backward (1e-7) and against the gradients of the three kernels
-  run after attention_fwd.tk in the interpreter (its O and L, as the autograd wiring runs them).
+  run after attention_fwd.tk in the interpreter (its O and L, as the autograd wiring runs them), and against
+  the gradients of the one-kernel path (attention_bwd.tk; tests/ir/test_attention_bwd_fused.py has the rest).
 * Mutants of the causal parts (the mask, the dK/dV loop's first query block, the dQ loop's last key block) fail.
 * ptxas assembles all three on both targets; on sm_90a without spills or local memory. D = 256 in dK/dV is a
   located static_assert.
@@ -177,6 +178,28 @@ def test_finite_differences_through_the_interpreter(causal: int) -> None:
                   - (dof * prep.forward64(*minus, bool(causal))[0]).sum()) / (2 * FD_STEP)
         predicted = sum(float((got[g].astype(np.float64) * dirs[g]).sum()) for g in dirs)
         assert abs(predicted - change) < GRAD_TOL * abs(change), (target, predicted, change)
+    # the one-kernel path (examples/attention_bwd.tk between prep and the dQ conversion; D = 64: its tiles)
+    for target in TARGETS:
+        got = _fused_backward(target, causal, q, k, v, o, lse, do)
+        for g in ("DQ", "DK", "DV"):
+            err = relative_error(got[g], fd[g])
+            assert err < GRAD_TOL, ("fused", target, g, err)
+
+
+def _fused_backward(target: str, causal: int, q: np.ndarray, k: np.ndarray, v: np.ndarray, o: np.ndarray,
+                    lse: np.ndarray, do: np.ndarray) -> dict[str, np.ndarray]:
+    """dQ, dK, dV of the one-kernel path at D = 64 in the interpreter, as examples/attention_autograd.py runs it:
+    prep, the main kernel adding dQ^T into a zeroed f32 workspace, the conversion."""
+    b, h, n, d = q.shape
+    sizes = dict(B=b, H=h, N=n)
+    delta = np.full((b, h, n), np.nan, np.float32)
+    interpret(_compile("attention_bwd_prep", target, D=d).module, o, do, delta, sizes=sizes)
+    acc = np.zeros((b, h, d, -(-n // 4) * 4), np.float32)
+    dk, dv, dq = (np.full(q.shape, np.nan, q.dtype) for _ in range(3))
+    main = _compile("attention_bwd", target, D=d, CAUSAL=causal, BQ="auto", BKV="auto", WG="auto")
+    interpret(main.module, q, k, v, do, lse, delta, acc, dk, dv, sizes=sizes)
+    interpret(_compile("attention_bwd_dq_convert", target, D=d).module, acc, dq, sizes=sizes)
+    return {"DQ": dq, "DK": dk, "DV": dv}
 
 
 # --- mutants -----------------------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
-"""examples/attention_autograd.py without torch or a GPU: its wiring of attention_fwd.tk and the three backward
-kernels through tkir.torch.autograd, run with each op replaced by the same kernel in the reference interpreter
+"""examples/attention_autograd.py without torch or a GPU: its wiring of attention_fwd.tk and the backward kernels
+(the fused path and the three-kernel one) through tkir.torch.autograd, run with each op replaced by the same kernel in the reference interpreter
 (its arguments and output shapes from the op's OpSignature, as tkir.torch builds them) and the Function by the
 AutogradPlan it would follow. The gradients match the float64 backward: the names, the order of each op's
 arguments and what the forward saves are right. (The ops on the GPU: tests/gpu/test_attention_bwd_gpu.py.)"""
@@ -51,6 +51,14 @@ class InterpretedOp:
         interpret(self.kernel.module, *sig.kernel_args(inputs, outs, []), sizes=sig.bind_sizes(shapes))
         return outs[0] if len(outs) == 1 else tuple(outs)
 
+    def out(self, *args: np.ndarray) -> Any:
+        """The out variant: every kernel argument, outputs written in place (the fused backward's workspace)."""
+        sig = self.signature
+        shapes = [tuple(a.shape) for n, a in zip(sig.tensors, args, strict=True) if n in sig.inputs]
+        interpret(self.kernel.module, *args, sizes=sig.bind_sizes(shapes))
+        picked = [args[sig.tensors.index(o)] for o in sig.outputs]
+        return picked[0] if len(picked) == 1 else tuple(picked)
+
 
 def _apply(function: tuple, inputs: list[np.ndarray], do: np.ndarray) -> list[np.ndarray | None]:
     """What tkir.torch.autograd's Function does, by its AutogradPlan: the forward, the saved tensors, the
@@ -64,13 +72,15 @@ def _apply(function: tuple, inputs: list[np.ndarray], do: np.ndarray) -> list[np
     return [None if j is None else res[j] for j in plan.input_grads]
 
 
+@pytest.mark.parametrize("backward", ["fused", "three-kernel"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-def test_the_wiring_computes_the_gradients(monkeypatch: pytest.MonkeyPatch, causal: bool) -> None:
+def test_the_wiring_computes_the_gradients(monkeypatch: pytest.MonkeyPatch, causal: bool, backward: str) -> None:
     monkeypatch.setattr(tt, "op", InterpretedOp)
     monkeypatch.setattr(tt, "autograd", lambda fwd, bwd, save=None: (fwd, bwd, tt.AutogradPlan.of(
         fwd.signature, bwd.signature, save)))
     ex = _example()
-    ops = ex.ops.__wrapped__(64, causal)  # not the cached ops (those would be torch's)
+    ops = ex.ops.__wrapped__(64, causal, 1, backward)  # not the cached ops (those would be torch's)
+    assert (ops.main is not None, ops.dkdv is None) == ((backward == "fused"),) * 2
     forward, backward, plan = ops.function
     # the forward saves Q, K, V and O, L; dO is the gradient of O; the backward's outputs are dQ, dK, dV
     assert plan.save == (("input", 0), ("input", 1), ("input", 2), ("output", 0), ("output", 1))
@@ -95,6 +105,19 @@ def test_unsupported_head_dims_are_refused_before_any_compile() -> None:
     assert ex.BACKWARD_HEAD_DIMS == (64, 128) and 256 in ex.FORWARD_HEAD_DIMS
 
 
+def test_the_default_backward_and_its_override(monkeypatch: pytest.MonkeyPatch) -> None:
+    ex = _example()
+    monkeypatch.delenv(ex.BACKWARD_ENV, raising=False)
+    assert ex.default_backward() == "fused"
+    monkeypatch.setenv(ex.BACKWARD_ENV, "three-kernel")
+    assert ex.default_backward() == "three-kernel"
+    monkeypatch.setenv(ex.BACKWARD_ENV, "fast")
+    with pytest.raises(ValueError, match="expected one of fused, three-kernel"):
+        ex.default_backward()
+    with pytest.raises(ValueError, match="backward='fast'"):
+        ex.ops.__wrapped__(64, False, 1, "fast")
+
+
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("g", [2, 4])
 def test_the_wiring_of_grouped_query_attention(monkeypatch: pytest.MonkeyPatch, g: int, causal: bool) -> None:
@@ -104,7 +127,8 @@ def test_the_wiring_of_grouped_query_attention(monkeypatch: pytest.MonkeyPatch, 
     monkeypatch.setattr(tt, "autograd", lambda fwd, bwd, save=None: (fwd, bwd, tt.AutogradPlan.of(
         fwd.signature, bwd.signature, save)))
     ex = _example()
-    ops = ex.ops.__wrapped__(64, causal, g)
+    ops = ex.ops.__wrapped__(64, causal, g)  # the default backward: the fused one
+    assert ops.main is not None
     assert ops.forward.kernel.module.kernel.attrs["consts"]["G"] == g
     prep = load_companion(str(ROOT / "examples/attention_bwd_prep.tk"))
     p = prep.problem(np.random.default_rng(5 + g), dict(B=1, H=4, N=70), 64, causal, g)

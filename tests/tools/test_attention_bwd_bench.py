@@ -38,10 +38,22 @@ def test_gqa_must_divide_the_heads(capsys: pytest.CaptureFixture) -> None:
     assert "--gqa 3: the query heads (16) must be a positive multiple of G" in capsys.readouterr().err
 
 
-def test_dry_run_compiles_the_kernels_with_g(capsys: pytest.CaptureFixture) -> None:
-    assert bench.main(["--dry-run", "--gqa", "4", "--n", "1536", "--causal", "1", "--d", "64"]) == 0
+@pytest.mark.parametrize("variant, kernels, with_g", [
+    ([], ["attention_bwd", "attention_bwd_dq_convert"], 2),  # the default, fused: fwd and the main kernel have G
+    (["--variant", "three-kernel"], ["attention_bwd_dkdv", "attention_bwd_dq"], 3),  # fwd, dK/dV, dQ
+])
+def test_dry_run_compiles_the_kernels_with_g(capsys: pytest.CaptureFixture, variant: list, kernels: list,
+                                             with_g: int) -> None:
+    assert bench.main(["--dry-run", "--gqa", "4", "--n", "1536", "--causal", "1", "--d", "64", *variant]) == 0
     out = capsys.readouterr().out
-    assert out.count('"G": 4') == 3 and "attention_bwd_prep" in out  # fwd, dK/dV, dQ; prep has no G
+    assert out.count('"G": 4') == with_g and "attention_bwd_prep" in out  # prep has no G
+    assert all(f'"{k}"' in out for k in kernels), out
+
+
+def test_the_deterministic_variant_is_refused_with_the_reason(capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit):
+        bench.main(["--dry-run", "--variant", "fused-deterministic"])
+    assert "no deterministic mode yet" in capsys.readouterr().err
 
 
 def test_the_table_shows_the_forward_and_a_refusing_peer() -> None:
