@@ -9,15 +9,16 @@ G); `attention` checks the head counts first and compiles one set of kernels per
 
 Forward: examples/attention_fwd.tk (BQ, BKV chosen by plan-occupancy's budget: BQ=auto, BKV=auto), which also
 writes L, each query row's natural log-sum-exp of the scaled scores; the Function saves Q, K, V, O and L.
-Backward, by default the one-kernel path (BACKWARD = "fused"):
+Backward, either the one-kernel path (backward="fused", or TKIR_ATTENTION_BWD=fused):
 
     attention_bwd_prep.tk        Delta = rowsum(dO * O)                                  [B, H, N] f32
     attention_bwd.tk             dK, dV, and dQ^T added into a zeroed f32 workspace      [B, H, D, NP] f32
                                  (TMA reduce-add; per key block, a loop over the query blocks)
     attention_bwd_dq_convert.tk  dQ = bf16(scale * workspace^T)
 
-or (backward="three-kernel", or the environment variable TKIR_ATTENTION_BWD=three-kernel) the three kernels
-that came before it, which scripts/bench/attention_bwd.py --variant compares:
+or, by default, the three kernels that came before it (backward="three-kernel"), which
+scripts/bench/attention_bwd.py --variant compares. The default stays the three-kernel path until the fused one
+has run on a GPU (it is correct in the interpreter and assembles without spills; tests/gpu checks both):
 
     attention_bwd_prep.tk   Delta = rowsum(dO * O)
     attention_bwd_dkdv.tk   dK, dV: per key block, a loop over the query blocks      (BQ=auto: 32 at D = 128 causal)
@@ -55,8 +56,9 @@ BACKWARD_ENV = "TKIR_ATTENTION_BWD"  # the default path's override (the bench's 
 
 
 def default_backward() -> str:
-    """The backward path `attention` takes when not told: $TKIR_ATTENTION_BWD, else "fused"."""
-    name = os.environ.get(BACKWARD_ENV, "fused")
+    """The backward path `attention` takes when not told: $TKIR_ATTENTION_BWD, else "three-kernel" (the path
+    measured on a GPU; "fused" has not run on one yet)."""
+    name = os.environ.get(BACKWARD_ENV, "three-kernel")
     if name not in BACKWARDS:
         raise ValueError(f"{BACKWARD_ENV}={name!r}: expected one of {', '.join(BACKWARDS)}")
     return name
@@ -75,7 +77,7 @@ class AttentionOps:
 
 
 @functools.cache
-def ops(d: int, causal: bool, g: int = 1, backward: str = "fused") -> AttentionOps:
+def ops(d: int, causal: bool, g: int = 1, backward: str = "three-kernel") -> AttentionOps:
     """Compile and register the kernels for head dim `d` (64 or 128), `causal`, `g` query heads to a K/V head
     and the `backward` path ("fused" or "three-kernel"), once per process."""
     import tkir.torch as tt

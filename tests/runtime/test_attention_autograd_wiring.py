@@ -108,9 +108,9 @@ def test_unsupported_head_dims_are_refused_before_any_compile() -> None:
 def test_the_default_backward_and_its_override(monkeypatch: pytest.MonkeyPatch) -> None:
     ex = _example()
     monkeypatch.delenv(ex.BACKWARD_ENV, raising=False)
-    assert ex.default_backward() == "fused"
-    monkeypatch.setenv(ex.BACKWARD_ENV, "three-kernel")
     assert ex.default_backward() == "three-kernel"
+    monkeypatch.setenv(ex.BACKWARD_ENV, "fused")
+    assert ex.default_backward() == "fused"
     monkeypatch.setenv(ex.BACKWARD_ENV, "fast")
     with pytest.raises(ValueError, match="expected one of fused, three-kernel"):
         ex.default_backward()
@@ -118,17 +118,19 @@ def test_the_default_backward_and_its_override(monkeypatch: pytest.MonkeyPatch) 
         ex.ops.__wrapped__(64, False, 1, "fast")
 
 
+@pytest.mark.parametrize("backward", ["fused", "three-kernel"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("g", [2, 4])
-def test_the_wiring_of_grouped_query_attention(monkeypatch: pytest.MonkeyPatch, g: int, causal: bool) -> None:
+def test_the_wiring_of_grouped_query_attention(monkeypatch: pytest.MonkeyPatch, g: int, causal: bool,
+                                               backward: str) -> None:
     """K and V with H / G heads: the ops are compiled with G, dK and dV come back in K's and V's shape, each K/V
     head's the sum over its G query heads (the float64 backward's)."""
     monkeypatch.setattr(tt, "op", InterpretedOp)
     monkeypatch.setattr(tt, "autograd", lambda fwd, bwd, save=None: (fwd, bwd, tt.AutogradPlan.of(
         fwd.signature, bwd.signature, save)))
     ex = _example()
-    ops = ex.ops.__wrapped__(64, causal, g)  # the default backward: the fused one
-    assert ops.main is not None
+    ops = ex.ops.__wrapped__(64, causal, g, backward)
+    assert (ops.main is not None) == (backward == "fused")
     assert ops.forward.kernel.module.kernel.attrs["consts"]["G"] == g
     prep = load_companion(str(ROOT / "examples/attention_bwd_prep.tk"))
     p = prep.problem(np.random.default_rng(5 + g), dict(B=1, H=4, N=70), 64, causal, g)
