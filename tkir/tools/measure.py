@@ -405,7 +405,7 @@ def format_measured(m: dict) -> str:
         frac = rf.get("fraction_of_bound")
         lines.append(f"roofline ({rf['peaks']}): " + "; ".join(parts) + f"; bound {rf['bound_ns'] / 1e3:.4g} us "
                      f"({rf['limit']}), measured {_num(rf.get('measured_ns') and rf['measured_ns'] / 1e3, 4)} us"
-                     + (f" = {frac:.0%} of the bound's speed" if frac else ""))
+                     + (f": {frac:.0%} of the roofline" if frac else ""))
     if m.get("unavailable"):
         lines.append("metrics this ncu does not know (dropped): " + ", ".join(m["unavailable"]))
     off = m.get("off", [])

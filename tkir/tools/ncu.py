@@ -15,7 +15,7 @@ metric, a second row of units). Values are normalised to base units (bytes, nano
 
 A metric this ncu or GPU does not know makes ncu refuse the whole run; `run_ncu` drops each metric an
 `==ERROR==` line names and runs again, and lists them as `unavailable` (the first GPU runs tell which of
-the names marked [U] below exist).
+the names marked [U] exist).
 """
 
 from __future__ import annotations
@@ -47,9 +47,15 @@ PERMISSION_HINT = ("the driver restricts GPU performance counters to administrat
                    f"{NCU_ENV}='sudo -E ncu'), or load the driver with NVreg_RestrictProfilingToAdminUsers=0 "
                    "(https://developer.nvidia.com/ERR_NVGPUCTRPERM)")
 
-SHARED_RULE = "Nsight Compute's SharedMemoryConflicts rule (sections/SharedMemoryConflicts.py)"
-PROFILING_GUIDE = "Nsight Compute Profiling Guide, Metrics Reference / Launch Statistics and Occupancy sections"
-UNSURE = "[U] the name public ncu scripts use; not in NVIDIA's rules: run_ncu drops it if this ncu does not know it"
+# Where a name comes from: NVIDIA's own rule file (read: it computes ncu's "Shared Load/Store Bank Conflicts"
+# from these), the ncu section that shows the metric, or [U]: public ncu scripts only (run_ncu drops a name
+# this ncu does not know and reports it; the first GPU runs settle them).
+SHARED_RULE = "ncu rule SharedMemoryConflicts.py"
+LAUNCH_STATS = "ncu sections LaunchStats, Occupancy"
+MEMORY_SECTION = "ncu section MemoryWorkloadAnalysis"
+TIME_SECTION = "ncu section SpeedOfLight"
+COMPUTE_SECTION = "ncu section ComputeWorkloadAnalysis"
+UNSURE = "[U] public ncu scripts"
 
 
 @dataclass(frozen=True)
@@ -77,27 +83,27 @@ METRICS: tuple[Metric, ...] = (
     Metric("smsp__inst_executed_op_ldgsts.sum", "cp.async (LDGSTS) warp instructions", UNSURE),
     Metric("l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ldgsts.sum", "cp.async shared-side wavefronts", UNSURE),
     # registers, shared memory, occupancy: what the launch got
-    Metric("launch__registers_per_thread", "registers per thread of the launch", PROFILING_GUIDE),
-    Metric("launch__shared_mem_per_block_static", "static shared memory per block (bytes)", PROFILING_GUIDE),
-    Metric("launch__shared_mem_per_block_dynamic", "dynamic shared memory per block (bytes)", PROFILING_GUIDE),
-    Metric("launch__block_size", "threads per block", PROFILING_GUIDE),
-    Metric("launch__grid_size", "blocks in the grid", PROFILING_GUIDE),
-    Metric("launch__occupancy_limit_registers", "blocks per SM the registers allow", PROFILING_GUIDE),
-    Metric("launch__occupancy_limit_shared_mem", "blocks per SM the shared memory allows", PROFILING_GUIDE),
-    Metric("launch__occupancy_limit_warps", "blocks per SM the warp slots allow", PROFILING_GUIDE),
-    Metric("launch__occupancy_limit_blocks", "blocks per SM the block slots allow", PROFILING_GUIDE),
+    Metric("launch__registers_per_thread", "registers per thread of the launch", LAUNCH_STATS),
+    Metric("launch__shared_mem_per_block_static", "static shared memory per block (bytes)", LAUNCH_STATS),
+    Metric("launch__shared_mem_per_block_dynamic", "dynamic shared memory per block (bytes)", LAUNCH_STATS),
+    Metric("launch__block_size", "threads per block", LAUNCH_STATS),
+    Metric("launch__grid_size", "blocks in the grid", LAUNCH_STATS),
+    Metric("launch__occupancy_limit_registers", "blocks per SM the registers allow", LAUNCH_STATS),
+    Metric("launch__occupancy_limit_shared_mem", "blocks per SM the shared memory allows", LAUNCH_STATS),
+    Metric("launch__occupancy_limit_warps", "blocks per SM the warp slots allow", LAUNCH_STATS),
+    Metric("launch__occupancy_limit_blocks", "blocks per SM the block slots allow", LAUNCH_STATS),
     Metric("sm__maximum_warps_per_active_cycle_pct", "theoretical occupancy (% of the SM's warp slots)",
-           PROFILING_GUIDE),
+           LAUNCH_STATS),
     Metric("sm__warps_active.avg.pct_of_peak_sustained_active", "achieved occupancy (% of the SM's warp slots)",
-           PROFILING_GUIDE),
+           LAUNCH_STATS),
     # DRAM, tensor pipes, time
-    Metric("dram__bytes_read.sum", "bytes read from DRAM", PROFILING_GUIDE),
-    Metric("dram__bytes_write.sum", "bytes written to DRAM", PROFILING_GUIDE),
+    Metric("dram__bytes_read.sum", "bytes read from DRAM", MEMORY_SECTION),
+    Metric("dram__bytes_write.sum", "bytes written to DRAM", MEMORY_SECTION),
     Metric("sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active",
            "wgmma tensor pipe busy (% of peak, sm_90)", UNSURE),
     Metric("sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
-           "mma.sync tensor pipe busy (% of peak)", PROFILING_GUIDE),
-    Metric("gpu__time_duration.sum", "the launch's duration (ns)", PROFILING_GUIDE),
+           "mma.sync tensor pipe busy (% of peak)", COMPUTE_SECTION),
+    Metric("gpu__time_duration.sum", "the launch's duration (ns)", TIME_SECTION),
 )
 METRIC_NAMES: tuple[str, ...] = tuple(m.name for m in METRICS)
 
