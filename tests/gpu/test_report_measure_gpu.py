@@ -38,7 +38,7 @@ ISSUE = "issue 46"
 
 pytestmark = pytest.mark.gpu
 
-# (example, sizes): moderate sizes, default consts. Memory-bound examples move about a GB.
+# (example, sizes): moderate sizes, default consts. Memory-bound examples move 0.5-1 GB (the H100's L2 holds 50 MB).
 EXAMPLES = [
     ("attention_bwd_dkdv", {"B": 2, "H": 16, "N": 2048}),
     ("attention_bwd_dq", {"B": 2, "H": 16, "N": 2048}),
@@ -48,15 +48,15 @@ EXAMPLES = [
     ("col_sum", {"G": 8192, "C": 16384}),
     ("gemm", {"M": 2048, "N": 2048, "K": 2048}),
     ("layernorm", {"N": 262144}),
-    ("layernorm_bwd", {"N": 65536}),
+    ("layernorm_bwd", {"N": 131072}),
     ("linear", {"M": 2048, "N": 2048, "K": 2048}),
     ("linear_dgrad", {"M": 2048, "N": 2048, "K": 2048}),
     ("linear_wgrad", {"M": 2048, "N": 2048, "K": 2048}),
     ("rmsnorm", {"N": 262144}),
-    ("rmsnorm_bwd", {"N": 65536}),
+    ("rmsnorm_bwd", {"N": 131072}),
     ("rotary", {"T": 1048576}),
     ("softmax", {"N": 262144}),
-    ("softmax_bwd", {"N": 65536}),
+    ("softmax_bwd", {"N": 131072}),
     ("transpose", {"M": 16384, "N": 16384}),
 ]
 TARGETS = ("sm_90a", "sm_80")

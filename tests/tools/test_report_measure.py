@@ -237,6 +237,20 @@ def test_compare_lists_what_is_off() -> None:
     json.dumps(m)
 
 
+def test_the_launcher_draws_inputs_of_the_launch_shapes_without_a_companion() -> None:
+    import numpy as np
+
+    from tkir import api
+    from tkir.tools.measure_launch import generic_inputs
+    from tkir.tools.measure_launch import main as launcher_main
+
+    launch = api.compile(str(ROOT / "examples" / "transpose.tk")).launch
+    arrays, scalars = generic_inputs(launch, {"M": 64, "N": 32}, np.random.default_rng(0))
+    assert [(a.shape, str(a.dtype)) for a in arrays] == [((64, 32), "bfloat16"), ((32, 64), "bfloat16")]
+    assert scalars == [] and float(np.abs(arrays[0].astype(np.float32)).sum()) > 0
+    assert launcher_main([]) == 2
+
+
 # --- the DRAM predictor ------------------------------------------------------------------------------
 
 
