@@ -87,6 +87,8 @@ def test_an_error_line_naming_a_metric_marks_it_unknown() -> None:
     out = ("==ERROR== Failed to find metric smsp__inst_executed_op_stsm\n"
            "==PROF== Connected to process 1\nsmsp__sass_inst_executed_op_shared_st.sum appears outside an error\n")
     assert unknown_metrics(out, list(METRIC_NAMES)) == ["smsp__inst_executed_op_stsm.sum"]
+    other = "==ERROR== The application returned an error code (1) after reading dram__bytes_read.sum\n"
+    assert unknown_metrics(other, list(METRIC_NAMES)) == []  # an error not about a metric drops none
 
 
 def test_every_metric_has_a_source_and_the_table_lists_it() -> None:

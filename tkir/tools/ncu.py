@@ -42,6 +42,7 @@ STDERR_TAIL_LINES = 25  # how much of a failing ncu's output an error quotes
 # cold launch's. --print-units base: bytes and nanoseconds, not Kbyte/usecond (the parser scales either way).
 NCU_FLAGS = ("--csv", "--print-units", "base", "--target-processes", "all", "--clock-control", "none",
              "--cache-control", "all", "--launch-count", "1")
+MAX_DROPPED_METRICS = 8  # more unknown names than this: the error is not about names, stop and quote it
 PERMISSION_ERROR = "ERR_NVGPUCTRPERM"  # ncu's code for "the driver keeps the counters from non-admin users"
 PERMISSION_HINT = ("the driver restricts GPU performance counters to administrators: run as root (e.g. "
                    f"{NCU_ENV}='sudo -E ncu'), or load the driver with NVreg_RestrictProfilingToAdminUsers=0 "
@@ -181,7 +182,7 @@ def run_ncu(ncu: list[str], kernel: str, program: list[str], metrics: tuple[str,
             raise MeasureError(f"cannot run {cmd[0]}: {e.strerror or e}") from None
         output = proc.stdout + ("\n" + proc.stderr if proc.stderr else "")
         unknown = unknown_metrics(output, wanted)
-        if unknown and len(unknown) < len(wanted):
+        if unknown and len(unknown) < len(wanted) and len(dropped) + len(unknown) <= MAX_DROPPED_METRICS:
             dropped += unknown
             wanted = [m for m in wanted if m not in unknown]
             continue
@@ -195,9 +196,9 @@ def run_ncu(ncu: list[str], kernel: str, program: list[str], metrics: tuple[str,
 
 
 def unknown_metrics(output: str, metrics: list[str]) -> list[str]:
-    """The metrics of `metrics` an ==ERROR== line of ncu's output names (their base name, before the
+    """The metrics of `metrics` an ==ERROR== line about a metric names (their base name, before the
     .sum/.avg suffix, counts too: ncu may quote either)."""
-    errors = [ln for ln in output.splitlines() if "==ERROR==" in ln]
+    errors = [ln for ln in output.splitlines() if "==ERROR==" in ln and "metric" in ln.lower()]
     out = []
     for m in metrics:
         base = m.split(".")[0]
