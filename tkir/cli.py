@@ -3,7 +3,7 @@
     tkc compile FILE [-D NAME=VALUE ...] [--emit tkir|llvm|ptx|cubin|sass|launch|c] [-o OUT] [pass flags]
     tkc opt FILE.tkir [--passes=a,b] [-o OUT]        IR text in, IR text out (how passes are tested)
     tkc run FILE --interpret [--size NAME=VALUE ...] [--check]
-    tkc report FILE [--json] [--swizzle=none]
+    tkc report FILE [--json] [--swizzle=none] [--measure [--size NAME=VALUE ...]]
 
     tkc passes [--load-pass=FILE.py]                 the passes, their parameters, the default pipeline
     tkc cache info | clear                           the disk cache of compiled kernels
@@ -221,6 +221,12 @@ def _parser() -> argparse.ArgumentParser:
     rep.add_argument("file")
     rep.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME=VALUE")
     rep.add_argument("--json", action="store_true", help="one JSON object")
+    rep.add_argument("--measure", action="store_true",
+                     help="run the kernel once under Nsight Compute (ncu on PATH, or named by TKIR_NCU) and put "
+                          "the hardware's counts beside each prediction (a 'measured' section)")
+    rep.add_argument("--size", action="append", default=[], metavar="NAME=VALUE",
+                     help="--measure: a problem size (default: the companion's first CHECK_SIZES)")
+    rep.add_argument("--seed", type=int, default=None, help="--measure: random seed of the inputs (default: fresh)")
     _add_pass_flags(rep)
     return ap
 
@@ -723,6 +729,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         register_comparison,
     )
 
+    measuring = _measure_request(args) if args.measure else None  # no ncu or no GPU: an error before any work
     k = _compile(args)
     rep = build_report(k.module)
     ptxas_regs = sass_regs = live_peak = None
@@ -739,11 +746,63 @@ def cmd_report(args: argparse.Namespace) -> int:
     regs = register_comparison(k.module, ptxas_regs, sass_regs, live_peak)
     if regs is not None:
         rep["registers"] = regs
+    if measuring is not None:
+        rep["measured"] = _measure(args, k, rep, measuring)
     if args.json:
         print(json.dumps(rep, indent=2))
     else:
         print(format_report(rep))
+        if measuring is not None:
+            from tkir.tools.measure import format_measured
+
+            print(format_measured(rep["measured"]), end="")
     return 0
+
+
+def _measure_request(args: argparse.Namespace) -> dict:
+    """`tkc report --measure`'s sizes (checked), and ncu and a GPU found, before the compile."""
+    from tkir.tools.measure import gpu_problem
+    from tkir.tools.ncu import MeasureError, find_ncu
+
+    if args.seed is not None and args.seed < 0:
+        raise UsageError(f"--seed {args.seed}: a seed is 0 or more")
+    sizes = _sizes(args.size)
+    find_ncu()
+    problem = gpu_problem()
+    if problem:
+        raise MeasureError(f"--measure runs the kernel on a CUDA GPU, and there is none here: {problem}")
+    return {"sizes": sizes}
+
+
+def _measure(args: argparse.Namespace, k, rep: dict, request: dict) -> dict:
+    """Run the compiled kernel once under ncu (tkir/tools/measure.py) at the requested sizes, or the
+    companion's first CHECK_SIZES."""
+    from tkir.tools.examples import load_companion
+    from tkir.tools.measure import measure
+    from tkir.tools.ncu import MeasureError
+
+    if "backend" in rep:  # the report's own line says why: nothing to launch
+        raise MeasureError(f"--measure: the kernel did not compile ({rep['backend']})")
+    sizes = request["sizes"]
+    given = _kv(args.defines, "-D")
+    consts = {n: k.consts.get(n, v) for n, v in given.items()}  # `auto` consts: the values the compiler chose
+    if not sizes:
+        if not Path(args.file).with_suffix(".py").is_file():
+            raise UsageError("--measure needs the problem sizes: give --size NAME=VALUE for each "
+                             f"(the kernel's sizes: {', '.join(_size_names(k.module))})")
+        sizes = dict(load_companion(args.file).CHECK_SIZES[0])
+    _check_sizes(k.module, sizes)
+    return measure(k, rep, args.file, sizes, consts, seed=args.seed)
+
+
+def _size_names(module) -> list[str]:
+    from tkir.types import GlobalType
+
+    names: list[str] = []
+    for a in module.kernel.body.args:
+        if isinstance(a.type, GlobalType):
+            names += [d for d in a.type.size_names if d not in names]
+    return names
 
 
 def _life_ranges(cubin: bytes) -> str:

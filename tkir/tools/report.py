@@ -117,7 +117,7 @@ def format_report(report: dict) -> str:
         out.append(_registers_line(report["registers"]))
     for key, val in report.items():  # keys later stages add (e.g. the CLI's ptxas summary)
         if key not in ("shared_tiles", "accesses", "register_tiles", "register_copies", "tma", "occupancy",
-                       "registers", "cp_async_loops"):
+                       "registers", "cp_async_loops", "measured"):  # measured: tkir/tools/measure.py prints it
             out.append(f"{key}: {_cell(val)}")
     return "\n".join(out).rstrip() + "\n"
 
