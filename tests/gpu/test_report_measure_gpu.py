@@ -15,8 +15,11 @@ once under ncu (tkir/tools/measure.py) and each check fails when its verdict is 
 
 Mismatches measured before this test existed are strict xfails (KNOWN_OFF): fixing one fails the run
 until its mark goes. Without ncu the tests skip, naming TKIR_NCU; with TKIR_REQUIRE_GPU=1 they fail
-instead (tests/conftest.py). Run them one at a time (`-n 0`): ncu profiles one process at a time. With
-TKIR_MEASURE_DIR=DIR each case's JSON is written to DIR and a summary table to DIR/summary.md.
+instead (tests/conftest.py). They carry the `ncu` marker too: ncu profiles one process at a time, so a run under
+xdist waits for tkir/tools/ncu.py's machine-wide lock (hence the long per-test limit), and the whole tier takes
+tens of minutes. The quick GPU suite is `pytest -m "gpu and not ncu" -n 16 tests`; this tier is
+`pytest -m ncu -n 0 tests/gpu/test_report_measure_gpu.py`. With TKIR_MEASURE_DIR=DIR each case's JSON is
+written to DIR and a summary table to DIR/summary.md.
 """
 
 from __future__ import annotations
@@ -36,7 +39,9 @@ MEASURE_TIMEOUT_S = 900  # one `tkc report --measure`: compile, inputs of about 
 STDERR_TAIL = 60         # lines of a failing command's stderr quoted (it holds ncu's command and output)
 ISSUE = "issue 46"
 
-pytestmark = pytest.mark.gpu
+# a case may wait for the other xdist workers' ncu runs (one profiler at a time), then takes up to MEASURE_TIMEOUT_S
+NCU_TIER_TIMEOUT_S = 4 * 3600
+pytestmark = [pytest.mark.gpu, pytest.mark.ncu, pytest.mark.timeout(NCU_TIER_TIMEOUT_S, method="thread")]
 
 # (example, sizes): moderate sizes, default consts. Memory-bound examples move 0.5-1 GB (the H100's L2 holds 50 MB).
 EXAMPLES = [

@@ -20,7 +20,9 @@ the names marked [U] exist).
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import fcntl
 import io
 import os
 import re
@@ -174,7 +176,8 @@ def run_ncu(ncu: list[str], kernel: str, program: list[str], metrics: tuple[str,
     while True:
         cmd = ncu_command(ncu, kernel, wanted, program)
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=NCU_TIMEOUT_S, env=env)
+            with _one_profiler_at_a_time():
+                proc = subprocess.run(cmd, capture_output=True, text=True, timeout=NCU_TIMEOUT_S, env=env)
         except subprocess.TimeoutExpired as e:
             out = (e.stdout or b"").decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
             raise MeasureError(_failure(cmd, f"did not finish in {NCU_TIMEOUT_S} s", out)) from None
@@ -193,6 +196,22 @@ def run_ncu(ncu: list[str], kernel: str, program: list[str], metrics: tuple[str,
                 "stopped before launching it)")
             raise MeasureError(_failure(cmd, why, output))
         return NcuRun(launches, cmd, dropped, output)
+
+
+# One ncu at a time on a machine: the GPU's performance counters serve one profiling session, and the GPU
+# suite runs under pytest-xdist (-n 16), whose workers would otherwise start several at once.
+NCU_LOCK = Path(os.environ.get("TMPDIR", "/tmp")) / "tkir-ncu.lock"
+
+
+@contextlib.contextmanager
+def _one_profiler_at_a_time():
+    """Hold an exclusive lock on NCU_LOCK (fcntl: released when the process ends, whatever happens)."""
+    with open(NCU_LOCK, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def unknown_metrics(output: str, metrics: list[str]) -> list[str]:
