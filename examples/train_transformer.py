@@ -22,7 +22,6 @@ distance from sdpa; tests/gpu/test_train_transformer.py asserts tkir's distance 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import math
 import sys
@@ -63,12 +62,9 @@ class Curves:
 
 
 def _attention_autograd() -> Any:
-    if "attention_autograd" not in sys.modules:  # registered before it runs: its dataclass looks it up
-        spec = importlib.util.spec_from_file_location("attention_autograd", HERE / "attention_autograd.py")
-        assert spec is not None and spec.loader is not None
-        sys.modules["attention_autograd"] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(sys.modules["attention_autograd"])
-    return sys.modules["attention_autograd"]
+    from tkir.tools.examples import load_module
+
+    return load_module(HERE / "attention_autograd.py")  # once per process (sys.modules)
 
 
 def attention_fn(mode: str) -> Any:

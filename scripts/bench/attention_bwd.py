@@ -74,12 +74,9 @@ def flops(b: int, h: int, n: int, d: int, causal: bool, backward_only: bool = Fa
 
 
 def _example() -> Any:
-    if "attention_autograd" not in sys.modules:  # registered before it runs: its dataclass looks it up
-        spec = importlib.util.spec_from_file_location("attention_autograd", ROOT / "examples/attention_autograd.py")
-        assert spec is not None and spec.loader is not None
-        sys.modules["attention_autograd"] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(sys.modules["attention_autograd"])
-    return sys.modules["attention_autograd"]
+    from tkir.tools.examples import load_module
+
+    return load_module(ROOT / "examples/attention_autograd.py")  # once per process (sys.modules)
 
 
 def plan(d: int, causal: bool, g: int = 1, variant: str = "fused") -> dict[str, Any]:

@@ -12,8 +12,6 @@ may differ in order."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
@@ -29,12 +27,9 @@ pytestmark = pytest.mark.gpu
 
 
 def _example():  # noqa: ANN202 - the example module
-    if "attention_autograd" not in sys.modules:  # registered before it runs: its dataclass looks it up
-        spec = importlib.util.spec_from_file_location("attention_autograd", ROOT / "examples/attention_autograd.py")
-        assert spec is not None and spec.loader is not None
-        sys.modules["attention_autograd"] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(sys.modules["attention_autograd"])
-    return sys.modules["attention_autograd"]
+    from tkir.tools.examples import load_module
+
+    return load_module(ROOT / "examples/attention_autograd.py")  # once per process (sys.modules)
 
 
 def _inputs(torch, shape: tuple, seed: int) -> tuple:  # noqa: ANN001

@@ -6,8 +6,6 @@ arguments and what the forward saves are right. (The ops on the GPU: tests/gpu/t
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -26,12 +24,9 @@ GRAD_TOL = 2e-2  # the backward companions' bound
 
 
 def _example():  # noqa: ANN202 - the example module
-    if "attention_autograd" not in sys.modules:  # registered before it runs: its dataclass looks it up
-        spec = importlib.util.spec_from_file_location("attention_autograd", ROOT / "examples/attention_autograd.py")
-        assert spec is not None and spec.loader is not None
-        sys.modules["attention_autograd"] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(sys.modules["attention_autograd"])
-    return sys.modules["attention_autograd"]
+    from tkir.tools.examples import load_module
+
+    return load_module(ROOT / "examples/attention_autograd.py")  # once per process (sys.modules)
 
 
 class InterpretedOp:

@@ -10,6 +10,7 @@ for the launch.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -132,3 +133,22 @@ def test_each_output_has_its_own_bound_and_an_element_bound() -> None:
         compare(comp, "Q", ref, ref)
     loose = types.SimpleNamespace(TOLERANCE=2e-2, ELEMENT_TOLERANCE={"O": 0.3})
     assert compare(loose, "O", one_off, ref).ok
+
+
+def test_load_module_loads_once_and_leaves_no_half_run_module(tmp_path: Path) -> None:
+    import sys
+
+    from tkir.tools.examples import load_module
+
+    good = tmp_path / "tkir_test_once.py"
+    good.write_text("import dataclasses\n@dataclasses.dataclass\nclass A:\n    x: int = 1\nRUNS = [1]\n")
+    try:
+        m = load_module(good)
+        assert m.A().x == 1 and load_module(good) is m and m.RUNS == [1]  # the dataclass found its module
+    finally:
+        sys.modules.pop("tkir_test_once", None)
+    bad = tmp_path / "tkir_test_broken.py"
+    bad.write_text("raise ValueError('broken on purpose')\n")
+    with pytest.raises(ValueError, match="broken on purpose"):
+        load_module(bad)
+    assert "tkir_test_broken" not in sys.modules

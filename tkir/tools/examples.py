@@ -25,6 +25,7 @@ and compares every output with the companion's reference.
 from __future__ import annotations
 
 import importlib.util
+import sys
 import types
 from dataclasses import dataclass
 from pathlib import Path
@@ -106,6 +107,26 @@ def load_companion(tk_path: str) -> types.ModuleType:
     if missing:
         raise CompileError(None, f"companion '{py}' lacks {', '.join(missing)}")
     return mod
+
+
+def load_module(path: str | Path, name: str | None = None) -> types.ModuleType:
+    """The Python file at `path` as a module named `name` (default: the file's stem), loaded once per process:
+    registered in sys.modules before it runs, as a module that defines dataclasses must be (they look their
+    module up), and returned from there afterwards (examples/attention_autograd.py for its benches, tests and
+    examples/train_transformer.py)."""
+    name = name or Path(path).stem
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, path)
+        if spec is None or spec.loader is None:
+            raise CompileError(None, f"cannot load '{path}' as a Python module")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            del sys.modules[name]  # a half-run module is not left behind for the next caller
+            raise
+    return sys.modules[name]
 
 
 def reuse_companion(namespace: dict, path: str | Path, **overrides: object) -> None:
