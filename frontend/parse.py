@@ -26,6 +26,7 @@ _TERMINAL_WORDS = {
     "INT": "an integer",
     "FLOAT": "a number",
     "ANNOT": "an annotation",
+    "PASSES_ANN": "an annotation",
     "STRING": "a string",
     "$END": "end of file",
 }
@@ -149,6 +150,8 @@ class _Builder:
         )
 
     def annotation(self, t: lark.Tree) -> ast.Annotation:
+        if len(t.children) == 1:  # @passes(...): the text between the parentheses, kept as written
+            return self.passes_annotation(t.children[0])
         tok, args = t.children
         ann = ast.Annotation(self.loc(tok), str(tok)[1:])
         for a in args.children if args else []:
@@ -159,6 +162,12 @@ class _Builder:
             else:
                 ann.kwargs.append((str(key), value))
         return ann
+
+    def passes_annotation(self, tok: lark.Token) -> ast.Annotation:
+        raw = str(tok)
+        head = raw.index("(") + 1  # `@passes (` may hold blanks, never a newline
+        return ast.Annotation(self.loc(tok), "passes", text=raw[head:-1],
+                              text_loc=Loc(self.filename, tok.line, tok.column + head))
 
     def ann_value(self, t: lark.Tree | lark.Token) -> ast.Expr:
         if isinstance(t, lark.Tree) and t.data == "ann_list":
