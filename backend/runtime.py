@@ -29,6 +29,13 @@ pointers that do not say their device), writes the pointers and scalars into the
 points each tensor map at the map of its base address (encoded when that address is new to it), and
 launches. A check that fails hands the arguments to `bind`, so the error is the one `validate` gives.
 
+Unaligned rows: a kernel given `variant` (tkir.compile's, through CompiledKernel.launcher) launches a call
+whose rows or base addresses of the description's `unaligned` tensors do not fit its vector pieces (a
+refusal of this kernel's `requires` or `aligned` checks) through its variant with the widest pieces they
+fit, compiled on first use and kept (an UnalignedRowsWarning says so once); a signature whose row pitches
+need it goes there straight from then on. Aligned calls never reach that code: the fast path is the one
+above, and the variant's PTX is only ever built for a call that needs it.
+
 CUDA graphs: a launch on a stream that torch.cuda.graph (or cuStreamBeginCapture) is capturing becomes
 a kernel node. cuLaunchKernel copies the parameter values (each pointed-to by the parameter array,
 the 128-byte tensor maps included) into the node when it is called, as it copies them for a plain
@@ -236,7 +243,7 @@ class Kernel:
         widest pieces they fit (compiled on first use). Needs no GPU; the chosen kernel's own checks run
         when it is called (`choose(*args).validate(*args)`)."""
         piece = self._row_piece(args, pointers=True)
-        return self if piece is None else self._variant(piece)
+        return self if piece is None else self._variant(piece, stacklevel=3)
 
     def _row_piece(self, args: tuple[Any, ...], pointers: bool) -> int | None:
         """The piece a variant must copy this call's rows in (tkir.requires.unaligned_piece), the base
@@ -251,10 +258,12 @@ class Kernel:
                     a = describe_array(args[i], self._what[i])
                 except LaunchError:
                     return None
+                if a.dtype != t.dtype:  # bind's dtype error, not one a variant could lift
+                    return None
                 tensors[t.name] = (a.ptr if pointers else 0, a.shape, a.strides, DTYPE_BYTES[t.dtype])
         return unaligned_piece(self._pieces, tensors)
 
-    def _variant(self, piece: int) -> Kernel:
+    def _variant(self, piece: int, stacklevel: int = 4) -> Kernel:
         """The variant with pieces of at most `piece` bytes, made once (a warning says so)."""
         k = self._variants.get(piece)
         if k is None:
@@ -264,7 +273,7 @@ class Kernel:
             warnings.warn(f"{self.name}: rows or base addresses of {', '.join(self.launch.unaligned)} do not fit its "
                           f"{widest}-byte vector accesses; launching its variant in {piece}-byte pieces "
                           f"(infer-layouts{{max_vec_bytes={piece}}}, compiled once; rows that start {widest}-byte "
-                          "aligned take the faster kernel)", UnalignedRowsWarning, stacklevel=4)
+                          "aligned take the faster kernel)", UnalignedRowsWarning, stacklevel=stacklevel)
         return k
 
     def _unaligned_call(self, args: tuple[Any, ...], stream: Any, key: tuple | None = None) -> None:
@@ -288,7 +297,9 @@ class Kernel:
         The checks of `validate` that depend on shapes, strides, dtypes, devices and scalar types run once
         per argument signature (`_Signature`); what depends on the pointers and scalar values runs at every
         call (alignment, read-only overlap, scalar ranges, the driver's word on pointers that do not say
-        their device). Anything refused is refused by `bind`, so the error is the one `validate` gives."""
+        their device). Anything refused is refused by `bind`, so the error is the one `validate` gives,
+        except rows or bases that do not fit the kernel's vector pieces where it has variants: those run
+        the variant `choose` names."""
         try:
             key, ptrs, arrays = self._read(args)
         except LaunchError:  # bind's own error below, not raised inside this handler

@@ -565,7 +565,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     consts = _kv(args.defines, "-D")
     _check_sizes(k.module, sizes)
     kw = {"num_sms": args.num_sms} if args.num_sms else {}
-    results = check_interpreted(k.module, companion, sizes, consts, seed=args.seed, **kw)
+    results = check_interpreted(k, companion, sizes, consts, seed=args.seed, **kw)  # unaligned rows: the variant
     size_txt = " ".join(f"{n}={v}" for n, v in sizes.items())
     ok = True
     for r in results:

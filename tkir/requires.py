@@ -165,18 +165,18 @@ def unaligned_piece(pieces: dict[str, int], tensors: dict[str, tuple[int, tuple[
 
     `pieces` is row_piece_tensors' answer (tensor -> the bytes this kernel copies it in); `tensors` gives
     each argument's (base address, shape, byte strides, element bytes). A tensor fits the widest power of
-    two that its base address and its row pitches (the strides of its dims longer than 1, the last dim
-    aside) are multiples of, at most its piece; the call needs the least of those. None also when a tensor
-    is not aligned to its own elements: no variant copies that (the launch's element check refuses it)."""
+    two that its base address, its row's bytes and its strides (the last dim's aside) are multiples of, at
+    most its piece, as the launch's `requires` ask of the row (`(D * 2) % 16`) whatever the number of rows;
+    the call needs the least of those. None also when a tensor is not aligned to its own elements: no
+    variant copies that (the launch's element check refuses it)."""
     need: int | None = None
     for name, piece in pieces.items():
         if name not in tensors:
             continue
         ptr, shape, strides, elem = tensors[name]
-        g = ptr
-        for extent, stride in zip(shape[:-1], strides[:-1], strict=True):
-            if extent != 1:
-                g = math.gcd(g, stride)
+        g = math.gcd(ptr, shape[-1] * elem if shape else 0)
+        for stride in strides[:-1]:
+            g = math.gcd(g, stride)
         fits = min(piece, g & -g) if g else piece
         if fits < elem:
             return None
