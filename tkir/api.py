@@ -76,7 +76,7 @@ class CompiledKernel:
     explicit_pipeline: bool = False  # the pipeline was given (passes=, --passes), not the default or the kernel's
     load_passes: list[str] = field(default_factory=list)  # research pass files the pipeline may name
     _runtime: object = None
-    _variants: dict = field(default_factory=dict)  # piece -> CompiledKernel (variant)
+    _variants: dict = field(default_factory=dict, repr=False)  # piece -> CompiledKernel (variant)
 
     def __post_init__(self) -> None:
         stages = _Stages(self)
@@ -170,7 +170,9 @@ class CompiledKernel:
             self.lower()
             from tkir.backend.runtime import Kernel
 
-            self._runtime = Kernel(self.asm["ptx"], self.launch, variant=lambda piece: self.variant(piece).launcher())
+            variants = "infer-layouts" in self.pipeline  # the pass whose parameter makes them
+            self._runtime = Kernel(self.asm["ptx"], self.launch,
+                                   variant=(lambda piece: self.variant(piece).launcher()) if variants else None)
         return self._runtime
 
     def variant(self, piece: int) -> CompiledKernel:
