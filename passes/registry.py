@@ -131,8 +131,8 @@ def apply_pass_edits(pipeline: list[PassSpec], edits: list[PassEdit],
             if not here:
                 raise PassError(spec.loc(), f"@passes: '{spec}': the pipeline does not run {spec.name}",
                                 source=spec.source or None,
-                                hint=f"write +{spec} to switch it on"
-                                     + ("" if spec.name in ADDABLE_AFTER else f"; the pipeline: {running}"))
+                                hint=f"write +{spec} to switch it on" if spec.name in ADDABLE_AFTER
+                                else f"the pipeline: {running}")
             specs = [_merged(s, spec, s.params) if s.name == spec.name else s for s in specs]
         else:
             specs = _added(specs, spec, here, running)
