@@ -6,6 +6,7 @@ or '=', found 'x'`, naming tokens by their spelling rather than Lark's terminal 
 
 from __future__ import annotations
 
+import re
 from functools import cache
 from pathlib import Path
 
@@ -30,6 +31,8 @@ _TERMINAL_WORDS = {
     "STRING": "a string",
     "$END": "end of file",
 }
+# A `// ...` comment inside @passes(...) (one line each; it ends the token at a ')' it holds).
+_COMMENT = re.compile(r"//[^\n]*")
 # Beyond this many alternatives a list of expected tokens stops helping.
 _MAX_EXPECTED_SHOWN = 6
 
@@ -166,7 +169,8 @@ class _Builder:
     def passes_annotation(self, tok: lark.Token) -> ast.Annotation:
         raw = str(tok)
         head = raw.index("(") + 1  # `@passes (` may hold blanks, never a newline
-        return ast.Annotation(self.loc(tok), "passes", text=raw[head:-1],
+        text = _COMMENT.sub(lambda m: " " * len(m.group()), raw[head:-1])  # columns stay where they were
+        return ast.Annotation(self.loc(tok), "passes", text=text,
                               text_loc=Loc(self.filename, tok.line, tok.column + head))
 
     def ann_value(self, t: lark.Tree | lark.Token) -> ast.Expr:

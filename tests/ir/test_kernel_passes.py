@@ -193,6 +193,16 @@ def test_the_kernel_runs_its_pipeline_and_says_so_in_the_ir(tmp_path: Path) -> N
     assert f'{PIPELINE_ATTR} = "' in edited.ir_after("canonicalize")
 
 
+def test_edits_may_span_lines_with_comments(tmp_path: Path) -> None:
+    path = _write(tmp_path, "@passes(-overlap-mma,        // its rotation measured slower here\n"
+                            "        persistent{group_m=x})  // a bad value, located on its line")
+    with pytest.raises(CompileError) as e:
+        tkir.compile(str(path))
+    assert (e.value.loc.line, e.value.loc.col) == (2, 20) and "'group_m' of pass 'persistent' is an int" in e.value.message
+    path.write_text(path.read_text().replace("group_m=x", "group_m=4"))
+    assert tkir.compile(str(path)).module.kernel.attrs["passes"] == "-overlap-mma,persistent{group_m=4}"
+
+
 def test_parameters_reach_the_pass(tmp_path: Path) -> None:
     k = tkir.compile(str(_write(tmp_path, "@passes(persistent{group_m=1}, infer-layouts{max_vec_bytes=4})")))
     assert "persistent{group_m=1}" in k.pipeline_spec and "infer-layouts{max_vec_bytes=4}" in k.pipeline_spec
