@@ -302,3 +302,13 @@ def test_the_compile_cache_and_the_tuner_see_the_edits(tmp_path: Path) -> None:
     points = [tune.check_point(str(p), {"ROWS": 32}, {"N": 64}, "sm_90a", None) for p in (plain, edited)]
     assert points[0]["code"] != points[1]["code"]
     assert ".nc" not in tkir.compile(str(edited), ROWS=32).asm["ptx"]
+
+
+def test_auto_consts_are_chosen_under_the_kernels_pipeline(tmp_path: Path) -> None:
+    """`auto` consts are chosen by the pipeline up to plan-occupancy (tkir/tools/auto_consts.py): the
+    kernel's edited one, whose trial compiles carry the edits too."""
+    source = (ROOT / "examples" / "attention_fwd.tk").read_text()
+    path = _write(tmp_path, "@passes(-overlap-mma, persistent{group_m=4})", source)
+    k = tkir.compile(str(path), D=64, CAUSAL=0, BQ="auto", BKV="auto")
+    assert k.module.kernel.attrs["auto"] == {"BQ": 192, "BKV": 128}  # as tests/tools/test_auto_consts.py
+    assert "overlap-mma" not in k.pipeline and "persistent{group_m=4}" in k.pipeline_spec
