@@ -30,6 +30,10 @@ PTX parameter order (the backend declares its kernel parameters in exactly this 
 them); tkir.requires computes them from the IR, and the interpreter checks the same list. `aligned`
 lists the tensors whose base address must be 16-byte aligned because they are copied in 16-byte pieces
 without TMA (cp.async chunks, ld/st.global.v4): `{"tensor", "bytes", "why"}` (tkir.requires.kernel_alignments).
+`unaligned` (present when not empty) names those of them copied only to and from registers, whose rows a
+variant of the kernel with narrower pieces copies at any alignment (tkir.requires.row_piece_tensors): a
+runtime Kernel that has the variants (tkir.compile's) launches one where these rows or bases do not fit
+their pieces, instead of refusing the call.
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ from tkir.diagnostics import CompileError, TkirError
 from tkir.facts import OccupancyPlan
 from tkir.ir import Module, Operation
 from tkir.ops_tma import TMA_L2_PROMOTIONS, TMA_OOB_FILLS, TMA_SWIZZLES  # runtime's enum tables match them
-from tkir.requires import kernel_alignments, kernel_requires
+from tkir.requires import kernel_alignments, kernel_requires, row_piece_tensors
 from tkir.target import (
     MAX_GRID,
     MAX_THREADS_PER_BLOCK,
@@ -235,6 +239,7 @@ class LaunchDescription:
     readonly: tuple[str, ...] = ()  # tensors read through ld.global.nc: no other argument may overlap them
     tma: tuple[TmaSpec, ...] = ()
     cluster: tuple[int, int, int] | None = None  # CTAs per cluster (cluster-rows), None: no clusters
+    unaligned: tuple[str, ...] = ()  # `aligned` tensors whose rows a narrower-piece variant copies (module doc)
 
     def to_json(self) -> dict[str, Any]:
         """The JSON-ready dict (`--emit launch`), keys in the documented order."""
@@ -254,6 +259,8 @@ class LaunchDescription:
         }
         if self.cluster is not None:
             out["cluster"] = list(self.cluster)
+        if self.unaligned:
+            out["unaligned"] = list(self.unaligned)
         return out
 
     def to_text(self) -> str:
@@ -367,6 +374,7 @@ def build_launch(module: Module, target: str, *, dynamic_smem: int | None = None
                           **{k: _frozen(d.attrs[k]) for k in DESC_FIELDS}) for d in descs),
         # the PTX says .reqnctapercluster: a plain launch forms them
         cluster=(cluster, 1, 1) if clustered else None,
+        unaligned=tuple(row_piece_tensors(kernel, descs)),
     )
 
 
@@ -399,7 +407,7 @@ def _alloc_bytes(kernel: Operation) -> int:
 
 _REQUIRED = object()
 TOP_FIELDS = ("kernel", "target", "tensors", "scalars", "params", "grid", "block", "dynamic_smem", "requires",
-              "aligned", "readonly", "tma", "cluster")
+              "aligned", "readonly", "tma", "cluster", "unaligned")
 PARAM_FIELDS = {"tensor_map": ("name", "kind", "tma"), "pointer": ("name", "kind", "dtype", "tensor"),
                 "scalar": ("name", "kind", "dtype", "size", "scalar"), "workspace": ("name", "kind", "dtype", "dims"),
                 "launch_count": ("name", "kind", "dtype")}
@@ -518,6 +526,7 @@ class _Reader:
             readonly=self.names(d, "readonly", ""),
             tma=self.each(d, "tma", self.tma, by_name),
             cluster=self.triple(d, "cluster", _is_int, None),
+            unaligned=self.names(d, "unaligned", ""),
         )
 
     def tensor(self, value: Any, where: str) -> TensorArg:
@@ -638,6 +647,8 @@ def _validate(launch: LaunchDescription) -> None:
         _check_tma_spec(t, tensors, lambda msg, i=i: bad(f"tma[{i}]: {msg}"))
     if any(n not in tensors for n in launch.readonly):
         raise bad(f"readonly {list(launch.readonly)!r} must list tensors of the kernel")
+    if any(n not in tensors for n in launch.unaligned):  # one without an `aligned` entry has no piece to lift
+        raise bad(f"unaligned {list(launch.unaligned)!r} must list tensors of the kernel")
 
 
 def _check_grid(grid: tuple[Dim, ...], tensors: tuple[TensorArg, ...], bad: Callable[[str], LaunchError]) -> None:

@@ -29,6 +29,13 @@ pointers that do not say their device), writes the pointers and scalars into the
 points each tensor map at the map of its base address (encoded when that address is new to it), and
 launches. A check that fails hands the arguments to `bind`, so the error is the one `validate` gives.
 
+Unaligned rows: a kernel given `variant` (tkir.compile's, through CompiledKernel.launcher) launches a call
+whose rows or base addresses of the description's `unaligned` tensors do not fit its vector pieces (a
+refusal of this kernel's `requires` or `aligned` checks) through its variant with the widest pieces they
+fit, compiled on first use and kept (an UnalignedRowsWarning says so once); a signature whose row pitches
+need it goes there straight from then on. Aligned calls never reach that code: the fast path is the one
+above, and the variant's PTX is only ever built for a call that needs it.
+
 CUDA graphs: a launch on a stream that torch.cuda.graph (or cuStreamBeginCapture) is capturing becomes
 a kernel node. cuLaunchKernel copies the parameter values (each pointed-to by the parameter array,
 the 128-byte tensor maps included) into the node when it is called, as it copies them for a plain
@@ -48,6 +55,7 @@ import numbers
 import re
 import sys
 import threading
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -72,7 +80,8 @@ from tkir.backend.launch import (
     WorkspaceParam,
     read_launch,
 )
-from tkir.requires import requirement_failure
+from tkir.diagnostics import TkirWarning
+from tkir.requires import requirement_failure, unaligned_piece
 from tkir.target import MAX_GRID, NUM_SMS, TMA_MAX_DIM, TMA_MAX_STRIDE
 from tkir.target import TMA_STRIDE_ALIGN as TMA_ALIGN
 from tkir.types import DTYPE_BYTES
@@ -185,10 +194,21 @@ class Bound:
     device: int | None = None  # the GPU every tensor argument that says its device is on (None: none says)
 
 
-class Kernel:
-    """A compiled kernel: PTX text or cubin bytes plus its launch description."""
+class UnalignedRowsWarning(TkirWarning):
+    """A call whose rows (or base addresses) do not fit a kernel's vector pieces is launched by the kernel's
+    variant with narrower pieces (said once per variant, when it is compiled)."""
 
-    def __init__(self, image: str | bytes, launch: LaunchDescription | dict | str):
+
+class Kernel:
+    """A compiled kernel: PTX text or cubin bytes plus its launch description.
+
+    `variant(piece)`, where given, makes the same kernel with its register rows copied in pieces of at most
+    `piece` bytes (tkir.compile's kernels give CompiledKernel.variant's launcher): a call whose rows or
+    bases of the description's `unaligned` tensors do not fit this kernel's pieces is launched by that
+    variant (compiled on first use, then kept) instead of refused; `choose` says which kernel a call takes."""
+
+    def __init__(self, image: str | bytes, launch: LaunchDescription | dict | str,
+                 variant: Callable[[int], Kernel] | None = None):
         self.launch = read_launch(launch)  # checked here, once: a LaunchError names the bad field
         self.name: str = self.launch.kernel
         self.image = image
@@ -204,6 +224,11 @@ class Kernel:
         self._arg_count = len(tensors) + len(scalars)
         self._what = tuple(f"{self.name}: argument '{t.name}'" for t in tensors)
         self._scalar_ranges = tuple(None if s.dtype == "f32" else SCALAR_RANGES[s.dtype] for s in scalars)
+        # the unaligned-row variants: tensor -> the bytes this kernel copies its rows in; piece -> variant
+        self._pieces = {a.tensor: a.bytes for a in self.launch.aligned if a.tensor in self.launch.unaligned}
+        self._make_variant = variant if self._pieces else None
+        self._variants: dict[int, Kernel] = {}
+        self._unaligned_keys: dict[tuple, None] = {}  # signatures whose row pitches need a variant
 
     def __repr__(self) -> str:
         return f"Kernel({self.name!r})"
@@ -211,6 +236,58 @@ class Kernel:
     def validate(self, *args: Any) -> Bound:
         """Check the arguments against the launch description and bind the sizes; needs no GPU."""
         return bind(self.launch, args)
+
+    def choose(self, *args: Any) -> Kernel:
+        """The kernel a call with these arguments launches: this one, or, where the rows or base addresses
+        of its `unaligned` tensors do not fit its vector pieces and it has variants, the variant with the
+        widest pieces they fit (compiled on first use). Needs no GPU; the chosen kernel's own checks run
+        when it is called (`choose(*args).validate(*args)`)."""
+        piece = self._row_piece(args, pointers=True)
+        return self if piece is None else self._variant(piece, stacklevel=3)
+
+    def _row_piece(self, args: tuple[Any, ...], pointers: bool) -> int | None:
+        """The piece a variant must copy this call's rows in (tkir.requires.unaligned_piece), the base
+        addresses counted or not; None: this kernel's pieces fit, it has no variants, or the arguments
+        are not ones a variant could take (bind says why)."""
+        if self._make_variant is None or len(args) != self._arg_count:
+            return None
+        tensors: dict[str, tuple[int, tuple[int, ...], tuple[int, ...], int]] = {}
+        for i, t in enumerate(self.launch.tensors):
+            if t.name in self._pieces:
+                try:
+                    a = describe_array(args[i], self._what[i])
+                except LaunchError:
+                    return None
+                if a.dtype != t.dtype:  # bind's dtype error, not one a variant could lift
+                    return None
+                tensors[t.name] = (a.ptr if pointers else 0, a.shape, a.strides, DTYPE_BYTES[t.dtype])
+        return unaligned_piece(self._pieces, tensors)
+
+    def _variant(self, piece: int, stacklevel: int = 4) -> Kernel:
+        """The variant with pieces of at most `piece` bytes, made once (a warning says so)."""
+        k = self._variants.get(piece)
+        if k is None:
+            assert self._make_variant is not None
+            k = self._variants[piece] = self._make_variant(piece)
+            widest = max(self._pieces.values())
+            warnings.warn(f"{self.name}: rows or base addresses of {', '.join(self.launch.unaligned)} do not fit its "
+                          f"{widest}-byte vector accesses; launching its variant in {piece}-byte pieces "
+                          f"(infer-layouts{{max_vec_bytes={piece}}}, compiled once; rows that start {widest}-byte "
+                          "aligned take the faster kernel)", UnalignedRowsWarning, stacklevel=stacklevel)
+        return k
+
+    def _unaligned_call(self, args: tuple[Any, ...], stream: Any, key: tuple | None = None) -> None:
+        """A call this kernel refuses: launched by a variant where its rows or bases do not fit this kernel's
+        pieces (a signature whose row pitches do not fit goes there straight next time), else refused
+        with bind's error."""
+        piece = self._row_piece(args, pointers=True)
+        if piece is None:
+            raise self._refused(args)
+        if key is not None and self._row_piece(args, pointers=False) is not None:
+            if len(self._unaligned_keys) >= SIGNATURE_CACHE:
+                self._unaligned_keys.pop(next(iter(self._unaligned_keys)))
+            self._unaligned_keys[key] = None
+        self._variant(piece)(*args, stream=stream)
 
     def __call__(self, *args: Any, stream: int | Any | None = None) -> None:
         """Launch on the device the tensor arguments live on (asynchronously, on `stream`, else on torch's
@@ -220,7 +297,9 @@ class Kernel:
         The checks of `validate` that depend on shapes, strides, dtypes, devices and scalar types run once
         per argument signature (`_Signature`); what depends on the pointers and scalar values runs at every
         call (alignment, read-only overlap, scalar ranges, the driver's word on pointers that do not say
-        their device). Anything refused is refused by `bind`, so the error is the one `validate` gives."""
+        their device). Anything refused is refused by `bind`, so the error is the one `validate` gives,
+        except rows or bases that do not fit the kernel's vector pieces where it has variants: those run
+        the variant `choose` names."""
         try:
             key, ptrs, arrays = self._read(args)
         except LaunchError:  # bind's own error below, not raised inside this handler
@@ -229,10 +308,17 @@ class Kernel:
             raise self._refused(args)
         sig = self._signatures.get(key)
         if sig is None:
-            sig = self._new_signature(args, key)
+            if key in self._unaligned_keys:
+                return self._unaligned_call(args, stream)
+            try:
+                sig = self._new_signature(args, key)
+            except LaunchError:
+                if self._make_variant is None:
+                    raise
+                return self._unaligned_call(args, stream, key)
         for i, align in sig.aligns:
             if ptrs[i] % align:
-                raise self._refused(args)
+                return self._unaligned_call(args, stream)
         for i, j, i_bytes, j_bytes in sig.overlaps:
             if ptrs[i] < ptrs[j] + j_bytes and ptrs[j] < ptrs[i] + i_bytes:
                 raise self._refused(args)

@@ -15,10 +15,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from tkir.diagnostics import CompileError
 from tkir.facts import MAX_STREAM_K_MIN_ITERS, MIN_BLOCKS_ATTR
 from tkir.frontend import ast
 from tkir.frontend.exprs import ExpressionLowering
 from tkir.frontend.tune import check_tune
+from tkir.pass_pipeline import PassEdit, edits_text, parse_pass_edits
 from tkir.target import MAX_BLOCKS_PER_SM, MAX_THREADS_PER_BLOCK, WARP
 
 # the constructs an annotation may precede, as its misplacement error names them
@@ -32,6 +34,7 @@ HOIST_LOADS_ATTR = "hoist_loads_requested"  # what `@hoist_loads(1)` records; pa
 FENCE_LOADS_ATTR = "fence_loads_requested"  # what `@fence_loads(1)` records; passes/fence_loads.py reads it
 CLUSTER_ATTR = "cluster_requested"  # what `@cluster(C)` with C > 1 records; passes/cluster_rows.py reads it
 WARPS_ATTR = "warps"  # what `@warps(W)` with W >= 1 records; passes/infer_layouts.py reads it
+PASSES_ATTR = "passes"  # what `@passes(...)` records: the kernel's pipeline edits (tkir.api applies them)
 MAX_BLOCK_WARPS = MAX_THREADS_PER_BLOCK // WARP  # 32: a block's 1024 threads
 # `@warpgroups(producers=P)`: the pipeline has one producer warpgroup (a TMA copy is issued by one thread;
 # plan-occupancy plans exactly one) or none (the compute warpgroups copy with cp.async)
@@ -243,6 +246,21 @@ def _warps(lw: ExpressionLowering, a: ast.Annotation, form: str | None) -> dict[
     return {WARPS_ATTR: c} if c else {}
 
 
+def _passes(lw: ExpressionLowering, a: ast.Annotation, form: str | None) -> dict[str, object]:
+    """`@passes(-overlap-mma, plan-occupancy{producer_warps=4}, +stream-k)`: the kernel's edits of the pipeline
+    it is compiled with, in the pipeline's spelling (tkir.pass_pipeline); their form is checked here, the
+    pass names and parameter values where they are applied (tkir.api, against the registered passes)."""
+    return {PASSES_ATTR: edits_text(pass_edits(a, lw.source))}
+
+
+def pass_edits(a: ast.Annotation, source: str) -> list[PassEdit]:
+    """The edits of a `@passes(...)` annotation, each located where it is written in `source`."""
+    if a.text is None or a.text_loc is None:  # `@passes` with no parentheses
+        raise CompileError(a.loc, "'@passes' takes pass edits in parentheses", source,
+                           hint=ANNOTATIONS["passes"].form)
+    return parse_pass_edits(a.text, a.text_loc, source)
+
+
 # name: AnnotationRule(where it applies, arity, form, lowering); the comment says what it adds
 ANNOTATIONS: dict[str, AnnotationRule] = {
     "stages": AnnotationRule("for", ONE_ARGUMENT, "write @stages(4)", _stages),  # scf.for {stages}
@@ -280,4 +298,7 @@ ANNOTATIONS: dict[str, AnnotationRule] = {
     "warps": AnnotationRule(  # tk.kernel {warps}
         "kernel", ONE_ARGUMENT, "write @warps(2), or @warps(NW) with a const NW that @tune(NW=[0, 1, 2]) chooses",
         _warps),
+    "passes": AnnotationRule(  # tk.kernel {passes}: the edits as one line (tkir.pass_pipeline.edits_text)
+        "kernel", None, "write @passes(-overlap-mma) or @passes(plan-occupancy{producer_warps=4}, +stream-k)",
+        _passes),
 }

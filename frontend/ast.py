@@ -163,12 +163,15 @@ class TypeExpr(Node):
 
 
 class Annotation(Node):
-    """`@name`, `@name(arg, ...)`, `@name(key=arg, ...)`."""
+    """`@name`, `@name(arg, ...)`, `@name(key=arg, ...)`; `@passes(...)` keeps its text as written (pipeline
+    edits, not expressions) and where that text starts."""
 
     loc: Loc
     name: str
     args: list[Expr] = NEW_LIST
     kwargs: list[tuple[str, Expr]] = NEW_LIST
+    text: str | None = None
+    text_loc: Loc | None = None
 
 
 # --- statements -------------------------------------------------------------------------------

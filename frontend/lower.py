@@ -28,7 +28,7 @@ import re
 
 from tkir import symexpr
 from tkir.frontend import ast
-from tkir.frontend.annotations import kernel_attrs
+from tkir.frontend.annotations import PASSES_ATTR, kernel_attrs, pass_edits
 from tkir.frontend.scope import KIND_WORDS, Symbol
 from tkir.frontend.stmts import StatementLowering
 from tkir.frontend.type_exprs import DeferredDim, resolve_type
@@ -119,6 +119,9 @@ class Lowerer(StatementLowering):
         for p in params:
             self.kblock.add_arg(p)
         op = Operation("tk.kernel", [], [], attrs, [Region(self.kblock)], symbol=k.name, loc=k.loc)
+        for a in k.annotations:  # @passes: its edits, located in the source, for the errors of applying them
+            if a.name == "passes":
+                op.requested[PASSES_ATTR] = pass_edits(a, self.source)
         self.stmts(k.body)
         return Module(ops=[op], source=k.loc.file)
 

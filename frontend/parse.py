@@ -6,6 +6,7 @@ or '=', found 'x'`, naming tokens by their spelling rather than Lark's terminal 
 
 from __future__ import annotations
 
+import re
 from functools import cache
 from pathlib import Path
 
@@ -26,9 +27,12 @@ _TERMINAL_WORDS = {
     "INT": "an integer",
     "FLOAT": "a number",
     "ANNOT": "an annotation",
+    "PASSES_ANN": "an annotation",
     "STRING": "a string",
     "$END": "end of file",
 }
+# A `// ...` comment inside @passes(...) (one line each; it ends the token at a ')' it holds).
+_COMMENT = re.compile(r"//[^\n]*")
 # Beyond this many alternatives a list of expected tokens stops helping.
 _MAX_EXPECTED_SHOWN = 6
 
@@ -149,6 +153,8 @@ class _Builder:
         )
 
     def annotation(self, t: lark.Tree) -> ast.Annotation:
+        if len(t.children) == 1:  # @passes(...): the text between the parentheses, kept as written
+            return self.passes_annotation(t.children[0])
         tok, args = t.children
         ann = ast.Annotation(self.loc(tok), str(tok)[1:])
         for a in args.children if args else []:
@@ -159,6 +165,13 @@ class _Builder:
             else:
                 ann.kwargs.append((str(key), value))
         return ann
+
+    def passes_annotation(self, tok: lark.Token) -> ast.Annotation:
+        raw = str(tok)
+        head = raw.index("(") + 1  # `@passes (` may hold blanks, never a newline
+        text = _COMMENT.sub(lambda m: " " * len(m.group()), raw[head:-1])  # columns stay where they were
+        return ast.Annotation(self.loc(tok), "passes", text=text,
+                              text_loc=Loc(self.filename, tok.line, tok.column + head))
 
     def ann_value(self, t: lark.Tree | lark.Token) -> ast.Expr:
         if isinstance(t, lark.Tree) and t.data == "ann_list":

@@ -76,6 +76,9 @@ MAX_AUTO_WARPS_SM80 = 8  # 8 warps of m16 rows: a 128-row block tile on the mma.
 WHOLE_ROW_WARP_ROWS = 32
 WHOLE_ROW_MAX_ACC_REGS = 128
 VEC_BYTES = 16          # `row` layouts: each lane owns 16-byte column chunks (one v4 access)
+# max_vec_bytes: the global access widths PTX has for a lane chunk (ld/st.global .v4.b32, .v2.b32, .b32, .b16,
+# .b8); below the element size a chunk is one element
+VEC_BYTES_CHOICES = (16, 8, 4, 2, 1)
 # A `row` tile whose rows give a thread more elements than this is split over more warps per row
 # (`parts`): 64 f32 values are 64 registers, a quarter of the 255 a thread may have (HOPPER.md §1),
 # which leaves room for the converted copies an elementwise chain keeps live. Below it nothing
@@ -101,14 +104,21 @@ class InferLayouts(Pass):
                                 "accumulator; 1: whole rows per warp, the 1-D ablation; N: N column warps)")
     split_idle_warps: bool = param(True, "split a `row` tile whose rows leave warps repeating them over those "
                                          "warps too (false: only rows over ROW_ELEMS_PER_THREAD, the ablation)")
+    max_vec_bytes: int = param(VEC_BYTES, "the widest global access of a `row` tile's lane chunk in bytes (16, 8, "
+                                          "4, 2 or 1; a chunk is at least one element): the launch's variant for "
+                                          "rows that do not start 16-byte aligned takes the piece they are aligned to")
 
     def __post_init__(self) -> None:
         if self.mma_warps_n < 0:
             raise ParamError("mma_warps_n", f"infer-layouts: mma_warps_n={self.mma_warps_n} must be >= 0")
+        if self.max_vec_bytes not in VEC_BYTES_CHOICES:
+            raise ParamError("max_vec_bytes", f"infer-layouts: max_vec_bytes={self.max_vec_bytes} must be one of "
+                                              f"{', '.join(map(str, VEC_BYTES_CHOICES))}")
 
     def run(self, module: Module, options: Options) -> None:
         for kernel in module.kernels():
-            _KernelLayouts(kernel, options.target == "sm_80", self.mma_warps_n, self.split_idle_warps).run()
+            _KernelLayouts(kernel, options.target == "sm_80", self.mma_warps_n, self.split_idle_warps,
+                           self.max_vec_bytes).run()
 
 
 class _UnionFind:
@@ -130,8 +140,10 @@ class _UnionFind:
 
 
 class _KernelLayouts:
-    def __init__(self, kernel: Operation, sm80: bool, mma_warps_n: int = 0, split_idle_warps: bool = True):
+    def __init__(self, kernel: Operation, sm80: bool, mma_warps_n: int = 0, split_idle_warps: bool = True,
+                 max_vec_bytes: int = VEC_BYTES):
         self.kernel = kernel
+        self.max_vec_bytes = max_vec_bytes
         self.split_idle_warps = split_idle_warps
         self.sm80 = sm80
         self.mma_warps_n = mma_warps_n
@@ -375,7 +387,7 @@ class _KernelLayouts:
 
     def _row_layout(self, t: TileType) -> RegisterLayout:
         eb = _chunk_bytes(t)
-        vec = max(VEC_BYTES // eb, 1)
+        vec = max(self.max_vec_bytes // eb, 1)
         warps = row_layout_warps(t.rows, t.cols, vec, self.compute_warps)
         idle = self.split_idle_warps and warps < self.compute_warps
         if idle or t.rows * t.cols // (warps * WARP_SIZE) > ROW_ELEMS_PER_THREAD:  # wide rows: share them

@@ -4,6 +4,8 @@ Entries are imported lazily so that a research pass file can be dropped in witho
 every pass. `tkc compile --passes=a,b{k=v},c` replaces DEFAULT_PIPELINE; `--load-pass=FILE.py` adds
 entries at run time (tkir.passmanager.load_pass_file). LEGACY_OPTIONS maps the deprecated
 `--pass-option KEY=VALUE` / `--group-m G` spellings onto pass parameters (legacy_pipeline).
+A kernel's `@passes(...)` edits the default pipeline for itself (apply_pass_edits), within what
+ADDABLE_AFTER, REQUIRES and BACKEND_REQUIRES allow.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import importlib
 import warnings
 
-from tkir.pass_pipeline import PassSpec, as_specs
+from tkir.pass_pipeline import PassEdit, PassSpec, as_specs
 from tkir.passmanager import Pass, PassError
 
 # name -> "module:Class" (modules under tkir.passes)
@@ -78,6 +80,107 @@ DEFAULT_PIPELINE: list[str] = [
 # persistent: causal attention 0-8% slower reversed in place, up to 18% with move_last). fence-loads runs
 # opt-in only: faster at the narrow small row points, slower at wider ones (docs/experiments.md), so tkc tune
 # chooses it per shape (@fence_loads(FENCE) in the row examples).
+
+# Passes the default pipeline leaves out that a kernel may switch on with `@passes(+NAME)`: the pass each
+# goes right after (the places the notes above give them).
+ADDABLE_AFTER: dict[str, str] = {
+    "longest-first": "persistent",  # it reorders the tiles persistent laid out
+}
+# Pass -> the passes it needs to have run before it, so that `@passes(-NAME)` cannot take them away while it
+# stays: each pass's docstring says so (pipeline and pipeline-cp-async take the stage count and the roles
+# from plan-occupancy's plan; without it the backend finds roles the block has no threads for).
+REQUIRES: dict[str, tuple[str, ...]] = {
+    "pipeline": ("plan-occupancy",),
+    "pipeline-cp-async": ("plan-occupancy",),
+}
+# What the backend cannot lower without: register tiles with no layout ("has no layout (run infer-layouts)").
+BACKEND_REQUIRES: tuple[str, ...] = ("infer-layouts",)
+OPT_IN = "opt_in"  # the parameter of a pass the pipeline runs only for kernels that ask (stream-k, fence-loads)
+
+
+def apply_pass_edits(pipeline: list[PassSpec], edits: list[PassEdit],
+                     registry: dict[str, type[Pass]]) -> list[PassSpec]:
+    """The pipeline with a kernel's `@passes(...)` edits applied, in the order written:
+
+    * `-NAME` removes every entry of NAME; an error where the pipeline runs no NAME, or where a pass that
+      stays (REQUIRES) or the backend (BACKEND_REQUIRES) needs it;
+    * `NAME{k=v}` sets parameters on every entry of NAME; an error where the pipeline runs no NAME;
+    * `+NAME{k=v}` switches on NAME: an entry the pipeline runs opt-in only (`stream-k{opt_in=true}`) runs
+      for this kernel whether or not it asks; a pass the pipeline leaves out goes in at its place
+      (ADDABLE_AFTER). An error where NAME runs already, or has no place.
+
+    Pass names and parameter values are checked against `registry` (the passes' typed fields); every
+    error is located at the edit, in the kernel's source, and names the passes it could have named."""
+    specs = list(pipeline)
+    for edit in edits:
+        spec = edit.spec
+        cls = registry.get(spec.name)
+        if cls is None:
+            raise PassError(spec.loc(), f"@passes: unknown pass '{spec.name}'", source=spec.source or None,
+                            hint="known passes: " + ", ".join(sorted(registry)))
+        cls.from_spec(spec)  # its parameters, each located where it is written
+        here = [i for i, s in enumerate(specs) if s.name == spec.name]
+        running = ", ".join(dict.fromkeys(s.name for s in specs))
+        if edit.action == "remove":
+            if not here:
+                raise PassError(spec.loc(), f"@passes: '-{spec.name}': the pipeline does not run {spec.name}",
+                                source=spec.source or None, hint=f"the pipeline: {running}")
+            specs = [s for s in specs if s.name != spec.name]
+            _check_required(spec, specs)
+        elif edit.action == "set":
+            if not here:
+                raise PassError(spec.loc(), f"@passes: '{spec}': the pipeline does not run {spec.name}",
+                                source=spec.source or None,
+                                hint=f"write +{spec} to switch it on" if spec.name in ADDABLE_AFTER
+                                else f"the pipeline: {running}")
+            specs = [_merged(s, spec, s.params) if s.name == spec.name else s for s in specs]
+        else:
+            specs = _added(specs, spec, here, running)
+        for i in here if edit.action != "remove" else ():
+            registry[spec.name].from_spec(specs[i])  # the parameters together (a pass may refuse a mix)
+    return specs
+
+
+def _merged(old: PassSpec, edit: PassSpec, params: dict[str, str]) -> PassSpec:
+    """Entry `old` with the edit's parameters on top of `params`, located at the edit."""
+    return PassSpec(old.name, {**params, **edit.params}, edit.col, edit.param_cols, edit.source, edit.file,
+                    edit.line, edit.param_lines)
+
+
+def _added(specs: list[PassSpec], spec: PassSpec, here: list[int], running: str) -> list[PassSpec]:
+    """`+NAME`: the opt-in entries of NAME made unconditional, or NAME inserted at its place."""
+    if here:
+        if not all(specs[i].params.get(OPT_IN) in ("true", "1") for i in here):
+            raise PassError(spec.loc(), f"@passes: '+{spec.name}': the pipeline runs {spec.name} already",
+                            source=spec.source or None,
+                            hint=f"write {spec.name}{{key=value}} to set its parameters (`tkc passes` lists them)")
+        return [_merged(s, spec, {k: v for k, v in s.params.items() if k != OPT_IN}) if i in here else s
+                for i, s in enumerate(specs)]
+    after = ADDABLE_AFTER.get(spec.name)
+    at = next((i + 1 for i, s in enumerate(specs) if s.name == after), None) if after else None
+    if at is None:
+        where = (f"it goes after {after}, which the pipeline does not run" if after else
+                 "it has no place in the default pipeline")
+        addable = ", ".join(f"+{n}" for n in ADDABLE_AFTER) + " and the opt-in passes (" + ", ".join(
+            dict.fromkeys(s.name for s in specs if s.params.get(OPT_IN) in ("true", "1"))) + ")"
+        raise PassError(spec.loc(), f"@passes: '+{spec.name}': {where}", source=spec.source or None,
+                        hint=f"a kernel may switch on {addable}; for any other pipeline pass --passes "
+                             "(tkir.compile(passes=...)), which replaces the whole pipeline")
+    return [*specs[:at], spec, *specs[at:]]
+
+
+def _check_required(removed: PassSpec, specs: list[PassSpec]) -> None:
+    """A removal that leaves a pass (or the backend) without a pass it needs is an error at the edit."""
+    users = [s.name for s in specs if removed.name in REQUIRES.get(s.name, ())]
+    if removed.name in BACKEND_REQUIRES:
+        users.append("the backend")
+    if users:
+        removable = [s for s in dict.fromkeys(x.name for x in specs)
+                     if s not in BACKEND_REQUIRES and not any(s in REQUIRES.get(o.name, ()) for o in specs)]
+        raise PassError(removed.loc(), f"@passes: '-{removed.name}' removes a pass that "
+                                       f"{' and '.join(dict.fromkeys(users))} need{'s' if len(users) == 1 else ''}",
+                        source=removed.source or None, hint="passes a kernel may remove: " + ", ".join(removable))
+
 
 # deprecated `--pass-option KEY=VALUE` (tkir.compile(pass_options=...)) -> (pass, parameter)
 LEGACY_OPTIONS: dict[str, tuple[str, str]] = {

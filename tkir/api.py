@@ -19,12 +19,14 @@ import hashlib
 import io
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tkir.diagnostics import TkirWarning
 from tkir.ir import Module
-from tkir.pass_pipeline import as_specs
+from tkir.pass_pipeline import PIPELINE_FILE, PassEdit, PassSpec, as_specs, edits_text, parse_pass_edits
 from tkir.passmanager import Options, PassManager, PipelineConfig, load_pass_file
 from tkir.printer import print_module
 
@@ -71,7 +73,10 @@ class CompiledKernel:
     pipeline_spec: str = ""  # the pipeline that ran, parameters included (PassManager.spec)
     cached: bool | None = None  # whether lower() read the backend's output from the disk cache
     snapshots_kept: bool = True  # PipelineConfig.keep_snapshots: whether ir_after can answer
+    explicit_pipeline: bool = False  # the pipeline was given (passes=, --passes), not the default or the kernel's
+    load_passes: list[str] = field(default_factory=list)  # research pass files the pipeline may name
     _runtime: object = None
+    _variants: dict = field(default_factory=dict, repr=False)  # piece -> CompiledKernel (variant)
 
     def __post_init__(self) -> None:
         stages = _Stages(self)
@@ -150,7 +155,7 @@ class CompiledKernel:
             words.append(f"--swizzle={self.options.swizzle}")
         if self.options.no_tma:
             words.append("--no-tma")
-        if self.pipeline_spec and self.pipeline_spec != ",".join(default_pipeline()):
+        if self.explicit_pipeline and self.pipeline_spec != ",".join(default_pipeline()):
             words.append(f"--passes='{self.pipeline_spec}'")
         return f"from: {' '.join(words)} (tkir {__version__})"
 
@@ -159,13 +164,51 @@ class CompiledKernel:
 
     def launcher(self):  # noqa: ANN201 - a tkir.backend.runtime.Kernel (the backend loads lazily)
         """The runtime's Kernel of this compile, made on first use (the backend's output first): calling it
-        launches exactly as calling this object does, one Python call layer shorter."""
+        launches exactly as calling this object does, one Python call layer shorter. Rows that do not fit
+        its vector pieces are launched by `variant(piece)`, compiled when first needed."""
         if self._runtime is None:
             self.lower()
             from tkir.backend.runtime import Kernel
 
-            self._runtime = Kernel(self.asm["ptx"], self.launch)
+            variants = "infer-layouts" in self.pipeline  # the pass whose parameter makes them
+            self._runtime = Kernel(self.asm["ptx"], self.launch,
+                                   variant=(lambda piece: self.variant(piece).launcher()) if variants else None)
         return self._runtime
+
+    def variant(self, piece: int) -> CompiledKernel:
+        """This kernel with its register rows copied in pieces of at most `piece` bytes (16, 8, 4, 2, 1; at
+        least one element): the same source, consts, options and pipeline, infer-layouts{max_vec_bytes=piece}
+        (its PTX is this kernel's where `piece` is 16). What the launch and tkir.interpret run for rows that
+        do not start aligned to this kernel's pieces (docs/runtime.md, "Unaligned rows"); made once."""
+        if piece not in self._variants:
+            specs = as_specs(self.pipeline_spec)
+            if "infer-layouts" not in [s.name for s in specs]:
+                raise ValueError(f"{self.path}: its pipeline runs no infer-layouts: no variant with other pieces")
+            specs = [PassSpec(s.name, {**s.params, "max_vec_bytes": str(piece)}) if s.name == "infer-layouts" else s
+                     for s in specs]
+            self._variants[piece] = _compile(self.path, specs, "kernel", self.options, self.load_passes,
+                                             PipelineConfig(keep_snapshots=False), None, dict(self.consts))
+        return self._variants[piece]
+
+    def unaligned_piece(self, *arrays: object) -> int | None:
+        """The piece (bytes) of the variant a run on these arrays needs, None when this kernel's own vector
+        pieces fit their rows (tkir.requires.unaligned_piece over the numpy arrays' or device tensors'
+        base addresses and strides). What tkir.interpret consults; the launch asks the same of its arguments."""
+        from tkir.requires import row_piece_tensors, unaligned_piece
+        from tkir.types import DTYPE_BYTES, GlobalType
+
+        kernels = self.module.kernels()
+        pieces = row_piece_tensors(kernels[0]) if len(kernels) == 1 else {}
+        if not pieces:
+            return None
+        params = [a for a in kernels[0].body.args if isinstance(a.type, GlobalType)]
+        tensors = {}
+        for p, arr in zip(params, arrays, strict=False):
+            if p.name in pieces and hasattr(arr, "__array_interface__"):
+                face = arr.__array_interface__
+                strides = face["strides"] or _contiguous_strides(arr.shape, arr.itemsize)
+                tensors[p.name] = (face["data"][0], tuple(arr.shape), tuple(strides), DTYPE_BYTES[p.type.dtype])
+        return unaligned_piece(pieces, tensors)
 
 
 BACKEND_STAGES = ("llvm", "ptx", "launch")  # what compile_module produces and the disk cache keeps
@@ -230,31 +273,51 @@ def compile(
     """Compile a .tk kernel through the pass pipeline (the backend runs lazily on first use).
 
     `passes` is the pipeline, as a string (`"canonicalize,persistent{group_m=16}"`) or a list of
-    entries; None runs the default one. `group_m=` and `pass_options=` were removed in tkir 0.2: a
-    TypeError says which `passes` does the same (the names are not taken as constants)."""
-    from tkir.passes.registry import load_registry
-
+    entries; None runs the default one with the kernel's own `@passes(...)` edits applied (an explicit
+    `passes` wins over them: they are checked, not applied, and a KernelPassesWarning says so).
+    `group_m=` and `pass_options=` were removed in tkir 0.2: a TypeError says which `passes` does the
+    same (the names are not taken as constants)."""
     if any(k in consts for k in REMOVED_OPTIONS):
         raise TypeError(_removed_options_message(consts, passes))
     if isinstance(load_passes, str):  # a string would be read as a list of one-letter file names
         raise TypeError(f"tkir.compile(): load_passes= is a list of files, e.g. load_passes=[{load_passes!r}]")
+    pipeline = as_specs(passes if passes is not None else default_pipeline())
+    return _compile(path, pipeline, "explicit" if passes is not None else "default",
+                    Options(target=target, swizzle=swizzle, no_tma=no_tma), load_passes, config, out, consts)
+
+
+def _compile(path: str, pipeline: list, given: str, options: Options, load_passes: list[str] | None,
+             config: PipelineConfig | None, out: io.TextIOBase | None, consts: dict) -> CompiledKernel:
+    """compile() for a pipeline `given` as "default" (the kernel's @passes edits apply), "explicit" (they
+    do not) or "kernel" (the kernel's own, edits included: CompiledKernel.variant)."""
+    from tkir.passes.registry import load_registry
+
     registry = load_registry()
     for f in load_passes or []:
         load_pass_file(f, registry)
-    pipeline = as_specs(passes if passes is not None else default_pipeline())
-    options = Options(target=target, swizzle=swizzle, no_tma=no_tma)
     pm = PassManager(registry, pipeline)  # names and parameters are checked before any work
+
+    def kernel_pipeline(module: Module) -> list:
+        return pipeline if given == "kernel" else _kernel_pipeline(module, pipeline, registry, given == "explicit")
+
     choice: dict | None = None
     if not str(path).endswith(".tkir"):
-        consts, choice = _resolve_auto(str(path), dict(consts), registry, pipeline, options)
+        consts, choice = _resolve_auto(str(path), dict(consts), registry, kernel_pipeline, options)
     module = build_module(path, consts)
+    edited = kernel_pipeline(module)
+    if edited is not pipeline:
+        pm = PassManager(registry, edited)
+    kernels = module.kernels()
+    if len(kernels) == 1 and PASSES_ATTR in kernels[0].attrs:  # the pipeline it runs, in the IR from the start
+        kernels[0].attrs[PIPELINE_ATTR] = pm.spec()
     pm.run(module, options, config, out)
     if choice is not None:  # the decision, visible in the IR (tkir/tools/auto_consts.py)
         module.kernel.attrs["auto"] = choice["auto"]
         if choice["refused"]:
             module.kernel.attrs["auto_refused"] = choice["refused"]
     k = CompiledKernel(str(path), dict(consts), options, module, pm.pipeline, pm.snapshots, pm.timings,
-                       pipeline_spec=pm.spec(), snapshots_kept=config is None or config.keep_snapshots)
+                       pipeline_spec=pm.spec(), snapshots_kept=config is None or config.keep_snapshots,
+                       explicit_pipeline=given == "explicit", load_passes=list(load_passes or []))
     k.asm["tkir"] = print_module(module)
     return k
 
@@ -303,29 +366,111 @@ def _removed_options_message(consts: dict, passes: str | list[str] | None) -> st
     return f"tkir.compile(): {said} {'was' if len(names) == 1 else 'were'} removed in tkir {REMOVED_IN}: {instead}"
 
 
-def _resolve_auto(path: str, consts: dict, registry: dict, pipeline: list,
+def _resolve_auto(path: str, consts: dict, registry: dict, pipeline_of: Callable[[Module], list],
                   options: Options) -> tuple[dict, dict | None]:
-    """Consts set to `auto` chosen by tkir.tools.auto_consts (the pipeline up to plan-occupancy decides)."""
+    """Consts set to `auto` chosen by tkir.tools.auto_consts (the pipeline up to plan-occupancy decides;
+    `pipeline_of(module)` is the pipeline the module's kernel runs, its @passes edits applied)."""
     from tkir.tools import auto_consts
 
     names = auto_consts.auto_names(path, consts)
     if not names:
         return consts, None
-    cut = next((i for i, s in enumerate(pipeline) if s.name == auto_consts.STOP_AFTER), len(pipeline) - 1)
-    prefix = PassManager(registry, pipeline[:cut + 1])
 
     def trial(point: dict) -> Module:
         m = build_module(path, point)
-        prefix.run(m, options, PipelineConfig(), io.StringIO())
+        pipeline = pipeline_of(m)
+        cut = next((i for i, s in enumerate(pipeline) if s.name == auto_consts.STOP_AFTER), len(pipeline) - 1)
+        PassManager(registry, pipeline[:cut + 1]).run(m, options, PipelineConfig(), io.StringIO())
         return m
 
     resolved, chosen, refused = auto_consts.resolve(path, consts, names, trial)
     return {**consts, **{n: resolved[n] for n in names}}, {"auto": chosen, "refused": refused}
 
 
+# --- a kernel's own pipeline: @passes(...) ----------------------------------------------------------
+
+PASSES_ATTR = "passes"  # tk.kernel: the kernel's @passes edits (frontend/annotations.py writes it)
+PIPELINE_ATTR = "pass_pipeline"  # tk.kernel: the pipeline a kernel with edits runs, as --passes spells it
+
+
+class KernelPassesWarning(TkirWarning):
+    """A kernel's @passes edits that an explicit pipeline (--passes, passes=) leaves unapplied."""
+
+
+def kernel_pass_edits(module: Module) -> list[PassEdit]:
+    """The @passes edits of the module's kernel: located in its .tk source where the front end made it,
+    else read from its `passes` attribute (IR text); [] without one."""
+    kernels = module.kernels()
+    if len(kernels) != 1 or PASSES_ATTR not in kernels[0].attrs:
+        return []
+    kernel = kernels[0]
+    located = kernel.requested.get(PASSES_ATTR)
+    if located:
+        return located
+    text = kernel.attrs[PASSES_ATTR]
+    if not isinstance(text, str):
+        from tkir.diagnostics import CompileError
+
+        raise CompileError(kernel.loc, f"the kernel's '{PASSES_ATTR}' attribute is a string of pass edits "
+                                       f"(\"-overlap-mma\"), not {text!r}")
+    return parse_pass_edits(text)
+
+
+def _kernel_pipeline(module: Module, pipeline: list, registry: dict, explicit: bool) -> list:
+    """The pipeline the module's kernel runs: `pipeline` itself when the kernel has no @passes or the
+    pipeline was given explicitly (the command line wins: a warning says the edits are not applied),
+    else the default pipeline with the kernel's edits applied. The edits are checked either way."""
+    from tkir.passes.registry import apply_pass_edits
+
+    edits = kernel_pass_edits(module)
+    if not edits:
+        return pipeline
+    edited = apply_pass_edits(as_specs(default_pipeline()), edits, registry)
+    if not explicit:
+        return edited
+    where = f"{edits[0].spec.loc()}: " if edits[0].spec.file != PIPELINE_FILE else ""
+    warnings.warn(f"{where}the kernel's @passes({edits_text(edits)}) is not applied: an explicit pipeline "
+                  "(--passes, passes=) replaces the whole pipeline, the kernel's edits included",
+                  KernelPassesWarning, stacklevel=4)
+    return pipeline
+
+
+def kernel_pipeline(path: str, *, load_passes: list[str] | None = None) -> tuple[str, str]:
+    """(the kernel's @passes edits, the pipeline tkir.compile(path) runs for it) as text, the pipeline
+    as --passes spells it; ("", the default pipeline) for a kernel without @passes. What `tkc passes
+    --kernel FILE` prints; reads the source only (no consts, no passes run)."""
+    from tkir.passes.registry import apply_pass_edits, load_registry
+
+    registry = load_registry()
+    for f in load_passes or []:
+        load_pass_file(f, registry)
+    if str(path).endswith(".tkir"):
+        edits = kernel_pass_edits(build_module(path))
+    else:
+        from tkir.frontend import read_pass_edits
+
+        edits = read_pass_edits(str(path))
+    specs = apply_pass_edits(as_specs(default_pipeline()), edits, registry) if edits else default_pipeline()
+    return edits_text(edits), PassManager(registry, specs).spec()
+
+
+def _contiguous_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
+    out, step = [], itemsize
+    for extent in reversed(shape):
+        out.append(step)
+        step *= extent
+    return tuple(reversed(out))
+
+
 def interpret(kernel: CompiledKernel | Module, *arrays: object, **sizes: int) -> None:
-    """Run a kernel in the numpy interpreter; outputs are written into `arrays` in place."""
+    """Run a kernel in the numpy interpreter; outputs are written into `arrays` in place. A compiled kernel
+    whose vector pieces do not fit the arrays' rows runs its variant with narrower pieces, as the launch
+    does (CompiledKernel.variant); a Module runs as it is."""
     from tkir.interp import interpret as run
 
-    module = kernel.module if isinstance(kernel, CompiledKernel) else kernel
+    if isinstance(kernel, CompiledKernel):
+        piece = kernel.unaligned_piece(*arrays)
+        module = (kernel if piece is None else kernel.variant(piece)).module
+    else:
+        module = kernel
     run(module, *arrays, sizes=sizes or None)

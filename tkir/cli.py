@@ -6,6 +6,7 @@
     tkc report FILE [--json] [--swizzle=none] [--measure [--size NAME=VALUE ...]]
 
     tkc passes [--load-pass=FILE.py]                 the passes, their parameters, the default pipeline
+    tkc passes --kernel FILE                         the pipeline FILE's kernel runs (its @passes edits applied)
     tkc cache info | clear                           the disk cache of compiled kernels
 
 Pass flags: --print-after-all, --print-after=NAME[,NAME], --stop-after=NAME,
@@ -204,6 +205,9 @@ def _parser() -> argparse.ArgumentParser:
                                     "pipeline as --passes spells it.")
     ps.add_argument("--load-pass", action="append", default=[], metavar="FILE.py",
                     help="register the Pass subclasses defined in FILE.py first")
+    ps.add_argument("--kernel", metavar="FILE", default=None,
+                    help="print the pipeline this kernel (.tk or .tkir) is compiled with: the default one with "
+                         "its @passes(...) edits applied")
 
     ca = sub.add_parser("cache", help="show or clear the disk cache of compiled kernels",
                         description="The disk cache of the backend's output ($TKIR_CACHE_DIR, default "
@@ -567,7 +571,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     consts = _kv(args.defines, "-D")
     _check_sizes(k.module, sizes)
     kw = {"num_sms": args.num_sms} if args.num_sms else {}
-    results = check_interpreted(k.module, companion, sizes, consts, seed=args.seed, **kw)
+    results = check_interpreted(k, companion, sizes, consts, seed=args.seed, **kw)  # unaligned rows: the variant
     size_txt = " ".join(f"{n}={v}" for n, v in sizes.items())
     ok = True
     for r in results:
@@ -704,6 +708,14 @@ def cmd_passes(args: argparse.Namespace) -> int:
     from tkir.passes.registry import DEFAULT_PIPELINE, load_registry
     from tkir.passmanager import load_pass_file
 
+    if args.kernel is not None:  # the kernel's own pipeline: its @passes edits applied to the default one
+        from tkir.api import kernel_pipeline
+
+        edits, spec = kernel_pipeline(args.kernel, load_passes=args.load_pass)
+        print(f"kernel {args.kernel}:")
+        print(f"  @passes({edits})" if edits else "  no @passes: the default pipeline")
+        print("  --passes=" + spec)
+        return 0
     registry = load_registry()
     for f in args.load_pass:
         load_pass_file(f, registry)

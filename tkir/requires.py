@@ -18,6 +18,7 @@ there); byte strides of TMA tensors must be multiples of 16 B (HOPPER.md §4.1).
 from __future__ import annotations
 
 import ast
+import math
 
 from tkir import symexpr
 from tkir.facts import FactError
@@ -133,6 +134,55 @@ def kernel_alignments(kernel: Operation) -> list[dict]:
             whys.append(why)
         widest[g.name] = max(widest.get(g.name, 0), nbytes)
     return [{"tensor": name, "bytes": widest[name], "why": " and ".join(w)} for name, w in out.items()]
+
+
+def row_piece_tensors(kernel: Operation, descs: list[Operation] = ()) -> dict[str, int]:
+    """{tensor: bytes} for each tensor the kernel copies to or from registers in 4-, 8- or 16-byte vector
+    pieces (`row` / `col_vec` layouts) and in no piece of another kind (cp.async chunks, a TMA descriptor
+    among `descs`): the tensors whose rows the same kernel with narrower pieces (infer-layouts{max_vec_bytes=B})
+    copies at any alignment of B bytes. The launch description lists them (`unaligned`); the launch and
+    tkir.interpret take that variant for rows these pieces do not fit (`unaligned_piece`)."""
+    widest: dict[str, int] = {}
+    other = {str(d.attrs.get("tensor")) for d in descs}
+    for op in kernel.walk():
+        try:
+            copy = _plain_copy(op)
+        except FactError:
+            continue  # located by kernel_requires
+        if copy is None:
+            continue
+        g, tile = copy
+        if _shared_tile(tile):
+            other.add(g.name)
+        elif cb := _chunk_bytes(tile):
+            widest[g.name] = max(widest.get(g.name, 0), cb)
+    return {name: b for name, b in widest.items() if name not in other}
+
+
+def unaligned_piece(pieces: dict[str, int], tensors: dict[str, tuple[int, tuple[int, ...], tuple[int, ...], int]]
+                    ) -> int | None:
+    """The piece (bytes) a variant must copy rows in for one call, or None when this kernel's pieces fit.
+
+    `pieces` is row_piece_tensors' answer (tensor -> the bytes this kernel copies it in); `tensors` gives
+    each argument's (base address, shape, byte strides, element bytes). A tensor fits the widest power of
+    two that its base address, its row's bytes and its strides (the last dim's aside) are multiples of, at
+    most its piece, as the launch's `requires` ask of the row (`(D * 2) % 16`) whatever the number of rows;
+    the call needs the least of those. None also when a tensor is not aligned to its own elements: no
+    variant copies that (the launch's element check refuses it)."""
+    need: int | None = None
+    for name, piece in pieces.items():
+        if name not in tensors:
+            continue
+        ptr, shape, strides, elem = tensors[name]
+        g = math.gcd(ptr, shape[-1] * elem if shape else 0)
+        for stride in strides[:-1]:
+            g = math.gcd(g, stride)
+        fits = min(piece, g & -g) if g else piece
+        if fits < elem:
+            return None
+        if fits < piece:
+            need = fits if need is None else min(need, fits)
+    return need
 
 
 def _masked(tile: TileType | VectorType, dim: int) -> bool:

@@ -263,12 +263,13 @@ def test_every_kind_of_description_survives_its_json_round_trip() -> None:
         assert LaunchDescription.from_json(json.loads(launch.to_text())) == launch, name
         assert LaunchDescription.from_json(data).to_json() == data and read_launch(launch.to_text()) == launch
         assert list(data) == [f for f in ("kernel", "target", "tensors", "scalars", "params", "grid", "block",
-                                          "dynamic_smem", "requires", "aligned", "readonly", "tma", "cluster")
+                                          "dynamic_smem", "requires", "aligned", "readonly", "tma", "cluster",
+                                          "unaligned")
                               if f in data]
-        seen |= {p.kind for p in launch.params} | {k for k in ("aligned", "readonly", "tma", "cluster", "requires")
-                                                   if data.get(k)}
+        seen |= {p.kind for p in launch.params} | {k for k in ("aligned", "readonly", "tma", "cluster", "requires",
+                                                               "unaligned") if data.get(k)}
     assert seen == {"tensor_map", "pointer", "scalar", "workspace", "launch_count", "aligned", "readonly", "tma",
-                    "cluster", "requires"}
+                    "cluster", "requires", "unaligned"}
 
 
 def test_a_description_is_frozen() -> None:

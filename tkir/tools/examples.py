@@ -32,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tkir.api import CompiledKernel
 from tkir.diagnostics import CompileError
 from tkir.interp import NUM_SMS, interpret
 from tkir.ir import Module
@@ -141,16 +142,20 @@ def reuse_companion(namespace: dict, path: str | Path, **overrides: object) -> N
     namespace.update(overrides)
 
 
-def check_interpreted(module: Module, companion: types.ModuleType, sizes: dict, consts: dict,
+def check_interpreted(module: Module | CompiledKernel, companion: types.ModuleType, sizes: dict, consts: dict,
                       seed: int | None = None, num_sms: int = NUM_SMS) -> list[CheckResult]:
     """Interpret `module` on fresh random inputs; compare each output with the reference.
 
-    `seed` None draws fresh inputs every call. An output holding NaN (e.g. never written: outputs
-    start poisoned) fails.
+    A compiled kernel runs as tkir.interpret runs it: its variant with narrower pieces where its vector
+    pieces do not fit the inputs' rows (CompiledKernel.unaligned_piece). `seed` None draws fresh inputs
+    every call. An output holding NaN (e.g. never written: outputs start poisoned) fails.
     """
     rng = np.random.default_rng(seed)
     inputs = companion.make_inputs(rng, sizes, consts)
     expected = companion.reference(inputs, sizes, consts)
+    if isinstance(module, CompiledKernel):
+        piece = module.unaligned_piece(*inputs)
+        module = (module if piece is None else module.variant(piece)).module
     interpret(module, *inputs, sizes=dict(sizes), num_sms=num_sms)
     results = []
     for name in companion.OUTPUTS:

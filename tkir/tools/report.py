@@ -41,6 +41,7 @@ from tkir.bounds import copy_edge_proofs
 from tkir.facts import OccupancyPlan
 from tkir.ir import Module, Operation, Value
 from tkir.layout import SWIZZLE_ALIGN, layout_of, regs_per_thread, vector_access_bytes
+from tkir.requires import row_piece_tensors
 from tkir.types import GlobalType, TileType, VectorType, format_attr_value, is_register, is_shared
 
 TMA_KEYS = ("tensor", "dtype", "dims", "strides", "box", "swizzle", "oob_fill")
@@ -77,6 +78,10 @@ def build_report(module: Module) -> dict:
     tma = [_tma(op) for op in module.ops if op.name == "tma.desc"]
     if tma:
         rep["tma"] = tma
+    descs = [op for op in module.ops if op.name == "tma.desc"]
+    rows = {n: b for k in module.kernels() for n, b in row_piece_tensors(k, descs).items()}
+    if rows:  # the launch's `unaligned` list: rows these pieces do not fit take the variant
+        rep["unaligned_rows"] = rows
     return rep
 
 
@@ -115,9 +120,15 @@ def format_report(report: dict) -> str:
                         [[r["role"], *(r.get(k, "-") for k in sizes), r["regs_per_thread"]] for r in roles])
     if "registers" in report:
         out.append(_registers_line(report["registers"]))
+    if report.get("unaligned_rows"):
+        rows = report["unaligned_rows"]
+        pieces = sorted(set(rows.values()), reverse=True)
+        out.append(f"unaligned rows: {', '.join(rows)} in {'/'.join(map(str, pieces))}-byte pieces; rows or bases "
+                   "not aligned to them launch the kernel's variant with narrower pieces (compiled on first use)")
     for key, val in report.items():  # keys later stages add (e.g. the CLI's ptxas summary)
         if key not in ("shared_tiles", "accesses", "register_tiles", "register_copies", "tma", "occupancy",
-                       "registers", "cp_async_loops", "measured"):  # measured: tkir/tools/measure.py prints it
+                       "registers", "cp_async_loops", "unaligned_rows",
+                       "measured"):  # measured: tkir/tools/measure.py prints it
             out.append(f"{key}: {_cell(val)}")
     return "\n".join(out).rstrip() + "\n"
 

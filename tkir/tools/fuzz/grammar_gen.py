@@ -30,6 +30,9 @@ VAR_NAMES = ("a", "b", "acc", "x", "s", "M", "N", "K", "BM", "BN", "BK", "D", "b
              "C", "X", "Y", "eps")
 ANNOTATIONS = ("@stages", "@swizzle", "@no_tma", "@warpgroups", "@unroll", "@stream_k", "@tune", "@blocks_per_sm",
                "@persistent", "@cluster", "@warps")
+# @passes(...) texts: edits that apply, and each kind of bad edit (tkir.pass_pipeline, passes/registry.py)
+PASSES_TEXTS = ("@passes(-overlap-mma)", "@passes(+stream-k{min_iters=4})", "@passes(-bogus)", "@passes()",
+                "@passes(plan-occupancy{producer_warps=x})", "@passes(-infer-layouts)", "@passes(persistent,)")
 INTS = ("0", "1", "2", "4", "16", "32", "64", "128", "256", "3", "1024", "2147483648", "99999999999999999999")
 FLOATS = ("0.0", "1.5", "1e-5", "2.0", "1e400", "0.5", "1.4426950408889634")
 STRINGS = ('"D must be a multiple of DC"', '""', '"x // y"', '"{ ( -"')  # static_assert messages
@@ -83,6 +86,8 @@ def _terminal(name: str, context: str, position: int, rng: random.Random, litera
         return rng.choice(FLOATS)
     if name == "ANNOT":
         return rng.choice(ANNOTATIONS)
+    if name == "PASSES_ANN":
+        return rng.choice(PASSES_TEXTS)
     if name == "MINUS":
         return "-"
     if name == "STRING":
