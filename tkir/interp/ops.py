@@ -79,6 +79,10 @@ def _arith_binary(name: str) -> Handler:
     return run
 
 
+class IntegerDivisionWarning(TkirWarning):
+    """An integer tile op divides an element by zero: undefined on the GPU, 0 in the interpreter."""
+
+
 class IntegerOverflowWarning(TkirWarning):
     """A run-time integer op whose exact result does not fit its 32 bits: the interpreter wraps it, as
     the GPU does (tkir/scalar.py), and says where (once per op: the message names its location)."""
@@ -163,9 +167,10 @@ def gather(op: Operation, args: list, frame: Frame) -> np.ndarray:
     bad = np.flatnonzero((idx < 0) | (idx >= rows))
     if bad.size:
         r = int(bad[0])
-        raise InterpError(f"{where(op)}'tk.gather': row index {int(idx[r])} (element {r} of %{op.operands[-2].name}) "
-                          f"is outside the {rows} rows of %{op.operands[0].name} ({g}); {bad.size} of {idx.size} "
-                          "indices are out of range")
+        vec = f"%{op.operands[-2].name}" if op.operands[-2].name else "the row-index vector"
+        raise InterpError(f"{where(op)}'tk.gather': row index {int(idx[r])} (element {r} of {vec}) is outside the "
+                          f"{rows} rows of %{op.operands[0].name} ({g}); {bad.size} of {idx.size} indices are out "
+                          "of range (on the GPU such a row reads zeros)")
     out = zeros(t)
     lo = col * t.cols
     a, b = max(lo, 0), min(lo + t.cols, plane.shape[1])
@@ -214,16 +219,21 @@ def _int_tile_binary(op: Operation, name: str, a: object, b: object) -> np.ndarr
     """An i32 / u32 tile op as the GPU computes it (docs/language.md, "Integer tiles"): on 32 bits, add, sub
     and mul wrap (two's complement; a warning names the op where a result passes the 32 bits), div and rem
     truncate toward zero (`sdiv`/`srem`; `udiv`/`urem` for u32), min, max signed for i32 and unsigned for
-    u32. A division by zero is an error here (the GPU gives an undefined value)."""
+    u32. An element divided by zero is undefined on the GPU: here it is 0, with a warning naming the op (rows
+    past a tensor's edge load as zeros, so a ragged tile divides by zero where nothing is stored)."""
     dtype = op.result.type.dtype
     a64, b64 = (np.asarray(x).astype(np.int64) for x in (a, b))
     if dtype == "u32":  # the same 32 bits, read unsigned
         a64, b64 = a64 % scalar.WORD, b64 % scalar.WORD
     if name in ("div", "rem"):
-        if np.any(b64 == 0):
-            raise InterpError(f"{where(op)}'{op.name}' divides by zero (on the GPU the result is undefined)")
+        zero = b64 == 0
+        if np.any(zero):
+            warnings.warn(f"{where(op)}'{op.name}' divides by zero: the GPU's result is undefined (0 here)",
+                          IntegerDivisionWarning, stacklevel=2)
+            b64 = np.where(zero, 1, b64)
         q = np.abs(a64) // np.abs(b64) * np.sign(a64) * np.sign(b64)  # toward zero
-        exact = q if name == "div" else a64 - b64 * q
+        q = np.where(zero, 0, q)
+        exact = q if name == "div" else np.where(zero, 0, a64 - b64 * q)
     else:
         exact = {"add": np.add, "sub": np.subtract, "mul": np.multiply,
                  "max": np.maximum, "min": np.minimum}[name](a64, b64)
