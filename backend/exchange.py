@@ -47,8 +47,8 @@ def shfl_bfly_f32(cx: LoweringContext, v: str, step: int) -> str:
 
 
 def shfl_bfly_i32(cx: LoweringContext, v: str, step: int) -> str:
-    """The i32 `v` of lane (this lane ^ step): one butterfly step, all 32 lanes taking part."""
-    args = [("i32", "-1"), ("i32", v), ("i32", str(step)), ("i32", "31")]
+    """The i32 `v` of lane (this lane ^ step): one butterfly step, all 32 lanes taking part (clamp 31)."""
+    args = [("i32", "-1"), ("i32", v), ("i32", str(step)), ("i32", str(WARP_THREADS - 1))]
     return cx.w.call("i32", "llvm.nvvm.shfl.sync.bfly.i32", args, hint="sh")
 
 

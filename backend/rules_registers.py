@@ -574,10 +574,8 @@ def _row_arg(cx: LoweringContext, op: Operation, x: Frag, kind: str) -> None:
         v, i = to_f32(cx, x.values[members[0]], x.type.dtype), str(coords[members[0]][1])
         for m in members[1:]:
             v, i = better(v, i, to_f32(cx, x.values[m], x.type.dtype), str(coords[m][1]))
-        step = 1
-        while step < lanes:
-            v, i = better(v, i, shfl_bfly_f32(cx, v, step), shfl_bfly_i32(cx, i, step))
-            step *= 2
+        for k in range(lanes.bit_length() - 1):  # butterfly steps 1, 2, 4, ... below `lanes` (a power of 2)
+            v, i = better(v, i, shfl_bfly_f32(cx, v, 1 << k), shfl_bfly_i32(cx, i, 1 << k))
         vals.append(v)
         idxs.append(i)
     if x.layout.kind == "row" and x.layout.nparts > 1:  # each warp holds part of its rows: merge them

@@ -67,9 +67,11 @@ class ReadonlyLoads(Pass):
 
 
 def _reads_only(op: Operation, param) -> bool:
-    """op reads `param` into registers (a load or a gather of rows) and uses it no other way (only as the
+    """op reads `param` into registers (a load, or a gather of rows) and uses it no other way (only as the
     load's source)."""
-    return (register_load_from_global(op) or op.name == "tk.gather") and op.operands[0] is param \
+    if op.name == "tk.gather":  # rows picked by an index vector: a read of the table, as a load is
+        return op.operands[0] is param and all(v is not param for v in op.operands[1:])
+    return register_load_from_global(op) and op.operands[0] is param \
         and all(v is not param for v in op.operands[1:])
 
 
