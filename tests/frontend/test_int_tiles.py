@@ -324,3 +324,14 @@ def test_located_errors(body: str, line: int, col: int, words: str) -> None:
     e = info.value
     assert words in e.message, e.format()
     assert (e.loc.line, e.loc.col) == (line, col), e.format()
+
+
+def test_report_lists_the_gather(tmp_path) -> None:
+    """`tkc report` lists a gather among the register copies: 16-byte accesses, rows tested by index."""
+    from tkir.tools.report import build_report
+
+    k = build(tmp_path, GATHER, "sm_90a")
+    copies = {c["tile"]: c for c in build_report(k.module)["register_copies"]}
+    assert copies["e"]["op"] == "gather" and copies["e"]["tensor"] == "T"
+    assert copies["e"]["access"] == "16-byte vectors" and copies["e"]["rows"] == "tested (indices)"
+    assert copies["p"]["access"] == "16-byte vectors" and copies["p"]["tensor"] == "P"
