@@ -331,7 +331,7 @@ def test_report_lists_the_gather(tmp_path) -> None:
     from tkir.tools.report import build_report
 
     k = build(tmp_path, GATHER, "sm_90a")
-    copies = {c["tile"]: c for c in build_report(k.module)["register_copies"]}
-    assert copies["e"]["op"] == "gather" and copies["e"]["tensor"] == "T"
-    assert copies["e"]["access"] == "16-byte vectors" and copies["e"]["rows"] == "tested (indices)"
-    assert copies["p"]["access"] == "16-byte vectors" and copies["p"]["tensor"] == "P"
+    copies = {(c["op"], c["tile"]): c for c in build_report(k.module)["register_copies"]}
+    e, p = copies[("gather", "e")], copies[("gather", "p")]
+    assert (e["tensor"], e["access"], e["rows"]) == ("T", "16-byte vectors", "tested (indices)")
+    assert (p["tensor"], p["access"]) == ("P", "16-byte vectors")
