@@ -1,14 +1,14 @@
 """Cross-thread exchanges the register rules share: shuffles within a warp, and exchanges through a
 scratch area of shared memory between the warps of a block (or the CTAs of a cluster).
 
-* `shfl_bfly_f32`, `shfl_idx`: one `shfl.sync` across the warp's 32 lanes (butterfly, indexed);
+* `shfl_bfly_f32`, `shfl_bfly_i32`, `shfl_idx`: one `shfl.sync` across the warp's 32 lanes (butterfly, indexed);
 * `scratch_tile`: an unswizzled, padded shared tile in the scratch area (`LoweringContext.scratch`,
   after the kernel's planned allocations) for a value that goes through shared memory;
 * `gather_rows`, `broadcast_through_shared`: per-row values or a vector's values written to a scratch
   vector, read back by the threads whose slots need them;
-* `combine_row_parts`, `combine_row_stats`: the cross-warp step of a row reduction (a plain one, or a
-  mean and M2) over a `row` tile whose rows are split over warps, through every CTA's scratch where the
-  parts span the CTAs of a cluster (cluster-rows).
+* `combine_row_parts`, `combine_row_stats`, `combine_row_args`: the cross-warp step of a row reduction (a
+  plain one, a mean and M2, or an argmax's value and column) over a `row` tile whose rows are split over
+  warps, through every CTA's scratch where the parts span the CTAs of a cluster (cluster-rows).
 
 Each exchange puts the barriers of the threads that run it around its use of the scratch area
 (`LoweringContext.sync`, or the cluster barrier).
@@ -44,6 +44,12 @@ def shfl_bfly_f32(cx: LoweringContext, v: str, step: int) -> str:
     """The f32 `v` of lane (this lane ^ step): one butterfly step, all 32 lanes taking part."""
     args = [("i32", "-1"), ("float", v), ("i32", str(step)), ("i32", "31")]
     return cx.w.call("float", "llvm.nvvm.shfl.sync.bfly.f32", args, hint="sh")
+
+
+def shfl_bfly_i32(cx: LoweringContext, v: str, step: int) -> str:
+    """The i32 `v` of lane (this lane ^ step): one butterfly step, all 32 lanes taking part (clamp 31)."""
+    args = [("i32", "-1"), ("i32", v), ("i32", str(step)), ("i32", str(WARP_THREADS - 1))]
+    return cx.w.call("i32", "llvm.nvvm.shfl.sync.bfly.i32", args, hint="sh")
 
 
 def shfl_idx(cx: LoweringContext, word: str, src_lane: str) -> str:
@@ -197,6 +203,23 @@ def combine_row_stats(cx: LoweringContext, rows: list, means: list[str], m2s: li
         out_m.append(mean)
         out_m2.append(combine(cx, "add", m2, w.op(f"fmul float {dev}, {f32_literal(float(n))}", "pq")))
     return out_m, out_m2
+
+
+def combine_row_args(cx: LoweringContext, rows: list, values: list[str], indices: list[str], nrows: int,
+                     parts: int, better: Callable[[str, str, str, str], tuple[str, str]]) -> list[str]:
+    """combine_row_parts for a row argmax / argmin (rules_registers): each warp part writes its (f32 value,
+    i32 column) of each row to scratch[row][part], and after one barrier every thread merges the `parts`
+    pairs in part order with `better(value, index, other value, other index) -> (value, index)`."""
+    w = cx.w
+    pairs = [[v, w.op(f"bitcast i32 {i} to float", "ib")] for v, i in zip(values, indices, strict=True)]
+    load = _exchange_row_values(cx, rows, pairs, nrows, parts)
+    out = []
+    for row in rows:
+        v, i = load(row, 0, 0), w.op(f"bitcast float {load(row, 0, 1)} to i32", "ia")
+        for p in range(1, parts):
+            v, i = better(v, i, load(row, p, 0), w.op(f"bitcast float {load(row, p, 1)} to i32", "ia"))
+        out.append(i)
+    return out
 
 
 def broadcast_through_shared(cx: LoweringContext, x: Frag, vals: list[str], rt: TileType, axis: int,

@@ -61,14 +61,18 @@ rule(*(f"arith.{n}" for n in SCALAR_BINARY))(_arith)
 
 @rule("arith.cast")
 def scalar_cast(cx: LoweringContext, op: Operation) -> None:
-    """i32 <-> f32 (toward zero, as the interpreter's int()); same-width integer casts keep the bits."""
+    """i32 / u32 <-> f32 (toward zero, as the interpreter's int(); u32 unsigned, saturating at 0 and 2**32 - 1);
+    same-width integer casts keep the bits."""
     src, dst = op.operands[0].type.dtype, op.result.type.dtype
     x = cx.scalar(op.operands[0])
     floats = ("f32",)
     if (src in floats) == (dst in floats):
         cx.set(op.result, x)
     elif dst in floats:
-        cx.set(op.result, cx.w.op(f"sitofp i32 {x} to float", op.result.name or "f"))
+        conv = "uitofp" if src == "u32" else "sitofp"
+        cx.set(op.result, cx.w.op(f"{conv} i32 {x} to float", op.result.name or "f"))
+    elif dst == "u32":
+        cx.set(op.result, cx.w.call("i32", "llvm.fptoui.sat.i32.f32", [("float", x)], hint=op.result.name or "i"))
     else:
         cx.set(op.result, cx.w.op(f"fptosi float {x} to i32", op.result.name or "i"))
 

@@ -355,7 +355,7 @@ def load_shared_vector(cx: LoweringContext, op: Operation) -> None:
     coords = [cx.scalar(v) for v in op.operands[2:]]
     ety = LLVM_TYPE[t.dtype]
     eb = dtype_bytes(t.dtype)
-    zero = from_f32(cx, f32_literal(0.0), t.dtype)
+    zero = "0" if t.dtype in ("i32", "u32") else from_f32(cx, f32_literal(0.0), t.dtype)
     threads, tid = cx.role_threads(), cx.thread_index()
     cx.sync()  # readers of the old contents are done
     for k in range(-(-t.n // threads)):

@@ -25,11 +25,13 @@ import numpy as np
 from tkir.backend.cache_policy import hinted_load, policy_of, readonly_of
 from tkir.backend.exchange import (
     broadcast_through_shared,
+    combine_row_args,
     combine_row_parts,
     combine_row_stats,
     gather_rows,
     scratch_tile,
     shfl_bfly_f32,
+    shfl_bfly_i32,
     shfl_idx,
 )
 from tkir.backend.f32 import combine, from_f32, to_f32
@@ -38,11 +40,11 @@ from tkir.backend.llvm_text import f32_literal
 from tkir.backend.rules import rule
 from tkir.backend.shared_slots import load_element, store_to_shared
 from tkir.backend.values import LLVM_TYPE, Frag, Global, LoweringError, register_layout
-from tkir.bounds import copy_edge_proofs
+from tkir.bounds import copy_edge_proofs, why_in_bounds
 from tkir.ir import Operation
 from tkir.layout import layout_of, vector_access_bytes
 from tkir.opdef import REDUCE_ATTR
-from tkir.ops import STATS_ATTR, TILE_BINARY, TILE_UNARY
+from tkir.ops import ARG_KINDS, STATS_ATTR, TILE_BINARY, TILE_UNARY
 from tkir.types import ScalarType, TileType, VectorType, dtype_bytes
 
 if TYPE_CHECKING:
@@ -106,7 +108,11 @@ def _erf(cx: LoweringContext, x: str) -> str:
 
 
 INT_DTYPES = ("i32", "u32")
-INT_BINARY = {"add": "add", "sub": "sub", "mul": "mul"}
+# tile op -> LLVM instruction on i32 and on u32 registers (the same 32 bits; u32 divides, compares and
+# takes min/max unsigned). div/rem truncate toward zero; by zero (or -2**31 sdiv -1) LLVM leaves the
+# result undefined, as docs/language.md says of integer tiles.
+INT_BINARY = {"add": ("add", "add"), "sub": ("sub", "sub"), "mul": ("mul", "mul"), "div": ("sdiv", "udiv"),
+              "rem": ("srem", "urem")}
 
 
 # --- fill, cast, relabel ---------------------------------------------------------------------
@@ -115,6 +121,10 @@ INT_BINARY = {"add": "add", "sub": "sub", "mul": "mul"}
 @rule("tk.fill")
 def _op_tk_fill(cx: LoweringContext, op: Operation) -> None:
     t = op.result.type
+    if t.dtype in INT_DTYPES:  # an integer literal (its 32 bits: a u32 past 2**31 - 1 is written negative)
+        value = int(op.attrs["value"]) % 2**32
+        cx.set(op.result, Frag(t, [str(value - 2**32 if value >= 2**31 else value)] * cx.nslots(t)))
+        return
     lit = f32_literal(op.attrs["value"])
     if t.dtype != "f32":
         lit = from_f32(cx, lit, t.dtype)
@@ -126,10 +136,17 @@ def _op_tk_cast(cx: LoweringContext, op: Operation) -> None:
     x = cx.get(op.operands[0])
     assert isinstance(x, Frag)
     src, dst = x.type.dtype, op.result.type.dtype
-    if src not in LLVM_TYPE or dst not in LLVM_TYPE or dst in INT_DTYPES or src == "i1":
+    if src not in LLVM_TYPE or dst not in LLVM_TYPE or "i1" in (src, dst):
         raise LoweringError(op.loc, f"backend: cast {src} -> {dst} not implemented")
-    if src in INT_DTYPES:  # an index tile to float
-        vals = [from_f32(cx, cx.w.op(f"sitofp i32 {v} to float", "fi"), dst) for v in x.values]
+    w = cx.w
+    if src in INT_DTYPES and dst in INT_DTYPES:  # i32 <-> u32: the same 32 bits
+        vals = list(x.values)
+    elif src in INT_DTYPES:  # to f32 rounding to nearest even (cvt.rn.f32.s32 / .u32), then to dst
+        conv = "uitofp" if src == "u32" else "sitofp"
+        vals = [from_f32(cx, w.op(f"{conv} i32 {v} to float", "fi"), dst) for v in x.values]
+    elif dst in INT_DTYPES:  # toward zero, saturating, NaN to 0: LLVM's .sat conversions define all three
+        fn = "llvm.fptoui.sat.i32.f32" if dst == "u32" else "llvm.fptosi.sat.i32.f32"
+        vals = [w.call("i32", fn, [("float", to_f32(cx, v, src))], hint="fi") for v in x.values]
     else:
         vals = [from_f32(cx, to_f32(cx, v, src), dst) for v in x.values]
     cx.set(op.result, Frag(op.result.type, vals))
@@ -163,7 +180,7 @@ def _binary(cx: LoweringContext, op: Operation) -> None:
     ta, tb = op.operands[0].type, op.operands[1].type
     if rt.dtype in INT_DTYPES:
         va, vb = (_operand_values(cx, x, t, rt, bcast, op, raw=True) for x, t in ((a, ta), (b, tb)))
-        cx.set(op.result, Frag(rt, [_int_op(cx, name, x, y) for x, y in zip(va, vb, strict=True)]))
+        cx.set(op.result, Frag(rt, [_int_op(cx, name, x, y, rt.dtype) for x, y in zip(va, vb, strict=True)]))
         return
     va = _operand_values(cx, a, ta, rt, bcast, op)
     if name == "div" and not isinstance(tb, type(rt)):
@@ -186,10 +203,11 @@ def _binary(cx: LoweringContext, op: Operation) -> None:
 rule(*(f"tk.{n}" for n in TILE_BINARY))(_binary)
 
 
-def _int_op(cx: LoweringContext, name: str, a: str, b: str) -> str:
+def _int_op(cx: LoweringContext, name: str, a: str, b: str, dtype: str) -> str:
+    unsigned = dtype == "u32"
     if name in ("min", "max"):
-        return cx.w.call("i32", f"llvm.s{name}.i32", [("i32", a), ("i32", b)], hint=name)
-    return cx.w.op(f"{INT_BINARY[name]} i32 {a}, {b}", name)
+        return cx.w.call("i32", f"llvm.{'u' if unsigned else 's'}{name}.i32", [("i32", a), ("i32", b)], hint=name)
+    return cx.w.op(f"{INT_BINARY[name][unsigned]} i32 {a}, {b}", name)
 
 
 def _operand_values(cx: LoweringContext, x: object, t, rt, bcast, op: Operation, raw: bool = False) -> list[str]:
@@ -245,6 +263,7 @@ def index_tile(cx: LoweringContext, op: Operation) -> None:
 
 FCMP = {"eq": "oeq", "ne": "one", "lt": "olt", "le": "ole", "gt": "ogt", "ge": "oge"}  # ordered: NaN is false
 ICMP = {"eq": "eq", "ne": "ne", "lt": "slt", "le": "sle", "gt": "sgt", "ge": "sge"}
+UCMP = {"eq": "eq", "ne": "ne", "lt": "ult", "le": "ule", "gt": "ugt", "ge": "uge"}  # u32 compares unsigned
 
 
 @rule("tk.cmp")
@@ -258,7 +277,8 @@ def compare(cx: LoweringContext, op: Operation) -> None:
     a, b = (cx.get(v) for v in op.operands)
     if dtype in INT_DTYPES:
         va, vb = (_operand_values(cx, x, t, rt, bcast, op, raw=True) for x, t in ((a, ta), (b, tb)))
-        out = [cx.w.op(f"icmp {ICMP[pred]} i32 {x}, {y}", "cmp") for x, y in zip(va, vb, strict=True)]
+        ipred = (UCMP if dtype == "u32" else ICMP)[pred]
+        out = [cx.w.op(f"icmp {ipred} i32 {x}, {y}", "cmp") for x, y in zip(va, vb, strict=True)]
     else:
         va, vb = (_operand_values(cx, x, t, rt, bcast, op) for x, t in ((a, ta), (b, tb)))
         out = [cx.w.op(f"fcmp {FCMP[pred]} float {x}, {y}", "cmp") for x, y in zip(va, vb, strict=True)]
@@ -498,6 +518,9 @@ def _op_tk_reduce(cx: LoweringContext, op: Operation) -> None:
     assert isinstance(x, Frag)
     kind = str(op.attrs["kind"])
     group = op.attrs.get(STATS_ATTR)
+    if kind in ARG_KINDS:
+        _row_arg(cx, op, x, kind)
+        return
     if kind == "var" or group is not None:
         _row_stats(cx, op, x, group)
         return
@@ -522,6 +545,52 @@ def _op_tk_reduce(cx: LoweringContext, op: Operation) -> None:
         inv = f32_literal(1.0 / x.type.cols)
         partial = [(rows, cx.w.op(f"fmul float {v}, {inv}", "mean")) for rows, v in partial]
     _set_row_result(cx, op, x, groups, partial)
+
+
+def _row_arg(cx: LoweringContext, op: Operation, x: Frag, kind: str) -> None:
+    """row_argmax / row_argmin: the column of each row's largest (smallest) element, the first on ties, a NaN
+    counting as the extreme (the first NaN wins), as torch.argmax. Each thread merges the (f32 value, i32
+    column) pairs of its slots of a row, the lanes that share the row merge theirs in a butterfly (shuffling
+    both), the warps that split it through shared memory (combine_row_args). The merge is exact and
+    commutative (ties go to the lower column), so the order of the merges does not change the result."""
+    w = cx.w
+    gt = "ogt" if kind == "argmax" else "olt"
+
+    def better(a: str, ia: str, b: str, ib: str) -> tuple[str, str]:
+        nan_b, nan_a = w.op(f"fcmp uno float {b}, {b}", "nb"), w.op(f"fcmp uno float {a}, {a}", "na")
+        first = w.op(f"icmp slt i32 {ib}, {ia}", "lo")
+        tie = w.op(f"and i1 {w.op(f'fcmp oeq float {b}, {a}', 'eq')}, {first}", "tie")
+        num = w.op(f"or i1 {w.op(f'fcmp {gt} float {b}, {a}', 'gt')}, {tie}", "nw")  # false if either is NaN
+        nan = w.op(f"or i1 {w.op(f'xor i1 {nan_a}, true', 'nn')}, {first}", "qw")  # b NaN: unless a is an earlier NaN
+        wins = w.op(f"select i1 {nan_b}, i1 {nan}, i1 {num}", "win")
+        return (w.op(f"select i1 {wins}, float {b}, float {a}", "av"),
+                w.op(f"select i1 {wins}, i32 {ib}, i32 {ia}", "ai"))
+
+    groups = _row_slot_groups(x)
+    lanes, _ = row_groups(x.layout, tile_shape(x.type))
+    coords = cx.coords(x.type)
+    vals, idxs = [], []
+    for _, members in groups:
+        v, i = to_f32(cx, x.values[members[0]], x.type.dtype), str(coords[members[0]][1])
+        for m in members[1:]:
+            v, i = better(v, i, to_f32(cx, x.values[m], x.type.dtype), str(coords[m][1]))
+        for k in range(lanes.bit_length() - 1):  # butterfly steps 1, 2, 4, ... below `lanes` (a power of 2)
+            v, i = better(v, i, shfl_bfly_f32(cx, v, 1 << k), shfl_bfly_i32(cx, i, 1 << k))
+        vals.append(v)
+        idxs.append(i)
+    if x.layout.kind == "row" and x.layout.nparts > 1:  # each warp holds part of its rows: merge them
+        idxs = combine_row_args(cx, _first_rows(cx, x, groups), vals, idxs, x.type.rows, x.layout.nparts, better)
+    rt = op.result.type
+    out = []
+    for vs in numeric_slots(register_layout(rt), tile_shape(rt)):
+        hit = next((i for (rows, _), i in zip(groups, idxs, strict=True) if np.array_equal(rows, vs[0])), None)
+        if hit is None:  # the result layout spreads the rows differently: exchange the columns' bits
+            bits = [w.op(f"bitcast i32 {i} to float", "ib") for i in idxs]
+            moved = gather_rows(cx, _first_rows(cx, x, groups), bits, x.type.rows, rt.with_dtype("f32"))
+            cx.set(op.result, Frag(rt, [w.op(f"bitcast float {v} to i32", "ia") for v in moved.values]))
+            return
+        out.append(hit)
+    cx.set(op.result, Frag(rt, out))
 
 
 def _row_slot_groups(x: Frag) -> list[tuple[np.ndarray, list[int]]]:
@@ -737,3 +806,59 @@ def _op_tk_store(cx: LoweringContext, op: Operation) -> None:
         lines = ["{", ".reg .pred p;", "setp.ne.b32 p, $1, 0;", f"@p {st}", "}"] if pred else [st]
         w.asm("void", lines, ["l"] + ["r"] * (len(pred) + nwords),
               [("ptr addrspace(1)", p), *pred] + [("i32", r) for r in regs])
+
+
+# --- gathers -------------------------------------------------------------------------------------
+
+
+@rule("tk.gather")
+def gather_rows_from_global(cx: LoweringContext, op: Operation) -> None:
+    """x = G[idx, c]: row r of x is row idx[r] of G's plane (the leading coordinates), columns
+    c * C .. c * C + C - 1. Each thread reads its slots' row indices from the index vector (in the same
+    thread where infer-layouts gave it the row vector layout of x, else through shared memory) and loads
+    its lane chunks as a load of a `row` tile does (ld.global .b32/.v2/.v4; one element at a time in other
+    layouts). A row index outside 0 .. rows - 1 (compared unsigned, so a negative one is outside too)
+    reads zeros, as columns past the edge do; nothing is read there."""
+    g = cx.get(op.operands[0])
+    t = op.result.type
+    w = cx.w
+    gty = g.type
+    coords = op.operands[1:]
+    lead = [cx.scalar(v) for v in coords[:-2]]
+    ids = _operand_values(cx, cx.get(coords[-2]), coords[-2].type, t, "row", op, raw=True)
+    col_tile = cx.scalar(coords[-1])
+    dims = [cx.dim(d) for d in gty.dims]
+    stride, base = cx.i64(dims[-1]), "0"  # row-major: the plane's row pitch, then the leading dims'
+    plane = w.op(f"mul i64 {stride}, {cx.i64(dims[-2])}", "pl")
+    for k in reversed(range(len(lead))):
+        base = w.op(f"add i64 {base}, {w.op(f'mul i64 {cx.i64(lead[k])}, {plane}', 'lo')}", "lb")
+        if k:
+            plane = w.op(f"mul i64 {plane}, {cx.i64(dims[k])}", "pl")
+    cols_in = why_in_bounds(coords[-1], t.cols, gty.dims[-1], cx.kernel) is not None
+    c0 = w.op(f"mul i32 {col_tile}, {t.cols}", "c0")
+    ety = LLVM_TYPE[t.dtype]
+    vec = register_layout(t).chunk if chunked(t) else 1
+    align = vector_access_bytes(layout_of(t), t.dtype) if vec > 1 else dtype_bytes(t.dtype)
+    nc = readonly_of(op)
+    slots = cx.coords(t)
+    vals: list[str] = [""] * len(slots)
+    for first in range(0, len(slots), vec):
+        row, s = ids[first], slots[first]
+        rok = w.op(f"icmp ult i32 {row}, {dims[-2]}", "rok")
+        col = w.op(f"add i32 {c0}, {s[1]}", "col")
+        if cols_in:
+            ok, safe_col = rok, col
+        else:
+            cok = w.op(f"icmp slt i32 {col}, {dims[-1]}", "cok")
+            ok, safe_col = w.op(f"and i1 {rok}, {cok}", "ok"), w.op(f"select i1 {cok}, i32 {col}, i32 0", "colc")
+        safe = w.op(f"select i1 {rok}, i32 {row}, i32 0", "rowc")
+        off = w.op(f"add i64 {w.op(f'mul i64 {cx.i64(safe)}, {stride}', 'ro')}, {cx.i64(safe_col)}", "off")
+        off = w.op(f"add i64 {off}, {base}", "off")
+        p = w.op(f"getelementptr {ety}, ptr addrspace(1) {g.ptr}, i64 {off}", "p")
+        vt = f"<{vec} x {ety}>"
+        v = w.op(f"load {vt}, ptr addrspace(1) {p}, align {align}", "ld") if not nc else \
+            hinted_load(cx, p, ety, vec, dtype_bytes(t.dtype), None, nc=nc)
+        v = w.op(f"select i1 {ok}, {vt} {v}, {vt} zeroinitializer", "ldz")
+        for k in range(vec):
+            vals[first + k] = w.op(f"extractelement {vt} {v}, i32 {k}", "e")
+    cx.set(op.result, Frag(t, vals))

@@ -34,12 +34,15 @@ from tkir.types import (
 )
 
 MATH_FUNCS = {n: f for n, f in scalar.FLOAT_UNARY.items() if n != "neg"}  # `-x` is the operator
-CAST_FUNCS = ("bf16", "f16", "f32", "i32")
+CAST_FUNCS = ("bf16", "f16", "f32", "i32", "u32")
+INT_CASTS = ("i32", "u32")
 REDUCTIONS = {  # name: (tk.reduce kind, axis)
     "row_max": ("max", "row"), "row_sum": ("sum", "row"), "row_min": ("min", "row"),
     "row_mean": ("mean", "row"), "row_var": ("var", "row"),   # var: the population (biased) variance
     "col_max": ("max", "col"), "col_sum": ("sum", "col"), "col_min": ("min", "col"),
+    "row_argmax": ("argmax", "row"), "row_argmin": ("argmin", "row"),  # an rv<i32>: the column of the max (min)
 }
+ARG_KINDS = ("argmax", "argmin")
 INDEX_FUNCS = {"row_index": "row", "col_index": "col"}  # tk.index {axis = ...}
 OUTER_FUNCS = {"row_outer": "row", "col_outer": "col"}  # tk.outer {axis = ...}
 
@@ -95,9 +98,9 @@ def _fold_math(lw: LowerContext, f: str, values: list[int | float], loc: Loc) ->
 
 
 def _fold_cast(lw: LowerContext, f: str, values: list[int | float], loc: Loc) -> int | float:
-    """`f32(BM)` is a float, `i32(x)` truncates toward zero."""
+    """`f32(BM)` is a float, `i32(x)` and `u32(x)` truncate toward zero."""
     (c,) = values
-    if f == "i32":
+    if f in INT_CASTS:
         if not math.isfinite(c):
             raise lw.error(loc, f"'i32({c})' is not an integer", hint="i32(x) needs a finite x")
         return int(c)
@@ -129,7 +132,8 @@ def _math(lw: OperandLowering, f: str, args: list[Lowered], loc: Loc) -> Lowered
 
 
 def _cast(lw: OperandLowering, f: str, args: list[Lowered], loc: Loc) -> Lowered:
-    """bf16(x), f32(x), i32(x), ... -> arith.cast on a scalar, tk.cast (to a float dtype) on a tile or vector."""
+    """bf16(x), f32(x), i32(x), u32(x) -> arith.cast on a scalar, tk.cast on a tile or vector (a float to an
+    integer truncates toward zero and saturates, NaN giving 0: docs/language.md, "Integer tiles")."""
     x = lw.use(args[0])
     if x.is_const:  # pragma: no cover - const_eval folds a call of a compile-time number
         return Lowered(loc, const=_fold_cast(lw, f, [x.const], loc))
@@ -139,8 +143,6 @@ def _cast(lw: OperandLowering, f: str, args: list[Lowered], loc: Loc) -> Lowered
             return x
         return Lowered(loc, value=lw.emit("arith.cast", [x.value], [ScalarType(f)], loc).result)
     lw.shaped_kind(x, f)
-    if f not in FLOAT_DTYPES:
-        raise lw.error(loc, f"tiles and vectors cast to float dtypes, not '{f}'")
     if t.dtype == PREDICATE_DTYPE:
         raise lw.error(loc, f"cannot cast a predicate ({t}) to {f}", hint="use where(c, 1.0, 0.0)")
     v = lw.emit("tk.cast", [x.value], [t.bare().with_dtype(f)], loc).result
@@ -161,7 +163,8 @@ def _reduce(lw: OperandLowering, f: str, args: list[Lowered], loc: Loc) -> Lower
         raise lw.error(loc, f"'{f}' reduces float tiles, not {t}", hint="cast it: f32(...)")
     n = t.rows if axis == "row" else t.cols
     attrs = {"kind": Ident(kind), "axis": Ident(axis)}
-    v = lw.emit("tk.reduce", [x.value], [VectorType("rv", t.dtype, n)], loc, attrs).result
+    dtype = "i32" if kind in ARG_KINDS else t.dtype  # argmax / argmin: the column index
+    v = lw.emit("tk.reduce", [x.value], [VectorType("rv", dtype, n)], loc, attrs).result
     lw.axis_of[id(v)] = axis
     return Lowered(loc, value=v, axis=axis)
 
@@ -283,8 +286,9 @@ def _outer(lw: OperandLowering, f: str, args: list[Lowered], loc: Loc) -> Lowere
 # name: Builtin(least, most arguments, lowering, folding); the comment says what it lowers to
 CALLS: dict[str, Builtin] = {
     **{f: Builtin(1, 1, _math, _fold_math) for f in MATH_FUNCS},  # tk.<f>: float scalar, tile or vector
-    **{f: Builtin(1, 1, _cast, _fold_cast) for f in CAST_FUNCS},  # arith.cast (scalar), tk.cast (to a float)
+    **{f: Builtin(1, 1, _cast, _fold_cast) for f in CAST_FUNCS},  # arith.cast (scalar), tk.cast (tile or vector)
     **{f: Builtin(1, 1, _reduce) for f in REDUCTIONS},  # tk.reduce {kind, axis}: a float register tile
+    # (row_argmax / row_argmin: an rv<i32>, first occurrence on ties, NaN counting as the extreme, as torch)
     "max": Builtin(2, 2, _min_max, _fold_binary),  # arith.max (scalars), tk.max (elementwise)
     "min": Builtin(2, 2, _min_max, _fold_binary),  # arith.min (scalars), tk.min (elementwise)
     "cdiv": Builtin(2, 2, _cdiv, _fold_binary),  # arith.cdiv: integer scalars

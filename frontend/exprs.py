@@ -19,12 +19,13 @@ from tkir.frontend.names import close_matches
 from tkir.frontend.operands import PREDICATE_DTYPE, OperandLowering, fold
 from tkir.frontend.scope import Lowered, Symbol
 from tkir.ir import Loc, Value
-from tkir.types import FLOAT_DTYPES, I32, GlobalType, Ident, ScalarType, TileType, is_shared
+from tkir.types import FLOAT_DTYPES, I32, GlobalType, Ident, ScalarType, TileType, VectorType, is_register, is_shared
 
 BLOCK_DIMS = {"x": 0, "y": 1, "z": 2}
 BLOCK_ID_NAMES = ("bx", "by", "bz")
 CMP_PREDS = {"==": "eq", "!=": "ne", "<": "lt", "<=": "le", ">": "gt", ">=": "ge"}
 MMA_OPERAND_DTYPES = ("bf16", "f16")  # what both targets' tensor-core rules lower
+INT_TILE_DTYPES = ("i32", "u32")  # the dtypes of a gather's row indices
 
 
 class ExpressionLowering(OperandLowering):
@@ -130,10 +131,27 @@ class ExpressionLowering(OperandLowering):
                                   "vector) count in tiles")
         exprs: list[Lowered] = []
         coords: list[Value] = []
-        for i in e.indices:  # one at a time: the order of the prologue's constants stays the source's
+        for k, i in enumerate(e.indices):  # one at a time: the order of the prologue's constants stays the source's
             exprs.append(self.expr(i))
-            coords.append(self.tile_coordinate(exprs[-1]))
+            gather = self.gather_coordinate(exprs[-1], k, g, base.value.name)
+            coords.append(gather if gather is not None else self.tile_coordinate(exprs[-1]))
         return Lowered(e.loc, gref=(base.value, coords), coords=exprs)
+
+    def gather_coordinate(self, e: Lowered, k: int, g: GlobalType, name: str) -> Value | None:
+        """A register vector of integers as coordinate k of `name` (a gather: one row index per row of the
+        tile, `A[idx, c]`), or None for any other coordinate. It must stand in the row position (dim rank-2)."""
+        if e.is_const or e.gref is not None or not is_register(e.value.type):
+            return None
+        t = e.value.type
+        if not isinstance(t, VectorType) or t.dtype not in INT_TILE_DTYPES:
+            raise self.error(e.loc, f"a coordinate is an integer scalar, or (a gather) a register vector of row "
+                                    f"indices; got {t.bare()}",
+                             hint="an rv<i32, R> picks R rows: x = A[idx, c]" if isinstance(t, VectorType) else None)
+        if g.rank < 2 or k != g.rank - 2:
+            raise self.error(e.loc, f"a vector of row indices ({t.bare()}) goes in the row coordinate of '{name}' "
+                                    f"(dim {max(g.rank - 2, 0)} of {g}), not dim {k}",
+                             hint="a gather picks whole rows of a tile: x = A[idx, c] (c counts column tiles)")
+        return e.value
 
     def tile_coordinate(self, e: Lowered) -> Value:
         """One coordinate of a global access; a compile-time one must not be negative (the

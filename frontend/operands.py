@@ -41,6 +41,11 @@ def shape(t: Type) -> tuple[int, ...]:
     return t.shape if isinstance(t, TileType) else (t.n,)
 
 
+def gathered(coords: list[Value]) -> bool:
+    """Whether a global access's coordinates hold a vector of row indices (a gather, `A[idx, c]`)."""
+    return any(isinstance(c.type, VectorType) for c in coords)
+
+
 class OperandLowering(LowerContext):
     """Operands of ops, and the arithmetic operators on them."""
 
@@ -108,8 +113,6 @@ class OperandLowering(LowerContext):
         name = BINARY_NAMES[op]
         if ka == kb == "scalar":
             return self.scalar_arith(name, a, b, loc)
-        if op == "%":
-            raise self.error(loc, "'%' is defined on integer scalars only")
         operands, attrs, ref, axis = self.elementwise(op, a, b, ka, kb, loc)
         self.check_tile_arith(op, ref, loc)
         v = self.emit(f"tk.{name}", operands, [ref.bare()], loc, attrs).result
@@ -141,12 +144,13 @@ class OperandLowering(LowerContext):
         return [a.value, b.value], attrs, tt, None
 
     def check_tile_arith(self, op: str, t: Type, loc: Loc) -> None:
-        """Integer tiles take + - * min max; predicate (i1) tiles take no arithmetic."""
+        """Integer tiles take + - * / % min max (`/` and `%` truncate toward zero, as C and PTX do); float
+        tiles take all but `%`; predicate (i1) tiles take no arithmetic."""
         if t.dtype == PREDICATE_DTYPE:
             raise self.error(loc, f"'{op}' on a predicate ({t})", hint="use where(c, a, b) to pick values")
-        if t.dtype not in FLOAT_DTYPES and op == "/":
-            raise self.error(loc, f"'/' on an integer tile ({t}) is not supported",
-                             hint="integer tiles take + - * min max; cast with f32(...) to divide")
+        if t.dtype in FLOAT_DTYPES and op == "%":
+            raise self.error(loc, f"'%' on a float tile ({t}) is not supported",
+                             hint="'%' takes integer tiles and scalars; cast with i32(...) first")
 
     def bcast_axis(self, t: TileType, v: VectorType, axis: str | None, op: str, loc: Loc) -> str:
         if axis is not None:

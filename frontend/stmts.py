@@ -20,12 +20,12 @@ from tkir.frontend.annotations import ANNOTATIONS, check_annotations
 from tkir.frontend.calls import CALLS, check_call
 from tkir.frontend.exprs import BLOCK_DIMS, CMP_PREDS, ExpressionLowering
 from tkir.frontend.names import Vocabulary, check_untaken
-from tkir.frontend.operands import PREDICATE_DTYPE, shape
+from tkir.frontend.operands import PREDICATE_DTYPE, gathered, shape
 from tkir.frontend.scope import KIND_WORDS, Lowered, Symbol
 from tkir.frontend.type_exprs import SCALAR_DTYPES, TENSOR_DTYPES, TYPE_KINDS, resolve_type
 from tkir.ir import Block, Loc, Operation, Region, Value
 from tkir.opdef import REDUCE_ATTR, REDUCE_DTYPES
-from tkir.scalar import I32_MAX
+from tkir.scalar import I32_MAX, INT_RANGES
 from tkir.target import SMEM_PER_BLOCK
 from tkir.types import I32, GlobalType, Ident, ScalarType, TileType, Type, is_register, is_shared
 
@@ -369,9 +369,13 @@ class StatementLowering(ExpressionLowering):
             gl, coords = e.gref
             self.check_global_access(gl.type, t, e.loc, f"loading into '{sym.name}'")
             self.check_extents(gl, t, e.coords or [])
-            new = self.emit("tk.load", [gl, *coords], [t], e.loc, attrs, sym.name).result
+            if gathered(coords):
+                self.check_gather(gl, coords, t, e.loc, sym.name)
+                new = self.emit("tk.gather", [gl, *coords], [t], e.loc, attrs, sym.name).result
+            else:
+                new = self.emit("tk.load", [gl, *coords], [t], e.loc, attrs, sym.name).result
         elif e.is_const:
-            fill = self.float_value(e.const, t.dtype, e.loc)
+            fill = self.fill_value(e.const, t.dtype, e.loc)
             new = self.emit("tk.fill", [], [t], e.loc, {"value": fill}, sym.name).result
         else:
             e = self.use(e)
@@ -403,6 +407,10 @@ class StatementLowering(ExpressionLowering):
         e = self.expr(s.value)
         if e.gref is not None:
             gl, coords = e.gref
+            if gathered(coords):
+                raise self.error(e.loc, f"a gather (rows of '{gl.name}' picked by a vector of indices) loads into a "
+                                        f"register tile, not the shared '{sym.name}'",
+                                 hint=f"declare a `reg` tile: reg x: rt<{gl.type.dtype}, rows, cols> = ...")
             self.check_global_access(gl.type, t, e.loc, f"loading into '{sym.name}'")
             self.check_extents(gl, t, e.coords or [])
             self.emit("tk.load", [sym.value, gl, *coords], [], e.loc, attrs)
@@ -424,6 +432,9 @@ class StatementLowering(ExpressionLowering):
                              hint="`+=` adds into global memory; otherwise load it, update it in registers, "
                                   "and store it with `=`")
         gl, coords = dst.gref
+        if gathered(coords):
+            raise self.error(target.loc, f"a store to rows of '{gl.name}' picked by a vector of indices (a scatter) "
+                                         "is not supported", hint="gathers load: x = A[idx, c]")
         if s.op == "+=" and gl.type.dtype not in REDUCE_DTYPES:
             raise self.error(s.loc, f"'+=' on a global tile of '{gl.name}' ({gl.type}): adding into global memory "
                                     "takes " + "/".join(REDUCE_DTYPES) + " tensors",
@@ -440,6 +451,28 @@ class StatementLowering(ExpressionLowering):
         if s.op == "+=":
             attrs = {**attrs, REDUCE_ATTR: "add"}
         self.emit("tk.store", [gl, e.value, *coords], [], s.loc, attrs)
+
+    def fill_value(self, c: int | float, dtype: str, loc: Loc) -> int | float:
+        """A compile-time fill of a register tile or vector: a float of a float dtype, an integer in range of
+        an integer one."""
+        if dtype not in INT_RANGES:
+            return self.float_value(c, dtype, loc)
+        if isinstance(c, float) and not c.is_integer():
+            raise self.error(loc, f"an {dtype} tile is filled with an integer, not {c}",
+                             hint="integer tiles hold integers; cast a float tile instead: i32(x)")
+        lo, hi = INT_RANGES[dtype]
+        if not lo <= int(c) <= hi:
+            raise self.error(loc, f"the integer {int(c)} does not fit {dtype} ({lo} .. {hi})")
+        return int(c)
+
+    def check_gather(self, gl: Value, coords: list[Value], t: Type, loc: Loc, name: str) -> None:
+        """A gather `x = A[idx, c]`: x a register tile with one row per index."""
+        idx = next(c for c in coords if is_register(c.type))
+        if not isinstance(t, TileType):
+            raise self.error(loc, f"a gather picks rows: '{name}' must be a register tile, not {t}")
+        if idx.type.n != t.rows:
+            raise self.error(loc, f"a gather of {idx.type.bare()} picks {idx.type.n} rows of '{gl.name}', but '{name}' "
+                                  f"({t}) has {t.rows}", hint="one index per row of the tile")
 
     def check_global_access(self, g: GlobalType, t: Type, loc: Loc, what: str) -> None:
         rank = 2 if isinstance(t, TileType) else 1

@@ -28,6 +28,8 @@ Rewrites
 * `row` tiles: whole rows per warp, split over several warps (`parts`) where a thread would hold more
   than ROW_ELEMS_PER_THREAD elements, or (`split_idle_warps`, default) where whole rows per warp would
   leave warps repeating the others' rows;
+* a tk.gather's result: `row` (its copies are chunks, as a load's), its row-index vector the row vector
+  layout of that tile (each thread holds the indices of the rows it loads);
 * where a value's layout differs from the one a consumer needs, a `tk.convert_layout` before the
   consumer with `via` = "none" (same registers, relabel), "shuffle" (within warps; `shuffles` = the
   most 32-bit shuffles one thread issues) or "smem" (`smem_bytes` = the round trip's buffer).
@@ -371,6 +373,7 @@ class _KernelLayouts:
         # to global memory (its copies are the 16-byte chunks), else of its narrowest tile: a bf16 tile
         # widened into an f32 accumulator declared before it keeps bf16's 8-element chunks
         touches = {id(c[2]) for op in self.kernel.walk() if (c := classify_copy(op)) and c[0] == "register"}
+        touches |= {id(op.result) for op in self.kernel.walk() if op.name == "tk.gather"}  # a load of rows too
         chosen: dict[int, TileType] = {}
         settled: set[int] = set()   # classes whose choice is a global-memory tile
         for v in values:
@@ -414,6 +417,9 @@ class _KernelLayouts:
                 t_idx = 0 if isinstance(op.operands[0].type, TileType) else 1
                 tile = self.layouts[self.uf.find(op.operands[t_idx])]
                 uses.append((op, 1 - t_idx, vector_layout(tile, str(op.attrs["bcast"]))))
+            elif op.name == "tk.gather":  # the row indices where the rows they pick are: one per row of x
+                tile = self.layouts[self.uf.find(op.result)]
+                uses.append((op, len(op.operands) - 2, vector_layout(tile, "row")))
         first_use: dict[int, RegisterLayout] = {}
         for op, idx, want in uses:
             first_use.setdefault(self.uf.find(op.operands[idx]), want)

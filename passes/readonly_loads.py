@@ -1,6 +1,7 @@
 """readonly-loads: read the tensors a kernel never writes through the non-coherent read-only path.
 
-Matches each kernel's `gl` parameters whose every use is a `tk.load` into registers (`rt` / `rv`):
+Matches each kernel's `gl` parameters whose every use is a `tk.load` into registers (`rt` / `rv`) or a
+`tk.gather` (rows picked by an index vector):
 no store, no copy into shared memory (a TMA copy or cp.async names the tensor as an operand too). Each of those
 loads gets `readonly = true`, and the kernel `readonly_params = ["X", ...]` (the parameters, in order).
 The backend then emits the loads as `ld.global.nc` (PTX ISA: ld.global.nc, sm_32 and later; with
@@ -66,7 +67,10 @@ class ReadonlyLoads(Pass):
 
 
 def _reads_only(op: Operation, param) -> bool:
-    """op reads `param` into registers and uses it no other way (only as the load's source)."""
+    """op reads `param` into registers (a load, or a gather of rows) and uses it no other way (only as the
+    load's source)."""
+    if op.name == "tk.gather":  # rows picked by an index vector: a read of the table, as a load is
+        return op.operands[0] is param and all(v is not param for v in op.operands[1:])
     return register_load_from_global(op) and op.operands[0] is param \
         and all(v is not param for v in op.operands[1:])
 

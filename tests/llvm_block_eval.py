@@ -3,7 +3,8 @@
 tests/llvm_eval_test_support.py evaluates the integer arithmetic of one thread; this module executes a
 whole kernel for every thread of ONE block: f32/f16/bf16 and i1..i64 arithmetic, vectors and structs,
 phis and branches, loads and stores to global memory (numpy arrays) and to shared memory (a byte array),
-the NVVM intrinsics the backend calls (special registers, `shfl.sync`, barriers, fma, maxnum, sqrt, ...)
+the NVVM intrinsics the backend calls (special registers, `shfl.sync`, barriers, fma, maxnum, sqrt,
+`fptosi.sat`, ...)
 and the inline PTX it writes (`ld/st.global`, `ld/st.shared`, `ex2.approx`, `rsqrt.approx`, predicated
 stores, `bar.sync`). The text is the backend's regular output (tkir/backend/llvm_text.py), read with
 regular expressions; anything else is an `EvalError` naming the instruction, never a silent guess.
@@ -466,6 +467,11 @@ class Function:
         if name in ("llvm.fma.f32", "llvm.fmuladd.f32"):
             a, b, c = fs
             return Instr("op", res, s, fn=lambda env: _f32(a(env).astype(np.float64) * b(env) + c(env)))
+        if m2 := re.fullmatch(r"llvm\.fpto(si|ui)\.sat\.i(\d+)\.f32", name):  # toward zero, saturating, NaN 0
+            bits, a = int(m2[2]), fs[0]
+            lo, hi = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if m2[1] == "si" else (0, (1 << bits) - 1)
+            return Instr("op", res, s, fn=lambda env: wrap(np.where(
+                np.isnan(a(env)), 0, np.trunc(np.clip(np.nan_to_num(a(env).astype(np.float64)), lo, hi))), bits))
         if m2 := re.fullmatch(r"llvm\.(smin|smax|umin|umax)\.i(\d+)", name):
             f, bits, a, b = m2[1], int(m2[2]), fs[0], fs[1]
             if f[0] == "s":

@@ -196,8 +196,8 @@ def _binary(op: Operation) -> None:
     r = op.result.type
     if ref is not None:
         expect(r.dtype == ref.dtype, lambda: f"'{op.name}' result {r} must have the operands' dtype {ref.dtype}")
-        expect(not (op.name == "tk.div" and ref.dtype not in FLOAT_DTYPES),
-               lambda: f"'tk.div' divides float tiles, got {ref}")
+        expect(not (op.name == "tk.rem" and ref.dtype in FLOAT_DTYPES),
+               lambda: f"'tk.rem' takes integer tiles, got {ref}")
         expect(ref.dtype != "i1", lambda: f"'{op.name}' does not compute on predicates ({ref})")
 
 
@@ -263,8 +263,11 @@ def _cast(op: Operation) -> None:
 
 # tk.reduce kinds: mean and var (the population variance, sum((x - mean)^2) / n) reduce rows only;
 # `stats = N` groups a mean and a var of one operand computed in one exchange (passes/fuse_row_stats.py)
-REDUCE_KINDS = ("max", "min", "sum", "mean", "var")
-ROW_ONLY_KINDS = ("mean", "var")
+REDUCE_KINDS = ("max", "min", "sum", "mean", "var", "argmax", "argmin")
+ROW_ONLY_KINDS = ("mean", "var", "argmax", "argmin")
+# argmax / argmin: the i32 column of each row's largest (smallest) element, the first one on ties; a NaN
+# counts as larger (smaller) than any number, so the first NaN of a row wins, as torch.argmax computes it
+ARG_KINDS = ("argmax", "argmin")
 STATS_ATTR = "stats"
 
 
@@ -274,7 +277,7 @@ def _reduce(op: Operation) -> None:
     a, r = op.operands[0].type, op.result.type
     expect(isinstance(a, TileType) and a.space == "rt", f"'tk.reduce' reduces an rt, got {a}")
     kind = str(op.attrs.get("kind"))
-    expect(kind in REDUCE_KINDS, "'tk.reduce' kind must be max, min, sum, mean or var")
+    expect(kind in REDUCE_KINDS, f"'tk.reduce' kind must be one of {', '.join(REDUCE_KINDS)}")
     axis = str(op.attrs.get("axis"))
     expect(axis in ("row", "col"), "'tk.reduce' axis must be row or col")
     expect(kind not in ROW_ONLY_KINDS or axis == "row", f"'tk.reduce' {{kind = {kind}}} reduces rows only")
@@ -284,6 +287,29 @@ def _reduce(op: Operation) -> None:
     want = a.rows if axis == "row" else a.cols
     expect(isinstance(r, VectorType) and r.space == "rv" and r.n == want,
            f"'tk.reduce' over {axis}s of {a} yields rv of {want}, got {r}")
+    if kind in ARG_KINDS:
+        expect(a.dtype in FLOAT_DTYPES and r.dtype == "i32",
+               f"'tk.reduce' {{kind = {kind}}} takes a float tile and yields rv<i32, {want}>, got {a} -> {r}")
+
+
+def _gather(op: Operation) -> None:
+    """%x = tk.gather %G, coords... : rt<T, R, C>: tk.load's coordinates, but the row one (dim rank-2) is an
+    rv<i32|u32, R> of row indices; row r of x is row idx[r] of G (column tile coords[-1] of it)."""
+    n_results(op, 1)
+    expect(len(op.operands) >= 3, "'tk.gather' needs a global tensor, a row-index vector and a column coordinate")
+    g, r = op.operands[0].type, op.result.type
+    expect(isinstance(g, GlobalType), f"'tk.gather' reads a gl, not {g}")
+    expect(isinstance(r, TileType) and r.space == "rt", f"'tk.gather' yields a register tile, not {r}")
+    coords = op.operands[1:]
+    expect(len(coords) == g.rank, f"'tk.gather' needs {g.rank} coordinates for {g}, got {len(coords)}")
+    expect(g.dtype == r.dtype, f"'tk.gather': dtype mismatch, {g} and {r}")
+    for k, c in enumerate(coords):
+        if k == g.rank - 2:
+            t = c.type
+            expect(isinstance(t, VectorType) and t.space == "rv" and t.dtype in ("i32", "u32") and t.n == r.rows,
+                   f"'tk.gather' row coordinate must be an rv<i32, {r.rows}> of row indices, got {t}")
+        else:
+            expect(is_int_scalar(c.type), f"'tk.gather' coordinates but the row one must be i32, got {c.type}")
 
 
 def _mask_causal(op: Operation) -> None:
@@ -471,7 +497,7 @@ def _convert_layout(op: Operation) -> None:
 
 
 SCALAR_BINARY = scalar.BINARY_NAMES  # add sub mul div rem min max cdiv (their meaning: tkir/scalar.py)
-TILE_BINARY = ("add", "sub", "mul", "div", "max", "min")
+TILE_BINARY = ("add", "sub", "mul", "div", "max", "min", "rem")  # rem: integer tiles only
 TILE_UNARY = ("exp", "exp2", "log", "log2", "sqrt", "rsqrt", "abs", "neg", "tanh", "sigmoid", "erf")
 
 register_op("arith.const", _const, local=True, summary="a scalar constant")
@@ -493,6 +519,8 @@ for _n in TILE_UNARY:
     register_op(f"tk.{_n}", _unary, local=True, summary=f"elementwise {_n}")
 register_op("tk.cast", _cast, local=True, summary="elementwise dtype conversion (round to nearest even)")
 register_op("tk.reduce", _reduce, local=True, summary="row or column reduction (max, min, sum) to an rv")
+register_op("tk.gather", _gather, local=True, pure=False,
+            summary="global -> registers, rows picked by a vector of row indices (an embedding lookup)")
 register_op("tk.mask_causal", _mask_causal, local=True,
             summary="fill elements with col0 + c > row0 + r (causal attention)")
 register_op("tk.transpose", _transpose, local=True, summary="register tile transpose")

@@ -280,6 +280,8 @@ def _plain_copy(op: Operation) -> tuple[Value, TileType | VectorType] | None:
             return op.operands[1], op.operands[0].type
     if op.name == "tk.store" and isinstance(op.operands[0].type, GlobalType):
         return op.operands[0], op.operands[1].type
+    if op.name == "tk.gather":  # rows picked by an index vector: every row tested (masked), columns chunked
+        return op.operands[0], op.result.type
     if op.name == "pipe.async_copy" and len(op.operands) > 3 and isinstance(op.operands[3].type, GlobalType):
         return op.operands[3], op.operands[1].type  # cp.async into a ring buffer's stage (pipeline-cp-async)
     if op.name == "pipe.copy" and op.attrs.get("cp_async") and isinstance(op.operands[3].type, GlobalType):

@@ -165,12 +165,14 @@ def runtime_compare(pred: str, a: Number, b: Number, dtype: str) -> bool:
 
 def runtime_convert(x: Number, dtype: str) -> Number:
     """arith.cast of a run-time scalar, as the GPU computes it: a float to an integer truncates toward zero
-    and saturates at the i32 range, NaN giving 0 (PTX cvt.rzi.s32.f32, which `fptosi` lowers to); an
-    integer to an integer keeps the 32 bits; to a float, to i1 as `convert`."""
+    and saturates at the integer's range (i32: -2**31 .. 2**31 - 1, u32: 0 .. 2**32 - 1), NaN giving 0 (PTX
+    cvt.rzi.s32.f32 / cvt.rzi.u32.f32); an integer to an integer keeps the 32 bits; to a float, to i1 as
+    `convert` (a u32 is read unsigned)."""
     if dtype in INT_DTYPES and isinstance(x, float):
         if math.isnan(x):
             return 0
-        return wrap(int(max(min(x, I32_MAX), I32_MIN)), dtype)
+        lo, hi = INT_RANGES[dtype]
+        return int(max(min(x, hi), lo))
     if dtype in INT_DTYPES:
         return wrap(int(x), dtype)
     return convert(x, dtype)

@@ -30,9 +30,12 @@ DEFAULT_SIZES = {"N": 128, "K": 128}  # two row tiles; the pipelined GEMM runs t
 
 NP_DTYPES = {"bf16": ml_dtypes.bfloat16, "f16": np.float16, "f32": np.float32,
              "e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2}
+INT_DTYPES = ("i32", "u32")  # integer tiles and vectors (the `integers` family)
+NP_DTYPES |= {"i32": np.int32, "u32": np.uint32}
+INT_POISON = 12345  # what an integer output holds before the kernel writes it (NaN for floats)
 # Relative tolerance of a result computed in a dtype: a few units in the last place
 # (bf16 has 8 significant bits, f16 11, f32 24).
-TOLERANCE = {"bf16": 3e-2, "f16": 4e-3, "f32": 2e-5, "e4m3": 0.25, "e5m2": 0.5}
+TOLERANCE = {"bf16": 3e-2, "f16": 4e-3, "f32": 2e-5, "e4m3": 0.25, "e5m2": 0.5, "i32": 0.0, "u32": 0.0}
 
 Arrays = dict[str, np.ndarray]
 Reference = Callable[[Arrays, str], Arrays]
@@ -168,7 +171,10 @@ def make_inputs(case: Case, source: str, seed: int = 0) -> tuple[list[str], Arra
     for name, dt, dims in global_params(source):
         shape = tuple(_extent(d, case.sizes) for d in dims)
         if name in outputs:
-            a = np.full(shape, np.nan, np.float32)
+            a = np.full(shape, INT_POISON if dt in INT_DTYPES else np.nan, np.float32)
+        elif dt in INT_DTYPES:  # integers of either sign (u32: the low half); `positive`: 1 .. 999 (divisors)
+            lo = 1 if case.construct.positive else (0 if dt == "u32" else -1000)
+            a = rng.integers(lo, 1000, shape)
         elif case.construct.positive:
             a = rng.uniform(0.5, 2.5, shape)
         else:
@@ -567,6 +573,77 @@ construct(name="col_outer_mma", family="outer", params="K: gl<{dt}>[N, 16], V: g
           body="k = K[{r}, 0]\nv = V[{r}, 0]\nlet kt = k.T\nreg acc: rt<f32, 256, 64> = 0\n"
                "acc += col_outer(kt, kt) @ v\nY[0, {r}] = {dt}(acc)",
           note="NEW: col_outer of a transposed shared read as the A of a 256-row mma (Based's state update)")
+
+# integers: i32 / u32 tiles and vectors, row_argmax, gathers ---------------------------------------
+
+
+def wrap(x: np.ndarray, dt: str) -> np.ndarray:
+    """Exact integer results (float64 holding integers) reduced to 32 bits: two's complement for i32."""
+    bits = np.asarray(x, np.float64).astype(np.int64) % 2**32
+    return (bits - (bits >= 2**31) * 2**32 if dt == "i32" else bits).astype(np.float64)
+
+
+def _tdiv(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(quotient, remainder) truncating toward zero, as tile `/` and `%` on integers."""
+    q = np.trunc(a / b)
+    return q, a - b * q
+
+
+def _int_arith(i: Arrays, dt: str) -> Arrays:
+    x, w = i["X"], i["W"]
+    q, r = _tdiv(x, w)
+    return {"Y": wrap(x * w + q - r + np.maximum(x, w) - np.minimum(x, 3), dt)}
+
+
+def _cvt(x: np.ndarray, dt: str) -> np.ndarray:
+    """float -> integer as PTX cvt.rzi: toward zero, saturating at the integer's range, NaN giving 0."""
+    lo, hi = (-(2**31), 2**31 - 1) if dt == "i32" else (0, 2**32 - 1)
+    return np.where(np.isnan(x), 0.0, np.trunc(np.clip(np.nan_to_num(x), lo, hi)))
+
+
+_INT_IO = "X: gl<{dt}>[N, 64], Y: gl<{dt}>[N, 64]"
+construct(name="int_copy", family="integers", params=_INT_IO, outputs=("Y",), reference=_copy, dtypes=INT_DTYPES,
+          body="reg x: rt<{dt}, 64, 64> = X[{r}, 0]\nY[{r}, 0] = x",
+          note="NEW: an integer tile declared, loaded and stored")
+construct(name="int_vec_copy", family="integers", params="X: gl<{dt}>[N], Y: gl<{dt}>[N]", outputs=("Y",),
+          reference=_copy, dtypes=INT_DTYPES, body="reg v: rv<{dt}, 64> = X[{r}]\nY[{r}] = v",
+          note="NEW: an integer vector declared, loaded and stored")
+construct(name="int_shared", family="integers", params=_INT_IO, outputs=("Y",), reference=_copy, dtypes=INT_DTYPES,
+          shared="shared a: st<{dt}, 64, 64>",
+          body="a = X[{r}, 0]\nreg x: rt<{dt}, 64, 64> = a\na = x\nY[{r}, 0] = a",
+          note="NEW: global -> shared (TMA on sm_90a, cp.async on sm_80) -> registers -> shared -> global")
+construct(name="int_arith", family="integers", params="X: gl<{dt}>[N, 64], W: gl<{dt}>[N, 64], Y: gl<{dt}>[N, 64]",
+          outputs=("Y",), reference=_int_arith, dtypes=INT_DTYPES, positive=True,
+          body="reg x: rt<{dt}, 64, 64> = X[{r}, 0]\nreg w: rt<{dt}, 64, 64> = W[{r}, 0]\n"
+               "Y[{r}, 0] = x * w + x / w - x % w + max(x, w) - min(x, 3)",
+          note="NEW: + - * / % min max on 32 bits (u32: unsigned; a result below 0 wraps)")
+construct(name="int_where", family="integers",
+          params="X: gl<{dt}>[N, 64], V: gl<{dt}>[64], Y: gl<{dt}>[N, 64]", outputs=("Y",), dtypes=INT_DTYPES,
+          reference=lambda i, dt: {"Y": np.where(i["X"] < i["V"][None, :], i["X"], wrap(i["X"] * 2 - 7, dt))},
+          body="reg x: rt<{dt}, 64, 64> = X[{r}, 0]\nreg v: rv<{dt}, 64> = V[0]\n"
+               "Y[{r}, 0] = where(x < col(v), x, x * 2 - 7)",
+          note="NEW: a comparison with a broadcast vector (unsigned for u32) and where")
+construct(name="int_from_float", family="integers", params="X: gl<f32>[N, 64], Y: gl<{dt}>[N, 64]", outputs=("Y",),
+          dtypes=INT_DTYPES, reference=lambda i, dt: {"Y": _cvt(i["X"].astype(np.float32) * np.float32(300), dt)},
+          body="reg x: rt<f32, 64, 64> = X[{r}, 0]\nY[{r}, 0] = {dt}(x * 300.0)",
+          note="NEW: float -> integer toward zero, saturating (u32: negatives give 0)")
+construct(name="int_to_float", family="integers", params="X: gl<{dt}>[N, 64], Y: gl<f32>[N, 64], Z: gl<bf16>[N, 64]",
+          outputs=("Y", "Z"), dtypes=INT_DTYPES,
+          reference=lambda i, dt: {"Y": i["X"], "Z": rnd(i["X"], "bf16")},
+          body="reg x: rt<{dt}, 64, 64> = X[{r}, 0]\nY[{r}, 0] = f32(x)\nZ[{r}, 0] = bf16(x)",
+          note="NEW: integer -> f32 and bf16 (to nearest even)")
+construct(name="row_argmax", family="integers", params="X: gl<{dt}>[N, 64], Y: gl<i32>[N], Z: gl<i32>[N]",
+          outputs=("Y", "Z"),
+          reference=lambda i, dt: {"Y": np.argmax(i["X"], axis=1).astype(np.float64),
+                                   "Z": np.argmin(i["X"], axis=1).astype(np.float64)},
+          body="reg x: rt<{dt}, 64, 64> = X[{r}, 0]\nY[{r}] = row_argmax(x)\nZ[{r}] = row_argmin(f32(x))",
+          note="NEW: row_argmax / row_argmin of a float tile: rv<i32> (first occurrence on ties, as torch)")
+construct(name="gather_rows", family="integers",
+          params="X: gl<{dt}>[N, 64], I: gl<u32>[N], Y: gl<{dt}>[N, 64]", outputs=("Y",),
+          reference=lambda i, dt: {"Y": i["X"][i["I"].astype(np.int64) % i["X"].shape[0]]},
+          body="reg ids: rv<u32, 64> = I[{r}]\nlet rows = ids % u32(N)\nreg e: rt<{dt}, 64, 64> = X[rows, 0]\n"
+               "Y[{r}, 0] = e",
+          note="NEW: a gather X[idx, 0]: rows picked by a vector of (u32) indices")
 
 # dtypes --------------------------------------------------------------------------------------
 construct(name="fp8_mma", family="dtypes", params=f"{_MMA_IO}, Y: gl<bf16>[N, 64]",

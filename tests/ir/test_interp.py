@@ -494,7 +494,10 @@ def test_index_cmp_select_and_new_unary_ops(f: str, ref: object) -> None:
     ("%bad = tk.select %tri, %lo, %lo : rt<f32, 32, 48>", "needs a tile or vector"),
     ("%bad = tk.index %x {axis = row} : rt<f32, 32, 48>", "yields rt<i32, 32, 48>"),
     ("%bad = tk.index %v {axis = row} : rt<i32, 32, 48>", "shape of an rt"),
-    ("%bad = tk.div %col, %c5 : rt<i32, 32, 48>", "'tk.div' divides float tiles"),
+    ("%bad = tk.rem %x, %lo : rt<f32, 32, 48>", "'tk.rem' takes integer tiles"),
+    ("%bad = tk.reduce %col {kind = argmax, axis = row} : rv<i32, 32>", "takes a float tile and yields rv<i32, 32>"),
+    ("%bad = tk.reduce %x {kind = argmax, axis = row} : rv<f32, 32>", "takes a float tile and yields rv<i32, 32>"),
+    ("%bad = tk.reduce %x {kind = argmin, axis = col} : rv<i32, 48>", "reduces rows only"),
     ("%bad = tk.add %tri, %tri : rt<i1, 32, 48>", "predicates"),
     ("%bad = tk.tanh %col : rt<i32, 32, 48>", "needs a float operand"),
 ])

@@ -79,6 +79,10 @@ def _arith_binary(name: str) -> Handler:
     return run
 
 
+class IntegerDivisionWarning(TkirWarning):
+    """An integer tile op divides an element by zero: undefined on the GPU, 0 in the interpreter."""
+
+
 class IntegerOverflowWarning(TkirWarning):
     """A run-time integer op whose exact result does not fit its 32 bits: the interpreter wraps it, as
     the GPU does (tkir/scalar.py), and says where (once per op: the message names its location)."""
@@ -113,8 +117,9 @@ def _alloc(op: Operation, args: list, frame: Frame) -> np.ndarray:
 
 register_handler("tk.alloc", _alloc)
 register_handler("tk.fence", lambda op, args, frame: None)  # orders issue on the GPU; the interpreter runs in order
-register_handler("tk.fill", lambda op, args, frame: np.full(shape_of(op.result.type), op.attrs["value"],
-                                                             np.float32))
+register_handler("tk.fill", lambda op, args, frame: np.full(
+    shape_of(op.result.type), op.attrs["value"],
+    np.int64 if op.result.type.dtype in scalar.INT_DTYPES else np.float32))  # integers exact, past 2**24 too
 
 
 def load(op: Operation, args: list, frame: Frame) -> np.ndarray | None:
@@ -146,6 +151,37 @@ register_handler("tk.load", load)
 register_handler("tk.store", store)
 
 
+def gather(op: Operation, args: list, frame: Frame) -> np.ndarray:
+    """Row r of the result is row idx[r] of the tensor (the plane the leading coordinates pick), column tile
+    coords[-1] of it; columns past the tensor's edge read zero, as a load's. An index outside the tensor's
+    rows is an error here (on the GPU such a row reads zeros: docs/language.md, "Gathers")."""
+    src, *coords = args
+    g = op.operands[0].type
+    t = op.result.type
+    lead, idx, col = coords[:-2], np.asarray(coords[-2]).astype(np.int64), coords[-1]
+    for k, (c, ext) in enumerate(zip(lead, src.shape, strict=False)):
+        if not 0 <= c < ext:
+            raise InterpError(f"{where(op)}'tk.gather': coordinate {c} of dim {k} is outside {g} (extent {ext})")
+    plane = src[tuple(lead)]
+    rows = plane.shape[0]
+    bad = np.flatnonzero((idx < 0) | (idx >= rows))
+    if bad.size:
+        r = int(bad[0])
+        vec = f"%{op.operands[-2].name}" if op.operands[-2].name else "the row-index vector"
+        raise InterpError(f"{where(op)}'tk.gather': row index {int(idx[r])} (element {r} of {vec}) is outside the "
+                          f"{rows} rows of %{op.operands[0].name} ({g}); {bad.size} of {idx.size} indices are out "
+                          "of range (on the GPU such a row reads zeros)")
+    out = zeros(t)
+    lo = col * t.cols
+    a, b = max(lo, 0), min(lo + t.cols, plane.shape[1])
+    if a < b:
+        out[:, a - lo:b - lo] = plane[idx, a:b]
+    return out
+
+
+register_handler("tk.gather", gather)
+
+
 def _mma(op: Operation, args: list, frame: Frame) -> np.ndarray:
     a, b, c = args
     if op.attrs.get("trans_a"):
@@ -169,20 +205,56 @@ def _bcast(op: Operation, a: object, b: object) -> tuple[object, object]:
     return a, b.reshape(shape)
 
 
-def _tile_binary(fn: Callable[[object, object], object]) -> Handler:
+def _tile_binary(name: str, fn: Callable[[object, object], object]) -> Handler:
     def handler(op: Operation, args: list, frame: Frame) -> object:
         a, b = _bcast(op, args[0], args[1])
+        if op.result.type.dtype in scalar.INT_DTYPES:
+            return _int_tile_binary(op, name, a, b)
         return fn(a, b)
 
     return handler
 
 
+def _int_tile_binary(op: Operation, name: str, a: object, b: object) -> np.ndarray:
+    """An i32 / u32 tile op as the GPU computes it (docs/language.md, "Integer tiles"): on 32 bits, add, sub
+    and mul wrap (two's complement; a warning names the op where a result passes the 32 bits), div and rem
+    truncate toward zero (`sdiv`/`srem`; `udiv`/`urem` for u32), min, max signed for i32 and unsigned for
+    u32. An element divided by zero is undefined on the GPU: here it is 0, with a warning naming the op (rows
+    past a tensor's edge load as zeros, so a ragged tile divides by zero where nothing is stored)."""
+    dtype = op.result.type.dtype
+    a64, b64 = (np.asarray(x).astype(np.int64) for x in (a, b))
+    if dtype == "u32":  # the same 32 bits, read unsigned
+        a64, b64 = a64 % scalar.WORD, b64 % scalar.WORD
+    if name in ("div", "rem"):
+        zero = b64 == 0
+        if np.any(zero):
+            warnings.warn(f"{where(op)}'{op.name}' divides by zero: the GPU's result is undefined (0 here)",
+                          IntegerDivisionWarning, stacklevel=2)
+            b64 = np.where(zero, 1, b64)
+        q = np.abs(a64) // np.abs(b64) * np.sign(a64) * np.sign(b64)  # toward zero
+        q = np.where(zero, 0, q)
+        exact = q if name == "div" else np.where(zero, 0, a64 - b64 * q)
+    else:
+        exact = {"add": np.add, "sub": np.subtract, "mul": np.multiply,
+                 "max": np.maximum, "min": np.minimum}[name](a64, b64)
+    lo, hi = scalar.INT_RANGES[dtype]
+    if np.any((exact < lo) | (exact > hi)):
+        warnings.warn(f"{where(op)}'{op.name}' on {dtype} passes 32 bits and wraps, as on the GPU "
+                      "(integer tiles are 32 bits)", IntegerOverflowWarning, stacklevel=2)
+    return np.asarray(exact % scalar.WORD).astype(np.uint32).astype(scalar_numpy(dtype))
+
+
+def scalar_numpy(dtype: str) -> type:
+    """The numpy type of an integer tile's elements."""
+    return np.uint32 if dtype == "u32" else np.int32
+
+
 _TILE_BINARY: dict[str, Callable[[object, object], object]] = {
     "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
-    "max": np.maximum, "min": np.minimum,
+    "max": np.maximum, "min": np.minimum, "rem": np.fmod,  # rem: integer tiles only (the verifier)
 }
 for _name, _fn in _TILE_BINARY.items():
-    register_handler(f"tk.{_name}", _tile_binary(_fn))
+    register_handler(f"tk.{_name}", _tile_binary(_name, _fn))
 
 
 def _rsqrt(x: np.ndarray) -> np.ndarray:
@@ -210,7 +282,22 @@ _TILE_UNARY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
 for _name, _ufn in _TILE_UNARY.items():
     register_handler(f"tk.{_name}", lambda op, args, frame, _f=_ufn: _f(np.asarray(args[0], np.float32)))
 
-register_handler("tk.cast", lambda op, args, frame: args[0])  # round_to_type converts
+def _cast(op: Operation, args: list, frame: Frame) -> np.ndarray:
+    """Float to integer: toward zero, saturating at the integer's range, NaN giving 0 (PTX cvt.rzi.s32.f32 /
+    .u32.f32, as torch's .to(torch.int32) on the GPU); integer to integer keeps the 32 bits; the rest
+    (to a float: round to nearest even) round_to_type does."""
+    src, dst = op.operands[0].type.dtype, op.result.type.dtype
+    x = args[0]
+    if dst not in scalar.INT_DTYPES:
+        return x
+    if src in scalar.INT_DTYPES:
+        return np.asarray(x).astype(np.int64) % scalar.WORD
+    lo, hi = scalar.INT_RANGES[dst]
+    f = np.asarray(x, np.float64)
+    return np.where(np.isnan(f), 0, np.trunc(np.clip(np.nan_to_num(f, nan=0.0), lo, hi))).astype(np.int64)
+
+
+register_handler("tk.cast", _cast)
 register_handler("tk.convert_layout", lambda op, args, frame: args[0])  # layouts do not change values
 register_handler("tk.transpose", lambda op, args, frame: args[0].T.copy())
 
@@ -227,6 +314,8 @@ def _outer(op: Operation, args: list, frame: Frame) -> np.ndarray:
 register_handler("tk.outer", _outer)
 
 _REDUCE = {"max": np.max, "min": np.min, "sum": np.sum,
+           # the first largest (smallest) element's column; numpy, as torch, takes the first NaN where there is one
+           "argmax": np.argmax, "argmin": np.argmin,
            # mean and the population variance in f64, rounded once to the result's dtype by the frame
            "mean": lambda a, axis: np.mean(np.asarray(a, np.float64), axis=axis),
            "var": lambda a, axis: np.var(np.asarray(a, np.float64), axis=axis)}

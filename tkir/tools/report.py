@@ -37,7 +37,7 @@ from __future__ import annotations
 import re
 
 from tkir.access_report import reports_of
-from tkir.bounds import copy_edge_proofs
+from tkir.bounds import copy_edge_proofs, why_in_bounds
 from tkir.facts import OccupancyPlan
 from tkir.ir import Module, Operation, Value
 from tkir.layout import SWIZZLE_ALIGN, layout_of, regs_per_thread, vector_access_bytes
@@ -232,7 +232,7 @@ def _register_tile(v: Value, names: dict[int, str]) -> dict:
 
 
 def _register_copy(op: Operation, kernel: Operation, names: dict[int, str]) -> dict | None:
-    """A tk.load / tk.store between global memory and a register tile or vector (not TMA): its access
+    """A tk.load / tk.store (or tk.gather) between global memory and a register tile or vector (not TMA): its access
     width, its L2 priority (cache-policy; `-`: none) and, per dim the backend tests, `tested` or the proof
     that the test cannot fail."""
     if op.name == "tk.store_warp_staged":  # stage-epilogue: per-warp shared rows, then 16-byte stores
@@ -240,6 +240,13 @@ def _register_copy(op: Operation, kernel: Operation, names: dict[int, str]) -> d
         return {"op": "store", "tensor": op.operands[0].name, "tile": names.get(id(v), v.name or "?"),
                 "access": "16-byte vectors via shared (stage-epilogue)", "l2": str(op.attrs.get("l2", "-")),
                 "rows": "tested", "cols": "tested"}
+    if op.name == "tk.gather":  # rows by an index vector: each row tested (backend/rules_registers.py)
+        t = op.result.type
+        nbytes = vector_access_bytes(layout_of(t), t.dtype) if t.get("layout") is not None else None
+        return {"op": "gather", "tensor": op.operands[0].name, "tile": names.get(id(op.result), op.result.name or "?"),
+                "access": f"{nbytes}-byte vectors" if nbytes else "element-wise", "l2": str(op.attrs.get("l2", "-")),
+                "rows": "tested (indices)",
+                "cols": why_in_bounds(op.operands[-1], t.cols, op.operands[0].type.dims[-1], kernel) or "tested"}
     if op.name not in ("tk.load", "tk.store") or not op.operands or not isinstance(op.operands[0].type, GlobalType):
         return None
     tile = op.result.type if op.name == "tk.load" else op.operands[1].type
