@@ -61,7 +61,7 @@ def _op_tk_fence(cx: LoweringContext, op: Operation) -> None:
 
 
 def _check_dtype(op: Operation, t: TileType | VectorType) -> None:
-    if dtype_bytes(t.dtype) not in (2, WORD) or t.dtype not in LLVM_TYPE:
+    if dtype_bytes(t.dtype) not in (1, 2, WORD) or t.dtype not in LLVM_TYPE:
         raise LoweringError(op.loc, f"backend: {t.dtype} values cannot be copied through memory")
 
 # --- register <-> shared --------------------------------------------------------------------------

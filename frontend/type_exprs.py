@@ -81,9 +81,6 @@ def _tile_dtype(lw: ExpressionLowering, e: ast.Expr, kind: str) -> str:
                        "row_index/col_index, their arithmetic and comparisons",
                        hint="bind them with `let`, or turn them into floats with f32(...) / where(...)")
     dtype = _dtype(lw, e, tuple(sorted(FLOAT_DTYPES)))
-    if dtype in FP8_DTYPES:
-        raise lw.error(e.loc, "fp8 tiles are not supported yet: neither target lowers them; use bf16 or f16",
-                       hint=f"gl<{dtype}> parameters are accepted; tiles of them are not")
     return dtype
 
 
