@@ -178,7 +178,10 @@ def _store_global_element(cx: LoweringContext, ptr: str, ety: str, dtype: str, i
         w.asm("void", ["{", ".reg .pred p;", "setp.ne.b32 p, $2, 0;", "@p red.global.add.f32 [$0], $1;", "}"],
               ["l", "f", "r"], [("ptr addrspace(1)", p), ("float", v), ("i32", okz)])
         return
-    if dtype_bytes(dtype) == 2:
+    if dtype_bytes(dtype) == 1:  # an fp8 byte, from a 16-bit register
+        w.asm("void", ["{", ".reg .pred p;", "setp.ne.b32 p, $2, 0;", "@p st.global.b8 [$0], $1;", "}"],
+              ["l", "h", "r"], [("ptr addrspace(1)", p), ("i16", w.op(f"zext i8 {v} to i16", "bz")), ("i32", okz)])
+    elif dtype_bytes(dtype) == 2:
         w.asm("void", ["{", ".reg .pred p;", "setp.ne.b32 p, $2, 0;", "@p st.global.b16 [$0], $1;", "}"],
               ["l", "h", "r"], [("ptr addrspace(1)", p), ("i16", as_bits(w, v, dtype)), ("i32", okz)])
     else:

@@ -29,7 +29,6 @@ from tkir.types import (
 SCALAR_DTYPES = ("i32", "u32", "f32")  # dtypes a scalar kernel parameter may have
 TENSOR_DTYPES = tuple(d for d in DTYPE_BYTES if d != "i1")
 TYPE_KINDS = ("gl", "st", "sv", "rt", "rv")
-FP8_DTYPES = ("e4m3", "e5m2")
 TYPE_ARGS = {"gl": 1, "st": 3, "rt": 3, "sv": 2, "rv": 2}  # the arguments in <...> of each kind
 TYPE_FORMS = {"gl": "gl<dtype>[d0, d1, ...]", "st": "st<dtype, rows, cols>", "rt": "rt<dtype, rows, cols>",
               "sv": "sv<dtype, n>", "rv": "rv<dtype, n>"}
@@ -75,7 +74,7 @@ def _dtype(lw: ExpressionLowering, e: ast.Expr, allowed: tuple[str, ...]) -> str
 
 
 def _tile_dtype(lw: ExpressionLowering, e: ast.Expr, kind: str) -> str:
-    """The dtype of a declared tile or vector: a float dtype other than fp8."""
+    """The dtype of a declared tile or vector: a float dtype (fp8 included)."""
     if isinstance(e, ast.Name) and e.id in ("i32", PREDICATE_DTYPE):
         raise lw.error(e.loc, f"{kind}<{e.id}, ...> cannot be declared yet; {e.id} tiles are values of "
                        "row_index/col_index, their arithmetic and comparisons",

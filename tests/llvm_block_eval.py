@@ -570,7 +570,7 @@ def _cast(op: str, st: Ty, dt: Ty, sf: Operand) -> Callable[[dict], np.ndarray]:
 # --- inline PTX ------------------------------------------------------------------------------------------
 
 _PTX_ACCESS = re.compile(r"(?P<op>ld|st)\.(?P<space>global|shared)(?:\.[\w:]+)*?(?:\.v(?P<v>\d))?"
-                         r"\.(?P<ty>b16|b32|b64|f32|u32|s32|f16|u16)$")
+                         r"\.(?P<ty>b8|b16|b32|b64|f32|u32|s32|f16|u16)$")
 _PTX_UNARY = {"ex2": np.exp2, "rsqrt": lambda x: 1.0 / np.sqrt(x.astype(np.float64)), "lg2": np.log2,
               "tanh": np.tanh, "rcp": lambda x: 1.0 / x.astype(np.float64), "sqrt": np.sqrt}
 _FTZ_MIN = np.finfo(np.float32).tiny
@@ -660,7 +660,7 @@ class _Ptx:
     def _access(self, run: BlockRun, g: _Group, mask: np.ndarray, m: re.Match, ops: list[str],
                 regs: dict[str, np.ndarray]) -> None:
         n = int(m["v"] or 1)
-        size = {"b16": 2, "f16": 2, "u16": 2, "b64": 8}.get(m["ty"], 4)
+        size = {"b8": 1, "b16": 2, "f16": 2, "u16": 2, "b64": 8}.get(m["ty"], 4)
         space = 1 if m["space"] == "global" else 3
         data, addr = (ops[0], ops[1]) if m["op"] == "ld" else (ops[1], ops[0])
         am = re.fullmatch(r"\[(\$\d+)(?:\s*\+\s*(\d+))?\]", addr)
@@ -671,6 +671,8 @@ class _Ptx:
             raw = run.read(g, mask, base, space, n * size)
             for i, r in enumerate(names):
                 regs[r] = raw[:, i * size:(i + 1) * size]   # bytes, typed when the asm's outputs are read
+                if size == 1:  # a byte into a wider register: zero-extended (PTX ISA, ld: .b8 into .b16)
+                    regs[r] = raw[:, i].astype(np.int64)
         else:
             words = [_reg_bytes(regs[r], size) for r in names]
             run.write(g, mask, base, space, np.concatenate(words, axis=1))
