@@ -319,3 +319,63 @@ def test_fp8_cast_of_a_scalar_is_refused() -> None:
 def test_fp8_cast_of_a_compile_time_number_folds_to_the_fp8_value() -> None:
     text = lower("x = x * e4m3(1000.0) + e5m2(0.3)")
     assert "value = 448.0" in text and "value = 0.3125" in text
+
+
+# ---------------------------------------------------------------------------------------------
+# The brief's masked kernel: through plan-occupancy on both targets, and in the interpreter
+
+
+MASKED = """kernel masked<BQ=64, BKV=64, D=64>(Q: gl<bf16>[N, D], K: gl<bf16>[N, D], O: gl<f32>[N, BKV]) grid(cdiv(N, BQ)) {
+    shared q: st<bf16, BQ, D>
+    shared k: st<bf16, BKV, D>
+    q = Q[block.x, 0]
+    k = K[0, 0]
+    reg s: rt<f32, BQ, BKV> = q @ k.T
+    s = where(col_index(s) < N, tanh(s), -inf)
+    s = where(row_index(s) >= col_index(s), s, 0)
+    O[block.x, 0] = s
+}
+"""
+
+
+@pytest.mark.parametrize("target", ["sm_90a", "sm_80"])
+def test_masked_kernel_compiles_through_plan_occupancy(tmp_path: Path, target: str) -> None:
+    src = tmp_path / "masked.tk"
+    src.write_text(MASKED)
+    r = subprocess.run([sys.executable, "-m", "tkir.cli", "compile", str(src), "--stop-after=plan-occupancy",
+                        f"--target={target}"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    layout = "wgmma_acc" if target == "sm_90a" else "mma_c"
+    selects = [ln for ln in r.stdout.splitlines() if "tk.select" in ln or "tk.cmp" in ln or "tk.index" in ln]
+    assert len(selects) == 7 and all(f"kind = {layout}" in ln for ln in selects), r.stdout
+    assert "convert_layout" not in r.stdout
+    assert "occupancy = {" in r.stdout
+
+
+@pytest.mark.parametrize("n", [128, 40])
+def test_masked_kernel_interprets(n: int) -> None:
+    rng = np.random.default_rng(n)
+    q = rng.standard_normal((n, 64)).astype(BF16)
+    k = rng.standard_normal((n, 64)).astype(BF16)
+    out = np.full((n, 64), np.nan, np.float32)
+    interpret(compile_source(MASKED, "masked.tk"), q, k, out)
+    kpad = np.zeros((64, 64), np.float32)
+    kpad[: min(n, 64)] = k[:64].astype(np.float32)
+    s = q.astype(np.float32) @ kpad.T
+    row, col = np.indices(s.shape)
+    s = np.where(col < n, np.tanh(s), -np.inf)
+    s = np.where(row % 64 >= col, s, 0)
+    np.testing.assert_allclose(out, s, rtol=1e-5, atol=1e-6)
+
+
+def test_predicate_row_layout_uses_four_byte_vec() -> None:
+    """A class is laid out from its first value, which for verified IR is never an i1 (operands come
+    first); should one be, its `row` vec is that of a 4-byte dtype, not 16 one-byte lanes."""
+    from tkir.passes.infer_layouts import _KernelLayouts
+    from tkir.types import rt
+
+    module = compile_source("kernel k(A: gl<f32>[M, K]) grid(M / 64) {\n}\n", "t.tk")
+    layouts = _KernelLayouts(module.kernel, sm80=False)
+    layouts.compute_warps = 4
+    assert layouts._row_layout(rt("i1", 64, 64)) == layouts._row_layout(rt("f32", 64, 64))
+    assert layouts._row_layout(rt("i1", 64, 64)).vec == 4

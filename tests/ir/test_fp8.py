@@ -18,7 +18,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tkir
-
 from tkir.interp.frame import round_array
 from tkir.parser import parse_module
 from tkir.printer import print_module
