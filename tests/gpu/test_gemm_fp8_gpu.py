@@ -45,6 +45,7 @@ RAGGED = [  # (kernel, sizes, consts)
     ("gemm_fp8_block", dict(M=61, N=4096, K=14336), {}),
     ("gemm_fp8_block", dict(M=4096, N=4096, K=4096), {}),
 ]
+OPTIONS = [{"swizzle": "none"}, {"no_tma": True}]  # the interleaved wgmma layout; cp.async copies on sm_90a
 
 
 def _reference64(torch, comp, inputs: list, sizes: dict):  # noqa: ANN001, ANN202
@@ -74,6 +75,20 @@ def test_fp8_gemm_matches_dequantised_float64(torch_module, name: str, sizes: di
     torch.cuda.synchronize()
     err = _rel(torch, inputs[-1], _reference64(torch, comp, inputs, sizes))
     assert err < BOUND, f"{name} {sizes} {consts}: ||C - ref|| / ||ref|| = {err:.3e} (bound {BOUND})"
+
+
+@pytest.mark.parametrize("options", OPTIONS, ids=lambda o: next(iter(o)))
+def test_fp8_gemm_other_paths(torch_module, options: dict) -> None:  # noqa: ANN001
+    """The fp8 wgmma through the unswizzled (interleaved) operand layout and through cp.async copies."""
+    torch = torch_module
+    comp = load_companion(str(ROOT / "examples" / "gemm_fp8.tk"))
+    sizes = dict(M=1000, N=744, K=528)
+    k = tkir.compile(str(ROOT / "examples" / "gemm_fp8.tk"), **options)
+    inputs = comp.torch_inputs(sizes, {})
+    k(*inputs)
+    torch.cuda.synchronize()
+    err = _rel(torch, inputs[-1], _reference64(torch, comp, inputs, sizes))
+    assert err < BOUND, f"{options}: ||C - ref|| / ||ref|| = {err:.3e} (bound {BOUND})"
 
 
 @pytest.mark.parametrize("sizes", [dict(M=256, N=4096, K=4096), dict(M=4096, N=14336, K=4096),
