@@ -27,23 +27,56 @@ TARGETS = ["sm_90a", "sm_80"]
 NP_FP8 = {"e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2}
 ROWS = 64
 
-# f32 -> fp8 in registers, stored; the fp8 tile back from global memory and through a shared tile; both up
-# to f32; and bf16 -> fp8 -> bf16 (the 16-bit path of the casts)
+# f32 -> fp8 in registers, stored (Y), back up to f32 (Z), and through a shared tile (S); bf16 -> fp8 -> bf16
+# (W, the 16-bit path of the casts); and every fp8 bit pattern (P) loaded from global memory and cast to f32
+# (T). No tensor is both written and read: on the GPU that would race between threads.
 ROUND_TRIP = """
-kernel rt(X: gl<f32>[N, 64], Y: gl<DT>[N, 64], Z: gl<f32>[N, 64], W: gl<bf16>[N, 64], S: gl<f32>[N, 64])
+kernel rt(X: gl<f32>[N, 64], Y: gl<DT>[N, 64], Z: gl<f32>[N, 64], W: gl<bf16>[N, 64], S: gl<f32>[N, 64],
+          P: gl<DT>[N, 64], T: gl<f32>[N, 64])
     grid(cdiv(N, 64))
 {
     shared s: st<DT, 64, 64>
     reg x: rt<f32, 64, 64> = X[block.x, 0]
     Y[block.x, 0] = DT(x)
-    reg r: rt<DT, 64, 64> = Y[block.x, 0]
+    reg r: rt<DT, 64, 64> = DT(x)
     Z[block.x, 0] = f32(r)
     W[block.x, 0] = bf16(DT(bf16(x)))
     s = DT(x)
     reg t: rt<DT, 64, 64> = s
     S[block.x, 0] = f32(t)
+    reg p: rt<DT, 64, 64> = P[block.x, 0]
+    T[block.x, 0] = f32(p)
 }
 """
+
+
+def every_pattern(dtype: str) -> np.ndarray:
+    """ROWS x 64 fp8: the 256 bit patterns (NaNs and infinities included), repeated."""
+    return np.resize(np.arange(256, dtype=np.uint8), (ROWS, 64)).view(NP_FP8[dtype])
+
+
+def round_trip_arrays(dtype: str) -> list[np.ndarray]:
+    """ROUND_TRIP's arguments (host arrays): the hard values, the bit patterns, outputs poisoned."""
+    x = _hard_values(dtype)
+    nan = np.full((ROWS, 64), np.nan, np.float32)
+    return [x, np.zeros((ROWS, 64), NP_FP8[dtype]), nan.copy(), np.full((ROWS, 64), np.nan, ml_dtypes.bfloat16),
+            nan.copy(), every_pattern(dtype), nan.copy()]
+
+
+def check_round_trip(arrays: list[np.ndarray], dtype: str, where: str) -> None:
+    """Each output of ROUND_TRIP against tkir/scalar.py's rule, bit for bit (NaN where NaN)."""
+    x, y, z, w, s, p, t = arrays
+    want = np.vectorize(lambda v: round_fp8(float(v), dtype))(x)
+    for name, got in (("stored fp8", y.astype(np.float32)), ("fp8 -> f32", z), ("through shared", s)):
+        ok = _same(got, want)
+        assert ok.all(), (f"{where} {dtype} {name}: {int((~ok).sum())} of {ok.size} wrong; first inputs "
+                          f"{x[~ok][:4]}, got {np.asarray(got)[~ok][:4]}, want {want[~ok][:4]} (neighbours swapped: "
+                          "the cvt's byte order is not the one backend/f32.py assumes)")
+    want_b = np.vectorize(lambda v: round_fp8(float(v), dtype))(x.astype(ml_dtypes.bfloat16).astype(np.float64))
+    ok = _same(w.astype(np.float64), want_b)
+    assert ok.all(), f"{where} {dtype} bf16 -> fp8 -> bf16: first inputs {x[~ok][:4]}"
+    ok = _same(t, p.astype(np.float64))
+    assert ok.all(), f"{where} {dtype} fp8 -> f32 of the bit patterns {p.view(np.uint8)[~ok][:8]}: got {t[~ok][:8]}"
 
 
 def _compile(tmp_path: Path, src: str, target: str) -> tkir.CompiledKernel:
@@ -67,7 +100,8 @@ def _hard_values(dtype: str) -> np.ndarray:
 
 
 def _same(got: np.ndarray, want: np.ndarray) -> np.ndarray:
-    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    with np.errstate(invalid="ignore"):  # NaN payloads of fp8 arrays cast to float64
+        got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
     return (got == want) | (np.isnan(got) & np.isnan(want))
 
 
@@ -75,20 +109,10 @@ def _same(got: np.ndarray, want: np.ndarray) -> np.ndarray:
 @pytest.mark.parametrize("dtype", sorted(NP_FP8))
 def test_fp8_casts_and_copies_on_the_cpu(tmp_path: Path, target: str, dtype: str) -> None:
     k = _compile(tmp_path, ROUND_TRIP.replace("DT", dtype), target)
-    x = _hard_values(dtype)
-    y = np.zeros((ROWS, 64), NP_FP8[dtype])
-    z, s = (np.full((ROWS, 64), np.nan, np.float32) for _ in range(2))
-    w = np.full((ROWS, 64), np.nan, ml_dtypes.bfloat16)
-    run_block(k.asm["llvm"], [x, y, z, w, s, ROWS], block=0, grid=1, threads=k.launch.block[0],
+    arrays = round_trip_arrays(dtype)
+    run_block(k.asm["llvm"], [*arrays, ROWS], block=0, grid=1, threads=k.launch.block[0],
               smem_bytes=k.launch.dynamic_smem)
-    want = np.vectorize(lambda v: round_fp8(float(v), dtype))(x)
-    for name, got in (("stored fp8", y.astype(np.float32)), ("fp8 -> f32", z), ("through shared", s)):
-        ok = _same(got, want)
-        assert ok.all(), f"{target} {dtype} {name}: {int((~ok).sum())} wrong, first x = {x[~ok][:4]}: " \
-                         f"got {np.asarray(got)[~ok][:4]}, want {want[~ok][:4]}"
-    want_b = np.vectorize(lambda v: round_fp8(float(v), dtype))(x.astype(ml_dtypes.bfloat16).astype(np.float64))
-    ok = _same(w.astype(np.float64), want_b)
-    assert ok.all(), f"{target} {dtype} bf16 -> fp8 -> bf16: first x = {x[~ok][:4]}"
+    check_round_trip(arrays, dtype, target)
 
 
 def test_fp8_vectors_on_the_cpu(tmp_path: Path) -> None:

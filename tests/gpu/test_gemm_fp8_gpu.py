@@ -19,11 +19,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 import tkir
-from tkir.scalar import round_fp8
 from tkir.tools.examples import load_companion
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -127,30 +125,16 @@ def test_fp8_gemm_per_tensor_scale_matches_scaled_mm(torch_module) -> None:  # n
 @pytest.mark.parametrize("target", ["sm_90a", "sm_80"])
 @pytest.mark.parametrize("dtype", ["e4m3", "e5m2"])
 def test_fp8_casts_on_gpu_bit_for_bit(tmp_path: Path, target: str, dtype: str) -> None:
-    """Every output of the round-trip kernel equals round_fp8 of its input exactly (NaN where NaN)."""
-    import ml_dtypes
-
+    """Every output of the round-trip kernel equals round_fp8 of its input exactly (NaN where NaN), and every
+    fp8 bit pattern loaded and cast up is its value."""
     from tkir.backend import cuda
 
     sys.path.insert(0, str(ROOT / "tests" / "backend"))
-    from test_fp8_backend import NP_FP8, ROUND_TRIP, ROWS, _hard_values, _same
+    from test_fp8_backend import ROUND_TRIP, check_round_trip, round_trip_arrays
 
     path = tmp_path / "rt.tk"
     path.write_text(ROUND_TRIP.replace("DT", dtype))
     k = tkir.compile(str(path), target=target)
-    x = _hard_values(dtype)
-    dev = [cuda.to_device(x), cuda.to_device(np.zeros((ROWS, 64), NP_FP8[dtype])),
-           cuda.to_device(np.full((ROWS, 64), np.nan, np.float32)),
-           cuda.to_device(np.full((ROWS, 64), np.nan, ml_dtypes.bfloat16)),
-           cuda.to_device(np.full((ROWS, 64), np.nan, np.float32))]
+    dev = [cuda.to_device(a) for a in round_trip_arrays(dtype)]
     k(*dev)
-    y, z, w, s = (d.numpy() for d in dev[1:])
-    want = np.vectorize(lambda v: round_fp8(float(v), dtype))(x)
-    for what, got in (("stored fp8", y.astype(np.float32)), ("fp8 -> f32", z), ("through shared", s)):
-        ok = _same(got, want)
-        assert ok.all(), (f"{target} {dtype} {what}: {int((~ok).sum())} of {ok.size} wrong; first inputs "
-                          f"{x[~ok][:4]}, got {np.asarray(got)[~ok][:4]}, want {want[~ok][:4]} (swapped pairs "
-                          "mean the cvt's byte order is not the one backend/f32.py assumes)")
-    want_b = np.vectorize(lambda v: round_fp8(float(v), dtype))(x.astype(ml_dtypes.bfloat16).astype(np.float64))
-    ok = _same(w.astype(np.float64), want_b)
-    assert ok.all(), f"{target} {dtype} bf16 -> {dtype} -> bf16: first inputs {x[~ok][:4]}"
+    check_round_trip([d.numpy() for d in dev], dtype, f"GPU, {target} code")
