@@ -29,7 +29,7 @@ BENCH_SIZES += [dict(M=m, N=n, K=k) for m in (1, 16, 64, 256, 4096) for n, k in 
 BENCH_CONSTS = [{} for _ in BENCH_SIZES]
 PEER = "torch._scaled_mm"
 
-# bf16 output (2^-9 relative rounding) of f32 sums of exact e4m3 products: the bound
+# bf16 output (2^-9 relative rounding) of f32 sums of exact e4m3 products: the acceptance bound
 TOLERANCE = 3e-2
 
 

@@ -29,7 +29,7 @@ BENCH_SIZES += [dict(M=m, N=n, K=k) for m in (64, 256, 4096) for n, k in LLM_NK]
 BENCH_CONSTS = [{} for _ in BENCH_SIZES]
 PEER = "torch._scaled_mm (row-wise scales)"
 
-TOLERANCE = 3e-2  # bf16 output of f32 sums (the bound)
+TOLERANCE = 3e-2  # bf16 output of f32 sums (the acceptance bound)
 
 
 def _cdiv(a: int, b: int) -> int:

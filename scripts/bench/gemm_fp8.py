@@ -39,7 +39,7 @@ if importlib.util.find_spec("tkir") is None and str(ROOT) not in sys.path:
 LLM_NK = [(4096, 4096), (14336, 4096), (4096, 14336)]
 DEFAULT_SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192)] + [(m, n, k) for m in (1, 16, 64, 256, 4096)
                                                                for n, k in LLM_NK]
-BOUND = 3e-2  # relative L2 error of C against float64 of the dequantised inputs (the bound)
+BOUND = 3e-2  # relative L2 error of C against float64 of the dequantised inputs (the acceptance bound)
 TUNED = ["BM", "BN", "STAGES", "SK", "SKI"]  # gemm_fp8.tk's @tune names
 TUNED_BLOCK = ["BM", "STAGES"]  # gemm_fp8_block.tk's
 KERNELS = {"gemm_fp8": TUNED, "gemm_fp8_block": TUNED_BLOCK}

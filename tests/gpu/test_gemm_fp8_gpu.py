@@ -25,7 +25,7 @@ import tkir
 from tkir.tools.examples import load_companion
 
 ROOT = Path(__file__).resolve().parents[2]
-BOUND = 3e-2  # ||C - ref|| / ||ref|| against float64 of the dequantised inputs (the bound)
+BOUND = 3e-2  # ||C - ref|| / ||ref|| against float64 of the dequantised inputs (the acceptance bound)
 PEER_BOUND = 1e-2  # tkir against torch._scaled_mm on the same fp8 operands: accumulation order, bf16 rounding
 
 pytestmark = pytest.mark.gpu
