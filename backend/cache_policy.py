@@ -54,7 +54,7 @@ def readonly_of(op: Operation) -> str | None:
 
 def hinted_load(cx: LoweringContext, ptr: str, ety: str, n: int, elem_bytes: int, policy: str | None,
                 vector: bool = True, nc: str | None = None) -> str:
-    """`n` elements of LLVM type `ety` (`elem_bytes` each; 2, 4, 8 or 16 bytes in all) at `ptr` (ptr
+    """`n` elements of LLVM type `ety` (`elem_bytes` each; 1, 2, 4, 8 or 16 bytes in all) at `ptr` (ptr
     addrspace(1)), loaded with the L2 policy `policy` (None: no hint) and, with `nc` (readonly_of),
     through the non-coherent read-only path (`ld.global.nc`; `.L1::no_allocate` for a re-read). The
     value is the `<n x ety>` (with `vector=False`, one `ety`) a plain `load` of that type would give.
@@ -79,6 +79,10 @@ def hinted_load(cx: LoweringContext, ptr: str, ety: str, n: int, elem_bytes: int
             half = w.op(f"bitcast i16 {w.op(f'extractvalue {ret} {r}, {j}', 'lh')} to {ety}", "le")
             vec = w.op(f"insertelement {vt} {vec}, {ety} {half}, i32 {j}", "lq")
         return vec
+    if nbytes == 1:  # one fp8 element, through a 16-bit register
+        h = w.asm("i16", [f"{opcode}.b8 $0, {tail(1)}"], ["=h"] + pcons, args, "ldb")
+        b = w.op(f"trunc i16 {h} to i8", "lb")
+        return b if vt == "i8" else w.op(f"bitcast i8 {b} to {vt}", "ld")
     if nbytes == 2:
         h = w.asm("i16", [f"{opcode}.b16 $0, {tail(1)}"], ["=h"] + pcons, args, "ldh")
         return w.op(f"bitcast i16 {h} to {vt}", "ld")

@@ -61,7 +61,7 @@ def _op_tk_fence(cx: LoweringContext, op: Operation) -> None:
 
 
 def _check_dtype(op: Operation, t: TileType | VectorType) -> None:
-    if dtype_bytes(t.dtype) not in (2, WORD) or t.dtype not in LLVM_TYPE:
+    if dtype_bytes(t.dtype) not in (1, 2, WORD) or t.dtype not in LLVM_TYPE:
         raise LoweringError(op.loc, f"backend: {t.dtype} values cannot be copied through memory")
 
 # --- register <-> shared --------------------------------------------------------------------------
@@ -180,7 +180,10 @@ def _store_global_element(cx: LoweringContext, ptr: str, ety: str, dtype: str, i
         w.asm("void", ["{", ".reg .pred p;", "setp.ne.b32 p, $2, 0;", "@p red.global.add.f32 [$0], $1;", "}"],
               ["l", "f", "r"], [("ptr addrspace(1)", p), ("float", v), ("i32", okz)])
         return
-    if dtype_bytes(dtype) == 2:
+    if dtype_bytes(dtype) == 1:  # an fp8 byte, from a 16-bit register
+        w.asm("void", ["{", ".reg .pred p;", "setp.ne.b32 p, $2, 0;", "@p st.global.b8 [$0], $1;", "}"],
+              ["l", "h", "r"], [("ptr addrspace(1)", p), ("i16", w.op(f"zext i8 {v} to i16", "bz")), ("i32", okz)])
+    elif dtype_bytes(dtype) == 2:
         w.asm("void", ["{", ".reg .pred p;", "setp.ne.b32 p, $2, 0;", "@p st.global.b16 [$0], $1;", "}"],
               ["l", "h", "r"], [("ptr addrspace(1)", p), ("i16", as_bits(w, v, dtype)), ("i32", okz)])
     else:
@@ -262,8 +265,9 @@ def store_shared_to_global(cx: LoweringContext, op: Operation) -> None:
             e_ok = w.op(f"icmp ult i32 {e}, {n}", "have")
             slot = (w.op(f"select i1 {e_ok}, i32 {e}, i32 0", "e"),)
         addr = w.op(f"add i32 {smem.addr}, {element_offset(lay, eb, slot, BitLLVMBuilder(w))}", "sa")
-        if eb == 2:
-            v = from_bits(w, w.asm("i16", ["ld.shared.b16 $0, [$1];"], ["=h", "r"], [("i32", addr)], "lh"), t.dtype)
+        if eb < WORD:  # 16-bit and 8-bit elements through a 16-bit register
+            h = w.asm("i16", [f"ld.shared.b{8 * eb} $0, [$1];"], ["=h", "r"], [("i32", addr)], "lh")
+            v = from_bits(w, w.op(f"trunc i16 {h} to i8", "lb") if eb == 1 else h, t.dtype)
         else:
             v = from_bits(w, w.asm("i32", ["ld.shared.b32 $0, [$1];"], ["=r", "r"], [("i32", addr)], "lw"), t.dtype)
         idx, ok = _element_index(cx, g, coords, t, slot)
@@ -277,7 +281,7 @@ def store_shared_to_global(cx: LoweringContext, op: Operation) -> None:
 
 def relayout(cx: LoweringContext, x: Frag, rt: TileType | VectorType, trans: bool = False) -> Frag:
     """x's values in the layout of `rt` (transposed when asked), through the scratch area."""
-    if dtype_bytes(x.type.dtype) not in (2, WORD):
+    if dtype_bytes(x.type.dtype) not in (1, 2, WORD):
         raise LoweringError(None, f"backend: {x.type.dtype} values cannot move through shared memory")
     buf = scratch_tile(cx, x.type)
     cx.sync()  # earlier users of the scratch area are done
@@ -366,9 +370,11 @@ def load_shared_vector(cx: LoweringContext, op: Operation) -> None:
         v = _load_global_element(cx, g.ptr, ety, idx, ok, zero)
         addr = w.op(f"add i32 {smem.addr}, {w.op(f'mul i32 {e}, {eb}', 'o')}", "sa")
         bits = as_bits(w, v, t.dtype)
+        if eb == 1:  # an fp8 byte, from a 16-bit register
+            bits = w.op(f"zext i8 {bits} to i16", "bz")
         flag = w.op(f"zext i1 {have} to i32", "h")
-        width = "b16" if eb == 2 else "b32"
+        width = f"b{8 * eb}"
         w.asm("void", ["{", ".reg .pred p;", "setp.ne.b32 p, $2, 0;", f"@p st.shared.{width} [$0], $1;", "}"],
-              ["r", "h" if eb == 2 else "r", "r"], [("i32", addr), (f"i{8 * eb}", bits), ("i32", flag)])
+              ["r", "h" if eb < WORD else "r", "r"], [("i32", addr), (f"i{max(8 * eb, 16)}", bits), ("i32", flag)])
     cx.fence_async()
     cx.sync()

@@ -34,7 +34,7 @@ from tkir.backend.exchange import (
     shfl_bfly_i32,
     shfl_idx,
 )
-from tkir.backend.f32 import combine, from_f32, to_f32
+from tkir.backend.f32 import combine, f32_pair_to_fp8, fp8_pair_to_f32, from_f32, to_f32
 from tkir.backend.fragments import LazyValues, chunked, gather_plan, numeric_slots, row_groups, tile_shape
 from tkir.backend.llvm_text import f32_literal
 from tkir.backend.rules import rule
@@ -45,6 +45,7 @@ from tkir.ir import Operation
 from tkir.layout import layout_of, vector_access_bytes
 from tkir.opdef import REDUCE_ATTR
 from tkir.ops import ARG_KINDS, STATS_ATTR, TILE_BINARY, TILE_UNARY
+from tkir.scalar import FP8_DTYPES
 from tkir.types import ScalarType, TileType, VectorType, dtype_bytes
 
 if TYPE_CHECKING:
@@ -147,9 +148,28 @@ def _op_tk_cast(cx: LoweringContext, op: Operation) -> None:
     elif dst in INT_DTYPES:  # toward zero, saturating, NaN to 0: LLVM's .sat conversions define all three
         fn = "llvm.fptoui.sat.i32.f32" if dst == "u32" else "llvm.fptosi.sat.i32.f32"
         vals = [w.call("i32", fn, [("float", to_f32(cx, v, src))], hint="fi") for v in x.values]
+    elif src in FP8_DTYPES or dst in FP8_DTYPES:  # fp8 cvts take two elements at a time (backend/f32.py)
+        vals = _cast_pairs(cx, x.values, src, dst)
     else:
         vals = [from_f32(cx, to_f32(cx, v, src), dst) for v in x.values]
     cx.set(op.result, Frag(op.result.type, vals))
+
+
+def _cast_pairs(cx: LoweringContext, values: list[str], src: str, dst: str) -> list[str]:
+    """A cast from or to fp8, two slots per conversion instruction (an odd last slot alone)."""
+    out: list[str] = []
+    for i in range(0, len(values), 2):
+        pair = values[i:i + 2]
+        hi = pair[1] if len(pair) == 2 else None
+        if src in FP8_DTYPES:
+            f = fp8_pair_to_f32(cx, pair[0], hi, src)
+        else:
+            f = [to_f32(cx, v, src) for v in pair]
+        if dst in FP8_DTYPES:
+            out += f32_pair_to_fp8(cx, f[0], f[1] if len(f) == 2 else None, dst)
+        else:
+            out += [from_f32(cx, v, dst) for v in f]
+    return out
 
 
 @rule("tk.convert_layout", when=lambda cx, op: str(op.attrs.get("via", "none")) == "none")

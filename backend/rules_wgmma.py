@@ -43,7 +43,11 @@ from tkir.types import TileType, dtype_bytes
 if TYPE_CHECKING:
     from tkir.backend.context import LoweringContext
 
-WGMMA_DTYPES = ("bf16", "f16")  # 16-bit inputs, f32 accumulation (k16); tf32/fp8 are not lowered
+WGMMA_DTYPES = ("bf16", "f16")  # 16-bit inputs, f32 accumulation (k16); tf32 is not lowered
+# 8-bit inputs, f32 accumulation (k32), either pairing; A and B K-major in shared memory: the 8-bit forms have
+# no transpose immediates and the register A form is not lowered for them (PTX ISA, wgmma.mma_async)
+WGMMA_FP8_DTYPES = ("e4m3", "e5m2")
+WGMMA_FP8_K = 32
 LAZY_SLICE_KSTEPS = 4  # k16 steps per slice of a lazily computed A: 16 registers of 16-bit A per thread
 
 
@@ -76,7 +80,11 @@ def _op_tk_mma(cx: LoweringContext, op: Operation) -> None:
     trans_a, trans_b = bool(op.attrs.get("trans_a")), bool(op.attrs.get("trans_b"))
     if trans_a and a_regs:
         raise LoweringError(op.loc, "backend: a transposed register A reaches wgmma (legalize-mma transposes it)")
-    if ta.dtype not in WGMMA_DTYPES or tb.dtype != ta.dtype:
+    fp8 = ta.dtype in WGMMA_FP8_DTYPES
+    if fp8 and (tb.dtype not in WGMMA_FP8_DTYPES or a_regs or trans_a or not trans_b):
+        raise LoweringError(op.loc, f"backend: an fp8 wgmma reads A ({ta.dtype}) and B ({tb.dtype}) K-major from "
+                                    "shared memory (A stored M x K, B N x K)")
+    if not fp8 and (ta.dtype not in WGMMA_DTYPES or tb.dtype != ta.dtype):
         raise LoweringError(op.loc, f"backend: wgmma multiplies {' or '.join(WGMMA_DTYPES)} tiles, not "
                                     f"{ta.dtype} x {tb.dtype}")
     K = ta.rows if trans_a else ta.cols
@@ -139,8 +147,11 @@ def _op_tk_mma(cx: LoweringContext, op: Operation) -> None:
             desc_b = _desc(cx, w.op(f"add i32 {b.addr}, {b_off}", "baddr"), lbo, sbo, sw_b)
             lo = mb * per_block + nc * (nchunk // 2)
             chunk = vals[lo:lo + nchunk // 2]
-            vals[lo:lo + nchunk // 2] = _wgmma(cx, nchunk, desc_a, desc_b, chunk, int(trans_b is False),
-                                               int(trans_a), ta.dtype)
+            if fp8:
+                vals[lo:lo + nchunk // 2] = _wgmma_fp8(cx, nchunk, desc_a, desc_b, chunk, ta.dtype, tb.dtype)
+            else:
+                vals[lo:lo + nchunk // 2] = _wgmma(cx, nchunk, desc_a, desc_b, chunk, int(trans_b is False),
+                                                   int(trans_a), ta.dtype)
     wgmma_commit_group(w)
     group = cx.commit_group()
     if op.attrs.get("defer_wait"):  # overlap-mma: waited at the first use (LoweringContext.groups_after)
@@ -177,6 +188,22 @@ def _wgmma(cx: LoweringContext, n: int, desc_a: str | list[str], desc_b: str, ac
         return [w.op(f"extractvalue {ret} {r}, {i}", "acc") for i in range(k)]
     line = (f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{dtype}.{dtype} {{{outs}}}, ${k}, ${k + 1}, "
             f"1, 1, 1, {trans_a}, {trans_b};")
+    cons = ["=f"] * k + ["l", "l"] + [str(i) for i in range(k)]
+    args = [("i64", desc_a), ("i64", desc_b)] + [("float", v) for v in acc]
+    r = w.asm(ret, [line], cons, args, "mma")
+    return [w.op(f"extractvalue {ret} {r}, {i}", "acc") for i in range(k)]
+
+
+def _wgmma_fp8(cx: LoweringContext, n: int, desc_a: str, desc_b: str, acc: list[str], atype: str,
+               btype: str) -> list[str]:
+    """One m64nNk32 of 8-bit A and B (both descriptors K-major), f32 accumulation: scale-d 1 (accumulate),
+    imm-scale-a/b 1, and no transpose operands (the 8-bit forms have none)."""
+    w = cx.w
+    k = len(acc)
+    outs = ", ".join(f"${i}" for i in range(k))
+    ret = w.struct("float", k)
+    line = (f"wgmma.mma_async.sync.aligned.m64n{n}k{WGMMA_FP8_K}.f32.{atype}.{btype} {{{outs}}}, ${k}, ${k + 1}, "
+            "1, 1, 1;")
     cons = ["=f"] * k + ["l", "l"] + [str(i) for i in range(k)]
     args = [("i64", desc_a), ("i64", desc_b)] + [("float", v) for v in acc]
     r = w.asm(ret, [line], cons, args, "mma")

@@ -102,30 +102,43 @@ def _group_addresses(cx: LoweringContext, base: str, reg_t, smem_t, trans: bool,
 
 
 def as_bits(w: LLVMWriter, v: str, dtype: str) -> str:
-    """A value as an integer of its width (i16 for 16-bit floats, i32 otherwise)."""
-    if dtype in ("i32", "u32"):
+    """A value as an integer of its width (i16 for 16-bit floats, i8 for fp8 bytes, i32 otherwise)."""
+    if LLVM_TYPE[dtype].startswith("i"):  # integers and fp8 bytes are integers already
         return v
     width = dtype_bytes(dtype) * 8
     return w.op(f"bitcast {LLVM_TYPE[dtype]} {v} to i{width}", "bt")
 
 
 def from_bits(w: LLVMWriter, v: str, dtype: str) -> str:
-    if dtype in ("i32", "u32"):
+    if LLVM_TYPE[dtype].startswith("i"):
         return v
     width = dtype_bytes(dtype) * 8
     return w.op(f"bitcast i{width} {v} to {LLVM_TYPE[dtype]}", "ub")
+
+
+def _bits16(w: LLVMWriter, v: str, dtype: str) -> str:
+    """A 16-bit or 8-bit element as an i16 (an fp8 byte zero-extended), for `st.shared.b16/b8`."""
+    bits = as_bits(w, v, dtype)
+    return w.op(f"zext i8 {bits} to i16", "bz") if dtype_bytes(dtype) == 1 else bits
+
+
+def _from_bits16(w: LLVMWriter, h: str, dtype: str) -> str:
+    if dtype_bytes(dtype) == 1:
+        return from_bits(w, w.op(f"trunc i16 {h} to i8", "bt"), dtype)
+    return from_bits(w, h, dtype)
 
 
 def _words(w, vals: list[str], dtype: str) -> list[str]:
     eb = dtype_bytes(dtype)
     if eb == WORD:
         return [as_bits(w, v, dtype) for v in vals]
-    ety = LLVM_TYPE[dtype]
+    ety, per = LLVM_TYPE[dtype], WORD // eb  # 2 16-bit or 4 8-bit elements a word
     out = []
-    for i in range(0, len(vals), 2):
-        v = w.op(f"insertelement <2 x {ety}> poison, {ety} {vals[i]}, i32 0", "pk")
-        v = w.op(f"insertelement <2 x {ety}> {v}, {ety} {vals[i + 1]}, i32 1", "pk")
-        out.append(w.op(f"bitcast <2 x {ety}> {v} to i32", "bits"))
+    for i in range(0, len(vals), per):
+        v = "poison"
+        for j in range(per):
+            v = w.op(f"insertelement <{per} x {ety}> {v}, {ety} {vals[i + j]}, i32 {j}", "pk")
+        out.append(w.op(f"bitcast <{per} x {ety}> {v} to i32", "bits"))
     return out
 
 
@@ -133,11 +146,11 @@ def _unwords(w, words: list[str], dtype: str) -> list[str]:
     eb = dtype_bytes(dtype)
     if eb == WORD:
         return [from_bits(w, x, dtype) for x in words]
-    ety = LLVM_TYPE[dtype]
+    ety, per = LLVM_TYPE[dtype], WORD // eb
     out = []
     for x in words:
-        v = w.op(f"bitcast i32 {x} to <2 x {ety}>", "up")
-        out += [w.op(f"extractelement <2 x {ety}> {v}, i32 {j}", "e") for j in range(2)]
+        v = w.op(f"bitcast i32 {x} to <{per} x {ety}>", "up")
+        out += [w.op(f"extractelement <{per} x {ety}> {v}, i32 {j}", "e") for j in range(per)]
     return out
 
 # --- register <-> shared ---------------------------------------------------------------------------
@@ -151,9 +164,9 @@ def store_to_shared(cx: LoweringContext, smem: Smem, val: Frag, trans: bool = Fa
     addrs = _group_addresses(cx, smem.addr, t, smem.type, trans, offs, groups)
     for (i, k), addr in zip(groups, addrs, strict=True):
         vals = val.values[i:i + k]
-        if k * dtype_bytes(t.dtype) < WORD:
-            w.asm("void", ["st.shared.b16 [$0], $1;"], ["r", "h"],
-                  [("i32", addr), ("i16", as_bits(w, vals[0], t.dtype))])
+        if k * dtype_bytes(t.dtype) < WORD:  # one 16-bit or 8-bit element
+            w.asm("void", [f"st.shared.b{8 * dtype_bytes(t.dtype)} [$0], $1;"], ["r", "h"],
+                  [("i32", addr), ("i16", _bits16(w, vals[0], t.dtype))])
             continue
         words = _words(w, vals, t.dtype)
         n = len(words)
@@ -169,9 +182,9 @@ def load_from_shared(cx: LoweringContext, smem: Smem, t: TileType | VectorType, 
     addrs = _group_addresses(cx, smem.addr, t, smem.type, trans, offs, groups)
     vals: list[str] = []
     for (_i, k), addr in zip(groups, addrs, strict=True):
-        if k * dtype_bytes(t.dtype) < WORD:
-            h = w.asm("i16", ["ld.shared.b16 $0, [$1];"], ["=h", "r"], [("i32", addr)], "lh")
-            vals.append(from_bits(w, h, t.dtype))
+        if k * dtype_bytes(t.dtype) < WORD:  # one 16-bit or 8-bit element
+            h = w.asm("i16", [f"ld.shared.b{8 * dtype_bytes(t.dtype)} $0, [$1];"], ["=h", "r"], [("i32", addr)], "lh")
+            vals.append(_from_bits16(w, h, t.dtype))
             continue
         n = k * dtype_bytes(t.dtype) // WORD
         if n == 1:
@@ -192,8 +205,9 @@ def load_element(cx: LoweringContext, smem: Smem, coord: tuple) -> str:
     t = smem.type
     eb = dtype_bytes(t.dtype)
     addr = w.op(f"add i32 {smem.addr}, {element_offset(physical(t), eb, coord, BitLLVMBuilder(w))}", "sa")
-    width = "b16" if eb == 2 else "b32"
-    out = "=h" if eb == 2 else "=r"
-    raw = w.asm(f"i{8 * eb}", [f"ld.shared.{width} $0, [$1];"], [out, "r"], [("i32", addr)], "le")
+    if eb < WORD:  # 16-bit and 8-bit elements through a 16-bit register
+        raw = w.asm("i16", [f"ld.shared.b{8 * eb} $0, [$1];"], ["=h", "r"], [("i32", addr)], "le")
+        return _from_bits16(w, raw, t.dtype)
+    raw = w.asm("i32", ["ld.shared.b32 $0, [$1];"], ["=r", "r"], [("i32", addr)], "le")
     return from_bits(w, raw, t.dtype)
 

@@ -13,7 +13,8 @@ from tkir.types import GlobalType, TileType, VectorType
 SMEM_ALIGN = 1024           # 128B-swizzle atoms need 1024-B aligned bases (HOPPER.md §3.2)
 WGMMA_K_BYTES = 32          # one wgmma k-step reads 32 bytes of K per row (HOPPER.md §0)
 
-LLVM_TYPE = {"f32": "float", "bf16": "bfloat", "f16": "half", "i32": "i32", "u32": "i32", "i64": "i64", "i1": "i1"}
+LLVM_TYPE = {"f32": "float", "bf16": "bfloat", "f16": "half", "i32": "i32", "u32": "i32", "i64": "i64", "i1": "i1",
+             "e4m3": "i8", "e5m2": "i8"}  # fp8 elements are bytes: LLVM has no fp8 type (backend/f32.py converts)
 HEADER = """target triple = "nvptx64-nvidia-cuda"
 target datalayout = "e-p3:32:32-i64:64-i128:128-v16:16-v32:32-n16:32:64"
 @smem = external addrspace(3) global [0 x i8], align 1024

@@ -36,6 +36,7 @@ from tkir.types import (
 MATH_FUNCS = {n: f for n, f in scalar.FLOAT_UNARY.items() if n != "neg"}  # `-x` is the operator
 CAST_FUNCS = ("bf16", "f16", "f32", "i32", "u32")
 INT_CASTS = ("i32", "u32")
+FP8_CASTS = scalar.FP8_DTYPES  # e4m3(x), e5m2(x): tiles and vectors only (no fp8 scalars), saturating
 REDUCTIONS = {  # name: (tk.reduce kind, axis)
     "row_max": ("max", "row"), "row_sum": ("sum", "row"), "row_min": ("min", "row"),
     "row_mean": ("mean", "row"), "row_var": ("var", "row"),   # var: the population (biased) variance
@@ -100,6 +101,8 @@ def _fold_math(lw: LowerContext, f: str, values: list[int | float], loc: Loc) ->
 def _fold_cast(lw: LowerContext, f: str, values: list[int | float], loc: Loc) -> int | float:
     """`f32(BM)` is a float, `i32(x)` and `u32(x)` truncate toward zero."""
     (c,) = values
+    if f in FP8_CASTS:  # the value the cast gives, as a float: saturated and rounded (tkir/scalar.py)
+        return scalar.round_fp8(c, f)
     if f in INT_CASTS:
         if not math.isfinite(c):
             raise lw.error(loc, f"'i32({c})' is not an integer", hint="i32(x) needs a finite x")
@@ -138,6 +141,9 @@ def _cast(lw: OperandLowering, f: str, args: list[Lowered], loc: Loc) -> Lowered
     if x.is_const:  # pragma: no cover - const_eval folds a call of a compile-time number
         return Lowered(loc, const=_fold_cast(lw, f, [x.const], loc))
     t = x.value.type
+    if isinstance(t, ScalarType) and f in FP8_CASTS:
+        raise lw.error(loc, f"'{f}' casts tiles and vectors; there are no {f} scalars",
+                       hint=f"cast the tile: {f}(t) of an rt, or keep the scalar in f32")
     if isinstance(t, ScalarType):
         if t.dtype == f:
             return x
@@ -287,6 +293,7 @@ def _outer(lw: OperandLowering, f: str, args: list[Lowered], loc: Loc) -> Lowere
 CALLS: dict[str, Builtin] = {
     **{f: Builtin(1, 1, _math, _fold_math) for f in MATH_FUNCS},  # tk.<f>: float scalar, tile or vector
     **{f: Builtin(1, 1, _cast, _fold_cast) for f in CAST_FUNCS},  # arith.cast (scalar), tk.cast (tile or vector)
+    **{f: Builtin(1, 1, _cast, _fold_cast) for f in FP8_CASTS},  # tk.cast: rounds with saturation (satfinite)
     **{f: Builtin(1, 1, _reduce) for f in REDUCTIONS},  # tk.reduce {kind, axis}: a float register tile
     # (row_argmax / row_argmin: an rv<i32>, first occurrence on ties, NaN counting as the extreme, as torch)
     "max": Builtin(2, 2, _min_max, _fold_binary),  # arith.max (scalars), tk.max (elementwise)

@@ -26,6 +26,8 @@ BLOCK_ID_NAMES = ("bx", "by", "bz")
 CMP_PREDS = {"==": "eq", "!=": "ne", "<": "lt", "<=": "le", ">": "gt", ">=": "ge"}
 MMA_OPERAND_DTYPES = ("bf16", "f16")  # what both targets' tensor-core rules lower
 INT_TILE_DTYPES = ("i32", "u32")  # the dtypes of a gather's row indices
+FP8_MMA_DTYPES = ("e4m3", "e5m2")  # sm_90a's wgmma k32 forms (legalize-mma refuses them on sm_80)
+FP8_MMA_K = 32  # K of one 8-bit wgmma (PTX ISA, wgmma.mma_async: .m64nNk32 for .e4m3/.e5m2)
 
 
 class ExpressionLowering(OperandLowering):
@@ -224,10 +226,12 @@ class ExpressionLowering(OperandLowering):
         ta, tb = a.value.type, b.value.type
         if ta.dtype not in FLOAT_DTYPES:
             raise self.error(loc, f"'@' multiplies float tiles, got {ta}", hint="cast it: bf16(...)")
-        if ta.dtype != tb.dtype:
+        if ta.dtype in FP8_MMA_DTYPES or tb.dtype in FP8_MMA_DTYPES:
+            self.check_fp8_mma(a, b, loc)
+        elif ta.dtype != tb.dtype:
             raise self.error(loc, f"dtype mismatch in '@': {ta} @ {tb}",
                              hint="cast both operands to one dtype")
-        if ta.dtype not in MMA_OPERAND_DTYPES:  # wgmma/mma.sync k16 forms (tf32 and fp8 are not lowered)
+        elif ta.dtype not in MMA_OPERAND_DTYPES:  # wgmma/mma.sync k16 forms (tf32 and fp8 are not lowered)
             raise self.error(loc, f"'@' multiplies bf16 or f16 tiles (f32 accumulation), got {ta} @ {tb}",
                              hint="cast the operands first: bf16(x)")
         m, ka = (ta.cols, ta.rows) if a.trans else (ta.rows, ta.cols)
@@ -247,6 +251,32 @@ class ExpressionLowering(OperandLowering):
         if b.trans:
             attrs["trans_b"] = True
         return Lowered(loc, value=self.emit("tk.mma", [a.value, b.value, acc], [acc.type], loc, attrs).result)
+
+    def check_fp8_mma(self, a: Lowered, b: Lowered, loc: Loc) -> None:
+        """`a @ b.T` of fp8 tiles: both operands e4m3 or e5m2 (either pairing), both K-major in shared
+        memory. wgmma's 8-bit forms (m64nNk32) have no transpose bits (PTX ISA, wgmma.mma_async: imm-trans-a
+        and imm-trans-b exist for .f16/.bf16 only), so A is stored M x K and B N x K; the register A form
+        is not lowered for fp8."""
+        ta, tb = a.value.type, b.value.type
+        if ta.dtype not in FP8_MMA_DTYPES or tb.dtype not in FP8_MMA_DTYPES:
+            raise self.error(loc, f"dtype mismatch in '@': {ta} @ {tb}: an fp8 '@' takes two fp8 operands",
+                             hint="cast the other operand: e4m3(x) or e5m2(x)")
+        if not is_shared(ta):
+            raise self.error(a.loc, f"an fp8 '@' reads A from shared memory, not from registers ({ta})",
+                             hint=f"store it to a shared tile first: `shared sa: st<{ta.dtype}, "
+                                  f"{ta.rows}, {ta.cols}>`, `sa = ...`, then `sa @ b.T`")
+        if a.trans:
+            raise self.error(a.loc, f"an fp8 '@' needs A stored M x K (K-major): wgmma has no transposed "
+                                    f"8-bit A, and '{a.value.name}.T' would be one",
+                             hint="load A as [M, K] (e.g. from a gl<e4m3>[M, K]) and write `a @ b.T`")
+        if not b.trans:
+            raise self.error(b.loc, f"an fp8 '@' needs B stored N x K (K-major) and written `a @ b.T`: "
+                                    f"wgmma has no transposed 8-bit B, and {tb} is K x N here",
+                             hint=f"store B as st<{tb.dtype}, N, K> (rows along N, e.g. from a gl<{tb.dtype}>[N, K] "
+                                  "as torch._scaled_mm's column-major B) and write `a @ b.T`")
+        if ta.cols % FP8_MMA_K:
+            raise self.error(loc, f"an fp8 '@' steps K by {FP8_MMA_K} (wgmma m64nNk{FP8_MMA_K}): K = {ta.cols} "
+                                  f"in {ta} is not a multiple", hint=f"make K a multiple of {FP8_MMA_K}")
 
 
 # the lowering of each kind of expression node that const_eval leaves (ast.ListLit is an annotation argument)

@@ -29,7 +29,6 @@ from tkir.types import (
 SCALAR_DTYPES = ("i32", "u32", "f32")  # dtypes a scalar kernel parameter may have
 TENSOR_DTYPES = tuple(d for d in DTYPE_BYTES if d != "i1")
 TYPE_KINDS = ("gl", "st", "sv", "rt", "rv")
-FP8_DTYPES = ("e4m3", "e5m2")
 INT_TILE_DTYPES = ("i32", "u32")  # integer tiles and vectors (indices, labels, token ids)
 TYPE_ARGS = {"gl": 1, "st": 3, "rt": 3, "sv": 2, "rv": 2}  # the arguments in <...> of each kind
 TYPE_FORMS = {"gl": "gl<dtype>[d0, d1, ...]", "st": "st<dtype, rows, cols>", "rt": "rt<dtype, rows, cols>",
@@ -76,16 +75,13 @@ def _dtype(lw: ExpressionLowering, e: ast.Expr, allowed: tuple[str, ...]) -> str
 
 
 def _tile_dtype(lw: ExpressionLowering, e: ast.Expr, kind: str) -> str:
-    """The dtype of a declared tile or vector: a float dtype other than fp8, or an integer (i32, u32)."""
+    """The dtype of a declared tile or vector: a float dtype (fp8 included), or an integer (i32, u32)."""
     if isinstance(e, ast.Name) and e.id in INT_TILE_DTYPES:
         return e.id
     if isinstance(e, ast.Name) and e.id == PREDICATE_DTYPE:
         raise lw.error(e.loc, f"{kind}<{e.id}, ...> cannot be declared; {e.id} tiles are the values of "
                        "comparisons", hint="bind them with `let`; where(c, a, b) picks values by them")
     dtype = _dtype(lw, e, (*sorted(FLOAT_DTYPES), *INT_TILE_DTYPES))
-    if dtype in FP8_DTYPES:
-        raise lw.error(e.loc, "fp8 tiles are not supported yet: neither target lowers them; use bf16 or f16",
-                       hint=f"gl<{dtype}> parameters are accepted; tiles of them are not")
     return dtype
 
 

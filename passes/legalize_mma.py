@@ -9,13 +9,17 @@
   kernel's top level, a `tk.store %alloc, %b` right before the mma, and the mma reads the alloc
   (a `trans_b` then stays: wgmma reads a transposed shared B through its descriptor).
 
+* fp8 operands off sm_90a: a located error (only wgmma has 8-bit forms here; sm_80 has no fp8 mma at all,
+  and the backend lowers no sm_89 mma.sync e4m3).
+
 Runs right after the first canonicalize, before infer-layouts chooses the fragments these ops imply.
 """
 
 from __future__ import annotations
 
 from tkir.ir import Module, Operation, Value
-from tkir.passmanager import Options, Pass
+from tkir.passmanager import Options, Pass, PassError
+from tkir.scalar import FP8_DTYPES
 from tkir.types import TileType, is_register
 
 WGMMA_TARGET = "sm_90a"  # the target whose mma (wgmma) takes B from shared memory only
@@ -29,6 +33,11 @@ class LegalizeMma(Pass):
         for kernel in module.kernels():
             n_staged = 0
             for op in [o for o in kernel.walk() if o.name == "tk.mma"]:
+                fp8 = [v.type.dtype for v in op.operands[:2] if v.type.dtype in FP8_DTYPES]
+                if fp8 and options.target != WGMMA_TARGET:
+                    raise PassError(op.loc, f"an fp8 '@' ({fp8[0]}) needs {WGMMA_TARGET}'s wgmma: {options.target} "
+                                            "has no fp8 mma.sync in this backend",
+                                    hint="cast the operands to bf16 for this target: bf16(x)")
                 b = op.operands[1]
                 if options.target == WGMMA_TARGET and is_register(b.type):
                     op.operands[1] = _stage(kernel, op, b, n_staged)  # trans_b now applies to shared B

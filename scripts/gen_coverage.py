@@ -99,9 +99,12 @@ def _family_table(fam: str, cases: list[Case], outcomes: dict[str, Outcome]) -> 
         if c.construct.family != fam:
             continue
         name = c.construct.name
-        if c.expect_refused:
+        text = cell(outcomes[c.id])
+        if c.dtype in c.construct.refused_dtypes:
             name += " (refusal expected)"
-        rows.setdefault((name, c.context, c.dtype), {})[c.target] = cell(outcomes[c.id])
+        elif c.expect_refused:  # refused on this target only (refused_targets): said in the cell
+            text = text.replace("refused:", "refused (expected):", 1)
+        rows.setdefault((name, c.context, c.dtype), {})[c.target] = text
         if c.construct.note:
             notes[c.construct.name] = c.construct.note
     for (name, ctx, dt), by_target in rows.items():

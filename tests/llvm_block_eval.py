@@ -455,7 +455,8 @@ class Function:
         if m2 := re.fullmatch(r"llvm\.nvvm\.shfl\.sync\.(bfly|down|up|idx)\.(f32|i32)", name):
             return Instr("shfl", res, s, args=(m2[1], *fs))
         unary = {"llvm.sqrt.f32": np.sqrt, "llvm.fabs.f32": np.abs, "llvm.exp2.f32": np.exp2,
-                 "llvm.floor.f32": np.floor, "llvm.ceil.f32": np.ceil, "llvm.trunc.f32": np.trunc}
+                 "llvm.floor.f32": np.floor, "llvm.ceil.f32": np.ceil, "llvm.trunc.f32": np.trunc,
+                 "llvm.rint.f32": np.rint}  # rint: to nearest, ties to even (cvt.rni)
         if name in unary:
             f, a = unary[name], fs[0]
             return Instr("op", res, s, fn=lambda env: _f32(f(a(env))))
@@ -575,10 +576,27 @@ def _cast(op: str, st: Ty, dt: Ty, sf: Operand) -> Callable[[dict], np.ndarray]:
 # --- inline PTX ------------------------------------------------------------------------------------------
 
 _PTX_ACCESS = re.compile(r"(?P<op>ld|st)\.(?P<space>global|shared)(?:\.[\w:]+)*?(?:\.v(?P<v>\d))?"
-                         r"\.(?P<ty>b16|b32|b64|f32|u32|s32|f16|u16)$")
+                         r"\.(?P<ty>b8|b16|b32|b64|f32|u32|s32|f16|u16)$")
 _PTX_UNARY = {"ex2": np.exp2, "rsqrt": lambda x: 1.0 / np.sqrt(x.astype(np.float64)), "lg2": np.log2,
               "tanh": np.tanh, "rcp": lambda x: 1.0 / x.astype(np.float64), "sqrt": np.sqrt}
 _FTZ_MIN = np.finfo(np.float32).tiny
+# fp8 conversions (PTX ISA, cvt; sm_89+): two f32 -> an e4m3x2 / e5m2x2 (round to nearest even, satfinite:
+# past the largest finite value -> that value, NaN stays NaN), `a` into the upper byte; and an fp8 pair ->
+# f16x2, exact, the upper byte into the upper half
+_PTX_FP8_CVT = re.compile(r"cvt\.rn\.(?:satfinite\.(?P<down>e4m3|e5m2)x2\.f32|f16x2\.(?P<up>e4m3|e5m2)x2)")
+_FP8 = {"e4m3": (ml_dtypes.float8_e4m3fn, 448.0), "e5m2": (ml_dtypes.float8_e5m2, 57344.0)}
+
+
+def _fp8_cvt(m: re.Match, srcs: list[np.ndarray]) -> np.ndarray:
+    if m["down"]:
+        dt, top = _FP8[m["down"]]
+        a, b = (np.clip(_f32(x), -top, top).astype(dt).view(np.uint8).astype(np.int64) for x in srcs)
+        return (a << 8) | b
+    dt, _ = _FP8[m["up"]]
+    word = np.asarray(srcs[0]).astype(np.int64) & 0xFFFF
+    halves = [(((word >> sh) & 0xFF).astype(np.uint8).view(dt).astype(np.float16).view(np.uint16)
+               .astype(np.int64)) for sh in (0, 8)]
+    return halves[0] | (halves[1] << 16)
 
 
 class _Ptx:
@@ -622,10 +640,14 @@ class _Ptx:
                 x = regs[ops[1]] if ops[1].startswith("$") else int(ops[1])
                 y = int(ops[2])
                 preds[ops[0]] = (x != y) if m[1] == "ne" else (x == y)
+            elif opc.startswith("fence.proxy.async"):  # orders the generic proxy before the async one: one
+                pass                                     # memory here, in program order
             elif opc.startswith("createpolicy"):
                 regs[ops[0]] = np.zeros(WARP, np.int64)
             elif m := _PTX_ACCESS.fullmatch(opc):
                 self._access(run, g, mask, m, ops, regs)
+            elif m := _PTX_FP8_CVT.fullmatch(opc):
+                regs[ops[0]] = _fp8_cvt(m, [regs[o] for o in ops[1:]])
             elif (name := opc.split(".")[0]) in _PTX_UNARY and opc.endswith(".f32"):
                 with np.errstate(all="ignore"):
                     y = _f32(_PTX_UNARY[name](_f32(regs[ops[1]])))
@@ -644,7 +666,7 @@ class _Ptx:
     def _access(self, run: BlockRun, g: _Group, mask: np.ndarray, m: re.Match, ops: list[str],
                 regs: dict[str, np.ndarray]) -> None:
         n = int(m["v"] or 1)
-        size = {"b16": 2, "f16": 2, "u16": 2, "b64": 8}.get(m["ty"], 4)
+        size = {"b8": 1, "b16": 2, "f16": 2, "u16": 2, "b64": 8}.get(m["ty"], 4)
         space = 1 if m["space"] == "global" else 3
         data, addr = (ops[0], ops[1]) if m["op"] == "ld" else (ops[1], ops[0])
         am = re.fullmatch(r"\[(\$\d+)(?:\s*\+\s*(\d+))?\]", addr)
@@ -655,6 +677,8 @@ class _Ptx:
             raw = run.read(g, mask, base, space, n * size)
             for i, r in enumerate(names):
                 regs[r] = raw[:, i * size:(i + 1) * size]   # bytes, typed when the asm's outputs are read
+                if size == 1:  # a byte into a wider register: zero-extended (PTX ISA, ld: .b8 into .b16)
+                    regs[r] = raw[:, i].astype(np.int64)
         else:
             words = [_reg_bytes(regs[r], size) for r in names]
             run.write(g, mask, base, space, np.concatenate(words, axis=1))

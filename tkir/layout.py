@@ -613,8 +613,9 @@ class Access:
 
 
 def lanes_per_phase(width: int) -> int:
-    """A warp's request is served in phases of 128 bytes: 32 lanes of 4 B, 16 of 8 B, 8 of 16 B."""
-    return WAVEFRONT_BYTES // width
+    """A warp's request is served in phases of 128 bytes: 32 lanes of 4 B, 16 of 8 B, 8 of 16 B; accesses
+    narrower than a bank word (1 or 2 B: fp8 and 16-bit elements one at a time) in one phase of 32 lanes."""
+    return min(WARP, WAVEFRONT_BYTES // width)
 
 
 def addresses(access: Access, layout: SharedLayout) -> np.ndarray:
@@ -627,14 +628,17 @@ def wavefronts(addrs: np.ndarray, width: int) -> np.ndarray:
     """Wavefronts of each (instruction, phase): in each phase of `lanes_per_phase(width)` lanes,
     the most distinct `width`-byte units that fall in the same bank group (unit index modulo
     128/width). Lanes asking for the same unit are served together (broadcast). Idle-only phases
-    count 0. Assumes width-aligned addresses. Returns an (instructions, phases) int array."""
+    count 0. Assumes width-aligned addresses. Returns an (instructions, phases) int array.
+    Accesses narrower than a bank word count whole words: lanes reading bytes of one word are served
+    together, as lanes reading the same word are."""
     n_instr = addrs.shape[0]
     lpp = lanes_per_phase(width)
     nphases = WARP // lpp
     ph = addrs.reshape(n_instr, nphases, lpp)
-    slots = WAVEFRONT_BYTES // width
+    unit_bytes = max(width, BANK_BYTES)
+    slots = WAVEFRONT_BYTES // unit_bytes
     # each phase's units sorted, idle lanes (-1) first; a unit counts once, where it first appears
-    unit = np.sort(np.where(ph >= 0, ph // width, -1), axis=-1)
+    unit = np.sort(np.where(ph >= 0, ph // unit_bytes, -1), axis=-1)
     first = np.ones(unit.shape, dtype=bool)
     first[..., 1:] = unit[..., 1:] != unit[..., :-1]
     distinct = first & (unit >= 0)
@@ -797,7 +801,7 @@ def register_access(is_load: bool, layout: RegisterLayout, dtype: str, shape: tu
             return acc_pair_pattern("ld.shared.v2" if is_load else "st.shared.v2", rows, cols * eb)
         if kind == "row":
             width = min(CHUNK_BYTES, layout.chunk * eb)
-            name = f"{'ld' if is_load else 'st'}.shared.{ {4: 'b32', 8: 'v2', 16: 'v4'}[width] }"
+            name = f"{'ld' if is_load else 'st'}.shared.{ {1: 'b8', 2: 'b16', 4: 'b32', 8: 'v2', 16: 'v4'}[width] }"
             return row_chunk_pattern(name.replace(" ", ""), layout, dtype, rows, cols)
     return fragment_pattern("ld.shared.b32" if is_load else "st.shared.b32", layout, dtype, shape)
 

@@ -173,7 +173,8 @@ def _mma(op: Operation) -> None:
     for name, t in (("A", a), ("B", b)):
         expect(isinstance(t, TileType), f"'tk.mma' operand {name} must be a tile, got {t}")
     expect(isinstance(c, TileType) and c.space == "rt", f"'tk.mma' accumulator must be an rt, got {c}")
-    expect(a.dtype == b.dtype, f"'tk.mma' operand dtypes differ: {a.dtype} @ {b.dtype}")
+    expect(a.dtype == b.dtype or {a.dtype, b.dtype} <= set(scalar.FP8_DTYPES),  # wgmma pairs e4m3 and e5m2 freely
+           f"'tk.mma' operand dtypes differ: {a.dtype} @ {b.dtype}")
     m, ka = (a.cols, a.rows) if op.attrs.get("trans_a") else (a.rows, a.cols)
     kb, n = (b.cols, b.rows) if op.attrs.get("trans_b") else (b.rows, b.cols)
     expect(ka == kb, f"'tk.mma' inner dimensions differ: {m}x{ka} @ {kb}x{n}")

@@ -178,6 +178,44 @@ def runtime_convert(x: Number, dtype: str) -> Number:
     return convert(x, dtype)
 
 
+# --- fp8: e4m3 (PTX's e4m3, OCP's E4M3FN: finite, NaN only) and e5m2 ----------------------------------------
+#
+# A value rounds to fp8 as PTX `cvt.rn.satfinite.{e4m3x2|e5m2x2}.f32` rounds it: to nearest even, a
+# magnitude past the largest finite value (inf included) becomes that value with its sign, NaN stays NaN.
+# Clamping first and rounding second gives the same numbers: the largest finite value is representable and
+# rounding is monotone. The interpreter rounds arrays with ml_dtypes after `saturate_fp8` (tkir/interp/frame.py);
+# `round_fp8` is the same rule on one Python number (the front end's folding, and the tests' reference).
+
+FP8_DTYPES = ("e4m3", "e5m2")
+# The largest finite magnitude of each (OCP 8-bit floating point specification, table 1: E4M3 1.75 * 2^8,
+# E5M2 1.75 * 2^15), its mantissa bits and the exponent of its smallest normal number.
+FP8_MAX = {"e4m3": 448.0, "e5m2": 57344.0}
+FP8_MANTISSA_BITS = {"e4m3": 3, "e5m2": 2}
+FP8_MIN_NORMAL_EXP = {"e4m3": -6, "e5m2": -14}
+
+
+def saturate_fp8(x: object, dtype: str) -> object:
+    """`x` (a number or a numpy array) with magnitudes past fp8 `dtype`'s largest finite value clamped to it
+    (satfinite); NaN stays NaN. Any other dtype: `x` unchanged."""
+    m = FP8_MAX.get(dtype)
+    if m is None:
+        return x
+    if isinstance(x, (int, float)):
+        return x if math.isnan(x) else max(-m, min(m, float(x)))
+    return x.clip(-m, m)  # numpy: NaN passes through clip
+
+
+def round_fp8(x: float, dtype: str) -> float:
+    """`x` rounded to fp8 `dtype` as cvt.rn.satfinite does: saturate, then round to nearest even (with
+    subnormals below the smallest normal number)."""
+    x = saturate_fp8(float(x), dtype)
+    if x == 0 or math.isnan(x):
+        return x
+    exp = max(math.frexp(abs(x))[1] - 1, FP8_MIN_NORMAL_EXP[dtype])
+    quantum = 2.0 ** (exp - FP8_MANTISSA_BITS[dtype])
+    return math.copysign(round(abs(x) / quantum) * quantum, x)  # round(): half to even, exact on these
+
+
 def sigmoid(x: float) -> float:
     """1 / (1 + exp(-x)), written so that neither branch overflows."""
     if x >= 0:

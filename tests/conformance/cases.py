@@ -55,6 +55,7 @@ class Construct:
     dtypes: tuple[str, ...] = DTYPES
     contexts: tuple[str, ...] = CONTEXTS
     refused_dtypes: dict[str, str] = field(default_factory=dict)  # dtype -> why refusal is right
+    refused_targets: dict[str, str] = field(default_factory=dict)  # target -> why refusal is right
     positive: bool = False       # inputs in [0.5, 2.5): for log, sqrt, rsqrt
     sizes: dict[str, int] = field(default_factory=dict)
     consts: str = ""             # const parameters, e.g. "W=16"
@@ -75,7 +76,13 @@ class Case:
 
     @property
     def expect_refused(self) -> bool:
-        return self.dtype in self.construct.refused_dtypes
+        return self.refusal_reason is not None
+
+    @property
+    def refusal_reason(self) -> str | None:
+        """Why a located refusal is the right outcome of this case, or None when it must work."""
+        c = self.construct
+        return c.refused_dtypes.get(self.dtype) or c.refused_targets.get(self.target)
 
     @property
     def sizes(self) -> dict[str, int]:
@@ -645,13 +652,50 @@ construct(name="gather_rows", family="integers",
                "Y[{r}, 0] = e",
           note="NEW: a gather X[idx, 0]: rows picked by a vector of (u32) indices")
 
-# dtypes --------------------------------------------------------------------------------------
-construct(name="fp8_mma", family="dtypes", params=f"{_MMA_IO}, Y: gl<bf16>[N, 64]",
-          outputs=("Y",), shared=_ACC, dtypes=FP8_DTYPES, contexts=("top",),
-          refused_dtypes={d: "NEW: fp8 tiles are refused by the front end" for d in FP8_DTYPES},
-          reference=lambda i, dt: {"Y": rnd(i["A"] @ i["B"], "bf16")},
-          body=_ACC_BODY + "Y[{r}, 0] = bf16(acc)",
-          note="NEW: fp8 operands must be a located refusal")
+# dtypes: fp8 (e4m3, e5m2) -------------------------------------------------------------------------
+FP8_MMA_SM80 = {"sm_80": "fp8 '@' needs sm_90a's wgmma (legalize-mma's located refusal)"}
+
+
+def sat(x: np.ndarray, dt: str) -> np.ndarray:
+    """x rounded to fp8 dt as e4m3(x) / e5m2(x) round: saturated to the largest finite value, then nearest
+    even (tkir/scalar.py round_fp8), back in float64."""
+    top = float(ml_dtypes.finfo(NP_DTYPES[dt]).max)
+    return rnd(np.clip(x, -top, top), dt)
+
+
+construct(name="fp8_mma", family="dtypes", params="A: gl<{dt}>[N, 64], B: gl<{dt}>[64, 64], Y: gl<bf16>[N, 64]",
+          outputs=("Y",), shared=_ACC, dtypes=FP8_DTYPES, refused_targets=FP8_MMA_SM80,
+          reference=lambda i, dt: {"Y": rnd(i["A"] @ i["B"].T, "bf16")},
+          body="a = A[{r}, 0]\nb = B[0, 0]\nreg acc: rt<f32, 64, 64> = 0\nacc += a @ b.T\nY[{r}, 0] = bf16(acc)",
+          note="fp8 `a @ b.T` (A M x K, B N x K: both K-major, 64-byte rows: 64B swizzle): wgmma k32 on sm_90a")
+construct(name="fp8_mma_mixed", family="dtypes",
+          params="A: gl<{dt}>[N, 128], B: gl<e5m2>[64, 128], S: gl<f32>[64], Y: gl<bf16>[N, 64]",
+          outputs=("Y",), shared="shared a: st<{dt}, 64, 128>\nshared b: st<e5m2, 64, 128>", dtypes=FP8_DTYPES,
+          refused_targets=FP8_MMA_SM80,
+          reference=lambda i, dt: {"Y": rnd((i["A"] @ i["B"].T) * i["S"][None, :], "bf16")},
+          body="a = A[{r}, 0]\nb = B[0, 0]\nreg acc: rt<f32, 64, 64> = 0\nacc += a @ b.T\n"
+               "reg s: rv<f32, 64> = S[0]\nY[{r}, 0] = bf16(acc * col(s))",
+          note="{dt} A x e5m2 B (128-byte rows: 128B swizzle), scaled per column: the fp8 GEMM's epilogue")
+construct(name="fp8_cast_down", family="dtypes", params="X: gl<f32>[N, 64], Y: gl<{dt}>[N, 64], Z: gl<bf16>[N, 64]",
+          outputs=("Y", "Z"), dtypes=FP8_DTYPES,
+          reference=lambda i, dt: {"Y": sat(i["X"] * 200.0, dt), "Z": rnd(sat(rnd(i["X"] * 200.0, "bf16"), dt), "bf16")},
+          body="reg x: rt<f32, 64, 64> = X[{r}, 0]\nY[{r}, 0] = {dt}(x * 200.0)\nZ[{r}, 0] = bf16({dt}(bf16(x * 200.0)))",
+          note="f32 and bf16 -> fp8, saturating (|200 x| past 448 becomes 448 for e4m3)")
+construct(name="fp8_cast_up", family="dtypes", params="X: gl<{dt}>[N, 64], Y: gl<f32>[N, 64]",
+          outputs=("Y",), dtypes=FP8_DTYPES, shared="shared s: st<{dt}, 64, 64>",
+          reference=lambda i, dt: {"Y": i["X"] * 2.0 + i["X"]},
+          body="s = X[{r}, 0]\nreg x: rt<{dt}, 64, 64> = s\nreg y: rt<f32, 64, 64> = f32(x) * 2.0\n"
+               "Y[{r}, 0] = y + f32(bf16(x))",
+          note="fp8 through a shared tile to registers, then to f32 and bf16 (exact)")
+construct(name="fp8_copies", family="dtypes", params=TILE_IO, outputs=("Y",), reference=_copy, dtypes=FP8_DTYPES,
+          shared="shared a: st<{dt}, 64, 64>\nshared b: st<{dt}, 64, 64>",
+          body="a = X[{r}, 0]\nreg x: rt<{dt}, 64, 64> = a\nb = x\nY[{r}, 0] = b",
+          note="fp8 global -> shared -> registers -> shared -> global")
+construct(name="fp8_vectors", family="dtypes", params=f"{VEC_IO}, Z: gl<f32>[N]", outputs=("Y", "Z"),
+          reference=lambda i, dt: {"Y": i["X"], "Z": i["X"] * 0.5},
+          dtypes=FP8_DTYPES, shared="shared s: sv<{dt}, 64>",
+          body="s = X[{r}]\nreg v: rv<{dt}, 64> = s\nY[{r}] = v\nZ[{r}] = f32(v) * 0.5",
+          note="fp8 vectors: global -> shared -> registers -> global, and cast")
 
 
 def all_cases() -> list[Case]:

@@ -282,12 +282,12 @@ def test_mask_causal_errors(body: str, words: str) -> None:
 # fp8
 
 
-@pytest.mark.parametrize("decl", ["shared s: st<e4m3, 64, 64>", "reg r: rt<e5m2, 64, 64>",
-                                  "shared v: sv<e5m2, 64>", "reg v: rv<e4m3, 64>"])
-def test_fp8_tiles_are_refused_at_the_dtype(decl: str) -> None:
-    e = error(decl)
-    assert e.message.startswith("fp8 tiles are not supported yet: neither target lowers them")
-    assert e.loc.line == 3 and e.loc.col == decl.index("<") + 2
+@pytest.mark.parametrize(("decl", "typ"), [("shared s: st<e4m3, 64, 64>", "st<e4m3, 64, 64>"),
+                                         ("reg r: rt<e5m2, 64, 32> = e5m2(x)", "rt<e5m2, 64, 32>"),
+                                         ("shared v: sv<e5m2, 64>", "sv<e5m2, 64>"),
+                                         ("reg v: rv<e4m3, 64> = e4m3(row_sum(x))", "rv<e4m3, 64>")])
+def test_fp8_tiles_and_vectors_are_declared(decl: str, typ: str) -> None:
+    assert typ in lower(decl)  # in the IR, which round-trips (lower)
 
 
 def test_fp8_global_parameters_stay() -> None:
@@ -295,9 +295,30 @@ def test_fp8_global_parameters_stay() -> None:
     assert "gl<e4m3>[M, K]" in print_module(module)
 
 
-def test_fp8_casts_do_not_exist() -> None:
-    e = error("let y = e4m3(x)")
-    assert "unknown function 'e4m3'" in e.message
+def test_fp8_casts_saturate_and_round_trip() -> None:
+    """e4m3(x) / e5m2(x) round to nearest even with saturation (cvt.rn.satfinite): past 448 (e4m3) or 57344
+    (e5m2) a value becomes the largest finite one, NaN stays NaN; f32(...) of fp8 is exact."""
+    text = lower("let y = e4m3(x)\nlet z = f32(e5m2(x))")
+    assert "tk.cast %x : rt<e4m3, 64, 32>" in text
+    a = rand((64, 32))
+    a[0, :6] = [1000.0, -1e9, np.inf, -np.inf, np.nan, 0.3]
+    out, _ = run("O[block.x, 0] = f32(e4m3(x))", a)
+    assert out[0, :4].tolist() == [448.0, -448.0, 448.0, -448.0] and np.isnan(out[0, 4])
+    assert out[0, 5] == float(np.float32(0.3).astype(ml_dtypes.float8_e4m3fn))
+    big = np.full((64, 32), 1e6, np.float32)
+    out, _ = run("O[block.x, 0] = f32(e5m2(x))", big)
+    assert (out == 57344.0).all()
+
+
+def test_fp8_cast_of_a_scalar_is_refused() -> None:
+    e = error("let y = e4m3(eps)")
+    assert "'e4m3' casts tiles and vectors; there are no e4m3 scalars" in e.message
+    assert (e.loc.line, e.loc.col) == (3, 9)
+
+
+def test_fp8_cast_of_a_compile_time_number_folds_to_the_fp8_value() -> None:
+    text = lower("x = x * e4m3(1000.0) + e5m2(0.3)")
+    assert "value = 448.0" in text and "value = 0.3125" in text
 
 
 # ---------------------------------------------------------------------------------------------

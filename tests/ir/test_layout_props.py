@@ -218,19 +218,23 @@ def emitted_accesses(draw: st.DrawFn):
         cols = 8 * draw(st.integers(1, 16))
         lay = SharedLayout("bf16", rows, cols, span, pad)
         acc = bf16_pair_pattern("st.shared.b32", rows, cols * 2)
-    elif kind == "row":
-        dtype = draw(st.sampled_from(("bf16", "f32")))
+    elif kind == "row":  # fp8 chunks of 1 to 16 bytes: sub-word accesses (b8, b16) included
+        dtype = draw(st.sampled_from(("bf16", "f32", "e4m3")))
         cols = 16 * draw(st.integers(1, 16))
-        vec = draw(st.sampled_from((4, 8)))
+        vec = draw(st.sampled_from((1, 2, 4, 8, 16) if dtype == "e4m3" else (4, 8)))
         layout = make_layout("row", warps=row_layout_warps(rows, cols, vec, 4), vec=vec)
         lay = SharedLayout(dtype, rows, cols, span, pad)
         acc = row_chunk_pattern("ld.shared.v4", layout, dtype, rows, cols)
-    elif kind == "core":
+    elif kind == "core":  # wgmma operands: 16-bit, or fp8 (the same 16-byte core-matrix rows)
+        dtype = draw(st.sampled_from(("bf16", "e4m3")))
         cols = 16 * draw(st.integers(1, 8))
-        lay, acc = SharedLayout("bf16", rows, cols, span, pad), core_matrix_pattern(rows, cols * 2)
+        eb = dtype_bytes(dtype)
+        lay, acc = SharedLayout(dtype, rows, cols, span, pad), core_matrix_pattern(rows, cols * eb)
     elif kind == "tma":
+        dtype = draw(st.sampled_from(("bf16", "e4m3")))
         cols = 16 * draw(st.integers(1, 8))
-        lay, acc = SharedLayout("bf16", rows, cols, span, pad), tma_pattern(rows, cols * 2)
+        eb = dtype_bytes(dtype)
+        lay, acc = SharedLayout(dtype, rows, cols, span, pad), tma_pattern(rows, cols * eb)
     else:
         n = 64 * draw(st.integers(1, 2))
         layout = draw(st.sampled_from([make_layout("acc_row_vec", wg=1), make_layout("row_vec", warps=4),
@@ -264,6 +268,23 @@ def test_the_classic_cases() -> None:
     # brute force: 32 lanes reading the same word is a broadcast, 32 lanes down one bank are 32-way
     assert brute_force_wavefronts([0] * 32, 4) == [1]
     assert brute_force_wavefronts([128 * i for i in range(32)], 4) == [32]
+
+
+def test_fp8_cases() -> None:
+    """1-byte elements: an fp8 GEMM's K-major operand (128 e4m3 = one 128-byte row) is read by wgmma's
+    core-matrix fetches 8-way unswizzled and conflict-free with the 128B swizzle, as a 64-wide bf16 tile is;
+    a warp's 1-byte accesses are counted in bank words: 32 consecutive bytes are one wavefront (lanes sharing
+    a word are served together), one byte from each of 32 rows of a 128-byte pitch is 32-way."""
+    core = core_matrix_pattern(128, 128)
+    assert conflict_degree(core, SharedLayout("e4m3", 128, 128)) == 8
+    assert conflict_degree(core, SharedLayout("e4m3", 128, 128, 128)) == 1
+    row = row_chunk_pattern("ld.shared.v4", make_layout("row", warps=4, vec=16), "e4m3", 64, 128)
+    assert row.width == 16 and conflict_degree(row, SharedLayout("e4m3", 64, 128, 128)) == 1
+    assert wavefronts(np.arange(32)[None, :], 1).tolist() == [[1]] == [brute_force_wavefronts(list(range(32)), 1)]
+    down = [128 * i for i in range(32)]
+    assert wavefronts(np.array([down]), 1).tolist() == [[32]] == [brute_force_wavefronts(down, 1)]
+    one = row_chunk_pattern("ld.shared.b8", make_layout("row", warps=4, vec=1), "e4m3", 64, 128)
+    assert one.width == 1 and conflict_degree(one, SharedLayout("e4m3", 64, 128)) == 1
 
 
 def _per_instruction(instructions: list[tuple[list[int], list[int]]]) -> tuple[np.ndarray, np.ndarray]:

@@ -15,6 +15,7 @@ import numpy as np
 from tkir.diagnostics import TkirError
 from tkir.ir import Block, Module, Operation, Value
 from tkir.ops import OPS
+from tkir.scalar import FP8_DTYPES, saturate_fp8
 from tkir.target import NUM_SMS
 from tkir.types import FLOAT_DTYPES, NUMPY_DTYPES, ScalarType, TileType, Type, VectorType, is_shared
 
@@ -106,6 +107,8 @@ def round_array(x: object, dtype: str) -> np.ndarray:
     if dtype not in FLOAT_DTYPES:
         return np.asarray(x).astype(NUMPY_DTYPES[dtype], copy=False)
     a = np.asarray(x, np.float32)
+    if dtype in FP8_DTYPES:  # satfinite, as PTX cvt.rn.satfinite (tkir/scalar.py)
+        a = saturate_fp8(a, dtype)
     return a if dtype == "f32" else a.astype(NUMPY_DTYPES[dtype]).astype(np.float32)
 
 

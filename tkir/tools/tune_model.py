@@ -3,7 +3,8 @@
 A roofline per block, times waves:
 
 * the work of one block, read off the front end's IR (before the passes, so loops are the ones the
-  user wrote): every `tk.mma` counts 2·M·N·K tensor-core FLOP, every element-wise op on a register
+  user wrote): every `tk.mma` counts 2·M·N·K tensor-core FLOP (half that for fp8 operands, which run at
+  twice the rate), every element-wise op on a register
   tile one FP32 FLOP per element, every copy between global memory and a tile its bytes; each
   multiplied by the trip counts of the loops around it (loop bounds evaluated with the problem sizes;
   block ids taken as 0; a bound the model cannot evaluate counts one trip);
@@ -42,6 +43,7 @@ from tkir.target import NUM_SMS
 from tkir.types import DTYPE_BYTES, GlobalType, TileType, VectorType
 
 PEAK_TENSOR_FLOPS = 989.4e12  # H200 SXM dense bf16/f16 tensor FLOP/s (NVIDIA H200 datasheet; 1,979 with sparsity)
+FP8_TENSOR_SPEEDUP = 2.0      # dense fp8 tensor FLOP/s over bf16's (H200 datasheet: 1,979 against 989.4 TFLOP/s)
 PEAK_FP32_FLOPS = 66.9e12     # 132 SMs x 128 FP32 lanes x 2 x 1.98 GHz (H100 whitepaper lanes; clock read on the
 #                              H200 by scripts/bench/claims.py: an FMA loop reached 64.8)
 FEED_BYTES_PER_S = 10e12      # estimate: L2 -> SM tile traffic of all SMs together (about 2.3x the 4.26 TB/s
@@ -162,7 +164,9 @@ def _walk(ops: list[Operation], trips: float, sizes: dict[str, int], work: _Work
         if op.name == "tk.mma":
             a, acc = op.operands[0].type, op.result.type
             k = a.rows if op.attrs.get("trans_a") else a.cols
-            work.tensor += trips * 2 * acc.rows * acc.cols * k
+            # counted in bf16-rate FLOP: the fp8 (k32) forms run at twice the rate (FP8_TENSOR_SPEEDUP)
+            rate = FP8_TENSOR_SPEEDUP if a.dtype in scalar.FP8_DTYPES else 1.0
+            work.tensor += trips * 2 * acc.rows * acc.cols * k / rate
             work.acc_elems = max(work.acc_elems, acc.rows * acc.cols)
         elif op.name in ("tk.load", "tk.store") and any(isinstance(v.type, GlobalType) for v in op.operands):
             work.bytes += trips * _bytes(_tile_of(op))
