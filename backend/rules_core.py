@@ -82,7 +82,8 @@ def _op_arith_cmp(cx: LoweringContext, op: Operation) -> None:
     a, b = (cx.scalar(v) for v in op.operands)
     pred = str(op.attrs["pred"])
     if op.operands[0].type.dtype == "f32":
-        cx.set(op.result, cx.w.op(f"fcmp o{pred} float {a}, {b}", op.result.name or "c"))
+        fpred = "une" if pred == "ne" else f"o{pred}"  # IEEE 754 (and tkir/scalar.py): NaN != x is true
+        cx.set(op.result, cx.w.op(f"fcmp {fpred} float {a}, {b}", op.result.name or "c"))
     else:
         ipred = {"eq": "eq", "ne": "ne", "lt": "slt", "le": "sle", "gt": "sgt", "ge": "sge"}[pred]
         cx.set(op.result, cx.w.op(f"icmp {ipred} i32 {a}, {b}", op.result.name or "c"))

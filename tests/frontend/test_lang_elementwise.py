@@ -183,11 +183,12 @@ def test_comparisons_interpret(op: str, fn: object) -> None:
 
 
 @pytest.mark.parametrize("op", ["<", "<=", ">", ">=", "==", "!="])
-def test_float_comparisons_are_ordered_nan_is_false(op: str) -> None:
+def test_float_comparisons_with_nan_are_false_but_not_equal_is_true(op: str) -> None:
+    """IEEE 754, numpy and torch: `x != x` is true exactly where x is a NaN (a user's NaN test)."""
     a = rand()
     a[3, :] = np.nan
-    out, _ = run(f"O[block.x, 0] = where(x {op} 0.0, 1.0, x * 0.0 + 2.0)", a)
-    assert (out[3] != 1.0).all()
+    out, _ = run(f"O[block.x, 0] = where(x {op} 0.0, 1.0, 2.0 + x * 0.0)", a)
+    assert (out[3] == 1.0).all() if op == "!=" else (out[3] != 1.0).all()
     assert (out[:3] == np.where(eval(f"a[:3] {op} 0"), 1.0, 2.0)).all()
 
 

@@ -347,12 +347,10 @@ def _index(op: Operation, args: list, frame: Frame) -> np.ndarray:
 
 
 def _tile_cmp(op: Operation, args: list, frame: Frame) -> np.ndarray:
-    """Elementwise comparison; on floats every predicate is ordered (PTX setp: NaN gives false, ne too)."""
+    """Elementwise comparison, as IEEE 754, numpy and torch compare floats: a comparison with a NaN is
+    false, except `ne`, which is true (LLVM fcmp une; the others ordered)."""
     a, b = _bcast(op, args[0], args[1])
-    out = np.asarray(scalar.COMPARE[str(op.attrs["pred"])](a, b), np.bool_)
-    if str(op.attrs["pred"]) == "ne":  # numpy's != is true for NaN; the ordered ne is false
-        out &= ~(np.isnan(np.asarray(a, np.float64)) | np.isnan(np.asarray(b, np.float64)))
-    return out
+    return np.asarray(scalar.COMPARE[str(op.attrs["pred"])](a, b), np.bool_)
 
 
 register_handler("tk.index", _index)
