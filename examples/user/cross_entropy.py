@@ -10,7 +10,7 @@ KERNEL = "cross_entropy.tk"
 PARAMS = ["X", "Labels", "Loss"]
 OUTPUTS = ["Loss"]
 DEFAULT_CONSTS = dict(IGNORE=-100)
-CHUNK = 2048  # the kernel's chunk width (a literal in its tile type)
+CHUNK = 4096  # the kernel's chunk width (a literal in its tile type)
 
 # A row of one chunk; rows of three chunks. V is a whole number of chunks: tests/ir/test_user_suite.py
 # interprets the front end's module, whose launch requirements refuse a ragged last chunk of a register tile
