@@ -1,0 +1,98 @@
+"""Companion of user/cross_entropy.tk: Loss[n] = logsumexp(X[n, :]) - X[n, Labels[n]] (0 where the label is
+-100), F.cross_entropy(X, Labels, reduction="none")."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+KERNEL = "cross_entropy.tk"
+PARAMS = ["X", "Labels", "Loss"]
+OUTPUTS = ["Loss"]
+DEFAULT_CONSTS = dict(IGNORE=-100)
+CHUNK = 4096  # the kernel's chunk width (a literal in its tile type)
+
+# A row of one chunk; rows of three chunks. V is a whole number of chunks: tests/ir/test_user_suite.py
+# interprets the front end's module, whose launch requirements refuse a ragged last chunk of a register tile
+# (V % CHUNK != 0) that the compiled kernel masks; the ragged sizes (RAGGED_SIZES) pass through tkir.compile's
+# module in the interpreter and on the GPU (tkc bench's V = 32000 and 128256 are ragged).
+CHECK_SIZES = [dict(N=6, V=CHUNK), dict(N=5, V=3 * CHUNK)]
+CHECK_CONSTS = [{}, {}]
+RAGGED_SIZES = [dict(N=7, V=1000), dict(N=5, V=2 * CHUNK + 600)]
+# LLM vocabularies (Llama 2: 32000, Llama 3: 128256) at 4096 and 16384 rows.
+BENCH_SIZES = [dict(N=4096, V=32000), dict(N=4096, V=128256), dict(N=16384, V=32000), dict(N=16384, V=128256)]
+BENCH_CONSTS = [{}, {}, {}, {}]
+PEER = "torch.nn.functional.cross_entropy"
+
+TOLERANCE = 1e-4  # f32 output; the GPU computes exp and log with ex2.approx and lg2.approx
+# Per element: max, subtract, exp, add, compare, select, add.
+FLOPS_PER_ELEMENT = 7
+
+
+def _consts(consts: dict) -> dict:
+    return {**DEFAULT_CONSTS, **consts}
+
+
+def make_inputs(rng: np.random.Generator, sizes: dict, consts: dict) -> list[np.ndarray]:
+    """Logits with a spread of 4 (a row's terms span e^±16), a row whose max is in its last chunk, labels
+    anywhere in the row, the last column and IGNORE among them."""
+    N, V = sizes["N"], sizes["V"]
+    x = rng.standard_normal((N, V), np.float32) * 4
+    if N > 2:
+        x[2, V - 1] = 40.0  # the max grows in the last chunk: the running sum is rescaled
+    labels = rng.integers(0, V, N).astype(np.int32)
+    labels[0] = V - 1
+    if N > 1:
+        labels[1] = _consts(consts)["IGNORE"]
+    if N > 3:
+        labels[3] = 0
+    return [x.astype(ml_dtypes.bfloat16), labels, np.full(N, np.nan, np.float32)]
+
+
+def reference(inputs: list[np.ndarray], sizes: dict, consts: dict) -> dict[str, np.ndarray]:
+    x, labels, _ = inputs
+    xf = x.astype(np.float64)
+    m = xf.max(axis=1)
+    lse = m + np.log(np.exp(xf - m[:, None]).sum(axis=1))
+    ignored = labels == _consts(consts)["IGNORE"]
+    picked = xf[np.arange(len(labels)), np.where(ignored, 0, labels)]
+    return {"Loss": np.where(ignored, 0.0, lse - picked)}
+
+
+def flops(sizes: dict, consts: dict) -> int:
+    return FLOPS_PER_ELEMENT * sizes["N"] * sizes["V"]
+
+
+def bytes_moved(sizes: dict, consts: dict) -> int:
+    return 2 * sizes["N"] * sizes["V"] + 8 * sizes["N"]  # X read (bf16), labels read and loss written (4 bytes)
+
+
+# --- GPU hooks (tkc bench) -------------------------------------------------------------------------
+MEMORY_BOUND = True
+
+
+def peer(inputs: list, sizes: dict, consts: dict):
+    import torch
+
+    x, labels, _loss = inputs
+    labels64 = labels.long()  # torch takes int64 class indices; converted once, outside the timing
+    return lambda: torch.nn.functional.cross_entropy(x, labels64, reduction="none")
+
+
+# Timed in the same run as PEER: the same math through torch.compile (Inductor), which fuses it.
+EXTRA_PEERS = {"compiled": "torch.compile (Inductor) of the peer's math"}
+
+
+def _math(x, labels64):
+    import torch
+
+    return torch.nn.functional.cross_entropy(x.float(), labels64, reduction="none")
+
+
+def extra_peer(name: str, inputs: list, sizes: dict, consts: dict):
+    from tkir.tools.bench import inductor
+
+    x, labels, _loss = inputs
+    labels64 = labels.long()
+    f = inductor(_math)
+    return lambda: f(x, labels64)
