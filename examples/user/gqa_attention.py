@@ -19,11 +19,12 @@ _CASES = [(dict(B=16, H=16, N=4096), dict(G=4)), (dict(B=8, H=32, N=4096), dict(
           (dict(B=16, H=16, N=2048), dict(G=8))]
 BENCH_SIZES = [sz for sz, _ in _CASES for _causal in (0, 1)]
 BENCH_CONSTS = [{**c, "CAUSAL": causal} for _, c in _CASES for causal in (0, 1)]
-# What a user calls: SDPA with enable_gqa, its backend left to torch's dispatch (enable_gqa reached the
-# flash backend first; pinning cuDNN may refuse it on some torch versions, pytorch/pytorch#139586).
-PEER = "SDPA (enable_gqa), torch's default backend"
-# Timed in the same run as PEER (tkc bench prints a ratio column for each): SDPA pinned to FlashAttention-2.
-EXTRA_PEERS = {"FA2": "FLASH_ATTENTION"}
+# SDPA with enable_gqa pinned to cuDNN, as attention_fwd.py's PEER (scripts/bench/attention_bwd.py timed cuDNN
+# with enable_gqa at G = 8 on the H100: docs/bench/results/attention_gqa.json).
+PEER = "SDPA (enable_gqa), cuDNN backend"
+# Timed in the same run as PEER (tkc bench prints a ratio column for each): SDPA pinned to FlashAttention-2, and
+# SDPA as a user calls it, its backend left to torch's dispatch.
+EXTRA_PEERS = {"FA2": "FLASH_ATTENTION", "SDPA default": "default"}
 
 # bf16 output; the kernel also rounds the probabilities to bf16 before P @ V (as attention_fwd.py).
 TOLERANCE = 2e-2
@@ -109,14 +110,14 @@ def torch_reference(inputs: list, sizes: dict, consts: dict) -> dict:
     return {"O": out}
 
 
-def peer(inputs: list, sizes: dict, consts: dict, backend: str | None = None):
+def peer(inputs: list, sizes: dict, consts: dict, backend: str = "CUDNN_ATTENTION"):
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     q, k, v = inputs[:3]
     causal = bool(_consts(consts)["CAUSAL"])
     sdpa = torch.nn.functional.scaled_dot_product_attention
-    if backend is None:
+    if backend == "default":
         return lambda: sdpa(q, k, v, is_causal=causal, enable_gqa=True)
     chosen = getattr(SDPBackend, backend)
 
