@@ -11,12 +11,10 @@ PARAMS = ["X", "DY", "DW"]
 OUTPUTS = ["DW"]
 DEFAULT_CONSTS: dict = {}
 
-# Ragged T and K (K a multiple of 8 for 16-byte rows), and one case of whole 128 x 128 x 64 tiles. N is a
-# multiple of 128: the kernel as the front end emits it (the module tests/ir/test_user_suite.py interprets)
-# refuses a ragged N ("%DW is copied without TMA, and the backend masks only the rows of register tiles"),
-# though the compiled kernels for sm_90a and sm_80 take N = 200 and compute it right.
-CHECK_SIZES = [dict(T=200, K=136, N=256), dict(T=128, K=128, N=128), dict(T=70, K=24, N=128)]
-CHECK_CONSTS: list = [{}, {}, {}]
+# Ragged T and K (K a multiple of 8 for 16-byte rows), one case of whole 128 x 128 x 64 tiles, and a ragged N
+# (the compiled kernel masks DW's column edge).
+CHECK_SIZES = [dict(T=200, K=136, N=256), dict(T=128, K=128, N=128), dict(T=70, K=24, N=128), dict(T=70, K=24, N=200)]
+CHECK_CONSTS: list = [{}, {}, {}, {}]
 # Weight gradients of a square layer and of an MLP's up- and down-projections (4096 <-> 16384), T = 8192
 # tokens; and 4096^3.
 BENCH_SIZES = [dict(T=4096, K=4096, N=4096), dict(T=8192, K=4096, N=4096), dict(T=8192, K=4096, N=16384),

@@ -13,12 +13,10 @@ PARAMS = ["X", "W", "Bias", "Y"]
 OUTPUTS = ["Y"]
 DEFAULT_CONSTS: dict = {}
 
-# Ragged M and K (not multiples of the 128 x 128 x 64 tile; K a multiple of 8 for 16-byte rows). N is a multiple
-# of 128: the kernel as the front end emits it (the module tests/ir/test_user_suite.py interprets) refuses a
-# ragged N ("%Y is copied without TMA, and the backend masks only the rows of register tiles"), though the
-# compiled kernels for sm_90a and sm_80 take N = 24 or 136 and compute it right.
-CHECK_SIZES = [dict(M=200, N=256, K=104), dict(M=128, N=128, K=64), dict(M=70, N=128, K=200)]
-CHECK_CONSTS: list = [{}, {}, {}]
+# Ragged M and K (not multiples of the 128 x 128 x 64 tile; K a multiple of 8 for 16-byte rows), and ragged N
+# (the compiled kernel masks Y's column edge).
+CHECK_SIZES = [dict(M=200, N=256, K=104), dict(M=128, N=128, K=64), dict(M=70, N=128, K=200), dict(M=70, N=136, K=64)]
+CHECK_CONSTS: list = [{}, {}, {}, {}]
 # A square GEMM, a GPT-style MLP up-projection (4096 -> 16384) and Llama-3-70B's (8192 -> 28672).
 BENCH_SIZES = [dict(M=4096, N=4096, K=4096), dict(M=8192, N=16384, K=4096), dict(M=8192, N=28672, K=8192)]
 BENCH_CONSTS: list = [{}, {}, {}]
