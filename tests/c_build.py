@@ -13,12 +13,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from limits import HANG_S  # tests/ is on sys.path under pytest
 
 from tkir.backend import toolchain
 from tkir.backend.launch import LaunchDescription
 
-COMPILE_TIMEOUT_S = 120
-RUN_TIMEOUT_S = 120
+COMPILE_TIMEOUT_S = HANG_S
+RUN_TIMEOUT_S = HANG_S
 C_COMPILERS = ("cc", "gcc", "clang")
 
 

@@ -39,6 +39,7 @@ from pathlib import Path
 
 import import_graph as ig
 import pytest
+from limits import HANG_S  # tests/ is on sys.path under pytest
 
 import tkir
 
@@ -152,7 +153,7 @@ RUNTIME = ("tkir.backend.cuda", "tkir.backend.launch", "tkir.backend.runtime")
 def python(code: str) -> object:
     """Run `code` in a fresh interpreter; it ends with `print(json.dumps(...))`, which is returned."""
     proc = subprocess.run([sys.executable, "-c", "import json, sys, warnings\n" + code], capture_output=True,
-                          text=True, cwd=ROOT, timeout=120)
+                          text=True, cwd=ROOT, timeout=HANG_S)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout.splitlines()[-1])
 

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from limits import HANG_S  # tests/ is on sys.path under pytest
 
 import tkir
 from tkir.backend.launch import read_launch
@@ -155,6 +156,6 @@ def test_a_python_backward_is_wired_by_its_names() -> None:
 def test_importing_tkir_torch_loads_neither_torch_nor_the_backend() -> None:
     code = ("import json, sys\nimport tkir.torch\n"
             "print(json.dumps(sorted(m for m in sys.modules if m == 'torch' or m.startswith('tkir.backend'))))")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=HANG_S)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout.splitlines()[-1]) == []

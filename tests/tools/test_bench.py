@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from limits import HANG_S  # tests/ is on sys.path under pytest
 
 from tkir.cli import main
 from tkir.tools import bench, timing
@@ -76,7 +77,7 @@ def test_run_check_needs_neither_the_cli_nor_torch() -> None:
     code = (f"import sys, tkir.tools.bench as b; b.bench_one = lambda *a, **k: b.Row('g', {{}}, {{}}, 't', 0.0, 1.0, "
             f"True, 1.0, None, 'p', 1, 1); b.run_check({GEMM!r}, {{}}, {{}}, compile_kw={{}}); "
             "assert 'tkir.cli' not in sys.modules, 'tkir.cli'; assert 'torch' not in sys.modules, 'torch'")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=HANG_S)
     assert proc.returncode == 0, proc.stderr
 
 

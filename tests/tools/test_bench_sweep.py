@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from limits import HANG_S  # tests/ is on sys.path under pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "bench" / "sweep.py"
@@ -241,7 +242,7 @@ def test_supervisor_records_a_dead_worker_and_a_hang(tmp_path: Path) -> None:
     out = tmp_path / "out"
     r = subprocess.run([sys.executable, str(SCRIPT), "--part", "gemm", "--nk", "4096x4096", "--m", "1,16,64,256",
                         "--out", str(out), "--point-timeout-s", "1.5"], env=env, capture_output=True, text=True,
-                       timeout=60)
+                       timeout=HANG_S)
     assert r.returncode == 1, r.stdout + r.stderr
     recs = {json.loads(x)["id"]: json.loads(x) for x in (out / sw.JSONL).read_text().splitlines()}
     assert recs["gemm M=1 N=4096 K=4096"]["status"] == "ok" and recs["gemm M=256 N=4096 K=4096"]["status"] == "ok"

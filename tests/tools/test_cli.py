@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from limits import HANG_S  # tests/ is on sys.path under pytest
 
 from tkir.cli import main
 
@@ -31,7 +32,7 @@ def tkc(*args: str, env: dict[str, str] | None = None) -> tuple[subprocess.Compl
     """Run `python -m tkir.cli ARGS`; the result and the child's CPU seconds (user + system)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     proc = subprocess.run([sys.executable, "-m", "tkir.cli", *args], capture_output=True, text=True, cwd=ROOT,
-                          env={**os.environ, **(env or {})}, timeout=120)
+                          env={**os.environ, **(env or {})}, timeout=HANG_S)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return proc, (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
 
@@ -202,7 +203,7 @@ def test_output_to_a_pipe_is_written_in_place(tmp_path: Path) -> None:
     os.mkfifo(fifo)
     reader = subprocess.Popen(["cat", str(fifo)], stdout=subprocess.PIPE, text=True)
     assert main(["compile", str(EXAMPLES / "softmax.tk"), "--stop-after=canonicalize", "-o", str(fifo)]) == 0
-    out, _ = reader.communicate(timeout=30)
+    out, _ = reader.communicate(timeout=HANG_S)
     assert out.startswith("tk.kernel @softmax") and fifo.exists() and not fifo.is_file()
 
 
@@ -386,7 +387,7 @@ def test_a_corrupt_cache_entry_is_a_one_line_warning(tmp_path: Path) -> None:
 def test_a_reader_that_stops_early_gets_no_traceback(args: tuple[str, ...]) -> None:
     """`tkc passes | head -3` closed the pipe under a print and showed BrokenPipeError's traceback."""
     proc = subprocess.run(f"{sys.executable} -m tkir.cli {' '.join(args)} | head -1", shell=True, cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=HANG_S)
     assert len(proc.stdout.splitlines()) == 1
     assert "Traceback" not in proc.stderr and "Error" not in proc.stderr, proc.stderr
 
@@ -399,7 +400,7 @@ def test_an_unwritable_stdout_is_a_one_line_error(args: tuple[str, ...], stdout:
     "Exception ignored" and exited 120. Now: status 1 and one line that says what happened."""
     redirect = ">&-" if stdout == "closed" else "> /dev/full"
     proc = subprocess.run(f"{sys.executable} -m tkir.cli {' '.join(args)} {redirect}", shell=True, cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=HANG_S)
     want = ("standard output is closed: name a file with -o" if stdout == "closed" else
             "standard output: cannot write: No space left on device")
     assert proc.returncode == 1 and proc.stderr.startswith(f"tkc {args[0]}: error: {want}"), proc.stderr

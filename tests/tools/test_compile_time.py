@@ -25,6 +25,7 @@ from functools import cache
 from pathlib import Path
 
 import pytest
+from limits import HANG_S  # tests/ is on sys.path under pytest
 
 import tkir
 from tkir.ir import Module
@@ -86,7 +87,7 @@ def _llvm_ir(path: str, target: str = "sm_90a", **consts: int) -> str:
 def _fresh_process(code: str, env: dict[str, str] | None = None) -> object:
     """Run `code` in a new interpreter (this one has long since imported everything); its last line of
     output is JSON, returned."""
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120,
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=HANG_S,
                           env={**os.environ, "TKIR_CACHE": "0", **(env or {})})
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout.splitlines()[-1])
@@ -128,13 +129,13 @@ def test_tkc_compile_starts_lean(tmp_path: Path) -> None:
             "print(json.dumps([rc, 'numpy' in sys.modules, os.environ.get('OPENBLAS_NUM_THREADS'), tasks, "
             "gc.isenabled()]))")
     env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120,
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=HANG_S,
                           env={**env, "TKIR_CACHE": "0"})
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout.splitlines()[-1]) == [0, True, "1", 1, False]  # one thread: the interpreter's
     assert _fresh_process(code, env={"OPENBLAS_NUM_THREADS": "2"})[2] == "2"
     in_python = code.replace("rc = main()", f"rc = main({argv[1:]!r})")
-    proc = subprocess.run([sys.executable, "-c", in_python], capture_output=True, text=True, cwd=ROOT, timeout=120,
+    proc = subprocess.run([sys.executable, "-c", in_python], capture_output=True, text=True, cwd=ROOT, timeout=HANG_S,
                           env={**env, "TKIR_CACHE": "0"})
     assert proc.returncode == 0, proc.stderr
     rc, _, blas, _, gc_on = json.loads(proc.stdout.splitlines()[-1])

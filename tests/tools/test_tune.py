@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from limits import HANG_S  # tests/ is on sys.path under pytest
 
 import tkir
 from tkir.api import build_module
@@ -273,17 +274,17 @@ def test_cli_dry_run(tmp_path: Path) -> None:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     proc = subprocess.run([sys.executable, "-m", "tkir.cli", "tune", GEMM, "--size", "M=4096", "--size", "N=4096",
                            "--size", "K=4096", "--dry-run", "--jobs", "2", "-D", "BM=128", "-D", "SK=0", "-D", "SKI=16", "--json", str(out)],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=HANG_S)
     assert proc.returncode == 0, proc.stderr
     assert "12 points: 1 dropped by model, 3 dropped by compile, 8 kept (not timed: --dry-run)" in proc.stdout
     data = json.loads(out.read_text())
     assert len(data["candidates"]) == 12 and data["best"] is None
     bad = subprocess.run([sys.executable, "-m", "tkir.cli", "tune", GEMM, "--size", "M=64", "--dry-run"],
-                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=HANG_S)
     assert bad.returncode == 1 and "missing --size for" in bad.stderr and "Traceback" not in bad.stderr
     bad = subprocess.run([sys.executable, "-m", "tkir.cli", "tune", GEMM, "--size", "M=64", "--size", "N=64",
                           "--size", "K=64", "-D", "BX=1", "--dry-run"], cwd=ROOT, env=env, capture_output=True,
-                         text=True, timeout=120)
+                         text=True, timeout=HANG_S)
     assert bad.returncode == 1 and "-D BX: not a const" in bad.stderr
 
 
@@ -307,7 +308,7 @@ def test_cli_tune_where_the_header_point_does_not_fit() -> None:
     proc = subprocess.run([sys.executable, "-m", "tkir.cli", "tune", "examples/layernorm.tk", "-D", "D=16384",
                            "-D", "DC=16384", "-D", "OCC=0", "-D", "HOIST=0", "-D", "FENCE=0", "-D", "REREAD=0",
                            "--size", "N=4096", "--dry-run", "--jobs", "2"], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=600)
+                          text=True, timeout=HANG_S)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "15 points: 13 dropped by compile, 2 kept" in proc.stdout
 
