@@ -281,7 +281,8 @@ def index_tile(cx: LoweringContext, op: Operation) -> None:
     cx.set(op.result, Frag(rt, [str(s[axis]) for s in cx.coords(rt)]))
 
 
-FCMP = {"eq": "oeq", "ne": "une", "lt": "olt", "le": "ole", "gt": "ogt", "ge": "oge"}  # IEEE 754: NaN is false, but != true
+# IEEE 754, as numpy and torch: a comparison with a NaN is false, except ne (fcmp une), which is true
+FCMP = {"eq": "oeq", "ne": "une", "lt": "olt", "le": "ole", "gt": "ogt", "ge": "oge"}
 ICMP = {"eq": "eq", "ne": "ne", "lt": "slt", "le": "sle", "gt": "sgt", "ge": "sge"}
 UCMP = {"eq": "eq", "ne": "ne", "lt": "ult", "le": "ule", "gt": "ugt", "ge": "uge"}  # u32 compares unsigned
 
