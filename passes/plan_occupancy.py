@@ -149,6 +149,11 @@ class PlanOccupancy(Pass):
               "tk.mma, which `pipeline` turns into a cp.async producer role (unset: 4, one per scheduler, for a "
               "loop that only copies and multiplies, when the registers fit, else 0; 0: none, the ablation)")
 
+    spill_retry: bool = param(
+        True, "after the backend's ptxas run finds spills at the compiler's own blocks per SM > 1, lower the kernel "
+              "again for one fewer block per SM (backend/lower.py avoid_spills; false: keep the spilling code, the "
+              "ablation, recorded as the kernel attr `spill_retry = false`)")
+
     def __post_init__(self) -> None:
         if self.producer_warps is not None and not 0 <= self.producer_warps <= MAX_PRODUCER_WARPS:
             raise ParamError("producer_warps", f"plan-occupancy: producer_warps={self.producer_warps} must be "
@@ -157,6 +162,8 @@ class PlanOccupancy(Pass):
     def run(self, module: Module, options: Options) -> None:
         for kernel in module.kernels():
             kernel.attrs[OccupancyPlan.ATTR] = plan_kernel(kernel, self.producer_warps).to_attr()
+            if not self.spill_retry:
+                kernel.attrs["spill_retry"] = False
 
 
 def plan_kernel(kernel: Operation, producer_warps: int | None = None) -> OccupancyPlan:
