@@ -534,6 +534,25 @@ def _sliced(v: Value, uses: dict[Value, list[Operation]]) -> bool:
     return all(o.name in ("tk.fill", "arith.const") for o in between[:between.index(mma)])
 
 
+def _widened_at_use(v: Value, uses: dict[Value, list[Operation]], regs: dict[Value, int]) -> Value | None:
+    """The operand of `v = tk.cast x` when the cast widens a register tile (bf16 -> f32) that nothing else reads
+    and every reader of `v` is elementwise or a reduction: ptxas keeps x packed (two bf16 a register) and
+    converts each element next to its use (rotary's four loaded tiles: 16 registers live, not 32 of f32;
+    docs/passes.md, the predicted-vs-ptxas notes), so `v` costs nothing and x lives until `v`'s last use."""
+    op = v.owner
+    if not (isinstance(op, Operation) and op.name == "tk.cast" and isinstance(v.type, TileType)):
+        return None
+    x = op.operands[0]
+    if x not in regs or not isinstance(x.type, TileType) or len(uses.get(x, [])) != 1:
+        return None
+    if DTYPE_BYTES[x.type.dtype] >= DTYPE_BYTES[v.type.dtype] or not regs[x] or regs[x] >= regs[v]:
+        return None
+    users = uses.get(v, [])
+    if not users or any(u.name not in ELEMENTWISE + ("tk.reduce",) for u in users):
+        return None
+    return x
+
+
 def _register_budget(kernel: Operation, threads: int) -> tuple[RegisterBudget, tuple[Value, int] | None]:
     order = list(kernel.walk())
     index = {id(op): i for i, op in enumerate(order)}
@@ -584,6 +603,11 @@ def _register_budget(kernel: Operation, threads: int) -> tuple[RegisterBudget, t
     for v in regs:
         if _sliced(v, uses):
             regs[v] = min(regs[v], SLICED_A_REGS)
+    for v in list(regs):
+        narrow = _widened_at_use(v, uses, regs)
+        if narrow is not None:  # the narrow operand stays live, packed, to the widened value's last use
+            last_use[narrow] = max(last_use[narrow], last_use[v])
+            regs[v] = 0
     # a value holds its registers at positions defs[v] .. max(last_use[v], defs[v] + 1) - 1: the pressure at
     # every position from one sweep over range ends (a list of the live values per position was quadratic
     # in a kernel of many long-lived values), the first position of the highest pressure is the peak
