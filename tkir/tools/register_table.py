@@ -60,7 +60,8 @@ def ptxas_cap(ptx: str) -> int:
 
 
 def format_rows(rows: list[dict]) -> str:
-    lines = [f"{'example':28} {'target':7} {'predicted':>9} {'estimate':>8} {'ptxas':>5} {'error':>7} {'spill':>5} {'cap':>4}"]
+    lines = [f"{'example':28} {'target':7} {'predicted':>9} {'estimate':>8} {'ptxas':>5} {'error':>7} {'spill':>5} "
+             f"{'cap':>4}"]
     for r in rows:
         if "unsupported" in r:
             lines.append(f"{r['example']:28} {r['target']:7} (not compiled: {r['unsupported'].split('error: ')[-1]})")
