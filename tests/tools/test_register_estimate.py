@@ -26,21 +26,21 @@ OUTLIERS: dict[tuple[str, str], tuple[float, str]] = {
     ("attention_bwd_dq_convert", "sm_90a"): (0.95, "ptxas streams the transposed shared load, the scale, the cast "
                                                    "and the store in pieces; the estimate holds the whole f32 tile"),
     ("attention_bwd_dq_convert", "sm_80"): (0.95, "as on sm_90a"),
-    ("attention_bwd_prep", "sm_90a"): (0.40, "dO and O are multiplied and reduced as they arrive; the estimate "
-                                             "holds both tiles"),
+    ("attention_bwd_prep", "sm_90a"): (0.40, "the data (O and dO packed, 8 + 8) is right; the fixed parts, addresses "
+                                             "9 + overhead 16, are about 11 more than ptxas's 30 - 16 = 14"),
     ("attention_bwd_prep", "sm_80"): (0.40, "as on sm_90a"),
-    ("col_sum", "sm_90a"): (0.22, "the column sums' loads stream into the accumulators; addresses and overhead "
-                                  "(25) are more than a two-pointer loop uses"),
+    ("col_sum", "sm_90a"): (0.22, "the data (acc 16 + the loaded tile 16) is right; addresses 6 + overhead 16 are "
+                                  "about 9 more than ptxas's 45 - 32 = 13"),
     ("col_sum", "sm_80"): (0.22, "as on sm_90a"),
     ("layernorm", "sm_90a"): (0.43, "ptxas spreads W's and Bias's loads between the reductions, so their fragments "
-                                    "are never live with all of xc; it fits the 64 of 4 blocks per SM, no spills"),
+                                    "are never live with all of xc; it fits the 64 of 2 blocks of 512 threads, no spills"),
     ("layernorm", "sm_80"): (0.43, "as on sm_90a"),
-    ("rmsnorm", "sm_90a"): (0.14, "ptxas takes all 64 registers 4 blocks per SM leave it (55 live at most)"),
+    ("rmsnorm", "sm_90a"): (0.14, "ptxas takes all 64 registers 2 blocks of 512 threads leave it (at its cap)"),
     ("rmsnorm", "sm_80"): (0.14, "as on sm_90a"),
-    ("rotary", "sm_90a"): (0.14, "addresses (9) and overhead (16) are more than the kernel's address arithmetic "
-                                 "uses"),
+    ("rotary", "sm_90a"): (0.14, "addresses 9 + overhead 16 are more than the kernel's address arithmetic uses"),
     ("rotary", "sm_80"): (0.24, "as on sm_90a"),
-    ("softmax_bwd", "sm_90a"): (0.17, "ptxas keeps dY and Y's loads in flight beside the row sum"),
+    ("softmax_bwd", "sm_90a"): (0.17, "ptxas converts Y and dY once (32 conversions in the SASS) and keeps some f32 "
+                                      "copies across the row sum: between the estimate's packed 8 + 8 and f32 16 + 16"),
     ("softmax_bwd", "sm_80"): (0.19, "as on sm_90a"),
 }
 
