@@ -26,6 +26,9 @@ an op does not overlap that op's result, i.e. elementwise ops and mma update in 
   n*4/threads (one value per row, replicated over the 4 lanes of a quad, HOPPER.md §1.5);
   an elementwise result read once by the very next op (elementwise or a reduction) counts 0: it is
   computed element by element inside that op (`x*x` feeding `row_sum`);
+* a widening tk.cast (bf16 -> f32) of a register tile that nothing else reads, whose own readers are all
+  elementwise or reductions, counts 0 and keeps its operand live (packed) to its last use: ptxas
+  converts each element next to its use (_widened_at_use; rotary: 16 registers of loaded tiles, not 32);
 * a tk.outer product read only as the A operand of the next tk.mma counts SLICED_A_REGS: the
   backend computes it slice by slice where the wgmma reads it;
 * an mma.sync (an `mma_c` accumulator, sm_80) adds, at the mma, the operand fragments it loads from
@@ -60,6 +63,13 @@ B is refused (a CompileError at the kernel) when B blocks cannot be resident: B 
 warp-specialized kernel, B * threads > 2048, B * (smem + 1 KB, in 128-B units) > 228 KB, or fewer
 than acc_regs + overhead registers per thread.
 Nothing fits -> a located CompileError naming the largest consumer of the budget.
+
+The budget is an estimate, checked against ptxas on every example and target by
+tests/tools/test_register_estimate.py (`python3 -m tkir.tools.register_table` prints the table): within 10%
+but for listed outliers (mma.sync fragments loaded ahead, fixed parts too large for small row kernels, tiles
+ptxas streams). Where it is too low for the blocks per SM it leads to, ptxas spills, and the backend lowers
+the kernel again for one fewer block per SM (backend/lower.py avoid_spills; `spill_retry=false` turns that
+off and records the kernel attr `spill_retry = false`).
 """
 
 from __future__ import annotations
