@@ -29,12 +29,12 @@ def example_paths() -> list[Path]:
 
 def register_row(path: Path, target: str) -> dict:
     """Compile one example at its defaults for `target` and put the estimate beside ptxas's count."""
-    import tkir
+    from tkir.api import compile as compile_kernel
     from tkir.diagnostics import TkirError
     from tkir.tools.report import register_comparison
 
     try:
-        k = tkir.compile(str(path), target=target)
+        k = compile_kernel(str(path), target=target)
     except TkirError as e:  # fp8 kernels have no sm_80 lowering: the row says why
         return {"example": path.name, "target": target, "unsupported": str(e).splitlines()[0]}
     stats = k.asm["ptxas"]
