@@ -54,8 +54,8 @@ def avoid_spills(module: Module, options: Options, artifacts: dict[str, object])
     except ToolchainError:  # no ptxas here (or it failed: `asm["ptxas"]` will say so when asked)
         return artifacts
     spilled = max(stats.spill_stores, stats.spill_loads)
-    if not spilled:
-        return artifacts
+    if not spilled:  # `asm["ptxas"]` reads this run's report (SASS, when asked for, assembles again)
+        return {**artifacts, "ptxas": stats}
     if stats.registers >= MAX_REGS_PER_THREAD:  # spilling at the most a thread can have: fewer blocks cannot help
         warnings.warn(SpillWarning(f"{kernel.loc}: warning: kernel '{kernel.symbol}': ptxas spills {spilled} B per "
                                    f"thread at {stats.registers} registers, the most a thread can have: fewer "
