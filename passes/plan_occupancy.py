@@ -29,6 +29,8 @@ an op does not overlap that op's result, i.e. elementwise ops and mma update in 
 * a widening tk.cast (bf16 -> f32) of a register tile that nothing else reads, whose own readers are all
   elementwise or reductions, counts 0 and keeps its operand live (packed) to its last use: ptxas
   converts each element next to its use (_widened_at_use; rotary: 16 registers of loaded tiles, not 32);
+* a register tile loaded from shared memory and read once, by the very next op (elementwise or a
+  reduction), counts 0: ptxas issues each ld.shared next to its use (_shared_load_at_use);
 * a tk.outer product read only as the A operand of the next tk.mma counts SLICED_A_REGS: the
   backend computes it slice by slice where the wgmma reads it;
 * an mma.sync (an `mma_c` accumulator, sm_80) adds, at the mma, the operand fragments it loads from
@@ -511,12 +513,29 @@ def _block_index(blk: Block, positions: dict[int, _BlockIndex]) -> _BlockIndex:
     return index
 
 
+def _shared_load_at_use(v: Value, users: list[Operation], positions: dict[int, _BlockIndex]) -> bool:
+    """A register tile loaded from shared memory and read once, by the very next op, an elementwise one or a
+    reduction: ptxas issues each piece's ld.shared next to the arithmetic that reads it (a few cycles of
+    latency, nothing to hide), so the tile is never whole in registers (attention_bwd_dq_convert: the 64
+    registers of its f32 tile, 45 used in all). Global loads are hoisted (their latency is hidden by
+    having them all in flight) and count in full."""
+    op = v.owner
+    if not (isinstance(op, Operation) and op.name == "tk.load" and op.operands and is_shared(op.operands[0].type)):
+        return False
+    if len(users) != 1 or users[0].name not in ELEMENTWISE + ("tk.reduce",) or users[0].parent is not op.parent:
+        return False
+    index = _block_index(op.parent, positions)
+    return index.pos[id(users[0])] == index.pos[id(op)] + 1
+
+
 def _streamed(v: Value, uses: dict[Value, list[Operation]], positions: dict[int, _BlockIndex]) -> bool:
     """An elementwise result read only by elementwise ops or reductions of its own block, with nothing
     but elementwise and scalar ops between its definition and its last use: the whole chain is one
     element-wise expression that the backend and ptxas evaluate element by element (the GELU of an
     epilogue), so the intermediate never occupies a whole tile of registers."""
     op, users = v.owner, uses.get(v, [])
+    if _shared_load_at_use(v, users, positions):
+        return True
     if not (isinstance(op, Operation) and op.name in ELEMENTWISE and users):
         return False
     blk = op.parent
