@@ -58,3 +58,21 @@ def peer(inputs: list, sizes: dict, consts: dict):
 
     x, _a = inputs
     return lambda: torch.argmax(x, dim=1)
+
+
+# Timed in the same run as PEER: the same math through torch.compile (Inductor).
+EXTRA_PEERS = {"compiled": "torch.compile (Inductor) of the peer's math"}
+
+
+def _math(x):
+    import torch
+
+    return torch.argmax(x, dim=1)
+
+
+def extra_peer(name: str, inputs: list, sizes: dict, consts: dict):
+    from tkir.tools.bench import inductor
+
+    x, _a = inputs
+    f = inductor(_math)
+    return lambda: f(x)

@@ -3,8 +3,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import ml_dtypes
 import numpy as np
+
+from tkir.tools.examples import load_module
 
 KERNEL = "cross_entropy.tk"
 PARAMS = ["X", "Labels", "Loss"]
@@ -22,8 +26,6 @@ BENCH_CONSTS = [{}, {}, {}, {}]
 PEER = "torch.nn.functional.cross_entropy"
 
 TOLERANCE = 1e-4  # f32 output; the GPU computes exp and log with ex2.approx and lg2.approx
-# Per element: max, subtract, exp, add, compare, select, add.
-FLOPS_PER_ELEMENT = 7
 
 
 def _consts(consts: dict) -> dict:
@@ -46,50 +48,15 @@ def make_inputs(rng: np.random.Generator, sizes: dict, consts: dict) -> list[np.
     return [x.astype(ml_dtypes.bfloat16), labels, np.full(N, np.nan, np.float32)]
 
 
-def reference(inputs: list[np.ndarray], sizes: dict, consts: dict) -> dict[str, np.ndarray]:
-    x, labels, _ = inputs
-    xf = x.astype(np.float64)
-    m = xf.max(axis=1)
-    lse = m + np.log(np.exp(xf - m[:, None]).sum(axis=1))
-    ignored = labels == _consts(consts)["IGNORE"]
-    picked = xf[np.arange(len(labels)), np.where(ignored, 0, labels)]
-    return {"Loss": np.where(ignored, 0.0, lse - picked)}
-
-
-def flops(sizes: dict, consts: dict) -> int:
-    return FLOPS_PER_ELEMENT * sizes["N"] * sizes["V"]
-
-
-def bytes_moved(sizes: dict, consts: dict) -> int:
-    return 2 * sizes["N"] * sizes["V"] + 8 * sizes["N"]  # X read (bf16), labels read and loss written (4 bytes)
-
+# The loss, its cost model and its peers are examples/cross_entropy.py's (the same math; that kernel carries
+# schedule consts, this one none).
+_example = load_module(Path(__file__).resolve().parents[1] / "cross_entropy.py", "tkir_example_cross_entropy_math")
+reference = _example.reference
+flops = _example.flops
+bytes_moved = _example.bytes_moved
 
 # --- GPU hooks (tkc bench) -------------------------------------------------------------------------
-MEMORY_BOUND = True
-
-
-def peer(inputs: list, sizes: dict, consts: dict):
-    import torch
-
-    x, labels, _loss = inputs
-    labels64 = labels.long()  # torch takes int64 class indices; converted once, outside the timing
-    return lambda: torch.nn.functional.cross_entropy(x, labels64, reduction="none")
-
-
-# Timed in the same run as PEER: the same math through torch.compile (Inductor), which fuses it.
-EXTRA_PEERS = {"compiled": "torch.compile (Inductor) of the peer's math"}
-
-
-def _math(x, labels64):
-    import torch
-
-    return torch.nn.functional.cross_entropy(x.float(), labels64, reduction="none")
-
-
-def extra_peer(name: str, inputs: list, sizes: dict, consts: dict):
-    from tkir.tools.bench import inductor
-
-    x, labels, _loss = inputs
-    labels64 = labels.long()
-    f = inductor(_math)
-    return lambda: f(x, labels64)
+MEMORY_BOUND = _example.MEMORY_BOUND
+peer = _example.peer
+EXTRA_PEERS = _example.EXTRA_PEERS
+extra_peer = _example.extra_peer

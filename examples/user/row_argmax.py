@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import ml_dtypes
 import numpy as np
+
+from tkir.tools.examples import load_module
 
 KERNEL = "row_argmax.tk"
 PARAMS = ["X", "A"]
@@ -40,42 +44,15 @@ def make_inputs(rng: np.random.Generator, sizes: dict, consts: dict) -> list[np.
     return [x.astype(ml_dtypes.bfloat16), np.full(N, -1, np.int32)]
 
 
-def reference(inputs: list[np.ndarray], sizes: dict, consts: dict) -> dict[str, np.ndarray]:
-    return {"A": np.argmax(inputs[0].astype(np.float64), axis=1).astype(np.float64)}  # numpy: torch's rule
-
-
-def flops(sizes: dict, consts: dict) -> int:
-    return sizes["N"] * sizes["V"]  # one comparison per element
-
-
-def bytes_moved(sizes: dict, consts: dict) -> int:
-    return 2 * sizes["N"] * sizes["V"] + 4 * sizes["N"]  # X read (bf16), A written (i32)
-
+# The result, its cost model and its peers are examples/argmax.py's (the same math; that kernel carries
+# schedule consts, this one none).
+_example = load_module(Path(__file__).resolve().parents[1] / "argmax.py", "tkir_example_argmax_math")
+reference = _example.reference
+flops = _example.flops
+bytes_moved = _example.bytes_moved
 
 # --- GPU hooks (tkc bench) -------------------------------------------------------------------------
-MEMORY_BOUND = True
-
-
-def peer(inputs: list, sizes: dict, consts: dict):
-    import torch
-
-    x, _a = inputs
-    return lambda: torch.argmax(x, dim=1)
-
-
-# Timed in the same run as PEER: the same math through torch.compile (Inductor).
-EXTRA_PEERS = {"compiled": "torch.compile (Inductor) of the peer's math"}
-
-
-def _math(x):
-    import torch
-
-    return torch.argmax(x, dim=1)
-
-
-def extra_peer(name: str, inputs: list, sizes: dict, consts: dict):
-    from tkir.tools.bench import inductor
-
-    x, _a = inputs
-    f = inductor(_math)
-    return lambda: f(x)
+MEMORY_BOUND = _example.MEMORY_BOUND
+peer = _example.peer
+EXTRA_PEERS = _example.EXTRA_PEERS
+extra_peer = _example.extra_peer
