@@ -134,9 +134,10 @@ def ops(d: int, causal: bool, g: int = 1, backward: str = "three-kernel", determ
         def attention_backward_fused(q: Any, k: Any, v: Any, o: Any, lse: Any, do: Any) -> tuple[Any, Any, Any]:
             delta = prep(o, do)
             b, h, n, _ = q.shape
-            # the kernel adds into it: zero first (deterministic: it writes each slot the convert reads, once;
-            # zeroed all the same, so that no slot it skips can hold stale bits)
-            acc = _new_zeros(q, (b, h, workspace_rows(d, n, deterministic), workspace_cols(n)))
+            # the kernel adds into it: zero first; deterministic, it stores every element of each slot the convert
+            # reads (tests/ir/test_attention_bwd_fused.py poisons the rest with NaN): no memset of the larger one
+            acc = _new_zeros(q, (b, h, workspace_rows(d, n, deterministic), workspace_cols(n)),
+                             written=deterministic)
             dq, dk, dv = (_new_zeros(t, tuple(t.shape), like=True) for t in (q, k, v))  # written whole
             main.out(q, k, v, do, lse, delta, acc, dk, dv)
             convert.out(acc, dq)  # (out variant: N is no plain dim of the workspace, so dQ is passed in)
@@ -161,16 +162,21 @@ def workspace_cols(n: int) -> int:
     return -(-n // 4) * 4
 
 
-def _new_zeros(t: Any, shape: tuple[int, ...], like: bool = False) -> Any:
+def _new_zeros(t: Any, shape: tuple[int, ...], like: bool = False, written: bool = False) -> Any:
     """f32 zeros of `shape` beside tensor `t` (its device), or with `like` a tensor of t's dtype a kernel writes
-    whole (torch: uninitialized). torch tensors, or numpy arrays (tests/runtime/test_attention_autograd_wiring.py
-    runs the wiring on numpy in the interpreter)."""
+    whole (torch: uninitialized), or with `written` an f32 tensor a kernel writes wherever it is read (torch:
+    uninitialized; numpy: NaN, so that a read of an unwritten element shows). torch tensors, or numpy arrays
+    (tests/runtime/test_attention_autograd_wiring.py runs the wiring on numpy in the interpreter)."""
     if hasattr(t, "new_zeros"):
         import torch
 
+        if written:
+            return t.new_empty(shape, dtype=torch.float32)
         return t.new_empty(shape) if like else t.new_zeros(shape, dtype=torch.float32)
     import numpy as np
 
+    if written:
+        return np.full(shape, np.nan, np.float32)
     return np.zeros(shape, t.dtype if like else np.float32)
 
 
