@@ -251,3 +251,44 @@ def test_head_dim_256_and_deterministic_assemble_without_spills(target: str, d: 
     ptx = ks["main"].asm["ptx"]
     added = bool(TMA_REDUCE.search(ptx)) or "red.global.add.f32" in ptx
     assert added != det, f"det={det}: reduce-add in the main kernel's PTX: {added}"
+
+
+# --- mutants of the head-dim split and the deterministic mode ---------------------------------------------------
+
+SPLIT_MUTANTS = [
+    # (kernel, old, new, det, causal, the gradients that must go wrong)
+    ("attention_bwd", "kc = K[block.z, block.y, kb, dc]", "kc = K[block.z, block.y, kb, 0]", False, 0, ["DQ"]),
+    ("attention_bwd", "qc = Q[block.z, h, i, dc]", "qc = Q[block.z, h, i, 0]", False, 0, ["DK"]),
+    ("attention_bwd", "doc = DO[block.z, h, i, dc]", "doc = DO[block.z, h, i, 0]", False, 1, ["DV"]),
+    ("attention_bwd", "DQACC[block.z, h, dc, i] += kc.T @ ds", "DQACC[block.z, h, 0, i] += kc.T @ ds", False, 1,
+     ["DQ"]),
+    ("attention_bwd", "DK[block.z, block.y, kb, dc] = kc", "DK[block.z, block.y, kb, 0] = kc", False, 0, ["DK"]),
+    ("attention_bwd", "DQACC[block.z, h, kb * DS + dc, i] = kc.T @ ds", "DQACC[block.z, h, kb * DS, i] = kc.T @ ds",
+     True, 0, ["DQ"]),
+    # the deterministic convert: one key block too few (causal), the first slot skipped
+    ("attention_bwd_dq_convert", "let kv_blocks = min(cdiv((block.x + 1) * R, BKV), cdiv(N, BKV))",
+     "let kv_blocks = min(cdiv((block.x + 1) * R, BKV) - 1, cdiv(N, BKV))", True, 1, ["DQ"]),
+    ("attention_bwd_dq_convert", "for j in 0 .. kv_blocks", "for j in 1 .. kv_blocks", True, 0, ["DQ"]),
+]
+
+
+@pytest.mark.parametrize("name, old, new, det, causal, failing", SPLIT_MUTANTS,
+                         ids=[f"{m[0]}-{i}" for i, m in enumerate(SPLIT_MUTANTS)])
+def test_split_and_deterministic_mutants_fail(tmp_path: Path, name: str, old: str, new: str, det: bool, causal: int,
+                                              failing: list[str]) -> None:
+    """Each edit of the D = 256 split or the deterministic sum gives wrong gradients, and only the named ones."""
+    src = (EXAMPLES / f"{name}.tk").read_text()
+    assert src.count(old) == 1, old
+    path = tmp_path / f"{name}.tk"
+    path.write_text(src.replace(old, new))
+    ks = dict(fused_kernels("sm_90a", 256, causal, det=det))
+    consts = _autograd().fused_consts(256, bool(causal), 1, det)[0 if name == "attention_bwd" else 1]
+    ks["main" if name == "attention_bwd" else "convert"] = tkir.compile(str(path), target="sm_90a", **consts)
+    prep = _companion("attention_bwd_prep")
+    p = prep.problem(np.random.default_rng(4), dict(B=1, H=1, N=130), 256, bool(causal))
+    got = fused_backward(ks, p["Q"], p["K"], p["V"], p["O"], p["L"], p["DO"], det=det)
+    want = prep.backward64(p["Q"], p["K"], p["V"], p["DO"], p["L"], p["DELTA"], bool(causal))
+    wrong = sorted(g for g in ("DQ", "DK", "DV")
+                   if not (np.isfinite(got[g].astype(np.float64)).all()
+                           and relative_error(got[g], want[g]) < GRAD_TOL))
+    assert wrong == failing, (wrong, {g: relative_error(got[g], want[g]) for g in ("DQ", "DK", "DV")})
