@@ -292,3 +292,11 @@ def test_split_and_deterministic_mutants_fail(tmp_path: Path, name: str, old: st
                    if not (np.isfinite(got[g].astype(np.float64)).all()
                            and relative_error(got[g], want[g]) < GRAD_TOL))
     assert wrong == failing, (wrong, {g: relative_error(got[g], want[g]) for g in ("DQ", "DK", "DV")})
+
+
+def test_a_bf16_value_carried_out_of_a_wgmma_loop_lowers() -> None:
+    """D = 256 at DS = 2 (not the tiles attention_autograd takes: it spills) carries a bf16 register value out of
+    a loop whose last wgmma is still in flight at the exit; the backend drains the f32 accumulators there and
+    leaves the 16-bit value alone (tying it through wgmma.wait_group's f32 operands was invalid LLVM IR)."""
+    k = _compile("attention_bwd", "sm_90a", D=256, DS=2, BQ=32, BKV=64, WG=1)
+    assert "wgmma.wait_group.sync.aligned 0" in k.asm["ptx"]
