@@ -223,9 +223,11 @@ def _op_scf_for(cx: LoweringContext, op: Operation) -> None:
     w.start_block(exit_)
     cx.cut_groups()
     for res, x in zip(op.results, entry_vals, strict=True):
-        # the header's values: what the loop yields when it exits
-        if isinstance(x, Frag) and any(isinstance(cx.get(y), Frag) and cx.get(y).pending
-                                       for y in (term.operands if term else [])):
+        # the header's values: what the loop yields when it exits (an f32 accumulator's registers tied through
+        # the drain; a 16-bit value the loop carries, an mma's register A operand at most, is read, not written,
+        # by an mma in flight, and wgmma.wait_group ties only f32 registers)
+        if isinstance(x, Frag) and x.type.dtype == "f32" and any(isinstance(cx.get(y), Frag) and cx.get(y).pending
+                                                                  for y in (term.operands if term else [])):
             x = Frag(x.type, cx.wait_group(x.values, 0))  # drain in-flight wgmma
         cx.set(res, x)
     for c in reversed(carries):

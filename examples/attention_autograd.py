@@ -26,9 +26,12 @@ has run on a GPU (it is correct in the interpreter and assembles without spills;
 
 wired with tkir.torch.autograd (the forward op's outputs O and L, the backward a tkir.torch.backward of the
 ops, by the names Q, K, V, O, L, DO -> DQ, DK, DV). The fused path's dQ sums the key blocks' parts in the order
-the hardware adds them: not bitwise reproducible from run to run (the three-kernel path is). Head dims 64 and
-128 forward and backward; 256 forward only (dK and dV of 256 columns do not fit a warpgroup's registers), so
-`attention` refuses D = 256 when a gradient is wanted. Any N >= 1.
+the hardware adds them: not bitwise reproducible from run to run (the three-kernel path is), unless
+`deterministic=True`: then attention_bwd.tk (-D DET=1) writes each key block's dQ^T part into its own slot of a
+workspace cdiv(N, BKV) times larger, [B, H, cdiv(N, BKV) * D, NP] f32, and attention_bwd_dq_convert.tk (-D DET=1)
+sums the slots in key-block order: the same bits every run. Head dims 64, 128 and 256 forward and backward;
+at D = 256 the backward is the fused path (the three-kernel one holds dK and dV of 256 columns in registers,
+which do not fit: refused), whose blocks each own a quarter of the head dim (FUSED_TILES: -D DS=4). Any N >= 1.
 
     import importlib.util
     spec = importlib.util.spec_from_file_location("attention_autograd", "examples/attention_autograd.py")
@@ -49,8 +52,18 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-BACKWARD_HEAD_DIMS = (64, 128)  # attention_bwd_dkdv.tk's static_assert: dK and dV in registers need D <= 128
+BACKWARD_HEAD_DIMS = (64, 128, 256)  # the fused backward's (attention_bwd.tk's DS splits D = 256)
+THREE_KERNEL_HEAD_DIMS = (64, 128)  # attention_bwd_dkdv.tk's static_assert: dK and dV in registers need D <= 128
 FORWARD_HEAD_DIMS = (64, 128, 256)  # attention_fwd.tk's
+# attention_bwd.tk's tiles per head dim. D = 64 and 128: BQ=auto, BKV=auto, WG=auto (plan-occupancy's budget
+# picks 64 x 64 on one consumer warpgroup, and 128 keys on two with 32 queries; tests/ir/test_attention_bwd_fused.py
+# checks the choice) and BKV the value they resolve to, which the deterministic convert needs. D = 256: each
+# block owns D / DS = 64 columns of dK and dV (and rows of dQ^T), so the accumulators are D = 64's; 2 x 4 of the
+# 11 products' work is S and dP recomputed per quarter (11 / 5 = 2.2x the flops of an unsplit block). DS = 2
+# spills on sm_90a (200 bytes at BQ = 32, 20-44 at BQ = 16) and BKV = 128 does not fit shared memory.
+FUSED_TILES = {64: dict(BQ="auto", BKV="auto", WG="auto"), 128: dict(BQ="auto", BKV="auto", WG="auto"),
+               256: dict(BQ=32, BKV=64, WG=1, DS=4)}
+FUSED_BKV = {64: 64, 128: 128, 256: 64}  # the key block each head dim's tiles resolve to
 BACKWARDS = ("fused", "three-kernel")  # the backward paths `attention(..., backward=)` takes
 BACKWARD_ENV = "TKIR_ATTENTION_BWD"  # the default path's override (the bench's --variant sets the keyword)
 
@@ -76,32 +89,55 @@ class AttentionOps:
     main: Any = None  # fused: attention_bwd: (Q, K, V, DO, L, DELTA, DQACC, DK, DV) -> (DQACC, DK, DV), .out only
 
 
+def fused_consts(d: int, causal: bool, g: int = 1, deterministic: bool = False) -> tuple[dict, dict]:
+    """The consts attention_bwd.tk and attention_bwd_dq_convert.tk are compiled with for head dim `d` (FUSED_TILES),
+    `causal`, `g` and `deterministic` (-D DET=1 on both; the convert then needs the main kernel's BKV and CAUSAL,
+    and R = 32 at D = 256, where a 64 x 256 f32 sum would not fit its registers)."""
+    gqa = {"G": g} if g > 1 else {}
+    main = dict(D=d, CAUSAL=int(causal), **FUSED_TILES[d], **gqa)
+    convert: dict[str, Any] = dict(D=d)
+    if deterministic:
+        main |= dict(DET=1, BKV=FUSED_BKV[d])
+        convert |= dict(DET=1, BKV=FUSED_BKV[d], CAUSAL=int(causal), R=32 if d == 256 else 64)
+    return main, convert
+
+
+def workspace_rows(d: int, n: int, deterministic: bool = False) -> int:
+    """The rows of the fused backward's dQ^T workspace: D, or deterministic, D per key block (cdiv(N, BKV) D)."""
+    return d * -(-n // FUSED_BKV[d]) if deterministic else d
+
+
 @functools.cache
-def ops(d: int, causal: bool, g: int = 1, backward: str = "three-kernel") -> AttentionOps:
-    """Compile and register the kernels for head dim `d` (64 or 128), `causal`, `g` query heads to a K/V head
-    and the `backward` path ("fused" or "three-kernel"), once per process."""
+def ops(d: int, causal: bool, g: int = 1, backward: str = "three-kernel", deterministic: bool = False) -> AttentionOps:
+    """Compile and register the kernels for head dim `d` (64, 128, or with the fused backward 256), `causal`,
+    `g` query heads to a K/V head, the `backward` path ("fused" or "three-kernel") and, for the fused one,
+    `deterministic` (dQ summed in a fixed order), once per process."""
     import tkir.torch as tt
 
-    if d not in BACKWARD_HEAD_DIMS:
-        raise ValueError(f"attention backward: head dim {d} is not supported; the backward kernels take "
-                         f"{', '.join(map(str, BACKWARD_HEAD_DIMS))} (attention_bwd_dkdv.tk holds dK and dV in "
-                         "registers)")
     if backward not in BACKWARDS:
         raise ValueError(f"attention: backward={backward!r}; expected one of {', '.join(BACKWARDS)}")
+    dims = BACKWARD_HEAD_DIMS if backward == "fused" else THREE_KERNEL_HEAD_DIMS
+    if d not in dims:
+        raise ValueError(f"attention backward: head dim {d} is not supported by the {backward} backward; it takes "
+                         f"{', '.join(map(str, dims))} (attention_bwd_dkdv.tk holds dK and dV in registers; "
+                         "attention_bwd.tk splits D = 256 over blocks)")
     c = int(causal)
     gqa = {"G": g} if g > 1 else {}
     forward = tt.op(HERE / "attention_fwd.tk", outputs=["O", "L"], D=d, CAUSAL=c, BQ="auto", BKV="auto", **gqa)
     prep = tt.op(HERE / "attention_bwd_prep.tk", outputs=["DELTA"], D=d)
     if backward == "fused":
-        main = tt.op(HERE / "attention_bwd.tk", outputs=["DQACC", "DK", "DV"], D=d, CAUSAL=c, BQ="auto",
-                     BKV="auto", WG="auto", **gqa)
-        convert = tt.op(HERE / "attention_bwd_dq_convert.tk", outputs=["DQ"], D=d)
+        main_consts, convert_consts = fused_consts(d, causal, g, deterministic)
+        main = tt.op(HERE / "attention_bwd.tk", outputs=["DQACC", "DK", "DV"], **main_consts)
+        convert = tt.op(HERE / "attention_bwd_dq_convert.tk", outputs=["DQ"], **convert_consts)
 
         @tt.backward(inputs=["Q", "K", "V", "O", "L", "DO"], outputs=["DQ", "DK", "DV"])
         def attention_backward_fused(q: Any, k: Any, v: Any, o: Any, lse: Any, do: Any) -> tuple[Any, Any, Any]:
             delta = prep(o, do)
             b, h, n, _ = q.shape
-            acc = _new_zeros(q, (b, h, d, workspace_cols(n)))  # the kernel adds into it: zero first
+            # the kernel adds into it: zero first; deterministic, it stores every element of each slot the convert
+            # reads (tests/ir/test_attention_bwd_fused.py poisons the rest with NaN): no memset of the larger one
+            acc = _new_zeros(q, (b, h, workspace_rows(d, n, deterministic), workspace_cols(n)),
+                             written=deterministic)
             dq, dk, dv = (_new_zeros(t, tuple(t.shape), like=True) for t in (q, k, v))  # written whole
             main.out(q, k, v, do, lse, delta, acc, dk, dv)
             convert.out(acc, dq)  # (out variant: N is no plain dim of the workspace, so dQ is passed in)
@@ -126,16 +162,21 @@ def workspace_cols(n: int) -> int:
     return -(-n // 4) * 4
 
 
-def _new_zeros(t: Any, shape: tuple[int, ...], like: bool = False) -> Any:
+def _new_zeros(t: Any, shape: tuple[int, ...], like: bool = False, written: bool = False) -> Any:
     """f32 zeros of `shape` beside tensor `t` (its device), or with `like` a tensor of t's dtype a kernel writes
-    whole (torch: uninitialized). torch tensors, or numpy arrays (tests/runtime/test_attention_autograd_wiring.py
-    runs the wiring on numpy in the interpreter)."""
+    whole (torch: uninitialized), or with `written` an f32 tensor a kernel writes wherever it is read (torch:
+    uninitialized; numpy: NaN, so that a read of an unwritten element shows). torch tensors, or numpy arrays
+    (tests/runtime/test_attention_autograd_wiring.py runs the wiring on numpy in the interpreter)."""
     if hasattr(t, "new_zeros"):
         import torch
 
+        if written:
+            return t.new_empty(shape, dtype=torch.float32)
         return t.new_empty(shape) if like else t.new_zeros(shape, dtype=torch.float32)
     import numpy as np
 
+    if written:
+        return np.full(shape, np.nan, np.float32)
     return np.zeros(shape, t.dtype if like else np.float32)
 
 
@@ -164,11 +205,14 @@ def group_size(q_shape: tuple[int, ...], k_shape: tuple[int, ...], v_shape: tupl
     return h // hkv
 
 
-def attention(q: Any, k: Any, v: Any, causal: bool = False, backward: str | None = None) -> Any:
+def attention(q: Any, k: Any, v: Any, causal: bool = False, backward: str | None = None,
+              deterministic: bool = False) -> Any:
     """softmax(q k^T / sqrt(D) [+ causal mask]) v of bf16 CUDA tensors, q [B, H, N, D] and k, v [B, H / G, N, D]
     (G = 1: one shape for all three; G > 1: grouped-query attention), differentiable in q, k and v. The inputs
     are made contiguous (the runtime takes C-contiguous tensors). `backward`: "fused" (one main kernel) or
-    "three-kernel"; None takes default_backward()."""
+    "three-kernel"; None takes default_backward(), except at D = 256, which only the fused path takes.
+    `deterministic`: the fused backward's dQ summed in a fixed order (the same bits every run; a workspace
+    cdiv(N, BKV) times larger); the three-kernel backward is deterministic anyway."""
     import torch
 
     for name, t in (("q", q), ("k", k), ("v", v)):
@@ -183,5 +227,8 @@ def attention(q: Any, k: Any, v: Any, causal: bool = False, backward: str | None
     wants_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
     if not wants_grad:
         return _forward_only(d, bool(causal), g)(q, k, v)[0]
-    o, _lse = ops(d, bool(causal), g, backward or default_backward()).function.apply(q, k, v)
+    if backward is None:
+        backward = "fused" if d not in THREE_KERNEL_HEAD_DIMS else default_backward()
+    fused_det = bool(deterministic) and backward == "fused"
+    o, _lse = ops(d, bool(causal), g, backward, fused_det).function.apply(q, k, v)
     return o

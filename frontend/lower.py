@@ -45,16 +45,26 @@ MAX_GRID_OPERATORS = 1000
 _PRECEDENCE = {"+": 1, "-": 1, "*": 2, "/": 2, "%": 2}
 
 
-_UNIT = re.compile(r"(?<![\w.])1(?![\w.])")  # a number 1 standing alone in a size expression
+_UNIT = re.compile(r"(?<![\w.])[01](?![\w.])")  # a number 0 or 1 standing alone in a size expression
 
 
 class _UnitFactors(pyast.NodeTransformer):
+    """Drops factors and divisors of 1, and terms that are 0 or a product with 0 (`D * (1 + DET * (cdiv(N, BKV)
+    - 1))` at DET = 0 is D: a const switches a dim's size term off, as attention_bwd.tk's deterministic mode)."""
+
     def visit_BinOp(self, node: pyast.BinOp) -> pyast.AST:  # noqa: N802 - the NodeTransformer protocol
         self.generic_visit(node)
-        one = pyast.Constant(1)
-        if isinstance(node.op, (pyast.Mult, pyast.Div, pyast.FloorDiv)) and pyast.dump(node.right) == pyast.dump(one):
+        one, zero = pyast.dump(pyast.Constant(1)), pyast.dump(pyast.Constant(0))
+        left, right = pyast.dump(node.left), pyast.dump(node.right)
+        if isinstance(node.op, (pyast.Mult, pyast.Div, pyast.FloorDiv)) and right == one:
             return node.left
-        if isinstance(node.op, pyast.Mult) and pyast.dump(node.left) == pyast.dump(one):
+        if isinstance(node.op, pyast.Mult) and left == one:
+            return node.right
+        if isinstance(node.op, pyast.Mult) and zero in (left, right):
+            return pyast.Constant(0)
+        if isinstance(node.op, (pyast.Add, pyast.Sub)) and right == zero:
+            return node.left
+        if isinstance(node.op, pyast.Add) and left == zero:
             return node.right
         return node
 
@@ -145,7 +155,7 @@ class Lowerer(StatementLowering):
                                                         for d in v.type.dims))
         return values
 
-    def size_dim(self, e: ast.Expr) -> str:
+    def size_dim(self, e: ast.Expr) -> str | int:
         """A tensor dim that is an expression of sizes and consts, in tkir.symexpr syntax (bound at launch
         from the sizes that other dims name plainly, and checked against the tensor's shape there)."""
         if ast.operator_count(e) > MAX_GRID_OPERATORS:
@@ -156,7 +166,8 @@ class Lowerer(StatementLowering):
             symexpr.check(text)
         except symexpr.SymExprError as why:
             raise self.error(ast.left_spine(e)[0].loc, f"this dim expression cannot be evaluated: {why}") from None
-        return _without_unit_factors(text)
+        simpler = _without_unit_factors(text)
+        return int(simpler) if simpler.isdigit() else simpler  # folded to a number: a number dim
 
     def grid(self, k: ast.Kernel) -> list[str]:
         if not k.grid:

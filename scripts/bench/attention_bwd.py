@@ -7,8 +7,10 @@
 Per (N, causal), three ways to compute o = attention(q, k, v) and then dQ, dK, dV from dO:
 - tkir: examples/attention_autograd.py's `attention` (attention_fwd.tk saving L), through torch.autograd.grad,
   with the backward --variant names: `fused` (the default: attention_bwd_prep.tk, attention_bwd.tk adding dQ into
-  an f32 workspace by TMA reduce-add, attention_bwd_dq_convert.tk) or `three-kernel` (attention_bwd_prep.tk,
-  attention_bwd_dkdv.tk, attention_bwd_dq.tk); `fused-deterministic` is refused (see VARIANTS);
+  an f32 workspace by TMA reduce-add, attention_bwd_dq_convert.tk), `fused-deterministic` (the same kernels with
+  -D DET=1: each key block's dQ part stored in its own slot of a workspace cdiv(N, BKV) times larger, summed in
+  key-block order by the convert; `attention(..., deterministic=True)`) or `three-kernel` (attention_bwd_prep.tk,
+  attention_bwd_dkdv.tk, attention_bwd_dq.tk); --d 256 runs the fused kernels only (-D DS=4);
 - cudnn, flash: torch.nn.functional.scaled_dot_product_attention under torch.nn.attention.sdpa_kernel with
   SDPBackend.CUDNN_ATTENTION and SDPBackend.FLASH_ATTENTION (FA2), the same way.
 Two timings of each: the forward and the backward of one input set (fwd+bwd), and the backward alone
@@ -48,9 +50,8 @@ FWD_MATMULS = 2  # Q K^T and P V: 2 N^2 D flops each per (batch, head)
 BWD_FLOP_FACTOR = 2.5  # the backward's five matmuls are 2.5x the forward's two
 CHECK_HEADS = 2  # heads of batch 0 the check compares (check)
 PEERS = {"cudnn": "CUDNN_ATTENTION", "flash": "FLASH_ATTENTION"}
-# --variant: the backward attention_autograd runs. The fused path has no deterministic mode yet (its dQ additions
-# would need ordering in global memory, which no pass writes); the three-kernel path is the deterministic one.
-VARIANTS = {"fused": "fused", "three-kernel": "three-kernel", "fused-deterministic": None}
+# --variant: (attention_autograd's backward=, deterministic=) for tkir's backward
+VARIANTS = {"fused": ("fused", False), "three-kernel": ("three-kernel", False), "fused-deterministic": ("fused", True)}
 
 
 def parse_lengths(text: str) -> list[int]:
@@ -80,16 +81,18 @@ def _example() -> Any:
 
 
 def plan(d: int, causal: bool, g: int = 1, variant: str = "fused") -> dict[str, Any]:
-    """Compile the kernels as attention_autograd compiles them (no GPU needed): their resolved consts."""
+    """Compile the kernels as attention_autograd compiles them (no GPU needed): their resolved consts. `variant`
+    is a --variant name."""
     import tkir
 
     ex = _example()
     c = int(causal)
     gqa = {"G": g} if g > 1 else {}
     kernels = {"attention_fwd": dict(D=d, CAUSAL=c, BQ="auto", BKV="auto", **gqa), "attention_bwd_prep": dict(D=d)}
-    if variant == "fused":
-        kernels |= {"attention_bwd": dict(D=d, CAUSAL=c, BQ="auto", BKV="auto", WG="auto", **gqa),
-                    "attention_bwd_dq_convert": dict(D=d)}
+    backward, deterministic = VARIANTS[variant]
+    if backward == "fused":
+        main, convert = ex.fused_consts(d, causal, g, deterministic)
+        kernels |= {"attention_bwd": main, "attention_bwd_dq_convert": convert}
     else:
         kernels |= {"attention_bwd_dkdv": dict(D=d, CAUSAL=c, BQ="auto", **gqa),
                     "attention_bwd_dq": dict(D=d, CAUSAL=c, **gqa)}
@@ -116,15 +119,16 @@ def way_for_set(torch, sets: list, causal: bool, backend: str | None, what: str,
                 variant: str = "fused"):
     """For input set i, the zero-argument call to time: `what` "fwdbwd", the forward and backward
     (torch.autograd.grad); "bwd", the forward run now (before the timed region) and the backward returned; "fwd",
-    the forward alone without autograd. `backend` None is tkir's attention (its backward the `variant`), else SDPA
-    under that SDPBackend."""
+    the forward alone without autograd. `backend` None is tkir's attention (its backward the --variant
+    `variant`), else SDPA under that SDPBackend."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     attention = _example().attention
+    backward, deterministic = VARIANTS[variant]
 
     def forward(args: list) -> Any:
         if backend is None:
-            return attention(*args, causal=causal, backward=variant)
+            return attention(*args, causal=causal, backward=backward, deterministic=deterministic)
         with sdpa_kernel(getattr(SDPBackend, backend)):
             return _sdpa(torch, args, causal)
 
@@ -158,7 +162,8 @@ def check(torch, q, k, v, do, causal: bool, variant: str = "fused") -> dict[str,
     kv_heads = -(-max(CHECK_HEADS, g) // g)
     heads = (kv_heads * g, kv_heads, kv_heads)
     args = [t.detach().requires_grad_() for t in (q, k, v)]
-    o = _example().attention(*args, causal=causal, backward=variant)
+    backward, deterministic = VARIANTS[variant]
+    o = _example().attention(*args, causal=causal, backward=backward, deterministic=deterministic)
     got = (o.detach(), *torch.autograd.grad(o, args, do))
     got = tuple(t[:1, :hh] for t, hh in zip(got, (heads[0], *heads), strict=True))
     ref_args = [t[:1, :hh].detach().float().requires_grad_() for t, hh in zip((q, k, v), heads, strict=True)]
@@ -172,7 +177,7 @@ def check(torch, q, k, v, do, causal: bool, variant: str = "fused") -> dict[str,
 def bench_row(b: int, h: int, n: int, d: int, causal: bool, reps: int, g: int | None = None,
               variant: str = "fused") -> dict:
     """One (N, causal) row; `g` (--gqa) adds grouped-query inputs and the forward-alone timing; `variant` is
-    tkir's backward (attention_autograd's `backward=`)."""
+    tkir's backward, a --variant name (VARIANTS: attention_autograd's `backward=` and `deterministic=`)."""
     import torch
 
     from tkir.tools import timing
@@ -237,23 +242,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--heads", type=int, default=16)
     ap.add_argument("--n", type=parse_lengths, default=parse_lengths(DEFAULT_N), help="sequence lengths, N1,N2,...")
-    ap.add_argument("--d", type=int, choices=[64, 128], default=128, help="head dim")
+    ap.add_argument("--d", type=int, choices=[64, 128, 256], default=128, help="head dim (256: fused variants only)")
     ap.add_argument("--causal", choices=["0", "1", "both"], default="both")
     ap.add_argument("--reps", type=int, default=20, help="timed runs per way (medians)")
     ap.add_argument("--gqa", type=int, default=None, metavar="G",
                     help="grouped-query attention: k, v with heads / G heads (SDPA enable_gqa); also times the forward")
     ap.add_argument("--variant", choices=list(VARIANTS), default="fused",
-                    help="tkir's backward: the one-kernel path (default) or the three kernels before it")
+                    help="tkir's backward: the one-kernel path (default), it with dQ summed in a fixed order, "
+                         "or the three kernels before it")
     ap.add_argument("--json", default=None, metavar="PATH", help="write every row as JSON")
     ap.add_argument("--dry-run", action="store_true", help="compile and print each row's kernels' consts; no GPU")
     args = ap.parse_args(argv)
     causals = [False, True] if args.causal == "both" else [args.causal == "1"]
     if args.gqa is not None and (args.gqa < 1 or args.heads % args.gqa):
         ap.error(f"--gqa {args.gqa}: the query heads ({args.heads}) must be a positive multiple of G")
-    if VARIANTS[args.variant] is None:
-        ap.error(f"--variant {args.variant}: the fused backward has no deterministic mode yet (its dQ additions land "
-                 "in the order the hardware picks); --variant three-kernel is deterministic")
-    variant = VARIANTS[args.variant]
+    if args.d == 256 and VARIANTS[args.variant][0] != "fused":
+        ap.error(f"--d 256 --variant {args.variant}: only the fused backward takes D = 256 (the three-kernel one holds "
+                 "dK and dV of 256 columns in registers)")
+    variant = args.variant
     if args.dry_run:
         for causal in causals:
             print(f"D = {args.d}, causal = {int(causal)}: " + json.dumps(plan(args.d, causal, args.gqa or 1, variant)))

@@ -75,6 +75,25 @@ def test_a_unit_divisor_is_the_size_itself(tmp_path: Path) -> None:
     assert not k.launch.requires
 
 
+@pytest.mark.parametrize("on, dims, params", [
+    (0, ("B", "H", "N", 64), ["B", "H", "N"]),
+    (1, ("B", "H * (1 + (cdiv(N, 64) - 1))", "N", 64), ["B", "H", "N", "K_dim1"]),
+])
+def test_a_const_switches_a_term_off(tmp_path: Path, on: int, dims: tuple, params: list) -> None:
+    """A product with 0 and a term that is 0 fold away: `H * (1 + X * (cdiv(N, 64) - 1))` at X = 0 is the size H
+    (no extra parameter), at X = 1 an expression (attention_bwd.tk's deterministic workspace rows)."""
+    src = GQA.replace("kernel gqa<G=2>", "kernel gqa<G=2, X=0>").replace("H / G, N", "H * (1 + X * (cdiv(N, 64) - 1)), N")
+    k = _compile(tmp_path, src, X=on)
+    assert k.module.kernel.body.args[1].type.dims == dims
+    assert [p.name for p in k.launch.params if getattr(p, "size", None)] == params
+
+
+def test_a_dim_that_folds_to_a_number_is_a_number(tmp_path: Path) -> None:
+    k = _compile(tmp_path, GQA.replace("kernel gqa<G=2>", "kernel gqa<G=2, X=0>").replace(
+        "Q: gl<bf16>[B, H, N, 64]", "Q: gl<bf16>[B, H, N, 64 + X * N]"))
+    assert k.module.kernel.body.args[0].type.dims == ("B", "H", "N", 64)
+
+
 def test_nested_divisions_each_divide_exactly(tmp_path: Path) -> None:
     launch = _compile(tmp_path, GQA.replace("H / G, N", "H / G / 2, N")).launch
     assert sorted(r.expr for r in launch.requires) == ["(H / 2) % 2", "H % 2"]

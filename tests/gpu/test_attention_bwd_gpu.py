@@ -4,11 +4,14 @@ reduce-add) and attention_bwd_dq_convert.tk, or the three kernels attention_bwd_
 attention_bwd_dq.tk) against autograd through torch.nn.functional.scaled_dot_product_attention in float32 on the
 same bf16 values: the output and the gradients of q, k and v within ||d - ref|| / ||ref|| < 2e-2, causal and not,
 at (B, H, N, D) = (1, 1, 1, 64), (2, 3, 1000, 64), (4, 8, 2048, 128) and (16, 16, 4096, 128) (there the f32
-reference runs on the first two heads of batch 0 only: its scores for all 256 heads would take 17 GB each).
+reference runs on the first two heads of batch 0 only: its scores for all 256 heads would take 17 GB each), for
+the fused backward, the fused one with deterministic=True, and the three-kernel one; D = 256 at (4, 8, 2048, 256)
+through the fused backward (-D DS=4), deterministic and not (the three-kernel backward refuses D = 256).
 At N = 1 a query has one key (P = 1 whatever the score), so dQ = dK = 0 exactly and SDPA's are 0: tkir's are held
 to an absolute bound there. The three-kernel backward is deterministic by construction (no atomics): two runs
-give the same bits; the fused one gives the same dK and dV bits (each block owns its rows) and a dQ whose f32 sums
-may differ in order."""
+give the same bits; so does the fused one with deterministic=True (each key block's dQ part in its own workspace
+slot, summed in key-block order); the fused one without gives the same dK and dV bits (each block owns its rows)
+and a dQ whose f32 sums may differ in order."""
 
 from __future__ import annotations
 
@@ -21,7 +24,9 @@ REL_TOL = 2e-2  # bf16 outputs from bf16 products of P and dS, against f32 autog
 ZERO_GRAD_TOL = 1e-4  # N = 1: max |dQ|, max |dK| against max |dV| (rounding of dP - Delta in f32)
 SHAPES = [(1, 1, 1, 64), (2, 3, 1000, 64), (4, 8, 2048, 128), (16, 16, 4096, 128)]
 REF_HEADS = 2  # heads of batch 0 the f32 reference computes at the largest shape (as scripts/bench/attention_bwd.py)
-BACKWARDS = ["fused", "three-kernel"]
+D256_SHAPE = (4, 8, 2048, 256)  # the issue's D = 256 size: the fused backward only
+# attention(..., backward=, deterministic=) by test id
+BACKWARDS = {"fused": ("fused", False), "fused-deterministic": ("fused", True), "three-kernel": ("three-kernel", False)}
 
 pytestmark = pytest.mark.gpu
 
@@ -52,16 +57,23 @@ def _rel(torch, got, want) -> float:  # noqa: ANN001
     return float((got.float() - want).norm() / want.norm())
 
 
+def _cases() -> list:
+    out = [pytest.param(shape, b, id=f"{'x'.join(map(str, shape))}-{b}") for shape in SHAPES for b in BACKWARDS]
+    out += [pytest.param(D256_SHAPE, b, id=f"{'x'.join(map(str, D256_SHAPE))}-{b}")
+            for b in ("fused", "fused-deterministic")]
+    return out
+
+
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("backward", BACKWARDS)
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("shape", SHAPES, ids=["x".join(map(str, s)) for s in SHAPES])
+@pytest.mark.parametrize("shape, backward", _cases())
 def test_gradients_match_sdpa(torch_module, shape: tuple, causal: bool, backward: str) -> None:  # noqa: ANN001
     torch = torch_module
     attention = _example().attention
     q, k, v, do = _inputs(torch, shape, seed=shape[2] + int(causal))
     args = [t.clone().requires_grad_() for t in (q, k, v)]
-    o = attention(*args, causal=causal, backward=backward)
+    path, deterministic = BACKWARDS[backward]
+    o = attention(*args, causal=causal, backward=path, deterministic=deterministic)
     got = torch.autograd.grad(o, args, do)
     assert o.dtype == torch.bfloat16 and o.shape == q.shape
     for name, g in zip(("dQ", "dK", "dV"), got, strict=True):
@@ -82,12 +94,14 @@ def test_gradients_match_sdpa(torch_module, shape: tuple, causal: bool, backward
             assert err < REL_TOL, f"{name} {shape} causal={causal} backward={backward}: relative error {err:.3e}"
 
 
-def _twice(torch, attention, backward: str, shape: tuple) -> list:  # noqa: ANN001
+def _twice(torch, attention, backward: str, shape: tuple, causal: bool = True) -> list:  # noqa: ANN001
     q, k, v, do = _inputs(torch, shape, seed=5)
+    path, deterministic = BACKWARDS[backward]
     runs = []
     for _ in range(2):
         args = [t.clone().requires_grad_() for t in (q, k, v)]
-        runs.append(torch.autograd.grad(attention(*args, causal=True, backward=backward), args, do))
+        o = attention(*args, causal=causal, backward=path, deterministic=deterministic)
+        runs.append(torch.autograd.grad(o, args, do))
     torch.cuda.synchronize()
     return runs
 
@@ -98,6 +112,18 @@ def test_backward_is_deterministic(torch_module) -> None:  # noqa: ANN001
     runs = _twice(torch_module, _example().attention, "three-kernel", (2, 3, 1000, 64))
     for a, b in zip(*runs, strict=True):
         assert torch_module.equal(a, b)
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("shape", [(2, 3, 1000, 64), (4, 16, 4096, 128), D256_SHAPE], ids=["d64", "d128", "d256"])
+def test_fused_deterministic_backward_repeats_every_bit(torch_module, shape: tuple, causal: bool) -> None:  # noqa: ANN001
+    """The fused backward with deterministic=True, the same inputs twice: dQ, dK and dV equal bit for bit (dQ's
+    key-block parts summed in key-block order by the convert, whatever order the main kernel's blocks ran in)."""
+    torch = torch_module
+    runs = _twice(torch, _example().attention, "fused-deterministic", shape, causal)
+    for name, a, b in zip(("dQ", "dK", "dV"), *runs, strict=True):
+        diff = int((a != b).sum())
+        assert diff == 0, f"{name} {shape} causal={causal}: {diff} of {a.numel()} elements differ between two runs"
 
 
 @pytest.mark.parametrize("shape", [(2, 3, 1000, 64), (2, 4, 2048, 128)], ids=["d64", "d128"])
@@ -111,8 +137,9 @@ def test_fused_backward_repeats_dk_dv_bits(torch_module, shape: tuple) -> None: 
 
 
 def test_forward_without_grad_and_refusals(torch_module) -> None:  # noqa: ANN001
-    """Without a gradient the forward alone runs (D = 256 too); D = 256 with a gradient, f32 inputs, and
-    shapes that differ (k and v; q's heads not a multiple of k's) are refused before any launch."""
+    """Without a gradient the forward alone runs (D = 256 too); D = 256 with a gradient through the three-kernel
+    backward, f32 inputs, and shapes that differ (k and v; q's heads not a multiple of k's) are refused before
+    any launch."""
     torch = torch_module
     attention = _example().attention
     q, k, v, _ = _inputs(torch, (1, 2, 300, 256), seed=7)
@@ -120,11 +147,27 @@ def test_forward_without_grad_and_refusals(torch_module) -> None:  # noqa: ANN00
         o = attention(q, k, v)
     want_o = _reference(torch, q, k, v, torch.zeros_like(q), False)[0]
     assert _rel(torch, o, want_o) < REL_TOL
-    with pytest.raises(ValueError, match="head dim 256 is not supported"):
-        attention(q.requires_grad_(), k, v)
+    with pytest.raises(ValueError, match="head dim 256 is not supported by the three-kernel backward"):
+        attention(q.requires_grad_(), k, v, backward="three-kernel")
     with pytest.raises(TypeError, match="bfloat16"):
         attention(q.float(), k, v)
     with pytest.raises(ValueError, match="k and v must have one shape"):
         attention(q.detach(), k[:, :1], v)
     with pytest.raises(ValueError, match="q has 1 heads and k, v have 2"):
         attention(q[:, :1].detach(), k, v)
+
+
+def test_head_dim_256_takes_the_fused_backward_by_default(torch_module, monkeypatch) -> None:  # noqa: ANN001
+    """`attention` at D = 256 without backward= (and $TKIR_ATTENTION_BWD unset, whose default is the three-kernel
+    path) takes the fused backward, the only one with D = 256, and its gradients match SDPA's."""
+    torch = torch_module
+    ex = _example()
+    monkeypatch.delenv(ex.BACKWARD_ENV, raising=False)
+    q, k, v, do = _inputs(torch, (1, 2, 300, 256), seed=9)
+    args = [t.clone().requires_grad_() for t in (q, k, v)]
+    got = torch.autograd.grad(ex.attention(*args, causal=True), args, do)
+    want = _reference(torch, q, k, v, do, True)[1:]
+    torch.cuda.synchronize()
+    for name, g, r in zip(("dQ", "dK", "dV"), got, want, strict=True):
+        err = _rel(torch, g, r)
+        assert err < REL_TOL, f"{name} D=256 default backward: relative error {err:.3e}"

@@ -265,3 +265,15 @@ def test_removed_pass_options_spell_the_same_pipeline() -> None:
     assert tkir.compile(GEMM, passes=spelled).ir == tkir.compile(GEMM, passes=SPLIT_ALWAYS).ir
     with pytest.raises(TypeError, match="group_m= was removed in tkir 0.2: .*persistent\\{group_m=4"):
         tkir.compile(GEMM, group_m=4)
+
+
+def test_a_random_block_order_is_refused_for_stream_k():
+    """interpret(block_seed=): a stream-K kernel's owners wait for higher-numbered blocks, so its blocks keep
+    their last-first order (a random one would read partials not yet stored)."""
+    import numpy as np
+
+    k = tkir.compile(GEMM, passes=SPLIT_ALWAYS)
+    sizes = dict(M=384, N=512, K=512)
+    args = COMP.make_inputs(np.random.default_rng(0), sizes, {})
+    with pytest.raises(interp.InterpError, match="block_seed: a stream-K kernel's blocks run last first"):
+        interp.interpret(k.module, *args, sizes=sizes, num_sms=4, block_seed=1)

@@ -94,10 +94,38 @@ def test_the_wiring_computes_the_gradients(monkeypatch: pytest.MonkeyPatch, caus
 
 
 def test_unsupported_head_dims_are_refused_before_any_compile() -> None:
+    """D = 256 is the fused backward's alone (the three-kernel one holds dK, dV of 256 columns in registers)."""
     ex = _example()
-    with pytest.raises(ValueError, match="head dim 256 is not supported"):
+    with pytest.raises(ValueError, match="head dim 256 is not supported by the three-kernel backward"):
         ex.ops.__wrapped__(256, False)
-    assert ex.BACKWARD_HEAD_DIMS == (64, 128) and 256 in ex.FORWARD_HEAD_DIMS
+    with pytest.raises(ValueError, match="head dim 96 is not supported by the fused backward"):
+        ex.ops.__wrapped__(96, False, 1, "fused")
+    assert ex.BACKWARD_HEAD_DIMS == (64, 128, 256) and ex.THREE_KERNEL_HEAD_DIMS == (64, 128)
+    assert 256 in ex.FORWARD_HEAD_DIMS
+
+
+@pytest.mark.parametrize("d, causal", [(64, True), (256, False)])
+def test_the_wiring_of_the_deterministic_and_d256_backward(monkeypatch: pytest.MonkeyPatch, d: int,
+                                                           causal: bool) -> None:
+    """backward="fused", deterministic=True: the main kernel and the convert compiled with DET=1 (and D = 256's
+    DS), the workspace of cdiv(N, BKV) D rows allocated by the wiring; the gradients match the float64 ones."""
+    monkeypatch.setattr(tt, "op", InterpretedOp)
+    monkeypatch.setattr(tt, "autograd", lambda fwd, bwd, save=None: (fwd, bwd, tt.AutogradPlan.of(
+        fwd.signature, bwd.signature, save)))
+    ex = _example()
+    ops = ex.ops.__wrapped__(d, causal, 1, "fused", True)
+    main, convert = (x.kernel.module.kernel.attrs["consts"] for x in (ops.main, ops.dq))
+    assert main["DET"] == convert["DET"] == 1 and main["BKV"] == convert["BKV"] == ex.FUSED_BKV[d]
+    assert main["DS"] == (4 if d == 256 else 1) and convert["CAUSAL"] == int(causal)
+    assert ex.workspace_rows(d, 70, True) == d * -(-70 // ex.FUSED_BKV[d]) and ex.workspace_rows(d, 70) == d
+    prep = load_companion(str(ROOT / "examples/attention_bwd_prep.tk"))
+    p = prep.problem(np.random.default_rng(9), dict(B=1, H=2, N=70), d, causal)
+    dq, dk, dv = _apply(ops.function, [p["Q"], p["K"], p["V"]], p["DO"])
+    o, lse = ops.forward(p["Q"], p["K"], p["V"])
+    want = prep.backward64(p["Q"], p["K"], p["V"], p["DO"], lse, (p["DO"].astype(np.float64) * o).sum(-1), causal)
+    for name, got in (("DQ", dq), ("DK", dk), ("DV", dv)):
+        err = relative_error(got, want[name])
+        assert err < GRAD_TOL, (name, err)
 
 
 def test_the_default_backward_and_its_override(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,6 +1,7 @@
 """scripts/bench/attention_bwd.py without a GPU or torch: its FLOP counts (forward, backward, both; causal
-half), --gqa's argument check and dry run (the kernels compiled with G), and the table of rows with a GQA
-forward row and a peer that refused enable_gqa (n/a)."""
+half), --gqa's argument check and dry run (the kernels compiled with G), --variant fused-deterministic's dry run
+(DET=1), --d 256 refused for the three-kernel variant, and the table of rows with a GQA forward row and a peer
+that refused enable_gqa (n/a)."""
 
 from __future__ import annotations
 
@@ -50,10 +51,19 @@ def test_dry_run_compiles_the_kernels_with_g(capsys: pytest.CaptureFixture, vari
     assert all(f'"{k}"' in out for k in kernels), out
 
 
-def test_the_deterministic_variant_is_refused_with_the_reason(capsys: pytest.CaptureFixture) -> None:
+def test_the_deterministic_variant_compiles_det_kernels(capsys: pytest.CaptureFixture) -> None:
+    """--variant fused-deterministic: the fused kernels with DET=1 (the convert with the main kernel's BKV)."""
+    assert bench.main(["--dry-run", "--variant", "fused-deterministic", "--n", "1536", "--causal", "1",
+                       "--d", "64"]) == 0
+    out = capsys.readouterr().out
+    assert out.count('"DET": 1') == 2 and '"attention_bwd_dq_convert"' in out and "attention_bwd_dkdv" not in out
+    assert bench.VARIANTS["fused-deterministic"] == ("fused", True)
+
+
+def test_head_dim_256_takes_the_fused_backward_only(capsys: pytest.CaptureFixture) -> None:
     with pytest.raises(SystemExit):
-        bench.main(["--dry-run", "--variant", "fused-deterministic"])
-    assert "no deterministic mode yet" in capsys.readouterr().err
+        bench.main(["--dry-run", "--d", "256", "--variant", "three-kernel"])
+    assert "only the fused backward takes D = 256" in capsys.readouterr().err
 
 
 def test_the_table_shows_the_forward_and_a_refusing_peer() -> None:

@@ -22,7 +22,7 @@ from tkir.types import NUMPY_DTYPES, GlobalType, is_size_name
 
 def interpret(module: Module, *arrays: np.ndarray, sizes: dict[str, int] | None = None,
               scalars: dict[str, float] | None = None, poison: bool = False, num_sms: int = NUM_SMS,
-              check_requires: bool = True) -> None:
+              check_requires: bool = True, block_seed: int | None = None) -> None:
     """Run the module's kernel on `arrays` (one per `gl` parameter, in order), writing outputs in place.
 
     `sizes` names sizes the arrays do not determine (or cross-checks those they do); `scalars`
@@ -30,6 +30,9 @@ def interpret(module: Module, *arrays: np.ndarray, sizes: dict[str, int] | None 
     so reading memory nobody wrote shows up in the outputs. `num_sms` is the NUM_SMS that persistent
     grids and workspaces see (small values exercise multi-tile and stream-K schedules on small inputs).
     Blocks run in row-major order, or last first for a stream-K kernel (tkir/ops_streamk.py).
+    `block_seed`: the blocks run in a random order drawn from that seed instead (as the GPU may run them;
+    a kernel whose result depends on the order, such as `+=` into global memory, then gives other bits);
+    refused for a stream-K kernel, whose blocks wait on each other.
     The kernel's `requires` (tkir.requires) are checked first, with the launch's message;
     `check_requires=False` runs anyway (tests of the out-of-bounds semantics themselves).
     """
@@ -52,7 +55,13 @@ def interpret(module: Module, *arrays: np.ndarray, sizes: dict[str, int] | None 
     with np.errstate(all="ignore"):  # exp2(-inf), log(0), inf - inf: IEEE results, as on the GPU
         blocks = list(itertools.product(*(range(n) for n in grid)))
         if kernel.attrs.get("stream_k"):
+            if block_seed is not None:
+                raise InterpError(f"@{kernel.symbol}: block_seed: a stream-K kernel's blocks run last first "
+                                  "(a tile's owner waits for partials of higher-numbered blocks)")
             blocks.reverse()  # a tile's owner waits for partials of higher-numbered blocks
+        elif block_seed is not None:
+            order = np.random.default_rng(block_seed).permutation(len(blocks))
+            blocks = [blocks[i] for i in order]
         shared: dict = {}
         for block_id in blocks:
             frame = Frame(module, bound_sizes, block_id, poison, shared, num_sms)
