@@ -63,6 +63,8 @@ class LLVMWriter:
         # 16-bit halves unpacked from a b32 word (unpack_pair): half -> (word, 0 | 1), so that
         # pack_pair of the same two halves is the word itself, with no copy
         self.halves: dict[str, tuple[str, int]] = {}
+        # bytes taken from a b32 word (unpack_bytes): byte -> (word, 0..3), for the same reason (fp8 A fragments)
+        self.bytes_of: dict[str, tuple[str, int]] = {}
 
     def fresh(self, hint: str = "t") -> str:
         self.counter += 1
@@ -137,6 +139,15 @@ class LLVMWriter:
         lo, hi = (self.op(f"extractelement <2 x {ety}> {v}, i32 {k}", "half") for k in (0, 1))
         self.halves[lo], self.halves[hi] = (word, 0), (word, 1)
         return lo, hi
+
+    def unpack_bytes(self, word: str) -> list[str]:
+        """The four i8 bytes of a b32 register, lowest first (remembered: pack_a_fragment_fp8 reuses the word)."""
+        out = []
+        for k in range(4):
+            shifted = self.op(f"lshr i32 {word}, {8 * k}", "byte") if k else word
+            out.append(self.op(f"trunc i32 {shifted} to i8", "b8"))
+            self.bytes_of[out[-1]] = (word, k)
+        return out
 
     def pack_pair(self, lo: str, hi: str, dtype: str) -> str:
         """Two 16-bit floats (bf16 or f16) as one b32 register, low half = lo. The halves of one word

@@ -261,10 +261,6 @@ class ExpressionLowering(OperandLowering):
         if ta.dtype not in FP8_MMA_DTYPES or tb.dtype not in FP8_MMA_DTYPES:
             raise self.error(loc, f"dtype mismatch in '@': {ta} @ {tb}: an fp8 '@' takes two fp8 operands",
                              hint="cast the other operand: e4m3(x) or e5m2(x)")
-        if not is_shared(ta):
-            raise self.error(a.loc, f"an fp8 '@' reads A from shared memory, not from registers ({ta})",
-                             hint=f"store it to a shared tile first: `shared sa: st<{ta.dtype}, "
-                                  f"{ta.rows}, {ta.cols}>`, `sa = ...`, then `sa @ b.T`")
         if a.trans:
             raise self.error(a.loc, f"an fp8 '@' needs A stored M x K (K-major): wgmma has no transposed "
                                     f"8-bit A, and '{a.value.name}.T' would be one",
