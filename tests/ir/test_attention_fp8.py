@@ -67,7 +67,7 @@ def test_the_ir_shows_the_register_a_conversion() -> None:
     conv = re.findall(r"tk\.convert_layout %\S+ \{via = \"(\w+)\".*: rt<e4m3, 128, 128, layout=\{kind = wgmma_a", ir)
     assert conv and set(conv) == {"shuffle"}, conv
     allocs = re.findall(r"(%\S+) = tk\.alloc : st<", ir)
-    assert sorted(allocs) == ["%O_stage", "%k", "%q", "%vt"], allocs  # P has no shared tile (O_stage: the bf16 epilogue)
+    assert sorted(allocs) == ["%O_stage", "%k", "%q", "%vt"], allocs  # no shared tile of P (O_stage: O's epilogue)
     assert re.search(r"tk\.mma %wgmma_a\S*, %vt\S*, %o", ir), "P · V does not read the converted P"
 
 
