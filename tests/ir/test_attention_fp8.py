@@ -1,8 +1,9 @@
 """The fp8 attention forward (examples/attention_fp8.tk) without a GPU: the interpreter against float64 of the
 dequantised inputs at ragged N (causal and not, D = 128 and 64), the IR that shows where the fp8 A of P · V
 comes from (a `tk.convert_layout` from the accumulator's fragment, no shared round trip), the SASS ptxas makes
-of it (QGMMA e4m3 for both products, P from registers, no local memory, no more barriers than the bf16 kernel),
-sm_80 refused at the `@` with a located error, and an fp8 register A of any other origin refused likewise.
+of it (QGMMA e4m3 for both products, P from registers, no local memory, no serialized wgmma, no more barriers
+than the bf16 kernel), sm_80 refused at the `@` with a located error, and an fp8 register A of any other origin
+refused likewise.
 """
 
 from __future__ import annotations
@@ -90,6 +91,8 @@ def test_sass_has_fp8_wgmma_for_both_products(consts: dict) -> None:
     assert all(re.search(r"E4M3 R\d+, R\d+, gdesc", ln) for ln in pv), pv[:2]  # A in registers
     assert "F2FP" in sass and "SHFL.IDX" in sass
     assert not local_memory_ops(sass)
+    res = k.asm["ptxas"]  # no "wgmma.mma_async instructions are serialized" note (the A words reach it uncopied)
+    assert not [w for w in res.warnings if re.search(r"\(C751\d\)", w)], res.warnings
     bf16 = tkir.compile(str(EXAMPLES / "attention_fwd.tk"), D=D, CAUSAL=consts.get("CAUSAL", 0),
                         BQ=consts.get("BQ", 128), BKV=BKV)
     assert sass.count("BAR.") <= bf16.asm["sass"].count("BAR."), "the fp8 A conversion added barriers"
