@@ -383,14 +383,7 @@ def pack_a_fragment_fp8(w, values: list[str], mblocks: int, ksteps: int) -> list
             words = []
             for j in range(4):
                 base = mb * per_block + 16 * kk + 4 * j
-                known = [w.bytes_of.get(values[base + e]) for e in range(4)]
-                if all(b is not None and b == (known[0][0], e) for e, b in enumerate(known)):
-                    words.append(known[0][0])  # the word the four bytes came from (no repacking copies)
-                    continue
-                v = "poison"
-                for e in range(4):
-                    v = w.op(f"insertelement <4 x i8> {v}, i8 {values[base + e]}, i32 {e}", "pk8")
-                words.append(w.op(f"bitcast <4 x i8> {v} to i32", "bits8"))
+                words.append(w.pack_bytes(values[base:base + 4]))
             row.append(words)
         out.append(row)
     return out

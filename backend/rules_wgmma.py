@@ -58,6 +58,9 @@ WGMMA_DTYPES = ("bf16", "f16")  # 16-bit inputs, f32 accumulation (k16); tf32 is
 # wgmma.mma_async)
 WGMMA_FP8_DTYPES = ("e4m3", "e5m2")
 WGMMA_FP8_K = 32
+# prmt.b32 selectors (PTX ISA, prmt: nibble i picks byte i of d from {b, a}, a's bytes 0-3, b's 4-7)
+PRMT_LOW_HALVES = 0x5410   # a.b0, a.b1, b.b0, b.b1
+PRMT_HIGH_HALVES = 0x7632  # a.b2, a.b3, b.b2, b.b3
 LAZY_SLICE_KSTEPS = 4  # k16 steps per slice of a lazily computed A: 16 registers of 16-bit A per thread
 
 
@@ -184,8 +187,9 @@ def _op_fp8_acc_to_a(cx: LoweringContext, op: Operation) -> None:
     Per m block, 16-column group G and row half h (rows g and g + 8 of the warp's 16), lane 4g + q holds
     columns 16G + 2q + {0, 1} and 16G + 8 + 2q + {0, 1} in the accumulator (HOPPER.md §1.5) and needs
     16G + 4q + {0..3} in the 8-bit A (§1.6). Every lane packs its four bytes into a word W (the first pair
-    low); lane q reads W of quad lanes 2(q & 1) and 2(q & 1) + 1 and keeps their low halves (q < 2: columns
-    16G + 4q + {0..3} lie in the first 8-column chunk) or their high halves (q >= 2: the second chunk)."""
+    low: the two fp8 cvt pairs joined); lane q reads W of quad lanes 2(q & 1) and 2(q & 1) + 1 and keeps their
+    low halves (q < 2: columns 16G + 4q + {0..3} lie in the first 8-column chunk) or their high halves (q >= 2:
+    the second chunk), one prmt."""
     w = cx.w
     x = cx.get(op.operands[0])
     assert isinstance(x, Frag)
@@ -197,19 +201,18 @@ def _op_fp8_acc_to_a(cx: LoweringContext, op: Operation) -> None:
     q2 = w.op(f"shl i32 {w.op(f'and i32 {q}, 1', 'qodd')}, 1", "q2")
     src0 = w.op(f"or i32 {w.op(f'and i32 {lane}, 28', 'quad')}, {q2}", "src0")  # 4g + 2(q & 1)
     src1 = w.op(f"or i32 {src0}, 1", "src1")
-    shift = w.op(f"shl i32 {w.op(f'lshr i32 {q}, 1', 'qh')}, 4", "qs")  # 16 (q >= 2) or 0: which half
+    # prmt selector: bytes 0, 1 of a then of b (q < 2), or bytes 2, 3 of each (q >= 2)
+    qh = w.op(f"lshr i32 {q}, 1", "qh")
+    sel = w.op(f"add i32 {w.op(f'mul i32 {qh}, {PRMT_HIGH_HALVES - PRMT_LOW_HALVES}', 'selq')}, {PRMT_LOW_HALVES}",
+               "sel")
     out: list[str] = [""] * n
     for g0 in range(0, n, 8):  # slots of one 16-column group of one m block (the same order in both)
         for h in (0, 1):
             s = g0 + 2 * h
-            vec = "poison"
-            for e, slot in enumerate((s, s + 1, s + 4, s + 5)):
-                vec = w.op(f"insertelement <4 x i8> {vec}, i8 {x.values[slot]}, i32 {e}", "pk8")
-            word = w.op(f"bitcast <4 x i8> {vec} to i32", "w8")
+            word = w.pack_bytes([x.values[slot] for slot in (s, s + 1, s + 4, s + 5)])
             a, b = shfl_idx(cx, word, src0), shfl_idx(cx, word, src1)
-            lo = w.op(f"and i32 {w.op(f'lshr i32 {a}, {shift}', 'ah')}, 65535", "lo")
-            hi = w.op(f"shl i32 {w.op(f'lshr i32 {b}, {shift}', 'bh')}, 16", "hi")
-            out[g0 + 4 * h:g0 + 4 * h + 4] = w.unpack_bytes(w.op(f"or i32 {lo}, {hi}", "a8"))
+            a8 = w.call("i32", "llvm.nvvm.prmt", [("i32", a), ("i32", b), ("i32", sel)], hint="a8")
+            out[g0 + 4 * h:g0 + 4 * h + 4] = w.unpack_bytes(a8)
     cx.set(op.result, Frag(op.result.type, out))
 
 
