@@ -134,9 +134,10 @@ def torch_transpose_v(v):
     import torch
 
     B, H, N, D = v.shape
-    vt = torch.zeros(B, H, D, padded_keys(N), device=v.device, dtype=v.dtype)
-    vt[..., :N] = v.transpose(2, 3)
-    return vt
+    # the bytes moved as uint8 (zeros and strided copies of any 1-byte dtype), then viewed as fp8
+    vt = torch.zeros(B, H, D, padded_keys(N), device=v.device, dtype=torch.uint8)
+    vt[..., :N] = v.view(torch.uint8).transpose(2, 3)
+    return vt.view(v.dtype)
 
 
 def torch_inputs(sizes: dict, consts: dict) -> list:
@@ -158,9 +159,9 @@ def torch_dequantised(inputs: list, dtype=None) -> tuple:  # noqa: ANN001
     dtype = dtype or torch.float64
     q8, k8, vt8, sqk, sv = inputs[:5]
     N = q8.shape[2]
-    q = q8.to(dtype) * sqk[..., None].to(dtype)
-    k = k8.to(dtype)
-    v = vt8[..., :N].transpose(2, 3).to(dtype) * sv[:, :, None, :].to(dtype)
+    q = q8.float().to(dtype) * sqk[..., None].to(dtype)  # fp8 -> f32 is exact, and so is f32 -> f64
+    k = k8.float().to(dtype)
+    v = vt8[..., :N].float().transpose(2, 3).to(dtype) * sv[:, :, None, :].to(dtype)
     return q, k, v
 
 

@@ -111,7 +111,7 @@ def bench_row(b: int, h: int, n: int, d: int, causal: bool, reps: int, tune: boo
                                bf16_consts=dict(bf16.module.kernel.attrs["consts"]))
     try:  # fp8 SDPA: tried on the e4m3 tensors (V untransposed), reported n/a when torch refuses it
         q8, k8, vt8 = sets[0]["fp8"][:3]
-        fp8_args = [q8, k8, vt8[..., :n].transpose(2, 3).contiguous()]
+        fp8_args = [q8, k8, vt8.view(torch.uint8)[..., :n].transpose(2, 3).contiguous().view(vt8.dtype)]
         sdpa(fp8_args, SDPBackend.CUDNN_ATTENTION)
         torch.cuda.synchronize()
         ways["SDPA fp8"] = lambda i: (lambda: sdpa(fp8_args, SDPBackend.CUDNN_ATTENTION))
