@@ -37,7 +37,16 @@ from tkir.backend.idioms import (
 )
 from tkir.backend.launch import Param, block_threads
 from tkir.backend.llvm_text import LLVMWriter
-from tkir.backend.values import LLVM_TYPE, REGS_PER_SM, Frag, Global, LoweringError, Smem, register_layout
+from tkir.backend.values import (
+    LLVM_TYPE,
+    REGS_PER_SM,
+    Frag,
+    Global,
+    LoweringError,
+    Smem,
+    register_layout,
+    slot_layout,
+)
 from tkir.diagnostics import CompileError
 from tkir.facts import FactError, OccupancyPlan
 from tkir.ir import Module, Operation, Value
@@ -313,7 +322,7 @@ class LoweringContext:
 
     def coords(self, t: TileType | VectorType) -> list[tuple]:
         """Each slot's logical coordinates for this thread, as LLVM values (cached per type)."""
-        lay = register_layout(t)
+        lay = slot_layout(t)
         key = ("coords", str(t.bare()), lay)
         if key not in self._coord_cache:
             tid = self.thread_index()
@@ -331,7 +340,7 @@ class LoweringContext:
         thread of the role (evaluated with numpy at compile time), else None. A rule can then test a
         slot with one compare against an immediate, instead of materializing every slot's coordinate:
         LLVM hoists those loop-invariant values out of the loop, one register each for the whole loop."""
-        lay = register_layout(t)
+        lay = slot_layout(t)
         tids = np.arange(self.role_threads())
         if lay.threads < self.role_threads():
             tids = tids % lay.threads
@@ -352,7 +361,7 @@ class LoweringContext:
         does: an element held by several threads (a row vector in each lane of a quad, a layout over fewer
         threads than run the code) is owned by the lowest thread and slot holding it. A store may write it
         from every holder; an add (`reduce = "add"`) must come from exactly one."""
-        lay = register_layout(t)
+        lay = slot_layout(t)
         tids = np.arange(self.role_threads())
         lt = tids % lay.threads if lay.threads < self.role_threads() else tids
         coords = slot_coords(lay, tile_shape(t), NumpyBuilder(), lt)

@@ -91,6 +91,8 @@ def f32_pair_to_fp8(cx: LoweringContext, lo: str, hi: str | None, dtype: str) ->
     out = [w.op(f"trunc i16 {word} to i8", "f8")]
     if hi is not None:
         out.append(w.op(f"trunc i16 {w.op(f'lshr i16 {word}, 8', 'f8s')} to i8", "f8"))
+    for k, b in enumerate(out):
+        w.pairs_of[b] = (word, k)  # LLVMWriter.pack_bytes joins two pairs into a word without unpacking them
     return out
 
 

@@ -363,6 +363,32 @@ class _LazyRow:
         return g.done[self.mb, kk]
 
 
+def is_fp8_a_conversion(src: TileType, dst: TileType) -> bool:
+    """A `tk.convert_layout` of an 8-bit tile from the wgmma accumulator's fragment to the 8-bit wgmma A
+    fragment (rules_wgmma lowers it with shuffles; slot_coords knows only the 16-bit A order)."""
+    s, d = layout_of(src), layout_of(dst)
+    return (s is not None and d is not None and s.kind == "wgmma_acc" and d.kind == "wgmma_a"
+            and s.split == d.split and dst.dtype in ("e4m3", "e5m2") and src.dtype == dst.dtype)
+
+
+def pack_a_fragment_fp8(w, values: list[str], mblocks: int, ksteps: int) -> list[list[list[str]]]:
+    """An 8-bit A fragment (wgmma_a of an fp8 tile, HOPPER.md §1.6: k = 4q + (i&3) + 16(i>>3)) as 4 x b32
+    per m block and k32 step: register j of step kk holds slots 16 kk + 4j .. 4j + 3, lowest byte first
+    (PTX ISA, wgmma register fragment of .e4m3/.e5m2 A: a0..a3, four 8-bit elements each)."""
+    per_block = len(values) // mblocks
+    out = []
+    for mb in range(mblocks):
+        row = []
+        for kk in range(ksteps):
+            words = []
+            for j in range(4):
+                base = mb * per_block + 16 * kk + 4 * j
+                words.append(w.pack_bytes(values[base:base + 4]))
+            row.append(words)
+        out.append(row)
+    return out
+
+
 def a_fragment_step(w, values: list[str], mblocks: int, mb: int, kk: int, dtype: str = "bf16") -> list[str]:
     """The 4 b32 registers of m block `mb`, k16 step `kk` of a 16-bit A fragment (pack_a_fragment's
     entry [mb][kk]); reads only those 8 slots of `values` (a lazy fragment computes just them)."""

@@ -63,6 +63,10 @@ class LLVMWriter:
         # 16-bit halves unpacked from a b32 word (unpack_pair): half -> (word, 0 | 1), so that
         # pack_pair of the same two halves is the word itself, with no copy
         self.halves: dict[str, tuple[str, int]] = {}
+        # bytes taken from a b32 word (unpack_bytes): byte -> (word, 0..3), for the same reason (fp8 A fragments)
+        self.bytes_of: dict[str, tuple[str, int]] = {}
+        # bytes taken from a 16-bit word (an fp8 cvt's pair, backend/f32.py): byte -> (i16 word, 0 | 1)
+        self.pairs_of: dict[str, tuple[str, int]] = {}
 
     def fresh(self, hint: str = "t") -> str:
         self.counter += 1
@@ -137,6 +141,32 @@ class LLVMWriter:
         lo, hi = (self.op(f"extractelement <2 x {ety}> {v}, i32 {k}", "half") for k in (0, 1))
         self.halves[lo], self.halves[hi] = (word, 0), (word, 1)
         return lo, hi
+
+    def unpack_bytes(self, word: str) -> list[str]:
+        """The four i8 bytes of a b32 register, lowest first (remembered: pack_a_fragment_fp8 reuses the word)."""
+        out = []
+        for k in range(4):
+            shifted = self.op(f"lshr i32 {word}, {8 * k}", "byte") if k else word
+            out.append(self.op(f"trunc i32 {shifted} to i8", "b8"))
+            self.bytes_of[out[-1]] = (word, k)
+        return out
+
+    def pack_bytes(self, vals: list[str]) -> str:
+        """Four i8 values as one b32 register, the first in the lowest byte: the word they were taken from
+        (unpack_bytes) as it is, two fp8 cvt pairs joined (one prmt), or the bytes inserted one by one."""
+        known = [self.bytes_of.get(v) for v in vals]
+        if all(b is not None and b == (known[0][0], e) for e, b in enumerate(known)):
+            return known[0][0]
+        pairs = [self.pairs_of.get(v) for v in vals]
+        if all(p is not None for p in pairs) and [p[1] for p in pairs] == [0, 1, 0, 1] \
+                and pairs[0][0] == pairs[1][0] and pairs[2][0] == pairs[3][0]:
+            lo = self.op(f"zext i16 {pairs[0][0]} to i32", "lo16")
+            hi = self.op(f"shl i32 {self.op(f'zext i16 {pairs[2][0]} to i32', 'hi16')}, 16", "hi16")
+            return self.op(f"or i32 {lo}, {hi}", "w8")
+        v = "poison"
+        for e, x in enumerate(vals):
+            v = self.op(f"insertelement <4 x i8> {v}, i8 {x}, i32 {e}", "pk8")
+        return self.op(f"bitcast <4 x i8> {v} to i32", "w8")
 
     def pack_pair(self, lo: str, hi: str, dtype: str) -> str:
         """Two 16-bit floats (bf16 or f16) as one b32 register, low half = lo. The halves of one word

@@ -234,19 +234,25 @@ def _op_scf_for(cx: LoweringContext, op: Operation) -> None:
         c.leave(cx)
 
 
+CARRIED_PER_WORD = {"bf16": 2, "f16": 2, "e4m3": 4, "e5m2": 4}  # values a carried b32 register holds
+
+
 def _carried_packed(x: object) -> bool:
-    return isinstance(x, Frag) and x.type.dtype in ("bf16", "f16") and len(x.values) % 2 == 0 and bool(x.values)
+    per = CARRIED_PER_WORD.get(x.type.dtype) if isinstance(x, Frag) else None
+    return per is not None and len(x.values) % per == 0 and bool(x.values)
 
 
 def _pack_words(w, x: object) -> list[str]:
     assert isinstance(x, Frag)
+    if CARRIED_PER_WORD[x.type.dtype] == 4:  # fp8: four consecutive slots a word (an 8-bit A register)
+        return [w.pack_bytes(x.values[i:i + 4]) for i in range(0, len(x.values), 4)]
     return [w.pack_pair(x.values[i], x.values[i + 1], x.type.dtype) for i in range(0, len(x.values), 2)]
 
 
 def _unpack_words(w, words: list[str], dtype: str) -> list[str]:
     out: list[str] = []
     for wd in words:
-        out += w.unpack_pair(wd, dtype)
+        out += w.unpack_bytes(wd) if CARRIED_PER_WORD[dtype] == 4 else w.unpack_pair(wd, dtype)
     return out
 
 

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 from tkir.backend.cache_policy import hinted_load, policy_of, readonly_of
 from tkir.backend.exchange import ld_f32, scratch_tile, word_addr
 from tkir.backend.f32 import combine, from_f32, to_f32
-from tkir.backend.fragments import BitLLVMBuilder, chunked
+from tkir.backend.fragments import BitLLVMBuilder, chunked, is_fp8_a_conversion
 from tkir.backend.idioms import fence_acq_rel
 from tkir.backend.llvm_text import f32_literal
 from tkir.backend.rules import rule
@@ -290,7 +290,8 @@ def relayout(cx: LoweringContext, x: Frag, rt: TileType | VectorType, trans: boo
     return load_from_shared(cx, buf, rt, trans)
 
 
-@rule("tk.convert_layout", when=lambda cx, op: str(op.attrs.get("via", "none")) != "none")
+@rule("tk.convert_layout", when=lambda cx, op: str(op.attrs.get("via", "none")) != "none"
+      and not (cx.target == "sm_90a" and is_fp8_a_conversion(op.operands[0].type, op.result.type)))
 def convert_layout_through_shared(cx: LoweringContext, op: Operation) -> None:
     cx.set(op.result, relayout(cx, cx.get(op.operands[0]), op.result.type))
 

@@ -14,7 +14,16 @@ from typing import TYPE_CHECKING
 
 from tkir.backend import wgmma_desc
 from tkir.backend.context import RoleCtx
-from tkir.backend.fragments import BitLLVMBuilder, LazyValues, a_fragment_step, pack_a_fragment, swizzle_in_panel
+from tkir.backend.exchange import shfl_idx
+from tkir.backend.fragments import (
+    BitLLVMBuilder,
+    LazyValues,
+    a_fragment_step,
+    is_fp8_a_conversion,
+    pack_a_fragment,
+    pack_a_fragment_fp8,
+    swizzle_in_panel,
+)
 from tkir.backend.idioms import (
     NAMED_BARRIERS,
     bulk_commit,
@@ -44,10 +53,14 @@ if TYPE_CHECKING:
     from tkir.backend.context import LoweringContext
 
 WGMMA_DTYPES = ("bf16", "f16")  # 16-bit inputs, f32 accumulation (k16); tf32 is not lowered
-# 8-bit inputs, f32 accumulation (k32), either pairing; A and B K-major in shared memory: the 8-bit forms have
-# no transpose immediates and the register A form is not lowered for them (PTX ISA, wgmma.mma_async)
+# 8-bit inputs, f32 accumulation (k32), either pairing; A K-major in shared memory or in registers (the 8-bit
+# wgmma_a fragment), B K-major in shared memory: the 8-bit forms have no transpose immediates (PTX ISA,
+# wgmma.mma_async)
 WGMMA_FP8_DTYPES = ("e4m3", "e5m2")
 WGMMA_FP8_K = 32
+# prmt.b32 selectors (PTX ISA, prmt: nibble i picks byte i of d from {b, a}, a's bytes 0-3, b's 4-7)
+PRMT_LOW_HALVES = 0x5410   # a.b0, a.b1, b.b0, b.b1
+PRMT_HIGH_HALVES = 0x7632  # a.b2, a.b3, b.b2, b.b3
 LAZY_SLICE_KSTEPS = 4  # k16 steps per slice of a lazily computed A: 16 registers of 16-bit A per thread
 
 
@@ -81,9 +94,11 @@ def _op_tk_mma(cx: LoweringContext, op: Operation) -> None:
     if trans_a and a_regs:
         raise LoweringError(op.loc, "backend: a transposed register A reaches wgmma (legalize-mma transposes it)")
     fp8 = ta.dtype in WGMMA_FP8_DTYPES
-    if fp8 and (tb.dtype not in WGMMA_FP8_DTYPES or a_regs or trans_a or not trans_b):
-        raise LoweringError(op.loc, f"backend: an fp8 wgmma reads A ({ta.dtype}) and B ({tb.dtype}) K-major from "
-                                    "shared memory (A stored M x K, B N x K)")
+    if fp8 and (tb.dtype not in WGMMA_FP8_DTYPES or trans_a or not trans_b):
+        raise LoweringError(op.loc, f"backend: an fp8 wgmma reads A ({ta.dtype}) and B ({tb.dtype}) K-major "
+                                    "(A stored M x K in shared memory or registers, B N x K in shared memory)")
+    if fp8 and a_regs and isinstance(a.values, LazyValues):
+        raise LoweringError(op.loc, "backend: a lazily computed fp8 A (tk.outer) is not lowered; compute it first")
     if not fp8 and (ta.dtype not in WGMMA_DTYPES or tb.dtype != ta.dtype):
         raise LoweringError(op.loc, f"backend: wgmma multiplies {' or '.join(WGMMA_DTYPES)} tiles, not "
                                     f"{ta.dtype} x {tb.dtype}")
@@ -116,7 +131,8 @@ def _op_tk_mma(cx: LoweringContext, op: Operation) -> None:
     # two slices of A are live (ThunderKittens' based kernel: mul_slice, mma, mma_async_wait<1>)
     lazy = a_regs and isinstance(a.values, LazyValues)
     if a_regs and not lazy:
-        a_words = pack_a_fragment(w, a.values, mblocks, ksteps, ta.dtype)
+        a_words = (pack_a_fragment_fp8(w, a.values, mblocks, ksteps) if fp8
+                   else pack_a_fragment(w, a.values, mblocks, ksteps, ta.dtype))
     wgmma_fence(w)
     vals = list(c.values)
     per_block = tc.cols // 2
@@ -162,6 +178,44 @@ def _op_tk_mma(cx: LoweringContext, op: Operation) -> None:
     cx.set(op.result, Frag(tc, vals, pending=depth > 0))
 
 
+@rule("tk.convert_layout", targets=("sm_90a",),
+      when=lambda cx, op: str(op.attrs.get("via", "none")) != "none"
+      and is_fp8_a_conversion(op.operands[0].type, op.result.type))
+def _op_fp8_acc_to_a(cx: LoweringContext, op: Operation) -> None:
+    """An fp8 tile from the accumulator's fragment to the 8-bit A fragment, by two shuffles per b32 word.
+
+    Per m block, 16-column group G and row half h (rows g and g + 8 of the warp's 16), lane 4g + q holds
+    columns 16G + 2q + {0, 1} and 16G + 8 + 2q + {0, 1} in the accumulator (HOPPER.md §1.5) and needs
+    16G + 4q + {0..3} in the 8-bit A (§1.6). Every lane packs its four bytes into a word W (the first pair
+    low: the two fp8 cvt pairs joined); lane q reads W of quad lanes 2(q & 1) and 2(q & 1) + 1 and keeps their
+    low halves (q < 2: columns 16G + 4q + {0..3} lie in the first 8-column chunk) or their high halves (q >= 2:
+    the second chunk), one prmt."""
+    w = cx.w
+    x = cx.get(op.operands[0])
+    assert isinstance(x, Frag)
+    n = len(x.values)
+    if n % 8:
+        raise LoweringError(op.loc, f"backend: {x.type} is not whole 16-column groups per thread")
+    lane = w.op(f"and i32 {cx.thread_index()}, 31", "lane")
+    q = w.op(f"and i32 {lane}, 3", "q")
+    q2 = w.op(f"shl i32 {w.op(f'and i32 {q}, 1', 'qodd')}, 1", "q2")
+    src0 = w.op(f"or i32 {w.op(f'and i32 {lane}, 28', 'quad')}, {q2}", "src0")  # 4g + 2(q & 1)
+    src1 = w.op(f"or i32 {src0}, 1", "src1")
+    # prmt selector: bytes 0, 1 of a then of b (q < 2), or bytes 2, 3 of each (q >= 2)
+    qh = w.op(f"lshr i32 {q}, 1", "qh")
+    sel = w.op(f"add i32 {w.op(f'mul i32 {qh}, {PRMT_HIGH_HALVES - PRMT_LOW_HALVES}', 'selq')}, {PRMT_LOW_HALVES}",
+               "sel")
+    out: list[str] = [""] * n
+    for g0 in range(0, n, 8):  # slots of one 16-column group of one m block (the same order in both)
+        for h in (0, 1):
+            s = g0 + 2 * h
+            word = w.pack_bytes([x.values[slot] for slot in (s, s + 1, s + 4, s + 5)])
+            a, b = shfl_idx(cx, word, src0), shfl_idx(cx, word, src1)
+            a8 = w.call("i32", "llvm.nvvm.prmt", [("i32", a), ("i32", b), ("i32", sel)], hint="a8")
+            out[g0 + 4 * h:g0 + 4 * h + 4] = w.unpack_bytes(a8)
+    cx.set(op.result, Frag(op.result.type, out))
+
+
 def _desc(cx: LoweringContext, addr: str, lbo: int, sbo: int, swizzle: int) -> str:
     w = cx.w
     a64 = w.op(f"zext i32 {addr} to i64", "a64")
@@ -194,14 +248,22 @@ def _wgmma(cx: LoweringContext, n: int, desc_a: str | list[str], desc_b: str, ac
     return [w.op(f"extractvalue {ret} {r}, {i}", "acc") for i in range(k)]
 
 
-def _wgmma_fp8(cx: LoweringContext, n: int, desc_a: str, desc_b: str, acc: list[str], atype: str,
+def _wgmma_fp8(cx: LoweringContext, n: int, desc_a: str | list[str], desc_b: str, acc: list[str], atype: str,
                btype: str) -> list[str]:
-    """One m64nNk32 of 8-bit A and B (both descriptors K-major), f32 accumulation: scale-d 1 (accumulate),
-    imm-scale-a/b 1, and no transpose operands (the 8-bit forms have none)."""
+    """One m64nNk32 of 8-bit A and B (B's descriptor K-major; A a K-major descriptor or four b32 registers of
+    the 8-bit A fragment), f32 accumulation: scale-d 1 (accumulate), imm-scale-a/b 1, and no transpose
+    operands (the 8-bit forms have none)."""
     w = cx.w
     k = len(acc)
     outs = ", ".join(f"${i}" for i in range(k))
     ret = w.struct("float", k)
+    if isinstance(desc_a, list):  # A from registers (RS form)
+        line = (f"wgmma.mma_async.sync.aligned.m64n{n}k{WGMMA_FP8_K}.f32.{atype}.{btype} {{{outs}}}, "
+                f"{{${k}, ${k + 1}, ${k + 2}, ${k + 3}}}, ${k + 4}, 1, 1, 1;")
+        cons = ["=f"] * k + ["r"] * 4 + ["l"] + [str(i) for i in range(k)]
+        args = [("i32", x) for x in desc_a] + [("i64", desc_b)] + [("float", v) for v in acc]
+        r = w.asm(ret, [line], cons, args, "mma")
+        return [w.op(f"extractvalue {ret} {r}, {i}", "acc") for i in range(k)]
     line = (f"wgmma.mma_async.sync.aligned.m64n{n}k{WGMMA_FP8_K}.f32.{atype}.{btype} {{{outs}}}, ${k}, ${k + 1}, "
             "1, 1, 1;")
     cons = ["=f"] * k + ["l", "l"] + [str(i) for i in range(k)]

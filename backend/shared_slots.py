@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from tkir.backend.fragments import BitBuilder, BitLLVMBuilder, NumpyBuilder, numeric_slots, shared_offset, tile_shape
-from tkir.backend.values import LLVM_TYPE, Frag, Smem, register_layout
+from tkir.backend.values import LLVM_TYPE, Frag, Smem, slot_layout
 from tkir.layout import SharedLayout
 from tkir.target import REG_BYTES as WORD
 from tkir.types import TileType, VectorType, dtype_bytes
@@ -48,7 +48,7 @@ def _slot_plan(reg: TileType | VectorType, smem: TileType | VectorType, trans: b
     its size, of at most 16 bytes."""
     eb = dtype_bytes(reg.dtype)
     lay = physical(smem)
-    slots = numeric_slots(register_layout(reg), tile_shape(reg))
+    slots = numeric_slots(slot_layout(reg), tile_shape(reg))
     nb = NumpyBuilder()
     offs = []
     for s in slots:

@@ -33,6 +33,16 @@ def register_layout(t: object) -> RegisterLayout:
     return lay
 
 
+def slot_layout(t: TileType | VectorType) -> RegisterLayout:
+    """register_layout for reading each slot's element (backend.fragments.slot_coords): an 8-bit tile in the
+    wgmma A fragment is refused, since slot_coords knows the 16-bit A order only; wgmma reads that tile's
+    bytes itself (rules_wgmma packs them), nothing else may."""
+    lay = register_layout(t)
+    if lay.kind == "wgmma_a" and t.dtype in ("e4m3", "e5m2"):
+        raise LoweringError(None, f"backend: {t} in the 8-bit wgmma A fragment is read only by wgmma")
+    return lay
+
+
 # ---------------------------------------------------------------------------------------------
 # Lowered values
 

@@ -253,18 +253,15 @@ class ExpressionLowering(OperandLowering):
         return Lowered(loc, value=self.emit("tk.mma", [a.value, b.value, acc], [acc.type], loc, attrs).result)
 
     def check_fp8_mma(self, a: Lowered, b: Lowered, loc: Loc) -> None:
-        """`a @ b.T` of fp8 tiles: both operands e4m3 or e5m2 (either pairing), both K-major in shared
-        memory. wgmma's 8-bit forms (m64nNk32) have no transpose bits (PTX ISA, wgmma.mma_async: imm-trans-a
-        and imm-trans-b exist for .f16/.bf16 only), so A is stored M x K and B N x K; the register A form
-        is not lowered for fp8."""
+        """`a @ b.T` of fp8 tiles: both operands e4m3 or e5m2 (either pairing), both K-major. wgmma's 8-bit
+        forms (m64nNk32) have no transpose bits (PTX ISA, wgmma.mma_async: imm-trans-a and imm-trans-b exist
+        for .f16/.bf16 only), so A is stored M x K and B N x K. A may be a register tile; infer-layouts takes
+        it only as a product's result (its accumulator fragment shuffles into the 8-bit A fragment) and
+        refuses any other at the `@`."""
         ta, tb = a.value.type, b.value.type
         if ta.dtype not in FP8_MMA_DTYPES or tb.dtype not in FP8_MMA_DTYPES:
             raise self.error(loc, f"dtype mismatch in '@': {ta} @ {tb}: an fp8 '@' takes two fp8 operands",
                              hint="cast the other operand: e4m3(x) or e5m2(x)")
-        if not is_shared(ta):
-            raise self.error(a.loc, f"an fp8 '@' reads A from shared memory, not from registers ({ta})",
-                             hint=f"store it to a shared tile first: `shared sa: st<{ta.dtype}, "
-                                  f"{ta.rows}, {ta.cols}>`, `sa = ...`, then `sa @ b.T`")
         if a.trans:
             raise self.error(a.loc, f"an fp8 '@' needs A stored M x K (K-major): wgmma has no transposed "
                                     f"8-bit A, and '{a.value.name}.T' would be one",

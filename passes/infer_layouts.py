@@ -52,6 +52,7 @@ from tkir.layout import (
     auto_consumer_warpgroups,
     conversion,
     dtype_bytes,
+    layout_of,
     make_layout,
     mma_warps_n,
     outer_operand_layout,
@@ -167,6 +168,24 @@ class _KernelLayouts:
             v.type = v.type.with_attr("layout", self.layouts[self.uf.find(v)].to_attr())
         for op, idx, want in [*self.tile_uses, *vec_uses]:
             self._convert(op, idx, want)
+        for op in mmas:
+            self._check_fp8_register_a(op)
+
+    def _check_fp8_register_a(self, op: Operation) -> None:
+        """An fp8 register A must be a matrix product's result converted from the accumulator's fragment: the
+        backend shuffles that form into the 8-bit A fragment (rules_wgmma) and lowers no other way into it."""
+        a = op.operands[0]
+        if not is_register(a.type) or a.type.dtype not in FP8_REGISTER_A:
+            return
+        d = a.owner
+        src = layout_of(d.operands[0].type) if isinstance(d, Operation) and d.name == "tk.convert_layout" else None
+        if src is not None and src.kind == "wgmma_acc":
+            return
+        t = a.type
+        raise PassError(op.loc, f"an fp8 '@' takes A from registers only as a matrix product's result (e.g. "
+                                f"e4m3(p) of an f32 accumulator p), not {t.bare()}",
+                        hint=f"store it to a shared tile first: `shared sa: st<{t.dtype}, {t.rows}, {t.cols}>`, "
+                             "`sa = ...`, then `sa @ b.T`")
 
     # --- thread shape ------------------------------------------------------------------------
 
@@ -453,6 +472,9 @@ class _KernelLayouts:
         )
         op.parent.insert_before(op, cvt)
         op.operands[idx] = cvt.result
+
+
+FP8_REGISTER_A = ("e4m3", "e5m2")  # 8-bit wgmma A from registers (PTX ISA, wgmma.mma_async: .e4m3/.e5m2)
 
 
 def _chunk_bytes(t: TileType) -> int:

@@ -739,6 +739,7 @@ MUTANTS += [
 # --- block-oracle: the cross-warp row combines, the Welford merge and the mask_causal rule, killed on the CPU by
 # running one block of the kernels' LLVM text (tests/llvm_block_eval.py) -------------------------------------------
 T_BLOCK_ORACLE = ("tests/backend/test_block_eval_rows.py",)
+T_FP8_A = ("tests/backend/test_fp8_a_fragment.py",)
 MUTANTS += [
     M("xwarp-last-part-dropped", "backend/exchange.py", "        for p in range(parts):",
       "        for p in range(parts - 1):", "a row's combine leaves out the last warp's partial",
@@ -788,4 +789,21 @@ MUTANTS += [
       tests=T_BLOCK_ORACLE, topic="block-oracle"),
     M("causal-coords-transposed", "backend/rules_registers.py", 'f"sub i32 {c}, {r}"', 'f"sub i32 {r}, {c}"',
       "the per-slot causal mask compares r - c", tests=T_BLOCK_ORACLE, topic="block-oracle"),
+    # the fp8 register A of wgmma (backend/rules_wgmma.py _op_fp8_acc_to_a, fragments.pack_a_fragment_fp8)
+    M("fp8-a-shuffle-sources-swapped", "backend/rules_wgmma.py",
+      "a, b = shfl_idx(cx, word, src0), shfl_idx(cx, word, src1)",
+      "b, a = shfl_idx(cx, word, src0), shfl_idx(cx, word, src1)",
+      "the fp8 A conversion puts the odd lane's columns first", tests=T_FP8_A, topic="fp8"),
+    M("fp8-a-half-select-fixed", "backend/rules_wgmma.py", 'qh = w.op(f"lshr i32 {q}, 1", "qh")',
+      'qh = w.op(f"lshr i32 {q}, 2", "qh")', "lanes q >= 2 keep the first 8-column chunk",
+      tests=T_FP8_A, topic="fp8"),
+    M("fp8-a-pairs-joined-8", "backend/llvm_text.py", "to i32', 'hi16')}, 16\", \"hi16\")",
+      "to i32', 'hi16')}, 8\", \"hi16\")", "two fp8 cvt pairs joined into a word overlap",
+      tests=T_FP8_A, topic="fp8"),
+    M("fp8-carry-bytes-reversed", "backend/rules_core.py", "out += w.unpack_bytes(wd) if",
+      "out += w.unpack_bytes(wd)[::-1] if", "an fp8 tile carried around a loop comes back with its bytes reversed",
+      tests=T_FP8_A, topic="fp8"),
+    M("fp8-a-pack-step", "backend/fragments.py", "base = mb * per_block + 16 * kk + 4 * j",
+      "base = mb * per_block + 8 * kk + 4 * j", "the fp8 A registers of step kk overlap the previous step's",
+      tests=T_FP8_A, topic="fp8"),
 ]

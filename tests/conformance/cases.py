@@ -676,6 +676,15 @@ construct(name="fp8_mma_mixed", family="dtypes",
           body="a = A[{r}, 0]\nb = B[0, 0]\nreg acc: rt<f32, 64, 64> = 0\nacc += a @ b.T\n"
                "reg s: rv<f32, 64> = S[0]\nY[{r}, 0] = bf16(acc * col(s))",
           note="{dt} A x e5m2 B (128-byte rows: 128B swizzle), scaled per column: the fp8 GEMM's epilogue")
+construct(name="fp8_mma_register_a", family="dtypes",
+          params="A: gl<{dt}>[N, 64], B: gl<{dt}>[64, 64], C: gl<{dt}>[64, 64], Y: gl<bf16>[N, 64]",
+          outputs=("Y",), shared="shared a: st<{dt}, 64, 64>\nshared b: st<{dt}, 64, 64>\nshared c: st<{dt}, 64, 64>",
+          dtypes=FP8_DTYPES, refused_targets=FP8_MMA_SM80,
+          reference=lambda i, dt: {"Y": rnd(sat((i["A"] @ i["B"].T) * 0.125, dt) @ i["C"].T, "bf16")},
+          body="a = A[{r}, 0]\nb = B[0, 0]\nc = C[0, 0]\nreg s: rt<f32, 64, 64> = 0\ns += a @ b.T\n"
+               "reg y: rt<f32, 64, 64> = 0\ny += {dt}(s * 0.125) @ c.T\nY[{r}, 0] = bf16(y)",
+          note="NEW: a product's result cast to fp8 as the next product's register A (attention's P · V): "
+               "shuffled into the 8-bit A fragment, wgmma's RS form")
 construct(name="fp8_cast_down", family="dtypes", params="X: gl<f32>[N, 64], Y: gl<{dt}>[N, 64], Z: gl<bf16>[N, 64]",
           outputs=("Y", "Z"), dtypes=FP8_DTYPES,
           reference=lambda i, dt: {"Y": sat(i["X"] * 200.0, dt), "Z": rnd(sat(rnd(i["X"] * 200.0, "bf16"), dt), "bf16")},
