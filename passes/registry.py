@@ -38,6 +38,7 @@ PASS_TABLE: dict[str, str] = {
     "cache-policy": "cache_policy:CachePolicy",     # global -> register loads get an L2 eviction priority
     "readonly-loads": "readonly_loads:ReadonlyLoads",  # tensors never written read through ld.global.nc
     "cluster-rows": "cluster_rows:ClusterRows",     # a register-only block spread over a cluster of CTAs (@cluster)
+    "coarsen-rows": "coarsen_rows:CoarsenRows",     # row kernels adding into global tensors: bounded grid, row loop
     "early-release": "early_release:EarlyRelease",  # a barrier ring per tile: stages freed by their last reader
     "pingpong": "pingpong:Pingpong",                # consumer warpgroups take turns issuing mmas (named barriers)
     "split-masks": "split_masks:SplitMasks",        # masks only on the iterations that can mask
@@ -62,6 +63,8 @@ DEFAULT_PIPELINE: list[str] = [
     "cache-policy",    # global -> register loads marked L2 evict_last (measured: row kernels 1-4%, chunk loops 2-9%)
     "readonly-loads",  # loads of tensors the kernel never writes: ld.global.nc (ptxas may issue them above stores)
     "cluster-rows",    # only kernels that ask (@cluster(C)): a block's warps spread over C CTAs (before the plan)
+    "coarsen-rows",    # row kernels that reduce-add into global tensors: a bounded grid walks the rows, the sums
+                       # carried in registers (before the plan, which counts them and sizes the grid)
     "plan-occupancy",  # stages, roles and registers from the budget (before pipeline uses them)
     "pipeline",        # ring buffers, mbarriers, producer/consumer roles
     "pipeline-cp-async",  # the mma.sync path's (sm_80) cp.async ring buffers: copies S-1 k-tiles ahead
