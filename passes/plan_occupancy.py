@@ -70,12 +70,13 @@ The budget is an estimate, checked against ptxas on every example and target by
 tests/tools/test_register_estimate.py (`python3 -m tkir.tools.register_table` prints the table): within 10%
 but for listed outliers (mma.sync fragments loaded ahead, fixed parts too large for small row kernels, tiles
 ptxas streams). Where it is too low for the blocks per SM it leads to, ptxas spills, and the backend lowers
-the kernel again for one fewer block per SM (backend/lower.py avoid_spills; `spill_retry=false` turns that
-off and records the kernel attr `spill_retry = false`).
+the kernel again for the highest lower count ptxas does not spill at (backend/lower.py avoid_spills, a bounded
+search; `spill_retry=false` turns that off and records the kernel attr `spill_retry = false`).
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 
 from tkir.diagnostics import CompileError
@@ -163,8 +164,8 @@ class PlanOccupancy(Pass):
 
     spill_retry: bool = param(
         True, "after the backend's ptxas run finds spills at the compiler's own blocks per SM > 1, lower the kernel "
-              "again for one fewer block per SM (backend/lower.py avoid_spills; false: keep the spilling code, the "
-              "ablation, recorded as the kernel attr `spill_retry = false`)")
+              "again for the highest lower count ptxas does not spill at (backend/lower.py avoid_spills; false: "
+              "keep the spilling code, the ablation, recorded as the kernel attr `spill_retry = false`)")
 
     def __post_init__(self) -> None:
         if self.producer_warps is not None and not 0 <= self.producer_warps <= MAX_PRODUCER_WARPS:
@@ -563,11 +564,21 @@ def _sliced(v: Value, uses: dict[Value, list[Operation]]) -> bool:
     return all(o.name in ("tk.fill", "arith.const") for o in between[:between.index(mma)])
 
 
-def _widened_at_use(v: Value, uses: dict[Value, list[Operation]], regs: dict[Value, int]) -> Value | None:
+def _widened_at_use(v: Value, uses: dict[Value, list[Operation]], regs: dict[Value, int],
+                    reduce_at: list[int], span: tuple[int, int]) -> Value | None:
     """The operand of `v = tk.cast x` when the cast widens a register tile (bf16 -> f32) that nothing else reads
     and every reader of `v` is elementwise or a reduction: ptxas keeps x packed (two bf16 a register) and
     converts each element next to its use (rotary's four loaded tiles: 16 registers live, not 32 of f32;
-    docs/passes.md, the predicted-vs-ptxas notes), so `v` costs nothing and x lives until `v`'s last use."""
+    docs/passes.md, the predicted-vs-ptxas notes), so `v` costs nothing and x lives until `v`'s last use.
+    Not when a reduction lies strictly inside `span` (v's definition .. last use; `reduce_at`: the positions of
+    the kernel's tk.reduce ops, sorted): v is read before and after the reduction's shuffles, and ptxas converts
+    once and keeps the f32 tile across them (softmax_bwd's yf and dyf around row_sum, softmax's chunk xcf around
+    row_max: ptxas needs 80 and 96 registers at D = 4096 and DC = 8192 over 128 threads, where the packed count
+    gave 56 and ptxas spilled at the 9 blocks per SM it led to)."""
+    lo, hi = span
+    i = bisect.bisect_right(reduce_at, lo)
+    if i < len(reduce_at) and reduce_at[i] < hi:
+        return None
     op = v.owner
     if not (isinstance(op, Operation) and op.name == "tk.cast" and isinstance(v.type, TileType)):
         return None
@@ -632,8 +643,9 @@ def _register_budget(kernel: Operation, threads: int) -> tuple[RegisterBudget, t
     for v in regs:
         if _sliced(v, uses):
             regs[v] = min(regs[v], SLICED_A_REGS)
+    reduce_at = [index[id(op)] for op in order if op.name == "tk.reduce"]
     for v in list(regs):
-        narrow = _widened_at_use(v, uses, regs)
+        narrow = _widened_at_use(v, uses, regs, reduce_at, (defs[v], last_use[v]))
         if narrow is not None:  # the narrow operand stays live, packed, to the widened value's last use
             last_use[narrow] = max(last_use[narrow], last_use[v])
             regs[v] = 0

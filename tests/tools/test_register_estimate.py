@@ -39,9 +39,16 @@ OUTLIERS: dict[tuple[str, str], tuple[float, str]] = {
     ("rmsnorm", "sm_80"): (0.14, "as on sm_90a"),
     ("rotary", "sm_90a"): (0.14, "addresses 9 + overhead 16 are more than the kernel's address arithmetic uses"),
     ("rotary", "sm_80"): (0.24, "as on sm_90a"),
-    ("softmax_bwd", "sm_90a"): (0.17, "ptxas converts Y and dY once (32 conversions in the SASS) and keeps some f32 "
-                                      "copies across the row sum: between the estimate's packed 8 + 8 and f32 16 + 16"),
-    ("softmax_bwd", "sm_80"): (0.19, "as on sm_90a"),
+    ("softmax_bwd", "sm_90a"): (0.20, "Y's and dY's f32 copies are counted whole, read before and after the row sum "
+                                      "(_widened_at_use's reduction exception: ptxas keeps them, 84 registers at "
+                                      "D = 4096 over 128 threads); at 16 elements a thread it keeps some packed"),
+    ("softmax_bwd", "sm_80"): (0.20, "as on sm_90a"),
+    ("layernorm_bwd", "sm_90a"): (0.13, "x's and dy's f32 copies are counted whole across the row sums (as "
+                                        "softmax_bwd); ptxas fits the 64 of 2 blocks of 512 threads, no spills"),
+    ("layernorm_bwd", "sm_80"): (0.13, "as on sm_90a"),
+    ("rmsnorm_bwd", "sm_90a"): (0.13, "x's and dy's f32 copies are counted whole across the row sums (as "
+                                      "softmax_bwd); ptxas keeps some packed"),
+    ("rmsnorm_bwd", "sm_80"): (0.13, "as on sm_90a"),
 }
 
 
@@ -76,3 +83,27 @@ def test_estimate_within_bound_of_ptxas(rows: dict[tuple[str, str], dict], path:
     if why:
         assert err > REGISTER_BOUND, f"{path.stem} {target}: now within {REGISTER_BOUND:.0%} ({err:.0%}): take it " \
                                      "off OUTLIERS"
+
+
+# Wide rows, where a widened tile is read before and after a row reduction: ptxas keeps its f32 copy across the
+# reduction's shuffles, and the estimate counts it whole (passes/plan_occupancy.py _widened_at_use). Counted
+# packed, the estimate was 56 for both, the plan 9 blocks of 128 threads, and ptxas spilled 112 B (softmax_bwd,
+# it needs 80 registers) and 204 B (softmax, 96): the blocks per SM the plan leads to must be ones ptxas holds,
+# with no spill fallback (backend/lower.py avoid_spills).
+WIDE_ROWS = [("softmax_bwd", {"D": 4096, "DC": 4096, "ROWS": 1, "WG": 1}),
+             ("softmax", {"D": 16384, "DC": 8192, "ROWS": 1, "WG": 1})]
+
+
+@pytest.mark.parametrize("name, consts", WIDE_ROWS, ids=[n for n, _ in WIDE_ROWS])
+def test_wide_row_plan_is_held_by_ptxas(name: str, consts: dict) -> None:
+    import tkir
+    from tkir.backend.lower import SPILL_FALLBACK_ATTR
+    from tkir.tools.register_table import ROOT
+    from tkir.tools.report import register_comparison
+
+    k = tkir.compile(str(ROOT / "examples" / f"{name}.tk"), **consts)
+    stats = k.asm["ptxas"]
+    assert SPILL_FALLBACK_ATTR not in k.module.kernel.attrs, k.module.kernel.attrs[SPILL_FALLBACK_ATTR]
+    assert stats.spill_stores == stats.spill_loads == 0, stats
+    estimate = register_comparison(k.module, stats.registers)["predicted_total"]
+    assert abs(stats.registers - estimate) <= REGISTER_BOUND * stats.registers, (estimate, stats.registers)

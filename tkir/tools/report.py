@@ -33,7 +33,9 @@ predicts) and `within_10pct` (|ptxas - predicted| <= 10% of predicted).
 
 `spill_fallback(module)` (the CLI adds it as `spill_fallback` once the backend has run): the blocks per SM the
 backend gave up because ptxas spilled there (backend/lower.py avoid_spills): blocks_per_sm (asked of ptxas
-first), to (what the kernel asks for instead), spill_bytes and registers (ptxas's report at blocks_per_sm).
+first), to (what the kernel asks for instead: the highest spill-free count, or the least spilling one),
+spill_bytes and registers (ptxas's report at blocks_per_sm), spill_bytes_to (what ptxas still spills at `to`:
+0 but where every lower count spills) and ptxas_runs (the assemblies the search took).
 """
 
 from __future__ import annotations
@@ -126,9 +128,16 @@ def format_report(report: dict) -> str:
         out.append(_registers_line(report["registers"]))
     if "spill_fallback" in report:
         fb = report["spill_fallback"]
-        out.append(f"spills avoided: ptxas spilled {fb['spill_bytes']} B at {fb['blocks_per_sm']} blocks/SM "
-                   f"({fb['registers']} registers); the kernel asks for {fb['to']} blocks/SM instead "
-                   "(plan-occupancy{spill_retry=false} keeps the spilling code)")
+        runs = f", {fb['ptxas_runs']} ptxas runs" if fb.get("ptxas_runs") else ""
+        if fb.get("spill_bytes_to"):
+            out.append(f"spills NOT avoided: ptxas spilled {fb['spill_bytes']} B at {fb['blocks_per_sm']} blocks/SM "
+                       f"({fb['registers']} registers) and spills at every lower count; the kernel asks for "
+                       f"{fb['to']} blocks/SM, the least spilling ({fb['spill_bytes_to']} B{runs})")
+        else:
+            out.append(f"spills avoided: ptxas spilled {fb['spill_bytes']} B at {fb['blocks_per_sm']} blocks/SM "
+                       f"({fb['registers']} registers); the kernel asks for {fb['to']} blocks/SM instead, the "
+                       f"highest count ptxas does not spill at{runs} (plan-occupancy{{spill_retry=false}} keeps "
+                       "the spilling code)")
     if report.get("unaligned_rows"):
         rows = report["unaligned_rows"]
         pieces = sorted(set(rows.values()), reverse=True)
@@ -179,7 +188,8 @@ def spill_fallback(module: Module) -> dict | None:
     for kernel in module.kernels():
         fb = kernel.attrs.get("spill_fallback")
         if isinstance(fb, dict):
-            return {k: fb.get(k) for k in ("blocks_per_sm", "to", "spill_bytes", "registers")}
+            return {k: fb.get(k) for k in ("blocks_per_sm", "to", "spill_bytes", "registers", "spill_bytes_to",
+                                           "ptxas_runs")}
     return None
 
 
