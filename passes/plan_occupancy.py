@@ -26,6 +26,11 @@ an op does not overlap that op's result, i.e. elementwise ops and mma update in 
   n*4/threads (one value per row, replicated over the 4 lanes of a quad, HOPPER.md §1.5);
   an elementwise result read once by the very next op (elementwise or a reduction) counts 0: it is
   computed element by element inside that op (`x*x` feeding `row_sum`);
+* a widening tk.cast (bf16 -> f32) of a register tile that nothing else reads, whose own readers are all
+  elementwise or reductions, counts 0 and keeps its operand live (packed) to its last use: ptxas
+  converts each element next to its use (_widened_at_use; rotary: 16 registers of loaded tiles, not 32);
+* a register tile loaded from shared memory and read once, by the very next op (elementwise or a
+  reduction), counts 0: ptxas issues each ld.shared next to its use (_shared_load_at_use);
 * a tk.outer product read only as the A operand of the next tk.mma counts SLICED_A_REGS: the
   backend computes it slice by slice where the wgmma reads it;
 * an mma.sync (an `mma_c` accumulator, sm_80) adds, at the mma, the operand fragments it loads from
@@ -60,10 +65,18 @@ B is refused (a CompileError at the kernel) when B blocks cannot be resident: B 
 warp-specialized kernel, B * threads > 2048, B * (smem + 1 KB, in 128-B units) > 228 KB, or fewer
 than acc_regs + overhead registers per thread.
 Nothing fits -> a located CompileError naming the largest consumer of the budget.
+
+The budget is an estimate, checked against ptxas on every example and target by
+tests/tools/test_register_estimate.py (`python3 -m tkir.tools.register_table` prints the table): within 10%
+but for listed outliers (mma.sync fragments loaded ahead, fixed parts too large for small row kernels, tiles
+ptxas streams). Where it is too low for the blocks per SM it leads to, ptxas spills, and the backend lowers
+the kernel again for the highest lower count ptxas does not spill at (backend/lower.py avoid_spills, a bounded
+search; `spill_retry=false` turns that off and records the kernel attr `spill_retry = false`).
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 
 from tkir.diagnostics import CompileError
@@ -149,6 +162,11 @@ class PlanOccupancy(Pass):
               "tk.mma, which `pipeline` turns into a cp.async producer role (unset: 4, one per scheduler, for a "
               "loop that only copies and multiplies, when the registers fit, else 0; 0: none, the ablation)")
 
+    spill_retry: bool = param(
+        True, "after the backend's ptxas run finds spills at the compiler's own blocks per SM > 1, lower the kernel "
+              "again for the highest lower count ptxas does not spill at (backend/lower.py avoid_spills; false: "
+              "keep the spilling code, the ablation, recorded as the kernel attr `spill_retry = false`)")
+
     def __post_init__(self) -> None:
         if self.producer_warps is not None and not 0 <= self.producer_warps <= MAX_PRODUCER_WARPS:
             raise ParamError("producer_warps", f"plan-occupancy: producer_warps={self.producer_warps} must be "
@@ -157,6 +175,8 @@ class PlanOccupancy(Pass):
     def run(self, module: Module, options: Options) -> None:
         for kernel in module.kernels():
             kernel.attrs[OccupancyPlan.ATTR] = plan_kernel(kernel, self.producer_warps).to_attr()
+            if not self.spill_retry:
+                kernel.attrs["spill_retry"] = False
 
 
 def plan_kernel(kernel: Operation, producer_warps: int | None = None) -> OccupancyPlan:
@@ -494,12 +514,29 @@ def _block_index(blk: Block, positions: dict[int, _BlockIndex]) -> _BlockIndex:
     return index
 
 
+def _shared_load_at_use(v: Value, users: list[Operation], positions: dict[int, _BlockIndex]) -> bool:
+    """A register tile loaded from shared memory and read once, by the very next op, an elementwise one or a
+    reduction: ptxas issues each piece's ld.shared next to the arithmetic that reads it (a few cycles of
+    latency, nothing to hide), so the tile is never whole in registers (attention_bwd_dq_convert: the 64
+    registers of its f32 tile, 45 used in all). Global loads are hoisted (their latency is hidden by
+    having them all in flight) and count in full."""
+    op = v.owner
+    if not (isinstance(op, Operation) and op.name == "tk.load" and op.operands and is_shared(op.operands[0].type)):
+        return False
+    if len(users) != 1 or users[0].name not in ELEMENTWISE + ("tk.reduce",) or users[0].parent is not op.parent:
+        return False
+    index = _block_index(op.parent, positions)
+    return index.pos[id(users[0])] == index.pos[id(op)] + 1
+
+
 def _streamed(v: Value, uses: dict[Value, list[Operation]], positions: dict[int, _BlockIndex]) -> bool:
     """An elementwise result read only by elementwise ops or reductions of its own block, with nothing
     but elementwise and scalar ops between its definition and its last use: the whole chain is one
     element-wise expression that the backend and ptxas evaluate element by element (the GELU of an
     epilogue), so the intermediate never occupies a whole tile of registers."""
     op, users = v.owner, uses.get(v, [])
+    if _shared_load_at_use(v, users, positions):
+        return True
     if not (isinstance(op, Operation) and op.name in ELEMENTWISE and users):
         return False
     blk = op.parent
@@ -525,6 +562,35 @@ def _sliced(v: Value, uses: dict[Value, list[Operation]]) -> bool:
     if mma not in between:
         return False
     return all(o.name in ("tk.fill", "arith.const") for o in between[:between.index(mma)])
+
+
+def _widened_at_use(v: Value, uses: dict[Value, list[Operation]], regs: dict[Value, int],
+                    reduce_at: list[int], span: tuple[int, int]) -> Value | None:
+    """The operand of `v = tk.cast x` when the cast widens a register tile (bf16 -> f32) that nothing else reads
+    and every reader of `v` is elementwise or a reduction: ptxas keeps x packed (two bf16 a register) and
+    converts each element next to its use (rotary's four loaded tiles: 16 registers live, not 32 of f32;
+    docs/passes.md, the predicted-vs-ptxas notes), so `v` costs nothing and x lives until `v`'s last use.
+    Not when a reduction lies strictly inside `span` (v's definition .. last use; `reduce_at`: the positions of
+    the kernel's tk.reduce ops, sorted): v is read before and after the reduction's shuffles, and ptxas converts
+    once and keeps the f32 tile across them (softmax_bwd's yf and dyf around row_sum, softmax's chunk xcf around
+    row_max: ptxas needs 80 and 96 registers at D = 4096 and DC = 8192 over 128 threads, where the packed count
+    gave 56 and ptxas spilled at the 9 blocks per SM it led to)."""
+    lo, hi = span
+    i = bisect.bisect_right(reduce_at, lo)
+    if i < len(reduce_at) and reduce_at[i] < hi:
+        return None
+    op = v.owner
+    if not (isinstance(op, Operation) and op.name == "tk.cast" and isinstance(v.type, TileType)):
+        return None
+    x = op.operands[0]
+    if x not in regs or not isinstance(x.type, TileType) or len(uses.get(x, [])) != 1:
+        return None
+    if DTYPE_BYTES[x.type.dtype] >= DTYPE_BYTES[v.type.dtype] or not regs[x] or regs[x] >= regs[v]:
+        return None
+    users = uses.get(v, [])
+    if not users or any(u.name not in ELEMENTWISE + ("tk.reduce",) for u in users):
+        return None
+    return x
 
 
 def _register_budget(kernel: Operation, threads: int) -> tuple[RegisterBudget, tuple[Value, int] | None]:
@@ -577,6 +643,12 @@ def _register_budget(kernel: Operation, threads: int) -> tuple[RegisterBudget, t
     for v in regs:
         if _sliced(v, uses):
             regs[v] = min(regs[v], SLICED_A_REGS)
+    reduce_at = [index[id(op)] for op in order if op.name == "tk.reduce"]
+    for v in list(regs):
+        narrow = _widened_at_use(v, uses, regs, reduce_at, (defs[v], last_use[v]))
+        if narrow is not None:  # the narrow operand stays live, packed, to the widened value's last use
+            last_use[narrow] = max(last_use[narrow], last_use[v])
+            regs[v] = 0
     # a value holds its registers at positions defs[v] .. max(last_use[v], defs[v] + 1) - 1: the pressure at
     # every position from one sweep over range ends (a list of the live values per position was quadratic
     # in a kernel of many long-lived values), the first position of the highest pressure is the peak

@@ -110,6 +110,7 @@ class CompiledKernel:
                                hint="tkc opt runs passes on any module; --emit tkir stops before the backend")
         from tkir.backend import cache
         from tkir.backend.launch import LaunchDescription
+        from tkir.backend.lower import SPILL_FALLBACK_ATTR
 
         t0 = time.perf_counter()
         key = _cache_key(self) if cache.enabled() else None
@@ -117,6 +118,8 @@ class CompiledKernel:
         hit = cache.get(key, required=BACKEND_STAGES, read={"launch": LaunchDescription.from_json}) if key else None
         if hit is not None:
             self.asm.update({s: hit[s] for s in BACKEND_STAGES})
+            if isinstance(hit.get(SPILL_FALLBACK_ATTR), dict):  # the backend's decision, as it made it
+                self.module.kernel.attrs[SPILL_FALLBACK_ATTR] = hit[SPILL_FALLBACK_ATTR]
             self.cached = True
             self.timings.append(("backend (cached)", time.perf_counter() - t0))
             return
@@ -126,7 +129,11 @@ class CompiledKernel:
         self.asm.update(artifacts)
         self.cached = False
         if key:  # the launch description is stored as its JSON
-            cache.put(key, {s: artifacts[s].to_json() if s == "launch" else artifacts[s] for s in BACKEND_STAGES})
+            entry = {s: artifacts[s].to_json() if s == "launch" else artifacts[s] for s in BACKEND_STAGES}
+            fallback = self.module.kernel.attrs.get(SPILL_FALLBACK_ATTR)
+            if isinstance(fallback, dict):
+                entry[SPILL_FALLBACK_ATTR] = fallback
+            cache.put(key, entry)
         self.timings.append(("backend (llvm, ptx)", time.perf_counter() - t0))
 
     @property

@@ -739,6 +739,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         highest_register,
         peak_live_registers,
         register_comparison,
+        spill_fallback,
     )
 
     measuring = _measure_request(args) if args.measure else None  # no ncu or no GPU: an error before any work
@@ -755,6 +756,9 @@ def cmd_report(args: argparse.Namespace) -> int:
         rep["backend"] = f"not compiled: {e.message}"
     except Exception as e:  # noqa: BLE001 -- NotImplementedError, ToolchainError, a backend bug
         rep["backend"] = f"not compiled: {type(e).__name__}: {str(e).strip().splitlines()[0] if str(e) else ''}"
+    fallback = spill_fallback(k.module)  # set by the backend, which ran above
+    if fallback is not None:
+        rep["spill_fallback"] = fallback
     regs = register_comparison(k.module, ptxas_regs, sass_regs, live_peak)
     if regs is not None:
         rep["registers"] = regs

@@ -16,7 +16,12 @@ def streaming_blocks_per_sm(kernel: Operation, threads: int) -> int:
     """`.minnctapersm` of a kernel without warp roles: at least two resident blocks (MIN_BLOCKS_STREAMING), so
     one block's loads overlap another's math and stores, where the plan's accumulators and overhead leave room
     for them, or the plan's count if higher; with `@blocks_per_sm(B)` (attr `min_blocks_per_sm = B`) the plan's
-    count, which plan-occupancy made at least B (B itself in IR without a plan)."""
+    count, which plan-occupancy made at least B (B itself in IR without a plan). After ptxas spilled at that
+    count, the backend's choice (kernel attr `spill_fallback = {blocks_per_sm = B, to = M, ...}`, M < B the highest
+    count ptxas does not spill at, backend/lower.py avoid_spills) is `to`."""
+    fallback = kernel.attrs.get("spill_fallback")
+    if isinstance(fallback, dict) and isinstance(fallback.get("to"), int):
+        return fallback["to"]
     plan = OccupancyPlan.of(kernel)
     planned = (plan.blocks_per_sm if plan is not None else None) or 1
     requested = requested_blocks_per_sm(kernel)

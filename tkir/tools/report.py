@@ -30,6 +30,12 @@ what the consumer uses), `sass_regs` (1 + the highest R register the SASS names:
 role's code is allocated), `sass_live_peak` (the most registers live at one instruction of the kernel
 body, from `nvdisasm --print-life-ranges --life-range-mode count`: the measured pressure the budget
 predicts) and `within_10pct` (|ptxas - predicted| <= 10% of predicted).
+
+`spill_fallback(module)` (the CLI adds it as `spill_fallback` once the backend has run): the blocks per SM the
+backend gave up because ptxas spilled there (backend/lower.py avoid_spills): blocks_per_sm (asked of ptxas
+first), to (what the kernel asks for instead: the highest spill-free count, or the least spilling one),
+spill_bytes and registers (ptxas's report at blocks_per_sm), spill_bytes_to (what ptxas still spills at `to`:
+0 but where every lower count spills) and ptxas_runs (the assemblies the search took).
 """
 
 from __future__ import annotations
@@ -120,6 +126,18 @@ def format_report(report: dict) -> str:
                         [[r["role"], *(r.get(k, "-") for k in sizes), r["regs_per_thread"]] for r in roles])
     if "registers" in report:
         out.append(_registers_line(report["registers"]))
+    if "spill_fallback" in report:
+        fb = report["spill_fallback"]
+        runs = f", {fb['ptxas_runs']} ptxas runs" if fb.get("ptxas_runs") else ""
+        if fb.get("spill_bytes_to"):
+            out.append(f"spills NOT avoided: ptxas spilled {fb['spill_bytes']} B at {fb['blocks_per_sm']} blocks/SM "
+                       f"({fb['registers']} registers) and spills at every lower count; the kernel asks for "
+                       f"{fb['to']} blocks/SM, the least spilling ({fb['spill_bytes_to']} B{runs})")
+        else:
+            out.append(f"spills avoided: ptxas spilled {fb['spill_bytes']} B at {fb['blocks_per_sm']} blocks/SM "
+                       f"({fb['registers']} registers); the kernel asks for {fb['to']} blocks/SM instead, the "
+                       f"highest count ptxas does not spill at{runs} (plan-occupancy{{spill_retry=false}} keeps "
+                       "the spilling code)")
     if report.get("unaligned_rows"):
         rows = report["unaligned_rows"]
         pieces = sorted(set(rows.values()), reverse=True)
@@ -127,7 +145,7 @@ def format_report(report: dict) -> str:
                    "not aligned to them launch the kernel's variant with narrower pieces (compiled on first use)")
     for key, val in report.items():  # keys later stages add (e.g. the CLI's ptxas summary)
         if key not in ("shared_tiles", "accesses", "register_tiles", "register_copies", "tma", "occupancy",
-                       "registers", "cp_async_loops", "unaligned_rows",
+                       "registers", "cp_async_loops", "unaligned_rows", "spill_fallback",
                        "measured"):  # measured: tkir/tools/measure.py prints it
             out.append(f"{key}: {_cell(val)}")
     return "\n".join(out).rstrip() + "\n"
@@ -162,6 +180,16 @@ def register_comparison(module: Module, ptxas: int | None, sass: int | None = No
                 "predicted_total": plan.budget.total if plan.budget is not None else 0,
                 "budget": plan.budget.to_attr() if plan.budget is not None else {}, "setmaxnreg": setmaxnreg,
                 "ptxas": ptxas, "sass_regs": sass, "sass_live_peak": live_peak, "within_10pct": within}
+    return None
+
+
+def spill_fallback(module: Module) -> dict | None:
+    """The backend's spill decision (kernel attr `spill_fallback`), as a dict; None where it made none."""
+    for kernel in module.kernels():
+        fb = kernel.attrs.get("spill_fallback")
+        if isinstance(fb, dict):
+            return {k: fb.get(k) for k in ("blocks_per_sm", "to", "spill_bytes", "registers", "spill_bytes_to",
+                                           "ptxas_runs")}
     return None
 
 
