@@ -9,16 +9,18 @@ G); `attention` checks the head counts first and compiles one set of kernels per
 
 Forward: examples/attention_fwd.tk (BQ, BKV chosen by plan-occupancy's budget: BQ=auto, BKV=auto), which also
 writes L, each query row's natural log-sum-exp of the scaled scores; the Function saves Q, K, V, O and L.
-Backward, either the one-kernel path (backward="fused", or TKIR_ATTENTION_BWD=fused):
+Backward, by default the one-kernel path (backward="fused"):
 
     attention_bwd_prep.tk        Delta = rowsum(dO * O)                                  [B, H, N] f32
     attention_bwd.tk             dK, dV, and dQ^T added into a zeroed f32 workspace      [B, H, D, NP] f32
                                  (TMA reduce-add; per key block, a loop over the query blocks)
     attention_bwd_dq_convert.tk  dQ = bf16(scale * workspace^T)
 
-or, by default, the three kernels that came before it (backward="three-kernel"), which
-scripts/bench/attention_bwd.py --variant compares. The default stays the three-kernel path until the fused one
-has run on a GPU (it is correct in the interpreter and assembles without spills; tests/gpu checks both):
+or the three kernels that came before it (backward="three-kernel", or TKIR_ATTENTION_BWD=three-kernel), which
+scripts/bench/attention_bwd.py --variant compares. The fused path is the default since it ran on an H100: correct
+there (tests/gpu, the bench's check) and faster at every shape of both bench runs (backward 0.51-0.64x SDPA's
+cuDNN at D = 128 against 0.43-0.50x for the three kernels at the same shapes in an earlier run, 231-300 TFLOP/s
+against 179-276; docs/experiments.md):
 
     attention_bwd_prep.tk   Delta = rowsum(dO * O)
     attention_bwd_dkdv.tk   dK, dV: per key block, a loop over the query blocks      (BQ=auto: 32 at D = 128 causal)
@@ -69,9 +71,9 @@ BACKWARD_ENV = "TKIR_ATTENTION_BWD"  # the default path's override (the bench's 
 
 
 def default_backward() -> str:
-    """The backward path `attention` takes when not told: $TKIR_ATTENTION_BWD, else "three-kernel" (the path
-    measured on a GPU; "fused" has not run on one yet)."""
-    name = os.environ.get(BACKWARD_ENV, "three-kernel")
+    """The backward path `attention` takes when not told: $TKIR_ATTENTION_BWD, else "fused" (the faster one
+    measured on a GPU; "three-kernel" is bitwise reproducible without the fused path's larger workspace)."""
+    name = os.environ.get(BACKWARD_ENV, "fused")
     if name not in BACKWARDS:
         raise ValueError(f"{BACKWARD_ENV}={name!r}: expected one of {', '.join(BACKWARDS)}")
     return name

@@ -158,11 +158,11 @@ def test_forward_without_grad_and_refusals(torch_module) -> None:  # noqa: ANN00
 
 
 def test_head_dim_256_takes_the_fused_backward_by_default(torch_module, monkeypatch) -> None:  # noqa: ANN001
-    """`attention` at D = 256 without backward= (and $TKIR_ATTENTION_BWD unset, whose default is the three-kernel
-    path) takes the fused backward, the only one with D = 256, and its gradients match SDPA's."""
+    """`attention` at D = 256 without backward= (and $TKIR_ATTENTION_BWD=three-kernel, which other head dims
+    follow) takes the fused backward, the only one with D = 256, and its gradients match SDPA's."""
     torch = torch_module
     ex = _example()
-    monkeypatch.delenv(ex.BACKWARD_ENV, raising=False)
+    monkeypatch.setenv(ex.BACKWARD_ENV, "three-kernel")
     q, k, v, do = _inputs(torch, (1, 2, 300, 256), seed=9)
     args = [t.clone().requires_grad_() for t in (q, k, v)]
     got = torch.autograd.grad(ex.attention(*args, causal=True), args, do)

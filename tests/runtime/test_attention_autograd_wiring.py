@@ -131,9 +131,9 @@ def test_the_wiring_of_the_deterministic_and_d256_backward(monkeypatch: pytest.M
 def test_the_default_backward_and_its_override(monkeypatch: pytest.MonkeyPatch) -> None:
     ex = _example()
     monkeypatch.delenv(ex.BACKWARD_ENV, raising=False)
-    assert ex.default_backward() == "three-kernel"
-    monkeypatch.setenv(ex.BACKWARD_ENV, "fused")
     assert ex.default_backward() == "fused"
+    monkeypatch.setenv(ex.BACKWARD_ENV, "three-kernel")
+    assert ex.default_backward() == "three-kernel"
     monkeypatch.setenv(ex.BACKWARD_ENV, "fast")
     with pytest.raises(ValueError, match="expected one of fused, three-kernel"):
         ex.default_backward()
