@@ -5,25 +5,16 @@ that refused enable_gqa (n/a)."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-import types
 from pathlib import Path
 
 import pytest
 
+from tkir.tools.examples import load_module
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _load(path: Path, name: str) -> types.ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-bench = _load(ROOT / "scripts" / "bench" / "attention_bwd.py", "bench_attention_bwd")
+bench = load_module(ROOT / "scripts" / "bench" / "attention_bwd.py", "bench_attention_bwd")
 
 
 def test_flops_of_each_timing() -> None:

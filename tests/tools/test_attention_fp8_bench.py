@@ -5,25 +5,16 @@ compile it), and the table with SDPA's fp8 way refused (n/a) and a row under the
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import sys
-import types
 from pathlib import Path
 
 import pytest
 
+from tkir.tools.examples import load_module
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _load(path: Path, name: str) -> types.ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-bench = _load(ROOT / "scripts" / "bench" / "attention_fp8.py", "bench_attention_fp8")
+bench = load_module(ROOT / "scripts" / "bench" / "attention_fp8.py", "bench_attention_fp8")
 
 
 def test_flops_and_shapes() -> None:

@@ -4,25 +4,16 @@ of --dry-run, and the same row kernel configurations as the GPU tests, so that t
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import sys
-import types
 from pathlib import Path
 
 import pytest
 
+from tkir.tools.examples import load_module
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _load(path: Path, name: str) -> types.ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-bench = _load(ROOT / "scripts" / "bench" / "row_backward.py", "bench_row_backward")
+bench = load_module(ROOT / "scripts" / "bench" / "row_backward.py", "bench_row_backward")
 
 
 def test_sizes_and_defines_parse() -> None:
@@ -41,13 +32,13 @@ def test_the_bar_sizes_are_the_default_sizes() -> None:
 
 
 def test_bench_and_gpu_tests_configure_the_row_kernels_alike() -> None:
-    gpu = _load(ROOT / "tests" / "gpu" / "test_row_backward_gpu.py", "gpu_row_backward")
+    gpu = load_module(ROOT / "tests" / "gpu" / "test_row_backward_gpu.py", "gpu_row_backward")
     assert bench.CONSTS == gpu.CONSTS
 
 
 def test_companions_bench_the_bench_script_configurations() -> None:
     for kernel in ("rmsnorm", "layernorm"):
-        comp = _load(ROOT / "examples" / f"{kernel}_bwd.py", f"companion_{kernel}_bwd")
+        comp = load_module(ROOT / "examples" / f"{kernel}_bwd.py", f"companion_{kernel}_bwd")
         for sizes, consts in zip(comp.BENCH_SIZES, comp.BENCH_CONSTS, strict=True):
             plan = bench.plan_row(kernel, sizes["N"], consts["D"], {})
             assert plan["consts"] == {**bench.CONSTS[consts["D"]], "D": consts["D"], "G": consts["G"]}
