@@ -1,15 +1,15 @@
-"""`tkc` as a user meets it: every command's --help, a checked interpreter run, the launch JSON, the
-CPU time of `--emit ptx`, one-line errors without tracebacks, and atomic `-o` writes.
+"""`tkc` as a user meets it: every command's --help, a checked interpreter run, the launch JSON, `--emit ptx`
+with `--time-passes`, one-line errors without tracebacks, and atomic `-o` writes.
 
-Most tests call `tkir.cli.main` in-process (fast); the ones about what a shell sees (exit codes, stderr,
-CPU time) run `python -m tkir.cli` in a subprocess.
+Most tests call `tkir.cli.main` in-process (fast); the ones about what a shell sees (exit codes, stderr) run
+`python -m tkir.cli` in a subprocess. How long a compile takes is scripts/compile_time.py's business (a
+benchmark), not a test's: CPU time, like wall time, moves with the machine.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import resource
 import subprocess
 import sys
 from pathlib import Path
@@ -23,18 +23,12 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 GEMM = str(EXAMPLES / "gemm.tk")
 COMMANDS = ("compile", "opt", "run", "bench", "report", "cache")
-# The child's CPU time, not its wall time: a loaded CI machine stretches wall time (9 s seen on a 2-core
-# runner at load 8) but not the work done. ~0.5 s of CPU measured on the 2-core development machine.
-PTX_CPU_LIMIT_S = 3.0
 
 
-def tkc(*args: str, env: dict[str, str] | None = None) -> tuple[subprocess.CompletedProcess[str], float]:
-    """Run `python -m tkir.cli ARGS`; the result and the child's CPU seconds (user + system)."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    proc = subprocess.run([sys.executable, "-m", "tkir.cli", *args], capture_output=True, text=True, cwd=ROOT,
+def tkc(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run `python -m tkir.cli ARGS` in a subprocess."""
+    return subprocess.run([sys.executable, "-m", "tkir.cli", *args], capture_output=True, text=True, cwd=ROOT,
                           env={**os.environ, **(env or {})}, timeout=HANG_S)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return proc, (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
 
 
 @pytest.mark.parametrize("cmd", [None, *COMMANDS])
@@ -62,14 +56,13 @@ def test_emit_launch_is_json(capsys: pytest.CaptureFixture[str], monkeypatch: py
     assert [p["kind"] for p in launch["params"]][:2] == ["tensor_map", "tensor_map"]
 
 
-def test_emit_ptx_cpu_time(tmp_path: Path) -> None:
+def test_emit_ptx_with_time_passes(tmp_path: Path) -> None:
     out = tmp_path / "gemm.ptx"
-    # the cache off: this measures the passes, LLVM and the interpreter start-up, not a cache read
-    proc, cpu = tkc("compile", GEMM, "--emit", "ptx", "-o", str(out), "--time-passes", env={"TKIR_CACHE": "0"})
-    print(f"tkc compile examples/gemm.tk --emit ptx: {cpu:.2f} s CPU (subprocess)\n{proc.stderr}")
+    # the cache off: the passes, LLVM and ptxas really run, and --time-passes reports each
+    proc = tkc("compile", GEMM, "--emit", "ptx", "-o", str(out), "--time-passes", env={"TKIR_CACHE": "0"})
     assert proc.returncode == 0, proc.stderr
     assert ".entry gemm" in out.read_text() and "backend (llvm, ptx)" in proc.stderr
-    assert cpu < PTX_CPU_LIMIT_S
+    assert "plan-occupancy" in proc.stderr
 
 
 @pytest.mark.parametrize("args, message", [
@@ -131,7 +124,7 @@ def test_emit_ptx_cpu_time(tmp_path: Path) -> None:
      "tkc tune: error: --json /dev/full: cannot write: No space left on device"),
 ])
 def test_errors_are_one_line(args: list[str], message: str) -> None:
-    proc, _ = tkc(*args)
+    proc = tkc(*args)
     assert proc.returncode != 0
     assert "Traceback" not in proc.stderr and (not proc.stdout or args[0] == "tune")  # tune prints its table first
     lines = [ln for ln in proc.stderr.splitlines() if not ln.startswith("tkc tune: compile ")]  # its progress
@@ -324,7 +317,7 @@ def test_every_user_facing_error_is_a_tkir_error() -> None:
 def test_version() -> None:
     import tkir
 
-    proc, _ = tkc("--version")
+    proc = tkc("--version")
     assert proc.returncode == 0 and proc.stdout.strip() == f"tkc (tkir) {tkir.__version__}"
 
 
@@ -357,7 +350,7 @@ def test_cache_info_and_clear(tmp_path: Path, capsys: pytest.CaptureFixture[str]
 
 
 def test_cache_without_an_action_is_a_usage_error() -> None:
-    proc, _ = tkc("cache")
+    proc = tkc("cache")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.startswith("tkc cache: error: the following arguments are required: ACTION")
 
@@ -369,17 +362,17 @@ def test_a_corrupt_cache_entry_is_a_one_line_warning(tmp_path: Path) -> None:
 
     env = {"TKIR_CACHE_DIR": str(tmp_path / "cache"), "TKIR_CACHE": "1"}
     args = ("compile", "examples/softmax.tk", "--emit", "ptx")
-    first, _ = tkc(*args, env=env)
+    first = tkc(*args, env=env)
     (entry,) = (tmp_path / "cache").glob("*.json")
     data = json.loads(entry.read_text())
     data["artifacts"]["ptx"] = 5  # a parseable entry holding a value of the wrong type, with its hash
     data["sha256"] = content_hash(data["artifacts"])
     entry.write_text(json.dumps(data))
-    proc, _ = tkc(*args, env=env)
+    proc = tkc(*args, env=env)
     assert proc.returncode == 0 and proc.stdout == first.stdout
     assert proc.stderr == f"tkc: warning: tkir cache: ignoring {entry}: 'ptx' has type int, expected str; rebuilding it\n"
     assert len(proc.stderr.splitlines()) == 1 and "Traceback" not in proc.stderr
-    again, _ = tkc(*args, env=env)
+    again = tkc(*args, env=env)
     assert again.returncode == 0 and again.stderr == "" and again.stdout == first.stdout
 
 

@@ -1,13 +1,14 @@
 """Compile time grows linearly with program size (issue 14; docs/experiments.md, "Compile time").
 
 The programs are scripts/compile_time.py's N sequential short loops (a register tile loaded and added
-into an accumulator in each). A step that is quadratic in program size makes the time per IR op about
-10x larger at N = 400 than at N = 40; linear steps keep it the same. So each check compares the time
-per op (per line of LLVM IR for the code generator) of N = 400 with N = 40, best of a few runs, with
-some slack for noise and for Python's garbage collector, plus a generous absolute cap.
+into an accumulator in each). A step that is quadratic in program size makes the work per IR op about
+10x larger at N = 400 than at N = 40; linear steps keep it the same. The front end and the passes are
+checked by the Python lines run per IR op (tests/work_count.py: load does not move it, as it moves time).
 
 LLVM's code generator is not linear at optimisation level 3 (GVN, see tkir.backend.ptx): kernels above
-O3_MAX_LLVM_LINES lines of LLVM IR are generated at level 2, which keeps it within 2.5x per line.
+O3_MAX_LLVM_LINES lines of LLVM IR are generated at level 2 (checked below), which kept its CPU time per line
+within 2.5x from 40 to 400 loops. That growth is C++'s, which no Python count sees, and is measured by
+scripts/compile_time.py, a benchmark, as every speed is.
 
 The fixed cost of a small compile (`tkc compile examples/gemm.tk --emit ptx`, about 0.4 s) is mostly
 imports; the checks at the top keep out of it what the command does not use.
@@ -20,7 +21,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from functools import cache
 from pathlib import Path
 
@@ -34,7 +34,6 @@ from tkir.ir import Module
 ROOT = Path(__file__).resolve().parents[2]
 SMALL, LARGE = 40, 400
 SLACK = 1.25  # allowed growth of the Python lines run per op from SMALL to LARGE
-CODEGEN_SLACK = 2.5  # the same for the time per line of LLVM IR of the code generator (level 3 at LARGE: 3.6x)
 
 
 @cache
@@ -55,19 +54,6 @@ def _program(n: int, folder: Path) -> str:
 
 def _ops(module: Module) -> int:
     return sum(1 for _ in module.walk())
-
-
-def _best(f, runs: int) -> float:  # noqa: ANN001
-    """The least CPU time of this process over `runs` calls: the work is all in-process (front end,
-    passes, llvmlite), and CPU time does not count the waits while another test process (pytest-xdist's
-    workers, the suite runs with -n auto) has the core, which wall time did (1.76x growth was
-    measured with two workers on two cores, 1.5 allowed)."""
-    times = []
-    for _ in range(runs):
-        t = time.process_time()
-        f()
-        times.append(time.process_time() - t)
-    return min(times)
 
 
 def _front_to_llvm(path: str, target: str = "sm_90a", **consts: int) -> tuple[Module, str]:
@@ -191,16 +177,3 @@ def test_examples_are_generated_at_level_3_and_large_kernels_at_2(folder: Path) 
     assert codegen_level(_llvm_ir(_program(LARGE, folder))) == 2
 
 
-def test_code_generation_is_near_linear(folder: Path) -> None:
-    from tkir.backend.ptx import llvm_to_ptx
-
-    per_line = {}
-    for n, runs in ((SMALL, 3), (LARGE, 2)):
-        ir = _llvm_ir(_program(n, folder))
-        secs = _best(lambda ir=ir: llvm_to_ptx(ir, "sm_90a"), runs)
-        per_line[n] = secs / ir.count("\n")
-        if n == LARGE:
-            assert secs < 60, f"LLVM took {secs:.1f} s for {LARGE} loops"
-    growth = per_line[LARGE] / per_line[SMALL]
-    assert growth <= CODEGEN_SLACK, (f"LLVM's time per line grew {growth:.2f}x from {SMALL} to {LARGE} loops "
-                                     f"({per_line[SMALL] * 1e6:.0f} -> {per_line[LARGE] * 1e6:.0f} us)")
