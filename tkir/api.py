@@ -71,6 +71,7 @@ class CompiledKernel:
     timings: list[tuple[str, float]]
     asm: dict[str, object] = field(default_factory=dict)
     pipeline_spec: str = ""  # the pipeline that ran, parameters included (PassManager.spec)
+    pass_edits: str = ""  # the caller's pass_edits (compile(pass_edits=), tkc --pass-edits), as edits_text spells them
     cached: bool | None = None  # whether lower() read the backend's output from the disk cache
     snapshots_kept: bool = True  # PipelineConfig.keep_snapshots: whether ir_after can answer
     explicit_pipeline: bool = False  # the pipeline was given (passes=, --passes), not the default or the kernel's
@@ -164,6 +165,8 @@ class CompiledKernel:
             words.append("--no-tma")
         if self.explicit_pipeline and self.pipeline_spec != ",".join(default_pipeline()):
             words.append(f"--passes='{self.pipeline_spec}'")
+        if self.pass_edits:
+            words.append(f"--pass-edits='{self.pass_edits}'")
         return f"from: {' '.join(words)} (tkir {__version__})"
 
     def __call__(self, *args: object, stream: int | None = None) -> None:
@@ -270,6 +273,7 @@ def compile(
     *,
     target: str = "sm_90a",
     passes: str | list[str] | None = None,
+    pass_edits: str | None = None,
     swizzle: str | None = None,
     no_tma: bool = False,
     load_passes: list[str] | None = None,
@@ -282,6 +286,8 @@ def compile(
     `passes` is the pipeline, as a string (`"canonicalize,persistent{group_m=16}"`) or a list of
     entries; None runs the default one with the kernel's own `@passes(...)` edits applied (an explicit
     `passes` wins over them: they are checked, not applied, and a KernelPassesWarning says so).
+    `pass_edits` edits that pipeline in the syntax of `@passes(...)` (`"-coarsen-rows,plan-occupancy{...}"`),
+    after the kernel's own edits: what an ablation changes, without spelling the whole pipeline.
     `group_m=` and `pass_options=` were removed in tkir 0.2: a TypeError says which `passes` does the
     same (the names are not taken as constants)."""
     if any(k in consts for k in REMOVED_OPTIONS):
@@ -289,15 +295,19 @@ def compile(
     if isinstance(load_passes, str):  # a string would be read as a list of one-letter file names
         raise TypeError(f"tkir.compile(): load_passes= is a list of files, e.g. load_passes=[{load_passes!r}]")
     pipeline = as_specs(passes if passes is not None else default_pipeline())
+    edits = parse_pass_edits(pass_edits) if pass_edits else []  # located in `<passes>`, as --passes is
     return _compile(path, pipeline, "explicit" if passes is not None else "default",
-                    Options(target=target, swizzle=swizzle, no_tma=no_tma), load_passes, config, out, consts)
+                    Options(target=target, swizzle=swizzle, no_tma=no_tma), load_passes, config, out, consts,
+                    edits)
 
 
 def _compile(path: str, pipeline: list, given: str, options: Options, load_passes: list[str] | None,
-             config: PipelineConfig | None, out: io.TextIOBase | None, consts: dict) -> CompiledKernel:
+             config: PipelineConfig | None, out: io.TextIOBase | None, consts: dict,
+             edits: list[PassEdit] | None = None) -> CompiledKernel:
     """compile() for a pipeline `given` as "default" (the kernel's @passes edits apply), "explicit" (they
-    do not) or "kernel" (the kernel's own, edits included: CompiledKernel.variant)."""
-    from tkir.passes.registry import load_registry
+    do not) or "kernel" (the kernel's own, edits included: CompiledKernel.variant); `edits` (the caller's
+    pass_edits) apply last."""
+    from tkir.passes.registry import apply_pass_edits, load_registry
 
     registry = load_registry()
     for f in load_passes or []:
@@ -305,7 +315,11 @@ def _compile(path: str, pipeline: list, given: str, options: Options, load_passe
     pm = PassManager(registry, pipeline)  # names and parameters are checked before any work
 
     def kernel_pipeline(module: Module) -> list:
-        return pipeline if given == "kernel" else _kernel_pipeline(module, pipeline, registry, given == "explicit")
+        specs = pipeline if given == "kernel" else _kernel_pipeline(module, pipeline, registry, given == "explicit")
+        return apply_pass_edits(specs, edits, registry) if edits else specs
+
+    if edits:
+        apply_pass_edits(pipeline, edits, registry)  # a bad edit is an error before any work
 
     choice: dict | None = None
     if not str(path).endswith(".tkir"):
@@ -324,7 +338,8 @@ def _compile(path: str, pipeline: list, given: str, options: Options, load_passe
             module.kernel.attrs["auto_refused"] = choice["refused"]
     k = CompiledKernel(str(path), dict(consts), options, module, pm.pipeline, pm.snapshots, pm.timings,
                        pipeline_spec=pm.spec(), snapshots_kept=config is None or config.keep_snapshots,
-                       explicit_pipeline=given == "explicit", load_passes=list(load_passes or []))
+                       explicit_pipeline=given == "explicit", load_passes=list(load_passes or []),
+                       pass_edits=edits_text(edits) if edits else "")
     k.asm["tkir"] = print_module(module)
     return k
 

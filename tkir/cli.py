@@ -95,6 +95,10 @@ def _add_pass_flags(p: argparse.ArgumentParser) -> None:
                    help="the pass pipeline, replacing the default one: comma-separated pass names, each "
                         "with optional parameters in braces, e.g. 'canonicalize,persistent{group_m=16}' "
                         "(tkc passes lists them)")
+    g.add_argument("--pass-edits", metavar="EDITS",
+                   help="edit the pipeline as @passes(...) does, after the kernel's own edits: '-coarsen-rows' "
+                        "removes a pass, '+stream-k' switches one on, 'plan-occupancy{spill_retry=false}' sets "
+                        "parameters (an ablation without spelling the whole pipeline)")
     g.add_argument("--print-after-all", action="store_true", help="print the IR after every pass")
     g.add_argument("--print-after", metavar="NAME[,NAME]", help="print the IR after these passes")
     g.add_argument("--stop-after", metavar="NAME", help="stop the pipeline after this pass")
@@ -399,6 +403,7 @@ def _compile(args: argparse.Namespace, passes: list[str] | None = None):
         args.file,
         target=args.target,
         passes=passes if passes is not None else _pipeline(args),
+        pass_edits=getattr(args, "pass_edits", None),
         swizzle=args.swizzle,
         no_tma=args.no_tma,
         load_passes=args.load_pass,
@@ -529,6 +534,9 @@ def cmd_opt(args: argparse.Namespace) -> int:
         if not Path(args.file).is_file():
             raise UsageError(f"{args.file}: no such file")
         text, name = read_source(args.file), args.file
+    if args.pass_edits:
+        raise UsageError("--pass-edits edits the default pipeline, which tkc opt does not run: name the passes "
+                         "with --passes")
     module = parse_module(text, name)
     verify(module)
     registry = load_registry()
@@ -590,7 +598,7 @@ def _run_gpu(args: argparse.Namespace) -> int:
 
     sizes, consts = _sizes(args.size), _kv(args.defines, "-D")
     kw = dict(target=args.target, swizzle=args.swizzle, no_tma=args.no_tma, load_passes=args.load_pass,
-              passes=_pipeline(args))
+              passes=_pipeline(args), pass_edits=args.pass_edits)
     row = run_check(args.file, sizes, consts, compile_kw=kw)
     return 0 if (row.ok or not args.check) else 1
 
@@ -612,9 +620,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
         sizes_list = list(companion.BENCH_SIZES)
         consts_list = [dict(c, **extra) for c in companion.BENCH_CONSTS]
     kw = dict(target=args.target, swizzle=args.swizzle, no_tma=args.no_tma, load_passes=args.load_pass,
-              passes=_pipeline(args))
+              passes=_pipeline(args), pass_edits=args.pass_edits)
     tuned = _names(args.tune)
     if args.tune is not None:
+        if args.pass_edits:
+            raise UsageError("--tune with --pass-edits: the tuner compiles with --passes only; spell the "
+                             "pipeline with --passes")
         _check_bench_tune(args, tuned)
     rows = run_bench(args.file, sizes_list, consts_list, reps=args.reps, json_out=args.json, plot=args.plot,
                      compile_kw=kw, variant=args.variant, tuned=tuned,

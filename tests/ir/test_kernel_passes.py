@@ -312,3 +312,47 @@ def test_auto_consts_are_chosen_under_the_kernels_pipeline(tmp_path: Path) -> No
     k = tkir.compile(str(path), D=64, CAUSAL=0, BQ="auto", BKV="auto")
     assert k.module.kernel.attrs["auto"] == {"BQ": 192, "BKV": 128}  # as tests/tools/test_auto_consts.py
     assert "overlap-mma" not in k.pipeline and "persistent{group_m=4}" in k.pipeline_spec
+
+
+# --- the caller's edits: tkir.compile(pass_edits=), tkc --pass-edits ------------------------------------
+
+def test_callers_edits_apply_after_the_kernels(tmp_path: Path) -> None:
+    """An ablation names what it changes: the caller's edits go on top of the kernel's own, and the
+    banner command line says so."""
+    path = str(_write(tmp_path, "@passes(-overlap-mma)", ATTENTION))
+    k = tkir.compile(path, pass_edits="-split-masks, persistent{group_m=4}")
+    assert "overlap-mma" not in k.pipeline and "split-masks" not in k.pipeline  # the kernel's and the caller's
+    assert "persistent{group_m=4}" in k.pipeline_spec
+    assert k.pass_edits == "-split-masks,persistent{group_m=4}"
+    assert "--pass-edits='-split-masks,persistent{group_m=4}'" in k._provenance()
+    plain = tkir.compile(path)
+    assert "split-masks" in plain.pipeline and plain.pass_edits == "" and "--pass-edits" not in plain._provenance()
+
+
+def test_callers_edits_on_a_kernel_without_its_own(tmp_path: Path) -> None:
+    path = str(ROOT / "examples" / "user" / "layernorm_bwd.tk")
+    on, off = tkir.compile(path), tkir.compile(path, pass_edits="-coarsen-rows")
+    assert on.module.kernel.attrs["grid"] != ["N"] and off.module.kernel.attrs["grid"] == ["N"]
+    assert "coarsen-rows" in on.pipeline and "coarsen-rows" not in off.pipeline
+
+
+@pytest.mark.parametrize("edits, message", [
+    ("-bogus", "<passes>:1:2: error: @passes: unknown pass 'bogus'"),
+    ("split-masks", "<passes>:1:1: error: 'split-masks' alone changes nothing"),
+    ("-plan-occupancy{x=1}", "'-plan-occupancy' removes the pass: it takes no parameters"),
+])
+def test_a_bad_callers_edit_is_an_error_before_any_work(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                         edits: str, message: str) -> None:
+    out = tmp_path / "k.ptx"
+    assert main(["compile", str(_write(tmp_path, "", COPY)), f"--pass-edits={edits}", "--emit", "ptx",
+                 "-o", str(out)]) != 0
+    assert message in capsys.readouterr().err and not out.exists()
+
+
+def test_tkc_pass_edits_reaches_the_compile(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "k.tkir"
+    src = str(ROOT / "examples" / "user" / "layernorm_bwd.tk")
+    assert main(["compile", src, "--pass-edits=coarsen-rows{blocks_per_sm=4}", "--emit", "tkir", "-o", str(out)]) == 0
+    assert 'grid = ["min(N, NUM_SMS * 4)"]' in out.read_text()
+    assert main(["opt", str(out), "--pass-edits=-coarsen-rows"]) != 0
+    assert "tkc opt does not run" in capsys.readouterr().err
