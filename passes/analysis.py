@@ -6,7 +6,7 @@ passes both need to know is computed here, and this module imports no pass (test
 both rules). So no pass depends on the code, or the order, of another, and passes/registry.py alone imports
 the passes. In this module, in order:
 
-* attribute names one pass writes and another reads (CLUSTER_ATTR, CP_HOLD_ATTR);
+* attribute names one pass writes and another reads (CLUSTER_ATTR, CP_HOLD_ATTR, COARSEN_PENDING_ATTR);
 * shared accesses: who touches a shared tile, how, and what that allows (select-swizzle, bank-conflicts and
   create-tma; below);
 * copies between global memory and tiles: `classify_copy` (create-tma, infer-layouts, hoist-loads),
@@ -77,6 +77,10 @@ from tkir.types import GlobalType, TileType, VectorType, is_register, is_shared
 # Attributes one pass writes and another reads.
 CLUSTER_ATTR = "cluster"  # cluster-rows writes it on a kernel; the backend, plan-occupancy and the launch read it
 CP_HOLD_ATTR = "cp_hold"  # pipeline-cp-async writes it on a loop that holds a stage; overlap-mma rotates those
+# coarsen-rows writes it on a kernel whose grid it bounded, `min(E, NUM_SMS * K)`, leaving K to the plan: the
+# rows expression E; plan-occupancy sizes K from its plan and removes it (passes/coarsen_rows.py)
+COARSEN_PENDING_ATTR = "coarsen_rows_pending"
+COARSEN_DONE_ATTR = "coarsen_rows"  # coarsen-rows' choice on the kernel: {blocks_per_sm = K, carried = n}
 
 STAGED_SWIZZLE = 128  # the backend writes tk.store_staged's stage as 128B-swizzled 64-column panels
                       # (backend/rules_wgmma.py), one TMA store box each

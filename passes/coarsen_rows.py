@@ -20,9 +20,11 @@ the compiler's decision. It rewrites
 K, the parameter `coarsen-rows{blocks_per_sm=K}`: unset, the blocks per SM the backend asks ptxas to keep
 resident (`.minnctapersm`, tkir.launch_bounds.streaming_blocks_per_sm) under the occupancy plan of the
 rewritten kernel, so that the grid is one wave of resident blocks (more would run in a second wave, each
-adding its partial sums once more; fewer would leave SM slots idle in a memory-bound kernel); where that
-plan cannot be made (plan-occupancy then says why), FALLBACK_BLOCKS_PER_SM. `blocks_per_sm=0` leaves every
-kernel as it is (the ablation switch, as `--passes` without the pass or `@passes(-coarsen-rows)`).
+adding its partial sums once more; fewer would leave SM slots idle in a memory-bound kernel). This pass
+writes FALLBACK_BLOCKS_PER_SM and the attr COARSEN_PENDING_ATTR (passes/analysis.py); plan-occupancy, which
+makes that plan next, sets K from it and removes the attr (a pass does not import another: the plan is
+plan-occupancy's). Without plan-occupancy in the pipeline, K stays FALLBACK_BLOCKS_PER_SM. `blocks_per_sm=0`
+leaves every kernel as it is (the ablation switch, as `--passes` without the pass or `@passes(-coarsen-rows)`).
 
 Where it runs: after infer-layouts (the accumulators take the stored values' layouts) and cluster-rows (a
 clustered kernel is declined), right before plan-occupancy, so that the register plan counts the carried
@@ -40,16 +42,15 @@ otherwise read or write.
 
 from __future__ import annotations
 
-from tkir.diagnostics import CompileError
-from tkir.facts import OccupancyPlan
 from tkir.ir import Block, Module, Operation, Region, Value
-from tkir.launch_bounds import MIN_BLOCKS_STREAMING, streaming_blocks_per_sm
+from tkir.launch_bounds import MIN_BLOCKS_STREAMING
+from tkir.passes.analysis import COARSEN_DONE_ATTR, COARSEN_PENDING_ATTR
 from tkir.passes.builder import OpBuilder
 from tkir.passmanager import Options, ParamError, Pass, param
 from tkir.types import I32, TileType, VectorType, is_shared
 
 SKIPPED_ATTR = "coarsen_skipped"   # why a kernel with a reduce-add store was left unchanged
-DONE_ATTR = "coarsen_rows"         # what the rewrite chose: {blocks_per_sm = K, carried = n}
+DONE_ATTR = COARSEN_DONE_ATTR      # what the rewrite chose: {blocks_per_sm = K, carried = n}
 # K where the rewritten kernel's occupancy plan cannot be made: the resident blocks the backend asks ptxas
 # for in a kernel without warp roles (tkir.launch_bounds.MIN_BLOCKS_STREAMING: one block's loads overlap
 # another's math)
@@ -213,33 +214,13 @@ def _coarsen(kernel: Operation, carried: list[Operation], blocks_per_sm: int | N
     for st, total in zip(carried, loop.results, strict=True):
         st.operands = [st.operands[0], total, *st.operands[2:]]
         body.append(st)
-    k = blocks_per_sm if blocks_per_sm is not None else _planned_blocks_per_sm(kernel)
+    k = blocks_per_sm if blocks_per_sm is not None else FALLBACK_BLOCKS_PER_SM
     kernel.attrs["grid"] = [f"min({grid}, NUM_SMS * {k})"]
     kernel.attrs[DONE_ATTR] = {"blocks_per_sm": k, "carried": len(carried)}
+    if blocks_per_sm is None:  # K from the plan: plan-occupancy (size_coarsened_grid)
+        kernel.attrs[COARSEN_PENDING_ATTR] = grid
 
 
 def _stem(st: Operation) -> str:
     return (st.operands[0].name or "sum").lower()
 
-
-def _planned_blocks_per_sm(kernel: Operation) -> int:
-    """The resident blocks per SM the backend will ask ptxas for under the rewritten kernel's occupancy plan
-    (plan-occupancy makes the same plan next; this one is dropped), or FALLBACK_BLOCKS_PER_SM where the plan
-    cannot be made (plan-occupancy reports it)."""
-    from tkir.passes.plan_occupancy import plan_kernel
-
-    try:
-        plan = plan_kernel(kernel)
-    except CompileError:
-        return FALLBACK_BLOCKS_PER_SM
-    if not plan.threads:
-        return FALLBACK_BLOCKS_PER_SM
-    had = kernel.attrs.get(OccupancyPlan.ATTR)
-    kernel.attrs[OccupancyPlan.ATTR] = plan.to_attr()
-    try:
-        return streaming_blocks_per_sm(kernel, plan.threads)
-    finally:
-        if had is None:
-            kernel.attrs.pop(OccupancyPlan.ATTR, None)
-        else:
-            kernel.attrs[OccupancyPlan.ATTR] = had

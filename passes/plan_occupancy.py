@@ -89,11 +89,14 @@ from tkir.facts import (
     requested_blocks_per_sm,
 )
 from tkir.ir import Block, Loc, Module, Operation, Value, parent_op
+from tkir.launch_bounds import streaming_blocks_per_sm
 from tkir.layout import auto_consumer_warpgroups, layout_of
 from tkir.layout import regs_per_thread as layout_regs
 from tkir.ops import TILE_BINARY, TILE_UNARY
 from tkir.passes.analysis import (
     CLUSTER_ATTR,
+    COARSEN_DONE_ATTR,
+    COARSEN_PENDING_ATTR,
     SMEM_ALLOC_UNIT,
     SMEM_RESERVED_PER_BLOCK,
     block_smem,
@@ -174,9 +177,26 @@ class PlanOccupancy(Pass):
 
     def run(self, module: Module, options: Options) -> None:
         for kernel in module.kernels():
-            kernel.attrs[OccupancyPlan.ATTR] = plan_kernel(kernel, self.producer_warps).to_attr()
+            plan = plan_kernel(kernel, self.producer_warps)
+            kernel.attrs[OccupancyPlan.ATTR] = plan.to_attr()
+            size_coarsened_grid(kernel, plan)
             if not self.spill_retry:
                 kernel.attrs["spill_retry"] = False
+
+
+def size_coarsened_grid(kernel: Operation, plan: OccupancyPlan) -> None:
+    """coarsen-rows bounded the grid to `min(E, NUM_SMS * K)` and left K to this plan (the kernel attr
+    COARSEN_PENDING_ATTR holds E): K becomes the blocks per SM the backend asks ptxas to keep resident under
+    it (tkir.launch_bounds.streaming_blocks_per_sm), so the grid is one wave of resident blocks; the attr
+    goes, and coarsen-rows' record (COARSEN_DONE_ATTR) says the K chosen."""
+    rows = kernel.attrs.pop(COARSEN_PENDING_ATTR, None)
+    if rows is None or not plan.threads:
+        return
+    k = streaming_blocks_per_sm(kernel, plan.threads)
+    kernel.attrs["grid"] = [f"min({rows}, NUM_SMS * {k})"]
+    done = kernel.attrs.get(COARSEN_DONE_ATTR)
+    if isinstance(done, dict):
+        kernel.attrs[COARSEN_DONE_ATTR] = {**done, "blocks_per_sm": k}
 
 
 def plan_kernel(kernel: Operation, producer_warps: int | None = None) -> OccupancyPlan:
