@@ -61,7 +61,7 @@ def test_tkc_run_on_the_gpu_passes_parsed_flags(calls: list[dict], capsys: pytes
     assert call["path"] == GEMM and call["sizes"] == {"M": 128, "N": 256, "K": 64} and call["consts"] == {"OK": int(ok)}
     kw = dict(call["compile_kw"])
     assert [str(s) for s in kw.pop("passes")] == ["create-tma{epilogue_chunk=128}", "persistent{group_m=4}"]
-    assert kw == dict(target="sm_80", swizzle=None, no_tma=True, load_passes=[])
+    assert kw == dict(target="sm_80", swizzle=None, no_tma=True, load_passes=[], pass_edits=None)
     assert capsys.readouterr().out.endswith(("ok; 0.500 ms\n", "FAIL; 0.500 ms\n")[not ok])
 
 
