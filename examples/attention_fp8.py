@@ -12,8 +12,12 @@ the quantisation of Q, K and V.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import ml_dtypes
 import numpy as np
+
+from tkir.tools.examples import load_module
 
 KERNEL = "attention_fp8.tk"
 PARAMS = ["Q", "K", "VT", "SQK", "SV", "O", "L"]
@@ -92,16 +96,11 @@ def reference(inputs: list[np.ndarray], sizes: dict, consts: dict) -> dict[str, 
     B, H, N, D = q_all.shape
     masked = np.triu(np.ones((N, N), bool), k=1) if _consts(consts)["CAUSAL"] else None
     out_o, out_l = np.empty((B, H, N, D)), np.empty((B, H, N))
+    head_attention = load_module(Path(__file__).resolve().parent / "attention_fwd.py",
+                                 "tkir_example_attention_fwd_math").head_attention
     for b in range(B):
         for h in range(H):
-            s = q_all[b, h] @ k_all[b, h].T / np.sqrt(D)
-            if masked is not None:
-                s[masked] = -np.inf
-            mx = s.max(axis=-1, keepdims=True)
-            p = np.exp(s - mx)
-            total = p.sum(axis=-1, keepdims=True)
-            out_o[b, h] = (p / total) @ v_all[b, h]
-            out_l[b, h] = (mx + np.log(total))[:, 0]
+            out_o[b, h], out_l[b, h] = head_attention(q_all[b, h], k_all[b, h], v_all[b, h], masked)
     return {"O": out_o, "L": out_l}
 
 

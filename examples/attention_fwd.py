@@ -68,17 +68,23 @@ def reference(inputs: list[np.ndarray], sizes: dict, consts: dict) -> dict[str, 
     out_o, out_l = np.empty((B, H, N, D)), np.empty((B, H, N))
     for b in range(B):
         for h in range(H):
-            q = q_all[b, h].astype(np.float64)
-            k, v = (a[b, h // G].astype(np.float64) for a in (k_all, v_all))
-            s = q @ k.T / np.sqrt(D)
-            if masked is not None:
-                s[masked] = -np.inf
-            mx = s.max(axis=-1, keepdims=True)
-            p = np.exp(s - mx)
-            total = p.sum(axis=-1, keepdims=True)
-            out_o[b, h] = (p / total) @ v
-            out_l[b, h] = (mx + np.log(total))[:, 0]
+            k, v = (a[b, h // G] for a in (k_all, v_all))
+            out_o[b, h], out_l[b, h] = head_attention(q_all[b, h], k, v, masked)
     return {"O": out_o, "L": out_l}
+
+
+def head_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray,
+                   masked: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """One head's O = softmax(q k^T / sqrt(D)) v and L = logsumexp of the scaled scores, in float64 ([N, D]
+    arrays; `masked` [N, N] True where a score is -inf). examples/attention_fp8.py's reference too."""
+    q, k, v = (a.astype(np.float64) for a in (q, k, v))
+    s = q @ k.T / np.sqrt(q.shape[-1])
+    if masked is not None:
+        s[masked] = -np.inf
+    mx = s.max(axis=-1, keepdims=True)
+    p = np.exp(s - mx)
+    total = p.sum(axis=-1, keepdims=True)
+    return (p / total) @ v, (mx + np.log(total))[:, 0]
 
 
 def flops(sizes: dict, consts: dict) -> int:
