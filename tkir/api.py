@@ -78,6 +78,7 @@ class CompiledKernel:
     load_passes: list[str] = field(default_factory=list)  # research pass files the pipeline may name
     _runtime: object = None
     _variants: dict = field(default_factory=dict, repr=False)  # piece -> CompiledKernel (variant)
+    _by_size: _AutoBySize | None = field(default=None, repr=False)  # auto consts chosen per size bucket at launch
 
     def __post_init__(self) -> None:
         stages = _Stages(self)
@@ -170,7 +171,21 @@ class CompiledKernel:
         return f"from: {' '.join(words)} (tkir {__version__})"
 
     def __call__(self, *args: object, stream: int | None = None) -> None:
+        if self._by_size is not None:  # auto consts: the kernel chosen for these arguments' size bucket
+            self._by_size.launcher(self, args)(*args, stream=stream)
+            return
         self.launcher()(*args, stream=stream)
+
+    @property
+    def chooses_per_size(self) -> bool:
+        """Whether calls choose the auto consts per problem-size bucket (compiled with auto consts and no
+        `sizes`): `for_sizes(sizes)` is the kernel a call at those sizes launches."""
+        return self._by_size is not None
+
+    def for_sizes(self, sizes: dict[str, int]) -> CompiledKernel:
+        """The kernel a call at these problem sizes runs: this one, or, where its auto consts are chosen per
+        size bucket, the one compiled with the cost model's choice for the sizes' bucket (made once)."""
+        return self._by_size.kernel_for(sizes) if self._by_size is not None else self
 
     def launcher(self):  # noqa: ANN201 - a tkir.backend.runtime.Kernel (the backend loads lazily)
         """The runtime's Kernel of this compile, made on first use (the backend's output first): calling it
@@ -279,6 +294,7 @@ def compile(
     load_passes: list[str] | None = None,
     config: PipelineConfig | None = None,
     out: io.TextIOBase | None = None,
+    sizes: dict[str, int] | None = None,
     **consts: int | float,
 ) -> CompiledKernel:
     """Compile a .tk kernel through the pass pipeline (the backend runs lazily on first use).
@@ -288,7 +304,10 @@ def compile(
     `passes` wins over them: they are checked, not applied, and a KernelPassesWarning says so).
     `pass_edits` edits that pipeline in the syntax of `@passes(...)` (`"-coarsen-rows,plan-occupancy{...}"`),
     after the kernel's own edits: what an ablation changes, without spelling the whole pipeline.
-    `group_m=` and `pass_options=` were removed in tkir 0.2: a TypeError says which `passes` does the
+    Consts that are `auto` are chosen by the compiler (tkir/tools/auto_consts.py): with `sizes` (problem
+    sizes, e.g. `{"M": 64, "N": 4096, "K": 4096}`) by the cost model at their size bucket; without, the
+    kernel printed and lowered is the size-free choice and each call chooses for its arguments' bucket
+    (`for_sizes`). `group_m=` and `pass_options=` were removed in tkir 0.2: a TypeError says which `passes` does the
     same (the names are not taken as constants)."""
     if any(k in consts for k in REMOVED_OPTIONS):
         raise TypeError(_removed_options_message(consts, passes))
@@ -296,14 +315,23 @@ def compile(
         raise TypeError(f"tkir.compile(): load_passes= is a list of files, e.g. load_passes=[{load_passes!r}]")
     pipeline = as_specs(passes if passes is not None else default_pipeline())
     edits = parse_pass_edits(pass_edits) if pass_edits else []  # located in `<passes>`, as --passes is
+    if sizes is not None:
+        sizes = _check_sizes(sizes)
     return _compile(path, pipeline, "explicit" if passes is not None else "default",
                     Options(target=target, swizzle=swizzle, no_tma=no_tma), load_passes, config, out, consts,
-                    edits)
+                    edits, sizes)
+
+
+def _check_sizes(sizes: dict) -> dict[str, int]:
+    bad = [f"{k}={v!r}" for k, v in sizes.items() if not isinstance(v, int) or isinstance(v, bool) or v < 1]
+    if bad:
+        raise TypeError(f"tkir.compile(): sizes= are positive integers; got {', '.join(bad)}")
+    return {str(k): int(v) for k, v in sizes.items()}
 
 
 def _compile(path: str, pipeline: list, given: str, options: Options, load_passes: list[str] | None,
              config: PipelineConfig | None, out: io.TextIOBase | None, consts: dict,
-             edits: list[PassEdit] | None = None) -> CompiledKernel:
+             edits: list[PassEdit] | None = None, sizes: dict[str, int] | None = None) -> CompiledKernel:
     """compile() for a pipeline `given` as "default" (the kernel's @passes edits apply), "explicit" (they
     do not) or "kernel" (the kernel's own, edits included: CompiledKernel.variant); `edits` (the caller's
     pass_edits) apply last."""
@@ -322,8 +350,14 @@ def _compile(path: str, pipeline: list, given: str, options: Options, load_passe
         apply_pass_edits(pipeline, edits, registry)  # a bad edit is an error before any work
 
     choice: dict | None = None
+    asked = dict(consts)  # before the auto ones are chosen: what a per-size choice starts from
     if not str(path).endswith(".tkir"):
-        consts, choice = _resolve_auto(str(path), dict(consts), registry, kernel_pipeline, options)
+        accept = None
+        if sizes is not None:
+            def accept(point: dict) -> str | None:
+                return _spill_reason(_compile(path, pipeline, given, options, load_passes,
+                                              PipelineConfig(keep_snapshots=False), None, point, edits))
+        consts, choice = _resolve_auto(str(path), dict(consts), registry, kernel_pipeline, options, sizes, accept)
     module = build_module(path, consts)
     edited = kernel_pipeline(module)
     if edited is not pipeline:
@@ -334,6 +368,9 @@ def _compile(path: str, pipeline: list, given: str, options: Options, load_passe
     pm.run(module, options, config, out)
     if choice is not None:  # the decision, visible in the IR (tkir/tools/auto_consts.py)
         module.kernel.attrs["auto"] = choice["auto"]
+        for key in ("sizes", "predicted", "runner_up"):  # made at problem sizes: the model's reasons
+            if key in choice:
+                module.kernel.attrs[f"auto_{key}"] = choice[key]
         if choice["refused"]:
             module.kernel.attrs["auto_refused"] = choice["refused"]
     k = CompiledKernel(str(path), dict(consts), options, module, pm.pipeline, pm.snapshots, pm.timings,
@@ -341,7 +378,83 @@ def _compile(path: str, pipeline: list, given: str, options: Options, load_passe
                        explicit_pipeline=given == "explicit", load_passes=list(load_passes or []),
                        pass_edits=edits_text(edits) if edits else "")
     k.asm["tkir"] = print_module(module)
+    if choice is not None and sizes is None:  # calls choose per size bucket
+        def at_sizes(at: dict[str, int]) -> CompiledKernel:
+            return _compile(path, pipeline, given, options, load_passes, config, None, asked, edits, at)
+
+        k._by_size = _AutoBySize(at_sizes)
     return k
+
+
+def _spill_reason(k: CompiledKernel) -> str | None:
+    """Why a point the cost model chose is turned down: ptxas spills more than the tuner allows."""
+    from tkir.tools.tune import SPILL_LIMIT_BYTES
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the backend's SpillWarning: the choice moves on instead
+        stats = k.asm["ptxas"]
+    spilled = max(stats.spill_stores, stats.spill_loads)
+    if spilled > SPILL_LIMIT_BYTES:
+        return f"ptxas spills {spilled} B at {stats.registers} registers"
+    return None
+
+
+class _AutoBySize:
+    """The kernels a CompiledKernel with auto consts launches, one per problem-size bucket (each size
+    rounded up to a power of two), compiled with the cost model's choice when the bucket is first called.
+    A kernel whose `requires` (tile divisibility) the call's exact sizes break is chosen again for those
+    sizes. Calls with argument shapes seen before go straight to their launcher."""
+
+    SHAPES = 256  # argument shapes remembered (as tkir.tools.tune.TunedKernel does)
+
+    def __init__(self, at_sizes: Callable[[dict[str, int]], CompiledKernel]):
+        self.at_sizes = at_sizes
+        self.kernels: dict[tuple, CompiledKernel] = {}
+        self.by_shapes: dict[tuple, object] = {}
+
+    def kernel_for(self, sizes: dict[str, int]) -> CompiledKernel:
+        from tkir.requires import module_requires, requirement_failure
+        from tkir.tools.tune import size_bucket
+
+        bucket = size_bucket(sizes)
+        key = tuple(sorted(bucket.items()))
+        if key not in self.kernels:
+            self.kernels[key] = self.at_sizes(bucket)
+        k = self.kernels[key]
+        kernel = k.module.kernel
+        if any(requirement_failure(kernel.symbol, r, sizes) for r in module_requires(k.module)):
+            exact = ("exact", *sorted(sizes.items()))
+            if exact not in self.kernels:
+                self.kernels[exact] = self.at_sizes(dict(sizes))
+            k = self.kernels[exact]
+        return k
+
+    def launcher(self, owner: CompiledKernel, args: tuple):  # -> tkir.backend.runtime.Kernel
+        shapes = tuple(tuple(a.shape) for a in args if hasattr(a, "shape"))
+        hit = self.by_shapes.get(shapes)
+        if hit is None:
+            hit = self.kernel_for(call_sizes(owner.module, args)).launcher()
+            if len(self.by_shapes) >= self.SHAPES:
+                self.by_shapes.pop(next(iter(self.by_shapes)))
+            self.by_shapes[shapes] = hit
+        return hit
+
+
+def call_sizes(module: Module, args: tuple) -> dict[str, int]:
+    """The problem sizes a call's tensor arguments bind (the plain-name dims of the kernel's tensor params,
+    read from each argument's `.shape`); the launch or the interpreter checks everything else."""
+    from tkir.types import GlobalType
+
+    params = [a for a in module.kernel.body.args if isinstance(a.type, GlobalType)]
+    sizes: dict[str, int] = {}
+    for p, a in zip(params, args, strict=False):
+        shape = getattr(a, "shape", None)
+        if shape is None or len(shape) != len(p.type.dims):
+            continue
+        for d, n in zip(p.type.dims, shape, strict=True):
+            if isinstance(d, str) and d.isidentifier():
+                sizes.setdefault(d, int(n))
+    return sizes
 
 
 def pass_option_pipeline(options: dict[str, object], passes: str | list[str] | None) -> str | None:
@@ -389,7 +502,8 @@ def _removed_options_message(consts: dict, passes: str | list[str] | None) -> st
 
 
 def _resolve_auto(path: str, consts: dict, registry: dict, pipeline_of: Callable[[Module], list],
-                  options: Options) -> tuple[dict, dict | None]:
+                  options: Options, sizes: dict[str, int] | None = None,
+                  accept: Callable[[dict], str | None] | None = None) -> tuple[dict, dict | None]:
     """Consts set to `auto` chosen by tkir.tools.auto_consts (the pipeline up to plan-occupancy decides;
     `pipeline_of(module)` is the pipeline the module's kernel runs, its @passes edits applied)."""
     from tkir.tools import auto_consts
@@ -405,8 +519,13 @@ def _resolve_auto(path: str, consts: dict, registry: dict, pipeline_of: Callable
         PassManager(registry, pipeline[:cut + 1]).run(m, options, PipelineConfig(), io.StringIO())
         return m
 
-    resolved, chosen, refused = auto_consts.resolve(path, consts, names, trial)
-    return {**consts, **{n: resolved[n] for n in names}}, {"auto": chosen, "refused": refused}
+    if sizes is None:
+        resolved, chosen, refused = auto_consts.resolve(path, consts, names, trial)
+        return {**consts, **{n: resolved[n] for n in names}}, {"auto": chosen, "refused": refused}
+    resolved, choice, refused = auto_consts.resolve(path, consts, names, trial, sizes=sizes,
+                                                    front=lambda point: build_module(path, point),
+                                                    target=options.target, accept=accept)
+    return {**consts, **{n: resolved[n] for n in names}}, {**choice, "refused": refused}
 
 
 # --- a kernel's own pipeline: @passes(...) ----------------------------------------------------------
@@ -491,6 +610,8 @@ def interpret(kernel: CompiledKernel | Module, *arrays: object, **sizes: int) ->
     from tkir.interp import interpret as run
 
     if isinstance(kernel, CompiledKernel):
+        if kernel.chooses_per_size:  # what a launch on these arrays runs
+            kernel = kernel.for_sizes({**call_sizes(kernel.module, arrays), **sizes})
         piece = kernel.unaligned_piece(*arrays)
         module = (kernel if piece is None else kernel.variant(piece)).module
     else:

@@ -151,6 +151,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="what to write (default tkir); c: a C source and header that launch the kernel "
                         "(-o NAME.c also writes NAME.h)")
     c.add_argument("-o", dest="output", help="output file (default stdout; --emit c needs -o NAME.c)")
+    c.add_argument("--size", action="append", default=[], metavar="NAME=VALUE",
+                   help="a problem size: `auto` consts are chosen for these sizes' bucket by the cost model "
+                        "(without: the size-free choice; a launch chooses per call)")
     _add_pass_flags(c)
 
     o = sub.add_parser("opt", help="run passes on IR text", description="Run passes on tile IR text.")
@@ -233,7 +236,8 @@ def _parser() -> argparse.ArgumentParser:
                      help="run the kernel once under Nsight Compute (ncu on PATH, or named by TKIR_NCU) and put "
                           "the hardware's counts beside each prediction (a 'measured' section)")
     rep.add_argument("--size", action="append", default=[], metavar="NAME=VALUE",
-                     help="--measure: a problem size (default: the companion's first CHECK_SIZES)")
+                     help="a problem size: `auto` consts are chosen for it; --measure runs at it (default: the "
+                          "companion's first CHECK_SIZES)")
     rep.add_argument("--seed", type=int, default=None, help="--measure: random seed of the inputs (default: fresh)")
     _add_pass_flags(rep)
     return ap
@@ -399,6 +403,7 @@ def _compile(args: argparse.Namespace, passes: list[str] | None = None):
     if not Path(args.file).is_file():
         raise UsageError(f"{args.file}: no such file")
     consts = _kv(getattr(args, "defines", []), "-D")
+    sizes = _sizes(args.size) if args.cmd in ("compile", "report") and args.size else None
     k = api.compile(
         args.file,
         target=args.target,
@@ -409,6 +414,7 @@ def _compile(args: argparse.Namespace, passes: list[str] | None = None):
         load_passes=args.load_pass,
         config=_config(args),
         out=sys.stdout,
+        sizes=sizes,
         **consts,
     )
     return k

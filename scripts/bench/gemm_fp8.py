@@ -1,14 +1,15 @@
 """fp8 GEMM: tkir's examples/gemm_fp8.tk (and gemm_fp8_block.tk) against torch._scaled_mm.
 
     python3 scripts/bench/gemm_fp8.py [--shapes M,N,K;M,N,K...] [--kernel gemm_fp8|gemm_fp8_block|both]
-        [--tune] [--reps 20] [--json PATH]
+        [--tune] [-D NAME=VALUE ...] [--variant LABEL] [--reps 20] [--json PATH]
     python3 scripts/bench/gemm_fp8.py --dry-run [...]     # no GPU, no torch: each shape's kernel and consts
 
 Shapes (default): 4096³, 8192³, and the LLM shapes M ∈ {1, 16, 64, 256, 4096} x (N, K) ∈ {(4096, 4096),
 (14336, 4096), (4096, 14336)}. Per shape, on fresh inputs quantised as examples/gemm_fp8.py quantises them
 (e4m3 rows of A [M, K] and of B [N, K], an f32 scale per row of each):
-- tkir: gemm_fp8.tk, C = bf16((A · Bᵀ) ∘ (sa ⊗ sb)), at its default consts or, with --tune, at the @tune
-  point `tkc tune` chooses for the shape (tkir.tools.bench.tuned_consts: cached per size bucket, or tuned now);
+- tkir: gemm_fp8.tk, C = bf16((A · Bᵀ) ∘ (sa ⊗ sb)), at its defaults (its schedule consts are `auto`: the
+  compiler's choice for the shape's size bucket, as a user's call gets it), with -D pins, or, with --tune, at the
+  @tune point `tkc tune` chooses for the shape (tkir.tools.bench.tuned_consts: cached per size bucket, or tuned now);
 - the peer: torch._scaled_mm(a, b.t(), scale_a=sa[M, 1], scale_b=sb[1, N], out_dtype=torch.bfloat16), the
   row-wise scaled fp8 GEMM of cuBLASLt / CUTLASS (its B is column-major K x N: our [N, K] rows, transposed);
 - gemm_fp8_block.tk (--kernel gemm_fp8_block or both): DeepSeek-V3's 1 x 128 / 128 x 128 block scales (its
@@ -80,7 +81,8 @@ def reference64(torch, comp: Any, inputs: list, sizes: dict) -> Any:  # noqa: AN
     return (a.double() * sa.double()[kslice, :].T) @ (b.double() * sb.double()[kslice, :].T).T
 
 
-def bench_row(name: str, m: int, n: int, k: int, reps: int, tune: bool) -> dict:
+def bench_row(name: str, m: int, n: int, k: int, reps: int, tune: bool, pinned: dict | None = None,
+              variant: str = "tkir") -> dict:
     import torch
 
     import tkir
@@ -89,15 +91,18 @@ def bench_row(name: str, m: int, n: int, k: int, reps: int, tune: bool) -> dict:
     comp = companion(name)
     sizes = dict(M=m, N=n, K=k)
     consts, note = consts_for(name, sizes, tune)
-    kern = tkir.compile(str(ROOT / "examples" / comp.KERNEL), **consts)
+    consts = {**consts, **(pinned or {})}
+    # auto consts (the header's): the kernel a call at these sizes launches, chosen by the compiler per size bucket
+    kern = tkir.compile(str(ROOT / "examples" / comp.KERNEL), **consts).for_sizes(sizes)
     nsets = timing.rotation_sets(comp.bytes_moved(sizes, consts))
     sets = [comp.torch_inputs(sizes, consts) for _ in range(nsets)]
     c = sets[0][-1]
     kern(*sets[0])
     torch.cuda.synchronize()
     err = timing.rel_err(torch, c.double(), reference64(torch, comp, sets[0], sizes))
-    row: dict[str, Any] = dict(kernel=name, M=m, N=n, K=k, consts=dict(kern.module.kernel.attrs["consts"]),
-                               tune_note=note, rel_err=err, ok=bool(err <= BOUND and torch.isfinite(c).all()))
+    row: dict[str, Any] = dict(kernel=name, variant=variant, M=m, N=n, K=k,
+                               consts=dict(kern.module.kernel.attrs["consts"]), tune_note=note, rel_err=err,
+                               ok=bool(err <= BOUND and torch.isfinite(c).all()))
     ways = [lambda i: (lambda: kern(*sets[i]))]
     try:
         peer_out = comp.peer(sets[0], sizes, consts)()
@@ -127,7 +132,8 @@ def format_table(rows: list[dict]) -> str:
     for r in rows:
         verdict = ("ok" if r["ok"] else "FAIL") + f" {r['rel_err']:.1e}"
         shape = f"{r['M']}x{r['N']}x{r['K']}"
-        lines.append(f"{r['kernel']:>15} {shape:>20} {r['tkir_ms']:>9.4f} {num(r['peer_ms'], 9, 4)} "
+        label = r["kernel"] + ("" if r.get("variant", "tkir") == "tkir" else ":" + r["variant"])
+        lines.append(f"{label:>15} {shape:>20} {r['tkir_ms']:>9.4f} {num(r['peer_ms'], 9, 4)} "
                      f"{r['tkir_tflops']:>9.1f} {num(r['peer_tflops'], 9, 1)} {num(r['ratio'], 9, 3)}  {verdict}")
     return "\n".join(lines)
 
@@ -148,6 +154,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shapes", type=parse_shapes, default=DEFAULT_SHAPES, help="M,N,K;M,N,K;...")
     ap.add_argument("--kernel", choices=[*KERNELS, "both"], default="gemm_fp8")
     ap.add_argument("--tune", action="store_true", help="time each shape at the @tune point `tkc tune` chooses")
+    ap.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME=VALUE",
+                    help="pin a const (e.g. -D BM=128: the compiler's per-size choice left out for it)")
+    ap.add_argument("--variant", default="tkir", help="a label for the rows (A/B runs)")
     ap.add_argument("--reps", type=int, default=20, help="timed runs per way (medians)")
     ap.add_argument("--json", default=None, metavar="PATH", help="write every row as JSON")
     ap.add_argument("--dry-run", action="store_true", help="compile and print each kernel's consts; no GPU")
@@ -156,7 +165,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         dry_run(names, args.shapes)
         return 0
-    rows = [bench_row(name, m, n, k, args.reps, args.tune) for name in names for m, n, k in args.shapes]
+    pinned = {}
+    for d in args.defines:
+        name_, _, value = d.partition("=")
+        if not value:
+            ap.error(f"-D {d}: expected NAME=VALUE")
+        pinned[name_] = int(value) if value.lstrip("-").isdigit() else value
+    rows = [bench_row(name, m, n, k, args.reps, args.tune, pinned, args.variant)
+            for name in names for m, n, k in args.shapes]
     print(format_table(rows))
     if args.json:
         import torch

@@ -27,7 +27,8 @@ Run (on the GPU machine; scripts/bench/sweep.sh wraps it for a device call):
     python3 scripts/bench/sweep.py --report-only DIR                         # the tables and plots again
     python3 scripts/bench/sweep.py --dry-run --m 1,256 --nk 4096x4096        # no GPU: tune --dry-run
 
-Options: --part gemm|rows|all; filters --m, --nk NxK, --kernel, --rows, --d (comma lists); --reps
+Options: --part gemm|rows|all; filters --m, --nk NxK, --kernel, --rows, --d (comma lists); --defaults (no
+tuning: each point at the kernel's defaults, `auto` consts chosen by the compiler per size bucket); --reps
 (bench), --tune-reps, --jobs (parallel compiles); --budget-s: no point starts unless its estimated
 time fits in what is left (later, cheaper points may still run), a point still running at the budget
 plus --grace-s is stopped, and the points not run are listed in DIR/state.json, the table and
@@ -581,7 +582,11 @@ def measure(p: Point, ctx: Context) -> dict:
         comp, rec["inputs"] = row_companion(comp, p.kernel, a.host_inputs)
     t0 = time.time()
     given = ctx.given_consts().get(p.id)
-    if given is not None:  # --consts-from: the consts an earlier sweep's tuner chose here, benched again
+    if a.defaults:  # the kernel as a user calls it: its header's consts, `auto` ones chosen by the compiler
+        rec["tune"] = {"from": "defaults", "best": None, "cached": False}
+        rec["tune_s"] = 0.0
+        consts = dict(p.fixed)
+    elif given is not None:  # --consts-from: the consts an earlier sweep's tuner chose here, benched again
         rec["tune"] = {"from": a.consts_from, "best": given, "cached": True}
         rec["tune_s"] = 0.0
         consts = dict(given)
@@ -777,7 +782,7 @@ def format_line(p: Point, rec: dict | None) -> str:
     if rec.get("status") != "ok":
         err = (rec.get("error") or "").strip().splitlines()
         return head + f" ERROR [{rec.get('stage', '?')}] {err[0][:150] if err else ''}"
-    consts = " ".join(f"{k}={v}" for k, v in (rec.get("tune") or {}).get("best", rec.get("consts", {})).items()
+    consts = " ".join(f"{k}={v}" for k, v in ((rec.get("tune") or {}).get("best") or rec.get("consts", {})).items()
                       if k not in p.fixed)
     if p.part == "gemm":
         nums = (f" x{_fmt(rec.get('ratio'), '.3f')} cuBLAS  {_fmt(rec.get('tflops'), '.1f')} vs "
@@ -1005,6 +1010,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--consts-from", metavar="SWEEP", default=None,
                     help="bench each point with the consts an earlier sweep recorded for it (its directory or "
                          "sweep.jsonl[.gz]) instead of tuning it; points it lacks are tuned")
+    ap.add_argument("--defaults", action="store_true",
+                    help="bench each point at the kernel's defaults (its `auto` consts chosen by the compiler for "
+                         "the point's sizes) instead of tuning it")
     ap.add_argument("--dry-run", action="store_true", help="no GPU: tune --dry-run of each selected point")
     ap.add_argument("--report-only", metavar="DIR", help="print the table and write sweep.md and the plots of DIR")
     ap.add_argument("--in-process", action="store_true", help="run the points in this process (no supervisor)")

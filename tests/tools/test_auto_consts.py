@@ -149,3 +149,85 @@ def test_auto_in_comments_costs_no_extra_parse(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(fp, "parse_source", lambda *a: (calls.append(a), parse(*a))[1])
     assert auto_consts.auto_names(ATTN, {"D": 64}) == [] and calls == []
     assert auto_consts.auto_names(ATTN, {"BQ": "auto"}) == ["BQ"] and len(calls) == 1
+
+
+# --- at problem sizes: the cost model chooses per size bucket ---------------------------------------
+
+FP8 = "examples/gemm_fp8.tk"  # BM, BN, STAGES, SK, SKI are auto in its header
+
+
+def _fp8_sizes(m: int, n: int = 4096, k: int = 4096) -> dict:
+    return {"M": m, "N": n, "K": k}
+
+
+def test_an_underfilled_grid_gets_smaller_tiles_split_along_k() -> None:
+    """M = 64: 16 tiles of 128 x 256 leave 116 of 132 SMs idle; the model's choice fills them (stream-K)."""
+    attrs = tkir.compile(FP8, sizes=_fp8_sizes(64)).module.kernel.attrs
+    assert attrs["auto"]["SK"] == 1 and attrs["auto"]["BM"] == 64
+    assert attrs["auto_sizes"] == {"M": 64, "N": 4096, "K": 4096}
+    assert "split along K" in attrs["auto_predicted"] and "faster than the budget rule's" in attrs["auto_predicted"]
+    assert attrs["auto_runner_up"].startswith("BM=")
+
+
+def test_a_full_grid_keeps_the_budget_rules_tile() -> None:
+    """4096^3: no point is predicted more than CLEAR_WIN faster, so the size-free choice stays."""
+    free = tkir.compile(FP8).module.kernel.attrs["auto"]
+    attrs = tkir.compile(FP8, sizes=_fp8_sizes(4096)).module.kernel.attrs
+    assert attrs["auto"] == free == {"BM": 128, "BN": 256, "STAGES": 4, "SK": 0, "SKI": 32}
+    assert "the budget rule's" in attrs["auto_predicted"]
+
+
+def test_attention_at_a_full_grid_keeps_the_budget_rules_tile() -> None:
+    k = tkir.compile(ATTN, sizes={"B": 16, "H": 16, "N": 4096}, D=128, **AUTO)
+    assert k.module.kernel.attrs["auto"] == tkir.compile(ATTN, D=128, **AUTO).module.kernel.attrs["auto"]
+
+
+def test_a_winner_that_spills_is_turned_down() -> None:
+    """At M = 256, K = 14336 the model's favourites (128 x 256 with stream-K) spill in ptxas: the next wins."""
+    k = tkir.compile(FP8, sizes=_fp8_sizes(256, 4096, 14336))
+    attrs = k.module.kernel.attrs
+    assert any("ptxas spills" in r for r in attrs["auto_refused"])
+    stats = k.asm["ptxas"]
+    assert max(stats.spill_stores, stats.spill_loads) <= 64
+
+
+def test_calls_choose_per_size_bucket() -> None:
+    k = tkir.compile(FP8)
+    assert k.chooses_per_size
+    small = k.for_sizes(_fp8_sizes(60))
+    assert small is k.for_sizes(_fp8_sizes(64))  # one bucket, compiled once
+    assert small.module.kernel.attrs["auto"]["SK"] == 1
+    assert k.for_sizes(_fp8_sizes(4000)).module.kernel.attrs["auto"]["BN"] == 256
+    assert not tkir.compile(FP8, BM=128, BN=256, STAGES=4, SK=0, SKI=8).chooses_per_size  # all pinned
+
+
+def test_interpret_runs_the_kernel_a_call_at_those_sizes_launches() -> None:
+    import numpy as np
+
+    from tkir.tools.examples import load_companion
+
+    comp = load_companion(FP8)
+    sizes = {"M": 40, "N": 264, "K": 2048}  # ragged M and N; 64 x 64 tiles split along K (stream-K) run
+    inputs = comp.make_inputs(np.random.default_rng(0), sizes, {})
+    k = tkir.compile(FP8)
+    tkir.interpret(k, *inputs)
+    ref = comp.reference(inputs, sizes, {})["C"]
+    out = inputs[comp.PARAMS.index("C")].astype(np.float64)
+    assert np.linalg.norm(out - ref) / np.linalg.norm(ref) < comp.TOLERANCE
+    chosen = k.for_sizes(sizes).module.kernel.attrs["auto"]
+    assert chosen["SK"] == 1 and chosen != k.module.kernel.attrs["auto"]  # not the size-free 128 x 256 tile
+
+
+def test_sizes_must_be_positive_integers() -> None:
+    with pytest.raises(TypeError, match="sizes= are positive integers"):
+        tkir.compile(FP8, sizes={"M": 0, "N": 4096, "K": 4096})
+
+
+def test_cli_chooses_at_the_given_sizes() -> None:
+    args = [sys.executable, "-m", "tkir.cli"]
+    sizes = ["--size", "M=64", "--size", "N=4096", "--size", "K=4096"]
+    r = subprocess.run([*args, "compile", FP8, *sizes], capture_output=True, text=True, check=True)
+    assert "auto_sizes = {M = 64, N = 4096, K = 4096}" in r.stdout and "auto_runner_up = " in r.stdout
+    r = subprocess.run([*args, "report", FP8, *sizes], capture_output=True, text=True, check=True)
+    assert "auto consts: BM=64" in r.stdout and "at M=64 N=4096 K=4096 (size bucket)" in r.stdout
+    assert "  runner-up: BM=" in r.stdout

@@ -22,6 +22,18 @@ SM: 1.00x FA2) over 192 x 64 (6 warps, one block per SM: 0.71x). Warp-specialize
 
 The decision is recorded on the kernel, `auto = {BQ = 128, BKV = 128}`, with every point tried
 before it and why it was refused (`auto_refused`), so `tkc compile` output and `tkc report` show it.
+
+**At problem sizes** (`resolve(..., sizes=...)`: `tkir.compile(path, sizes={...})`, `tkc compile --size`,
+and every call of a kernel compiled with auto consts, which chooses per size bucket), the cost model
+(tkir.tools.tune_model, the roofline per block times waves that `tkc tune` ranks by) predicts every point
+the pipeline accepts at the sizes' bucket (each size rounded up to a power of two, as the tuning cache
+keys). The size-free choice above stays unless another point is predicted more than CLEAR_WIN faster; then
+the model's best wins (predictions within TIE_FRACTION of it tie, broken by the size-free order).
+`accept(consts)` (the backend and ptxas: a point that spills) may still turn the winner down; then the next
+in the ranking is taken. The IR records the sizes the choice was made for (`auto_sizes`), its prediction
+and why (`auto_predicted`) and the runner-up (`auto_runner_up`): gemm_fp8.tk at M = 64, N = K = 4096 takes
+64 x 128 tiles split along K over the SMs (stream-K), and at 4096^3 the 128 x 256 whole tiles of the
+size-free rule.
 """
 
 from __future__ import annotations
@@ -36,6 +48,10 @@ from tkir.ir import Module
 AUTO = "auto"
 STOP_AFTER = "plan-occupancy"  # the last pass a candidate must survive
 MIN_WARPS_PER_SM = 8  # two per scheduler (4 schedulers per SM, HOPPER.md §1): see the module docstring
+CLEAR_WIN = 0.25      # at problem sizes the cost model overrides the budget rule only where it predicts a point
+#                       more than 25% faster: its errors against `tkc tune`'s timings are often 10-20% (its
+#                       Spearman rho is printed by every tuning run), so smaller predicted gains are noise
+TIE_FRACTION = 0.05   # predictions within 5% of the model's best tie (the budget rule's order decides)
 # the word `auto` outside comments and strings (which the first two alternatives consume)
 _AUTO_WORD = re.compile(r'"[^"\n]*"|//[^\n]*|\bauto\b')
 
@@ -70,9 +86,15 @@ def _warps_per_sm(module: Module) -> int | None:
 
 
 def resolve(path: str, overrides: dict[str, object], names: list[str],
-            trial: Callable[[dict[str, object]], Module]) -> tuple[dict[str, object], dict, list[str]]:
+            trial: Callable[[dict[str, object]], Module], *, sizes: dict[str, int] | None = None,
+            front: Callable[[dict[str, object]], Module] | None = None, target: str = "sm_90a",
+            accept: Callable[[dict[str, object]], str | None] | None = None
+            ) -> tuple[dict[str, object], dict, list[str]]:
     """(the consts with every auto one chosen, the choice, the refused points with their reasons).
-    `trial(consts)` runs the pipeline on one point up to plan-occupancy (raising CompileError)."""
+    `trial(consts)` runs the pipeline on one point up to plan-occupancy (raising CompileError). With
+    `sizes`, the cost model chooses at their bucket (`front(consts)`: the front end's module, which the
+    model reads; `accept(consts)`: None, or why a winner is turned down) and the choice dict carries
+    `sizes`, `predicted` and `runner_up` as well."""
     from tkir.frontend.parse import parse_source
     from tkir.frontend.tune import check_tune
     from tkir.source_text import read_source
@@ -93,27 +115,131 @@ def resolve(path: str, overrides: dict[str, object], names: list[str],
         if k not in names and k not in fixed:
             fixed[k] = space.defaults[k]
     points = [p for p in space.points(fixed) if p.dropped is None]
-    order = sorted(range(len(points)), key=lambda i: -math.prod(float(points[i].consts[n]) for n in names))
+    switches = {n for n in names if 0 in space.values[n]}  # SK=[0, 1]: an on/off choice, not a size
+    # the budget rule's order: the most work per block first (the product of the auto consts that are sizes),
+    # ties in the order the @tune lists are written
+    order = sorted(range(len(points)),
+                   key=lambda i: -math.prod(float(points[i].consts[n]) for n in names if n not in switches))
+    tried: dict[int, Module | CompileError] = {}
+
+    def attempt(i: int) -> Module | CompileError:
+        if i not in tried:
+            try:
+                tried[i] = trial(dict(points[i].consts))
+            except CompileError as e:
+                tried[i] = e
+        return tried[i]
+
+    picked, refused = _budget_pick(points, order, names, attempt)
+    errors = [e for e in tried.values() if isinstance(e, CompileError)]
+    if picked is None and len(errors) > 1 and len({e.message for e in errors}) == 1:
+        raise errors[0]  # every point fails the same way (fp8 '@' on sm_80): that error, where it is
+    if sizes is None or picked is None:
+        if picked is None:
+            why = "; ".join(refused) or "every point is dropped by the @tune 'where' conditions"
+            raise CompileError(const_loc.get(names[0], kernel.loc),
+                               f"no value of the auto consts {', '.join(names)} compiles: {why}", text,
+                               hint="widen the @tune lists, or set the consts with -D")
+        consts = dict(points[picked].consts)
+        return consts, {n: consts[n] for n in names}, refused
+    assert front is not None
+    return _resolve_at_sizes(kernel, text, const_loc, points, order, names, attempt, picked, front, sizes, target,
+                             accept)
+
+
+def _budget_pick(points: list, order: list[int], names: list[str],
+                 attempt: Callable[[int], Module | CompileError]) -> tuple[int | None, list[str]]:
+    """The size-free rule: the first point in `order` the pipeline accepts that plans at least
+    MIN_WARPS_PER_SM warps per SM (else the first accepted one); the refused points with their reasons."""
     refused: list[str] = []
-    few: tuple[dict, dict, list[str]] | None = None  # the first accepted point with too few warps per SM
+    few: tuple[int, list[str]] | None = None  # the first accepted point with too few warps per SM
     for i in order:
-        consts = points[i].consts
-        label = " ".join(f"{n}={consts[n]}" for n in names)
-        try:
-            module = trial(dict(consts))
-        except CompileError as e:
-            refused.append(f"{label}: {e.message.splitlines()[0]}")
+        label = _label(points[i].consts, names)
+        module = attempt(i)
+        if isinstance(module, CompileError):
+            refused.append(f"{label}: {module.message.splitlines()[0]}")
             continue
         warps = _warps_per_sm(module)
         if warps is not None and warps < MIN_WARPS_PER_SM:
             if few is None:
-                few = (dict(consts), {n: consts[n] for n in names}, list(refused))
+                few = (i, list(refused))
             refused.append(f"{label}: compiles, but plans {warps} warps per SM (fewer than {MIN_WARPS_PER_SM})")
             continue
-        return dict(consts), {n: consts[n] for n in names}, refused
+        return i, refused
     if few is not None:
         return few
-    why = "; ".join(refused) or "every point is dropped by the @tune 'where' conditions"
+    return None, refused
+
+
+def _resolve_at_sizes(kernel, text: str, const_loc: dict, points: list, order: list[int], names: list[str],
+                      attempt: Callable[[int], Module | CompileError], budget: int,
+                      front: Callable[[dict[str, object]], Module], sizes: dict[str, int], target: str,
+                      accept: Callable[[dict[str, object]], str | None] | None
+                      ) -> tuple[dict[str, object], dict, list[str]]:
+    """resolve() at problem sizes: the budget rule's point (`budget`), unless the cost model predicts another
+    accepted point at the sizes' bucket faster by more than CLEAR_WIN; then the model's best (its ties, within
+    TIE_FRACTION, broken by the budget rule's order). `accept` may turn the winner down: the next in the
+    ranking (the rest by prediction) is taken."""
+    from tkir.tools.tune import size_bucket
+    from tkir.tools.tune_model import predict
+
+    bucket = size_bucket(sizes)
+    refused: list[str] = []
+    scored: dict[int, tuple[float, object]] = {}  # point -> (predicted ms, prediction)
+    for i in order:
+        module = attempt(i)
+        if isinstance(module, CompileError):
+            refused.append(f"{_label(points[i].consts, names)}: {module.message.splitlines()[0]}")
+            continue
+        occ = module.kernel.attrs.get("occupancy") or {}
+        pred = predict(front(dict(points[i].consts)), bucket, int(occ.get("blocks_per_sm", 1)),
+                       int(occ.get("stages", 1)), stream_k=_stream_k_attr(module, target),
+                       cluster=int(module.kernel.attrs.get("cluster") or 1))
+        scored[i] = (pred.ms, pred)
+    best = min(ms for ms, _ in scored.values())
+    rank = {i: r for r, i in enumerate(order)}
+    if best * (1 + CLEAR_WIN) < scored[budget][0]:
+        tied = [i for i in scored if scored[i][0] <= best * (1 + TIE_FRACTION)]
+        first = min(tied, key=lambda i: rank[i])
+        why = f"the model predicts it {scored[budget][0] / scored[first][0]:.2f}x faster than the budget rule's"
+    else:
+        first, why = budget, "the budget rule's (no point predicted more than " + f"{CLEAR_WIN:.0%} faster)"
+    ranking = [first] + sorted((i for i in scored if i != first), key=lambda i: (scored[i][0], rank[i]))
+    for j, i in enumerate(ranking):
+        consts = dict(points[i].consts)
+        turned = accept(consts) if accept is not None else None
+        if turned:
+            refused.append(f"{_label(consts, names)}: {turned}")
+            why = "the best predicted after the points turned down"
+            continue
+        runner = ranking[j + 1] if j + 1 < len(ranking) else None
+        choice = {"auto": {n: consts[n] for n in names}, "sizes": bucket,
+                  "predicted": f"{_describe(*scored[i])}; {why}",
+                  "runner_up": (f"{_label(points[runner].consts, names)}: {_describe(*scored[runner])}"
+                                if runner is not None else "none")}
+        return consts, choice, refused
     raise CompileError(const_loc.get(names[0], kernel.loc),
-                       f"no value of the auto consts {', '.join(names)} compiles: {why}", text,
+                       f"no value of the auto consts {', '.join(names)} compiles: {'; '.join(refused)}", text,
                        hint="widen the @tune lists, or set the consts with -D")
+
+
+def _label(consts: dict, names: list[str]) -> str:
+    return " ".join(f"{n}={consts[n]}" for n in names)
+
+
+def _describe(ms: float, pred) -> str:  # pred: a tkir.tools.tune_model.Prediction
+    split = (f", {pred.split_tiles} tile(s) split along K over {pred.split_blocks} blocks"
+             if pred.split_blocks else "")
+    return (f"{1000 * ms:.1f} us predicted ({pred.blocks} blocks, {pred.waves} wave(s) at {pred.blocks_per_sm}/SM, "
+            f"{pred.bound}-bound{split})")
+
+
+def _stream_k_attr(module: Module, target: str) -> dict | None:
+    """The `stream_k` attr the stream-k pass will give this kernel (it runs after plan-occupancy): kernels
+    that ask (`@stream_k(1)`) on sm_90a, where the persistent loop it splits exists (passes/stream_k.py)."""
+    from tkir.passes.stream_k import MAX_TAIL_PCT, MIN_ITERS, MIN_ITERS_ATTR, REQUEST_ATTR
+
+    attrs = module.kernel.attrs
+    if target != "sm_90a" or not attrs.get(REQUEST_ATTR):
+        return None
+    return {"min_iters": int(attrs.get(MIN_ITERS_ATTR) or MIN_ITERS), "max_tail_pct": MAX_TAIL_PCT}

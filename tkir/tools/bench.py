@@ -98,6 +98,8 @@ def bench_one(path: str, companion, sizes: dict, consts: dict, *, reps: int = 20
     from tkir import api
 
     k = kernel if kernel is not None else api.compile(path, **(compile_kw or {}), **consts)
+    if hasattr(k, "for_sizes"):  # auto consts: the kernel chosen for this row's size bucket, its consts reported
+        k = k.for_sizes(sizes)
     nbytes = companion.bytes_moved(sizes, consts)
     nsets = timing.rotation_sets(nbytes)
     if hasattr(companion, "torch_inputs"):

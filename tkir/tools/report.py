@@ -51,6 +51,7 @@ from tkir.requires import row_piece_tensors
 from tkir.types import GlobalType, TileType, VectorType, format_attr_value, is_register, is_shared
 
 TMA_KEYS = ("tensor", "dtype", "dims", "strides", "box", "swizzle", "oob_fill")
+AUTO_ATTRS = ("auto", "auto_sizes", "auto_predicted", "auto_runner_up", "auto_refused")  # tkir.api writes them
 REGISTER_TOLERANCE = 0.10  # a prediction within 10% of ptxas counts as right (docs/passes.md, plan-occupancy)
 COMPUTING_ROLES = ("consumer", "compute")  # the roles whose registers plan-occupancy counts
 _SASS_REGISTER = re.compile(r"\bR(\d+)\b")  # R0..R254; RZ (the zero register) does not match
@@ -81,6 +82,9 @@ def build_report(module: Module) -> dict:
         plan = OccupancyPlan.of(kernel)
         if plan is not None:
             rep["occupancy"] = _occupancy(plan)
+        if kernel.attrs.get("auto"):  # the compiler's choice of the auto consts (tkir/tools/auto_consts.py)
+            rep["auto_consts"] = {k.removeprefix("auto_") if k != "auto" else "chosen": kernel.attrs[k]
+                                  for k in AUTO_ATTRS if k in kernel.attrs}
     tma = [_tma(op) for op in module.ops if op.name == "tma.desc"]
     if tma:
         rep["tma"] = tma
@@ -124,6 +128,17 @@ def format_report(report: dict) -> str:
         sizes = [k for k in ("warpgroups", "warps") if any(k in r for r in roles)]  # sm_80 roles: warps
         out += _section("roles", ["role", *sizes, "regs/thread"],
                         [[r["role"], *(r.get(k, "-") for k in sizes), r["regs_per_thread"]] for r in roles])
+    if "auto_consts" in report:
+        a = report["auto_consts"]
+        where = (" at " + " ".join(f"{k}={v}" for k, v in a["sizes"].items()) + " (size bucket)"
+                 if a.get("sizes") else " (size-free: the largest point the budget accepts; --size chooses per size)")
+        out.append("auto consts: " + " ".join(f"{k}={v}" for k, v in a["chosen"].items()) + where)
+        if a.get("predicted"):
+            out.append(f"  why: {a['predicted']}")
+        if a.get("runner_up"):
+            out.append(f"  runner-up: {a['runner_up']}")
+        if a.get("refused"):
+            out.append(f"  refused: {len(a['refused'])} point(s), first: {a['refused'][0]}")
     if "registers" in report:
         out.append(_registers_line(report["registers"]))
     if "spill_fallback" in report:
@@ -145,7 +160,7 @@ def format_report(report: dict) -> str:
                    "not aligned to them launch the kernel's variant with narrower pieces (compiled on first use)")
     for key, val in report.items():  # keys later stages add (e.g. the CLI's ptxas summary)
         if key not in ("shared_tiles", "accesses", "register_tiles", "register_copies", "tma", "occupancy",
-                       "registers", "cp_async_loops", "unaligned_rows", "spill_fallback",
+                       "registers", "cp_async_loops", "unaligned_rows", "spill_fallback", "auto_consts",
                        "measured"):  # measured: tkir/tools/measure.py prints it
             out.append(f"{key}: {_cell(val)}")
     return "\n".join(out).rstrip() + "\n"

@@ -31,7 +31,8 @@
 
 `TunedKernel.__call__` infers the sizes from its arguments, looks the bucket up in the cache (no
 timing on the hot path) and launches that configuration; on a miss it launches the kernel's default
-consts, or tunes first when built with `tune_on_miss=True`. The configuration is kept per argument shapes,
+consts (`auto` ones chosen by the compiler for the call's size bucket: tkir/tools/auto_consts.py), or tunes
+first when built with `tune_on_miss=True`. The configuration is kept per argument shapes,
 so a call with shapes seen before reads them and launches (tkir.backend.runtime checks the rest).
 """
 
@@ -600,8 +601,10 @@ class TunedKernel:
         key = reader(args) if reader is not None else self._shapes(args)
         hit = self._by_shapes.get(key) if key is not None else None
         if hit is None:
-            consts = self.config_for(self.sizes_of(args))
-            hit = (consts, self.compiled(consts).launcher())
+            sizes = self.sizes_of(args)
+            consts = self.config_for(sizes)
+            # consts still `auto` (a cache miss on a kernel that declares them): the compiler's choice for the sizes
+            hit = (consts, self.compiled(consts).for_sizes(sizes).launcher())
             if key is not None:
                 if len(self._by_shapes) >= SHAPES_CACHE:
                     self._by_shapes.pop(next(iter(self._by_shapes)))
