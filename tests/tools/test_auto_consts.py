@@ -95,12 +95,26 @@ def test_dash_d_auto_on_a_numeric_const(tmp_path: Path) -> None:
     assert k.module.kernel.attrs["auto"] == {"BM": 128} and k.module.kernel.attrs["consts"]["BN"] == 128
 
 
-def test_auto_without_candidates_is_a_located_error(tmp_path: Path) -> None:
+def test_auto_without_candidates_takes_the_compilers_tile_extents(tmp_path: Path) -> None:
+    """No @tune lists BN: it takes auto_consts.DEFAULT_CANDIDATES; the largest the budget accepts is 256."""
     p = tmp_path / "g.tk"
-    p.write_text(GEMM_AUTO.replace("<BM=64,", "<BM=64, X=auto,", 1))  # auto in the header
+    p.write_text(GEMM_AUTO.replace(", BN=[256, 128]", "", 1))
+    assert "BN=[" not in p.read_text()
+    k = tkir.compile(str(p), BN="auto")
+    assert k.module.kernel.attrs["auto"] == {"BN": 256}
+    refused = k.module.kernel.attrs.get("auto_refused", [])
+    assert not refused  # 256 is the first candidate and fits
+
+
+def test_auto_without_candidates_none_fitting_is_a_located_error(tmp_path: Path) -> None:
+    p = tmp_path / "g.tk"
+    # a shared tile of X * 16 rows of 1024 bf16: 512 KB at the smallest candidate, more than any SM has
+    p.write_text(GEMM_AUTO.replace("<BM=64,", "<BM=64, X=auto,", 1).replace(
+        "    shared a: st<bf16, BM, BK>", "    shared a: st<bf16, BM, BK>\n    shared big: st<bf16, X * 16, 1024>", 1)
+        .replace("acc += a @ b", "acc += a @ b\n        big = A[0, 0]", 1))
     with pytest.raises(CompileError) as e:
         tkir.compile(str(p))
-    assert "const 'X' is auto but no @tune lists its candidates" in str(e.value)
+    assert "no value of the auto consts X compiles" in str(e.value) and "X=16:" in str(e.value)
     assert f"{p}:2:" in str(e.value)
 
 

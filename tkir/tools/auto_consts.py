@@ -3,7 +3,8 @@
     @tune(BQ=[192, 128, 64], BKV=[128, 64])
     kernel attention_fwd<BQ=auto, BKV=auto, D=128, ...>(...)
 
-An `auto` const takes one of the values its `@tune` annotation lists. `resolve(...)` tries the
+An `auto` const takes one of the values its `@tune` annotation lists, or, where none lists it, one of
+DEFAULT_CANDIDATES (tile extents: a user's `<BM=auto, BN=auto>` without any annotation). `resolve(...)` tries the
 space's points (the other consts fixed: -D overrides, else header defaults; points a `where` drops
 are skipped) from the most work per block to the least, i.e. by the product of the auto consts'
 values (ties: the order written), and keeps the first one the pipeline accepts up to and including
@@ -48,6 +49,9 @@ from tkir.ir import Module
 AUTO = "auto"
 STOP_AFTER = "plan-occupancy"  # the last pass a candidate must survive
 MIN_WARPS_PER_SM = 8  # two per scheduler (4 schedulers per SM, HOPPER.md §1): see the module docstring
+DEFAULT_CANDIDATES = (256, 128, 64, 32, 16)  # an auto const no @tune lists: tile extents (multiples of 16, the
+#                                             mma's k and the TMA box granule; HOPPER.md); the pipeline refuses
+#                                             the ones a kernel cannot use (registers, shared memory, wgmma shapes)
 CLEAR_WIN = 0.25      # at problem sizes the cost model overrides the budget rule only where it predicts a point
 #                       more than 25% faster: its errors against `tkc tune`'s timings are often 10-20% (its
 #                       Spearman rho is printed by every tuning run), so smaller predicted gains are noise
@@ -96,7 +100,7 @@ def resolve(path: str, overrides: dict[str, object], names: list[str],
     model reads; `accept(consts)`: None, or why a winner is turned down) and the choice dict carries
     `sizes`, `predicted` and `runner_up` as well."""
     from tkir.frontend.parse import parse_source
-    from tkir.frontend.tune import check_tune
+    from tkir.frontend.tune import TuneSpace, check_tune
     from tkir.source_text import read_source
 
     text = read_source(path)
@@ -104,12 +108,10 @@ def resolve(path: str, overrides: dict[str, object], names: list[str],
     ann = next((a for a in kernel.annotations if a.name == "tune"), None)
     const_loc = {c.name: c.loc for c in kernel.consts}
     space = check_tune(kernel, ann, text) if ann is not None else None
-    missing = [n for n in names if space is None or n not in space.values]
-    if missing:
-        n = missing[0]
-        raise CompileError(const_loc.get(n, kernel.loc), f"const '{n}' is auto but no @tune lists its candidates",
-                           text, hint=f"write @tune({n}=[...]) above the kernel, or set it with -D {n}=<value>")
-    assert space is not None
+    if space is None:
+        space = TuneSpace(kernel.name, {c.name: c.value for c in kernel.consts}, {})
+    for n in names:  # an auto const no @tune lists: the compiler's own candidates
+        space.values.setdefault(n, list(DEFAULT_CANDIDATES))
     fixed = {k: v for k, v in overrides.items() if v != AUTO}
     for k in space.values:  # tuned consts that are not auto stay at their value
         if k not in names and k not in fixed:
