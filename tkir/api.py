@@ -182,10 +182,11 @@ class CompiledKernel:
         `sizes`): `for_sizes(sizes)` is the kernel a call at those sizes launches."""
         return self._by_size is not None
 
-    def for_sizes(self, sizes: dict[str, int]) -> CompiledKernel:
+    def for_sizes(self, sizes: dict[str, int], *, spill_check: bool = True) -> CompiledKernel:
         """The kernel a call at these problem sizes runs: this one, or, where its auto consts are chosen per
-        size bucket, the one compiled with the cost model's choice for the sizes' bucket (made once)."""
-        return self._by_size.kernel_for(sizes) if self._by_size is not None else self
+        size bucket, the one compiled with the cost model's choice for the sizes' bucket (made once).
+        `spill_check=False` skips the backend and ptxas (what tkir.interpret asks)."""
+        return self._by_size.kernel_for(sizes, spill_check) if self._by_size is not None else self
 
     def launcher(self):  # noqa: ANN201 - a tkir.backend.runtime.Kernel (the backend loads lazily)
         """The runtime's Kernel of this compile, made on first use (the backend's output first): calling it
@@ -331,7 +332,8 @@ def _check_sizes(sizes: dict) -> dict[str, int]:
 
 def _compile(path: str, pipeline: list, given: str, options: Options, load_passes: list[str] | None,
              config: PipelineConfig | None, out: io.TextIOBase | None, consts: dict,
-             edits: list[PassEdit] | None = None, sizes: dict[str, int] | None = None) -> CompiledKernel:
+             edits: list[PassEdit] | None = None, sizes: dict[str, int] | None = None,
+             spill_check: bool = True) -> CompiledKernel:
     """compile() for a pipeline `given` as "default" (the kernel's @passes edits apply), "explicit" (they
     do not) or "kernel" (the kernel's own, edits included: CompiledKernel.variant); `edits` (the caller's
     pass_edits) apply last."""
@@ -353,7 +355,7 @@ def _compile(path: str, pipeline: list, given: str, options: Options, load_passe
     asked = dict(consts)  # before the auto ones are chosen: what a per-size choice starts from
     if not str(path).endswith(".tkir"):
         accept = None
-        if sizes is not None:
+        if sizes is not None and spill_check:
             def accept(point: dict) -> str | None:
                 return _spill_reason(_compile(path, pipeline, given, options, load_passes,
                                               PipelineConfig(keep_snapshots=False), None, point, edits))
@@ -379,8 +381,8 @@ def _compile(path: str, pipeline: list, given: str, options: Options, load_passe
                        pass_edits=edits_text(edits) if edits else "")
     k.asm["tkir"] = print_module(module)
     if choice is not None and sizes is None:  # calls choose per size bucket
-        def at_sizes(at: dict[str, int]) -> CompiledKernel:
-            return _compile(path, pipeline, given, options, load_passes, config, None, asked, edits, at)
+        def at_sizes(at: dict[str, int], spill_check: bool) -> CompiledKernel:
+            return _compile(path, pipeline, given, options, load_passes, config, None, asked, edits, at, spill_check)
 
         k._by_size = _AutoBySize(at_sizes)
     return k
@@ -403,29 +405,31 @@ class _AutoBySize:
     """The kernels a CompiledKernel with auto consts launches, one per problem-size bucket (each size
     rounded up to a power of two), compiled with the cost model's choice when the bucket is first called.
     A kernel whose `requires` (tile divisibility) the call's exact sizes break is chosen again for those
-    sizes. Calls with argument shapes seen before go straight to their launcher."""
+    sizes. Calls with argument shapes seen before go straight to their launcher. The interpreter asks
+    without the spill check (`spill_check=False`: no backend, no ptxas), so it can run another point than a
+    launch only where the model's winner spills."""
 
     SHAPES = 256  # argument shapes remembered (as tkir.tools.tune.TunedKernel does)
 
-    def __init__(self, at_sizes: Callable[[dict[str, int]], CompiledKernel]):
+    def __init__(self, at_sizes: Callable[[dict[str, int], bool], CompiledKernel]):
         self.at_sizes = at_sizes
         self.kernels: dict[tuple, CompiledKernel] = {}
         self.by_shapes: dict[tuple, object] = {}
 
-    def kernel_for(self, sizes: dict[str, int]) -> CompiledKernel:
+    def kernel_for(self, sizes: dict[str, int], spill_check: bool = True) -> CompiledKernel:
         from tkir.requires import module_requires, requirement_failure
         from tkir.tools.tune import size_bucket
 
         bucket = size_bucket(sizes)
-        key = tuple(sorted(bucket.items()))
+        key = (spill_check, *sorted(bucket.items()))
         if key not in self.kernels:
-            self.kernels[key] = self.at_sizes(bucket)
+            self.kernels[key] = self.at_sizes(bucket, spill_check)
         k = self.kernels[key]
         kernel = k.module.kernel
         if any(requirement_failure(kernel.symbol, r, sizes) for r in module_requires(k.module)):
-            exact = ("exact", *sorted(sizes.items()))
+            exact = (spill_check, "exact", *sorted(sizes.items()))
             if exact not in self.kernels:
-                self.kernels[exact] = self.at_sizes(dict(sizes))
+                self.kernels[exact] = self.at_sizes(dict(sizes), spill_check)
             k = self.kernels[exact]
         return k
 
@@ -611,7 +615,7 @@ def interpret(kernel: CompiledKernel | Module, *arrays: object, **sizes: int) ->
 
     if isinstance(kernel, CompiledKernel):
         if kernel.chooses_per_size:  # what a launch on these arrays runs
-            kernel = kernel.for_sizes({**call_sizes(kernel.module, arrays), **sizes})
+            kernel = kernel.for_sizes({**call_sizes(kernel.module, arrays), **sizes}, spill_check=False)
         piece = kernel.unaligned_piece(*arrays)
         module = (kernel if piece is None else kernel.variant(piece)).module
     else:

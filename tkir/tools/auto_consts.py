@@ -204,15 +204,16 @@ def _resolve_at_sizes(kernel, text: str, const_loc: dict, points: list, order: l
         tied = [i for i in scored if scored[i][0] <= best * (1 + TIE_FRACTION)]
         first = min(tied, key=lambda i: rank[i])
         why = f"the model predicts it {scored[budget][0] / scored[first][0]:.2f}x faster than the budget rule's"
-    else:
-        first, why = budget, "the budget rule's (no point predicted more than " + f"{CLEAR_WIN:.0%} faster)"
-    ranking = [first] + sorted((i for i in scored if i != first), key=lambda i: (scored[i][0], rank[i]))
+        ranking = [first] + sorted((i for i in scored if i != first), key=lambda i: (scored[i][0], rank[i]))
+    else:  # the budget rule's order, from its choice on
+        why = "the budget rule's (no point predicted more than " + f"{CLEAR_WIN:.0%} faster)"
+        ranking = [budget] + [i for i in order if i in scored and i != budget]
     for j, i in enumerate(ranking):
         consts = dict(points[i].consts)
         turned = accept(consts) if accept is not None else None
         if turned:
             refused.append(f"{_label(consts, names)}: {turned}")
-            why = "the best predicted after the points turned down"
+            why = "the next in that order after the points turned down; " + why
             continue
         runner = ranking[j + 1] if j + 1 < len(ranking) else None
         choice = {"auto": {n: consts[n] for n in names}, "sizes": bucket,
