@@ -20,7 +20,8 @@ MIN_KERNELS = 8  # issue 44: at least 8 kernels in the suite
 SCHEDULE_ANNOTATIONS = ("@stages", "@warpgroups", "@warps", "@blocks_per_sm", "@cluster", "@hoist_loads",
                         "@fence_loads", "@stream_k", "@swizzle", "@tune", "@passes")
 # Const names that are schedule knobs in the examples (tile sizes, stages, warps, occupancy, chunking).
-SCHEDULE_CONSTS = re.compile(r"\b(BM|BN|BK|BQ|BKV|STAGES|WG|NW|OCC|ROWS|DC|HOIST|FENCE|REREAD|CL|SK|SKI|RPB)\s*=")
+# `auto` leaves the value to the compiler (docs/language.md), so `BQ=auto` is no hand pick
+SCHEDULE_CONSTS = re.compile(r"\b(BM|BN|BK|BQ|BKV|STAGES|WG|NW|OCC|ROWS|DC|HOIST|FENCE|REREAD|CL|SK|SKI|RPB)\s*=(?!\s*auto\b)")
 
 
 def _cases() -> list:
