@@ -36,8 +36,12 @@ an op does not overlap that op's result, i.e. elementwise ops and mma update in 
 * an mma.sync (an `mma_c` accumulator, sm_80) adds, at the mma, the operand fragments it loads from
   shared memory (`mma_sync_fragment_regs`): one k16 step of A for each m16 block of a warp's tile (4
   each: 8 for a warp of 32 rows, 16 for the 64 rows of a 2-D warp grid's tile) and one B unit (4);
-* addr_regs: 2 per global pointer, 1 per live i32/f32 scalar (constants are immediates), and 4 for
-  the two 64-bit wgmma descriptors of an mma reading shared memory;
+* addr_regs: 2 per per-thread global address live at the peak, 1 per live i32/f32 scalar (constants are
+  immediates), and 4 for the two 64-bit wgmma descriptors of an mma reading shared memory. A global address
+  lives from the kernel's start to its last access (an access in a loop: to the loop's end), so a tensor read
+  only before the peak costs nothing there (_live_across); register tiles of one type accessed in tensors of
+  one dtype and shape at the same run-time coordinates share one address, constant coordinates being
+  immediate offsets (_address_groups: rmsnorm_bwd's X, DY and DX are one);
 * overhead: OVERHEAD_REGS (thread/warp ids, stage and phase counters, predicates, ptxas temporaries).
 The sum is rounded up to the allocation unit of 8 and must be <= 255. Warp-specialized kernels are
 planned for 1 block per SM (CUTLASS `__launch_bounds__(384, 1)`): the launch gives every thread
@@ -66,12 +70,14 @@ warp-specialized kernel, B * threads > 2048, B * (smem + 1 KB, in 128-B units) >
 than acc_regs + overhead registers per thread.
 Nothing fits -> a located CompileError naming the largest consumer of the budget.
 
-The budget is an estimate, checked against ptxas on every example and target by
-tests/tools/test_register_estimate.py (`python3 -m tkir.tools.register_table` prints the table): within 10%
-but for listed outliers (mma.sync fragments loaded ahead, fixed parts too large for small row kernels, tiles
-ptxas streams). Where it is too low for the blocks per SM it leads to, ptxas spills, and the backend lowers
-the kernel again for the highest lower count ptxas does not spill at (backend/lower.py avoid_spills, a bounded
-search; `spill_retry=false` turns that off and records the kernel attr `spill_retry = false`).
+The budget is an estimate, checked against ptxas on every example and user-suite kernel, both targets, by
+tests/tools/test_register_estimate.py (`python3 -m tkir.tools.register_table` prints the table; a setmaxnreg
+kernel against the registers its SASS names + 2, ptxas's own count being the launch allocation): within 10%
+but for listed outliers (mma.sync fragments loaded ahead, consumers that use more of setmaxnreg's registers,
+fixed parts too large for small row kernels, tiles ptxas streams). Where it is too low for the blocks per SM
+it leads to, ptxas spills, and the backend lowers the kernel again for the highest lower count ptxas does not
+spill at (backend/lower.py avoid_spills, a bounded search; `spill_retry=false` turns that off and records the
+kernel attr `spill_retry = false`).
 """
 
 from __future__ import annotations
@@ -614,6 +620,14 @@ def _widened_at_use(v: Value, uses: dict[Value, list[Operation]], regs: dict[Val
 
 
 def _register_budget(kernel: Operation, threads: int) -> tuple[RegisterBudget, tuple[Value, int] | None]:
+    budget, largest, _ = _register_peak(kernel, threads)
+    return budget, largest
+
+
+def _register_peak(kernel: Operation, threads: int) -> tuple[RegisterBudget, tuple[Value, int] | None,
+                                                              list[tuple[Value, int]]]:
+    """The register budget of the role of `threads` threads, its largest live tile (value, registers), and every
+    value live at the peak with its registers per thread (largest first): the estimate's working."""
     order = list(kernel.walk())
     index = {id(op): i for i, op in enumerate(order)}
     end: dict[int, int] = {}
@@ -685,19 +699,67 @@ def _register_budget(kernel: Operation, threads: int) -> tuple[RegisterBudget, t
             peak, best = i, pressure + f
     live = [v for v, (lo, hi) in span.items() if lo <= peak < hi]
 
-    n_pointers = sum(1 for a in kernel.body.args if isinstance(a.type, GlobalType))
+    n_addresses = sum(1 for group in _address_groups(kernel, uses) if _live_across(group, peak, index, end, kernel))
     mma_desc = any(o.name == "tk.mma" and any(is_shared(v.type) for v in o.operands[:2]) for o in order)
     budget = RegisterBudget(
         acc_regs=sum(regs[v] for v in live if v in accs),
         live_tile_regs=sum(regs[v] for v in live if v not in accs and not isinstance(v.type, ScalarType))
         + frags[peak],
-        addr_regs=POINTER_REGS * n_pointers + sum(regs[v] for v in live if isinstance(v.type, ScalarType))
+        addr_regs=POINTER_REGS * n_addresses + sum(regs[v] for v in live if isinstance(v.type, ScalarType))
         + (WGMMA_DESC_REGS if mma_desc else 0),
         overhead=OVERHEAD_REGS,
     )
     tiles = [v for v in live if not isinstance(v.type, ScalarType)]
     biggest = max(tiles, key=lambda v: regs[v], default=None)
-    return budget, (None if biggest is None else (biggest, regs[biggest]))
+    detail = sorted(((v, regs[v]) for v in live), key=lambda vr: -vr[1])
+    return budget, (None if biggest is None else (biggest, regs[biggest])), detail
+
+
+def _address_groups(kernel: Operation, uses: dict[Value, list[Operation]]) -> list[list[Operation]]:
+    """The global accesses that share one per-thread 64-bit address (POINTER_REGS registers), as lists of ops.
+    A pointer is a kernel parameter in the constant bank (SASS `ULDC.64` / `c[0x0][...]`, a uniform register);
+    what takes general registers is the address a thread forms from it, base + its offset in the tile. Register
+    tiles of one type loaded from or stored to tensors of one dtype and shape at the same run-time coordinates
+    have the same offset, and ptxas forms it once: rmsnorm_bwd's X, DY and DX at [t, 0] share one, added to each
+    base in uniform registers (`IADD3 R16, P1, R36, UR16`). Constant coordinates do not part them: a whole
+    tile step is an immediate offset (`STG.E [R2.64+0x80]`; rotary's X[.., 0] / X[.., 1]). Any other use of a
+    pointer (a TMA copy, a shared copy) is a group of its own."""
+    groups: dict[tuple, list[Operation]] = {}
+    for arg in kernel.body.args:
+        if not isinstance(arg.type, GlobalType):
+            continue
+        for op in uses.get(arg, []):
+            register = op.results[0].type if op.name == "tk.load" and op.results else (
+                op.operands[1].type if op.name == "tk.store" and len(op.operands) > 1 else None)
+            if op.operands[0] is not arg or not isinstance(register, (TileType, VectorType)) or \
+                    is_shared(register):
+                groups.setdefault(("pointer", id(arg)), []).append(op)
+                continue
+            coords = op.operands[2:] if op.name == "tk.store" else op.operands[1:]
+            runtime = tuple(id(c) for c in coords
+                            if not (isinstance(c.owner, Operation) and c.owner.name == "arith.const"))
+            key = (arg.type.dtype, tuple(arg.type.dims), runtime, str(register))
+            groups.setdefault(key, []).append(op)
+    return list(groups.values())
+
+
+def _live_across(accesses: list[Operation], peak: int, index: dict[int, int], end: dict[int, int],
+                 kernel: Operation) -> bool:
+    """Whether an address used by `accesses` holds its registers at op position `peak`: to its last access, an
+    access inside a loop counting to the end of its outermost loop (every iteration uses it). Once the last
+    access is done the address is dead: rotary loads Cos and Sin before its peak (the first output's cast) and
+    attention_fwd copies Q before its loop, and neither address holds registers there. An address first used
+    after the peak counts: ptxas forms addresses early (they depend on the block and thread indices only)."""
+    last = None
+    for op in accesses:
+        hi = index[id(op)]
+        q = parent_op(op)
+        while q is not None and q is not kernel:
+            if q.name == "scf.for":
+                hi = max(hi, end[id(q)])
+            q = parent_op(q)
+        last = hi if last is None else max(last, hi)
+    return last is not None and last >= peak
 
 
 def _def_loc(v: Value) -> Loc | None:

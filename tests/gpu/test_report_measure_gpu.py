@@ -94,7 +94,7 @@ _REGISTERS_OFF = [
     "attention_fwd-sm_80", "col_sum-sm_90a", "col_sum-sm_80", "gemm-sm_90a", "gemm-sm_80", "layernorm-sm_90a",
     "layernorm-sm_80", "layernorm_bwd-sm_90a", "layernorm_bwd-sm_80", "linear-sm_90a", "linear-sm_80",
     "linear_dgrad-sm_90a", "linear_dgrad-sm_80", "linear_wgrad-sm_90a", "linear_wgrad-sm_80", "rmsnorm-sm_90a",
-    "rmsnorm-sm_80", "rmsnorm_bwd-sm_90a", "rmsnorm_bwd-sm_80", "rotary-sm_90a", "rotary-sm_80",
+    "rmsnorm-sm_80", "rmsnorm_bwd-sm_90a", "rmsnorm_bwd-sm_80", "rotary-sm_80",
     "softmax_bwd-sm_90a", "softmax_bwd-sm_80",
     "r2s-top-bf16-sm_90a", "s2r-top-bf16-sm_80", "swz32_w64B_tma_s2r-top-bf16-sm_90a",
     "swz32_w64B_r2s_tma-top-bf16-sm_90a", "transpose_s2r-top-bf16-sm_90a", "transpose_s2r-top-f32-sm_80",

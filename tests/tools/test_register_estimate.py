@@ -1,87 +1,152 @@
-"""plan-occupancy's register estimate against ptxas on every example, both targets (tkir/tools/register_table.py;
-runs the local ptxas, no GPU). The estimate (the occupancy budget's total before rounding) must be within
-REGISTER_BOUND of ptxas's "Used N registers" on every row but the listed outliers, each with the error it
-reached and why (docs/passes.md, "Predicted registers against ptxas"); an outlier that comes within the bound
-must leave the list, and one that gets worse fails."""
+"""plan-occupancy's register estimate against ptxas on every example and every user-suite kernel (examples/*.tk,
+examples/user/*.tk), both targets, at their default consts (tkir/tools/register_table.py; runs the local ptxas, no
+GPU). The estimate (the occupancy budget's total before rounding) must be within REGISTER_BOUND of its reference
+on every row but the listed outliers, each with the error it reached and why (docs/passes.md, "Predicted
+registers against ptxas"); an outlier that comes within the bound must leave the list, and one that gets worse
+fails.
+
+The reference is ptxas's "Used N registers". For a warp-specialized kernel (setmaxnreg) that count is the launch
+allocation (65536 / threads), not a count of what the code needs: there the planner's number is the consumers'
+setmaxnreg value, a budget, and the claim checked is the one the plan rests on: the estimate of the consumers'
+live registers fits that value, and is within REGISTER_BOUND of what ptxas allocates for their code (the highest
+register the SASS names plus PTXAS_EXTRA_REGS, the count ptxas reports for the same code without setmaxnreg:
+test_ptxas_count_is_sass_plus_reserved checks that relation on the other rows).
+
+A planned occupancy must be one ptxas holds: no row spills (a setmaxnreg row only where SETMAXNREG_SPILLS says so),
+and none needed the backend's spill fallback from the plan's blocks per SM but where PLANS_NOT_HELD says so.
+"""
 
 from __future__ import annotations
 
 import pytest
 
-from tkir.tools.register_table import TARGETS, example_paths, register_row
+from tkir.tools.register_table import PTXAS_EXTRA_REGS, TARGETS, kernel_name, register_row, suite_paths
 
 REGISTER_BOUND = 0.10
-# (example, target) -> (the largest |ptxas - estimate| / ptxas allowed, why it is off)
-MMA_SYNC = ("mma.sync: ptxas loads the ldmatrix fragments of later k16 steps ahead and keeps them (and takes all the "
-            "registers 1 block per SM gives it); the estimate counts one k16 step's fragments")
+# highest_register names a 64/128-bit operand by its first register only, so ptxas's count may exceed 1 + the highest
+# register named + PTXAS_EXTRA_REGS by up to 3 (user/gemm_at sm_80: R124 named, 128 used)
+SASS_SLACK = 3
+# (kernel, target) -> (the largest |reference - estimate| / reference allowed, why it is off)
+MMA_SYNC = ("mma.sync: ptxas loads the ldmatrix fragments of later k16 steps ahead and keeps them (and takes the "
+            "registers its cap leaves it); the estimate counts one k16 step's fragments")
+SETMAXNREG_UNDER = ("setmaxnreg: the consumers' code uses more of the setmaxnreg value than the estimate counts "
+                    "(ptxas takes what setmaxnreg gives; what it keeps beyond the estimate is not yet explained)")
 OUTLIERS: dict[tuple[str, str], tuple[float, str]] = {
-    ("attention_bwd", "sm_80"): (0.16, MMA_SYNC),
-    ("attention_bwd_dkdv", "sm_80"): (0.23, MMA_SYNC),
-    ("attention_bwd_dq", "sm_80"): (0.30, MMA_SYNC),
-    ("attention_fwd", "sm_80"): (0.17, MMA_SYNC),
+    ("attention_bwd", "sm_80"): (0.19, MMA_SYNC),
+    ("attention_bwd_dkdv", "sm_80"): (0.26, MMA_SYNC),
+    ("attention_bwd_dq", "sm_80"): (0.33, MMA_SYNC),
+    ("attention_fwd", "sm_80"): (0.18, MMA_SYNC),
     ("gemm", "sm_80"): (0.32, MMA_SYNC),
-    ("linear", "sm_80"): (0.32, MMA_SYNC),
-    ("linear_dgrad", "sm_80"): (0.18, MMA_SYNC),
-    ("linear_wgrad", "sm_80"): (0.17, MMA_SYNC),
-    ("attention_bwd_dq_convert", "sm_90a"): (0.24, "the shared load streams (_shared_load_at_use), but the bf16 "
+    ("linear", "sm_80"): (0.31, MMA_SYNC),
+    ("linear_dgrad", "sm_80"): (0.19, MMA_SYNC),
+    ("linear_wgrad", "sm_80"): (0.16, MMA_SYNC),
+    ("user/gemm_at", "sm_80"): (0.19, MMA_SYNC),
+    ("user/gemm_bias_gelu", "sm_80"): (0.18, MMA_SYNC),
+    ("user/gqa_attention", "sm_80"): (0.31, MMA_SYNC),
+    ("user/sliding_window_attention", "sm_80"): (0.38, MMA_SYNC),
+    ("user/swiglu", "sm_80"): (0.34, MMA_SYNC),
+    ("attention_fp8", "sm_90a"): (0.20, SETMAXNREG_UNDER),
+    ("linear", "sm_90a"): (0.21, SETMAXNREG_UNDER),
+    ("user/gemm_bias_gelu", "sm_90a"): (0.34, SETMAXNREG_UNDER),
+    ("user/sliding_window_attention", "sm_90a"): (0.14, SETMAXNREG_UNDER),
+    ("user/swiglu", "sm_90a"): (0.33, SETMAXNREG_UNDER),
+    ("attention_bwd_dq", "sm_90a"): (0.13, "setmaxnreg: the estimate (131) is above the 118 the consumers' code "
+                                           "takes; not yet explained"),
+    ("attention_bwd_dq_convert", "sm_90a"): (0.19, "the shared load streams (_shared_load_at_use), but the bf16 "
                                                    "tile of the cast, read by the store, is counted whole (32)"),
-    ("attention_bwd_dq_convert", "sm_80"): (0.24, "as on sm_90a"),
-    ("attention_bwd_prep", "sm_90a"): (0.40, "the data (O and dO packed, 8 + 8) is right; the fixed parts, addresses "
-                                             "9 + overhead 16, are about 11 more than ptxas's 30 - 16 = 14"),
-    ("attention_bwd_prep", "sm_80"): (0.40, "as on sm_90a"),
-    ("col_sum", "sm_90a"): (0.22, "the data (acc 16 + the loaded tile 16) is right; addresses 6 + overhead 16 are "
+    ("attention_bwd_dq_convert", "sm_80"): (0.19, "as on sm_90a"),
+    ("attention_bwd_prep", "sm_90a"): (0.31, "the data (O and dO packed, 8 + 8) is right; the fixed parts, addresses "
+                                             "7 + overhead 16, are about 9 more than ptxas's 30 - 16 = 14"),
+    ("attention_bwd_prep", "sm_80"): (0.31, "as on sm_90a"),
+    ("col_sum", "sm_90a"): (0.21, "the data (acc 16 + the loaded tile 16) is right; addresses 6 + overhead 16 are "
                                   "about 9 more than ptxas's 45 - 32 = 13"),
-    ("col_sum", "sm_80"): (0.22, "as on sm_90a"),
-    ("layernorm", "sm_90a"): (0.43, "ptxas spreads W's and Bias's loads between the reductions, so their fragments "
+    ("col_sum", "sm_80"): (0.21, "as on sm_90a"),
+    ("layernorm", "sm_90a"): (0.36, "ptxas spreads W's and Bias's loads between the reductions, so their fragments "
                                     "are never live with all of xc; it fits the 64 of 2 blocks of 512 threads, no spills"),
-    ("layernorm", "sm_80"): (0.43, "as on sm_90a"),
-    ("rmsnorm", "sm_90a"): (0.14, "ptxas takes all 64 registers 2 blocks of 512 threads leave it (at its cap)"),
-    ("rmsnorm", "sm_80"): (0.14, "as on sm_90a"),
-    ("rotary", "sm_90a"): (0.14, "addresses 9 + overhead 16 are more than the kernel's address arithmetic uses"),
-    ("rotary", "sm_80"): (0.24, "as on sm_90a"),
-    ("softmax_bwd", "sm_90a"): (0.20, "Y's and dY's f32 copies are counted whole, read before and after the row sum "
-                                      "(_widened_at_use's reduction exception: ptxas keeps them, 84 registers at "
-                                      "D = 4096 over 128 threads); at 16 elements a thread it keeps some packed"),
-    ("softmax_bwd", "sm_80"): (0.20, "as on sm_90a"),
-    ("layernorm_bwd", "sm_90a"): (0.13, "x's and dy's f32 copies are counted whole across the row sums (as "
-                                        "softmax_bwd); ptxas fits the 64 of 2 blocks of 512 threads, no spills"),
-    ("layernorm_bwd", "sm_80"): (0.13, "as on sm_90a"),
-    ("rmsnorm_bwd", "sm_90a"): (0.13, "x's and dy's f32 copies are counted whole across the row sums (as "
-                                      "softmax_bwd); ptxas keeps some packed"),
-    ("rmsnorm_bwd", "sm_80"): (0.13, "as on sm_90a"),
+    ("layernorm", "sm_80"): (0.36, "as on sm_90a"),
+    ("rmsnorm", "sm_90a"): (0.17, "ptxas takes all 64 registers 2 blocks of 512 threads leave it (at its cap)"),
+    ("rmsnorm", "sm_80"): (0.17, "as on sm_90a"),
+    ("rotary", "sm_80"): (0.13, "at 12 blocks of 128 threads (cap 40) ptxas fits 35 on sm_80 (38 on sm_90a); the "
+                                "estimate, 39, counts the four loaded tiles and the output's address"),
+    ("softmax_bwd", "sm_90a"): (0.12, "Y's and dY's f32 copies are counted whole across the row sum (ptxas keeps "
+                                      "them: 42 live), but the fixed parts (DX's address 2, block index 1, overhead "
+                                      "16) are about 5 more than ptxas's 47 - 33 = 14; 48 on sm_80 (within)"),
+}
+# (kernel, target) -> the most bytes ptxas may spill at the plan, and why the plan cannot avoid it
+SETMAXNREG_SPILLS: dict[tuple[str, str], tuple[int, str]] = {
+    ("linear", "sm_90a"): (32, "the consumers spill at setmaxnreg 232, the most two consumer warpgroups of 384 "
+                               "threads can have; the estimate (186) says they fit (SETMAXNREG_UNDER)"),
+    ("gemm_fp8", "sm_90a"): (12, "as linear: spills at 232, the estimate is 220"),
+}
+
+
+# (kernel, target) -> (False, why): plans ptxas spills at, so the backend lowers the kernel for fewer blocks per SM
+# (backend/lower.py avoid_spills). A spill at the backend's own two-block floor above the plan (linear_wgrad sm_80:
+# planned 1, asked 2) is not the plan's.
+PLANS_NOT_HELD: dict[tuple[str, str], tuple[bool, str]] = {
+    ("attention_bwd_dq", "sm_80"): (False, "the mma.sync estimate (139, MMA_SYNC) plans 3 blocks of 128 threads "
+                                           "(cap 168); ptxas needs 204 and spills, the backend keeps 2"),
 }
 
 
 @pytest.fixture(scope="module")
 def rows() -> dict[tuple[str, str], dict]:
-    return {(p.stem, t): register_row(p, t) for p in example_paths() for t in TARGETS}
+    return {(kernel_name(p), t): register_row(p, t) for p in suite_paths() for t in TARGETS}
 
 
-def test_outliers_name_examples() -> None:
-    names = {p.stem for p in example_paths()}
+def test_outliers_name_kernels() -> None:
+    names = {kernel_name(p) for p in suite_paths()}
     assert {name for name, _ in OUTLIERS} <= names
+    assert {name for name, _ in SETMAXNREG_SPILLS} <= names
     assert all(target in TARGETS and 0 < bound < 1 and why for (_, target), (bound, why) in OUTLIERS.items())
 
 
+def test_suite_has_user_kernels() -> None:
+    assert any(kernel_name(p).startswith("user/") for p in suite_paths())
+
+
+def test_ptxas_count_is_sass_plus_reserved(rows: dict[tuple[str, str], dict]) -> None:
+    """The relation the setmaxnreg rows' reference rests on: without setmaxnreg, ptxas's count is the registers the
+    SASS names plus PTXAS_EXTRA_REGS (up to SASS_SLACK more where a wide operand's last register is the highest)."""
+    checked = 0
+    for (name, target), row in rows.items():
+        if "unsupported" in row or row["setmaxnreg"]:
+            continue
+        extra = row["ptxas"] - row["sass"] - PTXAS_EXTRA_REGS
+        assert 0 <= extra <= SASS_SLACK, (name, target, row["ptxas"], row["sass"])
+        checked += 1
+    assert checked >= 40, checked
+
+
 @pytest.mark.parametrize("target", TARGETS)
-@pytest.mark.parametrize("path", example_paths(), ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", suite_paths(), ids=kernel_name)
 def test_estimate_within_bound_of_ptxas(rows: dict[tuple[str, str], dict], path: object, target: str) -> None:
-    row = rows[(path.stem, target)]
+    name = kernel_name(path)
+    row = rows[(name, target)]
     if "unsupported" in row:  # fp8 kernels on sm_80: a CompileError, not a register question
         assert "fp8" in row["unsupported"], row
         return
-    assert row["spill_bytes"] == 0 or row["setmaxnreg"], row  # the spill check leaves no row kernel spilling
+    fallback = row["spill_fallback"]  # where ptxas spilled at the blocks per SM the backend asked for first
+    from_plan = fallback is not None and fallback["blocks_per_sm"] <= row["planned_blocks"]
+    held, why_not = PLANS_NOT_HELD.get((name, target), (True, ""))
+    assert not from_plan or not held, f"{name} {target}: ptxas spilled at the planned {fallback}"
+    if why_not:
+        assert from_plan, f"{name} {target}: ptxas now holds the plan: take it off PLANS_NOT_HELD"
     if row["setmaxnreg"]:
-        # ptxas reports the launch allocation (65536 / threads, rounded down to 8, at most 255), not the
-        # consumers' use after setmaxnreg (docs/passes.md): the estimate must fit the consumers' setmaxnreg value
+        # the plan's consumers get `predicted` registers after setmaxnreg: the estimate must fit it
         assert row["estimate"] <= row["predicted"], row
-        return
+        most, why = SETMAXNREG_SPILLS.get((name, target), (0, ""))
+        assert row["spill_bytes"] <= most, f"{name} {target}: spills {row['spill_bytes']} B {why}"
+        if why:
+            assert row["spill_bytes"] > 0, f"{name} {target}: no longer spills: take it off SETMAXNREG_SPILLS"
+    else:
+        assert row["spill_bytes"] == 0, row  # the planned occupancy is one ptxas holds
     err = abs(row["error"])
-    bound, why = OUTLIERS.get((path.stem, target), (REGISTER_BOUND, ""))
-    assert err <= bound, f"{path.stem} {target}: estimate {row['estimate']} vs ptxas {row['ptxas']} ({err:.0%} > " \
+    bound, why = OUTLIERS.get((name, target), (REGISTER_BOUND, ""))
+    assert err <= bound, f"{name} {target}: estimate {row['estimate']} vs {row['reference']} ({err:.0%} > " \
                          f"{bound:.0%}) {why}"
     if why:
-        assert err > REGISTER_BOUND, f"{path.stem} {target}: now within {REGISTER_BOUND:.0%} ({err:.0%}): take it " \
+        assert err > REGISTER_BOUND, f"{name} {target}: now within {REGISTER_BOUND:.0%} ({err:.0%}): take it " \
                                      "off OUTLIERS"
 
 

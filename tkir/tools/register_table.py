@@ -1,13 +1,19 @@
-"""Predicted registers per thread beside ptxas's for every example: the error of plan-occupancy's register
-estimate (docs/passes.md, "plan-occupancy"), measured with the local ptxas (no GPU).
+"""Predicted registers per thread beside ptxas's for every example and every user-suite kernel: the error of
+plan-occupancy's register estimate (docs/passes.md, "plan-occupancy"), measured with the local ptxas (no GPU).
 
-    python3 -m tkir.tools.register_table          # every examples/*.tk at its defaults, sm_90a and sm_80
+    python3 -m tkir.tools.register_table          # examples/*.tk and examples/user/*.tk at their defaults, both targets
+    python3 -m tkir.tools.register_table softmax_bwd user/layernorm_bwd
 
-Each row: example, target, predicted (the computing role's `regs`, tkir.tools.report.register_comparison),
-estimate (plan-occupancy's live-range estimate before rounding, the occupancy budget's total), ptxas
-("Used N registers"), the relative error of the estimate against ptxas, and spills (bytes stored to local
-memory). A kernel with setmaxnreg reports ptxas's launch allocation, not the consumer's count: its rows
-say `setmaxnreg` and are left out of the bound (the consumer's setmaxnreg value is a choice, not a guess).
+Each row: kernel (its path under examples/, without .tk), target, predicted (the computing role's `regs`,
+tkir.tools.report.register_comparison), estimate (plan-occupancy's live-range estimate before rounding, the
+occupancy budget's total), ptxas ("Used N registers"), sass (1 + the highest R register the SASS names), the
+reference the estimate is measured against, the relative error (reference - estimate) / reference, spills
+(bytes stored to local memory), `spill_fallback` (the backend's record where ptxas spilled at the blocks per SM
+it asked for, the plan's or its own two-block floor, and the kernel was lowered again for fewer: backend/lower.py
+avoid_spills) and `planned_blocks` (plan-occupancy's blocks per SM). The reference is
+ptxas's count, but for a kernel with setmaxnreg: there ptxas reports the launch allocation (65536 / threads,
+rounded down to 8), not what the consumers' code uses after `setmaxnreg.inc`, so the reference is what the
+SASS names plus PTXAS_EXTRA_REGS, the count ptxas would report for that code (the rows say `setmaxnreg`).
 """
 
 from __future__ import annotations
@@ -20,6 +26,9 @@ from tkir.target import MAX_REGS_PER_THREAD, REG_ALLOC_UNIT, REGS_PER_SM
 
 ROOT = Path(__file__).resolve().parents[2]
 TARGETS = ("sm_90a", "sm_80")
+# ptxas's "Used N registers" is 2 more than the registers its SASS names (1 + the highest R): so on every row
+# without setmaxnreg, both targets, ptxas 13.5 (tests/tools/test_register_estimate.py checks it)
+PTXAS_EXTRA_REGS = 2
 
 
 def example_paths() -> list[Path]:
@@ -27,25 +36,45 @@ def example_paths() -> list[Path]:
     return sorted((ROOT / "examples").glob("*.tk"))
 
 
+def suite_paths() -> list[Path]:
+    """Every example kernel and every user-suite kernel (examples/*.tk, then examples/user/*.tk)."""
+    return example_paths() + sorted((ROOT / "examples" / "user").glob("*.tk"))
+
+
+def kernel_name(path: Path) -> str:
+    """A kernel's name in the table: its path under examples/ without `.tk` (`softmax`, `user/swiglu`)."""
+    return path.relative_to(ROOT / "examples").with_suffix("").as_posix()
+
+
 def register_row(path: Path, target: str) -> dict:
-    """Compile one example at its defaults for `target` and put the estimate beside ptxas's count."""
+    """Compile one kernel at its defaults for `target` and put the estimate beside ptxas's count."""
     from tkir.api import compile as compile_kernel
     from tkir.diagnostics import TkirError
-    from tkir.tools.report import register_comparison
+    from tkir.tools.report import highest_register, register_comparison
 
+    name = kernel_name(path)
     try:
         k = compile_kernel(str(path), target=target)
     except TkirError as e:  # fp8 kernels have no sm_80 lowering: the row says why
-        return {"example": path.name, "target": target, "unsupported": str(e).splitlines()[0]}
+        return {"example": name, "target": target, "unsupported": str(e).splitlines()[0]}
+    from tkir.backend.lower import SPILL_FALLBACK_ATTR
+
     stats = k.asm["ptxas"]
-    cmp = register_comparison(k.module, stats.registers) or {}
+    sass = highest_register(k.asm["sass"])
+    from tkir.facts import OccupancyPlan
+
+    fallback = k.module.kernel.attrs.get(SPILL_FALLBACK_ATTR)  # the backend gave up a count of blocks per SM
+    plan = OccupancyPlan.of(k.module.kernel)
+    cmp = register_comparison(k.module, stats.registers, sass) or {}
     cap = ptxas_cap(k.asm["ptx"])
     estimate = cmp.get("predicted_total") or None
-    err = None if not estimate else (stats.registers - estimate) / stats.registers
-    return {"example": path.name, "target": target, "role": cmp.get("role"), "setmaxnreg": cmp.get("setmaxnreg"),
-            "predicted": cmp.get("predicted"), "estimate": estimate, "ptxas": stats.registers,
-            "error": err, "spill_bytes": max(stats.spill_stores, stats.spill_loads), "cap": cap,
-            "capped": stats.registers >= cap - REG_ALLOC_UNIT}
+    reference = sass + PTXAS_EXTRA_REGS if cmp.get("setmaxnreg") and sass else stats.registers
+    err = None if not estimate else (reference - estimate) / reference
+    return {"example": name, "target": target, "role": cmp.get("role"), "setmaxnreg": cmp.get("setmaxnreg"),
+            "predicted": cmp.get("predicted"), "estimate": estimate, "ptxas": stats.registers, "sass": sass,
+            "reference": reference, "error": err, "spill_bytes": max(stats.spill_stores, stats.spill_loads),
+            "cap": cap, "capped": stats.registers >= cap - REG_ALLOC_UNIT, "spill_fallback": fallback,
+            "planned_blocks": plan.blocks_per_sm if plan is not None else None}
 
 
 def ptxas_cap(ptx: str) -> int:
@@ -60,22 +89,22 @@ def ptxas_cap(ptx: str) -> int:
 
 
 def format_rows(rows: list[dict]) -> str:
-    lines = [f"{'example':28} {'target':7} {'predicted':>9} {'estimate':>8} {'ptxas':>5} {'error':>7} {'spill':>5} "
-             f"{'cap':>4}"]
+    lines = [f"{'kernel':32} {'target':7} {'predicted':>9} {'estimate':>8} {'ptxas':>5} {'sass':>4} {'ref':>4} "
+             f"{'error':>7} {'spill':>5} {'cap':>4}"]
     for r in rows:
         if "unsupported" in r:
-            lines.append(f"{r['example']:28} {r['target']:7} (not compiled: {r['unsupported'].split('error: ')[-1]})")
+            lines.append(f"{r['example']:32} {r['target']:7} (not compiled: {r['unsupported'].split('error: ')[-1]})")
             continue
         err = "-" if r["error"] is None else f"{r['error']:+.0%}"
         note = (" setmaxnreg" if r["setmaxnreg"] else "") + (" at cap" if r["capped"] else "")
-        lines.append(f"{r['example']:28} {r['target']:7} {r['predicted']!s:>9} {r['estimate']!s:>8} {r['ptxas']:>5} "
-                     f"{err:>7} {r['spill_bytes']:>5} {r['cap']:>4}{note}")
+        lines.append(f"{r['example']:32} {r['target']:7} {r['predicted']!s:>9} {r['estimate']!s:>8} {r['ptxas']:>5} "
+                     f"{r['sass']!s:>4} {r['reference']:>4} {err:>7} {r['spill_bytes']:>5} {r['cap']:>4}{note}")
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     names = set(argv if argv is not None else sys.argv[1:])
-    rows = [register_row(p, t) for p in example_paths() if not names or p.stem in names for t in TARGETS]
+    rows = [register_row(p, t) for p in suite_paths() if not names or kernel_name(p) in names for t in TARGETS]
     print(format_rows(rows))
     return 0
 
