@@ -355,7 +355,7 @@ def _compile(path: str, pipeline: list, given: str, options: Options, load_passe
     asked = dict(consts)  # before the auto ones are chosen: what a per-size choice starts from
     if not str(path).endswith(".tkir"):
         accept = None
-        if sizes is not None and spill_check:
+        if spill_check:
             def accept(point: dict) -> str | None:
                 return _spill_reason(_compile(path, pipeline, given, options, load_passes,
                                               PipelineConfig(keep_snapshots=False), None, point, edits))
@@ -524,7 +524,7 @@ def _resolve_auto(path: str, consts: dict, registry: dict, pipeline_of: Callable
         return m
 
     if sizes is None:
-        resolved, chosen, refused = auto_consts.resolve(path, consts, names, trial)
+        resolved, chosen, refused = auto_consts.resolve(path, consts, names, trial, accept=accept)
         return {**consts, **{n: resolved[n] for n in names}}, {"auto": chosen, "refused": refused}
     resolved, choice, refused = auto_consts.resolve(path, consts, names, trial, sizes=sizes,
                                                     front=lambda point: build_module(path, point),

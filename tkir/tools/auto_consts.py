@@ -110,8 +110,9 @@ def resolve(path: str, overrides: dict[str, object], names: list[str],
     space = check_tune(kernel, ann, text) if ann is not None else None
     if space is None:
         space = TuneSpace(kernel.name, {c.name: c.value for c in kernel.consts}, {})
-    for n in names:  # an auto const no @tune lists: the compiler's own candidates
-        space.values.setdefault(n, list(DEFAULT_CANDIDATES))
+    own = [n for n in names if n not in space.values]
+    for n in own:  # an auto const no @tune lists: the compiler's own candidates
+        space.values[n] = list(DEFAULT_CANDIDATES)
     fixed = {k: v for k, v in overrides.items() if v != AUTO}
     for k in space.values:  # tuned consts that are not auto stay at their value
         if k not in names and k not in fixed:
@@ -132,7 +133,11 @@ def resolve(path: str, overrides: dict[str, object], names: list[str],
                 tried[i] = e
         return tried[i]
 
-    picked, refused = _budget_pick(points, order, names, attempt)
+    # the size-free rule checks its pick against ptxas where the compiler chose the candidates itself (nobody has
+    # tried them: a user's 128 x 256 attention tile that plan-occupancy accepts and ptxas spills); a @tune list's
+    # are the author's, trusted to plan-occupancy's budget as they always were (at problem sizes every winner is
+    # checked)
+    picked, refused = _budget_pick(points, order, names, attempt, accept if own and sizes is None else None)
     errors = [e for e in tried.values() if isinstance(e, CompileError)]
     if picked is None and len(errors) > 1 and len({e.message for e in errors}) == 1:
         raise errors[0]  # every point fails the same way (fp8 '@' on sm_80): that error, where it is
@@ -149,10 +154,11 @@ def resolve(path: str, overrides: dict[str, object], names: list[str],
                              accept)
 
 
-def _budget_pick(points: list, order: list[int], names: list[str],
-                 attempt: Callable[[int], Module | CompileError]) -> tuple[int | None, list[str]]:
-    """The size-free rule: the first point in `order` the pipeline accepts that plans at least
-    MIN_WARPS_PER_SM warps per SM (else the first accepted one); the refused points with their reasons."""
+def _budget_pick(points: list, order: list[int], names: list[str], attempt: Callable[[int], Module | CompileError],
+                 accept: Callable[[dict[str, object]], str | None] | None = None) -> tuple[int | None, list[str]]:
+    """The size-free rule: the first point in `order` the pipeline accepts (and `accept`, when given, does not
+    turn down) that plans at least MIN_WARPS_PER_SM warps per SM (else the first accepted one); the refused
+    points with their reasons."""
     refused: list[str] = []
     few: tuple[int, list[str]] | None = None  # the first accepted point with too few warps per SM
     for i in order:
@@ -166,6 +172,10 @@ def _budget_pick(points: list, order: list[int], names: list[str],
             if few is None:
                 few = (i, list(refused))
             refused.append(f"{label}: compiles, but plans {warps} warps per SM (fewer than {MIN_WARPS_PER_SM})")
+            continue
+        turned = accept(dict(points[i].consts)) if accept is not None else None
+        if turned:
+            refused.append(f"{label}: {turned}")
             continue
         return i, refused
     if few is not None:
