@@ -699,7 +699,12 @@ def _register_peak(kernel: Operation, threads: int) -> tuple[RegisterBudget, tup
             peak, best = i, pressure + f
     live = [v for v, (lo, hi) in span.items() if lo <= peak < hi]
 
-    n_addresses = sum(1 for group in _address_groups(kernel, uses) if _live_across(group, peak, index, end, kernel))
+    live_groups = [g for g in _address_groups(kernel, uses) if _live_across(g, peak, index, end, kernel)]
+    # groups first used after the peak: ptxas can form early only what they share, base + the thread's offset,
+    # one per tensor (400 sequential loops over X[block.x, k] would otherwise count 400 addresses at the first
+    # loop's peak and refuse a kernel that needs a handful)
+    later = {id(g[0].operands[0]) for g in live_groups if min(index[id(op)] for op in g) > peak}
+    n_addresses = sum(1 for g in live_groups if min(index[id(op)] for op in g) <= peak) + len(later)
     mma_desc = any(o.name == "tk.mma" and any(is_shared(v.type) for v in o.operands[:2]) for o in order)
     budget = RegisterBudget(
         acc_regs=sum(regs[v] for v in live if v in accs),

@@ -31,6 +31,7 @@ PASS_TABLE: dict[str, str] = {
     "persistent": "persistent:Persistent",           # one block per SM looping over tiles, grouped order
     "longest-first": "longest_first:LongestFirst",  # blocks whose loops grow with their index launched longest first
     "fold-scale": "fold_scale:FoldScale",            # x * c past masks and row max; x * c - m as one fma
+    "exp-base2": "exp_base2:ExpBase2",              # exp(a - v) as exp2(a log2e - v log2e): one fma, no multiply
     "hoist-loads": "hoist_loads:HoistLoads",        # later global loads issued right after the first (@hoist_loads)
     "contract-fma": "contract_fma:ContractFma",     # f32 x * y read once by + or -: one fma per element
     "fuse-row-stats": "fuse_row_stats:FuseRowStats",  # a row mean and var of one tile: one pass, one exchange
@@ -52,6 +53,7 @@ DEFAULT_PIPELINE: list[str] = [
     "canonicalize",    # fold shapes and sizes first: every later decision reads constants
     "legalize-mma",    # mma operands the instructions can read (before layouts are chosen)
     "fold-scale",      # a positive scale moved past masks and row max/min, fused with the subtraction
+    "exp-base2",       # exp(a - v) with v a row vector: exp2 with log2(e) folded into a's scale and v
     "contract-fma",    # f32 multiply read once by an add or subtract: one fma (nvcc's and Triton's default)
     "fuse-row-stats",  # row_mean and row_var of one tile: one Welford pass and one exchange
     "hoist-loads",     # only kernels that ask (@hoist_loads(1)): later global loads right after the first
