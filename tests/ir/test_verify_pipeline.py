@@ -20,12 +20,14 @@ import tkir
 import tkir.verify_pipeline as vp
 from tkir.diagnostics import CompileError
 from tkir.parser import parse_module
+from tkir.tools.examples import load_companion
 from tkir.verifier import VerifyError, verify
 
+GEMM_CONSTS = load_companion("examples/gemm.tk").DEFAULT_CONSTS  # gemm.tk's auto consts at the header's old values
 GEMM = tkir.compile("examples/gemm.tk").ir
 ATTENTION = tkir.compile("examples/attention_fwd.tk").ir
 BASED = tkir.compile("examples/based.tk").ir  # pipeline-cp-async: cp.async groups, no mbarriers
-STREAM_K = tkir.compile("examples/gemm.tk", SK=1).ir  # a second producer and consumer loop: the split tiles
+STREAM_K = tkir.compile("examples/gemm.tk", **{**GEMM_CONSTS, "SK": 1}).ir  # a second producer and consumer loop: the split tiles
 PERSISTENT = tkir.compile("examples/attention_fwd.tk", PERSIST=1).ir  # q refilled per tile after its release
 
 # the consumer's mma, made synchronous (no wgmma group left in flight): its stage may be released at once
@@ -198,9 +200,9 @@ def test_a_synchronous_mma_may_release_its_stage_at_once() -> None:
 # the pipelines the passes write, with what the model must see of them: (source, consts, options)
 PIPELINES = {
     "gemm": ("examples/gemm.tk", {}, {}),
-    "gemm-stream-k": ("examples/gemm.tk", {"SK": 1}, {}),
-    "gemm-bm64": ("examples/gemm.tk", {"BM": 64}, {}),
-    "gemm-6-stages": ("examples/gemm.tk", {"STAGES": 6, "BN": 128}, {}),
+    "gemm-stream-k": ("examples/gemm.tk", {**GEMM_CONSTS, "SK": 1}, {}),
+    "gemm-bm64": ("examples/gemm.tk", {**GEMM_CONSTS, "BM": 64}, {}),
+    "gemm-6-stages": ("examples/gemm.tk", {**GEMM_CONSTS, "STAGES": 6, "BN": 128}, {}),
     "gemm-sm80-producers": ("examples/gemm.tk", {}, {"target": "sm_80", "passes": (
         "canonicalize,legalize-mma,infer-layouts,select-swizzle,bank-conflicts,create-tma,"
         "plan-occupancy{producer_warps=4},pipeline,pipeline-cp-async,persistent,canonicalize")}),
