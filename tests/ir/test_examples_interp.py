@@ -47,7 +47,6 @@ def _assert_ok(results: list) -> None:
 @pytest.mark.parametrize("name, sizes, consts", CASES)
 def test_frontend_example_matches_reference(name: str, sizes: dict, consts: dict) -> None:
     from tkir.frontend import compile_file  # fails (does not skip) while the front end is missing
-
     from tkir.tools.auto_consts import auto_names
 
     comp = load_companion(str(EXAMPLES / f"{name}.tk"))
