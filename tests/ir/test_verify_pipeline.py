@@ -174,6 +174,17 @@ def test_a_broken_pipeline_is_a_located_error(base: str, edits: list, marker: st
     assert words in first, first
 
 
+@pytest.mark.xfail(strict=True, reason="verify_pipeline's stream-K run (STREAM_K_SIZE on NUM_SMS SMs) splits no tile "
+                   "at min_iters = 32, so the split tiles' protocol goes unchecked there; SKI = 32 is what "
+                   "`-D SK=1` now takes in gemm.tk (auto)")
+def test_a_broken_split_tile_is_refused_at_min_iters_32() -> None:
+    """The stream-k-split-tile-expect edit above on gemm.tk at SK = 1, SKI = 32."""
+    base = tkir.compile("examples/gemm.tk", **{**GEMM_CONSTS, "SK": 1, "SKI": 32}).ir
+    text = _edit(base, [("        pipe.expect %full, %s.1 {bytes = 49152}\n", "")])
+    with pytest.raises(CompileError, match="no 'pipe.expect' announced them"):
+        verify(parse_module(text, "g.tkir"))
+
+
 def test_the_audits_edits_fail_to_compile_from_the_command_line(tmp_path) -> None:
     """The same edits through `tkc compile FILE.tkir --passes=verify --emit ptx`: exit 1, the located
     message on stderr, no PTX written (they used to compile with exit 0)."""
