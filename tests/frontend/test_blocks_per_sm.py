@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 LAYERNORM = str(EXAMPLES / "layernorm.tk")
 GEMM = str(EXAMPLES / "gemm.tk")
-GEMM_CONSTS = load_companion(GEMM).DEFAULT_CONSTS  # gemm.tk's auto consts, as tkir.compile picks them
+GEMM_CONSTS = load_companion(GEMM).DEFAULT_CONSTS  # gemm.tk's auto consts at the header's old values
 # layernorm's widest one-read row on 2 warpgroups: plan-occupancy estimates 96 registers a thread
 # (2 blocks per SM); ptxas needs 84 at .minnctapersm 2 and fits in 64 at 4, without spills
 WIDE = dict(D=8192, DC=8192, ROWS=1, WG=2)

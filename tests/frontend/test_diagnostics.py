@@ -20,7 +20,7 @@ TESTS = Path(__file__).resolve().parents[1]  # tests/
 
 BAD = TESTS / "frontend" / "bad"
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-GEMM_CONSTS = load_companion(str(EXAMPLES / "gemm.tk")).DEFAULT_CONSTS  # gemm.tk's auto consts, as tkir.compile picks
+GEMM_CONSTS = load_companion(str(EXAMPLES / "gemm.tk")).DEFAULT_CONSTS  # gemm.tk's auto consts at the header's old values
 EXPECT = re.compile(r"^// ERROR: (\d+):(\d+): (.+)$")
 BAD_FILES = sorted(BAD.glob("*.tk"))
 
