@@ -8,7 +8,11 @@ import numpy as np
 KERNEL = "gemm.tk"
 PARAMS = ["A", "B", "C"]
 OUTPUTS = ["C"]
-DEFAULT_CONSTS = dict(BM=128, BN=256, BK=64)
+# gemm.tk's BM, BN, STAGES, SK and SKI are `auto`. The front end alone (tkir.frontend.compile_file,
+# tkir.api.build_module) cannot choose them: callers that stop there pass these, the consts gemm.tk's header
+# gave before they were auto. tkir.compile without sizes chooses the same BM, BN, STAGES and SK (the largest
+# tile plan-occupancy's budget accepts) and SKI=32, which is unused at SK=0: the same PTX.
+DEFAULT_CONSTS = dict(BM=128, BN=256, BK=64, STAGES=4, SK=0, SKI=16)
 
 # Multiples of the default tile (BM=128, BN=256, BK=64); small enough for the interpreter.
 CHECK_SIZES = [dict(M=256, N=512, K=192), dict(M=384, N=256, K=128)]

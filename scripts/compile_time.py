@@ -91,6 +91,17 @@ def straight_source(n: int, kinds: tuple[str, ...] = STRAIGHT_KINDS) -> str:
             "}\n")
 
 
+def front_consts(path: str, auto: list[str]) -> dict[str, object]:
+    """The consts the front end is given: none, or for a kernel with `auto` consts (which tkir.compile chooses
+    and the front end alone cannot), its companion's DEFAULT_CONSTS (examples/gemm.py: the values gemm.tk's
+    header gave before they were auto, the PTX tkir.compile makes)."""
+    if not auto:
+        return {}
+    import runpy
+
+    return dict(runpy.run_path(str(Path(path).with_suffix(".py")))["DEFAULT_CONSTS"])
+
+
 def stages(path: str) -> dict[str, float]:
     """Seconds per stage for one compile to PTX, in this (fresh) process; the child mode's body."""
     t0 = time.perf_counter()
@@ -120,7 +131,9 @@ def stages(path: str) -> dict[str, float]:
     check_nesting(text, path)
     kernel = parse_source(text, path)
     t = lap("parse", t)
-    module = to_ir(kernel, text, {})
+    consts = front_consts(path, [c.name for c in kernel.consts if c.value == "auto"])
+    t = time.perf_counter()  # the companion's import is not the compiler's time
+    module = to_ir(kernel, text, consts)
     t = lap("lower to IR", t)
     options = Options()
     pm = PassManager(registry, list(DEFAULT_PIPELINE))

@@ -452,7 +452,7 @@ def test_shared_plan_counts_row_padding() -> None:
     assert plan.offsets[id(allocs[1].result)] >= a_bytes
 
 
-@pytest.mark.parametrize("name, consts", [("gemm", {}), ("linear", {"ACT": 1}), ("gemm", {"BM": 64, "BN": 64}),
+@pytest.mark.parametrize("name, consts", [("gemm", {}), ("linear", {"ACT": 1}), ("gemm", {"BM": 64, "BN": 64, "STAGES": 4}),
                                            ("gemm", {"STAGE_EPILOGUE": 0})], ids=str)
 def test_sm80_roles_address_by_their_own_thread_index(name: str, consts: dict) -> None:
     """Inside a role (the cp.async producer warps and the mma warps after them) every layout, copy and

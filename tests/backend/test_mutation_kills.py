@@ -51,6 +51,7 @@ from tkir.facts import OccupancyPlan
 from tkir.ir import Operation, parent_op
 from tkir.layout import layout_of
 from tkir.parser import parse_module
+from tkir.tools.examples import load_companion
 from tkir.types import DTYPE_BYTES
 from tkir.verifier import verify
 
@@ -308,10 +309,11 @@ kernel regb<BM=64, BN=64, D=64>(P: gl<bf16>[M, D], Q: gl<bf16>[N, D], O: gl<f32>
 }
 """
 
+GEMM_CONSTS = load_companion("examples/gemm.tk").DEFAULT_CONSTS  # gemm.tk's auto consts at the header's old values
 # name -> (source or example path, consts, compile options)
 WGMMA_KERNELS = {
     "gemm": ("examples/gemm.tk", {}, {}),
-    "gemm-bm64": ("examples/gemm.tk", {"BM": 64}, {}),
+    "gemm-bm64": ("examples/gemm.tk", {**GEMM_CONSTS, "BM": 64}, {}),  # BN, STAGES, SK, SKI: the old header's
     "gemm-interleaved": ("examples/gemm.tk", {}, {"swizzle": "none"}),
     "gemm-no-tma": ("examples/gemm.tk", {}, {"no_tma": True}),
     "linear-k-major-b": ("examples/linear.tk", {}, {}),

@@ -37,6 +37,7 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 LAYERNORM = str(EXAMPLES / "layernorm.tk")
 GEMM = str(EXAMPLES / "gemm.tk")
+GEMM_CONSTS = load_companion(GEMM).DEFAULT_CONSTS  # gemm.tk's auto consts at the header's old values
 # layernorm's widest one-read row on 2 warpgroups: plan-occupancy estimates 96 registers a thread
 # (2 blocks per SM); ptxas needs 84 at .minnctapersm 2 and fits in 64 at 4, without spills
 WIDE = dict(D=8192, DC=8192, ROWS=1, WG=2)
@@ -211,11 +212,11 @@ def test_too_much_shared_memory_is_refused(tmp_path: Path) -> None:
 
 def test_warp_specialized_kernels_run_one_block(tmp_path: Path) -> None:
     text = Path(GEMM).read_text(encoding="utf-8").replace("@stream_k(SK, min_iters=SKI)", "@stream_k(SK, min_iters=SKI) @blocks_per_sm(OCC)")
-    text = text.replace("SKI=16>(", "SKI=16, OCC=2>(")
+    text = text.replace("SKI=auto>(", "SKI=auto, OCC=2>(")
     path = _write(tmp_path, text, "gemm.tk")
     with pytest.raises(CompileError, match=re.escape("@blocks_per_sm(2) on kernel 'gemm': a warp-specialized "
                                                      "kernel runs one block per SM")):
-        tkir.compile(path)
+        tkir.compile(path, **GEMM_CONSTS)
     one = tkir.compile(path, OCC=1)
     assert _minnctapersm(one.asm["ptx"]) == 1
     assert one.asm["ptx"] == tkir.compile(GEMM).asm["ptx"]
@@ -225,9 +226,9 @@ def test_accumulators_that_do_not_fit_are_refused(tmp_path: Path) -> None:
     """sm_80 gemm 128 x 128 on 8 warps: 64 accumulator registers + 16 of overhead a thread; 4 blocks
     of 256 threads leave 64."""
     text = Path(GEMM).read_text(encoding="utf-8").replace("@stream_k(SK, min_iters=SKI)", "@blocks_per_sm(OCC)")
-    text = text.replace("SKI=16>(", "SKI=16, OCC=4>(")
+    text = text.replace("SKI=auto>(", "SKI=auto, OCC=4>(")
     path = _write(tmp_path, text, "gemm.tk")
-    consts = dict(BN=128, STAGES=1)
+    consts = dict(GEMM_CONSTS, BN=128, STAGES=1)
     with pytest.raises(CompileError) as e:
         tkir.compile(path, target="sm_80", **consts)
     assert e.value.message == ("@blocks_per_sm(4) on kernel 'gemm': 4 blocks x 256 threads leave 64 registers per "

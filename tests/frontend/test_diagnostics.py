@@ -14,11 +14,13 @@ import pytest
 
 from tkir.diagnostics import CompileError
 from tkir.frontend import compile_file, compile_source
+from tkir.tools.examples import load_companion
 
 TESTS = Path(__file__).resolve().parents[1]  # tests/
 
 BAD = TESTS / "frontend" / "bad"
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+GEMM_CONSTS = load_companion(str(EXAMPLES / "gemm.tk")).DEFAULT_CONSTS  # gemm.tk's auto consts at the header's old values
 EXPECT = re.compile(r"^// ERROR: (\d+):(\d+): (.+)$")
 BAD_FILES = sorted(BAD.glob("*.tk"))
 
@@ -51,9 +53,21 @@ def test_unknown_const_override_is_located_at_the_kernel_name() -> None:
     assert "BM, BN, BK" in out
 
 
+def test_auto_const_without_a_value_is_located_in_the_header() -> None:
+    """gemm.tk leaves BM, BN, STAGES, SK and SKI to tkir.compile; the front end alone needs them given, and
+    names the first one it lacks at its place in the header."""
+    with pytest.raises(CompileError) as info:
+        compile_file(str(EXAMPLES / "gemm.tk"), consts={"BM": 128, "BN": 256})
+    out = info.value.format()
+    header = (EXAMPLES / "gemm.tk").read_text().splitlines()[5]
+    col = header.index("STAGES=auto") + 1
+    assert out.startswith(f"{EXAMPLES / 'gemm.tk'}:6:{col}: error: const 'STAGES' is auto: the compiler chooses it"), out
+    assert compile_file(str(EXAMPLES / "gemm.tk"), consts=GEMM_CONSTS).kernel.attrs["consts"] == GEMM_CONSTS
+
+
 def test_override_that_breaks_a_rule_is_reported() -> None:
     with pytest.raises(CompileError) as info:
-        compile_file(str(EXAMPLES / "gemm.tk"), consts={"BK": 24})
+        compile_file(str(EXAMPLES / "gemm.tk"), consts={**GEMM_CONSTS, "BK": 24})
     assert "multiples of 16" in info.value.message
 
 

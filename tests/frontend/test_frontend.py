@@ -6,17 +6,21 @@ from pathlib import Path
 
 import pytest
 
+import tkir
 from tkir.diagnostics import CompileError
 from tkir.frontend import compile_file, compile_source
 from tkir.ir import Module
 from tkir.parser import parse_module
 from tkir.printer import print_module
+from tkir.tools.auto_consts import auto_names
+from tkir.tools.examples import load_companion
 from tkir.verifier import verify
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+GEMM_CONSTS = load_companion(str(EXAMPLES / "gemm.tk")).DEFAULT_CONSTS  # gemm.tk's auto consts at the header's old values
 # (example, a -D override that must also compile)
 CASES = [
-    ("gemm", {"BM": 64, "BN": 128}),
+    ("gemm", {**GEMM_CONSTS, "BM": 64, "BN": 128}),
     ("attention_fwd", {"D": 64}),
     ("attention_fwd", {"CAUSAL": 1}),
     ("attention_fwd", {"D": 64, "CAUSAL": 1}),
@@ -41,8 +45,23 @@ def check_round_trip(module: Module) -> None:
 
 @pytest.mark.parametrize("name", sorted(p.stem for p in EXAMPLES.glob("*.tk")))
 def test_example_default_consts(name: str) -> None:
-    module, _ = compile_example(name)
+    path = str(EXAMPLES / f"{name}.tk")
+    # the front end cannot choose `auto` consts: give it the values tkir.compile chooses without sizes
+    chosen = tkir.compile(path).module.kernel.attrs["auto"] if auto_names(path, {}) else {}
+    module, _ = compile_example(name, chosen)
     check_round_trip(module)
+
+
+def test_gemm_companion_consts_are_the_size_free_choice() -> None:
+    """examples/gemm.py's DEFAULT_CONSTS, which the front-end-only callers pass for gemm.tk's auto consts (the
+    header's values before they were auto), are what tkir.compile chooses without sizes on both targets, but
+    for SKI, which stream-K alone reads: at SK = 0 the two compile to the same PTX."""
+    for target in ("sm_90a", "sm_80"):
+        chosen = tkir.compile(str(EXAMPLES / "gemm.tk"), target=target)
+        assert chosen.module.kernel.attrs["consts"] == {**GEMM_CONSTS, "SKI": 32}
+        assert GEMM_CONSTS["SK"] == 0
+        given = tkir.compile(str(EXAMPLES / "gemm.tk"), target=target, **GEMM_CONSTS)
+        assert given.asm["ptx"] == chosen.asm["ptx"]
 
 
 @pytest.mark.parametrize(("name", "consts"), CASES, ids=lambda c: str(c))
@@ -59,7 +78,7 @@ def test_every_op_has_a_location() -> None:
 
 
 def test_gemm_shape() -> None:
-    module, text = compile_example("gemm")
+    module, text = compile_example("gemm", GEMM_CONSTS)
     k = module.kernel
     assert k.attrs["grid"] == ["cdiv(M, 128)", "cdiv(N, 256)"]
     assert k.attrs["consts"] == {"BM": 128, "BN": 256, "BK": 64, "STAGES": 4, "SK": 0, "SKI": 16}  # SK: @stream_k, off

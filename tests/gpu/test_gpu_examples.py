@@ -104,7 +104,9 @@ def test_one_consumer_warpgroup_stores_its_whole_128_row_tile_on_gpu(tmp_path: P
     src = Path("examples/gemm.tk").read_text().replace("kernel gemm", "@warpgroups(consumers=1)\nkernel gemm", 1)
     (tmp_path / "gemm.tk").write_text(src)
     shutil.copy("examples/gemm.py", tmp_path / "gemm.py")
-    result = check_example(str(tmp_path / "gemm.tk"), dict(M=1000, N=512, K=256), {"BN": 128})
+    # BM = 128 pinned (gemm.tk's auto consts at the header's old values): the tile the bug needs
+    consts = {**load_companion("examples/gemm.tk").DEFAULT_CONSTS, "BN": 128}
+    result = check_example(str(tmp_path / "gemm.tk"), dict(M=1000, N=512, K=256), consts)
     assert result.ok, str(result)
 
 

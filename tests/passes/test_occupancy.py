@@ -18,6 +18,7 @@ from tkir.frontend import compile_file
 from tkir.parser import parse_module
 from tkir.passes.registry import load_registry
 from tkir.passmanager import Options, PassManager
+from tkir.tools.examples import load_companion
 
 UP_TO_OCCUPANCY = ["canonicalize", "infer-layouts", "select-swizzle", "bank-conflicts", "create-tma",
                    "plan-occupancy"]
@@ -26,6 +27,12 @@ ONE_ROLE = [*UP_TO_OCCUPANCY[:-1], "plan-occupancy{producer_warps=0}"]
 
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+GEMM_CONSTS = load_companion(str(EXAMPLES / "gemm.tk")).DEFAULT_CONSTS  # gemm.tk's auto consts at the header's old values
+
+
+def _given(example: str, consts: dict) -> dict:
+    """The consts the front end gets: gemm.tk's auto ones are given their old header values (it cannot choose)."""
+    return {**GEMM_CONSTS, **consts} if example == "gemm" else consts
 
 
 @pytest.fixture
@@ -34,7 +41,7 @@ def in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def plan_of(example: str, **consts: int) -> OccupancyPlan:
-    module = compile_file(str(EXAMPLES / f"{example}.tk"), consts)
+    module = compile_file(str(EXAMPLES / f"{example}.tk"), _given(example, consts))
     PassManager(load_registry(), UP_TO_OCCUPANCY).run(module, Options())
     plan = OccupancyPlan.of(module.kernel)
     assert plan is not None
@@ -91,7 +98,7 @@ def test_attention_hand_count() -> None:
 def test_sm80_block_is_32_threads_per_layout_warp(example: str, warps: int) -> None:
     # on sm_80 infer-layouts spreads the tiles over `warps = W` (gemm: 128 accumulator rows / 16 = 8
     # warps of m16 blocks); the block must have exactly those 32 * W threads
-    module = compile_file(str(EXAMPLES / f"{example}.tk"), {})
+    module = compile_file(str(EXAMPLES / f"{example}.tk"), _given(example, {}))
     PassManager(load_registry(), ONE_ROLE).run(module, Options(target="sm_80"))
     kernel = module.kernel
     assert kernel.attrs["warps"] == warps
@@ -112,7 +119,7 @@ def test_sm80_gemm_registers_read_the_warp_grid(infer: str, bm: int, bn: int) ->
     # overhead; and the fragments it
     # loads: one k16 step of A, 4 per m16 block of the warp's tile (4 blocks of the grid's 64 rows, 2 or
     # 1 of whole-row warps' 32 or 16), and one B unit of 4. One 256-thread block per SM either way.
-    module = compile_file(str(EXAMPLES / "gemm.tk"), {"BM": bm, "BN": bn, "BK": 64, "STAGES": 4})
+    module = compile_file(str(EXAMPLES / "gemm.tk"), {**GEMM_CONSTS, "BM": bm, "BN": bn, "BK": 64, "STAGES": 4})
     PassManager(load_registry(), [infer if p == "infer-layouts" else p for p in ONE_ROLE]).run(
         module, Options(target="sm_80"))
     acc = next(op for op in module.kernel.walk() if op.name == "tk.mma").result.type
@@ -131,7 +138,7 @@ def test_sm80_small_gemm_counts_its_fragments(infer: str, regs: int, blocks: int
     # a 2 x 2 grid's 32-row warp tile loads 2 A fragments + 1 B unit (12), a 16-row warp 1 + 1 (8):
     # 74 -> 80 registers (6 blocks of 128 threads per SM) or 70 -> 72 (7). Without the fragments the
     # plan asked for 64 (8 blocks), and ptxas spilled the grid's kernel to fit.
-    module = compile_file(str(EXAMPLES / "gemm.tk"), {"BM": 64, "BN": 64, "BK": 32, "STAGES": 3})
+    module = compile_file(str(EXAMPLES / "gemm.tk"), {**GEMM_CONSTS, "BM": 64, "BN": 64, "BK": 32, "STAGES": 3})
     PassManager(load_registry(), [infer if p == "infer-layouts" else p for p in ONE_ROLE]).run(
         module, Options(target="sm_80"))
     occ = OccupancyPlan.of(module.kernel)
@@ -140,7 +147,7 @@ def test_sm80_small_gemm_counts_its_fragments(infer: str, regs: int, blocks: int
 
 
 def _sm80_plan(example: str, consts: dict, occupancy: str = "plan-occupancy") -> OccupancyPlan:
-    module = compile_file(str(EXAMPLES / f"{example}.tk"), consts)
+    module = compile_file(str(EXAMPLES / f"{example}.tk"), _given(example, consts))
     PassManager(load_registry(), [*UP_TO_OCCUPANCY[:-1], occupancy]).run(module, Options(target="sm_80"))
     plan = OccupancyPlan.of(module.kernel)
     assert plan is not None
@@ -233,7 +240,7 @@ def test_sm80_producer_warps_past_1024_threads_is_a_located_error(tmp_path: Path
     src = (EXAMPLES / "gemm.tk").read_text(encoding="utf-8").replace("@stream_k(SK, min_iters=SKI)", "@warpgroups(consumers=8)")
     path = tmp_path / "gemm32.tk"
     path.write_text(src, encoding="utf-8")
-    module = compile_file(str(path), {"BM": 512, "BN": 128, "BK": 32, "STAGES": 2})
+    module = compile_file(str(path), {**GEMM_CONSTS, "BM": 512, "BN": 128, "BK": 32, "STAGES": 2})
     with pytest.raises(CompileError, match=r"32 warps \+ producer_warps=4 is 1152 threads per block") as e:
         PassManager(load_registry(), [*UP_TO_OCCUPANCY[:-1], "plan-occupancy{producer_warps=4}"]).run(
             module, Options(target="sm_80"))

@@ -18,6 +18,7 @@ from tkir.facts import OccupancyPlan
 from tkir.launch_bounds import streaming_blocks_per_sm, streaming_reg_cap
 from tkir.passes.pipeline_cp_async import STEP_AHEAD_MAX_COPY_ROUNDS
 from tkir.passes.registry import DEFAULT_PIPELINE
+from tkir.tools.examples import load_companion
 
 
 def _passes(cp: str | None = None) -> str | None:
@@ -28,6 +29,7 @@ def _passes(cp: str | None = None) -> str | None:
 
 def _gemm(consts: dict, cp: str | None = None) -> tkir.api.CompiledKernel:
     passes = _passes(cp)
+    consts = {**load_companion("examples/gemm.tk").DEFAULT_CONSTS, **consts}  # the auto ones at the header's old values
     return tkir.compile("examples/gemm.tk", target="sm_80", **({"passes": passes} if passes else {}), **consts)
 
 

@@ -26,6 +26,11 @@ GEMM = "examples/gemm.tk"
 COMP = load_companion(GEMM)
 
 
+def _gemm(**kw: object) -> tkir.api.CompiledKernel:
+    """gemm.tk with its auto consts at the header's old values (examples/gemm.py), the ones `kw` names replaced."""
+    return tkir.compile(GEMM, **{**COMP.DEFAULT_CONSTS, **kw})
+
+
 def _count_partials(monkeypatch) -> dict[str, int]:
     counts = {"tk.partial_store": 0, "tk.partial_add": 0}
     for name in counts:
@@ -111,9 +116,9 @@ SKINNY = [
 @pytest.mark.parametrize("consts, sizes, params, blocks, stores", SKINNY)
 def test_skinny_gemm_splits_every_tile(monkeypatch, consts, sizes, params, blocks, stores):
     if params is None:
-        k = tkir.compile(GEMM, SK=1, **consts)
+        k = _gemm(SK=1, **consts)
     else:
-        k = tkir.compile(GEMM, passes=with_stream_k(params), **consts)
+        k = _gemm(passes=with_stream_k(params), **consts)
     assert "stream_k" in k.module.kernel.attrs
     assert symexpr.evaluate(k.module.kernel.attrs["grid"][0], {**sizes, "NUM_SMS": 132}) == blocks
     counts = _count_partials(monkeypatch)
@@ -125,7 +130,7 @@ def test_skinny_gemm_splits_every_tile(monkeypatch, consts, sizes, params, block
 def test_skinny_split_on_a_grid_wider_than_it_needs():
     """A grid of NUM_SMS blocks (what the pass launches when it cannot write the K trip count as a
     size expression) over 2 tiles: the kernel's own sk_blocks uses 5 of them, the rest stay idle."""
-    k = tkir.compile(GEMM, SK=1, BM=64, BN=128)
+    k = _gemm(SK=1, BM=64, BN=128)
     k.module.kernel.attrs["grid"] = ["NUM_SMS"]
     (res,) = check_interpreted(k.module, COMP, dict(M=64, N=256, K=3000), dict(BM=64, BN=128), seed=2, num_sms=16)
     assert res.ok, res
@@ -135,13 +140,13 @@ def test_stream_k_annotation_is_a_kernel_switch():
     """@stream_k(SK): 0 adds nothing to the IR (the same PTX as no annotation), 1 records the request
     that the default pipeline's stream-k{opt_in=true} consumes; on sm_80 (no warp-specialized roles,
     no persistent tile loop) the pass leaves the kernel alone and it compiles as it would without."""
-    assert tkir.api.build_module(GEMM, {"SK": 1}).kernel.attrs["stream_k_requested"] is True
-    assert "stream_k_requested" not in tkir.api.build_module(GEMM).kernel.attrs
+    assert tkir.api.build_module(GEMM, {**COMP.DEFAULT_CONSTS, "SK": 1}).kernel.attrs["stream_k_requested"] is True
+    assert "stream_k_requested" not in tkir.api.build_module(GEMM, COMP.DEFAULT_CONSTS).kernel.attrs
     off = tkir.compile(GEMM)
     assert "stream_k" not in off.module.kernel.attrs
-    sm80 = tkir.compile(GEMM, SK=1, target="sm_80")
+    sm80 = _gemm(SK=1, target="sm_80")
     assert "stream_k" not in sm80.module.kernel.attrs
-    assert sm80.asm["ptx"] == tkir.compile(GEMM, SK=0, target="sm_80").asm["ptx"]
+    assert sm80.asm["ptx"] == _gemm(SK=0, target="sm_80").asm["ptx"]
 
 
 @pytest.mark.parametrize("ann, msg", [
@@ -170,21 +175,21 @@ def test_min_iters_annotation_sets_the_split():
     iterations; at 16 each the split takes all 132 blocks, at 32 it takes 128, each tile in two halves);
     with SK = 0 the value records nothing (the same PTX for every SKI), and a named pass parameter stays
     the default for kernels that do not say."""
-    assert "stream_k_min_iters" not in tkir.api.build_module(GEMM, {"SK": 0, "SKI": 32}).kernel.attrs
-    assert tkir.api.build_module(GEMM, {"SK": 1, "SKI": 32}).kernel.attrs["stream_k_min_iters"] == 32
+    assert "stream_k_min_iters" not in tkir.api.build_module(GEMM, {**COMP.DEFAULT_CONSTS, "SK": 0, "SKI": 32}).kernel.attrs
+    assert tkir.api.build_module(GEMM, {**COMP.DEFAULT_CONSTS, "SK": 1, "SKI": 32}).kernel.attrs["stream_k_min_iters"] == 32
     blocks = {}
     for ski in (16, 32):
-        k = tkir.compile(GEMM, BM=64, BN=64, SK=1, SKI=ski)
+        k = _gemm(BM=64, BN=64, SK=1, SKI=ski)
         assert k.module.kernel.attrs["stream_k"] == {"min_iters": ski, "max_tail_pct": 60}
         assert "stream_k_min_iters" not in k.module.kernel.attrs
         blocks[ski] = bind(k.launch, (bf16(64, 4096), bf16(4096, 4096, ptr=FAKE_BASE + 2**24),
                                       bf16(64, 4096, ptr=FAKE_BASE + 2**26)), num_sms=132).grid[0]
     assert blocks == {16: 132, 32: 128}
-    assert (tkir.compile(GEMM, BM=64, BN=64, SK=0, SKI=32).asm["ptx"]
-            == tkir.compile(GEMM, BM=64, BN=64, SK=0, SKI=16).asm["ptx"])
-    named = tkir.compile(GEMM, BM=64, BN=64, SK=1, SKI=32, passes=with_stream_k("min_iters=4 opt_in=true"))
+    assert (_gemm(BM=64, BN=64, SK=0, SKI=32).asm["ptx"]
+            == _gemm(BM=64, BN=64, SK=0, SKI=16).asm["ptx"])
+    named = _gemm(BM=64, BN=64, SK=1, SKI=32, passes=with_stream_k("min_iters=4 opt_in=true"))
     assert named.module.kernel.attrs["stream_k"]["min_iters"] == 32
-    (res,) = check_interpreted(tkir.compile(GEMM, BM=64, BN=64, SK=1, SKI=4).module, COMP,
+    (res,) = check_interpreted(_gemm(BM=64, BN=64, SK=1, SKI=4).module, COMP,
                                dict(M=64, N=128, K=1000), dict(BM=64, BN=64), seed=3, num_sms=8)
     assert res.ok, res
 
@@ -240,7 +245,7 @@ def test_stream_k_is_opt_in_in_the_default_pipeline_and_sets_its_grid() -> None:
     assert "stream-k{opt_in=true}" in tkir.api.default_pipeline()
     assert "stream_k" not in tkir.compile(GEMM).module.kernel.attrs
     assert tkir.compile(GEMM).module.kernel.attrs["grid"][0].startswith("cdiv(")  # balanced, untouched
-    forced, asked = tkir.compile(GEMM, passes=ON), tkir.compile(GEMM, SK=1)
+    forced, asked = _gemm(passes=ON), _gemm(SK=1)
     assert forced.module.kernel.attrs["grid"] == asked.module.kernel.attrs["grid"]
     assert forced.asm["ptx"] == asked.asm["ptx"]
     assert "stream_k_requested" not in asked.module.kernel.attrs  # the request is consumed

@@ -14,15 +14,17 @@ from tkir.api import build_module
 from tkir.parser import parse_module
 from tkir.passes.registry import DEFAULT_PIPELINE, load_registry
 from tkir.passmanager import Options, PassManager
+from tkir.tools.examples import load_companion
 from tkir.tools.report import build_report, format_report, highest_register, peak_live_registers, register_comparison
 from tkir.types import format_attr_value
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+GEMM_CONSTS = load_companion(str(EXAMPLES / "gemm.tk")).DEFAULT_CONSTS  # gemm.tk's auto consts at the header's old values
 LAYOUT_PASSES = ["canonicalize", "infer-layouts", "select-swizzle", "bank-conflicts"]
 
 
 def report_of(name: str, **options: object) -> dict:
-    module = build_module(str(EXAMPLES / f"{name}.tk"))
+    module = build_module(str(EXAMPLES / f"{name}.tk"), GEMM_CONSTS if name == "gemm" else None)
     PassManager(load_registry(), LAYOUT_PASSES).run(module, Options(**options))
     rep = build_report(module)
     json.dumps(rep)  # JSON-serialisable as `tkc report --json` prints it
@@ -188,7 +190,7 @@ def test_default_pipeline_reports_the_staging_tile() -> None:
     bank-conflicts entries (bf16 pairs 8-way on plain rows, conflict-free at 128B; the TMA store)."""
     from tkir.passes.registry import DEFAULT_PIPELINE
 
-    module = build_module(str(EXAMPLES / "gemm.tk"))
+    module = build_module(str(EXAMPLES / "gemm.tk"), GEMM_CONSTS)
     PassManager(load_registry(), DEFAULT_PIPELINE).run(module, Options())
     rep = build_report(module)
     tiles = {t["name"]: t for t in rep["shared_tiles"]}

@@ -19,10 +19,12 @@ from tkir.diagnostics import CompileError
 from tkir.frontend import compile_source
 from tkir.frontend.tune import read_space
 from tkir.tools import tune
+from tkir.tools.examples import load_companion
 from tkir.tools.tune_model import predict, ranks, spearman
 
 ROOT = Path(__file__).resolve().parents[2]
 GEMM = str(ROOT / "examples/gemm.tk")
+GEMM_CONSTS = load_companion(GEMM).DEFAULT_CONSTS  # gemm.tk's auto consts at the header's old values
 BIG = dict(M=4096, N=4096, K=4096)
 
 KERNEL = """{ann}
@@ -90,8 +92,9 @@ def test_tune_annotation_leaves_the_ir_alone() -> None:
     plain = tkir.compile(GEMM.replace("gemm.tk", "gemm.tk"))
     src = Path(GEMM).read_text()
     assert "@tune(" in src
-    untuned = compile_source("\n".join(ln for ln in src.splitlines() if not ln.startswith("@tune")), GEMM)
-    tuned = build_module(GEMM)
+    untuned = compile_source("\n".join(ln for ln in src.splitlines() if not ln.startswith("@tune")), GEMM,
+                             GEMM_CONSTS)
+    tuned = build_module(GEMM, GEMM_CONSTS)
     from tkir.printer import print_module
 
     assert print_module(untuned) == print_module(tuned)
@@ -139,7 +142,7 @@ def test_model_drop_says_blocks_and_waves(tmp_path: Path) -> None:
 
 
 def test_model_waves_and_work() -> None:
-    m = build_module(GEMM, {"BM": 128, "BN": 256})
+    m = build_module(GEMM, {**GEMM_CONSTS, "BM": 128, "BN": 256})
     one = predict(m, dict(M=128 * 132, N=256, K=1024), blocks_per_sm=1, stages=4)
     more = predict(m, dict(M=128 * 133, N=256, K=1024), blocks_per_sm=1, stages=4)
     assert (one.blocks, one.waves) == (132, 1) and (more.blocks, more.waves) == (133, 2)
@@ -156,7 +159,7 @@ def test_model_lone_blocks_have_their_sm_and_no_kernel_beats_the_floor() -> None
     were put at 12x the 16-warp ones and dropped untimed, though they measured fastest."""
     from tkir.tools import tune_model
 
-    m = build_module(GEMM, {"BM": 128, "BN": 256})
+    m = build_module(GEMM, {**GEMM_CONSTS, "BM": 128, "BN": 256})
     lone = [predict(m, dict(M=128, N=256, K=65536), blocks_per_sm=b, stages=4) for b in (1, 2)]
     assert lone[0].blocks == 1 and lone[0].blocks_per_sm == lone[1].blocks_per_sm == 1
     assert lone[0].ms == pytest.approx(lone[1].ms)
@@ -172,7 +175,7 @@ def test_model_sees_the_stream_k_split() -> None:
     """With the compiled kernel's stream_k attr the model follows the kernel's split: at M = 1 the 16
     tiles of 128 x 256 spread over 132 blocks (about 8x less per block, at 75% of the rate, plus the
     fix-up); at 4096^3 the last round (116 of 132 blocks) is too full to split: the same prediction."""
-    m = build_module(GEMM, {"BM": 128, "BN": 256})
+    m = build_module(GEMM, {**GEMM_CONSTS, "BM": 128, "BN": 256})
     attr = {"min_iters": 16, "max_tail_pct": 60}
     skinny = dict(M=1, N=4096, K=14336)
     plain, split = predict(m, skinny, 1, 4), predict(m, skinny, 1, 4, stream_k=attr)
@@ -194,8 +197,8 @@ def test_model_follows_the_kernels_own_min_iters() -> None:
     sizes = dict(M=64, N=4096, K=4096)
     got = {}
     for ski in (16, 32):
-        k = tkir.compile(GEMM, BM=64, BN=64, SK=1, SKI=ski)
-        got[ski] = predict(build_module(GEMM, {"BM": 64, "BN": 64}), sizes, 1, 8,
+        k = tkir.compile(GEMM, **{**GEMM_CONSTS, "BM": 64, "BN": 64, "SK": 1, "SKI": ski})
+        got[ski] = predict(build_module(GEMM, {**GEMM_CONSTS, "BM": 64, "BN": 64}), sizes, 1, 8,
                            stream_k=k.module.kernel.attrs["stream_k"])
     assert (got[16].blocks, got[16].split_blocks, got[16].split_tiles) == (132, 132, 64)
     assert (got[32].blocks, got[32].split_blocks, got[32].split_tiles) == (128, 128, 64)
@@ -292,9 +295,9 @@ def test_model_ranks_stages_by_bytes_in_flight() -> None:
     """Few stages of small tiles cannot keep the feed busy (Little's law): on call 4's skinny shape
     (M = 64) the measured time fell from 34.6 to 21.6 us going from 3 to 6 stages of 64 x 64 tiles."""
     sizes = dict(M=64, N=4096, K=4096)
-    ms = {s: predict(build_module(GEMM, {"BM": 64, "BN": 64, "STAGES": s}), sizes, 1, s).ms for s in (3, 4, 6)}
+    ms = {s: predict(build_module(GEMM, {**GEMM_CONSTS, "BM": 64, "BN": 64, "STAGES": s}), sizes, 1, s).ms for s in (3, 4, 6)}
     assert ms[3] > ms[4] > ms[6]
-    big = {s: predict(build_module(GEMM, {"BM": 128, "BN": 256, "STAGES": s}), BIG, 1, s).ms for s in (3, 4)}
+    big = {s: predict(build_module(GEMM, {**GEMM_CONSTS, "BM": 128, "BN": 256, "STAGES": s}), BIG, 1, s).ms for s in (3, 4)}
     assert big[3] == big[4]  # enough in flight either way: compute- or feed-bound, not latency-bound
 
 

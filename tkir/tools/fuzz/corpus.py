@@ -27,8 +27,9 @@ DUMP_CONFIGS: tuple[tuple[dict[str, int], str, tuple[str, ...]], ...] = (
 EXTRA_DUMPS = (("attention_fwd.tk", {"D": 64, "CAUSAL": 1}), ("rmsnorm.tk", {"ROWS": 1, "WG": 2, "D": 8192,
                                                                              "DC": 8192}),
                ("transpose.tk", {"SHARED_T": 0}), ("linear.tk", {"ACT": 1}),
-               # the stream-K and persistent pipelines: their rings seed the protocol edits too
-               ("gemm.tk", {"SK": 1}), ("attention_fwd.tk", {"PERSIST": 1}))
+               # the stream-K and persistent pipelines: their rings seed the protocol edits too (SKI = 16, the
+               # split that verify_pipeline's stream-K sizes reach: at the auto choice's 32 they split no tile)
+               ("gemm.tk", {"SK": 1, "SKI": 16}), ("attention_fwd.tk", {"PERSIST": 1}))
 # sm_80 dumps beyond the defaults: attention with 32-row warps and a held stage, so the IR of
 # the rotated mma.sync loop (`cp_hold = 1`, overlap-mma on sm_80) seeds the mutants too
 EXTRA_SM80_DUMPS = (("attention_fwd.tk", {"BQ": 128, "BKV": 32, "STAGES": 3}),)
