@@ -19,6 +19,7 @@ attr `spill_retry = false` (plan-occupancy{spill_retry=false}, the ablation) tur
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
 
 from tkir.backend.launch import build_launch, kernel_params
 from tkir.backend.lower_llvm import lower_kernel
@@ -77,7 +78,7 @@ def avoid_spills(module: Module, options: Options, artifacts: dict[str, object])
     if blocks <= 1 or kernel.attrs.get(SPILL_RETRY_ATTR) is False or SPILL_FALLBACK_ATTR in kernel.attrs:
         return artifacts
     try:
-        stats = _ptxas(artifacts, options)
+        stats = _ptxas(artifacts, options, kernel)
     except ToolchainError:  # no ptxas here (or it failed: `asm["ptxas"]` will say so when asked)
         return artifacts
     spilled = _spill_bytes(stats)
@@ -103,7 +104,7 @@ def avoid_spills(module: Module, options: Options, artifacts: dict[str, object])
     def attempt(count: int) -> int:
         kernel.attrs[SPILL_FALLBACK_ATTR] = {"to": count}  # what tkir/launch_bounds.py reads while lowering
         arts = _compile_once(module, options)
-        tried[count] = (arts, _ptxas(arts, options))
+        tried[count] = (arts, _ptxas(arts, options, kernel))
         return _spill_bytes(tried[count][1])
 
     try:
@@ -140,9 +141,32 @@ def avoid_spills(module: Module, options: Options, artifacts: dict[str, object])
     return {**arts, "ptxas": chosen_stats}
 
 
-def _ptxas(artifacts: dict[str, object], options: Options) -> object:
-    """ptxas's report on the artifacts' PTX (toolchain.assemble caches it by the PTX text)."""
-    return assemble_artifacts(artifacts["ptx"], options.target, sass=False)["ptxas"]
+def _ptxas(artifacts: dict[str, object], options: Options, kernel: Operation) -> object:
+    """ptxas's report on the artifacts' PTX (toolchain.assemble caches it by the PTX text). ptxas refusing the
+    register cap outright ("Insufficient registers (56) to compile instruction ...", C7602: one instruction
+    needs more registers than `.minnctapersm` leaves) is reported as a spill too large to keep, so the search
+    goes on to the lower counts as it does for a spill."""
+    from tkir.backend.toolchain import ToolchainError
+
+    try:
+        return assemble_artifacts(artifacts["ptx"], options.target, sass=False)["ptxas"]
+    except ToolchainError as e:
+        if INSUFFICIENT_REGISTERS not in str(e):
+            raise
+        return _CapTooLow(registers=reg_cap(_min_blocks(kernel, artifacts), artifacts["launch"].block[0]))
+
+
+INSUFFICIENT_REGISTERS = "Insufficient registers"  # ptxas C7602 (ptxas 12.x/13.x wording)
+CAP_TOO_LOW_SPILL = 1 << 20  # what a refused cap counts as in the search: more than any real spill
+
+
+@dataclass
+class _CapTooLow:
+    """ptxas's report where it refused the register cap: treated as the worst possible spill."""
+
+    registers: int
+    spill_stores: int = CAP_TOO_LOW_SPILL
+    spill_loads: int = CAP_TOO_LOW_SPILL
 
 
 def _spill_bytes(stats: object) -> int:

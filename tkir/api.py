@@ -390,7 +390,7 @@ def _compile(path: str, pipeline: list, given: str, options: Options, load_passe
 
 def _spill_reason(k: CompiledKernel) -> str | None:
     """Why a point the cost model chose is turned down: ptxas spills more than the tuner allows."""
-    from tkir.tools.tune import SPILL_LIMIT_BYTES
+    from tkir.tools.auto_consts import SPILL_LIMIT_BYTES
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the backend's SpillWarning: the choice moves on instead
@@ -418,7 +418,7 @@ class _AutoBySize:
 
     def kernel_for(self, sizes: dict[str, int], spill_check: bool = True) -> CompiledKernel:
         from tkir.requires import module_requires, requirement_failure
-        from tkir.tools.tune import size_bucket
+        from tkir.tools.auto_consts import size_bucket
 
         bucket = size_bucket(sizes)
         key = (spill_check, *sorted(bucket.items()))

@@ -55,9 +55,17 @@ DEFAULT_CANDIDATES = (256, 128, 64, 32, 16)  # an auto const no @tune lists: til
 CLEAR_WIN = 0.25      # at problem sizes the cost model overrides the budget rule only where it predicts a point
 #                       more than 25% faster: its errors against `tkc tune`'s timings are often 10-20% (its
 #                       Spearman rho is printed by every tuning run), so smaller predicted gains are noise
+SPILL_LIMIT_BYTES = 64     # drop a point whose ptxas spills more than this: a few spilled words (plan-occupancy's
+#                            register budget a little under ptxas's need) cost little; more means a mis-planned point
 TIE_FRACTION = 0.05   # predictions within 5% of the model's best tie (the budget rule's order decides)
 # the word `auto` outside comments and strings (which the first two alternatives consume)
 _AUTO_WORD = re.compile(r'"[^"\n]*"|//[^\n]*|\bauto\b')
+
+
+def size_bucket(sizes: dict[str, int]) -> dict[str, int]:
+    """Each size rounded up to a power of two: the shapes that share a tuned configuration (the tuning cache's
+    key, tkir/tools/tune.py) and one choice of the auto consts."""
+    return {k: 1 << max(0, int(v) - 1).bit_length() for k, v in sizes.items()}
 
 
 def auto_names(path: str, overrides: dict[str, object]) -> list[str]:
@@ -192,7 +200,6 @@ def _resolve_at_sizes(kernel, text: str, const_loc: dict, points: list, order: l
     accepted point at the sizes' bucket faster by more than CLEAR_WIN; then the model's best (its ties, within
     TIE_FRACTION, broken by the budget rule's order). `accept` may turn the winner down: the next in the
     ranking (the rest by prediction) is taken."""
-    from tkir.tools.tune import size_bucket
     from tkir.tools.tune_model import predict
 
     bucket = size_bucket(sizes)

@@ -50,11 +50,10 @@ from pathlib import Path
 
 from tkir.diagnostics import CompileError, TkirError
 from tkir.tools import timing
+from tkir.tools.auto_consts import SPILL_LIMIT_BYTES, size_bucket  # noqa: F401 (tune's names too)
 from tkir.tools.tune_model import ranks, spearman
 
 MODEL_PRUNE_FACTOR = 3.0   # drop a point the model predicts at more than 3x the best prediction
-SPILL_LIMIT_BYTES = 64     # drop a point whose ptxas spills more than this: a few spilled words (plan-occupancy's
-#                            register budget a little under ptxas's need) cost little; more means a mis-planned point
 DEFAULT_REPS = 20
 REFINE_WITHIN = 1.06       # points within 6% of the best median of the first round are timed again...
 #                            (3% before: a first round of 42 GEMMs at 4096 x 128256 x 4096 put BN = 256
@@ -120,9 +119,6 @@ class TuneResult:
         return cls(**d)
 
 
-def size_bucket(sizes: dict[str, int]) -> dict[str, int]:
-    """Each size rounded up to a power of two: the shapes that share a tuned configuration."""
-    return {k: 1 << max(0, int(v) - 1).bit_length() for k, v in sizes.items()}
 
 
 # --- 1-3: the space, the compiler's checks, the model --------------------------------------------
