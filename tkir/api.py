@@ -389,14 +389,18 @@ def _compile(path: str, pipeline: list, given: str, options: Options, load_passe
 
 
 def _spill_reason(k: CompiledKernel) -> str | None:
-    """Why a point the cost model chose is turned down: ptxas spills more than the tuner allows."""
+    """Why a point the compiler chose is turned down: ptxas spills more than the tuner allows, or at all at the
+    most registers a thread can have."""
+    from tkir.target import MAX_REGS_PER_THREAD
     from tkir.tools.auto_consts import SPILL_LIMIT_BYTES
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the backend's SpillWarning: the choice moves on instead
         stats = k.asm["ptxas"]
     spilled = max(stats.spill_stores, stats.spill_loads)
-    if spilled > SPILL_LIMIT_BYTES:
+    if spilled > SPILL_LIMIT_BYTES or (spilled and stats.registers >= MAX_REGS_PER_THREAD):
+        # a few spilled words under a register cap (setmaxnreg) cost little; at the most a thread can have, the
+        # tile does not fit
         return f"ptxas spills {spilled} B at {stats.registers} registers"
     return None
 

@@ -266,7 +266,11 @@ def test_dkdv_d256_is_a_located_error() -> None:
 
 
 def test_dkdv_auto_query_block_fits_the_registers() -> None:
-    """BQ=auto: 64-row query blocks at D = 64; at D = 128 causal, 32 (64 needs 256 registers a thread)."""
+    """BQ=auto: 64-row query blocks at D = 64, and at D = 128 causal too now that the register estimate counts
+    addresses as ptxas keeps them (ptxas holds it at 255 registers without spilling); where ptxas spills the
+    64-row block (grouped-query, test_attention_gqa.py), auto takes 32."""
     assert _compile("attention_bwd_dkdv", "sm_90a", D=64, BQ="auto").module.kernel.attrs["auto"] == {"BQ": 64}
     k = _compile("attention_bwd_dkdv", "sm_90a", D=128, CAUSAL=1, BQ="auto")
-    assert k.module.kernel.attrs["auto"] == {"BQ": 32}
+    assert k.module.kernel.attrs["auto"] == {"BQ": 64}
+    stats = k.asm["ptxas"]
+    assert stats.spill_stores == stats.spill_loads == 0

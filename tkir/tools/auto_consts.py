@@ -118,8 +118,7 @@ def resolve(path: str, overrides: dict[str, object], names: list[str],
     space = check_tune(kernel, ann, text) if ann is not None else None
     if space is None:
         space = TuneSpace(kernel.name, {c.name: c.value for c in kernel.consts}, {})
-    own = [n for n in names if n not in space.values]
-    for n in own:  # an auto const no @tune lists: the compiler's own candidates
+    for n in [n for n in names if n not in space.values]:  # an auto const no @tune lists: the compiler's own candidates
         space.values[n] = list(DEFAULT_CANDIDATES)
     fixed = {k: v for k, v in overrides.items() if v != AUTO}
     for k in space.values:  # tuned consts that are not auto stay at their value
@@ -141,11 +140,10 @@ def resolve(path: str, overrides: dict[str, object], names: list[str],
                 tried[i] = e
         return tried[i]
 
-    # the size-free rule checks its pick against ptxas where the compiler chose the candidates itself (nobody has
-    # tried them: a user's 128 x 256 attention tile that plan-occupancy accepts and ptxas spills); a @tune list's
-    # are the author's, trusted to plan-occupancy's budget as they always were (at problem sizes every winner is
-    # checked)
-    picked, refused = _budget_pick(points, order, names, attempt, accept if own and sizes is None else None)
+    # the size-free rule checks its pick against ptxas too (`accept`): plan-occupancy's register estimate can
+    # accept a tile ptxas spills (a user's 128 x 256 attention tile: 840 B; attention_bwd_dkdv's 64-row query
+    # block at D = 128: 32 B at 255 registers)
+    picked, refused = _budget_pick(points, order, names, attempt, accept if sizes is None else None)
     errors = [e for e in tried.values() if isinstance(e, CompileError)]
     if picked is None and len(errors) > 1 and len({e.message for e in errors}) == 1:
         raise errors[0]  # every point fails the same way (fp8 '@' on sm_80): that error, where it is
