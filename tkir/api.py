@@ -354,12 +354,21 @@ def _compile(path: str, pipeline: list, given: str, options: Options, load_passe
     choice: dict | None = None
     asked = dict(consts)  # before the auto ones are chosen: what a per-size choice starts from
     if not str(path).endswith(".tkir"):
+        # a pipeline that plans nothing (an explicit `canonicalize,my-pass`) cannot choose a tile: the auto consts
+        # are then chosen as the default pipeline would choose them
+        plans = any(spec.name == "plan-occupancy" for spec in pipeline)
+        choose_with, choose_given = (pipeline, given) if plans else (as_specs(default_pipeline()), "default")
+
+        def choice_pipeline(m: Module) -> list:
+            return kernel_pipeline(m) if plans else _kernel_pipeline(m, choose_with, registry, False)
+
         accept = None
         if spill_check:
             def accept(point: dict) -> str | None:
-                return _spill_reason(_compile(path, pipeline, given, options, load_passes,
-                                              PipelineConfig(keep_snapshots=False), None, point, edits))
-        consts, choice = _resolve_auto(str(path), dict(consts), registry, kernel_pipeline, options, sizes, accept)
+                return _spill_reason(_compile(path, choose_with, choose_given, options, load_passes,
+                                              PipelineConfig(keep_snapshots=False), None, point,
+                                              edits if plans else None))
+        consts, choice = _resolve_auto(str(path), dict(consts), registry, choice_pipeline, options, sizes, accept)
     module = build_module(path, consts)
     edited = kernel_pipeline(module)
     if edited is not pipeline:
