@@ -240,11 +240,26 @@ class CompiledKernel:
 BACKEND_STAGES = ("llvm", "ptx", "launch")  # what compile_module produces and the disk cache keeps
 
 
+# the kernel attrs that record how auto consts were chosen (tkir/tools/auto_consts.py): the backend never reads
+# them, so the cache key leaves them out (the point's own compile, which checked it against ptxas, is the same entry)
+AUTO_ATTRS = ("auto", "auto_sizes", "auto_predicted", "auto_runner_up", "auto_refused")
+
+
 def _cache_key(k: CompiledKernel) -> str:
     from tkir.backend import cache
 
     versions = dict(cache.tool_versions(), compiler=compiler_digest())
-    return cache.make_key(k.ir, k.consts, k.options, k.options.target, versions)
+    ir = k.ir
+    kernels = k.module.kernels()
+    if len(kernels) == 1 and any(a in kernels[0].attrs for a in AUTO_ATTRS):
+        attrs = kernels[0].attrs
+        kept = dict(attrs)
+        for a in AUTO_ATTRS:
+            attrs.pop(a, None)
+        ir = print_module(k.module)
+        attrs.clear()
+        attrs.update(kept)  # the same order as before
+    return cache.make_key(ir, k.consts, k.options, k.options.target, versions)
 
 
 @functools.cache
@@ -400,12 +415,16 @@ def _compile(path: str, pipeline: list, given: str, options: Options, load_passe
 def _spill_reason(k: CompiledKernel) -> str | None:
     """Why a point the compiler chose is turned down: ptxas spills more than the tuner allows, or at all at the
     most registers a thread can have."""
+    from tkir.diagnostics import TkirError
     from tkir.target import MAX_REGS_PER_THREAD
     from tkir.tools.auto_consts import SPILL_LIMIT_BYTES
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the backend's SpillWarning: the choice moves on instead
-        stats = k.asm["ptxas"]
+        try:
+            stats = k.asm["ptxas"]
+        except (TkirError, NotImplementedError):
+            return None  # the backend cannot lower it here: the kernel's own lowering reports that where it runs
     spilled = max(stats.spill_stores, stats.spill_loads)
     if spilled > SPILL_LIMIT_BYTES or (spilled and stats.registers >= MAX_REGS_PER_THREAD):
         # a few spilled words under a register cap (setmaxnreg) cost little; at the most a thread can have, the

@@ -125,6 +125,11 @@ def resolve(path: str, overrides: dict[str, object], names: list[str],
         if k not in names and k not in fixed:
             fixed[k] = space.defaults[k]
     points = [p for p in space.points(fixed) if p.dropped is None]
+    if accept is not None:  # asked with the consts the compile that follows is given: the same IR, one cache entry
+        check = accept
+
+        def accept(point: dict[str, object]) -> str | None:
+            return check({**{k: v for k, v in overrides.items() if v != AUTO}, **{n: point[n] for n in names}})
     switches = {n for n in names if 0 in space.values[n]}  # SK=[0, 1]: an on/off choice, not a size
     # the budget rule's order: the most work per block first (the product of the auto consts that are sizes),
     # ties in the order the @tune lists are written
@@ -167,6 +172,7 @@ def _budget_pick(points: list, order: list[int], names: list[str], attempt: Call
     points with their reasons."""
     refused: list[str] = []
     few: tuple[int, list[str]] | None = None  # the first accepted point with too few warps per SM
+    spilling: tuple[int, list[str]] | None = None  # the first point only ptxas turned down
     for i in order:
         label = _label(points[i].consts, names)
         module = attempt(i)
@@ -182,10 +188,14 @@ def _budget_pick(points: list, order: list[int], names: list[str], attempt: Call
         turned = accept(dict(points[i].consts)) if accept is not None else None
         if turned:
             refused.append(f"{label}: {turned}")
+            if spilling is None:
+                spilling = (i, list(refused))
             continue
         return i, refused
     if few is not None:
         return few
+    if spilling is not None:  # every point spills: the budget rule's own, as before (the backend warns of it)
+        return spilling[0], refused
     return None, refused
 
 
@@ -236,9 +246,15 @@ def _resolve_at_sizes(kernel, text: str, const_loc: dict, points: list, order: l
                   "runner_up": (f"{_label(points[runner].consts, names)}: {_describe(*scored[runner])}"
                                 if runner is not None else "none")}
         return consts, choice, refused
-    raise CompileError(const_loc.get(names[0], kernel.loc),
-                       f"no value of the auto consts {', '.join(names)} compiles: {'; '.join(refused)}", text,
-                       hint="widen the @tune lists, or set the consts with -D")
+    # every point spills: the first in the ranking, as without the check (the backend warns of it)
+    i = ranking[0]
+    consts = dict(points[i].consts)
+    runner = ranking[1] if len(ranking) > 1 else None
+    choice = {"auto": {n: consts[n] for n in names}, "sizes": bucket,
+              "predicted": f"{_describe(*scored[i])}; every point spills in ptxas: kept the first, {why}",
+              "runner_up": (f"{_label(points[runner].consts, names)}: {_describe(*scored[runner])}"
+                            if runner is not None else "none")}
+    return consts, choice, refused
 
 
 def _label(consts: dict, names: list[str]) -> str:
