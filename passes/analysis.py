@@ -39,14 +39,14 @@ Register layouts come from infer-layouts; a register tile without one counts as 
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 import numpy as np
 
 from tkir.access_report import AccessReport
 from tkir.diagnostics import CompileError
-from tkir.facts import FactError
+from tkir.facts import FactError, OccupancyPlan
 from tkir.ir import Block, Operation, Value, uses_of
 from tkir.layout import (
     BANK_BYTES,
@@ -71,7 +71,16 @@ from tkir.layout import (
     tma_pattern,
 )
 from tkir.passmanager import Options, PassError
-from tkir.target import DEFAULT_WARPS, MMA_A_WORDS, MMA_B_UNIT_WORDS, MMA_M, SMEM_ALLOC_UNIT, SMEM_RESERVED_PER_BLOCK
+from tkir.target import (
+    DEFAULT_WARPS,
+    MMA_A_WORDS,
+    MMA_B_UNIT_WORDS,
+    MMA_M,
+    SMEM_ALLOC_UNIT,
+    SMEM_PER_BLOCK,
+    SMEM_PER_SM,
+    SMEM_RESERVED_PER_BLOCK,
+)
 from tkir.types import GlobalType, TileType, VectorType, is_register, is_shared
 
 # Attributes one pass writes and another reads.
@@ -600,6 +609,30 @@ def block_smem(smem_bytes: int) -> int:
     """What one block takes of an SM's shared memory: its bytes plus the 1 KB the system reserves per
     block, in the occupancy calculator's 128-B units."""
     return round_up(smem_bytes + SMEM_RESERVED_PER_BLOCK, SMEM_ALLOC_UNIT)
+
+
+def smem_growth_problem(plan: OccupancyPlan | None, grow: int, what: str) -> str | None:
+    """Why a block that planned `plan` cannot take `what`, `grow` more bytes of shared memory (over the block's
+    limit, or fewer blocks per SM than planned), or None where it can (or there is no plan: the launch then sizes
+    shared memory from the allocations)."""
+    if plan is None or plan.smem_bytes is None:
+        return None
+    smem = plan.smem_bytes + grow
+    if smem > SMEM_PER_BLOCK:
+        return f"{what} ({grow} B) would take the block to {smem} B of shared memory, over {SMEM_PER_BLOCK}"
+    blocks = plan.blocks_per_sm or 1
+    if blocks * block_smem(smem) > SMEM_PER_SM:
+        return (f"{what} ({grow} B) would leave room for fewer than the plan's {blocks} blocks per SM "
+                f"({smem} B each)")
+    return None
+
+
+def grow_plan_smem(kernel: Operation, plan: OccupancyPlan | None, grow: int) -> None:
+    """Record `grow` more bytes of shared memory in the kernel's occupancy plan (a pass that allocates after
+    plan-occupancy)."""
+    if plan is not None and plan.smem_bytes is not None:
+        smem = plan.smem and replace(plan.smem, fixed_bytes=plan.smem.fixed_bytes + grow)
+        kernel.attrs[OccupancyPlan.ATTR] = replace(plan, smem_bytes=plan.smem_bytes + grow, smem=smem).to_attr()
 
 
 def mma_sync_fragment_regs(op: Operation) -> int:

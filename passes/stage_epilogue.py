@@ -30,15 +30,12 @@ block is narrower than 32 columns. The ablation is a pipeline without the pass.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from tkir.facts import OccupancyPlan
 from tkir.ir import Module, Operation
 from tkir.layout import layout_of
-from tkir.passes.analysis import block_smem  # the block's share of an SM, as plan-occupancy counts it
+from tkir.passes.analysis import grow_plan_smem, smem_growth_problem
 from tkir.passmanager import Options, Pass
 from tkir.shared_plan import plan_shared
-from tkir.target import SMEM_PER_BLOCK, SMEM_PER_SM
 from tkir.types import GlobalType, TileType, is_register
 
 STAGE_ROWS = 16              # one m16 block of mma.sync.m16n8k16's accumulator per warp at a time
@@ -80,28 +77,13 @@ def _stage(kernel: Operation, op: Operation) -> None:
     body.insert(last + 1, alloc)
     grow = plan_shared(kernel).total - before
     plan = OccupancyPlan.of(kernel)
-    reason = _does_not_fit(plan, grow)
+    reason = smem_growth_problem(plan, grow, "the stage")
     if reason is not None:
         body.ops.remove(alloc)
         op.attrs["stage_epilogue_skipped"] = reason
         return
-    if plan is not None and plan.smem_bytes is not None:
-        smem = plan.smem and replace(plan.smem, fixed_bytes=plan.smem.fixed_bytes + grow)
-        kernel.attrs[OccupancyPlan.ATTR] = replace(plan, smem_bytes=plan.smem_bytes + grow, smem=smem).to_attr()
+    grow_plan_smem(kernel, plan, grow)
     op.name = "tk.store_warp_staged"
     op.operands = [op.operands[0], op.operands[1], alloc.result, *op.operands[2:]]
     op.attrs.pop("no_tma_reason", None)
     op.attrs["rows"] = STAGE_ROWS
-
-
-def _does_not_fit(plan: OccupancyPlan | None, grow: int) -> str | None:
-    if plan is None or plan.smem_bytes is None:
-        return None  # no plan (a pipeline without plan-occupancy): the launch sizes shared memory from the allocs
-    smem = plan.smem_bytes + grow
-    if smem > SMEM_PER_BLOCK:
-        return f"the stage ({grow} B) would take the block to {smem} B of shared memory, over {SMEM_PER_BLOCK}"
-    blocks = plan.blocks_per_sm or 1
-    if blocks * block_smem(smem) > SMEM_PER_SM:
-        return (f"the stage ({grow} B) would leave room for fewer than the plan's {blocks} blocks per SM "
-                f"({smem} B each)")
-    return None
