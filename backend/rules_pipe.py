@@ -34,6 +34,7 @@ from tkir.backend.idioms import (
     mbarrier_wait_parity,
     named_barrier_arrive,
     named_barrier_sync,
+    wgmma_wait_group,
 )
 from tkir.backend.rules import loop_hook, rule
 from tkir.backend.values import LoweringError, Smem
@@ -50,6 +51,21 @@ if TYPE_CHECKING:
 def _op_tk_alloc(cx: LoweringContext, op: Operation) -> None:
     addr = cx.w.op(f"add i32 {cx.smem}, {cx.plan.offsets[id(op.result)]}", op.result.name or "s")
     cx.set(op.result, Smem(addr, op.result.type))
+
+
+@rule("tk.reuse")
+def _op_tk_reuse(cx: LoweringContext, op: Operation) -> None:
+    """The tile takes the donor's address (passes/reuse_smem.py). Before its first write: this thread's wgmma
+    groups, which may read the donor, are complete (sm_90a), so are the bulk copies reading it where it was a
+    TMA store's source, and every thread of the role is past its reads (the role's barrier)."""
+    donor = cx.get(op.operands[0])
+    assert isinstance(donor, Smem)
+    if cx.target == "sm_90a":
+        wgmma_wait_group(cx.w, 0)
+        if op.attrs.get("after_bulk_reads"):
+            cx.wait_for_bulk_reads()
+    cx.sync()
+    cx.set(op.result, Smem(donor.addr, op.result.type))
 
 
 @rule("pipe.barriers")

@@ -25,6 +25,9 @@ rows and columns of the output):
   the buffer); the producer waits for that release before the next fill,
   so the next tile's loads run under this tile's epilogue (before, the producer refilled the buffer
   without waiting and the consumers waited on an already completed phase: a race);
+* a tile reuse-smem placed in a one-shot tile's memory (`tk.reuse`) gets its own memory back (a `tk.alloc`; the
+  plan's shared memory grows by it), since the next tile's fill of the donor would run under this tile's epilogue;
+  where that would not fit, the kernel is left alone with `persistent_skipped`;
 * `persistent{linear_grids=true}`, or the kernel attr `persistent_requested` (the source's
   `@persistent(1)`, usually `@persistent(P)` with `P` in the kernel's `@tune` space, so that `tkc tune`
   chooses it per shape), also rewrites 1-D and 3-D grids, tiles in launch order (x fastest).
@@ -53,11 +56,13 @@ are left unchanged; the last get the attr `persistent_skipped` with the reason.
 from __future__ import annotations
 
 from tkir.diagnostics import CompileError
+from tkir.facts import OccupancyPlan
 from tkir.ir import Block, Module, Operation, Region, Value, clone_op, uses_of
-from tkir.passes.analysis import persistent_grid
+from tkir.passes.analysis import grow_plan_smem, persistent_grid, smem_growth_problem
 from tkir.passes.builder import OpBuilder
 from tkir.passmanager import Options, ParamError, Pass, param
 from tkir.scalar import I32_MAX
+from tkir.shared_plan import plan_shared
 from tkir.target import WARPS_PER_WARPGROUP
 from tkir.types import I32, VectorType
 
@@ -96,12 +101,48 @@ class Persistent(Pass):
             if chain is None or (chain and len(grid) != 3):
                 kernel.attrs["persistent_skipped"] = UNEQUAL_REASON
                 continue
+            problem = _own_memory_back(kernel)
+            if problem is not None:
+                kernel.attrs["persistent_skipped"] = problem
+                continue
             if len(grid) == 2:
                 _make_persistent(kernel, roles, grid, self.group_m, self.balanced_grid)
             elif chain:
                 _make_persistent_rotated(kernel, roles, grid, chain)
             else:
                 _make_persistent_linear(kernel, roles, grid, self.balanced_grid)
+
+
+def _own_memory_back(kernel: Operation) -> str | None:
+    """A tile reuse-smem placed in a one-shot tile's memory (`tk.reuse`) gets memory of its own again: the next
+    output tile's fill of the donor would overwrite it under this tile's epilogue. The block's shared memory and
+    the plan grow by it; where that no longer fits, the reuses stay and the reason is returned (persistent then
+    leaves the kernel alone)."""
+    reuses = [op for op in kernel.walk() if op.name == "tk.reuse"]
+    if not reuses:
+        return None
+    body = kernel.body
+    before = plan_shared(kernel).total
+    at = max((i for i, o in enumerate(body.ops) if o.name in ("tk.alloc", "pipe.barriers")), default=-1) + 1
+    allocs = []
+    for r in reuses:
+        a = Operation("tk.alloc", [], [], loc=r.loc)
+        a.results = [r.result]
+        allocs.append(a)
+    for a in reversed(allocs):
+        body.insert(at, a)
+    grow = plan_shared(kernel).total - before
+    plan = OccupancyPlan.of(kernel)
+    problem = smem_growth_problem(plan, grow, "giving the tiles reuse-smem placed in one-shot tiles their own memory")
+    if problem is not None:
+        for a in allocs:
+            body.remove(a)
+        return problem
+    for r, a in zip(reuses, allocs, strict=True):
+        r.parent.remove(r)
+        r.result.owner = a
+    grow_plan_smem(kernel, plan, grow)
+    return None
 
 
 def _make_persistent(kernel: Operation, roles: list[Operation], grid: list[str], group_m: int | None,

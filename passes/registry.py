@@ -34,12 +34,14 @@ PASS_TABLE: dict[str, str] = {
     "exp-base2": "exp_base2:ExpBase2",              # exp(a - v) as exp2(a log2e - v log2e): one fma, no multiply
     "hoist-loads": "hoist_loads:HoistLoads",        # later global loads issued right after the first (@hoist_loads)
     "contract-fma": "contract_fma:ContractFma",     # f32 x * y read once by + or -: one fma per element
+    "fold-acc-init": "fold_acc_init:FoldAccInit",  # (a @ b) - v: the mma accumulates onto -v (v dies before it)
     "fuse-row-stats": "fuse_row_stats:FuseRowStats",  # a row mean and var of one tile: one pass, one exchange
     "fence-loads": "fence_loads:FenceLoads",        # a kernel's first register loads issued before its first reduction
     "cache-policy": "cache_policy:CachePolicy",     # global -> register loads get an L2 eviction priority
     "readonly-loads": "readonly_loads:ReadonlyLoads",  # tensors never written read through ld.global.nc
     "cluster-rows": "cluster_rows:ClusterRows",     # a register-only block spread over a cluster of CTAs (@cluster)
     "coarsen-rows": "coarsen_rows:CoarsenRows",     # row kernels adding into global tensors: bounded grid, row loop
+    "reuse-smem": "reuse_smem:ReuseSmem",          # a tile first written after another's last use, in its memory
     "early-release": "early_release:EarlyRelease",  # a barrier ring per tile: stages freed by their last reader
     "pingpong": "pingpong:Pingpong",                # consumer warpgroups take turns issuing mmas (named barriers)
     "split-masks": "split_masks:SplitMasks",        # masks only on the iterations that can mask
@@ -55,6 +57,7 @@ DEFAULT_PIPELINE: list[str] = [
     "fold-scale",      # a positive scale moved past masks and row max/min, fused with the subtraction
     "exp-base2",       # exp(a - v) with v a row vector: exp2 with log2(e) folded into a's scale and v
     "contract-fma",    # f32 multiply read once by an add or subtract: one fma (nvcc's and Triton's default)
+    "fold-acc-init",   # (a @ b) - v, v a broadcast vector: the product accumulated onto -v
     "fuse-row-stats",  # row_mean and row_var of one tile: one Welford pass and one exchange
     "hoist-loads",     # only kernels that ask (@hoist_loads(1)): later global loads right after the first
     "fence-loads{opt_in=true}",  # only kernels that ask (@fence_loads(1)): loads issued before the 1st reduction
@@ -67,6 +70,7 @@ DEFAULT_PIPELINE: list[str] = [
     "cluster-rows",    # only kernels that ask (@cluster(C)): a block's warps spread over C CTAs (before the plan)
     "coarsen-rows",    # row kernels that reduce-add into global tensors: a bounded grid walks the rows, the sums
                        # carried in registers (before the plan, which counts them and sizes the grid)
+    "reuse-smem",      # epilogue staging tiles in the memory of tiles dead by then (before the plan counts bytes)
     "plan-occupancy",  # stages, roles and registers from the budget (before pipeline uses them)
     "pipeline",        # ring buffers, mbarriers, producer/consumer roles
     "pipeline-cp-async",  # the mma.sync path's (sm_80) cp.async ring buffers: copies S-1 k-tiles ahead

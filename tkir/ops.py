@@ -36,6 +36,7 @@ from tkir.opdef import (
     register_op,
     same_shape,
 )
+from tkir.shared_plan import tile_stage_bytes
 from tkir.types import FLOAT_DTYPES, GlobalType, ScalarType, TileType, Type, VectorType, is_register, is_shared
 
 # Re-exported: `from tkir.ops import OPS` is the complete catalogue (this module imports every op module).
@@ -107,6 +108,20 @@ def _alloc(op: Operation) -> None:
     n_operands(op, 0)
     n_results(op, 1)
     expect(is_shared(op.result.type), f"'tk.alloc' allocates st/sv, not {op.result.type}")
+
+
+def _reuse(op: Operation) -> None:
+    n_operands(op, 1)
+    n_results(op, 1)
+    donor, t = op.operands[0].type, op.result.type
+    expect(is_shared(donor) and is_shared(t), f"'tk.reuse' places a shared tile in a shared tile's memory, not {t} "
+                                              f"in {donor}")
+    expect(not isinstance(donor.get("stages"), int) and not isinstance(t.get("stages"), int),
+           "'tk.reuse' takes one-stage tiles (a ring buffer's stages are the pipeline's)")
+    expect(tile_stage_bytes(t) <= tile_stage_bytes(donor),
+           f"'tk.reuse': {t} ({tile_stage_bytes(t)} B) does not fit in {donor} ({tile_stage_bytes(donor)} B)")
+    expect(int(t.get("align") or 16) <= int(donor.get("align") or 16),
+           f"'tk.reuse': {t} needs {t.get('align')}-byte alignment, more than {donor} has")
 
 
 def _load(op: Operation) -> None:
@@ -509,6 +524,8 @@ register_op("tk.size", _size, local=True, summary="run-time value of a symbolic 
 register_op("tk.block_id", _block_id, local=True, summary="block index along grid dim 0/1/2")
 register_op("tk.grid_dim", _block_id, local=True, summary="number of blocks along grid dim 0/1/2")
 register_op("tk.alloc", _alloc, local=True, pure=False, summary="a shared tile or vector")
+register_op("tk.reuse", _reuse, local=True, pure=False,
+            summary="a shared tile in the memory of a shared tile dead from here on (reuse-smem)")
 register_op("tk.load", _load, local=True, pure=False,
             summary="global->shared, global->register, shared->register")
 register_op("tk.store", _store, local=True, pure=False, summary="register/shared -> global, register -> shared")

@@ -31,6 +31,7 @@ def verify(module: Module) -> None:
     # rules across ops and symbols (tkir/verify_sizes.py, tkir/verify_tma.py, tkir/verify_pipeline.py)
     for kernel in module.kernels():
         verify_sizes(kernel, VerifyError)
+        _check_reuses(kernel)
     verify_tma(module, VerifyError)
     for kernel in module.kernels():
         verify_pipeline(kernel, VerifyError)
@@ -97,6 +98,30 @@ def _check_ring_buffer_uses(op: Operation) -> None:
         if isinstance(stages, int) and stages > 1:
             raise VerifyError(op.loc, f"'{op.name}' uses ring buffer %{v.name} ({v.type}) directly",
                               hint="read one stage through `pipe.stage %buf, %s`")
+
+
+def _check_reuses(kernel: Operation) -> None:
+    """A shared tile whose memory a `tk.reuse` gives to another tile (reuse-smem) is not read or written after
+    the reuse: no op after it in program order uses the donor, nor does any op of a loop around the reuse
+    (the loop's next iteration would run it after the reuse)."""
+    order = list(kernel.walk())
+    pos = {id(op): i for i, op in enumerate(order)}
+    for op in order:
+        if op.name != "tk.reuse":
+            continue
+        donor = op.operands[0]
+        after = [u for u in order[pos[id(op)] + 1:] if donor in u.operands]
+        loop = op.parent.parent.parent if op.parent is not None and op.parent.parent is not None else None
+        while loop is not None and loop is not kernel and not after:
+            if loop.name == "scf.for":
+                after = [u for u in loop.walk() if u is not op and donor in u.operands]
+            blk = loop.parent
+            loop = blk.parent.parent if blk is not None and blk.parent is not None else None
+        if after:
+            u = after[0]
+            raise VerifyError(u.loc or op.loc, f"'{u.name}' uses %{donor.name} after its memory was given to "
+                              f"%{op.result.name} ('tk.reuse'{f' at {op.loc}' if op.loc else ''})",
+                              hint="a tile is placed in another's memory only after that tile's last use")
 
 
 def _verify_region(region: Region, visible: set[int]) -> None:

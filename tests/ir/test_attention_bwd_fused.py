@@ -201,10 +201,13 @@ def test_fused_backward_on_sm80_matches_float64(causal: int) -> None:
 # --- tiles and assembly ----------------------------------------------------------------------------------------
 
 def test_auto_tiles_per_head_dim() -> None:
-    """D = 128: 128 keys over two consumer warpgroups, 32 queries (64 needs 256 registers a thread); D = 64: one
+    """D = 128: 128 keys over two consumer warpgroups, 64 queries (the dK/dV staging tiles in K's and V's memory,
+    reuse-smem; the register budget 5 over the 240 two warpgroups get, within plan-occupancy's slack); D = 64: one
     warpgroup of 64 keys and 64 queries (two warpgroups would split dQ^T's 64 rows). The key block each head dim
     resolves to is attention_autograd's FUSED_BKV (the deterministic convert's BKV), deterministic or not."""
-    assert fused_kernels("sm_90a", 128, 0)["main"].module.kernel.attrs["auto"] == {"BQ": 32, "BKV": 128, "WG": 2}
+    main = fused_kernels("sm_90a", 128, 0)["main"].module.kernel
+    assert main.attrs["auto"] == {"BQ": 64, "BKV": 128, "WG": 2}
+    assert main.attrs["register_shortfall"] == 5
     assert fused_kernels("sm_90a", 64, 1)["main"].module.kernel.attrs["auto"] == {"BQ": 64, "BKV": 64, "WG": 1}
     for d in (64, 128, 256):
         for det in (False, True):
@@ -215,13 +218,21 @@ def test_auto_tiles_per_head_dim() -> None:
 TMA_REDUCE = re.compile(r"cp\.reduce\.async\.bulk\.tensor\.4d\.global\.shared::cta\.add\.tile\.bulk_group")
 
 
+# Spill bytes ptxas stores at the auto tiles (64 x 128 at D = 128, over the register budget by 5, within
+# plan-occupancy's slack) under pingpong, measured the fastest on an H100 (docs/experiments.md): 4 B, causal 32 B (its
+# mask), with G > 1 more (the (query head, query block) loop's index arithmetic); all under the auto choice's
+# SPILL_LIMIT_BYTES (64). (d, causal, g) -> bytes
+SPILL_BYTES = {(128, 0, 1): 4, (128, 1, 1): 32, (128, 1, 8): 60}
+
+
 @pytest.mark.parametrize("d, causal, g", [(128, 0, 1), (128, 1, 1), (64, 0, 1), (64, 1, 4), (128, 1, 8)])
-def test_sm90a_assembles_without_spills(d: int, causal: int, g: int) -> None:
+def test_sm90a_assembles_with_the_spills_listed(d: int, causal: int, g: int) -> None:
     k = fused_kernels("sm_90a", d, causal, g)["main"]
     res = k.asm["ptxas"]
-    assert res.spill_stores == 0 and res.spill_loads == 0 and res.stack_frame == 0, res
+    limit = SPILL_BYTES.get((d, causal, g), 0)
+    assert res.spill_stores <= limit and res.spill_loads <= limit, res
     sass = k.asm["sass"]
-    assert not local_memory_ops(sass)
+    assert (len(local_memory_ops(sass)) > 0) == (res.spill_stores > 0)
     assert "HGMMA" in sass and "UTMALDG" in sass and "UTMAREDG" in sass
     lines = [ln.split("//")[0].strip() for ln in k.asm["ptx"].splitlines() if ln.split("//")[0].strip()]
     at = max(i for i, ln in enumerate(lines) if TMA_REDUCE.search(ln))

@@ -22,7 +22,8 @@ AUTO = {"BQ": "auto", "BKV": "auto"}
 @pytest.mark.parametrize("d, causal, want, refused", [
     (64, 0, {"BQ": 192, "BKV": 128}, 0),
     (128, 1, {"BQ": 128, "BKV": 128}, 1),    # 192 x 128: three consumer warpgroups need 176 registers > 160
-    (256, 0, {"BQ": 128, "BKV": 64}, 3),     # 192/128 x 128 and 192 x 64 overflow shared memory
+    (256, 0, {"BQ": 128, "BKV": 64}, 3),     # 192/128 x 128 overflow shared memory; 192 x 64 (O's staging tile in
+                                             # Q's memory: reuse-smem) needs 208 registers > 160
 ])
 def test_attention_tiles_chosen_by_the_budget(d: int, causal: int, want: dict, refused: int) -> None:
     k = tkir.compile(ATTN, D=d, CAUSAL=causal, **AUTO)
@@ -34,7 +35,7 @@ def test_attention_tiles_chosen_by_the_budget(d: int, causal: int, want: dict, r
     if d == 128:
         assert reasons[0].startswith("BQ=192 BKV=128: registers: 3 consumer warpgroups")
     if d == 256:
-        assert all("shared memory" in r for r in reasons)
+        assert all("shared memory" in r for r in reasons[:2]) and "BQ=192 BKV=64: registers" in reasons[2]
     assert "auto = {" in k.ir  # visible in the printed IR
 
 

@@ -41,6 +41,9 @@ class Frame:
         self.block_id = block_id
         self.poison = poison
         self.env: dict[Value, object] = {}
+        # shared tiles whose memory a `tk.reuse` gave to another tile (id(value) -> the reuse): a later read
+        # of one is an error, not a computation with the new tile's bytes (reuse-smem)
+        self.reused: dict[int, str] = {}
         self.grid: tuple[int, ...] = (1, 1, 1)
 
     def run_block(self, block: Block, args: Sequence[object]) -> list[object]:
@@ -55,11 +58,20 @@ class Frame:
             self.run_op(op)
         return []
 
+    def _check_reused(self, op: Operation) -> None:
+        for v in op.operands:
+            at = self.reused.get(id(v))
+            if at is not None:
+                raise InterpError(f"{where(op)}'{op.name}' reads %{v.name} after its memory was given to "
+                                  f"another tile ({at}): the tile's writes may have overwritten it")
+
     def run_op(self, op: Operation) -> None:
         fn = HANDLERS.get(op.name)
         if fn is None:
             raise InterpError(f"{where(op)}the interpreter has no meaning for op '{op.name}'")
         env = self.env
+        if self.reused:
+            self._check_reused(op)
         args = [env[v] for v in op.operands]
         try:
             out = fn(op, args, self)

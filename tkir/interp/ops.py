@@ -116,6 +116,20 @@ def _alloc(op: Operation, args: list, frame: Frame) -> np.ndarray:
 
 
 register_handler("tk.alloc", _alloc)
+
+
+def _reuse(op: Operation, args: list, frame: Frame) -> np.ndarray:
+    """The tile lives in the donor's memory from here on: the donor's contents are gone (poisoned) and a later
+    read of it is an error (Frame._check_reused)."""
+    donor = args[0]
+    if np.issubdtype(donor.dtype, np.floating):
+        donor.fill(np.nan)
+    at = f" at {op.loc}" if op.loc else ""
+    frame.reused[id(op.operands[0])] = f"'tk.reuse' of %{op.result.name}{at}"
+    return zeros(op.result.type, frame.poison)
+
+
+register_handler("tk.reuse", _reuse)
 register_handler("tk.fence", lambda op, args, frame: None)  # orders issue on the GPU; the interpreter runs in order
 register_handler("tk.fill", lambda op, args, frame: np.full(
     shape_of(op.result.type), op.attrs["value"],

@@ -1,7 +1,8 @@
 """`tkc report`: the compiler's decisions read back from the IR, as a dict (JSON) or aligned text.
 
 Keys of `build_report(module)` (absent when the IR has nothing for them):
-* `shared_tiles`: per `tk.alloc`: name, dtype, shape, swizzle (bytes, 0 = none), align, bytes
+* `shared_tiles`: per `tk.alloc`: name, dtype, shape, swizzle (bytes, 0 = none), align, bytes; per `tk.reuse`
+  (reuse-smem) the same and `in`, the tile whose memory it takes
   (select-swizzle's type attributes; bytes include bank-conflicts' row padding);
 * `accesses`: per shared access (bank-conflicts' `access` attributes, read as
   tkir/access_report.py AccessReports): op, tile, degree, degree_before, hardware;
@@ -69,6 +70,8 @@ def build_report(module: Module) -> dict:
                 rep["register_copies"].append(copy)
             if op.name == "tk.alloc" and is_shared(op.result.type):
                 rep["shared_tiles"].append(_shared_tile(op.result, names))
+            elif op.name == "tk.reuse":  # reuse-smem: the tile lives in a dead tile's memory (no bytes of its own)
+                rep["shared_tiles"].append({**_shared_tile(op.result, names), "in": names[id(op.operands[0])]})
             for a in reports_of(op.attrs):
                 rep["accesses"].append({"op": a.op, "tile": a.tile, "degree": a.degree,
                                         "degree_before": a.degree_before, "hardware": a.hardware})
@@ -100,7 +103,8 @@ def format_report(report: dict) -> str:
     out: list[str] = []
     out += _section("shared tiles", ["name", "dtype", "shape", "swizzle", "align", "bytes"],
                     [[t["name"], t["dtype"], "x".join(map(str, t["shape"])),
-                      f"{t['swizzle']}B" if t["swizzle"] else "none", t["align"], t["bytes"]]
+                      f"{t['swizzle']}B" if t["swizzle"] else "none", t["align"],
+                      f"{t['bytes']} in {t['in']}" if t.get("in") else t["bytes"]]
                      for t in report.get("shared_tiles", [])])
     out += _section("shared accesses", ["op", "tile", "degree", "before", "path"],
                     [[a["op"], a["tile"], f"{a['degree']}-way", f"{a['degree_before']}-way",
@@ -238,6 +242,8 @@ def _registers_line(r: dict) -> str:
     parts = " + ".join(f"{k} {v}" for k, v in r.get("budget", {}).items())
     line = (f"registers ({r['role']}, per thread): predicted {r['predicted']} ({kind}; "
             f"budget {r['predicted_total']} = {parts})")
+    if r.get("setmaxnreg") and r["predicted_total"] > r["predicted"]:  # plan-occupancy's BUDGET_SLACK_REGS
+        line += f" (budget over by {r['predicted_total'] - r['predicted']}: planned at the most, ptxas decides)"
     if r.get("ptxas") is None:
         return line + "; ptxas: not run"
     diff = (r["ptxas"] - r["predicted"]) / r["predicted"]

@@ -1,0 +1,113 @@
+"""fold-acc-init: `(a @ b) − v` with v a broadcast vector becomes `a @ b` accumulated onto `−v`.
+
+Matches, in one block, `%p = tk.mma %a, %b, %z` whose accumulator `%z` is a zero `tk.fill` read only by that mma,
+and whose f32 result is read only by `%r = tk.sub %p, %v {bcast = row|col}` or `%r = tk.add %p, %v {bcast}` (either
+operand order for the add), with %v an f32 register vector. Rewrites:
+
+* `%init = tk.sub %z, %v {bcast}` (or `tk.add`) is inserted right before the mma: the zero tile minus (plus) the
+  broadcast vector, once per element, as the subtraction did;
+* the mma accumulates onto %init (`tk.mma %a, %b, %init`), and %r's readers read the mma's result; %r goes.
+
+Why: the matrix instructions add their product to the accumulator registers (wgmma, mma.sync: D = A·B + C), so
+starting from −v costs nothing where starting from 0 did, and %v's registers die before the product is issued
+instead of staying live until it is read. In attention's backward (examples/attention_bwd.tk), dS = P ∘ (dP − Δ)
+with dP = dO Vᵀ: Δ (one f32 per query column, 16 registers a thread at 64 queries) was live across both products
+of the iteration and P's exponentials, at the kernel's register peak; folded, dP's accumulator holds dP − Δ when
+the product lands (H100, 64 x 128 blocks: 343-361 against 324-347 TFLOP/s; docs/experiments.md).
+The values differ only in rounding: the product's partial sums are added to −v instead of v being subtracted from
+their total (one f32 rounding placed differently).
+
+sm_90a only: on sm_80 the folded attention backward spills where the unfolded one does not (32 x 128 blocks,
+causal, deterministic: ptxas 12 B at 255 registers with the fold, none without; why is not investigated).
+Runs before infer-layouts (the new tile gets the accumulator's layout like any mma operand). Ablation:
+`--pass-edits=-fold-acc-init`.
+"""
+
+from __future__ import annotations
+
+from tkir.ir import Block, Module, Operation, Value
+from tkir.passmanager import Options, Pass
+from tkir.types import TileType, VectorType
+
+FOLDED = ("tk.sub", "tk.add")
+SM90A = "sm_90a"  # the target whose wgmma this is measured on
+
+
+class FoldAccInit(Pass):
+    name = "fold-acc-init"
+
+    def run(self, module: Module, options: Options) -> None:
+        if options.target != SM90A:
+            return  # sm_80 (mma.sync): measured worse, see the module docstring
+        for kernel in module.kernels():
+            for op in list(kernel.walk()):
+                for r in op.regions:
+                    _rewrite_block(r.block)
+
+
+def _readers(blk: Block) -> dict[int, list[Operation]]:
+    """id(value) -> the ops of the block (or nested in them) that read it."""
+    out: dict[int, list[Operation]] = {}
+    for op in blk.ops:
+        for inner in op.walk():
+            for v in dict.fromkeys(inner.operands):
+                out.setdefault(id(v), []).append(inner)
+    return out
+
+
+def _is_f32_tile(v: Value) -> bool:
+    t = v.type
+    return isinstance(t, TileType) and t.space == "rt" and t.dtype == "f32"
+
+
+def _is_zero_fill(v: Value, blk: Block) -> bool:
+    z = v.owner
+    return (isinstance(z, Operation) and z.name == "tk.fill" and z.parent is blk and _is_f32_tile(v)
+            and z.attrs.get("value") == 0.0)
+
+
+def _match(mma: Operation, blk: Block, readers: dict[int, list[Operation]]) -> tuple[Operation, Value] | None:
+    """(the subtraction or addition, the vector) where `mma` matches the docstring's pattern."""
+    if mma.name != "tk.mma" or len(mma.operands) != 3 or not _is_f32_tile(mma.result):
+        return None
+    z = mma.operands[2]
+    if not _is_zero_fill(z, blk) or readers.get(id(z)) != [mma]:
+        return None
+    users = readers.get(id(mma.result), [])
+    if len(users) != 1:
+        return None
+    r = users[0]
+    bcast = r.attrs.get("bcast")
+    if r.name not in FOLDED or r.parent is not blk or getattr(bcast, "name", bcast) not in ("row", "col") \
+            or r.result.type != mma.result.type:
+        return None
+    p, v = r.operands
+    if r.name == "tk.add" and v is mma.result:
+        p, v = v, p
+    if p is not mma.result or v is mma.result:
+        return None
+    vt = v.type
+    if not (isinstance(vt, VectorType) and vt.space == "rv" and vt.dtype == "f32"):
+        return None
+    return r, v
+
+
+def _rewrite_block(blk: Block) -> None:
+    readers = _readers(blk)
+    for mma in list(blk.ops):
+        if mma.parent is not blk:
+            continue
+        found = _match(mma, blk, readers)
+        if found is None:
+            continue
+        r, v = found
+        z = mma.operands[2]
+        init = Operation(r.name, [z, v], [z.type], {"bcast": r.attrs["bcast"]},
+                         result_names=[f"{mma.result.name or 'acc'}_init"], loc=r.loc)
+        blk.insert_before(mma, init)
+        mma.operands = [mma.operands[0], mma.operands[1], init.result]
+        for op in blk.ops:
+            for inner in op.walk():
+                inner.operands = [mma.result if x is r.result else x for x in inner.operands]
+        blk.remove(r)
+        readers = _readers(blk)
