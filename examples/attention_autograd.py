@@ -58,7 +58,7 @@ BACKWARD_HEAD_DIMS = (64, 128, 256)  # the fused backward's (attention_bwd.tk's 
 THREE_KERNEL_HEAD_DIMS = (64, 128)  # attention_bwd_dkdv.tk's static_assert: dK and dV in registers need D <= 128
 FORWARD_HEAD_DIMS = (64, 128, 256)  # attention_fwd.tk's
 # attention_bwd.tk's tiles per head dim. D = 64 and 128: BQ=auto, BKV=auto, WG=auto (plan-occupancy's budget
-# picks 64 x 64 on one consumer warpgroup, and 128 keys on two with 32 queries; tests/ir/test_attention_bwd_fused.py
+# picks 64 x 64 on one consumer warpgroup, and 128 keys on two with 64 queries; tests/ir/test_attention_bwd_fused.py
 # checks the choice) and BKV the value they resolve to, which the deterministic convert needs. D = 256: each
 # block owns D / DS = 64 columns of dK and dV (and rows of dQ^T), so the accumulators are D = 64's; 2 x 4 of the
 # 11 products' work is S and dP recomputed per quarter (11 / 5 = 2.2x the flops of an unsplit block). DS = 2

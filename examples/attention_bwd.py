@@ -15,7 +15,7 @@ import numpy as np
 KERNEL = "attention_bwd.tk"
 PARAMS = ["Q", "K", "V", "DO", "L", "DELTA", "DQACC", "DK", "DV"]
 OUTPUTS = ["DQACC", "DK", "DV"]
-DEFAULT_CONSTS = dict(BQ=32, BKV=128, WG=2, D=128, CAUSAL=0, STAGES=2, G=1)
+DEFAULT_CONSTS = dict(BQ=64, BKV=128, WG=2, D=128, CAUSAL=0, STAGES=2, G=1)  # the tiles auto chooses at D = 128
 D64 = dict(D=64, BQ=64, BKV=64, WG=1)  # the tiles BQ=auto, BKV=auto, WG=auto choose at D = 64
 
 # Ragged N (TMA's zero fill, the clipped stores, the causal loop's first query block), causal and not, both
