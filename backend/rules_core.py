@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from tkir.backend.llvm_text import f32_literal
 from tkir.backend.rules import LOOP_HOOKS, rule
-from tkir.backend.values import LLVM_TYPE, Frag, LoweringError
+from tkir.backend.values import LLVM_TYPE, Frag, LoweringError, Smem
 from tkir.ir import Operation
 from tkir.ops import SCALAR_BINARY
 from tkir.types import ScalarType, TileType, VectorType
@@ -146,10 +146,10 @@ def if_else(cx: LoweringContext, op: Operation) -> None:
     cx.cut_groups()
     (b0, y0s), (b1, y1s) = ends
     for res, a, b in zip(op.results, y0s, y1s, strict=True):
-        ty = _llvm_elem(res.type)
+        ty = _carried_llvm_type(a, res.type)
         merged = [w.op(f"phi {ty} [ {x}, %{b0} ], [ {y}, %{b1} ]", res.name or "ifv")
                   for x, y in zip(_flatten(a), _flatten(b), strict=True)]
-        cx.set(res, Frag(res.type, merged) if isinstance(a, Frag) else merged[0])
+        cx.set(res, _rebuild(a, merged) if isinstance(a, (Frag, Smem)) else merged[0])
 
 
 @rule("scf.for")
@@ -214,7 +214,7 @@ def _op_scf_for(cx: LoweringContext, op: Operation) -> None:
     w.lines[iv_line] = f"  {iv} = phi i32 [ {lo}, %{pre} ], [ {nxt}, %{latch} ]"
     for (idxs, names), init, arg, a_flat, b_flat in zip(carried, inits, op.body.args[1:], init_flat, yield_flat,
                                                          strict=True):
-        ty = "i32" if _carried_packed(init) else _llvm_elem(arg.type)
+        ty = "i32" if _carried_packed(init) else _carried_llvm_type(init, arg.type)
         for i, n_, a, b in zip(idxs, names, a_flat, b_flat, strict=True):
             w.lines[i] = f"  {n_} = phi {ty} [ {a}, %{pre} ], [ {b}, %{latch} ]"
     for c, (lines, phis, entry) in zip(carries, hook_phis, strict=True):
@@ -272,6 +272,8 @@ def _op_scf_yield(cx: LoweringContext, op: Operation) -> None:  # handled by scf
 def _flatten(x: object) -> list[str]:
     if isinstance(x, Frag):
         return list(x.values)
+    if isinstance(x, Smem):  # a shared tile or stage view: its i32 shared-window address (overlap-mma carries the
+        return [x.addr]      # previous iteration's stage view to the mma it defers)
     if isinstance(x, str):
         return [x]
     raise LoweringError(None, f"backend: cannot carry {type(x).__name__} through a loop")
@@ -280,7 +282,14 @@ def _flatten(x: object) -> list[str]:
 def _rebuild(like: object, names: list[str]) -> object:
     if isinstance(like, Frag):
         return Frag(like.type, names)
+    if isinstance(like, Smem):
+        return Smem(names[0], like.type)
     return names[0]
+
+
+def _carried_llvm_type(x: object, t: object) -> str:
+    """The LLVM type of one carried (phi) value of `x`, a value of IR type `t`."""
+    return "i32" if isinstance(x, Smem) else _llvm_elem(t)
 
 
 def _llvm_elem(t: object) -> str:
