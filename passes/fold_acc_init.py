@@ -2,7 +2,7 @@
 
 Matches, in one block, `%p = tk.mma %a, %b, %z` whose accumulator `%z` is a zero `tk.fill` read only by that mma,
 and whose f32 result is read only by `%r = tk.sub %p, %v {bcast = row|col}` or `%r = tk.add %p, %v {bcast}` (either
-operand order for the add), with %v an f32 register vector. Rewrites:
+operand order for the add), with %v an f32 register vector defined before the mma. Rewrites:
 
 * `%init = tk.sub %z, %v {bcast}` (or `tk.add`) is inserted right before the mma: the zero tile minus (plus) the
   broadcast vector, once per element, as the subtraction did;
@@ -25,7 +25,7 @@ Runs before infer-layouts (the new tile gets the accumulator's layout like any m
 
 from __future__ import annotations
 
-from tkir.ir import Block, Module, Operation, Value
+from tkir.ir import Block, Module, Operation, Value, parent_op
 from tkir.passmanager import Options, Pass
 from tkir.types import TileType, VectorType
 
@@ -87,9 +87,24 @@ def _match(mma: Operation, blk: Block, readers: dict[int, list[Operation]]) -> t
     if p is not mma.result or v is mma.result:
         return None
     vt = v.type
-    if not (isinstance(vt, VectorType) and vt.space == "rv" and vt.dtype == "f32"):
-        return None
+    if not (isinstance(vt, VectorType) and vt.space == "rv" and vt.dtype == "f32") or not _defined_before(v, mma):
+        return None  # (a bias loaded after the product: the accumulator cannot start from it)
     return r, v
+
+
+def _defined_before(v: Value, op: Operation) -> bool:
+    """v is defined before `op` runs: an argument of a block around it, or an op before it in its block or before
+    the op that contains it in an enclosing block."""
+    cur: Operation | None = op
+    while cur is not None and cur.parent is not None:
+        blk = cur.parent
+        if v in blk.args:
+            return True
+        owner = v.owner
+        if isinstance(owner, Operation) and owner.parent is blk:
+            return blk.ops.index(owner) < blk.ops.index(cur)
+        cur = parent_op(cur)
+    return False
 
 
 def _rewrite_block(blk: Block) -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import pytest
 
+from tkir.passes.plan_occupancy import BUDGET_SLACK_REGS
 from tkir.tools.register_table import PTXAS_EXTRA_REGS, TARGETS, kernel_name, register_row, suite_paths
 
 REGISTER_BOUND = 0.10
@@ -51,8 +52,6 @@ OUTLIERS: dict[tuple[str, str], tuple[float, str]] = {
     ("user/gqa_attention", "sm_90a"): (0.20, SETMAXNREG_UNDER),  # its auto tile, 128 x 128 (SASS 206 + 2)
     ("user/sliding_window_attention", "sm_90a"): (0.14, SETMAXNREG_UNDER),
     ("user/swiglu", "sm_90a"): (0.33, SETMAXNREG_UNDER),
-    ("attention_bwd_dq", "sm_90a"): (0.13, "setmaxnreg: the estimate (131) is above the 118 the consumers' code "
-                                           "takes; not yet explained"),
     ("attention_bwd_dq_convert", "sm_90a"): (0.19, "the shared load streams (_shared_load_at_use), but the bf16 "
                                                    "tile of the cast, read by the store, is counted whole (32)"),
     ("attention_bwd_dq_convert", "sm_80"): (0.19, "as on sm_90a"),
@@ -78,6 +77,9 @@ SETMAXNREG_SPILLS: dict[tuple[str, str], tuple[int, str]] = {
     ("linear", "sm_90a"): (32, "the consumers spill at setmaxnreg 232, the most two consumer warpgroups of 384 "
                                "threads can have; the estimate (186) says they fit (SETMAXNREG_UNDER)"),
     ("gemm_fp8", "sm_90a"): (12, "as linear: spills at 232, the estimate is 220"),
+    ("attention_bwd", "sm_90a"): (4, "its auto 64 x 128 block: the estimate (245) is 5 over the 240 two consumer "
+                                     "warpgroups can have, planned there (plan-occupancy's BUDGET_SLACK_REGS); ptxas "
+                                     "spills 4 B under pingpong, measured faster than the spill-free 32 x 128"),
 }
 
 
@@ -134,8 +136,9 @@ def test_estimate_within_bound_of_ptxas(rows: dict[tuple[str, str], dict], path:
     if why_not:
         assert from_plan, f"{name} {target}: ptxas now holds the plan: take it off PLANS_NOT_HELD"
     if row["setmaxnreg"]:
-        # the plan's consumers get `predicted` registers after setmaxnreg: the estimate must fit it
-        assert row["estimate"] <= row["predicted"], row
+        # the plan's consumers get `predicted` registers after setmaxnreg: the estimate must fit it, or be over it by
+        # no more than plan-occupancy's slack where the plan says so (register_shortfall: ptxas decides)
+        assert row["estimate"] <= row["predicted"] + (BUDGET_SLACK_REGS if (name, target) in SETMAXNREG_SPILLS else 0), row
         most, why = SETMAXNREG_SPILLS.get((name, target), (0, ""))
         assert row["spill_bytes"] <= most, f"{name} {target}: spills {row['spill_bytes']} B {why}"
         if why:
