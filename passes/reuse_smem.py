@@ -44,7 +44,6 @@ SKIPPED_ATTR = "reuse_smem_skipped"
 PERSISTENT_REQUEST_ATTR = "persistent_requested"  # passes/persistent.py REQUEST_ATTR
 PERSISTENT_REASON = ("the kernel may be made persistent (a 2-D grid, or @persistent(1)): the next output tile's "
                      "one-shot loads would refill a donor under this tile's epilogue")
-REGISTER_WRITERS = ("tk.store", "tk.store_staged")  # ops that write a shared tile from registers
 STAGED_SRC = {"tk.store": 0, "tk.store_staged": 2}  # operand index of the shared tile each writes
 BULK_READERS = {"tma.store": 1, "tk.store_staged": 2}  # ops whose copy engine reads a shared operand later
 DEFAULT_ALIGN = 16  # tkir/shared_plan.py: a tile without an `align` starts on 16 bytes
