@@ -59,8 +59,8 @@ class ReuseSmem(Pass):
                 if _pairs(kernel):
                     kernel.attrs[SKIPPED_ATTR] = PERSISTENT_REASON
                 continue
-            for tile, donor, at in _pairs(kernel):
-                _rewrite(kernel, tile, donor, at)
+            for tile, donor, at, after_bulk in _pairs(kernel):
+                _rewrite(kernel, tile, donor, at, after_bulk)
 
 
 def _top_index(kernel: Operation) -> dict[int, int]:
@@ -110,8 +110,9 @@ def _align(t: TileType | VectorType) -> int:
     return int(t.get("align") or DEFAULT_ALIGN)
 
 
-def _pairs(kernel: Operation) -> list[tuple[Operation, Operation, int]]:
-    """(tile's tk.alloc, donor's tk.alloc, top-level index of the tile's first use) for each match."""
+def _pairs(kernel: Operation) -> list[tuple[Operation, Operation, int, bool]]:
+    """(tile's tk.alloc, donor's tk.alloc, top-level index of the tile's first use, whether the donor is a TMA
+    store's source) for each match."""
     top = _top_index(kernel)
     uses = _uses(kernel)
     allocs = [op for op in kernel.body.ops if op.name == "tk.alloc"]
@@ -135,20 +136,20 @@ def _pairs(kernel: Operation) -> list[tuple[Operation, Operation, int]]:
 
     donors = [d for d in allocs if donor_ok(d)]
     tiles = sorted((a for a in allocs if tile_ok(a)), key=lambda a: span[id(a)][0])
-    out: list[tuple[Operation, Operation, int]] = []
+    out: list[tuple[Operation, Operation, int, bool]] = []
     given: set[int] = set()
     for a in tiles:
         first = span[id(a)][0]
         need, align = tile_stage_bytes(a.result.type), _align(a.result.type)
         fits = [d for d in donors if d is not a and id(d) not in given and span[id(d)][1] < first
                 and tile_stage_bytes(d.result.type) >= need and _align(d.result.type) >= align
-                and id(d) not in {id(t) for t, _, _ in out}]
+                and id(d) not in {id(t) for t, *_ in out}]
         if not fits:
             continue
         # a donor the copy engine still reads (a TMA store's source) costs a wait for that store: taken last
         d = min(fits, key=lambda d: (_bulk_read(d, uses), tile_stage_bytes(d.result.type)))
         given.add(id(d))
-        out.append((a, d, first))
+        out.append((a, d, first, _bulk_read(d, uses)))
     return out
 
 
@@ -158,13 +159,13 @@ def _bulk_read(donor: Operation, uses: dict[int, list[Operation]]) -> bool:
                for u in uses.get(id(donor.result), []))
 
 
-def _rewrite(kernel: Operation, tile: Operation, donor: Operation, at: int) -> None:
+def _rewrite(kernel: Operation, tile: Operation, donor: Operation, at: int, after_bulk: bool) -> None:
     body = kernel.body
     anchor = body.ops[at]
     body.remove(tile)
     reuse = Operation(OP, [donor.result], [], loc=tile.loc)
     reuse.results = [tile.result]  # the tile keeps its value (and name): its uses need no change
     tile.result.owner = reuse
-    if _bulk_read(donor, _uses(kernel)):
+    if after_bulk:
         reuse.attrs["after_bulk_reads"] = True
     body.insert_before(anchor, reuse)
