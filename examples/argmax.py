@@ -41,6 +41,30 @@ def reference(inputs: list[np.ndarray], sizes: dict, consts: dict) -> dict[str, 
     return {"A": np.argmax(inputs[0].astype(np.float32), axis=1).astype(np.float64)}  # numpy: torch's rule
 
 
+def torch_inputs(sizes: dict, consts: dict) -> list:
+    """make_inputs drawn on the GPU (tkc bench at a 128k vocabulary: numpy's inputs cost minutes of host time),
+    with its ties, NaN, -inf and constant rows."""
+    import torch
+
+    N, V = sizes["N"], sizes["V"]
+    x = torch.randint(-20, 20, (N, V), device="cuda").float() / 4
+    x[0, [V // 3, V - 1]] = 100.0
+    if N > 1:
+        x[1, [V // 2, V - 2]] = float("nan")
+        x[1, 0] = float("inf")
+    if N > 2:
+        x[2, :] = float("-inf")
+    if N > 3:
+        x[3, :] = 1.5
+    return [x.to(torch.bfloat16), torch.full((N,), -1, device="cuda", dtype=torch.int32)]
+
+
+def torch_reference(inputs: list, sizes: dict, consts: dict) -> dict:
+    import torch
+
+    return {"A": torch.argmax(inputs[0].float(), dim=1).double()}  # the first maximum; a NaN is the largest
+
+
 def flops(sizes: dict, consts: dict) -> int:
     return sizes["N"] * sizes["V"]  # one comparison per element
 

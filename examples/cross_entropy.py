@@ -49,6 +49,38 @@ def reference(inputs: list[np.ndarray], sizes: dict, consts: dict) -> dict[str, 
     return {"Loss": np.where(ignored, 0.0, lse - picked)}
 
 
+def torch_inputs(sizes: dict, consts: dict) -> list:
+    """make_inputs drawn on the GPU (tkc bench at a 128k vocabulary: numpy's inputs and float64 reference cost
+    minutes of host time a row)."""
+    import torch
+
+    N, V = sizes["N"], sizes["V"]
+    x = (torch.randn((N, V), device="cuda") * 4).to(torch.bfloat16)
+    labels = torch.randint(0, V, (N,), device="cuda", dtype=torch.int32)
+    labels[0] = V - 1
+    if N > 1:
+        labels[1] = _consts(consts)["IGNORE"]
+    return [x, labels, torch.full((N,), float("nan"), device="cuda")]
+
+
+def torch_reference(inputs: list, sizes: dict, consts: dict) -> dict:
+    """reference's float64 math on the GPU, ROW_SLICE rows at a time (16384 x 128256 in float64 is 17 GB)."""
+    import torch
+
+    x, labels, _ = inputs
+    ignored = labels == _consts(consts)["IGNORE"]
+    idx = torch.where(ignored, 0, labels).long()
+    out = []
+    for r in range(0, x.shape[0], ROW_SLICE):
+        xf = x[r:r + ROW_SLICE].double()
+        picked = xf.gather(1, idx[r:r + ROW_SLICE, None])[:, 0]
+        out.append(torch.logsumexp(xf, dim=1) - picked)
+    return {"Loss": torch.where(ignored, 0.0, torch.cat(out))}
+
+
+ROW_SLICE = 1024  # rows of the float64 reference at a time (1 GB at V = 128256)
+
+
 def flops(sizes: dict, consts: dict) -> int:
     return FLOPS_PER_ELEMENT * sizes["N"] * sizes["V"]
 

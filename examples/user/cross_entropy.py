@@ -52,6 +52,8 @@ def make_inputs(rng: np.random.Generator, sizes: dict, consts: dict) -> list[np.
 # schedule consts, this one none).
 _example = load_module(Path(__file__).resolve().parents[1] / "cross_entropy.py", "tkir_example_cross_entropy_math")
 reference = _example.reference
+torch_inputs = _example.torch_inputs        # tkc bench: inputs drawn on the GPU
+torch_reference = _example.torch_reference
 flops = _example.flops
 bytes_moved = _example.bytes_moved
 
