@@ -379,10 +379,10 @@ def _compile(path: str, pipeline: list, given: str, options: Options, load_passe
 
         accept = None
         if spill_check:
-            def accept(point: dict) -> str | None:
+            def accept(point: dict, limit: int | None = None) -> str | None:
                 return _spill_reason(_compile(path, choose_with, choose_given, options, load_passes,
                                               PipelineConfig(keep_snapshots=False), None, point,
-                                              edits if plans else None))
+                                              edits if plans else None), limit)
         consts, choice = _resolve_auto(str(path), dict(consts), registry, choice_pipeline, options, sizes, accept)
     module = build_module(path, consts)
     edited = kernel_pipeline(module)
@@ -412,9 +412,9 @@ def _compile(path: str, pipeline: list, given: str, options: Options, load_passe
     return k
 
 
-def _spill_reason(k: CompiledKernel) -> str | None:
-    """Why a point the compiler chose is turned down: ptxas spills more than the tuner allows, or at all at the
-    most registers a thread can have."""
+def _spill_reason(k: CompiledKernel, limit: int | None = None) -> str | None:
+    """Why a point the compiler chose is turned down: ptxas spills more than the tuner allows (`limit` bytes, else
+    SPILL_LIMIT_BYTES), or at all at the most registers a thread can have."""
     from tkir.diagnostics import TkirError
     from tkir.target import MAX_REGS_PER_THREAD
     from tkir.tools.auto_consts import SPILL_LIMIT_BYTES
@@ -426,7 +426,8 @@ def _spill_reason(k: CompiledKernel) -> str | None:
         except (TkirError, NotImplementedError):
             return None  # the backend cannot lower it here: the kernel's own lowering reports that where it runs
     spilled = max(stats.spill_stores, stats.spill_loads)
-    if spilled > SPILL_LIMIT_BYTES or (spilled and stats.registers >= MAX_REGS_PER_THREAD):
+    limit = SPILL_LIMIT_BYTES if limit is None else limit
+    if spilled > limit or (spilled and stats.registers >= MAX_REGS_PER_THREAD):
         # a few spilled words under a register cap (setmaxnreg) cost little; at the most a thread can have, the
         # tile does not fit
         return f"ptxas spills {spilled} B at {stats.registers} registers"

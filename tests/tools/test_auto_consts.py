@@ -248,3 +248,32 @@ def test_cli_chooses_at_the_given_sizes() -> None:
     r = subprocess.run([*args, "report", FP8, *sizes], capture_output=True, text=True, check=True)
     assert "auto consts: BM=64" in r.stdout and "at M=64 N=4096 K=4096 (size bucket)" in r.stdout
     assert "  runner-up: BM=" in r.stdout
+
+
+@pytest.mark.parametrize("name, want", [
+    ("gemm_at", {"BM": 128, "BN": 256}),         # n256 instructions, 4 stages: 1.00-1.02x cuBLAS (256 x 128: 0.84-0.88x)
+    ("swiglu", {"BM": 128, "BN": 128}),          # 64 x 256 does not fit (two 128-register accumulators), 256 x 64 is n64
+    ("gemm_bias_gelu", {"BM": 256, "BN": 128}),  # 128 x 256 is wider but ptxas spills 32 B (its bias vector)
+])
+def test_equal_tiles_widest_wgmma_without_spills_first(name: str, want: dict) -> None:
+    """Of tiles of equal area the size-free rule takes the one whose wgmma instructions are widest, unless ptxas
+    spills there and not at a narrower one (auto_consts._WidestFirst)."""
+    k = tkir.compile(f"examples/user/{name}.tk", target="sm_90a")
+    assert k.module.kernel.attrs["auto"] == want
+    stats = k.asm["ptxas"]
+    assert stats.spill_stores == stats.spill_loads == 0
+
+
+def test_widest_first_is_lazy_and_keeps_non_wgmma_order() -> None:
+    """A run of equal work is compiled only when iteration reaches it; points without wgmma keep their order."""
+    compiled: list[int] = []
+
+    def attempt(i: int) -> CompileError:
+        compiled.append(i)
+        return CompileError(None, "no wgmma here")
+
+    order = auto_consts._WidestFirst([0, 1, 2, 3], [4.0, 2.0, 2.0, 1.0], attempt)
+    it = iter(order)
+    assert next(it) == 0 and compiled == []
+    assert [next(it), next(it)] == [1, 2] and compiled == [1, 2]
+    assert list(it) == [3] and compiled == [1, 2]

@@ -7,11 +7,11 @@ An `auto` const takes one of the values its `@tune` annotation lists, or, where 
 DEFAULT_CANDIDATES (tile extents: a user's `<BM=auto, BN=auto>` without any annotation). `resolve(...)` tries the
 space's points (the other consts fixed: -D overrides, else header defaults; points a `where` drops
 are skipped) from the most work per block to the least, i.e. by the product of the auto consts'
-values (ties: the order written), and keeps the first one the pipeline accepts up to and including
-plan-occupancy: its shared memory, its register split (setmaxnreg, consumer warpgroups) and every
-check before it. It is the largest tile the register and shared-memory budget allows, chosen without
-running anything: the same rule ThunderKittens and FlashAttention-3 apply by hand (FA3's tile table
-per head dim). Measured faster tiles come from `tkc tune`, which times the same space.
+values (ties: the widest wgmma instructions first, then the order written), and keeps the first one the
+pipeline accepts up to and including plan-occupancy: its shared memory, its register split (setmaxnreg,
+consumer warpgroups) and every check before it. It is the largest tile the register and shared-memory
+budget allows, chosen without running anything: the same rule ThunderKittens and FlashAttention-3 apply by
+hand (FA3's tile table per head dim). Measured faster tiles come from `tkc tune`, which times the same space.
 
 A point the pipeline accepts but that plans fewer than MIN_WARPS_PER_SM resident warps per SM (blocks
 per SM x warps per block) is passed over for the next one that plans at least that many; it is kept
@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 
 from tkir.diagnostics import CompileError
 from tkir.ir import Module
@@ -57,6 +57,7 @@ CLEAR_WIN = 0.25      # at problem sizes the cost model overrides the budget rul
 #                       Spearman rho is printed by every tuning run), so smaller predicted gains are noise
 SPILL_LIMIT_BYTES = 64     # drop a point whose ptxas spills more than this: a few spilled words (plan-occupancy's
 #                            register budget a little under ptxas's need) cost little; more means a mis-planned point
+WGMMA_MAX_N = 256     # wgmma.mma_async's widest instruction, m64n256k16 (PTX ISA, "Matrix shape" of wgmma)
 TIE_FRACTION = 0.05   # predictions within 5% of the model's best tie (the budget rule's order decides)
 # the word `auto` outside comments and strings (which the first two alternatives consume)
 _AUTO_WORD = re.compile(r'"[^"\n]*"|//[^\n]*|\bauto\b')
@@ -128,13 +129,14 @@ def resolve(path: str, overrides: dict[str, object], names: list[str],
     if accept is not None:  # asked with the consts the compile that follows is given: the same IR, one cache entry
         check = accept
 
-        def accept(point: dict[str, object]) -> str | None:
-            return check({**{k: v for k, v in overrides.items() if v != AUTO}, **{n: point[n] for n in names}})
+        def accept(point: dict[str, object], limit: int | None = None) -> str | None:
+            full = {**{k: v for k, v in overrides.items() if v != AUTO}, **{n: point[n] for n in names}}
+            return check(full) if limit is None else check(full, limit)
     switches = {n for n in names if 0 in space.values[n]}  # SK=[0, 1]: an on/off choice, not a size
     # the budget rule's order: the most work per block first (the product of the auto consts that are sizes),
-    # ties in the order the @tune lists are written
-    order = sorted(range(len(points)),
-                   key=lambda i: -math.prod(float(points[i].consts[n]) for n in names if n not in switches))
+    # ties with the widest wgmma instructions first (_WidestFirst), then in the order the @tune lists are written
+    work = [math.prod(float(p.consts[n]) for n in names if n not in switches) for p in points]
+    order = sorted(range(len(points)), key=lambda i: -work[i])
     tried: dict[int, Module | CompileError] = {}
 
     def attempt(i: int) -> Module | CompileError:
@@ -145,10 +147,14 @@ def resolve(path: str, overrides: dict[str, object], names: list[str],
                 tried[i] = e
         return tried[i]
 
+    order = _WidestFirst(order, work, attempt)
+
     # the size-free rule checks its pick against ptxas too (`accept`): plan-occupancy's register estimate can
     # accept a tile ptxas spills (a user's 128 x 256 attention tile: 840 B; attention_bwd_dkdv's 64-row query
     # block at D = 128: 32 B at 255 registers)
     picked, refused = _budget_pick(points, order, names, attempt, accept if sizes is None else None)
+    if picked is not None and accept is not None:
+        picked = order.spill_free_twin(picked, lambda i: accept(dict(points[i].consts), 0) is None)
     errors = [e for e in tried.values() if isinstance(e, CompileError)]
     if picked is None and len(errors) > 1 and len({e.message for e in errors}) == 1:
         raise errors[0]  # every point fails the same way (fp8 '@' on sm_80): that error, where it is
@@ -165,7 +171,80 @@ def resolve(path: str, overrides: dict[str, object], names: list[str],
                              accept)
 
 
-def _budget_pick(points: list, order: list[int], names: list[str], attempt: Callable[[int], Module | CompileError],
+class _WidestFirst:
+    """The budget rule's order, `order`, with each run of points of equal work per block (256 x 128 and 128 x
+    256) re-ordered so that the point whose wgmma instructions are widest comes first (stable otherwise). Lazy:
+    a run is compiled (`attempt`) only when iteration reaches it, so the size-free rule, which stops at its
+    first accepted point, compiles no more runs than before.
+
+    Why: on sm_90a a tile's matrix product runs as m64nNk16 instructions with N the accumulator's columns (up to
+    WGMMA_MAX_N), so of two tiles of equal area the wider one reads fewer operand bytes from shared memory per
+    FLOP, and its epilogue staging tile (rows x 128 columns, passes/create_tma.py) is smaller, leaving room for
+    another pipeline stage. A Xᵀ·dY kernel with auto tiles took 256 x 128 (n128, 3 stages) at 0.84-0.88x cuBLAS
+    and runs at 1.00-1.02x at 128 x 256 (n256, 4 stages); GEMM + bias + GELU 0.94-0.96x and 1.03-1.06x (H100,
+    docs/experiments.md, "Wide wgmma tiles first"). Points without wgmma (sm_80's mma.sync, row kernels) keep
+    their order. `spill_free_twin` then keeps the rule from choosing a point ptxas spills at where a narrower
+    point of the same work does not spill: GEMM + bias + GELU's 128 x 256 tile ran 1.03-1.06x cuBLAS but spills 32
+    B (its bias vector takes 64 registers a thread where 256 x 128's takes 32), so it keeps 256 x 128."""
+
+    def __init__(self, order: list[int], work: list[float], attempt: Callable[[int], Module | CompileError]):
+        self._runs = []
+        for i in order:
+            if self._runs and work[self._runs[-1][0]] == work[i]:
+                self._runs[-1].append(i)
+            else:
+                self._runs.append([i])
+        self._attempt = attempt
+        self._widths: dict[int, int] = {}
+        self._done: list[int] = []   # the runs sorted so far, in order
+        self._next = 0               # the next run to sort
+
+    def __iter__(self) -> Iterator[int]:
+        k = 0
+        while True:
+            while k >= len(self._done):
+                if self._next == len(self._runs):
+                    return
+                run = self._runs[self._next]
+                self._next += 1
+                widths = {i: _wgmma_width(self._attempt(i)) for i in run} if len(run) > 1 else {}
+                self._widths.update(widths)
+                if len(set(widths.values())) > 1:  # wgmma points of different widths: the rule applies
+                    run = sorted(run, key=lambda i: -widths[i])
+                self._done.extend(run)
+            yield self._done[k]
+            k += 1
+
+    def spill_free_twin(self, i: int, spill_free: Callable[[int], bool]) -> int:
+        """`i`, or, where the width rule put `i` ahead of narrower points of the same work and ptxas spills at
+        `i`, the first of those it assembles without spills (ptxas runs only in that case)."""
+        run = next((r for r in self._runs if i in r), [i])
+        narrower = [j for j in self._done if j in run and self._widths.get(j, 0) < self._widths.get(i, 0)]
+        if not narrower or spill_free(i):
+            return i
+        return next((j for j in narrower if not isinstance(self._attempt(j), CompileError) and spill_free(j)), i)
+
+
+def _wgmma_width(module: Module | CompileError) -> int:
+    """The narrowest wgmma instruction N among the kernel's matrix products (0: no wgmma, or a point that fails)."""
+    from tkir.layout import layout_of
+    from tkir.types import TileType
+
+    if isinstance(module, CompileError):
+        return 0
+    widths = []
+    for op in module.kernel.walk():
+        if op.name != "tk.mma" or not op.results:
+            continue
+        t = op.result.type
+        lay = layout_of(t, op.loc) if isinstance(t, TileType) else None
+        if lay is None or lay.kind != "wgmma_acc":
+            return 0
+        widths.append(min(t.cols, WGMMA_MAX_N))
+    return min(widths, default=0)
+
+
+def _budget_pick(points: list, order: Iterable[int], names: list[str], attempt: Callable[[int], Module | CompileError],
                  accept: Callable[[dict[str, object]], str | None] | None = None) -> tuple[int | None, list[str]]:
     """The size-free rule: the first point in `order` the pipeline accepts (and `accept`, when given, does not
     turn down) that plans at least MIN_WARPS_PER_SM warps per SM (else the first accepted one); the refused
@@ -199,7 +278,7 @@ def _budget_pick(points: list, order: list[int], names: list[str], attempt: Call
     return None, refused
 
 
-def _resolve_at_sizes(kernel, text: str, const_loc: dict, points: list, order: list[int], names: list[str],
+def _resolve_at_sizes(kernel, text: str, const_loc: dict, points: list, order: Iterable[int], names: list[str],
                       attempt: Callable[[int], Module | CompileError], budget: int,
                       front: Callable[[dict[str, object]], Module], sizes: dict[str, int], target: str,
                       accept: Callable[[dict[str, object]], str | None] | None
