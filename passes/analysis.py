@@ -73,9 +73,14 @@ from tkir.layout import (
 from tkir.passmanager import Options, PassError
 from tkir.target import (
     DEFAULT_WARPS,
+    MAX_BLOCKS_PER_SM,
+    MAX_REGS_PER_THREAD,
+    MAX_WARPS_PER_SM,
     MMA_A_WORDS,
     MMA_B_UNIT_WORDS,
     MMA_M,
+    REG_ALLOC_UNIT,
+    REGS_PER_SM,
     SMEM_ALLOC_UNIT,
     SMEM_PER_BLOCK,
     SMEM_PER_SM,
@@ -633,6 +638,30 @@ def grow_plan_smem(kernel: Operation, plan: OccupancyPlan | None, grow: int) -> 
     if plan is not None and plan.smem_bytes is not None:
         smem = plan.smem and replace(plan.smem, fixed_bytes=plan.smem.fixed_bytes + grow)
         kernel.attrs[OccupancyPlan.ATTR] = replace(plan, smem_bytes=plan.smem_bytes + grow, smem=smem).to_attr()
+
+
+def resident_blocks(smem_bytes: int, threads: int, regs: int) -> int:
+    """Blocks per SM that shared memory, registers (`regs` per thread), warps and the block limit allow."""
+    return min(SMEM_PER_SM // block_smem(smem_bytes), REGS_PER_SM // (threads * regs),
+               MAX_WARPS_PER_SM // (threads // WARP), MAX_BLOCKS_PER_SM)
+
+
+def plan_with_more_registers(plan: OccupancyPlan | None, extra: int) -> tuple[OccupancyPlan | None, str]:
+    """The one-role plan `plan` with `extra` more registers a thread at the role's peak (a pass that makes a value
+    live longer after plan-occupancy): its rounded registers and the blocks per SM they leave; or None and why
+    the block cannot take them (no such plan, a warp-specialized or clustered block, or over a thread's limit)."""
+    if plan is None or plan.budget is None or not plan.threads or len(plan.roles) != 1:
+        return None, "no one-role occupancy plan"
+    name, role = plan.roles[0]
+    if role.threads != plan.threads:
+        return None, "the block's threads are spread over a cluster"
+    needed = round_up(plan.budget.total + extra, REG_ALLOC_UNIT)
+    fit = min(MAX_REGS_PER_THREAD, REGS_PER_SM // plan.threads // REG_ALLOC_UNIT * REG_ALLOC_UNIT)
+    if needed > fit:
+        return None, f"{needed} registers a thread, over the {fit} a block of {plan.threads} threads can have"
+    budget = replace(plan.budget, live_tile_regs=plan.budget.live_tile_regs + extra)
+    blocks = resident_blocks(plan.smem_bytes or 0, plan.threads, needed)
+    return replace(plan, roles=((name, replace(role, regs=needed)),), budget=budget, blocks_per_sm=blocks), ""
 
 
 def mma_sync_fragment_regs(op: Operation) -> int:

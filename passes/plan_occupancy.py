@@ -109,11 +109,11 @@ from tkir.passes.analysis import (
     cp_async_loop_loads,
     mma_sync_fragment_regs,
     no_producer,
+    resident_blocks,
     round_up,
 )
 from tkir.passmanager import Options, ParamError, Pass, param
 from tkir.target import (
-    MAX_BLOCKS_PER_SM,
     MAX_REGS_PER_THREAD,
     MAX_THREADS_PER_BLOCK,
     MAX_WARPS_PER_SM,
@@ -301,7 +301,7 @@ def _plan_roles(kernel: Operation, rings: dict[Value, Operation], loops: list[Op
         roles = (("compute", role),)
         regs_for_blocks = needed
 
-    blocks = _resident_blocks(smem_bytes, threads, regs_for_blocks)
+    blocks = resident_blocks(smem_bytes, threads, regs_for_blocks)
     requested = requested_blocks_per_sm(kernel)
     if requested is not None:  # @blocks_per_sm(B): the floor ptxas is asked for, if B blocks can be resident
         _check_requested(kernel, requested, ws_loop is not None, threads, smem_bytes, budget)
@@ -371,7 +371,7 @@ def _plan_cp_async_producer(kernel: Operation, rings: dict[Value, Operation], lo
         lp.attrs.setdefault("stages", stages)
     smem_bytes = smem.total(loops, stages)
     roles = (("producer", RolePlan(needed, warps=producer_warps)), ("consumer", RolePlan(needed, warps=warps)))
-    blocks = _resident_blocks(smem_bytes, threads, needed)
+    blocks = resident_blocks(smem_bytes, threads, needed)
     if requested is not None:
         _check_requested(kernel, requested, True, threads, smem_bytes, budget)
         blocks = max(blocks, requested)
@@ -383,12 +383,6 @@ def _only_copies_and_mma(loop: Operation) -> bool:
     """A loop body of copies into shared tiles, tk.mma and scalar arithmetic (a GEMM's k-loop)."""
     return all(op.name in (*COPIES_TO_SHARED, "tk.mma", "scf.yield") or op.name.startswith("arith.")
                for op in loop.body.ops)
-
-
-def _resident_blocks(smem_bytes: int, threads: int, regs: int) -> int:
-    """Blocks per SM that shared memory, registers (`regs` per thread), warps and the block limit allow."""
-    return min(SMEM_PER_SM // block_smem(smem_bytes), REGS_PER_SM // (threads * regs),
-               MAX_WARPS_PER_SM // (threads // WARP_SIZE), MAX_BLOCKS_PER_SM)
 
 
 def _check_requested(kernel: Operation, b: int, warp_specialized: bool, threads: int, smem_bytes: int,

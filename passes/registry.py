@@ -33,6 +33,7 @@ PASS_TABLE: dict[str, str] = {
     "fold-scale": "fold_scale:FoldScale",            # x * c past masks and row max; x * c - m as one fma
     "exp-base2": "exp_base2:ExpBase2",              # exp(a - v) as exp2(a log2e - v log2e): one fma, no multiply
     "hoist-loads": "hoist_loads:HoistLoads",        # later global loads issued right after the first (@hoist_loads)
+    "prefetch-loads": "prefetch_loads:PrefetchLoads",  # a reducing loop's register loads issued an iteration ahead
     "contract-fma": "contract_fma:ContractFma",     # f32 x * y read once by + or -: one fma per element
     "fold-acc-init": "fold_acc_init:FoldAccInit",  # (a @ b) - v: the mma accumulates onto -v (v dies before it)
     "fuse-row-stats": "fuse_row_stats:FuseRowStats",  # a row mean and var of one tile: one pass, one exchange
@@ -77,6 +78,8 @@ DEFAULT_PIPELINE: list[str] = [
     "early-release",   # one ring per loaded tile: each stage released by the mma that read it last
     "persistent",      # one block per SM over output tiles, grouped order
     "stream-k{opt_in=true}",  # Stream-K, only for kernels whose source asks (@stream_k(1)): tkc tune chooses
+    "prefetch-loads",  # a loop with row reductions: its chunk loads issued an iteration ahead, where the plan,
+                       # grown by the carried tiles' registers, keeps more bytes in flight per SM
     "split-masks",     # loops split so that element masks run only where they can mask
     "overlap-mma",     # next block's q @ k.T issued before this block's softmax (FA3)
     "pingpong",        # consumer warpgroups take turns issuing their mmas: one's softmax under the other's
