@@ -5,6 +5,9 @@ or vector that
 
 * reads a tensor the kernel never stores to (so an earlier read sees the same data),
 * has every coordinate either defined outside the loop or the loop's induction variable itself, and
+* is read in whole 16-byte pieces (FULL_VECTOR_BYTES: the launch's variant for rows that are not 16-byte aligned
+  reads narrower pieces, many more load instructions a chunk, and is issue-bound: examples/softmax_vocab.tk at
+  V = 50257 ran at half the speed with the prefetch), and
 * sits in a loop that also reduces across a row (`tk.reduce`): the loop is a chain of a memory round trip,
   then shuffles and a block barrier, then the next round trip, which ptxas does not overlap (it does not move a
   load across the barrier or the back edge).
@@ -47,13 +50,14 @@ from __future__ import annotations
 
 from tkir.facts import OccupancyPlan, requested_blocks_per_sm
 from tkir.ir import Block, Module, Operation, Value, replace_all_uses
-from tkir.layout import layout_of, regs_per_thread
+from tkir.layout import layout_of, regs_per_thread, vector_access_bytes
 from tkir.passes.analysis import classify_copy, global_store, plan_with_more_registers
 from tkir.passmanager import Options, Pass, param
 from tkir.types import I32, TileType, VectorType
 
 DONE_ATTR = "prefetched_loads"      # on the kernel: how many loads are issued an iteration ahead
 SKIPPED_ATTR = "prefetch_skipped"   # on the kernel: why a loop with such loads was left alone
+FULL_VECTOR_BYTES = 16              # ld.global.v4.b32: only loads in whole 16-byte pieces are prefetched
 DEFAULT_MAX_REGS = 16               # a chunk of 16 bf16 elements a thread per prefetched tile (2048 columns over 4
 #                                     warps) is 8 registers; 16 leaves room for two such tiles
 
@@ -126,6 +130,8 @@ def _candidates(loop: Operation, stored: set[int]) -> list[Operation]:
             continue
         if iv not in op.operands[1:]:
             continue  # the same data every iteration: a loop-invariant load, not a stream
+        if vector_access_bytes(layout_of(op.result.type), op.result.type.dtype) != FULL_VECTOR_BYTES:
+            continue  # narrower pieces (an unaligned-rows variant): instruction-bound, not latency-bound
         out.append(op)
     return out
 
