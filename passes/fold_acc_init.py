@@ -17,6 +17,17 @@ the product lands (H100, 64 x 128 blocks: 343-361 against 324-347 TFLOP/s; docs/
 The values differ only in rounding: the product's partial sums are added to −v instead of v being subtracted from
 their total (one f32 rounding placed differently).
 
+**The loop form** (`fold-acc-init{loops=true}`; off by default): `%z = tk.fill 0` read only as the initial value of
+one `scf.for` slot that the body only accumulates into with one `tk.mma` (`acc += a @ b`), and the loop's final value
+read only by `tk.add/tk.sub %res, %v {bcast}` after it: the loop starts from `%z + %v` (`%z - %v`) and the addition
+goes. A %v loaded after the loop from a tensor the kernel never stores, at coordinates known before the loop
+(`reg b: rv<bf16, BN> = Bias[block.y]`, with one cast to f32), is loaded before the loop instead; its registers
+die before the first product. Why: GEMM + bias + GELU's 128 x 256 tile (examples/user/gemm_bias_gelu.tk) held the
+f32 bias (64 registers a thread) beside the 128-register accumulator in its epilogue and ptxas spilled 32 B; with
+the fold it assembles without spills, so auto consts can take it (1.03-1.06x cuBLAS measured with the spill, against
+0.94-0.96x at the 256 x 128 tile taken without it; docs/experiments.md). Off by default until measured: it changes
+examples/linear.tk's sm_90a PTX and the user GEMM's tile, and no GPU was left to time them.
+
 sm_90a only: on sm_80 the folded attention backward spills where the unfolded one does not (32 x 128 blocks,
 causal, deterministic: ptxas 12 B at 255 registers with the fold, none without; why is not investigated).
 Runs before infer-layouts (the new tile gets the accumulator's layout like any mma operand). Ablation:
@@ -26,7 +37,8 @@ Runs before infer-layouts (the new tile gets the accumulator's layout like any m
 from __future__ import annotations
 
 from tkir.ir import Block, Module, Operation, Value, parent_op
-from tkir.passmanager import Options, Pass
+from tkir.passes.analysis import classify_copy, global_store
+from tkir.passmanager import Options, Pass, param
 from tkir.types import TileType, VectorType
 
 FOLDED = ("tk.sub", "tk.add")
@@ -35,14 +47,19 @@ SM90A = "sm_90a"  # the target whose wgmma this is measured on
 
 class FoldAccInit(Pass):
     name = "fold-acc-init"
+    loops: bool = param(False, "also the loop form: a product accumulated from zero over a loop, then + or - a "
+                               "broadcast vector (off by default: not yet measured on a GPU)")
 
     def run(self, module: Module, options: Options) -> None:
         if options.target != SM90A:
             return  # sm_80 (mma.sync): measured worse, see the module docstring
         for kernel in module.kernels():
+            stored = {id(op.operands[0]) for op in kernel.walk() if global_store(op) or op.name == "tma.store"}
             for op in list(kernel.walk()):
                 for r in op.regions:
                     _rewrite_block(r.block)
+                    if self.loops:
+                        _rewrite_loops(r.block, stored)
 
 
 def _readers(blk: Block) -> dict[int, list[Operation]]:
@@ -126,3 +143,100 @@ def _rewrite_block(blk: Block) -> None:
                 inner.operands = [mma.result if x is r.result else x for x in inner.operands]
         blk.remove(r)
         readers = _readers(blk)
+
+
+def _rewrite_loops(blk: Block, stored: set[int]) -> None:
+    """The loop form (module docstring): a product accumulated over a loop from zero, then `+ v` / `- v`."""
+    for loop in [op for op in blk.ops if op.name == "scf.for"]:
+        if loop.parent is not blk:
+            continue
+        body = loop.regions[0].block
+        term = body.terminator
+        nargs = len(loop.operands) - 3
+        for k in range(nargs):
+            found = _match_loop(loop, body, term, k, blk, stored)
+            if found is None:
+                continue
+            r, v, chain = found
+            for op in chain:  # the vector's load (and cast), moved up: they read nothing the loop writes
+                blk.remove(op)
+                blk.insert_before(loop, op)
+            z = loop.operands[3 + k]
+            init = Operation(r.name, [z, v], [z.type], {"bcast": r.attrs["bcast"]},
+                             result_names=[f"{loop.results[k].name or 'acc'}_init"], loc=r.loc)
+            blk.insert_before(loop, init)
+            ops = list(loop.operands)
+            ops[3 + k] = init.result
+            loop.operands = ops
+            for op in blk.ops:
+                for inner in op.walk():
+                    inner.operands = [loop.results[k] if x is r.result else x for x in inner.operands]
+            blk.remove(r)
+
+
+def _match_loop(loop: Operation, body: Block, term: Operation | None, k: int, blk: Block, stored: set[int]
+                ) -> tuple[Operation, Value, list[Operation]] | None:
+    """(the add or subtraction after the loop, the vector, the ops to move before the loop) where carried slot `k`
+    of `loop` starts from a zero tile read only by the loop, is only accumulated by one mma in the body, and its
+    final value is read only by `tk.add/tk.sub %res, %v {bcast}` in `blk`."""
+    if term is None or len(term.operands) <= k:
+        return None
+    z, arg, res = loop.operands[3 + k], body.args[1 + k], loop.results[k]
+    readers = _readers(blk)
+    if not _is_zero_fill(z, blk) or readers.get(id(z)) != [loop]:
+        return None
+    inner = _readers(body)
+    mma = term.operands[k].owner
+    if not (isinstance(mma, Operation) and mma.name == "tk.mma" and mma.parent is body and len(mma.operands) == 3
+            and mma.operands[2] is arg and inner.get(id(arg)) == [mma] and inner.get(id(mma.result)) == [term]
+            and term.operands.count(mma.result) == 1):
+        return None
+    users = readers.get(id(res), [])
+    if len(users) != 1:
+        return None
+    r = users[0]
+    bcast = r.attrs.get("bcast")
+    if r.name not in FOLDED or r.parent is not blk or getattr(bcast, "name", bcast) not in ("row", "col") \
+            or r.result.type != res.type:
+        return None
+    p, v = r.operands
+    if r.name == "tk.add" and v is res:
+        p, v = v, p
+    if p is not res or v is res:
+        return None
+    vt = v.type
+    if not (isinstance(vt, VectorType) and vt.space == "rv" and vt.dtype == "f32"):
+        return None
+    if _defined_before(v, loop):
+        return r, v, []
+    chain = _hoistable(v, loop, blk, readers, stored)
+    return None if chain is None else (r, v, chain)
+
+
+def _hoistable(v: Value, loop: Operation, blk: Block, readers: dict[int, list[Operation]], stored: set[int]
+               ) -> list[Operation] | None:
+    """The ops after `loop` that make `v` from a global load (`tk.load` of a vector, optionally one `tk.cast`), in
+    order, where each result is read only by the next (and `v` by the fold alone), the tensor is never stored
+    and the coordinates are defined before the loop; None where `v` is made any other way."""
+    op = v.owner
+    chain: list[Operation] = []
+    while isinstance(op, Operation) and op.parent is blk and len(chain) < 2:
+        chain.insert(0, op)
+        if op.name == "tk.load":
+            c = classify_copy(op)
+            if c is None or c[0] != "register" or id(c[1]) in stored:
+                return None
+            if not all(_defined_before(x, loop) for x in op.operands):
+                return None
+            break
+        if op.name != "tk.cast" or len(op.operands) != 1:
+            return None
+        op = op.operands[0].owner
+    if not chain or chain[0].name != "tk.load":
+        return None
+    for a, b in zip(chain, chain[1:], strict=False):
+        if readers.get(id(a.result)) != [b]:
+            return None
+    if blk.ops.index(chain[0]) < blk.ops.index(loop):
+        return None
+    return chain
