@@ -4,7 +4,10 @@ Matches each `scf.for` whose body (its top-level ops) holds a `tk.load` from a g
 or vector that
 
 * reads a tensor the kernel never stores to (so an earlier read sees the same data),
-* has every coordinate either defined outside the loop or the loop's induction variable itself, and
+* has every coordinate defined outside the loop except the last (the column chunk), which is the loop's induction
+  variable itself: the loop walks a row in chunks. A loop over rows (a grid-stride loop: examples/layernorm_bwd.tk,
+  coarsen-rows' loops) is left alone; prefetching its next row measured 2-3% slower on the H100 (layernorm_bwd at
+  N = 4096, docs/experiments.md), where each iteration's row is spread over the block's warps,
 * is read in whole 16-byte pieces (FULL_VECTOR_BYTES: the launch's variant for rows that are not 16-byte aligned
   reads narrower pieces, many more load instructions a chunk, and is issue-bound: examples/softmax_vocab.tk at
   V = 50257 ran at half the speed with the prefetch), and
@@ -140,8 +143,8 @@ def _candidates(loop: Operation, stored: set[int]) -> list[Operation]:
             continue
         if any(id(v) in inside for v in op.operands):
             continue
-        if iv not in op.operands[1:]:
-            continue  # the same data every iteration: a loop-invariant load, not a stream
+        if op.operands[-1] is not iv or iv in op.operands[1:-1]:
+            continue  # not a walk along the row in chunks (a loop-invariant load, or a loop over rows)
         if vector_access_bytes(layout_of(op.result.type), op.result.type.dtype) != FULL_VECTOR_BYTES:
             continue  # narrower pieces (an unaligned-rows variant): instruction-bound, not latency-bound
         out.append(op)

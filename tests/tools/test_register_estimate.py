@@ -71,8 +71,6 @@ OUTLIERS: dict[tuple[str, str], tuple[float, str]] = {
     ("rmsnorm", "sm_80"): (0.17, "as on sm_90a"),
     ("rotary", "sm_80"): (0.13, "at 12 blocks of 128 threads (cap 40) ptxas fits 35 on sm_80 (38 on sm_90a); the "
                                 "estimate, 39, counts the four loaded tiles and the output's address"),
-    ("layernorm_bwd", "sm_90a"): (0.19, PREFETCH),
-    ("layernorm_bwd", "sm_80"): (0.19, PREFETCH),
     ("softmax_vocab", "sm_90a"): (0.16, PREFETCH),
     ("softmax_vocab", "sm_80"): (0.16, PREFETCH),
     ("user/cross_entropy", "sm_90a"): (0.74, PREFETCH + " (ptxas 88 without the pass, 63 with it)"),
