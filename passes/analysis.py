@@ -341,6 +341,19 @@ def register_load_from_global(op: Operation) -> bool:
             and t.space in ("rt", "rv"))
 
 
+GLOBAL_READS = frozenset({"tk.load", "tk.gather", "tma.load", "tma.desc"})  # ops that only read a global operand
+
+
+def written_globals(kernel: Operation) -> set[int]:
+    """id() of every global tensor an op of the kernel may write: any op with a global operand other than the
+    reads (a store, a TMA store or reduce-add, a staged epilogue, a Stream-K partial)."""
+    out: set[int] = set()
+    for op in kernel.walk():
+        if op.name not in GLOBAL_READS:
+            out.update(id(v) for v in op.operands if isinstance(v.type, GlobalType))
+    return out
+
+
 def global_store(op: Operation) -> bool:
     """A tk.store to a global tensor."""
     return op.name == "tk.store" and bool(op.operands) and isinstance(op.operands[0].type, GlobalType)

@@ -37,7 +37,7 @@ Runs before infer-layouts (the new tile gets the accumulator's layout like any m
 from __future__ import annotations
 
 from tkir.ir import Block, Module, Operation, Value, parent_op
-from tkir.passes.analysis import classify_copy, global_store
+from tkir.passes.analysis import classify_copy, written_globals
 from tkir.passmanager import Options, Pass, param
 from tkir.types import TileType, VectorType
 
@@ -54,7 +54,7 @@ class FoldAccInit(Pass):
         if options.target != SM90A:
             return  # sm_80 (mma.sync): measured worse, see the module docstring
         for kernel in module.kernels():
-            stored = {id(op.operands[0]) for op in kernel.walk() if global_store(op) or op.name == "tma.store"}
+            stored = written_globals(kernel)
             for op in list(kernel.walk()):
                 for r in op.regions:
                     _rewrite_block(r.block)

@@ -54,11 +54,10 @@ from __future__ import annotations
 from tkir.facts import OccupancyPlan, requested_blocks_per_sm
 from tkir.ir import Block, Module, Operation, Value, replace_all_uses
 from tkir.layout import layout_of, regs_per_thread, vector_access_bytes
-from tkir.passes.analysis import classify_copy, plan_with_more_registers
+from tkir.passes.analysis import classify_copy, plan_with_more_registers, written_globals
 from tkir.passmanager import Options, Pass, param
-from tkir.types import I32, GlobalType, TileType, VectorType
+from tkir.types import I32, TileType, VectorType
 
-GLOBAL_READS = frozenset({"tk.load", "tk.gather", "tma.load", "tma.desc"})  # ops that only read a global operand
 DONE_ATTR = "prefetched_loads"      # on the kernel: how many loads are issued an iteration ahead
 SKIPPED_ATTR = "prefetch_skipped"   # on the kernel: why a loop with such loads was left alone
 FULL_VECTOR_BYTES = 16              # ld.global.v4.b32: only loads in whole 16-byte pieces are prefetched
@@ -73,7 +72,7 @@ class PrefetchLoads(Pass):
 
     def run(self, module: Module, options: Options) -> None:
         for kernel in module.kernels():
-            stored = _written_globals(kernel)
+            stored = written_globals(kernel)
             done, skipped = 0, []
             for loop in [op for op in kernel.walk() if op.name == "scf.for"]:
                 loads = _candidates(loop, stored)
@@ -104,17 +103,6 @@ class PrefetchLoads(Pass):
                 kernel.attrs[DONE_ATTR] = done
             if skipped:
                 kernel.attrs[SKIPPED_ATTR] = "; ".join(skipped)
-
-
-def _written_globals(kernel: Operation) -> set[int]:
-    """id() of every global tensor an op of the kernel may write: any op with a global operand other than the
-    reads (a store, a TMA store or reduce-add, a staged epilogue, a Stream-K partial)."""
-    out = set()
-    for op in kernel.walk():
-        if op.name in GLOBAL_READS:
-            continue
-        out.update(id(v) for v in op.operands if isinstance(v.type, GlobalType))
-    return out
 
 
 def _regs(t: TileType | VectorType) -> int:

@@ -131,7 +131,7 @@ def resolve(path: str, overrides: dict[str, object], names: list[str],
 
         def accept(point: dict[str, object], limit: int | None = None) -> str | None:
             full = {**{k: v for k, v in overrides.items() if v != AUTO}, **{n: point[n] for n in names}}
-            return check(full) if limit is None else check(full, limit)
+            return check(full, limit)
     switches = {n for n in names if 0 in space.values[n]}  # SK=[0, 1]: an on/off choice, not a size
     # the budget rule's order: the most work per block first (the product of the auto consts that are sizes),
     # ties with the widest wgmma instructions first (_WidestFirst), then in the order the @tune lists are written
@@ -207,7 +207,12 @@ class _WidestFirst:
                     return
                 run = self._runs[self._next]
                 self._next += 1
-                widths = {i: _wgmma_width(self._attempt(i)) for i in run} if len(run) > 1 else {}
+                widths: dict[int, int] = {}
+                if len(run) > 1:
+                    first = self._attempt(run[0])
+                    if isinstance(first, CompileError) or _wgmma_width(first):  # a kernel without wgmma: no ranking
+                        widths = {run[0]: _wgmma_width(first)}
+                        widths.update({i: _wgmma_width(self._attempt(i)) for i in run[1:]})
                 self._widths.update(widths)
                 if len(set(widths.values())) > 1:  # wgmma points of different widths: the rule applies
                     run = sorted(run, key=lambda i: -widths[i])
