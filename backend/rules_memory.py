@@ -28,7 +28,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from tkir.backend.cache_policy import hinted_load, policy_of, readonly_of
-from tkir.backend.exchange import ld_f32, scratch_tile, word_addr
+from tkir.backend.exchange import scratch_tile
 from tkir.backend.f32 import combine, from_f32, to_f32
 from tkir.backend.fragments import BitLLVMBuilder, chunked, is_fp8_a_conversion
 from tkir.backend.idioms import fence_acq_rel
@@ -42,8 +42,9 @@ from tkir.backend.shared_slots import (
     physical,
     store_to_shared,
 )
-from tkir.backend.values import LLVM_TYPE, Frag, Global, LoweringError, Smem
+from tkir.backend.values import LLVM_TYPE, Frag, Global, LoweringError, Smem, register_layout
 from tkir.ir import Operation
+from tkir.layout import column_scratch_pad
 from tkir.opdef import REDUCE_ATTR
 from tkir.target import REG_BYTES as WORD
 from tkir.target import WARP
@@ -304,7 +305,8 @@ def transpose_through_shared(cx: LoweringContext, op: Operation) -> None:
 
 @rule("tk.reduce", when=lambda cx, op: str(op.attrs["axis"]) == "col")
 def column_reduction(cx: LoweringContext, op: Operation) -> None:
-    """The tile goes to the scratch area in f32; thread t folds columns t, t + threads, ... over
+    """The tile goes to the scratch area in f32 (rows padded by tkir.layout.column_scratch_pad, which the
+    bank-conflicts report lists with the same model); thread t folds columns t, t + threads, ... over
     all rows and writes each result to a scratch vector; every thread then reads the columns its
     result slots hold."""
     w = cx.w
@@ -312,10 +314,11 @@ def column_reduction(cx: LoweringContext, op: Operation) -> None:
     t, rt = x.type, op.result.type
     fop = {"max": "max", "min": "min", "sum": "add"}[str(op.attrs["kind"])]
     x32 = Frag(TileType("rt", "f32", t.rows, t.cols, t.attrs), [to_f32(cx, v, t.dtype) for v in x.values])
-    pitch = t.cols * WORD + 16
+    pad = column_scratch_pad(register_layout(t), t.rows, t.cols)  # the bank model's conflict-free store
+    pitch = t.cols * WORD + pad
     tile_bytes = t.rows * pitch
     base = cx.scratch(tile_bytes + t.cols * WORD)
-    buf = Smem(base, TileType("st", "f32", t.rows, t.cols, (("pad", 16),)))
+    buf = Smem(base, TileType("st", "f32", t.rows, t.cols, (("pad", pad),)))
     vec = w.op(f"add i32 {base}, {tile_bytes}", "vec")
     cx.sync()
     store_to_shared(cx, buf, x32)
@@ -336,10 +339,10 @@ def column_reduction(cx: LoweringContext, op: Operation) -> None:
         w.asm("void", ["{", ".reg .pred p;", "setp.ne.b32 p, $2, 0;", "@p st.shared.f32 [$0], $1;", "}"],
               ["r", "f", "r"], [("i32", dst), ("float", acc), ("i32", flag)])
     cx.sync()
-    res = []
-    for (j,) in cx.coords(rt):
-        res.append(from_f32(cx, ld_f32(w, word_addr(w, vec, j), "rv"), rt.dtype))
-    cx.set(op.result, Frag(rt, res))
+    # read back as any sv -> rv load (16- and 8-byte groups where a thread's slots are consecutive), the
+    # accesses tkir.layout.vector_read_accesses predicts
+    sums = load_from_shared(cx, Smem(vec, VectorType("sv", "f32", rt.n)), VectorType("rv", "f32", rt.n, rt.attrs))
+    cx.set(op.result, Frag(rt, [from_f32(cx, v, rt.dtype) for v in sums.values]))
 
 
 # --- global -> shared vectors ---------------------------------------------------------------------

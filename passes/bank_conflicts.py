@@ -8,6 +8,9 @@ layout, and under the plain unswizzled, unpadded layout as `degree_before` (anal
 `access_report`, recorded as tkir/access_report.py AccessReports).
 
 Rewrites
+* a column reduction (`tk.reduce {axis = col}`, which the backend lowers through a scratch tile whose
+  row padding tkir/layout.py column_scratch_pad chooses) gets the same entries for its store and its
+  column reads, `tile = "scratch"`;
 * each op touching shared memory gets `access = [{op = "ldmatrix.x4", tile = "a", degree = 1,
   degree_before = 8}, ...]` (hardware paths also `hardware = true`);
 * where an access exceeds 1 and `Options.swizzle != "none"`: another swizzle when the tile's swizzle
@@ -21,9 +24,9 @@ them, register tiles count as `row` tiles and shared tiles as unswizzled.
 
 from __future__ import annotations
 
-from tkir.access_report import ACCESS_ATTR, add_report
+from tkir.access_report import ACCESS_ATTR, AccessReport, add_report
 from tkir.ir import Module, Operation
-from tkir.layout import SWIZZLE_SPANS, SharedLayout, conflict_degree
+from tkir.layout import SWIZZLE_SPANS, SharedLayout, column_scratch_accesses, conflict_degree, layout_of
 from tkir.passes.analysis import TileUse, access_report, shared_layout, swizzle_problem, tile_uses, with_layout
 from tkir.passmanager import Options, Pass
 from tkir.types import TileType
@@ -42,6 +45,8 @@ class BankConflicts(Pass):
             for op in kernel.walk():
                 if op.name == "tk.alloc":
                     self._tile(kernel, op, options)
+                elif op.name == "tk.reduce" and str(op.attrs.get("axis")) == "col":
+                    _column_scratch(op)
             for op in stale:
                 if not op.attrs[ACCESS_ATTR]:
                     del op.attrs[ACCESS_ATTR]
@@ -58,6 +63,22 @@ class BankConflicts(Pass):
                 tile.type = with_layout(tile.type, layout)
         for u in uses:
             add_report(u.op.attrs, access_report(tile, u, layout))
+
+
+SCRATCH_TILE = "scratch"  # the tile name the report gives the backend's scratch area
+
+
+def _column_scratch(op: Operation) -> None:
+    """A column reduction's accesses to the scratch tile the backend stores its f32 tile in (the same
+    tkir.layout functions choose its padding there): `degree` under that padding, `degree_before` unpadded."""
+    t = op.operands[0].type
+    lay, result = layout_of(t), layout_of(op.result.type)
+    if lay is None or result is None or not isinstance(t, TileType):
+        return  # before infer-layouts: nothing to predict
+    for access, tile in column_scratch_accesses(lay, t.rows, t.cols, result):
+        plain = SharedLayout(tile.dtype, tile.rows, tile.cols)
+        add_report(op.attrs, AccessReport(access.op, SCRATCH_TILE, conflict_degree(access, tile),
+                                          conflict_degree(access, plain)))
 
 
 def best_fix(alloc: Operation, uses: list[TileUse], layout: SharedLayout, worst: int) -> SharedLayout | None:

@@ -815,3 +815,72 @@ def auto_consumer_warpgroups(acc_rows: int) -> int:
     192 -> 3, 256 -> 2 of 128 rows each, CUTLASS's cooperative GEMM shape)."""
     blocks = max(acc_rows // 64, 1)  # WGMMA_M: every wgmma has 64 rows (HOPPER.md §1.2)
     return max(c for c in range(1, MAX_AUTO_CONSUMERS + 1) if blocks % c == 0)
+
+
+# --- the column reduction's scratch tile ----------------------------------------------------------
+# A column reduction (backend rules_memory.column_reduction) stores its f32 tile to a scratch tile, then
+# thread t reads column t down the rows (32 lanes on 32 consecutive words of one row: conflict-free at
+# any pitch) and the results go through a scratch vector. Only the store depends on the row padding.
+SCRATCH_PAD_STEP = 16      # bytes: keeps every row 16-byte aligned for the widest (v4) stores
+SCRATCH_MAX_PAD = 64       # the largest padding tried (16-byte steps up to half a wavefront)
+
+
+def column_scratch_pad(layout: RegisterLayout, rows: int, cols: int) -> int:
+    """Row padding (bytes) of the f32 scratch tile a column reduction of a `rows` x `cols` register tile of
+    `layout` stores into: the smallest pad (0, 16, ... SCRATCH_MAX_PAD) whose store has the least conflict
+    degree under the bank model. Rows of 64 bytes stored by 4 lanes each (a quarter-warp covers two rows)
+    need none; 32-byte row pieces of an mma accumulator (4 rows per 128-byte phase) need 32."""
+    store = register_access(False, layout, "f32", (rows, cols))
+    best = None
+    for pad in range(0, SCRATCH_MAX_PAD + 1, SCRATCH_PAD_STEP):
+        degree = conflict_degree(store, SharedLayout("f32", rows, cols, pad=pad))
+        if best is None or degree < best[0]:
+            best = (degree, pad)
+    assert best is not None
+    return best[1]
+
+
+def column_scratch_accesses(layout: RegisterLayout, rows: int, cols: int,
+                            result: RegisterLayout) -> list[tuple[Access, SharedLayout]]:
+    """The column reduction's shared accesses, each with the layout it addresses (the bank-conflicts
+    report lists them): the tile's store into the scratch tile (padded by column_scratch_pad); the column
+    reads, lane t of a warp reading word (t + k) of a row, one instruction per row; each column's sum
+    written by its thread to a scratch vector (lanes on consecutive words); the result vector (of layout
+    `result`) read back from it."""
+    pad = column_scratch_pad(layout, rows, cols)
+    tile = SharedLayout("f32", rows, cols, pad=pad)
+    store = register_access(False, layout, "f32", (rows, cols))
+    lanes = np.arange(WARP)
+    col_rows = np.repeat(np.arange(rows)[:, None], WARP, axis=1)
+    # lanes past the columns read column 0 of the same row (a broadcast of lane 0's word)
+    col_bytes = np.broadcast_to(np.where(lanes < cols, lanes, 0) * BANK_BYTES, (rows, WARP))
+    reads = Access("ld.shared.f32", BANK_BYTES, col_rows, np.ascontiguousarray(col_bytes))
+    vec = SharedLayout("f32", 1, cols)
+    sums = Access("st.shared.f32", BANK_BYTES, np.zeros((1, WARP), np.int64),
+                  np.where(lanes < cols, lanes * BANK_BYTES, -1)[None, :])
+    return [(store, tile), (reads, tile), (sums, vec)] + [(a, vec) for a in vector_read_accesses(result, cols)]
+
+
+def vector_read_accesses(layout: RegisterLayout, n: int) -> list[Access]:
+    """A register f32 vector of `layout` read from an f32 shared vector of n words, as the backend's
+    load_from_shared groups each lane's slots: runs of 4 or 2 slots consecutive and aligned for every lane
+    become one ld.shared.v4 / v2 (else ld.shared.f32). One Access per width used."""
+    frag = fragment(layout, "f32", (n,))
+    by_width: dict[int, tuple[list[np.ndarray], list[np.ndarray]]] = {}
+    i, slots = 0, frag.shape[1]
+    while i < slots:
+        k = CHUNK_BYTES // BANK_BYTES
+        while k > 1:
+            first = frag[:, i]
+            if i + k <= slots and (first % k == 0).all() \
+                    and all((frag[:, i + j] == first + j).all() for j in range(k)):
+                break
+            k //= 2
+        for w in range(frag.shape[0] // WARP):
+            idx = frag[w * WARP:(w + 1) * WARP, i]
+            rs, cs = by_width.setdefault(k, ([], []))
+            rs.append(np.where(idx >= 0, 0, -1))
+            cs.append(np.where(idx >= 0, idx * BANK_BYTES, -1))
+        i += k
+    names = {1: "ld.shared.f32", 2: "ld.shared.v2", 4: "ld.shared.v4"}
+    return [Access(names[k], k * BANK_BYTES, *_pack(rs, cs)) for k, (rs, cs) in sorted(by_width.items())]

@@ -52,7 +52,7 @@ from tkir.tools.tune_model import PEAK_TENSOR_FLOPS
 CONFLICT_TOLERANCE = 0.01  # measured conflicts within 1% of the class's wavefronts of the predicted ones
 DRAM_TOLERANCE = 0.10      # measured DRAM bytes within 10% of the prediction (memory-bound kernels)
 WAVEFRONT_BYTES = 128      # one shared-memory wavefront serves 32 banks x 4 bytes
-WIDTH_BYTES = {"b8": 1, "b16": 2, "b32": 4, "b64": 8, "v2": 8, "v4": 16, "b128": 16}  # ld/st.shared suffixes
+WIDTH_BYTES = {"b8": 1, "b16": 2, "b32": 4, "f32": 4, "b64": 8, "v2": 8, "v4": 16, "b128": 16}  # ld/st.shared suffixes
 CP_ASYNC_BYTES = 16        # a cp.async chunk per lane (tkir/layout.py tma_pattern: 16-byte chunks)
 HARDWARE_PATHS = ("tma", "wgmma.desc")  # no LSU instruction: the tensor core and TMA read shared memory
 
