@@ -122,3 +122,18 @@ MEMORY_BOUND = True
 def peer(inputs: list, sizes: dict, consts: dict):
     o, do = inputs[:2]
     return lambda: (do.float() * o.float()).sum(-1)
+
+
+def torch_inputs(sizes: dict, consts: dict) -> list:
+    """O and dO unit normal on the GPU (Delta needs no real forward: any O gives rowsum(dO * O)); Delta NaN.
+    make_inputs runs the float64 forward, which at benchmark sizes costs minutes and tens of GB."""
+    import torch
+
+    shape = (sizes["B"], sizes["H"], sizes["N"], _consts(consts)["D"])
+    o, do = (torch.randn(shape, device="cuda").to(torch.bfloat16) for _ in range(2))
+    return [o, do, torch.full(shape[:3], float("nan"), device="cuda", dtype=torch.float32)]
+
+
+def torch_reference(inputs: list, sizes: dict, consts: dict) -> dict:
+    o, do = inputs[:2]
+    return {"DELTA": (do.double() * o.double()).sum(-1)}

@@ -100,15 +100,44 @@ _REGISTERS_OFF = [
     "swz32_w64B_r2s_tma-top-bf16-sm_90a", "transpose_s2r-top-bf16-sm_90a", "transpose_s2r-top-f32-sm_80",
     "sv_copy-top-bf16-sm_90a", "swznone_mma_ss_k32B_n32B-top-bf16-sm_80", "r2s-after_pipelined_loop-bf16-sm_80",
 ]
-KNOWN_OFF: dict[tuple[str, str], str] = {
-    ("gemm-sm_90a", "conflicts"): f"{ISSUE}: the epilogue's st.shared.b32 is predicted 1-way; 355 store conflicts "
-                                  "in 17,609 wavefronts for 16,384 stores measured on an H200",
+# Conflict mismatches measured on an H100 (ncu 2025.3.1, 2026-12-06; docs/bench/results/measure.md): the
+# cross-warp row exchanges (st/ld.shared.f32 of per-warp partials) are shared traffic the report does not list
+# yet; mixed instruction classes (a 2-way v4 store among many 1-way f32 ones) defeat the per-class expected
+# count, which assumes one pattern per class.
+_UNLISTED_EXCHANGE = f"{ISSUE}: the cross-warp row exchange's st/ld.shared.f32 are not listed; 1-3% conflicts measured"
+_CONFLICTS_OFF = {
+    "gemm-sm_90a": f"{ISSUE}: the epilogue's st.shared.b32 is predicted 1-way; 1,314 store conflicts in 70,185 "
+                   "wavefronts (1.9%) measured on an H100 (355 in 17,609 on an H200)",
+    "based-sm_90a": f"{ISSUE}: loads 1.52 and stores 1.79 wavefronts per instruction measured on an H100 (predicted "
+                    "4..8 and 1..8: the class mixes widths), 16.6% / 26.2% conflicts",
+    "based-sm_80": f"{ISSUE}: loads 2.7 and stores 2.0 wavefronts per instruction measured on an H100 (predicted 4..8)",
+    "linear-sm_90a": f"{ISSUE}: the epilogue's st.shared.b32, predicted 1-way: 1.7% conflicts measured on an H100",
+    "linear_dgrad-sm_90a": f"{ISSUE}: the epilogue's st.shared.b32, predicted 1-way: 1.77 wavefronts per "
+                           "instruction, 43% conflicts measured on an H100",
+    "linear_wgrad-sm_80": f"{ISSUE}: 1.11 store wavefronts per instruction (predicted 8 for the listed 2-way v4; "
+                          "the class is mostly 1-way stores) measured on an H100",
+    "sv_copy-top-bf16-sm_90a": f"{ISSUE}: ld.shared.b32 of a vector predicted 1 wavefront per instruction, 2 "
+                               "measured on an H100",
+    "swznone_mma_ss_k128B_n128B-top-bf16-sm_80": f"{ISSUE}: 26.4 ldmatrix wavefronts per instruction measured on "
+                                                 "an H100, predicted 32 (8-way x4)",
+    "r2s-after_pipelined_loop-bf16-sm_80": f"{ISSUE}: 2.5 load wavefronts per instruction measured on an H100, "
+                                           "predicted 4",
+    **{case: _UNLISTED_EXCHANGE for case in (
+        "attention_bwd_prep-sm_90a", "attention_bwd_prep-sm_80", "attention_bwd_dkdv-sm_80", "attention_bwd_dq-sm_80",
+        "layernorm_bwd-sm_90a", "layernorm_bwd-sm_80", "rmsnorm_bwd-sm_90a", "rmsnorm_bwd-sm_80",
+        "softmax_bwd-sm_90a", "softmax_bwd-sm_80")},
+}
+# measured off on one GPU and within the tolerance on another: not strict
+FLAKY_OFF: dict[tuple[str, str], str] = {
     ("gemm-sm_80", "conflicts"): f"{ISSUE}: ldmatrix predicted 1-way; 9,195 load conflicts in 558 K wavefronts "
-                                 "(1.6%, over the 1% tolerance) measured on an H200",
-    ("attention_fwd-sm_90a", "conflicts"): f"{ISSUE}: D = 128, every access predicted 1-way; 54 store conflicts "
-                                           "in 3,126 wavefronts measured on an H200",
-    ("based-sm_90a", "conflicts"): f"{ISSUE}: every access predicted 1-way; about 1.5-way loads (7,272 conflicts) "
-                                   "and 1.8-way stores (11,880) measured on an H200",
+                                 "(1.6%) measured on an H200, within 1% on an H100",
+    ("attention_fwd-sm_90a", "conflicts"): f"{ISSUE}: every access predicted 1-way; 54 store conflicts in 3,126 "
+                                           "wavefronts measured on an H200, none on an H100",
+}
+KNOWN_OFF: dict[tuple[str, str], str] = {
+    **{(case, "conflicts"): why for case, why in _CONFLICTS_OFF.items()},
+    ("attention_bwd_dq-sm_80", "occupancy"): f"{ISSUE}: 3 blocks per SM planned, the launch's 255 registers allow 2 "
+                                             "(measured on an H100)",
     **{(case, "registers"): f"{ISSUE}: plan-occupancy's register budget is off ptxas's count by more than 10%"
        for case in _REGISTERS_OFF},
 }
@@ -134,7 +163,9 @@ def _conformance_cases() -> list[tuple[str, str, dict, str]]:
 CASES = _example_cases() + _conformance_cases()
 PARAMS = [pytest.param(case, check, id=f"{case[0]}-{check}",
                        marks=[pytest.mark.xfail(strict=True, reason=KNOWN_OFF[(case[0], check)])]
-                       if (case[0], check) in KNOWN_OFF else [])
+                       if (case[0], check) in KNOWN_OFF else
+                       [pytest.mark.xfail(strict=False, reason=FLAKY_OFF[(case[0], check)])]
+                       if (case[0], check) in FLAKY_OFF else [])
           for case in CASES for check in CHECKS
           if check != "dram" or case[0].rsplit("-", 1)[0] in MEMORY_BOUND]
 _MEASURED: dict[str, dict | str] = {}  # case id -> the measured JSON, or why the measurement failed

@@ -4,8 +4,9 @@
 
 DIR (written by tkir/tools/measure.py) holds the kernel exactly as `tkc report` compiled it: `kernel.ptx`,
 `launch.json` (the backend's launch description) and `request.json` = {"sizes": {...}, "consts": {...},
-"companion": PATH or null, "seed": N}. The inputs are the companion's `make_inputs(rng, sizes, consts)`
-(examples/NAME.py beside the kernel, as `tkc run` draws them) or, without a companion, a random normal
+"companion": PATH or null, "seed": N}. The inputs are the companion's `torch_inputs(sizes, consts)` where it
+has one (drawn on the GPU, as `tkc bench` draws them), else its `make_inputs(rng, sizes, consts)`
+(examples/NAME.py beside the kernel, as `tkc run` draws them), or, without a companion, a random normal
 value per element of every tensor the launch description lists (integer tensors zero: an index stays in
 range) and 1 for each scalar. The kernel is launched once and waited for; then DIR/info.json gets the
 device's name and multiprocessor count, the kernel's name and the grid. Nothing is printed on stdout:
@@ -54,11 +55,15 @@ def launch_once(folder: Path) -> dict:
         from tkir.tools.examples import load_companion
 
         companion = load_companion(str(Path(request["companion"]).with_suffix(".tk")))
-        host = companion.make_inputs(rng, sizes, consts)
         scalars: list[object] = []
+        if hasattr(companion, "torch_inputs"):  # drawn on the GPU, as tkc bench does (make_inputs may run a
+            args = list(companion.torch_inputs(sizes, consts))  # float64 reference too large at these sizes)
+        else:
+            args = [tkcuda.to_device(np.ascontiguousarray(a)) for a in companion.make_inputs(rng, sizes, consts)]
     else:
         host, scalars = generic_inputs(kernel.launch, sizes, rng)
-    args = [tkcuda.to_device(np.ascontiguousarray(a)) for a in host] + scalars
+        args = [tkcuda.to_device(np.ascontiguousarray(a)) for a in host]
+    args += scalars
     bound = kernel.validate(*args)
     kernel(*args)
     tkcuda.synchronize()
