@@ -17,16 +17,18 @@ the product lands (H100, 64 x 128 blocks: 343-361 against 324-347 TFLOP/s; docs/
 The values differ only in rounding: the product's partial sums are added to −v instead of v being subtracted from
 their total (one f32 rounding placed differently).
 
-**The loop form** (`fold-acc-init{loops=true}`; off by default): `%z = tk.fill 0` read only as the initial value of
-one `scf.for` slot that the body only accumulates into with one `tk.mma` (`acc += a @ b`), and the loop's final value
-read only by `tk.add/tk.sub %res, %v {bcast}` after it: the loop starts from `%z + %v` (`%z - %v`) and the addition
-goes. A %v loaded after the loop from a tensor the kernel never stores, at coordinates known before the loop
-(`reg b: rv<bf16, BN> = Bias[block.y]`, with one cast to f32), is loaded before the loop instead; its registers
-die before the first product. Why: GEMM + bias + GELU's 128 x 256 tile (examples/user/gemm_bias_gelu.tk) held the
-f32 bias (64 registers a thread) beside the 128-register accumulator in its epilogue and ptxas spilled 32 B; with
-the fold it assembles without spills, so auto consts can take it (1.03-1.06x cuBLAS measured with the spill, against
-0.94-0.96x at the 256 x 128 tile taken without it; docs/experiments.md). Off by default until measured: it changes
-examples/linear.tk's sm_90a PTX and the user GEMM's tile, and no GPU was left to time them.
+**The loop form** (on by default; `fold-acc-init{loops=false}` is its ablation): `%z = tk.fill 0` read only as the
+initial value of one `scf.for` slot that the body only accumulates into with one `tk.mma` (`acc += a @ b`), and the
+loop's final value read only by `tk.add/tk.sub %res, %v {bcast}` after it: the loop starts from `%z + %v` (`%z -
+%v`) and the addition goes. A %v loaded after the loop from a tensor the kernel never stores, at coordinates known
+before the loop (`reg b: rv<bf16, BN> = Bias[block.y]`, with one cast to f32), is loaded before the loop instead;
+its registers die before the first product. Why: GEMM + bias + GELU's 128 x 256 tile
+(examples/user/gemm_bias_gelu.tk) held the f32 bias (64 registers a thread) beside the 128-register accumulator in
+its epilogue and ptxas spilled 32 B; with the fold it assembles without spills, so auto consts can take it
+(1.03-1.06x cuBLAS measured with the spill, against 0.94-0.96x at the 256 x 128 tile taken without it). Measured on
+an H100 (on against off, interleaved; docs/experiments.md, "The column reduction's scratch padding, fold-acc-init's
+loop form on, the first Nsight Compute runs"): the user GEMM + bias + GELU 1.10-1.12x faster (its 128 x 256 tile),
+examples/linear.tk 0.999-1.004x.
 
 sm_90a only: on sm_80 the folded attention backward spills where the unfolded one does not (32 x 128 blocks,
 causal, deterministic: ptxas 12 B at 255 registers with the fold, none without; why is not investigated).
@@ -47,8 +49,8 @@ SM90A = "sm_90a"  # the target whose wgmma this is measured on
 
 class FoldAccInit(Pass):
     name = "fold-acc-init"
-    loops: bool = param(False, "also the loop form: a product accumulated from zero over a loop, then + or - a "
-                               "broadcast vector (off by default: not yet measured on a GPU)")
+    loops: bool = param(True, "also the loop form: a product accumulated from zero over a loop, then + or - a "
+                              "broadcast vector (false: only the straight-line form)")
 
     def run(self, module: Module, options: Options) -> None:
         if options.target != SM90A:
