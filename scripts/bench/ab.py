@@ -15,6 +15,8 @@ process after the other instead moved a GEMM-sized kernel by 4.4% with byte-iden
     python3 scripts/bench/ab.py dump --label head --out .ab POINT...
     python3 scripts/bench/ab.py run --dir .ab --out DIR     # on the GPU, .ab carried
 
+One compiler with and without a pass: `dump --label base --pass-edits=-NAME ...`, then `dump --label head ...`.
+
 A POINT is LABEL=KERNEL[@TARGET]:SIZES[:CONSTS], e.g. `ln=layernorm:N=65536:D=768,ROWS=4` or
 `g80=gemm@sm_80:M=4096,N=4096,K=4096:BM=256,BN=128`: KERNEL an example's name or a .tk path relative to the
 root, SIZES and CONSTS comma-separated NAME=VALUE. `dump` writes DIR/LABEL/POINT.{ptx,json} and DIR/points.json
@@ -65,7 +67,9 @@ def dump(a: argparse.Namespace) -> int:
     (out / a.label).mkdir(parents=True, exist_ok=True)
     (out / "points.json").write_text(json.dumps(points, indent=1))
     for p in points:
-        k = tkir.compile(str(kernel_path(Path(a.root), p["kernel"])), target=p["target"], **p["consts"])
+        # the sizes choose a kernel's `auto` consts per size bucket, as a user's call does
+        k = tkir.compile(str(kernel_path(Path(a.root), p["kernel"])), target=p["target"], sizes=p["sizes"],
+                         pass_edits=a.pass_edits or None, **p["consts"])
         (out / a.label / f"{p['label']}.ptx").write_text(k.asm["ptx"])
         (out / a.label / f"{p['label']}.json").write_text(json.dumps(dict(
             launch=k.asm["launch"].to_json(), consts=k.consts, tkir=tkir.__version__, file=tkir.__file__)))
@@ -105,9 +109,10 @@ def run(a: argparse.Namespace) -> int:
     import torch  # noqa: F401 - CUDA up before the first launch
 
     import tkir.tools.bench as tb
+    import tkir.tools.timing
     from tkir.tools.examples import load_companion
 
-    sweep.patch_rel_err(tb)
+    sweep.patch_rel_err(tkir.tools.timing)
     d = Path(a.dir)
     only = set(filter(None, a.only.split(",")))
     recs, lines = [], []
@@ -156,6 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     d = sub.add_parser("dump", help="compile the points with this process's tkir")
     d.add_argument("--label", required=True, choices=("base", "head"))
     d.add_argument("--root", default=str(ROOT), help="the checkout whose examples/ are compiled")
+    d.add_argument("--pass-edits", default="", help="edit the pipeline of every point, as tkc --pass-edits "
+                   "(an A/B of one pass: dump base with '-NAME', head without)")
     d.add_argument("--out", required=True)
     d.add_argument("points", nargs="+", metavar="POINT")
     r = sub.add_parser("run", help="time base against head on the GPU")
