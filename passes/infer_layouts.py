@@ -1,16 +1,18 @@
 """infer-layouts: give every register tile and vector a fragment layout, and make conversions explicit.
 
 Rewrites
-* the kernel's thread shape: `warpgroups = {consumers = N}` on sm_90a (kept when the front end set it
-  from `@warpgroups(...)`, else N = min(max(accumulator rows / 64, 1), 2) for kernels with tk.mma and
-  1 otherwise); on sm_80 `warps = W` (kept when set, else 4 * consumers when `warpgroups` is given,
-  else, with tk.mma, min(max(accumulator rows / 32, 4), 8) when an accumulator needs whole rows per
-  warp and that leaves each at most 128 registers per thread (WHOLE_ROW_WARP_ROWS), or else
-  min(max(accumulator rows / 16, 1), 8); 4 without tk.mma). `warps = W` from `@warps(W)` on sm_90a:
-  W a multiple of 4 becomes `warpgroups = {consumers = W/4}` (the attribute removed: the same block
-  and PTX as `@warpgroups(consumers=W/4)`); any other W is kept for a kernel without tk.mma (its tiles
-  spread over W warps, as on sm_80) and is a located error for one with tk.mma (wgmma needs whole
-  warpgroups); FileCheck test: tests/filecheck/passes/infer-layouts-warps.tk;
+* the kernel's thread shape: `warpgroups = {consumers = N}` on sm_90a (kept when the front end set it from
+  `@warpgroups(...)`, else N = min(max(accumulator rows / 64, 1), 2) for kernels with tk.mma, for others
+  enough warpgroups (1, 2 or 4) that the widest row-reduced register tile gives a thread at most
+  ROW_BLOCK_ELEMS_PER_THREAD elements, else 1); on sm_80 `warps = W` (kept when set, else 4 * consumers
+  when `warpgroups` is given, else, with tk.mma, min(max(accumulator rows / 32, 4), 8) when an accumulator
+  needs whole rows per warp and that leaves each at most 128 registers per thread (WHOLE_ROW_WARP_ROWS),
+  or else min(max(accumulator rows / 16, 1), 8); without tk.mma 4, or 4 per warpgroup of the sm_90a rule
+  above). `warps = W` from `@warps(W)` on sm_90a: W a multiple of 4 becomes `warpgroups = {consumers =
+  W/4}` (the attribute removed: the same block and PTX as `@warpgroups(consumers=W/4)`); any other W is
+  kept for a kernel without tk.mma (its tiles spread over W warps, as on sm_80) and is a located error for
+  one with tk.mma (wgmma needs whole warpgroups); FileCheck test:
+  tests/filecheck/passes/infer-layouts-warps.tk;
 * every `rt`/`rv` type gains `layout={kind = ..., ...}` (kinds in tkir/layout.py, docs/passes.md):
   tk.mma accumulators `wgmma_acc` (sm_90a) / `mma_c` (sm_80), register A operands `wgmma_a` /
   `mma_a`, register B operands `mma_b` (sm_80 only), everything else `row`; row/column vectors
@@ -88,6 +90,13 @@ VEC_BYTES_CHOICES = (16, 8, 4, 2, 1)
 # changes (every example's row tiles are at or under it: softmax/layernorm 16 x 1024 over 16 warps
 # hold 32 each).
 ROW_ELEMS_PER_THREAD = 64
+# A kernel without tk.mma and without @warpgroups / @warps that row-reduces a register tile gets the warps that
+# give a thread at most ROW_BLOCK_ELEMS_PER_THREAD of that tile's elements (in whole warpgroups, a power of two,
+# at most MAX_ROW_WARPGROUPS; one warpgroup below it). Measured on an H100 (docs/experiments.md, "Row kernels
+# with two consts"): layernorm at D = 8192 ran 0.90-0.91x its tuned point with 32 (two warpgroups, two blocks
+# per SM), 1.00x with 64 (one warpgroup, as tuned); D = 16384 takes two, 1.00-1.02x.
+ROW_BLOCK_ELEMS_PER_THREAD = 64
+MAX_ROW_WARPGROUPS = 4
 # A `row` tile with fewer rows than the block has warps (ROWS = 1 over 8 or 16 warps) gets whole rows
 # per warp and the other warps repeat them (the same loads and arithmetic, their results unused). With
 # `split_idle_warps` (default) such a tile is split over the repeating warps too, where a split keeps
@@ -209,7 +218,8 @@ class _KernelLayouts:
                 elif has_mma:
                     warps = self._whole_row_warps(mmas) or min(max(acc_rows // MMA_M, 1), MAX_AUTO_WARPS_SM80)
                 else:
-                    warps = DEFAULT_WARPS
+                    warps = WARPS_PER_WARPGROUP * self._row_warpgroups() if self._row_warpgroups() > 1 \
+                        else DEFAULT_WARPS
             attrs["warps"] = warps
             _check_threads(self.kernel, warps)
             return warps, 0
@@ -229,10 +239,23 @@ class _KernelLayouts:
                 _check_threads(self.kernel, warps)
                 return warps, 0
         if consumers is None:
-            consumers = auto_consumer_warpgroups(acc_rows) if has_mma else 1
+            consumers = auto_consumer_warpgroups(acc_rows) if has_mma else self._row_warpgroups()
             attrs["warpgroups"] = {**(given if isinstance(given, dict) else {}), "consumers": consumers}
         _check_threads(self.kernel, 4 * consumers)
         return 4 * consumers, consumers
+
+    def _row_warpgroups(self) -> int:
+        """Warpgroups for a kernel without tk.mma that does not say: enough that the widest register tile
+        it row-reduces gives each thread at most ROW_BLOCK_ELEMS_PER_THREAD elements (a power of two, at
+        most MAX_ROW_WARPGROUPS); 1 without a row reduction."""
+        widest = max((op.operands[0].type.rows * op.operands[0].type.cols for op in self.kernel.walk()
+                      if op.name == "tk.reduce" and str(op.attrs.get("axis")) == "row"
+                      and isinstance(op.operands[0].type, TileType)), default=0)
+        need = -(-widest // (WARPS_PER_WARPGROUP * WARP_SIZE * ROW_BLOCK_ELEMS_PER_THREAD))
+        groups = 1
+        while groups < min(need, MAX_ROW_WARPGROUPS):
+            groups *= 2
+        return groups
 
     def _whole_row_warps(self, mmas: list[Operation]) -> int | None:
         """sm_80 warps when some accumulator must give each warp whole rows (a row reduction, a register
