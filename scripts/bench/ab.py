@@ -65,6 +65,9 @@ def dump(a: argparse.Namespace) -> int:
     points = [parse_point(p) for p in a.points]
     out = Path(a.out)
     (out / a.label).mkdir(parents=True, exist_ok=True)
+    keep = set(filter(None, a.keep_consts.split(","))) if a.keep_consts is not None else None
+    if keep is not None:  # a rewritten kernel with fewer consts against the original at its tuned ones
+        points = [{**p, "consts": {k: v for k, v in p["consts"].items() if k in keep}} for p in points]
     (out / "points.json").write_text(json.dumps(points, indent=1))
     for p in points:
         # the sizes choose a kernel's `auto` consts per size bucket, as a user's call does
@@ -161,6 +164,9 @@ def main(argv: list[str] | None = None) -> int:
     d = sub.add_parser("dump", help="compile the points with this process's tkir")
     d.add_argument("--label", required=True, choices=("base", "head"))
     d.add_argument("--root", default=str(ROOT), help="the checkout whose examples/ are compiled")
+    d.add_argument("--keep-consts", default=None, metavar="NAME[,NAME]",
+                   help="compile with only these of each point's consts (a rewrite of the kernel that declares fewer: "
+                        "dump the original with all of them as base, then the rewrite with --keep-consts as head)")
     d.add_argument("--pass-edits", default="", help="edit the pipeline of every point, as tkc --pass-edits "
                    "(an A/B of one pass: dump base with '-NAME', head without)")
     d.add_argument("--out", required=True)
