@@ -184,14 +184,17 @@ def _match_loop(loop: Operation, body: Block, term: Operation | None, k: int, bl
     if term is None or len(term.operands) <= k:
         return None
     z, arg, res = loop.operands[3 + k], body.args[1 + k], loop.results[k]
-    readers = _readers(blk)
-    if not _is_zero_fill(z, blk) or readers.get(id(z)) != [loop]:
+    mma = term.operands[k].owner
+    # the body's own checks first: a loop without an accumulating mma costs no walk of the enclosing block (a
+    # kernel of many loops stays linear: tests/tools/test_compile_time.py)
+    if not (isinstance(mma, Operation) and mma.name == "tk.mma" and mma.parent is body and len(mma.operands) == 3
+            and mma.operands[2] is arg and term.operands.count(mma.result) == 1):
         return None
     inner = _readers(body)
-    mma = term.operands[k].owner
-    if not (isinstance(mma, Operation) and mma.name == "tk.mma" and mma.parent is body and len(mma.operands) == 3
-            and mma.operands[2] is arg and inner.get(id(arg)) == [mma] and inner.get(id(mma.result)) == [term]
-            and term.operands.count(mma.result) == 1):
+    if inner.get(id(arg)) != [mma] or inner.get(id(mma.result)) != [term]:
+        return None
+    readers = _readers(blk)
+    if not _is_zero_fill(z, blk) or readers.get(id(z)) != [loop]:
         return None
     users = readers.get(id(res), [])
     if len(users) != 1:
