@@ -176,11 +176,13 @@ def _switch_on(lw: ExpressionLowering, a: ast.Annotation, var: str) -> bool:
     return c == 1
 
 
-def _switch(var: str, attr: str) -> AnnotationLowering:
+def _switch(var: str, attr: str, record_off: bool = False) -> AnnotationLowering:
     """A kernel annotation that is a compile-time 0 or 1 (usually a const `var`, so `@tune` can choose
-    it per shape): 1 records `attr = true` for the pass that reads it, 0 adds nothing."""
+    it per shape): 1 records `attr = true` for the pass that reads it; 0 adds nothing, or, with `record_off`
+    (a pass that decides by itself where the source does not say), `attr = false`: the source said no."""
     def lower(lw: ExpressionLowering, a: ast.Annotation, form: str | None) -> dict[str, object]:
-        return {attr: True} if _switch_on(lw, a, var) else {}
+        on = _switch_on(lw, a, var)
+        return {attr: True} if on else ({attr: False} if record_off else {})
     return lower
 
 
@@ -286,12 +288,12 @@ ANNOTATIONS: dict[str, AnnotationRule] = {
     # first one (passes/hoist_loads.py)
     "hoist_loads": AnnotationRule(  # tk.kernel {hoist_loads_requested}
         "kernel", ONE_ARGUMENT, "write @hoist_loads(1), or @hoist_loads(H) with a const H = 0 or 1",
-        _switch("H", HOIST_LOADS_ATTR)),
+        _switch("H", HOIST_LOADS_ATTR, record_off=True)),
     # @fence_loads(1) asks the fence-loads pass to keep the kernel's first global register loads issued
     # before its first reduction (passes/fence_loads.py)
     "fence_loads": AnnotationRule(  # tk.kernel {fence_loads_requested}
         "kernel", ONE_ARGUMENT, "write @fence_loads(1), or @fence_loads(F) with a const F = 0 or 1",
-        _switch("F", FENCE_LOADS_ATTR)),
+        _switch("F", FENCE_LOADS_ATTR, record_off=True)),
     "cluster": AnnotationRule(  # tk.kernel {cluster_requested}
         "kernel", ONE_ARGUMENT, "write @cluster(2), or @cluster(CL) with a const CL that @tune(CL=[1, 2]) chooses",
         _cluster),

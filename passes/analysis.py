@@ -344,6 +344,44 @@ def register_load_from_global(op: Operation) -> bool:
 GLOBAL_READS = frozenset({"tk.load", "tk.gather", "tma.load", "tma.desc"})  # ops that only read a global operand
 
 
+PROBLEM_SIZES_ATTR = "problem_sizes"  # tk.kernel: the size bucket tkir.compile(sizes=...) compiled it for (tkir/api.py)
+# The most 128-thread blocks (one warpgroup) an SM holds: 2048 threads per SM (HOPPER.md §1). A grid of at most
+# NUM_SMS times this many blocks runs in one wave whatever the plan: every block's loads are issued at the start.
+ONE_WAVE_BLOCKS_PER_SM = 16
+
+
+def grid_blocks_at_problem_sizes(kernel: Operation) -> int | None:
+    """The kernel's grid size at the size bucket it was compiled for; None when it was compiled without sizes or
+    the bucket does not determine its grid."""
+    from tkir import symexpr
+    from tkir.target import NUM_SMS
+
+    sizes = kernel.attrs.get(PROBLEM_SIZES_ATTR)
+    if not isinstance(sizes, dict):
+        return None
+    blocks = 1
+    for g in kernel.attrs.get("grid", []):
+        try:
+            blocks *= max(1, symexpr.evaluate(g, {**sizes, "NUM_SMS": NUM_SMS}))
+        except (KeyError, ValueError, TypeError, ZeroDivisionError):
+            return None
+    return blocks
+
+
+def latency_bound_rows(kernel: Operation) -> int | None:
+    """For a kernel without tk.mma compiled for a size bucket whose grid fits in one wave at any plan (at most
+    NUM_SMS x ONE_WAVE_BLOCKS_PER_SM blocks): its grid (such a kernel is a few memory round trips end to end);
+    None otherwise."""
+    from tkir.target import NUM_SMS
+
+    blocks = grid_blocks_at_problem_sizes(kernel)
+    if blocks is None or blocks > NUM_SMS * ONE_WAVE_BLOCKS_PER_SM:
+        return None
+    if any(op.name == "tk.mma" for op in kernel.walk()):
+        return None
+    return blocks
+
+
 def written_globals(kernel: Operation) -> set[int]:
     """id() of every global tensor an op of the kernel may write: any op with a global operand other than the
     reads (a store, a TMA store or reduce-add, a staged epilogue, a Stream-K partial)."""

@@ -14,7 +14,10 @@ by hoist-loads) after the reduction's first shuffles, i.e. after X has arrived (
 kernels at those points). With the fence every LDG is issued before the first SHFL.
 
 In the default pipeline as `fence-loads{opt_in=true}`: only kernels whose source asks
-(`@fence_loads(1)`, the kernel attr `fence_loads_requested`) are rewritten, and the row examples offer
+(`@fence_loads(1)`, the kernel attr `fence_loads_requested`) are rewritten, and (`latency`, on by default)
+kernels that do not say, have no tk.mma, were compiled for a size bucket (the kernel attr `problem_sizes`) at
+which their grid fits in one wave (analysis.latency_bound_rows) and row-reduce rows of at most NARROW_ROW
+elements; and the row examples offer
 `FENCE = [0, 1]` to `tkc tune` where the row is narrow (D <= 1024), which picks per shape. Named without
 opt_in (`--passes=...,hoist-loads,fence-loads,...`) it rewrites every kernel it applies to.
 
@@ -32,13 +35,16 @@ reps) measured it faster at all six points with D = 768
 from __future__ import annotations
 
 from tkir.ir import Block, Module, Operation
-from tkir.passes.analysis import global_store, register_load_from_global
+from tkir.passes.analysis import global_store, latency_bound_rows, register_load_from_global
 from tkir.passmanager import Options, Pass, param
 from tkir.types import TileType, VectorType, is_shared
 
 FENCE = "tk.fence"
 REDUCTION = "tk.reduce"
 REQUEST_ATTR = "fence_loads_requested"  # frontend/annotations.py FENCE_LOADS_ATTR
+# The widest row (elements) of a row-reduced tile the size-based decision fences: measured faster at D = 768 and
+# slower at D = 4096 (the module docstring), so rows up to 1024
+NARROW_ROW = 1024
 # ops that may lie between the last load and the reduction: register computation only
 _EFFECTS = ("tk.load", "tk.store", "tk.alloc", "tk.mma", FENCE)
 
@@ -48,12 +54,27 @@ class FenceLoads(Pass):
     opt_in: bool = param(False, "rewrite only kernels whose source asks (@fence_loads(1)); false: every kernel "
                                 "the pass applies to (the default pipeline runs fence-loads{opt_in=true})")
 
+    latency: bool = param(True, "also, without a request, in a kernel without tk.mma compiled for a size bucket "
+                                "whose grid fits in one wave and whose row-reduced tiles have rows of at most "
+                                f"{NARROW_ROW} elements (false: only where asked)")
+
     def run(self, module: Module, options: Options) -> None:
         for kernel in module.kernels():
-            if self.opt_in and not kernel.attrs.get(REQUEST_ATTR):
+            decided = self.latency and REQUEST_ATTR not in kernel.attrs and _narrow_latency_bound(kernel)
+            if self.opt_in and not (kernel.attrs.get(REQUEST_ATTR) or decided):
                 continue
             for r in kernel.regions:
                 _fence_block(r.block)
+
+
+def _narrow_latency_bound(kernel: Operation) -> bool:
+    """A kernel the size-based rule fences: latency-bound at its size bucket (analysis.latency_bound_rows), with
+    every row-reduced register tile at most NARROW_ROW columns wide."""
+    if latency_bound_rows(kernel) is None:
+        return False
+    widths = [op.operands[0].type.cols for op in kernel.walk() if op.name == REDUCTION
+              and str(op.attrs.get("axis")) == "row" and isinstance(op.operands[0].type, TileType)]
+    return bool(widths) and max(widths) <= NARROW_ROW
 
 
 def _register_compute(op: Operation) -> bool:

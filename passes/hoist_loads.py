@@ -20,13 +20,20 @@ hoisted loads cost registers and compete with X for bandwidth (layernorm at 4096
 bandwidth without, 61% with; docs/experiments.md, "Row kernels: the sweep's misses diagnosed"), so the
 examples offer `HOIST=[0, 1]` to `tkc tune`, which picks per shape.
 
-Ablation: `hoist-loads` left out of `--passes`, or `@hoist_loads(0)`.
+**Decided from the problem size** (`latency`, on by default): a kernel that does not say (no `@hoist_loads`),
+has no tk.mma and was compiled for a size bucket (tkir.compile(sizes=...), every call of a kernel with auto consts:
+the kernel attr `problem_sizes`) at which its grid fits in one wave whatever the plan (at most NUM_SMS x 16 blocks:
+analysis.latency_bound_rows) is hoisted: every block then starts at once, and the kernel is its chain of round
+trips. Measured on an H100 (docs/experiments.md, "... row kernels with two consts").
+
+Ablation: `hoist-loads` left out of `--passes`, `hoist-loads{latency=false}` (only where asked), or
+`@hoist_loads(0)`.
 """
 
 from __future__ import annotations
 
 from tkir.ir import Block, Module, Operation
-from tkir.passes.analysis import classify_copy, global_store
+from tkir.passes.analysis import classify_copy, global_store, latency_bound_rows
 from tkir.passmanager import Options, Pass, param
 
 REQUEST_ATTR = "hoist_loads_requested"  # frontend/annotations.py HOIST_LOADS_ATTR
@@ -36,10 +43,13 @@ DONE_ATTR = "hoisted_loads"             # on the kernel: how many loads moved (v
 class HoistLoads(Pass):
     name = "hoist-loads"
     all: bool = param(False, "hoist in every kernel, not only those that ask (@hoist_loads(1))")
+    latency: bool = param(True, "also, without a request, in a kernel without tk.mma compiled for a size bucket "
+                                "whose grid fits in one wave (false: only where asked)")
 
     def run(self, module: Module, options: Options) -> None:
         for kernel in module.kernels():
-            if not (self.all or kernel.attrs.get(REQUEST_ATTR)):
+            decided = self.latency and REQUEST_ATTR not in kernel.attrs and latency_bound_rows(kernel) is not None
+            if not (self.all or kernel.attrs.get(REQUEST_ATTR) or decided):
                 continue
             moved = sum(_hoist_block(r.block) for op in list(kernel.walk()) for r in op.regions)
             if moved:

@@ -62,9 +62,9 @@ from tkir.layout import (
     row_split,
 )
 from tkir.ops import TILE_BINARY, TILE_UNARY
-from tkir.passes.analysis import classify_copy
+from tkir.passes.analysis import classify_copy, grid_blocks_at_problem_sizes
 from tkir.passmanager import Options, ParamError, Pass, PassError, param
-from tkir.target import DEFAULT_WARPS, MAX_THREADS_PER_BLOCK, WARPS_PER_WARPGROUP
+from tkir.target import DEFAULT_WARPS, MAX_THREADS_PER_BLOCK, NUM_SMS, WARPS_PER_WARPGROUP
 from tkir.target import WARP as WARP_SIZE
 from tkir.types import TileType, VectorType, is_register, is_shared
 
@@ -96,6 +96,12 @@ ROW_ELEMS_PER_THREAD = 64
 # with two consts"): layernorm at D = 8192 ran 0.90-0.91x its tuned point with 32 (two warpgroups, two blocks
 # per SM), 1.00x with 64 (one warpgroup, as tuned); D = 16384 takes two, 1.00-1.02x.
 ROW_BLOCK_ELEMS_PER_THREAD = 64
+# Where the kernel was compiled for a size bucket (`problem_sizes`, set by tkir.compile(sizes=...) and by every call
+# of a kernel with auto consts) whose grid has fewer blocks than the GPU has SMs, the count doubles (at most
+# MAX_ROW_WARPGROUPS) while a thread keeps at least ROW_MIN_ELEMS_FEW_BLOCKS elements (two 16-byte bf16 chunks): a
+# lone block per SM has the SM's memory to itself, and more warps keep more loads in flight (H100: a two-const
+# rmsnorm at one row of 4096 / 8192 ran 0.91x / 0.94x the tuned two-warpgroup point with one warpgroup).
+ROW_MIN_ELEMS_FEW_BLOCKS = 16
 MAX_ROW_WARPGROUPS = 4
 # A `row` tile with fewer rows than the block has warps (ROWS = 1 over 8 or 16 warps) gets whole rows
 # per warp and the other warps repeat them (the same loads and arithmetic, their results unused). With
@@ -247,15 +253,25 @@ class _KernelLayouts:
     def _row_warpgroups(self) -> int:
         """Warpgroups for a kernel without tk.mma that does not say: enough that the widest register tile
         it row-reduces gives each thread at most ROW_BLOCK_ELEMS_PER_THREAD elements (a power of two, at
-        most MAX_ROW_WARPGROUPS); 1 without a row reduction."""
+        most MAX_ROW_WARPGROUPS), twice that under one block per SM where a thread keeps
+        ROW_MIN_ELEMS_FEW_BLOCKS; 1 without a row reduction."""
         widest = max((op.operands[0].type.rows * op.operands[0].type.cols for op in self.kernel.walk()
                       if op.name == "tk.reduce" and str(op.attrs.get("axis")) == "row"
                       and isinstance(op.operands[0].type, TileType)), default=0)
-        need = -(-widest // (WARPS_PER_WARPGROUP * WARP_SIZE * ROW_BLOCK_ELEMS_PER_THREAD))
+        threads = WARPS_PER_WARPGROUP * WARP_SIZE
+        need = -(-widest // (threads * ROW_BLOCK_ELEMS_PER_THREAD))
         groups = 1
         while groups < min(need, MAX_ROW_WARPGROUPS):
             groups *= 2
+        if widest and self._few_blocks() and groups < MAX_ROW_WARPGROUPS \
+                and widest // (2 * groups * threads) >= ROW_MIN_ELEMS_FEW_BLOCKS:
+            groups *= 2
         return groups
+
+    def _few_blocks(self) -> bool:
+        """Whether the kernel was compiled for a size bucket at which its grid has fewer blocks than SMs."""
+        blocks = grid_blocks_at_problem_sizes(self.kernel)
+        return blocks is not None and blocks < NUM_SMS
 
     def _whole_row_warps(self, mmas: list[Operation]) -> int | None:
         """sm_80 warps when some accumulator must give each warp whole rows (a row reduction, a register

@@ -243,6 +243,13 @@ BACKEND_STAGES = ("llvm", "ptx", "launch")  # what compile_module produces and t
 # the kernel attrs that record how auto consts were chosen (tkir/tools/auto_consts.py): the backend never reads
 # them, so the cache key leaves them out (the point's own compile, which checked it against ptxas, is the same entry)
 AUTO_ATTRS = ("auto", "auto_sizes", "auto_predicted", "auto_runner_up", "auto_refused")
+PROBLEM_SIZES_ATTR = "problem_sizes"  # tk.kernel: the size bucket a kernel compiled with sizes= was compiled for
+
+
+def _size_bucket(sizes: dict[str, int]) -> dict[str, int]:
+    from tkir.tools.auto_consts import size_bucket
+
+    return size_bucket(sizes)
 
 
 def _cache_key(k: CompiledKernel) -> str:
@@ -382,9 +389,12 @@ def _compile(path: str, pipeline: list, given: str, options: Options, load_passe
             def accept(point: dict, limit: int | None = None) -> str | None:
                 return _spill_reason(_compile(path, choose_with, choose_given, options, load_passes,
                                               PipelineConfig(keep_snapshots=False), None, point,
-                                              edits if plans else None), limit)
+                                              edits if plans else None, sizes), limit)
         consts, choice = _resolve_auto(str(path), dict(consts), registry, choice_pipeline, options, sizes, accept)
     module = build_module(path, consts)
+    if sizes is not None:  # compiled for a size bucket: passes may decide from it (infer-layouts' row warps)
+        for kern in module.kernels():
+            kern.attrs[PROBLEM_SIZES_ATTR] = _size_bucket(sizes)
     edited = kernel_pipeline(module)
     if edited is not pipeline:
         pm = PassManager(registry, edited)
@@ -551,6 +561,9 @@ def _resolve_auto(path: str, consts: dict, registry: dict, pipeline_of: Callable
 
     def trial(point: dict) -> Module:
         m = build_module(path, point)
+        if sizes is not None:
+            for kern in m.kernels():
+                kern.attrs[PROBLEM_SIZES_ATTR] = _size_bucket(sizes)
         pipeline = pipeline_of(m)
         cut = next((i for i, s in enumerate(pipeline) if s.name == auto_consts.STOP_AFTER), len(pipeline) - 1)
         PassManager(registry, pipeline[:cut + 1]).run(m, options, PipelineConfig(), io.StringIO())

@@ -53,7 +53,7 @@ def test_fence_loads_annotation_records_the_request() -> None:
                       passes=["canonicalize"]).ir
     assert "fence_loads_requested = true" in ir
     ir0 = tkir.compile("examples/softmax.tk", D=768, DC=1024, ROWS=1, WG=1, FENCE=0, passes=["canonicalize"]).ir
-    assert "fence_loads_requested" not in ir0
+    assert "fence_loads_requested = false" in ir0  # the source said no: the size rule leaves it alone
 
 
 def test_tune_spaces_offer_the_fence_only_for_narrow_rows() -> None:
@@ -64,3 +64,31 @@ def test_tune_spaces_offer_the_fence_only_for_narrow_rows() -> None:
         narrow = {p.consts["FENCE"] for p in space.points({"D": 768}) if p.dropped is None}
         wide = {p.consts["FENCE"] for p in space.points({"D": 4096}) if p.dropped is None}
         assert narrow == {0, 1} and wide == {0}, k
+
+
+PLAIN = "scripts/bench/row_plain/layernorm.tk"  # no @fence_loads / @hoist_loads: the compiler decides
+
+
+def _ops_at(n: int, d: int, **kw: object) -> str:
+    return tkir.compile(PLAIN, sizes={"N": n}, D=d, **kw).ir
+
+
+def test_size_rule_fences_and_hoists_a_latency_bound_narrow_row_kernel() -> None:
+    """A grid that fits in one wave (N = 4096 rows of 768 in blocks of 4: 1024 blocks) with narrow rows: the
+    loads are fenced and W, Bias hoisted; at N = 65536 (16384 blocks) neither; at D = 4096 hoisted, not fenced."""
+    ir = _ops_at(4096, 768)
+    assert ir.count("tk.fence") == 1 and "hoisted_loads = 2" in ir
+    many = _ops_at(65536, 768)
+    assert "tk.fence" not in many and "hoisted_loads" not in many
+    wide = _ops_at(1, 4096)
+    assert "tk.fence" not in wide and "hoisted_loads = 2" in wide
+    plain = tkir.compile(PLAIN, D=768).ir  # compiled without sizes: nothing to decide from
+    assert "tk.fence" not in plain and "hoisted_loads" not in plain
+
+
+def test_size_rule_ablation_and_the_source_saying_no() -> None:
+    off = _ops_at(4096, 768, pass_edits="hoist-loads{latency=false},fence-loads{opt_in=true,latency=false}")
+    assert "tk.fence" not in off and "hoisted_loads" not in off
+    said_no = tkir.compile("examples/layernorm.tk", sizes={"N": 1}, D=768, DC=1024, ROWS=1, WG=1, HOIST=0,
+                           FENCE=0).ir
+    assert "tk.fence" not in said_no and "hoisted_loads" not in said_no

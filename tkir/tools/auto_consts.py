@@ -29,7 +29,10 @@ and every call of a kernel compiled with auto consts, which chooses per size buc
 (tkir.tools.tune_model, the roofline per block times waves that `tkc tune` ranks by) predicts every point
 the pipeline accepts at the sizes' bucket (each size rounded up to a power of two, as the tuning cache
 keys). The size-free choice above stays unless another point is predicted more than CLEAR_WIN faster; then
-the model's best wins (predictions within TIE_FRACTION of it tie, broken by the size-free order).
+the model's best wins (predictions within TIE_FRACTION of it tie, broken by the size-free order). A kernel with no
+tensor work whose size-free point runs fewer blocks than there are SMs at these sizes (a row kernel at N = 1 or 128)
+takes the point with the most blocks (up to one per SM), then the least work a block: such a grid is a few memory
+round trips whatever the tile (the model's floor), and a bigger tile only adds masked rows and leaves SMs idle.
 `accept(consts)` (the backend and ptxas: a point that spills) may still turn the winner down; then the next
 in the ranking is taken. The IR records the sizes the choice was made for (`auto_sizes`), its prediction
 and why (`auto_predicted`) and the runner-up (`auto_runner_up`): gemm_fp8.tk at M = 64, N = K = 4096 takes
@@ -45,6 +48,7 @@ from collections.abc import Callable, Iterable, Iterator
 
 from tkir.diagnostics import CompileError
 from tkir.ir import Module
+from tkir.target import NUM_SMS
 
 AUTO = "auto"
 STOP_AFTER = "plan-occupancy"  # the last pass a candidate must survive
@@ -309,7 +313,15 @@ def _resolve_at_sizes(kernel, text: str, const_loc: dict, points: list, order: I
         scored[i] = (pred.ms, pred)
     best = min(ms for ms, _ in scored.values())
     rank = {i: r for r, i in enumerate(order)}
-    if best * (1 + CLEAR_WIN) < scored[budget][0]:
+    memory_bound = all(pred.tensor_flops_per_block == 0 for _, pred in scored.values())
+    if memory_bound and scored[budget][1].blocks < NUM_SMS:
+        # a grid under one block per SM, of a kernel with no tensor work: its time is a few memory round trips
+        # whatever the tile (the model's floor), and a bigger tile only adds masked rows and idles SMs
+        ranking = sorted(scored, key=lambda i: (-min(scored[i][1].blocks, NUM_SMS), scored[i][1].bytes_per_block,
+                                                rank[i]))
+        why = (f"the budget rule's point runs {scored[budget][1].blocks} block(s), under one per SM, with no tensor "
+               "work: the most blocks, then the least work a block")
+    elif best * (1 + CLEAR_WIN) < scored[budget][0]:
         tied = [i for i in scored if scored[i][0] <= best * (1 + TIE_FRACTION)]
         first = min(tied, key=lambda i: rank[i])
         why = f"the model predicts it {scored[budget][0] / scored[first][0]:.2f}x faster than the budget rule's"
