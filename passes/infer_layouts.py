@@ -100,7 +100,8 @@ ROW_BLOCK_ELEMS_PER_THREAD = 64
 # of a kernel with auto consts) whose grid has fewer blocks than the GPU has SMs, the count doubles (at most
 # MAX_ROW_WARPGROUPS) while a thread keeps at least ROW_MIN_ELEMS_FEW_BLOCKS elements (two 16-byte bf16 chunks): a
 # lone block per SM has the SM's memory to itself, and more warps keep more loads in flight (H100: a two-const
-# rmsnorm at one row of 4096 / 8192 ran 0.91x / 0.94x the tuned two-warpgroup point with one warpgroup).
+# rmsnorm at one row of 4096 / 8192 ran 0.91x / 0.94x the tuned two-warpgroup point with one warpgroup, 1.01-1.03x
+# with two; docs/experiments.md, "... row kernels with two consts").
 ROW_MIN_ELEMS_FEW_BLOCKS = 16
 MAX_ROW_WARPGROUPS = 4
 # A `row` tile with fewer rows than the block has warps (ROWS = 1 over 8 or 16 warps) gets whole rows
