@@ -225,8 +225,8 @@ class _KernelLayouts:
                 elif has_mma:
                     warps = self._whole_row_warps(mmas) or min(max(acc_rows // MMA_M, 1), MAX_AUTO_WARPS_SM80)
                 else:
-                    warps = WARPS_PER_WARPGROUP * self._row_warpgroups() if self._row_warpgroups() > 1 \
-                        else DEFAULT_WARPS
+                    groups = self._row_warpgroups()
+                    warps = WARPS_PER_WARPGROUP * groups if groups > 1 else DEFAULT_WARPS
             attrs["warps"] = warps
             _check_threads(self.kernel, warps)
             return warps, 0
