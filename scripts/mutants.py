@@ -91,6 +91,11 @@ T_PRODUCER_RULE = ("tests/passes/test_occupancy.py", "-k", "producer or one_role
 T_BENCH = ("tests/tools/test_bench.py",)
 T_FENCE_FILECHECK = ("tests/filecheck/test_filecheck.py", "-k", "fence")
 T_FENCE_LOADS = ("tests/passes/test_fence_loads.py",)
+T_SIZE_RULES = ("tests/filecheck/test_filecheck.py", "tests/passes/test_fence_loads.py", "-k", "size-rule or size_rule")
+T_ROW_WARPS = ("tests/filecheck/test_filecheck.py", "-k", "row-warps or size-rule")
+T_AUTO_FEW_BLOCKS = ("tests/tools/test_auto_consts.py", "-k", "one_block_per_sm")
+T_COLUMN_SCRATCH = ("tests/passes/test_column_scratch.py", "tests/filecheck/test_filecheck.py", "-k",
+                    "scratch or column")
 T_TUNE_ROUNDS = ("tests/tools/test_tune.py", "-k", "timed_again or same_code")
 T_TUNE_SAME = ("tests/tools/test_tune.py", "-k", "same_code or another_launch")
 T_REREAD = ("tests/passes/test_wide_rows.py", "-k", "reread")
@@ -285,8 +290,32 @@ MUTANTS: list[Mutation] = [
     M("ptx70-parity", "backend/ptx.py", '    elif target == "sm_80" and PARITY_WAIT in ir:', "    elif False:",
       "PTX 7.0 with the parity wait (ptxas refuses it)", tests=T_SM80_PRODUCERS, topic="sm80-producers"),
     # --- hoist-loads -----------------------------------------------------------------------------------------
-    M("hoist-ignores-request", "passes/hoist_loads.py", "if not (self.all or kernel.attrs.get(REQUEST_ATTR)):",
-      "if not self.all:", "hoist-loads ignores `@hoist_loads(1)`", tests=T_HOIST_FILECHECK, topic="hoist-loads"),
+    M("hoist-ignores-request", "passes/hoist_loads.py",
+      "if not (self.all or kernel.attrs.get(REQUEST_ATTR) or decided):", "if not (self.all or decided):",
+      "hoist-loads ignores `@hoist_loads(1)`", tests=T_HOIST_FILECHECK, topic="hoist-loads"),
+    M("hoist-ignores-size", "passes/hoist_loads.py",
+      "decided = self.latency and REQUEST_ATTR not in kernel.attrs and latency_bound_rows(kernel) is not None",
+      "decided = False", "hoist-loads never decides from the problem size", tests=T_SIZE_RULES, topic="hoist-loads"),
+    M("hoist-overrides-no", "passes/hoist_loads.py", "decided = self.latency and REQUEST_ATTR not in kernel.attrs and",
+      "decided = self.latency and", "hoist-loads decides where the source said @hoist_loads(0)", tests=T_SIZE_RULES,
+      topic="hoist-loads"),
+    M("fence-ignores-size", "passes/fence_loads.py",
+      "decided = self.latency and REQUEST_ATTR not in kernel.attrs and _narrow_latency_bound(kernel)",
+      "decided = False", "fence-loads never decides from the problem size", tests=T_SIZE_RULES, topic="fence-loads"),
+    M("fence-size-any-width", "passes/fence_loads.py", "return bool(widths) and max(widths) <= NARROW_ROW",
+      "return bool(widths)", "fence-loads' size rule fences wide rows too", tests=T_SIZE_RULES, topic="fence-loads"),
+    M("auto-few-blocks-ignored", "tkir/tools/auto_consts.py", "if memory_bound and scored[budget][1].blocks < NUM_SMS:",
+      "if False:", "auto consts keep a 4-row tile for a grid of one block", tests=T_AUTO_FEW_BLOCKS,
+      topic="infer-layouts"),
+    M("scratch-pad-fixed", "tkir/layout.py", "        if best is None or degree < best[0]:",
+      "        if best is None or pad == 16:", "the column reduction's scratch pad fixed at 16 bytes again",
+      tests=T_COLUMN_SCRATCH, topic="infer-layouts"),
+    M("row-warps-fixed", "passes/infer_layouts.py", "while groups < min(need, MAX_ROW_WARPGROUPS):",
+      "while False:", "a row kernel without a thread-shape annotation always gets one warpgroup",
+      tests=T_ROW_WARPS, topic="infer-layouts"),
+    M("row-warps-no-doubling", "passes/infer_layouts.py", "            groups *= 2", "            pass",
+      "no more warps for a row kernel under one block per SM", tests=T_ROW_WARPS, topic="infer-layouts",
+      occurrence=2),
     M("hoist-past-store", "passes/hoist_loads.py", "if any(global_store(inner) for inner in op.walk()):", "if False:",
       "hoist-loads hoists past a store", tests=T_HOIST_FILECHECK, topic="hoist-loads"),
     M("hoist-sees-top-level-stores-only", "passes/hoist_loads.py",
@@ -315,8 +344,8 @@ MUTANTS: list[Mutation] = [
       topic="hoist-loads"),
     M("lead-fallback-none", "tkir/tools/timing.py", "for _ in range(FALLBACK_LEAD_FLUSHES):", "for _ in range(0):",
       "no host lead without torch.cuda._sleep", tests=T_BENCH_LEAD, topic="hoist-loads"),
-    M("annotation-drops-request", "frontend/annotations.py", '_switch("H", HOIST_LOADS_ATTR)',
-      '_switch("H", "ignored")',
+    M("annotation-drops-request", "frontend/annotations.py", '_switch("H", HOIST_LOADS_ATTR, record_off=True)',
+      '_switch("H", "ignored", record_off=True)',
       "`@hoist_loads` records no request", tests=T_HOIST_FILECHECK, topic="hoist-loads"),
     M("annotation-accepts-2", "frontend/annotations.py", "if c not in (0, 1) or isinstance(c, float):",
       "if c not in (0, 1, 2) or isinstance(c, float):", "`@hoist_loads(2)` accepted", tests=T_HOIST_DIAGNOSTICS,
@@ -422,10 +451,12 @@ MUTANTS: list[Mutation] = [
     M("fence-across-loops", "passes/fence_loads.py", "        if last_load is not None and not _register_compute(op):",
       "        if False:", "fence-loads fences across a loop", tests=T_FENCE_LOADS, topic="sm80-copy"),
     # --- fence-loads -----------------------------------------------------------------------------------------
-    M("opt-in-ignored", "passes/fence_loads.py", "            if self.opt_in and not kernel.attrs.get(REQUEST_ATTR):",
+    M("opt-in-ignored", "passes/fence_loads.py",
+      "            if self.opt_in and not (kernel.attrs.get(REQUEST_ATTR) or decided):",
       "            if False:", "fence-loads' opt-in ignored", tests=T_FENCE_LOADS, topic="fence-loads"),
-    M("annotation-records-nothing", "frontend/annotations.py", '_switch("F", FENCE_LOADS_ATTR)',
-      '_switch("F", "ignored")', "`@fence_loads` records nothing", tests=T_FENCE_LOADS, topic="fence-loads"),
+    M("annotation-records-nothing", "frontend/annotations.py", '_switch("F", FENCE_LOADS_ATTR, record_off=True)',
+      '_switch("F", "ignored", record_off=True)', "`@fence_loads` records nothing", tests=T_FENCE_LOADS,
+      topic="fence-loads"),
     M("fence-space-for-wide-rows", "examples/layernorm.tk", "FENCE=[0, 1], where=FENCE * D <= 1024,",
       "FENCE=[0, 1], where=FENCE * D <= 16384,", "layernorm's FENCE offered for wide rows", tests=T_FENCE_LOADS,
       topic="fence-loads"),

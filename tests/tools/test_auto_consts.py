@@ -281,3 +281,14 @@ def test_widest_first_is_lazy_and_keeps_non_wgmma_order() -> None:
     assert next(it) == 0 and compiled == []
     assert [next(it), next(it)] == [1, 2] and compiled == [1, 2]
     assert list(it) == [3] and compiled == [1, 2]
+
+
+@pytest.mark.parametrize("n, rows", [(1, 1), (128, 1), (4096, 4), (65536, 4)])
+def test_grid_under_one_block_per_sm_takes_the_most_blocks(n: int, rows: int) -> None:
+    """A kernel with no tensor work whose size-free point (ROWS = 4 at D = 768) runs fewer blocks than SMs at the
+    sizes takes the point with the most blocks, then the least work a block: ROWS = 1 at N = 1 and 128 (the model
+    predicts its floor for every point there); from one block per SM on, the size-free point stays."""
+    k = tkir.compile("scripts/bench/row_plain/rmsnorm.tk", target="sm_90a", sizes={"N": n}, D=768)
+    assert k.module.kernel.attrs["auto"] == {"ROWS": rows}
+    if rows == 1:
+        assert "the most blocks, then the least work a block" in k.module.kernel.attrs["auto_predicted"]
