@@ -53,7 +53,7 @@ def test_attention_sass_has_hgmma_utmaldg_and_no_local_memory(consts: dict) -> N
 @pytest.mark.parametrize("name", ["softmax", "layernorm", "rotary"])
 @pytest.mark.parametrize("target", ["sm_90a"])
 def test_row_kernels_assemble_without_local_memory(name: str, target: str) -> None:
-    k = tkir.compile(f"examples/{name}.tk", target=target)
+    k = tkir.compile(f"{'examples' if name == 'rotary' else 'tests/data/rows'}/{name}.tk", target=target)
     sass = k.asm["sass"]
     assert "LDG.E.128" in sass and not local_memory_ops(sass)  # 16-byte global loads, no spills
 
@@ -67,14 +67,14 @@ def test_chunk_loop_loads_bf16_in_16_byte_chunks() -> None:
     registers plan-occupancy allows: tests/passes/test_wide_rows.py's HOISTED_SPILLS.)"""
     from tkir.api import default_pipeline
 
-    sass = tkir.compile("examples/rmsnorm.tk", D=8192, DC=2048, ROWS=1, WG=2).asm["sass"]
+    sass = tkir.compile("tests/data/rows/rmsnorm.tk", D=8192, DC=2048, ROWS=1, WG=2).asm["sass"]
     assert "LDG.E.128.CONSTANT" in sass and "LDG.E.U16" not in sass and "LDG.E.U16.CONSTANT" not in sass
     plain = [p for p in default_pipeline() if p != "readonly-loads"]
-    sass = tkir.compile("examples/rmsnorm.tk", passes=plain, D=8192, DC=2048, ROWS=1, WG=2).asm["sass"]
+    sass = tkir.compile("tests/data/rows/rmsnorm.tk", passes=plain, D=8192, DC=2048, ROWS=1, WG=2).asm["sass"]
     assert "LDG.E.128" in sass and "LDG.E.U16" not in sass and not local_memory_ops(sass)
     # at D = 4096 (in chunks of DC = 1024) the f32 sum comes first too: its class takes the bf16 tiles'
     # 8-element chunks, not the f32 value's 4 (12 loads a thread where 8 do)
-    ir = tkir.compile("examples/rmsnorm.tk", D=4096).ir
+    ir = tkir.compile("tests/data/rows/rmsnorm.tk", D=4096).ir
     assert set(re.findall(r"kind = row, warps = \d+, vec = (\d+)", ir)) == {"8"}
 
 
@@ -84,7 +84,7 @@ def test_chunk_loops_of_2048_over_16_warps_use_8_byte_vector_accesses(name: str,
     and stored as one LDG.E.64 / STG.E.64 each, where the backend once copied them element by element
     (LDG.E.U16). (rmsnorm at D = 16384 spills 40 bytes there: plan-occupancy does not count the eight
     chunk loads that ptxas unrolls and keeps in flight; `tkc tune` times or drops such points.)"""
-    k = tkir.compile(f"examples/{name}.tk", D=d, DC=2048, ROWS=1, WG=4)
+    k = tkir.compile(f"tests/data/rows/{name}.tk", D=d, DC=2048, ROWS=1, WG=4)
     sass = k.asm["sass"]
     assert "LDG.E.64" in sass and "STG.E.64" in sass
     assert not re.search(r"(LDG|STG)\.E\.(U16|128)", sass) and not local_memory_ops(sass)
@@ -120,9 +120,10 @@ def _ldg_descriptors(sass: str) -> list[str]:
     return out
 
 
-@pytest.mark.parametrize("path, consts", [("tests/filecheck/passes/cache-policy.tk", {}), ("examples/rmsnorm.tk", {}),
-                                          ("examples/layernorm.tk", {"D": 16384, "DC": 4096, "WG": 4, "ROWS": 1}),
-                                          ("examples/softmax.tk", {})])
+@pytest.mark.parametrize("path, consts", [("tests/filecheck/passes/cache-policy.tk", {}),
+                                          ("tests/data/rows/rmsnorm.tk", {}),
+                                          ("tests/data/rows/layernorm.tk", {"D": 16384, "DC": 4096, "WG": 4, "ROWS": 1}),
+                                          ("tests/data/rows/softmax.tk", {})])
 def test_cache_policy_reaches_the_loads_memory_descriptor(path: str, consts: dict) -> None:
     """cache-policy: ptxas folds the createpolicy into the memory descriptor of the hinted
     loads, so every LDG uses a descriptor the kernel builds, none the default one from the constant bank;
@@ -229,7 +230,7 @@ def test_readonly_loads_are_issued_above_the_chunk_loops_stores(wg: int) -> None
     from tkir.api import default_pipeline
 
     def order(passes: list[str] | None) -> tuple[list[str], str]:
-        k = tkir.compile("examples/layernorm.tk", passes=passes, D=8192, DC=2048, ROWS=1, WG=wg, OCC=4)
+        k = tkir.compile("tests/data/rows/layernorm.tk", passes=passes, D=8192, DC=2048, ROWS=1, WG=wg, OCC=4)
         assert not local_memory_ops(k.asm["sass"])
         return re.findall(r"\b(LDG\S*|STG\S*)", k.asm["sass"]), k.asm["ptx"]
 

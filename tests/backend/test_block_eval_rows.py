@@ -1,6 +1,6 @@
 """The backend's cross-warp row paths on the CPU: one block of each row kernel's LLVM text, every thread.
 
-softmax, rmsnorm and layernorm (examples/) at sizes where each row is split over 2, 4 or 8 warps, and a
+softmax, rmsnorm and layernorm (tests/data/rows/) at sizes where each row is split over 2, 4 or 8 warps, and a
 row mean / variance kernel (the Welford merge: rules_registers._row_stats, exchange.combine_row_stats),
 are lowered for sm_90a and sm_80 and their LLVM text is executed for one block by tests/llvm_block_eval.py:
 per-lane butterflies (`shfl.sync.bfly`), the partials through shared memory between barriers, the final
@@ -26,12 +26,12 @@ from llvm_block_eval import EvalError, run_block
 
 import tkir
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+ROW_KERNELS = Path(__file__).resolve().parents[2] / "tests" / "data" / "rows"  # the row kernels with every knob
 BF16 = ml_dtypes.bfloat16
 WARP_LANES = 32  # PTX ISA: a warp is 32 threads
 TARGETS = ["sm_90a", "sm_80"]
-LN_EPS = 1e-5   # examples/layernorm.tk's EPS
-RMS_EPS = 1e-6  # examples/rmsnorm.tk's EPS
+LN_EPS = 1e-5   # layernorm.tk's EPS
+RMS_EPS = 1e-6  # rmsnorm.tk's EPS
 # bf16 outputs: half a unit in the last place (2^-9 relative) of the output plus the f32 work before it
 BF16_TOL = 2 ** -8
 # f32 statistics of 2048 values: a few units of f32 rounding (2^-24) per merge level
@@ -100,7 +100,7 @@ SOFTMAX = [dict(ROWS=1, WG=1, D=1024, DC=1024),   # one row over 4 warps
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("consts", SOFTMAX, ids=lambda c: "-".join(f"{k}{v}" for k, v in c.items()))
 def test_softmax_rows_split_over_warps(target: str, consts: dict) -> None:
-    k = tkir.compile(str(EXAMPLES / "softmax.tk"), target=target, **consts)
+    k = tkir.compile(str(ROW_KERNELS / "softmax.tk"), target=target, **consts)
     assert max(_parts(k)) > 1
     r, d = consts["ROWS"], consts["D"]
     n = 3 * r
@@ -120,7 +120,7 @@ RMSNORM = [dict(ROWS=1, WG=2, D=2048, DC=2048),   # one row over 8 warps
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("consts", RMSNORM, ids=lambda c: "-".join(f"{k}{v}" for k, v in c.items()))
 def test_rmsnorm_rows_split_over_warps(target: str, consts: dict) -> None:
-    k = tkir.compile(str(EXAMPLES / "rmsnorm.tk"), target=target, **consts)
+    k = tkir.compile(str(ROW_KERNELS / "rmsnorm.tk"), target=target, **consts)
     assert max(_parts(k)) > 1
     r, d = consts["ROWS"], consts["D"]
     n = 2 * r - (r > 1)   # with two rows a block, the last block holds one row
@@ -140,7 +140,7 @@ LAYERNORM = [dict(ROWS=1, WG=1, D=1024, DC=1024),             # one row over 4 w
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("consts", LAYERNORM, ids=lambda c: "-".join(f"{k}{v}" for k, v in c.items()))
 def test_layernorm_rows_split_over_warps(target: str, consts: dict) -> None:
-    k = tkir.compile(str(EXAMPLES / "layernorm.tk"), target=target, **consts)
+    k = tkir.compile(str(ROW_KERNELS / "layernorm.tk"), target=target, **consts)
     assert max(_parts(k)) > 1
     r, d = consts["ROWS"], consts["D"]
     n = 3 * r
@@ -211,7 +211,7 @@ def test_mask_causal_both_branches(tmp_path: Path, target: str, consts: dict, br
 
 
 def _softmax_text() -> tuple[str, tkir.CompiledKernel]:
-    k = tkir.compile(str(EXAMPLES / "softmax.tk"), ROWS=1, WG=1, D=1024, DC=1024)
+    k = tkir.compile(str(ROW_KERNELS / "softmax.tk"), ROWS=1, WG=1, D=1024, DC=1024)
     return k.asm["llvm"], k
 
 

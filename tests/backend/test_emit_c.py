@@ -33,6 +33,7 @@ TESTS = Path(__file__).resolve().parents[1]  # tests/
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
+ROW_KERNELS = TESTS / "data" / "rows"  # the row kernels with every schedule knob (pass-test vehicles)
 STUB = TESTS / "data" / "emit_c" / "stub_driver.c"
 EXAMPLE_NAMES = sorted(p.stem for p in EXAMPLES.glob("*.tk"))
 STREAM = 0x5151  # the stream handle the harness passes
@@ -43,6 +44,11 @@ SCALAR_LETTERS = {"i32": "i", "u32": "u", "i64": "l", "f32": "f"}
 CUDA_ERROR_INVALID_VALUE = 1
 STREAM_K = ("canonicalize,legalize-mma,infer-layouts,select-swizzle,bank-conflicts,create-tma,plan-occupancy,"
             "pipeline,persistent{balanced_grid=false},stream-k,canonicalize")
+
+
+def _kernel(name: str) -> Path:
+    """examples/NAME.tk, or for the row kernels their copy with every schedule knob (tests/data/rows)."""
+    return (ROW_KERNELS if name in ("layernorm", "rmsnorm", "softmax") else EXAMPLES) / f"{name}.tk"
 
 
 # --- every example compiles ------------------------------------------------------------------------
@@ -77,7 +83,7 @@ def test_cli_output_names(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
 
 
 def test_api_emit_c() -> None:
-    k = tkir.compile(str(EXAMPLES / "softmax.tk"), D=512)
+    k = tkir.compile(str(ROW_KERNELS / "softmax.tk"), D=512)
     src = k.emit_c()
     assert isinstance(src, CSources) and src.header == "softmax.h" and src.prefix == "tkir_softmax"
     assert "const char *tkir_softmax_check(CUdeviceptr X, CUdeviceptr Y, int64_t N);" in src.h
@@ -189,7 +195,7 @@ EXPRS_LAUNCH: dict[str, Any] = {
 
 
 def _example_launch(name: str, **kw: Any) -> tuple[str, LaunchDescription]:
-    k = tkir.compile(str(EXAMPLES / f"{name}.tk"), **kw)
+    k = tkir.compile(str(_kernel(name)), **kw)
     return k.asm["ptx"], k.launch
 
 
@@ -452,7 +458,7 @@ def test_gpu_test_program_runs_on_the_stub(name: str, sizes: dict[str, int], tmp
     import numpy as np
     from test_emit_c_gpu import EXIT_REFUSED, REFUSED, _main_c, _run
 
-    k = tkir.compile(str(EXAMPLES / f"{name}.tk"))
+    k = tkir.compile(str(_kernel(name)))
     src = k.emit_c(name)
     (tmp_path / f"{name}.c").write_text(src.c)
     (tmp_path / f"{name}.h").write_text(src.h)

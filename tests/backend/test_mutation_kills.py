@@ -456,12 +456,12 @@ def check_row_reductions(k: tkir.CompiledKernel) -> int:
 
 
 ROW_KERNELS = {
-    "softmax-32-lanes": ("examples/softmax.tk", {}, {}),
-    "softmax-8-lanes": ("examples/softmax.tk", {"D": 64}, {}),
-    "layernorm-16-lanes": ("examples/layernorm.tk", {"D": 128}, {}),
-    "softmax-4-rows-per-thread": ("examples/softmax.tk", {"D": 64, "ROWS": 64, "WG": 1}, {}),
-    "rmsnorm-wide-rows": ("examples/rmsnorm.tk", {"D": 8192, "DC": 8192, "ROWS": 1, "WG": 2}, {}),
-    "softmax-sm80": ("examples/softmax.tk", {"D": 64}, {"target": "sm_80"}),
+    "softmax-32-lanes": ("tests/data/rows/softmax.tk", {}, {}),
+    "softmax-8-lanes": ("tests/data/rows/softmax.tk", {"D": 64}, {}),
+    "layernorm-16-lanes": ("tests/data/rows/layernorm.tk", {"D": 128}, {}),
+    "softmax-4-rows-per-thread": ("tests/data/rows/softmax.tk", {"D": 64, "ROWS": 64, "WG": 1}, {}),
+    "rmsnorm-wide-rows": ("tests/data/rows/rmsnorm.tk", {"D": 8192, "DC": 8192, "ROWS": 1, "WG": 2}, {}),
+    "softmax-sm80": ("tests/data/rows/softmax.tk", {"D": 64}, {"target": "sm_80"}),
     "attention-quad": ("examples/attention_fwd.tk", {"D": 64}, {}),
     "attention-quad-sm80": ("examples/attention_fwd.tk", {"D": 64}, {"target": "sm_80"}),
 }

@@ -22,6 +22,7 @@ from tkir.facts import OccupancyPlan
 from tkir.passes.registry import DEFAULT_PIPELINE
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+ROW_KERNELS = Path(__file__).resolve().parents[2] / "tests" / "data" / "rows"  # the row kernels with every knob
 LAYERNORM_BWD = str(EXAMPLES / "layernorm_bwd.tk")
 # layernorm backward at D = 4096, 2 rows a block, 4 warpgroups: plan-occupancy plans 2 blocks per SM, where
 # ptxas fits a thread in 64 registers only by spilling (212 B measured); at 1 block it needs 122, no spills
@@ -181,7 +182,7 @@ def test_spilling_at_every_count_keeps_the_least_spilling_and_says_so(capsys: py
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        k = _forced(str(EXAMPLES / "layernorm.tk"), 2, D=16384)
+        k = _forced(str(ROW_KERNELS / "layernorm.tk"), 2, D=16384)
         ptx = k.asm["ptx"]
     assert _minnctapersm(ptx) == 1
     fb = k.module.kernel.attrs[SPILL_FALLBACK_ATTR]

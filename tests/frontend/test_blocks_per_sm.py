@@ -35,7 +35,8 @@ from tkir.verifier import verify
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
-LAYERNORM = str(EXAMPLES / "layernorm.tk")
+ROW_KERNELS = ROOT / "tests" / "data" / "rows"  # the row kernels with every schedule knob (@blocks_per_sm(OCC) among them)
+LAYERNORM = str(ROW_KERNELS / "layernorm.tk")
 GEMM = str(EXAMPLES / "gemm.tk")
 GEMM_CONSTS = load_companion(GEMM).DEFAULT_CONSTS  # gemm.tk's auto consts at the header's old values
 # layernorm's widest one-read row on 2 warpgroups: plan-occupancy estimates 96 registers a thread
@@ -280,7 +281,7 @@ def test_interpreter_ignores_it() -> None:
 def test_row_examples_tune_occ(name: str) -> None:
     """OCC = [0, 4, 8] in each row kernel's space (8 added later; layernorm also 3);
     the where-clause keeps OCC x WG x 128 <= 2048 (8 blocks of 4 warpgroups are dropped, of 2 kept)."""
-    path = EXAMPLES / f"{name}.tk"
+    path = ROW_KERNELS / f"{name}.tk"
     space = read_space(path.read_text(encoding="utf-8"), str(path))
     want = [0, 3, 4, 8] if name == "layernorm" else [0, 4, 8]
     assert space.values["OCC"] == want and space.defaults["OCC"] == 0

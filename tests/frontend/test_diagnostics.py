@@ -20,6 +20,7 @@ TESTS = Path(__file__).resolve().parents[1]  # tests/
 
 BAD = TESTS / "frontend" / "bad"
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+ROW_KERNELS = Path(__file__).resolve().parents[2] / "tests" / "data" / "rows"  # the row kernels with every knob
 GEMM_CONSTS = load_companion(str(EXAMPLES / "gemm.tk")).DEFAULT_CONSTS  # gemm.tk's auto consts at the header's old values
 EXPECT = re.compile(r"^// ERROR: (\d+):(\d+): (.+)$")
 BAD_FILES = sorted(BAD.glob("*.tk"))
@@ -77,7 +78,7 @@ def test_row_kernels_refuse_a_row_that_is_not_whole_chunks(name: str, capsys: py
     the kernels' static_assert makes it a located error (exit 1). Whole chunks and D <= DC compile."""
     from tkir.cli import main
 
-    path = EXAMPLES / f"{name}.tk"
+    path = ROW_KERNELS / f"{name}.tk"
     line = next(i for i, t in enumerate(path.read_text().splitlines(), 1) if t.lstrip().startswith("static_assert("))
     assert main(["compile", str(path), "-D", "D=1000", "-D", "DC=512"]) == 1
     err = capsys.readouterr().err

@@ -17,6 +17,7 @@ from tkir.tools.examples import load_companion
 from tkir.verifier import verify
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+ROW_KERNELS = Path(__file__).resolve().parents[2] / "tests" / "data" / "rows"  # the row kernels with every knob
 GEMM_CONSTS = load_companion(str(EXAMPLES / "gemm.tk")).DEFAULT_CONSTS  # gemm.tk's auto consts at the header's old values
 # (example, a -D override that must also compile)
 CASES = [
@@ -30,8 +31,9 @@ CASES = [
 ]
 
 
-def compile_example(name: str, consts: dict[str, int | float] | None = None) -> tuple[Module, str]:
-    module = compile_file(str(EXAMPLES / f"{name}.tk"), consts)
+def compile_example(name: str, consts: dict[str, int | float] | None = None,
+                    root: Path = EXAMPLES) -> tuple[Module, str]:
+    module = compile_file(str(root / f"{name}.tk"), consts)
     return module, print_module(module)
 
 
@@ -66,7 +68,7 @@ def test_gemm_companion_consts_are_the_size_free_choice() -> None:
 
 @pytest.mark.parametrize(("name", "consts"), CASES, ids=lambda c: str(c))
 def test_example_with_override(name: str, consts: dict[str, int]) -> None:
-    module, _ = compile_example(name, consts)
+    module, _ = compile_example(name, consts, ROW_KERNELS if name in ("layernorm", "softmax") else EXAMPLES)
     check_round_trip(module)
     assert {k: module.kernel.attrs["consts"][k] for k in consts} == consts
 
@@ -128,7 +130,7 @@ def test_attention_head_dim_64_keeps_row_broadcast_on_square_tiles() -> None:
 
 
 def test_layernorm_broadcasts() -> None:
-    _, text = compile_example("layernorm")
+    _, text = compile_example("layernorm", root=ROW_KERNELS)
     assert "%w = tk.load %W, %c0 : rv<bf16, 1024>" in text
     assert "%xc = tk.sub %xf, %mean {bcast = row} : rt<f32, 16, 1024>" in text
     assert text.count("{bcast = col}") == 2

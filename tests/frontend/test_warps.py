@@ -23,7 +23,8 @@ from tkir.tools.examples import check_interpreted, load_companion
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
-ROW_KERNELS = ("layernorm", "rmsnorm", "softmax")
+ROW_KERNELS = ROOT / "tests" / "data" / "rows"  # the row kernels with every schedule knob (@warps(NW) among them)
+ROW_NAMES = ("layernorm", "rmsnorm", "softmax")
 TARGETS = ("sm_90a", "sm_80")
 
 ROW = """\
@@ -98,14 +99,15 @@ def test_a_multiple_of_four_is_the_warpgroups_block(tmp_path: Path) -> None:
     """@warps(4 k) compiles to the PTX of @warpgroups(consumers=k), with and without `@`, on both targets
     (sm_80's `warps` was always 4 k for k consumer warpgroups)."""
     for ex, consts, wg in (("layernorm", {"D": 4096, "DC": 4096, "ROWS": 2}, 2), ("gemm", {}, 2)):
-        src = (EXAMPLES / f"{ex}.tk").read_text(encoding="utf-8")
+        base = EXAMPLES if ex == "gemm" else ROW_KERNELS
+        src = (base / f"{ex}.tk").read_text(encoding="utf-8")
         if ex == "gemm":
             src = src.replace("@stream_k(SK, min_iters=SKI)", "@stream_k(SK, min_iters=SKI)\n@warps(8)")
         else:
             src = src.replace("@warps(NW)", f"@warps({4 * wg})")
         path = _write(tmp_path, src, f"{ex}.tk")
         for target in TARGETS:
-            want = tkir.compile(str(EXAMPLES / f"{ex}.tk"), target=target, **consts,
+            want = tkir.compile(str(base / f"{ex}.tk"), target=target, **consts,
                                 **({"WG": wg} if ex != "gemm" else {})).asm["ptx"]
             assert tkir.compile(path, target=target, **consts).asm["ptx"] == want, (ex, target)
 
@@ -120,13 +122,13 @@ def test_matmul_kernel_with_a_partial_warpgroup_is_refused_on_sm90a_only(tmp_pat
     assemble(k.asm["ptx"], "sm_80")
 
 
-@pytest.mark.parametrize("kernel", ROW_KERNELS)
+@pytest.mark.parametrize("kernel", ROW_NAMES)
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("nw", [1, 2, 3])
 def test_row_examples_on_one_to_three_warps(kernel: str, target: str, nw: int) -> None:
     """The row examples at ROWS = 1, 2 on 1-3 warps: ptxas assembles them on both targets, the block is
     32 NW threads, and the interpreter matches the reference at a ragged N."""
-    path = str(EXAMPLES / f"{kernel}.tk")
+    path = str(ROW_KERNELS / f"{kernel}.tk")
     comp = load_companion(path)
     for rows in (1, 2):
         consts = {"D": 768, "DC": 1024, "ROWS": rows, "NW": nw}
@@ -140,22 +142,22 @@ def test_row_examples_on_one_to_three_warps(kernel: str, target: str, nw: int) -
 
 def test_one_warp_reduces_without_a_barrier() -> None:
     """1 x 768 on one warp: the row reductions are shuffles only (no bar.sync, no shared memory)."""
-    ptx = tkir.compile(str(EXAMPLES / "layernorm.tk"), D=768, DC=1024, ROWS=1, NW=1).asm["ptx"]
+    ptx = tkir.compile(str(ROW_KERNELS / "layernorm.tk"), D=768, DC=1024, ROWS=1, NW=1).asm["ptx"]
     assert "shfl.sync.bfly" in ptx
     assert "bar.sync" not in ptx and "st.shared" not in ptx
 
 
 def test_too_many_registers_for_few_warps_is_a_located_error() -> None:
     with pytest.raises(CompileError, match="registers: .* per thread needed > 255 available") as e:
-        tkir.compile(str(EXAMPLES / "layernorm.tk"), D=4096, DC=4096, ROWS=1, NW=1).asm["ptx"]
-    assert e.value.format().startswith(str(EXAMPLES / "layernorm.tk") + ":")
+        tkir.compile(str(ROW_KERNELS / "layernorm.tk"), D=4096, DC=4096, ROWS=1, NW=1).asm["ptx"]
+    assert e.value.format().startswith(str(ROW_KERNELS / "layernorm.tk") + ":")
 
 
 def test_cluster_splits_the_warps(tmp_path: Path) -> None:
     """@cluster(2) over @warps(2): two CTAs of one warp; over @warps(3) a located error."""
-    src = (EXAMPLES / "layernorm.tk").read_text(encoding="utf-8")
-    k = tkir.compile(str(EXAMPLES / "layernorm.tk"), D=4096, DC=4096, ROWS=1, NW=2, CL=2)
+    src = (ROW_KERNELS / "layernorm.tk").read_text(encoding="utf-8")
+    k = tkir.compile(str(ROW_KERNELS / "layernorm.tk"), D=4096, DC=4096, ROWS=1, NW=2, CL=2)
     assert ".reqnctapercluster 2, 1, 1" in k.asm["ptx"] and re.search(r"\.maxntid 32\b", k.asm["ptx"])
     assert "layernorm" in src
     with pytest.raises(CompileError, match=r"needs the block's 3 warps to split into 2 CTAs"):
-        tkir.compile(str(EXAMPLES / "layernorm.tk"), D=1024, DC=1024, ROWS=1, NW=3, CL=2).asm["ptx"]
+        tkir.compile(str(ROW_KERNELS / "layernorm.tk"), D=1024, DC=1024, ROWS=1, NW=3, CL=2).asm["ptx"]

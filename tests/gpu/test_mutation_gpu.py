@@ -64,7 +64,7 @@ def test_row_reductions_of_several_rows_per_thread_on_gpu(consts: dict) -> None:
     """softmax with 8 lanes per row (D = 64 bf16) and four rows per thread (ROWS = 64 over 4 warps)."""
     from pathlib import Path
 
-    k = tkir.compile(str(Path(__file__).resolve().parents[2] / "examples" / "softmax.tk"), **consts)
+    k = tkir.compile(str(Path(__file__).resolve().parents[2] / "tests" / "data" / "rows" / "softmax.tk"), **consts)
     rng = np.random.default_rng(4)
     x = (rng.standard_normal((1000, consts["D"])) * 4).astype(BF16)
     y = np.full_like(x, np.nan)

@@ -27,6 +27,7 @@ from tkir.tools.examples import check_interpreted, load_companion, relative_erro
 from tkir.verifier import verify
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+ROW_KERNELS = Path(__file__).resolve().parents[2] / "tests" / "data" / "rows"  # the row kernels with every knob
 NAMES = ["rmsnorm", "transpose", "linear"]
 TARGETS = ["sm_90a", "sm_80"]
 
@@ -78,15 +79,15 @@ def test_rmsnorm_produces_ptx(target: str) -> None:
 @pytest.mark.parametrize("target", TARGETS)
 def test_rmsnorm_wide_rows_produce_ptx(target: str) -> None:
     """D = 4096 > DC: the two-pass chunked path (the bandwidth targets' row widths)."""
-    ptx = tkir.compile(str(EXAMPLES / "rmsnorm.tk"), target=target, D=4096).asm["ptx"]
+    ptx = tkir.compile(str(ROW_KERNELS / "rmsnorm.tk"), target=target, D=4096).asm["ptx"]
     assert f".target {target}" in ptx
 
 
 def test_rmsnorm_chunked_path_is_taken() -> None:
     """The second check size really walks the row in chunks (two loops), the first does not."""
-    comp = _companion("rmsnorm")
-    one = print_module(compile_file(str(EXAMPLES / "rmsnorm.tk"), comp.CHECK_CONSTS[0]))
-    two = print_module(compile_file(str(EXAMPLES / "rmsnorm.tk"), comp.CHECK_CONSTS[1]))
+    comp = load_companion(str(ROW_KERNELS / "rmsnorm.tk"))
+    one = print_module(compile_file(str(ROW_KERNELS / "rmsnorm.tk"), comp.CHECK_CONSTS[0]))
+    two = print_module(compile_file(str(ROW_KERNELS / "rmsnorm.tk"), comp.CHECK_CONSTS[1]))
     assert one.count("scf.for") == 0
     assert two.count("scf.for") == 2
 
@@ -94,9 +95,9 @@ def test_rmsnorm_chunked_path_is_taken() -> None:
 @pytest.mark.parametrize("i", [0, 1])
 def test_rmsnorm_wrong_kernel_fails_check(i: int) -> None:
     """sqrt instead of rsqrt: a kernel that multiplies by the RMS instead of dividing fails."""
-    comp = _companion("rmsnorm")
+    comp = load_companion(str(ROW_KERNELS / "rmsnorm.tk"))
     sizes, consts = comp.CHECK_SIZES[i], comp.CHECK_CONSTS[i]
-    text = print_module(compile_file(str(EXAMPLES / "rmsnorm.tk"), consts))
+    text = print_module(compile_file(str(ROW_KERNELS / "rmsnorm.tk"), consts))
     assert "tk.rsqrt" in text
     results = check_interpreted(_module(text.replace("tk.rsqrt", "tk.sqrt")), comp, sizes, consts, seed=5)
     assert [r.ok for r in results] == [False]

@@ -147,7 +147,7 @@ def test_one_consumer_warpgroup_epilogue_box_covers_its_rows(tmp_path) -> None:
 def test_shared_memory_above_the_block_limit_is_refused_by_the_backend(tmp_path) -> None:
     """IR text that skips plan-occupancy: a 256 KB tile was lowered, with dynamic_smem 263168 in the
     launch description (the driver would refuse it at the launch)."""
-    text = tkir.compile("examples/softmax.tk").ir
+    text = tkir.compile("tests/data/rows/softmax.tk").ir
     head, rest = text.split("\n", 2)[:2], text.split("\n", 2)[2]
     f = tmp_path / "big.tkir"
     f.write_text("\n".join([*head, "  %big = tk.alloc : st<bf16, 256, 512, swizzle=0, align=128>", rest]))

@@ -16,6 +16,7 @@ from tkir.tools.check import check_example
 from tkir.tools.examples import load_companion
 
 ROOT = Path(__file__).resolve().parents[2]
+ROW_KERNELS = ROOT / "tests" / "data" / "rows"  # the row kernels with every knob (@cluster(CL) among them)
 ROW = """@warpgroups(consumers=WG)
 @cluster(CL)
 kernel ln<ROWS=1, D=4096, WG=2, CL=2>(X: gl<bf16>[N, D], Y: gl<bf16>[N, D])
@@ -88,7 +89,7 @@ def test_sm80_runs_the_block_as_one_cta(tmp_path: Path) -> None:
     ("softmax", dict(D=8192, DC=4096, ROWS=1, WG=2)),
 ])
 def test_the_interpreter_gives_the_one_cta_bits(name: str, consts: dict) -> None:
-    path = str(ROOT / "examples" / f"{name}.tk")
+    path = str(ROW_KERNELS / f"{name}.tk")
     comp = load_companion(path)
     host = comp.make_inputs(np.random.default_rng(7), {"N": 3}, consts)
     outs = []
@@ -144,5 +145,5 @@ GPU_CASES = [
 @pytest.mark.parametrize("name, sizes, consts", GPU_CASES,
                          ids=[f"{n}-" + "-".join(f"{k}{v}" for k, v in {**s, **c}.items()) for n, s, c in GPU_CASES])
 def test_row_examples_as_clusters_of_two_match_reference_on_gpu(name: str, sizes: dict, consts: dict) -> None:
-    result = check_example(f"examples/{name}.tk", sizes, {**consts, "CL": 2})
+    result = check_example(str(ROW_KERNELS / f"{name}.tk"), sizes, {**consts, "CL": 2})
     assert result.ok, str(result)

@@ -1,8 +1,8 @@
-"""fence-loads (passes/fence_loads.py; opt-in in the default pipeline) on the example row kernels: a fence
+"""fence-loads (passes/fence_loads.py; opt-in in the default pipeline) on the row kernels (tests/data/rows): a fence
 right after the loads of a one-read kernel, none where a loop lies between the loads and the first
 reduction (the chunk loops: a fence there would wait for a load before issuing the loop's) or where there
 is no reduction; in the default pipeline only for kernels that ask (@fence_loads(1)), which the row
-examples' tune spaces offer for narrow rows only."""
+kernels' tune spaces offer for narrow rows only."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ def _ops(path: str, **consts: int) -> list[str]:
 
 
 def test_one_read_row_kernel_gets_the_fence_after_its_loads() -> None:
-    ops = _ops("examples/layernorm.tk", D=768, DC=1024, ROWS=1, WG=1, HOIST=1)
+    ops = _ops("tests/data/rows/layernorm.tk", D=768, DC=1024, ROWS=1, WG=1, HOIST=1)
     i = ops.index("tk.fence")
     assert ops[i - 3:i] == ["tk.load"] * 3 and ops.count("tk.fence") == 1
     assert "tk.reduce" not in ops[:i] and "tk.reduce" in ops[i:]
@@ -25,8 +25,8 @@ def test_one_read_row_kernel_gets_the_fence_after_its_loads() -> None:
 
 def test_chunk_loop_gets_no_fence() -> None:
     # D > DC: X's first chunk, then the loop over the others, then the reductions
-    assert "tk.fence" not in _ops("examples/layernorm.tk", D=2048, DC=1024, ROWS=1, WG=1, HOIST=0)
-    assert "tk.fence" not in _ops("examples/rmsnorm.tk", D=8192, DC=4096, ROWS=1, WG=2)
+    assert "tk.fence" not in _ops("tests/data/rows/layernorm.tk", D=2048, DC=1024, ROWS=1, WG=1, HOIST=0)
+    assert "tk.fence" not in _ops("tests/data/rows/rmsnorm.tk", D=8192, DC=4096, ROWS=1, WG=2)
 
 
 def test_kernel_without_a_reduction_gets_no_fence() -> None:
@@ -43,16 +43,16 @@ def _default_ops(path: str, **consts: int) -> list[str]:
 def test_default_pipeline_fences_only_kernels_that_ask() -> None:
     assert "fence-loads{opt_in=true}" in tkir.api.default_pipeline()
     for k in ("layernorm", "rmsnorm", "softmax"):
-        asked = _default_ops(f"examples/{k}.tk", D=768, DC=1024, ROWS=1, WG=1, FENCE=1)
+        asked = _default_ops(f"tests/data/rows/{k}.tk", D=768, DC=1024, ROWS=1, WG=1, FENCE=1)
         assert asked.count("tk.fence") == 1, k
-        assert "tk.fence" not in _default_ops(f"examples/{k}.tk", D=768, DC=1024, ROWS=1, WG=1, FENCE=0), k
+        assert "tk.fence" not in _default_ops(f"tests/data/rows/{k}.tk", D=768, DC=1024, ROWS=1, WG=1, FENCE=0), k
 
 
 def test_fence_loads_annotation_records_the_request() -> None:
-    ir = tkir.compile("examples/softmax.tk", D=768, DC=1024, ROWS=1, WG=1, FENCE=1,
+    ir = tkir.compile("tests/data/rows/softmax.tk", D=768, DC=1024, ROWS=1, WG=1, FENCE=1,
                       passes=["canonicalize"]).ir
     assert "fence_loads_requested = true" in ir
-    ir0 = tkir.compile("examples/softmax.tk", D=768, DC=1024, ROWS=1, WG=1, FENCE=0, passes=["canonicalize"]).ir
+    ir0 = tkir.compile("tests/data/rows/softmax.tk", D=768, DC=1024, ROWS=1, WG=1, FENCE=0, passes=["canonicalize"]).ir
     assert "fence_loads_requested = false" in ir0  # the source said no: the size rule leaves it alone
 
 
@@ -60,7 +60,7 @@ def test_tune_spaces_offer_the_fence_only_for_narrow_rows() -> None:
     from tkir.tools.tune import read_space
 
     for k in ("layernorm", "rmsnorm", "softmax"):
-        space = read_space(f"examples/{k}.tk")
+        space = read_space(f"tests/data/rows/{k}.tk")
         narrow = {p.consts["FENCE"] for p in space.points({"D": 768}) if p.dropped is None}
         wide = {p.consts["FENCE"] for p in space.points({"D": 4096}) if p.dropped is None}
         assert narrow == {0, 1} and wide == {0}, k
@@ -89,6 +89,6 @@ def test_size_rule_fences_and_hoists_a_latency_bound_narrow_row_kernel() -> None
 def test_size_rule_ablation_and_the_source_saying_no() -> None:
     off = _ops_at(4096, 768, pass_edits="hoist-loads{latency=false},fence-loads{opt_in=true,latency=false}")
     assert "tk.fence" not in off and "hoisted_loads" not in off
-    said_no = tkir.compile("examples/layernorm.tk", sizes={"N": 1}, D=768, DC=1024, ROWS=1, WG=1, HOIST=0,
+    said_no = tkir.compile("tests/data/rows/layernorm.tk", sizes={"N": 1}, D=768, DC=1024, ROWS=1, WG=1, HOIST=0,
                            FENCE=0).ir
     assert "tk.fence" not in said_no and "hoisted_loads" not in said_no

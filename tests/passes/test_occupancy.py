@@ -27,7 +27,13 @@ ONE_ROLE = [*UP_TO_OCCUPANCY[:-1], "plan-occupancy{producer_warps=0}"]
 
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+ROW_KERNELS = Path(__file__).resolve().parents[2] / "tests" / "data" / "rows"  # the row kernels with every knob
 GEMM_CONSTS = load_companion(str(EXAMPLES / "gemm.tk")).DEFAULT_CONSTS  # gemm.tk's auto consts at the header's old values
+
+
+def _kernel(example: str) -> Path:
+    """examples/NAME.tk, or for the row kernels their copy with every schedule knob (tests/data/rows)."""
+    return (ROW_KERNELS if example in ("layernorm", "rmsnorm", "softmax") else EXAMPLES) / f"{example}.tk"
 
 
 def _given(example: str, consts: dict) -> dict:
@@ -41,7 +47,7 @@ def in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def plan_of(example: str, **consts: int) -> OccupancyPlan:
-    module = compile_file(str(EXAMPLES / f"{example}.tk"), _given(example, consts))
+    module = compile_file(str(_kernel(example)), _given(example, consts))
     PassManager(load_registry(), UP_TO_OCCUPANCY).run(module, Options())
     plan = OccupancyPlan.of(module.kernel)
     assert plan is not None
@@ -98,7 +104,7 @@ def test_attention_hand_count() -> None:
 def test_sm80_block_is_32_threads_per_layout_warp(example: str, warps: int) -> None:
     # on sm_80 infer-layouts spreads the tiles over `warps = W` (gemm: 128 accumulator rows / 16 = 8
     # warps of m16 blocks); the block must have exactly those 32 * W threads
-    module = compile_file(str(EXAMPLES / f"{example}.tk"), _given(example, {}))
+    module = compile_file(str(_kernel(example)), _given(example, {}))
     PassManager(load_registry(), ONE_ROLE).run(module, Options(target="sm_80"))
     kernel = module.kernel
     assert kernel.attrs["warps"] == warps
@@ -147,7 +153,7 @@ def test_sm80_small_gemm_counts_its_fragments(infer: str, regs: int, blocks: int
 
 
 def _sm80_plan(example: str, consts: dict, occupancy: str = "plan-occupancy") -> OccupancyPlan:
-    module = compile_file(str(EXAMPLES / f"{example}.tk"), _given(example, consts))
+    module = compile_file(str(_kernel(example)), _given(example, consts))
     PassManager(load_registry(), [*UP_TO_OCCUPANCY[:-1], occupancy]).run(module, Options(target="sm_80"))
     plan = OccupancyPlan.of(module.kernel)
     assert plan is not None
@@ -422,10 +428,10 @@ def test_a_block_that_cannot_get_its_registers_is_refused() -> None:
     import tkir
 
     with pytest.raises(CompileError) as e:
-        tkir.compile(str(EXAMPLES / "rmsnorm.tk"), D=4096, DC=4096)
+        tkir.compile(str(ROW_KERNELS / "rmsnorm.tk"), D=4096, DC=4096)
     assert re.search(r"512 threads per block: (\d+) per thread needed > 128 available", str(e.value))
     assert int(re.search(r"block: (\d+) per thread", str(e.value))[1]) > 128
-    load_line = next(i for i, ln in enumerate((EXAMPLES / "rmsnorm.tk").read_text().splitlines(), 1)
+    load_line = next(i for i, ln in enumerate((ROW_KERNELS / "rmsnorm.tk").read_text().splitlines(), 1)
                      if "reg x: rt<bf16, ROWS, D> = X[block.x, 0]" in ln)
     assert f"rmsnorm.tk:{load_line}:" in str(e.value)  # the tile's load
 

@@ -23,7 +23,7 @@ from tkir.interp import frame as interp_frame
 from tkir.printer import print_module
 from tkir.tools.examples import load_companion, relative_error
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+ROW_KERNELS = Path(__file__).resolve().parents[2] / "tests" / "data" / "rows"  # the row kernels with every knob
 BF16 = ml_dtypes.bfloat16
 EPS = 1e-5  # layernorm.tk's EPS
 
@@ -39,11 +39,11 @@ def _run(path: Path | str, inputs: list[np.ndarray], **consts: int) -> np.ndarra
 @pytest.mark.parametrize("name", ["softmax", "layernorm"])
 def test_check_consts_take_the_chunked_path(name: str) -> None:
     """The companion's check sizes cover both paths: no loop in one read, two loops over the chunks."""
-    comp = load_companion(str(EXAMPLES / f"{name}.tk"))
+    comp = load_companion(str(ROW_KERNELS / f"{name}.tk"))
     loops = []
     for consts in comp.CHECK_CONSTS:
         c = {**comp.DEFAULT_CONSTS, **consts}
-        text = print_module(compile_file(str(EXAMPLES / f"{name}.tk"), consts))
+        text = print_module(compile_file(str(ROW_KERNELS / f"{name}.tk"), consts))
         loops.append(text.count("scf.for"))
         assert loops[-1] == (0 if c["D"] <= c["DC"] else 1 if c.get("REREAD") else 2), (consts, loops[-1])
     assert 0 in loops and 2 in loops
@@ -59,7 +59,7 @@ def test_chunked_equals_one_read(name: str) -> None:
     if name == "layernorm":
         inputs[0] = (inputs[0].astype(np.float32) + 3.0).astype(BF16)
         inputs += [rng.standard_normal(d, np.float32).astype(BF16) for _ in range(2)]  # W, Bias
-    path = EXAMPLES / f"{name}.tk"
+    path = ROW_KERNELS / f"{name}.tk"
     chunked = _run(path, inputs, D=d, DC=512, ROWS=4, WG=1)
     one = _run(path, inputs, D=d, DC=2048, ROWS=4, WG=1)
     assert np.isfinite(chunked).all()
@@ -78,7 +78,7 @@ def test_layernorm_reread_equals_one_read() -> None:
     n, d = 4, 2048
     inputs = [(rng.standard_normal((n, d), np.float32) + 3.0).astype(BF16)]
     inputs += [rng.standard_normal(d, np.float32).astype(BF16) for _ in range(2)]
-    path = EXAMPLES / "layernorm.tk"
+    path = ROW_KERNELS / "layernorm.tk"
     reread = _run(path, inputs, D=d, DC=512, ROWS=4, WG=1, REREAD=1)
     one = _run(path, inputs, D=d, DC=2048, ROWS=4, WG=1)
     assert np.isfinite(reread).all()
@@ -91,7 +91,7 @@ def test_rmsnorm_reread_equals_one_read() -> None:
     rng = np.random.default_rng(18)
     n, d = 4, 2048
     inputs = [rng.standard_normal((n, d), np.float32).astype(BF16), rng.standard_normal(d, np.float32).astype(BF16)]
-    path = EXAMPLES / "rmsnorm.tk"
+    path = ROW_KERNELS / "rmsnorm.tk"
     reread = _run(path, inputs, D=d, DC=512, ROWS=4, WG=1, REREAD=1)
     one = _run(path, inputs, D=d, DC=2048, ROWS=4, WG=1)
     assert np.isfinite(reread).all() and np.array_equal(reread, one)
@@ -100,7 +100,7 @@ def test_rmsnorm_reread_equals_one_read() -> None:
 def test_layernorm_reread_needs_fewer_registers_than_one_read() -> None:
     """The point of REREAD: the row is not live across the output pass. D = 16384 over 8 warps: one read
     takes 128 registers (2 blocks of 256 threads per SM), REREAD with DC = 2048 80 (3 blocks)."""
-    path = str(EXAMPLES / "layernorm.tk")
+    path = str(ROW_KERNELS / "layernorm.tk")
     one = tkir.compile(path, D=16384, DC=16384, ROWS=1, WG=2).asm["ptxas"]
     reread = tkir.compile(path, D=16384, DC=2048, ROWS=1, WG=2, REREAD=1).asm["ptxas"]
     assert reread.registers <= 80 < one.registers, (reread.registers, one.registers)
@@ -133,9 +133,9 @@ def test_chunked_layernorm_variance_of_rows_with_a_large_mean(monkeypatch: pytes
     x = _large_mean_rows()
     var = x.astype(np.float64).var(axis=1)  # biased, of the bf16 values the kernel reads
     for dc in (64, 512, 2048):  # chunked (32 and 4 values a column position, shifted sums) and one read
-        got = _layernorm_variance(EXAMPLES / "layernorm.tk", x, monkeypatch, DC=dc, ROWS=4, WG=1)
+        got = _layernorm_variance(ROW_KERNELS / "layernorm.tk", x, monkeypatch, DC=dc, ROWS=4, WG=1)
         assert np.all(np.abs(got / var - 1) < 1e-3), (dc, got, var)
-    got = _layernorm_variance(EXAMPLES / "layernorm.tk", x, monkeypatch, DC=512, ROWS=4, WG=1, REREAD=1)
+    got = _layernorm_variance(ROW_KERNELS / "layernorm.tk", x, monkeypatch, DC=512, ROWS=4, WG=1, REREAD=1)
     assert np.all(np.abs(got / var - 1) < 1e-3), ("reread", got, var)  # centred in registers, as one read
 
 
@@ -145,7 +145,7 @@ def test_naive_chunked_variance_fails_the_large_mean_check(monkeypatch: pytest.M
     sum x^2 - (sum x)^2 / n) in f32 lose the variance of rows with mean 1000 to cancellation once a
     position sums enough values (DC = 64: 32 each, 1.3 % off; the shifted sums 1e-7; at 4 values a
     position bf16's squares are exact in f32 and both agree)."""
-    src = (EXAMPLES / "layernorm.tk").read_text(encoding="utf-8")
+    src = (ROW_KERNELS / "layernorm.tk").read_text(encoding="utf-8")
     naive = src
     for old, new in [("for c in 1 .. D / DC {", "for c in 0 .. D / DC {"),
                      ("let dx = f32(xc) - f32(k0)", "let dx = f32(xc)"),
@@ -198,7 +198,7 @@ def _ids(c: object) -> str:
 def test_chunked_rows_assemble_without_local_memory(name: str, consts: dict) -> None:
     """D = 16384 (past every one-read point of the tune space): chunked PTX for both targets, and on
     sm_90a ptxas neither spills nor keeps a stack frame."""
-    path = str(EXAMPLES / f"{name}.tk")
+    path = str(ROW_KERNELS / f"{name}.tk")
     k = tkir.compile(path, D=16384, **consts)
     res = k.asm["ptxas"]
     assert res.spill_stores == res.spill_loads == res.stack_frame == 0 and not local_memory_ops(k.asm["sass"]), res
@@ -216,7 +216,7 @@ def test_tune_space_offers_reread_only_for_chunked_rows(name: str) -> None:
     the row (D <= DC), which would compile the same kernel twice."""
     from tkir.tools.tune import read_space
 
-    space = read_space(str(EXAMPLES / f"{name}.tk"))
+    space = read_space(str(ROW_KERNELS / f"{name}.tk"))
     for p in space.points({"D": 4096, "ROWS": 1, "WG": 2, "OCC": 0, "HOIST": 0, "FENCE": 0}):
         if p.consts["REREAD"] == 1 and p.dropped is None:
             assert p.consts["DC"] < 4096, p.consts

@@ -20,7 +20,7 @@ from tkir.cli import main
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 GEMM = str(EXAMPLES / "gemm.tk")
-SOFTMAX = str(EXAMPLES / "softmax.tk")
+SOFTMAX = str(Path(__file__).resolve().parents[2] / "tests" / "data" / "rows" / "softmax.tk")  # -D ROWS=32: a knob
 
 
 @pytest.fixture

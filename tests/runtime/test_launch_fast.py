@@ -483,7 +483,7 @@ def test_autotune_keeps_the_kernel_chosen_per_argument_shapes(make_driver: Any,
     import tkir
     from tkir.tools import tune
 
-    k = tkir.autotune(str(ROOT / "examples/rmsnorm.tk"))
+    k = tkir.autotune(str(ROOT / "tests/data/rows/rmsnorm.tk"))
     fake = make_driver(k.compiled({}).launch.to_json()["params"])
     lookups: list[dict] = []
     sizes_of: list[tuple] = []
@@ -523,7 +523,7 @@ def test_autotune_reads_only_the_tensors_that_bind_the_sizes(make_driver: Any,
     import tkir
     from tkir.tools import tune
 
-    launch = tkir.compile(str(ROOT / "examples/layernorm.tk")).launch
+    launch = tkir.compile(str(ROOT / "tests/data/rows/layernorm.tk")).launch
     assert [t.name for t in launch.tensors][:1] == ["X"]
     assert tune._size_readers(launch.tensors) == (0,)  # X gives N and D; W, B and Y add no name
 
@@ -537,7 +537,7 @@ def test_autotune_reads_only_the_tensors_that_bind_the_sizes(make_driver: Any,
     assert tune._size_readers((T("X", ("N", 64)), T("Y", ("N", "D / 2")))) == (0, 1)
 
     monkeypatch.setattr(tune, "lookup", lambda path, sizes, **kw: None)  # no tuned point: the defaults
-    k = tkir.autotune(str(ROOT / "examples/rmsnorm.tk"))
+    k = tkir.autotune(str(ROOT / "tests/data/rows/rmsnorm.tk"))
     make_driver(k.compiled({}).launch.to_json()["params"])
     k(FakeTensor((256, 1024), BASE), FakeTensor((1024,), BASE + 64 * MB), FakeTensor((256, 1024), BASE + 128 * MB))
     # the same X, a Y of another shape: the choice is cached by X's shape, and the launch still refuses Y

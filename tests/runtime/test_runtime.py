@@ -217,7 +217,7 @@ def test_tensors_copied_in_16_byte_pieces_need_an_aligned_base() -> None:
     args[0] = bf16(256, 128)
     args[2] = bf16(256, 512, ptr=FAKE_BASE + 2**26 + 2)  # C: stored from registers element by element
     fake.validate(*args)
-    sm = tkir.compile("examples/softmax.tk")
+    sm = tkir.compile("tests/data/rows/softmax.tk")
     assert [a.tensor for a in sm.launch.aligned] == ["X", "Y"]
     # with sm_80 producer warps (asked for: the automatic choice keeps one role) the producers copy A and B
     # with cp.async `pipe.copy`s, not pipeline-cp-async's `pipe.async_copy`: the same 16-byte requirement
@@ -565,7 +565,7 @@ def test_a_tensor_read_through_the_readonly_path_may_not_overlap_another_argumen
     tensors on the same memory (W is Bias). The launch description itself must name real tensors."""
     import tkir
 
-    k = tkir.compile("examples/layernorm.tk")
+    k = tkir.compile("tests/data/rows/layernorm.tk")
     assert k.launch.readonly == ("X", "W", "Bias")
     fake = Kernel("", k.launch)
     n, d = 64, 1024

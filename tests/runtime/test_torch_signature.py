@@ -25,7 +25,7 @@ def _launch(path: str):  # noqa: ANN202
 
 def _halving_launch():  # noqa: ANN202
     """A hand-made description whose output's dims are an expression and a name of the input."""
-    d = _launch("examples/softmax.tk").to_json()
+    d = _launch("tests/data/rows/softmax.tk").to_json()
     d["tensors"] = [{"name": "X", "dtype": "bf16", "dims": ["N", "D"]},
                     {"name": "Y", "dtype": "f32", "dims": ["D / 2", "N"]}]
     d["params"] = [p for p in d["params"] if p["kind"] == "pointer"] + [
@@ -49,7 +49,7 @@ def test_op_name_is_the_kernel_and_a_hash_of_the_consts() -> None:
 
 
 def test_signature_and_schemas_of_rmsnorm() -> None:
-    sig = OpSignature.of(_launch("examples/rmsnorm.tk"), ["Y"])
+    sig = OpSignature.of(_launch("tests/data/rows/rmsnorm.tk"), ["Y"])
     assert sig.inputs == ("X", "W") and sig.outputs == ("Y",) and sig.scalars == ()
     assert sig.schema() == "(Tensor X, Tensor W) -> Tensor"
     assert sig.out_schema() == "(Tensor X, Tensor W, Tensor(a0!) Y) -> ()"
@@ -80,7 +80,7 @@ def test_output_dims_from_expressions_and_scalars_in_the_schema() -> None:
     ([(48, 1024), (512,)], "argument 'W' dim 0 is 512, expected 1024"),
 ])
 def test_input_shapes_refused_before_launch(shapes: list, message: str) -> None:
-    sig = OpSignature.of(_launch("examples/rmsnorm.tk"), ["Y"])
+    sig = OpSignature.of(_launch("tests/data/rows/rmsnorm.tk"), ["Y"])
     with pytest.raises(TorchOpError, match=message):
         sig.output_shapes(shapes)
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from test_gpu_examples import CASES, PATH_CASES
+from test_gpu_examples import CASES, PATH_CASES, example_path
 
 import tkir
 from tkir.tools import check
@@ -47,7 +47,7 @@ def _configurations() -> list[Any]:
 @pytest.mark.parametrize("name, consts, compile_kw", _configurations())
 def test_reference_of_every_gpu_configuration_matches_the_interpreter(name: str, consts: dict,
                                                                        compile_kw: dict) -> None:
-    path = f"examples/{name}.tk"
+    path = example_path(name)
     k = tkir.compile(path, **compile_kw, **consts)
     results = check_interpreted(k.module, load_companion(path), SMALL[name], consts, seed=0)
     assert results and all(r.ok for r in results), "; ".join(map(str, results))

@@ -119,7 +119,7 @@ def test_emit_ptx_with_time_passes(tmp_path: Path) -> None:
                                                  "not a folder"),
     (["compile", GEMM, "-o", "no/such/folder/x.ptx"], "tkc compile: error: -o no/such/folder/x.ptx: cannot write: no "
                                                       "folder no/such/folder"),
-    (["tune", "examples/softmax.tk", "--size", "N=64", "-D", "ROWS=16", "-D", "WG=1", "-D", "OCC=0", "-D", "FENCE=0",
+    (["tune", "tests/data/rows/softmax.tk", "--size", "N=64", "-D", "ROWS=16", "-D", "WG=1", "-D", "OCC=0", "-D", "FENCE=0",
       "-D", "DC=1024", "--dry-run", "--json", "/dev/full"],
      "tkc tune: error: --json /dev/full: cannot write: No space left on device"),
 ])

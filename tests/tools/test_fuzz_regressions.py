@@ -15,6 +15,7 @@ from tkir.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
+ROW_KERNELS = ROOT / "tests" / "data" / "rows"  # the row kernels with every schedule knob
 LOCATED = re.compile(r"^(?P<file>.+?):(?P<line>\d+):(?P<col>\d+): error: (?P<msg>.*)$", re.MULTILINE)
 REST = "--passes=plan-occupancy,pipeline,persistent,canonicalize"  # the default pipeline after create-tma
 
@@ -44,8 +45,14 @@ def position(path: Path, text: str) -> tuple[int, int]:
     raise AssertionError(f"{text!r} is not in {path}")
 
 
+def kernel(example: str) -> Path:
+    """examples/EXAMPLE, or for the row kernels (whose IR here has their default warps and rows) their copy
+    with every schedule knob in tests/data/rows."""
+    return (ROW_KERNELS if example in ("layernorm.tk", "rmsnorm.tk", "softmax.tk") else EXAMPLES) / example
+
+
 def dump(capsys: pytest.CaptureFixture, example: str, after: str, *flags: str) -> str:
-    rc, out, _ = tkc(capsys, "compile", str(EXAMPLES / example), f"--stop-after={after}", *flags)
+    rc, out, _ = tkc(capsys, "compile", str(kernel(example)), f"--stop-after={after}", *flags)
     assert rc == 0
     return out
 
@@ -108,7 +115,7 @@ def test_misfit_register_layout_of_a_shared_tile_read_is_located(tmp_path: Path,
 @pytest.mark.parametrize("consumers", ["9", "2147483648"])
 def test_too_many_warpgroups_is_refused_before_layouts(consumers: str, capsys: pytest.CaptureFixture) -> None:
     """-D WG=2147483648 made infer-layouts try every warp count down from 2**33 (a hang)."""
-    path = EXAMPLES / "layernorm.tk"
+    path = ROW_KERNELS / "layernorm.tk"
     rc, _, err = tkc(capsys, "compile", str(path), "-D", f"WG={consumers}")
     assert rc == 1
     assert located(err, path)[:2] == position(path, "layernorm<")   # the kernel's name
@@ -125,7 +132,7 @@ def test_register_tile_larger_than_the_register_file(capsys: pytest.CaptureFixtu
             ("rotary.tk", "D=1073741824", (8, 13), register_file),
             ("rotary.tk", "D=9223372036854775808", (4, 46), "a global dim of 9223372036854775808 elements: "
                                                                      "at most 2147483647")):
-        path = EXAMPLES / example
+        path = kernel(example)
         rc, _, err = tkc(capsys, "compile", str(path), "-D", define, "--emit", "ptx")
         if isinstance(where, str):
             where = position(path, where)

@@ -19,12 +19,14 @@ from tkir.tools.report import build_report, format_report, highest_register, pea
 from tkir.types import format_attr_value
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+ROW_KERNELS = Path(__file__).resolve().parents[2] / "tests" / "data" / "rows"  # the row kernels with every knob
 GEMM_CONSTS = load_companion(str(EXAMPLES / "gemm.tk")).DEFAULT_CONSTS  # gemm.tk's auto consts at the header's old values
 LAYOUT_PASSES = ["canonicalize", "infer-layouts", "select-swizzle", "bank-conflicts"]
 
 
 def report_of(name: str, **options: object) -> dict:
-    module = build_module(str(EXAMPLES / f"{name}.tk"), GEMM_CONSTS if name == "gemm" else None)
+    base = ROW_KERNELS if name in ("layernorm", "rmsnorm", "softmax") else EXAMPLES
+    module = build_module(str(base / f"{name}.tk"), GEMM_CONSTS if name == "gemm" else None)
     PassManager(load_registry(), LAYOUT_PASSES).run(module, Options(**options))
     rep = build_report(module)
     json.dumps(rep)  # JSON-serialisable as `tkc report --json` prints it
@@ -234,7 +236,7 @@ def test_register_copies_say_which_edge_tests_are_left_out() -> None:
     import tkir
     from tkir.tools.report import build_report
 
-    chunked = build_report(tkir.compile("examples/layernorm.tk", D=16384, DC=2048, ROWS=1, WG=4).module)
+    chunked = build_report(tkir.compile("tests/data/rows/layernorm.tk", D=16384, DC=2048, ROWS=1, WG=4).module)
     by_tile = {c["tile"]: c for c in chunked["register_copies"]}
     assert by_tile["xc"] == {"op": "load", "tensor": "X", "tile": "xc", "access": "8-byte vectors",
                              "l2": "evict_last", "rows": "one row at block.x of grid cdiv(N, 1)",
@@ -242,10 +244,10 @@ def test_register_copies_say_which_edge_tests_are_left_out() -> None:
     assert by_tile["ws"]["rows"] == "-" and by_tile["ws"]["cols"].startswith("index <= 7")
     stores = [c for c in chunked["register_copies"] if c["op"] == "store"]
     assert stores and {c["l2"] for c in stores} == {"-"}  # cache-policy marks loads only
-    ablated = tkir.compile("examples/layernorm.tk", D=16384, DC=2048, ROWS=1, WG=4,
+    ablated = tkir.compile("tests/data/rows/layernorm.tk", D=16384, DC=2048, ROWS=1, WG=4,
                            passes="canonicalize,infer-layouts,plan-occupancy,canonicalize")
     assert {c["l2"] for c in build_report(ablated.module)["register_copies"]} == {"-"}
-    header = build_report(tkir.compile("examples/layernorm.tk").module)
+    header = build_report(tkir.compile("tests/data/rows/layernorm.tk").module)
     assert {c["rows"] for c in header["register_copies"] if c["rows"] != "-"} == {"tested"}
     gemm = build_report(tkir.compile("examples/gemm.tk", target="sm_80").module)
     assert [(c["op"], c["access"], c["cols"]) for c in gemm["register_copies"]] == [

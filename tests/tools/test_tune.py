@@ -165,7 +165,7 @@ def test_model_lone_blocks_have_their_sm_and_no_kernel_beats_the_floor() -> None
     assert lone[0].ms == pytest.approx(lone[1].ms)
     tiny = predict(m, dict(M=1, N=1, K=64), blocks_per_sm=1, stages=4)
     assert tiny.ms == pytest.approx(tune_model.KERNEL_FLOOR_S * 1e3)
-    ln = str(ROOT / "examples" / "layernorm.tk")
+    ln = str(ROOT / "tests" / "data" / "rows" / "layernorm.tk")
     r = tune.dry_run(ln, dict(N=1), fixed=dict(D=768, ROWS=1, OCC=0, HOIST=1), jobs=1)
     kept = {c.consts["WG"] for c in r.candidates if c.status == "kept"}
     assert kept == {1, 2, 4}, [(c.label(), c.reason) for c in r.candidates]
@@ -308,7 +308,7 @@ def test_cli_tune_where_the_header_point_does_not_fit() -> None:
     the point here is the size check, not ptxas's spills at 4 blocks per SM (tests/frontend/test_blocks_per_sm.py);
     HOIST, FENCE and REREAD too (the hoisted, fenced and re-reading points are the same size check)."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-    proc = subprocess.run([sys.executable, "-m", "tkir.cli", "tune", "examples/layernorm.tk", "-D", "D=16384",
+    proc = subprocess.run([sys.executable, "-m", "tkir.cli", "tune", "tests/data/rows/layernorm.tk", "-D", "D=16384",
                            "-D", "DC=16384", "-D", "OCC=0", "-D", "HOIST=0", "-D", "FENCE=0", "-D", "REREAD=0",
                            "--size", "N=4096", "--dry-run", "--jobs", "2"], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=HANG_S)

@@ -24,8 +24,10 @@ DUMP_CONFIGS: tuple[tuple[dict[str, int], str, tuple[str, ...]], ...] = (
     ({}, "sm_80", ()),
     ({}, "sm_90a", ("--no-tma",)),
 )
-EXTRA_DUMPS = (("attention_fwd.tk", {"D": 64, "CAUSAL": 1}), ("rmsnorm.tk", {"ROWS": 1, "WG": 2, "D": 8192,
-                                                                             "DC": 8192}),
+# (a name with a `/` is a path from the repository: rmsnorm's one-row split needs the schedule knobs of its
+# pass-test copy, tests/data/rows/rmsnorm.tk)
+EXTRA_DUMPS = (("attention_fwd.tk", {"D": 64, "CAUSAL": 1}),
+               ("tests/data/rows/rmsnorm.tk", {"ROWS": 1, "WG": 2, "D": 8192, "DC": 8192}),
                ("transpose.tk", {"SHARED_T": 0}), ("linear.tk", {"ACT": 1}),
                # the stream-K and persistent pipelines: their rings seed the protocol edits too (SKI = 16, the
                # split that verify_pipeline's stream-K sizes reach: at the auto choice's 32 they split no tile)
@@ -94,8 +96,9 @@ def _dumps_of(name: str, consts: dict[str, int], target: str, switches: tuple[st
     from tkir.passmanager import PipelineConfig
 
     buf = io.StringIO()
+    path = ROOT / name if "/" in name else EXAMPLES / name
     try:
-        api.compile(str(EXAMPLES / name), target=target, no_tma="--no-tma" in switches,
+        api.compile(str(path), target=target, no_tma="--no-tma" in switches,
                      config=PipelineConfig(print_after_all=True), out=buf, **consts)
     except TkirError:
         return []  # an example a target does not support: no seeds from it
