@@ -70,7 +70,8 @@ T_CHUNK_SASS = ("tests/backend/test_backend_sass.py", "-k", "chunk_loop or class
 T_TUNE_LONE = ("tests/tools/test_tune.py", "-k", "lone")
 T_BENCH_LEAD = ("tests/tools/test_bench.py", "-k", "lead")
 T_HOIST_DIAGNOSTICS = ("tests/frontend/test_diagnostics.py", "-k", "hoist")
-T_RMSNORM_INTERP = ("tests/ir/test_new_examples.py", "-k", "rmsnorm")
+# tests/data/rows/rmsnorm.tk's chunk loop (the pass-test copy), against the reference in the one-block oracle
+T_RMSNORM_CHUNKS = ("tests/backend/test_block_eval_rows.py", "tests/ir/test_new_examples.py", "-k", "rmsnorm")
 T_BOUNDS = ("tests/ir/test_bounds.py", "tests/filecheck/test_filecheck.py", "-k",
             "bounds or largest or grid or unknown or edge")
 T_EDGE_FILECHECK = ("tests/filecheck/test_filecheck.py", "-k", "edge")
@@ -314,8 +315,15 @@ MUTANTS: list[Mutation] = [
       "while False:", "a row kernel without a thread-shape annotation always gets one warpgroup",
       tests=T_ROW_WARPS, topic="infer-layouts"),
     M("row-warps-no-doubling", "passes/infer_layouts.py", "            groups *= 2", "            pass",
-      "no more warps for a row kernel under one block per SM", tests=T_ROW_WARPS, topic="infer-layouts",
+      "no more warps for a row kernel whose grid runs in one wave", tests=T_ROW_WARPS, topic="infer-layouts",
       occurrence=2),
+    M("row-warps-any-residency", "passes/infer_layouts.py",
+      "if resident is not None and resident * 2 * groups * WARPS_PER_WARPGROUP <= MAX_WARPS_PER_SM:",
+      "if resident is not None:", "row warps doubled even where the SM cannot hold the doubled blocks",
+      tests=T_ROW_WARPS, topic="infer-layouts"),
+    M("row-warps-latency-off-ignored", "passes/infer_layouts.py", "        if self.latency and widest and groups",
+      "        if widest and groups", "infer-layouts{latency=false} still doubles the row warps", tests=T_ROW_WARPS,
+      topic="infer-layouts"),
     M("hoist-past-store", "passes/hoist_loads.py", "if any(global_store(inner) for inner in op.walk()):", "if False:",
       "hoist-loads hoists past a store", tests=T_HOIST_FILECHECK, topic="hoist-loads"),
     M("hoist-sees-top-level-stores-only", "passes/hoist_loads.py",
@@ -350,8 +358,8 @@ MUTANTS: list[Mutation] = [
     M("annotation-accepts-2", "frontend/annotations.py", "if c not in (0, 1) or isinstance(c, float):",
       "if c not in (0, 1, 2) or isinstance(c, float):", "`@hoist_loads(2)` accepted", tests=T_HOIST_DIAGNOSTICS,
       topic="hoist-loads"),
-    M("rmsnorm-sum-not-squares", "examples/rmsnorm.tk", "sq += xcf * xcf", "sq += xcf",
-      "rmsnorm's chunk loop sums x, not x²", tests=T_RMSNORM_INTERP, topic="hoist-loads"),
+    M("rmsnorm-sum-not-squares", "tests/data/rows/rmsnorm.tk", "sq += xcf * xcf", "sq += xcf",
+      "rmsnorm's chunk loop sums x, not x²", tests=T_RMSNORM_CHUNKS, topic="hoist-loads"),
     # --- edge-tests ------------------------------------------------------------------------------------------
     M("loop-last-is-hi", "tkir/bounds.py", "return lo + (hi - 1 - lo) // step * step", "return hi - 1",
       "a loop's last index taken as hi - 1 whatever the step", tests=T_BOUNDS, topic="edge-tests"),
@@ -384,10 +392,10 @@ MUTANTS: list[Mutation] = [
       topic="edge-tests"),
     M("bf16-shift-15", "backend/f32.py", "shl i32 {bits}, 16", "shl i32 {bits}, 15",
       "bf16 -> f32 shifted by 15", tests=T_BASED_SHIFT, topic="edge-tests"),
-    M("layernorm-no-shift", "examples/layernorm.tk", "let dx = f32(xc) - f32(k0)", "let dx = f32(xc)",
+    M("layernorm-no-shift", "tests/data/rows/layernorm.tk", "let dx = f32(xc) - f32(k0)", "let dx = f32(xc)",
       "layernorm's chunk loop without the shift by the first chunk", tests=T_WIDE_ROWS, topic="edge-tests"),
-    M("layernorm-skips-first-chunk", "examples/layernorm.tk", "let mi = f32(k0) + s1 * inv_n", "let mi = s1 * inv_n",
-      "layernorm's merge without the first chunk", tests=T_WIDE_ROWS, topic="edge-tests"),
+    M("layernorm-skips-first-chunk", "tests/data/rows/layernorm.tk", "let mi = f32(k0) + s1 * inv_n",
+      "let mi = s1 * inv_n", "layernorm's merge without the first chunk", tests=T_WIDE_ROWS, topic="edge-tests"),
     # --- cache-policy ----------------------------------------------------------------------------------------
     M("marks-shared-loads-too", "passes/analysis.py",
       "return (isinstance(op.operands[0].type, GlobalType) and isinstance(t, TileType | VectorType)",
@@ -416,7 +424,7 @@ MUTANTS: list[Mutation] = [
       "top[id(r)] >= at for r in readers.get(id(v), []) if r is not mul",
       "top[id(r)] > at for r in readers.get(id(v), []) if r is not mul",
       "contract-fma counts a read at the add as not later", tests=T_CONTRACT_FMA, topic="cache-policy"),
-    M("no-occ-8", "examples/layernorm.tk", "OCC=[0, 3, 4, 8],", "OCC=[0, 3, 4],",
+    M("no-occ-8", "tests/data/rows/layernorm.tk", "OCC=[0, 3, 4, 8],", "OCC=[0, 3, 4],",
       "no OCC = 8 in layernorm's tune space", tests=T_TUNE_OCC, topic="cache-policy"),
     # --- sm80-copy -------------------------------------------------------------------------------------------
     M("ignore-src-inverted", "backend/rules_sm80.py", 'f"setp.eq.b32 {IGNORE_SRC}, $2, 0;",',
@@ -457,7 +465,7 @@ MUTANTS: list[Mutation] = [
     M("annotation-records-nothing", "frontend/annotations.py", '_switch("F", FENCE_LOADS_ATTR, record_off=True)',
       '_switch("F", "ignored", record_off=True)', "`@fence_loads` records nothing", tests=T_FENCE_LOADS,
       topic="fence-loads"),
-    M("fence-space-for-wide-rows", "examples/layernorm.tk", "FENCE=[0, 1], where=FENCE * D <= 1024,",
+    M("fence-space-for-wide-rows", "tests/data/rows/layernorm.tk", "FENCE=[0, 1], where=FENCE * D <= 1024,",
       "FENCE=[0, 1], where=FENCE * D <= 16384,", "layernorm's FENCE offered for wide rows", tests=T_FENCE_LOADS,
       topic="fence-loads"),
     M("same-never", "tkir/tools/tune.py", "            if c.code in first:", "            if False:",
@@ -472,13 +480,15 @@ MUTANTS: list[Mutation] = [
       tests=T_TUNE_ROUNDS, topic="fence-loads"),
     M("refine-everything", "tkir/tools/tune.py", "c.ms <= REFINE_WITHIN * best), key=lambda c: c.ms)[:REFINE_TOP]",
       "True), key=lambda c: c.ms)", "every point timed again", tests=T_TUNE_ROUNDS, topic="fence-loads"),
-    M("reread-space-everywhere", "examples/layernorm.tk", "REREAD=[0, 1], where=REREAD * DC < REREAD * D + 1 - REREAD)",
+    M("reread-space-everywhere", "tests/data/rows/layernorm.tk",
+      "REREAD=[0, 1], where=REREAD * DC < REREAD * D + 1 - REREAD)",
       "REREAD=[0, 1])", "layernorm's REREAD offered where one read holds the row", tests=T_REREAD,
       topic="fence-loads"),
-    M("reread-uncentred", "examples/layernorm.tk", "            rstd = rsqrt(row_sum(xc * xc) / D + EPS)",
+    M("reread-uncentred", "tests/data/rows/layernorm.tk", "            rstd = rsqrt(row_sum(xc * xc) / D + EPS)",
       "            rstd = rsqrt(row_sum(xf * xf) / D + EPS)", "layernorm's re-read variance from uncentred squares",
       tests=T_REREAD, topic="fence-loads"),
-    M("rms-reread-no-square", "examples/rmsnorm.tk", "            rstd = rsqrt(row_sum(f32(x) * f32(x)) / D + EPS)",
+    M("rms-reread-no-square", "tests/data/rows/rmsnorm.tk",
+      "            rstd = rsqrt(row_sum(f32(x) * f32(x)) / D + EPS)",
       "            rstd = rsqrt(row_sum(f32(x)) / D + EPS)", "rmsnorm's re-read sum without the squares",
       tests=T_REREAD, topic="fence-loads"),
     M("reps-rounded-always", "tkir/tools/timing.py", "    if rotate and count <= ROTATE_FULL_MAX:", "    if rotate:",
