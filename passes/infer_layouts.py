@@ -62,9 +62,9 @@ from tkir.layout import (
     row_split,
 )
 from tkir.ops import TILE_BINARY, TILE_UNARY
-from tkir.passes.analysis import ONE_WAVE_BLOCKS_PER_SM, classify_copy, grid_blocks_at_problem_sizes
+from tkir.passes.analysis import classify_copy, grid_blocks_at_problem_sizes
 from tkir.passmanager import Options, ParamError, Pass, PassError, param
-from tkir.target import DEFAULT_WARPS, MAX_THREADS_PER_BLOCK, MAX_WARPS_PER_SM, NUM_SMS, WARPS_PER_WARPGROUP
+from tkir.target import DEFAULT_WARPS, MAX_THREADS_PER_BLOCK, NUM_SMS, WARPS_PER_WARPGROUP
 from tkir.target import WARP as WARP_SIZE
 from tkir.types import TileType, VectorType, is_register, is_shared
 
@@ -97,15 +97,15 @@ ROW_ELEMS_PER_THREAD = 64
 # per SM), 1.00x with 64 (one warpgroup, as tuned); D = 16384 takes two, 1.00-1.02x.
 ROW_BLOCK_ELEMS_PER_THREAD = 64
 # Where the kernel was compiled for a size bucket (`problem_sizes`, set by tkir.compile(sizes=...) and by every call
-# of a kernel with auto consts) whose grid runs in one wave with room for more threads (its blocks spread over the
-# NUM_SMS SMs leave each SM at most half of MAX_WARPS_PER_SM), the count doubles once (at most MAX_ROW_WARPGROUPS)
-# while a thread keeps at least ROW_MIN_ELEMS_DOUBLED elements (one 16-byte bf16 chunk): every block's loads are
-# issued at the start anyway, and twice the threads halve each one's serial chain of converts and sums. Measured on
-# an H100 (docs/experiments.md): a two-const rmsnorm at one row of 4096 / 8192 ran 0.91x / 0.94x the tuned
-# two-warpgroup point with one warpgroup, 1.01-1.03x with two ("... row kernels with two consts"); at 4096 rows of
-# 768 (1024 blocks of 4 rows: 8 a SM) one warpgroup ran 0.950x (layernorm) and 0.954x (rmsnorm) the tuned points
-# ("... row examples with two consts").
-ROW_MIN_ELEMS_DOUBLED = 8
+# of a kernel with auto consts) whose grid has fewer blocks than the GPU has SMs, the count doubles (at most
+# MAX_ROW_WARPGROUPS) while a thread keeps at least ROW_MIN_ELEMS_FEW_BLOCKS elements (two 16-byte bf16 chunks): a
+# lone block per SM has the SM's memory to itself, and more warps keep more loads in flight (H100: a two-const
+# rmsnorm at one row of 4096 / 8192 ran 0.91x / 0.94x the tuned two-warpgroup point with one warpgroup, 1.01-1.03x
+# with two; docs/experiments.md, "... row kernels with two consts"). Not for any grid in one wave: at 4096 rows of
+# 768 (1024 blocks of 4 rows) two warpgroups ran rmsnorm at 1.00x the tuned point but layernorm at 0.90x, whose
+# 40 registers a thread leave 5 blocks of 256 threads an SM, 1.55 waves (docs/experiments.md, "One wave is not
+# enough").
+ROW_MIN_ELEMS_FEW_BLOCKS = 16
 MAX_ROW_WARPGROUPS = 4
 # A `row` tile with fewer rows than the block has warps (ROWS = 1 over 8 or 16 warps) gets whole rows
 # per warp and the other warps repeat them (the same loads and arithmetic, their results unused). With
@@ -129,8 +129,8 @@ class InferLayouts(Pass):
     max_vec_bytes: int = param(VEC_BYTES, "the widest global access of a `row` tile's lane chunk in bytes (16, 8, "
                                           "4, 2 or 1; a chunk is at least one element): the launch's variant for "
                                           "rows that do not start 16-byte aligned takes the piece they are aligned to")
-    latency: bool = param(True, "double a row kernel's warpgroups where its size bucket's grid runs in one wave with "
-                                "room for them (ROW_MIN_ELEMS_DOUBLED; false: the size-free count, the ablation)")
+    latency: bool = param(True, "double a row kernel's warpgroups where its size bucket's grid has fewer blocks than "
+                                "SMs (ROW_MIN_ELEMS_FEW_BLOCKS; false: the size-free count, the ablation)")
 
     def __post_init__(self) -> None:
         if self.mma_warps_n < 0:
@@ -260,8 +260,8 @@ class _KernelLayouts:
     def _row_warpgroups(self) -> int:
         """Warpgroups for a kernel without tk.mma that does not say: enough that the widest register tile
         it row-reduces gives each thread at most ROW_BLOCK_ELEMS_PER_THREAD elements (a power of two, at
-        most MAX_ROW_WARPGROUPS), twice that where the grid runs in one wave with room for the threads and a
-        thread keeps ROW_MIN_ELEMS_DOUBLED; 1 without a row reduction."""
+        most MAX_ROW_WARPGROUPS), twice that under one block per SM where a thread keeps
+        ROW_MIN_ELEMS_FEW_BLOCKS (not with latency=false); 1 without a row reduction."""
         widest = max((op.operands[0].type.rows * op.operands[0].type.cols for op in self.kernel.walk()
                       if op.name == "tk.reduce" and str(op.attrs.get("axis")) == "row"
                       and isinstance(op.operands[0].type, TileType)), default=0)
@@ -270,20 +270,15 @@ class _KernelLayouts:
         groups = 1
         while groups < min(need, MAX_ROW_WARPGROUPS):
             groups *= 2
-        if self.latency and widest and groups < MAX_ROW_WARPGROUPS \
-                and widest // (2 * groups * threads) >= ROW_MIN_ELEMS_DOUBLED:
-            resident = self._blocks_per_sm_in_one_wave()
-            if resident is not None and resident * 2 * groups * WARPS_PER_WARPGROUP <= MAX_WARPS_PER_SM:
-                groups *= 2
+        if self.latency and widest and self._few_blocks() and groups < MAX_ROW_WARPGROUPS \
+                and widest // (2 * groups * threads) >= ROW_MIN_ELEMS_FEW_BLOCKS:
+            groups *= 2
         return groups
 
-    def _blocks_per_sm_in_one_wave(self) -> int | None:
-        """ceil(grid / NUM_SMS) where the kernel was compiled for a size bucket at which its grid runs in one wave
-        (at most NUM_SMS x ONE_WAVE_BLOCKS_PER_SM blocks); None otherwise."""
+    def _few_blocks(self) -> bool:
+        """Whether the kernel was compiled for a size bucket at which its grid has fewer blocks than SMs."""
         blocks = grid_blocks_at_problem_sizes(self.kernel)
-        if blocks is None or blocks > NUM_SMS * ONE_WAVE_BLOCKS_PER_SM:
-            return None
-        return -(-blocks // NUM_SMS)
+        return blocks is not None and blocks < NUM_SMS
 
     def _whole_row_warps(self, mmas: list[Operation]) -> int | None:
         """sm_80 warps when some accumulator must give each warp whole rows (a row reduction, a register
