@@ -28,7 +28,15 @@ from tkir.tools.measure import (
     roofline,
     shared_classes,
 )
-from tkir.tools.ncu import METRIC_NAMES, METRICS, metric_value, parse_ncu_csv, unknown_metrics
+from tkir.tools.ncu import (
+    METRIC_NAMES,
+    METRICS,
+    metric_value,
+    parse_ncu_csv,
+    parse_source_csv,
+    source_shared,
+    unknown_metrics,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "data" / "ncu"
@@ -280,6 +288,14 @@ open(os.environ["FAKE_NCU_ARGS"], "a").write(" ".join(argv) + "\\n")
 if "--version" in argv:
     print("NVIDIA (R) Nsight Compute Command Line Profiler\\nVersion 2099.1.0.0 (build 1) (public-release)")
     sys.exit(0)
+if "-i" in argv:  # reading the report file back: the raw page is the fixture, the source page FAKE_NCU_SOURCE
+    page = argv[argv.index("--page") + 1]
+    name = os.environ["FAKE_NCU_CSV"] if page == "raw" else os.environ.get("FAKE_NCU_SOURCE", "")
+    if not name:
+        print("==ERROR== no such page", file=sys.stderr)
+        sys.exit(1)
+    sys.stdout.write(open(name).read())
+    sys.exit(0)
 mode = os.environ.get("FAKE_NCU_MODE", "ok")
 metrics = argv[argv.index("--metrics") + 1]
 if mode == "perm":
@@ -292,6 +308,9 @@ if mode == "unknown" and "smsp__inst_executed_op_stsm.sum" in metrics:
     sys.exit(1)
 if mode == "none":
     print("==PROF== Disconnected from process 1\\n==WARNING== No kernels were profiled.")
+    sys.exit(0)
+if "-o" in argv:  # the launch written to a report file: nothing on stdout
+    open(argv[argv.index("-o") + 1], "w").write("report")
     sys.exit(0)
 sys.stdout.write(open(os.environ["FAKE_NCU_CSV"]).read())
 '''
@@ -338,6 +357,36 @@ def test_measure_prints_the_section_after_the_report(fake_ncu: Path, capsys: pyt
     pinned = " ".join(f"{k}={v}" for k, v in GEMM_CONSTS.items())
     assert out.index("shared accesses:") < out.index(f"measured: gemm [M=1024 N=1024 K=1024 {pinned}]")
     assert "registers: predicted 232, ptxas 168" in out and "off:\n  st: 355 conflicts" in out
+
+
+def test_the_source_page_counts_ld_and_st_by_the_instructions_own_wavefronts(
+        fake_ncu: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """With a source page (recorded on an H100: linear_dgrad's 32 epilogue STS, 65,536 executed, each at its ideal
+    one wavefront), the st class is counted from it: no conflicts, the verdict ok, and the L1 unit's 355 (the
+    raw page's, waits behind other traffic included) shown beside it. The launch went to a report file with the
+    SourceCounters section, read back page by page."""
+    monkeypatch.setenv("FAKE_NCU_SOURCE", str(FIXTURES / "source_linear_dgrad_sm90a.csv"))
+    assert main([*GEMM_ARGS, "--json"]) == 0
+    m = json.loads(capsys.readouterr().out)["measured"]
+    st = next(c for c in m["shared"] if c["class"] == "st")
+    assert (st["counted_by"], st["instructions"], st["wavefronts"], st["conflicts"]) == ("source page", 65536, 65536, 0)
+    assert st["verdict"] == "ok" and st["unit_conflicts"] == 355
+    assert [o.split(":")[0] for o in m["off"]] == ["registers"]
+    calls = fake_ncu.read_text().splitlines()
+    assert "--section SourceCounters" in calls[0] and " -o " in calls[0]
+    assert any("--page source --print-source sass" in c for c in calls[1:])
+
+
+def test_source_page_rows_are_classed_by_opcode() -> None:
+    """parse_source_csv keeps the shared-memory instructions (predicates and modifiers stripped) and sums them."""
+    head = ('"Address","Source","Instructions Executed","L1 Wavefronts Shared","L1 Wavefronts Shared Ideal"\n')
+    text = ("==PROF== Connected\n" + head + '"0x10","@!P0 LDSM.16.M88.4 R4, [R2]","1,024","8192","4096"\n'
+            '"0x20","IMAD R1, R2, R3, R4","1024","0","0"\n"0x30","STS.128 [R5], R8","512","2048","2048"\n'
+            '"0x40","LDS R9, [R5]","0","0","0"\n"0x50","LDGSTS.E.BYPASS.128 [R1], [R2.64]","256","1024","1024"\n')
+    rows = parse_source_csv(text) or []
+    assert [(r.klass, r.executed) for r in rows] == [("ld", 1024), ("st", 512), ("ldgsts", 256)]
+    assert source_shared(rows)["ld"] == {"instructions": 1024, "wavefronts": 8192, "ideal": 4096}
+    assert parse_source_csv("no page here") is None and parse_source_csv(head) == []
 
 
 def test_a_metric_ncu_does_not_know_is_dropped_and_named(

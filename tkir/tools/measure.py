@@ -10,7 +10,10 @@ the counts to `compare`, a pure function of the report, the counts and the predi
 
 * `shared`: per instruction class (ld: ld.shared and ldmatrix; st: st.shared and stmatrix; ldgsts:
   cp.async) the report's accesses of that class, the measured instructions, wavefronts, wavefronts per
-  instruction and bank conflicts, the predicted wavefronts per instruction (each access's degree times
+  instruction and bank conflicts (ld and st from ncu's source page, summed over the class's SASS
+  instructions: their own wavefronts and the excess over ideal; the L1 unit's counters, which also count
+  waits behind TMA and wgmma traffic to the same banks, beside them as `unit_*`), the predicted wavefronts
+  per instruction (each access's degree times
   the wavefronts a conflict-free instruction of its width takes: 1 for 4 bytes a lane or less, 2 for 8, 4
   for 16 and for ldmatrix/stmatrix .x4) and a verdict. TMA and wgmma operand reads are hardware paths with
   no LSU instruction and are not counted. A class is `ok` when its conflicts are the predicted ones to
@@ -44,7 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tkir.target import MAX_WARPS_PER_SM, WARP
-from tkir.tools.ncu import METRICS, MeasureError, NcuRun, find_ncu, run_ncu
+from tkir.tools.ncu import METRICS, MeasureError, NcuRun, find_ncu, run_ncu, source_shared
 from tkir.tools.report import REGISTER_TOLERANCE
 from tkir.tools.traffic import predict_dram
 from tkir.tools.tune_model import PEAK_TENSOR_FLOPS
@@ -53,6 +56,7 @@ CONFLICT_TOLERANCE = 0.01  # measured conflicts within 1% of the class's wavefro
 DRAM_TOLERANCE = 0.10      # measured DRAM bytes within 10% of the prediction (memory-bound kernels)
 WAVEFRONT_BYTES = 128      # one shared-memory wavefront serves 32 banks x 4 bytes
 WIDTH_BYTES = {"b8": 1, "b16": 2, "b32": 4, "f32": 4, "b64": 8, "v2": 8, "v4": 16, "b128": 16}  # ld/st.shared suffixes
+SOURCE_CLASSES = ("ld", "st")  # counted per SASS instruction from ncu's source page where it has one
 CP_ASYNC_BYTES = 16        # a cp.async chunk per lane (tkir/layout.py tma_pattern: 16-byte chunks)
 HARDWARE_PATHS = ("tma", "wgmma.desc")  # no LSU instruction: the tensor core and TMA read shared memory
 
@@ -112,13 +116,14 @@ def measure(k: object, report: dict, path: str, sizes: dict[str, int], consts: d
             "sizes": sizes, "consts": consts, "seed": seed,
             "companion": str(companion_file.resolve()) if companion else None}))
         program = [sys.executable, "-m", "tkir.tools.measure_launch", str(folder)]
-        run = run_ncu(ncu, launch.kernel, program, env=_child_env())
+        run = run_ncu(ncu, launch.kernel, program, env=_child_env(), source_dir=folder)
         info_file = folder / "info.json"
         info = json.loads(info_file.read_text()) if info_file.is_file() else {}
     flops = companion.flops(sizes, consts) if companion is not None else None
     dram = predict_dram(k.module, sizes).as_dict()  # type: ignore[attr-defined]
     measured = compare(report, _first_launch(run, launch.kernel), dram=dram, flops=flops,
-                       device=str(info.get("device", "unknown")))
+                       device=str(info.get("device", "unknown")),
+                       source=source_shared(run.source) if run.source is not None else None)
     measured.update(ncu=ncu_version(ncu), command=shlex.join(run.command), unavailable=run.unavailable,
                     sizes=dict(sizes), consts=dict(consts), kernel=launch.kernel)
     if info:
@@ -148,11 +153,12 @@ def ncu_version(ncu: list[str]) -> str:
 
 
 def compare(report: dict, metrics: dict[str, float | None], *, dram: dict | None, flops: float | None,
-            device: str) -> dict:
+            device: str, source: dict[str, dict[str, float]] | None = None) -> dict:
     """The measured section: every prediction of `report` (and `dram`, `flops`) beside `metrics` (ncu's
-    counts of one launch, base units), each with a verdict; `off` lists those that are off."""
+    counts of one launch, base units) and `source` (ncu.source_shared of the source page, when ncu printed
+    one), each with a verdict; `off` lists those that are off."""
     out: dict[str, object] = {"device": device, "metrics": dict(metrics)}
-    out["shared"] = shared_classes(report.get("accesses", []), metrics)
+    out["shared"] = shared_classes(report.get("accesses", []), metrics, source)
     out["registers"] = register_check(report.get("registers"), report.get("ptxas"), metrics)
     out["shared_memory"] = {"planned": (report.get("occupancy") or {}).get("smem_bytes"),
                             "static": metrics.get("launch__shared_mem_per_block_static"),
@@ -189,8 +195,12 @@ def access_class(op: str) -> tuple[str, int] | None:
     return None
 
 
-def shared_classes(accesses: list[dict], metrics: dict[str, float | None]) -> list[dict]:
-    """One entry per instruction class that the report lists an access of or the GPU executed."""
+def shared_classes(accesses: list[dict], metrics: dict[str, float | None],
+                   source: dict[str, dict[str, float]] | None = None) -> list[dict]:
+    """One entry per instruction class that the report lists an access of or the GPU executed. The ld and st
+    classes take their counts from the source page where there is one (SOURCE_CLASSES: the instructions' own
+    wavefronts; conflicts = wavefronts - ideal) and keep the L1 unit's as `unit_wavefronts` / `unit_conflicts`,
+    which also count waits behind other traffic to the banks; cp.async keeps the unit's."""
     predicted: dict[str, list[dict]] = {c: [] for c in SHARED_COUNTERS}
     for a in accesses:
         cls = access_class(a["op"])
@@ -203,10 +213,17 @@ def shared_classes(accesses: list[dict], metrics: dict[str, float | None]) -> li
         instructions = sum(c for c in counts if c is not None) if any(c is not None for c in counts) else None
         wavefronts = metrics.get(wave_metric)
         conflicts = metrics.get(conflict_metric) if conflict_metric else None
+        unit = {"unit_wavefronts": wavefronts, "unit_conflicts": conflicts}
+        counted_by = "l1tex unit"
+        if source is not None and cls in SOURCE_CLASSES:
+            own = source.get(cls, {"instructions": 0.0, "wavefronts": 0.0, "ideal": 0.0})
+            instructions, wavefronts = own["instructions"], own["wavefronts"]
+            conflicts = own["wavefronts"] - own["ideal"]
+            counted_by = "source page"
         if not predicted[cls] and not instructions:
             continue
         entry = {"class": cls, "name": CLASS_NAMES[cls], "accesses": predicted[cls], "instructions": instructions,
-                 "wavefronts": wavefronts, "conflicts": conflicts}
+                 "wavefronts": wavefronts, "conflicts": conflicts, "counted_by": counted_by, **unit}
         entry.update(class_verdict(predicted[cls], instructions, wavefronts, conflicts))
         out.append(entry)
     return out
@@ -354,6 +371,14 @@ def roofline(flops: float | None, nbytes: float | None, duration_ns: float | Non
             "fraction_of_bound": bound / duration_ns if bound and duration_ns else None}
 
 
+def _unit_conflicts(c: dict) -> str:
+    """The L1 unit's conflict count of a class counted from the source page ('-' where it is the same count)."""
+    unit, waves = c.get("unit_conflicts"), c.get("unit_wavefronts")
+    if c.get("counted_by") != "source page" or unit is None:
+        return "-"
+    return f"{unit:.0f} ({_pct(unit, waves)})" if waves else f"{unit:.0f}"
+
+
 def format_measured(m: dict) -> str:
     """The measured section as text (what `tkc report --measure` prints after the report)."""
     size = " ".join(f"{k}={v}" for k, v in {**m.get("sizes", {}), **m.get("consts", {})}.items())
@@ -368,11 +393,13 @@ def format_measured(m: dict) -> str:
                      _num(c.get("measured_per_instruction"), 3),
                      "-" if not pred else (f"{pred[0]}" if pred[0] == pred[1] else f"{pred[0]}..{pred[1]}"),
                      "-" if conflicts is None else f"{conflicts:.0f} ({_pct(conflicts, c['wavefronts'])})",
-                     c["verdict"]])
+                     _unit_conflicts(c), c["verdict"]])
     if rows:
-        lines += _table("shared memory, per instruction class (wavefronts per instruction):",
+        lines += _table("shared memory, per instruction class (wavefronts per instruction; ld, st: the instructions' "
+                        "own, from ncu's source page; l1tex: the L1 unit's count, waits behind other traffic "
+                        "included):",
                         ["class", "accesses", "instructions", "wavefronts", "measured", "predicted", "conflicts",
-                         "verdict"], rows)
+                         "l1tex conflicts", "verdict"], rows)
     else:
         lines.append("shared memory: no LSU shared-memory instruction predicted or executed")
     r = m.get("registers", {})

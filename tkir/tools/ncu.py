@@ -13,6 +13,15 @@ metric, a second row of units). Values are normalised to base units (bytes, nano
 `--print-units` did, and thousands separators ("17,609") are read. Lines that are not CSV (`==PROF==`,
 `==WARNING==`, the program's own output) are skipped.
 
+With `source=True` (what --measure runs), the one profiled launch also collects the SourceCounters section
+into a report file, and `run_ncu` imports it twice: the raw page (every metric, read as above) and the source
+page (`--page source --print-source sass --csv`: one row per SASS instruction with its executed count and its
+"L1 Wavefronts Shared" and "... Ideal"), which `source_shared` sums per instruction class. Those are the
+instruction's own wavefronts: the L1 unit's l1tex__data_bank_conflicts_* counters also count the cycles a
+shared access waits behind other traffic to the same banks (TMA writes of the next tile's stages, wgmma operand
+reads), 44% of linear_dgrad's epilogue stores on an H100 whose instructions ncu's source page shows at their
+ideal one wavefront each (docs/experiments.md, "Bank conflicts that are not the instruction's").
+
 A metric this ncu or GPU does not know makes ncu refuse the whole run; `run_ncu` drops each metric an
 `==ERROR==` line names and runs again, and lists them as `unavailable` (the first GPU runs tell which of
 the names marked [U] exist).
@@ -53,6 +62,7 @@ PERMISSION_HINT = ("the driver restricts GPU performance counters to administrat
 # Where a name comes from: NVIDIA's own rule file (read: it computes ncu's "Shared Load/Store Bank Conflicts"
 # from these), the ncu section that shows the metric, or [U]: public ncu scripts only (run_ncu drops a name
 # this ncu does not know and reports it; the first GPU runs settle them).
+SOURCE_SECTION = "SourceCounters"  # per-SASS-instruction counters (the source page's "L1 Wavefronts Shared" ...)
 SHARED_RULE = "ncu rule SharedMemoryConflicts.py"
 LAUNCH_STATS = "ncu sections LaunchStats, Occupancy"
 MEMORY_SECTION = "ncu section MemoryWorkloadAnalysis"
@@ -140,6 +150,7 @@ class NcuRun:
     command: list[str]
     unavailable: list[str] = field(default_factory=list)
     output: str = ""
+    source: list[SourceRow] | None = None  # the source page's shared-memory instructions (source=True runs)
 
 
 def find_ncu() -> list[str]:
@@ -161,20 +172,32 @@ def find_ncu() -> list[str]:
                        f"name it with {NCU_ENV}=/path/to/ncu (it is in the CUDA toolkit's bin/)")
 
 
-def ncu_command(ncu: list[str], kernel: str, metrics: tuple[str, ...] | list[str], program: list[str]) -> list[str]:
-    """ncu profiling the first launch of `kernel` (the whole name) in `program`, `metrics` only."""
+def ncu_command(ncu: list[str], kernel: str, metrics: tuple[str, ...] | list[str], program: list[str],
+                report: Path | None = None) -> list[str]:
+    """ncu profiling the first launch of `kernel` (the whole name) in `program`, `metrics` only; with `report`,
+    the SourceCounters section too, written to that report file (read back with import_command)."""
+    to_file = ["--section", SOURCE_SECTION, "-f", "-o", str(report)] if report is not None else []
     return [*ncu, *NCU_FLAGS, "--kernel-name", f"regex:^{re.escape(kernel)}$", "--metrics", ",".join(metrics),
-            *program]
+            *to_file, *program]
+
+
+def import_command(ncu: list[str], report: Path, page: str) -> list[str]:
+    """ncu printing one page of a report file as CSV: "raw" (every metric) or "source" (per SASS instruction)."""
+    extra = ["--print-source", "sass"] if page == "source" else []
+    return [*ncu, "-i", str(report), "--csv", "--print-units", "base", "--page", page, *extra]
 
 
 def run_ncu(ncu: list[str], kernel: str, program: list[str], metrics: tuple[str, ...] = METRIC_NAMES,
-            env: dict[str, str] | None = None) -> NcuRun:
+            env: dict[str, str] | None = None, source_dir: Path | None = None) -> NcuRun:
     """Run `program` under ncu and read its CSV. A metric that ncu's error names is dropped and the run
-    repeated; any other failure is a MeasureError quoting the command and the end of ncu's output."""
+    repeated; any other failure is a MeasureError quoting the command and the end of ncu's output. With
+    `source_dir`, the launch is written to a report file there and read back: its raw page for the metrics and
+    its source page for NcuRun.source (None where this ncu cannot print it)."""
     wanted = list(metrics)
     dropped: list[str] = []
+    report = source_dir / "report.ncu-rep" if source_dir is not None else None
     while True:
-        cmd = ncu_command(ncu, kernel, wanted, program)
+        cmd = ncu_command(ncu, kernel, wanted, program, report)
         try:
             with _one_profiler_at_a_time():
                 proc = subprocess.run(cmd, capture_output=True, text=True, timeout=NCU_TIMEOUT_S, env=env)
@@ -189,13 +212,30 @@ def run_ncu(ncu: list[str], kernel: str, program: list[str], metrics: tuple[str,
             dropped += unknown
             wanted = [m for m in wanted if m not in unknown]
             continue
-        launches = parse_ncu_csv(proc.stdout)
+        source = None
+        if report is not None and proc.returncode == 0 and report.is_file():
+            raw = _run_import(ncu, report, "raw", env)
+            output += "\n" + raw
+            launches = parse_ncu_csv(raw)
+            source = parse_source_csv(_run_import(ncu, report, "source", env))
+        else:  # no report file: ncu profiled nothing (its output says why)
+            launches = parse_ncu_csv(proc.stdout)
         if proc.returncode != 0 or not launches:
             why = f"exited with status {proc.returncode}" if proc.returncode else (
                 f"profiled no launch of '{kernel}' (the --kernel-name filter matched nothing, or the program "
                 "stopped before launching it)")
             raise MeasureError(_failure(cmd, why, output))
-        return NcuRun(launches, cmd, dropped, output)
+        return NcuRun(launches, cmd, dropped, output, source)
+
+
+def _run_import(ncu: list[str], report: Path, page: str, env: dict[str, str] | None) -> str:
+    """The CSV of one page of `report` ('' where ncu fails: the caller then has no such page)."""
+    try:
+        proc = subprocess.run(import_command(ncu, report, page), capture_output=True, text=True,
+                              timeout=NCU_TIMEOUT_S, env=env)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return proc.stdout if proc.returncode == 0 else ""
 
 
 # One ncu at a time on a machine: the GPU's performance counters serve one profiling session, and the GPU
@@ -235,6 +275,62 @@ def parse_ncu_csv(text: str) -> list[NcuLaunch]:
     if "Metric Name" in header:
         return _details(header, rows[1:])
     return _raw(header, rows[1:])
+
+
+@dataclass(frozen=True)
+class SourceRow:
+    """One SASS instruction of the source page that touches shared memory."""
+
+    sass: str               # the instruction as ncu prints it ("STS [R6+UR6], R89")
+    klass: str              # "ld" (LDS, LDSM), "st" (STS, STSM) or "ldgsts"
+    executed: float         # warp-level instructions executed
+    wavefronts: float       # L1 Wavefronts Shared
+    ideal: float            # L1 Wavefronts Shared Ideal
+
+
+SOURCE_COLUMNS = ("Source", "Instructions Executed", "L1 Wavefronts Shared", "L1 Wavefronts Shared Ideal")
+# SASS opcodes -> instruction class (measure.SHARED_COUNTERS' classes); LDSM/STSM: ldmatrix/stmatrix
+SOURCE_CLASSES = {"LDS": "ld", "LDSM": "ld", "STS": "st", "STSM": "st", "LDGSTS": "ldgsts"}
+
+
+def parse_source_csv(text: str) -> list[SourceRow] | None:
+    """The shared-memory instructions of ncu's source page (`--page source --print-source sass --csv`): rows
+    whose opcode (predicate and modifiers stripped: "@!P0 LDSM.16.M88.4" -> LDSM) is in SOURCE_CLASSES; None
+    when the text has no such page (or it lacks SOURCE_COLUMNS)."""
+    lines = text.splitlines()
+    start = next((i for i, ln in enumerate(lines) if ln.startswith('"Address","Source"')), None)
+    if start is None:
+        return None
+    rows = [r for r in csv.reader(io.StringIO("\n".join(ln for ln in lines[start:] if ln.startswith('"')))) if r]
+    col = {name: i for i, name in enumerate(rows[0])}
+    if any(c not in col for c in SOURCE_COLUMNS):
+        return None
+    out = []
+    for r in rows[1:]:
+        if len(r) < len(rows[0]) or r[0] == "Address":
+            continue
+        words = r[col["Source"]].split()
+        if words and words[0].startswith("@"):
+            words = words[1:]
+        klass = SOURCE_CLASSES.get(words[0].split(".")[0]) if words else None
+        executed = metric_value(r[col["Instructions Executed"]])
+        if klass is None or not executed:
+            continue
+        out.append(SourceRow(r[col["Source"]].strip(), klass, executed,
+                             metric_value(r[col["L1 Wavefronts Shared"]]) or 0.0,
+                             metric_value(r[col["L1 Wavefronts Shared Ideal"]]) or 0.0))
+    return out
+
+
+def source_shared(rows: list[SourceRow]) -> dict[str, dict[str, float]]:
+    """Per instruction class: executed instructions, wavefronts and ideal wavefronts summed over its rows."""
+    out: dict[str, dict[str, float]] = {}
+    for r in rows:
+        c = out.setdefault(r.klass, {"instructions": 0.0, "wavefronts": 0.0, "ideal": 0.0})
+        c["instructions"] += r.executed
+        c["wavefronts"] += r.wavefronts
+        c["ideal"] += r.ideal
+    return out
 
 
 def metric_value(text: str, unit: str = "") -> float | None:
