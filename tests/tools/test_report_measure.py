@@ -377,6 +377,23 @@ def test_the_source_page_counts_ld_and_st_by_the_instructions_own_wavefronts(
     assert any("--page source --print-source sass" in c for c in calls[1:])
 
 
+def test_a_report_ncu_will_not_print_is_profiled_again_without_it(
+        fake_ncu: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An ncu whose import of the report prints no raw page: the launch is profiled again the old way (live CSV,
+    no report file) and counted by the L1 unit, as before there was a source page."""
+    empty = tmp_path / "empty.csv"
+    empty.write_text("==ERROR== cannot print\n")
+    script = (tmp_path / "fake_ncu.py")
+    script.write_text(FAKE_NCU.replace('os.environ["FAKE_NCU_CSV"] if page == "raw"', f'"{empty}" if page == "raw"'))
+    monkeypatch.setenv("TKIR_NCU", f"{sys.executable} {script}")
+    assert main([*GEMM_ARGS, "--json"]) == 0
+    m = json.loads(capsys.readouterr().out)["measured"]
+    st = next(c for c in m["shared"] if c["class"] == "st")
+    assert st["counted_by"] == "l1tex unit" and st["conflicts"] == 355
+    profiled = [c for c in fake_ncu.read_text().splitlines() if "--metrics" in c]
+    assert len(profiled) == 2 and " -o " in profiled[0] and " -o " not in profiled[1]
+
+
 def test_source_page_rows_are_classed_by_opcode() -> None:
     """parse_source_csv keeps the shared-memory instructions (predicates and modifiers stripped) and sums them."""
     head = ('"Address","Source","Instructions Executed","L1 Wavefronts Shared","L1 Wavefronts Shared Ideal"\n')

@@ -217,6 +217,9 @@ def run_ncu(ncu: list[str], kernel: str, program: list[str], metrics: tuple[str,
             raw = _run_import(ncu, report, "raw", env)
             output += "\n" + raw
             launches = parse_ncu_csv(raw)
+            if not launches:  # this ncu would not print the report's raw page: profile again as without a report
+                report = None
+                continue
             source = parse_source_csv(_run_import(ncu, report, "source", env))
         else:  # no report file: ncu profiled nothing (its output says why)
             launches = parse_ncu_csv(proc.stdout)
