@@ -27,6 +27,20 @@ def kernel_sizes(kernel: Operation) -> set[str]:
     return {d for a in kernel.body.args if isinstance(a.type, GlobalType) for d in a.type.size_names}
 
 
+def check_problem_sizes(kernel: Operation, sizes: dict[str, int], source: str | None = None) -> None:
+    """Problem sizes an auto const is chosen for (tkir.compile(sizes=), --size) must name every size of the
+    kernel's tensors: the cost model evaluates the grid and the tiles at all of them. A located error at the
+    kernel otherwise (sizes it does not have are left alone: they change no choice)."""
+    missing = sorted(kernel_sizes(kernel) - set(sizes))
+    if missing:
+        given = ", ".join(f"{k}={v}" for k, v in sizes.items()) or "none"
+        raise CompileError(kernel.loc, f"the problem sizes ({given}) lack {', '.join(repr(n) for n in missing)}: "
+                                       "auto consts are chosen at the size bucket of every size the kernel's "
+                                       "tensors name", source,
+                           hint=f"give them all (--size NAME=VALUE, sizes={{...}}): "
+                                f"{', '.join(sorted(kernel_sizes(kernel)))}")
+
+
 def size_names(expr: object, known: set[str], op: Operation, what: str, error: type[CompileError]) -> set[str]:
     """The names of size expression `expr`: well-formed, every name in `known`; else a located error."""
     if not isinstance(expr, (int, str)) or isinstance(expr, bool):

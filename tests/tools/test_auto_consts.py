@@ -292,3 +292,13 @@ def test_grid_under_one_block_per_sm_takes_the_most_blocks(n: int, rows: int) ->
     assert k.module.kernel.attrs["auto"] == {"ROWS": rows}
     if rows == 1:
         assert "the most blocks, then the least work a block" in k.module.kernel.attrs["auto_predicted"]
+
+
+def test_sizes_missing_one_the_tensors_name_is_a_located_error() -> None:
+    """An auto const is chosen at the bucket of every size the tensors name: sizes= without some of them is an
+    error at the kernel naming the missing ones (it was an unlocated SymExprError from the cost model)."""
+    with pytest.raises(CompileError) as e:
+        tkir.compile(str(Path(__file__).resolve().parents[2] / "examples" / "gemm.tk"), sizes={"M": 1024})
+    msg = str(e.value)
+    assert "examples/gemm.tk:6:8: error: the problem sizes (M=1024) lack 'K', 'N'" in msg
+    assert "note: give them all" in msg

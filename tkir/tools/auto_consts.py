@@ -49,6 +49,7 @@ from collections.abc import Callable, Iterable, Iterator
 from tkir.diagnostics import CompileError
 from tkir.ir import Module
 from tkir.target import NUM_SMS
+from tkir.verify_sizes import check_problem_sizes
 
 AUTO = "auto"
 STOP_AFTER = "plan-occupancy"  # the last pass a candidate must survive
@@ -171,6 +172,7 @@ def resolve(path: str, overrides: dict[str, object], names: list[str],
         consts = dict(points[picked].consts)
         return consts, {n: consts[n] for n in names}, refused
     assert front is not None
+    check_problem_sizes(front(dict(points[picked].consts)).kernel, sizes, text)
     return _resolve_at_sizes(kernel, text, const_loc, points, order, names, attempt, picked, front, sizes, target,
                              accept)
 
