@@ -1,13 +1,16 @@
-"""Companion of softmax.tk: row softmax of X (math in f32), bf16 out."""
+"""Companion of tests/data/rows/softmax.tk, the row kernel with every schedule knob: examples/softmax.py (inputs,
+reference, FLOPs, bytes, peers: run here, in this module, so its functions read the consts below) with the
+knob version's defaults and check and bench points."""
 
 from __future__ import annotations
 
-import ml_dtypes
-import numpy as np
+from pathlib import Path
 
-KERNEL = "softmax.tk"
-PARAMS = ["X", "Y"]
-OUTPUTS = ["Y"]
+_DOC = __doc__
+_EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "softmax.py"
+exec(compile(_EXAMPLE.read_text(encoding="utf-8"), str(_EXAMPLE), "exec"))  # noqa: S102 -- the example's companion
+__doc__ = _DOC
+
 DEFAULT_CONSTS = dict(ROWS=16, D=1024, DC=1024)
 
 # N a multiple of ROWS=16; the second size also changes the row length D. The last two walk the
@@ -18,62 +21,3 @@ CHECK_CONSTS = [{}, {"D": 512}, {"D": 4096, "DC": 1024}, {"D": 1536, "DC": 512}]
 # assembles without spills (its speed on the GPU is not measured yet; `tkc tune -D D=16384` picks).
 BENCH_SIZES = [dict(N=16384), dict(N=65536), dict(N=4096)]
 BENCH_CONSTS = [{}, {}, {"D": 16384, "DC": 8192, "ROWS": 1, "WG": 1}]
-PEER = "torch.softmax"
-
-TOLERANCE = 2e-2  # bf16 output
-# Per element: max, subtract, exp, sum, divide.
-FLOPS_PER_ELEMENT = 5
-
-
-def _consts(consts: dict) -> dict:
-    return {**DEFAULT_CONSTS, **consts}
-
-
-def make_inputs(rng: np.random.Generator, sizes: dict, consts: dict) -> list[np.ndarray]:
-    N, D = sizes["N"], _consts(consts)["D"]
-    bf16 = ml_dtypes.bfloat16
-    x = rng.standard_normal((N, D), np.float32).astype(bf16)
-    return [x, np.full((N, D), np.nan, bf16)]
-
-
-def reference(inputs: list[np.ndarray], sizes: dict, consts: dict) -> dict[str, np.ndarray]:
-    x = inputs[0].astype(np.float64)
-    e = np.exp(x - x.max(axis=1, keepdims=True))
-    return {"Y": e / e.sum(axis=1, keepdims=True)}
-
-
-def flops(sizes: dict, consts: dict) -> int:
-    return FLOPS_PER_ELEMENT * sizes["N"] * _consts(consts)["D"]
-
-
-def bytes_moved(sizes: dict, consts: dict) -> int:
-    return 2 * 2 * sizes["N"] * _consts(consts)["D"]  # X read, Y written; bf16
-
-
-# --- GPU hooks (tkc bench) -------------------------------------------------------------------------
-MEMORY_BOUND = True
-
-
-def peer(inputs: list, sizes: dict, consts: dict):
-    import torch
-
-    x, y = inputs
-    return lambda: torch.softmax(x, dim=1, dtype=torch.float32).to(torch.bfloat16)
-
-
-# Timed in the same run as PEER: the same math through torch.compile (Inductor), which fuses it.
-EXTRA_PEERS = {"compiled": "torch.compile (Inductor) of the peer's math"}
-
-
-def _math(x):
-    import torch
-
-    return torch.softmax(x, dim=1, dtype=torch.float32).to(torch.bfloat16)
-
-
-def extra_peer(name: str, inputs: list, sizes: dict, consts: dict):
-    from tkir.tools.bench import inductor
-
-    x, _y = inputs
-    f = inductor(_math)
-    return lambda: f(x)
