@@ -31,14 +31,15 @@ def check_problem_sizes(kernel: Operation, sizes: dict[str, int], source: str | 
     """Problem sizes an auto const is chosen for (tkir.compile(sizes=), --size) must name every size of the
     kernel's tensors: the cost model evaluates the grid and the tiles at all of them. A located error at the
     kernel otherwise (sizes it does not have are left alone: they change no choice)."""
-    missing = sorted(kernel_sizes(kernel) - set(sizes))
+    named = kernel_sizes(kernel)
+    missing = sorted(named - set(sizes))
     if missing:
         given = ", ".join(f"{k}={v}" for k, v in sizes.items()) or "none"
         raise CompileError(kernel.loc, f"the problem sizes ({given}) lack {', '.join(repr(n) for n in missing)}: "
                                        "auto consts are chosen at the size bucket of every size the kernel's "
                                        "tensors name", source,
                            hint=f"give them all (--size NAME=VALUE, sizes={{...}}): "
-                                f"{', '.join(sorted(kernel_sizes(kernel)))}")
+                                f"{', '.join(sorted(named))}")
 
 
 def size_names(expr: object, known: set[str], op: Operation, what: str, error: type[CompileError]) -> set[str]:

@@ -56,7 +56,7 @@ CONFLICT_TOLERANCE = 0.01  # measured conflicts within 1% of the class's wavefro
 DRAM_TOLERANCE = 0.10      # measured DRAM bytes within 10% of the prediction (memory-bound kernels)
 WAVEFRONT_BYTES = 128      # one shared-memory wavefront serves 32 banks x 4 bytes
 WIDTH_BYTES = {"b8": 1, "b16": 2, "b32": 4, "f32": 4, "b64": 8, "v2": 8, "v4": 16, "b128": 16}  # ld/st.shared suffixes
-SOURCE_CLASSES = ("ld", "st")  # counted per SASS instruction from ncu's source page where it has one
+SOURCE_COUNTED = ("ld", "st")  # counted per SASS instruction from ncu's source page where it has one
 CP_ASYNC_BYTES = 16        # a cp.async chunk per lane (tkir/layout.py tma_pattern: 16-byte chunks)
 HARDWARE_PATHS = ("tma", "wgmma.desc")  # no LSU instruction: the tensor core and TMA read shared memory
 
@@ -198,7 +198,7 @@ def access_class(op: str) -> tuple[str, int] | None:
 def shared_classes(accesses: list[dict], metrics: dict[str, float | None],
                    source: dict[str, dict[str, float]] | None = None) -> list[dict]:
     """One entry per instruction class that the report lists an access of or the GPU executed. The ld and st
-    classes take their counts from the source page where there is one (SOURCE_CLASSES: the instructions' own
+    classes take their counts from the source page where there is one (SOURCE_COUNTED: the instructions' own
     wavefronts; conflicts = wavefronts - ideal) and keep the L1 unit's as `unit_wavefronts` / `unit_conflicts`,
     which also count waits behind other traffic to the banks; cp.async keeps the unit's."""
     predicted: dict[str, list[dict]] = {c: [] for c in SHARED_COUNTERS}
@@ -215,7 +215,7 @@ def shared_classes(accesses: list[dict], metrics: dict[str, float | None],
         conflicts = metrics.get(conflict_metric) if conflict_metric else None
         unit = {"unit_wavefronts": wavefronts, "unit_conflicts": conflicts}
         counted_by = "l1tex unit"
-        if source is not None and cls in SOURCE_CLASSES:
+        if source is not None and cls in SOURCE_COUNTED:
             own = source.get(cls, {"instructions": 0.0, "wavefronts": 0.0, "ideal": 0.0})
             instructions, wavefronts = own["instructions"], own["wavefronts"]
             conflicts = own["wavefronts"] - own["ideal"]

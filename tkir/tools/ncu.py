@@ -13,7 +13,7 @@ metric, a second row of units). Values are normalised to base units (bytes, nano
 `--print-units` did, and thousands separators ("17,609") are read. Lines that are not CSV (`==PROF==`,
 `==WARNING==`, the program's own output) are skipped.
 
-With `source=True` (what --measure runs), the one profiled launch also collects the SourceCounters section
+With `source_dir` (what --measure passes), the one profiled launch also collects the SourceCounters section
 into a report file, and `run_ncu` imports it twice: the raw page (every metric, read as above) and the source
 page (`--page source --print-source sass --csv`: one row per SASS instruction with its executed count and its
 "L1 Wavefronts Shared" and "... Ideal"), which `source_shared` sums per instruction class. Those are the
@@ -150,7 +150,7 @@ class NcuRun:
     command: list[str]
     unavailable: list[str] = field(default_factory=list)
     output: str = ""
-    source: list[SourceRow] | None = None  # the source page's shared-memory instructions (source=True runs)
+    source: list[SourceRow] | None = None  # the source page's shared-memory instructions (source_dir runs)
 
 
 def find_ncu() -> list[str]:
@@ -291,20 +291,20 @@ class SourceRow:
     ideal: float            # L1 Wavefronts Shared Ideal
 
 
+LAUNCH_HEADER = '"ID","Process ID"'  # the details and raw pages' first columns
+SOURCE_HEADER = '"Address","Source"'  # the source page's
 SOURCE_COLUMNS = ("Source", "Instructions Executed", "L1 Wavefronts Shared", "L1 Wavefronts Shared Ideal")
 # SASS opcodes -> instruction class (measure.SHARED_COUNTERS' classes); LDSM/STSM: ldmatrix/stmatrix
-SOURCE_CLASSES = {"LDS": "ld", "LDSM": "ld", "STS": "st", "STSM": "st", "LDGSTS": "ldgsts"}
+SOURCE_OPCODES = {"LDS": "ld", "LDSM": "ld", "STS": "st", "STSM": "st", "LDGSTS": "ldgsts"}
 
 
 def parse_source_csv(text: str) -> list[SourceRow] | None:
     """The shared-memory instructions of ncu's source page (`--page source --print-source sass --csv`): rows
-    whose opcode (predicate and modifiers stripped: "@!P0 LDSM.16.M88.4" -> LDSM) is in SOURCE_CLASSES; None
+    whose opcode (predicate and modifiers stripped: "@!P0 LDSM.16.M88.4" -> LDSM) is in SOURCE_OPCODES; None
     when the text has no such page (or it lacks SOURCE_COLUMNS)."""
-    lines = text.splitlines()
-    start = next((i for i, ln in enumerate(lines) if ln.startswith('"Address","Source"')), None)
-    if start is None:
+    rows = _csv_rows(text, SOURCE_HEADER)
+    if not rows:
         return None
-    rows = [r for r in csv.reader(io.StringIO("\n".join(ln for ln in lines[start:] if ln.startswith('"')))) if r]
     col = {name: i for i, name in enumerate(rows[0])}
     if any(c not in col for c in SOURCE_COLUMNS):
         return None
@@ -315,7 +315,7 @@ def parse_source_csv(text: str) -> list[SourceRow] | None:
         words = r[col["Source"]].split()
         if words and words[0].startswith("@"):
             words = words[1:]
-        klass = SOURCE_CLASSES.get(words[0].split(".")[0]) if words else None
+        klass = SOURCE_OPCODES.get(words[0].split(".")[0]) if words else None
         executed = metric_value(r[col["Instructions Executed"]])
         if klass is None or not executed:
             continue
@@ -357,10 +357,10 @@ def _failure(cmd: list[str], why: str, output: str) -> str:
     return msg
 
 
-def _csv_rows(text: str) -> list[list[str]]:
-    """The CSV rows from the header ("ID","Process ID",...) on; ncu's and the program's other lines left out."""
+def _csv_rows(text: str, header: str = LAUNCH_HEADER) -> list[list[str]]:
+    """The CSV rows from the header line (starting with `header`) on; ncu's and the program's other lines left out."""
     lines = text.splitlines()
-    start = next((i for i, ln in enumerate(lines) if ln.startswith('"ID","Process ID"')), None)
+    start = next((i for i, ln in enumerate(lines) if ln.startswith(header)), None)
     if start is None:
         return []
     body = [ln for ln in lines[start:] if ln.startswith('"')]
