@@ -8,18 +8,16 @@ import numpy as np
 KERNEL = "rmsnorm.tk"
 PARAMS = ["X", "W", "Y"]
 OUTPUTS = ["Y"]
-DEFAULT_CONSTS = dict(ROWS=16, D=1024, DC=1024)
+DEFAULT_CONSTS = dict(D=1024)
 
-# N a multiple of ROWS=16; the second size walks rows of D=512 in four DC=128 chunks (two passes).
-CHECK_SIZES = [dict(N=256), dict(N=128), dict(N=64)]
-CHECK_CONSTS = [{}, {"D": 512, "DC": 128}, {"D": 2048, "DC": 512, "REREAD": 1}]
-# The issue's bandwidth targets: 8192 rows of 8192 and 65536 rows of 4096 (both 128 MiB of X),
-# and layernorm's default width for comparison with its table.
-# Wide rows: one row per block of 2 warpgroups, the row split over its 8 warps (infer-layouts'
-# row `parts`), one read of X (measured 91% and 97% of copy; the two-pass DC=1024 path 61% and 70%,
-# docs/bench/results/rmsnorm.json).
+# Ragged row counts (ROWS is auto: the grid's last block is partly past N) and the widths the row sweep times;
+# the third: a whole row of 16384 in registers over four warpgroups.
+CHECK_SIZES = [dict(N=256), dict(N=37), dict(N=3), dict(N=1)]
+CHECK_CONSTS = [{}, {"D": 768}, {"D": 16384}, {"D": 4096}]
+# The issue's bandwidth targets: 8192 rows of 8192 and 65536 rows of 4096 (both 128 MiB of X), and layernorm's
+# default width for comparison with its table.
 BENCH_SIZES = [dict(N=8192), dict(N=65536), dict(N=65536)]
-BENCH_CONSTS = [{"D": 8192, "DC": 8192, "ROWS": 1, "WG": 2}, {"D": 4096, "DC": 4096, "ROWS": 1, "WG": 2}, {}]
+BENCH_CONSTS = [{"D": 8192}, {"D": 4096}, {}]
 PEER = "torch.nn.functional.rms_norm"
 
 EPS = 1e-6  # the kernel's epsilon (rmsnorm.tk's EPS)

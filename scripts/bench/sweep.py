@@ -65,7 +65,8 @@ unaffected. --host-inputs uses the companions' own path.
 benched with the consts its tuner chose there, without tuning (the record says `"tune": {"from": ...}`);
 points it lacks are tuned. The tuning is most of a sweep's device time (891 of 1004 s in the
 sweep of 2026-12-02), so all 76 points fit one device call this way, measured in one run with one copy
-bandwidth. scripts/bench/sweep_consts.jsonl holds the consts of the last whole sweep (76 of 76 points passed).
+bandwidth. scripts/bench/sweep_consts.jsonl holds the consts of the last whole sweep (76 of 76 points passed); its
+row records hold only D, since the row examples leave their schedule to the compiler (ROWS=auto).
 
 --dry-run (no GPU, no torch): for each selected point, tkir.tools.tune.dry_run (the space through the
 compiler, ptxas and the cost model), with the memory plan and time estimate; nothing is recorded.

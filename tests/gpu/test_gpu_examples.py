@@ -105,6 +105,19 @@ def test_example_matches_reference_on_gpu(name: str, sizes: dict, consts: dict) 
     assert result.ok, str(result)
 
 
+# The row examples themselves (two consts, D and ROWS=auto): compiled for the call's size bucket, as a user's call
+# is, so the compiler's per-size choices (rows, warps, hoisted and fenced loads) run; ragged N, both targets.
+ROW_EXAMPLE_CASES = [(name, n, d) for name in ROW_KERNELS for n, d in ((1, 768), (37, 4096), (4096, 768), (1001, 16384))]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("target", ["sm_90a", "sm_80"])
+@pytest.mark.parametrize("name, n, d", ROW_EXAMPLE_CASES, ids=[f"{c[0]}-{c[1]}x{c[2]}" for c in ROW_EXAMPLE_CASES])
+def test_row_example_at_its_defaults_on_gpu(name: str, n: int, d: int, target: str) -> None:
+    result = check_example(f"examples/{name}.tk", {"N": n}, {"D": d}, compile_kw={"sizes": {"N": n}, "target": target})
+    assert result.ok, str(result)
+
+
 @pytest.mark.gpu
 def test_one_consumer_warpgroup_stores_its_whole_128_row_tile_on_gpu(tmp_path: Path) -> None:
     """Issue 14: the staged epilogue's TMA box had 64 rows, so one warpgroup owning all 128 rows of

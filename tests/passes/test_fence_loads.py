@@ -66,7 +66,7 @@ def test_tune_spaces_offer_the_fence_only_for_narrow_rows() -> None:
         assert narrow == {0, 1} and wide == {0}, k
 
 
-PLAIN = "scripts/bench/row_plain/layernorm.tk"  # no @fence_loads / @hoist_loads: the compiler decides
+PLAIN = "examples/layernorm.tk"  # no @fence_loads / @hoist_loads: the compiler decides
 
 
 def _ops_at(n: int, d: int, **kw: object) -> str:

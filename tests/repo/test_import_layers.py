@@ -183,7 +183,7 @@ def test_modules_load_no_backend(modules: list[str]) -> None:
 def test_compile_and_interpret_load_no_backend() -> None:
     """The pass pipeline and the interpreter run without the backend; only a backend stage loads it."""
     code = ("import tkir\nfrom tkir.tools.examples import check_interpreted, load_companion\n"
-            "k = tkir.compile('examples/softmax.tk')\nc = load_companion('examples/softmax.tk')\n"
+            "k = tkir.compile('tests/data/rows/softmax.tk')\nc = load_companion('tests/data/rows/softmax.tk')\n"
             "ok = all(r.ok for r in check_interpreted(k.module, c, dict(c.CHECK_SIZES[0]), {}, seed=0))\n"
             f"before = {BACKEND_LOADED}\nk.launch\n"
             f"print(json.dumps([ok, before, bool({BACKEND_LOADED})]))")

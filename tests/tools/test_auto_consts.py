@@ -288,7 +288,7 @@ def test_grid_under_one_block_per_sm_takes_the_most_blocks(n: int, rows: int) ->
     """A kernel with no tensor work whose size-free point (ROWS = 4 at D = 768) runs fewer blocks than SMs at the
     sizes takes the point with the most blocks, then the least work a block: ROWS = 1 at N = 1 and 128 (the model
     predicts its floor for every point there); from one block per SM on, the size-free point stays."""
-    k = tkir.compile("scripts/bench/row_plain/rmsnorm.tk", target="sm_90a", sizes={"N": n}, D=768)
+    k = tkir.compile("examples/rmsnorm.tk", target="sm_90a", sizes={"N": n}, D=768)
     assert k.module.kernel.attrs["auto"] == {"ROWS": rows}
     if rows == 1:
         assert "the most blocks, then the least work a block" in k.module.kernel.attrs["auto_predicted"]

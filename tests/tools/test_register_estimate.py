@@ -63,11 +63,6 @@ OUTLIERS: dict[tuple[str, str], tuple[float, str]] = {
     ("col_sum", "sm_90a"): (0.21, "the data (acc 16 + the loaded tile 16) is right; addresses 6 + overhead 16 are "
                                   "about 9 more than ptxas's 45 - 32 = 13"),
     ("col_sum", "sm_80"): (0.21, "as on sm_90a"),
-    ("layernorm", "sm_90a"): (0.36, "ptxas spreads W's and Bias's loads between the reductions, so their fragments "
-                                    "are never live with all of xc; it fits the 64 of 2 blocks of 512 threads, no spills"),
-    ("layernorm", "sm_80"): (0.36, "as on sm_90a"),
-    ("rmsnorm", "sm_90a"): (0.17, "ptxas takes all 64 registers 2 blocks of 512 threads leave it (at its cap)"),
-    ("rmsnorm", "sm_80"): (0.17, "as on sm_90a"),
     ("rotary", "sm_80"): (0.13, "at 12 blocks of 128 threads (cap 40) ptxas fits 35 on sm_80 (38 on sm_90a); the "
                                 "estimate, 39, counts the four loaded tiles and the output's address"),
     ("softmax_vocab", "sm_90a"): (0.16, PREFETCH),

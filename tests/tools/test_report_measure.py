@@ -270,7 +270,7 @@ def test_the_dram_prediction_counts_each_tensor_once_per_direction() -> None:
     from tkir.api import build_module
     from tkir.tools.traffic import predict_dram
 
-    softmax = predict_dram(build_module(str(ROOT / "examples" / "softmax.tk")), {"N": 16384})
+    softmax = predict_dram(build_module(str(ROOT / "tests" / "data" / "rows" / "softmax.tk")), {"N": 16384})
     assert [(t.name, t.read, t.written) for t in softmax.tensors] == [("X", True, False), ("Y", False, True)]
     assert softmax.read_bytes == softmax.write_bytes == 16384 * 1024 * 2 and softmax.memory_bound
     gemm = predict_dram(build_module(str(ROOT / "examples" / "gemm.tk"), GEMM_CONSTS),
