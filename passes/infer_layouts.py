@@ -4,7 +4,9 @@ Rewrites
 * the kernel's thread shape: `warpgroups = {consumers = N}` on sm_90a (kept when the front end set it from
   `@warpgroups(...)`, else N = min(max(accumulator rows / 64, 1), 2) for kernels with tk.mma, for others
   enough warpgroups (1, 2 or 4) that the widest row-reduced register tile gives a thread at most
-  ROW_BLOCK_ELEMS_PER_THREAD elements, else 1); on sm_80 `warps = W` (kept when set, else 4 * consumers
+  ROW_BLOCK_ELEMS_PER_THREAD elements, else 1, and a kernel whose row reductions all run in a loop (a row walked in
+  chunks) `warps = 1` or `2` where that leaves a thread at most CHUNK_LOOP_ELEMS_PER_THREAD elements of the chunk
+  (`chunk_warps`; FileCheck tests/filecheck/passes/infer-layouts-chunk-warps.tk); on sm_80 `warps = W` (kept when set, else 4 * consumers
   when `warpgroups` is given, else, with tk.mma, min(max(accumulator rows / 32, 4), 8) when an accumulator
   needs whole rows per warp and that leaves each at most 128 registers per thread (WHOLE_ROW_WARP_ROWS),
   or else min(max(accumulator rows / 16, 1), 8); without tk.mma 4, or 4 per warpgroup of the sm_90a rule
@@ -45,7 +47,7 @@ Assumes a verified tk-level module; errors are located at the op that cannot be 
 
 from __future__ import annotations
 
-from tkir.ir import Module, Operation, Value
+from tkir.ir import Module, Operation, Value, parent_op
 from tkir.layout import (
     MMA_M,
     MMA_N,
@@ -107,6 +109,16 @@ ROW_BLOCK_ELEMS_PER_THREAD = 64
 # enough").
 ROW_MIN_ELEMS_FEW_BLOCKS = 16
 MAX_ROW_WARPGROUPS = 4
+# A kernel without tk.mma and without @warpgroups / @warps whose row reductions run inside a loop (a row walked in
+# chunks, each chunk reduced across the block every iteration) gets the fewest warps, a power of two up to a
+# warpgroup, that leave a thread at most CHUNK_LOOP_ELEMS_PER_THREAD elements of the widest chunk it row-reduces;
+# where that is a whole warpgroup or more, the rule above. Each iteration's reductions exchange partials across the
+# block's warps (shared memory and a barrier each); fewer warps a row mean cheaper exchanges and more resident blocks,
+# each with its own loads in flight. Measured on an H100 (docs/experiments.md, "A chunk loop's warps"): the user
+# row_argmax (a 2048-wide chunk, two row reductions an iteration) at N = 4096 / 16384, V = 32000 / 128256 ran 1.10 /
+# 0.99 / 1.15 / 1.05x torch.argmax with 2 warps (32 elements a thread), 0.997 / 0.870 / 1.002 / 0.908x with one
+# warpgroup (16), 1.00 / 0.91 / 1.06 / 0.96x with 1 warp (64).
+CHUNK_LOOP_ELEMS_PER_THREAD = 32
 # A `row` tile with fewer rows than the block has warps (ROWS = 1 over 8 or 16 warps) gets whole rows
 # per warp and the other warps repeat them (the same loads and arithmetic, their results unused). With
 # `split_idle_warps` (default) such a tile is split over the repeating warps too, where a split keeps
@@ -131,6 +143,8 @@ class InferLayouts(Pass):
                                           "rows that do not start 16-byte aligned takes the piece they are aligned to")
     latency: bool = param(True, "double a row kernel's warpgroups where its size bucket's grid has fewer blocks than "
                                 "SMs (ROW_MIN_ELEMS_FEW_BLOCKS; false: the size-free count, the ablation)")
+    chunk_warps: bool = param(True, "give a kernel that row-reduces a chunk in a loop fewer warps than a warpgroup "
+                                    "where CHUNK_LOOP_ELEMS_PER_THREAD allows (false: whole warpgroups, the ablation)")
 
     def __post_init__(self) -> None:
         if self.mma_warps_n < 0:
@@ -142,7 +156,7 @@ class InferLayouts(Pass):
     def run(self, module: Module, options: Options) -> None:
         for kernel in module.kernels():
             _KernelLayouts(kernel, options.target == "sm_80", self.mma_warps_n, self.split_idle_warps,
-                           self.max_vec_bytes, self.latency).run()
+                           self.max_vec_bytes, self.latency, self.chunk_warps).run()
 
 
 class _UnionFind:
@@ -165,8 +179,9 @@ class _UnionFind:
 
 class _KernelLayouts:
     def __init__(self, kernel: Operation, sm80: bool, mma_warps_n: int = 0, split_idle_warps: bool = True,
-                 max_vec_bytes: int = VEC_BYTES, latency: bool = True):
+                 max_vec_bytes: int = VEC_BYTES, latency: bool = True, chunk_warps: bool = True):
         self.kernel = kernel
+        self.chunk_warps = chunk_warps
         self.max_vec_bytes = max_vec_bytes
         self.latency = latency
         self.split_idle_warps = split_idle_warps
@@ -253,6 +268,11 @@ class _KernelLayouts:
                 return warps, 0
         if consumers is None:
             consumers = auto_consumer_warpgroups(acc_rows) if has_mma else self._row_warpgroups()
+            few = None if has_mma or consumers > 1 or given is not None else self._chunk_loop_warps()
+            if few is not None:  # a chunk loop's block of 1 or 2 warps (CHUNK_LOOP_ELEMS_PER_THREAD), as @warps(W)
+                attrs["warps"] = few
+                _check_threads(self.kernel, few)
+                return few, 0
             attrs["warpgroups"] = {**(given if isinstance(given, dict) else {}), "consumers": consumers}
         _check_threads(self.kernel, 4 * consumers)
         return 4 * consumers, consumers
@@ -274,6 +294,22 @@ class _KernelLayouts:
                 and widest // (2 * groups * threads) >= ROW_MIN_ELEMS_FEW_BLOCKS:
             groups *= 2
         return groups
+
+    def _chunk_loop_warps(self) -> int | None:
+        """Warps for a kernel without tk.mma whose row reductions run in a loop: the fewest (1 or 2) that leave a
+        thread at most CHUNK_LOOP_ELEMS_PER_THREAD elements of the widest tile it row-reduces in a loop; None where
+        that takes a whole warpgroup or more, where a row reduction runs outside a loop, or with chunk_warps=false."""
+        if not self.chunk_warps:
+            return None
+        reduces = [op for op in self.kernel.walk() if op.name == "tk.reduce" and str(op.attrs.get("axis")) == "row"
+                   and isinstance(op.operands[0].type, TileType)]
+        if not reduces or not all(_in_loop(op, self.kernel) for op in reduces):
+            return None
+        widest = max(op.operands[0].type.rows * op.operands[0].type.cols for op in reduces)
+        warps = 1
+        while warps < WARPS_PER_WARPGROUP and widest > warps * WARP_SIZE * CHUNK_LOOP_ELEMS_PER_THREAD:
+            warps *= 2
+        return warps if warps < WARPS_PER_WARPGROUP else None
 
     def _few_blocks(self) -> bool:
         """Whether the kernel was compiled for a size bucket at which its grid has fewer blocks than SMs."""
@@ -550,6 +586,16 @@ def vector_layout(tile: RegisterLayout, axis: str) -> RegisterLayout:
     if base == "mma_b":
         return make_layout("row_vec", warps=1)
     return make_layout("col_vec", of=base, wg=tile.wg, warps=tile.warps, warps_n=tile.warps_n)
+
+
+def _in_loop(op: Operation, kernel: Operation) -> bool:
+    """Whether `op` is nested in an scf.for of `kernel`."""
+    p = parent_op(op)
+    while p is not None and p is not kernel:
+        if p.name == "scf.for":
+            return True
+        p = parent_op(p)
+    return False
 
 
 def _check_threads(kernel: Operation, warps: int) -> None:

@@ -66,6 +66,7 @@ T_SM80_PRODUCERS = ("tests/filecheck/test_filecheck.py", "tests/ir/test_pipeline
                     "tests/passes/test_persistent_grid.py", "-k",
                     "sm80 or producer or pipeline or interp or aligned or occupancy or persistent or deadlock")
 T_HOIST_FILECHECK = ("tests/filecheck/test_filecheck.py", "-k", "hoist or idle")
+T_CHUNK_WARPS = ("tests/filecheck/test_filecheck.py", "-k", "chunk-warps")
 T_CHUNK_SASS = ("tests/backend/test_backend_sass.py", "-k", "chunk_loop or class_of")
 T_TUNE_LONE = ("tests/tools/test_tune.py", "-k", "lone")
 T_BENCH_LEAD = ("tests/tools/test_bench.py", "-k", "lead")
@@ -320,6 +321,11 @@ MUTANTS: list[Mutation] = [
     M("row-warps-latency-off-ignored", "passes/infer_layouts.py",
       "        if self.latency and widest and self._few_blocks()", "        if widest and self._few_blocks()",
       "infer-layouts{latency=false} still doubles the row warps", tests=T_ROW_WARPS, topic="infer-layouts"),
+    M("chunk-warps-off-ignored", "passes/infer_layouts.py", "        if not self.chunk_warps:",
+      "        if False:", "infer-layouts{chunk_warps=false} still gives a chunk loop 2 warps", tests=T_CHUNK_WARPS, topic="infer-layouts"),
+    M("chunk-warps-outside-loop", "passes/infer_layouts.py",
+      "if not reduces or not all(_in_loop(op, self.kernel) for op in reduces):", "if not reduces:",
+      "a row reduction outside the loop still takes the chunk loop's warps", tests=T_CHUNK_WARPS, topic="infer-layouts"),
     M("hoist-past-store", "passes/hoist_loads.py", "if any(global_store(inner) for inner in op.walk()):", "if False:",
       "hoist-loads hoists past a store", tests=T_HOIST_FILECHECK, topic="hoist-loads"),
     M("hoist-sees-top-level-stores-only", "passes/hoist_loads.py",
