@@ -6,11 +6,11 @@ Rewrites
   enough warpgroups (1, 2 or 4) that the widest row-reduced register tile gives a thread at most
   ROW_BLOCK_ELEMS_PER_THREAD elements, else 1, and a kernel whose row reductions all run in a loop (a row walked in
   chunks) `warps = 1` or `2` where that leaves a thread at most CHUNK_LOOP_ELEMS_PER_THREAD elements of the chunk
-  (`chunk_warps`; FileCheck tests/filecheck/passes/infer-layouts-chunk-warps.tk); on sm_80 `warps = W` (kept when set, else 4 * consumers
-  when `warpgroups` is given, else, with tk.mma, min(max(accumulator rows / 32, 4), 8) when an accumulator
-  needs whole rows per warp and that leaves each at most 128 registers per thread (WHOLE_ROW_WARP_ROWS),
-  or else min(max(accumulator rows / 16, 1), 8); without tk.mma 4, or 4 per warpgroup of the sm_90a rule
-  above). `warps = W` from `@warps(W)` on sm_90a: W a multiple of 4 becomes `warpgroups = {consumers =
+  (`chunk_warps`; FileCheck tests/filecheck/passes/infer-layouts-chunk-warps.tk); on sm_80 `warps = W` (kept
+  when set, else 4 * consumers when `warpgroups` is given, else, with tk.mma, min(max(accumulator rows / 32, 4),
+  8) when an accumulator needs whole rows per warp and that leaves each at most 128 registers per thread
+  (WHOLE_ROW_WARP_ROWS), or else min(max(accumulator rows / 16, 1), 8); without tk.mma 4, or 4 per warpgroup of
+  the sm_90a rule above). `warps = W` from `@warps(W)` on sm_90a: W a multiple of 4 becomes `warpgroups = {consumers =
   W/4}` (the attribute removed: the same block and PTX as `@warpgroups(consumers=W/4)`); any other W is
   kept for a kernel without tk.mma (its tiles spread over W warps, as on sm_80) and is a located error for
   one with tk.mma (wgmma needs whole warpgroups); FileCheck test:
