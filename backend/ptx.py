@@ -23,6 +23,10 @@ PTX_FEATURES_CACHE_HINT = "+ptx74"
 # cp.async); 7.5 also has the parity wait and the cache hints. The predicate register's name marks them.
 IGNORE_SRC = "ignore_src"
 PTX_FEATURES_IGNORE_SRC = "+ptx75"
+# sm_90a kernels that add four f32 at a time (passes/vector_red.py: red.global.add.v4.f32) declare PTX 8.1, where
+# red's vector types appear (PTX ISA, "red"); the others keep 8.0 (and their PTX).
+VECTOR_RED = "red.global.add.v4.f32"
+PTX_FEATURES_VECTOR_RED = "+ptx81"
 
 # The code generator's optimisation level is 3 up to this many lines of LLVM IR, 2 above. At 3 the
 # NVPTX code generator runs GVN where 2 runs EarlyCSE, and llvmlite's LLVM is built with assertions:
@@ -65,4 +69,6 @@ def llvm_to_ptx(ir: str, target: str) -> str:
         features = PTX_FEATURES_CACHE_HINT
     elif target == "sm_80" and PARITY_WAIT in ir:
         features = PTX_FEATURES_PARITY_WAIT
+    elif target == "sm_90a" and VECTOR_RED in ir:
+        features = PTX_FEATURES_VECTOR_RED
     return _machine(target, codegen_level(ir), features).emit_assembly(mod)

@@ -27,6 +27,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from tkir.backend.cache_policy import hinted_load, policy_of, readonly_of
 from tkir.backend.exchange import scratch_tile
 from tkir.backend.f32 import combine, from_f32, to_f32
@@ -45,7 +47,7 @@ from tkir.backend.shared_slots import (
 from tkir.backend.values import LLVM_TYPE, Frag, Global, LoweringError, Smem, register_layout
 from tkir.ir import Operation
 from tkir.layout import column_scratch_pad
-from tkir.opdef import REDUCE_ATTR
+from tkir.opdef import RED_VEC_ATTR, RED_VEC_ELEMS, REDUCE_ATTR
 from tkir.target import REG_BYTES as WORD
 from tkir.target import WARP
 from tkir.types import TileType, VectorType, dtype_bytes
@@ -210,11 +212,45 @@ def store_registers_elementwise(cx: LoweringContext, op: Operation) -> None:
     ety = LLVM_TYPE[val.type.dtype]
     reduce = op.attrs.get(REDUCE_ATTR)
     owners = cx.owner_masks(val.type) if reduce is not None else [None] * len(val.values)
+    if op.attrs.get(RED_VEC_ATTR):
+        _red_vectors(cx, g, coords, val, owners)
+        return
     for slot, v, own in zip(cx.coords(val.type), val.values, owners, strict=True):
         idx, ok = _element_index(cx, g, coords, val.type, slot)
         if own is not None:  # an element several threads hold is added once, by its owner
             ok = cx.w.op(f"and i1 {ok}, {_owner_flag(cx, own)}", "own")
         _store_global_element(cx, g.ptr, ety, val.type.dtype, idx, ok, v, reduce)
+
+
+def _red_vectors(cx: LoweringContext, g: Global, coords: list[str], val: Frag, owners: list) -> None:
+    """A reducing store with `red_vec = 4` (passes/vector_red.py): each four consecutive elements of a lane chunk
+    added with one `red.global.add.v4.f32` (PTX ISA 8.1, sm_90), at the first element's index and in-bounds test
+    (the launch requires rows of whole 16-byte pieces: a group is wholly inside or outside), by their owner where
+    several threads hold them; a group whose four elements have different owners is added element by element."""
+    w = cx.w
+    slots = cx.coords(val.type)
+    n = RED_VEC_ELEMS
+    for first in range(0, len(slots), n):
+        group = range(first, first + n)
+        own = owners[first]
+        same = all((owners[i] is None) == (own is None) and (own is None or np.array_equal(owners[i], own))
+                   for i in group)
+        if not same:
+            for i in group:
+                idx, ok = _element_index(cx, g, coords, val.type, slots[i])
+                if owners[i] is not None:
+                    ok = w.op(f"and i1 {ok}, {_owner_flag(cx, owners[i])}", "own")
+                _store_global_element(cx, g.ptr, "float", "f32", idx, ok, val.values[i], "add")
+            continue
+        idx, ok = _element_index(cx, g, coords, val.type, slots[first])
+        if own is not None:
+            ok = w.op(f"and i1 {ok}, {_owner_flag(cx, own)}", "own")
+        p = w.op(f"getelementptr float, ptr addrspace(1) {g.ptr}, i64 {idx}", "p")
+        okz = w.op(f"zext i1 {ok} to i32", "okz")
+        w.asm("void", ["{", ".reg .pred p;", "setp.ne.b32 p, $5, 0;",
+                       "@p red.global.add.v4.f32 [$0], {$1, $2, $3, $4};", "}"],
+              ["l", "f", "f", "f", "f", "r"],
+              [("ptr addrspace(1)", p), *[("float", val.values[i]) for i in group], ("i32", okz)])
 
 
 def _owner_flag(cx: LoweringContext, own: object) -> str:

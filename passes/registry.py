@@ -42,6 +42,7 @@ PASS_TABLE: dict[str, str] = {
     "readonly-loads": "readonly_loads:ReadonlyLoads",  # tensors never written read through ld.global.nc
     "cluster-rows": "cluster_rows:ClusterRows",     # a register-only block spread over a cluster of CTAs (@cluster)
     "coarsen-rows": "coarsen_rows:CoarsenRows",     # row kernels adding into global tensors: bounded grid, row loop
+    "vector-red": "vector_red:VectorRed",          # f32 register adds into global memory, four a red (sm_90a)
     "reuse-smem": "reuse_smem:ReuseSmem",          # a tile first written after another's last use, in its memory
     "early-release": "early_release:EarlyRelease",  # a barrier ring per tile: stages freed by their last reader
     "pingpong": "pingpong:Pingpong",                # consumer warpgroups take turns issuing mmas (named barriers)
@@ -71,6 +72,7 @@ DEFAULT_PIPELINE: list[str] = [
     "cluster-rows",    # only kernels that ask (@cluster(C)): a block's warps spread over C CTAs (before the plan)
     "coarsen-rows",    # row kernels that reduce-add into global tensors: a bounded grid walks the rows, the sums
                        # carried in registers (before the plan, which counts them and sizes the grid)
+    "vector-red",      # sm_90a: reducing f32 stores add four elements a red.global.add.v4.f32
     "reuse-smem",      # epilogue staging tiles in the memory of tiles dead by then (before the plan counts bytes)
     "plan-occupancy",  # stages, roles and registers from the budget (before pipeline uses them)
     "pipeline",        # ring buffers, mbarriers, producer/consumer roles

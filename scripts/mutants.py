@@ -67,6 +67,8 @@ T_SM80_PRODUCERS = ("tests/filecheck/test_filecheck.py", "tests/ir/test_pipeline
                     "sm80 or producer or pipeline or interp or aligned or occupancy or persistent or deadlock")
 T_HOIST_FILECHECK = ("tests/filecheck/test_filecheck.py", "-k", "hoist or idle")
 T_CHUNK_WARPS = ("tests/filecheck/test_filecheck.py", "-k", "chunk-warps")
+T_RED_VEC = ("tests/filecheck/test_filecheck.py", "tests/backend/test_reduce_store_simulated.py",
+             "tests/backend/test_reduce_store_backend.py", "-k", "vector-red or added_once or adds")
 T_CHUNK_SASS = ("tests/backend/test_backend_sass.py", "-k", "chunk_loop or class_of")
 T_TUNE_LONE = ("tests/tools/test_tune.py", "-k", "lone")
 T_BENCH_LEAD = ("tests/tools/test_bench.py", "-k", "lead")
@@ -328,6 +330,12 @@ MUTANTS: list[Mutation] = [
       "if not reduces or not all(_in_loop(op, self.kernel) for op in reduces):", "if not reduces:",
       "a row reduction outside the loop still takes the chunk loop's warps", tests=T_CHUNK_WARPS,
       topic="infer-layouts"),
+    M("red-vec-wrong-index", "backend/rules_memory.py",
+      "        idx, ok = _element_index(cx, g, coords, val.type, slots[first])",
+      "        idx, ok = _element_index(cx, g, coords, val.type, slots[first + 1])",
+      "red.global.add.v4.f32 at the second element's address", tests=T_RED_VEC, topic="vector-red"),
+    M("red-vec-ablation-ignored", "passes/vector_red.py", "        if not self.enabled or options.target",
+      "        if options.target", "vector-red{enabled=false} still vectorizes", tests=T_RED_VEC, topic="vector-red"),
     M("hoist-past-store", "passes/hoist_loads.py", "if any(global_store(inner) for inner in op.walk()):", "if False:",
       "hoist-loads hoists past a store", tests=T_HOIST_FILECHECK, topic="hoist-loads"),
     M("hoist-sees-top-level-stores-only", "passes/hoist_loads.py",

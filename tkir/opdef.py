@@ -96,6 +96,11 @@ REDUCE_KINDS = ("add",)
 # fallback could not take it, and a sum of many partials rounded to 8 mantissa bits at every add is not the
 # workspace the attention backward asks for (an f32 dQ accumulator, cast to bf16 once at the end).
 REDUCE_DTYPES = ("f32",)
+# `red_vec = 4` on a reducing store of an f32 register tile or vector (set by passes/vector_red.py, sm_90a): the
+# backend adds four consecutive elements with one `red.global.add.v4.f32` (PTX ISA 8.1, "red": vector types need
+# sm_90 and .global); the layout's lane chunks must hold a multiple of four elements.
+RED_VEC_ATTR = "red_vec"
+RED_VEC_ELEMS = 4
 
 
 def reduce_problem(op: Operation, dst: Type, val: Type) -> str | None:
@@ -111,4 +116,21 @@ def reduce_problem(op: Operation, dst: Type, val: Type) -> str | None:
     dtype = getattr(val, "dtype", None)
     if dtype not in REDUCE_DTYPES:
         return f"'{op.name}' {{reduce = \"{kind}\"}} adds " + "/".join(REDUCE_DTYPES) + f" values, not {dtype}"
+    return red_vec_problem(op, val)
+
+
+def red_vec_problem(op: Operation, val: Type) -> str | None:
+    """Why `op`'s `red_vec` attribute is wrong (None: absent or right): RED_VEC_ELEMS on a reducing store of a
+    register value whose lane chunks (`vec`) hold a multiple of that many elements."""
+    n = op.attrs.get(RED_VEC_ATTR)
+    if n is None:
+        return None
+    if op.attrs.get(REDUCE_ATTR) is None:
+        return f"'{op.name}' {RED_VEC_ATTR} = {n} needs reduce = \"add\""
+    if n != RED_VEC_ELEMS:
+        return f"'{op.name}' {RED_VEC_ATTR} = {n}: the vector red adds {RED_VEC_ELEMS} elements"
+    lay = val.get("layout") if hasattr(val, "get") else None
+    vec = lay.get("vec") if isinstance(lay, dict) else None
+    if not isinstance(vec, int) or vec % RED_VEC_ELEMS:
+        return f"'{op.name}' {RED_VEC_ATTR} = {n} needs lane chunks of a multiple of {n} elements, not {val}"
     return None

@@ -24,6 +24,7 @@ from tkir import symexpr
 from tkir.facts import FactError
 from tkir.ir import Module, Operation, Value
 from tkir.layout import LAYOUT_ATTR, RegisterLayout, layout_of, vector_access_bytes
+from tkir.opdef import RED_VEC_ATTR
 from tkir.target import CP_ASYNC_BYTES, TMA_STRIDE_ALIGN
 from tkir.types import DTYPE_BYTES, GlobalType, TileType, VectorType, is_size_name
 
@@ -84,7 +85,7 @@ def kernel_requires(kernel: Operation, descs: list[Operation]) -> list[dict]:
                     need(f"{_operand(dim)} % {ext}", f"%{g.name} is copied without TMA, and the backend masks only "
                                            "the rows of register tiles (and both dims of accumulators)")
             last = g.type.dims[-1]
-            cb = _chunk_bytes(tile)
+            cb = _chunk_bytes(tile, op)
             if cb and isinstance(last, str):
                 need(f"({_operand(last)} * {DTYPE_BYTES[g.type.dtype]}) % {cb}",
                      f"%{g.name} is copied to or from registers in {cb}-byte vector accesses: its "
@@ -125,7 +126,7 @@ def kernel_alignments(kernel: Operation) -> list[dict]:
         g, tile = copy
         if _shared_tile(tile):
             nbytes, why = CP_ASYNC_BYTES, f"copied to shared memory in {CP_ASYNC_BYTES}-byte cp.async chunks"
-        elif cb := _chunk_bytes(tile):
+        elif cb := _chunk_bytes(tile, op):
             nbytes, why = cb, f"copied to or from registers in {cb}-byte vector accesses"
         else:
             continue
@@ -154,7 +155,7 @@ def row_piece_tensors(kernel: Operation, descs: list[Operation] = ()) -> dict[st
         g, tile = copy
         if _shared_tile(tile):
             other.add(g.name)
-        elif cb := _chunk_bytes(tile):
+        elif cb := _chunk_bytes(tile, op):
             widest[g.name] = max(widest.get(g.name, 0), cb)
     return {name: b for name, b in widest.items() if name not in other}
 
@@ -207,11 +208,14 @@ def _register_layout(tile: TileType | VectorType) -> RegisterLayout | None:
     return layout_of(tile) if isinstance(tile.get(LAYOUT_ATTR), dict) else None
 
 
-def _chunk_bytes(tile: TileType | VectorType) -> int | None:
+def _chunk_bytes(tile: TileType | VectorType, op: Operation | None = None) -> int | None:
     """The bytes of one global access of a register tile or vector copied in vector pieces (backend
-    rules_registers: `row` / `col_vec` layouts with a `vec` of 4, 8 or 16 bytes), else None."""
+    rules_registers: `row` / `col_vec` layouts with a `vec` of 4, 8 or 16 bytes; a reducing store with
+    `red_vec`, passes/vector_red.py: red_vec elements), else None."""
     if tile.space not in ("rt", "rv"):
         return None
+    if op is not None and op.attrs.get(RED_VEC_ATTR):
+        return int(op.attrs[RED_VEC_ATTR]) * DTYPE_BYTES[tile.dtype]
     return vector_access_bytes(_register_layout(tile), tile.dtype)
 
 

@@ -1,6 +1,7 @@
 """Reducing stores in the backend, without a GPU: `G[i, j] += t` assembles with ptxas on both targets, as a TMA
-reduce-add (PTX cp.reduce.async.bulk.tensor, SASS UTMAREDG) on sm_90a and as per-element red.global.add.f32
-(SASS RED/REDG ... ADD.F32) on sm_80 and without TMA; never a plain global store of the reduced tensor."""
+reduce-add (PTX cp.reduce.async.bulk.tensor, SASS UTMAREDG) on sm_90a, as per-element red.global.add.f32
+(SASS RED/REDG ... ADD.F32) on sm_80, and without TMA on sm_90a four f32 a red.global.add.v4.f32 (vector-red;
+SASS REDG.E.ADD.F32x4); never a plain global store of the reduced tensor."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ COLSUM = "tests/data/colsum_add.tk"  # a vector: red.global.add on sm_90a too (T
 TMA_ADD = re.compile(r"cp\.reduce\.async\.bulk\.tensor\.2d\.global\.shared::cta\.add\.tile\.bulk_group")
 RED_ADD = re.compile(r"@p red\.global\.add\.f32 \[")
 SASS_RED = re.compile(r"\bREDG?\.E\.ADD\.F32\b")
+RED_V4 = re.compile(r"@p red\.global\.add\.v4\.f32 \[")  # vector-red (sm_90a): four f32 an instruction
+SASS_RED_V4 = re.compile(r"\bREDG\.E\.ADD\.F32x4\b")
 
 
 def _kernel(path: str, target: str, no_tma: bool = False) -> tkir.CompiledKernel:
@@ -39,17 +42,28 @@ def test_sm90a_adds_with_tma(path: str) -> None:
 def test_fallback_adds_per_element(path: str, target: str, no_tma: bool) -> None:
     k = _kernel(path, target, no_tma)
     ptx, sass = k.asm["ptx"], k.asm["sass"]
-    assert RED_ADD.search(ptx) and not TMA_ADD.search(ptx)
+    # vector-red on sm_90a: lane chunks of four f32 (rows_add, colsum_add) four at a time, accumulators per element
+    v4 = target == "sm_90a" and path != SPLITK
+    red, sass_red = (RED_V4, SASS_RED_V4) if v4 else (RED_ADD, SASS_RED)
+    assert red.search(ptx) and not TMA_ADD.search(ptx)
     assert not re.search(r"st\.global", ptx)                  # Y is never overwritten
-    assert SASS_RED.search(sass) and not re.search(r"\bSTG\.E", sass)
+    assert sass_red.search(sass) and not re.search(r"\bSTG\.E", sass)
     assert "UTMAREDG" not in sass
     assert not local_memory_ops(sass)
 
 
-def test_sm90a_adds_a_vector_per_element() -> None:
+def test_sm90a_adds_a_vector_four_at_a_time() -> None:
+    """vector-red (passes/vector_red.py): the column sums' lane chunks of four f32 each added with one
+    red.global.add.v4.f32 (SASS REDG.E.ADD.F32x4), in PTX 8.1; without the pass one red per element, PTX 8.0."""
     k = _kernel(COLSUM, "sm_90a")
-    assert RED_ADD.search(k.asm["ptx"]) and not TMA_ADD.search(k.asm["ptx"])
-    assert SASS_RED.search(k.asm["sass"]) and not re.search(r"\bSTG\.E", k.asm["sass"])
+    ptx, sass = k.asm["ptx"], k.asm["sass"]
+    assert RED_V4.search(ptx) and not RED_ADD.search(ptx) and not TMA_ADD.search(ptx)
+    assert ".version 8.1" in ptx
+    assert SASS_RED_V4.search(sass) and not SASS_RED.search(sass) and not re.search(r"\bSTG\.E", sass)
+    assert not local_memory_ops(sass)
+    off = tkir.compile(COLSUM, target="sm_90a", pass_edits="-vector-red")
+    assert RED_ADD.search(off.asm["ptx"]) and not RED_V4.search(off.asm["ptx"]) and ".version 8.0" in off.asm["ptx"]
+    assert SASS_RED.search(off.asm["sass"])
 
 
 LOOP_ADD = "tests/data/loop_add.tk"  # Y[i, j] += a @ b inside a pipelined loop

@@ -40,10 +40,18 @@ class _RedSimt(_Simt):
 
     def _asm(self, line: str) -> None:
         m = re.fullmatch(r'call void asm sideeffect "(.*)", "[^"]*"\((.*)\)', line)
-        assert m and "red.global.add.f32" in m[1] and "st.global" not in m[1], line
-        addr, v, pred = (np.broadcast_to(self.val(a.split()[-1]), (self.threads,)) for a in m[2].split(", "))
+        assert m and "st.global" not in m[1], line
+        args = [np.broadcast_to(self.val(a.split()[-1]), (self.threads,)) for a in m[2].split(", ")]
+        if "red.global.add.v4.f32" in m[1]:  # vector-red: four consecutive f32 at the address
+            addr, *vs, pred = args
+            assert len(vs) == 4, line
+        else:
+            assert "red.global.add.f32" in m[1], line
+            addr, v, pred = args
+            vs = [v]
         for t in np.flatnonzero(pred):
-            self.adds.append((int(addr[t]), float(v[t])))
+            for k, v in enumerate(vs):
+                self.adds.append((int(addr[t]) + F32 * k, float(v[t])))
 
 
 # (value type, warps of the block, tensor rows, cols, tile coordinates)
@@ -58,8 +66,22 @@ CASES = [
 ]
 
 
+# the cases whose lane chunks hold four f32, again with vector-red's `red_vec = 4` (red.global.add.v4.f32)
+VEC_CASES = [c for c in CASES if "vec = 4" in c[0]]
+
+
 @pytest.mark.parametrize(("tname", "warps", "rows", "cols", "at"), CASES, ids=[c[0] for c in CASES])
 def test_each_element_is_added_once(tname: str, warps: int, rows: int, cols: int, at: tuple) -> None:
+    _check_adds(tname, warps, rows, cols, at, "")
+
+
+@pytest.mark.parametrize(("tname", "warps", "rows", "cols", "at"), VEC_CASES, ids=[c[0] for c in VEC_CASES])
+def test_each_element_is_added_once_four_at_a_time(tname: str, warps: int, rows: int, cols: int, at: tuple) -> None:
+    asm = _check_adds(tname, warps, rows, cols, at, ", red_vec = 4")
+    assert "red.global.add.v4.f32" in asm and "red.global.add.f32" not in asm
+
+
+def _check_adds(tname: str, warps: int, rows: int, cols: int, at: tuple, attrs: str) -> str:
     vector = tname.startswith("rv")
     gtype = "gl<f32>[S]" if vector else "gl<f32>[R, S]"
     coords = "%by" if vector else "%bx, %by"
@@ -68,7 +90,7 @@ def test_each_element_is_added_once(tname: str, warps: int, rows: int, cols: int
   %bx = tk.block_id {{dim = 0}} : i32
   %by = tk.block_id {{dim = 1}} : i32
   %v = tk.fill {{value = 0.0}} : {tname}
-  tk.store %Y, %v, {coords} {{reduce = "add"}}
+  tk.store %Y, %v, {coords} {{reduce = "add"{attrs}}}
 }}
 """
     kernel = parse_module(text, "k.tkir").kernel
@@ -111,3 +133,4 @@ def test_each_element_is_added_once(tname: str, warps: int, rows: int, cols: int
     assert count.max() <= 1, f"an element added {count.max()} times"
     assert count.sum() == n_in
     np.testing.assert_array_equal(total.reshape(rows, cols), want)
+    return "\n".join(cx.w.lines)

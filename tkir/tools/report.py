@@ -48,6 +48,7 @@ from tkir.bounds import copy_edge_proofs, why_in_bounds
 from tkir.facts import OccupancyPlan
 from tkir.ir import Module, Operation, Value
 from tkir.layout import SWIZZLE_ALIGN, layout_of, regs_per_thread, vector_access_bytes
+from tkir.opdef import RED_VEC_ATTR
 from tkir.requires import row_piece_tensors
 from tkir.types import GlobalType, TileType, VectorType, format_attr_value, is_register, is_shared
 
@@ -307,8 +308,11 @@ def _register_copy(op: Operation, kernel: Operation, names: dict[int, str]) -> d
     proofs = copy_edge_proofs(op, kernel) if nbytes else [None] * (2 if isinstance(tile, TileType) else 1)
     rows, cols = (proofs if len(proofs) == 2 else [None, proofs[0]])
     value = op.result if op.name == "tk.load" else op.operands[1]
+    access = f"{nbytes}-byte vectors" if nbytes else "element-wise"
+    if op.attrs.get("reduce") is not None:  # a reducing store: red.global.add per element, or four (vector-red)
+        access = "red.v4.f32 (16-byte)" if op.attrs.get(RED_VEC_ATTR) else "red.f32 (element-wise)"
     return {"op": op.name.removeprefix("tk."), "tensor": g.name, "tile": names.get(id(value), value.name or "?"),
-            "access": f"{nbytes}-byte vectors" if nbytes else "element-wise",
+            "access": access,
             "l2": str(op.attrs.get("l2", "-")),  # cache-policy's L2 priority (passes/cache_policy.py)
             "rows": "-" if len(proofs) == 1 else (rows or "tested"), "cols": cols or "tested"}
 
