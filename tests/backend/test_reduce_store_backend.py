@@ -96,3 +96,14 @@ def test_reduce_add_in_a_loop_stays_in_flight() -> None:
 def test_reduce_add_in_a_loop_assembles_without_spills() -> None:
     sass = tkir.compile(LOOP_ADD, target="sm_90a").asm["sass"]
     assert "UTMAREDG" in sass and not local_memory_ops(sass)
+
+
+def test_vector_red_needs_16_byte_bases_and_its_variant_adds_at_any() -> None:
+    """A tensor added into four f32 at a time is listed as 16-byte aligned and among the tensors the narrower-piece
+    variant copies (`unaligned`): that variant's chunks hold fewer than four f32, so it adds one element a red."""
+    k = tkir.compile("examples/user/layernorm_bwd.tk", target="sm_90a", sizes={"N": 64})
+    assert RED_V4.search(k.asm["ptx"])
+    assert {"DW", "DB"} <= set(k.launch.unaligned)
+    assert {a.tensor: a.bytes for a in k.launch.aligned}["DW"] == 16
+    v = k.variant(4)
+    assert RED_ADD.search(v.asm["ptx"]) and not RED_V4.search(v.asm["ptx"])
