@@ -11,7 +11,8 @@ has lane chunks under four f32, so this pass leaves its stores scalar and it add
 
 Why: every block of a coarsened row kernel (coarsen-rows: the layernorm backward's DW, DB) adds its column sums
 once at the end, all blocks at about the same time, so the adds are the kernel's tail; four times fewer red
-instructions and L2 atomic operations shorten it (docs/experiments.md, "Vector red").
+instructions and L2 atomic operations shorten it: the user layernorm backward ran 1.50x / 1.26x / 1.12x faster at
+N = 4096 / 8192 / 16384 on an H100, on against off in one call (docs/experiments.md, "Vector red").
 
 `enabled=false` is the ablation (every reducing store stays element by element, as without the pass).
 """
