@@ -47,7 +47,7 @@ import numpy as np
 from tkir.access_report import AccessReport
 from tkir.diagnostics import CompileError
 from tkir.facts import FactError, OccupancyPlan
-from tkir.ir import Block, Operation, Value, uses_of
+from tkir.ir import Block, Operation, Value, parent_op, uses_of
 from tkir.layout import (
     BANK_BYTES,
     CHUNK_BYTES,
@@ -756,3 +756,13 @@ def one_block_per_sm(grid: str) -> str:
         if tiles is not None and persistent_grid(tiles, True) == grid:
             return persistent_grid(tiles, False)
     return grid
+
+
+def in_loop(op: Operation, kernel: Operation) -> bool:
+    """Whether `op` is nested in an scf.for of `kernel`."""
+    p = parent_op(op)
+    while p is not None and p is not kernel:
+        if p.name == "scf.for":
+            return True
+        p = parent_op(p)
+    return False

@@ -47,7 +47,7 @@ Assumes a verified tk-level module; errors are located at the op that cannot be 
 
 from __future__ import annotations
 
-from tkir.ir import Module, Operation, Value, parent_op
+from tkir.ir import Module, Operation, Value
 from tkir.layout import (
     MMA_M,
     MMA_N,
@@ -64,7 +64,7 @@ from tkir.layout import (
     row_split,
 )
 from tkir.ops import TILE_BINARY, TILE_UNARY
-from tkir.passes.analysis import classify_copy, grid_blocks_at_problem_sizes
+from tkir.passes.analysis import classify_copy, grid_blocks_at_problem_sizes, in_loop
 from tkir.passmanager import Options, ParamError, Pass, PassError, param
 from tkir.target import DEFAULT_WARPS, MAX_THREADS_PER_BLOCK, NUM_SMS, WARPS_PER_WARPGROUP
 from tkir.target import WARP as WARP_SIZE
@@ -303,7 +303,7 @@ class _KernelLayouts:
             return None
         reduces = [op for op in self.kernel.walk() if op.name == "tk.reduce" and str(op.attrs.get("axis")) == "row"
                    and isinstance(op.operands[0].type, TileType)]
-        if not reduces or not all(_in_loop(op, self.kernel) for op in reduces):
+        if not reduces or not all(in_loop(op, self.kernel) for op in reduces):
             return None
         widest = max(op.operands[0].type.rows * op.operands[0].type.cols for op in reduces)
         warps = 1
@@ -586,16 +586,6 @@ def vector_layout(tile: RegisterLayout, axis: str) -> RegisterLayout:
     if base == "mma_b":
         return make_layout("row_vec", warps=1)
     return make_layout("col_vec", of=base, wg=tile.wg, warps=tile.warps, warps_n=tile.warps_n)
-
-
-def _in_loop(op: Operation, kernel: Operation) -> bool:
-    """Whether `op` is nested in an scf.for of `kernel`."""
-    p = parent_op(op)
-    while p is not None and p is not kernel:
-        if p.name == "scf.for":
-            return True
-        p = parent_op(p)
-    return False
 
 
 def _check_threads(kernel: Operation, warps: int) -> None:

@@ -34,7 +34,8 @@ The ablation: `--pass-edits=-reuse-smem` (every tile its own memory).
 
 from __future__ import annotations
 
-from tkir.ir import Module, Operation, Value, parent_op
+from tkir.ir import Module, Operation, Value
+from tkir.passes.analysis import in_loop
 from tkir.passmanager import Options, Pass
 from tkir.shared_plan import tile_stage_bytes
 from tkir.types import TileType, VectorType
@@ -70,15 +71,6 @@ def _top_index(kernel: Operation) -> dict[int, int]:
         for op in top.walk():
             out[id(op)] = i
     return out
-
-
-def _in_loop(op: Operation, kernel: Operation) -> bool:
-    p = parent_op(op)
-    while p is not None and p is not kernel:
-        if p.name == "scf.for":
-            return True
-        p = parent_op(p)
-    return False
 
 
 def _uses(kernel: Operation) -> dict[int, list[Operation]]:
@@ -126,7 +118,7 @@ def _pairs(kernel: Operation) -> list[tuple[Operation, Operation, int, bool]]:
     def donor_ok(d: Operation) -> bool:
         t = d.result.type
         return (id(d) in span and not isinstance(t.get("stages"), int)
-                and not any(_writes(u, d.result) and _in_loop(u, kernel) for u in uses[id(d.result)]))
+                and not any(_writes(u, d.result) and in_loop(u, kernel) for u in uses[id(d.result)]))
 
     def tile_ok(a: Operation) -> bool:
         us = uses.get(id(a.result), [])

@@ -327,7 +327,7 @@ MUTANTS: list[Mutation] = [
       "        if False:", "infer-layouts{chunk_warps=false} still gives a chunk loop 2 warps", tests=T_CHUNK_WARPS,
       topic="infer-layouts"),
     M("chunk-warps-outside-loop", "passes/infer_layouts.py",
-      "if not reduces or not all(_in_loop(op, self.kernel) for op in reduces):", "if not reduces:",
+      "if not reduces or not all(in_loop(op, self.kernel) for op in reduces):", "if not reduces:",
       "a row reduction outside the loop still takes the chunk loop's warps", tests=T_CHUNK_WARPS,
       topic="infer-layouts"),
     M("red-vec-wrong-index", "backend/rules_memory.py",
