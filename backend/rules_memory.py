@@ -209,17 +209,23 @@ def store_registers_elementwise(cx: LoweringContext, op: Operation) -> None:
     g, val = cx.get(op.operands[0]), cx.get(op.operands[1])
     _check_dtype(op, val.type)
     coords = [cx.scalar(v) for v in op.operands[2:]]
-    ety = LLVM_TYPE[val.type.dtype]
     reduce = op.attrs.get(REDUCE_ATTR)
     owners = cx.owner_masks(val.type) if reduce is not None else [None] * len(val.values)
     if op.attrs.get(RED_VEC_ATTR):
         _red_vectors(cx, g, coords, val, owners)
         return
     for slot, v, own in zip(cx.coords(val.type), val.values, owners, strict=True):
-        idx, ok = _element_index(cx, g, coords, val.type, slot)
-        if own is not None:  # an element several threads hold is added once, by its owner
-            ok = cx.w.op(f"and i1 {ok}, {_owner_flag(cx, own)}", "own")
-        _store_global_element(cx, g.ptr, ety, val.type.dtype, idx, ok, v, reduce)
+        _store_owned_element(cx, g, coords, val.type, slot, v, own, reduce)
+
+
+def _store_owned_element(cx: LoweringContext, g: Global, coords: list[str], t: TileType | VectorType, slot: tuple,
+                         v: str, own: object, reduce: object) -> None:
+    """One element of a register value stored (or added, `reduce`) where in bounds; with `own` (a reducing store's
+    owner mask), only by its owner: an element several threads hold is added once."""
+    idx, ok = _element_index(cx, g, coords, t, slot)
+    if own is not None:
+        ok = cx.w.op(f"and i1 {ok}, {_owner_flag(cx, own)}", "own")
+    _store_global_element(cx, g.ptr, LLVM_TYPE[t.dtype], t.dtype, idx, ok, v, reduce)
 
 
 def _red_vectors(cx: LoweringContext, g: Global, coords: list[str], val: Frag, owners: list) -> None:
@@ -237,10 +243,7 @@ def _red_vectors(cx: LoweringContext, g: Global, coords: list[str], val: Frag, o
                    for i in group)
         if not same:
             for i in group:
-                idx, ok = _element_index(cx, g, coords, val.type, slots[i])
-                if owners[i] is not None:
-                    ok = w.op(f"and i1 {ok}, {_owner_flag(cx, owners[i])}", "own")
-                _store_global_element(cx, g.ptr, "float", "f32", idx, ok, val.values[i], "add")
+                _store_owned_element(cx, g, coords, val.type, slots[i], val.values[i], owners[i], "add")
             continue
         idx, ok = _element_index(cx, g, coords, val.type, slots[first])
         if own is not None:

@@ -108,7 +108,7 @@ def reduce_problem(op: Operation, dst: Type, val: Type) -> str | None:
     an f32 tile or vector with a known kind."""
     kind = op.attrs.get(REDUCE_ATTR)
     if kind is None:
-        return None
+        return red_vec_problem(op, val)  # `red_vec` alone is wrong
     if str(kind) not in REDUCE_KINDS:
         return f"'{op.name}' reduce = \"{kind}\": the kinds are " + ", ".join(f'"{k}"' for k in REDUCE_KINDS)
     if not isinstance(dst, GlobalType):

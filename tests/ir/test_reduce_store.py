@@ -191,13 +191,17 @@ def test_interpreter_adds_and_clips_ragged_edges() -> None:
     ("bf16", 'tk.store %Y, %xb, %c0, %c0 {reduce = "add"}', "{reduce = \"add\"} adds f32 values, not bf16"),
     ("f32", 'tk.store %Y, %x, %c0, %c0 {reduce = "max"}', 'reduce = "max": the kinds are "add"'),
     ("f32", '%s = tk.alloc : st<f32, 32, 64>\n  tk.store %s, %x {reduce = "add"}', "writes a gl, not st<f32, 32, 64>"),
+    # vector-red's attribute (passes/vector_red.py): only on a reducing store, four elements, lane chunks of four
+    ("f32", 'tk.store %Y, %x, %c0, %c0 {red_vec = 4}', 'red_vec = 4 needs reduce = "add"'),
+    ("f32", 'tk.store %Y, %x, %c0, %c0 {reduce = "add", red_vec = 2}', "red_vec = 2: the vector red adds 4 elements"),
+    ("f32", 'tk.store %Y, %x, %c0, %c0 {reduce = "add", red_vec = 4}', "needs lane chunks of a multiple of 4"),
 ])
 def test_verifier_rules(dt: str, store: str, words: str) -> None:
     store = store.replace("%xb,", "%xb,") if dt == "f32" else '%xb = tk.cast %x : rt<bf16, 32, 64>\n  ' + store
     text = COPY.replace("$DT", dt).replace("$STORE", store)
     with pytest.raises(VerifyError) as e:
         verify(parse_module(text))
-    line = next(i for i, t in enumerate(text.splitlines(), 1) if "reduce" in t)
+    line = next(i for i, t in enumerate(text.splitlines(), 1) if "reduce" in t or "red_vec" in t)
     assert str(e.value).startswith(f"<ir>:{line}:3: error:") and words in str(e.value), str(e.value)
 
 
