@@ -128,8 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     for row in todo:
         recs.append(run_row(row, a.reps))
         print(format_table(recs[-1:]).splitlines()[1], flush=True)
-    if a.json:
-        Path(a.json).write_text(json.dumps(recs, indent=1, default=str) + "\n")
+        if a.json:  # after every row: a run cut short keeps the rows it measured
+            Path(a.json).write_text(json.dumps(recs, indent=1, default=str) + "\n")
     print("\n" + format_table(recs))
     return 0 if all(r.get("passed") for r in recs) else 1
 

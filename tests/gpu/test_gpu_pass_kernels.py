@@ -81,7 +81,7 @@ def test_pass_kernel_matches_interpreter_on_gpu(name: str, target: str) -> None:
 
 
 def _numpy_reference(name: str, a: list[np.ndarray]) -> dict[int, np.ndarray]:
-    """The session-15 kernels' outputs in float64 (bf16 ops rounded as the kernel rounds them)."""
+    """The pass kernels' outputs in float64 (bf16 ops rounded as the kernel rounds them)."""
     if name == "cache-policy.tk":
         x, s, aa = (v.astype(np.float64) for v in a[:3])
         return {3: x * s[:, None] + aa}

@@ -25,10 +25,12 @@ from tkir.verifier import VerifyError, verify
 
 GEMM_CONSTS = load_companion("examples/gemm.tk").DEFAULT_CONSTS  # gemm.tk's auto consts at the header's old values
 GEMM = tkir.compile("examples/gemm.tk").ir
-ATTENTION = tkir.compile("examples/attention_fwd.tk").ir
+# attention_fwd.tk's BQ and BKV are auto; the edits below are written against its 64 x 64 tile (one consumer warpgroup)
+ATTENTION_TILE = {"BQ": 64, "BKV": 64}
+ATTENTION = tkir.compile("examples/attention_fwd.tk", **ATTENTION_TILE).ir
 BASED = tkir.compile("examples/based.tk").ir  # pipeline-cp-async: cp.async groups, no mbarriers
 STREAM_K = tkir.compile("examples/gemm.tk", **{**GEMM_CONSTS, "SK": 1}).ir  # a second producer and consumer loop: the split tiles
-PERSISTENT = tkir.compile("examples/attention_fwd.tk", PERSIST=1).ir  # q refilled per tile after its release
+PERSISTENT = tkir.compile("examples/attention_fwd.tk", PERSIST=1, **ATTENTION_TILE).ir  # q refilled per tile after its release
 
 # the consumer's mma, made synchronous (no wgmma group left in flight): its stage may be released at once
 ASYNC_MMA = 'major = "MN"}], async_groups = 1} : rt<f32, 128, 256'
@@ -218,9 +220,9 @@ PIPELINES = {
         "canonicalize,legalize-mma,infer-layouts,select-swizzle,bank-conflicts,create-tma,"
         "plan-occupancy{producer_warps=4},pipeline,pipeline-cp-async,persistent,canonicalize")}),
     "linear": ("examples/linear.tk", {}, {}),
-    "attention": ("examples/attention_fwd.tk", {}, {}),
-    "attention-causal-d64": ("examples/attention_fwd.tk", {"CAUSAL": 1, "D": 64}, {}),
-    "attention-persistent": ("examples/attention_fwd.tk", {"PERSIST": 1}, {}),
+    "attention": ("examples/attention_fwd.tk", ATTENTION_TILE, {}),
+    "attention-causal-d64": ("examples/attention_fwd.tk", {"CAUSAL": 1, "D": 64, **ATTENTION_TILE}, {}),
+    "attention-persistent": ("examples/attention_fwd.tk", {"PERSIST": 1, **ATTENTION_TILE}, {}),
     "attention-3-stages": ("examples/attention_fwd.tk", {"STAGES": 3, "BQ": 128, "BKV": 32}, {}),
 }
 

@@ -67,9 +67,12 @@ def test_auto_gives_the_same_ptx_as_the_explicit_tiles() -> None:
     assert hashlib.md5(auto.encode()).hexdigest() == hashlib.md5(explicit.encode()).hexdigest()
 
 
-def test_header_values_without_auto() -> None:
-    k = tkir.compile(ATTN, D=128)
-    assert k.module.kernel.attrs["consts"]["BQ"] == 64 and "auto" not in k.module.kernel.attrs
+def test_header_auto_unless_given() -> None:
+    """attention_fwd.tk's header declares BQ and BKV auto: unset, the compiler chooses; given, no choice is made."""
+    chosen = tkir.compile(ATTN, D=128)
+    assert chosen.module.kernel.attrs["auto"] == {"BQ": 128, "BKV": 128}
+    given = tkir.compile(ATTN, D=128, BQ=64, BKV=64)
+    assert given.module.kernel.attrs["consts"]["BQ"] == 64 and "auto" not in given.module.kernel.attrs
 
 
 GEMM_AUTO = """@tune(BM=[128, 64], BN=[256, 128])
@@ -158,14 +161,17 @@ def test_mentions_auto_skips_comments_and_strings(text: str, mentions: bool) -> 
     assert auto_consts.mentions_auto(text) is mentions
 
 
-def test_auto_in_comments_costs_no_extra_parse(monkeypatch: pytest.MonkeyPatch) -> None:
-    """attention_fwd.tk's comments say `auto`: with no auto const the compile parses the file once."""
+def test_auto_in_comments_costs_no_extra_parse(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A kernel whose comments say `auto` and whose header does not: with no auto const the compile parses the file
+    once."""
     import tkir.frontend.parse as fp
 
+    path = tmp_path / "k.tk"
+    path.write_text("// -D BQ=auto: the compiler chooses\nkernel k<BQ=64>(x: f32) grid(1) {}\n")
     parse, calls = fp.parse_source, []
     monkeypatch.setattr(fp, "parse_source", lambda *a: (calls.append(a), parse(*a))[1])
-    assert auto_consts.auto_names(ATTN, {"D": 64}) == [] and calls == []
-    assert auto_consts.auto_names(ATTN, {"BQ": "auto"}) == ["BQ"] and len(calls) == 1
+    assert auto_consts.auto_names(str(path), {}) == [] and calls == []
+    assert auto_consts.auto_names(str(path), {"BQ": "auto"}) == ["BQ"] and len(calls) == 1
 
 
 # --- at problem sizes: the cost model chooses per size bucket ---------------------------------------

@@ -147,7 +147,7 @@ def test_register_tile_larger_than_the_register_file(capsys: pytest.CaptureFixtu
 ])
 def test_ir_types_are_checked_when_parsed(old: str, new: str, words: str, tmp_path: Path,
                                           capsys: pytest.CaptureFixture) -> None:
-    text = dump(capsys, "attention_fwd.tk", "pipeline", "-D", "D=64", "-D", "CAUSAL=1")
+    text = dump(capsys, "attention_fwd.tk", "pipeline", "-D", "D=64", "-D", "CAUSAL=1", "-D", "BQ=64", "-D", "BKV=64")
     assert old in text
     ir = tmp_path / "attn.tkir"
     ir.write_text(text.replace(old, new, 1))

@@ -21,12 +21,14 @@ from tkir.types import format_attr_value
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 ROW_KERNELS = Path(__file__).resolve().parents[2] / "tests" / "data" / "rows"  # the row kernels with every knob
 GEMM_CONSTS = load_companion(str(EXAMPLES / "gemm.tk")).DEFAULT_CONSTS  # gemm.tk's auto consts at the header's old values
+# the front end cannot choose auto consts: gemm.tk's at the header's old values, attention_fwd.tk's tile as auto chooses
+FRONT_END_CONSTS = {"gemm": GEMM_CONSTS, "attention_fwd": {"BQ": 128, "BKV": 128}}
 LAYOUT_PASSES = ["canonicalize", "infer-layouts", "select-swizzle", "bank-conflicts"]
 
 
 def report_of(name: str, **options: object) -> dict:
     base = ROW_KERNELS if name in ("layernorm", "rmsnorm", "softmax") else EXAMPLES
-    module = build_module(str(base / f"{name}.tk"), GEMM_CONSTS if name == "gemm" else None)
+    module = build_module(str(base / f"{name}.tk"), FRONT_END_CONSTS.get(name))
     PassManager(load_registry(), LAYOUT_PASSES).run(module, Options(**options))
     rep = build_report(module)
     json.dumps(rep)  # JSON-serialisable as `tkc report --json` prints it
