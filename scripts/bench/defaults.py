@@ -47,9 +47,10 @@ def rows() -> list[dict]:
         comp = load_companion(str(tk))
         bar = BAR_SAME_MATH if tk.stem in BARS_SAME_MATH else BAR_OTHER
         for sizes, consts in zip(comp.BENCH_SIZES, comp.BENCH_CONSTS, strict=True):
-            out.append(dict(name=f"user/{tk.stem}", path=str(tk), sizes=dict(sizes), consts=dict(consts), bar=bar))
+            out.append(dict(name=f"user/{tk.stem}", path=str(tk.relative_to(ROOT)), sizes=dict(sizes),
+                            consts=dict(consts), bar=bar))
     for name, sizes, consts, bar in EXAMPLE_ROWS:
-        out.append(dict(name=name, path=str(ROOT / "examples" / f"{name}.tk"), sizes=sizes, consts=consts, bar=bar))
+        out.append(dict(name=name, path=f"examples/{name}.tk", sizes=sizes, consts=consts, bar=bar))
     return out
 
 
@@ -57,7 +58,7 @@ def spills(path: str, sizes: dict, consts: dict) -> int:
     """ptxas's spill bytes (stores or loads, the larger) for the kernel compiled for this size bucket."""
     import tkir
 
-    k = tkir.compile(path, **consts)
+    k = tkir.compile(str(ROOT / path), **consts)
     if hasattr(k, "for_sizes"):
         k = k.for_sizes(sizes)
     stats = k.asm["ptxas"]
@@ -71,7 +72,8 @@ def run_row(row: dict, reps: int) -> dict:
     rec = dict(row)
     try:
         rec["spill_bytes"] = spills(row["path"], row["sizes"], row["consts"])
-        r = bench_one(row["path"], load_companion(row["path"]), dict(row["sizes"]), dict(row["consts"]), reps=reps)
+        path = str(ROOT / row["path"])
+        r = bench_one(path, load_companion(path), dict(row["sizes"]), dict(row["consts"]), reps=reps)
     except Exception as e:  # noqa: BLE001 - a row that fails is a record
         rec.update(error=f"{type(e).__name__}: {e}"[:600], passed=False)
         return rec
@@ -122,11 +124,12 @@ def main(argv: list[str] | None = None) -> int:
     if a.dry_run:
         print(format_table(todo))
         return 0
-    import torch  # noqa: F401 - CUDA up before the first launch
+    import torch  # CUDA up before the first launch
 
+    device = torch.cuda.get_device_name()
     recs = []
     for row in todo:
-        recs.append(run_row(row, a.reps))
+        recs.append({**run_row(row, a.reps), "device": device})
         print(format_table(recs[-1:]).splitlines()[1], flush=True)
         if a.json:  # after every row: a run cut short keeps the rows it measured
             Path(a.json).write_text(json.dumps(recs, indent=1, default=str) + "\n")
