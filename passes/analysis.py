@@ -766,3 +766,115 @@ def in_loop(op: Operation, kernel: Operation) -> bool:
             return True
         p = parent_op(p)
     return False
+
+
+# --- coarsen-rows' match, shared with infer-layouts -------------------------------------------------------------
+# Which reduce-add stores coarsen-rows can carry (passes/coarsen_rows.py's docstring gives the rewrite and its
+# preconditions). infer-layouts, which runs before it, sizes such a kernel's warps for the carried sums too
+# (CARRIED_ROW_ELEMS_PER_THREAD there): both ask `coarsen_match`, so they agree on which kernels it is.
+# Ops of kernels that are not register row kernels: shared memory, tensor cores, the pipeline's and TMA's
+# ops, warp roles, workspaces and stream-K's partial tiles.
+FOREIGN_OPS = frozenset({"tk.mma", "tk.mma_wait", "tk.role", "tk.alloc", "tk.workspace", "tk.partial_add",
+                         "tk.partial_store", "tk.store_staged", "tk.store_warp_staged", "tk.launch_count"})
+FOREIGN_PREFIXES = ("pipe.", "tma.")
+# Kernel attrs of schedules another pass already chose (cluster-rows, persistent, stream-k).
+FOREIGN_ATTRS = ("cluster", "tile_order", "stream_k")
+# Ops that may stay before the loop when they do not depend on the block: scalar arithmetic and sizes.
+INVARIANT_PREFIX = "arith."
+INVARIANT_OPS = frozenset({"tk.size"})
+ACCESS_OPS = frozenset({"tk.load", "tk.store", "tk.gather"})
+CARRIED_DTYPE = "f32"
+
+
+def _at_line(op: Operation) -> str:
+    return f" at line {op.loc.line}" if op.loc is not None and op.loc.line else ""
+
+
+def kernel_reason(kernel: Operation) -> str | None:
+    """Why the kernel as a whole cannot be coarsened, or None."""
+    grid = kernel.attrs.get("grid")
+    if not isinstance(grid, list) or len(grid) != 1:
+        return f"a {len(grid) if isinstance(grid, list) else '?'}-D grid (coarsen-rows walks a 1-D grid of rows)"
+    for attr in FOREIGN_ATTRS:
+        if attr in kernel.attrs:
+            return f"the kernel's schedule is set already ({attr})"
+    for op in kernel.walk():
+        if op.name in FOREIGN_OPS or op.name.startswith(FOREIGN_PREFIXES) or any(is_shared(r.type) for r in op.results):
+            return (f"'{op.name}'{_at_line(op)}: not a register row kernel (shared memory, mma, pipeline or TMA); "
+                    "coarsen-rows rewrites register row kernels only")
+        if op.name == "tk.grid_dim":
+            return f"the kernel reads the grid size{_at_line(op)}, which the rewrite changes"
+    ids = {op.result for op in kernel.walk() if op.name == "tk.block_id"}
+    for op in kernel.walk():
+        if op.name == "tk.block_id" and op.attrs.get("dim") != 0:
+            return f"block index dim {op.attrs.get('dim')} read{_at_line(op)} (coarsen-rows walks block.x only)"
+        for i, v in enumerate(op.operands):
+            if v in ids and not _row_index(op, i):
+                return (f"block.x used other than as a row index by '{op.name}'{_at_line(op)} "
+                        "(coarsen-rows walks rows: block.x must be the first index of loads and stores)")
+    return None
+
+
+def _row_index(op: Operation, i: int) -> bool:
+    """Operand i of `op` is the first (row) index of a global access: tk.load X, r, ...; tk.store X, v, r, ..."""
+    return (op.name in ("tk.load", "tk.gather") and i == 1) or (op.name == "tk.store" and i == 2)
+
+
+def invariant_ops(kernel: Operation) -> list[Operation]:
+    """The top-level ops that stay before the loop: scalar arithmetic and sizes that depend on neither the
+    block index nor anything the loop computes (constants, `tk.size`, the reduce-add stores' indices)."""
+    out: list[Operation] = []
+    inside: set[Value] = set()
+    for op in kernel.body.ops:
+        if (not op.regions and (op.name.startswith(INVARIANT_PREFIX) or op.name in INVARIANT_OPS)
+                and not any(v in inside for v in op.operands)):
+            out.append(op)
+        else:
+            inside.update(op.results)
+    return out
+
+
+def carried_stores(kernel: Operation, stores: list[Operation]) -> tuple[list[Operation], str | None]:
+    """The reduce-add stores whose values the loop can carry, or none and why not (the first store's reason)."""
+    params = set(kernel.body.args)
+    outside = {v for op in invariant_ops(kernel) for v in op.results} | params
+    carried: list[Operation] = []
+    reasons: list[str] = []
+    for st in stores:
+        dest, value, idx = st.operands[0], st.operands[1], st.operands[2:]
+        name = dest.name or "?"
+        what = f"the reduce-add into {name}{_at_line(st)}"
+        accesses = [op for op in kernel.walk() if op.name in ACCESS_OPS and op.operands and op.operands[0] is dest
+                    and not (op.name == "tk.store" and op.attrs.get("reduce") == "add")]
+        if st.parent is not kernel.body:
+            reasons.append(f"{what} is inside a loop or branch")
+        elif not isinstance(value.type, (TileType, VectorType)) or value.type.dtype != CARRIED_DTYPE:
+            dtype = getattr(value.type, "dtype", value.type)
+            reasons.append(f"{what} adds {dtype} (only {CARRIED_DTYPE} sums are carried: registers would round "
+                           "others differently)")
+        elif not all(v in outside for v in idx):
+            reasons.append(f"{what}: its indices depend on the block index (or on what a block computes)")
+        elif accesses:
+            reasons.append(f"{what}: the kernel also accesses {name} ('{accesses[0].name}'{_at_line(accesses[0])})")
+        else:
+            carried.append(st)
+    if carried:
+        return carried, None
+    return [], reasons[0] + "; nothing to gain"
+
+
+def reduce_add_stores(kernel: Operation) -> list[Operation]:
+    """The kernel's stores with reduce = "add" (`DW[0] += ...`)."""
+    return [op for op in kernel.walk() if op.name == "tk.store" and op.attrs.get("reduce") == "add"]
+
+
+def coarsen_match(kernel: Operation) -> tuple[list[Operation], str | None]:
+    """(the reduce-add stores coarsen-rows carries, None), or ([], why not); ([], None) for a kernel without
+    reduce-add stores (not a candidate)."""
+    stores = reduce_add_stores(kernel)
+    if not stores:
+        return [], None
+    reason = kernel_reason(kernel)
+    if reason is not None:
+        return [], reason
+    return carried_stores(kernel, stores)

@@ -44,10 +44,10 @@ from __future__ import annotations
 
 from tkir.ir import Block, Module, Operation, Region, Value
 from tkir.launch_bounds import MIN_BLOCKS_STREAMING
-from tkir.passes.analysis import COARSEN_DONE_ATTR, COARSEN_PENDING_ATTR
+from tkir.passes.analysis import COARSEN_DONE_ATTR, COARSEN_PENDING_ATTR, coarsen_match, invariant_ops
 from tkir.passes.builder import OpBuilder
 from tkir.passmanager import Options, ParamError, Pass, param
-from tkir.types import I32, TileType, VectorType, is_shared
+from tkir.types import I32
 
 SKIPPED_ATTR = "coarsen_skipped"   # why a kernel with a reduce-add store was left unchanged
 DONE_ATTR = COARSEN_DONE_ATTR      # what the rewrite chose: {blocks_per_sm = K, carried = n}
@@ -55,18 +55,6 @@ DONE_ATTR = COARSEN_DONE_ATTR      # what the rewrite chose: {blocks_per_sm = K,
 # for in a kernel without warp roles (tkir.launch_bounds.MIN_BLOCKS_STREAMING: one block's loads overlap
 # another's math)
 FALLBACK_BLOCKS_PER_SM = MIN_BLOCKS_STREAMING
-# Ops of kernels that are not register row kernels: shared memory, tensor cores, the pipeline's and TMA's
-# ops, warp roles, workspaces and stream-K's partial tiles.
-FOREIGN_OPS = frozenset({"tk.mma", "tk.mma_wait", "tk.role", "tk.alloc", "tk.workspace", "tk.partial_add",
-                         "tk.partial_store", "tk.store_staged", "tk.store_warp_staged", "tk.launch_count"})
-FOREIGN_PREFIXES = ("pipe.", "tma.")
-# Kernel attrs of schedules another pass already chose (cluster-rows, persistent, stream-k).
-FOREIGN_ATTRS = ("cluster", "tile_order", "stream_k")
-# Ops that may stay before the loop when they do not depend on the block: scalar arithmetic and sizes.
-INVARIANT_PREFIX = "arith."
-INVARIANT_OPS = frozenset({"tk.size"})
-ACCESS_OPS = frozenset({"tk.load", "tk.store", "tk.gather"})
-CARRIED_DTYPE = "f32"
 
 
 class CoarsenRows(Pass):
@@ -82,100 +70,17 @@ class CoarsenRows(Pass):
         if self.blocks_per_sm == 0:
             return
         for kernel in module.kernels():
-            stores = [op for op in kernel.walk() if op.name == "tk.store" and op.attrs.get("reduce") == "add"]
-            if not stores:
-                continue
-            reason = _kernel_reason(kernel)
-            carried: list[Operation] = []
-            if reason is None:
-                carried, reason = _carried_stores(kernel, stores)
+            carried, reason = coarsen_match(kernel)
             if reason is not None:
                 kernel.attrs[SKIPPED_ATTR] = reason
-                continue
-            _coarsen(kernel, carried, self.blocks_per_sm)
-
-
-def _line(op: Operation) -> str:
-    return f" at line {op.loc.line}" if op.loc is not None and op.loc.line else ""
-
-
-def _kernel_reason(kernel: Operation) -> str | None:
-    """Why the kernel as a whole cannot be coarsened, or None."""
-    grid = kernel.attrs.get("grid")
-    if not isinstance(grid, list) or len(grid) != 1:
-        return f"a {len(grid) if isinstance(grid, list) else '?'}-D grid (coarsen-rows walks a 1-D grid of rows)"
-    for attr in FOREIGN_ATTRS:
-        if attr in kernel.attrs:
-            return f"the kernel's schedule is set already ({attr})"
-    for op in kernel.walk():
-        if op.name in FOREIGN_OPS or op.name.startswith(FOREIGN_PREFIXES) or any(is_shared(r.type) for r in op.results):
-            return (f"'{op.name}'{_line(op)}: not a register row kernel (shared memory, mma, pipeline or TMA); "
-                    "coarsen-rows rewrites register row kernels only")
-        if op.name == "tk.grid_dim":
-            return f"the kernel reads the grid size{_line(op)}, which the rewrite changes"
-    ids = {op.result for op in kernel.walk() if op.name == "tk.block_id"}
-    for op in kernel.walk():
-        if op.name == "tk.block_id" and op.attrs.get("dim") != 0:
-            return f"block index dim {op.attrs.get('dim')} read{_line(op)} (coarsen-rows walks block.x only)"
-        for i, v in enumerate(op.operands):
-            if v in ids and not _row_index(op, i):
-                return (f"block.x used other than as a row index by '{op.name}'{_line(op)} "
-                        "(coarsen-rows walks rows: block.x must be the first index of loads and stores)")
-    return None
-
-
-def _row_index(op: Operation, i: int) -> bool:
-    """Operand i of `op` is the first (row) index of a global access: tk.load X, r, ...; tk.store X, v, r, ..."""
-    return (op.name in ("tk.load", "tk.gather") and i == 1) or (op.name == "tk.store" and i == 2)
-
-
-def _invariant_ops(kernel: Operation) -> list[Operation]:
-    """The top-level ops that stay before the loop: scalar arithmetic and sizes that depend on neither the
-    block index nor anything the loop computes (constants, `tk.size`, the reduce-add stores' indices)."""
-    out: list[Operation] = []
-    inside: set[Value] = set()
-    for op in kernel.body.ops:
-        if (not op.regions and (op.name.startswith(INVARIANT_PREFIX) or op.name in INVARIANT_OPS)
-                and not any(v in inside for v in op.operands)):
-            out.append(op)
-        else:
-            inside.update(op.results)
-    return out
-
-
-def _carried_stores(kernel: Operation, stores: list[Operation]) -> tuple[list[Operation], str | None]:
-    """The reduce-add stores whose values the loop can carry, or none and why not (the first store's reason)."""
-    params = set(kernel.body.args)
-    outside = {v for op in _invariant_ops(kernel) for v in op.results} | params
-    carried: list[Operation] = []
-    reasons: list[str] = []
-    for st in stores:
-        dest, value, idx = st.operands[0], st.operands[1], st.operands[2:]
-        name = dest.name or "?"
-        what = f"the reduce-add into {name}{_line(st)}"
-        accesses = [op for op in kernel.walk() if op.name in ACCESS_OPS and op.operands and op.operands[0] is dest
-                    and not (op.name == "tk.store" and op.attrs.get("reduce") == "add")]
-        if st.parent is not kernel.body:
-            reasons.append(f"{what} is inside a loop or branch")
-        elif not isinstance(value.type, (TileType, VectorType)) or value.type.dtype != CARRIED_DTYPE:
-            dtype = getattr(value.type, "dtype", value.type)
-            reasons.append(f"{what} adds {dtype} (only {CARRIED_DTYPE} sums are carried: registers would round "
-                           "others differently)")
-        elif not all(v in outside for v in idx):
-            reasons.append(f"{what}: its indices depend on the block index (or on what a block computes)")
-        elif accesses:
-            reasons.append(f"{what}: the kernel also accesses {name} ('{accesses[0].name}'{_line(accesses[0])})")
-        else:
-            carried.append(st)
-    if carried:
-        return carried, None
-    return [], reasons[0] + "; nothing to gain"
+            elif carried:
+                _coarsen(kernel, carried, self.blocks_per_sm)
 
 
 def _coarsen(kernel: Operation, carried: list[Operation], blocks_per_sm: int | None) -> None:
     body = kernel.body
     grid = kernel.attrs["grid"][0]
-    stay = _invariant_ops(kernel)
+    stay = invariant_ops(kernel)
     moved = [op for op in body.ops if op not in stay and op.name != "tk.block_id"]
     old_ids = [op for op in body.ops if op.name == "tk.block_id"]
     for op in list(body.ops):

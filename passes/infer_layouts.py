@@ -64,7 +64,7 @@ from tkir.layout import (
     row_split,
 )
 from tkir.ops import TILE_BINARY, TILE_UNARY
-from tkir.passes.analysis import classify_copy, grid_blocks_at_problem_sizes, in_loop
+from tkir.passes.analysis import classify_copy, coarsen_match, grid_blocks_at_problem_sizes, in_loop
 from tkir.passmanager import Options, ParamError, Pass, PassError, param
 from tkir.target import DEFAULT_WARPS, MAX_THREADS_PER_BLOCK, NUM_SMS, WARPS_PER_WARPGROUP
 from tkir.target import WARP as WARP_SIZE
@@ -98,6 +98,14 @@ ROW_ELEMS_PER_THREAD = 64
 # with two consts"): layernorm at D = 8192 ran 0.90-0.91x its tuned point with 32 (two warpgroups, two blocks
 # per SM), 1.00x with 64 (one warpgroup, as tuned); D = 16384 takes two, 1.00-1.02x.
 ROW_BLOCK_ELEMS_PER_THREAD = 64
+# A row kernel whose sums over rows coarsen-rows will carry in registers (passes/analysis.py coarsen_match: a layernorm
+# backward's DW and DB) holds, beside its row tiles, one f32 accumulator per carried sum of the row's width, live
+# across its whole grid-stride loop, and each block walks its rows one after another. It gets the warps that leave
+# a thread at most CARRIED_ROW_ELEMS_PER_THREAD elements of its widest row-reduced tile, so that more warps share
+# each row's latency chain (the user layernorm backward at D = 4096: 4 warpgroups of 8 elements a thread, 64
+# registers, 2 blocks per SM, where the row rule's one warpgroup holds 32 elements and takes 212 registers). sm_90a
+# only; `infer-layouts{carried_warps=true}`, off by default: not yet timed on a GPU (docs/passes.md).
+CARRIED_ROW_ELEMS_PER_THREAD = 8
 # Where the kernel was compiled for a size bucket (`problem_sizes`, set by tkir.compile(sizes=...) and by every call
 # of a kernel with auto consts) whose grid has fewer blocks than the GPU has SMs, the count doubles (at most
 # MAX_ROW_WARPGROUPS) while a thread keeps at least ROW_MIN_ELEMS_FEW_BLOCKS elements (two 16-byte bf16 chunks): a
@@ -145,6 +153,9 @@ class InferLayouts(Pass):
                                 "SMs (ROW_MIN_ELEMS_FEW_BLOCKS; false: the size-free count, the ablation)")
     chunk_warps: bool = param(True, "give a kernel that row-reduces a chunk in a loop fewer warps than a warpgroup "
                                     "where CHUNK_LOOP_ELEMS_PER_THREAD allows (false: whole warpgroups, the ablation)")
+    carried_warps: bool = param(False, "size the warps of a row kernel whose reduce-add stores coarsen-rows carries "
+                                       "for CARRIED_ROW_ELEMS_PER_THREAD elements a thread (sm_90a; off by default "
+                                       "until timed on a GPU: false keeps ROW_BLOCK_ELEMS_PER_THREAD)")
 
     def __post_init__(self) -> None:
         if self.mma_warps_n < 0:
@@ -156,7 +167,7 @@ class InferLayouts(Pass):
     def run(self, module: Module, options: Options) -> None:
         for kernel in module.kernels():
             _KernelLayouts(kernel, options.target == "sm_80", self.mma_warps_n, self.split_idle_warps,
-                           self.max_vec_bytes, self.latency, self.chunk_warps).run()
+                           self.max_vec_bytes, self.latency, self.chunk_warps, self.carried_warps).run()
 
 
 class _UnionFind:
@@ -179,8 +190,10 @@ class _UnionFind:
 
 class _KernelLayouts:
     def __init__(self, kernel: Operation, sm80: bool, mma_warps_n: int = 0, split_idle_warps: bool = True,
-                 max_vec_bytes: int = VEC_BYTES, latency: bool = True, chunk_warps: bool = True):
+                 max_vec_bytes: int = VEC_BYTES, latency: bool = True, chunk_warps: bool = True,
+                 carried_warps: bool = False):
         self.kernel = kernel
+        self.carried_warps = carried_warps
         self.chunk_warps = chunk_warps
         self.max_vec_bytes = max_vec_bytes
         self.latency = latency
@@ -279,14 +292,18 @@ class _KernelLayouts:
 
     def _row_warpgroups(self) -> int:
         """Warpgroups for a kernel without tk.mma that does not say: enough that the widest register tile
-        it row-reduces gives each thread at most ROW_BLOCK_ELEMS_PER_THREAD elements (a power of two, at
-        most MAX_ROW_WARPGROUPS), twice that under one block per SM where a thread keeps
+        it row-reduces gives each thread at most ROW_BLOCK_ELEMS_PER_THREAD elements (CARRIED_ROW_ELEMS_PER_THREAD
+        on sm_90a where coarsen-rows will carry sums over rows; a power of two, at most MAX_ROW_WARPGROUPS),
+        twice that under one block per SM where a thread keeps
         ROW_MIN_ELEMS_FEW_BLOCKS (not with latency=false); 1 without a row reduction."""
         widest = max((op.operands[0].type.rows * op.operands[0].type.cols for op in self.kernel.walk()
                       if op.name == "tk.reduce" and str(op.attrs.get("axis")) == "row"
                       and isinstance(op.operands[0].type, TileType)), default=0)
         threads = WARPS_PER_WARPGROUP * WARP_SIZE
-        need = -(-widest // (threads * ROW_BLOCK_ELEMS_PER_THREAD))
+        per_thread = ROW_BLOCK_ELEMS_PER_THREAD
+        if self.carried_warps and not self.sm80 and coarsen_match(self.kernel)[0]:
+            per_thread = CARRIED_ROW_ELEMS_PER_THREAD
+        need = -(-widest // (threads * per_thread))
         groups = 1
         while groups < min(need, MAX_ROW_WARPGROUPS):
             groups *= 2

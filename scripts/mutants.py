@@ -97,6 +97,7 @@ T_FENCE_FILECHECK = ("tests/filecheck/test_filecheck.py", "-k", "fence")
 T_FENCE_LOADS = ("tests/passes/test_fence_loads.py",)
 T_SIZE_RULES = ("tests/filecheck/test_filecheck.py", "tests/passes/test_fence_loads.py", "-k", "size-rule or size_rule")
 T_ROW_WARPS = ("tests/filecheck/test_filecheck.py", "-k", "row-warps or size-rule")
+T_CARRIED_WARPS = ("tests/filecheck/test_filecheck.py", "-k", "carried-warps")
 T_AUTO_FEW_BLOCKS = ("tests/tools/test_auto_consts.py", "-k", "one_block_per_sm")
 T_COLUMN_SCRATCH = ("tests/passes/test_column_scratch.py", "tests/filecheck/test_filecheck.py", "-k",
                     "scratch or column")
@@ -323,6 +324,14 @@ MUTANTS: list[Mutation] = [
     M("row-warps-latency-off-ignored", "passes/infer_layouts.py",
       "        if self.latency and widest and self._few_blocks()", "        if widest and self._few_blocks()",
       "infer-layouts{latency=false} still doubles the row warps", tests=T_ROW_WARPS, topic="infer-layouts"),
+    M("carried-warps-off-ignored", "passes/infer_layouts.py",
+      "        if self.carried_warps and not self.sm80 and coarsen_match(self.kernel)[0]:",
+      "        if not self.sm80 and coarsen_match(self.kernel)[0]:",
+      "the default infer-layouts (carried_warps=false) still sizes a coarsened row kernel's warps for its carried sums",
+      tests=T_CARRIED_WARPS, topic="infer-layouts"),
+    M("carried-warps-any-reduce-add", "passes/analysis.py", "        elif not all(v in outside for v in idx):",
+      "        elif False:", "a sum indexed by the block counts as carried (coarsen-rows and infer-layouts)",
+      tests=T_CARRIED_WARPS, topic="infer-layouts"),
     M("chunk-warps-off-ignored", "passes/infer_layouts.py", "        if not self.chunk_warps:",
       "        if False:", "infer-layouts{chunk_warps=false} still gives a chunk loop 2 warps", tests=T_CHUNK_WARPS,
       topic="infer-layouts"),

@@ -16,6 +16,7 @@ import tkir
 from tkir import symexpr
 from tkir.interp import NUM_SMS, interpret
 from tkir.ir import Operation
+from tkir.launch_bounds import streaming_blocks_per_sm
 from tkir.passes.coarsen_rows import DONE_ATTR, SKIPPED_ATTR, CoarsenRows
 from tkir.passes.registry import DEFAULT_PIPELINE
 from tkir.passmanager import Options
@@ -41,7 +42,9 @@ def test_the_default_pipeline_coarsens_the_layernorm_backward(coarsened) -> None
     k = kernel.attrs[DONE_ATTR]["blocks_per_sm"]
     assert kernel.attrs["grid"] == [f"min(N, NUM_SMS * {k})"], kernel.attrs["grid"]
     assert kernel.attrs[DONE_ATTR]["carried"] == 2, "DW and DB: two sums carried"
-    assert k == kernel.attrs["occupancy"]["blocks_per_sm"], "K is the planned blocks per SM"
+    occupancy = kernel.attrs["occupancy"]
+    assert k == streaming_blocks_per_sm(kernel, occupancy["threads"]) >= occupancy["blocks_per_sm"], \
+        "K is the blocks per SM the backend asks ptxas to keep resident (at least the planned count)"
     top = [op for op in kernel.body.ops if op.name == "tk.store"]
     assert [op.operands[0].name for op in top] == ["DW", "DB"], "DW and DB added once, after the loop"
     assert all(op.attrs.get("reduce") == "add" for op in top)
