@@ -64,9 +64,20 @@ class Barriers:
         """try_wait.parity: returns once the phase with parity `parity` has completed, i.e. while the
         current (incomplete) phase's parity differs from it (a fresh barrier passes parity 1)."""
         with self.cond:
-            if not self.cond.wait_for(lambda: self.phase[s] % 2 != parity % 2, ROLE_TIMEOUT_S):
+            done = self.cond.wait_for(lambda: self.phase[s] % 2 != parity % 2 or _aborted(self.cond), ROLE_TIMEOUT_S)
+            if _aborted(self.cond) and self.phase[s] % 2 == parity % 2:
+                raise RoleAborted(f"{where}pipe.wait abandoned: another role failed")
+            if not done:
                 raise TimeoutError(f"{where}pipe.wait on barrier {s} (parity {parity}) never completed: "
                                    "the roles deadlock")
+
+
+class RoleAborted(Exception):
+    """A role's barrier wait given up because another role of the block failed (that role's error is reported)."""
+
+
+def _aborted(cond: threading.Condition) -> bool:
+    return getattr(cond, "aborted", False)
 
 
 def _cond_of(frame: Frame) -> threading.Condition:
@@ -128,9 +139,10 @@ def _run_roles(op: Operation, args: list, frame: Frame) -> None:
         frame.pipe_role[threading.get_ident()] = r
         try:
             frame.run_block(r.body, [])
-        except BaseException as e:  # reported by the main thread
+        except BaseException as e:  # reported by the main thread: the first error, not the waits it abandons
             errors.append(e)
-            with _cond_of(frame):  # wake the others: they will time out or finish
+            with _cond_of(frame):  # wake the others: their barrier waits give up (RoleAborted) or they finish
+                _cond_of(frame).aborted = True
                 _cond_of(frame).notify_all()
 
     threads = [threading.Thread(target=run, args=(r,), daemon=True) for r in roles]
@@ -139,7 +151,7 @@ def _run_roles(op: Operation, args: list, frame: Frame) -> None:
     for t in threads:
         t.join(ROLE_TIMEOUT_S * 2)
     if errors:
-        e = errors[0]
+        e = next((x for x in errors if not isinstance(x, RoleAborted)), errors[0])
         raise InterpError(str(e)) if not isinstance(e, InterpError) else e
     if any(t.is_alive() for t in threads):
         raise InterpError(f"{where(op)}tk.role: roles still running after {2 * ROLE_TIMEOUT_S} s")
