@@ -92,9 +92,26 @@ PLANS_NOT_HELD: dict[tuple[str, str], tuple[bool, str]] = {
 }
 
 
+class _Rows:
+    """The register table, each row compiled when first asked for (so that a pytest-xdist worker compiles only the
+    rows of the tests it runs; `items()` compiles them all)."""
+
+    def __init__(self) -> None:
+        self._paths = {(kernel_name(p), t): (p, t) for p in suite_paths() for t in TARGETS}
+        self._done: dict[tuple[str, str], dict] = {}
+
+    def __getitem__(self, key: tuple[str, str]) -> dict:
+        if key not in self._done:
+            self._done[key] = register_row(*self._paths[key])
+        return self._done[key]
+
+    def items(self) -> list[tuple[tuple[str, str], dict]]:
+        return [(key, self[key]) for key in self._paths]
+
+
 @pytest.fixture(scope="module")
-def rows() -> dict[tuple[str, str], dict]:
-    return {(kernel_name(p), t): register_row(p, t) for p in suite_paths() for t in TARGETS}
+def rows() -> _Rows:
+    return _Rows()
 
 
 def test_outliers_name_kernels() -> None:
@@ -108,7 +125,7 @@ def test_suite_has_user_kernels() -> None:
     assert any(kernel_name(p).startswith("user/") for p in suite_paths())
 
 
-def test_ptxas_count_is_sass_plus_reserved(rows: dict[tuple[str, str], dict]) -> None:
+def test_ptxas_count_is_sass_plus_reserved(rows: _Rows) -> None:
     """The relation the setmaxnreg rows' reference rests on: without setmaxnreg, ptxas's count is the registers the
     SASS names plus PTXAS_EXTRA_REGS (up to SASS_SLACK more where a wide operand's last register is the highest)."""
     checked = 0
@@ -123,7 +140,7 @@ def test_ptxas_count_is_sass_plus_reserved(rows: dict[tuple[str, str], dict]) ->
 
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("path", suite_paths(), ids=kernel_name)
-def test_estimate_within_bound_of_ptxas(rows: dict[tuple[str, str], dict], path: object, target: str) -> None:
+def test_estimate_within_bound_of_ptxas(rows: _Rows, path: object, target: str) -> None:
     name = kernel_name(path)
     row = rows[(name, target)]
     if "unsupported" in row:  # fp8 kernels on sm_80: a CompileError, not a register question
