@@ -31,6 +31,7 @@ from tkir.target import WARP, WARPS_PER_WARPGROUP
 # The ops that read a ring stage's data in a consumer role (checked against its releases: Releases).
 STAGE_READERS = ("tk.mma", "tk.load")
 ROLE_TIMEOUT_S = 60.0  # a role blocked this long on a barrier phase that never completes: deadlock
+ABANDONED_NOTE = "RoleAborted"  # in the note of a role's error when the block's other roles gave up waiting
 
 
 class Barriers:
@@ -152,7 +153,11 @@ def _run_roles(op: Operation, args: list, frame: Frame) -> None:
         t.join(ROLE_TIMEOUT_S * 2)
     if errors:
         e = next((x for x in errors if not isinstance(x, RoleAborted)), errors[0])
-        raise InterpError(str(e)) if not isinstance(e, InterpError) else e
+        out = InterpError(str(e)) if not isinstance(e, InterpError) else e
+        abandoned = sum(isinstance(x, RoleAborted) for x in errors)
+        if abandoned:
+            out.add_note(f"{abandoned} other role(s) gave up their barrier waits ({ABANDONED_NOTE})")
+        raise out
     if any(t.is_alive() for t in threads):
         raise InterpError(f"{where(op)}tk.role: roles still running after {2 * ROLE_TIMEOUT_S} s")
     frame.pipe_roles_done = roles[-1]
