@@ -41,7 +41,8 @@ REMOVED_OPTIONS = ("group_m", "pass_options")
 
 
 class _Stages(dict):
-    """Stage texts, produced on first access: llvm/ptx/launch by the backend, cubin/sass by ptxas."""
+    """Stage texts, produced on first access: llvm/ptx/launch by the backend, cubin and `ptxas` (its report) by
+    ptxas, sass by disassembling the cubin (only when asked for: a spill check needs no SASS)."""
 
     def __init__(self, kernel: CompiledKernel):
         super().__init__()
@@ -51,10 +52,14 @@ class _Stages(dict):
         k = self._kernel
         if key in ("llvm", "ptx", "launch"):
             k.lower()
-        elif key in ("cubin", "sass", "ptxas"):
+        elif key in ("cubin", "ptxas"):  # ptxas alone: a spill check or a register count needs no SASS
             from tkir.backend.lower import assemble_artifacts
 
-            self.update(assemble_artifacts(self["ptx"], k.options.target))
+            self.update(assemble_artifacts(self["ptx"], k.options.target, sass=False))
+        elif key == "sass":
+            from tkir.backend.toolchain import disassemble
+
+            self["sass"] = disassemble(self["cubin"])
         if key not in self:
             raise KeyError(f"no stage '{key}' (stages: tkir, llvm, ptx, launch, cubin, sass)")
         return dict.__getitem__(self, key)

@@ -7,6 +7,7 @@ add one or two partials. Every K iteration must be summed exactly once for C to 
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 
@@ -54,6 +55,13 @@ ON = with_stream_k()
 SPLIT_ALWAYS = with_stream_k("min_iters=4 max_tail=100")
 
 
+@functools.cache
+def _split(params: str) -> tkir.api.CompiledKernel:
+    """gemm.tk through the pipeline with stream-k forced with `params`, compiled once per test process (the
+    interpreter only reads the module; the hypothesis test below runs 25 examples of one kernel)."""
+    return tkir.compile(GEMM, passes=with_stream_k(params))
+
+
 @pytest.mark.parametrize("sizes, num_sms, stores", [
     (dict(M=384, N=512, K=512), 4, 2),    # 6 tiles on 4 blocks: 2 tiles split in halves
     (dict(M=896, N=256, K=512), 4, 3),    # 7 tiles on 4: blocks cross tile boundaries
@@ -61,7 +69,7 @@ SPLIT_ALWAYS = with_stream_k("min_iters=4 max_tail=100")
     (dict(M=1000, N=296, K=696), 6, 4),   # ragged everything: 16 tiles on 6 blocks, 4 split
 ])
 def test_stream_k_schedule_matches_reference(monkeypatch, sizes, num_sms, stores):
-    k = tkir.compile(GEMM, passes=SPLIT_ALWAYS)
+    k = _split("min_iters=4 max_tail=100")
     assert k.module.kernel.attrs["stream_k"] == {"min_iters": 4, "max_tail_pct": 100}
     counts = _count_partials(monkeypatch)
     (res,) = check_interpreted(k.module, COMP, sizes, {}, seed=0, num_sms=num_sms)
@@ -90,7 +98,7 @@ def test_default_heuristic_splits_only_small_tails_with_enough_iterations(monkey
        ragged=st.booleans())
 def test_stream_k_covers_every_iteration_once(tm, tn, kt, num_sms, ragged):
     """Any tile count, block count and K (min_iters 1: split whenever there is a full round)."""
-    k = tkir.compile(GEMM, passes=with_stream_k("min_iters=1 max_tail=100"))
+    k = _split("min_iters=1 max_tail=100")
     sizes = dict(M=128 * tm - (37 if ragged and tm > 1 else 0), N=256 * tn, K=64 * kt - (8 if ragged else 0))
     (res,) = check_interpreted(k.module, COMP, sizes, {}, seed=tm * 100 + kt, num_sms=num_sms)
     assert res.ok, (sizes, num_sms, res)
@@ -202,7 +210,7 @@ def test_misplaced_stream_k_annotation(tmp_path):
 
 
 def test_owner_waiting_for_an_unwritten_partial_is_an_error():
-    k = tkir.compile(GEMM, passes=SPLIT_ALWAYS)
+    k = tkir.compile(GEMM, passes=SPLIT_ALWAYS)  # its own copy: the attribute is removed below
     k.module.kernel.attrs.pop("stream_k")  # blocks now run first to last: owners come before helpers
     with pytest.raises(interp.InterpError, match="partial tile of block 1 has not been written"):
         check_interpreted(k.module, COMP, dict(M=384, N=512, K=512), {}, seed=0, num_sms=4)
@@ -277,7 +285,7 @@ def test_a_random_block_order_is_refused_for_stream_k():
     their last-first order (a random one would read partials not yet stored)."""
     import numpy as np
 
-    k = tkir.compile(GEMM, passes=SPLIT_ALWAYS)
+    k = _split("min_iters=4 max_tail=100")
     sizes = dict(M=384, N=512, K=512)
     args = COMP.make_inputs(np.random.default_rng(0), sizes, {})
     with pytest.raises(interp.InterpError, match="block_seed: a stream-K kernel's blocks run last first"):
