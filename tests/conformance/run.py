@@ -115,10 +115,12 @@ def _where(e: BaseException) -> str:
 
 
 def _assemble(k: object, target: str) -> None:
-    from tkir.backend.toolchain import assemble
+    """ptxas on the kernel's PTX: the backend's spill check ran it already where it kept its report
+    (`asm["ptxas"]`); else (no spill check, or a register cap ptxas refused) it runs here."""
+    from tkir.backend.toolchain import Assembled, assemble
 
-    ptx = k.asm["ptx"]  # type: ignore[attr-defined]
-    assemble(ptx, target)
+    if not isinstance(k.asm["ptxas"], Assembled):  # type: ignore[attr-defined]
+        assemble(k.asm["ptx"], target)  # type: ignore[attr-defined]
 
 
 def _check_interpreter(case: Case, k: object, source: str) -> Outcome:
