@@ -755,6 +755,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         format_report,
         highest_register,
         peak_live_registers,
+        ptx_min_blocks,
         register_comparison,
         spill_fallback,
     )
@@ -768,6 +769,9 @@ def cmd_report(args: argparse.Namespace) -> int:
         rep["ptxas"] = {"registers": res.registers, "spill_stores": res.spill_stores,
                         "spill_loads": res.spill_loads, "shared_bytes": res.shared_bytes}
         ptxas_regs, sass_regs = res.registers, highest_register(k.asm["sass"])
+        asked = ptx_min_blocks(k.asm["ptx"])
+        if "occupancy" in rep and asked is not None:
+            rep["occupancy"]["minnctapersm"] = asked
         live_peak = peak_live_registers(_life_ranges(k.asm["cubin"]))
     except CompileError as e:
         rep["backend"] = f"not compiled: {e.message}"

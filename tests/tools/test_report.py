@@ -160,6 +160,25 @@ def test_cli_report_json_has_registers(capsys: pytest.CaptureFixture[str], monke
     assert regs["within_10pct"] == (abs(regs["ptxas"] - regs["predicted"]) <= 0.1 * regs["predicted"])
 
 
+def test_cli_report_shows_the_blocks_per_sm_the_ptx_asks_for(capsys: pytest.CaptureFixture[str],
+                                                              monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A kernel without warp roles streams two blocks where the plan has one (tkir/launch_bounds.py): the report
+    says what the PTX asks ptxas for beside the plan's count; a warp-specialized gemm asks for the plan's."""
+    from tkir.cli import main
+    from tkir.tools.report import ptx_min_blocks
+
+    monkeypatch.setenv("TKIR_CACHE_DIR", str(tmp_path))
+    assert main(["report", str(EXAMPLES / "layernorm_bwd.tk"), "--json"]) == 0
+    occ = json.loads(capsys.readouterr().out)["occupancy"]
+    assert (occ["blocks_per_sm"], occ["minnctapersm"]) == (1, 2), occ
+    assert main(["report", str(EXAMPLES / "layernorm_bwd.tk")]) == 0
+    assert "occupancy: stages 1, blocks/SM 1 planned, 2 in the PTX (.minnctapersm), " in capsys.readouterr().out
+    assert main(["report", str(EXAMPLES / "gemm.tk")]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("occupancy:"))
+    assert re.fullmatch(r"occupancy: stages \d+, blocks/SM 1, shared memory \d+ bytes", line), line
+    assert ptx_min_blocks(".entry k\n.maxntid 128, 1, 1\n.minnctapersm 3\n{") == 3 and ptx_min_blocks(".entry k {") is None
+
+
 def test_cli_report_survives_a_backend_failure(capsys: pytest.CaptureFixture[str],
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     import tkir.backend.lower as backend

@@ -80,11 +80,12 @@ def register_row(path: Path, target: str) -> dict:
 def ptxas_cap(ptx: str) -> int:
     """The registers per thread ptxas may use: 65536 / (`.minnctapersm` x `.maxntid`) in allocation units, at most
     255 (a PTX without the directives: 255)."""
+    from tkir.tools.report import ptx_min_blocks
+
     threads = re.search(r"\.maxntid (\d+)", ptx)
-    blocks = re.search(r"\.minnctapersm (\d+)", ptx)
     if threads is None:
         return MAX_REGS_PER_THREAD
-    n = int(blocks.group(1)) if blocks else 1
+    n = ptx_min_blocks(ptx) or 1
     return min(MAX_REGS_PER_THREAD, REGS_PER_SM // (n * int(threads.group(1))) // REG_ALLOC_UNIT * REG_ALLOC_UNIT)
 
 

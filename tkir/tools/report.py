@@ -20,7 +20,10 @@ Keys of `build_report(module)` (absent when the IR has nothing for them):
   ldmatrix fragments are loaded: the mma's `frag_ahead`, or `rule` for the backend's default), a_ahead (a k16
   step's A loaded a unit ahead: true, false, or `rule` for the backend's own);
 * `occupancy`: the kernel's `occupancy` attribute: stages, blocks_per_sm, smem_bytes and roles
-  (role, warpgroups or warps, regs_per_thread; an sm_80 role is sized in warps, a Hopper one in warpgroups).
+  (role, warpgroups or warps, regs_per_thread; an sm_80 role is sized in warps, a Hopper one in warpgroups);
+  once the backend has run, the CLI adds `minnctapersm`: the blocks per SM the PTX asks ptxas to hold
+  (`ptx_min_blocks`), which is more than the plan's where a kernel without warp roles streams two blocks
+  (tkir/launch_bounds.py streaming_blocks_per_sm) and fewer where ptxas spilled at the plan's (`spill_fallback`).
 
 `register_comparison(module, ptxas, sass)` (the CLI adds it as `registers` once ptxas has run) puts
 plan-occupancy's prediction for the computing role (consumer or compute) beside ptxas's count:
@@ -127,7 +130,9 @@ def format_report(report: dict) -> str:
                          for lp in report["cp_async_loops"]])
     if "occupancy" in report:
         occ = report["occupancy"]
-        out.append(f"occupancy: stages {occ.get('stages')}, blocks/SM {occ.get('blocks_per_sm')}, "
+        asked = occ.get("minnctapersm")
+        ptx = f" planned, {asked} in the PTX (.minnctapersm)" if asked not in (None, occ.get("blocks_per_sm")) else ""
+        out.append(f"occupancy: stages {occ.get('stages')}, blocks/SM {occ.get('blocks_per_sm')}{ptx}, "
                    f"shared memory {occ.get('smem_bytes')} bytes")
         roles = occ.get("roles", [])
         sizes = [k for k in ("warpgroups", "warps") if any(k in r for r in roles)]  # sm_80 roles: warps
@@ -322,6 +327,15 @@ def _tma(op: Operation) -> dict:
     for k in TMA_KEYS:
         out[k] = op.attrs.get(k)
     return out
+
+
+_MIN_BLOCKS = re.compile(r"\.minnctapersm (\d+)")
+
+
+def ptx_min_blocks(ptx: str) -> int | None:
+    """The `.minnctapersm` of a PTX module's kernel (the blocks per SM ptxas is asked to hold); None without one."""
+    m = _MIN_BLOCKS.search(ptx)
+    return int(m.group(1)) if m else None
 
 
 def _occupancy(plan: OccupancyPlan) -> dict:
