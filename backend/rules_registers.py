@@ -113,7 +113,10 @@ INT_DTYPES = ("i32", "u32")
 # takes min/max unsigned). div/rem truncate toward zero; by zero (or -2**31 sdiv -1) LLVM leaves the
 # result undefined, as docs/language.md says of integer tiles.
 INT_BINARY = {"add": ("add", "add"), "sub": ("sub", "sub"), "mul": ("mul", "mul"), "div": ("sdiv", "udiv"),
-              "rem": ("srem", "urem")}
+              "rem": ("srem", "urem"), "and": ("and", "and"), "or": ("or", "or"), "xor": ("xor", "xor")}
+# shl and shr read the count unsigned and give 0 from a count of 32 on (shr of an i32: the sign in every bit), as
+# PTX's shl.b32 / shr.s32 / shr.u32 clamp it; LLVM's shl/lshr/ashr are poison there, so the count is clamped first
+SHIFT_BITS = 32
 
 
 # --- fill, cast, relabel ---------------------------------------------------------------------
@@ -227,6 +230,14 @@ def _int_op(cx: LoweringContext, name: str, a: str, b: str, dtype: str) -> str:
     unsigned = dtype == "u32"
     if name in ("min", "max"):
         return cx.w.call("i32", f"llvm.{'u' if unsigned else 's'}{name}.i32", [("i32", a), ("i32", b)], hint=name)
+    if name in ("shl", "shr"):
+        w = cx.w
+        n = w.call("i32", "llvm.umin.i32", [("i32", b), ("i32", str(SHIFT_BITS - 1))], hint="shn")
+        if name == "shr" and not unsigned:  # arithmetic: a count past 31 fills with the sign, as 31 does
+            return w.op(f"ashr i32 {a}, {n}", "shr")
+        shifted = w.op(f"{'shl' if name == 'shl' else 'lshr'} i32 {a}, {n}", name)
+        past = w.op(f"icmp ugt i32 {b}, {SHIFT_BITS - 1}", "shpast")
+        return w.op(f"select i1 {past}, i32 0, i32 {shifted}", name)
     return cx.w.op(f"{INT_BINARY[name][unsigned]} i32 {a}, {b}", name)
 
 

@@ -100,7 +100,7 @@ class Call(Expr):
 
 
 class BinOp(Expr):
-    op: str  # + - * / % @
+    op: str  # + - * / % @ and the bit operators & | ^ << >>
     lhs: Expr
     rhs: Expr
 

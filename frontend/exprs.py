@@ -16,7 +16,7 @@ from tkir import scalar
 from tkir.frontend import ast
 from tkir.frontend.calls import check_call, folds
 from tkir.frontend.names import close_matches
-from tkir.frontend.operands import PREDICATE_DTYPE, OperandLowering, fold
+from tkir.frontend.operands import PREDICATE_DTYPE, OperandLowering, bit_fold_error, fold
 from tkir.frontend.scope import Lowered, Symbol
 from tkir.ir import Loc, Value
 from tkir.types import FLOAT_DTYPES, I32, GlobalType, Ident, ScalarType, TileType, VectorType, is_register, is_shared
@@ -67,6 +67,9 @@ class ExpressionLowering(OperandLowering):
         """`a op b` of one link of a chain, folded: None if either side is known only at run time."""
         if a is None or b is None or link.op == "@":
             return None
+        why = bit_fold_error(link.op, a, b)
+        if why is not None:
+            raise self.error(link.loc, why)
         r = fold(link.op, a, b)
         if r is None:
             raise self.error(link.loc, "division by zero in a compile-time expression")

@@ -10,6 +10,8 @@ and vectors broadcast). The builtin calls (frontend/calls.py) and the expression
 
 from __future__ import annotations
 
+import operator
+
 from tkir import scalar
 from tkir.frontend.scope import LowerContext, Lowered
 from tkir.ir import Loc, Value
@@ -25,16 +27,36 @@ from tkir.types import (
 )
 
 PREDICATE_DTYPE = "i1"  # tk.cmp results; tk.select conditions
-BINARY_NAMES = {"+": "add", "-": "sub", "*": "mul", "/": "div", "%": "rem", "max": "max", "min": "min"}
+# the bit operators: integer tiles and vectors (tk.and ... tk.shr), and compile-time integers (exact, as Python's)
+BIT_NAMES = {"&": "and", "|": "or", "^": "xor", "<<": "shl", ">>": "shr"}
+BINARY_NAMES = {"+": "add", "-": "sub", "*": "mul", "/": "div", "%": "rem", "max": "max", "min": "min", **BIT_NAMES}
+_BIT_FOLD = {"&": operator.and_, "|": operator.or_, "^": operator.xor, "<<": operator.lshift, ">>": operator.rshift}
+MAX_CONST_SHIFT = 64  # a compile-time shift count past this is refused (an i32 or u32 holds 32 bits)
 
 
 def fold(op: str, a: int | float, b: int | float) -> int | float | None:
-    """Compile-time scalar arithmetic as tkir/scalar.py defines it (integer `/` floors); None on
-    division by zero."""
+    """Compile-time scalar arithmetic as tkir/scalar.py defines it (integer `/` floors; the bit operators on
+    exact integers, `>>` arithmetic); None on division by zero. A bit operator's operands are checked first
+    (`bit_fold_error`)."""
+    if op in _BIT_FOLD:
+        return _BIT_FOLD[op](a, b)
     try:
         return scalar.binary(BINARY_NAMES.get(op, op), a, b)
     except ZeroDivisionError:
         return None
+
+
+def bit_fold_error(op: str, a: int | float, b: int | float) -> str | None:
+    """Why `a op b` of compile-time numbers cannot fold, for a bit operator: a float operand, or a shift count
+    below 0 or past MAX_CONST_SHIFT; None where it folds (and for every other operator)."""
+    if op not in _BIT_FOLD:
+        return None
+    bad = next((x for x in (a, b) if not isinstance(x, int)), None)
+    if bad is not None:
+        return f"'{op}' takes integers, got {bad}"
+    if op in ("<<", ">>") and not 0 <= b <= MAX_CONST_SHIFT:
+        return f"shift count {b} out of range: a compile-time shift takes 0 .. {MAX_CONST_SHIFT}"
+    return None
 
 
 def shape(t: Type) -> tuple[int, ...]:
@@ -100,8 +122,12 @@ class OperandLowering(LowerContext):
     # --- arithmetic ----------------------------------------------------------------------------
 
     def arith(self, op: str, a: Lowered, b: Lowered, loc: Loc) -> Lowered:
-        """`a op b` for + - * / % max min: folded, scalar (arith.*), or elementwise (tk.*)."""
+        """`a op b` for + - * / % max min and the bit operators: folded, scalar (arith.*; not the bit
+        operators), or elementwise (tk.*)."""
         if a.is_const and b.is_const:
+            why = bit_fold_error(op, a.const, b.const)
+            if why is not None:
+                raise self.error(loc, why)
             r = fold(op, a.const, b.const)
             if r is None:
                 raise self.error(loc, "division by zero in a compile-time expression")
@@ -112,6 +138,9 @@ class OperandLowering(LowerContext):
         ka, kb = self.shaped_kind(a, op), self.shaped_kind(b, op)
         name = BINARY_NAMES[op]
         if ka == kb == "scalar":
+            if op in BIT_NAMES:
+                raise self.error(loc, f"'{op}' on run-time scalars is not in the language yet",
+                                 hint="the bit operators take integer tiles and vectors, and compile-time integers")
             return self.scalar_arith(name, a, b, loc)
         operands, attrs, ref, axis = self.elementwise(op, a, b, ka, kb, loc)
         self.check_tile_arith(op, ref, loc)
@@ -151,6 +180,9 @@ class OperandLowering(LowerContext):
         if t.dtype in FLOAT_DTYPES and op == "%":
             raise self.error(loc, f"'%' on a float tile ({t}) is not supported",
                              hint="'%' takes integer tiles and scalars; cast with i32(...) first")
+        if t.dtype not in scalar.INT_DTYPES and op in BIT_NAMES:
+            raise self.error(loc, f"'{op}' on a {t.dtype} tile ({t}): the bit operators take i32 and u32 tiles",
+                             hint="cast with i32(...) or u32(...) first")
 
     def bcast_axis(self, t: TileType, v: VectorType, axis: str | None, op: str, loc: Loc) -> str:
         if axis is not None:

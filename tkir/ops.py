@@ -40,8 +40,8 @@ from tkir.shared_plan import tile_stage_bytes
 from tkir.types import FLOAT_DTYPES, GlobalType, ScalarType, TileType, Type, VectorType, is_register, is_shared
 
 # Re-exported: `from tkir.ops import OPS` is the complete catalogue (this module imports every op module).
-__all__ = ["CMP_PREDICATES", "CONVERT_VIA", "OPS", "SCALAR_BINARY", "TILE_BINARY", "TILE_UNARY", "OpDef", "OpError",
-           "register_op"]
+__all__ = ["CMP_PREDICATES", "CONVERT_VIA", "OPS", "SCALAR_BINARY", "TILE_BINARY", "TILE_BIT", "TILE_UNARY", "OpDef",
+           "OpError", "register_op"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -214,6 +214,8 @@ def _binary(op: Operation) -> None:
         expect(r.dtype == ref.dtype, lambda: f"'{op.name}' result {r} must have the operands' dtype {ref.dtype}")
         expect(not (op.name == "tk.rem" and ref.dtype in FLOAT_DTYPES),
                lambda: f"'tk.rem' takes integer tiles, got {ref}")
+        expect(not (op.name.removeprefix("tk.") in TILE_BIT and ref.dtype not in scalar.INT_DTYPES),
+               lambda: f"'{op.name}' takes i32 and u32 tiles, got {ref}")
         expect(ref.dtype != "i1", lambda: f"'{op.name}' does not compute on predicates ({ref})")
 
 
@@ -513,7 +515,10 @@ def _convert_layout(op: Operation) -> None:
 
 
 SCALAR_BINARY = scalar.BINARY_NAMES  # add sub mul div rem min max cdiv (their meaning: tkir/scalar.py)
-TILE_BINARY = ("add", "sub", "mul", "div", "max", "min", "rem")  # rem: integer tiles only
+# the bit operations (integer tiles only): and, or, xor; shl and shr by a count read unsigned, a count of 32 or
+# more giving 0 (shr of an i32: its sign in every bit), as PTX's shl/shr clamp it (docs/language.md)
+TILE_BIT = ("and", "or", "xor", "shl", "shr")
+TILE_BINARY = ("add", "sub", "mul", "div", "max", "min", "rem", *TILE_BIT)  # rem and TILE_BIT: integer tiles only
 TILE_UNARY = ("exp", "exp2", "log", "log2", "sqrt", "rsqrt", "abs", "neg", "tanh", "sigmoid", "erf")
 
 register_op("arith.const", _const, local=True, summary="a scalar constant")

@@ -602,6 +602,12 @@ def _int_arith(i: Arrays, dt: str) -> Arrays:
     return {"Y": wrap(x * w + q - r + np.maximum(x, w) - np.minimum(x, 3), dt)}
 
 
+def _bits_of(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """int_bits' expression on exact integers (the inputs are float64 holding 32-bit integers)."""
+    x, w = x.astype(np.int64), w.astype(np.int64)
+    return ((x & w | x ^ 1000) + (x << (w & 7)) ^ w >> 2).astype(np.float64)
+
+
 def _cvt(x: np.ndarray, dt: str) -> np.ndarray:
     """float -> integer as PTX cvt.rzi: toward zero, saturating at the integer's range, NaN giving 0."""
     lo, hi = (-(2**31), 2**31 - 1) if dt == "i32" else (0, 2**32 - 1)
@@ -624,6 +630,14 @@ construct(name="int_arith", family="integers", params="X: gl<{dt}>[N, 64], W: gl
           body="reg x: rt<{dt}, 64, 64> = X[{r}, 0]\nreg w: rt<{dt}, 64, 64> = W[{r}, 0]\n"
                "Y[{r}, 0] = x * w + x / w - x % w + max(x, w) - min(x, 3)",
           note="NEW: + - * / % min max on 32 bits (u32: unsigned; a result below 0 wraps)")
+construct(name="int_bits", family="integers", params="X: gl<{dt}>[N, 64], W: gl<{dt}>[N, 64], Y: gl<{dt}>[N, 64]",
+          outputs=("Y",), dtypes=INT_DTYPES,
+          # in exact Python integers with the kernel's precedence (Python's), then reduced to 32 bits: and, or, xor,
+          # +, << have low bits that depend only on the operands' low bits; >> is of an input (signed for i32)
+          reference=lambda i, dt: {"Y": wrap(_bits_of(i["X"], i["W"]), dt)},
+          body="reg x: rt<{dt}, 64, 64> = X[{r}, 0]\nreg w: rt<{dt}, 64, 64> = W[{r}, 0]\n"
+               "Y[{r}, 0] = (x & w | x ^ 1000) + (x << (w & 7)) ^ w >> 2",
+          note="NEW: the bit operators & | ^ << >> (a count from a tile; u32: logical >>)")
 construct(name="int_where", family="integers",
           params="X: gl<{dt}>[N, 64], V: gl<{dt}>[64], Y: gl<{dt}>[N, 64]", outputs=("Y",), dtypes=INT_DTYPES,
           reference=lambda i, dt: {"Y": np.where(i["X"] < i["V"][None, :], i["X"], wrap(i["X"] * 2 - 7, dt))},

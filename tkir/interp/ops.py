@@ -233,8 +233,10 @@ def _int_tile_binary(op: Operation, name: str, a: object, b: object) -> np.ndarr
     """An i32 / u32 tile op as the GPU computes it (docs/language.md, "Integer tiles"): on 32 bits, add, sub
     and mul wrap (two's complement; a warning names the op where a result passes the 32 bits), div and rem
     truncate toward zero (`sdiv`/`srem`; `udiv`/`urem` for u32), min, max signed for i32 and unsigned for
-    u32. An element divided by zero is undefined on the GPU: here it is 0, with a warning naming the op (rows
-    past a tensor's edge load as zeros, so a ragged tile divides by zero where nothing is stored)."""
+    u32; and, or, xor on the bits; shl and shr by a count read unsigned, 0 from a count of 32 on (shr of an i32:
+    arithmetic, its sign in every bit), as PTX clamps it. An element divided by zero is undefined on the GPU:
+    here it is 0, with a warning naming the op (rows past a tensor's edge load as zeros, so a ragged tile divides
+    by zero where nothing is stored)."""
     dtype = op.result.type.dtype
     a64, b64 = (np.asarray(x).astype(np.int64) for x in (a, b))
     if dtype == "u32":  # the same 32 bits, read unsigned
@@ -248,6 +250,21 @@ def _int_tile_binary(op: Operation, name: str, a: object, b: object) -> np.ndarr
         q = np.abs(a64) // np.abs(b64) * np.sign(a64) * np.sign(b64)  # toward zero
         q = np.where(zero, 0, q)
         exact = q if name == "div" else np.where(zero, 0, a64 - b64 * q)
+    elif name in ("shl", "shr"):  # the count read unsigned; from 32 on: 0, or an i32's sign (PTX clamps it)
+        n = np.minimum(b64 % scalar.WORD, SHIFT_BITS - 1)
+        if name == "shr":
+            exact = a64 >> n  # arithmetic for i32; a u32 was read unsigned above, so it shifts in zeros
+            past_zero = dtype == "u32"
+        else:
+            exact = (a64 << n) % scalar.WORD  # the bits shifted past 32 are gone, not a wrap
+            past_zero = True
+        if past_zero:
+            exact = np.where(b64 % scalar.WORD > SHIFT_BITS - 1, 0, exact)
+        return np.asarray(exact % scalar.WORD).astype(np.uint32).astype(scalar_numpy(dtype))
+    elif name in ("and", "or", "xor"):  # on the 32 bits, whatever they mean
+        exact = {"and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor}[name](a64 % scalar.WORD,
+                                                                                           b64 % scalar.WORD)
+        return np.asarray(exact).astype(np.uint32).astype(scalar_numpy(dtype))
     else:
         exact = {"add": np.add, "sub": np.subtract, "mul": np.multiply,
                  "max": np.maximum, "min": np.minimum}[name](a64, b64)
@@ -266,7 +283,10 @@ def scalar_numpy(dtype: str) -> type:
 _TILE_BINARY: dict[str, Callable[[object, object], object]] = {
     "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
     "max": np.maximum, "min": np.minimum, "rem": np.fmod,  # rem: integer tiles only (the verifier)
+    # the bit operations: integer tiles only (the verifier), computed by _int_tile_binary
+    "and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor, "shl": np.left_shift, "shr": np.right_shift,
 }
+SHIFT_BITS = 32  # shl/shr: a count of 32 or more clamps (backend/rules_registers.py SHIFT_BITS)
 for _name, _fn in _TILE_BINARY.items():
     register_handler(f"tk.{_name}", _tile_binary(_name, _fn))
 
