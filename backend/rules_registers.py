@@ -44,7 +44,7 @@ from tkir.bounds import copy_edge_proofs, why_in_bounds
 from tkir.ir import Operation
 from tkir.layout import layout_of, vector_access_bytes
 from tkir.opdef import REDUCE_ATTR
-from tkir.ops import ARG_KINDS, STATS_ATTR, TILE_BINARY, TILE_UNARY
+from tkir.ops import ARG_KINDS, SHIFT_BITS, STATS_ATTR, TILE_BINARY, TILE_UNARY
 from tkir.scalar import FP8_DTYPES
 from tkir.types import ScalarType, TileType, VectorType, dtype_bytes
 
@@ -116,7 +116,7 @@ INT_BINARY = {"add": ("add", "add"), "sub": ("sub", "sub"), "mul": ("mul", "mul"
               "rem": ("srem", "urem"), "and": ("and", "and"), "or": ("or", "or"), "xor": ("xor", "xor")}
 # shl and shr read the count unsigned and give 0 from a count of 32 on (shr of an i32: the sign in every bit), as
 # PTX's shl.b32 / shr.s32 / shr.u32 clamp it; LLVM's shl/lshr/ashr are poison there, so the count is clamped first
-SHIFT_BITS = 32
+# (tkir.ops.SHIFT_BITS)
 
 
 # --- fill, cast, relabel ---------------------------------------------------------------------

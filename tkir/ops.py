@@ -41,7 +41,7 @@ from tkir.types import FLOAT_DTYPES, GlobalType, ScalarType, TileType, Type, Vec
 
 # Re-exported: `from tkir.ops import OPS` is the complete catalogue (this module imports every op module).
 __all__ = ["CMP_PREDICATES", "CONVERT_VIA", "OPS", "SCALAR_BINARY", "TILE_BINARY", "TILE_BIT", "TILE_UNARY", "OpDef",
-           "OpError", "register_op"]
+           "OpError", "SHIFT_BITS", "register_op"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -518,6 +518,7 @@ SCALAR_BINARY = scalar.BINARY_NAMES  # add sub mul div rem min max cdiv (their m
 # the bit operations (integer tiles only): and, or, xor; shl and shr by a count read unsigned, a count of 32 or
 # more giving 0 (shr of an i32: its sign in every bit), as PTX's shl/shr clamp it (docs/language.md)
 TILE_BIT = ("and", "or", "xor", "shl", "shr")
+SHIFT_BITS = 32  # shl/shr: a count of SHIFT_BITS or more clamps (the interpreter and the backend read it here)
 TILE_BINARY = ("add", "sub", "mul", "div", "max", "min", "rem", *TILE_BIT)  # rem and TILE_BIT: integer tiles only
 TILE_UNARY = ("exp", "exp2", "log", "log2", "sqrt", "rsqrt", "abs", "neg", "tanh", "sigmoid", "erf")
 

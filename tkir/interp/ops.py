@@ -17,6 +17,7 @@ from tkir.diagnostics import TkirWarning
 from tkir.interp.frame import Frame, Handler, InterpError, register_handler, shape_of, where, zeros
 from tkir.ir import Operation
 from tkir.opdef import REDUCE_ATTR
+from tkir.ops import SHIFT_BITS
 from tkir.types import GlobalType, TileType, Type, VectorType
 
 # ---------------------------------------------------------------------------------------------
@@ -286,7 +287,6 @@ _TILE_BINARY: dict[str, Callable[[object, object], object]] = {
     # the bit operations: integer tiles only (the verifier), computed by _int_tile_binary
     "and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor, "shl": np.left_shift, "shr": np.right_shift,
 }
-SHIFT_BITS = 32  # shl/shr: a count of 32 or more clamps (backend/rules_registers.py SHIFT_BITS)
 for _name, _fn in _TILE_BINARY.items():
     register_handler(f"tk.{_name}", _tile_binary(_name, _fn))
 
