@@ -153,9 +153,9 @@ class InferLayouts(Pass):
                                 "SMs (ROW_MIN_ELEMS_FEW_BLOCKS; false: the size-free count, the ablation)")
     chunk_warps: bool = param(True, "give a kernel that row-reduces a chunk in a loop fewer warps than a warpgroup "
                                     "where CHUNK_LOOP_ELEMS_PER_THREAD allows (false: whole warpgroups, the ablation)")
-    carried_warps: bool = param(False, "size the warps of a row kernel whose reduce-add stores coarsen-rows carries "
-                                       "for CARRIED_ROW_ELEMS_PER_THREAD elements a thread (sm_90a; off by default "
-                                       "until timed on a GPU: false keeps ROW_BLOCK_ELEMS_PER_THREAD)")
+    carried_warps: bool = param(True, "size the warps of a row kernel whose reduce-add stores coarsen-rows carries "
+                                      "for CARRIED_ROW_ELEMS_PER_THREAD elements a thread (sm_90a; false: "
+                                      "ROW_BLOCK_ELEMS_PER_THREAD, the ablation)")
 
     def __post_init__(self) -> None:
         if self.mma_warps_n < 0:

@@ -327,7 +327,7 @@ MUTANTS: list[Mutation] = [
     M("carried-warps-off-ignored", "passes/infer_layouts.py",
       "        if self.carried_warps and not self.sm80 and coarsen_match(self.kernel)[0]:",
       "        if not self.sm80 and coarsen_match(self.kernel)[0]:",
-      "the default infer-layouts (carried_warps=false) still sizes a coarsened row kernel's warps for its carried sums",
+      "infer-layouts{carried_warps=false} still sizes a coarsened row kernel's warps for its carried sums",
       tests=T_CARRIED_WARPS, topic="infer-layouts"),
     M("carried-warps-any-reduce-add", "passes/analysis.py", "        elif not all(v in outside for v in idx):",
       "        elif False:", "a sum indexed by the block counts as carried (coarsen-rows and infer-layouts)",
