@@ -28,9 +28,10 @@ from tkir.types import (
 
 PREDICATE_DTYPE = "i1"  # tk.cmp results; tk.select conditions
 # the bit operators: integer tiles and vectors (tk.and ... tk.shr), and compile-time integers (exact, as Python's)
-BIT_NAMES = {"&": "and", "|": "or", "^": "xor", "<<": "shl", ">>": "shr"}
+BIT_NAMES = {"&": "and", "|": "or", "^": "xor", "<<": "shl", ">>": "shr", "~": "xor"}  # `~x`: x ^ all ones
 BINARY_NAMES = {"+": "add", "-": "sub", "*": "mul", "/": "div", "%": "rem", "max": "max", "min": "min", **BIT_NAMES}
-_BIT_FOLD = {"&": operator.and_, "|": operator.or_, "^": operator.xor, "<<": operator.lshift, ">>": operator.rshift}
+_BIT_FOLD = {"&": operator.and_, "|": operator.or_, "^": operator.xor, "<<": operator.lshift, ">>": operator.rshift,
+             "~": operator.xor}
 MAX_CONST_SHIFT = 64  # a compile-time shift count past this is refused (an i32 or u32 holds 32 bits)
 
 
@@ -137,6 +138,8 @@ class OperandLowering(LowerContext):
         a, b = self.use(a), self.use(b)
         ka, kb = self.shaped_kind(a, op), self.shaped_kind(b, op)
         name = BINARY_NAMES[op]
+        if op == "~" and a.value.type.dtype == "u32":  # ~x of a u32 is x ^ 0xffffffff, the word's ones
+            b = Lowered(b.loc, const=scalar.INT_RANGES["u32"][1])
         if ka == kb == "scalar":
             if op in BIT_NAMES:
                 raise self.error(loc, f"'{op}' on run-time scalars is not in the language yet",

@@ -262,6 +262,8 @@ class _Builder:
                                self.expr(rhs, depth + 1))
         if kind == "neg":
             return ast.Neg(loc, self.expr(c[1], depth + 1))
+        if kind == "bnot":  # `~x` is `x ^ (all ones)`, as Python's ~ on integers (operands.py: the u32 word)
+            return ast.BinOp(loc, "~", self.expr(c[0], depth + 1), ast.Num(loc, -1))
         if kind == "attr":
             base, name = c
             return ast.Attr(self.loc(name), self.expr(base, depth + 1), str(name))

@@ -110,6 +110,9 @@ ERRORS = [  # (body, its line in the kernel, the message)
     ("let b = 2.5 << 1", 4, "'<<' takes integers, got 2.5"),
     ("let b = 1 << 100", 4, "shift count 100 out of range"),
     ("let b = 1 >> -1", 4, "shift count -1 out of range"),
+    ("reg f: rt<f32, ROWS, D> = F[block.x, 0]\n    F[block.x, 0] = ~f", 5, "'~' on a f32 tile"),
+    ("let b = ~block.x", 4, "'~' on run-time scalars is not in the language yet"),
+    ("let b = ~2.5", 4, "'~' takes integers, got 2.5"),
 ]
 
 
@@ -135,20 +138,26 @@ kernel k<ROWS=4, D=64>(X: gl<i32>[N, D], U: gl<u32>[N, D], R: gl<i32>[D], S: gl<
 {
     reg x: rt<i32, ROWS, D> = X[block.x, 0]
     reg r: rv<i32, D> = R[0]
-    S[block.x, 0] = where(x & 255 == 0, x ^ -1, x >> col(r))
+    let m = ~5 * 2
+    S[block.x, 0] = where(x & 255 == 0, ~x, x >> col(r)) + m
     reg u: rt<u32, ROWS, D> = U[block.x, 0]
-    V[block.x, 0] = u ^ 4294967295
+    V[block.x, 0] = ~u >> 3 | u ^ 4294967295 & 7
 }
 """
 
 
+@pytest.mark.filterwarnings("ignore::tkir.interp.ops.IntegerOverflowWarning")  # the - 12 may wrap, as meant
 @pytest.mark.parametrize("target", TARGETS)
-def test_not_by_xor_and_a_vector_count(tmp_path, target: str) -> None:
-    """`~x` written as `x ^ -1` (i32) and `x ^ 4294967295` (u32), `&` under a comparison (`x & 255 == 0` compares
-    `x & 255`), and a shift count from a vector broadcast over the columns."""
+def test_not_and_a_vector_count(tmp_path, target: str) -> None:
+    """`~x`: x ^ all ones, on an i32 tile (^ -1), a u32 tile (^ 4294967295) and a compile-time integer (Python's
+    ~, binding as unary minus: `~5 * 2` is -12); `&` under a comparison (`x & 255 == 0` compares `x & 255`); a
+    shift count from a vector broadcast over the columns."""
     path = tmp_path / "k.tk"
     path.write_text(NOT)
     k = tkir.compile(str(path), target=target)
+    assert "{value = -12} : i32" in k.ir and "{value = 4294967295} : u32" in k.ir
+    res = k.asm["ptxas"]  # assembled
+    assert res.spill_stores == 0 and res.spill_loads == 0, res
     rng = np.random.default_rng(5)
     n, d = 8, 64
     x = rng.integers(-(2**31), 2**31, (n, d), dtype=np.int64).astype(np.int32)
@@ -158,7 +167,7 @@ def test_not_by_xor_and_a_vector_count(tmp_path, target: str) -> None:
     s = np.zeros((n, d), np.int32)
     v = np.zeros((n, d), np.uint32)
     tkir.interpret(k, x, u, r, s, v)
-    want = np.array([[~int(x[i, j]) if int(x[i, j]) & 255 == 0 else _shr_i32(int(x[i, j]), int(r[j]))
+    want = np.array([[_i32((~int(x[i, j]) if int(x[i, j]) & 255 == 0 else _shr_i32(int(x[i, j]), int(r[j]))) - 12)
                       for j in range(d)] for i in range(n)], np.int64).astype(np.int32)
     np.testing.assert_array_equal(s, want)
-    np.testing.assert_array_equal(v, ~u)
+    np.testing.assert_array_equal(v, (~u >> np.uint32(3)) | (u ^ (np.uint32(4294967295) & np.uint32(7))))
