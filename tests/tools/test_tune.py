@@ -190,27 +190,6 @@ def test_model_sees_the_stream_k_split() -> None:
     assert predict(m, dict(M=1, N=4096, K=1024), 1, 4, stream_k=attr).split_blocks == 0
 
 
-def test_model_shares_the_feed_among_the_sms_that_hold_blocks() -> None:
-    """An SM without a block takes nothing from the feed: at 1000^3 the 64 blocks of 128 x 128 get twice the
-    share the 128 blocks of 64 x 128 get, and the model ranks 128 x 128 first, as measured on an H100
-    (`tkc tune examples/gemm.tk` at 1000^3: 12.7 against 13.3 us at 6 stages); a stream-K split keeps the
-    all-SM share (its tiles are few because M is small, and there the operands stream from DRAM)."""
-    sizes = dict(M=1000, N=1000, K=1000)
-    wide = predict(build_module(GEMM, {**GEMM_CONSTS, "BM": 128, "BN": 128, "STAGES": 6}), sizes, 1, 6)
-    narrow = predict(build_module(GEMM, {**GEMM_CONSTS, "BM": 64, "BN": 128, "STAGES": 6}), sizes, 1, 6)
-    assert (wide.blocks, narrow.blocks) == (64, 128)
-    assert wide.ms < narrow.ms
-    from tkir.tools import tune_model
-
-    m = build_module(GEMM, {**GEMM_CONSTS, "BM": 128, "BN": 256})
-    split = predict(m, dict(M=1, N=4096, K=4096), 1, 4, stream_k={"min_iters": 16, "max_tail_pct": 60})
-    assert (split.split_tiles, split.split_blocks) == (16, 64)  # 16 tiles x 64 iterations over 64 blocks
-    full = predict(m, dict(M=128 * 132, N=256, K=4096), 1, 4)  # one block on every SM: the all-SM share
-    fixup = (1 + 64 / 16) * 128 * 256 * 4 / (tune_model.FEED_BYTES_PER_S / tune_model.NUM_SMS) * 1e3
-    assert split.ms == pytest.approx(16 / 64 * full.ms / tune_model.SK_PHASE_RATE + fixup)
-    assert split.bound == "feed"  # at 64 SMs' share it would be tensor-bound
-
-
 def test_model_follows_the_kernels_own_min_iters() -> None:
     """@stream_k(1, min_iters=SKI) reaches the model through the compiled kernel's stream_k attr: at M = 64,
     N = K = 4096 with 64 x 64 tiles (64 tiles of 64 iterations) SKI = 16 splits them over all 132 blocks,

@@ -12,10 +12,8 @@ A roofline per block, times waves:
   keeps `blocks_per_sm` on each of the NUM_SMS SMs at once: `waves = ceil(blocks / (SMs x per SM))`;
 * one wave lasts, per block, max(tensor time, FP32 time, feed time) when the loop is pipelined
   (`stages` >= 2: copies overlap the math) and their sum when it is not; each resident block gets an
-  equal share of its SM's tensor cores, FP32 lanes and of its SM's share of the feed bandwidth (resident: at
-  most ceil(blocks / SMs) per SM, so a lone block has its SM to itself); the feed is shared by the SMs that
-  hold blocks, not by all NUM_SMS (an SM without a block draws nothing: at 1000^3 the 64 blocks of 128 x 128
-  beat the 128 of 64 x 128, 12.7 against 13.3 us measured on an H100);
+  equal share of its SM's tensor cores, FP32 lanes and of the feed bandwidth (resident: at most
+  ceil(blocks / SMs) per SM, so a lone block has its SM to itself);
 * no kernel takes less than KERNEL_FLOOR_S (launch and memory latency: the one-block kernels of a
   decode step all sit there, so the model leaves their choice to the timings);
 * an SM is fed no faster than the bytes it has in flight allow (Little's law): `stages` x the bytes
@@ -26,9 +24,7 @@ kernel's own decision. With T tiles of nk K iterations on P = NUM_SMS blocks, th
 tiles (all T when T < P) are split over Q blocks (P after a full round, else min(P, R·nk/min_iters))
 when each gets at least min_iters iterations and R fills at most max_tail percent of them; the split
 part then takes (R / Q) of a tile's time at SK_PHASE_RATE of the data-parallel rate, plus the fix-up:
-one f32 partial tile stored and about Q / R read by each owner, at an SM's share of the feed. Every round
-takes a tile's time at the all-SM share of the feed, even when Q < NUM_SMS: a split happens where tiles are
-few, M small, and there the operands stream from DRAM, a bound this model does not have.
+one f32 partial tile stored and about Q / R read by each owner, at an SM's share of the feed.
 
 The feed bandwidth is the rate at which the SMs together can receive tiles: most of a GEMM's tile
 loads hit in L2, so it is not the HBM bandwidth. NVIDIA does not publish it; FEED_BYTES_PER_S is an
@@ -105,24 +101,18 @@ def predict(front: Module, sizes: dict[str, int], blocks_per_sm: int, stages: in
     t_tensor = work.tensor / (PEAK_TENSOR_FLOPS / share)
     t_fp32 = work.fp32 / (PEAK_FP32_FLOPS / share)
     inflight = per_sm * max(1, stages) * work.iter_bytes
-
-    def block_time(active_sms: int) -> tuple[float, str]:
-        """A block's time, and what bounds it, while `active_sms` SMs hold blocks and share the feed."""
-        feed_per_sm = FEED_BYTES_PER_S / max(1, min(NUM_SMS, active_sms))
-        if inflight > 0:  # too few bytes in flight cannot keep the feed busy (Little's law)
-            feed_per_sm = min(feed_per_sm, inflight / FEED_LATENCY_S)
-        parts = {"tensor": t_tensor, "fp32": t_fp32, "feed": work.bytes / (feed_per_sm / per_sm)}
-        return (max(parts.values()) if stages >= 2 else sum(parts.values())), max(parts, key=parts.get)
-
-    per_block, bound = block_time(math.ceil(blocks / per_sm))
+    feed_per_sm = FEED_BYTES_PER_S / NUM_SMS
+    if inflight > 0:  # too few bytes in flight cannot keep the feed busy (Little's law)
+        feed_per_sm = min(feed_per_sm, inflight / FEED_LATENCY_S)
+    t_feed = work.bytes / (feed_per_sm / per_sm)
+    parts = {"tensor": t_tensor, "fp32": t_fp32, "feed": t_feed}
+    bound = max(parts, key=parts.get)
+    per_block = max(parts.values()) if stages >= 2 else sum(parts.values())
     waves = math.ceil(blocks / share)
     ms = max(waves * per_block, KERNEL_FLOOR_S) * 1e3
     split = _stream_k_split(stream_k, blocks, work.k_trips) if stream_k else None
     if split is not None:
         rounds, tiles, q = split
-        # every round at an all-SM share of the feed: the split runs where tiles are few, and there the
-        # operands stream from DRAM (a bound the model does not have), not at the feed of fewer SMs
-        per_block, bound = block_time(NUM_SMS)
         fixup = (1 + q / tiles) * work.acc_elems * 4 / (FEED_BYTES_PER_S / NUM_SMS)
         ms = (rounds * per_block + tiles / q * per_block / SK_PHASE_RATE + fixup) * 1e3
         launched = NUM_SMS if rounds else q
