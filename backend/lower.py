@@ -142,7 +142,8 @@ def avoid_spills(module: Module, options: Options, artifacts: dict[str, object])
 
 
 def _ptxas(artifacts: dict[str, object], options: Options, kernel: Operation) -> object:
-    """ptxas's report on the artifacts' PTX (toolchain.assemble caches it by the PTX text). ptxas refusing the
+    """ptxas's report on the artifacts' PTX (the artifacts the check keeps carry it as `ptxas`, so the compiled
+    kernel's `asm["ptxas"]` and `asm["cubin"]` do not assemble them again: tkir/api.py _Stages). ptxas refusing the
     register cap outright ("Insufficient registers (56) to compile instruction ...", C7602: one instruction
     needs more registers than `.minnctapersm` leaves) is reported as a spill too large to keep, so the search
     goes on to the lower counts as it does for a spill."""

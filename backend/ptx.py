@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from functools import cache
+from functools import cache, lru_cache
 
 import llvmlite.binding as llvm
 
@@ -56,7 +56,15 @@ def _machine(target: str, level: int = 3, features: str | None = None) -> llvm.T
     return t.create_target_machine(cpu=target, features=features or PTX_FEATURES[target], opt=level)
 
 
+# PTX texts `llvm_to_ptx` keeps per process, keyed by the LLVM IR text and the target: the same IR lowered again in one
+# process (a kernel whose passes ran again with options the backend does not read, the disk cache off) skips LLVM
+PTX_KEPT = 64
+
+
+@lru_cache(maxsize=PTX_KEPT)
 def llvm_to_ptx(ir: str, target: str) -> str:
+    """The PTX of the LLVM IR text `ir` for `target` (a CompileError if the IR does not parse or verify; a failure is
+    never kept)."""
     try:
         mod = llvm.parse_assembly(ir)
         mod.verify()

@@ -18,7 +18,7 @@ import re
 import shutil
 import subprocess
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from tkir.diagnostics import TkirError
@@ -37,6 +37,8 @@ _CUDA_HOME_BIN = Path("/usr/local/cuda/bin")
 _CUDA_ROOT_GLOB = "/usr/local/cuda*"  # /usr/local/cuda, /usr/local/cuda-13.0, ...
 TOOL_TIMEOUT_S = 120  # ptxas on a large warp-specialized kernel takes seconds; minutes means it hangs
 ELF_MAGIC = b"\x7fELF"
+# ptxas results `assemble` keeps per process (a cubin is 10-300 KB: a few tens of MB at most)
+ASSEMBLED_KEPT = 64
 
 
 class ToolchainError(TkirError, RuntimeError):
@@ -84,11 +86,20 @@ def ptxas_version() -> str:
 
 
 def assemble(ptx: str, arch: str = "sm_90a", extra: list[str] | tuple[str, ...] = ()) -> Assembled:
-    """Assemble PTX text into a cubin with `ptxas -v -arch=<arch>`; ToolchainError carries ptxas's errors."""
+    """Assemble PTX text into a cubin with `ptxas -v -arch=<arch>`; ToolchainError carries ptxas's errors.
+    The last ASSEMBLED_KEPT results are kept per process, keyed by the ptxas binary, the PTX text, the arch and
+    the options (a kernel compiled again in one process, tkc tune's repeated candidates or a test's fixtures,
+    reuses its cubin and report); each call gets its own copy of the report. A failure is never kept."""
+    res = _assemble_kept(find_tool("ptxas"), ptx, arch, tuple(extra))
+    return replace(res, warnings=list(res.warnings))
+
+
+@functools.lru_cache(maxsize=ASSEMBLED_KEPT)
+def _assemble_kept(ptxas: str, ptx: str, arch: str, extra: tuple[str, ...]) -> Assembled:
     with tempfile.TemporaryDirectory(prefix="tkir-ptxas-") as tmp:
         src, dst = Path(tmp) / "kernel.ptx", Path(tmp) / "kernel.cubin"
         src.write_text(ptx, encoding="utf-8")
-        proc = _run([find_tool("ptxas"), "-v", f"-arch={arch}", *extra, str(src), "-o", str(dst)], "ptxas",
+        proc = _run([ptxas, "-v", f"-arch={arch}", *extra, str(src), "-o", str(dst)], "ptxas",
                     check=False)
         log = proc.stdout + proc.stderr
         if proc.returncode != 0 or not dst.exists():

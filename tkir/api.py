@@ -54,8 +54,14 @@ class _Stages(dict):
             k.lower()
         elif key in ("cubin", "ptxas"):  # ptxas alone: a spill check or a register count needs no SASS
             from tkir.backend.lower import assemble_artifacts
+            from tkir.backend.toolchain import Assembled
 
-            self.update(assemble_artifacts(self["ptx"], k.options.target, sass=False))
+            ptx = self["ptx"]  # lowering may assemble it already: the backend's spill check keeps ptxas's run
+            kept = dict.get(self, "ptxas")
+            if isinstance(kept, Assembled):
+                self["cubin"] = kept.cubin
+            else:
+                self.update(assemble_artifacts(ptx, k.options.target, sass=False))
         elif key == "sass":
             from tkir.backend.toolchain import disassemble
 

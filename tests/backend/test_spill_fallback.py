@@ -165,6 +165,7 @@ def test_a_plan_several_steps_too_high_reaches_the_highest_spill_free_count(monk
     assert fb["ptxas_runs"] == len(runs) == len(set(runs)) <= bound, (fb, len(runs), bound)
     res = k.asm["ptxas"]  # ptxas's report on the PTX kept
     assert res.spill_stores == res.spill_loads == res.stack_frame == 0, res
+    assert k.asm["cubin"] == res.cubin and len(runs) == fb["ptxas_runs"], len(runs)  # the search's run, not another
     assert not local_memory_ops(k.asm["sass"])
     # the highest such count: one block more spills
     above = assemble_artifacts(_with_blocks(ptx, SPILL_FREE_BLOCKS + 1), "sm_90a", sass=False)["ptxas"]
@@ -230,3 +231,16 @@ def test_a_loop_the_estimate_undercounts_falls_back_several_steps(tmp_path: Path
     assert fb["ptxas_runs"] <= 2 + math.ceil(math.log2(len(retry_counts(12, 128)))), fb
     above = assemble_artifacts(_with_blocks(ptx, 7), "sm_80", sass=False)["ptxas"]
     assert above.spill_stores > 0, above
+
+
+def test_the_spill_checks_ptxas_run_is_the_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kernel whose PTX asks for more than one block per SM is assembled once by the spill check; asking for
+    ptxas's report or the cubin first (which lowers the kernel) reads that run instead of assembling again."""
+    monkeypatch.setenv("TKIR_CACHE", "0")  # the backend runs here, not a disk cache entry from another test
+    runs: list[str] = []
+    real = toolchain.assemble
+    monkeypatch.setattr(toolchain, "assemble", lambda ptx, *a, **kw: runs.append(ptx) or real(ptx, *a, **kw))
+    k = tkir.compile(str(EXAMPLES / "attention_bwd_prep.tk"))  # no auto consts: no candidate compiled first
+    res = k.asm["ptxas"]
+    assert _minnctapersm(k.asm["ptx"]) > 1 and runs == [k.asm["ptx"]], len(runs)
+    assert k.asm["cubin"] == res.cubin and len(runs) == 1

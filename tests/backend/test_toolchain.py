@@ -137,3 +137,19 @@ def test_a_failing_ptxas_is_an_error_even_if_it_left_a_cubin(writes_output: bool
     monkeypatch.setattr(toolchain, "find_tool", lambda name: str(fake))
     with pytest.raises(toolchain.ToolchainError, match="ptxas failed for sm_90a:\nptxas fatal : boom"):
         toolchain.assemble(".version 8.0\n", "sm_90a")
+
+
+def test_assemble_keeps_its_results_per_process(vadd_ptx: Callable[[str], str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same PTX, arch and options assemble once per process (toolchain.ASSEMBLED_KEPT); other options run ptxas
+    again; each call gets its own copy of the report."""
+    ptx = vadd_ptx("sm_90a")
+    first = assemble(ptx)
+    runs: list[list[str]] = []
+    real = toolchain._run
+    monkeypatch.setattr(toolchain, "_run", lambda argv, *a, **kw: runs.append(argv) or real(argv, *a, **kw))
+    again = assemble(ptx)
+    assert runs == [] and again.cubin == first.cubin and again.registers == first.registers
+    again.warnings.append("a note of the caller's")
+    assert "a note of the caller's" not in assemble(ptx).warnings
+    assemble(ptx, extra=("-lineinfo",))
+    assert len(runs) == 1 and "-lineinfo" in runs[0]

@@ -124,6 +124,7 @@ def _marking(fn, stage: str):
             os.write(_MARK_FD, (stage + "\n").encode())
         return out
     wrapper.__wrapped__ = fn
+    wrapper.stage_mark = stage  # not __wrapped__ alone: functools.lru_cache's wrappers (llvm_to_ptx) have one too
     return wrapper
 
 
@@ -137,7 +138,7 @@ def install_stage_hooks() -> None:
         for p in path:
             owner = getattr(owner, p)
         fn = getattr(owner, last)
-        if not hasattr(fn, "__wrapped__"):
+        if not hasattr(fn, "stage_mark"):
             setattr(owner, last, _marking(fn, stage))
 
 
