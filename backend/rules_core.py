@@ -12,11 +12,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from tkir.backend.int_ops import int_op
 from tkir.backend.llvm_text import f32_literal
 from tkir.backend.rules import LOOP_HOOKS, rule
 from tkir.backend.values import LLVM_TYPE, Frag, LoweringError, Smem
 from tkir.ir import Operation
 from tkir.ops import SCALAR_BINARY
+from tkir.scalar import BIT_NAMES
 from tkir.types import ScalarType, TileType, VectorType
 
 if TYPE_CHECKING:
@@ -42,6 +44,9 @@ def _arith(cx: LoweringContext, op: Operation) -> None:
         cx.set(op.result, w.op(f"{fop} float {a}, {b}", op.result.name or "f"))
         return
     n = op.result.name or "i"
+    if op.name.removeprefix("arith.") in BIT_NAMES:  # and/or/xor on the bits; shifts clamped, a u32's shr logical
+        cx.set(op.result, int_op(w, op.name.removeprefix("arith."), a, b, op.result.type.dtype))
+        return
     if op.name == "arith.cdiv":
         t = w.op(f"add i32 {a}, {b}", n)
         t = w.op(f"sub i32 {t}, 1", n)

@@ -36,6 +36,7 @@ from tkir.backend.exchange import (
 )
 from tkir.backend.f32 import combine, f32_pair_to_fp8, fp8_pair_to_f32, from_f32, to_f32
 from tkir.backend.fragments import LazyValues, chunked, gather_plan, numeric_slots, row_groups, tile_shape
+from tkir.backend.int_ops import int_op
 from tkir.backend.llvm_text import f32_literal
 from tkir.backend.rules import rule
 from tkir.backend.shared_slots import load_element, store_to_shared
@@ -44,7 +45,7 @@ from tkir.bounds import copy_edge_proofs, why_in_bounds
 from tkir.ir import Operation
 from tkir.layout import layout_of, vector_access_bytes
 from tkir.opdef import REDUCE_ATTR
-from tkir.ops import ARG_KINDS, SHIFT_BITS, STATS_ATTR, TILE_BINARY, TILE_UNARY
+from tkir.ops import ARG_KINDS, STATS_ATTR, TILE_BINARY, TILE_UNARY
 from tkir.scalar import FP8_DTYPES
 from tkir.types import ScalarType, TileType, VectorType, dtype_bytes
 
@@ -109,14 +110,6 @@ def _erf(cx: LoweringContext, x: str) -> str:
 
 
 INT_DTYPES = ("i32", "u32")
-# tile op -> LLVM instruction on i32 and on u32 registers (the same 32 bits; u32 divides, compares and
-# takes min/max unsigned). div/rem truncate toward zero; by zero (or -2**31 sdiv -1) LLVM leaves the
-# result undefined, as docs/language.md says of integer tiles.
-INT_BINARY = {"add": ("add", "add"), "sub": ("sub", "sub"), "mul": ("mul", "mul"), "div": ("sdiv", "udiv"),
-              "rem": ("srem", "urem"), "and": ("and", "and"), "or": ("or", "or"), "xor": ("xor", "xor")}
-# shl and shr read the count unsigned and give 0 from a count of 32 on (shr of an i32: the sign in every bit), as
-# PTX's shl.b32 / shr.s32 / shr.u32 clamp it; LLVM's shl/lshr/ashr are poison there, so the count is clamped first
-# (tkir.ops.SHIFT_BITS)
 
 
 # --- fill, cast, relabel ---------------------------------------------------------------------
@@ -203,7 +196,7 @@ def _binary(cx: LoweringContext, op: Operation) -> None:
     ta, tb = op.operands[0].type, op.operands[1].type
     if rt.dtype in INT_DTYPES:
         va, vb = (_operand_values(cx, x, t, rt, bcast, op, raw=True) for x, t in ((a, ta), (b, tb)))
-        cx.set(op.result, Frag(rt, [_int_op(cx, name, x, y, rt.dtype) for x, y in zip(va, vb, strict=True)]))
+        cx.set(op.result, Frag(rt, [int_op(cx.w, name, x, y, rt.dtype) for x, y in zip(va, vb, strict=True)]))
         return
     va = _operand_values(cx, a, ta, rt, bcast, op)
     if name == "div" and not isinstance(tb, type(rt)):
@@ -224,21 +217,6 @@ def _binary(cx: LoweringContext, op: Operation) -> None:
 
 
 rule(*(f"tk.{n}" for n in TILE_BINARY))(_binary)
-
-
-def _int_op(cx: LoweringContext, name: str, a: str, b: str, dtype: str) -> str:
-    unsigned = dtype == "u32"
-    if name in ("min", "max"):
-        return cx.w.call("i32", f"llvm.{'u' if unsigned else 's'}{name}.i32", [("i32", a), ("i32", b)], hint=name)
-    if name in ("shl", "shr"):
-        w = cx.w
-        n = w.call("i32", "llvm.umin.i32", [("i32", b), ("i32", str(SHIFT_BITS - 1))], hint="shn")
-        if name == "shr" and not unsigned:  # arithmetic: a count past 31 fills with the sign, as 31 does
-            return w.op(f"ashr i32 {a}, {n}", "shr")
-        shifted = w.op(f"{'shl' if name == 'shl' else 'lshr'} i32 {a}, {n}", name)
-        past = w.op(f"icmp ugt i32 {b}, {SHIFT_BITS - 1}", "shpast")
-        return w.op(f"select i1 {past}, i32 0, i32 {shifted}", name)
-    return cx.w.op(f"{INT_BINARY[name][unsigned]} i32 {a}, {b}", name)
 
 
 def _operand_values(cx: LoweringContext, x: object, t, rt, bcast, op: Operation, raw: bool = False) -> list[str]:

@@ -123,8 +123,7 @@ class OperandLowering(LowerContext):
     # --- arithmetic ----------------------------------------------------------------------------
 
     def arith(self, op: str, a: Lowered, b: Lowered, loc: Loc) -> Lowered:
-        """`a op b` for + - * / % max min and the bit operators: folded, scalar (arith.*; not the bit
-        operators), or elementwise (tk.*)."""
+        """`a op b` for + - * / % max min and the bit operators: folded, scalar (arith.*), or elementwise (tk.*)."""
         if a.is_const and b.is_const:
             why = bit_fold_error(op, a.const, b.const)
             if why is not None:
@@ -141,10 +140,7 @@ class OperandLowering(LowerContext):
         if op == "~" and a.value.type.dtype == "u32":  # ~x of a u32 is x ^ 0xffffffff, the word's ones
             b = Lowered(b.loc, const=scalar.INT_RANGES["u32"][1])
         if ka == kb == "scalar":
-            if op in BIT_NAMES:
-                raise self.error(loc, f"'{op}' on run-time scalars is not in the language yet",
-                                 hint="the bit operators take integer tiles and vectors, and compile-time integers")
-            return self.scalar_arith(name, a, b, loc)
+            return self.scalar_arith(name, a, b, loc, op)
         operands, attrs, ref, axis = self.elementwise(op, a, b, ka, kb, loc)
         self.check_tile_arith(op, ref, loc)
         v = self.emit(f"tk.{name}", operands, [ref.bare()], loc, attrs).result
@@ -204,11 +200,16 @@ class OperandLowering(LowerContext):
         raise self.error(loc, f"shape mismatch in '{op}': {v} fits neither the rows ({t.rows}) nor the "
                          f"cols ({t.cols}) of {t}")
 
-    def scalar_arith(self, name: str, a: Lowered, b: Lowered, loc: Loc) -> Lowered:
+    def scalar_arith(self, name: str, a: Lowered, b: Lowered, loc: Loc, op: str | None = None) -> Lowered:
+        """`a op b` on run-time scalars (at least one side run-time): arith.<name> in their dtype; the bit operators
+        take i32 and u32 only (`op`: the operator as written, for the error)."""
         dtypes = {x.value.type.dtype for x in (a, b) if not x.is_const}
         if len(dtypes) > 1:
             raise self.error(loc, f"scalar type mismatch: {a.value.type} and {b.value.type}",
                              hint="cast one side, e.g. f32(x) or i32(x)")
         dtype = dtypes.pop()
+        if op in BIT_NAMES and dtype not in scalar.INT_DTYPES:
+            raise self.error(loc, f"'{op}' on a {dtype} scalar: the bit operators take i32 and u32 scalars",
+                             hint="cast with i32(...) or u32(...) first")
         va, vb = self.scalar_operand(a, dtype), self.scalar_operand(b, dtype)
         return Lowered(loc, value=self.emit(f"arith.{name}", [va, vb], [ScalarType(dtype)], loc).result)

@@ -82,6 +82,8 @@ def _scalar_binary(op: Operation) -> None:
     a, b = (v.type for v in op.operands)
     expect(is_scalar(a) and is_scalar(b), f"'{op.name}' takes scalars, got {a} and {b}")
     expect(a == b == op.result.type, f"'{op.name}' operand types differ: {a}, {b} -> {op.result.type}")
+    expect(op.name.removeprefix("arith.") not in scalar.BIT_NAMES or a.dtype in scalar.INT_DTYPES,
+           f"'{op.name}' takes i32 or u32 scalars, got {a}")
 
 
 def _scalar_cast(op: Operation) -> None:
@@ -518,13 +520,13 @@ SCALAR_BINARY = scalar.BINARY_NAMES  # add sub mul div rem min max cdiv (their m
 # the bit operations (integer tiles only): and, or, xor; shl and shr by a count read unsigned, a count of 32 or
 # more giving 0 (shr of an i32: its sign in every bit), as PTX's shl/shr clamp it (docs/language.md)
 TILE_BIT = ("and", "or", "xor", "shl", "shr")
-SHIFT_BITS = 32  # shl/shr: a count of SHIFT_BITS or more clamps (the interpreter and the backend read it here)
+SHIFT_BITS = scalar.SHIFT_BITS  # shl/shr: a count of SHIFT_BITS or more clamps (read by the interpreter, backend)
 TILE_BINARY = ("add", "sub", "mul", "div", "max", "min", "rem", *TILE_BIT)  # rem and TILE_BIT: integer tiles only
 TILE_UNARY = ("exp", "exp2", "log", "log2", "sqrt", "rsqrt", "abs", "neg", "tanh", "sigmoid", "erf")
 
 register_op("arith.const", _const, local=True, summary="a scalar constant")
 for _n in SCALAR_BINARY:
-    register_op(f"arith.{_n}", _scalar_binary, local=True, summary=f"scalar {_n} (integer div floors)")
+    register_op(f"arith.{_n}", _scalar_binary, local=True, summary=f"scalar {_n} (the GPU's 32 bits)")
 register_op("arith.cast", _scalar_cast, local=True, summary="scalar conversion")
 register_op("tk.size", _size, local=True, summary="run-time value of a symbolic size")
 register_op("tk.block_id", _block_id, local=True, summary="block index along grid dim 0/1/2")

@@ -67,7 +67,15 @@ INT_BINARY: dict[str, Callable[[int, int], int]] = {
     "min": min,
     "max": max,
     "cdiv": _int_cdiv,
+    # the bit operators on integers (run-time i32/u32 scalars only: a float scalar is refused); exact here, the
+    # GPU's 32-bit forms below (RUNTIME_INT_BINARY, runtime_binary)
+    "and": operator.and_,
+    "or": operator.or_,
+    "xor": operator.xor,
+    "shl": operator.lshift,
+    "shr": operator.rshift,
 }
+BIT_NAMES = ("and", "or", "xor", "shl", "shr")  # integers only: FLOAT_BINARY has none of them
 FLOAT_BINARY: dict[str, Callable[[float, float], float]] = {
     "add": operator.add,
     "sub": operator.sub,
@@ -78,7 +86,7 @@ FLOAT_BINARY: dict[str, Callable[[float, float], float]] = {
     "max": max,
     "cdiv": _float_cdiv,
 }
-BINARY_NAMES = tuple(INT_BINARY)  # the arith.<name> ops: add sub mul div rem min max cdiv
+BINARY_NAMES = tuple(INT_BINARY)  # the arith.<name> ops: add sub mul div rem min max cdiv, and or xor shl shr
 
 
 def binary(name: str, a: Number, b: Number) -> Number:
@@ -109,11 +117,16 @@ def convert(x: Number, dtype: str) -> Number:
 # A kernel's own `i32`/`u32` scalar ops (arith.*) run on 32-bit registers, as the backend lowers them
 # (backend/rules_core.py): add, sub and mul wrap (two's complement), div and rem are `sdiv`/`srem`
 # (truncating toward zero; `-7 div 2 = -3`, `-7 rem 2 = -1`), cdiv is `(a + b - 1) sdiv b` (its sum wraps
-# too), min/max and comparisons are signed; a u32 value is computed on the same 32 bits as an i32 (the
-# backend has signed ops only). The interpreter and canonicalize's folding compute exactly this, so the
-# interpreter agrees with the GPU where a run-time value passes 2**31 - 1 (docs/ir.md, "Scalar arithmetic").
+# too), min/max and comparisons are signed; and/or/xor act on the 32 bits, shl/shr read the count unsigned and
+# give 0 from 32 on (shr of an i32: its sign in every bit; of a u32: logical, the one unsigned op); a u32
+# value is computed on the same 32 bits as an i32 (the backend's other scalar ops are signed). The interpreter
+# and canonicalize's folding compute exactly this, so the interpreter agrees with the GPU where a run-time value
+# passes 2**31 - 1 (docs/ir.md, "Scalar arithmetic").
 
 WORD = 2**32  # the values of 32 bits
+# shl / shr read their count unsigned and clamp it from here on, as PTX's shl.b32 / shr clamp it: run-time scalars
+# here, integer tiles in the interpreter and the backend (through tkir.ops.SHIFT_BITS, this value)
+SHIFT_BITS = 32
 
 
 def wrap(x: int, dtype: str = "i32") -> int:
@@ -136,11 +149,19 @@ RUNTIME_INT_BINARY: dict[str, Callable[[int, int], int]] = {  # on signed 32-bit
     "min": min,
     "max": max,
     "cdiv": lambda a, b: _sdiv(wrap(a + b - 1), b),
+    "and": operator.and_,
+    "or": operator.or_,
+    "xor": operator.xor,
+    "shl": lambda a, b: 0 if b % WORD >= SHIFT_BITS else a << (b % WORD),
+    "shr": lambda a, b: a >> min(b % WORD, SHIFT_BITS - 1),  # arithmetic (i32); a u32's: runtime_binary
 }
 
 
 def runtime_binary(name: str, a: Number, b: Number, dtype: str) -> Number:
     """`arith.<name>` of a kernel's run-time scalars of `dtype`, as the GPU computes it (above)."""
+    if name == "shr" and dtype == "u32":  # logical: the u32's bits, 0 from a count of 32 on
+        n = int(b) % WORD
+        return 0 if n >= SHIFT_BITS else wrap(int(a), "u32") >> n
     if dtype in INT_DTYPES:
         return wrap(RUNTIME_INT_BINARY[name](wrap(int(a)), wrap(int(b))), dtype)
     return FLOAT_BINARY[name](float(a), float(b))
