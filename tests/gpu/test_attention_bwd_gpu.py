@@ -3,8 +3,9 @@ backward either the fused path, attention_bwd_prep.tk, attention_bwd.tk (dQ adde
 reduce-add) and attention_bwd_dq_convert.tk, or the three kernels attention_bwd_prep.tk, attention_bwd_dkdv.tk,
 attention_bwd_dq.tk) against autograd through torch.nn.functional.scaled_dot_product_attention in float32 on the
 same bf16 values: the output and the gradients of q, k and v within ||d - ref|| / ||ref|| < 2e-2, causal and not,
-at (B, H, N, D) = (1, 1, 1, 64), (2, 3, 1000, 64), (4, 8, 2048, 128) and (16, 16, 4096, 128) (there the f32
-reference runs on the first two heads of batch 0 only: its scores for all 256 heads would take 17 GB each), for
+at (B, H, N, D) = (1, 1, 1, 64), (2, 3, 1000, 64), (4, 8, 2048, 128), (16, 16, 4096, 128) and (8, 16, 8192, 128)
+(at the last two the f32 reference runs on the first two heads of batch 0 only: its scores for all heads would take
+17 and 34 GB; the deterministic mode's workspace at N = 8192 is 64 slots of 537 MB), for
 the fused backward, the fused one with deterministic=True, and the three-kernel one; D = 256 at (4, 8, 2048, 256)
 through the fused backward (-D DS=4), deterministic and not (the three-kernel backward refuses D = 256).
 At N = 1 a query has one key (P = 1 whatever the score), so dQ = dK = 0 exactly and SDPA's are 0: tkir's are held
@@ -22,7 +23,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 REL_TOL = 2e-2  # bf16 outputs from bf16 products of P and dS, against f32 autograd
 ZERO_GRAD_TOL = 1e-4  # N = 1: max |dQ|, max |dK| against max |dV| (rounding of dP - Delta in f32)
-SHAPES = [(1, 1, 1, 64), (2, 3, 1000, 64), (4, 8, 2048, 128), (16, 16, 4096, 128)]
+SHAPES = [(1, 1, 1, 64), (2, 3, 1000, 64), (4, 8, 2048, 128), (16, 16, 4096, 128), (8, 16, 8192, 128)]
 REF_HEADS = 2  # heads of batch 0 the f32 reference computes at the largest shape (as scripts/bench/attention_bwd.py)
 D256_SHAPE = (4, 8, 2048, 256)  # the D = 256 size: the fused backward only
 # attention(..., backward=, deterministic=) by test id
