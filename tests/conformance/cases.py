@@ -638,6 +638,20 @@ construct(name="int_bits", family="integers", params="X: gl<{dt}>[N, 64], W: gl<
           body="reg x: rt<{dt}, 64, 64> = X[{r}, 0]\nreg w: rt<{dt}, 64, 64> = W[{r}, 0]\n"
                "Y[{r}, 0] = (x & w | x ^ 1000) + (x << (w & 7)) ^ w >> 2",
           note="NEW: the bit operators & | ^ << >> (a count from a tile; u32: logical >>)")
+def _scalar_bits(r: int) -> int:
+    """int_scalar_bits' s for row tile r, as the GPU computes it on i32 (shl by 32 or more gives 0)."""
+    b = r + 5
+    shl = lambda a, n: 0 if n >= 32 else a << n  # noqa: E731 - counts here are 0 .. 42, never negative
+    return ((shl(b, 3)) | (b & 1)) ^ ((~b >> 1) + shl(b, b * 7))
+
+
+construct(name="int_scalar_bits", family="integers", params=_INT_IO, outputs=("Y",), dtypes=INT_DTYPES,
+          reference=lambda i, dt: {"Y": wrap(i["X"] + np.array([[_scalar_bits(row // TILE)] for row in
+                                                                  range(i["X"].shape[0])], np.float64), dt)},
+          body="reg x: rt<{dt}, 64, 64> = X[{r}, 0]\nlet b = {r} + 5\n"
+               "let s = ((b << 3) | (b & 1)) ^ ((~b >> 1) + (b << (b * 7)))\nY[{r}, 0] = x + {dt}(s)",
+          note="NEW: the bit operators on run-time i32 scalars (a count of 35 and 42: 0), cast to the tile's dtype")
+
 construct(name="int_where", family="integers",
           params="X: gl<{dt}>[N, 64], V: gl<{dt}>[64], Y: gl<{dt}>[N, 64]", outputs=("Y",), dtypes=INT_DTYPES,
           reference=lambda i, dt: {"Y": np.where(i["X"] < i["V"][None, :], i["X"], wrap(i["X"] * 2 - 7, dt))},
