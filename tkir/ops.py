@@ -516,10 +516,10 @@ def _convert_layout(op: Operation) -> None:
            "'tk.convert_layout' needs via = \"none\", \"shuffle\" or \"smem\"")
 
 
-SCALAR_BINARY = scalar.BINARY_NAMES  # add sub mul div rem min max cdiv (their meaning: tkir/scalar.py)
-# the bit operations (integer tiles only): and, or, xor; shl and shr by a count read unsigned, a count of 32 or
-# more giving 0 (shr of an i32: its sign in every bit), as PTX's shl/shr clamp it (docs/language.md)
-TILE_BIT = ("and", "or", "xor", "shl", "shr")
+SCALAR_BINARY = scalar.BINARY_NAMES  # add sub mul div rem min max cdiv and or xor shl shr (meaning: tkir/scalar.py)
+# the bit operations (integer tiles and integer scalars only): and, or, xor; shl and shr by a count read unsigned, a
+# count of 32 or more giving 0 (shr of an i32: its sign in every bit), as PTX's shl/shr clamp it (docs/language.md)
+TILE_BIT = scalar.BIT_NAMES
 SHIFT_BITS = scalar.SHIFT_BITS  # shl/shr: a count of SHIFT_BITS or more clamps (read by the interpreter, backend)
 TILE_BINARY = ("add", "sub", "mul", "div", "max", "min", "rem", *TILE_BIT)  # rem and TILE_BIT: integer tiles only
 TILE_UNARY = ("exp", "exp2", "log", "log2", "sqrt", "rsqrt", "abs", "neg", "tanh", "sigmoid", "erf")
