@@ -48,7 +48,7 @@ from tkir.backend.values import (
     slot_layout,
 )
 from tkir.diagnostics import CompileError
-from tkir.facts import FactError, OccupancyPlan
+from tkir.facts import MULTICAST_ATTR, FactError, OccupancyPlan
 from tkir.ir import Module, Operation, Value
 from tkir.layout import SharedLayout, fragment, layout_of
 from tkir.ops import TILE_BINARY, TILE_UNARY
@@ -119,6 +119,9 @@ class LoweringContext:
         self.cluster = int(kernel.attrs.get("cluster") or 1)
         self.cta_threads = block_threads(kernel)
         self.threads = self.cta_threads * self.cluster
+        # multicast (passes/multicast.py): clusters of `multicast` CTAs along x share the tiles they load
+        mc = kernel.attrs.get(MULTICAST_ATTR)
+        self.multicast = int(mc.get("ctas", 1)) if isinstance(mc, dict) else 1
         self.init_cap = min(255, (REGS_PER_SM // self.cta_threads) // 8 * 8)
         self.occupancy: OccupancyPlan | None = OccupancyPlan.of(kernel)
         self.tid = ""

@@ -46,7 +46,7 @@ from typing import Any, ClassVar
 
 from tkir import symexpr
 from tkir.diagnostics import CompileError, TkirError
-from tkir.facts import OccupancyPlan
+from tkir.facts import MULTICAST_ATTR, OccupancyPlan
 from tkir.ir import Module, Operation
 from tkir.ops_tma import TMA_L2_PROMOTIONS, TMA_OOB_FILLS, TMA_SWIZZLES  # runtime's enum tables match them
 from tkir.requires import kernel_alignments, kernel_requires, row_piece_tensors
@@ -340,6 +340,12 @@ def planned_smem(kernel: Operation) -> int:
     return _alloc_bytes(kernel)
 
 
+def _multicast_cluster(kernel: Operation) -> tuple[int, int, int] | None:
+    """passes/multicast.py's clusters along x (the grid already counts their CTAs), None without."""
+    mc = kernel.attrs.get(MULTICAST_ATTR)
+    return (int(mc["ctas"]), 1, 1) if isinstance(mc, dict) and int(mc.get("ctas", 1)) > 1 else None
+
+
 def build_launch(module: Module, target: str, *, dynamic_smem: int | None = None,
                  params: tuple[Param, ...] | None = None) -> LaunchDescription:
     """The launch description of the module's kernel. `dynamic_smem`: the bytes the lowering used
@@ -373,7 +379,7 @@ def build_launch(module: Module, target: str, *, dynamic_smem: int | None = None
         tma=tuple(TmaSpec(param=d.symbol, tensor=d.attrs["tensor"],
                           **{k: _frozen(d.attrs[k]) for k in DESC_FIELDS}) for d in descs),
         # the PTX says .reqnctapercluster: a plain launch forms them
-        cluster=(cluster, 1, 1) if clustered else None,
+        cluster=(cluster, 1, 1) if clustered else _multicast_cluster(kernel),
         unaligned=tuple(row_piece_tensors(kernel, descs)),
     )
 

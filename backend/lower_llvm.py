@@ -113,7 +113,8 @@ def _lower_function(cx: LoweringContext) -> str:
     name = cx.kernel.symbol
     body = "\n".join(w.lines)
     decls = "".join(t + "\n" for t in sorted(w.types.values())) + "\n".join(sorted(w.declares))
-    cluster = f' "nvvm.cluster_dim"="{cx.cluster},1,1"' if cx.cluster > 1 else ""  # .reqnctapercluster
+    ctas = max(cx.cluster, cx.multicast)
+    cluster = f' "nvvm.cluster_dim"="{ctas},1,1"' if ctas > 1 else ""  # .reqnctapercluster
     attrs = (f'attributes #0 = {{ "nvvm.maxntid"="{cx.cta_threads}" '
              f'"nvvm.minctasm"="{min_blocks_per_sm(cx.kernel, cx.cta_threads)}"{cluster} }}')
     return (f"{HEADER}{decls}\n\ndefine ptx_kernel void @{name}({', '.join(sig)}) #0 {{\n{body}\n}}\n\n"

@@ -24,10 +24,13 @@ from tkir.backend.idioms import (
     block_barrier,
     bulk_commit,
     bulk_wait,
+    cluster_barrier,
+    cluster_ctarank,
     cp_async_wait_all,
     fence_async_proxy,
     fence_mbarrier_init,
     mbarrier_arrive,
+    mbarrier_arrive_cluster,
     mbarrier_arrive_expect_tx,
     mbarrier_init,
     mbarrier_slot,
@@ -77,9 +80,11 @@ def _op_pipe_barriers(cx: LoweringContext, op: Operation) -> None:
     init, done = w.label("bar_init"), w.label("bar_done")
     w.cond_br(lead, init, done)
     w.start_block(init)
+    # a ring multicast fills (passes/multicast.py): the consumers of every CTA of the cluster release it
+    count = op.attrs["count"] * int(op.attrs.get("cluster") or 1)
     for s in range(op.result.type.n):
         a = w.op(f"add i32 {addr}, {MBARRIER_BYTES * s}", "b")
-        mbarrier_init(w, cx.target, a, op.attrs["count"])
+        mbarrier_init(w, cx.target, a, count)
     if cx.target == "sm_90a":  # sm_90 instructions; on sm_80 the block barrier below orders the init
         fence_mbarrier_init(w)
         fence_async_proxy(w)
@@ -128,16 +133,32 @@ def _op_pipe_arrive(cx: LoweringContext, op: Operation) -> None:
         return
     bar = _bar_addr(cx, op.operands[0], op.operands[1])
     if cx.role is not None and cx.role.single_thread:
-        mbarrier_arrive(w, cx.target, bar)
+        _arrive(cx, op.operands[0], bar)
         return
     # one arrival per warp (the barrier counts 4 per consumer warpgroup)
     first = w.op(f"icmp eq i32 {cx.role.lane}, 0", "lane0")  # type: ignore[union-attr]
     go, done = w.label("arrive"), w.label("arrived")
     w.cond_br(first, go, done)
     w.start_block(go)
-    mbarrier_arrive(w, cx.target, bar)
+    _arrive(cx, op.operands[0], bar)
     w.br(done)
     w.start_block(done)
+
+
+def _cluster_of(bars: Value) -> int:
+    """The CTAs whose consumers release the ring of barrier array `bars` (`cluster` of its pipe.barriers,
+    set by multicast), 1 for a CTA's own ring."""
+    d = bars.owner
+    return int(d.attrs.get("cluster") or 1) if isinstance(d, Operation) else 1
+
+
+def _arrive(cx: LoweringContext, bars: Value, bar: str) -> None:
+    """One arrival on `bar`, in every CTA of the cluster where the ring is shared (multicast)."""
+    ctas = _cluster_of(bars)
+    if ctas > 1:
+        mbarrier_arrive_cluster(cx.w, bar, ctas)
+    else:
+        mbarrier_arrive(cx.w, cx.target, bar)
 
 
 def arrive_prev(cx: LoweringContext, prev: str, bars: Value) -> None:
@@ -151,7 +172,7 @@ def arrive_prev(cx: LoweringContext, prev: str, bars: Value) -> None:
     w.start_block(go)
     base = cx.get(bars)
     assert isinstance(base, Smem)
-    mbarrier_arrive(w, cx.target, mbarrier_slot(w, base.addr, prev))
+    _arrive(cx, bars, mbarrier_slot(w, base.addr, prev))
     w.br(done)
     w.start_block(done)
 
@@ -219,14 +240,26 @@ def _op_pipe_copy(cx: LoweringContext, op: Operation) -> None:
     panel_cols = box[0]
     panels = max(1, t.cols // panel_cols)
     panel_bytes = t.rows * panel_cols * dtype_bytes(t.dtype)
+    mc = op.attrs.get("multicast")
+    base, suffix, extra, cons = dst.addr, "", [], []
+    if isinstance(mc, dict):  # this CTA's share of the rows, written into every CTA of the cluster
+        ctas = int(mc["ctas"])
+        tmap = cx.tmaps[mc["desc"].name]
+        part = t.rows // ctas
+        rank_ = cluster_ctarank(w)
+        elem[1] = w.op(f"add i32 {elem[1]}, {w.op(f'mul i32 {rank_}, {part}', 'mc_row')}", "y")
+        off = w.op(f"mul i32 {rank_}, {part * panel_cols * dtype_bytes(t.dtype)}", "mc_off")
+        base = w.op(f"add i32 {dst.addr}, {off}", "dst")
+        suffix, extra, cons = ".multicast::cluster", [("i16", str((1 << ctas) - 1))], ["h"]
     for p in range(panels):
         x0 = w.op(f"add i32 {elem[0]}, {p * panel_cols}", "x") if p else elem[0]
-        d = w.op(f"add i32 {dst.addr}, {p * panel_bytes}", "dst") if p else dst.addr
+        d = w.op(f"add i32 {base}, {p * panel_bytes}", "dst") if p else base
         regs = ", ".join(f"${3 + i}" for i in range(rank))
-        w.asm("void", [f"cp.async.bulk.tensor.{rank}d.shared::cluster.global.mbarrier::complete_tx::bytes "
-                       f"[$0], [$1, {{{regs}}}], [$2];"],
-              ["r", "l", "r"] + ["r"] * rank,
-              [("i32", d), ("ptr", tmap), ("i32", bar)] + [("i32", e) for e in [x0, *elem[1:]]])
+        mask = f", ${3 + rank}" if extra else ""
+        w.asm("void", [f"cp.async.bulk.tensor.{rank}d.shared::cluster.global.mbarrier::complete_tx::bytes{suffix} "
+                       f"[$0], [$1, {{{regs}}}], [$2]{mask};"],
+              ["r", "l", "r"] + ["r"] * rank + cons,
+              [("i32", d), ("ptr", tmap), ("i32", bar)] + [("i32", e) for e in [x0, *elem[1:]]] + extra)
 
 
 @rule("tma.store", targets=("sm_90a",), when=lambda cx, op: isinstance(op.operands[1].type, TileType))
@@ -386,8 +419,8 @@ def _op_tk_role(cx: LoweringContext, op: Operation) -> None:
     keeps the launch's registers). A TMA producer runs on one thread; a cp.async producer (sm_80) on all
     of its threads, which wait for their last copies before they exit."""
     w = cx.w
-    if cx.pending_sync:
-        block_barrier(w)
+    if cx.pending_sync:  # the barriers' init before any use: in every CTA of the cluster where they are shared
+        cluster_barrier(w) if cx.multicast > 1 else block_barrier(w)
         cx.pending_sync = False
     kind = str(op.attrs["kind"])
     by_warps = isinstance(op.attrs.get("warps"), int)

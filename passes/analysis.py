@@ -90,6 +90,9 @@ from tkir.types import GlobalType, TileType, VectorType, is_register, is_shared
 
 # Attributes one pass writes and another reads.
 CLUSTER_ATTR = "cluster"  # cluster-rows writes it on a kernel; the backend, plan-occupancy and the launch read it
+# multicast marks the producer's drain loop, which persistent keeps after its tile loop (tkir.facts MULTICAST_ATTR:
+# the kernel attr)
+MULTICAST_DRAIN_ATTR = "multicast_drain"
 CP_HOLD_ATTR = "cp_hold"  # pipeline-cp-async writes it on a loop that holds a stage; overlap-mma rotates those
 # coarsen-rows writes it on a kernel whose grid it bounded, `min(E, NUM_SMS * K)`, leaving K to the plan: the
 # rows expression E; plan-occupancy sizes K from its plan and removes it (passes/coarsen_rows.py)

@@ -45,6 +45,11 @@ rows and columns of the output):
   the blocks end up with about the same work (launch order would give a block the same x every round),
   while one round's (y, z) pairs are read side by side (their K and V from L2).
 
+* a kernel `multicast` made clusters of 2 CTAs (`tma_multicast`) keeps each cluster's tiles in one tile column:
+  the group is rounded up to even, the grid counts whole clusters, `2 * cdiv(P, cdiv(P, floor(NUM_SMS / 2)))`
+  over the P = T / 2 tile pairs, and block 2i + r takes tiles 2j + r; multicast's producer drain loop stays after
+  the tile loop, from its final iteration count.
+
 sm_80 kernels with roles (the cp.async producer warps) are left as they are unless asked for
 (`@persistent(1)`), with `persistent_skipped`: without setmaxnreg the tile loop's state spills.
 
@@ -56,9 +61,14 @@ are left unchanged; the last get the attr `persistent_skipped` with the reason.
 from __future__ import annotations
 
 from tkir.diagnostics import CompileError
-from tkir.facts import OccupancyPlan
+from tkir.facts import MULTICAST_ATTR, OccupancyPlan
 from tkir.ir import Block, Module, Operation, Region, Value, clone_op, uses_of
-from tkir.passes.analysis import grow_plan_smem, persistent_grid, smem_growth_problem
+from tkir.passes.analysis import (
+    MULTICAST_DRAIN_ATTR,
+    grow_plan_smem,
+    persistent_grid,
+    smem_growth_problem,
+)
 from tkir.passes.builder import OpBuilder
 from tkir.passmanager import Options, ParamError, Pass, param
 from tkir.scalar import I32_MAX
@@ -163,6 +173,10 @@ def _make_persistent(kernel: Operation, roles: list[Operation], grid: list[str],
     nprog = b.op("tk.grid_dim", [], "nprog", {"dim": 0})
     c0 = b.const(0, "zero")
     c_group = b.const(group, "group_m")
+    pairs = _multicast_ctas(kernel)
+    if pairs > 1 and group % pairs:  # a cluster's tiles (2i, 2i + 1) must share their tile column
+        group += pairs - group % pairs
+        c_group = b.const(group, "group_m")
     if group > DEFAULT_GROUP:  # min(G, TM): a group of all the tile-rows, so G * TN cannot pass 2**31 - 1
         c_group = b.op("arith.min", [c_group, tiles_m], rname="group_m")
 
@@ -180,8 +194,21 @@ def _make_persistent(kernel: Operation, roles: list[Operation], grid: list[str],
         return {0: tile_m, 1: tile_n}
 
     _wrap_roles(kernel, roles, decode, ntiles, pid, nprog, c0)
-    kernel.attrs["grid"] = [persistent_grid(f"({grid[0]}) * ({grid[1]})", balanced)]
+    if pairs > 1:  # whole clusters: an even grid over the clusters' tile pairs (multicast makes TM even)
+        # cdiv rather than `/`: a division in a grid is a launch requirement (exact), and NUM_SMS is no size
+        per = f"cdiv(({grid[0]}) * ({grid[1]}), {pairs})"
+        clusters = f"cdiv(NUM_SMS - {pairs - 1}, {pairs})"  # floor(NUM_SMS / pairs)
+        over = f"cdiv({per}, cdiv({per}, {clusters}))" if balanced else f"min({per}, {clusters})"
+        kernel.attrs["grid"] = [f"{pairs} * {over}"]
+    else:
+        kernel.attrs["grid"] = [persistent_grid(f"({grid[0]}) * ({grid[1]})", balanced)]
     kernel.attrs["tile_order"] = {"group": group}
+
+
+def _multicast_ctas(kernel: Operation) -> int:
+    """The CTAs of a cluster sharing tiles (passes/multicast.py's kernel attr), 1 without."""
+    mc = kernel.attrs.get(MULTICAST_ATTR)
+    return int(mc.get("ctas", 1)) if isinstance(mc, dict) else 1
 
 
 def _make_persistent_linear(kernel: Operation, roles: list[Operation], grid: list[str], balanced: bool) -> None:
@@ -308,6 +335,10 @@ def _once_barriers(roles: list[Operation]) -> set[Value]:
 def _wrap_role(role: Operation, decode, ntiles: Value, pid: Value, nprog: Value, c0: Value,
                old_ids: dict[int, Operation], once: set[Value], once_empty: Value | None,
                chain: list[Operation]) -> None:
+    # multicast's drain loop runs once, after the tile loop, from the tile loop's final iteration count
+    tail = [op for op in role.body.ops if op.attrs.get(MULTICAST_DRAIN_ATTR)]
+    for op in tail:
+        role.body.remove(op)
     inner_ops = list(role.body.ops)
     for op in inner_ops:
         role.body.remove(op)
@@ -346,6 +377,11 @@ def _wrap_role(role: Operation, decode, ntiles: Value, pid: Value, nprog: Value,
     blk.append(y)
     loop = Operation("scf.for", [pid, ntiles, nprog, c0], [I32], regions=[Region(blk)], result_names=["iters"])
     role.body.append(loop)
+    for op in tail:
+        for inner in op.walk():
+            if inner.attrs.get("drain_base"):
+                inner.operands = [inner.operands[0], loop.result]
+        role.body.append(op)
 
 
 def _once_per_tile(role: Operation, blk: Block, kloop: Operation, t: Value, pid: Value, nprog: Value,

@@ -50,6 +50,7 @@ PASS_TABLE: dict[str, str] = {
     "overlap-mma": "overlap_mma:OverlapMma",        # next block's wgmma issued before this block's softmax
     "stream-k": "stream_k:StreamK",                  # split the last partial wave along K over every block
     "stage-epilogue": "stage_epilogue:StageEpilogue",  # mma.sync accumulator stores: per-warp shared rows, 16 B
+    "multicast": "multicast:Multicast",              # clusters of 2 along the tile rows share B tiles (TMA multicast)
 }
 
 # The tk-level pipeline `tkc compile` runs before the backend (in order).
@@ -99,6 +100,7 @@ DEFAULT_PIPELINE: list[str] = [
 # goes right after (the places the notes above give them).
 ADDABLE_AFTER: dict[str, str] = {
     "longest-first": "persistent",  # it reorders the tiles persistent laid out
+    "multicast": "early-release",   # it marks the rings pipeline built; persistent pairs the cluster's tiles
 }
 # Pass -> the passes it needs to have run before it, so that `@passes(-NAME)` cannot take them away while it
 # stays: each pass's docstring says so (pipeline and pipeline-cp-async take the stage count and the roles

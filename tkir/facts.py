@@ -32,6 +32,9 @@ from tkir.types import format_attr_value
 if TYPE_CHECKING:
     from tkir.ir import Loc, Operation
 
+# passes/multicast.py writes {ctas = C} on a kernel: clusters of C CTAs along x share the tiles they load
+# (persistent pairs the cluster's tiles; the backend and the launch form the clusters)
+MULTICAST_ATTR = "tma_multicast"
 ROLE_NAMES = ("producer", "consumer", "compute")  # plan-occupancy's roles (docs/passes.md)
 MIN_BLOCKS_ATTR = "min_blocks_per_sm"  # kernel attr: what `@blocks_per_sm(B)`, B >= 1, records
 # The most K iterations per block a Stream-K split may ask for (`@stream_k(1, min_iters=I)`, the kernel attr

@@ -1,0 +1,220 @@
+"""multicast: two blocks of a cluster share the tiles they both load, each loading half and multicasting it.
+
+A pipelined GEMM-like kernel (after `pipeline`/`early-release`, before `persistent`) on a 2-D grid of
+output tiles loads, in each K iteration, tiles that depend on the block's tile row (A: `A[block.x, k]`)
+and tiles that do not (B: `B[k, block.y]`). Two blocks with the same tile column and neighbouring tile
+rows read the same B tiles. Here they run as one thread-block cluster of CTAS = 2 CTAs along the rows
+(PTX `.reqnctapercluster 2, 1, 1`), and each loads half of every shared tile (its rows `rank * R / 2 ..`)
+with `cp.async.bulk.tensor ... .multicast::cluster`, which writes it into both CTAs' shared memory at the
+same offset and completes both CTAs' barriers (HOPPER.md §4.4; CUTLASS's SM90 TMA multicast, cluster
+shape 2 x 1). Each CTA still receives whole tiles, so the bytes its full barrier expects are unchanged;
+each B tile leaves L2 once per cluster instead of once per block. Rewrites:
+
+* each such `pipe.copy` gets `multicast = {ctas = 2, desc = @<desc>_mc}`: a descriptor whose box has half
+  the rows (the copy's `desc` stays the whole tile's: the interpreter and the checks read the tile whole);
+* the empty barriers of the rings those copies fill get `cluster = 2`: a consumer's release of a stage
+  arrives on that barrier in both CTAs (the partner's half lands in this CTA's stage, so the partner's
+  producer must wait for this CTA's consumers too), and the barrier counts the arrivals of both;
+* the producer, after its last iteration, waits once more on each stage's empty barrier (a loop after
+  the K loop, `multicast_drain`), so no CTA exits while its partner may still arrive on its barriers;
+  `persistent` keeps that loop after its tile loop, from the tile loop's final iteration count;
+* the grid's rows become even, `2 * cdiv(TM, 2)`: with an odd TM the last cluster's second CTA loads
+  A rows past the end (TMA fills zeros, counting the whole box) and its TMA store writes nothing;
+* the kernel attr `tma_multicast = {ctas = 2}`: the backend launches clusters of 2 along x and meets
+  the cluster after the barriers' init; `persistent` keeps each cluster's tiles in one tile column
+  (an even group, tile pairs (2i, 2i + 1), an even grid).
+
+It declines (a `multicast_skipped` remark) a kernel on sm_80 (no clusters), one that streams K
+(stream-k's blocks wait on each other), one without a copy independent of the tile row, one whose
+shared copy cannot split its rows in whole swizzle atoms, and one whose size bucket has a single tile
+row (M = 1 decode shapes: the second CTA would only load zeros). Ablation: leave `multicast` out of
+`--passes` (or `multicast{ctas=1}`).
+"""
+
+from __future__ import annotations
+
+from tkir.facts import MULTICAST_ATTR
+from tkir.ir import Block, Module, Operation, Region, Value
+from tkir.passes.analysis import MULTICAST_DRAIN_ATTR
+from tkir.passes.builder import OpBuilder
+from tkir.passmanager import Options, ParamError, Pass, param
+from tkir.symexpr import SymExprError, evaluate
+from tkir.types import I32, Symbol, TileType
+
+ATTR = MULTICAST_ATTR             # kernel attr: {ctas = C}, read by persistent and the backend
+SKIPPED_ATTR = "multicast_skipped"
+DRAIN_ATTR = MULTICAST_DRAIN_ATTR  # the producer's loop after the K loop (persistent keeps it after the tile loop)
+CTAS = 2                         # CUTLASS's SM90 GEMMs multicast over clusters of 2 (cluster shape 2 x 1 x 1)
+SWIZZLE_ATOM_ROWS = 8            # a 128B/64B/32B swizzle repeats every 8 rows (HOPPER.md §4.3): halves start on one
+
+
+class Multicast(Pass):
+    name = "multicast"
+    ctas: int = param(CTAS, "CTAs per cluster along the tile rows sharing the tiles loaded independently of the "
+                            "tile row (2; 1: off, the ablation)")
+
+    def __post_init__(self) -> None:
+        if self.ctas not in (1, 2):
+            raise ParamError("ctas", f"multicast: ctas={self.ctas}: clusters of 2 CTAs (or 1: off)")
+
+    def run(self, module: Module, options: Options) -> None:
+        if self.ctas == 1:
+            return
+        for kernel in module.kernels():
+            why = _decline(module, kernel, options.target, self.ctas)
+            if why is not None:
+                if why:
+                    kernel.attrs[SKIPPED_ATTR] = why
+                continue
+            _rewrite(module, kernel, self.ctas)
+
+
+def _roles(kernel: Operation) -> dict[str, Operation]:
+    return {str(op.attrs.get("kind")): op for op in kernel.body.ops if op.name == "tk.role"}
+
+
+def _kloop(role: Operation) -> Operation | None:
+    loops = [op for op in role.body.ops if op.name == "scf.for"]
+    return loops[0] if len(loops) == 1 else None
+
+
+def _depends_on(v: Value, roots: set[Value], memo: dict[int, bool]) -> bool:
+    """Whether `v` is computed from one of `roots` (through the ops defining it)."""
+    if v in roots:
+        return True
+    if id(v) in memo:
+        return memo[id(v)]
+    memo[id(v)] = False
+    d = v.owner
+    out = isinstance(d, Operation) and any(_depends_on(x, roots, memo) for x in d.operands)
+    memo[id(v)] = out
+    return out
+
+
+def shared_copies(kernel: Operation) -> list[Operation]:
+    """The producer's K-loop TMA copies whose coordinates do not depend on the block's tile row (block_id
+    dim 0): the tiles neighbouring blocks along the rows both load."""
+    producer = _roles(kernel).get("producer")
+    loop = _kloop(producer) if producer is not None else None
+    if loop is None:
+        return []
+    rows = {op.result for op in kernel.walk() if op.name == "tk.block_id" and op.attrs.get("dim") == 0}
+    memo: dict[int, bool] = {}
+    return [op for op in loop.body.ops if op.name == "pipe.copy" and not op.attrs.get("cp_async")
+            and not any(_depends_on(c, rows, memo) for c in op.operands[4:])]
+
+
+def _decline(module: Module, kernel: Operation, target: str, ctas: int) -> str | None:
+    """Why the kernel is left alone ("" for kernels this pass is not about), or None to rewrite it."""
+    roles = _roles(kernel)
+    grid = kernel.attrs.get("grid")
+    if not isinstance(grid, list) or len(grid) != 2 or ATTR in kernel.attrs:
+        return ""
+    if target != "sm_90a":
+        return f"{target} has no thread block clusters" if any(op.name == "tk.mma" for op in kernel.walk()) else ""
+    if "producer" not in roles or "consumer" not in roles:
+        return ""
+    if kernel.attrs.get("stream_k_requested"):
+        return "Stream-K: its blocks wait for each other's partial sums"
+    if kernel.attrs.get("cluster"):
+        return "the kernel already runs as a cluster (cluster-rows)"
+    if _kloop(roles["producer"]) is None:
+        return "the producer has more than one loop"
+    copies = shared_copies(kernel)
+    if not copies:
+        return "no tile is loaded independently of the block's tile row"
+    for c in copies:
+        t = c.operands[0].type
+        desc = module.lookup(c.attrs["desc"].name) if isinstance(c.attrs.get("desc"), Symbol) else None
+        if not isinstance(t, TileType) or desc is None or t.rows % (ctas * SWIZZLE_ATOM_ROWS):
+            return (f"the copy into '{c.operands[0].name}' cannot split its rows into {ctas} parts of whole "
+                    f"{SWIZZLE_ATOM_ROWS}-row swizzle atoms")
+    sizes = kernel.attrs.get("problem_sizes")
+    if isinstance(sizes, dict):
+        try:
+            rows = evaluate(str(grid[0]), {k: int(v) for k, v in sizes.items()})
+        except (SymExprError, ValueError, TypeError):
+            rows = None
+        if rows is not None and rows < ctas:
+            return f"the size bucket has {rows} tile row(s): the cluster's other CTAs would load only zeros"
+    return None
+
+
+def _rewrite(module: Module, kernel: Operation, ctas: int) -> None:
+    roles = _roles(kernel)
+    copies = shared_copies(kernel)
+    for c in copies:
+        c.attrs["multicast"] = {"ctas": ctas, "desc": _half_desc(module, kernel, c, ctas)}
+    ploop = _kloop(roles["producer"])
+    assert ploop is not None
+    fulls = {c.operands[1] for c in copies}
+    empties: list[Value] = []
+    for op in ploop.body.ops:  # the producer waits on a ring's empty barrier before its expect on the full one
+        if op.name == "pipe.wait" and op.operands[0] not in fulls and op.operands[0] not in empties:
+            empties.append(op.operands[0])
+    for e in empties:
+        bars = e.owner
+        assert isinstance(bars, Operation)
+        bars.attrs["cluster"] = ctas
+    _drain(roles["producer"], ploop, empties)
+    grid = list(kernel.attrs["grid"])
+    grid[0] = f"{ctas} * cdiv({grid[0]}, {ctas})"
+    kernel.attrs["grid"] = grid
+    kernel.attrs[ATTR] = {"ctas": ctas}
+
+
+def _half_desc(module: Module, kernel: Operation, copy: Operation, ctas: int) -> Symbol:
+    """The copy's descriptor with 1/ctas of the box's rows (a new module-level tma.desc, shared by copies
+    of the same descriptor)."""
+    whole = module.lookup(copy.attrs["desc"].name)
+    assert whole is not None
+    name = f"{whole.symbol}_mc"
+    have = module.lookup(name)
+    if have is None:
+        attrs = dict(whole.attrs)
+        box = list(attrs["box"])
+        box[1] //= ctas
+        attrs["box"] = box
+        module.insert_before(kernel, Operation("tma.desc", attrs=attrs, symbol=name, loc=whole.loc))
+    return Symbol(name)
+
+
+def _drain(producer: Operation, kloop: Operation, empties: list[Value]) -> None:
+    """After the K loop: wait on each empty barrier of the rings for the releases of the last `stages`
+    iterations, as if producing `stages` more (the partner's consumers arrive here until then)."""
+    marked = [i for i in kloop.walk() if i.attrs.get("iteration") is True]
+    stages = int(kloop.attrs.get("stages") or 1)
+    lo, hi, step = kloop.operands[:3]
+    blk = Block()
+    i = blk.add_arg(Value(I32, "drain_i"))
+    b = OpBuilder(blk)
+    total = hi  # the K loop's iterations from 0 by 1 (pipeline's loops; persistent replaces it by its count)
+    if not (_const(lo) == 0 and _const(step) == 1):
+        span = b.op("arith.sub", [hi, lo], rname="k_span")
+        total = b.op("arith.max", [b.op("arith.cdiv", [span, step], rname="k_trips"), b.const(0)], rname="k_trips")
+    base = marked[0].operands[1] if marked and len(marked[0].operands) > 1 and _const(marked[0].operands[1]) != 0 \
+        else None
+    if base is not None:
+        total = b.op("arith.add", [total, base], rname="k_total")
+    it = b.op("arith.add", [i, total], rname="drain_it", attrs={"drain_base": True})
+    n = b.const(stages, "drain_stages")
+    s = b.op("arith.rem", [it, n], rname="drain_s")
+    rnd = b.op("arith.div", [it, n], rname="drain_round")
+    phase = b.op("arith.rem", [rnd, b.const(2)], rname="drain_phase")
+    free = b.op("arith.sub", [b.const(1), phase], rname="drain_free")
+    for e in empties:
+        b.void("pipe.wait", [e, s, free])
+    blk.append(Operation("scf.yield", []))
+    kernel_body = producer.parent
+    assert isinstance(kernel_body, Block)
+    hb = OpBuilder(kernel_body, producer)  # the bounds before the roles: persistent moves the role's ops
+    c0, cn = hb.const(0), hb.const(stages)
+    loop = Operation("scf.for", [c0, cn, hb.const(1)], [], regions=[Region(blk)], attrs={DRAIN_ATTR: True})
+    producer.body.append(loop)
+
+
+def _const(v: Value) -> int | None:
+    d = v.owner
+    if isinstance(d, Operation) and d.name == "arith.const" and isinstance(d.attrs.get("value"), int):
+        return d.attrs["value"]
+    return None

@@ -1,0 +1,60 @@
+"""multicast (passes/multicast.py) without a GPU: gemm.tk with `+multicast` in the interpreter at ragged sizes with
+an odd count of tile rows (the cluster's second CTA past the end), persistent and not; the SASS ptxas makes of it
+(two-CTA clusters, multicast TMA loads, no GPU-scope fence in the loop: a `.release.cluster` arrive made one per
+release, 2.5x slower on an H100); and the pass declining where it cannot help."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import tkir
+from tkir.backend.toolchain import assemble, local_memory_ops
+from tkir.tools.examples import check_interpreted, load_companion
+
+GEMM = Path(__file__).resolve().parents[2] / "examples" / "gemm.tk"
+COMP = load_companion(str(GEMM))
+CASES = [  # (consts, sizes): tile rows 4 (even), 3 and 5 (odd: a phantom CTA), 2
+    ({"BM": 64, "BN": 128, "STAGES": 3, "SK": 0, "SKI": 16}, dict(M=200, N=296, K=136)),
+    ({"BM": 128, "BN": 128, "STAGES": 2, "SK": 0, "SKI": 16}, dict(M=300, N=256, K=192)),
+    ({"BM": 64, "BN": 64, "STAGES": 4, "SK": 0, "SKI": 16}, dict(M=300, N=72, K=296)),
+    ({"BM": 64, "BN": 128, "STAGES": 8, "SK": 0, "SKI": 32}, dict(M=65, N=200, K=64)),
+]
+
+
+@pytest.mark.parametrize("persistent", [True, False], ids=["persistent", "grid"])
+@pytest.mark.parametrize(("consts", "sizes"), CASES, ids=[f"M{s['M']}-BM{c['BM']}" for c, s in CASES])
+def test_interpreted_gemm_matches_the_reference(consts: dict, sizes: dict, persistent: bool) -> None:
+    edits = "+multicast" if persistent else "+multicast,-persistent"
+    k = tkir.compile(str(GEMM), pass_edits=edits, **consts)
+    kernel = k.module.kernel
+    assert kernel.attrs.get("tma_multicast") == {"ctas": 2}, kernel.attrs.get("multicast_skipped")
+    results = check_interpreted(k.module, COMP, sizes, consts, seed=2, num_sms=6)
+    assert all(r.ok for r in results), [str(r) for r in results]
+
+
+def test_sass_multicasts_and_fences_only_at_the_start() -> None:
+    k = tkir.compile(str(GEMM), pass_edits="+multicast", BM=128, BN=256, STAGES=4, SK=0, SKI=32)
+    asm = assemble(k.asm["ptx"], "sm_90a")
+    sass = asm.sass if hasattr(asm, "sass") else k.asm["sass"]
+    assert ".reqnctapercluster 2, 1, 1" in k.asm["ptx"]
+    assert sass.count("UTMALDG.2D.MULTICAST") >= 2 and "UTMALDG.2D " in sass  # B multicast, A each CTA's own
+    assert sass.count("MEMBAR.ALL.GPU") <= 1  # the cluster barrier after the barriers' init, no more
+    assert not local_memory_ops(sass)
+
+
+@pytest.mark.parametrize(("target", "sizes", "why"), [
+    ("sm_80", None, "sm_80 has no thread block clusters"),
+    ("sm_90a", {"M": 16, "N": 4096, "K": 4096}, "1 tile row(s)"),
+])
+def test_declines_with_a_remark(target: str, sizes: dict | None, why: str) -> None:
+    k = tkir.compile(str(GEMM), pass_edits="+multicast", target=target, sizes=sizes,
+                     BM=64, BN=128, STAGES=4, SK=0, SKI=16)
+    attrs = k.module.kernel.attrs
+    assert "tma_multicast" not in attrs and why in attrs["multicast_skipped"]
+
+
+def test_stream_k_is_declined() -> None:
+    k = tkir.compile(str(GEMM), pass_edits="+multicast", BM=64, BN=128, STAGES=4, SK=1, SKI=16)
+    assert "Stream-K" in k.module.kernel.attrs["multicast_skipped"]
