@@ -113,6 +113,7 @@ T_ROW_STATS = ("tests/passes/test_row_stats.py",)
 T_FUSE_FILECHECK = ("tests/filecheck/test_filecheck.py", "-k", "fuse-row-stats")
 T_CLUSTER_FILECHECK = ("tests/filecheck/test_filecheck.py", "-k", "cluster-rows")
 T_CLUSTER_ROWS = ("tests/passes/test_cluster_rows.py",)
+T_MULTICAST = ("tests/filecheck/test_filecheck.py", "-k", "multicast")
 T_PIPELINE_PROTOCOL = ("tests/backend/test_mutation_kills.py", "tests/ir/test_verify_pipeline.py", "-k",
                        "mbarrier_pipeline_protocol or model_runs")
 # audit3: 25 single-line mutations of descriptor bits, barrier parity and releases, stage indices, masks, split
@@ -593,9 +594,17 @@ MUTANTS: list[Mutation] = [
       "        if False:", "the backend's cluster scratch guard left out", tests=T_CLUSTER_ROWS, topic="cluster"),
     M("grid-in-blocks", "backend/launch.py", '        grid[0] = f"{cluster} * ({grid[0]})"', "        pass",
       "the launch grid in blocks, not CTAs", tests=T_CLUSTER_ROWS, topic="cluster"),
-    M("launch-without-cluster", "backend/launch.py", "        cluster=(cluster, 1, 1) if clustered else None,",
-      "        cluster=None,",
+    M("launch-without-cluster", "backend/launch.py",
+      "        cluster=(cluster, 1, 1) if clustered else _multicast_cluster(kernel),",
+      "        cluster=_multicast_cluster(kernel),",
       'no "cluster" in the launch description', tests=T_CLUSTER_ROWS, topic="cluster"),
+    M("multicast-release-local", "backend/rules_pipe.py", "        mbarrier_arrive_cluster(cx.w, bar, ctas)",
+      "        mbarrier_arrive(cx.w, cx.target, bar)",
+      "a multicast ring's release arrives only on this CTA's barrier (the partner's producer never sees it)",
+      tests=T_MULTICAST, topic="cluster"),
+    M("multicast-no-drain", "passes/multicast.py", "    _drain(roles[\"producer\"], ploop, empties)", "    pass",
+      "the producer exits without draining its ring (the partner may still arrive on its barriers)",
+      tests=T_MULTICAST, topic="cluster"),
     M("model-ignores-cluster", "tkir/tools/tune_model.py", "    blocks = max(1, cluster)", "    blocks = 1",
       "the tune model ignores the cluster", tests=T_CLUSTER_ROWS, topic="cluster"),
     M("size-3-accepted", "frontend/annotations.py", "CLUSTER_SIZES = (1, 2, 4, 8)", "CLUSTER_SIZES = (1, 2, 3, 4, 8)",

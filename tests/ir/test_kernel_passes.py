@@ -153,7 +153,7 @@ def test_plus_switches_on_an_opt_in_entry_in_its_place() -> None:
     ("-longest-first", "the pipeline does not run longest-first", "the pipeline: canonicalize"),
     ("longest-first{move_last=true}", "the pipeline does not run longest-first", "+longest-first{move_last=true}"),
     ("+canonicalize", "the pipeline runs canonicalize already", "canonicalize{key=value}"),
-    ("+verify", "'+verify': it has no place in the default pipeline", "+longest-first and the opt-in passes"),
+    ("+verify", "'+verify': it has no place in the default pipeline", "+longest-first, +multicast and the opt-in"),
     ("-overlap-mma,-overlap-mma", "the pipeline does not run overlap-mma", "the pipeline:"),
 ])
 def test_a_bad_edit_is_located_and_names_what_could_be_named(tmp_path: Path, text: str, message: str,
