@@ -58,3 +58,15 @@ def test_declines_with_a_remark(target: str, sizes: dict | None, why: str) -> No
 def test_stream_k_is_declined() -> None:
     k = tkir.compile(str(GEMM), pass_edits="+multicast", BM=64, BN=128, STAGES=4, SK=1, SKI=16)
     assert "Stream-K" in k.module.kernel.attrs["multicast_skipped"]
+
+
+def test_report_says_what_is_shared_or_why_not() -> None:
+    from tkir.tools.report import build_report, format_report
+
+    k = tkir.compile(str(GEMM), pass_edits="+multicast", sizes={"M": 1000, "N": 1000, "K": 1000})
+    rep = build_report(k.module)
+    assert rep["multicast"] == {"ctas": 2, "shared": ["b"]}
+    assert "multicast: clusters of 2 CTAs along the tile rows; each loads 1/2 of the rows of b" in format_report(rep)
+    k = tkir.compile(str(GEMM), pass_edits="+multicast", target="sm_80")
+    assert "multicast: declined: sm_80 has no thread block clusters" in format_report(build_report(k.module))
+    assert "multicast" not in build_report(tkir.compile(str(GEMM)).module)  # the default pipeline: not run

@@ -48,7 +48,7 @@ import re
 
 from tkir.access_report import reports_of
 from tkir.bounds import copy_edge_proofs, why_in_bounds
-from tkir.facts import OccupancyPlan
+from tkir.facts import MULTICAST_ATTR, OccupancyPlan
 from tkir.ir import Module, Operation, Value
 from tkir.layout import SWIZZLE_ALIGN, layout_of, regs_per_thread, vector_access_bytes
 from tkir.opdef import RED_VEC_ATTR
@@ -89,6 +89,9 @@ def build_report(module: Module) -> dict:
         plan = OccupancyPlan.of(kernel)
         if plan is not None:
             rep["occupancy"] = _occupancy(plan)
+        mc = _multicast(kernel, names)
+        if mc is not None:
+            rep["multicast"] = mc
         if kernel.attrs.get("auto"):  # the compiler's choice of the auto consts (tkir/tools/auto_consts.py)
             rep["auto_consts"] = {k.removeprefix("auto_") if k != "auto" else "chosen": kernel.attrs[k]
                                   for k in AUTO_ATTRS if k in kernel.attrs}
@@ -100,6 +103,24 @@ def build_report(module: Module) -> dict:
     if rows:  # the launch's `unaligned` list: rows these pieces do not fit take the variant
         rep["unaligned_rows"] = rows
     return rep
+
+
+def _multicast(kernel: Operation, names: dict[int, str]) -> dict | None:
+    """passes/multicast.py's decision: the cluster and the tiles its CTAs share, or why it declined; None where
+    the pass did not run or had nothing to say."""
+    mc = kernel.attrs.get(MULTICAST_ATTR)
+    if isinstance(mc, dict):
+        shared = [names.get(id(_stage_source(op.operands[0])), "?") for op in kernel.walk()
+                  if op.name == "pipe.copy" and isinstance(op.attrs.get("multicast"), dict)]
+        return {"ctas": int(mc.get("ctas", 1)), "shared": list(dict.fromkeys(shared))}
+    why = kernel.attrs.get("multicast_skipped")
+    return {"skipped": str(why)} if why else None
+
+
+def _stage_source(v: Value) -> Value:
+    """The ring buffer a `pipe.stage` view is of (the tile as the source names it), else `v`."""
+    d = v.owner
+    return d.operands[0] if isinstance(d, Operation) and d.name == "pipe.stage" else v
 
 
 def format_report(report: dict) -> str:
@@ -149,6 +170,11 @@ def format_report(report: dict) -> str:
             out.append(f"  runner-up: {a['runner_up']}")
         if a.get("refused"):
             out.append(f"  refused: {len(a['refused'])} point(s), first: {a['refused'][0]}")
+    if "multicast" in report:
+        mc = report["multicast"]
+        out.append(f"multicast: declined: {mc['skipped']}" if "skipped" in mc else
+                   f"multicast: clusters of {mc['ctas']} CTAs along the tile rows; each loads 1/{mc['ctas']} of "
+                   f"the rows of {', '.join(mc['shared'])} and multicasts them into every CTA of its cluster")
     if "registers" in report:
         out.append(_registers_line(report["registers"]))
     if "spill_fallback" in report:
@@ -171,7 +197,7 @@ def format_report(report: dict) -> str:
     for key, val in report.items():  # keys later stages add (e.g. the CLI's ptxas summary)
         if key not in ("shared_tiles", "accesses", "register_tiles", "register_copies", "tma", "occupancy",
                        "registers", "cp_async_loops", "unaligned_rows", "spill_fallback", "auto_consts",
-                       "measured"):  # measured: tkir/tools/measure.py prints it
+                       "multicast", "measured"):  # measured: tkir/tools/measure.py prints it
             out.append(f"{key}: {_cell(val)}")
     return "\n".join(out).rstrip() + "\n"
 
