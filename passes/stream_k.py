@@ -37,7 +37,8 @@ choose it per shape); otherwise the schedule is the plain persistent one.
 
 The default pipeline runs `stream-k{opt_in=true}`: only kernels whose source asks (`@stream_k(1)`,
 the kernel attr `stream_k_requested`, which the rewrite consumes) change, so `@tune` can choose it
-per shape (examples/gemm.tk's SK). Named without opt_in (`--passes=...,persistent,stream-k,
+per shape (examples/gemm.tk's SK). A kernel `multicast` made clusters of (`tma_multicast`) is left alone
+(`stream_k_skipped`): a cluster's CTAs load their shared tiles together. Named without opt_in (`--passes=...,persistent,stream-k,
 canonicalize`) it rewrites every kernel it applies to. On sm_80 there are no roles or persistent
 loop, so it leaves a kernel alone there. Requires every block to be resident at once (the grid is at
 most one block per SM), since owners wait for other blocks.
@@ -48,7 +49,7 @@ from __future__ import annotations
 import ast as pyast
 from dataclasses import dataclass
 
-from tkir.facts import MAX_STREAM_K_MIN_ITERS
+from tkir.facts import MAX_STREAM_K_MIN_ITERS, MULTICAST_ATTR
 from tkir.ir import Block, Module, Operation, Region, Value, clone_op, uses_of
 from tkir.layout import layout_of
 from tkir.passes.analysis import one_block_per_sm
@@ -86,6 +87,9 @@ class StreamK(Pass):
     def run(self, module: Module, options: Options) -> None:
         for kernel in module.kernels():
             if self.opt_in and not kernel.attrs.get(REQUEST_ATTR):
+                continue
+            if MULTICAST_ATTR in kernel.attrs:  # multicast's clusters: a block's pair must run the same tiles
+                kernel.attrs["stream_k_skipped"] = "multicast: the cluster's CTAs load their shared tiles together"
                 continue
             plan = match(kernel)
             if plan is not None:

@@ -70,3 +70,17 @@ def test_report_says_what_is_shared_or_why_not() -> None:
     k = tkir.compile(str(GEMM), pass_edits="+multicast", target="sm_80")
     assert "multicast: declined: sm_80 has no thread block clusters" in format_report(build_report(k.module))
     assert "multicast" not in build_report(tkir.compile(str(GEMM)).module)  # the default pipeline: not run
+
+
+def test_a_forced_stream_k_leaves_a_multicast_kernel_alone() -> None:
+    """stream-k named without opt_in rewrites every kernel it applies to, but not multicast's clusters (whose
+    CTAs must load the same tiles together)."""
+    from tkir.passes.registry import DEFAULT_PIPELINE
+
+    passes = [("multicast" if p == "persistent" else p) for p in DEFAULT_PIPELINE]
+    passes.insert(passes.index("multicast") + 1, "persistent")
+    passes = [("stream-k" if p.startswith("stream-k") else p) for p in passes]
+    k = tkir.compile(str(GEMM), passes=passes, BM=64, BN=128, STAGES=4, SK=0, SKI=16)
+    attrs = k.module.kernel.attrs
+    assert attrs["tma_multicast"] == {"ctas": 2} and "multicast" in attrs["stream_k_skipped"]
+    assert not any(op.name == "tk.workspace" for op in k.module.kernel.walk())
