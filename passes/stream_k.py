@@ -38,10 +38,10 @@ choose it per shape); otherwise the schedule is the plain persistent one.
 The default pipeline runs `stream-k{opt_in=true}`: only kernels whose source asks (`@stream_k(1)`,
 the kernel attr `stream_k_requested`, which the rewrite consumes) change, so `@tune` can choose it
 per shape (examples/gemm.tk's SK). A kernel `multicast` made clusters of (`tma_multicast`) is left alone
-(`stream_k_skipped`): a cluster's CTAs load their shared tiles together. Named without opt_in (`--passes=...,persistent,stream-k,
-canonicalize`) it rewrites every kernel it applies to. On sm_80 there are no roles or persistent
-loop, so it leaves a kernel alone there. Requires every block to be resident at once (the grid is at
-most one block per SM), since owners wait for other blocks.
+(`stream_k_skipped`): a cluster's CTAs load their shared tiles together. Named without opt_in
+(`--passes=...,persistent,stream-k,canonicalize`) it rewrites every kernel it applies to. On sm_80 there are
+no roles or persistent loop, so it leaves a kernel alone there. Requires every block to be resident at once
+(the grid is at most one block per SM), since owners wait for other blocks.
 """
 
 from __future__ import annotations
