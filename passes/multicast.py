@@ -40,12 +40,12 @@ from tkir.passes.builder import OpBuilder
 from tkir.passmanager import Options, ParamError, Pass, param
 from tkir.symexpr import SymExprError, evaluate
 from tkir.types import I32, Symbol, TileType
+from tkir.verify_tma import SWIZZLE_ATOM_ROWS
 
 ATTR = MULTICAST_ATTR             # kernel attr: {ctas = C}, read by persistent and the backend
 SKIPPED_ATTR = "multicast_skipped"
 DRAIN_ATTR = MULTICAST_DRAIN_ATTR  # the producer's loop after the K loop (persistent keeps it after the tile loop)
 CTAS = 2                         # CUTLASS's SM90 GEMMs multicast over clusters of 2 (cluster shape 2 x 1 x 1)
-SWIZZLE_ATOM_ROWS = 8            # a 128B/64B/32B swizzle repeats every 8 rows (HOPPER.md §4.3): halves start on one
 
 
 class Multicast(Pass):

@@ -11,6 +11,9 @@ One op's check (tkir/ops_tma.py) cannot see across symbols; these rules can (iss
   `tma_swizzle`) and whose box is the one that fills that tile (`tma_box`; for the staged epilogue,
   one swizzle panel of the staging tile and a row count dividing its rows), with as many `boxes`.
 
+* a multicast copy (passes/multicast.py) runs in a kernel of clusters of its CTAs, loads its part through
+  its descriptor with 1/C of the box rows, and fills a ring whose empty barriers count every CTA's releases.
+
 A descriptor that disagrees with its tile writes the tile in a layout other than the one wgmma and
 ld.shared read (re-running select-swizzle on lowered IR did that): wrong results, no error.
 """
@@ -19,11 +22,13 @@ from __future__ import annotations
 
 from tkir import symexpr
 from tkir.diagnostics import CompileError
+from tkir.facts import MULTICAST_ATTR
 from tkir.ir import Module, Operation, Value
 from tkir.types import DTYPE_BYTES, GlobalType, Symbol, TileType, VectorType, is_size_name
 from tkir.verify_sizes import kernel_sizes, size_names
 
 # (global operand, shared operand) of each op that copies through a descriptor
+SWIZZLE_ATOM_ROWS = 8  # a swizzle pattern repeats every 8 rows (HOPPER.md §4.3): a multicast part starts on one
 COPY_OPERANDS = {"tma.load": (1, 0), "tma.store": (0, 1), "pipe.copy": (3, 0), "tk.store_staged": (0, 2)}
 SAMPLE_SIZES = (1009, 1013)  # distinct primes: two size expressions that agree at both are taken as equal
 
@@ -45,6 +50,8 @@ def verify_tma(module: Module, error: type[CompileError], *, decided: bool = Fal
             _check_desc(desc, kernel, error)
         for op in copies:
             _check_copy(op, kernel, descs, error, decided)
+            if "multicast" in op.attrs:
+                _check_multicast(op, kernel, descs, error)
 
 
 def _check_desc(desc: Operation, kernel: Operation, error: type[CompileError]) -> None:
@@ -80,6 +87,44 @@ def _check_desc(desc: Operation, kernel: Operation, error: type[CompileError]) -
         if not _same(s, want, known):
             raise error(desc.loc, f"@{desc.symbol} strides[{i}] is {s!r}, but %{g_val.name} ({g}) steps dim "
                                   f"{g.rank - 2 - i} by {want} bytes", hint="strides are in bytes, innermost first")
+
+
+def _check_multicast(op: Operation, kernel: Operation, descs: dict[str, Operation],
+                     error: type[CompileError]) -> None:
+    """A `pipe.copy {multicast = {ctas = C, desc = @D}}` (passes/multicast.py): the kernel runs clusters of C CTAs
+    (`tma_multicast = {ctas = C}`); @D is the copy's descriptor with 1/C of its box rows, so each CTA's part is
+    whole 8-row swizzle atoms of the tile; and every barrier the producer waits on to refill the copy's ring
+    (its empty barriers) counts the releases of the C CTAs (`cluster = C`)."""
+    mc = op.attrs["multicast"]
+    ctas = mc.get("ctas") if isinstance(mc, dict) else None
+    part = mc.get("desc") if isinstance(mc, dict) else None
+    if not isinstance(ctas, int) or isinstance(ctas, bool) or ctas < 2 or not isinstance(part, Symbol):
+        raise error(op.loc, f"'{op.name}' multicast = {mc!r}: want {{ctas = C, desc = @D}} with C >= 2")
+    kmc = kernel.attrs.get(MULTICAST_ATTR)
+    if not isinstance(kmc, dict) or kmc.get("ctas") != ctas:
+        raise error(op.loc, f"'{op.name}' multicasts to {ctas} CTAs, but the kernel's {MULTICAST_ATTR} is {kmc!r}",
+                    hint=f"the kernel must run clusters of {ctas} CTAs ({MULTICAST_ATTR} = {{ctas = {ctas}}})")
+    whole, half = descs[op.attrs["desc"].name], descs.get(part.name)
+    if half is None:
+        raise error(op.loc, f"'{op.name}' multicasts with @{part.name}, which is not a tma.desc")
+    box = list(whole.attrs["box"])
+    want = [box[0], box[1] // ctas, *box[2:]]
+    same = all(half.attrs.get(k) == whole.attrs.get(k) for k in ("tensor", "param", "dtype", "dims", "strides",
+                                                                  "swizzle"))
+    t = op.operands[0].type
+    rows = t.rows if isinstance(t, TileType) else 0
+    if not same or list(half.attrs["box"]) != want or box[1] % ctas or rows % (ctas * SWIZZLE_ATOM_ROWS):
+        raise error(op.loc, f"'{op.name}': @{part.name} must be @{whole.symbol} with box {want} (1/{ctas} of its "
+                            f"rows, each part whole {SWIZZLE_ATOM_ROWS}-row swizzle atoms of the {rows}-row tile), "
+                            f"not box {list(half.attrs['box'])}")
+    full = op.operands[1]
+    loop = op.parent
+    for w in (o for o in (loop.ops if loop is not None else []) if o.name == "pipe.wait" and o.operands[0] is not full):
+        bars = w.operands[0].owner
+        if isinstance(bars, Operation) and bars.attrs.get("cluster") != ctas:
+            raise error(bars.loc, f"'{bars.name}' %{w.operands[0].name} frees stages that '{op.name}' multicasts "
+                                  f"into {ctas} CTAs, but counts the releases of cluster = {bars.attrs.get('cluster')}",
+                        hint=f"a ring a multicast fills is free only when every CTA released it: cluster = {ctas}")
 
 
 def _check_copy(op: Operation, kernel: Operation, descs: dict[str, Operation], error: type[CompileError],

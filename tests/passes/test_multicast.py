@@ -84,3 +84,26 @@ def test_a_forced_stream_k_leaves_a_multicast_kernel_alone() -> None:
     attrs = k.module.kernel.attrs
     assert attrs["tma_multicast"] == {"ctas": 2} and "multicast" in attrs["stream_k_skipped"]
     assert not any(op.name == "tk.workspace" for op in k.module.kernel.walk())
+
+
+MULTICAST_IR = tkir.compile(str(GEMM), pass_edits="+multicast", BM=64, BN=128, STAGES=4, SK=0, SKI=16).ir
+
+
+@pytest.mark.parametrize(("old", "new", "words"), [
+    ("box = [64, 32]", "box = [64, 64]", "@B_tma_mc must be @B_tma with box [64, 32]"),
+    ("{count = 4, cluster = 2}", "{count = 4}", "counts the releases of cluster = None"),
+    ("tma_multicast = {ctas = 2}", "tma_multicast = {ctas = 4}", "multicasts to 2 CTAs, but the kernel's"),
+    ("multicast = {ctas = 2, desc = @B_tma_mc}", "multicast = {ctas = 2, desc = @B_tma_x}", "not a tma.desc"),
+], ids=["half-box", "empty-not-clustered", "kernel-cluster", "no-desc"])
+def test_the_verifier_rejects_a_broken_multicast(old: str, new: str, words: str) -> None:
+    """IR edits that break the cluster's protocol are located errors, not wrong answers on the GPU."""
+    from tkir.diagnostics import CompileError
+    from tkir.parser import parse_module
+    from tkir.verifier import verify
+
+    verify(parse_module(MULTICAST_IR, "m.tkir"))
+    assert old in MULTICAST_IR
+    with pytest.raises(CompileError) as info:
+        verify(parse_module(MULTICAST_IR.replace(old, new, 1), "m.tkir"))
+    first = info.value.format().splitlines()[0]
+    assert first.startswith("m.tkir:") and words in first, first
