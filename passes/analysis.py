@@ -70,6 +70,7 @@ from tkir.layout import (
     row_layout_warps,
     tma_pattern,
 )
+from tkir.passes.builder import OpBuilder
 from tkir.passmanager import Options, PassError
 from tkir.target import (
     DEFAULT_WARPS,
@@ -881,3 +882,20 @@ def coarsen_match(kernel: Operation) -> tuple[list[Operation], str | None]:
     if reason is not None:
         return [], reason
     return carried_stores(kernel, stores)
+
+
+def const_is(v: Value, want: int) -> bool:
+    """Whether `v` is an `arith.const` of value `want`."""
+    d = v.owner
+    return isinstance(d, Operation) and d.name == "arith.const" and d.attrs.get("value") == want
+
+
+def loop_trip_count(b: OpBuilder, loop: Operation, c0: Value | None = None) -> Value:
+    """How many iterations `loop` runs: hi from 0 with step 1, else max(cdiv(hi - lo, step), 0) (ops added by
+    `b`; `c0` a zero to reuse, else one is made)."""
+    lo, hi, step = loop.operands[:3]
+    if const_is(lo, 0) and const_is(step, 1):
+        return hi
+    span = b.op("arith.sub", [hi, lo], rname="k_span")
+    trips = b.op("arith.cdiv", [span, step], rname="k_trips")
+    return b.op("arith.max", [trips, c0 if c0 is not None else b.const(0)], rname="k_trips")

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from tkir.facts import MULTICAST_ATTR
 from tkir.ir import Block, Module, Operation, Region, Value
-from tkir.passes.analysis import MULTICAST_DRAIN_ATTR
+from tkir.passes.analysis import MULTICAST_DRAIN_ATTR, loop_trip_count
 from tkir.passes.builder import OpBuilder
 from tkir.passmanager import Options, ParamError, Pass, param
 from tkir.symexpr import SymExprError, evaluate
@@ -118,8 +118,11 @@ def _decline(module: Module, kernel: Operation, target: str, ctas: int) -> str |
         return "Stream-K: its blocks wait for each other's partial sums"
     if kernel.attrs.get("cluster"):
         return "the kernel already runs as a cluster (cluster-rows)"
-    if _kloop(roles["producer"]) is None:
+    kloop = _kloop(roles["producer"])
+    if kloop is None:
         return "the producer has more than one loop"
+    if "stages" not in kloop.attrs:  # a tile loop around it: persistent ran first
+        return "the producer's loop is not the pipelined K loop (run multicast before persistent)"
     copies = shared_copies(kernel)
     if not copies:
         return "no tile is loaded independently of the block's tile row"
@@ -182,20 +185,13 @@ def _half_desc(module: Module, kernel: Operation, copy: Operation, ctas: int) ->
 def _drain(producer: Operation, kloop: Operation, empties: list[Value]) -> None:
     """After the K loop: wait on each empty barrier of the rings for the releases of the last `stages`
     iterations, as if producing `stages` more (the partner's consumers arrive here until then)."""
-    marked = [i for i in kloop.walk() if i.attrs.get("iteration") is True]
     stages = int(kloop.attrs.get("stages") or 1)
-    lo, hi, step = kloop.operands[:3]
     blk = Block()
     i = blk.add_arg(Value(I32, "drain_i"))
     b = OpBuilder(blk)
-    total = hi  # the K loop's iterations from 0 by 1 (pipeline's loops; persistent replaces it by its count)
-    if not (_const(lo) == 0 and _const(step) == 1):
-        span = b.op("arith.sub", [hi, lo], rname="k_span")
-        total = b.op("arith.max", [b.op("arith.cdiv", [span, step], rname="k_trips"), b.const(0)], rname="k_trips")
-    base = marked[0].operands[1] if marked and len(marked[0].operands) > 1 and _const(marked[0].operands[1]) != 0 \
-        else None
-    if base is not None:
-        total = b.op("arith.add", [total, base], rname="k_total")
+    # the iterations the producer ran (pipeline's counter starts at 0 before persistent; persistent puts its
+    # tile loop's final count here)
+    total = loop_trip_count(b, kloop)
     it = b.op("arith.add", [i, total], rname="drain_it", attrs={"drain_base": True})
     n = b.const(stages, "drain_stages")
     s = b.op("arith.rem", [it, n], rname="drain_s")
@@ -211,10 +207,3 @@ def _drain(producer: Operation, kloop: Operation, empties: list[Value]) -> None:
     c0, cn = hb.const(0), hb.const(stages)
     loop = Operation("scf.for", [c0, cn, hb.const(1)], [], regions=[Region(blk)], attrs={DRAIN_ATTR: True})
     producer.body.append(loop)
-
-
-def _const(v: Value) -> int | None:
-    d = v.owner
-    if isinstance(d, Operation) and d.name == "arith.const" and isinstance(d.attrs.get("value"), int):
-        return d.attrs["value"]
-    return None

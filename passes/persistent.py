@@ -66,6 +66,7 @@ from tkir.ir import Block, Module, Operation, Region, Value, clone_op, uses_of
 from tkir.passes.analysis import (
     MULTICAST_DRAIN_ATTR,
     grow_plan_smem,
+    loop_trip_count,
     persistent_grid,
     smem_growth_problem,
 )
@@ -372,7 +373,7 @@ def _wrap_role(role: Operation, decode, ntiles: Value, pid: Value, nprog: Value,
     if once and once_empty is not None:
         _once_per_tile(role, blk, kloop, t, pid, nprog, c0, once, once_empty)
     # next tile's base iteration
-    nxt = b.op("arith.add", [it, _trip_count(b, kloop, c0)], rname="iter_next")
+    nxt = b.op("arith.add", [it, loop_trip_count(b, kloop, c0)], rname="iter_next")
     y = Operation("scf.yield", [nxt])
     blk.append(y)
     loop = Operation("scf.for", [pid, ntiles, nprog, c0], [I32], regions=[Region(blk)], result_names=["iters"])
@@ -421,18 +422,3 @@ def _last_once_reader(role: Operation, blk: Block, kloop: Operation, once: set[V
         if any(v in tiles for inner in op.walk() for v in inner.operands):
             last = op
     return last
-
-
-def _trip_count(b: OpBuilder, kloop: Operation, c0: Value) -> Value:
-    """How many iterations the K loop runs: hi from 0 with step 1, else max(cdiv(hi - lo, step), 0)."""
-    lo, hi, step = kloop.operands[:3]
-    if _const_is(lo, 0) and _const_is(step, 1):
-        return hi
-    span = b.op("arith.sub", [hi, lo], rname="k_span")
-    trips = b.op("arith.cdiv", [span, step], rname="k_trips")
-    return b.op("arith.max", [trips, c0], rname="k_trips")
-
-
-def _const_is(v: Value, want: int) -> bool:
-    d = v.owner
-    return isinstance(d, Operation) and d.name == "arith.const" and d.attrs.get("value") == want

@@ -52,7 +52,7 @@ from dataclasses import dataclass
 from tkir.facts import MAX_STREAM_K_MIN_ITERS, MULTICAST_ATTR
 from tkir.ir import Block, Module, Operation, Region, Value, clone_op, uses_of
 from tkir.layout import layout_of
-from tkir.passes.analysis import one_block_per_sm
+from tkir.passes.analysis import const_is, one_block_per_sm
 from tkir.passes.builder import OpBuilder
 from tkir.passmanager import Options, ParamError, Pass, param
 from tkir.types import I32, GlobalType, ScalarType, TileType
@@ -199,7 +199,7 @@ def match(kernel: Operation) -> Plan | None:
         if len(kloops) != 1:
             return None
         kloop = kloops[0]
-        if not (_const_is(kloop.operands[0], 0) and _const_is(kloop.operands[2], 1)):
+        if not (const_is(kloop.operands[0], 0) and const_is(kloop.operands[2], 1)):
             return None  # the schedule counts iterations from 0 in steps of 1
         consumer = str(role.attrs.get("kind")) == "consumer"
         if consumer:
@@ -216,11 +216,6 @@ def match(kernel: Operation) -> Plan | None:
     if any(p.tiles.operands[:3] != [pid, ntiles, nprog] or p.kloop.operands[1] is not nk for p in plans):
         return None
     return Plan(plans, pid, ntiles, nprog, nk, acc)
-
-
-def _const_is(v: Value, want: int) -> bool:
-    d = v.owner
-    return isinstance(d, Operation) and d.name == "arith.const" and d.attrs.get("value") == want
 
 
 def _summed_accumulator(kloop: Operation) -> TileType | None:

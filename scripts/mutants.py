@@ -728,7 +728,7 @@ MUTANTS: list[Mutation] = [
       "the rotated order's last, partial round wraps by the grid: tiles past the end, others never computed",
       tests=T_A3_PERSISTENT, topic="audit3"),
     M("persistent-iteration-restarts", "passes/persistent.py",
-      'nxt = b.op("arith.add", [it, _trip_count(b, kloop, c0)], rname="iter_next")',
+      'nxt = b.op("arith.add", [it, loop_trip_count(b, kloop, c0)], rname="iter_next")',
       'nxt = b.op("arith.add", [it, c0], rname="iter_next")',
       "the pipeline's iteration counter restarts at every tile: stages and parities out of step with the barriers",
       tests=T_A3_PERSISTENT, topic="audit3"),
