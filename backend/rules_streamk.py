@@ -5,7 +5,9 @@ Rules of backend.rules' table, for accumulators in the wgmma_acc layout.
 A partial tile is kept in *fragment order*: consumer warpgroup `w`'s thread `t` (0..127) stores its
 values 4 at a time, group `j` at float index `slot * E + w * E / W + (j * 128 + t) * 4` (E = the
 tile's elements, W = warpgroups). Each warp's 16-byte stores are one contiguous 512-byte run, and
-the owner reads with the same layout, so no thread needs another thread's values.
+the owner reads with the same layout, so no thread needs another thread's values. With the ops'
+`rows` operand, a group whose row lies past the output is neither stored nor read (predicated off:
+at M = 1 one group in 64 moves).
 
 Ordering (PTX memory model, the pattern of CUTLASS's generic barrier): writers store, fence at GPU
 scope, sync their warpgroup (its "warpgroup" named barrier, as the staged epilogue), then one thread
@@ -65,6 +67,23 @@ def _partial_addrs(cx: LoweringContext, op: Operation) -> tuple[Frag, str, str, 
     return acc, ptr, fptr, lead, bar_id
 
 
+def _group_rows(cx: LoweringContext, op: Operation, acc: Frag) -> list[str] | None:
+    """Per group of VEC values, an i32 that is 1 where the group holds a row inside the output (the op's
+    optional `rows` operand), or None when every row moves. A group is two columns of one row and two of
+    the row 8 below (the wgmma_acc fragment), so its first value's row decides: the other row is only
+    further out."""
+    if len(op.operands) < 6:
+        return None
+    w = cx.w
+    nrows = cx.scalar(op.operands[5])
+    coords = cx.coords(acc.type)
+    out = []
+    for j in range(len(acc.values) // VEC):
+        row = coords[VEC * j][0]
+        out.append(w.op(f"zext i1 {w.op(f'icmp slt i32 {row}, {nrows}', 'prow')} to i32", "pin"))
+    return out
+
+
 def _group_ptr(cx: LoweringContext, ptr: str, j: int) -> str:
     return cx.w.op(f"getelementptr float, ptr addrspace(1) {ptr}, i64 {j * THREADS_PER_WARPGROUP * VEC}",
                      "pj")
@@ -76,9 +95,14 @@ def _op_tk_partial_store(cx: LoweringContext, op: Operation) -> None:
     acc, ptr, fptr, lead, bar_id = _partial_addrs(cx, op)
     epoch = cx.scalar(op.operands[4])
     vals = acc.values
+    inside = _group_rows(cx, op, acc)
     for j in range(len(vals) // VEC):
-        w.asm("void", ["st.global.v4.f32 [$0], {$1, $2, $3, $4};"], ["l", "f", "f", "f", "f"],
-              [("ptr addrspace(1)", _group_ptr(cx, ptr, j))] + [("float", v) for v in vals[VEC * j:VEC * j + VEC]])
+        args = [("ptr addrspace(1)", _group_ptr(cx, ptr, j))] + [("float", v) for v in vals[VEC * j:VEC * j + VEC]]
+        if inside is None:
+            w.asm("void", ["st.global.v4.f32 [$0], {$1, $2, $3, $4};"], ["l", "f", "f", "f", "f"], args)
+        else:
+            w.asm("void", ["{", ".reg .pred p;", "setp.ne.b32 p, $5, 0;", "@p st.global.v4.f32 [$0], {$1, $2, $3, $4};",
+                           "}"], ["l", "f", "f", "f", "f", "r"], args + [("i32", inside[j])])
     fence_acq_rel(w, "gpu")
     named_barrier_sync(w, bar_id, THREADS_PER_WARPGROUP)
     cx.if_then(lead, lambda: w.asm("void", ["st.release.gpu.global.b32 [$0], $1;"], ["l", "r"],
@@ -104,9 +128,15 @@ def _op_tk_partial_add(cx: LoweringContext, op: Operation) -> None:
     named_barrier_sync(w, bar_id, THREADS_PER_WARPGROUP)
     out = []
     ret = "{float, float, float, float}"
+    inside = _group_rows(cx, op, acc)
     for j in range(len(acc.values) // VEC):
-        r = w.asm(ret, ["ld.global.cg.v4.f32 {$0, $1, $2, $3}, [$4];"], ["=f"] * VEC + ["l"],
-                  [("ptr addrspace(1)", _group_ptr(cx, ptr, j))], "part")
+        gp = ("ptr addrspace(1)", _group_ptr(cx, ptr, j))
+        if inside is None:
+            r = w.asm(ret, ["ld.global.cg.v4.f32 {$0, $1, $2, $3}, [$4];"], ["=f"] * VEC + ["l"], [gp], "part")
+        else:  # rows past the output add zeros: nothing is read for them
+            r = w.asm(ret, ["{", ".reg .pred p;", "setp.ne.b32 p, $5, 0;", "mov.b32 $0, 0;", "mov.b32 $1, 0;",
+                            "mov.b32 $2, 0;", "mov.b32 $3, 0;", "@p ld.global.cg.v4.f32 {$0, $1, $2, $3}, [$4];", "}"],
+                      ["=f"] * VEC + ["l", "r"], [gp, ("i32", inside[j])], "part")
         for i in range(VEC):
             x = w.op(f"extractvalue {ret} {r}, {i}", "pv")
             out.append(w.op(f"fadd float {acc.values[VEC * j + i]}, {x}", "psum"))

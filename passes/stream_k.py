@@ -52,6 +52,7 @@ from dataclasses import dataclass
 from tkir.facts import MAX_STREAM_K_MIN_ITERS, MULTICAST_ATTR
 from tkir.ir import Block, Module, Operation, Region, Value, clone_op, uses_of
 from tkir.layout import layout_of
+from tkir.ops import TILE_BINARY, TILE_UNARY
 from tkir.passes.analysis import const_is, one_block_per_sm
 from tkir.passes.builder import OpBuilder
 from tkir.passmanager import Options, ParamError, Pass, param
@@ -349,8 +350,10 @@ def _owner_epilogue(blk: Block, kloop: Operation, epilogue: list[Operation], kb:
     acc = kloop.result
     helper = b.op("arith.cmp", [kb, s["c0"]], "sk_helper", {"pred": "ne"}, I1)
     owner = b.op("arith.cmp", [kb, s["c0"]], "sk_owner", {"pred": "eq"}, I1)
+    rows = _valid_rows(b, acc, epilogue)
+    extra = [rows] if rows is not None else []
     store = Block()
-    store.append(Operation("tk.partial_store", [s["part"], s["flags"], acc, s["pid"], s["epoch"]]))
+    store.append(Operation("tk.partial_store", [s["part"], s["flags"], acc, s["pid"], s["epoch"], *extra]))
     blk.append(Operation("scf.if", [helper], regions=[Region(store)]))
     own = Block()
     ob = OpBuilder(own)
@@ -362,7 +365,7 @@ def _owner_epilogue(blk: Block, kloop: Operation, epilogue: list[Operation], kb:
     red = Block()
     red.add_arg(Value(I32, "peer"))
     a = red.add_arg(Value(acc.type, "sk_acc"))
-    add = Operation("tk.partial_add", [s["part"], s["flags"], a, red.args[0], s["epoch"]], [acc.type],
+    add = Operation("tk.partial_add", [s["part"], s["flags"], a, red.args[0], s["epoch"], *extra], [acc.type],
                     result_names=["sk_sum"])
     red.append(add)
     red.append(Operation("scf.yield", [add.result]))
@@ -373,3 +376,49 @@ def _owner_epilogue(blk: Block, kloop: Operation, epilogue: list[Operation], kb:
         op.operands = [reduce.result if v is acc else v for v in op.operands]
         own.append(op)
     blk.append(Operation("scf.if", [owner], regions=[Region(own)]))
+
+
+# Ops of an epilogue through which each output row depends only on the same row of the accumulator:
+# elementwise math, casts, selects, loads of the epilogue's operands and the stores of its result.
+_ROW_LOCAL = frozenset({"tk.cast", "tk.select", "tk.cmp", "tk.fill", "tk.load", "tk.store", "tk.store_staged",
+                        "tk.store_warp_staged", "tk.size", "tk.block_id", "tk.index", *(f"tk.{n}" for n in TILE_BINARY),
+                        *(f"tk.{n}" for n in TILE_UNARY)})
+_STORES = ("tk.store", "tk.store_staged", "tk.store_warp_staged")
+
+
+def _valid_rows(b: OpBuilder, acc: Value, epilogue: list[Operation]) -> Value | None:
+    """How many of the accumulator tile's rows lie inside the output: `M - tile_row * rows`, from the
+    epilogue's store of the tile (its global's first dim and its row coordinate), so that the partials
+    of a skinny GEMM (M = 1: one row of 64) move only the rows the epilogue stores. None (every row
+    moves) unless the epilogue only computes row by row (`_ROW_LOCAL`) and every store of a tile with
+    the accumulator's rows is to a 2-D global at one row coordinate along one extent."""
+    t = acc.type
+    if not isinstance(t, TileType) or any(not (op.name.startswith("arith.") or op.name in _ROW_LOCAL)
+                                          for op in epilogue):
+        return None
+    found: tuple[Value, object] | None = None
+    for op in epilogue:
+        if op.name not in _STORES:
+            continue
+        dst, val = op.operands[0].type, op.operands[1].type
+        if not isinstance(dst, GlobalType):
+            continue  # a register -> shared store: the staging of a store counted below
+        if not (isinstance(val, TileType) and val.rows == t.rows and dst.rank == 2):
+            return None
+        coord = op.operands[3] if op.name != "tk.store" else op.operands[2]
+        if found is not None and (found[0] is not coord or found[1] != dst.dims[0]):
+            return None
+        found = (coord, dst.dims[0])
+    if found is None:
+        return None
+    coord, extent = found
+    if coord.owner in epilogue:
+        return None  # computed after the K loop: not available where the helper stores its partial
+    if isinstance(extent, int):
+        m = b.const(extent)
+    elif isinstance(extent, str) and extent.isidentifier():
+        m = b.op("tk.size", [], None, {"name": extent})
+    else:
+        return None  # an expression of sizes: every row moves
+    start = b.op("arith.mul", [coord, b.const(t.rows)], "sk_row0")
+    return b.op("arith.sub", [m, start], "sk_rows")

@@ -5,11 +5,14 @@
   dims are ints or NUM_SMS.
 * `%e = tk.launch_count {name = "sk_epoch"} : i32`: 1 on the first launch of a compiled kernel, 2
   on the next, ... (a hidden scalar parameter): flags written with it never match a later launch.
-* `tk.partial_store %part, %flags, %acc, %slot, %epoch`: store an f32 accumulator tile into row
-  `slot` of `%part` (gl<f32>[S, rows*cols], the tile's fragment order: only `tk.partial_add` reads
+* `tk.partial_store %part, %flags, %acc, %slot, %epoch[, %rows]`: store an f32 accumulator tile into
+  row `slot` of `%part` (gl<f32>[S, rows*cols], the tile's fragment order: only `tk.partial_add` reads
   it), then set `%flags[slot, w] = epoch` for each consumer warpgroup `w` (release, GPU scope).
-* `%r = tk.partial_add %part, %flags, %acc, %slot, %epoch`: wait until `%flags[slot, w] == epoch`
-  (acquire), then `%acc` plus the partial tile in row `slot`.
+* `%r = tk.partial_add %part, %flags, %acc, %slot, %epoch[, %rows]`: wait until `%flags[slot, w] ==
+  epoch` (acquire), then `%acc` plus the partial tile in row `slot`.
+* The optional `%rows` (i32) is how many of the tile's rows lie inside the output (a skinny GEMM's
+  M = 1 tile has 1 of 64): only those rows are stored and added; the others of the result keep
+  `%acc`'s values (the epilogue's store drops them). Without it, every row.
 
 The interpreter runs blocks one after another; a stream-K kernel (`stream_k` in its attrs) runs
 them last block first, because a tile's owner waits only for higher-numbered blocks
@@ -44,7 +47,7 @@ def _launch_count(op: Operation) -> None:
 
 
 def _check_partial(op: Operation, name: str) -> TileType:
-    part, flags, acc, slot, epoch = (v.type for v in op.operands)
+    part, flags, acc, slot, epoch = (v.type for v in op.operands[:5])
     expect(isinstance(acc, TileType) and acc.space == "rt" and acc.dtype == "f32",
            f"'{name}' takes an f32 register tile, not {acc}")
     assert isinstance(acc, TileType)
@@ -54,17 +57,18 @@ def _check_partial(op: Operation, name: str) -> TileType:
     expect(isinstance(flags, GlobalType) and flags.dtype == "i32" and flags.rank == 2,
            f"'{name}': flags must be gl<i32>[S, warpgroups], not {flags}")
     expect(is_int_scalar(slot) and is_int_scalar(epoch), f"'{name}': slot and epoch are i32")
+    expect(all(is_int_scalar(v.type) for v in op.operands[5:]), f"'{name}': rows is i32")
     return acc
 
 
 def _partial_store(op: Operation) -> None:
-    n_operands(op, 5)
+    n_operands(op, 5, 6)
     n_results(op, 0)
     _check_partial(op, "tk.partial_store")
 
 
 def _partial_add(op: Operation) -> None:
-    n_operands(op, 5)
+    n_operands(op, 5, 6)
     n_results(op, 1)
     acc = _check_partial(op, "tk.partial_add")
     expect(op.result.type == acc, f"'tk.partial_add' yields its accumulator's type {acc}")

@@ -23,18 +23,30 @@ def _workspace(op: Operation, args: list, frame: Frame) -> np.ndarray:
     return shared[id(op)]
 
 
+def _rows(args: list, acc: np.ndarray) -> int:
+    """The tile rows a partial op covers: its optional `rows` operand, clamped to the tile."""
+    return max(0, min(int(args[5]), acc.shape[0])) if len(args) > 5 else acc.shape[0]
+
+
 def _partial_store(op: Operation, args: list, frame: Frame) -> None:
-    part, flags, acc, slot, epoch = args
-    part[slot] = np.asarray(acc, np.float32).ravel()
+    part, flags, acc, slot, epoch = args[:5]
+    acc = np.asarray(acc, np.float32)
+    tile = np.full(acc.shape, np.nan, np.float32)  # rows past `rows` are not stored: never read back
+    n = _rows(args, acc)
+    tile[:n] = acc[:n]
+    part[slot] = tile.ravel()
     flags[slot, :] = epoch
 
 
 def _partial_add(op: Operation, args: list, frame: Frame) -> np.ndarray:
-    part, flags, acc, slot, epoch = args
+    part, flags, acc, slot, epoch = args[:5]
     if not (flags[slot] == epoch).all():
         raise InterpError(f"{where(op)}tk.partial_add: the partial tile of block {slot} has not "
                           f"been written (the kernel's blocks ran in the wrong order)")
-    return np.asarray(acc, np.float32) + part[slot].reshape(np.shape(acc))
+    out = np.array(acc, np.float32)
+    n = _rows(args, out)
+    out[:n] += part[slot].reshape(out.shape)[:n]
+    return out
 
 
 register_handler("tk.workspace", _workspace)
