@@ -27,18 +27,34 @@ each B tile leaves L2 once per cluster instead of once per block. Rewrites:
 It declines (a `multicast_skipped` remark) a kernel on sm_80 (no clusters), one that streams K
 (stream-k's blocks wait on each other), one without a copy independent of the tile row, one whose
 shared copy cannot split its rows in whole swizzle atoms, and one whose size bucket has a single tile
-row (M = 1 decode shapes: the second CTA would only load zeros). Ablation: leave `multicast` out of
-`--passes` (or `multicast{ctas=1}`).
+row (M = 1 decode shapes: the second CTA would only load zeros).
+
+**When it pays** (`auto`, the default pipeline's `multicast{auto=true}`): multicast saves L2 -> SM traffic,
+which limits a GEMM only when nearly every SM draws on it at once. So, for a kernel compiled for a size bucket
+(`problem_sizes`), it rewrites only a grid of one wave (at most the plan's blocks per SM on every SM) that fills
+at least MIN_FILL of those slots, with a K loop of at most MAX_ROUNDS iterations a stage (the first fill of every
+block's stages, issued at once, is then at least half the traffic: what multicast measured faster on), and only
+where the roofline of that wave (the cost model's rates, tkir/target.py:
+the tiles every block loads an iteration, together, at FEED_BYTES_PER_S, against one block's tensor work at its
+SM's share of PEAK_TENSOR_FLOPS) predicts at least MIN_GAIN from sending the shared tiles once per cluster.
+The decision and its numbers are the kernel attr `multicast_why` (or `multicast_skipped`), which `tkc report`
+prints. A bucket's kernel serves smaller sizes too (768^3 calls run 1024^3's), so the pass also writes the fill
+rule, `multicast_fill = {blocks = "<size expr>", at_least = B}`: a call through the per-size choice (tkir/api.py)
+whose sizes launch fewer than B blocks runs the bucket's kernel compiled with `multicast{ctas=1}`. Without
+problem sizes it decides nothing (no remark). Ablation: `-multicast` or `multicast{ctas=1}`;
+`multicast{auto=false}` rewrites every kernel it applies to (the A/B of docs/experiments.md).
 """
 
 from __future__ import annotations
 
-from tkir.facts import MULTICAST_ATTR
+from tkir.facts import MULTICAST_ATTR, MULTICAST_FILL_ATTR
 from tkir.ir import Block, Module, Operation, Region, Value
-from tkir.passes.analysis import MULTICAST_DRAIN_ATTR, loop_trip_count
+from tkir.passes.analysis import MULTICAST_DRAIN_ATTR, const_is, loop_trip_count, value_at_sizes
 from tkir.passes.builder import OpBuilder
 from tkir.passmanager import Options, ParamError, Pass, param
+from tkir.scalar import FP8_DTYPES
 from tkir.symexpr import SymExprError, evaluate
+from tkir.target import FEED_BYTES_PER_S, FP8_TENSOR_SPEEDUP, NUM_SMS, PEAK_TENSOR_FLOPS
 from tkir.types import I32, Symbol, TileType
 from tkir.verify_tma import SWIZZLE_ATOM_ROWS
 
@@ -46,12 +62,30 @@ ATTR = MULTICAST_ATTR             # kernel attr: {ctas = C}, read by persistent 
 SKIPPED_ATTR = "multicast_skipped"
 DRAIN_ATTR = MULTICAST_DRAIN_ATTR  # the producer's loop after the K loop (persistent keeps it after the tile loop)
 CTAS = 2                         # CUTLASS's SM90 GEMMs multicast over clusters of 2 (cluster shape 2 x 1 x 1)
+WHY_ATTR = "multicast_why"       # auto: the prediction that made the pass rewrite the kernel
+# auto's rule, from one H100 A/B of gemm.tk at its auto consts over 19 shapes (docs/experiments.md, "TMA
+# multicast"): it won only where one wave of 64 x 128 tiles filled the SMs (1000^3: 128 blocks, 1.14x; 900 x
+# 1000 x 1000, 1.09x) and lost 2-9% elsewhere: a partly filled wave (768^3, 72 blocks, 0.93x; 512^3), several
+# tiles a block (persistent rounds: 1024 x 2048 x 1024, 0.97x) and wide tiles whose tensor work hides the feed
+# (2048 x 2048 x 512 with 128 x 256 tiles, predicted 1.12x by the roofline below, measured 0.91x).
+MIN_FILL = 0.75                  # the wave fills at least this share of the SMs' block slots
+MIN_GAIN = 1.4                   # the roofline's predicted gain that pays for the cluster (coupled CTAs,
+#                                 releases to both, the drain): 1.50 where it won (64 x 128 tiles), 1.33 where
+#                                 128 x 128 tiles lost (1024 x 2048 x 1024 0.97x, 512 x 4096 x 4096 0.95x)
+MAX_ROUNDS = 2                   # K iterations per stage at most: the burst of every block filling its stages at
+#                                 once is then at least half the kernel's traffic (1000^3: 16 iterations of 8
+#                                 stages, won; gemm_fp8 M = 256, N = K = 4096: 32, 0.89x; 512 x 4096 x 4096: 64,
+#                                 0.95x); in the steady state the loads spread out and the feed did not limit
+FILL_ATTR = MULTICAST_FILL_ATTR  # auto: the blocks below which a call runs the bucket's kernel without multicast
 
 
 class Multicast(Pass):
     name = "multicast"
     ctas: int = param(CTAS, "CTAs per cluster along the tile rows sharing the tiles loaded independently of the "
                             "tile row (2; 1: off, the ablation)")
+    auto: bool = param(False, "rewrite only kernels compiled for a size bucket whose one-wave grid is predicted "
+                              f"at least {MIN_GAIN}x faster (the default pipeline runs multicast{{auto=true}}); "
+                              "false: every kernel the pass applies to")
 
     def __post_init__(self) -> None:
         if self.ctas not in (1, 2):
@@ -61,7 +95,14 @@ class Multicast(Pass):
         if self.ctas == 1:
             return
         for kernel in module.kernels():
+            if self.auto and not isinstance(kernel.attrs.get("problem_sizes"), dict):
+                continue  # no size bucket to decide for: no rewrite, no remark
             why = _decline(module, kernel, options.target, self.ctas)
+            if why is None and self.auto:
+                why, gain = _pays(kernel, self.ctas)
+                if why is None:
+                    kernel.attrs[WHY_ATTR] = gain
+                    kernel.attrs[FILL_ATTR] = _fill_rule(kernel, self.ctas)
             if why is not None:
                 if why:
                     kernel.attrs[SKIPPED_ATTR] = why
@@ -141,6 +182,74 @@ def _decline(module: Module, kernel: Operation, target: str, ctas: int) -> str |
         if rows is not None and rows < ctas:
             return f"the size bucket has {rows} tile row(s): the cluster's other CTAs would load only zeros"
     return None
+
+
+def _pays(kernel: Operation, ctas: int) -> tuple[str | None, str]:
+    """(why not, "") where `auto` leaves the kernel alone ("" when it has no size bucket to decide for), else
+    (None, the prediction that decided it)."""
+    sizes = kernel.attrs.get("problem_sizes")
+    occ = kernel.attrs.get("occupancy")
+    if not isinstance(sizes, dict) or not isinstance(occ, dict):
+        return "", ""
+    try:
+        env = {k: int(v) for k, v in sizes.items()}
+        rows, cols = (evaluate(str(g), env) for g in kernel.attrs["grid"])
+    except (SymExprError, ValueError, TypeError):
+        return "", ""
+    blocks = ctas * -(-rows // ctas) * cols
+    slots = NUM_SMS * max(1, int(occ.get("blocks_per_sm", 1)))
+    if blocks > slots:
+        return f"auto: {blocks} blocks at {_sizes(env)} are more than one wave ({slots})", ""
+    if blocks < MIN_FILL * slots:
+        return (f"auto: {blocks} blocks at {_sizes(env)} fill under {MIN_FILL:.0%} of the {slots} block slots "
+                f"(the L2 feed does not limit a partly filled wave)"), ""
+    roles = _roles(kernel)
+    ploop, cloop = _kloop(roles["producer"]), _kloop(roles["consumer"])
+    stages = int(ploop.attrs.get("stages") or 1) if ploop is not None else 1
+    trips = value_at_sizes(ploop.operands[1], env) if ploop is not None and const_is(ploop.operands[0], 0) else None
+    if trips is None or trips > MAX_ROUNDS * stages:
+        return (f"auto: {trips if trips is not None else 'an unknown number of'} K iterations at {_sizes(env)} "
+                f"are more than {MAX_ROUNDS} x the {stages} stages (the steady state, not the first fill, "
+                f"sets the time)"), ""
+    flop = sum(_mma_flop(op) for op in (cloop.body.ops if cloop is not None else []) if op.name == "tk.mma")
+    loads = [op for op in ploop.body.ops if op.name == "pipe.copy"] if ploop is not None else []
+    total = sum(int(op.attrs.get("bytes", 0)) for op in loads)
+    shared = sum(int(op.attrs.get("bytes", 0)) for op in shared_copies(kernel))
+    if not flop or not total:
+        return "", ""
+    tensor = flop * slots / PEAK_TENSOR_FLOPS            # one block's tensor work an iteration, at its SM's share
+    feed = blocks * total / FEED_BYTES_PER_S             # the wave's tiles an iteration, all SMs together
+    feed_mc = blocks * (total - shared * (ctas - 1) / ctas) / FEED_BYTES_PER_S
+    gain = max(feed, tensor) / max(feed_mc, tensor)
+    detail = (f"{blocks} blocks at {_sizes(env)}: an iteration's tiles {feed * 1e6:.2f} -> {feed_mc * 1e6:.2f} us "
+              f"against {tensor * 1e6:.2f} us of tensor work, predicted {gain:.2f}x")
+    if gain < MIN_GAIN:
+        return f"auto: {detail}, under {MIN_GAIN}x", ""
+    return None, detail
+
+
+def _fill_rule(kernel: Operation, ctas: int) -> dict:
+    """The blocks a call launches, as a size expression, and the fewest for which the bucket's decision holds:
+    a kernel compiled for a size bucket serves every size up to it (768^3 runs 1024^3's kernel, 72 blocks of
+    its 128), so the call-side choice (tkir/api.py) takes the kernel without multicast below that."""
+    occ = kernel.attrs["occupancy"]
+    rows, cols = (str(g) for g in kernel.attrs["grid"])
+    slots = NUM_SMS * max(1, int(occ.get("blocks_per_sm", 1)))
+    return {"blocks": f"{ctas} * cdiv({rows}, {ctas}) * ({cols})", "at_least": -(-int(MIN_FILL * 100) * slots // 100)}
+
+
+def _mma_flop(op: Operation) -> float:
+    """A tk.mma's tensor work in bf16-rate FLOP (fp8 runs at twice the rate)."""
+    a, acc = op.operands[0].type, op.result.type
+    if not (isinstance(a, TileType) and isinstance(acc, TileType)):
+        return 0.0
+    k = a.rows if op.attrs.get("trans_a") else a.cols
+    rate = FP8_TENSOR_SPEEDUP if a.dtype in FP8_DTYPES else 1.0
+    return 2.0 * acc.rows * acc.cols * k / rate
+
+
+def _sizes(env: dict[str, int]) -> str:
+    return ", ".join(f"{k} = {v}" for k, v in env.items())
 
 
 def _rewrite(module: Module, kernel: Operation, ctas: int) -> None:

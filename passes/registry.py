@@ -79,6 +79,8 @@ DEFAULT_PIPELINE: list[str] = [
     "pipeline",        # ring buffers, mbarriers, producer/consumer roles
     "pipeline-cp-async",  # the mma.sync path's (sm_80) cp.async ring buffers: copies S-1 k-tiles ahead
     "early-release",   # one ring per loaded tile: each stage released by the mma that read it last
+    "multicast{auto=true}",  # two-CTA clusters sharing B, only for a size bucket whose one full wave is
+                             # feed-bound by the cost model's rates (measured: gemm 1000^3 1.14x; a loss elsewhere)
     "persistent",      # one block per SM over output tiles, grouped order
     "stream-k{opt_in=true}",  # Stream-K, only for kernels whose source asks (@stream_k(1)): tkc tune chooses
     "prefetch-loads",  # a loop with row reductions: its chunk loads issued an iteration ahead, where the plan,
@@ -112,6 +114,9 @@ REQUIRES: dict[str, tuple[str, ...]] = {
 # What the backend cannot lower without: register tiles with no layout ("has no layout (run infer-layouts)").
 BACKEND_REQUIRES: tuple[str, ...] = ("infer-layouts",)
 OPT_IN = "opt_in"  # the parameter of a pass the pipeline runs only for kernels that ask (stream-k, fence-loads)
+# Parameters under which a pipeline entry rewrites only some kernels: `+NAME` drops them (the pass then rewrites
+# every kernel it applies to): OPT_IN, and multicast's `auto` (only where its cost rule predicts a gain).
+CONDITIONAL = (OPT_IN, "auto")
 
 
 def apply_pass_edits(pipeline: list[PassSpec], edits: list[PassEdit],
@@ -122,7 +127,8 @@ def apply_pass_edits(pipeline: list[PassSpec], edits: list[PassEdit],
       stays (REQUIRES) or the backend (BACKEND_REQUIRES) needs it;
     * `NAME{k=v}` sets parameters on every entry of NAME; an error where the pipeline runs no NAME;
     * `+NAME{k=v}` switches on NAME: an entry the pipeline runs opt-in only (`stream-k{opt_in=true}`) runs
-      for this kernel whether or not it asks; a pass the pipeline leaves out goes in at its place
+      for this kernel whether or not it asks, one it runs where a rule says it pays (`multicast{auto=true}`)
+      runs whatever the rule says; a pass the pipeline leaves out goes in at its place
       (ADDABLE_AFTER). An error where NAME runs already, or has no place.
 
     Pass names and parameter values are checked against `registry` (the passes' typed fields); every
@@ -166,11 +172,11 @@ def _merged(old: PassSpec, edit: PassSpec, params: dict[str, str]) -> PassSpec:
 def _added(specs: list[PassSpec], spec: PassSpec, here: list[int], running: str) -> list[PassSpec]:
     """`+NAME`: the opt-in entries of NAME made unconditional, or NAME inserted at its place."""
     if here:
-        if not all(specs[i].params.get(OPT_IN) in ("true", "1") for i in here):
+        if not all(any(specs[i].params.get(p) in ("true", "1") for p in CONDITIONAL) for i in here):
             raise PassError(spec.loc(), f"@passes: '+{spec.name}': the pipeline runs {spec.name} already",
                             source=spec.source or None,
                             hint=f"write {spec.name}{{key=value}} to set its parameters (`tkc passes` lists them)")
-        return [_merged(s, spec, {k: v for k, v in s.params.items() if k != OPT_IN}) if i in here else s
+        return [_merged(s, spec, {k: v for k, v in s.params.items() if k not in CONDITIONAL}) if i in here else s
                 for i, s in enumerate(specs)]
     after = ADDABLE_AFTER.get(spec.name)
     at = next((i + 1 for i, s in enumerate(specs) if s.name == after), None) if after else None

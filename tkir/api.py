@@ -24,7 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tkir import symexpr
 from tkir.diagnostics import TkirWarning
+from tkir.facts import MULTICAST_FILL_ATTR
 from tkir.ir import Module
 from tkir.pass_pipeline import PIPELINE_FILE, PassEdit, PassSpec, as_specs, edits_text, parse_pass_edits
 from tkir.passmanager import Options, PassManager, PipelineConfig, load_pass_file
@@ -426,8 +428,10 @@ def _compile(path: str, pipeline: list, given: str, options: Options, load_passe
                        pass_edits=edits_text(edits) if edits else "")
     k.asm["tkir"] = print_module(module)
     if choice is not None and sizes is None:  # calls choose per size bucket
-        def at_sizes(at: dict[str, int], spill_check: bool) -> CompiledKernel:
-            return _compile(path, pipeline, given, options, load_passes, config, None, asked, edits, at, spill_check)
+        def at_sizes(at: dict[str, int], spill_check: bool, fixed: dict | None = None,
+                     more: list[PassEdit] | None = None) -> CompiledKernel:
+            return _compile(path, pipeline, given, options, load_passes, config, None, {**asked, **(fixed or {})},
+                            [*(edits or []), *(more or [])], at, spill_check)
 
         k._by_size = _AutoBySize(at_sizes)
     return k
@@ -455,11 +459,16 @@ def _spill_reason(k: CompiledKernel, limit: int | None = None) -> str | None:
     return None
 
 
+SINGLE_CTA_EDIT = "multicast{ctas=1}"  # the pass edit of a bucket's kernel for sizes its multicast fill rule rejects
+
+
 class _AutoBySize:
     """The kernels a CompiledKernel with auto consts launches, one per problem-size bucket (each size
     rounded up to a power of two), compiled with the cost model's choice when the bucket is first called.
     A kernel whose `requires` (tile divisibility) the call's exact sizes break is chosen again for those
-    sizes. Calls with argument shapes seen before go straight to their launcher. The interpreter asks
+    sizes; one whose multicast fill rule (`multicast_fill`, passes/multicast.py) the exact sizes do not meet
+    runs the same consts compiled with `multicast{ctas=1}`. Calls with argument shapes seen before go straight
+    to their launcher. The interpreter asks
     without the spill check (`spill_check=False`: no backend, no ptxas), so it can run another point than a
     launch only where the model's winner spills."""
 
@@ -481,10 +490,19 @@ class _AutoBySize:
         k = self.kernels[key]
         kernel = k.module.kernel
         if any(requirement_failure(kernel.symbol, r, sizes) for r in module_requires(k.module)):
-            exact = (spill_check, "exact", *sorted(sizes.items()))
-            if exact not in self.kernels:
-                self.kernels[exact] = self.at_sizes(dict(sizes), spill_check)
-            k = self.kernels[exact]
+            key = (spill_check, "exact", *sorted(sizes.items()))
+            if key not in self.kernels:
+                self.kernels[key] = self.at_sizes(dict(sizes), spill_check)
+            k = self.kernels[key]
+        fill = k.module.kernel.attrs.get(MULTICAST_FILL_ATTR)
+        if isinstance(fill, dict) and symexpr.evaluate(str(fill["blocks"]), sizes) < int(fill["at_least"]):
+            # the bucket's multicast pays only for a wave that fills the SMs (passes/multicast.py): these sizes
+            # launch fewer blocks, so they run the same consts without it
+            key = (*key, SINGLE_CTA_EDIT)
+            if key not in self.kernels:
+                self.kernels[key] = self.at_sizes(bucket, spill_check, dict(k.consts),
+                                                  parse_pass_edits(SINGLE_CTA_EDIT))
+            k = self.kernels[key]
         return k
 
     def launcher(self, owner: CompiledKernel, args: tuple):  # -> tkir.backend.runtime.Kernel

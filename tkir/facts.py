@@ -35,6 +35,9 @@ if TYPE_CHECKING:
 # passes/multicast.py writes {ctas = C} on a kernel: clusters of C CTAs along x share the tiles they load
 # (persistent pairs the cluster's tiles; the backend and the launch form the clusters)
 MULTICAST_ATTR = "tma_multicast"
+# multicast{auto=true}'s fill rule, {blocks = "<size expr>", at_least = B}: a call whose exact sizes launch fewer
+# blocks runs its bucket's kernel compiled without multicast (passes/multicast.py writes it, tkir/api.py reads it)
+MULTICAST_FILL_ATTR = "multicast_fill"
 ROLE_NAMES = ("producer", "consumer", "compute")  # plan-occupancy's roles (docs/passes.md)
 MIN_BLOCKS_ATTR = "min_blocks_per_sm"  # kernel attr: what `@blocks_per_sm(B)`, B >= 1, records
 # The most K iterations per block a Stream-K split may ask for (`@stream_k(1, min_iters=I)`, the kernel attr

@@ -41,6 +41,11 @@ MAX_THREADS_PER_BLOCK = 1024   # CUDA C Programming Guide, compute capability 9.
 # Capability" (maximum x-dimension of a grid 2^31 - 1; maximum y- or z-dimension 65535), CC 5.0-9.0
 MAX_GRID = (2**31 - 1, 65_535, 65_535)
 NUM_SMS = 132                  # SMs of an H100 SXM / H200 (what persistent grids are planned for)
+# Rates the cost models rank by (tkir/tools/tune_model.py; passes/multicast.py's decision):
+PEAK_TENSOR_FLOPS = 989.4e12   # H200 SXM dense bf16/f16 tensor FLOP/s (NVIDIA H200 datasheet; 1,979 with sparsity)
+FP8_TENSOR_SPEEDUP = 2.0       # dense fp8 tensor FLOP/s over bf16's (H200 datasheet: 1,979 against 989.4 TFLOP/s)
+FEED_BYTES_PER_S = 10e12       # estimate: L2 -> SM tile traffic of all SMs together (about 2.3x the 4.26 TB/s
+#                               HBM copy rate measured here); not published by NVIDIA, not measured
 
 # cuTensorMapEncodeTiled limits (HOPPER.md §4.1; CUDA Driver API §6.30, cuTensorMapEncodeTiled)
 TMA_MAX_RANK = 5

@@ -118,3 +118,28 @@ def test_a_gemm_written_for_this_test_runs_on_both_targets(target: str) -> None:
     assert ("tma_multicast" in attrs) == (target == "sm_90a"), attrs.get("multicast_skipped")
     results = check_interpreted(k.module, COMP, dict(M=300, N=200, K=136), {}, seed=3, num_sms=4)
     assert all(r.ok for r in results), [str(r) for r in results]
+
+
+def test_calls_choose_multicast_only_where_the_wave_fills_the_sms() -> None:
+    """gemm.tk with its auto consts, called per size: 1000^3 and 900 x 1000 x 1000 (the bucket 1024^3's 128 blocks
+    of 64 x 128 tiles, 16 K iterations of 8 stages) run the default pipeline's multicast; 768^3 (72 of its blocks,
+    the same bucket) and 600 x 1000 x 1000 (80) run the bucket's consts without it (multicast_fill); 2048^3 (32 K
+    iterations of 4 stages) never has it."""
+    k = tkir.compile(str(GEMM))
+    on = [k.for_sizes(dict(M=m, N=1000, K=1000)) for m in (1000, 900)]
+    off = [k.for_sizes(dict(M=768, N=768, K=768)), k.for_sizes(dict(M=600, N=1000, K=1000))]
+    assert all(x.module.kernel.attrs.get("tma_multicast") == {"ctas": 2} for x in on)
+    assert all("tma_multicast" not in x.module.kernel.attrs for x in off)
+    assert {str(x.consts) for x in on + off} == {str(on[0].consts)}  # the same tile, only multicast differs
+    assert "multicast_fill" in on[0].module.kernel.attrs and "multicast_fill" not in off[0].module.kernel.attrs
+    big = k.for_sizes(dict(M=2048, N=2048, K=2048)).module.kernel.attrs
+    assert "tma_multicast" not in big and "K iterations" in big["multicast_skipped"]
+
+
+def test_the_default_pipelines_multicast_matches_the_reference_in_the_interpreter() -> None:
+    """The kernel the per-size choice runs at 1000 x 1000 x 1000 (multicast, persistent), interpreted at a ragged
+    size in its bucket that still fills the wave: 15 tile rows (a phantom CTA), N and K not tile multiples."""
+    k = tkir.compile(str(GEMM)).for_sizes(dict(M=1000, N=1000, K=1000), spill_check=False)
+    assert k.module.kernel.attrs.get("tma_multicast") == {"ctas": 2}
+    results = check_interpreted(k.module, COMP, dict(M=900, N=1000, K=1000), dict(k.consts), seed=5, num_sms=132)
+    assert all(r.ok for r in results), [str(r) for r in results]

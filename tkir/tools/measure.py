@@ -46,11 +46,10 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from tkir.target import MAX_WARPS_PER_SM, WARP
+from tkir.target import MAX_WARPS_PER_SM, PEAK_TENSOR_FLOPS, WARP
 from tkir.tools.ncu import METRICS, MeasureError, NcuRun, find_ncu, run_ncu, source_shared
 from tkir.tools.report import REGISTER_TOLERANCE
 from tkir.tools.traffic import predict_dram
-from tkir.tools.tune_model import PEAK_TENSOR_FLOPS
 
 CONFLICT_TOLERANCE = 0.01  # measured conflicts within 1% of the class's wavefronts of the predicted ones
 DRAM_TOLERANCE = 0.10      # measured DRAM bytes within 10% of the prediction (memory-bound kernels)

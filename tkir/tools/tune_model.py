@@ -39,15 +39,11 @@ from dataclasses import asdict, dataclass
 
 from tkir import scalar, symexpr
 from tkir.ir import Module, Operation, Value
-from tkir.target import NUM_SMS
+from tkir.target import FEED_BYTES_PER_S, FP8_TENSOR_SPEEDUP, NUM_SMS, PEAK_TENSOR_FLOPS
 from tkir.types import DTYPE_BYTES, GlobalType, TileType, VectorType
 
-PEAK_TENSOR_FLOPS = 989.4e12  # H200 SXM dense bf16/f16 tensor FLOP/s (NVIDIA H200 datasheet; 1,979 with sparsity)
-FP8_TENSOR_SPEEDUP = 2.0      # dense fp8 tensor FLOP/s over bf16's (H200 datasheet: 1,979 against 989.4 TFLOP/s)
 PEAK_FP32_FLOPS = 66.9e12     # 132 SMs x 128 FP32 lanes x 2 x 1.98 GHz (H100 whitepaper lanes; clock read on the
 #                              H200 by scripts/bench/claims.py: an FMA loop reached 64.8)
-FEED_BYTES_PER_S = 10e12      # estimate: L2 -> SM tile traffic of all SMs together (about 2.3x the 4.26 TB/s
-#                              HBM copy rate measured here); not published by NVIDIA, not measured
 FEED_LATENCY_S = 1.5e-6       # a copy's round trip under load: an SM with B bytes in flight is fed at most
 #                              B / FEED_LATENCY_S (Little's law). Fitted to one H200 sweep (gemm M=64,
 #                              `tkc tune` at M = 64 on 2026-12-01: STAGES 3 -> 6 took 34.6 -> 21.6 us)
