@@ -52,3 +52,22 @@ def test_multicast_matches_torch(name: str, sizes: dict, consts: dict) -> None:
     k(*args)
     torch.cuda.synchronize()
     assert torch.equal(first, got)
+
+
+@pytest.mark.parametrize("sizes", [dict(M=1000, N=1000, K=1000), dict(M=768, N=768, K=768)], ids=["1000", "768"])
+def test_a_plain_call_takes_multicast_where_the_rule_says(sizes: dict) -> None:
+    """gemm.tk called as a user calls it (auto consts, the default pipeline, the per-size choice): 1000^3 runs
+    multicast{auto=true}'s two-CTA clusters, 768^3 (the same bucket, 72 blocks) the same consts without them;
+    both correct."""
+    import torch
+
+    comp = load_companion(str(EXAMPLES / "gemm.tk"))
+    k = tkir.compile(str(EXAMPLES / "gemm.tk"))
+    args = comp.torch_inputs(sizes, {})
+    k(*args)
+    torch.cuda.synchronize()
+    chosen = k.for_sizes(sizes).module.kernel.attrs
+    assert ("tma_multicast" in chosen) == (sizes["M"] == 1000)
+    (out_name, want), = comp.torch_reference(args, sizes, {}).items()
+    got = args[comp.PARAMS.index(out_name)]
+    assert float((got.double() - want.double()).norm() / want.double().norm()) < BOUND
