@@ -33,10 +33,11 @@ row (M = 1 decode shapes: the second CTA would only load zeros).
 which limits a GEMM only when nearly every SM draws on it at once. So, for a kernel compiled for a size bucket
 (`problem_sizes`), it rewrites only a grid of one wave (at most the plan's blocks per SM on every SM) that fills
 at least MIN_FILL of those slots, with a K loop of at most MAX_ROUNDS iterations a stage (the first fill of every
-block's stages, issued at once, is then at least half the traffic: what multicast measured faster on), and only
-where the roofline of that wave (the cost model's rates, tkir/target.py:
-the tiles every block loads an iteration, together, at FEED_BYTES_PER_S, against one block's tensor work at its
-SM's share of PEAK_TENSOR_FLOPS) predicts at least MIN_GAIN from sending the shared tiles once per cluster.
+block's stages, issued at once, is then at least half the traffic: what multicast measured faster on), with at
+least MIN_HALF_BYTES of every shared tile multicast by each CTA, and only where the roofline of that wave (the
+cost model's rates, tkir/target.py: the tiles every block loads an iteration, together, at FEED_BYTES_PER_S,
+against one block's tensor work at its SM's share of PEAK_TENSOR_FLOPS) predicts at least MIN_GAIN from sending
+the shared tiles once per cluster.
 The decision and its numbers are the kernel attr `multicast_why` (or `multicast_skipped`), which `tkc report`
 prints. A bucket's kernel serves smaller sizes too (768^3 calls run 1024^3's), so the pass also writes the fill
 rule, `multicast_fill = {blocks = "<size expr>", at_least = B}`: a call through the per-size choice (tkir/api.py)
@@ -76,6 +77,9 @@ MAX_ROUNDS = 2                   # K iterations per stage at most: the burst of 
 #                                 once is then at least half the kernel's traffic (1000^3: 16 iterations of 8
 #                                 stages, won; gemm_fp8 M = 256, N = K = 4096: 32, 0.89x; 512 x 4096 x 4096: 64,
 #                                 0.95x); in the steady state the loads spread out and the feed did not limit
+MIN_HALF_BYTES = 8192            # the least a CTA multicasts of each shared tile an iteration: SwiGLU's two 64 x 64
+#                                 B tiles (halves of 4 KB) lost 4.7% at T = 1000, DM = 512, F = 504, where the
+#                                 64 x 128 tiles of GEMM + bias + GELU (halves of 8 KB) won 4.4% (H100, A/B)
 FILL_ATTR = MULTICAST_FILL_ATTR  # auto: the blocks below which a call runs the bucket's kernel without multicast
 
 
@@ -214,7 +218,14 @@ def _pays(kernel: Operation, ctas: int) -> tuple[str | None, str]:
     flop = sum(_mma_flop(op) for op in (cloop.body.ops if cloop is not None else []) if op.name == "tk.mma")
     loads = [op for op in ploop.body.ops if op.name == "pipe.copy"] if ploop is not None else []
     total = sum(int(op.attrs.get("bytes", 0)) for op in loads)
-    shared = sum(int(op.attrs.get("bytes", 0)) for op in shared_copies(kernel))
+    copies = shared_copies(kernel)
+    shared = sum(int(op.attrs.get("bytes", 0)) for op in copies)
+    small = [c for c in copies if int(c.attrs.get("bytes", 0)) < ctas * MIN_HALF_BYTES]
+    if small:
+        c = small[0]
+        half = int(c.attrs.get("bytes", 0)) // ctas
+        why = f"auto: the copy into '{c.operands[0].name}' would multicast {half} B a CTA, under {MIN_HALF_BYTES} B"
+        return why, ""
     if not flop or not total:
         return "", ""
     tensor = flop * slots / PEAK_TENSOR_FLOPS            # one block's tensor work an iteration, at its SM's share
