@@ -68,7 +68,10 @@ def test_report_says_what_is_shared_or_why_not() -> None:
     assert "multicast: clusters of 2 CTAs along the tile rows; each loads 1/2 of the rows of b" in format_report(rep)
     k = tkir.compile(str(GEMM), pass_edits="+multicast", target="sm_80")
     assert "multicast: declined: sm_80 has no thread block clusters" in format_report(build_report(k.module))
-    assert "multicast" not in build_report(tkir.compile(str(GEMM)).module)  # the default pipeline: not run
+    assert "multicast" not in build_report(tkir.compile(str(GEMM)).module)  # no size bucket: auto says nothing
+    auto = build_report(tkir.compile(str(GEMM), sizes={"M": 1000, "N": 1000, "K": 1000}).module)["multicast"]
+    assert auto["ctas"] == 2 and auto["why"].endswith("predicted 1.50x")
+    assert "(128 blocks at M = 1024, N = 1024, K = 1024" in format_report({"multicast": auto})
 
 
 def test_a_forced_stream_k_leaves_a_multicast_kernel_alone() -> None:

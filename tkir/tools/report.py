@@ -112,7 +112,9 @@ def _multicast(kernel: Operation, names: dict[int, str]) -> dict | None:
     if isinstance(mc, dict):
         shared = [names.get(id(_stage_source(op.operands[0])), "?") for op in kernel.walk()
                   if op.name == "pipe.copy" and isinstance(op.attrs.get("multicast"), dict)]
-        return {"ctas": int(mc.get("ctas", 1)), "shared": list(dict.fromkeys(shared))}
+        out = {"ctas": int(mc.get("ctas", 1)), "shared": list(dict.fromkeys(shared))}
+        why = kernel.attrs.get("multicast_why")  # multicast{auto=true}: the prediction that took it
+        return {**out, "why": str(why)} if why else out
     why = kernel.attrs.get("multicast_skipped")
     return {"skipped": str(why)} if why else None
 
@@ -174,7 +176,8 @@ def format_report(report: dict) -> str:
         mc = report["multicast"]
         out.append(f"multicast: declined: {mc['skipped']}" if "skipped" in mc else
                    f"multicast: clusters of {mc['ctas']} CTAs along the tile rows; each loads 1/{mc['ctas']} of "
-                   f"the rows of {', '.join(mc['shared'])} and multicasts them into every CTA of its cluster")
+                   f"the rows of {', '.join(mc['shared'])} and multicasts them into every CTA of its cluster"
+                   + (f" ({mc['why']})" if "why" in mc else ""))
     if "registers" in report:
         out.append(_registers_line(report["registers"]))
     if "spill_fallback" in report:
