@@ -923,3 +923,17 @@ def value_at_sizes(v: Value, sizes: dict[str, int], depth: int = 0) -> int | Non
         return None
     a, b = (value_at_sizes(x, sizes, depth + 1) for x in d.operands)
     return None if a is None or b is None or a < 0 or b < 0 else fn(a, b)
+
+
+def mma_flop(op: Operation) -> float:
+    """A tk.mma's tensor work in bf16-rate FLOP, 2 M N K (fp8 operands run at FP8_TENSOR_SPEEDUP times the rate):
+    what the cost model (tkir/tools/tune_model.py) and multicast's rule count."""
+    from tkir.scalar import FP8_DTYPES
+    from tkir.target import FP8_TENSOR_SPEEDUP
+
+    a, acc = op.operands[0].type, op.result.type
+    if not (isinstance(a, TileType) and isinstance(acc, TileType)):
+        return 0.0
+    k = a.rows if op.attrs.get("trans_a") else a.cols
+    rate = FP8_TENSOR_SPEEDUP if a.dtype in FP8_DTYPES else 1.0
+    return 2.0 * acc.rows * acc.cols * k / rate

@@ -50,12 +50,11 @@ from __future__ import annotations
 
 from tkir.facts import MULTICAST_ATTR, MULTICAST_FILL_ATTR
 from tkir.ir import Block, Module, Operation, Region, Value
-from tkir.passes.analysis import MULTICAST_DRAIN_ATTR, const_is, loop_trip_count, value_at_sizes
+from tkir.passes.analysis import MULTICAST_DRAIN_ATTR, const_is, loop_trip_count, mma_flop, value_at_sizes
 from tkir.passes.builder import OpBuilder
 from tkir.passmanager import Options, ParamError, Pass, param
-from tkir.scalar import FP8_DTYPES
 from tkir.symexpr import SymExprError, evaluate
-from tkir.target import FEED_BYTES_PER_S, FP8_TENSOR_SPEEDUP, NUM_SMS, PEAK_TENSOR_FLOPS
+from tkir.target import FEED_BYTES_PER_S, NUM_SMS, PEAK_TENSOR_FLOPS
 from tkir.types import I32, Symbol, TileType
 from tkir.verify_tma import SWIZZLE_ATOM_ROWS
 
@@ -215,7 +214,7 @@ def _pays(kernel: Operation, ctas: int) -> tuple[str | None, str]:
         return (f"auto: {trips if trips is not None else 'an unknown number of'} K iterations at {_sizes(env)} "
                 f"are more than {MAX_ROUNDS} x the {stages} stages (the steady state, not the first fill, "
                 f"sets the time)"), ""
-    flop = sum(_mma_flop(op) for op in (cloop.body.ops if cloop is not None else []) if op.name == "tk.mma")
+    flop = sum(mma_flop(op) for op in (cloop.body.ops if cloop is not None else []) if op.name == "tk.mma")
     loads = [op for op in ploop.body.ops if op.name == "pipe.copy"] if ploop is not None else []
     total = sum(int(op.attrs.get("bytes", 0)) for op in loads)
     copies = shared_copies(kernel)
@@ -247,16 +246,6 @@ def _fill_rule(kernel: Operation, ctas: int) -> dict:
     rows, cols = (str(g) for g in kernel.attrs["grid"])
     slots = NUM_SMS * max(1, int(occ.get("blocks_per_sm", 1)))
     return {"blocks": f"{ctas} * cdiv({rows}, {ctas}) * ({cols})", "at_least": -(-int(MIN_FILL * 100) * slots // 100)}
-
-
-def _mma_flop(op: Operation) -> float:
-    """A tk.mma's tensor work in bf16-rate FLOP (fp8 runs at twice the rate)."""
-    a, acc = op.operands[0].type, op.result.type
-    if not (isinstance(a, TileType) and isinstance(acc, TileType)):
-        return 0.0
-    k = a.rows if op.attrs.get("trans_a") else a.cols
-    rate = FP8_TENSOR_SPEEDUP if a.dtype in FP8_DTYPES else 1.0
-    return 2.0 * acc.rows * acc.cols * k / rate
 
 
 def _sizes(env: dict[str, int]) -> str:

@@ -39,7 +39,8 @@ from dataclasses import asdict, dataclass
 
 from tkir import scalar, symexpr
 from tkir.ir import Module, Operation, Value
-from tkir.target import FEED_BYTES_PER_S, FP8_TENSOR_SPEEDUP, NUM_SMS, PEAK_TENSOR_FLOPS
+from tkir.passes.analysis import mma_flop
+from tkir.target import FEED_BYTES_PER_S, NUM_SMS, PEAK_TENSOR_FLOPS
 from tkir.types import DTYPE_BYTES, GlobalType, TileType, VectorType
 
 PEAK_FP32_FLOPS = 66.9e12     # 132 SMs x 128 FP32 lanes x 2 x 1.98 GHz (H100 whitepaper lanes; clock read on the
@@ -158,11 +159,8 @@ def _walk(ops: list[Operation], trips: float, sizes: dict[str, int], work: _Work
         for r in op.regions:  # scf.if: both branches counted (an upper bound)
             _walk(r.block.ops, trips, sizes, work)
         if op.name == "tk.mma":
-            a, acc = op.operands[0].type, op.result.type
-            k = a.rows if op.attrs.get("trans_a") else a.cols
-            # counted in bf16-rate FLOP: the fp8 (k32) forms run at twice the rate (FP8_TENSOR_SPEEDUP)
-            rate = FP8_TENSOR_SPEEDUP if a.dtype in scalar.FP8_DTYPES else 1.0
-            work.tensor += trips * 2 * acc.rows * acc.cols * k / rate
+            acc = op.result.type
+            work.tensor += trips * mma_flop(op)  # in bf16-rate FLOP: the fp8 (k32) forms run at twice the rate
             work.acc_elems = max(work.acc_elems, acc.rows * acc.cols)
         elif op.name in ("tk.load", "tk.store") and any(isinstance(v.type, GlobalType) for v in op.operands):
             work.bytes += trips * _bytes(_tile_of(op))
