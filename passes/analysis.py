@@ -901,28 +901,33 @@ def loop_trip_count(b: OpBuilder, loop: Operation, c0: Value | None = None) -> V
     return b.op("arith.max", [trips, c0 if c0 is not None else b.const(0)], rname="k_trips")
 
 
-_INT_OPS = {"arith.add": lambda a, b: a + b, "arith.sub": lambda a, b: a - b, "arith.mul": lambda a, b: a * b,
-            "arith.div": lambda a, b: a // b if b else None, "arith.cdiv": lambda a, b: -(-a // b) if b else None,
-            "arith.min": min, "arith.max": max, "arith.rem": lambda a, b: a % b if b else None}
+def value_at_sizes(v: Value, sizes: dict[str, int], block_id: int | None = None) -> int | None:
+    """An i32 value computed from constants and sizes (`tk.size`) at `sizes`, with the IR's integer meaning
+    (tkir.scalar.binary); block ids count as `block_id` (None: a value that depends on one is unknown). None where
+    it depends on anything else or divides by zero. The cost model (tkir/tools/tune_model.py, block ids 0) and
+    multicast's rule read loop bounds with it."""
+    from tkir import scalar
 
-
-def value_at_sizes(v: Value, sizes: dict[str, int], depth: int = 0) -> int | None:
-    """An i32 value computed from constants and sizes (`tk.size`), at `sizes` (non-negative operands: the
-    floor and truncating divisions agree); None where it depends on anything else."""
-    d = v.owner
-    if not isinstance(d, Operation) or depth > 32:
+    op = v.owner
+    if not isinstance(op, Operation):
         return None
-    if d.name == "arith.const":
-        c = d.attrs.get("value")
-        return c if isinstance(c, int) and not isinstance(c, bool) else None
-    if d.name == "tk.size":
-        n = sizes.get(str(d.attrs.get("name")))
-        return int(n) if n is not None else None
-    fn = _INT_OPS.get(d.name)
-    if fn is None or len(d.operands) != 2:
-        return None
-    a, b = (value_at_sizes(x, sizes, depth + 1) for x in d.operands)
-    return None if a is None or b is None or a < 0 or b < 0 else fn(a, b)
+    if op.name == "arith.const":
+        c = op.attrs.get("value")
+        return c if isinstance(c, int) else None
+    if op.name == "tk.size":
+        return sizes.get(str(op.attrs.get("name")))
+    if op.name == "tk.block_id":
+        return block_id
+    name = op.name.removeprefix("arith.")
+    if name in scalar.INT_BINARY and len(op.operands) == 2:
+        a, b = (value_at_sizes(x, sizes, block_id) for x in op.operands)
+        if a is None or b is None:
+            return None
+        try:
+            return scalar.binary(name, a, b)
+        except ZeroDivisionError:
+            return None
+    return None
 
 
 def mma_flop(op: Operation) -> float:

@@ -468,9 +468,8 @@ class _AutoBySize:
     A kernel whose `requires` (tile divisibility) the call's exact sizes break is chosen again for those
     sizes; one whose multicast fill rule (`multicast_fill`, passes/multicast.py) the exact sizes do not meet
     runs the same consts compiled with `multicast{ctas=1}`. Calls with argument shapes seen before go straight
-    to their launcher. The interpreter asks
-    without the spill check (`spill_check=False`: no backend, no ptxas), so it can run another point than a
-    launch only where the model's winner spills."""
+    to their launcher. The interpreter asks without the spill check (`spill_check=False`: no backend, no
+    ptxas), so it can run another point than a launch only where the model's winner spills."""
 
     SHAPES = 256  # argument shapes remembered (as tkir.tools.tune.TunedKernel does)
 

@@ -37,9 +37,9 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-from tkir import scalar, symexpr
-from tkir.ir import Module, Operation, Value
-from tkir.passes.analysis import mma_flop
+from tkir import symexpr
+from tkir.ir import Module, Operation
+from tkir.passes.analysis import mma_flop, value_at_sizes
 from tkir.target import FEED_BYTES_PER_S, NUM_SMS, PEAK_TENSOR_FLOPS
 from tkir.types import DTYPE_BYTES, GlobalType, TileType, VectorType
 
@@ -147,7 +147,7 @@ class _Work:
 def _walk(ops: list[Operation], trips: float, sizes: dict[str, int], work: _Work) -> None:
     for op in ops:
         if op.name == "scf.for":
-            lo, hi, step = (_scalar(v, sizes) for v in op.operands[:3])
+            lo, hi, step = (value_at_sizes(v, sizes, block_id=0) for v in op.operands[:3])
             n = 1 if None in (lo, hi, step) or step <= 0 else max(0, -(-(hi - lo) // step))
             if not work.k_trips and any(x.name == "tk.mma" for x in op.regions[0].block.ops):
                 work.k_trips = n
@@ -181,30 +181,6 @@ def _elements(t: TileType | VectorType) -> int:
 
 def _bytes(t: TileType | VectorType) -> int:
     return _elements(t) * DTYPE_BYTES[t.dtype]
-
-
-def _scalar(v: Value, sizes: dict[str, int]) -> int | None:
-    """An i32 SSA value's number at these sizes (block ids 0), or None where the model cannot tell."""
-    op = v.owner
-    if not isinstance(op, Operation):
-        return None
-    if op.name == "arith.const":
-        c = op.attrs.get("value")
-        return c if isinstance(c, int) else None
-    if op.name == "tk.size":
-        return sizes.get(str(op.attrs.get("name")))
-    if op.name == "tk.block_id":
-        return 0
-    name = op.name.removeprefix("arith.")
-    if name in scalar.INT_BINARY and len(op.operands) == 2:
-        a, b = (_scalar(x, sizes) for x in op.operands)
-        if a is None or b is None:
-            return None
-        try:
-            return scalar.binary(name, a, b)
-        except ZeroDivisionError:
-            return None
-    return None
 
 
 def spearman(xs: list[float], ys: list[float]) -> float | None:
