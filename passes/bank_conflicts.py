@@ -11,6 +11,11 @@ Rewrites
 * a column reduction (`tk.reduce {axis = col}`, which the backend lowers through a scratch tile whose
   row padding tkir/layout.py column_scratch_pad chooses) gets the same entries for its store and its
   column reads, `tile = "scratch"`;
+* a row reduction (`tk.reduce {axis = row}`) over a `row` tile whose rows are split over warps gets the
+  entries of its cross-warp step (each part's f32 values stored to a scratch vector and read back by
+  every part: tkir/layout.py row_exchange_accesses), the one that lowers a fused mean and variance
+  (`stats = N`) for the group; any row reduction whose result vector holds rows in other threads than
+  the reduced tile's gets the gather's (row_gather_accesses), `tile = "scratch"`;
 * each op touching shared memory gets `access = [{op = "ldmatrix.x4", tile = "a", degree = 1,
   degree_before = 8}, ...]` (hardware paths also `hardware = true`);
 * where an access exceeds 1 and `Options.swizzle != "none"`: another swizzle when the tile's swizzle
@@ -26,7 +31,17 @@ from __future__ import annotations
 
 from tkir.access_report import ACCESS_ATTR, AccessReport, add_report
 from tkir.ir import Module, Operation
-from tkir.layout import SWIZZLE_SPANS, SharedLayout, column_scratch_accesses, conflict_degree, layout_of
+from tkir.layout import (
+    SWIZZLE_SPANS,
+    Access,
+    SharedLayout,
+    column_scratch_accesses,
+    conflict_degree,
+    layout_of,
+    row_exchange_accesses,
+    row_gather_accesses,
+)
+from tkir.ops import ARG_KINDS, STATS_ATTR
 from tkir.passes.analysis import TileUse, access_report, shared_layout, swizzle_problem, tile_uses, with_layout
 from tkir.passmanager import Options, Pass
 from tkir.types import TileType
@@ -42,11 +57,14 @@ class BankConflicts(Pass):
             stale = [op for op in kernel.walk() if ACCESS_ATTR in op.attrs]
             for op in stale:  # a rerun rewrites the entries where they were (the IR text stays put)
                 op.attrs[ACCESS_ATTR] = []
+            stats_seen: set[object] = set()  # fused mean/var groups whose exchange is listed
             for op in kernel.walk():
                 if op.name == "tk.alloc":
                     self._tile(kernel, op, options)
                 elif op.name == "tk.reduce" and str(op.attrs.get("axis")) == "col":
                     _column_scratch(op)
+                elif op.name == "tk.reduce" and str(op.attrs.get("axis")) == "row":
+                    _row_scratch(op, stats_seen)
             for op in stale:
                 if not op.attrs[ACCESS_ATTR]:
                     del op.attrs[ACCESS_ATTR]
@@ -75,7 +93,30 @@ def _column_scratch(op: Operation) -> None:
     lay, result = layout_of(t), layout_of(op.result.type)
     if lay is None or result is None or not isinstance(t, TileType):
         return  # before infer-layouts: nothing to predict
-    for access, tile in column_scratch_accesses(lay, t.rows, t.cols, result):
+    _add_scratch(op, column_scratch_accesses(lay, t.rows, t.cols, result))
+
+
+def _row_scratch(op: Operation, stats_seen: set[object]) -> None:
+    """A row reduction's accesses to the backend's scratch vectors (backend/exchange.py): its cross-warp step
+    (k = 2 values a row for a variance, a fused mean/var group, which one exchange serves, and an
+    argmax/argmin; else 1) and the gather of its results into another layout."""
+    t = op.operands[0].type
+    lay, result = layout_of(t), layout_of(op.result.type)
+    if lay is None or result is None or not isinstance(t, TileType):
+        return  # before infer-layouts: nothing to predict
+    kind, group = str(op.attrs["kind"]), op.attrs.get(STATS_ATTR)
+    if group is None or group not in stats_seen:
+        k = 2 if kind in ARG_KINDS or kind == "var" or group is not None else 1
+        _add_scratch(op, row_exchange_accesses(lay, t.rows, t.cols, k))
+        if group is not None:
+            stats_seen.add(group)
+    _add_scratch(op, row_gather_accesses(lay, t.rows, t.cols, result))
+
+
+def _add_scratch(op: Operation, accesses: list[tuple[Access, SharedLayout]]) -> None:
+    """Report entries for accesses to a backend scratch area: `degree` in the layout the backend uses,
+    `degree_before` in the same shape unpadded."""
+    for access, tile in accesses:
         plain = SharedLayout(tile.dtype, tile.rows, tile.cols)
         add_report(op.attrs, AccessReport(access.op, SCRATCH_TILE, conflict_degree(access, tile),
                                           conflict_degree(access, plain)))

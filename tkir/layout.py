@@ -861,6 +861,82 @@ def column_scratch_accesses(layout: RegisterLayout, rows: int, cols: int,
     return [(store, tile), (reads, tile), (sums, vec)] + [(a, vec) for a in vector_read_accesses(result, cols)]
 
 
+# --- a row reduction's cross-warp step ------------------------------------------------------------
+# A row reduction over a `row` tile whose rows are split over `parts` warps (backend/exchange.py
+# _exchange_row_values) stores each thread's k f32 values (k = 1: a sum, max, min or mean; k = 2: a mean and
+# M2, or an argmax's value and column) of each of its rows to word (row * parts + part) * k + j of a scratch
+# vector of rows * parts * k words, one instruction per (row group of its slots, j), then reads its rows' words
+# of every part back, one instruction per (row group, part, j). Where the result vector's layout holds a row in
+# a thread that did not reduce it, the results go through a second scratch vector (gather_rows): word `row`
+# stored by each row group, read back per result slot.
+
+
+def exchange_word(row: int, part: int, j: int, parts: int, k: int) -> int:
+    """The scratch word of value j (of k) of warp part `part` (of `parts`) of row `row` (_exchange_row_values)."""
+    return (row * parts + part) * k + j
+
+
+def _row_groups(layout: RegisterLayout, rows: int, cols: int) -> list[np.ndarray]:
+    """Each thread's row of every group of its slots that hold the same row (backend/rules_registers.py
+    _row_slot_groups: slots whose row is the same for every thread form one group), in slot order."""
+    coords = _tile_fragment(layout.kind, layout, "f32", rows, cols)[..., 0]  # (threads, slots) rows
+    groups: list[np.ndarray] = []
+    for s in range(coords.shape[1]):
+        if not any(np.array_equal(g, coords[:, s]) for g in groups):
+            groups.append(coords[:, s])
+    return groups
+
+
+def _word_accesses(op: str, per_instruction: list[np.ndarray]) -> Access:
+    """An Access on a scratch vector (one row of f32 words) from (threads,) word indices per instruction
+    (-1: idle lane), cut into warps."""
+    rs, cs = [], []
+    for words in per_instruction:
+        for w in range(len(words) // WARP):
+            idx = words[w * WARP:(w + 1) * WARP]
+            rs.append(np.where(idx >= 0, 0, -1))
+            cs.append(np.where(idx >= 0, idx * BANK_BYTES, -1))
+    return Access(op, BANK_BYTES, *_pack(rs, cs))
+
+
+def row_exchange_accesses(layout: RegisterLayout, rows: int, cols: int, k: int) -> list[tuple[Access, SharedLayout]]:
+    """The shared accesses of a row reduction's cross-warp step over a `rows` x `cols` tile of `layout` (a `row`
+    layout with parts > 1; none otherwise), k values per row, each with the scratch vector it addresses: the
+    parts' stores, then their loads (see above)."""
+    if layout.kind != "row" or layout.nparts < 2:
+        return []
+    parts = layout.nparts
+    groups = _row_groups(layout, rows, cols)
+    part = (np.arange(layout.threads) // WARP) % parts
+    scratch = SharedLayout("f32", 1, rows * parts * k)
+    stores = [np.where(r >= 0, exchange_word(r, part, j, parts, k), -1) for r in groups for j in range(k)]
+    loads = [np.where(r >= 0, exchange_word(r, p, j, parts, k), -1)
+             for r in groups for p in range(parts) for j in range(k)]
+    return [(_word_accesses("st.shared.f32", stores), scratch), (_word_accesses("ld.shared.f32", loads), scratch)]
+
+
+def row_gather_accesses(layout: RegisterLayout, rows: int, cols: int,
+                        result: RegisterLayout) -> list[tuple[Access, SharedLayout]]:
+    """Where the reduction's result layout `result` holds a row in a thread whose slots of the reduced tile
+    (`layout`) do not (backend/rules_registers.py _set_row_result and _row_arg: gather_rows): the row
+    groups' stores of their results to word `row` of a scratch vector of `rows` words, and each result slot's
+    load. None otherwise."""
+    groups = _row_groups(layout, rows, cols)
+    if not _gathers(groups, result, rows):
+        return []
+    vec = SharedLayout("f32", 1, rows)
+    wanted = fragment(result, "f32", (rows,))
+    return [(_word_accesses("st.shared.f32", [np.where(r >= 0, r, -1) for r in groups]), vec),
+            (_word_accesses("ld.shared.f32", [wanted[:, i] for i in range(wanted.shape[1])]), vec)]
+
+
+def _gathers(groups: list[np.ndarray], result: RegisterLayout, rows: int) -> bool:
+    """Whether a result slot's rows (over the threads) are no group's (backend _set_row_result: then
+    gather_rows)."""
+    wanted = fragment(result, "f32", (rows,))
+    return any(not any(np.array_equal(g, wanted[:, i]) for g in groups) for i in range(wanted.shape[1]))
+
+
 def vector_read_accesses(layout: RegisterLayout, n: int) -> list[Access]:
     """A register f32 vector of `layout` read from an f32 shared vector of n words, as the backend's
     load_from_shared groups each lane's slots: runs of 4 or 2 slots consecutive and aligned for every lane

@@ -105,6 +105,10 @@ _REGISTERS_OFF = [
 # yet; mixed instruction classes (a 2-way v4 store among many 1-way f32 ones) defeat the per-class expected
 # count, which assumes one pattern per class.
 _UNLISTED_EXCHANGE = f"{ISSUE}: the cross-warp row exchange's st/ld.shared.f32 are not listed; 1-3% conflicts measured"
+# The row exchanges (and the gathers) are listed since (bank-conflicts, tkir/layout.py row_exchange_accesses; 1-way,
+# checked against the lowered LLVM by tests/backend/test_row_exchange_model.py); not yet measured with the listing,
+# so the entries that named them are not strict until a GPU run says which pass
+_EXCHANGE_LISTED = f"{ISSUE}: the row exchange is listed (1-way) but not yet measured on a GPU with the listing"
 # The GEMM epilogues' st.shared.b32 (gemm, linear, linear_dgrad on sm_90a) left this list when --measure began
 # counting ld and st from ncu's source page: the L1 unit had counted 1.7-43% "conflicts" that were waits behind the
 # next tile's TMA writes; the source page has every STS at its ideal wavefront (gemm and linear_dgrad measured on an
@@ -124,16 +128,17 @@ _CONFLICTS_OFF = {
                                                  "an H100, predicted 32 (8-way x4)",
     "r2s-after_pipelined_loop-bf16-sm_80": f"{ISSUE}: 2.5 load wavefronts per instruction measured on an H100, "
                                            "predicted 4",
-    **{case: _UNLISTED_EXCHANGE for case in (
-        "attention_bwd_prep-sm_80", "attention_bwd_dkdv-sm_80", "attention_bwd_dq-sm_80", "layernorm_bwd-sm_80",
-        "rmsnorm_bwd-sm_90a", "rmsnorm_bwd-sm_80", "softmax_bwd-sm_90a", "softmax_bwd-sm_80")},
+    **{case: _UNLISTED_EXCHANGE for case in ("attention_bwd_dkdv-sm_80", "attention_bwd_dq-sm_80")},
 }
+EXCHANGE_UNMEASURED = ("attention_bwd_prep-sm_80", "layernorm_bwd-sm_80", "rmsnorm_bwd-sm_90a", "rmsnorm_bwd-sm_80",
+                       "softmax_bwd-sm_90a", "softmax_bwd-sm_80")
 # measured off on one GPU and within the tolerance on another: not strict
 FLAKY_OFF: dict[tuple[str, str], str] = {
     ("gemm-sm_80", "conflicts"): f"{ISSUE}: ldmatrix predicted 1-way; 9,195 load conflicts in 558 K wavefronts "
                                  "(1.6%) measured on an H200, within 1% on an H100",
     ("attention_fwd-sm_90a", "conflicts"): f"{ISSUE}: every access predicted 1-way; 54 store conflicts in 3,126 "
                                            "wavefronts measured on an H200, none on an H100",
+    **{(case, "conflicts"): _EXCHANGE_LISTED for case in EXCHANGE_UNMEASURED},
 }
 KNOWN_OFF: dict[tuple[str, str], str] = {
     **{(case, "conflicts"): why for case, why in _CONFLICTS_OFF.items()},
