@@ -17,6 +17,7 @@ from tkir.tools.examples import load_companion
 from tkir.tools.measure import (
     PEAKS,
     access_class,
+    access_key,
     class_verdict,
     compare,
     dram_check,
@@ -26,11 +27,14 @@ from tkir.tools.measure import (
     peaks_for,
     register_check,
     roofline,
+    sass_key,
     shared_classes,
+    width_groups,
 )
 from tkir.tools.ncu import (
     METRIC_NAMES,
     METRICS,
+    SourceRow,
     metric_value,
     parse_ncu_csv,
     parse_source_csv,
@@ -157,6 +161,56 @@ def test_mixed_widths_bound_the_wavefronts_per_instruction() -> None:
     assert mixed["verdict"] == "ok" and mixed["predicted_per_instruction"] == [2, 4]
     assert mixed["predicted_conflicts"] is None  # the instructions of each access are not counted apart
     assert class_verdict(acc, 1000, 5000, 0)["verdict"] == "off"
+
+
+@pytest.mark.parametrize(("sass", "key"), [("STS.128 [R2+UR4], R4", ("st", "STS.128")), ("LDS R0, [R1]", ("ld", "LDS.32")),
+                                          ("@!P0 LDS.64 R2, [R3]", ("ld", "LDS.64")), ("LDS.U16 R2, [R3]", ("ld", "LDS.16")),
+                                          ("STS.U8 [R1], R2", ("st", "STS.8")),
+                                          ("LDSM.16.MT88.4 R4, [R5]", ("ld", "LDSM.x4")),
+                                          ("STSM.16.M88.2 [R1], R4", ("st", "STSM.x2")), ("LDGSTS.E [R1], [R2]", None),
+                                          ("FFMA R1, R2, R3, R4", None)])
+def test_sass_key(sass: str, key: tuple[str, str] | None) -> None:
+    assert sass_key(sass) == key
+
+
+@pytest.mark.parametrize(("op", "sass"), [("ld.shared.v4", "LDS.128 R4, [R2]"), ("st.shared.f32", "STS [R1], R2"),
+                                        ("st.shared.b32", "STS [R1], R2"), ("ld.shared.v2", "LDS.64 R4, [R2]"),
+                                        ("ld.shared.b16", "LDS.U16 R4, [R2]"), ("st.shared.b8", "STS.U8 [R1], R2"),
+                                        ("ldmatrix.x4.trans", "LDSM.16.MT88.4 R4, [R5]"),
+                                        ("stmatrix.x4", "STSM.16.M88.4 [R1], R4")])
+def test_a_listed_access_and_its_sass_instruction_have_one_key(op: str, sass: str) -> None:
+    assert access_key(op) == sass_key(sass) is not None
+
+
+def _row(sass: str, executed: float, wavefronts: float, ideal: float) -> SourceRow:
+    klass = "ld" if sass.startswith("LD") else "st"
+    return SourceRow(sass, klass, executed, wavefronts, ideal)
+
+
+def test_mixed_widths_are_judged_width_by_width_on_the_source_page() -> None:
+    """A class of widths with different listed degrees (Based's 2-way v4 scratch stores among 1-way f32 and stmatrix
+    stores) has no one predicted count of conflicts; the source page's instructions, grouped by width, each
+    against its own listed degree, decide it."""
+    acc = [_acc("st.shared.v4", 2, "scratch"), _acc("st.shared.f32", 1, "scratch"), _acc("stmatrix.x4", 1, "a1s")]
+    rows = [_row("STS.128 [R2], R4", 100, 800, 400), _row("STS [R1], R2", 1000, 1000, 1000),
+            _row("STSM.16.M88.4 [R1], R4", 10, 40, 40)]
+    metrics = {m: None for m in METRIC_NAMES}
+    src = source_shared(rows)
+    (st,) = shared_classes(acc, metrics, src, rows)
+    assert st["verdict"] == "ok" and st["why"] == "each width at its listed degree"
+    assert [(g["width"], g["measured_degree"], g["predicted_degrees"]) for g in st["by_width"]] == [
+        ("STS.128", 2.0, [2]), ("STS.32", 1.0, [1]), ("STSM.x4", 1.0, [1])]
+    assert shared_classes(acc, metrics, src)[0]["verdict"] == "ok"  # without the rows: the per-instruction range
+    half = [_row("STS.128 [R2], R4", 100, 600, 400)] + rows[1:]  # 1.5-way where 2-way was listed
+    (off,) = shared_classes(acc, metrics, source_shared(half), half)
+    assert off["verdict"] == "off" and "STS.128: degree 1.5 measured, predicted 2" in off["why"]
+
+
+def test_an_unlisted_width_is_held_to_one_way() -> None:
+    groups = width_groups([_acc("st.shared.v4", 1)], [_row("STS.64 [R2], R4", 10, 20, 20),
+                                                      _row("STS [R1], R2", 10, 20, 10)])
+    assert [(g["width"], g["predicted_degrees"], g["verdict"]) for g in groups] == [("STS.32", [], "off"),
+                                                                                  ("STS.64", [], "ok")]
 
 
 def test_unreported_shared_traffic_is_held_to_no_conflicts() -> None:

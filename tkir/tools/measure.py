@@ -122,7 +122,7 @@ def measure(k: object, report: dict, path: str, sizes: dict[str, int], consts: d
     dram = predict_dram(k.module, sizes).as_dict()  # type: ignore[attr-defined]
     measured = compare(report, _first_launch(run, launch.kernel), dram=dram, flops=flops,
                        device=str(info.get("device", "unknown")),
-                       source=source_shared(run.source) if run.source is not None else None)
+                       source=source_shared(run.source) if run.source is not None else None, source_rows=run.source)
     measured.update(ncu=ncu_version(ncu), command=shlex.join(run.command), unavailable=run.unavailable,
                     sizes=dict(sizes), consts=dict(consts), kernel=launch.kernel)
     if info:
@@ -152,12 +152,12 @@ def ncu_version(ncu: list[str]) -> str:
 
 
 def compare(report: dict, metrics: dict[str, float | None], *, dram: dict | None, flops: float | None,
-            device: str, source: dict[str, dict[str, float]] | None = None) -> dict:
+            device: str, source: dict[str, dict[str, float]] | None = None, source_rows: list | None = None) -> dict:
     """The measured section: every prediction of `report` (and `dram`, `flops`) beside `metrics` (ncu's
     counts of one launch, base units) and `source` (ncu.source_shared of the source page, when ncu printed
-    one), each with a verdict; `off` lists those that are off."""
+    one; `source_rows` its instructions), each with a verdict; `off` lists those that are off."""
     out: dict[str, object] = {"device": device, "metrics": dict(metrics)}
-    out["shared"] = shared_classes(report.get("accesses", []), metrics, source)
+    out["shared"] = shared_classes(report.get("accesses", []), metrics, source, source_rows)
     out["registers"] = register_check(report.get("registers"), report.get("ptxas"), metrics)
     out["shared_memory"] = {"planned": (report.get("occupancy") or {}).get("smem_bytes"),
                             "static": metrics.get("launch__shared_mem_per_block_static"),
@@ -194,12 +194,93 @@ def access_class(op: str) -> tuple[str, int] | None:
     return None
 
 
+# SASS shared-memory opcodes by the bytes a lane moves (ncu's source page prints LDS/STS with these suffixes; no
+# suffix is 32-bit) and the PTX access names the report lists, mapped to one key per instruction width
+SASS_WIDTH_SUFFIX = {"128": 16, "64": 8, "U16": 2, "S16": 2, "U8": 1, "S8": 1}
+MATRIX_COUNT = re.compile(r"\.(\d)$")  # LDSM.16.M88.4 / STSM.16.MT88.2: the matrices a lane group moves
+
+
+def sass_key(sass: str) -> tuple[str, str] | None:
+    """(class, width key) of a source-page instruction: "STS.128 [R2], R4" -> ("st", "STS.128"), "LDS R0, [R1]"
+    -> ("ld", "LDS.32"), "@P0 LDSM.16.MT88.4 R4, [R5]" -> ("ld", "LDSM.x4"); None for other opcodes."""
+    words = sass.split()
+    if words and words[0].startswith("@"):
+        words = words[1:]
+    if not words:
+        return None
+    parts = words[0].split(".")
+    base = parts[0]
+    if base in ("LDSM", "STSM"):
+        m = MATRIX_COUNT.search(words[0])
+        return ("ld" if base == "LDSM" else "st"), f"{base}.x{m.group(1) if m else 1}"
+    if base in ("LDS", "STS"):
+        width = next((SASS_WIDTH_SUFFIX[p] for p in parts[1:] if p in SASS_WIDTH_SUFFIX), 4)
+        return ("ld" if base == "LDS" else "st"), f"{base}.{width * 8}"
+    return None
+
+
+def access_key(op: str) -> tuple[str, str] | None:
+    """The (class, width key) of sass_key that a listed access's instructions have: ld.shared.v4 -> ("ld",
+    "LDS.128"), stmatrix.x4 -> ("st", "STSM.x4"), ldmatrix.x4.trans -> ("ld", "LDSM.x4"); None for others."""
+    m = re.match(r"(ld|st)matrix\.x(\d)", op)
+    if m:
+        return m.group(1), f"{'LDSM' if m.group(1) == 'ld' else 'STSM'}.x{m.group(2)}"
+    m = re.match(r"(ld|st)\.shared\.(\w+)$", op)
+    if m and m.group(2) in WIDTH_BYTES:
+        return m.group(1), f"{'LDS' if m.group(1) == 'ld' else 'STS'}.{WIDTH_BYTES[m.group(2)] * 8}"
+    return None
+
+
+def _degrees(want: list[int]) -> str:
+    """'2', '1..4', or '1 (unlisted)' for a width group's predicted degrees."""
+    if not want:
+        return "1 (unlisted)"
+    return f"{want[0]}" if want[0] == want[-1] else f"{want[0]}..{want[-1]}"
+
+
+def width_groups(accesses: list[dict], rows: list) -> list[dict]:
+    """The source page's shared ld/st instructions (ncu.SourceRow) grouped by class and width (sass_key), each
+    beside the degrees the report lists for accesses of that width: `measured_degree` = wavefronts / ideal
+    wavefronts of the group's executed instructions; `predicted_degrees` the listed degrees. Verdict ok when one
+    degree is predicted and the measured one is within CONFLICT_TOLERANCE of it, or several are and it lies
+    between them, or none is (unlisted instructions) and it is 1 within the tolerance."""
+    predicted: dict[tuple[str, str], set[int]] = {}
+    for a in accesses:
+        key = access_key(a["op"])
+        if key is not None:
+            predicted.setdefault(key, set()).add(int(a["degree"]))
+    sums: dict[tuple[str, str], list[float]] = {}
+    for r in rows:
+        key = sass_key(r.sass)
+        if key is None or r.klass not in SOURCE_COUNTED:
+            continue
+        acc = sums.setdefault(key, [0.0, 0.0, 0.0])
+        acc[0] += r.executed
+        acc[1] += r.wavefronts
+        acc[2] += r.ideal
+    out = []
+    for key in sorted(sums):
+        executed, wavefronts, ideal = sums[key]
+        degree = wavefronts / ideal if ideal else None
+        want = sorted(predicted.get(key, ()))
+        lo, hi = (want[0], want[-1]) if want else (1, 1)
+        ok = degree is not None and lo * (1 - CONFLICT_TOLERANCE) <= degree <= hi * (1 + CONFLICT_TOLERANCE)
+        out.append({"class": key[0], "width": key[1], "instructions": executed, "wavefronts": wavefronts,
+                    "ideal": ideal, "measured_degree": degree, "predicted_degrees": want,
+                    "verdict": "ok" if ok else "off"})
+    return out
+
+
 def shared_classes(accesses: list[dict], metrics: dict[str, float | None],
-                   source: dict[str, dict[str, float]] | None = None) -> list[dict]:
+                   source: dict[str, dict[str, float]] | None = None, source_rows: list | None = None) -> list[dict]:
     """One entry per instruction class that the report lists an access of or the GPU executed. The ld and st
     classes take their counts from the source page where there is one (SOURCE_COUNTED: the instructions' own
     wavefronts; conflicts = wavefronts - ideal) and keep the L1 unit's as `unit_wavefronts` / `unit_conflicts`,
-    which also count waits behind other traffic to the banks; cp.async keeps the unit's."""
+    which also count waits behind other traffic to the banks; cp.async keeps the unit's. With the source page's
+    instructions (`source_rows`) each ld/st class also gets `by_width` (width_groups): where the class mixes
+    widths of different listed degrees, so that no one count of conflicts is predicted, the class is judged by
+    its widths, each against its own listed degree."""
+    groups = width_groups(accesses, source_rows) if source_rows is not None else None
     predicted: dict[str, list[dict]] = {c: [] for c in SHARED_COUNTERS}
     for a in accesses:
         cls = access_class(a["op"])
@@ -224,6 +305,14 @@ def shared_classes(accesses: list[dict], metrics: dict[str, float | None],
         entry = {"class": cls, "name": CLASS_NAMES[cls], "accesses": predicted[cls], "instructions": instructions,
                  "wavefronts": wavefronts, "conflicts": conflicts, "counted_by": counted_by, **unit}
         entry.update(class_verdict(predicted[cls], instructions, wavefronts, conflicts))
+        if groups is not None and cls in SOURCE_COUNTED:
+            entry["by_width"] = [g for g in groups if g["class"] == cls]
+            if entry["predicted_conflicts"] is None and entry["by_width"] and instructions:
+                bad = [g for g in entry["by_width"] if g["verdict"] == "off"]
+                entry["verdict"] = "off" if bad else "ok"
+                entry["why"] = "; ".join(f"{g['width']}: degree {_num(g['measured_degree'], 3)} measured, "
+                                         f"predicted {_degrees(g['predicted_degrees'])}"
+                                         for g in bad) if bad else "each width at its listed degree"
         out.append(entry)
     return out
 
@@ -401,6 +490,12 @@ def format_measured(m: dict) -> str:
                          "l1tex conflicts", "verdict"], rows)
     else:
         lines.append("shared memory: no LSU shared-memory instruction predicted or executed")
+    widths = [[g["width"], _num(g["instructions"]), _num(g["wavefronts"]), _num(g["measured_degree"], 3),
+               _degrees(g["predicted_degrees"]), g["verdict"]]
+              for c in m.get("shared", []) for g in c.get("by_width", [])]
+    if widths:
+        lines += _table("shared memory, per instruction width (ncu's source page; degree = wavefronts / ideal):",
+                        ["width", "instructions", "wavefronts", "degree", "predicted", "verdict"], widths)
     r = m.get("registers", {})
     lines.append(f"registers: predicted {_num(r.get('predicted'))}, ptxas {_num(r.get('ptxas'))}, SASS live peak "
                  f"{_num(r.get('sass_live_peak'))}, launch {_num(r.get('launch'))}; spills (ptxas) "
