@@ -206,6 +206,18 @@ def test_mixed_widths_are_judged_width_by_width_on_the_source_page() -> None:
     assert off["verdict"] == "off" and "STS.128: degree 1.5 measured, predicted 2" in off["why"]
 
 
+def test_instructions_that_move_nothing_form_no_group_and_the_widths_decide() -> None:
+    """Measured on an H100 (swznone_mma_ss_k32B_n32B-top-bf16-sm_80): 16 ldmatrix.x4 at 2-way as listed, and 24 LDS
+    that moved nothing (no wavefronts, no ideal ones). The class-level count (40 instructions, 128 wavefronts:
+    3.2 a instruction against the 8 of a 2-way x4) called it off; the widths say the listing is exact."""
+    acc = [_acc("ldmatrix.x4", 2, "a"), _acc("ldmatrix.x4.trans", 2, "b")]
+    rows = [_row("LDSM.16.M88.4 R4, [R5]", 16, 128, 64), _row("LDS R0, [R1]", 24, 0, 0)]
+    metrics = {m: None for m in METRIC_NAMES}
+    assert class_verdict(acc, 40, 128, 64)["verdict"] == "off"
+    (ld,) = shared_classes(acc, metrics, source_shared(rows), rows)
+    assert [g["width"] for g in ld["by_width"]] == ["LDSM.x4"] and ld["verdict"] == "ok"
+
+
 def test_an_unlisted_width_is_held_to_one_way() -> None:
     groups = width_groups([_acc("st.shared.v4", 1)], [_row("STS.64 [R2], R4", 10, 20, 20),
                                                       _row("STS [R1], R2", 10, 20, 10)])

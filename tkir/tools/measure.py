@@ -261,6 +261,8 @@ def width_groups(accesses: list[dict], rows: list) -> list[dict]:
     out = []
     for key in sorted(sums):
         executed, wavefronts, ideal = sums[key]
+        if not ideal and not wavefronts:
+            continue  # executed without shared traffic counted (predicated off, or no wavefront metric): no data
         degree = wavefronts / ideal if ideal else None
         want = sorted(predicted.get(key, ()))
         lo, hi = (want[0], want[-1]) if want else (1, 1)
@@ -277,9 +279,10 @@ def shared_classes(accesses: list[dict], metrics: dict[str, float | None],
     classes take their counts from the source page where there is one (SOURCE_COUNTED: the instructions' own
     wavefronts; conflicts = wavefronts - ideal) and keep the L1 unit's as `unit_wavefronts` / `unit_conflicts`,
     which also count waits behind other traffic to the banks; cp.async keeps the unit's. With the source page's
-    instructions (`source_rows`) each ld/st class also gets `by_width` (width_groups): where the class mixes
-    widths of different listed degrees, so that no one count of conflicts is predicted, the class is judged by
-    its widths, each against its own listed degree."""
+    instructions (`source_rows`) each ld/st class also gets `by_width` (width_groups) and is judged by its widths,
+    each against its own listed degree: a class that mixes widths of different degrees has no one predicted
+    count of conflicts, and the class's instruction count includes instructions that move nothing (predicated
+    off), which the per-instruction range would count as conflict-free ones."""
     groups = width_groups(accesses, source_rows) if source_rows is not None else None
     predicted: dict[str, list[dict]] = {c: [] for c in SHARED_COUNTERS}
     for a in accesses:
@@ -307,7 +310,7 @@ def shared_classes(accesses: list[dict], metrics: dict[str, float | None],
         entry.update(class_verdict(predicted[cls], instructions, wavefronts, conflicts))
         if groups is not None and cls in SOURCE_COUNTED:
             entry["by_width"] = [g for g in groups if g["class"] == cls]
-            if entry["predicted_conflicts"] is None and entry["by_width"] and instructions:
+            if entry["by_width"] and instructions:
                 bad = [g for g in entry["by_width"] if g["verdict"] == "off"]
                 entry["verdict"] = "off" if bad else "ok"
                 entry["why"] = "; ".join(f"{g['width']}: degree {_num(g['measured_degree'], 3)} measured, "
