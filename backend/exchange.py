@@ -26,6 +26,7 @@ from tkir.backend.idioms import cluster_barrier
 from tkir.backend.llvm_text import f32_literal
 from tkir.backend.shared_slots import as_bits
 from tkir.backend.values import Frag, LoweringError, Smem, register_layout
+from tkir.layout import exchange_chunk
 from tkir.target import REG_BYTES as WORD
 from tkir.target import WARP as WARP_THREADS
 from tkir.types import TileType, VectorType, dtype_bytes
@@ -85,6 +86,16 @@ def st_f32(w: LLVMWriter, addr: str, v: str) -> None:
 
 def ld_f32(w: LLVMWriter, addr: str, hint: str) -> str:
     return w.asm("float", ["ld.shared.f32 $0, [$1];"], ["=f", "r"], [("i32", addr)], hint)
+
+
+def ld_f32_words(w: LLVMWriter, addr: str, n: int, hint: str) -> list[str]:
+    """n (1, 2 or 4) consecutive f32 words at `addr` (aligned to n words): one ld.shared.f32 / .v2.f32 / .v4.f32."""
+    if n == 1:
+        return [ld_f32(w, addr, hint)]
+    ret = "{" + ", ".join(["float"] * n) + "}"
+    regs = ", ".join(f"${i}" for i in range(n))
+    v = w.asm(ret, [f"ld.shared.v{n}.f32 {{{regs}}}, [${n}];"], ["=f"] * n + ["r"], [("i32", addr)], hint)
+    return [w.op(f"extractvalue {ret} {v}, {i}", hint) for i in range(n)]
 
 
 def gather_rows(cx: LoweringContext, rows: list, values: list[str], n: int, rt: VectorType) -> Frag:
@@ -156,8 +167,19 @@ def _exchange_row_values(cx: LoweringContext, rows: list, values: list[list[str]
         for j, v in enumerate(vs):
             _st_f32_everywhere(cx, slot(row, part, j), v, across)
     _exchange_sync(cx, across)
-    names = ("rp",) if k == 1 else ("rm", "rq")
-    return lambda row, p, j: ld_f32(w, slot(row, p, j), names[j])
+    # a row's parts * k words are consecutive and aligned to their count: read in vectors of up to 4
+    # (tkir/layout.py exchange_chunk), each the first time the caller asks for one of its words
+    chunk = exchange_chunk(parts, k)
+    loaded: dict[tuple[object, int], list[str]] = {}
+
+    def load(row: object, p: int, j: int) -> str:
+        i = p * k + j
+        key = (row, i // chunk)
+        if key not in loaded:
+            first = i // chunk * chunk
+            loaded[key] = ld_f32_words(w, slot(row, first // k, first % k), chunk, "rx")
+        return loaded[key][i % chunk]
+    return load
 
 
 def combine_row_parts(cx: LoweringContext, fop: str, rows: list, partials: list[str], nrows: int,

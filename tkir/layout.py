@@ -866,7 +866,8 @@ def column_scratch_accesses(layout: RegisterLayout, rows: int, cols: int,
 # _exchange_row_values) stores each thread's k f32 values (k = 1: a sum, max, min or mean; k = 2: a mean and
 # M2, or an argmax's value and column) of each of its rows to word (row * parts + part) * k + j of a scratch
 # vector of rows * parts * k words, one instruction per (row group of its slots, j), then reads its rows' words
-# of every part back, one instruction per (row group, part, j). Where the result vector's layout holds a row in
+# of every part back, in vectors of up to 4 words (exchange_chunk: the row's parts * k words are consecutive), one
+# instruction per (row group, vector). Where the result vector's layout holds a row in
 # a thread that did not reduce it, the results go through a second scratch vector (gather_rows): word `row`
 # stored by each row group, read back per result slot.
 
@@ -874,6 +875,15 @@ def column_scratch_accesses(layout: RegisterLayout, rows: int, cols: int,
 def exchange_word(row: int, part: int, j: int, parts: int, k: int) -> int:
     """The scratch word of value j (of k) of warp part `part` (of `parts`) of row `row` (_exchange_row_values)."""
     return (row * parts + part) * k + j
+
+
+def exchange_chunk(parts: int, k: int) -> int:
+    """Words a thread reads back with one instruction: a row's parts * k words are consecutive and aligned to
+    their count, read in vectors of up to CHUNK_BYTES (ld.shared.v4.f32; v2 or f32 where they are fewer)."""
+    n = CHUNK_BYTES // BANK_BYTES
+    while (parts * k) % n:
+        n //= 2
+    return n
 
 
 def _row_groups(layout: RegisterLayout, rows: int, cols: int) -> list[np.ndarray]:
@@ -887,16 +897,16 @@ def _row_groups(layout: RegisterLayout, rows: int, cols: int) -> list[np.ndarray
     return groups
 
 
-def _word_accesses(op: str, per_instruction: list[np.ndarray]) -> Access:
-    """An Access on a scratch vector (one row of f32 words) from (threads,) word indices per instruction
-    (-1: idle lane), cut into warps."""
+def _word_accesses(op: str, per_instruction: list[np.ndarray], width: int = BANK_BYTES) -> Access:
+    """An Access of `width` bytes a lane on a scratch vector (one row of f32 words) from (threads,) first word
+    indices per instruction (-1: idle lane), cut into warps."""
     rs, cs = [], []
     for words in per_instruction:
         for w in range(len(words) // WARP):
             idx = words[w * WARP:(w + 1) * WARP]
             rs.append(np.where(idx >= 0, 0, -1))
             cs.append(np.where(idx >= 0, idx * BANK_BYTES, -1))
-    return Access(op, BANK_BYTES, *_pack(rs, cs))
+    return Access(op, width, *_pack(rs, cs))
 
 
 def row_exchange_accesses(layout: RegisterLayout, rows: int, cols: int, k: int) -> list[tuple[Access, SharedLayout]]:
@@ -910,9 +920,11 @@ def row_exchange_accesses(layout: RegisterLayout, rows: int, cols: int, k: int) 
     part = (np.arange(layout.threads) // WARP) % parts
     scratch = SharedLayout("f32", 1, rows * parts * k)
     stores = [np.where(r >= 0, exchange_word(r, part, j, parts, k), -1) for r in groups for j in range(k)]
-    loads = [np.where(r >= 0, exchange_word(r, p, j, parts, k), -1)
-             for r in groups for p in range(parts) for j in range(k)]
-    return [(_word_accesses("st.shared.f32", stores), scratch), (_word_accesses("ld.shared.f32", loads), scratch)]
+    chunk = exchange_chunk(parts, k)
+    loads = [np.where(r >= 0, exchange_word(r, 0, 0, parts, k) + c, -1)
+             for r in groups for c in range(0, parts * k, chunk)]
+    load = _word_accesses({1: "ld.shared.f32", 2: "ld.shared.v2", 4: "ld.shared.v4"}[chunk], loads, chunk * BANK_BYTES)
+    return [(_word_accesses("st.shared.f32", stores), scratch), (load, scratch)]
 
 
 def row_gather_accesses(layout: RegisterLayout, rows: int, cols: int,

@@ -1,6 +1,6 @@
 """The bank model's account of a row reduction's shared-memory traffic (tkir/layout.py row_exchange_accesses,
 row_gather_accesses; listed by bank-conflicts as `tile = "scratch"`) against what the backend emits
-(backend/exchange.py): every ld/st.shared.f32 of the lowered LLVM, its address evaluated for every thread with
+(backend/exchange.py): every f32 ld/st.shared (and the v2/v4 reads of a row's parts) of the lowered LLVM, its address evaluated for every thread with
 tests/llvm_eval_test_support.py, cut into warps, must be one of the model's instructions and the other way round
 (as multisets). The backend's addresses are taken relative to the lowest one in the kernel: every exchange
 starts at the scratch area's base, which the model calls 0. Kernels with a column reduction are left out (its
@@ -22,7 +22,8 @@ from tkir.layout import WARP, Access, SharedLayout, layout_of, row_exchange_acce
 from tkir.ops import ARG_KINDS, STATS_ATTR
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRATCH_ASM = {"st.shared.f32 [$0], $1;": "st.shared.f32", "ld.shared.f32 $0, [$1];": "ld.shared.f32"}
+SCRATCH_ASM = {"st.shared.f32 [$0], $1;": "st.shared.f32", "ld.shared.f32 $0, [$1];": "ld.shared.f32",
+               "ld.shared.v2.f32 {$0, $1}, [$2];": "ld.shared.v2", "ld.shared.v4.f32 {$0, $1, $2, $3}, [$4];": "ld.shared.v4"}
 
 # a fused row mean and variance over rows split across warps (k = 2: combine_row_stats), one row a block and
 # four (several row groups, the results gathered into the row vector's layout)
@@ -48,8 +49,12 @@ def _backend(k: tkir.api.Kernel) -> Counter:
     """(op, relative lane addresses) of every warp's ld/st.shared.f32 in the kernel's LLVM."""
     fn = LLVMText(k.asm["llvm"])
     threads = OccupancyPlan.of(k.module.kernel).threads
-    calls = [(SCRATCH_ASM[c.asm.strip()], np.array([fn.value(c.args[0][1], t) for t in range(threads)]))
-             for c in fn.calls if c.asm.strip() in SCRATCH_ASM]
+    calls = []
+    for c in fn.calls:
+        op = SCRATCH_ASM.get(c.asm.strip())
+        if op is not None:  # the address: a store's first argument, a load's last
+            addr = c.args[0][1] if op.startswith("st") else c.args[-1][1]
+            calls.append((op, np.array([fn.value(addr, t) for t in range(threads)])))
     base = min((int(a.min()) for _, a in calls), default=0)  # every exchange starts at the scratch area's base
     out: Counter = Counter()
     for op, a in calls:
@@ -126,5 +131,7 @@ def test_report_lists_the_scratch_traffic(name: str) -> None:
     k = _compile(name, "sm_90a")
     entries = [e for op in k.module.kernel.walk() if op.name == "tk.reduce"
                for e in op.attrs.get(ACCESS_ATTR, []) if e["tile"] == "scratch"]
-    assert {e["op"] for e in entries} == {"st.shared.f32", "ld.shared.f32"}
+    ops = {e["op"] for e in entries}
+    assert "st.shared.f32" in ops and ops - {"st.shared.f32"} <= {"ld.shared.f32", "ld.shared.v2", "ld.shared.v4"}
+    assert len(ops) == 2, ops  # the stores and one width of reads
     assert all(e["degree"] == 1 for e in entries)
