@@ -26,7 +26,7 @@ from tkir.backend.idioms import cluster_barrier
 from tkir.backend.llvm_text import f32_literal
 from tkir.backend.shared_slots import as_bits
 from tkir.backend.values import Frag, LoweringError, Smem, register_layout
-from tkir.layout import exchange_chunk
+from tkir.layout import exchange_chunk, relayout_scratch
 from tkir.target import REG_BYTES as WORD
 from tkir.target import WARP as WARP_THREADS
 from tkir.types import TileType, VectorType, dtype_bytes
@@ -65,7 +65,7 @@ def shfl_idx(cx: LoweringContext, word: str, src_lane: str) -> str:
 def scratch_tile(cx: LoweringContext, t: TileType | VectorType) -> Smem:
     """An unswizzled, 16-byte-padded shared tile of t's shape in the scratch area."""
     if isinstance(t, TileType):
-        pad = 16 if (t.cols * dtype_bytes(t.dtype)) % 128 == 0 else 0  # spread rows over the banks
+        pad = relayout_scratch(t.dtype, t.rows, t.cols).pad  # rows spread over the banks (the model's tile)
         st = TileType("st", t.dtype, t.rows, t.cols, (("pad", pad),))
         nbytes = t.rows * (t.cols * dtype_bytes(t.dtype) + pad)
     else:

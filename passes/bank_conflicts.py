@@ -38,12 +38,23 @@ from tkir.layout import (
     column_scratch_accesses,
     conflict_degree,
     layout_of,
+    register_access,
+    relayout_scratch,
     row_exchange_accesses,
     row_gather_accesses,
 )
 from tkir.ops import ARG_KINDS, STATS_ATTR
-from tkir.passes.analysis import TileUse, access_report, shared_layout, swizzle_problem, tile_uses, with_layout
+from tkir.passes.analysis import (
+    TileUse,
+    access_report,
+    shared_layout,
+    swizzle_problem,
+    tile_uses,
+    transposed_load_access,
+    with_layout,
+)
 from tkir.passmanager import Options, Pass
+from tkir.scalar import FP8_DTYPES
 from tkir.types import TileType
 
 PAD_CHOICES = (4, 8, 16, 32, 64)  # bytes of row padding tried, smallest first
@@ -65,6 +76,9 @@ class BankConflicts(Pass):
                     _column_scratch(op)
                 elif op.name == "tk.reduce" and str(op.attrs.get("axis")) == "row":
                     _row_scratch(op, stats_seen)
+                elif op.name == "tk.transpose" or (op.name == "tk.convert_layout"
+                                                   and str(op.attrs.get("via", "none")) != "none"):
+                    _relayout_scratch(op)
             for op in stale:
                 if not op.attrs[ACCESS_ATTR]:
                     del op.attrs[ACCESS_ATTR]
@@ -111,6 +125,24 @@ def _row_scratch(op: Operation, stats_seen: set[object]) -> None:
         if group is not None:
             stats_seen.add(group)
     _add_scratch(op, row_gather_accesses(lay, t.rows, t.cols, result))
+
+
+def _relayout_scratch(op: Operation) -> None:
+    """A transpose's or a layout conversion's accesses to the scratch tile the backend moves the register tile
+    through (backend/rules_memory.py relayout; tkir/layout.py relayout_scratch): the source tile stored in its
+    layout, then read in the result's layout (transposed: element by element, or ldmatrix for 16-bit mma
+    fragments). An fp8 accumulator's conversion to the 8-bit wgmma A fragment moves by shuffles (none)."""
+    src, dst = op.operands[0].type, op.result.type
+    have, want = layout_of(src), layout_of(dst)
+    if have is None or want is None or not isinstance(src, TileType) or not isinstance(dst, TileType):
+        return  # before infer-layouts, or a vector (a one-row scratch the report does not model yet)
+    if have.kind == "wgmma_acc" and want.kind == "wgmma_a" and dst.dtype in FP8_DTYPES:
+        return
+    shape = (src.rows, src.cols)
+    tile = relayout_scratch(src.dtype, *shape)
+    load = (transposed_load_access(want, src.dtype, shape) if op.name == "tk.transpose"
+            else register_access(True, want, src.dtype, shape))
+    _add_scratch(op, [(register_access(False, have, src.dtype, shape), tile), (load, tile)])
 
 
 def _add_scratch(op: Operation, accesses: list[tuple[Access, SharedLayout]]) -> None:

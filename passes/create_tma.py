@@ -57,9 +57,10 @@ import re
 
 from tkir.access_report import add_report
 from tkir.ir import Module, Operation
-from tkir.layout import SharedLayout, layout_of, tma_box, tma_swizzle
+from tkir.layout import SharedLayout, layout_of, register_access, tma_box, tma_pattern, tma_swizzle
 from tkir.opdef import REDUCE_ATTR
 from tkir.passes.analysis import (
+    TileUse,
     access_report,
     choose_swizzle,
     classify_copy,
@@ -227,13 +228,21 @@ class _Rewriter:
         body = self.kernel.body
         first = next(i for i, o in enumerate(body.ops) if o.name == "tk.alloc" or i == len(body.ops) - 1)
         body.insert(first, alloc)
-        op.parent.insert_before(op, Operation("tk.store", [alloc.result, v_val], [], loc=op.loc))
+        store = Operation("tk.store", [alloc.result, v_val], [], loc=op.loc)
+        op.parent.insert_before(op, store)
         box, boxes = _box(stage_t, g.rank)
         desc = self.descriptor(op, g_val, stage_t, box)
         op.name = "tma.store"
         op.operands = [op.operands[0], alloc.result, *op.operands[2:]]
         op.attrs.pop("no_tma_reason", None)
         op.attrs.update({"desc": Symbol(desc), "boxes": boxes, "bytes": stage_t.nbytes})
+        # the staging tile is new after bank-conflicts: its store's entry here (the TMA read's on the tma.store)
+        layout, lay = shared_layout(stage_t), layout_of(v)
+        if lay is not None:
+            use = TileUse(store, register_access(False, lay, v.dtype, (v.rows, v.cols)), "ldst")
+            add_report(store.attrs, access_report(alloc.result, use, layout))
+        add_report(op.attrs, access_report(alloc.result, TileUse(op, tma_pattern(layout.rows, layout.row_bytes,
+                                                                                  layout.box_bytes), "tma"), layout))
         return None
 
     def why_not(self, op: Operation, g: GlobalType, s: TileType | VectorType) -> str | None:

@@ -26,13 +26,18 @@ the kernel's other allocations and is added only where the block still fits (at 
 and the plan's blocks per SM still resident); `occupancy.smem_bytes` and its fixed bytes grow by it. Stores
 left as they are get `stage_epilogue_skipped = "..."` (the reason): the stage would not fit, or a warp's
 block is narrower than 32 columns. The ablation is a pipeline without the pass.
+
+It runs after bank-conflicts, so it writes the stage's `access` entries itself (docs/passes.md, bank-conflicts):
+the pair stores (`st.shared.b32`, tkir/layout.py bf16_pair_pattern) and the 16-byte reads (`ld.shared.v4`, lane L
+on chunk L of the warp's rows) of one warp's 16 rows, under the stage's swizzle and unswizzled.
 """
 
 from __future__ import annotations
 
+from tkir.access_report import AccessReport, add_report
 from tkir.facts import OccupancyPlan
 from tkir.ir import Module, Operation
-from tkir.layout import layout_of
+from tkir.layout import Access, SharedLayout, bf16_pair_pattern, conflict_degree, layout_of, tma_pattern
 from tkir.passes.analysis import grow_plan_smem, smem_growth_problem
 from tkir.passmanager import Options, Pass
 from tkir.shared_plan import plan_shared
@@ -87,3 +92,16 @@ def _stage(kernel: Operation, op: Operation) -> None:
     op.operands = [op.operands[0], op.operands[1], alloc.result, *op.operands[2:]]
     op.attrs.pop("no_tma_reason", None)
     op.attrs["rows"] = STAGE_ROWS
+    _report(op, alloc.result.name, v.dtype, width, span)
+
+
+def _report(op: Operation, tile: str, dtype: str, width: int, span: int) -> None:
+    """The stage's accesses by one warp (its own STAGE_ROWS rows), with their degrees."""
+    row_bytes = width * 2
+    chunks = tma_pattern(STAGE_ROWS, row_bytes)  # lane L on chunk L of each 32, row-major: the read-back
+    reads = Access("ld.shared.v4", chunks.width, chunks.rows, chunks.bytecols)
+    stage = SharedLayout(dtype, STAGE_ROWS, width, span)
+    plain = SharedLayout(dtype, STAGE_ROWS, width)
+    for access in (bf16_pair_pattern("st.shared.b32", STAGE_ROWS, row_bytes), reads):
+        add_report(op.attrs, AccessReport(access.op, tile, conflict_degree(access, stage),
+                                          conflict_degree(access, plain)))

@@ -872,6 +872,17 @@ def column_scratch_accesses(layout: RegisterLayout, rows: int, cols: int,
 # stored by each row group, read back per result slot.
 
 
+RELAYOUT_PAD_BYTES = 16  # the relayout scratch tile's row padding where rows are a multiple of 128 bytes
+
+
+def relayout_scratch(dtype: str, rows: int, cols: int) -> SharedLayout:
+    """The unswizzled scratch tile a register tile goes through for a layout conversion or a transpose
+    (backend/exchange.py scratch_tile): rows padded by RELAYOUT_PAD_BYTES where they are a multiple of 128 bytes
+    (so they do not all start in bank 0), else dense."""
+    pad = RELAYOUT_PAD_BYTES if (cols * dtype_bytes(dtype)) % WAVEFRONT_BYTES == 0 else 0
+    return SharedLayout(dtype, rows, cols, pad=pad)
+
+
 def exchange_word(row: int, part: int, j: int, parts: int, k: int) -> int:
     """The scratch word of value j (of k) of warp part `part` (of `parts`) of row `row` (_exchange_row_values)."""
     return (row * parts + part) * k + j
