@@ -16,6 +16,10 @@ Rewrites
   every part: tkir/layout.py row_exchange_accesses), the one that lowers a fused mean and variance
   (`stats = N`) for the group; any row reduction whose result vector holds rows in other threads than
   the reduced tile's gets the gather's (row_gather_accesses), `tile = "scratch"`;
+* a transpose (`tk.transpose`) or a layout conversion through shared memory (`tk.convert_layout {via !=
+  none}`, but an fp8 accumulator's to the 8-bit A fragment, which moves by shuffles) gets its scratch tile's
+  store and read (tkir/layout.py relayout_scratch, the backend's padding), `tile = "scratch"`; staging
+  tiles made after this pass carry entries from the pass that makes them (create-tma, stage-epilogue);
 * each op touching shared memory gets `access = [{op = "ldmatrix.x4", tile = "a", degree = 1,
   degree_before = 8}, ...]` (hardware paths also `hardware = true`);
 * where an access exceeds 1 and `Options.swizzle != "none"`: another swizzle when the tile's swizzle
