@@ -179,6 +179,13 @@ class LLVMText:
         raise ValueError(f"cannot evaluate: {rhs}")
 
 
+def shared_addresses(fn: LLVMText, call: AsmCall, threads: int, store: bool) -> np.ndarray:
+    """The shared address every thread 0 .. threads-1 gives a shared-memory asm call: a store's first argument
+    (`st.shared... [$0], ...`), a load's last (`ld.shared... ..., [$n]`, ldmatrix likewise)."""
+    addr = call.args[0][1] if store else call.args[-1][1]
+    return np.array([fn.value(addr, t) for t in range(threads)])
+
+
 def _split_args(s: str) -> list[str]:
     """Split an argument list at top-level commas."""
     out, depth, cur = [], 0, ""

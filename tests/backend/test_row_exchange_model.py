@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from llvm_eval_test_support import LLVMText  # tests/ is on sys.path under pytest
+from llvm_eval_test_support import LLVMText, shared_addresses  # tests/ is on sys.path under pytest
 
 import tkir
 from tkir.access_report import ACCESS_ATTR
@@ -49,12 +49,8 @@ def _backend(k: tkir.api.Kernel) -> Counter:
     """(op, relative lane addresses) of every warp's ld/st.shared.f32 in the kernel's LLVM."""
     fn = LLVMText(k.asm["llvm"])
     threads = OccupancyPlan.of(k.module.kernel).threads
-    calls = []
-    for c in fn.calls:
-        op = SCRATCH_ASM.get(c.asm.strip())
-        if op is not None:  # the address: a store's first argument, a load's last
-            addr = c.args[0][1] if op.startswith("st") else c.args[-1][1]
-            calls.append((op, np.array([fn.value(addr, t) for t in range(threads)])))
+    calls = [(op, shared_addresses(fn, c, threads, store=op.startswith("st")))
+             for c in fn.calls if (op := SCRATCH_ASM.get(c.asm.strip())) is not None]
     base = min((int(a.min()) for _, a in calls), default=0)  # every exchange starts at the scratch area's base
     out: Counter = Counter()
     for op, a in calls:

@@ -14,9 +14,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import numpy as np
 import pytest
-from llvm_eval_test_support import LLVMText  # tests/ is on sys.path under pytest
+from llvm_eval_test_support import LLVMText, shared_addresses  # tests/ is on sys.path under pytest
 
 import tkir
 from tkir.access_report import reports_of
@@ -40,7 +39,7 @@ KNOWN: dict[tuple[str, str], dict] = {("based", "sm_90a"): _BASED, ("based", "sm
 
 
 def _key(asm: str) -> tuple[tuple[str, str], int, bool] | None:
-    """((class, width key), bytes a lane, whether the address is the last argument) of a shared instruction."""
+    """((class, width key), bytes a lane, whether it is a load) of a shared instruction."""
     m = PLAIN.match(asm)
     if m:
         width = ELEM_BYTES[m.group(3)] * (int(m.group(2)[1]) if m.group(2) else 1)
@@ -61,9 +60,8 @@ def emitted(k: tkir.api.Kernel) -> set[tuple[tuple[str, str], int]]:
         found = _key(call.asm.strip().split("\n")[0])
         if found is None:
             continue
-        key, width, addr_last = found
-        addr = call.args[-1][1] if addr_last else call.args[0][1]
-        a = np.array([fn.value(addr, t) for t in range(threads)])
+        key, width, is_load = found
+        a = shared_addresses(fn, call, threads, store=not is_load)
         degree = max(int(wavefronts(a[w * WARP:(w + 1) * WARP][None, :], width).max()) for w in range(threads // WARP))
         out.add((key, degree))
     return out
