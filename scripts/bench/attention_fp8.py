@@ -2,6 +2,7 @@
 
     python3 scripts/bench/attention_fp8.py [--shapes B,H,N,D;...] [--causal 0|1|both] [--tune] [--reps 20]
         [--json PATH]
+    python3 scripts/bench/attention_fp8.py --variant "b192:BKV=192" --variant "b192np:BKV=192:-pingpong" [...]
     python3 scripts/bench/attention_fp8.py --dry-run [...]     # no GPU, no torch: each kernel's consts
 
 Shape (default): (B, H, N, D) = (8, 16, 4096, 128), causal and not. Per shape, on fresh inputs quantised as
@@ -19,7 +20,10 @@ BOUND, examples/attention_fp8.py's TOLERANCE for O), the bf16 ways against the s
 all ways are timed interleaved with tkir.tools.timing.time_pair_ms (warm-up, an L2 flush and a GPU-side host
 lead before every run, CUDA events, medians over --reps runs, the order rotated from rep to rep, input sets
 rotated past the L2). FLOPs 4 B H N² D (two matmuls; half that causal). The table gives TFLOP/s and fp8 / bf16
-(the issue's bar: >= 1.4x tkir's own bf16 forward) and fp8 / cuDNN.
+(the issue's bar: >= 1.4x tkir's own bf16 forward) and fp8 / cuDNN. Each `--variant LABEL:CONSTS[:EDITS]` adds
+one more fp8 way, timed in the same interleaved runs and checked against the same reference: attention_fp8.tk
+with CONSTS (`BKV=192,STAGES=3`) over the row's and the pass-pipeline edits EDITS (`-pingpong`, as `tkc compile
+--pass-edits` takes them); its row gives TFLOP/s and the ratio to the default fp8 kernel.
 """
 
 from __future__ import annotations
@@ -41,6 +45,19 @@ BAR_VS_BF16 = 1.4  # the issue's bar: fp8 >= 1.4x tkir's bf16 forward
 TUNED = ["BQ", "BKV", "STAGES"]  # attention_fp8.tk's @tune names
 BF16_CONSTS: dict = {}  # attention_fwd.tk at its defaults (BQ, BKV auto in its header), as its bench rows compile it
 WAYS = ["tkir fp8", "tkir bf16", "SDPA cuDNN bf16", "SDPA fp8"]
+
+
+def parse_variant(text: str) -> tuple[str, dict, str | None]:
+    """'b192:BKV=192,STAGES=3:-pingpong' -> ('b192', {'BKV': 192, 'STAGES': 3}, '-pingpong')."""
+    label, _, rest = text.partition(":")
+    consts_text, _, edits = rest.partition(":")
+    try:
+        consts = {k.strip(): int(v) for k, v in (kv.split("=", 1) for kv in consts_text.split(",") if kv.strip())}
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"variant {text!r}: want LABEL:NAME=INT,...[:PASS_EDITS]") from None
+    if not label or label in WAYS:
+        raise argparse.ArgumentTypeError(f"variant {text!r}: want a label of its own before the first ':'")
+    return label, consts, edits or None
 
 
 def parse_shapes(text: str) -> list[tuple[int, int, int, int]]:
@@ -77,7 +94,8 @@ def fp8_consts(sizes: dict, d: int, causal: bool, tune: bool) -> tuple[dict, str
     return tuned_consts(str(ROOT / "examples" / "attention_fp8.tk"), sizes, consts, TUNED, compile_kw={}, tune_kw={})
 
 
-def bench_row(b: int, h: int, n: int, d: int, causal: bool, reps: int, tune: bool) -> dict:
+def bench_row(b: int, h: int, n: int, d: int, causal: bool, reps: int, tune: bool,
+              variants: list[tuple[str, dict, str | None]] = ()) -> dict:
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -89,6 +107,8 @@ def bench_row(b: int, h: int, n: int, d: int, causal: bool, reps: int, tune: boo
     consts, note = fp8_consts(sizes, d, causal, tune)
     fp8 = tkir.compile(str(ROOT / "examples" / "attention_fp8.tk"), **consts)
     bf16 = tkir.compile(str(ROOT / "examples" / "attention_fwd.tk"), D=d, CAUSAL=int(causal), **BF16_CONSTS)
+    extra = {label: tkir.compile(str(ROOT / "examples" / "attention_fp8.tk"), pass_edits=edits,
+                                 **{**consts, **vc}) for label, vc, edits in variants}
     nsets = timing.rotation_sets(comp.bytes_moved(sizes, consts) + 2 * 4 * b * h * n * d)
     sets = []
     for _ in range(nsets):
@@ -107,6 +127,8 @@ def bench_row(b: int, h: int, n: int, d: int, causal: bool, reps: int, tune: boo
         "tkir bf16": lambda i: (lambda: bf16(*sets[i]["bf16"])),
         "SDPA cuDNN bf16": lambda i: (lambda: sdpa(sets[i]["bf16"][:3], SDPBackend.CUDNN_ATTENTION)),
     }
+    for label, kv in extra.items():
+        ways[label] = lambda i, kv=kv: (lambda: kv(*sets[i]["fp8"]))
     row: dict[str, Any] = dict(B=b, H=h, N=n, D=d, causal=bool(causal), fp8_consts=consts, tune_note=note,
                                bf16_consts=dict(bf16.module.kernel.attrs["consts"]))
     try:  # fp8 SDPA: tried on the e4m3 tensors (V untransposed), reported n/a when torch refuses it
@@ -128,6 +150,15 @@ def bench_row(b: int, h: int, n: int, d: int, causal: bool, reps: int, tune: boo
     row["bf16_rel_err"] = timing.rel_err(torch, first["bf16"][3], ref)
     row["cudnn_rel_err"] = timing.rel_err(torch, cudnn_o, ref)
     row["ok"] = bool(row["rel_err"] <= comp.TOLERANCE["O"])
+    row["variants"] = {}
+    for (label, _, edits), kv in zip(variants, extra.values(), strict=True):
+        first["fp8"][-2].view(torch.int16).fill_(-1)  # NaN bf16: a variant that writes nothing fails its check
+        kv(*first["fp8"])
+        torch.cuda.synchronize()
+        err = timing.rel_err(torch, first["fp8"][-2], ref)
+        row["variants"][label] = dict(consts=dict(kv.module.kernel.attrs["consts"]), pass_edits=edits, rel_err=err,
+                                      ok=bool(err <= comp.TOLERANCE["O"]))
+        row["ok"] = row["ok"] and row["variants"][label]["ok"]
     del ref, cudnn_o
     names = list(ways)
     times = timing.time_pair_ms(torch, [ways[w] for w in names], nsets, reps, warmup=5)
@@ -136,6 +167,9 @@ def bench_row(b: int, h: int, n: int, d: int, causal: bool, reps: int, tune: boo
         ms = times[names.index(w)] if w in names else None
         row[w] = dict(ms=ms, tflops=None if ms is None else work / ms / 1e9)
     ms8 = row["tkir fp8"]["ms"]
+    for label, v in row["variants"].items():
+        ms = times[names.index(label)]
+        v.update(ms=ms, tflops=work / ms / 1e9, over_default=ms8 / ms, over_bf16=row["tkir bf16"]["ms"] / ms)
     row["fp8_over_bf16"] = row["tkir bf16"]["ms"] / ms8
     row["fp8_over_cudnn"] = row["SDPA cuDNN bf16"]["ms"] / ms8
     row["meets_bar"] = bool(row["fp8_over_bf16"] >= BAR_VS_BF16)
@@ -157,6 +191,10 @@ def format_table(rows: list[dict]) -> str:
         tf = " ".join(num(r[w]["tflops"], 20, 1) for w in WAYS)
         lines.append(f"{shape:>16} {int(r['causal']):>6} {tf} {r['fp8_over_bf16']:>9.3f} "
                      f"{r['fp8_over_cudnn']:>9.3f}  {verdict}")
+        for label, v in r.get("variants", {}).items():
+            lines.append(f"{'':>16} {'':>6}   {label}: {v['tflops']:.1f} TF/s, {v['over_default']:.3f}x the default, "
+                         f"{v['over_bf16']:.3f}x bf16, {'ok' if v['ok'] else 'FAIL'} {v['rel_err']:.1e} "
+                         f"({v['consts']}{', ' + v['pass_edits'] if v['pass_edits'] else ''})")
     return "\n".join(lines)
 
 
@@ -178,6 +216,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--causal", choices=["0", "1", "both"], default="both")
     ap.add_argument("--tune", action="store_true", help="time the fp8 kernel at the @tune point `tkc tune` chooses")
     ap.add_argument("--reps", type=int, default=20, help="timed runs per way (medians)")
+    ap.add_argument("--variant", type=parse_variant, action="append", default=[], metavar="LABEL:CONSTS[:EDITS]",
+                    help="one more fp8 way in the same runs: consts over the row's and pass-pipeline edits")
     ap.add_argument("--json", default=None, metavar="PATH", help="write every row as JSON")
     ap.add_argument("--dry-run", action="store_true", help="compile and print each kernel's consts; no GPU")
     args = ap.parse_args(argv)
@@ -185,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         dry_run(args.shapes, causals)
         return 0
-    rows = [bench_row(b, h, n, d, c, args.reps, args.tune) for b, h, n, d in args.shapes for c in causals]
+    rows = [bench_row(b, h, n, d, c, args.reps, args.tune, args.variant) for b, h, n, d in args.shapes for c in causals]
     print(format_table(rows))
     if args.json:
         import torch
