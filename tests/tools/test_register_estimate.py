@@ -190,3 +190,39 @@ def test_wide_row_plan_is_held_by_ptxas(name: str, consts: dict) -> None:
     assert stats.spill_stores == stats.spill_loads == 0, stats
     estimate = register_comparison(k.module, stats.registers)["predicted_total"]
     assert abs(stats.registers - estimate) <= REGISTER_BOUND * stats.registers, (estimate, stats.registers)
+
+
+@pytest.mark.parametrize("name, target", [("softmax", "sm_90a"), ("attention_fwd", "sm_90a")])
+def test_ptxas_need_is_the_fewest_registers_that_hold(name: str, target: str) -> None:
+    """ptxas_need's count assembles without spilling and the next smaller cap spills: `.maxnreg` one less for a
+    one-role kernel, the consumers' setmaxnreg value one allocation unit less for a warp-specialized one (where
+    the launch allocation does not already hold it)."""
+    import re
+
+    import tkir
+    from tkir.backend.toolchain import assemble
+    from tkir.target import REG_ALLOC_UNIT
+    from tkir.tools.register_table import ROOT, ptxas_need
+
+    ptx = tkir.compile(str(ROOT / "examples" / f"{name}.tk"), target=target).asm["ptx"]
+    need, how = ptxas_need(ptx, target)
+    values = [int(v) for v in re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+)", ptx)]
+    if values:
+        assert how == "setmaxnreg", how  # attention_fwd's consumers need more than the launch allocation
+        top = max(values)
+
+        def at(n: int) -> str:
+            return re.sub(r"(setmaxnreg\.\w+\.sync\.aligned\.u32\s+)(\d+)",
+                          lambda m: m.group(1) + str(n if int(m.group(2)) == top else m.group(2)), ptx)
+        below = at(need - REG_ALLOC_UNIT)
+        held = at(need)
+    else:
+        assert how == "maxnreg", how
+        bare = re.sub(r"\s*\.(minnctapersm|maxnreg)\s+\d+", "", ptx)
+
+        def at(n: int) -> str:
+            return re.sub(r"(\.maxntid[^\n]*)", lambda m: m.group(1) + f"\n.maxnreg {n}", bare, count=1)
+        below, held = at(need - 1), at(need)
+    r_held, r_below = assemble(held, target), assemble(below, target)
+    assert r_held.spill_stores == r_held.spill_loads == 0, r_held
+    assert r_below.spill_stores + r_below.spill_loads > 0, (need, r_below)
