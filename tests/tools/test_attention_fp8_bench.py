@@ -52,3 +52,19 @@ def test_table_marks_refused_ways_and_the_bar() -> None:
     assert "SDPA fp8 TF/s" in lines[0]
     assert lines[2].split()[5] == "n/a" and "under the" not in lines[2]   # 1.7x: over the bar
     assert "under the 1.4x bar" in lines[3]                               # 1.13x
+
+
+def test_variants_parse_and_print_beside_the_default() -> None:
+    import argparse
+
+    assert bench.parse_variant("b192np:BKV=192,STAGES=3:-pingpong") == ("b192np", {"BKV": 192, "STAGES": 3},
+                                                                         "-pingpong")
+    assert bench.parse_variant("same:") == ("same", {}, None)
+    for bad in ("b192:BKV=big", ":BKV=192", "tkir fp8:BKV=192"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            bench.parse_variant(bad)
+    row = _row(1.0, refused=True)
+    row["variants"] = {"b192": dict(consts={"BKV": 192}, pass_edits="-pingpong", rel_err=2.0e-2, ok=True, ms=0.8,
+                                    tflops=1.0, over_default=1.25, over_bf16=2.125)}
+    line = bench.format_table([row]).splitlines()[-1]
+    assert "b192:" in line and "1.250x the default" in line and "2.125x bf16" in line and "-pingpong" in line
