@@ -21,7 +21,9 @@ spilling (ptxas_need: a bisection of `.maxnreg` for a one-role kernel; for a war
 consumers' setmaxnreg value in steps of REG_ALLOC_UNIT, down to the launch allocation, below which setmaxnreg
 does not cap ptxas). ptxas's own count is what it takes under the plan's cap, and it takes more where it can
 (the ldmatrix fragments of later k16 steps on sm_80, the loads of a row kernel issued early): `need` says how much
-of that is need. About two to eight ptxas runs a row.
+of that is need. About two to eight ptxas runs a row. ptxas's spilling is not monotone in the cap (embedding.tk
+holds at `.maxnreg` 25-29, spills 16 B at 30, holds from 31), so the bisection gives a cap that holds with the
+one below it spilling: an upper bound of the least (31 for embedding).
 """
 
 from __future__ import annotations
@@ -96,12 +98,13 @@ def register_row(path: Path, target: str, need: bool = False) -> dict:
 
 
 def ptxas_need(ptx: str, target: str) -> tuple[int, str]:
-    """(registers, how) for the PTX of one kernel: the fewest registers per thread ptxas assembles it in with no
-    spill stores or loads. A kernel with setmaxnreg: the least consumer setmaxnreg value (its largest) that
-    holds, a multiple of REG_ALLOC_UNIT not below the launch allocation (how = "setmaxnreg", or "launch" where
-    the launch allocation already holds: the consumers need at most that); otherwise the least `.maxnreg`
-    (how = "maxnreg"; `.minnctapersm` dropped, as it would cap ptxas too). A kernel that spills at the most a
-    thread can have gives (that count, "spills")."""
+    """(registers, how) for the PTX of one kernel: a register count per thread ptxas assembles it in with no
+    spill stores or loads, one less spilling, found by bisection (ptxas is not monotone in the cap: an upper
+    bound of the fewest, module docstring). A kernel with setmaxnreg: the consumers' setmaxnreg value (its
+    largest), a multiple of REG_ALLOC_UNIT not below the launch allocation (how = "setmaxnreg", or "launch"
+    where the launch allocation already holds: the consumers need at most that); otherwise `.maxnreg` (how =
+    "maxnreg"; `.minnctapersm` dropped, as it would cap ptxas too). A kernel that spills at the most a thread
+    can have gives (that count, "spills")."""
     from tkir.backend.toolchain import assemble
 
     def spills(text: str, extra: tuple[str, ...] = ()) -> bool:
