@@ -31,6 +31,7 @@ from tkir.backend.idioms import (
     NAMED_BARRIERS,
     block_barrier,
     bulk_wait,
+    fence_acq_rel,
     fence_async_proxy,
     named_barrier_sync,
     wgmma_wait_group_tied,
@@ -52,6 +53,7 @@ from tkir.facts import MULTICAST_ATTR, FactError, OccupancyPlan
 from tkir.ir import Module, Operation, Value
 from tkir.layout import SharedLayout, fragment, layout_of
 from tkir.ops import TILE_BINARY, TILE_UNARY
+from tkir.ops_pipeline import WAIT_FENCE_ATTR
 from tkir.shared_plan import SharedPlan, plan_shared, tile_stage_bytes  # noqa: F401  (re-exported)
 from tkir.types import GlobalType, TileType, VectorType, format_attr_value
 
@@ -147,6 +149,9 @@ class LoweringContext:
         try:
             self._check_layouts(op)
             r = rule_table.select(self, op)
+            if op.name == "tk.mma_wait" and op.attrs.get(WAIT_FENCE_ATTR) and any(
+                    isinstance(x := self.vals.get(id(v)), Frag) and x.pending for v in op.operands):
+                fence_acq_rel(self.w, "cta")  # overlap-mma{fence_wait}: ptxas keeps the wait below the work before it
             # an accumulator whose wgmma group may still be in flight is waited for (its registers tied
             # through wgmma.wait_group) before anything but another mma or the loop's yield reads it
             for i, v in enumerate(op.operands):

@@ -61,6 +61,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from tkir.ir import Block, Module, Operation, Region, Value, clone_op, parent_op
+from tkir.ops_pipeline import WAIT_FENCE_ATTR
 from tkir.passes.analysis import CP_HOLD_ATTR, RotationPlan, defined_in, match_rotation, rotation_hazard
 from tkir.passes.builder import OpBuilder
 from tkir.passmanager import Options, ParamError, Pass, param
@@ -86,6 +87,10 @@ class OverlapMma(Pass):
                               "drain between them); false: each loop on its own")
     max_acc_cols: int = param(MAX_ACC_COLS, "rotate only when the second mma's accumulator has at most this many "
                                             "columns (attention's head dim); 0: any")
+    fence_wait: bool = param(False, "research: the steady loop's wait for M2 carries `fence = true`, which the "
+                                    "backend lowers as fence.acq_rel.cta before the wgmma.wait_group, so that ptxas "
+                                    "keeps W's exponentials between the two waits (without it ptxas hoists the wait "
+                                    "to W's first row max); false: the wait alone. Untimed: off")
 
     def __post_init__(self) -> None:
         if self.max_acc_cols < 0:
@@ -107,9 +112,9 @@ class OverlapMma(Pass):
                     plan2 = self._plan(nxt)
                     if plan2 is not None:
                         done.add(id(nxt))
-                        _rotate_pair(op, plan, nxt, plan2)
+                        _rotate_pair(op, plan, nxt, plan2, self.fence_wait)
                         continue
-                _rotate(op, plan)
+                _rotate(op, plan, self.fence_wait)
 
     def _plan(self, loop: Operation) -> RotationPlan | None:
         if not self.masked and _masks(loop):
@@ -190,10 +195,10 @@ class _Prep:
     after it, late = conversions moved behind M2's wait) and stage 1, and the values stage 1 reads
     from stage 0 (`cross`), which the rotated loop carries."""
 
-    def __init__(self, loop: Operation, plan: RotationPlan):
+    def __init__(self, loop: Operation, plan: RotationPlan, fence: bool = False):
         blk = loop.body
         _wait_before_first_use(blk, plan.m1)
-        self.loop, self.plan = loop, plan
+        self.loop, self.plan, self.fence = loop, plan, fence
         self.term = blk.terminator
         self.iv, self.carried = blk.args[0], list(blk.args[1:])
         s1_ids = {id(op) for op in plan.stage1}
@@ -250,6 +255,8 @@ class _Prep:
             if op not in self.late:
                 body.append(clone_op(op, m))
         o_done = _wait_and_release(body, self.plan, ms1)
+        if self.fence:  # overlap-mma{fence_wait}: keep W ahead of the wait in the SASS
+            o_done.owner.attrs[WAIT_FENCE_ATTR] = True
         for op in self.late:
             body.append(clone_op(op, m))
         new_yields = [m.get(y, y) for y in self.term.operands]
@@ -291,8 +298,8 @@ def _guarded(parent: Block, before: Operation, lo: Value, hi: Value, inits: list
                 x.operands = [new if v is old else v for v in x.operands]
 
 
-def _rotate(loop: Operation, plan: RotationPlan) -> None:
-    _rotate_prepared(_Prep(loop, plan))
+def _rotate(loop: Operation, plan: RotationPlan, fence: bool = False) -> None:
+    _rotate_prepared(_Prep(loop, plan, fence))
 
 
 def _rotate_prepared(prep: _Prep) -> None:
@@ -324,13 +331,14 @@ def _pair(first: Operation, second: Operation) -> bool:
             and list(second.operands[3:]) == list(first.results))
 
 
-def _rotate_pair(first: Operation, p1: RotationPlan, second: Operation, p2: RotationPlan) -> None:
+def _rotate_pair(first: Operation, p1: RotationPlan, second: Operation, p2: RotationPlan,
+                 fence: bool = False) -> None:
     """Two loops over lo..split and split..hi with the same stage 1 rotated as one software pipeline
     (FA3 runs its masked and unmasked key blocks in one pipeline): the first block's stage 0 from
     whichever loop owns it, the steady loops lo+1..split and max(split, lo+1)..hi, one epilogue.
     The transition costs no drain: the masked loop's first iteration runs stage 1 of the last
     unmasked block under its own M1. Loops whose stages do not line up are rotated each on its own."""
-    a, b = _Prep(first, p1), _Prep(second, p2)
+    a, b = _Prep(first, p1, fence), _Prep(second, p2, fence)
     if [x.type for x in a.cross] != [x.type for x in b.cross] or a.acc_slot != b.acc_slot \
             or [c.type for c in a.carried] != [c.type for c in b.carried] \
             or [op.name for op in a.plan.stage1] != [op.name for op in b.plan.stage1]:

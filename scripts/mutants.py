@@ -774,6 +774,17 @@ MUTANTS: list[Mutation] = [
       topic="audit3"),
 ]
 
+# overlap-mma{fence_wait}: the fence that keeps the softmax ahead of the second mma's wait in the SASS
+T_FENCE_WAIT = ("tests/filecheck/test_filecheck.py", "-k", "overlap-mma-fence")
+MUTANTS += [
+    M("fence-wait-not-emitted", "backend/context.py", '                fence_acq_rel(self.w, "cta")',
+      "                pass", "tk.mma_wait {fence = true} lowers to the wait alone", tests=T_FENCE_WAIT,
+      topic="fence-wait"),
+    M("fence-wait-not-marked", "passes/overlap_mma.py", "            o_done.owner.attrs[WAIT_FENCE_ATTR] = True",
+      "            pass", "overlap-mma{fence_wait=true} leaves the steady loop's wait unmarked", tests=T_FENCE_WAIT,
+      topic="fence-wait"),
+]
+
 # buffer lifetimes: overlap-mma's rotation hazard, the verifier's read-after-release proof, the interpreter's
 # race check (tests/passes/test_overlap_hazard.py, tests/ir/test_interp_release.py)
 T_LIFETIME = ("tests/passes/test_overlap_hazard.py", "tests/ir/test_interp_release.py",

@@ -140,12 +140,19 @@ def _role(op: Operation) -> None:
            f"{SETMAXNREG_STEP}")
 
 
+# `tk.mma_wait {fence = true}`: a fence.acq_rel.cta right before the wait (overlap-mma{fence_wait}), which ptxas
+# does not move the wgmma wait above, so the work before it stays before it in the SASS
+WAIT_FENCE_ATTR = "fence"
+
+
 def _mma_wait(op: Operation) -> None:
     n_operands(op, 1)
     n_results(op, 1)
     t = op.operands[0].type
     expect(isinstance(t, TileType) and t.space == "rt" and op.result.type == t,
            "'tk.mma_wait' takes and returns one register tile of the same type")
+    expect(isinstance(op.attrs.get(WAIT_FENCE_ATTR, False), bool),
+           f"'tk.mma_wait' {WAIT_FENCE_ATTR} = {op.attrs.get(WAIT_FENCE_ATTR)}: true or false")
 
 
 register_op("pipe.barriers", _barriers, pure=False, summary="S mbarriers with an arrival count")
