@@ -192,6 +192,10 @@ def format_report(report: dict) -> str:
                        f"({fb['registers']} registers); the kernel asks for {fb['to']} blocks/SM instead, the "
                        f"highest count ptxas does not spill at{runs} (plan-occupancy{{spill_retry=false}} keeps "
                        "the spilling code)")
+    if "overlap_in_sass" in report:
+        from tkir.tools.sass_overlap import format_overlap
+
+        out.append(format_overlap(report["overlap_in_sass"]))
     if report.get("unaligned_rows"):
         rows = report["unaligned_rows"]
         pieces = sorted(set(rows.values()), reverse=True)
@@ -200,7 +204,7 @@ def format_report(report: dict) -> str:
     for key, val in report.items():  # keys later stages add (e.g. the CLI's ptxas summary)
         if key not in ("shared_tiles", "accesses", "register_tiles", "register_copies", "tma", "occupancy",
                        "registers", "cp_async_loops", "unaligned_rows", "spill_fallback", "auto_consts",
-                       "multicast", "measured"):  # measured: tkir/tools/measure.py prints it
+                       "multicast", "measured", "overlap_in_sass"):  # measured: tkir/tools/measure.py prints it
             out.append(f"{key}: {_cell(val)}")
     return "\n".join(out).rstrip() + "\n"
 
