@@ -777,12 +777,17 @@ def cmd_report(args: argparse.Namespace) -> int:
         rep["backend"] = f"not compiled: {e.message}"
     except Exception as e:  # noqa: BLE001 -- NotImplementedError, ToolchainError, a backend bug
         rep["backend"] = f"not compiled: {type(e).__name__}: {str(e).strip().splitlines()[0] if str(e) else ''}"
-    if "backend" not in rep:  # overlap-mma's claim against the SASS (tkir/tools/sass_overlap.py)
+    if "backend" not in rep:  # what ptxas made of the schedule (tkir/tools/sass_overlap.py, sass_loads.py)
         from tkir.tools.sass_overlap import overlap_report
 
         overlap = overlap_report(k.module.kernel, k.asm["sass"])
         if overlap is not None:
             rep["overlap_in_sass"] = overlap
+        from tkir.tools.sass_loads import early_reads
+
+        early = early_reads(k.asm["sass"])  # global loads a thread waits for before it issues a wgmma
+        if early:
+            rep["loads_read_before_wgmma"] = early
     fallback = spill_fallback(k.module)  # set by the backend, which ran above
     if fallback is not None:
         rep["spill_fallback"] = fallback

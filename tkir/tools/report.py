@@ -196,6 +196,10 @@ def format_report(report: dict) -> str:
         from tkir.tools.sass_overlap import format_overlap
 
         out.append(format_overlap(report["overlap_in_sass"]))
+    if report.get("loads_read_before_wgmma"):
+        from tkir.tools.sass_loads import format_early_reads
+
+        out.append(format_early_reads(report["loads_read_before_wgmma"]))
     if report.get("unaligned_rows"):
         rows = report["unaligned_rows"]
         pieces = sorted(set(rows.values()), reverse=True)
@@ -204,7 +208,8 @@ def format_report(report: dict) -> str:
     for key, val in report.items():  # keys later stages add (e.g. the CLI's ptxas summary)
         if key not in ("shared_tiles", "accesses", "register_tiles", "register_copies", "tma", "occupancy",
                        "registers", "cp_async_loops", "unaligned_rows", "spill_fallback", "auto_consts",
-                       "multicast", "measured", "overlap_in_sass"):  # measured: tkir/tools/measure.py prints it
+                       "multicast", "measured",  # measured: tkir/tools/measure.py prints it
+                       "overlap_in_sass", "loads_read_before_wgmma"):
             out.append(f"{key}: {_cell(val)}")
     return "\n".join(out).rstrip() + "\n"
 

@@ -51,7 +51,8 @@ def overlap_windows(sass: str) -> list[dict[str, int]]:
 
 def rotated_waits(kernel: Operation) -> list[Operation]:
     """The waits overlap-mma puts after W in its steady loops: a `tk.mma_wait` inside a loop, of a `defer_wait`
-    mma that accumulates onto a value (not a fresh fill, as the first product does)."""
+    mma whose A operand is the previous iteration's (a value the loop carries: p of block j-1). pingpong's
+    deferred waits read an A of their own iteration and are not counted."""
     out = []
     for op in kernel.walk():
         loop = parent_op(op) if op.name == "tk.mma_wait" else None
@@ -60,10 +61,8 @@ def rotated_waits(kernel: Operation) -> list[Operation]:
         mma = op.operands[0].owner
         if not (isinstance(mma, Operation) and mma.name == "tk.mma" and mma.attrs.get("defer_wait")):
             continue
-        acc = mma.operands[2].owner
-        if isinstance(acc, Operation) and acc.name == "tk.fill":
-            continue
-        out.append(op)
+        if mma.operands[0] in op.parent.args:
+            out.append(op)
     return out
 
 
