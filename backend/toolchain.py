@@ -132,6 +132,12 @@ def sass_count(sass: str, opcode: str) -> int:
     return sum(_opcode(line) == opcode for line in sass.splitlines())
 
 
+def sass_instructions(sass: str) -> list[tuple[str, str, str]]:
+    """Every instruction of a SASS listing in order, as (code address, guard predicate or "", the instruction
+    without its guard or the closing `;`): `/*0130*/ @!P0 BRA `(.L_x_6) ;` -> ("0130", "@!P0", "BRA `(.L_x_6)")."""
+    return [(m.group(1), m.group(2) or "", m.group(3)) for m in map(_SASS_INSTR.match, sass.splitlines()) if m]
+
+
 def local_memory_ops(sass: str) -> list[str]:
     """The local-memory loads and stores (LDL/STL: register spills or stack arrays), as SASS lines."""
     return [line.strip() for line in sass.splitlines() if _opcode(line) in ("LDL", "STL")]
@@ -142,6 +148,7 @@ def local_memory_ops(sass: str) -> list[str]:
 # A SASS instruction line: `/*0070*/  @!P0 EXIT ;` -> group 1 is the mnemonic with modifiers.
 _SASS_LINE = re.compile(r"^\s*/\*[0-9a-fA-F]+\*/\s+(?:@!?U?P[T0-9]+\s+)?"
                         r"([A-Z][A-Z0-9_]*(?:\.[A-Za-z0-9_]+)*)")
+_SASS_INSTR = re.compile(r"^\s*/\*([0-9a-fA-F]+)\*/\s+(?:(@!?U?P[T0-9]+)\s+)?(.*?)\s*;")
 _REGISTERS = re.compile(r"Used (\d+) registers")
 _SMEM = re.compile(r"(\d+) bytes smem")
 _FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")

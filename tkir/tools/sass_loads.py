@@ -14,20 +14,13 @@ from __future__ import annotations
 
 import re
 
-_LINE = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
+from tkir.backend.toolchain import sass_instructions
+
 _REG = re.compile(r"\bR(\d+)\b")
 _WIDTH = {".64": 2, ".128": 4}
 WGMMA_ISSUE = ("WARPGROUP.ARRIVE", "HGMMA", "QGMMA", "IGMMA", "BGMMA")
 _NO_DEST = ("ST", "RED", "ATOM", "SYNCS", "BAR", "HGMMA", "QGMMA", "IGMMA", "BGMMA", "WARPGROUP", "BRA", "EXIT",
             "UTMA", "MEMBAR", "FENCE", "DEPBAR", "LDGDEPBAR", "CCTL", "NOP", "RET")
-
-
-def _split(text: str) -> tuple[str, str]:
-    """(opcode, operands) of one instruction, its guard predicate dropped."""
-    if text.startswith("@"):
-        text = text.split(None, 1)[1]
-    op, _, rest = text.partition(" ")
-    return op, rest
 
 
 def _sources(op: str, operands: str) -> set[int]:
@@ -43,23 +36,21 @@ def early_reads(sass: str) -> list[dict[str, str]]:
     """{"load": the LDG's address in the code, "reader": the opcode that reads its value first} for each global load
     whose value is read before the next wgmma is issued in the same straight-line code (mbarrier waits between
     them included: the thread then waits for the load before it waits for its stage)."""
-    ins = [(m.group(1), m.group(2)) for m in map(_LINE.search, sass.splitlines()) if m]
+    ins = [(pc, guard, *text.partition(" ")[::2]) for pc, guard, text in sass_instructions(sass)]
     out = []
-    for i, item in enumerate(ins):
-        op, operands = _split(item[1])
+    for i, (pc, _, op, operands) in enumerate(ins):
         first = _REG.search(operands) if op.startswith("LDG") else None
         if first is None:
             continue
         width = next((n for suffix, n in _WIDTH.items() if suffix in op), 1)
         dest = set(range(int(first.group(1)), int(first.group(1)) + width))
         reader = None
-        for nxt in ins[i + 1:]:
-            op2, operands2 = _split(nxt[1])
+        for _, guard2, op2, operands2 in ins[i + 1:]:
             if op2.startswith(WGMMA_ISSUE):
                 if reader is not None:
-                    out.append({"load": item[0], "reader": reader})
+                    out.append({"load": pc, "reader": reader})
                 break
-            if op2.startswith(("BRA", "EXIT", "RET")) and not nxt[1].startswith("@"):
+            if op2.startswith(("BRA", "EXIT", "RET")) and not guard2:
                 break  # the fall-through path ends (a guarded branch, such as an mbarrier wait's retry, does not)
             if reader is None and _sources(op2, operands2) & dest:
                 reader = op2

@@ -11,39 +11,36 @@ rotated (docs/passes.md, overlap-mma: "What ptxas makes of the rotation").
 
 from __future__ import annotations
 
-import re
-
+from tkir.backend.toolchain import sass_instructions
 from tkir.ir import Operation, parent_op
 from tkir.ops_pipeline import WAIT_FENCE_ATTR
 
-_INSTR = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(.*?)\s*;")
 WAIT_FIRST = "WARPGROUP.DEPBAR.LE gsb0, 0x1"   # all but the newest wgmma group done: the first product's
 WAIT_ALL = "WARPGROUP.DEPBAR.LE gsb0, 0x0"     # every group done: the second product's
 EXP = "MUFU.EX2"
 
 
 def _is_wgmma(ins: str) -> bool:
-    op = ins.split()[0] if not ins.startswith("@") else ins.split()[1]
-    return op.startswith(("HGMMA", "QGMMA", "IGMMA", "BGMMA"))
+    return ins.startswith(("HGMMA", "QGMMA", "IGMMA", "BGMMA"))
 
 
 def overlap_windows(sass: str) -> list[dict[str, int]]:
     """{"under": n, "after": m} for each first-product wait followed by an all-groups wait before the next wgmma,
     in SASS order."""
-    ins = [m.group(1) for m in (_INSTR.search(line) for line in sass.splitlines()) if m]
+    ins = [text for _, _, text in sass_instructions(sass)]
     out: list[dict[str, int]] = []
     for i, text in enumerate(ins):
         if WAIT_FIRST not in text:
             continue
         j, under = i + 1, 0
         while j < len(ins) and WAIT_ALL not in ins[j] and not _is_wgmma(ins[j]):
-            under += ins[j].startswith(EXP) or f" {EXP}" in ins[j]
+            under += ins[j].startswith(EXP)
             j += 1
         if j == len(ins) or WAIT_ALL not in ins[j]:
             continue
         k, after = j + 1, 0
         while k < len(ins) and not _is_wgmma(ins[k]) and not ins[k].startswith("EXIT"):
-            after += ins[k].startswith(EXP) or f" {EXP}" in ins[k]
+            after += ins[k].startswith(EXP)
             k += 1
         out.append({"under": under, "after": after})
     return out
