@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import re
 
-from tkir.backend.toolchain import sass_instructions
-
 _REG = re.compile(r"\bR(\d+)\b")
 _WIDTH = {".64": 2, ".128": 4}
 WGMMA_ISSUE = ("WARPGROUP.ARRIVE", "HGMMA", "QGMMA", "IGMMA", "BGMMA")
@@ -36,6 +34,8 @@ def early_reads(sass: str) -> list[dict[str, str]]:
     """{"load": the LDG's address in the code, "reader": the opcode that reads its value first} for each global load
     whose value is read before the next wgmma is issued in the same straight-line code (mbarrier waits between
     them included: the thread then waits for the load before it waits for its stage)."""
+    from tkir.backend.toolchain import sass_instructions  # the backend loads only when a SASS is read
+
     ins = [(pc, guard, *text.partition(" ")[::2]) for pc, guard, text in sass_instructions(sass)]
     out = []
     for i, (pc, _, op, operands) in enumerate(ins):

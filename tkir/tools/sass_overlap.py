@@ -11,7 +11,6 @@ rotated (docs/passes.md, overlap-mma: "What ptxas makes of the rotation").
 
 from __future__ import annotations
 
-from tkir.backend.toolchain import sass_instructions
 from tkir.ir import Operation, parent_op
 from tkir.ops_pipeline import WAIT_FENCE_ATTR
 
@@ -27,6 +26,8 @@ def _is_wgmma(ins: str) -> bool:
 def overlap_windows(sass: str) -> list[dict[str, int]]:
     """{"under": n, "after": m} for each first-product wait followed by an all-groups wait before the next wgmma,
     in SASS order."""
+    from tkir.backend.toolchain import sass_instructions  # the backend loads only when a SASS is read
+
     ins = [text for _, _, text in sass_instructions(sass)]
     out: list[dict[str, int]] = []
     for i, text in enumerate(ins):
