@@ -70,6 +70,29 @@ def reference(inputs: list[np.ndarray], sizes: dict, consts: dict) -> dict[str, 
     return {"DQACC": acc, "DK": g["DK"], "DV": g["DV"]}
 
 
+def torch_inputs(sizes: dict, consts: dict) -> list:
+    """make_inputs on the GPU (attention_bwd_prep.py's `torch_problem`: the f32 forward's L and Delta)."""
+    import torch
+
+    c = _consts(consts)
+    p = _PREP.torch_problem(sizes, c["D"], bool(c["CAUSAL"]), c["G"])
+    acc = torch.zeros(sizes["B"], sizes["H"], c["D"], workspace_cols(sizes["N"]), device="cuda")
+    poison = torch.full_like(p["K"], float("nan"))
+    return [p["Q"], p["K"], p["V"], p["DO"], p["L"], p["DELTA"], acc, poison, poison.clone()]
+
+
+def torch_reference(inputs: list, sizes: dict, consts: dict) -> dict:
+    """reference in f32 on the GPU (attention_bwd_prep.py's `torch_backward`)."""
+    import torch
+
+    c = _consts(consts)
+    g = _PREP.torch_backward(*inputs[:6], causal=bool(c["CAUSAL"]))
+    n = sizes["N"]
+    acc = torch.zeros(sizes["B"], sizes["H"], c["D"], workspace_cols(n), device=g["DQ"].device)
+    acc[..., :n] = g["DQ"].transpose(-1, -2) * c["D"] ** 0.5
+    return {"DQACC": acc, "DK": g["DK"], "DV": g["DV"]}
+
+
 def flops(sizes: dict, consts: dict) -> int:
     """Five matmuls of 2 N^2 D per (batch, head) (S^T, dV, dP^T, dK, dQ^T); causal does half."""
     c = _consts(consts)

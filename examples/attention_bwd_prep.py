@@ -94,6 +94,73 @@ def problem(rng: np.random.Generator, sizes: dict, d: int, causal: bool, g: int 
     return dict(Q=q, K=k, V=v, DO=do, O=o, L=lse.astype(np.float32), DELTA=delta.astype(np.float32))
 
 
+# --- the same on the GPU in float32 (benchmark sizes: the float64 numpy path costs minutes there) -------
+
+def _row_block(h: int, n: int) -> int:
+    """Query rows per block of the GPU reference: about 0.5 GB of f32 scores for one batch's H heads."""
+    return max(1, min(n, 2**31 // max(1, h * n * 4) // 4))
+
+
+def _masked_scores(q, k, r0: int, causal: bool):  # noqa: ANN001, ANN202 - torch tensors
+    """S = Q[r0:r0+rows] K^T / sqrt(D) in f32 for one batch ([H, rows, N]), -inf above the diagonal if causal."""
+    import torch
+
+    s = q.float() @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
+    if causal:
+        rows = torch.arange(r0, r0 + q.shape[-2], device=q.device)
+        s.masked_fill_(torch.arange(k.shape[-2], device=q.device)[None, :] > rows[:, None], float("-inf"))
+    return s
+
+
+def torch_problem(sizes: dict, d: int, causal: bool, g: int = 1) -> dict:
+    """`problem` on the GPU: Q, K, V, dO unit normal (bf16; K, V with H / g heads), O (bf16) and L (f32) of the
+    f32 forward, Delta = rowsum(dO * O) in float64 on the bf16 O, stored f32."""
+    import torch
+
+    b, h, n = sizes["B"], sizes["H"], sizes["N"]
+    q, do = (torch.randn(b, h, n, d, device="cuda").to(torch.bfloat16) for _ in range(2))
+    k, v = (torch.randn(b, h // g, n, d, device="cuda").to(torch.bfloat16) for _ in range(2))
+    o = torch.empty_like(q)
+    lse = torch.empty(b, h, n, device="cuda", dtype=torch.float32)
+    rows = _row_block(h, n)
+    for i in range(b):
+        kb, vb = (t[i].float().repeat_interleave(g, dim=0) for t in (k, v))
+        for r0 in range(0, n, rows):
+            s = _masked_scores(q[i, :, r0:r0 + rows], kb, r0, causal)
+            lse[i, :, r0:r0 + rows] = torch.logsumexp(s, dim=-1)
+            o[i, :, r0:r0 + rows] = (torch.softmax(s, dim=-1) @ vb).to(torch.bfloat16)
+            del s
+    delta = (do.double() * o.double()).sum(-1).float()
+    return dict(Q=q, K=k, V=v, DO=do, O=o, L=lse, DELTA=delta)
+
+
+def torch_backward(q, k, v, do, lse, delta, causal: bool) -> dict:  # noqa: ANN001 - torch tensors
+    """`backward64` on the GPU in f32, per batch and block of query rows (dK, dV summed over the blocks and
+    over each K/V head's G query heads): dQ, dK, dV as f32 tensors."""
+    import torch
+
+    b, h, n, d = q.shape
+    g = h // k.shape[1]
+    scale = 1.0 / d ** 0.5
+    dq = torch.empty(b, h, n, d, device=q.device, dtype=torch.float32)
+    dk = torch.zeros(b, h, n, d, device=q.device, dtype=torch.float32)
+    dv = torch.zeros_like(dk)
+    rows = _row_block(h, n)
+    for i in range(b):
+        kb, vb = (t[i].float().repeat_interleave(g, dim=0) for t in (k, v))
+        for r0 in range(0, n, rows):
+            r1 = min(n, r0 + rows)
+            qb, dob = q[i, :, r0:r1].float(), do[i, :, r0:r1].float()
+            p = torch.exp(_masked_scores(qb, kb, r0, causal) - lse[i, :, r0:r1, None])
+            dv[i] += p.transpose(-1, -2) @ dob
+            ds = p * (dob @ vb.transpose(-1, -2) - delta[i, :, r0:r1, None])
+            del p
+            dq[i, :, r0:r1] = ds @ kb * scale
+            dk[i] += ds.transpose(-1, -2) @ qb * scale
+            del ds
+    return {"DQ": dq, "DK": dk.reshape(b, h // g, g, n, d).sum(2), "DV": dv.reshape(b, h // g, g, n, d).sum(2)}
+
+
 # --- this kernel ---------------------------------------------------------------------------------------
 
 def make_inputs(rng: np.random.Generator, sizes: dict, consts: dict) -> list[np.ndarray]:

@@ -172,3 +172,31 @@ def test_head_dim_256_takes_the_fused_backward_by_default(torch_module, monkeypa
     for name, g, r in zip(("dQ", "dK", "dV"), got, want, strict=True):
         err = _rel(torch, g, r)
         assert err < REL_TOL, f"{name} D=256 default backward: relative error {err:.3e}"
+
+
+@pytest.mark.parametrize("causal, g", [(False, 1), (True, 1), (True, 4)], ids=["full", "causal", "causal-gqa4"])
+def test_companion_torch_hooks_match_float64(torch_module, causal: bool, g: int) -> None:  # noqa: ANN001
+    """attention_bwd.py's torch_inputs / torch_reference (what `tkc bench` and scripts/bench/ab.py use at bench
+    sizes) against the float64 numpy forward and backward on the same bf16 values, then the kernel against them."""
+    import numpy as np
+
+    import tkir
+    from tkir.tools.examples import load_companion
+
+    torch = torch_module
+    comp = load_companion(str(ROOT / "examples/attention_bwd.tk"))
+    sizes, consts = dict(B=2, H=4, N=200), {"CAUSAL": int(causal), "G": g}
+    inputs = comp.torch_inputs(sizes, consts)
+    host = [t.float().cpu().numpy() for t in inputs[:4]]
+    lse64 = comp._PREP.forward64(*host[:3], causal=causal)[1]
+    assert np.abs(inputs[4].cpu().numpy() - lse64).max() < 1e-4
+    ref = comp.torch_reference(inputs, sizes, consts)
+    want = comp.reference([*host, inputs[4].cpu().numpy(), inputs[5].cpu().numpy()], sizes, consts)
+    for name, r in ref.items():
+        w = want[name]
+        assert np.linalg.norm(r.double().cpu().numpy() - w) / np.linalg.norm(w) < 1e-5, name
+    tkir.compile(str(ROOT / "examples/attention_bwd.tk"), **consts)(*inputs)
+    torch.cuda.synchronize()
+    for name in comp.OUTPUTS:
+        got = inputs[comp.PARAMS.index(name)]
+        assert float((got.float() - ref[name]).norm() / ref[name].norm()) < comp.TOLERANCE[name], name
