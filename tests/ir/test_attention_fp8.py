@@ -62,11 +62,17 @@ def test_p_rounding_is_what_the_error_is() -> None:
     assert np.allclose(again[0, 0], 2 * got[0, 0], rtol=1e-2) and np.array_equal(again[0, 1], got[0, 1])
 
 
+def kernel_const(ir: str, name: str) -> int:
+    """A const's value as the compiled kernel's IR states it (`tk.kernel @... {consts = {..., NAME = V, ...}}`)."""
+    return int(re.search(rf"consts = {{[^}}]*\b{name} = (\d+)", ir).group(1))
+
+
 def test_the_ir_shows_the_register_a_conversion() -> None:
     """infer-layouts puts a shuffle conversion of P (e4m3, accumulator fragment) to the 8-bit A fragment before
     the P · V `@`; nothing goes through shared memory for it (no shared tile of P, no smem conversion)."""
     ir = tkir.compile(str(PATH)).ir
-    conv = re.findall(r"tk\.convert_layout %\S+ \{via = \"(\w+)\".*: rt<e4m3, 128, 128, layout=\{kind = wgmma_a", ir)
+    bkv = kernel_const(ir, "BKV")
+    conv = re.findall(rf"tk\.convert_layout %\S+ \{{via = \"(\w+)\".*: rt<e4m3, 128, {bkv}, layout=\{{kind = wgmma_a", ir)
     assert conv and set(conv) == {"shuffle"}, conv
     allocs = re.findall(r"(%\S+) = tk\.alloc : st<", ir)
     assert sorted(allocs) == ["%O_stage", "%k", "%q", "%vt"], allocs  # no shared tile of P (O_stage: O's epilogue)
@@ -81,7 +87,7 @@ def test_sass_has_fp8_wgmma_for_both_products(consts: dict) -> None:
     shuffles of its conversion, no local memory, and no more barriers than attention_fwd.tk at the same tile."""
     k = tkir.compile(str(PATH), **consts)
     sass = k.asm["sass"]
-    D, BKV = consts.get("D", 128), consts.get("BKV", 128)
+    D, BKV = kernel_const(k.ir, "D"), kernel_const(k.ir, "BKV")  # the kernel's defaults where the case sets none
     qk = [ln for ln in sass.splitlines() if f"QGMMA.64x{BKV}x32.F32.E4M3.E4M3" in ln]
     pv = [ln for ln in sass.splitlines() if f"QGMMA.64x{D}x32.F32.E4M3.E4M3" in ln]
     if D == BKV:  # one shape for both: tell them apart by the A operand
