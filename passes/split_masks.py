@@ -19,18 +19,34 @@ FlashAttention-3 does the same for causal attention (§3.3: the masked blocks ar
 ones). Loops whose masks do not match these forms, or with another step, are left unchanged.
 Runs after `pipeline` (consumer loops keep their stage arithmetic: it follows j) and before
 `overlap-mma`, which then rotates both loops. Ablation: leave `split-masks` out of `--passes`.
+
+`suffix=true` (research, off until timed) also splits a loop whose masks pass everything on a *suffix* of the
+iterations, the masked ones first: attention's backward over query blocks for one key block
+(examples/attention_bwd.tk, causal: `where(row_index(s) + kb * BKV <= col_index(s) + i * BQ, s, -inf)` masks
+only the query blocks on the diagonal, the first ones of the loop), where every iteration computed the mask:
+
+* `tk.select %c, %x, %fill` with %c = `tk.cmp (tk.index %t) [+ off], (tk.index %u) + (a*j + b) {pred = lt|le}`,
+  off and b loop-invariant, a > 0: every element passes iff (extent - 1) + off < a*j + b (<= for le; the
+  right index's least value is 0), i.e. for j >= t = ceil((off + extent - 1 [+ 1 for lt] - b) / a).
+
+The loop `for j in lo .. hi` becomes `for j in lo .. t'` with the masks, then `for j in t' .. hi` without them,
+t' = min(max(max over the masks of t, lo), hi), the second starting from the first's results. A loop with masks
+of both kinds is split at the prefix only.
 """
 
 from __future__ import annotations
 
-from tkir.ir import Module, Operation, Value, clone_op
+from tkir.ir import Module, Operation, Value, clone_op, replace_all_uses
 from tkir.passes.builder import OpBuilder
-from tkir.passmanager import Options, Pass
+from tkir.passmanager import Options, Pass, param
 from tkir.types import TileType
 
 
 class SplitMasks(Pass):
     name = "split-masks"
+    suffix: bool = param(False, "research (off until timed): also split a loop whose masks pass everything on a "
+                                "suffix of its iterations (the causal backward's loop over query blocks), the "
+                                "masked iterations first")
 
     def run(self, module: Module, options: Options) -> None:
         for kernel in module.kernels():
@@ -40,6 +56,10 @@ class SplitMasks(Pass):
                     masks = [m for m in op.body.ops if _mask_bound(m, op) is not None]
                     if masks:
                         _split(op, masks)
+                    elif self.suffix:
+                        later = [m for m in op.body.ops if _suffix_bound(m, op) is not None]
+                        if later:
+                            _split_suffix(kernel, op, later)
 
 
 def _hoist_invariant_scalars(loop: Operation) -> None:
@@ -179,3 +199,87 @@ def _split(loop: Operation, masks: list[Operation]) -> None:
     blk.insert_before(loop, first)
     loop.operands[0] = t
     loop.operands[3:] = list(first.results)
+
+
+class _SuffixBound:
+    """The mask passes everything for j >= ceil((off + k - b) / a) (off, b a Value or an int)."""
+
+    def __init__(self, a: int, off: Value | int, k: int, b: Value | int):
+        self.a, self.off, self.k, self.b = a, off, k, b
+
+
+def _index_plus(v: Value, loop: Operation) -> tuple[Operation, Value | int] | None:
+    """v = tk.index [+ a scalar offset] -> (the tk.index op, the offset Value or 0)."""
+    d = v.owner
+    if isinstance(d, Operation) and d.name == "tk.index":
+        return d, 0
+    if not isinstance(d, Operation) or d.name != "tk.add":
+        return None
+    idx, off = d.operands
+    if not (isinstance(idx.owner, Operation) and idx.owner.name == "tk.index"):
+        idx, off = off, idx
+    if not (isinstance(idx.owner, Operation) and idx.owner.name == "tk.index") or isinstance(off.type, TileType):
+        return None
+    return idx.owner, off
+
+
+def _suffix_bound(m: Operation, loop: Operation) -> _SuffixBound | None:
+    """`m` a select on `index + off <(=) index + (a*j + b)`, off and b loop-invariant, a > 0 (the module doc)."""
+    if m.name != "tk.select":
+        return None
+    cmp = m.operands[0].owner
+    if not isinstance(cmp, Operation) or cmp.name != "tk.cmp" or str(cmp.attrs.get("pred")) not in ("lt", "le"):
+        return None
+    left, right = (_index_plus(v, loop) for v in cmp.operands)
+    if left is None or right is None or right[1] == 0:
+        return None
+    lidx, off = left
+    if isinstance(off, Value) and not _invariant(off, loop):
+        return None
+    aff = _affine(right[1], loop)
+    if aff is None or aff[0] <= 0:
+        return None
+    t = lidx.result.type
+    extent = t.cols if str(lidx.attrs.get("axis")) == "col" else t.rows
+    lt = 1 if str(cmp.attrs.get("pred")) == "lt" else 0
+    return _SuffixBound(aff[0], off, extent - 1 + lt, aff[1])
+
+
+def _split_suffix(kernel: Operation, loop: Operation, masks: list[Operation]) -> None:
+    """`for j in lo..hi` -> `for j in lo..t'` (the masks) then `for j in t'..hi` (none), the module doc's t'."""
+    blk = loop.parent
+    b = OpBuilder(blk, loop)
+    lo, hi = loop.operands[0], loop.operands[1]
+    zero = b.const(0, "c0")
+    t: Value | None = None
+    for m in masks:
+        bd = _suffix_bound(m, loop)
+        if isinstance(bd.off, Value):
+            num = b.op("arith.add", [bd.off, b.const(bd.k)], "num")
+        else:
+            num = b.const(bd.k + bd.off)
+        if isinstance(bd.b, Value):
+            num = b.op("arith.sub", [num, bd.b], "num")
+        elif bd.b:
+            num = b.op("arith.sub", [num, b.const(bd.b)], "num")
+        num = b.op("arith.max", [num, zero], "num")
+        ti = b.op("arith.div", [b.op("arith.add", [num, b.const(bd.a - 1)], "num"), b.const(bd.a)], "masked_end")
+        t = ti if t is None else b.op("arith.max", [t, ti], "masked_end")
+    t = b.op("arith.min", [b.op("arith.max", [t, lo], "split"), hi], "split")
+    # the second loop: a copy without the masks, continuing from the first one's results
+    mapping: dict[Value, Value] = {}
+    second = clone_op(loop, mapping)
+    sb = second.body
+    for m in masks:
+        new_m = mapping[m.result].owner
+        keep = new_m.operands[1]
+        for op in second.walk():
+            op.operands = [keep if v is new_m.result else v for v in op.operands]
+        sb.remove(new_m)
+    for old, new in zip(loop.results, second.results, strict=True):
+        replace_all_uses(kernel, old, new)
+    blk.insert_after(loop, second)
+    loop.operands[1] = t
+    second.operands[0] = t
+    second.operands[3:] = list(loop.results)
+

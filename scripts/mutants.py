@@ -785,6 +785,19 @@ MUTANTS += [
       topic="fence-wait"),
 ]
 
+T_SPLIT_SUFFIX = ("tests/passes/test_split_masks_suffix.py", "tests/filecheck/test_filecheck.py", "-k",
+                  "suffix or split_causal or only_the_first")
+MUTANTS += [
+    M("split-suffix-floor", "passes/split_masks.py", 'b.const(bd.a - 1)], "num"), b.const(bd.a)], "masked_end")',
+      'b.const(0)], "num"), b.const(bd.a)], "masked_end")',
+      "split-masks{suffix=true} rounds the last masked iteration down: a diagonal block runs unmasked",
+      tests=T_SPLIT_SUFFIX, topic="split-suffix"),
+    M("split-suffix-mask-kept-out", "passes/split_masks.py", "        keep = new_m.operands[1]",
+      "        keep = new_m.operands[2]",
+      "the unmasked loop of split-masks{suffix=true} takes the select's fill, not its value",
+      tests=T_SPLIT_SUFFIX, topic="split-suffix"),
+]
+
 # buffer lifetimes: overlap-mma's rotation hazard, the verifier's read-after-release proof, the interpreter's
 # race check (tests/passes/test_overlap_hazard.py, tests/ir/test_interp_release.py)
 T_LIFETIME = ("tests/passes/test_overlap_hazard.py", "tests/ir/test_interp_release.py",
