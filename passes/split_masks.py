@@ -151,19 +151,15 @@ def _mask_bound(m: Operation, loop: Operation) -> _Bound | None:
     lhs, bound = cmp.operands
     if not _invariant(bound, loop) or isinstance(bound.type, TileType):
         return None
-    add = lhs.owner
-    if not isinstance(add, Operation) or add.name != "tk.add":
+    left = _index_plus(lhs)
+    if left is None or isinstance(left[1], int):  # a bare index has no j in it
         return None
-    idx, off = add.operands
-    if not (isinstance(idx.owner, Operation) and idx.owner.name == "tk.index"):
-        idx, off = off, idx
-    if not (isinstance(idx.owner, Operation) and idx.owner.name == "tk.index") or isinstance(off.type, TileType):
-        return None
+    idx, off = left
     aff = _affine(off, loop)
     if aff is None or aff[0] <= 0:
         return None
-    t = idx.type
-    extent = t.cols if str(idx.owner.attrs.get("axis")) == "col" else t.rows
+    t = idx.result.type
+    extent = t.cols if str(idx.attrs.get("axis")) == "col" else t.rows
     le = 1 if str(cmp.attrs.get("pred")) == "le" else 0
     return _Bound(aff[0], bound, le - extent, aff[1])  # bound - b - extent (+1 for le)
 
@@ -177,28 +173,37 @@ def _split(loop: Operation, masks: list[Operation]) -> None:
     for m in masks:
         bd = _mask_bound(m, loop)
         num = b.op("arith.add", [bd.inv, b.const(bd.k + bd.a)], "num")   # inv + k + a
-        if isinstance(bd.b, Value):
-            num = b.op("arith.sub", [num, bd.b], "num")
-        elif bd.b:
-            num = b.op("arith.sub", [num, b.const(bd.b)], "num")
-        num = b.op("arith.max", [num, zero], "num")
+        num = b.op("arith.max", [_minus(b, num, bd.b), zero], "num")
         ti = b.op("arith.div", [num, b.const(bd.a)], "unmasked")
         t = ti if t is None else b.op("arith.min", [t, ti], "unmasked")
     t = b.op("arith.min", [b.op("arith.max", [t, lo], "split"), hi], "split")
     # the first loop: a copy without the masks
-    mapping: dict[Value, Value] = {}
-    first = clone_op(loop, mapping)
+    first = _copy_without(loop, masks)
     first.operands[1] = t
-    fb = first.body
-    for m in masks:
-        new_m = mapping[m.result].owner
-        keep = new_m.operands[0] if new_m.name == "tk.mask_causal" else new_m.operands[1]
-        for op in first.walk():
-            op.operands = [keep if v is new_m.result else v for v in op.operands]
-        fb.remove(new_m)
     blk.insert_before(loop, first)
     loop.operands[0] = t
     loop.operands[3:] = list(first.results)
+
+
+def _minus(b: OpBuilder, num: Value, off: Value | int) -> Value:
+    """num - off (off a loop-invariant Value or a compile-time integer; 0 adds nothing)."""
+    if isinstance(off, Value):
+        return b.op("arith.sub", [num, off], "num")
+    return b.op("arith.sub", [num, b.const(off)], "num") if off else num
+
+
+def _copy_without(loop: Operation, masks: list[Operation]) -> Operation:
+    """A copy of `loop` in which each mask gives its unmasked operand (a select its value, a mask_causal its
+    input)."""
+    mapping: dict[Value, Value] = {}
+    copy = clone_op(loop, mapping)
+    for m in masks:
+        new_m = mapping[m.result].owner
+        keep = new_m.operands[0] if new_m.name == "tk.mask_causal" else new_m.operands[1]
+        for op in copy.walk():
+            op.operands = [keep if v is new_m.result else v for v in op.operands]
+        copy.body.remove(new_m)
+    return copy
 
 
 class _SuffixBound:
@@ -208,7 +213,7 @@ class _SuffixBound:
         self.a, self.off, self.k, self.b = a, off, k, b
 
 
-def _index_plus(v: Value, loop: Operation) -> tuple[Operation, Value | int] | None:
+def _index_plus(v: Value) -> tuple[Operation, Value | int] | None:
     """v = tk.index [+ a scalar offset] -> (the tk.index op, the offset Value or 0)."""
     d = v.owner
     if isinstance(d, Operation) and d.name == "tk.index":
@@ -230,8 +235,8 @@ def _suffix_bound(m: Operation, loop: Operation) -> _SuffixBound | None:
     cmp = m.operands[0].owner
     if not isinstance(cmp, Operation) or cmp.name != "tk.cmp" or str(cmp.attrs.get("pred")) not in ("lt", "le"):
         return None
-    left, right = (_index_plus(v, loop) for v in cmp.operands)
-    if left is None or right is None or right[1] == 0:
+    left, right = (_index_plus(v) for v in cmp.operands)
+    if left is None or right is None or isinstance(right[1], int):
         return None
     lidx, off = left
     if isinstance(off, Value) and not _invariant(off, loop):
@@ -258,24 +263,12 @@ def _split_suffix(kernel: Operation, loop: Operation, masks: list[Operation]) ->
             num = b.op("arith.add", [bd.off, b.const(bd.k)], "num")
         else:
             num = b.const(bd.k + bd.off)
-        if isinstance(bd.b, Value):
-            num = b.op("arith.sub", [num, bd.b], "num")
-        elif bd.b:
-            num = b.op("arith.sub", [num, b.const(bd.b)], "num")
-        num = b.op("arith.max", [num, zero], "num")
+        num = b.op("arith.max", [_minus(b, num, bd.b), zero], "num")
         ti = b.op("arith.div", [b.op("arith.add", [num, b.const(bd.a - 1)], "num"), b.const(bd.a)], "masked_end")
         t = ti if t is None else b.op("arith.max", [t, ti], "masked_end")
     t = b.op("arith.min", [b.op("arith.max", [t, lo], "split"), hi], "split")
     # the second loop: a copy without the masks, continuing from the first one's results
-    mapping: dict[Value, Value] = {}
-    second = clone_op(loop, mapping)
-    sb = second.body
-    for m in masks:
-        new_m = mapping[m.result].owner
-        keep = new_m.operands[1]
-        for op in second.walk():
-            op.operands = [keep if v is new_m.result else v for v in op.operands]
-        sb.remove(new_m)
+    second = _copy_without(loop, masks)
     for old, new in zip(loop.results, second.results, strict=True):
         replace_all_uses(kernel, old, new)
     blk.insert_after(loop, second)

@@ -792,9 +792,9 @@ MUTANTS += [
       'b.const(0)], "num"), b.const(bd.a)], "masked_end")',
       "split-masks{suffix=true} rounds the last masked iteration down: a diagonal block runs unmasked",
       tests=T_SPLIT_SUFFIX, topic="split-suffix"),
-    M("split-suffix-mask-kept-out", "passes/split_masks.py", "        keep = new_m.operands[1]",
-      "        keep = new_m.operands[2]",
-      "the unmasked loop of split-masks{suffix=true} takes the select's fill, not its value",
+    M("split-suffix-mask-kept-out", "passes/split_masks.py", "    second = _copy_without(loop, masks)",
+      "    second = _copy_without(loop, [])",
+      "the second loop of split-masks{suffix=true} keeps the masks (a loop that masks nothing it need not)",
       tests=T_SPLIT_SUFFIX, topic="split-suffix"),
 ]
 
