@@ -36,6 +36,8 @@ of both kinds is split at the prefix only.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from tkir.ir import Module, Operation, Value, clone_op, replace_all_uses
 from tkir.passes.builder import OpBuilder
 from tkir.passmanager import Options, Pass, param
@@ -164,23 +166,32 @@ def _mask_bound(m: Operation, loop: Operation) -> _Bound | None:
     return _Bound(aff[0], bound, le - extent, aff[1])  # bound - b - extent (+1 for le)
 
 
-def _split(loop: Operation, masks: list[Operation]) -> None:
-    blk = loop.parent
-    b = OpBuilder(blk, loop)
+def _split_point(loop: Operation, masks: list[Operation], bound: Callable[[OpBuilder, Operation, Value], Value],
+                 combine: str, name: str) -> Value:
+    """In front of `loop`: the iteration where its masks change, `combine` (arith.min / arith.max) of `bound` over
+    the masks, clamped to the loop's range [lo, hi]."""
+    b = OpBuilder(loop.parent, loop)
     lo, hi = loop.operands[0], loop.operands[1]
     zero = b.const(0, "c0")
     t: Value | None = None
     for m in masks:
+        ti = bound(b, m, zero)
+        t = ti if t is None else b.op(combine, [t, ti], name)
+    return b.op("arith.min", [b.op("arith.max", [t, lo], "split"), hi], "split")
+
+
+def _split(loop: Operation, masks: list[Operation]) -> None:
+    def unmasked_end(b: OpBuilder, m: Operation, zero: Value) -> Value:
         bd = _mask_bound(m, loop)
         num = b.op("arith.add", [bd.inv, b.const(bd.k + bd.a)], "num")   # inv + k + a
         num = b.op("arith.max", [_minus(b, num, bd.b), zero], "num")
-        ti = b.op("arith.div", [num, b.const(bd.a)], "unmasked")
-        t = ti if t is None else b.op("arith.min", [t, ti], "unmasked")
-    t = b.op("arith.min", [b.op("arith.max", [t, lo], "split"), hi], "split")
+        return b.op("arith.div", [num, b.const(bd.a)], "unmasked")
+
+    t = _split_point(loop, masks, unmasked_end, "arith.min", "unmasked")
     # the first loop: a copy without the masks
     first = _copy_without(loop, masks)
     first.operands[1] = t
-    blk.insert_before(loop, first)
+    loop.parent.insert_before(loop, first)
     loop.operands[0] = t
     loop.operands[3:] = list(first.results)
 
@@ -252,26 +263,21 @@ def _suffix_bound(m: Operation, loop: Operation) -> _SuffixBound | None:
 
 def _split_suffix(kernel: Operation, loop: Operation, masks: list[Operation]) -> None:
     """`for j in lo..hi` -> `for j in lo..t'` (the masks) then `for j in t'..hi` (none), the module doc's t'."""
-    blk = loop.parent
-    b = OpBuilder(blk, loop)
-    lo, hi = loop.operands[0], loop.operands[1]
-    zero = b.const(0, "c0")
-    t: Value | None = None
-    for m in masks:
+    def masked_end(b: OpBuilder, m: Operation, zero: Value) -> Value:
         bd = _suffix_bound(m, loop)
         if isinstance(bd.off, Value):
             num = b.op("arith.add", [bd.off, b.const(bd.k)], "num")
         else:
             num = b.const(bd.k + bd.off)
         num = b.op("arith.max", [_minus(b, num, bd.b), zero], "num")
-        ti = b.op("arith.div", [b.op("arith.add", [num, b.const(bd.a - 1)], "num"), b.const(bd.a)], "masked_end")
-        t = ti if t is None else b.op("arith.max", [t, ti], "masked_end")
-    t = b.op("arith.min", [b.op("arith.max", [t, lo], "split"), hi], "split")
+        return b.op("arith.div", [b.op("arith.add", [num, b.const(bd.a - 1)], "num"), b.const(bd.a)], "masked_end")
+
+    t = _split_point(loop, masks, masked_end, "arith.max", "masked_end")
     # the second loop: a copy without the masks, continuing from the first one's results
     second = _copy_without(loop, masks)
     for old, new in zip(loop.results, second.results, strict=True):
         replace_all_uses(kernel, old, new)
-    blk.insert_after(loop, second)
+    loop.parent.insert_after(loop, second)
     loop.operands[1] = t
     second.operands[0] = t
     second.operands[3:] = list(loop.results)
