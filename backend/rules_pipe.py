@@ -44,7 +44,7 @@ from tkir.backend.values import LoweringError, Smem
 from tkir.ir import Operation, Value
 from tkir.opdef import REDUCE_ATTR
 from tkir.target import MBARRIER_BYTES, WARP, WARPS_PER_WARPGROUP
-from tkir.types import GlobalType, TileType, dtype_bytes
+from tkir.types import GlobalType, TileType, VectorType, dtype_bytes
 
 if TYPE_CHECKING:
     from tkir.backend.context import LoweringContext
@@ -224,10 +224,13 @@ def _op_pipe_copy(cx: LoweringContext, op: Operation) -> None:
     src = op.operands[3].type
     assert isinstance(src, GlobalType)
     t = dst.type
-    assert isinstance(t, TileType)
     coords = [cx.scalar(c) for c in op.operands[4:]]
     box = list(desc.attrs["box"])
     rank = len(box)
+    if isinstance(t, VectorType):  # a shared vector: one box [n] along the innermost dim
+        _copy_vector(cx, op, dst, tmap, bar, coords)
+        return
+    assert isinstance(t, TileType)
     # coordinates innermost first: tile units -> elements for the tile dims, plain for the rest
     tile_dims = [t.cols, t.rows]
     elem = []
@@ -260,6 +263,17 @@ def _op_pipe_copy(cx: LoweringContext, op: Operation) -> None:
                        f"[$0], [$1, {{{regs}}}], [$2]{mask};"],
               ["r", "l", "r"] + ["r"] * rank + cons,
               [("i32", d), ("ptr", tmap), ("i32", bar)] + [("i32", e) for e in [x0, *elem[1:]]] + extra)
+
+
+def _copy_vector(cx: LoweringContext, op: Operation, dst: Smem, tmap: str, bar: str, coords: list[str]) -> None:
+    """One `cp.async.bulk.tensor` of a shared vector's box [n]: its coordinate (the last) counts vectors,
+    the others elements (create-tma gives the leading dims box 1)."""
+    w, n, rank = cx.w, dst.type.n, len(coords)
+    elem = [w.op(f"mul i32 {coords[-1]}, {n}", "x"), *reversed(coords[:-1])]
+    regs = ", ".join(f"${3 + i}" for i in range(rank))
+    w.asm("void", [f"cp.async.bulk.tensor.{rank}d.shared::cluster.global.mbarrier::complete_tx::bytes "
+                   f"[$0], [$1, {{{regs}}}], [$2];"],
+          ["r", "l", "r"] + ["r"] * rank, [("i32", dst.addr), ("ptr", tmap), ("i32", bar)] + [("i32", e) for e in elem])
 
 
 @rule("tma.store", targets=("sm_90a",), when=lambda cx, op: isinstance(op.operands[1].type, TileType))

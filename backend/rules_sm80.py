@@ -75,7 +75,7 @@ from tkir.backend.rules import loop_hook, rule
 from tkir.backend.values import Frag, Global, LoweringError, Smem, register_layout
 from tkir.ir import Operation, parent_op
 from tkir.target import CP_ASYNC_BYTES, MAX_REGS_PER_THREAD, MMA_A_WORDS, MMA_B_UNIT_WORDS
-from tkir.types import TileType, dtype_bytes
+from tkir.types import GlobalType, TileType, VectorType, dtype_bytes
 
 if TYPE_CHECKING:
     from tkir.backend.context import LoweringContext
@@ -254,7 +254,21 @@ def _async_copy_steps(cx: LoweringContext, op: Operation) -> Iterator[None]:
     stage = Smem(cx.w.op(f"add i32 {buf.addr}, {off}", "stage"), buf.type.with_attr("stages", None))
     src = cx.get(op.operands[3])
     assert isinstance(src, Global)
-    yield from cp_async_rows(cx, op, stage, src, [cx.scalar(v) for v in op.operands[4:]], cond)
+    yield from cp_async_rows(cx, op, *row_tile(stage, src, [cx.scalar(v) for v in op.operands[4:]]), cond)
+
+
+def row_tile(dst: Smem, src: Global, coords: list[str]) -> tuple[Smem, Global, list[str]]:
+    """A shared vector that cp.async fills (a stage of a ring-buffered `sv<T, n>`) as the one-row tile
+    `st<T, 1, n>` it is in its tensor's last two dims: `X[.., r, i]` copies row r's elements i n .. i n + n - 1,
+    which is the tile copy at tile coordinates (r, i); a one-dim tensor `X[N]` is the one row of `[1, N]`. Its
+    16-byte chunks, edge tests and zero fill are the tile's. (dst, src, coords) as the tile copy takes them."""
+    t = dst.type
+    if not isinstance(t, VectorType):
+        return dst, src, coords
+    row = Smem(dst.addr, TileType("st", t.dtype, 1, t.n, tuple((k, v) for k, v in t.attrs if k == "align")))
+    if src.type.rank == 1:
+        return row, Global(src.ptr, GlobalType(src.type.dtype, (1, *src.type.dims))), ["0", *coords]
+    return row, src, coords
 
 
 @rule("pipe.async_wait")
@@ -422,7 +436,7 @@ def copy_by_threads(cx: LoweringContext, op: Operation) -> None:
     assert isinstance(dst, Smem) and isinstance(bars, Smem)
     bar = mbarrier_slot(cx.w, bars.addr, cx.scalar(op.operands[2]))
     src = cx.get(op.operands[3])
-    for _ in cp_async_rows(cx, op, dst, src, [cx.scalar(v) for v in op.operands[4:]], "1"):
+    for _ in cp_async_rows(cx, op, *row_tile(dst, src, [cx.scalar(v) for v in op.operands[4:]]), "1"):
         pass
     cp_async_mbarrier_arrive(cx.w, cx.target, bar)
 

@@ -438,9 +438,8 @@ def match_cp_async(kernel: Operation, loop: Operation) -> CpAsyncMatch | None:
         return None
     top = {id(op) for op in body.ops}
     for op in loop.walk():
-        if op is not loop and copies_to_shared(op) and (id(op) not in top or not isinstance(op.operands[0].type,
-                                                                                               TileType)):
-            return None  # a shared vector, or a copy in a nested region: not ring-buffered
+        if op is not loop and copies_to_shared(op) and (id(op) not in top or not _is_shared_load(op)):
+            return None  # a copy in a nested region: not ring-buffered
     bufs = [ld.operands[0] for ld in loads]
     if len(set(map(id, bufs))) != len(bufs):
         return None
@@ -491,10 +490,13 @@ def _inside_op(op: Operation, loop: Operation) -> bool:
 
 
 def _is_shared_load(op: Operation) -> bool:
-    """tk.load %tile, %global, coords... (a cp.async copy on this path)."""
-    return (op.name == "tk.load" and not op.results and len(op.operands) >= 2
-            and isinstance(op.operands[0].type, TileType) and op.operands[0].type.space == "st"
-            and isinstance(op.operands[1].type, GlobalType))
+    """tk.load %tile, %global, coords... (a cp.async copy on this path), also into a shared vector (a one-row
+    tile of the tensor's last two dims, or of a one-dim tensor: backend/rules_sm80.py `row_tile`)."""
+    if not (op.name == "tk.load" and not op.results and len(op.operands) >= 2
+            and isinstance(op.operands[1].type, GlobalType)):
+        return False
+    t = op.operands[0].type
+    return isinstance(t, (TileType, VectorType)) and t.space in ("st", "sv")
 
 
 def const_int(v: Value) -> int | None:

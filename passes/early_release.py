@@ -25,6 +25,7 @@ from __future__ import annotations
 from tkir.ir import Module, Operation, Value
 from tkir.passes.builder import OpBuilder
 from tkir.passmanager import Options, Pass
+from tkir.types import VectorType
 
 
 class EarlyRelease(Pass):
@@ -42,6 +43,13 @@ def _loop_of(role: Operation, full: Value) -> Operation | None:
         if op.name == "scf.for" and any(x.name.startswith("pipe.") and full in x.operands for x in op.body.ops):
             return op
     return None
+
+
+def _reads_stage_now(op: Operation) -> bool:
+    """A last reader after which the stage may be released at once: a synchronous mma (its wgmma group
+    waited for at issue) or a shared vector's load into registers (ld.shared, done before the arrive)."""
+    return op.name == "tk.mma" or (op.name == "tk.load" and bool(op.results)
+                                   and isinstance(op.operands[0].type, VectorType))
 
 
 def _split(kernel: Operation, producer: Operation, consumer: Operation) -> None:
@@ -82,7 +90,7 @@ def _split(kernel: Operation, producer: Operation, consumer: Operation) -> None:
             return
         last[t] = readers[-1]
     deferred = [t for t in tiles if last[t].name == "tk.mma" and last[t].attrs.get("async_groups")]
-    if len(deferred) > 1 or any(last[t].name != "tk.mma" for t in tiles if t not in deferred):
+    if len(deferred) > 1 or any(not _reads_stage_now(last[t]) for t in tiles if t not in deferred):
         return
 
     # new barrier arrays, one pair per tile, next to the old ones

@@ -1,9 +1,11 @@
-"""pipeline: ring-buffer the shared tiles a loop loads by TMA, and split warpgroups into roles.
+"""pipeline: ring-buffer the shared tiles (and vectors) a loop loads by TMA, and split warpgroups into roles.
 
 Rewrites a kernel whose `scf.for` loads shared tiles with `tma.load` and consumes them (tk.mma)
 into the warp-specialized form (HOPPER.md §5.4, §7.2; CUTLASS `PipelineTmaAsync`):
 
-* each loaded tile's `tk.alloc` becomes an S-stage ring buffer (`stages=S` in its type);
+* each loaded tile's `tk.alloc` becomes an S-stage ring buffer (`stages=S` in its type), and so does each
+  shared vector the loop TMA-loads beside its tiles (FlashAttention-3's backward loads each query block's
+  log-sum-exp and dO·O row sums with its Q and dO tiles: `sv<f32, BQ, stages=S>`, one TMA box each);
 * two barrier arrays: `%full` (count 1: the producer's arrive.expect_tx; TMA completes the bytes)
   and `%empty` (count = 4 x consumer warpgroups: one arrival per consumer warp);
 * `tk.role {kind = producer}`: a copy of the loop that, per iteration it = k + base (the op marked
@@ -60,9 +62,8 @@ class Pipeline(Pass):
 def _pipelinable_loop(kernel: Operation) -> Operation | None:
     """The first top-level loop that TMA-loads shared tiles, in a kernel that plan-occupancy made warp
     specialized (a planned `compute` role has no producer to issue the copies: its TMA loads stay
-    one-shot copies in the loop). Shared vectors are not ring-buffered: a
-    loop that loads only vectors stays as it is (the backend copies them in place), one that mixes
-    them with tiles is refused where the vector is loaded."""
+    one-shot copies in the loop). The shared vectors such a loop TMA-loads are ring-buffered with its
+    tiles; a loop that TMA-loads only vectors stays as it is (the backend copies them in place)."""
     plan = OccupancyPlan.of(kernel)
     if plan is not None and plan.role("producer") is None:
         return None  # plan-occupancy chose no warp specialization: one role runs the whole block
@@ -71,14 +72,7 @@ def _pipelinable_loop(kernel: Operation) -> Operation | None:
                      and cp_async_loop_loads(kernel, op) is not None), None)
     for op in kernel.body.ops:
         loads = [i for i in op.body.ops if i.name == "tma.load"] if op.name == "scf.for" else []
-        tiles = [i for i in loads if isinstance(i.operands[0].type, TileType)]
-        if tiles:
-            for v in loads:
-                if not isinstance(v.operands[0].type, TileType):
-                    raise CompileError(v.loc, f"pipeline: shared vector '{v.operands[0].name}' is loaded in a "
-                                              "pipelined loop; only tiles get ring buffers",
-                                       hint="load it into a register vector (reg v: rv<...> = X[...]) or "
-                                            "before the loop")
+        if any(isinstance(i.operands[0].type, TileType) for i in loads):
             return op
     return None
 
@@ -139,13 +133,12 @@ def _pipeline(kernel: Operation, loop: Operation) -> None:
 
 
 def _ring_buffers(kernel: Operation, loop: Operation, loads: list[Operation], stages: int) -> list[Value]:
-    """Step 1: each tile the loop loads becomes an S-stage ring buffer (`stages=S` in its type)."""
+    """Step 1: each tile or vector the loop loads becomes an S-stage ring buffer (`stages=S` in its type)."""
     buffers: list[Value] = []
     for ld in loads:
         buf = ld.operands[0]
         if buf not in buffers:
             _check_only_used_in_loop(kernel, loop, buf, stages)
-            assert isinstance(buf.type, TileType)
             buf.type = buf.type.with_attr("stages", stages)
             buffers.append(buf)
     return buffers

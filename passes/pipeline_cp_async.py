@@ -6,7 +6,7 @@ Ampere has no TMA and no mbarrier transaction counts: every thread copies its sh
 for a top-level `scf.for` of a kernel on the mma.sync path (infer-layouts wrote `warps = W`, no
 `tk.role`) that copies shared tiles from global memory with `tk.load` and reads them with `tk.mma`:
 
-* each loaded tile's `tk.alloc` becomes an S-stage ring buffer (`stages=S` in its type);
+* each loaded tile's (or shared vector's) `tk.alloc` becomes an S-stage ring buffer (`stages=S` in its type);
 * a prologue before the loop issues the copies of iterations 0 .. S-2 into stages 0 .. S-2, each
   iteration's copies one group (`pipe.async_commit %s`), each copy conditional on the iteration existing
   (`pipe.async_copy %pre0, ...`: index < upper bound);
@@ -32,7 +32,7 @@ unset, for `--no-tma` kernels that did not ask for no producer) it is a located 
 
 A loop keeps the one-buffer schedule (and, where it asked for S >= 2, gets the error above) when a loaded
 tile is also used outside the loop, read before its load in the body, written by anything else, loaded
-twice, or when the body loads a shared vector, loads in a nested region, or computes a coordinate from
+twice, or when the body loads in a nested region, or computes a coordinate from
 something other than the loop index, loop-invariant values and scalar arithmetic; also when the step is not a positive
 constant. Kernels with roles (the sm_90a warp-specialized pipeline) are not touched, nor sm_90a kernels
 in general, except those planned as one compute role whose source asks for no producer warpgroup
@@ -339,7 +339,7 @@ def _step_units(kernel: Operation, loop: Operation, match: CpAsyncMatch, plan: O
     if plan is None or plan.budget is None:
         return step.units
     threads = plan.threads
-    rounds = sum(-(-t.rows * t.cols * dtype_bytes(t.dtype) // CP_ASYNC_BYTES // threads)
+    rounds = sum(-(-t.nbytes // CP_ASYNC_BYTES // threads)
                  for t in (ld.operands[0].type for ld in match.loads)) if threads else 0
     cap = streaming_reg_cap(kernel, threads) if threads else MAX_REGS_PER_THREAD
     fits = plan.budget.total + 2 * step.words - mma_sync_fragment_regs(mma) + ROTATE_SLACK_REGS <= cap

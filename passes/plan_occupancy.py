@@ -738,12 +738,17 @@ def _address_groups(kernel: Operation, uses: dict[Value, list[Operation]]) -> li
     have the same offset, and ptxas forms it once: rmsnorm_bwd's X, DY and DX at [t, 0] share one, added to each
     base in uniform registers (`IADD3 R16, P1, R36, UR16`). Constant coordinates do not part them: a whole
     tile step is an immediate offset (`STG.E [R2.64+0x80]`; rotary's X[.., 0] / X[.., 1]). Any other use of a
-    pointer (a TMA copy, a shared copy) is a group of its own."""
+    pointer (a TMA copy, a shared copy) is a group of its own, except a TMA copy into a shared vector, which
+    holds no per-thread address: the producer's one thread issues it from the descriptor and the block's
+    coordinates (scalars, counted as such), and the consumers read the vector in shared memory (attention_bwd.tk's
+    L and Delta; a TMA copy of a tile still counts one, as it always has: the estimate's tiles were fitted so)."""
     groups: dict[tuple, list[Operation]] = {}
     for arg in kernel.body.args:
         if not isinstance(arg.type, GlobalType):
             continue
         for op in uses.get(arg, []):
+            if op.name == "tma.load" and isinstance(op.operands[0].type, VectorType):
+                continue
             register = op.results[0].type if op.name == "tk.load" and op.results else (
                 op.operands[1].type if op.name == "tk.store" and len(op.operands) > 1 else None)
             if op.operands[0] is not arg or not isinstance(register, (TileType, VectorType)) or \

@@ -908,3 +908,31 @@ MUTANTS += [
       "base = mb * per_block + 8 * kk + 4 * j", "the fp8 A registers of step kk overlap the previous step's",
       tests=T_FP8_A, topic="fp8"),
 ]
+
+# shared vectors ring-buffered in a pipelined loop (tests/passes/test_pipeline_vectors.py, pipeline-vectors.tk)
+T_SV_RING = ("tests/passes/test_pipeline_vectors.py", "tests/backend/test_vector_stage_copies.py",
+             "tests/filecheck/test_filecheck.py", "-k", "pipeline-vectors or vector")
+MUTANTS += [
+    M("sv-ring-copy-coordinate", "backend/rules_pipe.py",
+      'elem = [w.op(f"mul i32 {coords[-1]}, {n}", "x"), *reversed(coords[:-1])]',
+      "elem = [coords[-1], *reversed(coords[:-1])]",
+      "a shared vector's TMA box starts at its block index, not at index x length", tests=T_SV_RING,
+      topic="sv-ring"),
+    M("sv-ring-read-not-checked", "tkir/verify_pipeline.py",
+      'or (isinstance(v.type, VectorType) and v.type.space == "sv" and v.type.dtype != "i64")', "or False",
+      "the verifier's protocol model does not see reads of a vector's stage (a read after its release passes)",
+      tests=T_SV_RING, topic="sv-ring"),
+    M("sv-ring-release-early-declined", "passes/early_release.py",
+      'return op.name == "tk.mma" or (op.name == "tk.load" and bool(op.results)',
+      "return op.name == \"tk.mma\" or (False",
+      "early-release leaves a loop with a ring-buffered vector on one ring", tests=T_SV_RING, topic="sv-ring"),
+    M("sv-ring-one-dim-row", "backend/rules_sm80.py",
+      'GlobalType(src.type.dtype, (1, *src.type.dims))), ["0", *coords]',
+      'GlobalType(src.type.dtype, (*src.type.dims, 1))), [*coords, "0"]',
+      "sm_80's cp.async of a one-dim tensor's vector reads a column, not the row", tests=T_SV_RING,
+      topic="sv-ring"),
+    M("sv-ring-tma-address-counted", "passes/plan_occupancy.py",
+      'if op.name == "tma.load" and isinstance(op.operands[0].type, VectorType):',
+      'if op.name == "tma.loaded" and isinstance(op.operands[0].type, VectorType):',
+      "plan-occupancy counts a per-thread address for a vector's TMA copy", tests=T_SV_RING, topic="sv-ring"),
+]

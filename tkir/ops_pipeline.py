@@ -47,6 +47,11 @@ def _is_bars(t: object) -> bool:
     return isinstance(t, VectorType) and t.space == "sv" and t.dtype == "i64"
 
 
+def _is_shared(t: object) -> bool:
+    """A shared tile or a shared vector (a ring buffer's type, or one stage's)."""
+    return (isinstance(t, TileType) and t.space == "st") or (isinstance(t, VectorType) and t.space == "sv")
+
+
 def _barriers(op: Operation) -> None:
     n_operands(op, 0)
     n_results(op, 1)
@@ -59,10 +64,10 @@ def _stage(op: Operation) -> None:
     n_results(op, 1)
     buf, s = (v.type for v in op.operands)
     r = op.result.type
-    expect(isinstance(buf, TileType) and buf.space == "st" and isinstance(buf.get("stages"), int),
-           f"'pipe.stage' takes a ring buffer st<..., stages=S>, got {buf}")
+    expect(_is_shared(buf) and isinstance(buf.get("stages"), int),
+           f"'pipe.stage' takes a ring buffer st<..., stages=S> or sv<..., stages=S>, got {buf}")
     expect(is_int_scalar(s), "'pipe.stage' index is i32")
-    expect(isinstance(r, TileType) and r.shape == buf.shape and r.dtype == buf.dtype and r.get("stages") is None,
+    expect(type(r) is type(buf) and r.bare() == buf.bare() and r.get("stages") is None,
            f"'pipe.stage' of {buf} yields one stage, got {r}")
     layout = {k: v for k, v in buf.attrs if k != "stages"}
     expect(dict(r.attrs) == layout,  # a view in another layout than its buffer reads it wrong (issue 14)
@@ -85,7 +90,7 @@ def _copy(op: Operation) -> None:
     n_results(op, 0)
     expect(len(op.operands) >= 5, "'pipe.copy' needs dst, barriers, stage, src, coordinates")
     dst, bars, s, src = (v.type for v in op.operands[:4])
-    expect(isinstance(dst, TileType) and dst.space == "st", f"'pipe.copy' writes a shared tile, not {dst}")
+    expect(_is_shared(dst), f"'pipe.copy' writes a shared tile or vector, not {dst}")
     expect(_is_bars(bars) and is_int_scalar(s), "'pipe.copy' completes on barriers[stage]")
     expect(isinstance(src, GlobalType) and len(op.operands) - 4 == src.rank,
            f"'pipe.copy' needs {getattr(src, 'rank', '?')} coordinates")
@@ -103,8 +108,8 @@ def _async_copy(op: Operation) -> None:
            "'pipe.async_copy' needs a condition, a ring buffer, a stage, a source and coordinates")
     cond, buf, s, src = (v.type for v in op.operands[:4])
     expect(cond == ScalarType("i1"), f"'pipe.async_copy' condition is i1, not {cond}")
-    expect(isinstance(buf, TileType) and buf.space == "st" and isinstance(buf.get("stages"), int),
-           f"'pipe.async_copy' writes a stage of a ring buffer st<..., stages=S>, not {buf}")
+    expect(_is_shared(buf) and isinstance(buf.get("stages"), int),
+           f"'pipe.async_copy' writes a stage of a ring buffer st<..., stages=S> or sv<..., stages=S>, not {buf}")
     expect(is_int_scalar(s), "'pipe.async_copy' stage index is i32")
     expect(isinstance(src, GlobalType) and len(op.operands) - 4 == src.rank,
            f"'pipe.async_copy' needs {getattr(src, 'rank', '?')} coordinates of a gl source, got {src}")

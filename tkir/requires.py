@@ -90,7 +90,7 @@ def kernel_requires(kernel: Operation, descs: list[Operation]) -> list[dict]:
                 need(f"({_operand(last)} * {DTYPE_BYTES[g.type.dtype]}) % {cb}",
                      f"%{g.name} is copied to or from registers in {cb}-byte vector accesses: its "
                      f"rows must start {cb}-byte aligned")
-            if _shared_tile(tile) and isinstance(last, str):
+            if _shared_tile(tile, op) and isinstance(last, str):
                 need(f"({_operand(last)} * {DTYPE_BYTES[g.type.dtype]}) % {CP_ASYNC_BYTES}",
                      f"%{g.name} is copied to shared memory in {CP_ASYNC_BYTES}-byte cp.async chunks: its rows "
                      f"must start {CP_ASYNC_BYTES}-byte aligned")
@@ -124,7 +124,7 @@ def kernel_alignments(kernel: Operation) -> list[dict]:
         if copy is None:
             continue
         g, tile = copy
-        if _shared_tile(tile):
+        if _shared_tile(tile, op):
             nbytes, why = CP_ASYNC_BYTES, f"copied to shared memory in {CP_ASYNC_BYTES}-byte cp.async chunks"
         elif cb := _chunk_bytes(tile, op):
             nbytes, why = cb, f"copied to or from registers in {cb}-byte vector accesses"
@@ -153,7 +153,7 @@ def row_piece_tensors(kernel: Operation, descs: list[Operation] = ()) -> dict[st
         if copy is None:
             continue
         g, tile = copy
-        if _shared_tile(tile):
+        if _shared_tile(tile, op):
             other.add(g.name)
         elif cb := _chunk_bytes(tile, op):
             widest[g.name] = max(widest.get(g.name, 0), cb)
@@ -219,8 +219,12 @@ def _chunk_bytes(tile: TileType | VectorType, op: Operation | None = None) -> in
     return vector_access_bytes(_register_layout(tile), tile.dtype)
 
 
-def _shared_tile(tile: TileType | VectorType) -> bool:
-    """A shared tile that a plain tk.load fills (only loads reach shared tiles here)."""
+def _shared_tile(tile: TileType | VectorType, op: Operation) -> bool:
+    """A shared tile that a plain tk.load fills in cp.async chunks (only loads reach shared tiles here), or a
+    shared vector's ring-buffer stage that cp.async fills (pipeline-cp-async, the sm_80 producer; a vector's
+    plain tk.load copies element by element)."""
+    if isinstance(tile, VectorType):
+        return tile.space == "sv" and (op.name == "pipe.async_copy" or bool(op.attrs.get("cp_async")))
     return isinstance(tile, TileType) and tile.space == "st"
 
 

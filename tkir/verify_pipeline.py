@@ -58,7 +58,7 @@ from tkir import scalar, symexpr
 from tkir.diagnostics import CompileError
 from tkir.ir import Block, Operation, Value, parent_op
 from tkir.target import MAX_GRID, NUM_SMS, WARP, WARPS_PER_WARPGROUP
-from tkir.types import TileType
+from tkir.types import TileType, VectorType
 
 TILES_PER_BLOCK = 4    # NUM_SMS in the model: a persistent block runs about this many tiles (a one-stage
                        # ring of one fill per tile, like persistent attention's q, goes round 2S+2 = 4 times)
@@ -177,7 +177,7 @@ def _loop_stages(loop: Operation, error: type[CompileError]) -> None:
             rings.setdefault(x.operands[0].type.n, f"%{x.operands[0].name}")
         elif x.name in ("pipe.stage", "pipe.async_copy"):
             buf = x.operands[0 if x.name == "pipe.stage" else 1]
-            n = buf.type.get("stages") if isinstance(buf.type, TileType) else None
+            n = buf.type.get("stages") if isinstance(buf.type, (TileType, VectorType)) else None
             if isinstance(n, int):
                 rings.setdefault(n, f"%{buf.name}")
     rings.pop(1, None)
@@ -261,7 +261,7 @@ def _stages_of(op: Operation) -> int:
     t = op.result.type
     if op.name == "pipe.barriers":
         return t.n
-    n = t.get("stages") if isinstance(t, TileType) else None
+    n = t.get("stages") if isinstance(t, (TileType, VectorType)) else None
     return n if isinstance(n, int) else 1
 
 
@@ -699,7 +699,9 @@ class _Model:
         flag = self.readers.get(id(op))
         if flag is None:
             flag = op.name not in NOT_READS and any(
-                isinstance(v.type, TileType) and v.type.space == "st" for v in op.operands)
+                (isinstance(v.type, TileType) and v.type.space == "st")
+                or (isinstance(v.type, VectorType) and v.type.space == "sv" and v.type.dtype != "i64")
+                for v in op.operands)
             self.readers[id(op)] = flag
         if not flag:
             return
@@ -878,7 +880,7 @@ def _barriers(m: _Model, op: Operation, role: _Role) -> None:
 
 def _pipe_stage(m: _Model, op: Operation, role: _Role) -> None:
     buf = op.operands[0]
-    n = buf.type.get("stages") if isinstance(buf.type, TileType) else None
+    n = buf.type.get("stages") if isinstance(buf.type, (TileType, VectorType)) else None
     if not isinstance(n, int):
         raise _Stop
     s = m._stage(op, op.operands[1], n, f"%{buf.name}")
