@@ -57,7 +57,15 @@ import re
 
 from tkir.access_report import add_report
 from tkir.ir import Module, Operation
-from tkir.layout import SharedLayout, layout_of, register_access, tma_box, tma_pattern, tma_swizzle
+from tkir.layout import (
+    SharedLayout,
+    conflict_degree,
+    layout_of,
+    register_access,
+    tma_box,
+    tma_pattern,
+    tma_swizzle,
+)
 from tkir.opdef import REDUCE_ATTR
 from tkir.passes.analysis import (
     TileUse,
@@ -92,6 +100,7 @@ REGISTER_LOAD_REASON = "register tile: loaded with ld.global (create-tma stages 
 REGISTER_STORE_REASON = "register tile: stored with st.global (create-tma stages no register copies)"
 REGISTER_REDUCE_REASON = "register tile added with red.global.add"
 REDUCE_STAGE_SWIZZLE = 128     # the reduce-add staging tile's swizzle span where its rows are whole panels
+REDUCE_STAGE_SPANS = (128, 64, 32)  # the spans `reduce_swizzle` takes (TMA's swizzle modes), widest first
 
 
 class CreateTma(Pass):
@@ -103,11 +112,18 @@ class CreateTma(Pass):
                                                   + ", ".join(map(str, L2_PROMOTIONS)))
     prefetch: bool = param(False, "prefetch the kernel's TMA descriptors at launch (kernel attr tma_prefetch: one "
                                   "thread issues prefetch.tensormap for each; measured no effect on attention, off)")
+    reduce_swizzle: int = param(REDUCE_STAGE_SWIZZLE, "the reduce-add staging tile's swizzle span: 128, 64 or 32 "
+                                                      "where its rows are whole panels (else plain), 0 plain, or -1: "
+                                                      "the span under which the bank model gives the register "
+                                                      "tile's stores the fewest conflicts (ties: the widest)")
 
     def __post_init__(self) -> None:
         if self.epilogue_chunk < EPILOGUE_PANEL_COLS or self.epilogue_chunk % EPILOGUE_PANEL_COLS:
             raise ParamError("epilogue_chunk", f"create-tma: epilogue_chunk={self.epilogue_chunk}: a positive "
                                                f"multiple of {EPILOGUE_PANEL_COLS} columns")
+        if self.reduce_swizzle not in (-1, 0, *REDUCE_STAGE_SPANS):
+            raise ParamError("reduce_swizzle", f"create-tma: reduce_swizzle={self.reduce_swizzle} is not one of -1, 0, "
+                                               + ", ".join(map(str, REDUCE_STAGE_SPANS)))
         if self.l2_promotion not in L2_PROMOTIONS:
             raise ParamError("l2_promotion", f"create-tma: l2_promotion={self.l2_promotion} is not one of "
                                              + ", ".join(map(str, L2_PROMOTIONS)))
@@ -205,6 +221,28 @@ class _Rewriter:
             add_report(op.attrs, access_report(alloc.result, use, layout))
         return True
 
+    def reduce_span(self, v: TileType) -> int:
+        """The reduce-add staging tile's swizzle span (`reduce_swizzle`): a fixed span where the tile's rows are
+        whole panels of it (else plain), or, at -1, the span (plain included) whose layout gives the register
+        tile's stores the fewest bank conflicts by the bank model, the widest among equals (TMA's boxes then
+        cover the most bytes of a row)."""
+        if self.options.swizzle == "none":
+            return 0
+        row_bytes = v.cols * DTYPE_BYTES[v.dtype]
+        want = self.pass_params.reduce_swizzle
+        if want >= 0:
+            return want if want and row_bytes % want == 0 else 0
+        lay = layout_of(v)
+        if lay is None:  # no register layout to judge by: the default span
+            return REDUCE_STAGE_SWIZZLE if row_bytes % REDUCE_STAGE_SWIZZLE == 0 else 0
+        stores = register_access(False, lay, v.dtype, (v.rows, v.cols))
+        best, best_degree = 0, None
+        for span in (*(s for s in REDUCE_STAGE_SPANS if row_bytes % s == 0), 0):
+            degree = conflict_degree(stores, SharedLayout(v.dtype, v.rows, v.cols, span))
+            if best_degree is None or degree < best_degree:
+                best, best_degree = span, degree
+        return best
+
     def stage_reduce(self, op: Operation, g_val, v_val) -> str | None:
         """A register tile added into global memory (`G[i, j] += t`, `reduce = "add"`) goes through a shared
         staging tile of its shape: `tk.store %stage, %t` (every thread writes its slots), then `tma.store
@@ -217,9 +255,7 @@ class _Rewriter:
         g: GlobalType = g_val.type
         if not isinstance(v, TileType) or g.rank < 2:
             return f"{REGISTER_REDUCE_REASON}: {v} into {g} (TMA adds tiles)"
-        eb = DTYPE_BYTES[v.dtype]
-        span = REDUCE_STAGE_SWIZZLE if (v.cols * eb) % REDUCE_STAGE_SWIZZLE == 0 and self.options.swizzle != "none" \
-            else 0
+        span = self.reduce_span(v)
         stage_t = TileType("st", v.dtype, v.rows, v.cols, (("swizzle", span),) if span else ())
         reason = self.why_not(op, g, stage_t) or _stride_problem(g, g_val.name)
         if reason is not None:
