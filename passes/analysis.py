@@ -69,6 +69,7 @@ from tkir.layout import (
     register_access,
     row_layout_warps,
     tma_pattern,
+    vector_accesses,
 )
 from tkir.passes.builder import OpBuilder
 from tkir.passmanager import Options, PassError
@@ -171,6 +172,12 @@ def _tile_uses(root: Operation, tile: Value, options: Options) -> list[TileUse]:
             out.append(TileUse(op, acc, "tma" if acc.hardware else "ldst"))
         elif name == "tk.load" and op.results and op.attrs.get("trans") is True:
             out.append(TileUse(op, transposed_load_access(reg_layout(op.result), t.dtype, shape), "ldst"))
+        elif name in ("tk.load", "tk.store") and isinstance(t, VectorType) and (op.results if name == "tk.load"
+                                                                                  else idx == 0):
+            # a register vector: the backend's groups of consecutive slots, one access per width
+            reg = op.result if name == "tk.load" else op.operands[1]
+            out += [TileUse(op, acc, "ldst") for acc in vector_accesses(name == "tk.load", reg_layout(reg), t.dtype,
+                                                                         t.n)]
         elif name == "tk.load" and op.results:
             acc = register_access(True, reg_layout(op.result), t.dtype, shape)
             out.append(TileUse(op, acc, "ldst"))

@@ -960,6 +960,36 @@ def _gathers(groups: list[np.ndarray], result: RegisterLayout, rows: int) -> boo
     return any(not any(np.array_equal(g, wanted[:, i]) for g in groups) for i in range(wanted.shape[1]))
 
 
+def vector_accesses(is_load: bool, layout: RegisterLayout, dtype: str, n: int) -> list[Access]:
+    """A register vector of `layout` read from (or written to) a plain shared vector of n elements, as the
+    backend's shared_slots groups each lane's slots: runs of k slots whose elements are consecutive and aligned
+    to k for every lane that holds them, k * element bytes 4, 8 or 16 (a lone 1- or 2-byte element is its own
+    access), become one ld/st.shared.b32 / v2 / v4. One Access per width used, narrowest first."""
+    frag = fragment(layout, dtype, (n,))
+    eb = dtype_bytes(dtype)
+    by_width: dict[int, tuple[list[np.ndarray], list[np.ndarray]]] = {}
+    i, slots = 0, frag.shape[1]
+    while i < slots:
+        k = CHUNK_BYTES // eb
+        first = frag[:, i]
+        held = first >= 0
+        while k > 1:
+            if i + k <= slots and k * eb >= BANK_BYTES and (first[held] % k == 0).all() \
+                    and all((frag[held, i + j] == first[held] + j).all() for j in range(k)):
+                break
+            k //= 2
+        for w in range(frag.shape[0] // WARP):
+            idx = frag[w * WARP:(w + 1) * WARP, i]
+            rs, cs = by_width.setdefault(k * eb, ([], []))
+            rs.append(np.where(idx >= 0, 0, -1))
+            cs.append(np.where(idx >= 0, (idx * eb) // BANK_BYTES * BANK_BYTES, -1))
+        i += k
+    kind = "ld" if is_load else "st"
+    names = {1: "b8", 2: "b16", 4: "b32", 8: "v2", 16: "v4"}
+    return [Access(f"{kind}.shared.{names[b]}", max(b, BANK_BYTES), *_pack(rs, cs))
+            for b, (rs, cs) in sorted(by_width.items())]
+
+
 def vector_read_accesses(layout: RegisterLayout, n: int) -> list[Access]:
     """A register f32 vector of `layout` read from an f32 shared vector of n words, as the backend's
     load_from_shared groups each lane's slots: runs of 4 or 2 slots consecutive and aligned for every lane

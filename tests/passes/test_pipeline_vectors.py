@@ -151,3 +151,13 @@ def test_the_conformance_gemm_loop_with_a_vector_works(target: str, tmp_path: Pa
     ref = a.astype(np.float64) @ b.astype(np.float64)
     assert np.abs(c.astype(np.float64) - ref).max() <= 1e-2 * np.abs(ref).max()
     assert np.array_equal(y.astype(np.float32), v.astype(np.float32))
+
+
+def test_the_report_lists_the_vector_load_as_the_backend_groups_it() -> None:
+    """The consumers read L's stage into a column vector of the wgmma accumulator, two consecutive elements a
+    thread per 8 columns: the backend loads each pair with one ld.shared.v2, and bank-conflicts lists that
+    (tkir/layout.py vector_accesses), not 32 single-word loads."""
+    k = tkir.compile(str(KERNEL))
+    assert re.search(r'%lse = tk\.load %l_s\.1 \{access = \[\{op = "ld\.shared\.v2", tile = "l", degree = 1', k.ir), k.ir
+    loads = re.findall(r"ld\.shared\.(v\d\.)?b32", k.asm["llvm"])
+    assert loads and all(w == "v2." for w in loads), loads
