@@ -74,6 +74,7 @@ from tkir.layout import (
 from tkir.passes.builder import OpBuilder
 from tkir.passmanager import Options, PassError
 from tkir.target import (
+    CP_ASYNC_BYTES,
     DEFAULT_WARPS,
     MAX_BLOCKS_PER_SM,
     MAX_REGS_PER_THREAD,
@@ -497,13 +498,16 @@ def _inside_op(op: Operation, loop: Operation) -> bool:
 
 
 def _is_shared_load(op: Operation) -> bool:
-    """tk.load %tile, %global, coords... (a cp.async copy on this path), also into a shared vector (a one-row
-    tile of the tensor's last two dims, or of a one-dim tensor: backend/rules_sm80.py `row_tile`)."""
+    """tk.load %tile, %global, coords... (a cp.async copy on this path), also into a shared vector of whole
+    16-byte chunks (a one-row tile of the tensor's last two dims, or of a one-dim tensor: backend/rules_sm80.py
+    `row_tile`; a narrower vector has no cp.async chunk to copy)."""
     if not (op.name == "tk.load" and not op.results and len(op.operands) >= 2
             and isinstance(op.operands[1].type, GlobalType)):
         return False
     t = op.operands[0].type
-    return isinstance(t, (TileType, VectorType)) and t.space in ("st", "sv")
+    if isinstance(t, VectorType):
+        return t.space == "sv" and t.nbytes % CP_ASYNC_BYTES == 0
+    return isinstance(t, TileType) and t.space == "st"
 
 
 def const_int(v: Value) -> int | None:

@@ -32,7 +32,8 @@ unset, for `--no-tma` kernels that did not ask for no producer) it is a located 
 
 A loop keeps the one-buffer schedule (and, where it asked for S >= 2, gets the error above) when a loaded
 tile is also used outside the loop, read before its load in the body, written by anything else, loaded
-twice, or when the body loads in a nested region, or computes a coordinate from
+twice, or when the body loads in a nested region, loads a shared vector that is not whole 16-byte cp.async chunks,
+or computes a coordinate from
 something other than the loop index, loop-invariant values and scalar arithmetic; also when the step is not a positive
 constant. Kernels with roles (the sm_90a warp-specialized pipeline) are not touched, nor sm_90a kernels
 in general, except those planned as one compute role whose source asks for no producer warpgroup

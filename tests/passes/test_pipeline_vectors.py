@@ -161,3 +161,18 @@ def test_the_report_lists_the_vector_load_as_the_backend_groups_it() -> None:
     assert re.search(r'%lse = tk\.load %l_s\.1 \{access = \[\{op = "ld\.shared\.v2", tile = "l", degree = 1', k.ir), k.ir
     loads = re.findall(r"ld\.shared\.(v\d\.)?b32", k.asm["llvm"])
     assert loads and all(w == "v2." for w in loads), loads
+
+
+def test_a_vector_narrower_than_a_cp_async_chunk(tmp_path: Path) -> None:
+    """sm_80: a 4-element bf16 vector (8 bytes) has no 16-byte chunk to copy, so the loop is not ring-buffered and
+    its @stages(2) is the located refusal (not a backend error); sm_90a keeps the vector an in-place copy of the
+    consumers (TMA boxes are whole 16 bytes) and pipelines the tiles."""
+    from tkir.diagnostics import CompileError
+
+    path = tmp_path / "k.tk"
+    path.write_text(SHARED_VECTOR_LOOP.replace("V: gl<bf16>[M]", "V: gl<bf16>[M4]").replace("Y: gl<bf16>[M]",
+                    "Y: gl<bf16>[M4]").replace("sv<bf16, 64>", "sv<bf16, 4>").replace("rv<bf16, 64>", "rv<bf16, 4>"))
+    with pytest.raises(CompileError, match=r"@stages\(2\): this loop cannot be pipelined: its copies do not meet"):
+        tkir.compile(str(path), target="sm_80")
+    k = tkir.compile(str(path))
+    assert re.search(r"%a = tk\.alloc : st<bf16, 64, 64, [^>]*stages=2>", k.ir) and "sv<bf16, 4, stages" not in k.ir
