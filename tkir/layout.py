@@ -19,6 +19,7 @@ Used by the passes infer-layouts, select-swizzle and bank-conflicts (and by test
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -992,24 +993,6 @@ def vector_accesses(is_load: bool, layout: RegisterLayout, dtype: str, n: int) -
 
 def vector_read_accesses(layout: RegisterLayout, n: int) -> list[Access]:
     """A register f32 vector of `layout` read from an f32 shared vector of n words, as the backend's
-    load_from_shared groups each lane's slots: runs of 4 or 2 slots consecutive and aligned for every lane
-    become one ld.shared.v4 / v2 (else ld.shared.f32). One Access per width used."""
-    frag = fragment(layout, "f32", (n,))
-    by_width: dict[int, tuple[list[np.ndarray], list[np.ndarray]]] = {}
-    i, slots = 0, frag.shape[1]
-    while i < slots:
-        k = CHUNK_BYTES // BANK_BYTES
-        while k > 1:
-            first = frag[:, i]
-            if i + k <= slots and (first % k == 0).all() \
-                    and all((frag[:, i + j] == first + j).all() for j in range(k)):
-                break
-            k //= 2
-        for w in range(frag.shape[0] // WARP):
-            idx = frag[w * WARP:(w + 1) * WARP, i]
-            rs, cs = by_width.setdefault(k, ([], []))
-            rs.append(np.where(idx >= 0, 0, -1))
-            cs.append(np.where(idx >= 0, idx * BANK_BYTES, -1))
-        i += k
-    names = {1: "ld.shared.f32", 2: "ld.shared.v2", 4: "ld.shared.v4"}
-    return [Access(names[k], k * BANK_BYTES, *_pack(rs, cs)) for k, (rs, cs) in sorted(by_width.items())]
+    load_from_shared groups each lane's slots (vector_accesses; single words named ld.shared.f32)."""
+    return [dataclasses.replace(a, op="ld.shared.f32") if a.op == "ld.shared.b32" else a
+            for a in vector_accesses(True, layout, "f32", n)]
